@@ -1,0 +1,302 @@
+//! `file_read`: numbered lines of a text file, a directory's entries, or a binary summary.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+
+use kitbag_shared::limits::truncate_line;
+use kitbag_shared::{Access, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::state::FilesState;
+
+pub const DEFAULT_LIMIT: u64 = 2000;
+pub const MAX_LINE_CHARS: usize = 2000;
+pub const MAX_OUTPUT_BYTES: usize = 50 * 1024;
+pub const MAX_DIR_ENTRIES: usize = 2000;
+/// Bytes inspected to decide whether a file is binary.
+const SNIFF_BYTES: usize = 8192;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "file_read",
+    "Read file",
+    "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file.\n\
+     Use it before editing or overwriting a file (file_write refuses files not read in this session). \
+     Pages with `offset` (1-based first line) and `limit` (default 2000 lines); output is capped at 50 KB \
+     and lines over 2000 characters are cut with a marker. When `truncated` is true, call again with \
+     `offset` = `next_offset`.\nExample: {\"path\": \"src/main.rs\", \"offset\": 120, \"limit\": 40}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadParams {
+    /// Root-relative path of a file or directory (absolute paths inside the root accepted).
+    pub path: String,
+    /// First line to return, 1-based. Default 1.
+    #[serde(default)]
+    pub offset: Option<i64>,
+    /// Most lines to return. Default 2000.
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum EntryKind {
+    File,
+    Directory,
+    Binary,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReadResult {
+    /// Root-relative path.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: EntryKind,
+    /// Numbered lines (`N: text`) for a file; one entry per line (`name/` for directories) for a directory.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// Lines in the whole file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_lines: Option<u64>,
+    /// First and last line returned (1-based, inclusive); absent when no line was returned.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub start_line: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_line: Option<u64>,
+    /// More lines (or entries) exist past what was returned.
+    pub truncated: bool,
+    /// `offset` to continue from when truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+    /// Lines cut at 2000 characters.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub long_lines_cut: Option<u64>,
+    /// The file was not valid UTF-8; invalid bytes are shown as U+FFFD.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lossy: Option<bool>,
+    /// Size in bytes (files and binaries).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub size: Option<u64>,
+    /// MIME type guessed from the name (binaries).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub mime: Option<String>,
+    /// Number of entries (directories).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entries: Option<u64>,
+}
+
+impl ReadResult {
+    fn bare(path: String, kind: EntryKind) -> Self {
+        Self {
+            path,
+            kind,
+            content: None,
+            total_lines: None,
+            start_line: None,
+            end_line: None,
+            truncated: false,
+            next_offset: None,
+            long_lines_cut: None,
+            lossy: None,
+            size: None,
+            mime: None,
+            entries: None,
+        }
+    }
+}
+
+/// Validate a 1-based positive integer argument.
+pub fn positive(field: &str, v: Option<i64>, default: u64) -> ToolResult<u64> {
+    match v {
+        None => Ok(default),
+        Some(n) if n >= 1 => Ok(n as u64),
+        Some(n) => Err(ToolError::invalid_field(
+            field,
+            format!("{n} is not accepted; it must be 1 or more"),
+        )),
+    }
+}
+
+pub fn run(
+    state: &FilesState,
+    policy: &PathPolicy,
+    p: ReadParams,
+) -> ToolResult<Reply<ReadResult>> {
+    let offset = positive("offset", p.offset, 1)?;
+    let limit = positive("limit", p.limit, DEFAULT_LIMIT)?;
+    let resolved = policy.resolve(&p.path, "path", Access::Read)?;
+    let meta = std::fs::metadata(&resolved.abs).map_err(|e| ToolError::io(&p.path, &e))?;
+    if meta.is_dir() {
+        return read_dir(&resolved.abs, resolved.rel, offset, limit);
+    }
+    let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&p.path, &e))?;
+    let mut reader = BufReader::with_capacity(64 * 1024, file);
+    let head = reader.fill_buf().map_err(|e| ToolError::io(&p.path, &e))?;
+    let sniff = &head[..head.len().min(SNIFF_BYTES)];
+    if content_inspector::inspect(sniff).is_binary() {
+        let mut r = ReadResult::bare(resolved.rel, EntryKind::Binary);
+        r.size = Some(meta.len());
+        let mime = mime_guess::from_path(&resolved.abs)
+            .first_raw()
+            .unwrap_or("application/octet-stream")
+            .to_string();
+        let text = format!("{}: binary file, {} bytes, {}", r.path, meta.len(), mime);
+        r.mime = Some(mime);
+        return Ok(Reply::new(r, text));
+    }
+    let out = number_lines(&mut reader, offset, limit).map_err(|e| ToolError::io(&p.path, &e))?;
+    if out.total_lines > 0 && offset > out.total_lines {
+        return Err(ToolError::invalid_field(
+            "offset",
+            format!(
+                "{offset} is past the end of the file ({} lines)",
+                out.total_lines
+            ),
+        ));
+    }
+    state.record_hash(&resolved.abs, out.hash);
+
+    let mut r = ReadResult::bare(resolved.rel, EntryKind::File);
+    r.size = Some(meta.len());
+    r.total_lines = Some(out.total_lines);
+    if out.returned > 0 {
+        r.start_line = Some(offset);
+        r.end_line = Some(offset + out.returned - 1);
+    }
+    let next = offset + out.returned;
+    r.truncated = next <= out.total_lines;
+    r.next_offset = r.truncated.then_some(next);
+    r.long_lines_cut = (out.long_lines > 0).then_some(out.long_lines);
+    r.lossy = out.lossy.then_some(true);
+    let mut text = out.content.clone();
+    if r.truncated {
+        text.push_str(&format!(
+            "\n[truncated: lines {}–{} of {} shown; continue with offset={}]",
+            offset,
+            next.saturating_sub(1),
+            out.total_lines,
+            next
+        ));
+    } else if out.total_lines == 0 {
+        text = format!("{}: empty file", r.path);
+    }
+    r.content = Some(out.content);
+    Ok(Reply::new(r, text))
+}
+
+struct Numbered {
+    content: String,
+    total_lines: u64,
+    returned: u64,
+    long_lines: u64,
+    lossy: bool,
+    hash: [u8; 32],
+}
+
+/// Stream the file once: number the requested window, count every line, hash every byte.
+fn number_lines(reader: &mut impl BufRead, offset: u64, limit: u64) -> std::io::Result<Numbered> {
+    let mut hasher = Sha256::new();
+    let mut content = String::new();
+    let mut line = Vec::with_capacity(256);
+    let (mut n, mut returned, mut long_lines, mut lossy, mut full) =
+        (0u64, 0u64, 0u64, false, false);
+    loop {
+        line.clear();
+        let read = reader.read_until(b'\n', &mut line)?;
+        if read == 0 {
+            break;
+        }
+        hasher.update(&line);
+        n += 1;
+        if n < offset || full || returned >= limit {
+            continue;
+        }
+        let mut body: &[u8] = &line;
+        if body.last() == Some(&b'\n') {
+            body = &body[..body.len() - 1];
+        }
+        if body.last() == Some(&b'\r') {
+            body = &body[..body.len() - 1];
+        }
+        let text = match std::str::from_utf8(body) {
+            Ok(s) => std::borrow::Cow::Borrowed(s),
+            Err(_) => {
+                lossy = true;
+                String::from_utf8_lossy(body)
+            }
+        };
+        let (shown, cut) = truncate_line(&text, MAX_LINE_CHARS);
+        let entry = format!("{n}: {shown}\n");
+        if content.len() + entry.len() > MAX_OUTPUT_BYTES && returned > 0 {
+            full = true;
+            continue;
+        }
+        long_lines += cut as u64;
+        content.push_str(&entry);
+        returned += 1;
+    }
+    if content.ends_with('\n') {
+        content.pop();
+    }
+    Ok(Numbered {
+        content,
+        total_lines: n,
+        returned,
+        long_lines,
+        lossy,
+        hash: hasher.finalize().into(),
+    })
+}
+
+fn read_dir(abs: &Path, rel: String, offset: u64, limit: u64) -> ToolResult<Reply<ReadResult>> {
+    let rd = std::fs::read_dir(abs).map_err(|e| ToolError::io(&rel, &e))?;
+    let mut names: Vec<String> = rd
+        .filter_map(|e| e.ok())
+        .map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            // file_type does not follow links; a link to a directory still reads as a directory.
+            let is_dir = std::fs::metadata(e.path())
+                .map(|m| m.is_dir())
+                .unwrap_or(false);
+            if is_dir { format!("{name}/") } else { name }
+        })
+        .collect();
+    names.sort();
+    let total = names.len() as u64;
+    let take = limit.min(MAX_DIR_ENTRIES as u64) as usize;
+    let window: Vec<String> = names
+        .into_iter()
+        .skip(offset as usize - 1)
+        .take(take)
+        .collect();
+    let mut r = ReadResult::bare(rel, EntryKind::Directory);
+    r.entries = Some(total);
+    let next = offset + window.len() as u64;
+    r.truncated = next <= total;
+    r.next_offset = r.truncated.then_some(next);
+    let content = window.join("\n");
+    let mut text = if content.is_empty() {
+        format!("{}: empty directory", r.path)
+    } else {
+        content.clone()
+    };
+    if r.truncated {
+        text.push_str(&format!(
+            "\n[truncated: {total} entries; continue with offset={next}]"
+        ));
+    }
+    r.content = Some(content);
+    Ok(Reply::new(r, text))
+}
+
+/// Read a whole file for editing: refuses binaries and non-UTF-8 text.
+pub fn read_text_for_edit(abs: &Path, shown: &str) -> ToolResult<Vec<u8>> {
+    let mut bytes = Vec::new();
+    std::fs::File::open(abs)
+        .and_then(|mut f| f.read_to_end(&mut bytes))
+        .map_err(|e| ToolError::io(shown, &e))?;
+    Ok(bytes)
+}

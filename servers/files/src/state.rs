@@ -1,0 +1,49 @@
+//! Per-connection state: which files were read, and their content hash at that read.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use kitbag_shared::lock::PathLocks;
+use sha2::{Digest, Sha256};
+
+pub struct FilesState {
+    /// Content hash of each file as last read (or written) through this connection.
+    read_hashes: Mutex<HashMap<PathBuf, [u8; 32]>>,
+    pub locks: PathLocks,
+    pub max_content_bytes: usize,
+}
+
+impl FilesState {
+    pub fn new(max_content_bytes: usize) -> Self {
+        Self {
+            read_hashes: Mutex::new(HashMap::new()),
+            locks: PathLocks::new(kitbag_shared::lock::DEFAULT_LOCK_WAIT),
+            max_content_bytes,
+        }
+    }
+
+    pub fn record(&self, path: &Path, bytes: &[u8]) {
+        self.hashes().insert(path.to_path_buf(), hash(bytes));
+    }
+
+    pub fn record_hash(&self, path: &Path, digest: [u8; 32]) {
+        self.hashes().insert(path.to_path_buf(), digest);
+    }
+
+    pub fn recorded(&self, path: &Path) -> Option<[u8; 32]> {
+        self.hashes().get(path).copied()
+    }
+
+    pub fn forget(&self, path: &Path) {
+        self.hashes().remove(path);
+    }
+
+    fn hashes(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, [u8; 32]>> {
+        self.read_hashes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+pub fn hash(bytes: &[u8]) -> [u8; 32] {
+    Sha256::digest(bytes).into()
+}

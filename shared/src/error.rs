@@ -1,0 +1,197 @@
+//! The one error type every kitbag tool returns.
+//!
+//! A tool failure is not a protocol fault: it becomes a `CallToolResult` with
+//! `isError: true`, `structuredContent = {"error": {code, message, detail}}` and the
+//! message as text, so a model can read it and recover.
+
+use rmcp::model::{CallToolResult, ContentBlock as Content};
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// Every error code any kitbag tool can answer with (the seed's `ToolErrorCode`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum ErrorCode {
+    // generic
+    InvalidParams,
+    Internal,
+    Timeout,
+    Cancelled,
+    CapabilityDenied,
+    PrincipalScopeViolation,
+    FileBusy,
+    OutputTooLarge,
+    // files
+    FileNotFound,
+    FileExists,
+    FileNotRead,
+    FileChangedSinceRead,
+    NotAFile,
+    NotADirectory,
+    DirectoryNotEmpty,
+    BinaryFile,
+    EncodingUnsupported,
+    OldStringNotFound,
+    MultipleMatches,
+    IoError,
+    // search
+    InvalidPattern,
+    // shell
+    ShellSpawnFailed,
+    JobNotFound,
+    // web
+    FetchFailed,
+    UrlBlocked,
+    // memory
+    SecretDetected,
+    MemoryFull,
+    NotFound,
+    // issues and todos
+    IssueNotFound,
+    InvalidTransition,
+    NoBoundIssue,
+    TodoNotFound,
+    ContentAddressingHint,
+    SessionNotFound,
+    // lsp
+    LspServerNotFound,
+    LspServerUnavailable,
+    RenameScopeExceedsCage,
+    UnsupportedLanguage,
+    // dap
+    DapAdapterNotFound,
+    DapSessionEnded,
+    SessionActive,
+    UnsupportedByAdapter,
+    // host
+    ServerUnavailable,
+    UnknownTool,
+}
+
+impl std::fmt::Display for ErrorCode {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let v = serde_json::to_value(self).unwrap_or(Value::Null);
+        match v {
+            Value::String(s) => f.write_str(&s),
+            _ => f.write_str("internal"),
+        }
+    }
+}
+
+/// A typed tool failure: a code, a sentence for the model, and machine-readable detail.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct ToolError {
+    pub code: ErrorCode,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Value::is_null")]
+    pub detail: Value,
+}
+
+pub type ToolResult<T> = Result<T, ToolError>;
+
+impl ToolError {
+    pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
+        Self {
+            code,
+            message: message.into(),
+            detail: Value::Null,
+        }
+    }
+
+    /// Attach structured detail (merged when detail is already an object).
+    pub fn with_detail(mut self, detail: Value) -> Self {
+        match (&mut self.detail, detail) {
+            (Value::Object(existing), Value::Object(extra)) => existing.extend(extra),
+            (slot, extra) => *slot = extra,
+        }
+        self
+    }
+
+    /// A bad argument: names the field and says what is accepted.
+    pub fn invalid_field(field: &str, message: impl Into<String>) -> Self {
+        let message = message.into();
+        Self::new(ErrorCode::InvalidParams, format!("{field}: {message}"))
+            .with_detail(json!({ "field": field }))
+    }
+
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(ErrorCode::Internal, message)
+    }
+
+    /// An I/O failure on a path, mapped to the closest typed code.
+    pub fn io(path: &str, err: &std::io::Error) -> Self {
+        use std::io::ErrorKind as K;
+        let code = match err.kind() {
+            K::NotFound => ErrorCode::FileNotFound,
+            K::AlreadyExists => ErrorCode::FileExists,
+            K::PermissionDenied => ErrorCode::CapabilityDenied,
+            K::IsADirectory => ErrorCode::NotAFile,
+            K::NotADirectory => ErrorCode::NotADirectory,
+            K::DirectoryNotEmpty => ErrorCode::DirectoryNotEmpty,
+            _ => ErrorCode::IoError,
+        };
+        let message = match code {
+            ErrorCode::FileNotFound => format!("{path}: no such file or directory"),
+            ErrorCode::CapabilityDenied => {
+                format!("{path}: permission denied by the operating system")
+            }
+            _ => format!("{path}: {err}"),
+        };
+        Self::new(code, message).with_detail(json!({ "path": path }))
+    }
+
+    /// The JSON object placed in `structuredContent`.
+    pub fn to_structured(&self) -> Value {
+        let mut error = json!({ "code": self.code, "message": self.message });
+        if !self.detail.is_null() {
+            error["detail"] = self.detail.clone();
+        }
+        json!({ "error": error })
+    }
+
+    /// Render as an MCP tool result with `isError: true`.
+    pub fn into_call_result(self) -> CallToolResult {
+        let mut result = CallToolResult::error(vec![Content::text(format!(
+            "error [{}]: {}",
+            self.code, self.message
+        ))]);
+        result.structured_content = Some(self.to_structured());
+        result
+    }
+}
+
+impl std::fmt::Display for ToolError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}: {}", self.code, self.message)
+    }
+}
+
+impl std::error::Error for ToolError {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_render_snake_case() {
+        assert_eq!(ErrorCode::FileNotFound.to_string(), "file_not_found");
+        assert_eq!(
+            ErrorCode::OldStringNotFound.to_string(),
+            "old_string_not_found"
+        );
+    }
+
+    #[test]
+    fn error_result_shape() {
+        let r = ToolError::invalid_field("offset", "must be at least 1").into_call_result();
+        assert_eq!(r.is_error, Some(true));
+        let s = r.structured_content.expect("structured");
+        assert_eq!(s["error"]["code"], "invalid_params");
+        assert_eq!(s["error"]["detail"]["field"], "offset");
+        assert!(
+            s["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.starts_with("offset:"))
+        );
+    }
+}

@@ -1,0 +1,26 @@
+//! kitbag-shared: what every kitbag MCP server shares.
+//!
+//! - [`server`]: the tool router, per-call context and the rmcp `ServerHandler`;
+//! - [`error`]: the one error enum, rendered as `isError` results;
+//! - [`paths`]: root confinement, symlink-safe resolution, ro/rw mounts;
+//! - [`flags`]: `--root`, `--allow`, `--read-only`, logging and audit flags;
+//! - [`atomic`], [`lock`], [`limits`], [`audit`]: atomic writes, per-path locks,
+//!   output caps, audit events.
+
+pub mod atomic;
+pub mod audit;
+pub mod error;
+pub mod flags;
+pub mod limits;
+pub mod lock;
+pub mod paths;
+pub mod server;
+
+pub use error::{ErrorCode, ToolError, ToolResult};
+pub use flags::CommonArgs;
+pub use paths::{Access, PathPolicy, Resolved};
+pub use server::{CallCtx, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, serve_stdio};
+
+// Re-exported so servers use the same versions without naming them.
+pub use rmcp;
+pub use schemars;

@@ -1,0 +1,505 @@
+//! Path policy: every path a tool touches is confined to the root and its ro/rw mounts.
+//!
+//! Resolution is physical: each component is looked up on disk and symlinks are followed
+//! as the kernel would, so `..` after a link, a link whose target leaves the root, a dangling
+//! link, or a file created through a linked parent directory are all caught. Components that
+//! do not exist yet (a file about to be created) are appended lexically.
+
+use std::path::{Component, Path, PathBuf};
+
+use serde_json::json;
+
+use crate::error::{ErrorCode, ToolError};
+
+/// Longest path (in bytes) an argument may carry.
+pub const MAX_PATH_BYTES: usize = 4096;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Access {
+    Read,
+    Write,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Ro,
+    Rw,
+}
+
+impl Mode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Mode::Ro => "ro",
+            Mode::Rw => "rw",
+        }
+    }
+}
+
+/// One `--allow MODE:PATH` entry as given on the command line.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MountSpec {
+    pub mode: Mode,
+    pub path: String,
+}
+
+impl std::str::FromStr for MountSpec {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        let (mode, path) = s
+            .split_once(':')
+            .ok_or_else(|| format!("`{s}`: expected ro:PATH or rw:PATH"))?;
+        let mode = match mode {
+            "ro" => Mode::Ro,
+            "rw" => Mode::Rw,
+            other => return Err(format!("`{other}`: mode must be ro or rw")),
+        };
+        if path.is_empty() {
+            return Err("empty PATH in --allow; use . for the whole root".into());
+        }
+        Ok(MountSpec {
+            mode,
+            path: path.to_string(),
+        })
+    }
+}
+
+#[derive(Debug, Clone)]
+struct Mount {
+    path: PathBuf,
+    mode: Mode,
+}
+
+/// A path that passed the policy: its real absolute location and its root-relative spelling.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Resolved {
+    pub abs: PathBuf,
+    pub rel: String,
+}
+
+/// The confinement rules for one server instance.
+#[derive(Debug, Clone)]
+pub struct PathPolicy {
+    root: PathBuf,
+    /// The root as given (absolute, maybe through a symlink): accepted as a prefix too.
+    root_alias: PathBuf,
+    specs: Vec<MountSpec>,
+    read_only: bool,
+    mounts: Vec<Mount>,
+}
+
+impl PathPolicy {
+    /// Build a policy. No specs means `rw:.`; `read_only` turns every mount ro.
+    pub fn new(root: &Path, specs: &[MountSpec], read_only: bool) -> std::io::Result<Self> {
+        let root_alias = if root.is_absolute() {
+            root.to_path_buf()
+        } else {
+            std::env::current_dir()?.join(root)
+        };
+        let root_real = std::fs::canonicalize(&root_alias)?;
+        if !root_real.is_dir() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::NotADirectory,
+                format!("root {} is not a directory", root_alias.display()),
+            ));
+        }
+        let mut policy = PathPolicy {
+            root: root_real,
+            root_alias: lexical_normalize(&root_alias),
+            specs: specs.to_vec(),
+            read_only,
+            mounts: Vec::new(),
+        };
+        let specs: Vec<MountSpec> = if specs.is_empty() {
+            vec![MountSpec {
+                mode: Mode::Rw,
+                path: ".".into(),
+            }]
+        } else {
+            specs.to_vec()
+        };
+        for spec in specs {
+            let real = policy.physical(&spec.path).map_err(|e| {
+                std::io::Error::new(
+                    std::io::ErrorKind::InvalidInput,
+                    format!(
+                        "--allow {}:{}: {}",
+                        spec.mode.as_str(),
+                        spec.path,
+                        e.message
+                    ),
+                )
+            })?;
+            let mode = if read_only { Mode::Ro } else { spec.mode };
+            policy.mounts.push(Mount { path: real, mode });
+        }
+        // Longest mount first, so the most specific rule wins.
+        policy
+            .mounts
+            .sort_by_key(|m| std::cmp::Reverse(m.path.components().count()));
+        Ok(policy)
+    }
+
+    /// The same mount rules over a different root (used when a client names its roots).
+    pub fn with_root(&self, root: &Path) -> std::io::Result<Self> {
+        PathPolicy::new(root, &self.specs, self.read_only)
+    }
+
+    /// The canonical root directory.
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    pub fn is_read_only(&self) -> bool {
+        self.mounts.iter().all(|m| m.mode == Mode::Ro)
+    }
+
+    /// Resolve a path argument for the given access, or explain why not.
+    pub fn resolve(&self, input: &str, field: &str, access: Access) -> Result<Resolved, ToolError> {
+        validate_path_arg(input, field)?;
+        let abs = self.physical(input).map_err(|e| {
+            let mut e = e.with_detail(json!({ "field": field, "path": input }));
+            e.message = format!("{field}: {}", e.message);
+            e
+        })?;
+        self.check_mode(&abs, input, access)?;
+        Ok(Resolved {
+            rel: self.display(&abs),
+            abs,
+        })
+    }
+
+    /// Whether a real absolute path lies in a mount allowing `access`.
+    pub fn allows(&self, abs: &Path, access: Access) -> bool {
+        match self.mount_for(abs) {
+            Some(m) => access == Access::Read || m.mode == Mode::Rw,
+            None => false,
+        }
+    }
+
+    /// Root-relative spelling with `/` separators; the root itself is `.`.
+    pub fn display(&self, abs: &Path) -> String {
+        match abs.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => ".".to_string(),
+            Ok(rel) => rel
+                .components()
+                .map(|c| c.as_os_str().to_string_lossy())
+                .collect::<Vec<_>>()
+                .join("/"),
+            Err(_) => abs.display().to_string(),
+        }
+    }
+
+    fn mount_for(&self, abs: &Path) -> Option<&Mount> {
+        self.mounts.iter().find(|m| abs.starts_with(&m.path))
+    }
+
+    fn check_mode(&self, abs: &Path, input: &str, access: Access) -> Result<(), ToolError> {
+        let needed = match access {
+            Access::Read => "ro",
+            Access::Write => "rw",
+        };
+        match self.mount_for(abs) {
+            Some(m) if access == Access::Read || m.mode == Mode::Rw => Ok(()),
+            Some(m) => Err(ToolError::new(
+                ErrorCode::CapabilityDenied,
+                format!(
+                    "{input}: writing needs rw access, but this path is mounted {}",
+                    m.mode.as_str()
+                ),
+            )
+            .with_detail(json!({
+                "path": input, "needed": needed, "mount": self.display(&m.path), "mode": m.mode.as_str()
+            }))),
+            None => Err(ToolError::new(
+                ErrorCode::CapabilityDenied,
+                format!("{input}: outside every allowed mount; {needed} access is needed"),
+            )
+            .with_detail(json!({ "path": input, "needed": needed, "mounts": self.mount_summary() }))),
+        }
+    }
+
+    /// The mounts as `mode:path` strings, for error detail and status output.
+    pub fn mount_summary(&self) -> Vec<String> {
+        self.mounts
+            .iter()
+            .map(|m| format!("{}:{}", m.mode.as_str(), self.display(&m.path)))
+            .collect()
+    }
+
+    /// Physical resolution inside the root (no mount check).
+    fn physical(&self, input: &str) -> Result<PathBuf, ToolError> {
+        let input_path = Path::new(input);
+        let relative: PathBuf = if input_path.is_absolute() {
+            let normalized = lexical_normalize(input_path);
+            if let Ok(rest) = normalized.strip_prefix(&self.root) {
+                rest.to_path_buf()
+            } else if let Ok(rest) = normalized.strip_prefix(&self.root_alias) {
+                rest.to_path_buf()
+            } else {
+                return Err(outside_root(input));
+            }
+        } else {
+            input_path.to_path_buf()
+        };
+
+        let mut current = self.root.clone();
+        let mut missing = false; // once a component does not exist, the rest is lexical
+        let components: Vec<Component> = relative.components().collect();
+        for comp in components {
+            match comp {
+                Component::CurDir => {}
+                Component::RootDir | Component::Prefix(_) => return Err(outside_root(input)),
+                Component::ParentDir => {
+                    if current == self.root {
+                        return Err(outside_root(input));
+                    }
+                    current.pop();
+                    // Back in existing territory the next component must be checked on disk.
+                    missing = std::fs::symlink_metadata(&current).is_err();
+                }
+                Component::Normal(name) => {
+                    let candidate = current.join(name);
+                    if missing {
+                        current = candidate;
+                        continue;
+                    }
+                    match std::fs::symlink_metadata(&candidate) {
+                        Ok(meta) if meta.file_type().is_symlink() => {
+                            match std::fs::canonicalize(&candidate) {
+                                Ok(real) => current = real,
+                                Err(_) => {
+                                    return Err(ToolError::new(
+                                        ErrorCode::CapabilityDenied,
+                                        format!(
+                                            "{input}: goes through a dangling symbolic link ({})",
+                                            self.display(&candidate)
+                                        ),
+                                    ));
+                                }
+                            }
+                        }
+                        Ok(_) => current = candidate,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                            missing = true;
+                            current = candidate;
+                        }
+                        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+                            missing = true;
+                            current = candidate;
+                        }
+                        Err(e) => return Err(ToolError::io(input, &e)),
+                    }
+                    if !current.starts_with(&self.root) {
+                        return Err(ToolError::new(
+                            ErrorCode::CapabilityDenied,
+                            format!(
+                                "{input}: resolves through a symbolic link to a place outside the root"
+                            ),
+                        ));
+                    }
+                }
+            }
+        }
+        if !current.starts_with(&self.root) {
+            return Err(outside_root(input));
+        }
+        Ok(current)
+    }
+}
+
+fn outside_root(input: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::CapabilityDenied,
+        format!("{input}: outside the root; paths must stay inside the server's root directory"),
+    )
+}
+
+/// Reject empty, NUL-containing and over-long path arguments.
+pub fn validate_path_arg(input: &str, field: &str) -> Result<(), ToolError> {
+    if input.is_empty() {
+        return Err(ToolError::invalid_field(
+            field,
+            "must not be empty; give a root-relative path such as src/main.rs",
+        ));
+    }
+    if input.contains('\0') {
+        return Err(ToolError::invalid_field(
+            field,
+            "must not contain NUL bytes",
+        ));
+    }
+    if input.len() > MAX_PATH_BYTES {
+        return Err(ToolError::invalid_field(
+            field,
+            format!(
+                "is {} bytes long; at most {MAX_PATH_BYTES} bytes are accepted",
+                input.len()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+/// Remove `.` and resolve `..` textually (used only on absolute prefixes, never for policy).
+fn lexical_normalize(path: &Path) -> PathBuf {
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::CurDir => {}
+            Component::ParentDir => {
+                out.pop();
+            }
+            other => out.push(other.as_os_str()),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn setup() -> (tempfile::TempDir, tempfile::TempDir, PathPolicy) {
+        let root = tempfile::tempdir().expect("tmp");
+        let outside = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir_all(root.path().join("src")).expect("mkdir");
+        std::fs::write(root.path().join("src/a.rs"), "fn a() {}").expect("write");
+        std::fs::write(outside.path().join("secret"), "s").expect("write");
+        let p = PathPolicy::new(root.path(), &[], false).expect("policy");
+        (root, outside, p)
+    }
+
+    #[test]
+    fn relative_and_absolute_inside() {
+        let (root, _o, p) = setup();
+        assert_eq!(
+            p.resolve("src/a.rs", "path", Access::Read).expect("ok").rel,
+            "src/a.rs"
+        );
+        assert_eq!(
+            p.resolve("./src/a.rs", "path", Access::Read)
+                .expect("ok")
+                .rel,
+            "src/a.rs"
+        );
+        let abs = root.path().join("src/a.rs");
+        assert_eq!(
+            p.resolve(abs.to_str().expect("utf8"), "path", Access::Write)
+                .expect("ok")
+                .rel,
+            "src/a.rs"
+        );
+        assert_eq!(p.resolve(".", "path", Access::Read).expect("ok").rel, ".");
+        assert_eq!(
+            p.resolve("src/../src/new.rs", "path", Access::Write)
+                .expect("ok")
+                .rel,
+            "src/new.rs"
+        );
+    }
+
+    #[test]
+    fn escapes_refused() {
+        let (_r, outside, p) = setup();
+        for bad in ["../x", "src/../../x", "/etc/passwd"] {
+            let e = p.resolve(bad, "path", Access::Read).expect_err(bad);
+            assert_eq!(e.code, ErrorCode::CapabilityDenied, "{bad}");
+        }
+        let o = outside.path().join("secret");
+        assert!(
+            p.resolve(o.to_str().expect("utf8"), "path", Access::Read)
+                .is_err()
+        );
+    }
+
+    #[test]
+    fn symlinks_out_refused() {
+        let (root, outside, p) = setup();
+        symlink(outside.path().join("secret"), root.path().join("link")).expect("ln");
+        symlink(outside.path(), root.path().join("dirlink")).expect("ln");
+        symlink(root.path().join("nowhere"), root.path().join("dangling")).expect("ln");
+        for bad in [
+            "link",
+            "dirlink/secret",
+            "dirlink/newfile",
+            "dangling",
+            "src/../dirlink/x",
+            "nope/../dirlink/secret",
+        ] {
+            let e = p.resolve(bad, "path", Access::Write).expect_err(bad);
+            assert_eq!(e.code, ErrorCode::CapabilityDenied, "{bad}");
+        }
+        // A link inside the root pointing inside the root is fine.
+        symlink(root.path().join("src"), root.path().join("srclink")).expect("ln");
+        assert_eq!(
+            p.resolve("srclink/a.rs", "path", Access::Read)
+                .expect("ok")
+                .rel,
+            "src/a.rs"
+        );
+    }
+
+    #[test]
+    fn symlinked_root_spelling_accepted() {
+        let (root, outside, _p) = setup();
+        let alias = outside.path().join("rootlink");
+        symlink(root.path(), &alias).expect("ln");
+        let p = PathPolicy::new(&alias, &[], false).expect("policy");
+        let via_alias = alias.join("src/a.rs");
+        let via_real = std::fs::canonicalize(root.path())
+            .expect("canon")
+            .join("src/a.rs");
+        assert_eq!(
+            p.resolve(via_alias.to_str().expect("u"), "path", Access::Read)
+                .expect("ok")
+                .rel,
+            "src/a.rs"
+        );
+        assert_eq!(
+            p.resolve(via_real.to_str().expect("u"), "path", Access::Read)
+                .expect("ok")
+                .rel,
+            "src/a.rs"
+        );
+    }
+
+    #[test]
+    fn mounts_ro_rw() {
+        let (root, _o, _p) = setup();
+        std::fs::create_dir_all(root.path().join("out")).expect("mkdir");
+        let specs: Vec<MountSpec> = ["ro:src", "rw:out"]
+            .iter()
+            .map(|s| s.parse().expect("spec"))
+            .collect();
+        let p = PathPolicy::new(root.path(), &specs, false).expect("policy");
+        assert!(p.resolve("src/a.rs", "path", Access::Read).is_ok());
+        let e = p
+            .resolve("src/a.rs", "path", Access::Write)
+            .expect_err("ro");
+        assert_eq!(e.code, ErrorCode::CapabilityDenied);
+        assert_eq!(e.detail["needed"], "rw");
+        assert!(p.resolve("out/x", "path", Access::Write).is_ok());
+        assert!(p.resolve("README", "path", Access::Read).is_err());
+        let ro = PathPolicy::new(root.path(), &[], true).expect("policy");
+        assert!(ro.resolve("src/a.rs", "path", Access::Write).is_err());
+        assert!(ro.is_read_only());
+    }
+
+    #[test]
+    fn bad_arguments() {
+        let (_r, _o, p) = setup();
+        assert_eq!(
+            p.resolve("", "path", Access::Read).expect_err("e").code,
+            ErrorCode::InvalidParams
+        );
+        assert_eq!(
+            p.resolve("a\0b", "path", Access::Read).expect_err("e").code,
+            ErrorCode::InvalidParams
+        );
+        let long = "a/".repeat(3000);
+        let e = p.resolve(&long, "path", Access::Read).expect_err("e");
+        assert_eq!(e.detail["field"], "path");
+        assert!("x:y".parse::<MountSpec>().is_err());
+    }
+}

@@ -1,0 +1,663 @@
+//! Serving a set of tools over MCP.
+//!
+//! A server declares its tools with [`ToolRouter::tool`]: a definition (name, description,
+//! annotations), a parameter type (decoded strictly, unknown fields rejected) and an async
+//! function returning a [`Reply`] or a [`ToolError`]. [`McpServer`] implements rmcp's
+//! `ServerHandler` for any router, so a server's `lib.rs` only wires tools.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::future::Future;
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use std::time::Instant;
+
+use futures::future::BoxFuture;
+use rmcp::handler::server::common::{schema_for_input, schema_for_output};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
+    GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, JsonObject,
+    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
+    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
+    ReadResourceResult, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
+use schemars::JsonSchema;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+use tokio_util::sync::CancellationToken;
+
+use crate::audit::AuditLog;
+use crate::error::{ErrorCode, ToolError, ToolResult};
+use crate::flags::CommonArgs;
+use crate::paths::PathPolicy;
+
+/// What a tool returns on success: the structured object and the text a model reads.
+pub struct Reply<O> {
+    pub data: O,
+    pub text: String,
+}
+
+impl<O> Reply<O> {
+    pub fn new(data: O, text: impl Into<String>) -> Self {
+        Self {
+            data,
+            text: text.into(),
+        }
+    }
+}
+
+/// How a tool presents itself in `tools/list`.
+#[derive(Debug, Clone)]
+pub struct ToolDef {
+    pub name: &'static str,
+    pub title: &'static str,
+    pub description: &'static str,
+    pub read_only: bool,
+    pub destructive: bool,
+    pub idempotent: bool,
+    pub open_world: bool,
+    /// Extra `_meta` entries (e.g. `kitbag/principal_scope`).
+    pub meta: Option<JsonObject>,
+}
+
+impl ToolDef {
+    /// A tool that only reads (readOnlyHint true).
+    pub const fn read(name: &'static str, title: &'static str, description: &'static str) -> Self {
+        Self {
+            name,
+            title,
+            description,
+            read_only: true,
+            destructive: false,
+            idempotent: true,
+            open_world: false,
+            meta: None,
+        }
+    }
+
+    /// A tool that changes things; set `destructive`/`idempotent` as true of it.
+    pub const fn write(name: &'static str, title: &'static str, description: &'static str) -> Self {
+        Self {
+            name,
+            title,
+            description,
+            read_only: false,
+            destructive: false,
+            idempotent: false,
+            open_world: false,
+            meta: None,
+        }
+    }
+
+    pub const fn destructive(mut self) -> Self {
+        self.destructive = true;
+        self
+    }
+    pub const fn idempotent(mut self) -> Self {
+        self.idempotent = true;
+        self
+    }
+    pub const fn open_world(mut self) -> Self {
+        self.open_world = true;
+        self
+    }
+    pub fn with_meta(mut self, meta: Value) -> Self {
+        if let Value::Object(m) = meta {
+            self.meta = Some(m);
+        }
+        self
+    }
+}
+
+/// Tool names valid for every client and both the Anthropic and OpenAI APIs.
+pub fn is_valid_tool_name(name: &str) -> bool {
+    let mut chars = name.chars();
+    matches!(chars.next(), Some('a'..='z'))
+        && name.len() <= 48
+        && chars.all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+}
+
+/// Per-call context handed to a tool: cancellation, progress, the path policy.
+#[derive(Clone)]
+pub struct CallCtx {
+    pub cancel: CancellationToken,
+    pub request_id: String,
+    policy: Arc<PathPolicy>,
+    peer: Option<Peer<RoleServer>>,
+    progress_token: Option<ProgressToken>,
+}
+
+impl CallCtx {
+    /// A context for calling tool logic directly (tests, benchmarks, the CLI).
+    pub fn detached(policy: Arc<PathPolicy>) -> Self {
+        Self {
+            cancel: CancellationToken::new(),
+            request_id: "local".into(),
+            policy,
+            peer: None,
+            progress_token: None,
+        }
+    }
+
+    pub fn policy(&self) -> &Arc<PathPolicy> {
+        &self.policy
+    }
+
+    /// The connected client, for server-initiated notifications.
+    pub fn peer(&self) -> Option<&Peer<RoleServer>> {
+        self.peer.as_ref()
+    }
+
+    pub fn wants_progress(&self) -> bool {
+        self.progress_token.is_some() && self.peer.is_some()
+    }
+
+    /// Send `notifications/progress` if the request asked for it. Never fails the tool.
+    pub async fn progress(&self, progress: f64, total: Option<f64>, message: Option<String>) {
+        if let (Some(peer), Some(token)) = (&self.peer, &self.progress_token) {
+            let mut param = ProgressNotificationParam::new(token.clone(), progress);
+            if let Some(t) = total {
+                param = param.with_total(t);
+            }
+            if let Some(m) = message {
+                param = param.with_message(m);
+            }
+            if let Err(e) = peer.notify_progress(param).await {
+                tracing::debug!("progress notification failed: {e}");
+            }
+        }
+    }
+
+    /// `Err(cancelled)` once the client cancelled this request.
+    pub fn check_cancelled(&self) -> ToolResult<()> {
+        if self.cancel.is_cancelled() {
+            Err(ToolError::new(
+                ErrorCode::Cancelled,
+                "the request was cancelled",
+            ))
+        } else {
+            Ok(())
+        }
+    }
+}
+
+type Handler<S> = Arc<
+    dyn Fn(Arc<S>, JsonObject, CallCtx) -> BoxFuture<'static, ToolResult<CallToolResult>>
+        + Send
+        + Sync,
+>;
+
+struct Entry<S> {
+    tool: Tool,
+    handler: Handler<S>,
+}
+
+/// The tools of one server.
+pub struct ToolRouter<S> {
+    entries: Vec<Entry<S>>,
+    index: HashMap<String, usize>,
+}
+
+impl<S: Send + Sync + 'static> Default for ToolRouter<S> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<S: Send + Sync + 'static> ToolRouter<S> {
+    pub fn new() -> Self {
+        Self {
+            entries: Vec::new(),
+            index: HashMap::new(),
+        }
+    }
+
+    /// Register a tool. Panics at start-up (never at call time) on an invalid or duplicate
+    /// name or a schema whose root is not an object: those are programming errors.
+    pub fn tool<P, O, F, Fut>(mut self, def: ToolDef, f: F) -> Self
+    where
+        P: DeserializeOwned + JsonSchema + 'static,
+        O: Serialize + JsonSchema + 'static,
+        F: Fn(Arc<S>, P, CallCtx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult<Reply<O>>> + Send + 'static,
+    {
+        assert!(
+            is_valid_tool_name(def.name),
+            "invalid tool name {}",
+            def.name
+        );
+        assert!(
+            !self.index.contains_key(def.name),
+            "duplicate tool {}",
+            def.name
+        );
+        let input = match schema_for_input::<P>() {
+            Ok(s) => s,
+            Err(e) => panic!("tool {}: {e}", def.name),
+        };
+        let output = schema_for_output::<O>();
+        assert_eq!(
+            output.get("type"),
+            Some(&json!("object")),
+            "tool {}: outputSchema root must be an object",
+            def.name
+        );
+        let annotations = ToolAnnotations::with_title(def.title)
+            .read_only(def.read_only)
+            .destructive(def.destructive)
+            .idempotent(def.idempotent)
+            .open_world(def.open_world);
+        let mut tool = Tool::new(def.name, def.description, input)
+            .with_raw_output_schema(output)
+            .with_title(def.title)
+            .with_annotations(annotations);
+        if let Some(meta) = def.meta.clone() {
+            tool = tool.with_meta(rmcp::model::MetaObject(meta));
+        }
+        let f = Arc::new(f);
+        let handler: Handler<S> = Arc::new(move |state, args, ctx| {
+            let f = f.clone();
+            Box::pin(async move {
+                let params: P = decode_args(args)?;
+                let reply = f(state, params, ctx).await?;
+                let structured = serde_json::to_value(&reply.data)
+                    .map_err(|e| ToolError::internal(format!("result encoding failed: {e}")))?;
+                let mut result = CallToolResult::success(vec![Content::text(reply.text)]);
+                result.structured_content = Some(structured);
+                Ok(result)
+            })
+        });
+        self.index.insert(def.name.to_string(), self.entries.len());
+        self.entries.push(Entry { tool, handler });
+        self
+    }
+
+    /// Every tool definition, sorted by name (deterministic `tools/list`).
+    pub fn list(&self) -> Vec<Tool> {
+        let mut tools: Vec<Tool> = self.entries.iter().map(|e| e.tool.clone()).collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
+    pub fn get(&self, name: &str) -> Option<&Tool> {
+        self.index.get(name).map(|&i| &self.entries[i].tool)
+    }
+
+    /// Run a tool by name; `None` if there is no such tool.
+    pub async fn call(
+        &self,
+        state: Arc<S>,
+        name: &str,
+        args: JsonObject,
+        ctx: CallCtx,
+    ) -> Option<ToolResult<CallToolResult>> {
+        let i = *self.index.get(name)?;
+        let handler = self.entries[i].handler.clone();
+        let cancel = ctx.cancel.clone();
+        let fut = handler(state, args, ctx);
+        Some(tokio::select! {
+            r = fut => r,
+            _ = cancel.cancelled() => Err(ToolError::new(ErrorCode::Cancelled, "the request was cancelled")),
+        })
+    }
+}
+
+/// Decode tool arguments strictly, naming the offending field on failure.
+pub fn decode_args<P: DeserializeOwned>(args: JsonObject) -> ToolResult<P> {
+    let value = Value::Object(args);
+    serde_path_to_error::deserialize::<_, P>(value).map_err(|e| {
+        let path = e.path().to_string();
+        let inner = e.into_inner().to_string();
+        let field = if path == "." {
+            field_from_message(&inner)
+        } else {
+            path
+        };
+        ToolError::new(ErrorCode::InvalidParams, format!("{field}: {inner}"))
+            .with_detail(json!({ "field": field }))
+    })
+}
+
+/// serde names a missing or unknown field only in its message; pull it out.
+fn field_from_message(msg: &str) -> String {
+    for prefix in ["missing field `", "unknown field `"] {
+        if let Some(rest) = msg.strip_prefix(prefix)
+            && let Some(end) = rest.find('`')
+        {
+            return rest[..end].to_string();
+        }
+    }
+    "arguments".to_string()
+}
+
+/// Optional MCP surfaces beyond tools (resources, prompts, notifications).
+pub trait Extras<S>: Send + Sync + 'static {
+    fn capabilities(&self, _caps: &mut ServerCapabilities) {}
+    fn on_connected(&self, _state: Arc<S>, _peer: Peer<RoleServer>) {}
+    fn list_resources(
+        &self,
+        _state: Arc<S>,
+    ) -> BoxFuture<'static, Result<ListResourcesResult, McpError>> {
+        Box::pin(async { Ok(ListResourcesResult::default()) })
+    }
+    fn read_resource(
+        &self,
+        _state: Arc<S>,
+        req: ReadResourceRequestParams,
+    ) -> BoxFuture<'static, Result<ReadResourceResult, McpError>> {
+        Box::pin(async move {
+            Err(McpError::resource_not_found(
+                format!("no resource {}", req.uri),
+                None,
+            ))
+        })
+    }
+    fn list_prompts(
+        &self,
+        _state: Arc<S>,
+    ) -> BoxFuture<'static, Result<ListPromptsResult, McpError>> {
+        Box::pin(async { Ok(ListPromptsResult::default()) })
+    }
+    fn get_prompt(
+        &self,
+        _state: Arc<S>,
+        req: GetPromptRequestParams,
+    ) -> BoxFuture<'static, Result<GetPromptResult, McpError>> {
+        Box::pin(async move {
+            Err(McpError::invalid_params(
+                format!("no prompt {}", req.name),
+                None,
+            ))
+        })
+    }
+}
+
+struct NoExtras;
+impl<S> Extras<S> for NoExtras {}
+
+/// Name, version and instructions reported in `serverInfo`.
+#[derive(Debug, Clone)]
+pub struct Identity {
+    pub name: &'static str,
+    pub version: &'static str,
+    pub instructions: &'static str,
+}
+
+/// An MCP server over a tool router and its state.
+pub struct McpServer<S> {
+    identity: Identity,
+    state: Arc<S>,
+    router: Arc<ToolRouter<S>>,
+    policy: Arc<RwLock<Arc<PathPolicy>>>,
+    /// No `--root` was given: adopt the client's first root when it offers roots.
+    root_from_client: bool,
+    audit: Option<AuditLog>,
+    extras: Arc<dyn Extras<S>>,
+}
+
+impl<S> Clone for McpServer<S> {
+    fn clone(&self) -> Self {
+        Self {
+            identity: self.identity.clone(),
+            state: self.state.clone(),
+            router: self.router.clone(),
+            policy: self.policy.clone(),
+            root_from_client: self.root_from_client,
+            audit: self.audit.clone(),
+            extras: self.extras.clone(),
+        }
+    }
+}
+
+impl<S: Send + Sync + 'static> McpServer<S> {
+    pub fn new(identity: Identity, state: S, router: ToolRouter<S>, policy: PathPolicy) -> Self {
+        Self {
+            identity,
+            state: Arc::new(state),
+            router: Arc::new(router),
+            policy: Arc::new(RwLock::new(Arc::new(policy))),
+            root_from_client: false,
+            audit: None,
+            extras: Arc::new(NoExtras),
+        }
+    }
+
+    /// Apply the common flags: audit log, and root adoption when `--root` is absent.
+    pub fn with_common_args(mut self, args: &CommonArgs) -> anyhow::Result<Self> {
+        self.root_from_client = args.root.is_none();
+        if let Some(p) = &args.audit_log {
+            self.audit = Some(AuditLog::open(p)?);
+        }
+        Ok(self)
+    }
+
+    pub fn with_audit(mut self, audit: Option<AuditLog>) -> Self {
+        self.audit = audit;
+        self
+    }
+
+    pub fn with_extras(mut self, extras: impl Extras<S>) -> Self {
+        self.extras = Arc::new(extras);
+        self
+    }
+
+    pub fn state(&self) -> &Arc<S> {
+        &self.state
+    }
+
+    pub fn router(&self) -> &ToolRouter<S> {
+        &self.router
+    }
+
+    pub fn policy(&self) -> Arc<PathPolicy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone()
+    }
+
+    /// Run a tool with audit events, as a `tools/call` would.
+    pub async fn dispatch(&self, name: &str, args: JsonObject, ctx: CallCtx) -> CallToolResult {
+        let started = Instant::now();
+        let args_value = Value::Object(args.clone());
+        if let Some(a) = &self.audit {
+            a.called(name, &ctx.request_id, &args_value);
+        }
+        let request_id = ctx.request_id.clone();
+        let outcome = match self.router.call(self.state.clone(), name, args, ctx).await {
+            Some(r) => r,
+            None => Err(ToolError::new(
+                ErrorCode::UnknownTool,
+                format!("no tool named {name}"),
+            )),
+        };
+        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        match outcome {
+            Ok(result) => {
+                if let Some(a) = &self.audit {
+                    a.completed(name, &request_id, ms, None);
+                }
+                result
+            }
+            Err(err) => {
+                if let Some(a) = &self.audit {
+                    let code = err.code.to_string();
+                    if matches!(
+                        err.code,
+                        ErrorCode::CapabilityDenied | ErrorCode::PrincipalScopeViolation
+                    ) {
+                        a.denied(name, &request_id, &code, &err.detail);
+                    }
+                    a.completed(name, &request_id, ms, Some(&code));
+                }
+                err.into_call_result()
+            }
+        }
+    }
+
+    fn ctx_for(&self, context: &RequestContext<RoleServer>) -> CallCtx {
+        CallCtx {
+            cancel: context.ct.clone(),
+            request_id: request_id_string(&context.id),
+            policy: self.policy(),
+            peer: Some(context.peer.clone()),
+            progress_token: context.meta.get_progress_token(),
+        }
+    }
+
+    #[allow(deprecated)] // roots are deprecated by SEP-2577 but still offered by most clients
+    async fn adopt_client_root(&self, peer: &Peer<RoleServer>) {
+        let supports_roots = peer
+            .peer_info()
+            .is_some_and(|info| info.capabilities.roots.is_some());
+        if !self.root_from_client || !supports_roots {
+            return;
+        }
+        match peer.list_roots().await {
+            Ok(roots) => {
+                let Some(first) = roots.roots.first() else {
+                    return;
+                };
+                let Some(path) = first.uri.strip_prefix("file://") else {
+                    return;
+                };
+                let current = self.policy();
+                match current.with_root(&PathBuf::from(path)) {
+                    Ok(p) => {
+                        tracing::info!("adopted client root {path}");
+                        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(p);
+                    }
+                    Err(e) => tracing::warn!("client root {path} unusable: {e}"),
+                }
+            }
+            Err(e) => tracing::debug!("roots/list failed: {e}"),
+        }
+    }
+}
+
+fn request_id_string(id: &rmcp::model::RequestId) -> String {
+    match serde_json::to_value(id) {
+        Ok(Value::String(s)) => s,
+        Ok(other) => other.to_string(),
+        Err(_) => String::new(),
+    }
+}
+
+impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
+    fn get_info(&self) -> ServerConfig {
+        let mut caps = ServerCapabilities::builder().enable_tools().build();
+        self.extras.capabilities(&mut caps);
+        ServerConfig::new(caps)
+            .with_server_info(Implementation::new(
+                self.identity.name,
+                self.identity.version,
+            ))
+            .with_instructions(self.identity.instructions)
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        Ok(ListToolsResult::with_all_items(self.router.list()))
+    }
+
+    fn get_tool(&self, name: &str) -> Option<Tool> {
+        self.router.get(name).cloned()
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let name: Cow<'static, str> = request.name.clone();
+        if self.router.get(&name).is_none() {
+            return Err(McpError::invalid_params(
+                format!("unknown tool `{name}`; call tools/list for the available tools"),
+                None,
+            ));
+        }
+        let ctx = self.ctx_for(&context);
+        let args = request.arguments.unwrap_or_default();
+        Ok(self.dispatch(&name, args, ctx).await.into())
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.adopt_client_root(&context.peer).await;
+        self.extras
+            .on_connected(self.state.clone(), context.peer.clone());
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        self.extras.list_resources(self.state.clone()).await
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        self.extras
+            .read_resource(self.state.clone(), request)
+            .await
+            .map(ReadResourceResponse::Complete)
+    }
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        self.extras.list_prompts(self.state.clone()).await
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        self.extras
+            .get_prompt(self.state.clone(), request)
+            .await
+            .map(GetPromptResponse::Complete)
+    }
+}
+
+/// Serve over stdin/stdout until the client closes stdin (or SIGTERM/SIGINT arrives).
+pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyhow::Result<()> {
+    let running = server
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+    let cancel = running.cancellation_token();
+    tokio::spawn(async move {
+        shutdown_signal().await;
+        cancel.cancel();
+    });
+    let _ = running.waiting().await;
+    Ok(())
+}
+
+async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
+}

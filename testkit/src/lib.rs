@@ -1,0 +1,392 @@
+//! A deliberately small MCP client for tests and benchmarks.
+//!
+//! It speaks raw JSON-RPC over a child's stdio so tests see exactly what a client sees,
+//! in either protocol era: the `initialize` handshake (2025-11-25) or the 2026-07-28
+//! revision (`server/discover`, then every request carrying its own `_meta`).
+#![allow(clippy::unwrap_used)] // test support: a broken pipe should fail the test loudly
+
+use std::collections::HashMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, Sender, channel};
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Era {
+    /// `initialize` + `notifications/initialized`, protocol 2025-11-25.
+    Handshake,
+    /// `server/discover`, per-request `_meta`, protocol 2026-07-28.
+    Modern,
+}
+
+pub const HANDSHAKE_VERSION: &str = "2025-11-25";
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// The outcome of one `tools/call`.
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub is_error: bool,
+    pub structured: Value,
+    pub text: String,
+    pub raw: Value,
+}
+
+impl ToolCall {
+    /// The error code of a failed call (`structuredContent.error.code`).
+    pub fn error_code(&self) -> Option<&str> {
+        self.structured["error"]["code"].as_str()
+    }
+}
+
+pub struct McpClient {
+    child: Child,
+    stdin: ChildStdin,
+    era: Era,
+    next_id: u64,
+    responses: Receiver<Value>,
+    pending: HashMap<u64, Value>,
+    notifications: Arc<Mutex<Vec<Value>>>,
+    stdout_garbage: Arc<Mutex<Vec<String>>>,
+    pub server_info: Value,
+    pub timeout: Duration,
+}
+
+impl McpClient {
+    /// Spawn `bin` with `args` in `cwd` and complete the era's opening exchange.
+    pub fn spawn(bin: &Path, args: &[&str], cwd: &Path, era: Era) -> Self {
+        Self::spawn_with_env(bin, args, cwd, era, &[])
+    }
+
+    pub fn spawn_with_env(
+        bin: &Path,
+        args: &[&str],
+        cwd: &Path,
+        era: Era,
+        env: &[(&str, &str)],
+    ) -> Self {
+        let mut cmd = Command::new(bin);
+        cmd.args(args)
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let mut child = cmd
+            .spawn()
+            .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, rx): (Sender<Value>, Receiver<Value>) = channel();
+        let notifications = Arc::new(Mutex::new(Vec::new()));
+        let garbage = Arc::new(Mutex::new(Vec::new()));
+        let (n2, g2) = (notifications.clone(), garbage.clone());
+        thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                match serde_json::from_str::<Value>(&line) {
+                    Ok(v)
+                        if v.get("id").is_some()
+                            && (v.get("result").is_some() || v.get("error").is_some()) =>
+                    {
+                        if tx.send(v).is_err() {
+                            break;
+                        }
+                    }
+                    Ok(v) if v.get("method").is_some() => n2.lock().unwrap().push(v),
+                    _ => g2.lock().unwrap().push(line),
+                }
+            }
+        });
+        let mut client = McpClient {
+            child,
+            stdin,
+            era,
+            next_id: 1,
+            responses: rx,
+            pending: HashMap::new(),
+            notifications,
+            stdout_garbage: garbage,
+            server_info: Value::Null,
+            timeout: Duration::from_secs(60),
+        };
+        client.open();
+        client
+    }
+
+    fn open(&mut self) {
+        match self.era {
+            Era::Handshake => {
+                let r = self.request(
+                    "initialize",
+                    json!({
+                        "protocolVersion": HANDSHAKE_VERSION,
+                        "capabilities": {},
+                        "clientInfo": {"name": "kitbag-testkit", "version": "0"}
+                    }),
+                );
+                assert!(r.get("result").is_some(), "initialize failed: {r}");
+                self.server_info = r["result"]["serverInfo"].clone();
+                self.notify("notifications/initialized", json!({}));
+            }
+            Era::Modern => {
+                let r = self.request("server/discover", json!({}));
+                assert!(r.get("result").is_some(), "server/discover failed: {r}");
+                let result = &r["result"];
+                self.server_info = if result.get("serverInfo").is_some() {
+                    result["serverInfo"].clone()
+                } else {
+                    result["_meta"]["io.modelcontextprotocol/serverInfo"].clone()
+                };
+            }
+        }
+    }
+
+    fn modern_meta() -> Value {
+        json!({
+            "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
+            "io.modelcontextprotocol/clientInfo": {"name": "kitbag-testkit", "version": "0"},
+            "io.modelcontextprotocol/clientCapabilities": {}
+        })
+    }
+
+    fn send(&mut self, msg: &Value) {
+        let mut line = serde_json::to_string(msg).unwrap();
+        line.push('\n');
+        self.stdin.write_all(line.as_bytes()).unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    /// Send a request without waiting; returns its id.
+    pub fn send_request(&mut self, method: &str, mut params: Value) -> u64 {
+        if self.era == Era::Modern {
+            let meta = params
+                .as_object_mut()
+                .unwrap()
+                .entry("_meta")
+                .or_insert_with(|| json!({}));
+            if let (Some(m), Value::Object(base)) = (meta.as_object_mut(), Self::modern_meta()) {
+                for (k, v) in base {
+                    m.entry(k).or_insert(v);
+                }
+            }
+        }
+        let id = self.next_id;
+        self.next_id += 1;
+        self.send(&json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        id
+    }
+
+    /// Wait for the response to request `id` (the whole JSON-RPC message).
+    pub fn wait_response(&mut self, id: u64) -> Value {
+        if let Some(v) = self.pending.remove(&id) {
+            return v;
+        }
+        let deadline = Instant::now() + self.timeout;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let v = self
+                .responses
+                .recv_timeout(left)
+                .unwrap_or_else(|e| panic!("no response to request {id}: {e}"));
+            if v["id"] == json!(id) {
+                return v;
+            }
+            if let Some(other) = v["id"].as_u64() {
+                self.pending.insert(other, v);
+            }
+        }
+    }
+
+    /// Send a request and wait for its response (the whole JSON-RPC message).
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        let id = self.send_request(method, params);
+        self.wait_response(id)
+    }
+
+    pub fn notify(&mut self, method: &str, params: Value) {
+        self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
+    }
+
+    /// `tools/list` → the array of tool definitions.
+    pub fn list_tools(&mut self) -> Vec<Value> {
+        let r = self.request("tools/list", json!({}));
+        r["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("tools/list failed: {r}"))
+            .clone()
+    }
+
+    /// `tools/call`; panics on a JSON-RPC error (use [`Self::request`] to test those).
+    pub fn call(&mut self, name: &str, args: Value) -> ToolCall {
+        let r = self.request("tools/call", json!({"name": name, "arguments": args}));
+        Self::to_tool_call(r)
+    }
+
+    /// `tools/call` with a progress token in `_meta`.
+    pub fn call_with_progress(&mut self, name: &str, args: Value, token: &str) -> ToolCall {
+        let r = self.request(
+            "tools/call",
+            json!({"name": name, "arguments": args, "_meta": {"progressToken": token}}),
+        );
+        Self::to_tool_call(r)
+    }
+
+    pub fn to_tool_call(r: Value) -> ToolCall {
+        let result = r
+            .get("result")
+            .unwrap_or_else(|| panic!("tools/call returned a protocol error: {r}"))
+            .clone();
+        let text = result["content"]
+            .as_array()
+            .map(|items| {
+                items
+                    .iter()
+                    .filter_map(|c| c["text"].as_str())
+                    .collect::<Vec<_>>()
+                    .join("\n")
+            })
+            .unwrap_or_default();
+        ToolCall {
+            is_error: result["isError"].as_bool().unwrap_or(false),
+            structured: result["structuredContent"].clone(),
+            text,
+            raw: result,
+        }
+    }
+
+    /// Notifications received so far (and clears them).
+    pub fn take_notifications(&self) -> Vec<Value> {
+        std::mem::take(&mut *self.notifications.lock().unwrap())
+    }
+
+    /// Lines on stdout that were not JSON-RPC messages (must stay empty).
+    pub fn stdout_garbage(&self) -> Vec<String> {
+        self.stdout_garbage.lock().unwrap().clone()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Close stdin and wait for the server to exit; returns its exit status code.
+    pub fn shutdown(mut self) -> Option<i32> {
+        drop(std::mem::replace(&mut self.stdin, dummy_stdin()));
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            if Instant::now() > deadline {
+                let _ = self.child.kill();
+                return None;
+            }
+            thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+/// A throwaway stdin handle so `shutdown` can drop the real one.
+fn dummy_stdin() -> ChildStdin {
+    let mut c = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
+    let s = c.stdin.take().unwrap();
+    let _ = c.wait();
+    s
+}
+
+impl Drop for McpClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Path of a workspace binary built next to the running test (target/<profile>/<name>).
+pub fn sibling_binary(name: &str) -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap();
+    let dir = if dir.ends_with("deps") {
+        dir.parent().unwrap()
+    } else {
+        dir
+    };
+    dir.join(name)
+}
+
+/// Compare a server's live `tools/list` with its checked-in catalog `manifests/<server>/tools.json`.
+///
+/// With `KITBAG_UPDATE_CATALOG=1` the catalog is rewritten instead, so a deliberate change
+/// is one command: `KITBAG_UPDATE_CATALOG=1 cargo test -p <crate> catalog`.
+pub fn assert_catalog_matches(client: &mut McpClient, catalog: &Path) {
+    let live = json!({ "tools": client.list_tools() });
+    let pretty = serde_json::to_string_pretty(&live).unwrap() + "\n";
+    if std::env::var_os("KITBAG_UPDATE_CATALOG").is_some() {
+        std::fs::create_dir_all(catalog.parent().unwrap()).unwrap();
+        std::fs::write(catalog, &pretty).unwrap();
+        return;
+    }
+    let stored = std::fs::read_to_string(catalog).unwrap_or_else(|e| {
+        panic!(
+            "{}: {e}; generate it with KITBAG_UPDATE_CATALOG=1 cargo test",
+            catalog.display()
+        )
+    });
+    let stored: Value = serde_json::from_str(&stored).unwrap();
+    assert_eq!(
+        stored,
+        live,
+        "the live tools/list drifted from {}; if the change is deliberate, regenerate with KITBAG_UPDATE_CATALOG=1",
+        catalog.display()
+    );
+}
+
+/// The workspace root (where the top-level Cargo.toml lives), from a crate's manifest dir.
+pub fn workspace_root(manifest_dir: &str) -> std::path::PathBuf {
+    let mut dir = std::path::PathBuf::from(manifest_dir);
+    while !dir.join("Cargo.lock").exists() && !dir.join("manifests").exists() {
+        if !dir.pop() {
+            break;
+        }
+    }
+    dir
+}
+
+/// Processes whose parent is `pid` (from /proc), for "nothing left behind" checks.
+pub fn child_pids(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(p) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) {
+            // The command name may contain spaces; fields resume after the last ')'.
+            if let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) {
+                let fields: Vec<&str> = rest.split_whitespace().collect();
+                if fields.get(1).and_then(|s| s.parse::<u32>().ok()) == Some(pid) {
+                    out.push(p);
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Whether a process exists and is not a zombie.
+pub fn process_alive(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, r)| r.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
