@@ -33,6 +33,8 @@ pub enum ErrorCode {
     EncodingUnsupported,
     OldStringNotFound,
     MultipleMatches,
+    NoChange,
+    EncodingMismatch,
     IoError,
     // search
     InvalidPattern,
