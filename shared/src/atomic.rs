@@ -151,7 +151,7 @@ fn unique_sibling(path: &Path, kind: &str) -> PathBuf {
 }
 
 /// The process umask, read from /proc so nothing has to change it to find out.
-fn process_umask() -> u32 {
+pub fn process_umask() -> u32 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
         .and_then(|s| {

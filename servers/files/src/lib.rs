@@ -2,8 +2,12 @@
 //!
 //! Each tool's logic is a plain function in its own module; this file only wires them.
 
+pub mod edit;
+pub mod list;
+pub mod manage;
 pub mod read;
 pub mod state;
+pub mod write;
 
 use std::sync::Arc;
 
@@ -34,10 +38,37 @@ pub const IDENTITY: Identity = Identity {
 };
 
 pub fn router() -> ToolRouter<FilesState> {
-    ToolRouter::new().tool(
-        read::DEF,
-        |s: Arc<FilesState>, p, ctx: CallCtx| async move { read::run(&s, ctx.policy(), p) },
-    )
+    ToolRouter::new()
+        .tool(read::DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+            blocking(move || read::run(&s, ctx.policy(), p)).await
+        })
+        .tool(write::WRITE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+            write::write(&s, ctx.policy(), p).await
+        })
+        .tool(write::CREATE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+            write::create(&s, ctx.policy(), p).await
+        })
+        .tool(edit::DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+            edit::run(&s, ctx.policy(), p).await
+        })
+        .tool(list::DEF, |_s: Arc<FilesState>, p, ctx: CallCtx| async move {
+            blocking(move || list::run(ctx.policy(), p)).await
+        })
+        .tool(manage::MOVE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+            manage::move_entry(&s, ctx.policy(), p).await
+        })
+        .tool(manage::DELETE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+            manage::delete(&s, ctx.policy(), p).await
+        })
+}
+
+/// Run file-system work off the async runtime.
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> kitbag_shared::ToolResult<T> + Send + 'static,
+) -> kitbag_shared::ToolResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| kitbag_shared::ToolError::internal(format!("worker failed: {e}")))?
 }
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<FilesState>> {

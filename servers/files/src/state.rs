@@ -35,6 +35,23 @@ impl FilesState {
         self.hashes().get(path).copied()
     }
 
+    /// Carry read records over a move (a file moved into place keeps its read state).
+    pub fn rename(&self, from: &Path, to: &Path) {
+        let mut map = self.hashes();
+        let moved: Vec<(PathBuf, [u8; 32])> = map
+            .iter()
+            .filter(|(p, _)| p.starts_with(from))
+            .map(|(p, h)| (p.clone(), *h))
+            .collect();
+        map.remove(to);
+        for (p, h) in moved {
+            map.remove(&p);
+            if let Ok(rest) = p.strip_prefix(from) {
+                map.insert(to.join(rest), h);
+            }
+        }
+    }
+
     pub fn forget(&self, path: &Path) {
         self.hashes().remove(path);
     }

@@ -1,0 +1,215 @@
+//! `file_list`: a directory's entries, or a recursive gitignore-aware listing.
+
+use std::time::SystemTime;
+
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+pub const DEFAULT_LIMIT: u64 = 1000;
+pub const MAX_LIMIT: u64 = 10_000;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "file_list",
+    "List files",
+    "List a directory: name, type, size and modification time of each entry, sorted by path.\n\
+     `recursive: true` walks the whole tree (optionally to `max_depth`), honouring .gitignore/.ignore \
+     unless `no_ignore: true`; hidden entries are skipped unless `hidden: true`. At most `limit` \
+     entries (default 1000, max 10000); `truncated` says when more exist — page with `offset`.\n\
+     Example: {\"path\": \"src\", \"recursive\": true, \"max_depth\": 2}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Root-relative directory. Default: the root.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Walk subdirectories. Default false.
+    #[serde(default)]
+    pub recursive: Option<bool>,
+    /// Deepest level to descend when recursive (1 = direct children).
+    #[serde(default)]
+    pub max_depth: Option<i64>,
+    /// Include hidden (dot) entries. Default false.
+    #[serde(default)]
+    pub hidden: Option<bool>,
+    /// Ignore .gitignore/.ignore rules. Default false.
+    #[serde(default)]
+    pub no_ignore: Option<bool>,
+    /// Most entries to return (default 1000, max 10000).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// Entries to skip first (for paging). Default 0.
+    #[serde(default)]
+    pub offset: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema, Clone, Copy, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Kind {
+    File,
+    Dir,
+    Symlink,
+    Other,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Entry {
+    /// Root-relative path.
+    pub path: String,
+    #[serde(rename = "type")]
+    pub kind: Kind,
+    pub size: u64,
+    /// Last modification, RFC 3339 UTC.
+    pub modified: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListResult {
+    /// The listed directory, root-relative.
+    pub path: String,
+    pub entries: Vec<Entry>,
+    /// Entries found in total (before offset/limit).
+    pub total: u64,
+    pub truncated: bool,
+    /// `offset` for the next page when truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+}
+
+pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> {
+    let limit = match p.limit {
+        None => DEFAULT_LIMIT,
+        Some(n) if (1..=MAX_LIMIT as i64).contains(&n) => n as u64,
+        Some(n) => {
+            return Err(ToolError::invalid_field(
+                "limit",
+                format!("{n} is not accepted; 1..={MAX_LIMIT}"),
+            ));
+        }
+    };
+    let offset = match p.offset {
+        None => 0,
+        Some(n) if n >= 0 => n as u64,
+        Some(n) => {
+            return Err(ToolError::invalid_field(
+                "offset",
+                format!("{n} is not accepted; 0 or more"),
+            ));
+        }
+    };
+    let recursive = p.recursive.unwrap_or(false);
+    let max_depth = match p.max_depth {
+        None => None,
+        Some(n) if n >= 1 => Some(n as usize),
+        Some(n) => {
+            return Err(ToolError::invalid_field(
+                "max_depth",
+                format!("{n} is not accepted; 1 or more"),
+            ));
+        }
+    };
+    let path = p.path.as_deref().unwrap_or(".");
+    let r = policy.resolve(path, "path", Access::Read)?;
+    let meta = std::fs::metadata(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+    if !meta.is_dir() {
+        return Err(ToolError::new(
+            ErrorCode::NotADirectory,
+            format!("{}: not a directory; use file_read for files", r.rel),
+        ));
+    }
+    let no_ignore = p.no_ignore.unwrap_or(false);
+    let mut walker = ignore::WalkBuilder::new(&r.abs);
+    walker
+        .hidden(!p.hidden.unwrap_or(false))
+        .git_ignore(!no_ignore)
+        .git_global(!no_ignore)
+        .git_exclude(!no_ignore)
+        .ignore(!no_ignore)
+        .parents(!no_ignore)
+        .require_git(false)
+        .follow_links(false)
+        .max_depth(if recursive { max_depth } else { Some(1) });
+    let mut entries: Vec<Entry> = Vec::new();
+    for item in walker.build() {
+        let Ok(item) = item else { continue };
+        if item.depth() == 0 {
+            continue;
+        }
+        // Nested mounts: skip what this caller may not read.
+        if !policy.allows(item.path(), Access::Read) {
+            continue;
+        }
+        let Ok(m) = item.path().symlink_metadata() else {
+            continue;
+        };
+        let ft = m.file_type();
+        let kind = if ft.is_symlink() {
+            Kind::Symlink
+        } else if ft.is_dir() {
+            Kind::Dir
+        } else if ft.is_file() {
+            Kind::File
+        } else {
+            Kind::Other
+        };
+        entries.push(Entry {
+            path: policy.display(item.path()),
+            kind,
+            size: if kind == Kind::Dir { 0 } else { m.len() },
+            modified: rfc3339(m.modified().ok()),
+        });
+    }
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    let total = entries.len() as u64;
+    let page: Vec<Entry> = entries
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
+    let next = offset + page.len() as u64;
+    let truncated = next < total;
+    let mut text = String::new();
+    for e in &page {
+        let suffix = match e.kind {
+            Kind::Dir => "/",
+            Kind::Symlink => "@",
+            _ => "",
+        };
+        if e.kind == Kind::Dir {
+            text.push_str(&format!("{}{suffix}\n", e.path));
+        } else {
+            text.push_str(&format!(
+                "{}{suffix}  {} B  {}\n",
+                e.path, e.size, e.modified
+            ));
+        }
+    }
+    if page.is_empty() {
+        text = format!("{}: no entries\n", r.rel);
+    }
+    if truncated {
+        text.push_str(&format!(
+            "[truncated: {total} entries; continue with offset={next}]\n"
+        ));
+    }
+    text.pop();
+    Ok(Reply::new(
+        ListResult {
+            path: r.rel,
+            entries: page,
+            total,
+            truncated,
+            next_offset: truncated.then_some(next),
+        },
+        text,
+    ))
+}
+
+pub fn rfc3339(t: Option<SystemTime>) -> String {
+    let Some(t) = t else { return String::new() };
+    let dt: time::OffsetDateTime = t.into();
+    let fmt = time::macros::format_description!("[year]-[month]-[day]T[hour]:[minute]:[second]Z");
+    dt.format(&fmt).unwrap_or_default()
+}

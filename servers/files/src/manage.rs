@@ -1,0 +1,184 @@
+//! `file_move` and `file_delete`.
+//!
+//! Both act on the directory entry itself: a symbolic link is moved or removed, never the
+//! file it points to (the parent directory is resolved through the policy, the final name is not).
+
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::state::FilesState;
+
+pub const MOVE_DEF: ToolDef = ToolDef::write(
+    "file_move",
+    "Move or rename",
+    "Move or rename a file or directory inside the root. Parent directories of the destination are \
+     created. Fails with file_exists if the destination exists, unless `overwrite: true` (files only; \
+     a directory is never replaced). Needs rw access on both paths.\n\
+     Example: {\"source\": \"src/old_name.rs\", \"destination\": \"src/new_name.rs\"}",
+)
+.destructive();
+
+pub const DELETE_DEF: ToolDef = ToolDef::write(
+    "file_delete",
+    "Delete",
+    "Delete a file, a symbolic link (the link, not its target), or — only with `recursive: true` — a \
+     directory and everything in it. The root itself cannot be deleted.\n\
+     Example: {\"path\": \"build/tmp\", \"recursive\": true}",
+)
+.destructive()
+.idempotent();
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MoveParams {
+    /// Root-relative path to move.
+    pub source: String,
+    /// Root-relative new path (the full new name, not a directory to move into).
+    pub destination: String,
+    /// Replace an existing destination file. Default false.
+    #[serde(default)]
+    pub overwrite: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MoveResult {
+    pub source: String,
+    pub destination: String,
+    /// An existing destination file was replaced.
+    pub overwritten: bool,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteParams {
+    /// Root-relative path to delete.
+    pub path: String,
+    /// Required to delete a directory (and all it contains). Default false.
+    #[serde(default)]
+    pub recursive: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeleteResult {
+    pub path: String,
+    /// What was deleted: file, symlink or directory.
+    pub kind: String,
+}
+
+pub async fn move_entry(
+    state: &FilesState,
+    policy: &PathPolicy,
+    p: MoveParams,
+) -> ToolResult<Reply<MoveResult>> {
+    let src = policy.resolve_entry(&p.source, "source", Access::Write)?;
+    let dst = policy.resolve_entry(&p.destination, "destination", Access::Write)?;
+    if src.abs == policy.root() {
+        return Err(ToolError::invalid_field(
+            "source",
+            "the root itself cannot be moved",
+        ));
+    }
+    if dst.abs.starts_with(&src.abs) && dst.abs != src.abs {
+        return Err(ToolError::invalid_field(
+            "destination",
+            "cannot move a directory into itself",
+        ));
+    }
+    let _guard = state
+        .locks
+        .lock_many(&[src.abs.clone(), dst.abs.clone()])
+        .await?;
+    let src_meta = std::fs::symlink_metadata(&src.abs).map_err(|e| ToolError::io(&src.rel, &e))?;
+    let mut overwritten = false;
+    if let Ok(dmeta) = std::fs::symlink_metadata(&dst.abs) {
+        if src.abs == dst.abs {
+            return Err(ToolError::new(
+                ErrorCode::NoChange,
+                "source and destination are the same path",
+            ));
+        }
+        if !p.overwrite.unwrap_or(false) {
+            return Err(ToolError::new(
+                ErrorCode::FileExists,
+                format!(
+                    "{}: already exists; set overwrite: true to replace it",
+                    dst.rel
+                ),
+            )
+            .with_detail(json!({ "field": "destination" })));
+        }
+        if dmeta.is_dir() || src_meta.is_dir() {
+            return Err(ToolError::invalid_field(
+                "overwrite",
+                "only a file can replace a file; a directory is never overwritten",
+            ));
+        }
+        overwritten = true;
+    }
+    if let Some(parent) = dst.abs.parent() {
+        std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&dst.rel, &e))?;
+    }
+    std::fs::rename(&src.abs, &dst.abs).map_err(|e| ToolError::io(&src.rel, &e))?;
+    state.rename(&src.abs, &dst.abs);
+    let text = format!(
+        "moved {} → {}{}",
+        src.rel,
+        dst.rel,
+        if overwritten { " (replaced)" } else { "" }
+    );
+    Ok(Reply::new(
+        MoveResult {
+            source: src.rel,
+            destination: dst.rel,
+            overwritten,
+        },
+        text,
+    ))
+}
+
+pub async fn delete(
+    state: &FilesState,
+    policy: &PathPolicy,
+    p: DeleteParams,
+) -> ToolResult<Reply<DeleteResult>> {
+    let r = policy.resolve_entry(&p.path, "path", Access::Write)?;
+    if r.abs == policy.root() {
+        return Err(ToolError::invalid_field(
+            "path",
+            "the root itself cannot be deleted",
+        ));
+    }
+    let _guard = state.locks.lock(&r.abs).await?;
+    let meta = std::fs::symlink_metadata(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+    let kind = if meta.file_type().is_symlink() {
+        std::fs::remove_file(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+        "symlink"
+    } else if meta.is_dir() {
+        if !p.recursive.unwrap_or(false) {
+            return Err(ToolError::new(
+                ErrorCode::InvalidParams,
+                format!(
+                    "{}: is a directory; set recursive: true to delete it and everything in it",
+                    r.rel
+                ),
+            )
+            .with_detail(json!({ "field": "recursive" })));
+        }
+        std::fs::remove_dir_all(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+        "directory"
+    } else {
+        std::fs::remove_file(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+        "file"
+    };
+    state.forget(&r.abs);
+    let text = format!("deleted {kind} {}", r.rel);
+    Ok(Reply::new(
+        DeleteResult {
+            path: r.rel,
+            kind: kind.into(),
+        },
+        text,
+    ))
+}
