@@ -170,7 +170,12 @@ impl PathPolicy {
 
     /// Resolve a directory entry without following a final symbolic link: the parent is
     /// resolved physically and the last name appended. For deleting or moving a link itself.
-    pub fn resolve_entry(&self, input: &str, field: &str, access: Access) -> Result<Resolved, ToolError> {
+    pub fn resolve_entry(
+        &self,
+        input: &str,
+        field: &str,
+        access: Access,
+    ) -> Result<Resolved, ToolError> {
         validate_path_arg(input, field)?;
         let trimmed = input.trim_end_matches('/');
         let path = Path::new(trimmed);
@@ -178,8 +183,15 @@ impl PathPolicy {
             Some(Component::Normal(name)) => name.to_os_string(),
             _ => return self.resolve(input, field, access),
         };
-        let parent = path.parent().map(|p| p.to_string_lossy().into_owned()).unwrap_or_default();
-        let parent = if parent.is_empty() { ".".to_string() } else { parent };
+        let parent = path
+            .parent()
+            .map(|p| p.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let parent = if parent.is_empty() {
+            ".".to_string()
+        } else {
+            parent
+        };
         let parent_abs = self.physical(&parent).map_err(|e| {
             let mut e = e.with_detail(json!({ "field": field, "path": input }));
             e.message = format!("{field}: {}", e.message);
@@ -187,7 +199,10 @@ impl PathPolicy {
         })?;
         let abs = parent_abs.join(name);
         self.check_mode(&abs, input, access)?;
-        Ok(Resolved { rel: self.display(&abs), abs })
+        Ok(Resolved {
+            rel: self.display(&abs),
+            abs,
+        })
     }
 
     /// Whether a real absolute path lies in a mount allowing `access`.
@@ -466,7 +481,9 @@ mod tests {
     fn entry_keeps_final_link() {
         let (root, outside, p) = setup();
         symlink(outside.path().join("secret"), root.path().join("link")).expect("ln");
-        let r = p.resolve_entry("link", "path", Access::Write).expect("the link itself is inside");
+        let r = p
+            .resolve_entry("link", "path", Access::Write)
+            .expect("the link itself is inside");
         assert_eq!(r.rel, "link");
         assert!(p.resolve_entry("../x", "path", Access::Write).is_err());
     }

@@ -635,7 +635,9 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
 /// Serve over stdin/stdout until the client closes stdin (or SIGTERM/SIGINT arrives).
 pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyhow::Result<()> {
     let running = server
-        .serve(rmcp::transport::stdio())
+        // Non-blocking pipes when stdin/stdout are FIFOs (how clients launch servers): no
+        // blocking-pool hand-off per message.
+        .serve(rmcp::transport::stdio_pipes())
         .await
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
     let cancel = running.cancellation_token();

@@ -115,39 +115,42 @@ pub struct Decoded {
     pub crlf: bool,
 }
 
-pub fn decode(bytes: &[u8], shown: &str) -> ToolResult<Decoded> {
-    let (bom, body) = match bytes.strip_prefix(BOM) {
-        Some(rest) => (true, rest),
-        None => (false, bytes),
-    };
-    if body.contains(&0) {
+pub fn decode(mut bytes: Vec<u8>, shown: &str) -> ToolResult<Decoded> {
+    let bom = bytes.starts_with(BOM);
+    if bom {
+        bytes.drain(..BOM.len());
+    }
+    if memchr::memchr(0, &bytes).is_some() {
         return Err(ToolError::new(
             ErrorCode::BinaryFile,
             format!("{shown}: looks like a binary file; edit_text edits UTF-8 text only"),
         ));
     }
-    let text = std::str::from_utf8(body).map_err(|e| {
+    let lf = memchr::memchr_iter(b'\n', &bytes).count();
+    let crlf = lf > 0 && memchr::memmem::find_iter(&bytes, b"\r\n").count() == lf;
+    let text = String::from_utf8(bytes).map_err(|e| {
         ToolError::new(
             ErrorCode::EncodingUnsupported,
             format!(
                 "{shown}: not valid UTF-8 (first invalid byte at offset {}); edit_text edits UTF-8 text only",
-                e.valid_up_to() + if bom { 3 } else { 0 }
+                e.utf8_error().valid_up_to() + if bom { 3 } else { 0 }
             ),
         )
         .with_detail(json!({ "field": "path", "path": shown }))
     })?;
-    let lf = text.matches('\n').count();
-    let crlf = lf > 0 && text.matches("\r\n").count() == lf;
     let text = if crlf {
         text.replace("\r\n", "\n")
     } else {
-        text.to_string()
+        text
     };
     Ok(Decoded { text, bom, crlf })
 }
 
-pub fn encode(d: &Decoded, text: &str) -> Vec<u8> {
-    let mut out = Vec::with_capacity(text.len() + 8);
+pub fn encode<'a>(d: &Decoded, text: &'a str) -> std::borrow::Cow<'a, [u8]> {
+    if !d.bom && !d.crlf {
+        return std::borrow::Cow::Borrowed(text.as_bytes());
+    }
+    let mut out = Vec::with_capacity(text.len() + text.len() / 32 + 8);
     if d.bom {
         out.extend_from_slice(BOM);
     }
@@ -156,7 +159,7 @@ pub fn encode(d: &Decoded, text: &str) -> Vec<u8> {
     } else {
         out.extend_from_slice(text.as_bytes());
     }
-    out
+    std::borrow::Cow::Owned(out)
 }
 
 enum Mode {
@@ -288,7 +291,7 @@ pub async fn run(
         .with_detail(json!({ "path": r.rel })));
     }
     let bytes = std::fs::read(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
-    let decoded = decode(&bytes, &r.rel)?;
+    let decoded = decode(bytes, &r.rel)?;
     let multi = p.edits.is_some();
     let (new_text, replacements) = match mode {
         Mode::Strings(edits) => apply_strings(&decoded, &edits, multi)?,
@@ -389,7 +392,7 @@ pub fn apply_strings(d: &Decoded, edits: &[EditSpec], multi: bool) -> ToolResult
                 "cannot be combined with replace_all: true",
             ));
         }
-        let positions: Vec<usize> = text.match_indices(old.as_str()).map(|(at, _)| at).collect();
+        let positions = find_all(&text, &old);
         if positions.is_empty() {
             return Err(not_found(&text, &old, &f("old_string"), i, multi));
         }
@@ -520,11 +523,19 @@ pub fn apply_lines(text: &str, edits: &[EditSpec], multi: bool) -> ToolResult<(S
 }
 
 fn line_of(text: &str, byte: usize) -> u64 {
-    text.as_bytes()[..byte]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count() as u64
-        + 1
+    memchr::memchr_iter(b'\n', &text.as_bytes()[..byte]).count() as u64 + 1
+}
+
+/// Start offsets of the non-overlapping occurrences of `needle`, left to right.
+fn find_all(hay: &str, needle: &str) -> Vec<usize> {
+    let mut out = Vec::new();
+    let finder = memchr::memmem::Finder::new(needle.as_bytes());
+    let mut from = 0;
+    while let Some(i) = finder.find(&hay.as_bytes()[from..]) {
+        out.push(from + i);
+        from += i + needle.len();
+    }
+    out
 }
 
 fn join_nums(v: &[u64]) -> String {
@@ -597,31 +608,111 @@ fn closest_line(text: &str, old: &str) -> Option<(u64, String)> {
     best.map(|(_, n, l)| (n, l.chars().take(500).collect()))
 }
 
+/// Unified diff of a change. Only the changed region (plus context) is handed to the diff
+/// algorithm, so a one-line edit in a megabyte file costs microseconds, not a full diff.
 pub fn unified_diff(path: &str, old: &str, new: &str) -> String {
-    similar::TextDiff::from_lines(old, new)
+    const CONTEXT: usize = 3;
+    let (a, b) = (old.as_bytes(), new.as_bytes());
+    let prefix = common_prefix(a, b);
+    let max_suffix = a.len().min(b.len()) - prefix;
+    let suffix = common_suffix(&a[a.len() - max_suffix..], &b[b.len() - max_suffix..]);
+    // Widen the changed byte range to whole lines plus CONTEXT lines on each side.
+    let mut start = a[..prefix]
+        .iter()
+        .rposition(|&c| c == b'\n')
+        .map_or(0, |i| i + 1);
+    for _ in 0..CONTEXT {
+        if start == 0 {
+            break;
+        }
+        start = a[..start - 1]
+            .iter()
+            .rposition(|&c| c == b'\n')
+            .map_or(0, |i| i + 1);
+    }
+    let widen_end = |text: &[u8], changed_end: usize| -> usize {
+        // End of the line holding the last changed byte, then CONTEXT more lines.
+        let mut end = changed_end;
+        for _ in 0..=CONTEXT {
+            match memchr::memchr(b'\n', &text[end.min(text.len())..]) {
+                Some(i) => end += i + 1,
+                None => return text.len(),
+            }
+        }
+        end
+    };
+    let old_end = widen_end(a, a.len() - suffix);
+    let new_end = widen_end(b, b.len() - suffix);
+    let first_line = memchr::memchr_iter(b'\n', &a[..start]).count();
+    let diff = similar::TextDiff::from_lines(&old[start..old_end], &new[start..new_end])
         .unified_diff()
-        .context_radius(3)
+        .context_radius(CONTEXT)
         .header(&format!("a/{path}"), &format!("b/{path}"))
-        .to_string()
+        .to_string();
+    if first_line == 0 {
+        return diff;
+    }
+    // Shift hunk headers from window-relative to file line numbers.
+    diff.split_inclusive('\n')
+        .map(|line| shift_hunk_header(line, first_line).unwrap_or_else(|| line.to_string()))
+        .collect()
 }
 
+fn common_prefix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let mut i = 0;
+    // 64-byte chunks compare with memcmp; the tail byte by byte.
+    while i + 64 <= n && a[i..i + 64] == b[i..i + 64] {
+        i += 64;
+    }
+    i + a[i..n]
+        .iter()
+        .zip(&b[i..n])
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+fn common_suffix(a: &[u8], b: &[u8]) -> usize {
+    let n = a.len().min(b.len());
+    let (a, b) = (&a[a.len() - n..], &b[b.len() - n..]);
+    let mut i = 0;
+    while i + 64 <= n && a[n - i - 64..n - i] == b[n - i - 64..n - i] {
+        i += 64;
+    }
+    i + a[..n - i]
+        .iter()
+        .rev()
+        .zip(b[..n - i].iter().rev())
+        .take_while(|(x, y)| x == y)
+        .count()
+}
+
+/// `@@ -a,b +c,d @@` with `a` and `c` increased by `by`.
+fn shift_hunk_header(line: &str, by: usize) -> Option<String> {
+    let rest = line.strip_prefix("@@ -")?;
+    let (old, rest) = rest.split_once(" +")?;
+    let (new, tail) = rest.split_once(" @@")?;
+    let shift = |range: &str| -> Option<String> {
+        let (start, len) = match range.split_once(',') {
+            Some((s, l)) => (s, Some(l)),
+            None => (range, None),
+        };
+        let start = start.parse::<usize>().ok()? + by;
+        Some(match len {
+            Some(l) => format!("{start},{l}"),
+            None => start.to_string(),
+        })
+    };
+    Some(format!("@@ -{} +{} @@{tail}", shift(old)?, shift(new)?))
+}
+
+/// First line (1-based, in `new`) where the texts differ.
 fn first_changed_line(old: &str, new: &str) -> Option<u64> {
-    let prefix = old
-        .bytes()
-        .zip(new.bytes())
-        .take_while(|(a, b)| a == b)
-        .count();
+    let prefix = common_prefix(old.as_bytes(), new.as_bytes());
     if prefix == old.len() && prefix == new.len() {
         return None;
     }
-    // Back up to the start of the line holding the first differing byte.
-    Some(
-        new.as_bytes()[..prefix]
-            .iter()
-            .filter(|&&b| b == b'\n')
-            .count() as u64
-            + 1,
-    )
+    Some(memchr::memchr_iter(b'\n', &new.as_bytes()[..prefix]).count() as u64 + 1)
 }
 
 #[cfg(test)]
@@ -701,15 +792,15 @@ mod tests {
     #[test]
     fn crlf_bom_roundtrip() {
         let bytes = b"\xEF\xBB\xBFone\r\ntwo\r\nthree\r\n";
-        let d = decode(bytes, "f").expect("decode");
+        let d = decode(bytes.to_vec(), "f").expect("decode");
         assert!(d.bom && d.crlf);
         let (t, _) = apply_strings(&d, &[spec("two\nthree", "2\n3")], false).expect("ok");
-        assert_eq!(encode(&d, &t), b"\xEF\xBB\xBFone\r\n2\r\n3\r\n");
+        assert_eq!(encode(&d, &t).as_ref(), b"\xEF\xBB\xBFone\r\n2\r\n3\r\n");
     }
 
     #[test]
     fn non_utf8_refused() {
-        let e = decode(b"caf\xe9\n", "f").expect_err("latin1");
+        let e = decode(b"caf\xe9\n".to_vec(), "f").expect_err("latin1");
         assert_eq!(e.code, ErrorCode::EncodingUnsupported);
     }
 
@@ -760,6 +851,49 @@ mod tests {
         )
         .expect("ok");
         assert_eq!((t2.as_str(), n), ("A\nb\nC\n", 2));
+    }
+
+    #[test]
+    fn windowed_diff_matches_full_diff() {
+        let old: String = (1..=200).map(|i| format!("line {i}\n")).collect();
+        for (from, to) in [
+            ("line 100\n", "LINE 100\nextra\n"),
+            ("line 1\n", "first\n"),
+            ("line 200\n", ""),
+            ("line 5\nline 6\n", ""),
+            ("line 3\n", "line 3\nnew 3a\n"),
+            ("line 199\nline 200\n", "end\n"),
+            ("line 10\n", "line 10 changed\n"),
+        ] {
+            let new = old.replacen(from, to, 1);
+            let full = similar::TextDiff::from_lines(&old, &new)
+                .unified_diff()
+                .context_radius(3)
+                .header("a/f", "b/f")
+                .to_string();
+            assert_eq!(unified_diff("f", &old, &new), full, "{from:?} -> {to:?}");
+        }
+        assert_eq!(
+            first_changed_line(&old, &old.replacen("line 150", "x", 1)),
+            Some(150)
+        );
+        // Two separated changes and a file without a final newline.
+        let two = old
+            .replacen("line 20\n", "A\n", 1)
+            .replacen("line 90\n", "B\n", 1);
+        let full = similar::TextDiff::from_lines(&old, &two)
+            .unified_diff()
+            .context_radius(3)
+            .header("a/f", "b/f")
+            .to_string();
+        assert_eq!(unified_diff("f", &old, &two), full);
+        let (o, n) = ("a\nb\nc", "a\nb\nC");
+        let full = similar::TextDiff::from_lines(o, n)
+            .unified_diff()
+            .context_radius(3)
+            .header("a/f", "b/f")
+            .to_string();
+        assert_eq!(unified_diff("f", o, n), full);
     }
 
     #[test]

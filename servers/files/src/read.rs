@@ -7,7 +7,6 @@ use kitbag_shared::limits::truncate_line;
 use kitbag_shared::{Access, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
-use sha2::{Digest, Sha256};
 
 use crate::state::FilesState;
 
@@ -147,7 +146,8 @@ pub fn run(
         r.mime = Some(mime);
         return Ok(Reply::new(r, text));
     }
-    let out = number_lines(&mut reader, offset, limit).map_err(|e| ToolError::io(&p.path, &e))?;
+    let out = number_lines(&mut reader, meta.len(), offset, limit)
+        .map_err(|e| ToolError::io(&p.path, &e))?;
     if out.total_lines > 0 && offset > out.total_lines {
         return Err(ToolError::invalid_field(
             "offset",
@@ -193,28 +193,45 @@ struct Numbered {
     returned: u64,
     long_lines: u64,
     lossy: bool,
-    hash: [u8; 32],
+    hash: u128,
 }
 
-/// Stream the file once: number the requested window, count every line, hash every byte.
-fn number_lines(reader: &mut impl BufRead, offset: u64, limit: u64) -> std::io::Result<Numbered> {
-    let mut hasher = Sha256::new();
-    let mut content = String::new();
-    let mut line = Vec::with_capacity(256);
-    let (mut n, mut returned, mut long_lines, mut lossy, mut full) =
-        (0u64, 0u64, 0u64, false, false);
-    loop {
-        line.clear();
-        let read = reader.read_until(b'\n', &mut line)?;
-        if read == 0 {
-            break;
+/// Files up to this size are read with one call and hashed in one pass.
+const WHOLE_FILE_BYTES: u64 = 32 << 20;
+
+/// Formats the requested window of lines as `N: text`, within the output cap.
+struct Window {
+    offset: u64,
+    limit: u64,
+    n: u64,
+    returned: u64,
+    long_lines: u64,
+    lossy: bool,
+    full: bool,
+    content: String,
+}
+
+impl Window {
+    fn new(offset: u64, limit: u64) -> Self {
+        Self {
+            offset,
+            limit,
+            n: 0,
+            returned: 0,
+            long_lines: 0,
+            lossy: false,
+            full: false,
+            content: String::new(),
         }
-        hasher.update(&line);
-        n += 1;
-        if n < offset || full || returned >= limit {
-            continue;
+    }
+
+    /// Account for one line (with its terminator, if any).
+    fn line(&mut self, line: &[u8]) {
+        self.n += 1;
+        if self.n < self.offset || self.full || self.returned >= self.limit {
+            return;
         }
-        let mut body: &[u8] = &line;
+        let mut body = line;
         if body.last() == Some(&b'\n') {
             body = &body[..body.len() - 1];
         }
@@ -224,31 +241,74 @@ fn number_lines(reader: &mut impl BufRead, offset: u64, limit: u64) -> std::io::
         let text = match std::str::from_utf8(body) {
             Ok(s) => std::borrow::Cow::Borrowed(s),
             Err(_) => {
-                lossy = true;
+                self.lossy = true;
                 String::from_utf8_lossy(body)
             }
         };
-        let (shown, cut) = truncate_line(&text, MAX_LINE_CHARS);
-        let entry = format!("{n}: {shown}\n");
-        if content.len() + entry.len() > MAX_OUTPUT_BYTES && returned > 0 {
-            full = true;
-            continue;
+        let (shown, cut): (std::borrow::Cow<str>, bool) = if text.len() > MAX_LINE_CHARS {
+            let (t, c) = truncate_line(&text, MAX_LINE_CHARS);
+            (t.into(), c)
+        } else {
+            (text, false)
+        };
+        let needed = shown.len() + 24;
+        if self.content.len() + needed > MAX_OUTPUT_BYTES && self.returned > 0 {
+            self.full = true;
+            return;
         }
-        long_lines += cut as u64;
-        content.push_str(&entry);
-        returned += 1;
+        use std::fmt::Write as _;
+        let _ = writeln!(self.content, "{}: {shown}", self.n);
+        self.long_lines += cut as u64;
+        self.returned += 1;
     }
-    if content.ends_with('\n') {
-        content.pop();
+
+    fn finish(mut self, hash: u128) -> Numbered {
+        if self.content.ends_with('\n') {
+            self.content.pop();
+        }
+        Numbered {
+            content: self.content,
+            total_lines: self.n,
+            returned: self.returned,
+            long_lines: self.long_lines,
+            lossy: self.lossy,
+            hash,
+        }
     }
-    Ok(Numbered {
-        content,
-        total_lines: n,
-        returned,
-        long_lines,
-        lossy,
-        hash: hasher.finalize().into(),
-    })
+}
+
+/// Number the requested window, count every line, hash every byte — in one pass.
+fn number_lines(
+    reader: &mut impl BufRead,
+    size: u64,
+    offset: u64,
+    limit: u64,
+) -> std::io::Result<Numbered> {
+    let mut window = Window::new(offset, limit);
+    if size <= WHOLE_FILE_BYTES {
+        let mut data = Vec::with_capacity(size as usize + 1);
+        reader.read_to_end(&mut data)?;
+        let mut start = 0;
+        for end in memchr::memchr_iter(b'\n', &data) {
+            window.line(&data[start..=end]);
+            start = end + 1;
+        }
+        if start < data.len() {
+            window.line(&data[start..]);
+        }
+        return Ok(window.finish(xxhash_rust::xxh3::xxh3_128(&data)));
+    }
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    let mut line = Vec::with_capacity(256);
+    loop {
+        line.clear();
+        if reader.read_until(b'\n', &mut line)? == 0 {
+            break;
+        }
+        hasher.update(&line);
+        window.line(&line);
+    }
+    Ok(window.finish(hasher.digest128()))
 }
 
 fn read_dir(abs: &Path, rel: String, offset: u64, limit: u64) -> ToolResult<Reply<ReadResult>> {
@@ -299,4 +359,32 @@ pub fn read_text_for_edit(abs: &Path, shown: &str) -> ToolResult<Vec<u8>> {
         .and_then(|mut f| f.read_to_end(&mut bytes))
         .map_err(|e| ToolError::io(shown, &e))?;
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn streaming_and_whole_file_paths_agree() {
+        let mut data = Vec::new();
+        for i in 0..5000 {
+            data.extend_from_slice(format!("row {i} {}\r\n", "é".repeat(i % 7)).as_bytes());
+        }
+        data.extend_from_slice(b"last line without newline \xff");
+        for (offset, limit) in [(1, 2000), (4990, 100), (3, 1)] {
+            let whole =
+                number_lines(&mut &data[..], data.len() as u64, offset, limit).expect("whole");
+            // A size past the threshold forces the streaming path.
+            let stream = number_lines(&mut &data[..], u64::MAX, offset, limit).expect("stream");
+            assert_eq!(whole.content, stream.content);
+            assert_eq!(whole.hash, stream.hash);
+            assert_eq!(
+                (whole.total_lines, whole.returned),
+                (stream.total_lines, stream.returned)
+            );
+            assert_eq!(whole.total_lines, 5001);
+            assert_eq!(whole.lossy, offset == 4990);
+        }
+    }
 }

@@ -5,11 +5,10 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use kitbag_shared::lock::PathLocks;
-use sha2::{Digest, Sha256};
 
 pub struct FilesState {
     /// Content hash of each file as last read (or written) through this connection.
-    read_hashes: Mutex<HashMap<PathBuf, [u8; 32]>>,
+    read_hashes: Mutex<HashMap<PathBuf, u128>>,
     pub locks: PathLocks,
     pub max_content_bytes: usize,
 }
@@ -27,18 +26,18 @@ impl FilesState {
         self.hashes().insert(path.to_path_buf(), hash(bytes));
     }
 
-    pub fn record_hash(&self, path: &Path, digest: [u8; 32]) {
+    pub fn record_hash(&self, path: &Path, digest: u128) {
         self.hashes().insert(path.to_path_buf(), digest);
     }
 
-    pub fn recorded(&self, path: &Path) -> Option<[u8; 32]> {
+    pub fn recorded(&self, path: &Path) -> Option<u128> {
         self.hashes().get(path).copied()
     }
 
     /// Carry read records over a move (a file moved into place keeps its read state).
     pub fn rename(&self, from: &Path, to: &Path) {
         let mut map = self.hashes();
-        let moved: Vec<(PathBuf, [u8; 32])> = map
+        let moved: Vec<(PathBuf, u128)> = map
             .iter()
             .filter(|(p, _)| p.starts_with(from))
             .map(|(p, h)| (p.clone(), *h))
@@ -56,11 +55,14 @@ impl FilesState {
         self.hashes().remove(path);
     }
 
-    fn hashes(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, [u8; 32]>> {
+    fn hashes(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, u128>> {
         self.read_hashes.lock().unwrap_or_else(|p| p.into_inner())
     }
 }
 
-pub fn hash(bytes: &[u8]) -> [u8; 32] {
-    Sha256::digest(bytes).into()
+/// Content hash used to notice a file changed since it was read. XXH3-128: fast enough that
+/// hashing never dominates a read, and collisions need deliberately crafted content — which
+/// anyone able to write the file could simply write instead.
+pub fn hash(bytes: &[u8]) -> u128 {
+    xxhash_rust::xxh3::xxh3_128(bytes)
 }
