@@ -663,3 +663,123 @@ async fn shutdown_signal() {
         _ = int.recv() => {},
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::Deserialize;
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct P {
+        name: String,
+        #[serde(default)]
+        count: Option<u32>,
+    }
+
+    #[derive(Serialize, JsonSchema)]
+    struct O {
+        echoed: String,
+    }
+
+    fn router() -> ToolRouter<()> {
+        ToolRouter::new()
+            .tool(
+                ToolDef::read("echo_name", "Echo", "Echo the name."),
+                |_s: Arc<()>, p: P, _ctx: CallCtx| async move {
+                    Ok(Reply::new(
+                        O {
+                            echoed: p.name.clone(),
+                        },
+                        format!("{} x{}", p.name, p.count.unwrap_or(1)),
+                    ))
+                },
+            )
+            .tool(
+                ToolDef::read("slow_wait", "Wait", "Wait until cancelled."),
+                |_s: Arc<()>, _p: P, _ctx: CallCtx| async move {
+                    tokio::time::sleep(std::time::Duration::from_secs(60)).await;
+                    Ok(Reply::new(
+                        O {
+                            echoed: String::new(),
+                        },
+                        "",
+                    ))
+                },
+            )
+    }
+
+    fn ctx() -> CallCtx {
+        let dir = std::env::temp_dir();
+        CallCtx::detached(Arc::new(PathPolicy::new(&dir, &[], true).expect("policy")))
+    }
+
+    fn args(v: Value) -> JsonObject {
+        match v {
+            Value::Object(m) => m,
+            _ => JsonObject::new(),
+        }
+    }
+
+    #[tokio::test]
+    async fn decodes_strictly_and_names_fields() {
+        let r = router();
+        let ok = r
+            .call(
+                Arc::new(()),
+                "echo_name",
+                args(json!({"name": "a", "count": 2})),
+                ctx(),
+            )
+            .await;
+        let ok = ok.expect("tool exists").expect("ok");
+        assert_eq!(ok.structured_content, Some(json!({"echoed": "a"})));
+        for (bad, field) in [
+            (json!({"name": "a", "extra": 1}), "extra"),
+            (json!({}), "name"),
+            (json!({"name": 5}), "name"),
+            (json!({"name": "a", "count": -1}), "count"),
+        ] {
+            let e = r
+                .call(Arc::new(()), "echo_name", args(bad.clone()), ctx())
+                .await
+                .expect("exists");
+            let e = e.expect_err("must fail");
+            assert_eq!(e.code, ErrorCode::InvalidParams, "{bad}");
+            assert_eq!(e.detail["field"], field, "{bad}: {}", e.message);
+        }
+        assert!(
+            r.call(Arc::new(()), "nope", JsonObject::new(), ctx())
+                .await
+                .is_none()
+        );
+    }
+
+    #[tokio::test]
+    async fn cancellation_stops_a_tool() {
+        let r = router();
+        let c = ctx();
+        let cancel = c.cancel.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+            cancel.cancel();
+        });
+        let started = std::time::Instant::now();
+        let e = r
+            .call(Arc::new(()), "slow_wait", args(json!({"name": "x"})), c)
+            .await
+            .expect("exists");
+        assert_eq!(e.expect_err("cancelled").code, ErrorCode::Cancelled);
+        assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    }
+
+    #[test]
+    fn tool_list_is_sorted_and_names_valid() {
+        let names: Vec<String> = router().list().iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(names, ["echo_name", "slow_wait"]);
+        assert!(is_valid_tool_name("file_read"));
+        for bad in ["File", "file.read", "1x", "", &"a".repeat(49), "a-b"] {
+            assert!(!is_valid_tool_name(bad), "{bad}");
+        }
+    }
+}

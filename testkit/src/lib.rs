@@ -45,7 +45,7 @@ impl ToolCall {
 
 pub struct McpClient {
     child: Child,
-    stdin: ChildStdin,
+    stdin: Arc<Mutex<Option<ChildStdin>>>,
     era: Era,
     next_id: u64,
     responses: Receiver<Value>,
@@ -54,6 +54,7 @@ pub struct McpClient {
     stdout_garbage: Arc<Mutex<Vec<String>>>,
     pub server_info: Value,
     pub timeout: Duration,
+    capabilities: Value,
 }
 
 impl McpClient {
@@ -69,6 +70,27 @@ impl McpClient {
         era: Era,
         env: &[(&str, &str)],
     ) -> Self {
+        Self::spawn_full(bin, args, cwd, era, env, None)
+    }
+
+    /// Spawn with the handshake era, declaring the `roots` capability and answering the
+    /// server's `roots/list` requests with `roots` (absolute directory paths).
+    pub fn spawn_with_roots(bin: &Path, args: &[&str], cwd: &Path, roots: &[&Path]) -> Self {
+        let roots: Vec<Value> = roots
+            .iter()
+            .map(|r| json!({"uri": format!("file://{}", r.display()), "name": r.display().to_string()}))
+            .collect();
+        Self::spawn_full(bin, args, cwd, Era::Handshake, &[], Some(roots))
+    }
+
+    fn spawn_full(
+        bin: &Path,
+        args: &[&str],
+        cwd: &Path,
+        era: Era,
+        env: &[(&str, &str)],
+        roots: Option<Vec<Value>>,
+    ) -> Self {
         let mut cmd = Command::new(bin);
         cmd.args(args)
             .current_dir(cwd)
@@ -81,8 +103,10 @@ impl McpClient {
         let mut child = cmd
             .spawn()
             .unwrap_or_else(|e| panic!("spawn {}: {e}", bin.display()));
-        let stdin = child.stdin.take().unwrap();
+        let stdin = Arc::new(Mutex::new(Some(child.stdin.take().unwrap())));
         let stdout = child.stdout.take().unwrap();
+        let replies = stdin.clone();
+        let offered_roots = roots.clone();
         let (tx, rx): (Sender<Value>, Receiver<Value>) = channel();
         let notifications = Arc::new(Mutex::new(Vec::new()));
         let garbage = Arc::new(Mutex::new(Vec::new()));
@@ -98,6 +122,22 @@ impl McpClient {
                         if tx.send(v).is_err() {
                             break;
                         }
+                    }
+                    Ok(v) if v.get("method").is_some() && v.get("id").is_some() => {
+                        // A request from the server: answer roots/list, refuse the rest.
+                        let reply = match (v["method"].as_str(), &offered_roots) {
+                            (Some("roots/list"), Some(roots)) => {
+                                json!({"jsonrpc": "2.0", "id": v["id"], "result": {"roots": roots}})
+                            }
+                            _ => {
+                                json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": "not supported by the test client"}})
+                            }
+                        };
+                        if let Some(w) = replies.lock().unwrap().as_mut() {
+                            let _ = writeln!(w, "{reply}");
+                            let _ = w.flush();
+                        }
+                        n2.lock().unwrap().push(v);
                     }
                     Ok(v) if v.get("method").is_some() => n2.lock().unwrap().push(v),
                     _ => g2.lock().unwrap().push(line),
@@ -115,6 +155,11 @@ impl McpClient {
             stdout_garbage: garbage,
             server_info: Value::Null,
             timeout: Duration::from_secs(60),
+            capabilities: if roots.is_some() {
+                json!({"roots": {"listChanged": false}})
+            } else {
+                json!({})
+            },
         };
         client.open();
         client
@@ -127,7 +172,7 @@ impl McpClient {
                     "initialize",
                     json!({
                         "protocolVersion": HANDSHAKE_VERSION,
-                        "capabilities": {},
+                        "capabilities": self.capabilities.clone(),
                         "clientInfo": {"name": "kitbag-testkit", "version": "0"}
                     }),
                 );
@@ -159,8 +204,10 @@ impl McpClient {
     fn send(&mut self, msg: &Value) {
         let mut line = serde_json::to_string(msg).unwrap();
         line.push('\n');
-        self.stdin.write_all(line.as_bytes()).unwrap();
-        self.stdin.flush().unwrap();
+        let mut guard = self.stdin.lock().unwrap();
+        let w = guard.as_mut().expect("stdin already closed");
+        w.write_all(line.as_bytes()).unwrap();
+        w.flush().unwrap();
     }
 
     /// Send a request without waiting; returns its id.
@@ -277,7 +324,7 @@ impl McpClient {
 
     /// Close stdin and wait for the server to exit; returns its exit status code.
     pub fn shutdown(mut self) -> Option<i32> {
-        drop(std::mem::replace(&mut self.stdin, dummy_stdin()));
+        drop(self.stdin.lock().unwrap().take());
         let deadline = Instant::now() + Duration::from_secs(10);
         loop {
             if let Ok(Some(status)) = self.child.try_wait() {
@@ -290,14 +337,6 @@ impl McpClient {
             thread::sleep(Duration::from_millis(10));
         }
     }
-}
-
-/// A throwaway stdin handle so `shutdown` can drop the real one.
-fn dummy_stdin() -> ChildStdin {
-    let mut c = Command::new("true").stdin(Stdio::piped()).spawn().unwrap();
-    let s = c.stdin.take().unwrap();
-    let _ = c.wait();
-    s
 }
 
 impl Drop for McpClient {
