@@ -1,0 +1,244 @@
+//! Round trips over stdio against the real release binary, side by side with the official
+//! Node filesystem server when it is installed (`npm i -g @modelcontextprotocol/server-filesystem`).
+//!
+//! Run: `cargo bench -p kitbag-files`. Prints medians; nothing here asserts on time.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient};
+use serde_json::json;
+
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+fn fmt(d: Duration) -> String {
+    if d < Duration::from_millis(1) {
+        format!("{:.0} µs", d.as_secs_f64() * 1e6)
+    } else {
+        format!("{:.2} ms", d.as_secs_f64() * 1e3)
+    }
+}
+
+fn rss_kb(pid: u32, field: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+fn cold_start(bin: &Path, args: &[&str], cwd: &Path, n: usize) -> Duration {
+    let mut times = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let mut c = McpClient::spawn(bin, args, cwd, Era::Handshake);
+        let tools = c.list_tools();
+        times.push(t.elapsed());
+        assert!(!tools.is_empty());
+        drop(c);
+    }
+    percentile(&mut times, 0.5)
+}
+
+fn main() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-files"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let root = dir.path();
+    let two_k: String = (1..=2000)
+        .map(|i| format!("line {i}: some typical source text, fn foo_{i}() {{ bar(); }}\n"))
+        .collect();
+    std::fs::write(root.join("two_k.rs"), &two_k).expect("w");
+    let mut mb = String::new();
+    let mut i = 0;
+    while mb.len() < 1 << 20 {
+        i += 1;
+        mb.push_str(&format!(
+            "let value_{i} = compute({i}); // filler text to reach a megabyte\n"
+        ));
+    }
+    mb.push_str("const MARKER: &str = \"alpha\";\n");
+    std::fs::write(root.join("one_mb.rs"), &mb).expect("w");
+
+    println!("kitbag-files benchmarks (release binary, stdio round trips)\n");
+    let cold = cold_start(bin, &[], root, 20);
+    println!(
+        "cold start (spawn → initialize → tools/list), median of 20: {}",
+        fmt(cold)
+    );
+
+    let mut c = McpClient::spawn(bin, &[], root, Era::Handshake);
+    let idle_rss = rss_kb(c.pid(), "VmRSS:");
+    let mut reads = Vec::new();
+    for _ in 0..500 {
+        let t = Instant::now();
+        let r = c.call("file_read", json!({"path": "two_k.rs"}));
+        reads.push(t.elapsed());
+        assert!(!r.is_error);
+    }
+    let read_p50 = percentile(&mut reads, 0.5);
+    let read_p90 = percentile(&mut reads, 0.9);
+    println!(
+        "file_read 2,000-line file (50 KB answer): p50 {}  p90 {}",
+        fmt(read_p50),
+        fmt(read_p90)
+    );
+    let mut small = Vec::new();
+    for _ in 0..500 {
+        let t = Instant::now();
+        let r = c.call(
+            "file_read",
+            json!({"path": "two_k.rs", "offset": 1000, "limit": 20}),
+        );
+        small.push(t.elapsed());
+        assert!(!r.is_error);
+    }
+    println!(
+        "file_read 20 lines of the same file: p50 {}",
+        fmt(percentile(&mut small, 0.5))
+    );
+    // What the client side alone costs: parsing one 50 KB-content answer.
+    let answer =
+        serde_json::to_string(&c.call("file_read", json!({"path": "two_k.rs"})).raw).expect("json");
+    let mut parse = Vec::new();
+    for _ in 0..500 {
+        let t = Instant::now();
+        std::hint::black_box(serde_json::from_str::<serde_json::Value>(&answer).expect("parse"));
+        parse.push(t.elapsed());
+    }
+    println!(
+        "  of which the test client's JSON parse of the {} KB answer: p50 {}",
+        answer.len() / 1024,
+        fmt(percentile(&mut parse, 0.5))
+    );
+
+    c.call("file_read", json!({"path": "one_mb.rs", "limit": 1}));
+    let mut edits = Vec::new();
+    for k in 0..200 {
+        let (a, b) = if k % 2 == 0 {
+            ("alpha", "omega")
+        } else {
+            ("omega", "alpha")
+        };
+        let t = Instant::now();
+        let r = c.call("edit_text", json!({"path": "one_mb.rs", "old_string": format!("MARKER: &str = \"{a}\""), "new_string": format!("MARKER: &str = \"{b}\"")}));
+        edits.push(t.elapsed());
+        assert!(!r.is_error, "{}", r.text);
+    }
+    println!(
+        "edit_text on a 1 MB file (atomic write + diff): p50 {}  p90 {}",
+        fmt(percentile(&mut edits, 0.5)),
+        fmt(percentile(&mut edits, 0.9))
+    );
+    println!(
+        "RSS: idle after handshake {} KB; after the runs {} KB (peak {} KB)",
+        idle_rss,
+        rss_kb(c.pid(), "VmRSS:"),
+        rss_kb(c.pid(), "VmHWM:")
+    );
+    drop(c);
+
+    // The same work in-process (no MCP, no JSON): what the round trip adds on top.
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .expect("rt");
+    let policy = kitbag_shared::PathPolicy::new(root, &[], false).expect("policy");
+    let state = kitbag_files::FilesState::new(10 << 20);
+    let mut inproc = Vec::new();
+    for _ in 0..500 {
+        let t = Instant::now();
+        let p = kitbag_files::read::ReadParams {
+            path: "two_k.rs".into(),
+            offset: None,
+            limit: None,
+        };
+        let r = kitbag_files::read::run(&state, &policy, p).expect("read");
+        inproc.push(t.elapsed());
+        std::hint::black_box(r);
+    }
+    println!(
+        "  in-process read::run (same file): p50 {}",
+        fmt(percentile(&mut inproc, 0.5))
+    );
+    let p = kitbag_files::read::ReadParams {
+        path: "one_mb.rs".into(),
+        offset: None,
+        limit: Some(1),
+    };
+    kitbag_files::read::run(&state, &policy, p).expect("read");
+    let mut inproc = Vec::new();
+    for k in 0..100 {
+        let (a, b) = if k % 2 == 0 {
+            ("alpha", "omega")
+        } else {
+            ("omega", "alpha")
+        };
+        let args = json!({"path": "one_mb.rs", "old_string": format!("MARKER: &str = \"{a}\""), "new_string": format!("MARKER: &str = \"{b}\"")});
+        let p: kitbag_files::edit::EditParams = serde_json::from_value(args).expect("params");
+        let t = Instant::now();
+        let r = rt
+            .block_on(kitbag_files::edit::run(&state, &policy, p))
+            .expect("edit");
+        inproc.push(t.elapsed());
+        std::hint::black_box(r);
+    }
+    println!(
+        "  in-process edit::run (same edit): p50 {}",
+        fmt(percentile(&mut inproc, 0.5))
+    );
+
+    // The official reference server, same machine, same run.
+    let node = which("mcp-server-filesystem");
+    match node {
+        Some(node) => {
+            let root_s = root.to_str().expect("utf8");
+            let cold_node = cold_start(&node, &[root_s], root, 20);
+            let mut n = McpClient::spawn(&node, &[root_s], root, Era::Handshake);
+            std::thread::sleep(Duration::from_millis(300));
+            let node_rss = rss_kb(n.pid(), "VmRSS:");
+            let path = root.join("two_k.rs");
+            let mut reads = Vec::new();
+            for _ in 0..200 {
+                let t = Instant::now();
+                let r = n.call("read_text_file", json!({"path": path}));
+                reads.push(t.elapsed());
+                assert!(!r.is_error, "{}", r.text);
+            }
+            let node_p50 = percentile(&mut reads, 0.5);
+            println!("\n@modelcontextprotocol/server-filesystem (Node), same run:");
+            println!(
+                "cold start median of 20: {}  (kitbag is {:.0}x faster)",
+                fmt(cold_node),
+                cold_node.as_secs_f64() / cold.as_secs_f64()
+            );
+            println!(
+                "read_text_file 2,000 lines p50: {}  (kitbag file_read is {:.1}x faster)",
+                fmt(node_p50),
+                node_p50.as_secs_f64() / read_p50.as_secs_f64()
+            );
+            println!(
+                "idle RSS: {} KB  (kitbag uses {:.1}x less)",
+                node_rss,
+                node_rss as f64 / idle_rss.max(1) as f64
+            );
+        }
+        None => println!(
+            "\n(mcp-server-filesystem not installed: `npm i -g @modelcontextprotocol/server-filesystem` to compare)"
+        ),
+    }
+}
+
+fn which(name: &str) -> Option<std::path::PathBuf> {
+    std::env::var_os("PATH")?
+        .to_str()?
+        .split(':')
+        .map(|d| Path::new(d).join(name))
+        .find(|p| p.is_file())
+}
