@@ -19,7 +19,9 @@ pub mod server;
 pub use error::{ErrorCode, ToolError, ToolResult};
 pub use flags::CommonArgs;
 pub use paths::{Access, PathPolicy, Resolved};
-pub use server::{CallCtx, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, serve_stdio};
+pub use server::{
+    CallCtx, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, blocking, serve_stdio,
+};
 
 // Re-exported so servers use the same versions without naming them.
 pub use rmcp;

@@ -305,6 +305,15 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
     }
 }
 
+/// Run blocking work (file system, SQLite, process waits) off the async runtime.
+pub async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> ToolResult<T> + Send + 'static,
+) -> ToolResult<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::internal(format!("worker failed: {e}")))?
+}
+
 /// Decode tool arguments strictly, naming the offending field on failure.
 pub fn decode_args<P: DeserializeOwned>(args: JsonObject) -> ToolResult<P> {
     let value = Value::Object(args);

@@ -12,7 +12,7 @@ pub mod write;
 use std::sync::Arc;
 
 use clap::Parser;
-use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
+use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter, blocking};
 
 pub use state::FilesState;
 
@@ -60,15 +60,6 @@ pub fn router() -> ToolRouter<FilesState> {
         .tool(manage::DELETE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
             manage::delete(&s, ctx.policy(), p).await
         })
-}
-
-/// Run file-system work off the async runtime.
-async fn blocking<T: Send + 'static>(
-    f: impl FnOnce() -> kitbag_shared::ToolResult<T> + Send + 'static,
-) -> kitbag_shared::ToolResult<T> {
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| kitbag_shared::ToolError::internal(format!("worker failed: {e}")))?
 }
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<FilesState>> {
