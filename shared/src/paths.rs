@@ -168,6 +168,21 @@ impl PathPolicy {
         })
     }
 
+    /// Resolve a path inside the root without a mount check: for searches, which may walk
+    /// outside the caller's mounts but must mark (not show) what they find there.
+    pub fn resolve_in_root(&self, input: &str, field: &str) -> Result<Resolved, ToolError> {
+        validate_path_arg(input, field)?;
+        let abs = self.physical(input).map_err(|e| {
+            let mut e = e.with_detail(json!({ "field": field, "path": input }));
+            e.message = format!("{field}: {}", e.message);
+            e
+        })?;
+        Ok(Resolved {
+            rel: self.display(&abs),
+            abs,
+        })
+    }
+
     /// Resolve a directory entry without following a final symbolic link: the parent is
     /// resolved physically and the last name appended. For deleting or moving a link itself.
     pub fn resolve_entry(

@@ -1,0 +1,220 @@
+//! `search_glob`: find files by name pattern, newest first.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Instant, SystemTime};
+
+use globset::{GlobBuilder, GlobMatcher};
+use ignore::WalkState;
+use kitbag_shared::{
+    Access, CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::grep::GrepLimits;
+use crate::walk::{WalkOptions, builder};
+
+pub const DEFAULT_LIMIT: i64 = 100;
+pub const MAX_LIMIT: i64 = 10_000;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "search_glob",
+    "Find files by name",
+    "Find files whose path matches a glob, newest first (or `sort: \"path\"`). A pattern without `/` \
+     matches the file name at any depth (`*.rs`); with `/` it matches the path relative to `path` \
+     (`src/**/*.test.ts`). `*` stays within one directory, `**` crosses directories, `{a,b}` and \
+     `[abc]` work. Respects .gitignore and skips hidden files unless `no_ignore` / `hidden`. At most \
+     `limit` files (default 100); `truncated` says when more exist.\n\
+     Example: {\"pattern\": \"**/*.test.ts\", \"path\": \"src\"}",
+);
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum SortBy {
+    #[default]
+    Mtime,
+    Path,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobParams {
+    /// Glob pattern, e.g. `**/*.rs` or `*.toml`.
+    pub pattern: String,
+    /// Directory to search, root-relative. Default: the root.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Include hidden files and directories. Default false.
+    #[serde(default)]
+    pub hidden: Option<bool>,
+    /// Ignore .gitignore/.ignore rules. Default false.
+    #[serde(default)]
+    pub no_ignore: Option<bool>,
+    /// Most files to return (default 100, max 10000).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// `mtime` (newest first, default) or `path`.
+    #[serde(default)]
+    pub sort: Option<SortBy>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GlobResult {
+    /// Matching files, root-relative.
+    pub files: Vec<String>,
+    /// Files returned.
+    pub count: u64,
+    /// Files that matched in total.
+    pub total: u64,
+    pub truncated: bool,
+    /// Matching files outside the caller's readable mounts (listed, marked here).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub outside_cage: Vec<String>,
+}
+
+pub fn compile(pattern: &str) -> ToolResult<(GlobMatcher, bool)> {
+    if pattern.is_empty() {
+        return Err(ToolError::invalid_field("pattern", "must not be empty"));
+    }
+    let glob = GlobBuilder::new(pattern)
+        .literal_separator(true)
+        .backslash_escape(true)
+        .build()
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::InvalidPattern,
+                format!("pattern: invalid glob: {e}"),
+            )
+            .with_detail(json!({ "field": "pattern" }))
+        })?;
+    Ok((glob.compile_matcher(), !pattern.contains('/')))
+}
+
+pub async fn run(
+    policy: Arc<PathPolicy>,
+    limits: GrepLimits,
+    p: GlobParams,
+    ctx: CallCtx,
+) -> ToolResult<Reply<GlobResult>> {
+    let limit = match p.limit {
+        None => DEFAULT_LIMIT,
+        Some(n) if (1..=MAX_LIMIT).contains(&n) => n,
+        Some(n) => {
+            return Err(ToolError::invalid_field(
+                "limit",
+                format!("{n} is not accepted; 1..={MAX_LIMIT}"),
+            ));
+        }
+    } as usize;
+    let (matcher, basename_only) = compile(&p.pattern)?;
+    let path = p.path.as_deref().unwrap_or(".");
+    let root = policy.resolve_in_root(path, "path")?;
+    if !root.abs.is_dir() {
+        return Err(
+            ToolError::new(ErrorCode::NotADirectory, format!("{path}: not a directory"))
+                .with_detail(json!({ "field": "path" })),
+        );
+    }
+    let opts = WalkOptions {
+        hidden: p.hidden.unwrap_or(false),
+        no_ignore: p.no_ignore.unwrap_or(false),
+        globs_field: "pattern",
+        ..Default::default()
+    };
+    let walker = builder(&root.abs, &opts)?;
+    let sort = p.sort.unwrap_or_default();
+    let found: Arc<Mutex<Vec<(String, SystemTime, bool)>>> = Arc::default();
+    let timed_out = Arc::new(AtomicBool::new(false));
+    let deadline = Instant::now() + limits.budget;
+    let (f2, t2, pol, cancel, base) = (
+        found.clone(),
+        timed_out.clone(),
+        policy.clone(),
+        ctx.cancel.clone(),
+        root.abs.clone(),
+    );
+    kitbag_shared::blocking(move || {
+        walker.build_parallel().run(|| {
+            let (found, timed_out, pol, cancel, base, matcher) = (
+                f2.clone(),
+                t2.clone(),
+                pol.clone(),
+                cancel.clone(),
+                base.clone(),
+                matcher.clone(),
+            );
+            let mut seen = 0u32;
+            Box::new(move |entry| {
+                seen += 1;
+                if seen.is_multiple_of(512) && (cancel.is_cancelled() || Instant::now() > deadline) {
+                    timed_out.store(!cancel.is_cancelled(), Ordering::Relaxed);
+                    return WalkState::Quit;
+                }
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    return WalkState::Continue;
+                }
+                let hit = if basename_only {
+                    matcher.is_match(entry.file_name())
+                } else {
+                    entry
+                        .path()
+                        .strip_prefix(&base)
+                        .is_ok_and(|rel| matcher.is_match(rel))
+                };
+                if hit {
+                    let mtime = entry
+                        .metadata()
+                        .ok()
+                        .and_then(|m| m.modified().ok())
+                        .unwrap_or(SystemTime::UNIX_EPOCH);
+                    let outside = !pol.allows(entry.path(), Access::Read);
+                    let item = (pol.display(entry.path()), mtime, outside);
+                    found.lock().unwrap_or_else(|e| e.into_inner()).push(item);
+                }
+                WalkState::Continue
+            })
+        });
+        Ok(())
+    })
+    .await?;
+    ctx.check_cancelled()?;
+    let mut all = std::mem::take(&mut *found.lock().unwrap_or_else(|e| e.into_inner()));
+    match sort {
+        SortBy::Mtime => all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0))),
+        SortBy::Path => all.sort_by(|a, b| a.0.cmp(&b.0)),
+    }
+    let total = all.len() as u64;
+    let truncated = all.len() > limit || timed_out.load(Ordering::Relaxed);
+    all.truncate(limit);
+    let outside_cage: Vec<String> = all.iter().filter(|f| f.2).map(|f| f.0.clone()).collect();
+    let files: Vec<String> = all.into_iter().map(|f| f.0).collect();
+    let mut text = files.join("\n");
+    if files.is_empty() {
+        text = format!("no files match {}", p.pattern);
+    }
+    if truncated {
+        if timed_out.load(Ordering::Relaxed) {
+            text.push_str("\n[partial: the search budget ran out; narrow with path]");
+        } else {
+            text.push_str(&format!(
+                "\n[truncated: {} of {total} shown; raise limit or narrow the pattern]",
+                files.len()
+            ));
+        }
+    }
+    Ok(Reply::new(
+        GlobResult {
+            count: files.len() as u64,
+            files,
+            total,
+            truncated,
+            outside_cage,
+        },
+        text,
+    ))
+}

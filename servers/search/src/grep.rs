@@ -1,0 +1,677 @@
+//! `search_grep`: regex search over a tree with the engine ripgrep is built on.
+//!
+//! The walk is parallel (`ignore`), each file is searched with `grep-searcher` (never
+//! memory-mapped), results are collected per file and sorted by path so the answer is
+//! deterministic. A time budget, cancellation and an output cap bound every search.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::{
+    BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind,
+    SinkMatch,
+};
+use ignore::WalkState;
+use kitbag_shared::limits::truncate_line;
+use kitbag_shared::{
+    Access, CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::walk::{OneOrMany, WalkOptions, builder};
+
+/// Longest line text returned per match (a minified file must not flood the answer).
+pub const MAX_LINE_CHARS: usize = 500;
+/// Most bytes of match text held in memory while walking; past it the search stops early.
+const MEMORY_BUDGET: usize = 64 << 20;
+pub const MAX_CONTEXT: i64 = 50;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "search_grep",
+    "Search file contents",
+    "Search file contents with a regular expression (Rust regex syntax, like ripgrep) across a directory \
+     tree or one file. Respects .gitignore/.ignore, skips hidden and binary files (unless `hidden` / \
+     `no_ignore`), and returns results sorted by path then line.\n\
+     `output_mode`: `files_with_matches` (default: paths only), `content` (matching lines as \
+     `path:line:text`, with `before`/`after`/`context` lines), or `count` (matches per file). Filter \
+     with `include` (glob or list of globs, `!` excludes, e.g. [\"*.rs\", \"!*_test.rs\"]) and `type` \
+     (ripgrep type names: rust, py, ts, go, ...). `case`: smart (default: insensitive unless the \
+     pattern has an uppercase letter), sensitive or insensitive. `fixed_strings` for literal text, \
+     `word` for whole words, `multiline` to let a match span lines. Page with `head_limit` and \
+     `offset`. Bounded by a 60 s budget and a 256 KB answer: past them `truncated` is true and says \
+     how to narrow.\nExample: {\"pattern\": \"fn \\\\w+_handler\", \"path\": \"src\", \"type\": \"rust\", \"output_mode\": \"content\"}",
+);
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum OutputMode {
+    #[default]
+    FilesWithMatches,
+    Content,
+    Count,
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum CaseMode {
+    #[default]
+    Smart,
+    Sensitive,
+    Insensitive,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepParams {
+    /// Regular expression (or literal text with `fixed_strings`).
+    pub pattern: String,
+    /// Directory or file to search, root-relative. Default: the root.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// Glob or list of globs selecting files; a leading `!` excludes.
+    #[serde(default)]
+    pub include: Option<OneOrMany>,
+    /// ripgrep file type name(s), e.g. `rust`, `py`, `ts`.
+    #[serde(default, rename = "type")]
+    pub file_type: Option<OneOrMany>,
+    /// `smart` (default), `sensitive` or `insensitive`.
+    #[serde(default)]
+    pub case: Option<CaseMode>,
+    /// Treat the pattern as literal text. Default false.
+    #[serde(default)]
+    pub fixed_strings: Option<bool>,
+    /// Match whole words only. Default false.
+    #[serde(default)]
+    pub word: Option<bool>,
+    /// Allow matches to span lines (`\n` in the pattern). Default false.
+    #[serde(default)]
+    pub multiline: Option<bool>,
+    /// Lines of context before each match (content mode, 0–50).
+    #[serde(default)]
+    pub before: Option<i64>,
+    /// Lines of context after each match (content mode, 0–50).
+    #[serde(default)]
+    pub after: Option<i64>,
+    /// Lines of context before and after (content mode, 0–50).
+    #[serde(default)]
+    pub context: Option<i64>,
+    /// `files_with_matches` (default), `content` or `count`.
+    #[serde(default)]
+    pub output_mode: Option<OutputMode>,
+    /// Most entries to return (files, matching lines or counts).
+    #[serde(default)]
+    pub head_limit: Option<i64>,
+    /// Entries to skip first, for paging. Default 0.
+    #[serde(default)]
+    pub offset: Option<i64>,
+    /// Search hidden files and directories. Default false.
+    #[serde(default)]
+    pub hidden: Option<bool>,
+    /// Ignore .gitignore/.ignore rules. Default false.
+    #[serde(default)]
+    pub no_ignore: Option<bool>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ContextLine {
+    pub line: u64,
+    pub text: String,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct GrepMatch {
+    /// Root-relative path.
+    pub file: String,
+    /// 1-based line of the match (its first line for a multiline match).
+    pub line: u64,
+    /// The matching line(s); absent for files outside the caller's readable mounts.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub text: Option<String>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub before: Vec<ContextLine>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub after: Vec<ContextLine>,
+    /// The file lies outside the caller's readable mounts: path and line only.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub outside_cage: bool,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct FileCount {
+    pub file: String,
+    pub count: u64,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub outside_cage: bool,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GrepResult {
+    pub output_mode: OutputMode,
+    /// files_with_matches mode: matching files, sorted.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<Vec<String>>,
+    /// content mode: matching lines, sorted by path then line.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub matches: Option<Vec<GrepMatch>>,
+    /// count mode: matching lines per file.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub counts: Option<Vec<FileCount>>,
+    /// Files with at least one match (before paging).
+    pub total_files: u64,
+    /// Matching lines over all files (content and count modes).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_matches: Option<u64>,
+    /// Files searched.
+    pub files_searched: u64,
+    /// Entries in this answer.
+    pub returned: u64,
+    /// More results exist than this answer holds, or the search stopped early.
+    pub truncated: bool,
+    /// Why: `head_limit`, `output_cap`, `time_budget` or `memory_budget`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub truncated_reason: Option<String>,
+    /// `offset` for the next page.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
+}
+
+/// Server-wide bounds, from flags.
+#[derive(Debug, Clone, Copy)]
+pub struct GrepLimits {
+    pub budget: Duration,
+    pub max_output_bytes: usize,
+}
+
+struct Hit {
+    line: u64,
+    text: String,
+    before: Vec<ContextLine>,
+    after: Vec<ContextLine>,
+}
+
+struct FileHits {
+    path: String,
+    outside: bool,
+    hits: Vec<Hit>,
+    count: u64,
+}
+
+/// Shared state of one search across walker threads.
+struct Shared {
+    results: Mutex<Vec<FileHits>>,
+    files_searched: AtomicU64,
+    bytes_held: AtomicUsize,
+    timed_out: AtomicBool,
+    memory_out: AtomicBool,
+    deadline: Instant,
+    cancel: CancellationToken,
+}
+
+impl Shared {
+    fn should_stop(&self) -> bool {
+        if self.cancel.is_cancelled() || self.memory_out.load(Ordering::Relaxed) {
+            return true;
+        }
+        if Instant::now() >= self.deadline {
+            self.timed_out.store(true, Ordering::Relaxed);
+            return true;
+        }
+        false
+    }
+}
+
+struct FileSink<'a> {
+    shared: &'a Shared,
+    mode: OutputMode,
+    keep_text: bool,
+    hits: Vec<Hit>,
+    count: u64,
+    pending_before: Vec<ContextLine>,
+    binary: bool,
+}
+
+fn line_text(bytes: &[u8]) -> String {
+    let mut b = bytes;
+    while matches!(b.last(), Some(b'\n' | b'\r')) {
+        b = &b[..b.len() - 1];
+    }
+    let s = String::from_utf8_lossy(b);
+    truncate_line(&s, MAX_LINE_CHARS).0
+}
+
+impl Sink for FileSink<'_> {
+    type Error = std::io::Error;
+
+    fn matched(&mut self, _s: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
+        self.count += 1;
+        if self.mode == OutputMode::FilesWithMatches {
+            return Ok(false); // one match decides the file
+        }
+        if self.mode == OutputMode::Content {
+            let text = if self.keep_text {
+                line_text(mat.bytes())
+            } else {
+                String::new()
+            };
+            let held = self
+                .shared
+                .bytes_held
+                .fetch_add(text.len() + 32, Ordering::Relaxed);
+            if held > MEMORY_BUDGET {
+                self.shared.memory_out.store(true, Ordering::Relaxed);
+                return Ok(false);
+            }
+            self.hits.push(Hit {
+                line: mat.line_number().unwrap_or(0),
+                text,
+                before: std::mem::take(&mut self.pending_before),
+                after: Vec::new(),
+            });
+        }
+        // Check the budget every 256 matches: cheap, and bounds a pathological file.
+        Ok(!(self.count.is_multiple_of(256) && self.shared.should_stop()))
+    }
+
+    fn context(&mut self, _s: &Searcher, ctx: &SinkContext<'_>) -> Result<bool, std::io::Error> {
+        if !self.keep_text {
+            return Ok(true);
+        }
+        let line = ContextLine {
+            line: ctx.line_number().unwrap_or(0),
+            text: line_text(ctx.bytes()),
+        };
+        match ctx.kind() {
+            SinkContextKind::Before => self.pending_before.push(line),
+            SinkContextKind::After => {
+                if let Some(last) = self.hits.last_mut() {
+                    last.after.push(line);
+                }
+            }
+            SinkContextKind::Other => {}
+        }
+        Ok(true)
+    }
+
+    fn binary_data(&mut self, _s: &Searcher, _offset: u64) -> Result<bool, std::io::Error> {
+        self.binary = true;
+        Ok(false)
+    }
+}
+
+fn range_arg(field: &str, v: Option<i64>, min: i64, max: i64) -> ToolResult<Option<u64>> {
+    match v {
+        None => Ok(None),
+        Some(n) if (min..=max).contains(&n) => Ok(Some(n as u64)),
+        Some(n) => Err(ToolError::invalid_field(
+            field,
+            format!("{n} is not accepted; {min}..={max}"),
+        )),
+    }
+}
+
+pub async fn run(
+    policy: Arc<PathPolicy>,
+    limits: GrepLimits,
+    p: GrepParams,
+    ctx: CallCtx,
+) -> ToolResult<Reply<GrepResult>> {
+    if p.pattern.is_empty() {
+        return Err(ToolError::invalid_field("pattern", "must not be empty"));
+    }
+    let mode = p.output_mode.unwrap_or_default();
+    let head_limit = range_arg("head_limit", p.head_limit, 1, i64::MAX)?;
+    let offset = range_arg("offset", p.offset, 0, i64::MAX)?.unwrap_or(0);
+    let context = range_arg("context", p.context, 0, MAX_CONTEXT)?;
+    let before = range_arg("before", p.before, 0, MAX_CONTEXT)?;
+    let after = range_arg("after", p.after, 0, MAX_CONTEXT)?;
+    if context.is_some() && (before.is_some() || after.is_some()) {
+        return Err(ToolError::invalid_field(
+            "context",
+            "give `context` or `before`/`after`, not both",
+        ));
+    }
+    let (before, after) = match context {
+        Some(c) => (c, c),
+        None => (before.unwrap_or(0), after.unwrap_or(0)),
+    };
+    if (before > 0 || after > 0) && mode != OutputMode::Content {
+        return Err(ToolError::invalid_field(
+            "context",
+            "context lines are only shown with output_mode: \"content\"",
+        ));
+    }
+    let multiline = p.multiline.unwrap_or(false);
+    let mut mb = RegexMatcherBuilder::new();
+    match p.case.unwrap_or_default() {
+        CaseMode::Smart => mb.case_smart(true),
+        CaseMode::Sensitive => mb.case_insensitive(false),
+        CaseMode::Insensitive => mb.case_insensitive(true),
+    };
+    mb.word(p.word.unwrap_or(false))
+        .fixed_strings(p.fixed_strings.unwrap_or(false))
+        .multi_line(true);
+    if !multiline {
+        mb.line_terminator(Some(b'\n'));
+    }
+    let matcher = mb.build(&p.pattern).map_err(|e| {
+        ToolError::new(
+            ErrorCode::InvalidPattern,
+            format!("pattern: invalid regular expression: {e}"),
+        )
+        .with_detail(json!({ "field": "pattern" }))
+    })?;
+    let path = p.path.as_deref().unwrap_or(".");
+    let root = policy.resolve_in_root(path, "path")?;
+    if !root.abs.exists() {
+        return Err(ToolError::new(
+            ErrorCode::FileNotFound,
+            format!("{path}: no such file or directory"),
+        )
+        .with_detail(json!({ "field": "path" })));
+    }
+    let opts = WalkOptions {
+        hidden: p.hidden.unwrap_or(false),
+        no_ignore: p.no_ignore.unwrap_or(false),
+        globs: p
+            .include
+            .as_ref()
+            .map(OneOrMany::to_vec)
+            .unwrap_or_default(),
+        types: p
+            .file_type
+            .as_ref()
+            .map(OneOrMany::to_vec)
+            .unwrap_or_default(),
+        globs_field: "include",
+    };
+    let walker = builder(&root.abs, &opts)?;
+    let mut sb = SearcherBuilder::new();
+    sb.line_number(true)
+        .multi_line(multiline)
+        .before_context(before as usize)
+        .after_context(after as usize)
+        .binary_detection(BinaryDetection::quit(0))
+        .memory_map(MmapChoice::never());
+    let shared = Arc::new(Shared {
+        results: Mutex::new(Vec::new()),
+        files_searched: AtomicU64::new(0),
+        bytes_held: AtomicUsize::new(0),
+        timed_out: AtomicBool::new(false),
+        memory_out: AtomicBool::new(false),
+        deadline: Instant::now() + limits.budget,
+        cancel: ctx.cancel.clone(),
+    });
+
+    // Progress while walking, when the client asked for it.
+    let progress = ctx.wants_progress().then(|| {
+        let (ctx, shared) = (ctx.clone(), shared.clone());
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_millis(250)).await;
+                let n = shared.files_searched.load(Ordering::Relaxed);
+                ctx.progress(n as f64, None, Some(format!("{n} files searched")))
+                    .await;
+            }
+        })
+    });
+
+    let work_shared = shared.clone();
+    let work_policy = policy.clone();
+    let walked = kitbag_shared::blocking(move || {
+        walk(walker, sb, matcher, mode, &work_policy, &work_shared);
+        Ok(())
+    })
+    .await;
+    if let Some(task) = progress {
+        task.abort();
+    }
+    walked?;
+    ctx.check_cancelled()?;
+
+    let mut files = std::mem::take(&mut *shared.results.lock().unwrap_or_else(|e| e.into_inner()));
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    let stopped = if shared.timed_out.load(Ordering::Relaxed) {
+        Some("time_budget")
+    } else if shared.memory_out.load(Ordering::Relaxed) {
+        Some("memory_budget")
+    } else {
+        None
+    };
+    Ok(render(
+        files,
+        mode,
+        offset,
+        head_limit,
+        limits,
+        shared.files_searched.load(Ordering::Relaxed),
+        stopped,
+    ))
+}
+
+fn walk(
+    walker: ignore::WalkBuilder,
+    sb: SearcherBuilder,
+    matcher: grep_regex::RegexMatcher,
+    mode: OutputMode,
+    policy: &PathPolicy,
+    shared: &Arc<Shared>,
+) {
+    walker.build_parallel().run(|| {
+        let mut searcher = sb.build();
+        let matcher = matcher.clone();
+        let shared = shared.clone();
+        Box::new(move |entry| {
+            if shared.should_stop() {
+                return WalkState::Quit;
+            }
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                return WalkState::Continue;
+            }
+            shared.files_searched.fetch_add(1, Ordering::Relaxed);
+            let path = entry.path();
+            let keep_text = policy.allows(path, Access::Read);
+            let mut sink = FileSink {
+                shared: &shared,
+                mode,
+                keep_text,
+                hits: Vec::new(),
+                count: 0,
+                pending_before: Vec::new(),
+                binary: false,
+            };
+            if searcher.search_path(&matcher, path, &mut sink).is_err()
+                || sink.binary
+                || sink.count == 0
+            {
+                return WalkState::Continue;
+            }
+            let hits = FileHits {
+                path: policy.display(path),
+                outside: !keep_text,
+                hits: sink.hits,
+                count: sink.count,
+            };
+            shared
+                .results
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .push(hits);
+            WalkState::Continue
+        })
+    });
+}
+
+fn render(
+    files: Vec<FileHits>,
+    mode: OutputMode,
+    offset: u64,
+    head_limit: Option<u64>,
+    limits: GrepLimits,
+    files_searched: u64,
+    stopped: Option<&str>,
+) -> Reply<GrepResult> {
+    let total_files = files.len() as u64;
+    let total_matches: u64 = files.iter().map(|f| f.count).sum();
+    let limit = head_limit.unwrap_or(u64::MAX);
+    let cap = limits.max_output_bytes;
+    let mut text = String::new();
+    let mut returned = 0u64;
+    let mut cut_by: Option<&str> = None;
+    let mut index = 0u64; // position in the full ordered list of entries
+    let mut result = GrepResult {
+        output_mode: mode,
+        files: None,
+        matches: None,
+        counts: None,
+        total_files,
+        total_matches: (mode != OutputMode::FilesWithMatches).then_some(total_matches),
+        files_searched,
+        returned: 0,
+        truncated: false,
+        truncated_reason: None,
+        next_offset: None,
+    };
+    // Push one rendered entry unless a bound stops it; returns false to stop.
+    let mut admit =
+        |entry: &str, text: &mut String, returned: &mut u64, index: &mut u64| -> Option<bool> {
+            let i = *index;
+            *index += 1;
+            if i < offset {
+                return Some(false);
+            }
+            if *returned >= limit {
+                cut_by.get_or_insert("head_limit");
+                return None;
+            }
+            if text.len() + entry.len() > cap {
+                cut_by.get_or_insert("output_cap");
+                return None;
+            }
+            text.push_str(entry);
+            *returned += 1;
+            Some(true)
+        };
+    match mode {
+        OutputMode::FilesWithMatches => {
+            let mut out = Vec::new();
+            for f in &files {
+                match admit(
+                    &format!("{}\n", f.path),
+                    &mut text,
+                    &mut returned,
+                    &mut index,
+                ) {
+                    Some(true) => out.push(f.path.clone()),
+                    Some(false) => {}
+                    None => break,
+                }
+            }
+            result.files = Some(out);
+        }
+        OutputMode::Count => {
+            let mut out = Vec::new();
+            for f in &files {
+                match admit(
+                    &format!("{}:{}\n", f.path, f.count),
+                    &mut text,
+                    &mut returned,
+                    &mut index,
+                ) {
+                    Some(true) => out.push(FileCount {
+                        file: f.path.clone(),
+                        count: f.count,
+                        outside_cage: f.outside,
+                    }),
+                    Some(false) => {}
+                    None => break,
+                }
+            }
+            result.counts = Some(out);
+        }
+        OutputMode::Content => {
+            let mut out = Vec::new();
+            let mut last: Option<(String, u64)> = None;
+            'files: for f in &files {
+                for h in &f.hits {
+                    let mut entry = String::new();
+                    let first = h.before.first().map_or(h.line, |c| c.line);
+                    if let Some((lp, ll)) = &last
+                        && (lp != &f.path || first > ll + 1)
+                        && (!h.before.is_empty() || !h.after.is_empty())
+                    {
+                        entry.push_str("--\n");
+                    }
+                    for c in &h.before {
+                        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
+                    }
+                    if f.outside {
+                        entry.push_str(&format!(
+                            "{}:{}: [outside the readable mounts: path and line only]\n",
+                            f.path, h.line
+                        ));
+                    } else {
+                        entry.push_str(&format!("{}:{}:{}\n", f.path, h.line, h.text));
+                    }
+                    for c in &h.after {
+                        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
+                    }
+                    match admit(&entry, &mut text, &mut returned, &mut index) {
+                        Some(true) => {
+                            last =
+                                Some((f.path.clone(), h.after.last().map_or(h.line, |c| c.line)));
+                            out.push(GrepMatch {
+                                file: f.path.clone(),
+                                line: h.line,
+                                text: (!f.outside).then(|| h.text.clone()),
+                                before: h.before.clone(),
+                                after: h.after.clone(),
+                                outside_cage: f.outside,
+                            });
+                        }
+                        Some(false) => {}
+                        None => break 'files,
+                    }
+                }
+            }
+            result.matches = Some(out);
+        }
+    }
+    result.returned = returned;
+    let reason = cut_by.or(stopped);
+    result.truncated = reason.is_some();
+    result.truncated_reason = reason.map(str::to_string);
+    if cut_by.is_some() {
+        result.next_offset = Some(offset + returned);
+    }
+    if text.ends_with('\n') {
+        text.pop();
+    }
+    if returned == 0 && !result.truncated {
+        text = format!("no matches ({files_searched} files searched)");
+    }
+    match reason {
+        Some("head_limit") | Some("output_cap") => text.push_str(&format!(
+            "\n[truncated: {returned} of {} shown; continue with offset={}, or narrow with path/include/type]",
+            match mode {
+                OutputMode::Content => total_matches,
+                _ => total_files,
+            },
+            offset + returned
+        )),
+        Some("time_budget") => text.push_str(&format!(
+            "\n[partial: the {} s search budget ran out after {files_searched} files; narrow with path, include or type]",
+            limits.budget.as_secs_f64()
+        )),
+        Some("memory_budget") => text.push_str("\n[partial: too many matches to hold; narrow the pattern, path or include]"),
+        _ => {}
+    }
+    Reply::new(result, text)
+}

@@ -1,0 +1,89 @@
+//! kitbag-search: grep, glob, AST search and AST rewrite over MCP, confined to a root.
+
+pub mod ast;
+pub mod glob;
+pub mod grep;
+pub mod walk;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
+
+pub use grep::GrepLimits;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kitbag-search",
+    version,
+    about = "MCP server: grep, glob, AST search and rewrite"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Time budget of one search, in milliseconds; past it the answer is partial.
+    #[arg(long, default_value_t = 60_000)]
+    pub search_timeout_ms: u64,
+
+    /// Largest answer of one search, in bytes; past it the answer is truncated.
+    #[arg(long, default_value_t = 256 * 1024)]
+    pub max_output_bytes: usize,
+}
+
+pub const IDENTITY: Identity = Identity {
+    name: "kitbag-search",
+    version: env!("CARGO_PKG_VERSION"),
+    instructions: "Code search confined to the server's root: search_grep (regex over contents, ripgrep engine), search_glob (file names), search_ast (structural patterns with meta-variables) and edit_ast (structural rewrite, dry run by default).",
+};
+
+/// Server state: the bounds every search runs under.
+pub struct SearchState {
+    pub limits: GrepLimits,
+}
+
+pub fn router() -> ToolRouter<SearchState> {
+    ToolRouter::new()
+        .tool(
+            grep::DEF,
+            |s: Arc<SearchState>, p, ctx: CallCtx| async move {
+                grep::run(ctx.policy().clone(), s.limits, p, ctx).await
+            },
+        )
+        .tool(
+            glob::DEF,
+            |s: Arc<SearchState>, p, ctx: CallCtx| async move {
+                glob::run(ctx.policy().clone(), s.limits, p, ctx).await
+            },
+        )
+        .tool(
+            ast::SEARCH_DEF,
+            |_s: Arc<SearchState>, p, ctx: CallCtx| async move {
+                ast::search(ctx.policy().clone(), p, ctx).await
+            },
+        )
+        .tool(
+            ast::EDIT_DEF,
+            |_s: Arc<SearchState>, p, ctx: CallCtx| async move {
+                ast::edit(ctx.policy().clone(), p, ctx).await
+            },
+        )
+}
+
+pub fn build(args: &Args) -> anyhow::Result<McpServer<SearchState>> {
+    let policy = args.common.policy()?;
+    let state = SearchState {
+        limits: GrepLimits {
+            budget: Duration::from_millis(args.search_timeout_ms.max(1)),
+            max_output_bytes: args.max_output_bytes.max(1024),
+        },
+    };
+    McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.common.init_logging()?;
+    let server = build(&args)?;
+    kitbag_shared::serve_stdio(server).await
+}
