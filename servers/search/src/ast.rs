@@ -301,13 +301,60 @@ fn compile(pattern: &str, lang: SupportLang, field: &str) -> ToolResult<Pattern>
     if pattern.trim().is_empty() {
         return Err(ToolError::invalid_field(field, "must not be empty"));
     }
-    Pattern::try_new(pattern, lang).map_err(|e| {
+    let invalid = |why: String| {
         ToolError::new(
             ErrorCode::InvalidPattern,
-            format!("{field}: not a valid {lang} pattern: {e}. A pattern must be one complete piece of code, e.g. `foo($A)`."),
+            format!(
+                "{field}: not a valid {} pattern: {why}. A pattern must be one complete piece of code, e.g. `foo($A)`.",
+                lang.to_string().to_lowercase()
+            ),
         )
         .with_detail(json!({ "field": field, "pattern": pattern }))
-    })
+    };
+    let compiled = Pattern::try_new(pattern, lang).map_err(|e| invalid(e.to_string()))?;
+    // tree-sitter recovers from syntax errors, so a broken pattern still "parses" and would
+    // match garbage: refuse an ERROR root and unbalanced brackets outright.
+    if compiled.has_error() {
+        return Err(invalid("it does not parse (syntax error)".into()));
+    }
+    if let Some(why) = unbalanced(pattern) {
+        return Err(invalid(why));
+    }
+    Ok(compiled)
+}
+
+/// Why the brackets of `src` do not balance (strings and char literals skipped), if they don't.
+fn unbalanced(src: &str) -> Option<String> {
+    let mut stack = Vec::new();
+    let mut quote: Option<char> = None;
+    let mut escaped = false;
+    for c in src.chars() {
+        if let Some(q) = quote {
+            match (escaped, c) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, c) if c == q => quote = None,
+                _ => {}
+            }
+            continue;
+        }
+        match c {
+            '"' | '`' => quote = Some(c),
+            '(' | '[' | '{' => stack.push(c),
+            ')' | ']' | '}' => {
+                let open = match c {
+                    ')' => '(',
+                    ']' => '[',
+                    _ => '{',
+                };
+                if stack.pop() != Some(open) {
+                    return Some(format!("unexpected `{c}`"));
+                }
+            }
+            _ => {}
+        }
+    }
+    stack.last().map(|c| format!("`{c}` is never closed"))
 }
 
 /// Run `f` over `files` on a few threads; results come back in file order.
@@ -903,5 +950,38 @@ fn plan_file(
         edits,
         src,
         error: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bracket_balance() {
+        assert_eq!(unbalanced("foo($A)"), None);
+        assert_eq!(
+            unbalanced("f(\"(\")"),
+            None,
+            "brackets in strings don't count"
+        );
+        assert_eq!(
+            unbalanced("fn $N<'a>($$$A) { $$$B }"),
+            None,
+            "lifetimes are not quotes"
+        );
+        assert!(unbalanced("foo(").is_some());
+        assert!(unbalanced("foo)").is_some());
+        assert!(unbalanced("[1, 2)").is_some());
+    }
+
+    #[test]
+    fn line_columns_count_characters() {
+        let src = "héllo\n  wörld";
+        assert_eq!(line_col(src, 0), (1, 1));
+        let w = src.find('w').expect("w");
+        assert_eq!(line_col(src, w), (2, 3));
+        let d = src.find('d').expect("d");
+        assert_eq!(line_col(src, d), (2, 7));
     }
 }

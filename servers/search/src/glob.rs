@@ -148,7 +148,8 @@ pub async fn run(
             let mut seen = 0u32;
             Box::new(move |entry| {
                 seen += 1;
-                if seen.is_multiple_of(512) && (cancel.is_cancelled() || Instant::now() > deadline) {
+                if seen.is_multiple_of(512) && (cancel.is_cancelled() || Instant::now() > deadline)
+                {
                     timed_out.store(!cancel.is_cancelled(), Ordering::Relaxed);
                     return WalkState::Quit;
                 }

@@ -185,6 +185,7 @@ pub struct GrepResult {
 pub struct GrepLimits {
     pub budget: Duration,
     pub max_output_bytes: usize,
+    pub progress_interval: Duration,
 }
 
 struct Hit {
@@ -412,7 +413,7 @@ pub async fn run(
         let (ctx, shared) = (ctx.clone(), shared.clone());
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(Duration::from_millis(250)).await;
+                tokio::time::sleep(limits.progress_interval).await;
                 let n = shared.files_searched.load(Ordering::Relaxed);
                 ctx.progress(n as f64, None, Some(format!("{n} files searched")))
                     .await;

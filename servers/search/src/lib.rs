@@ -30,6 +30,10 @@ pub struct Args {
     /// Largest answer of one search, in bytes; past it the answer is truncated.
     #[arg(long, default_value_t = 256 * 1024)]
     pub max_output_bytes: usize,
+
+    /// Interval between progress notifications of a long search, in milliseconds.
+    #[arg(long, default_value_t = 250)]
+    pub progress_interval_ms: u64,
 }
 
 pub const IDENTITY: Identity = Identity {
@@ -77,6 +81,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<SearchState>> {
         limits: GrepLimits {
             budget: Duration::from_millis(args.search_timeout_ms.max(1)),
             max_output_bytes: args.max_output_bytes.max(1024),
+            progress_interval: Duration::from_millis(args.progress_interval_ms.max(1)),
         },
     };
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)

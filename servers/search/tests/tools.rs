@@ -1,0 +1,768 @@
+//! search_grep, search_glob, search_ast and edit_ast against the real binary.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use kitbag_testkit::{Era, McpClient, ToolCall};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-search"))
+}
+
+struct Fx(tempfile::TempDir);
+
+impl Fx {
+    fn new(files: &[(&str, &str)]) -> Self {
+        let fx = Fx(tempfile::tempdir().expect("tmp"));
+        for (p, c) in files {
+            fx.write(p, c.as_bytes());
+        }
+        fx
+    }
+    fn p(&self, rel: &str) -> PathBuf {
+        self.0.path().join(rel)
+    }
+    fn write(&self, rel: &str, c: &[u8]) {
+        let p = self.p(rel);
+        std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+        std::fs::write(p, c).expect("write");
+    }
+    fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.p(rel)).expect("read")
+    }
+    fn client(&self, args: &[&str]) -> McpClient {
+        McpClient::spawn(bin(), args, self.0.path(), Era::Handshake)
+    }
+}
+
+fn ok(c: &mut McpClient, tool: &str, args: Value) -> ToolCall {
+    let r = c.call(tool, args.clone());
+    assert!(!r.is_error, "{tool} {args}: {}", r.text);
+    r
+}
+
+fn err(c: &mut McpClient, tool: &str, args: Value, code: &str, field: Option<&str>) -> ToolCall {
+    let r = c.call(tool, args.clone());
+    assert!(r.is_error, "{tool} {args} should fail: {}", r.text);
+    assert_eq!(r.error_code(), Some(code), "{tool} {args}: {}", r.text);
+    if let Some(f) = field {
+        assert_eq!(
+            r.structured["error"]["detail"]["field"], f,
+            "{tool} {args}: {}",
+            r.text
+        );
+    }
+    r
+}
+
+fn strings(v: &Value) -> Vec<String> {
+    v.as_array()
+        .expect("array")
+        .iter()
+        .map(|s| s.as_str().expect("str").to_string())
+        .collect()
+}
+
+fn project() -> Fx {
+    Fx::new(&[
+        (".gitignore", "build/\n*.log\n"),
+        (
+            "src/main.ts",
+            "// TODO: handle errors\nconsole.log(\"server started\");\nconst x = 1;\n",
+        ),
+        (
+            "src/util.ts",
+            "export const a = 1; // TODO later\nconsole.log(a, b);\n",
+        ),
+        ("src/legacy.js", "// TODO: remove\nconsole.log('old');\n"),
+        ("src/auth.test.ts", "test('auth', () => {});\n"),
+        ("src/db.test.ts", "test('db', () => {});\n"),
+        ("build/out.ts", "// TODO generated\n"),
+        ("debug.log", "TODO in a log\n"),
+        (".secret/notes.ts", "// TODO hidden\n"),
+        (
+            "lib/core.rs",
+            "fn main() {\n    let v = compute().unwrap();\n    println!(\"{}\", v);\n}\n",
+        ),
+    ])
+}
+
+#[test]
+fn grep_matches_filters_and_ignores() {
+    let fx = project();
+    fx.write("assets/logo.bin", b"TODO\0\x01\x02binary TODO");
+    let mut c = fx.client(&[]);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "TODO", "output_mode": "content"}),
+    );
+    let lines: Vec<&str> = r.text.lines().collect();
+    assert_eq!(
+        lines,
+        [
+            "src/legacy.js:1:// TODO: remove",
+            "src/main.ts:1:// TODO: handle errors",
+            "src/util.ts:1:export const a = 1; // TODO later"
+        ],
+        "gitignored, hidden and binary files are skipped; results sorted"
+    );
+    assert_eq!(r.structured["matches"][1]["file"], "src/main.ts");
+    assert_eq!(r.structured["matches"][1]["line"], 1);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "TODO", "include": "*.ts"}),
+    );
+    assert_eq!(
+        strings(&r.structured["files"]),
+        ["src/main.ts", "src/util.ts"]
+    );
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "TODO", "include": ["*.ts", "*.js", "!util.ts"]}),
+    );
+    assert_eq!(
+        strings(&r.structured["files"]),
+        ["src/legacy.js", "src/main.ts"]
+    );
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "TODO", "type": "js"}),
+    );
+    assert_eq!(strings(&r.structured["files"]), ["src/legacy.js"]);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "TODO", "hidden": true, "no_ignore": true}),
+    );
+    let files = strings(&r.structured["files"]);
+    for f in [".secret/notes.ts", "build/out.ts", "debug.log"] {
+        assert!(files.contains(&f.to_string()), "{f} in {files:?}");
+    }
+    assert!(
+        !files.iter().any(|f| f.ends_with(".bin")),
+        "binary skipped even with no_ignore"
+    );
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "todo", "output_mode": "count"}),
+    );
+    assert_eq!(
+        r.structured["counts"][0],
+        json!({"file": "src/legacy.js", "count": 1}),
+        "smart case: lowercase is insensitive"
+    );
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "Todo", "output_mode": "count"}),
+    );
+    assert_eq!(
+        r.structured["total_files"], 0,
+        "smart case: an uppercase letter makes it sensitive"
+    );
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "todo", "case": "sensitive"}),
+    );
+    assert_eq!(r.structured["total_files"], 0);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "console.log(a", "fixed_strings": true}),
+    );
+    assert_eq!(strings(&r.structured["files"]), ["src/util.ts"]);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "a", "word": true, "path": "src/util.ts", "output_mode": "content"}),
+    );
+    assert_eq!(r.structured["total_matches"], 2);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "unwrap\\(\\);\\n\\s+println", "multiline": true, "output_mode": "content"}),
+    );
+    assert_eq!(r.structured["matches"][0]["line"], 2);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "unwrap", "path": "lib", "output_mode": "content", "context": 1}),
+    );
+    assert_eq!(
+        r.text,
+        "lib/core.rs-1-fn main() {\nlib/core.rs:2:    let v = compute().unwrap();\nlib/core.rs-3-    println!(\"{}\", v);"
+    );
+}
+
+#[test]
+fn grep_pages_are_disjoint_and_consecutive() {
+    let fx = Fx::new(&[]);
+    for i in 0..30 {
+        fx.write(
+            &format!("f{i:02}.txt"),
+            format!("needle {i}\nhay\nneedle again {i}\n").as_bytes(),
+        );
+    }
+    let mut c = fx.client(&[]);
+    let all = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "needle", "output_mode": "content"}),
+    );
+    let all: Vec<Value> = all.structured["matches"].as_array().expect("m").clone();
+    assert_eq!(all.len(), 60);
+    let mut paged = Vec::new();
+    let mut offset = 0;
+    loop {
+        let r = ok(
+            &mut c,
+            "search_grep",
+            json!({"pattern": "needle", "output_mode": "content", "head_limit": 7, "offset": offset}),
+        );
+        let page = r.structured["matches"].as_array().expect("m").clone();
+        paged.extend(page.clone());
+        if r.structured["truncated"] != true {
+            break;
+        }
+        assert_eq!(page.len(), 7);
+        assert_eq!(r.structured["truncated_reason"], "head_limit");
+        offset = r.structured["next_offset"].as_u64().expect("next");
+    }
+    assert_eq!(paged, all, "pages reassemble the whole answer exactly");
+    let files = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "needle", "head_limit": 10, "offset": 25}),
+    );
+    assert_eq!(
+        strings(&files.structured["files"]),
+        ["f25.txt", "f26.txt", "f27.txt", "f28.txt", "f29.txt"]
+    );
+}
+
+#[test]
+fn grep_output_cap_and_time_budget() {
+    let fx = Fx::new(&[]);
+    for i in 0..400 {
+        let body: String = (0..50)
+            .map(|l| format!("line {l} of file {i} with some words to match\n"))
+            .collect();
+        fx.write(&format!("d{}/f{i}.txt", i % 10), body.as_bytes());
+    }
+    let mut c = fx.client(&["--max-output-bytes", "4096"]);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "words", "output_mode": "content"}),
+    );
+    assert_eq!(r.structured["truncated"], true);
+    assert_eq!(r.structured["truncated_reason"], "output_cap");
+    assert!(r.text.len() < 4096 + 300, "{}", r.text.len());
+    assert!(r.text.contains("offset="));
+    // A 1 ms budget cannot walk 400 files: the answer is partial and says so.
+    let mut slow = fx.client(&["--search-timeout-ms", "1"]);
+    let r = ok(
+        &mut slow,
+        "search_grep",
+        json!({"pattern": "(\\w+\\s+){3}match", "output_mode": "count"}),
+    );
+    assert_eq!(r.structured["truncated"], true);
+    assert_eq!(r.structured["truncated_reason"], "time_budget");
+    assert!(r.structured["files_searched"].as_u64().expect("n") < 400);
+    assert!(r.text.contains("budget"));
+}
+
+#[test]
+fn grep_progress_and_cancellation() {
+    let fx = Fx::new(&[]);
+    let words = "alpha beta gamma delta epsilon zeta eta theta iota kappa lambda mu nu xi omicron pi rho sigma tau\n";
+    let body = words.repeat(400);
+    for i in 0..1500 {
+        fx.write(&format!("t{}/f{i}.txt", i % 20), body.as_bytes());
+    }
+    let mut c = fx.client(&["--progress-interval-ms", "5"]);
+    // Slow enough to take a while on every machine: a backtracking-free but busy pattern.
+    let slow = json!({"pattern": "(?i)(\\w+\\s+){8}zzz", "output_mode": "count"});
+    let r = c.call_with_progress("search_grep", slow.clone(), "tok-1");
+    assert!(!r.is_error, "{}", r.text);
+    let progress: Vec<Value> = c
+        .take_notifications()
+        .into_iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
+    assert!(!progress.is_empty(), "progress notifications while walking");
+    assert_eq!(progress[0]["params"]["progressToken"], "tok-1");
+    assert!(
+        progress[0]["params"]["message"]
+            .as_str()
+            .expect("message")
+            .contains("files searched")
+    );
+    // Cancel an in-flight search: the server stops it and keeps serving.
+    let id = c.send_request(
+        "tools/call",
+        json!({"name": "search_grep", "arguments": slow}),
+    );
+    std::thread::sleep(Duration::from_millis(50));
+    c.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "test"}),
+    );
+    let started = std::time::Instant::now();
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "alpha", "path": "t0/f0.txt", "output_mode": "count"}),
+    );
+    assert_eq!(r.structured["counts"][0]["count"], 400);
+    assert!(started.elapsed() < Duration::from_secs(20));
+}
+
+#[test]
+fn glob_finds_tests_newest_first() {
+    let fx = project();
+    let mut c = fx.client(&[]);
+    let r = ok(
+        &mut c,
+        "search_glob",
+        json!({"pattern": "**/*.test.ts", "sort": "path"}),
+    );
+    assert_eq!(
+        strings(&r.structured["files"]),
+        ["src/auth.test.ts", "src/db.test.ts"]
+    );
+    let f = std::fs::File::options()
+        .write(true)
+        .open(fx.p("src/auth.test.ts"))
+        .expect("open");
+    f.set_modified(std::time::SystemTime::now() + Duration::from_secs(60))
+        .expect("touch");
+    let r = ok(&mut c, "search_glob", json!({"pattern": "*.test.ts"}));
+    assert_eq!(
+        strings(&r.structured["files"]),
+        ["src/auth.test.ts", "src/db.test.ts"],
+        "newest first"
+    );
+    let r = ok(
+        &mut c,
+        "search_glob",
+        json!({"pattern": "*.ts", "limit": 2}),
+    );
+    assert_eq!(r.structured["count"], 2);
+    assert_eq!(
+        r.structured["total"], 4,
+        "build/ is ignored and .secret is hidden"
+    );
+    assert_eq!(r.structured["truncated"], true);
+    let r = ok(
+        &mut c,
+        "search_glob",
+        json!({"pattern": "*.ts", "hidden": true, "no_ignore": true}),
+    );
+    assert_eq!(r.structured["total"], 6);
+    let r = ok(
+        &mut c,
+        "search_glob",
+        json!({"pattern": "src/*.js", "path": "."}),
+    );
+    assert_eq!(strings(&r.structured["files"]), ["src/legacy.js"]);
+}
+
+#[test]
+fn ast_search_captures() {
+    let fx = project();
+    let mut c = fx.client(&[]);
+    let r = ok(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "console.log($MSG)", "lang": "typescript", "paths": ["src"]}),
+    );
+    assert_eq!(r.structured["count"], 1);
+    let m = &r.structured["matches"][0];
+    assert_eq!(m["file"], "src/main.ts");
+    assert_eq!(m["start_line"], 2);
+    assert_eq!(m["meta_variables"]["MSG"], "\"server started\"");
+    let r = ok(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "console.log($$$ARGS)", "lang": "ts", "context": 1}),
+    );
+    let util = r.structured["matches"]
+        .as_array()
+        .expect("m")
+        .iter()
+        .find(|m| m["file"] == "src/util.ts")
+        .expect("util")
+        .clone();
+    assert_eq!(
+        util["meta_variables"]["ARGS"],
+        json!(["a", "b"]),
+        "separators dropped"
+    );
+    assert_eq!(
+        util["context_before"],
+        json!(["export const a = 1; // TODO later"])
+    );
+    let r = ok(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "$X.unwrap()", "paths": "lib"}),
+    );
+    assert_eq!(
+        r.structured["lang"], "rust",
+        "inferred from the only language present"
+    );
+    assert_eq!(
+        r.structured["matches"][0]["meta_variables"]["X"],
+        "compute()"
+    );
+    // A minified one-line file cannot flood the context.
+    fx.write(
+        "min/big.js",
+        format!(
+            "{}console.log(1);{}",
+            "var a=1;".repeat(5000),
+            "var b=2;".repeat(5000)
+        )
+        .as_bytes(),
+    );
+    let r = ok(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "console.log($A)", "paths": "min", "context": 2}),
+    );
+    assert!(r.text.len() < 6000, "{}", r.text.len());
+}
+
+#[test]
+fn edit_ast_preview_apply_limits_and_inference() {
+    let fx = Fx::new(&[
+        (
+            "src/a.ts",
+            "console.log(\"one\");\nconsole.log(\"two\");\nconsole.log(\"three\");\n",
+        ),
+        ("src/b.ts", "console.log(\"b\");\n"),
+        ("other/c.ts", "console.log(\"c\");\n"),
+    ]);
+    let before_a = fx.read("src/a.ts");
+    let mut c = fx.client(&[]);
+    let rw = json!({"console.log($MSG)": "logger.debug($MSG)"});
+    let r = ok(&mut c, "edit_ast", json!({"rewrites": rw, "path": "src"}));
+    assert_eq!(r.structured["applied"], false);
+    assert_eq!(r.structured["total_replacements"], 4);
+    assert_eq!(r.structured["changes"][0]["after"], "logger.debug(\"one\")");
+    assert_eq!(fx.read("src/a.ts"), before_a, "dry run writes nothing");
+    let preview_diff = r.structured["file_changes"][0]["diff"].clone();
+    // Single-file path: only that file.
+    let r = ok(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "src/b.ts", "dry_run": false}),
+    );
+    assert_eq!(r.structured["files_touched"], 1);
+    assert_eq!(fx.read("src/b.ts"), "logger.debug(\"b\");\n");
+    assert_eq!(fx.read("other/c.ts"), "console.log(\"c\");\n");
+    // Caps.
+    let r = ok(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "src/a.ts", "max_replacements": 1}),
+    );
+    assert_eq!(r.structured["total_replacements"], 1);
+    assert_eq!(r.structured["limit_reached"], true);
+    let r = ok(&mut c, "edit_ast", json!({"rewrites": rw, "max_files": 1}));
+    assert_eq!(r.structured["files_touched"], 1);
+    assert_eq!(r.structured["limit_reached"], true);
+    // Apply writes exactly the previewed bytes.
+    let r = ok(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "src/a.ts", "dry_run": false}),
+    );
+    assert_eq!(r.structured["applied"], true);
+    assert_eq!(r.structured["file_changes"][0]["diff"], preview_diff);
+    assert_eq!(
+        fx.read("src/a.ts"),
+        "logger.debug(\"one\");\nlogger.debug(\"two\");\nlogger.debug(\"three\");\n"
+    );
+    // Language inference: mixed extensions need `lang`; uniform ones infer it.
+    fx.write("mixed/x.ts", b"console.log(1);\n");
+    fx.write("mixed/y.js", b"console.log(2);\n");
+    let e = err(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "mixed"}),
+        "invalid_params",
+        Some("lang"),
+    );
+    assert!(
+        e.text.contains("javascript") && e.text.contains("typescript"),
+        "{}",
+        e.text
+    );
+    let r = ok(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "mixed", "lang": "javascript"}),
+    );
+    assert_eq!(r.structured["total_replacements"], 1);
+    err(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": {"console.log(": "x"}, "lang": "typescript"}),
+        "invalid_pattern",
+        None,
+    );
+    err(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "../../etc"}),
+        "capability_denied",
+        Some("path"),
+    );
+}
+
+#[test]
+fn edit_ast_failure_leaves_every_file_unchanged() {
+    let fx = Fx::new(&[("a/one.py", "print(1)\n"), ("b/two.py", "print(2)\n")]);
+    // An immutable file cannot be replaced, even by root: the second rename fails.
+    let locked = fx.p("b/two.py");
+    let status = std::process::Command::new("chattr")
+        .arg("+i")
+        .arg(&locked)
+        .status();
+    if !status.is_ok_and(|s| s.success()) {
+        assert!(
+            std::env::var("CI").is_err(),
+            "chattr +i is needed for this test under CI"
+        );
+        eprintln!("SKIP edit_ast_failure_leaves_every_file_unchanged: chattr +i unsupported here");
+        return;
+    }
+    let mut c = fx.client(&[]);
+    let r = c.call(
+        "edit_ast",
+        json!({"rewrites": {"print($X)": "log($X)"}, "dry_run": false}),
+    );
+    let _ = std::process::Command::new("chattr")
+        .arg("-i")
+        .arg(&locked)
+        .status();
+    assert!(r.is_error, "{}", r.text);
+    assert_eq!(r.error_code(), Some("io_error"));
+    assert_eq!(
+        fx.read("a/one.py"),
+        "print(1)\n",
+        "the first file was rolled back"
+    );
+    assert_eq!(fx.read("b/two.py"), "print(2)\n");
+    let leftovers: Vec<_> = std::fs::read_dir(fx.p("a"))
+        .expect("ls")
+        .map(|e| e.expect("e").file_name())
+        .collect();
+    assert_eq!(leftovers.len(), 1, "no temp files left: {leftovers:?}");
+}
+
+#[test]
+fn caged_server_marks_outside_and_refuses_apply() {
+    let fx = project();
+    let mut c = fx.client(&["--allow", "ro:src"]);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "TODO|unwrap", "output_mode": "content"}),
+    );
+    let core = r.structured["matches"]
+        .as_array()
+        .expect("m")
+        .iter()
+        .find(|m| m["file"] == "lib/core.rs")
+        .expect("core")
+        .clone();
+    assert_eq!(core["outside_cage"], true);
+    assert!(
+        core.get("text").is_none(),
+        "no text outside the cage: {core}"
+    );
+    let main = r.structured["matches"]
+        .as_array()
+        .expect("m")
+        .iter()
+        .find(|m| m["file"] == "src/main.ts")
+        .expect("main")
+        .clone();
+    assert!(main.get("outside_cage").is_none());
+    assert!(main["text"].as_str().is_some());
+    let r = ok(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "$X.unwrap()", "paths": "lib"}),
+    );
+    assert_eq!(r.structured["matches"][0]["outside_cage"], true);
+    assert!(r.structured["matches"][0].get("text").is_none());
+    let rw = json!({"console.log($MSG)": "logger.debug($MSG)"});
+    ok(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "src", "lang": "typescript"}),
+    );
+    err(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": rw, "path": "src", "lang": "typescript", "dry_run": false}),
+        "capability_denied",
+        Some("path"),
+    );
+    assert!(fx.read("src/main.ts").contains("console.log"));
+}
+
+#[test]
+fn bad_input_is_typed() {
+    let fx = project();
+    let mut c = fx.client(&[]);
+    let e = err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "foo("}),
+        "invalid_pattern",
+        Some("pattern"),
+    );
+    assert!(
+        e.text.contains("unclosed") || e.text.contains("regex"),
+        "{}",
+        e.text
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": ""}),
+        "invalid_params",
+        Some("pattern"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "type": "klingon"}),
+        "invalid_params",
+        Some("type"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "head_limit": 0}),
+        "invalid_params",
+        Some("head_limit"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "offset": -1}),
+        "invalid_params",
+        Some("offset"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "context": 2, "before": 1, "output_mode": "content"}),
+        "invalid_params",
+        Some("context"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "context": 2}),
+        "invalid_params",
+        Some("context"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "output_mode": "lines"}),
+        "invalid_params",
+        Some("output_mode"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "path": "../"}),
+        "capability_denied",
+        Some("path"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "path": "nope"}),
+        "file_not_found",
+        Some("path"),
+    );
+    err(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "x", "include": "a[b"}),
+        "invalid_params",
+        Some("include"),
+    );
+    err(
+        &mut c,
+        "search_glob",
+        json!({"pattern": "a[b"}),
+        "invalid_pattern",
+        Some("pattern"),
+    );
+    err(
+        &mut c,
+        "search_glob",
+        json!({"pattern": "*", "limit": -5}),
+        "invalid_params",
+        Some("limit"),
+    );
+    err(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "foo(", "lang": "rust"}),
+        "invalid_pattern",
+        Some("pattern"),
+    );
+    err(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "foo()", "lang": "cobol"}),
+        "invalid_params",
+        Some("lang"),
+    );
+    err(
+        &mut c,
+        "search_ast",
+        json!({"pattern": "foo()", "lang": "rust", "limit": 0}),
+        "invalid_params",
+        Some("limit"),
+    );
+    err(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": {}}),
+        "invalid_params",
+        Some("rewrites"),
+    );
+    err(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": {"a($X)": 5}, "lang": "rust"}),
+        "invalid_params",
+        Some("rewrites.a($X)"),
+    );
+    err(
+        &mut c,
+        "edit_ast",
+        json!({"rewrites": {"a($X)": "b($X)"}, "lang": "rust", "max_files": 0}),
+        "invalid_params",
+        Some("max_files"),
+    );
+}
