@@ -1,0 +1,284 @@
+//! `shell_bash`: run a command through `/bin/sh -c` in a PTY and return what it printed.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kitbag_shared::{
+    Access, CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::ShellState;
+use crate::ansi::render;
+use crate::process::{self, SpawnSpec, Waited};
+
+pub const MAX_COMMAND_BYTES: usize = 64 * 1024;
+pub const MAX_ENV_ENTRIES: usize = 64;
+pub const DEFAULT_TIMEOUT_MS: i64 = 120_000;
+pub const MIN_TIMEOUT_MS: i64 = 1_000;
+pub const MAX_TIMEOUT_MS: i64 = 600_000;
+
+pub const DEF: ToolDef = ToolDef::write(
+    "shell_bash",
+    "Run shell command",
+    "Run a command with `/bin/sh -c` in a pseudo-terminal, in `cwd` (root-relative, default the root), \
+     and return its output (stdout and stderr merged, as a terminal shows them), exit code and \
+     duration. A non-zero exit code is data, not an error. `timeout` is in milliseconds (default \
+     120000, clamped to 1000–600000); on timeout the whole process tree gets SIGTERM, then SIGKILL \
+     after 5 s, and `timed_out` is true. Output beyond the preview cap (30 KB) shows head and tail; \
+     the complete output is in the file at `log_path`. Stdin is at end-of-file: interactive \
+     programs see EOF. `env` adds variables. Processes the command leaves behind are stopped when \
+     it ends — for servers and watchers use `background: true`, which returns a `job_id` at once \
+     (read with shell_output, stop with shell_kill).\n\
+     Example: {\"command\": \"cargo test -p mycrate 2>&1 | tail -20\", \"cwd\": \"backend\", \"timeout\": 300000}",
+)
+.destructive()
+.open_world();
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashParams {
+    /// The command line, passed to `/bin/sh -c` (at most 64 KB).
+    pub command: String,
+    /// Working directory, root-relative. Default: the root.
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Time limit in milliseconds (default 120000; clamped to 1000–600000).
+    #[serde(default)]
+    pub timeout: Option<i64>,
+    /// Extra environment variables, merged over the server's environment (at most 64).
+    #[serde(default)]
+    pub env: Option<serde_json::Map<String, serde_json::Value>>,
+    /// Start the command as a background job and return its `job_id` at once.
+    #[serde(default)]
+    pub background: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct BashResult {
+    /// Output as a terminal shows it (stdout and stderr merged), possibly head + tail.
+    pub stdout: String,
+    /// Always empty: the terminal merges both streams into `stdout`.
+    pub stderr: String,
+    /// Exit code (128 + N when killed by signal N; 137 after a timeout).
+    pub exit_code: i32,
+    /// The signal that ended the command, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<String>,
+    pub timed_out: bool,
+    /// `stdout` is a head + tail preview; the log file has everything.
+    pub truncated: bool,
+    pub duration_ms: u64,
+    /// The time limit applied, after clamping.
+    pub timeout_ms: u64,
+    /// Bytes the command wrote.
+    pub output_bytes: u64,
+    /// The complete output (root-relative when inside the root).
+    pub log_path: String,
+    /// Background jobs only: the job to pass to shell_output / shell_kill.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+    /// Background jobs only: true while it runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<bool>,
+}
+
+/// Validated arguments of one command.
+pub struct Prepared {
+    pub command: String,
+    pub cwd: PathBuf,
+    pub env: Vec<(String, String)>,
+    pub timeout_ms: u64,
+}
+
+pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolResult<Prepared> {
+    if state.read_only {
+        return Err(ToolError::new(
+            ErrorCode::CapabilityDenied,
+            "the shell capability is off: this server was started with --read-only",
+        )
+        .with_detail(json!({ "needed": "shell" })));
+    }
+    if p.command.trim().is_empty() {
+        return Err(ToolError::invalid_field(
+            "command",
+            "is required and must not be empty",
+        ));
+    }
+    if p.command.len() > MAX_COMMAND_BYTES {
+        return Err(ToolError::invalid_field(
+            "command",
+            format!(
+                "is {} bytes; at most {MAX_COMMAND_BYTES} bytes are accepted",
+                p.command.len()
+            ),
+        ));
+    }
+    if p.command.contains('\0') {
+        return Err(ToolError::invalid_field(
+            "command",
+            "must not contain NUL bytes",
+        ));
+    }
+    let cwd_arg = p.cwd.as_deref().unwrap_or(".");
+    // Outside the root is a bad argument; inside but not writable is a capability question.
+    let inside = policy.resolve_in_root(cwd_arg, "cwd").map_err(|e| {
+        ToolError::invalid_field(
+            "cwd",
+            format!("{cwd_arg}: must stay inside the root ({})", e.message),
+        )
+    })?;
+    let cwd = policy.resolve(cwd_arg, "cwd", Access::Write)?;
+    if !inside.abs.is_dir() {
+        return Err(ToolError::invalid_field(
+            "cwd",
+            format!("{cwd_arg}: not an existing directory"),
+        ));
+    }
+    let timeout_ms = p
+        .timeout
+        .unwrap_or(DEFAULT_TIMEOUT_MS)
+        .clamp(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS) as u64;
+    let mut env = Vec::new();
+    if let Some(map) = &p.env {
+        if map.len() > MAX_ENV_ENTRIES {
+            return Err(ToolError::invalid_field(
+                "env",
+                format!("{} entries; at most {MAX_ENV_ENTRIES}", map.len()),
+            ));
+        }
+        for (k, v) in map {
+            if k.is_empty() || k.contains('=') || k.contains('\0') {
+                return Err(ToolError::invalid_field(
+                    "env",
+                    format!(
+                        "key {k:?} is not accepted: keys must be non-empty and contain no `=` or NUL"
+                    ),
+                ));
+            }
+            let Some(v) = v.as_str() else {
+                return Err(ToolError::invalid_field(
+                    &format!("env.{k}"),
+                    "values must be strings",
+                ));
+            };
+            if v.contains('\0') {
+                return Err(ToolError::invalid_field(
+                    &format!("env.{k}"),
+                    "must not contain NUL bytes",
+                ));
+            }
+            env.push((k.clone(), v.to_string()));
+        }
+    }
+    Ok(Prepared {
+        command: p.command.clone(),
+        cwd: cwd.abs,
+        env,
+        timeout_ms,
+    })
+}
+
+pub async fn run(
+    state: Arc<ShellState>,
+    p: BashParams,
+    ctx: CallCtx,
+) -> ToolResult<Reply<BashResult>> {
+    let prepared = prepare(&state, ctx.policy(), &p)?;
+    if p.background.unwrap_or(false) {
+        return crate::jobs::start(state, ctx.policy(), prepared);
+    }
+    let policy = ctx.policy().clone();
+    let cancel = ctx.cancel.clone();
+    kitbag_shared::blocking(move || {
+        let log_path = state.next_log_path();
+        let running = process::spawn(SpawnSpec {
+            command: &prepared.command,
+            cwd: &prepared.cwd,
+            env: &prepared.env,
+            log_path: log_path.clone(),
+            preview_bytes: state.preview_bytes,
+        })
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::ShellSpawnFailed,
+                format!("could not start /bin/sh: {e}"),
+            )
+        })?;
+        let deadline = running.started + Duration::from_millis(prepared.timeout_ms);
+        let waited = running.wait(deadline, &|| cancel.is_cancelled());
+        let (exit, timed_out) = match waited {
+            Waited::Exited(exit) => {
+                // Output still in the terminal, then anything the command left running.
+                running.drain(Duration::from_millis(200));
+                if process::group_alive(running.pid) {
+                    process::terminate_group(running.pid, state.kill_grace);
+                    running.drain(Duration::from_millis(200));
+                }
+                (exit, false)
+            }
+            Waited::TimedOut | Waited::Cancelled => {
+                process::terminate_group(running.pid, state.kill_grace);
+                let exit = running.wait_exit(Duration::from_secs(5));
+                running.drain(Duration::from_millis(500));
+                let signal = exit
+                    .and_then(|e| e.signal)
+                    .or_else(|| Some("Killed".into()));
+                (
+                    process::Exit { code: 137, signal },
+                    matches!(waited, Waited::TimedOut),
+                )
+            }
+        };
+        if cancel.is_cancelled() {
+            return Err(ToolError::new(
+                ErrorCode::Cancelled,
+                "cancelled; the command and its processes were stopped",
+            ));
+        }
+        let duration_ms = running.started.elapsed().as_millis() as u64;
+        let capture = running.capture.lock().unwrap_or_else(|e| e.into_inner());
+        let (bytes, truncated) = capture.preview();
+        let stdout = render(&String::from_utf8_lossy(&bytes));
+        let log_shown = policy.display(&log_path);
+        let mut text = stdout.trim_end_matches('\n').to_string();
+        let mut footer = vec![format!("exit code {}", exit.code)];
+        if timed_out {
+            footer.push(format!(
+                "timed out after {} ms; the process tree was stopped",
+                prepared.timeout_ms
+            ));
+        }
+        if truncated {
+            footer.push(format!(
+                "{} bytes of output; full log: {log_shown}",
+                capture.total
+            ));
+        }
+        if !text.is_empty() {
+            text.push('\n');
+        }
+        text.push_str(&format!("[{}]", footer.join("; ")));
+        Ok(Reply::new(
+            BashResult {
+                stdout,
+                stderr: String::new(),
+                exit_code: exit.code,
+                signal: exit.signal,
+                timed_out,
+                truncated,
+                duration_ms,
+                timeout_ms: prepared.timeout_ms,
+                output_bytes: capture.total,
+                log_path: log_shown,
+                job_id: None,
+                running: None,
+            },
+            text,
+        ))
+    })
+    .await
+}

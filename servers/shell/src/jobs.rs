@@ -1,0 +1,395 @@
+//! Background jobs: `shell_bash {background: true}`, `shell_output`, `shell_kill`, `shell_jobs`.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kitbag_shared::{CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::ShellState;
+use crate::ansi::render;
+use crate::bash::{BashResult, Prepared};
+use crate::process::{self, Exit, Running, SpawnSpec};
+
+pub const OUTPUT_DEF: ToolDef = ToolDef::read(
+    "shell_output",
+    "Read background job output",
+    "Read what a background job (started with shell_bash `background: true`) printed since the last \
+     call (or since byte offset `since`), and whether it is still running. At most 30 KB per call; \
+     call again with `since` = `next_since` for more.\nExample: {\"job_id\": \"job-3\"}",
+);
+
+pub const KILL_DEF: ToolDef = ToolDef::write(
+    "shell_kill",
+    "Stop background job",
+    "Stop a background job and every process it started: SIGTERM to its process group, SIGKILL \
+     after the grace period. Returns its final exit code.\nExample: {\"job_id\": \"job-3\"}",
+)
+.destructive()
+.idempotent();
+
+pub const JOBS_DEF: ToolDef = ToolDef::read(
+    "shell_jobs",
+    "List background jobs",
+    "List the background jobs of this session: id, command, whether running, exit code, output size \
+     and log file.\nExample: {}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputParams {
+    /// The job id returned by shell_bash.
+    pub job_id: String,
+    /// Byte offset in the job's output to read from. Default: where the last call stopped.
+    #[serde(default)]
+    pub since: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct OutputResult {
+    pub job_id: String,
+    /// New output as a terminal shows it.
+    pub output: String,
+    /// Offset to pass as `since` next time.
+    pub next_since: u64,
+    /// More output exists past `next_since` already.
+    pub more: bool,
+    pub running: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    pub log_path: String,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct KillParams {
+    /// The job id returned by shell_bash.
+    pub job_id: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct KillResult {
+    pub job_id: String,
+    /// False when the job had already ended.
+    pub killed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobsParams {}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobInfo {
+    pub job_id: String,
+    pub command: String,
+    pub pid: i32,
+    pub running: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    pub output_bytes: u64,
+    pub seconds: u64,
+    pub log_path: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct JobsResult {
+    pub jobs: Vec<JobInfo>,
+}
+
+pub struct Job {
+    pub command: String,
+    pub running: Running,
+    exit: Mutex<Option<Exit>>,
+    /// Where the last shell_output stopped.
+    cursor: Mutex<u64>,
+    log_shown: String,
+}
+
+impl Job {
+    fn exit(&self) -> Option<Exit> {
+        let mut slot = self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        if slot.is_none()
+            && let Some(e) = self.running.try_exit()
+        {
+            *slot = Some(e);
+        }
+        slot.clone()
+    }
+}
+
+#[derive(Default)]
+pub struct Jobs {
+    table: Mutex<BTreeMap<String, Arc<Job>>>,
+    next: Mutex<u64>,
+}
+
+impl Jobs {
+    fn get(&self, id: &str) -> ToolResult<Arc<Job>> {
+        self.table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .get(id)
+            .cloned()
+            .ok_or_else(|| {
+                ToolError::new(
+                    ErrorCode::JobNotFound,
+                    format!("job_id: no job {id}; shell_jobs lists the jobs"),
+                )
+                .with_detail(json!({ "field": "job_id" }))
+            })
+    }
+
+    /// Stop every job (server shutdown).
+    pub fn stop_all(&self, grace: Duration) {
+        let jobs: Vec<Arc<Job>> = self
+            .table
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .cloned()
+            .collect();
+        for j in jobs {
+            if process::group_alive(j.running.pid) {
+                process::terminate_group(j.running.pid, grace);
+            }
+        }
+    }
+}
+
+pub fn start(
+    state: Arc<ShellState>,
+    policy: &PathPolicy,
+    p: Prepared,
+) -> ToolResult<Reply<BashResult>> {
+    let log_path = state.next_log_path();
+    let running = process::spawn(SpawnSpec {
+        command: &p.command,
+        cwd: &p.cwd,
+        env: &p.env,
+        log_path: log_path.clone(),
+        preview_bytes: state.preview_bytes,
+    })
+    .map_err(|e| {
+        ToolError::new(
+            ErrorCode::ShellSpawnFailed,
+            format!("could not start /bin/sh: {e}"),
+        )
+    })?;
+    let id = {
+        let mut n = state.jobs.next.lock().unwrap_or_else(|e| e.into_inner());
+        *n += 1;
+        format!("job-{n}")
+    };
+    let log_shown = policy.display(&log_path);
+    let pid = running.pid;
+    let job = Arc::new(Job {
+        command: p.command.clone(),
+        running,
+        exit: Mutex::new(None),
+        cursor: Mutex::new(0),
+        log_shown: log_shown.clone(),
+    });
+    state
+        .jobs
+        .table
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .insert(id.clone(), job);
+    let text = format!(
+        "started {id} (pid {pid}); read its output with shell_output, stop it with shell_kill"
+    );
+    Ok(Reply::new(
+        BashResult {
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: 0,
+            signal: None,
+            timed_out: false,
+            truncated: false,
+            duration_ms: 0,
+            timeout_ms: 0,
+            output_bytes: 0,
+            log_path: log_shown,
+            job_id: Some(id),
+            running: Some(true),
+        },
+        text,
+    ))
+}
+
+pub async fn output(
+    state: Arc<ShellState>,
+    p: OutputParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<OutputResult>> {
+    let job = state.jobs.get(&p.job_id)?;
+    let since = match p.since {
+        None => *job.cursor.lock().unwrap_or_else(|e| e.into_inner()),
+        Some(n) if n >= 0 => n as u64,
+        Some(n) => {
+            return Err(ToolError::invalid_field(
+                "since",
+                format!("{n} is not accepted; 0 or more"),
+            ));
+        }
+    };
+    let cap = state.preview_bytes as u64;
+    let exit = job.exit();
+    let (total, log_path) = {
+        let c = job
+            .running
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        (c.total, c.log_path.clone())
+    };
+    let end = total.min(since.saturating_add(cap));
+    let mut bytes = Vec::new();
+    if end > since {
+        let mut f =
+            std::fs::File::open(&log_path).map_err(|e| ToolError::io(&job.log_shown, &e))?;
+        f.seek(SeekFrom::Start(since))
+            .map_err(|e| ToolError::io(&job.log_shown, &e))?;
+        f.take(end - since)
+            .read_to_end(&mut bytes)
+            .map_err(|e| ToolError::io(&job.log_shown, &e))?;
+    }
+    let next = since + bytes.len() as u64;
+    *job.cursor.lock().unwrap_or_else(|e| e.into_inner()) = next;
+    let output = render(&String::from_utf8_lossy(&bytes));
+    let running = exit.is_none();
+    let mut text = output.trim_end_matches('\n').to_string();
+    let status = match &exit {
+        Some(e) => format!("exited with code {}", e.code),
+        None => "still running".to_string(),
+    };
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&format!(
+        "[{} {status}; next_since={next}{}]",
+        p.job_id,
+        if next < total {
+            "; more output waiting"
+        } else {
+            ""
+        }
+    ));
+    Ok(Reply::new(
+        OutputResult {
+            job_id: p.job_id,
+            output,
+            next_since: next,
+            more: next < total,
+            running,
+            exit_code: exit.map(|e| e.code),
+            log_path: job.log_shown.clone(),
+        },
+        text,
+    ))
+}
+
+pub async fn kill(
+    state: Arc<ShellState>,
+    p: KillParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<KillResult>> {
+    let job = state.jobs.get(&p.job_id)?;
+    let grace = state.kill_grace;
+    let job2 = job.clone();
+    let killed = kitbag_shared::blocking(move || {
+        let alive = process::group_alive(job2.running.pid);
+        if alive {
+            process::terminate_group(job2.running.pid, grace);
+        }
+        Ok(alive)
+    })
+    .await?;
+    let exit = match job.exit() {
+        Some(e) => Some(e),
+        None => {
+            let j = job.clone();
+            kitbag_shared::blocking(move || {
+                let e = j.running.wait_exit(Duration::from_secs(10));
+                if let Some(e) = &e {
+                    *j.exit.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                }
+                Ok(e)
+            })
+            .await?
+        }
+    };
+    let text = match (&exit, killed) {
+        (Some(e), true) => format!("stopped {} (exit code {})", p.job_id, e.code),
+        (Some(e), false) => format!("{} had already ended (exit code {})", p.job_id, e.code),
+        (None, _) => format!("signalled {}; it has not reported an exit yet", p.job_id),
+    };
+    Ok(Reply::new(
+        KillResult {
+            job_id: p.job_id,
+            killed,
+            exit_code: exit.map(|e| e.code),
+        },
+        text,
+    ))
+}
+
+pub async fn list(
+    state: Arc<ShellState>,
+    _p: JobsParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<JobsResult>> {
+    let jobs: Vec<(String, Arc<Job>)> = state
+        .jobs
+        .table
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut out = Vec::new();
+    let mut text = String::new();
+    for (id, job) in jobs {
+        let exit = job.exit();
+        let total = job
+            .running
+            .capture
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .total;
+        let info = JobInfo {
+            job_id: id.clone(),
+            command: job.command.chars().take(200).collect(),
+            pid: job.running.pid,
+            running: exit.is_none(),
+            exit_code: exit.as_ref().map(|e| e.code),
+            output_bytes: total,
+            seconds: job.running.started.elapsed().as_secs(),
+            log_path: job.log_shown.clone(),
+        };
+        text.push_str(&format!(
+            "{id}  {}  {}  {}\n",
+            if info.running {
+                "running".to_string()
+            } else {
+                format!("exit {}", info.exit_code.unwrap_or(-1))
+            },
+            info.log_path,
+            info.command
+        ));
+        out.push(info);
+    }
+    if out.is_empty() {
+        text = "no background jobs".into();
+    }
+    Ok(Reply::new(
+        JobsResult { jobs: out },
+        text.trim_end().to_string(),
+    ))
+}

@@ -1,0 +1,149 @@
+//! kitbag-shell: shell commands in a PTY over MCP, with background jobs and logs on disk.
+
+pub mod ansi;
+pub mod bash;
+pub mod jobs;
+pub mod process;
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
+
+use clap::Parser;
+use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kitbag-shell",
+    version,
+    about = "MCP server: shell commands in a PTY"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Where full command logs are kept. Default: <root>/.kitbag/shell.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// Size of the output preview returned per call, in bytes (head + tail).
+    #[arg(long, default_value_t = 30 * 1024)]
+    pub preview_bytes: usize,
+
+    /// Grace period between SIGTERM and SIGKILL, in milliseconds.
+    #[arg(long, default_value_t = 5_000)]
+    pub kill_grace_ms: u64,
+
+    /// How many command logs to keep in the state directory.
+    #[arg(long, default_value_t = 200)]
+    pub keep_logs: usize,
+}
+
+pub const IDENTITY: Identity = Identity {
+    name: "kitbag-shell",
+    version: env!("CARGO_PKG_VERSION"),
+    instructions: "Run shell commands with shell_bash (PTY, cwd inside the root, timeout, full log on disk). Use background: true for long-running processes, then shell_output / shell_kill / shell_jobs.",
+};
+
+pub struct ShellState {
+    pub read_only: bool,
+    pub preview_bytes: usize,
+    pub kill_grace: Duration,
+    pub log_dir: PathBuf,
+    pub keep_logs: usize,
+    pub jobs: jobs::Jobs,
+    seq: AtomicU64,
+}
+
+impl ShellState {
+    /// A fresh log file path; old logs beyond `keep_logs` are removed.
+    pub fn next_log_path(&self) -> PathBuf {
+        let n = self.seq.fetch_add(1, Ordering::Relaxed);
+        if n.is_multiple_of(50) {
+            self.prune_logs();
+        }
+        self.log_dir
+            .join(format!("{}-{}-{n}.log", std::process::id(), unix_millis()))
+    }
+
+    fn prune_logs(&self) {
+        let Ok(rd) = std::fs::read_dir(&self.log_dir) else {
+            return;
+        };
+        let mut logs: Vec<(std::time::SystemTime, PathBuf)> = rd
+            .flatten()
+            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
+            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+            .collect();
+        if logs.len() <= self.keep_logs {
+            return;
+        }
+        logs.sort();
+        let excess = logs.len() - self.keep_logs;
+        for (_, p) in logs.into_iter().take(excess) {
+            let _ = std::fs::remove_file(p);
+        }
+    }
+}
+
+fn unix_millis() -> u128 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_millis())
+        .unwrap_or(0)
+}
+
+pub fn router() -> ToolRouter<ShellState> {
+    ToolRouter::new()
+        .tool(bash::DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
+            bash::run(s, p, ctx)
+        })
+        .tool(jobs::OUTPUT_DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
+            jobs::output(s, p, ctx)
+        })
+        .tool(jobs::KILL_DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
+            jobs::kill(s, p, ctx)
+        })
+        .tool(jobs::JOBS_DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
+            jobs::list(s, p, ctx)
+        })
+}
+
+pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
+    let policy = args.common.policy()?;
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| policy.root().join(".kitbag/shell"));
+    let log_dir = state_dir.join("logs");
+    if !args.common.read_only {
+        std::fs::create_dir_all(&log_dir)?;
+        // Logs are working files, never project content.
+        let ignore = state_dir.join(".gitignore");
+        if !ignore.exists() {
+            let _ = std::fs::write(ignore, "*\n");
+        }
+    }
+    let state = ShellState {
+        read_only: args.common.read_only || policy.is_read_only(),
+        preview_bytes: args.preview_bytes.max(1024),
+        kill_grace: Duration::from_millis(args.kill_grace_ms),
+        log_dir,
+        keep_logs: args.keep_logs.max(1),
+        jobs: jobs::Jobs::default(),
+        seq: AtomicU64::new(0),
+    };
+    McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.common.init_logging()?;
+    let server = build(&args)?;
+    let state = server.state().clone();
+    let result = kitbag_shared::serve_stdio(server).await;
+    // The client is gone: no job outlives the server.
+    let grace = state.kill_grace;
+    let _ = tokio::task::spawn_blocking(move || state.jobs.stop_all(grace)).await;
+    result
+}

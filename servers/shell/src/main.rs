@@ -1,0 +1,6 @@
+use clap::Parser;
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    kitbag_shell::run(kitbag_shell::Args::parse()).await
+}

@@ -1,0 +1,292 @@
+//! A command running in its own PTY session, its output streamed to a log file.
+//!
+//! portable-pty makes the shell a session and process-group leader (`setsid`), so the whole
+//! tree it starts — `&` jobs and `nohup` children included — shares its process group and
+//! can be signalled at once.
+
+use std::collections::VecDeque;
+use std::fs::File;
+use std::io::{Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+use portable_pty::{CommandBuilder, PtySize, native_pty_system};
+
+/// How a command ended.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Exit {
+    pub code: i32,
+    pub signal: Option<String>,
+}
+
+/// Output captured so far: the full stream goes to the log file; the first and last bytes
+/// are also kept in memory for the preview.
+pub struct Capture {
+    pub log_path: PathBuf,
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    pub total: u64,
+    pub eof: bool,
+    head_cap: usize,
+    tail_cap: usize,
+}
+
+impl Capture {
+    fn push(&mut self, bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let room = self.head_cap.saturating_sub(self.head.len());
+        let (to_head, rest) = bytes.split_at(room.min(bytes.len()));
+        self.head.extend_from_slice(to_head);
+        for &b in rest {
+            if self.tail.len() == self.tail_cap {
+                self.tail.pop_front();
+            }
+            self.tail.push_back(b);
+        }
+    }
+
+    /// The whole output if it fit, else head + tail; and whether anything was left out.
+    pub fn preview(&self) -> (Vec<u8>, bool) {
+        let kept = (self.head.len() + self.tail.len()) as u64;
+        let mut out = self.head.clone();
+        if kept >= self.total {
+            out.extend(self.tail.iter());
+            return (out, false);
+        }
+        let elided = self.total - kept;
+        out.extend_from_slice(
+            format!("\n… [{elided} bytes elided; the full output is in the log file] …\n")
+                .as_bytes(),
+        );
+        out.extend(self.tail.iter());
+        (out, true)
+    }
+}
+
+pub struct Running {
+    pub pid: i32,
+    pub capture: Arc<Mutex<Capture>>,
+    exit_rx: Mutex<Receiver<Exit>>,
+    reader_rx: Mutex<Receiver<()>>,
+    pub started: Instant,
+    /// Keeps the PTY open for the session's lifetime.
+    _master: Mutex<Box<dyn portable_pty::MasterPty + Send>>,
+}
+
+pub struct SpawnSpec<'a> {
+    pub command: &'a str,
+    pub cwd: &'a Path,
+    pub env: &'a [(String, String)],
+    pub log_path: PathBuf,
+    pub preview_bytes: usize,
+}
+
+pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
+    let pty = native_pty_system();
+    let pair = pty.openpty(PtySize {
+        rows: 50,
+        cols: 200,
+        pixel_width: 0,
+        pixel_height: 0,
+    })?;
+    let mut cmd = CommandBuilder::new("/bin/sh");
+    cmd.arg("-c");
+    // Stdin at end-of-file: a program waiting for input sees EOF instead of hanging until the
+    // timeout. Output still goes to the terminal. Same line, so sh's line numbers are unchanged.
+    cmd.arg(format!("exec </dev/null; {}", spec.command));
+    cmd.cwd(spec.cwd);
+    // A plain terminal: no colours, no pagers waiting for a key press.
+    for (k, v) in [
+        ("TERM", "dumb"),
+        ("NO_COLOR", "1"),
+        ("PAGER", "cat"),
+        ("GIT_PAGER", "cat"),
+        ("GIT_TERMINAL_PROMPT", "0"),
+    ] {
+        cmd.env(k, v);
+    }
+    for (k, v) in spec.env {
+        cmd.env(k, v);
+    }
+    if let Some(dir) = spec.log_path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let log = File::create(&spec.log_path)?;
+    let mut child = pair.slave.spawn_command(cmd)?;
+    drop(pair.slave); // only the child holds the terminal now: EOF when it (and its tree) close it
+    let pid = child
+        .process_id()
+        .map(|p| p as i32)
+        .ok_or_else(|| anyhow::anyhow!("spawned process has no pid"))?;
+    let mut reader = pair.master.try_clone_reader()?;
+    let half = spec.preview_bytes / 2;
+    let capture = Arc::new(Mutex::new(Capture {
+        log_path: spec.log_path.clone(),
+        head: Vec::new(),
+        tail: VecDeque::new(),
+        total: 0,
+        eof: false,
+        head_cap: half,
+        tail_cap: spec.preview_bytes - half,
+    }));
+    let (reader_tx, reader_rx) = channel();
+    let cap = capture.clone();
+    std::thread::spawn(move || {
+        let mut log = std::io::BufWriter::new(log);
+        let mut buf = vec![0u8; 64 * 1024];
+        loop {
+            match reader.read(&mut buf) {
+                Ok(0) | Err(_) => break, // EOF, or EIO once every holder of the terminal closed it
+                Ok(n) => {
+                    let _ = log.write_all(&buf[..n]);
+                    let _ = log.flush();
+                    cap.lock()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .push(&buf[..n]);
+                }
+            }
+        }
+        let _ = log.flush();
+        cap.lock().unwrap_or_else(|e| e.into_inner()).eof = true;
+        let _ = reader_tx.send(());
+    });
+    let (exit_tx, exit_rx) = channel();
+    std::thread::spawn(move || {
+        let status = child.wait();
+        let exit = match status {
+            Ok(s) => match s.signal() {
+                Some(name) => Exit {
+                    code: 128 + signal_number(name),
+                    signal: Some(name.to_string()),
+                },
+                None => Exit {
+                    code: s.exit_code() as i32,
+                    signal: None,
+                },
+            },
+            Err(_) => Exit {
+                code: -1,
+                signal: None,
+            },
+        };
+        let _ = exit_tx.send(exit);
+    });
+    Ok(Running {
+        pid,
+        capture,
+        exit_rx: Mutex::new(exit_rx),
+        reader_rx: Mutex::new(reader_rx),
+        started: Instant::now(),
+        _master: Mutex::new(pair.master),
+    })
+}
+
+fn signal_number(name: &str) -> i32 {
+    match name {
+        "Hangup" => 1,
+        "Interrupt" => 2,
+        "Quit" => 3,
+        "Aborted" => 6,
+        "Killed" => 9,
+        "Segmentation fault" => 11,
+        "Broken pipe" => 13,
+        "Alarm clock" => 14,
+        "Terminated" => 15,
+        _ => 0,
+    }
+}
+
+/// Why waiting stopped.
+pub enum Waited {
+    Exited(Exit),
+    TimedOut,
+    Cancelled,
+}
+
+impl Running {
+    /// Wait for the shell to exit, the deadline, or `cancelled()` to turn true.
+    pub fn wait(&self, deadline: Instant, cancelled: &dyn Fn() -> bool) -> Waited {
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return Waited::TimedOut;
+            }
+            let slice = (deadline - now).min(Duration::from_millis(50));
+            match self
+                .exit_rx
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .recv_timeout(slice)
+            {
+                Ok(exit) => return Waited::Exited(exit),
+                Err(RecvTimeoutError::Disconnected) => {
+                    return Waited::Exited(Exit {
+                        code: -1,
+                        signal: None,
+                    });
+                }
+                Err(RecvTimeoutError::Timeout) => {
+                    if cancelled() {
+                        return Waited::Cancelled;
+                    }
+                }
+            }
+        }
+    }
+
+    /// Non-blocking: the exit, if the shell has ended.
+    pub fn try_exit(&self) -> Option<Exit> {
+        self.exit_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .try_recv()
+            .ok()
+    }
+
+    /// Block until the shell's exit is known (after a kill).
+    pub fn wait_exit(&self, limit: Duration) -> Option<Exit> {
+        self.exit_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recv_timeout(limit)
+            .ok()
+    }
+
+    /// Let the reader drain what the terminal still holds (bounded).
+    pub fn drain(&self, limit: Duration) {
+        let _ = self
+            .reader_rx
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .recv_timeout(limit);
+    }
+}
+
+/// Whether any process of group `pgid` is still alive.
+pub fn group_alive(pgid: i32) -> bool {
+    killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// SIGTERM the whole group, give it `grace`, then SIGKILL whatever is left.
+/// Returns true when SIGKILL was needed.
+pub fn terminate_group(pgid: i32, grace: Duration) -> bool {
+    let pg = Pid::from_raw(pgid);
+    if killpg(pg, Signal::SIGTERM).is_err() {
+        return false; // nothing left
+    }
+    // A stopped process cannot act on SIGTERM until continued.
+    let _ = killpg(pg, Signal::SIGCONT);
+    let until = Instant::now() + grace;
+    while Instant::now() < until {
+        if !group_alive(pgid) {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let _ = killpg(pg, Signal::SIGKILL);
+    true
+}
