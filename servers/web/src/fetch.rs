@@ -1,0 +1,388 @@
+//! `web_fetch`: one URL → readable text, paged by characters.
+
+use std::num::NonZeroUsize;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use url::Url;
+
+use crate::guard::{GuardConfig, GuardResolver, Refusal, check_url};
+
+pub const DEFAULT_MAX_LENGTH: i64 = 10_000;
+pub const MAX_MAX_LENGTH: i64 = 1_000_000;
+pub const DEFAULT_TIMEOUT_SECS: i64 = 30;
+pub const MAX_REDIRECTS: usize = 10;
+pub const RAW_HEAD_BYTES: usize = 2048;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "web_fetch",
+    "Fetch a web page",
+    "Fetch an http(s) URL and return its content as text: HTML becomes clean markdown of the main \
+     content (headings, links, lists, code and tables kept; navigation, scripts, footers and cookie \
+     banners dropped), JSON is pretty-printed, plain text is returned as is, other types are \
+     described (type and size) rather than dumped. Long pages are paged: at most `max_length` \
+     characters (default 10000) from `start_index`; when `truncated` is true call again with \
+     `start_index` = `next_start_index`. `raw: true` returns the HTML source instead of markdown. \
+     Follows up to 10 redirects; 1 MB body limit; `timeout` seconds (default 30). Private, loopback \
+     and link-local addresses are refused. HTTP error statuses are data (`status`). Pages are cached \
+     for 15 minutes.\nExample: {\"url\": \"https://docs.rs/tokio/latest/tokio/\", \"max_length\": 5000}",
+)
+.open_world();
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct FetchParams {
+    /// The http or https URL.
+    pub url: String,
+    /// Most characters to return (default 10000, max 1000000).
+    #[serde(default)]
+    pub max_length: Option<i64>,
+    /// Character offset to start from (default 0).
+    #[serde(default)]
+    pub start_index: Option<i64>,
+    /// Return the raw body (HTML source) instead of converted text. Default false.
+    #[serde(default)]
+    pub raw: Option<bool>,
+    /// Time limit for the whole transfer, in seconds (default 30, 1–120).
+    #[serde(default)]
+    pub timeout: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct FetchResult {
+    pub url: String,
+    /// The URL after redirects.
+    pub final_url: String,
+    pub status: u16,
+    pub content_type: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    /// This page of the content.
+    pub text: String,
+    /// More content follows `next_start_index`.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_start_index: Option<u64>,
+    /// Characters in the whole converted content.
+    pub total_length: u64,
+    /// The body was cut at the size limit before conversion.
+    pub body_truncated: bool,
+    /// HTML only: the first 2 KB of the raw body, for debugging the conversion.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub raw: Option<String>,
+    /// Redirect hops followed, in order.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub redirects: Vec<String>,
+    /// Served from the 15-minute cache.
+    pub cached: bool,
+}
+
+#[derive(Clone)]
+struct Page {
+    final_url: String,
+    status: u16,
+    content_type: String,
+    title: Option<String>,
+    text: String,
+    raw_head: Option<String>,
+    body_truncated: bool,
+    redirects: Vec<String>,
+}
+
+pub struct WebState {
+    client: reqwest::Client,
+    cfg: Arc<GuardConfig>,
+    pub max_body: usize,
+    cache: Mutex<lru::LruCache<(String, bool), (Instant, Page)>>,
+    ttl: Duration,
+}
+
+impl WebState {
+    pub fn new(cfg: GuardConfig, max_body: usize, ttl: Duration) -> anyhow::Result<Self> {
+        // reqwest is built without a default crypto provider; ring compiles fast.
+        let _ = rustls::crypto::ring::default_provider().install_default();
+        let cfg = Arc::new(cfg);
+        let client = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::none())
+            .dns_resolver(Arc::new(GuardResolver { cfg: cfg.clone() }))
+            .no_proxy()
+            .user_agent(concat!("kitbag-web/", env!("CARGO_PKG_VERSION")))
+            .build()?;
+        let cap = NonZeroUsize::new(64).unwrap_or(NonZeroUsize::MIN);
+        Ok(Self {
+            client,
+            cfg,
+            max_body,
+            cache: Mutex::new(lru::LruCache::new(cap)),
+            ttl,
+        })
+    }
+}
+
+fn refusal(e: Refusal) -> ToolError {
+    match e {
+        Refusal::Invalid(m) => ToolError::invalid_field("url", m),
+        Refusal::Blocked(m) => ToolError::new(
+            ErrorCode::UrlBlocked,
+            format!("url: refused: {m}; the server blocks private, loopback and link-local addresses (--allow-private or --allow-host open it)"),
+        )
+        .with_detail(json!({ "field": "url" })),
+    }
+}
+
+fn positive(field: &str, v: Option<i64>, default: i64, min: i64, max: i64) -> ToolResult<i64> {
+    match v {
+        None => Ok(default),
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ToolError::invalid_field(
+            field,
+            format!("{n} is not accepted; {min}..={max}"),
+        )),
+    }
+}
+
+pub async fn run(
+    state: Arc<WebState>,
+    p: FetchParams,
+    ctx: CallCtx,
+) -> ToolResult<Reply<FetchResult>> {
+    let max_length = positive(
+        "max_length",
+        p.max_length,
+        DEFAULT_MAX_LENGTH,
+        1,
+        MAX_MAX_LENGTH,
+    )? as usize;
+    let start = positive("start_index", p.start_index, 0, 0, i64::MAX)? as usize;
+    let timeout = positive("timeout", p.timeout, DEFAULT_TIMEOUT_SECS, 1, 120)? as u64;
+    let raw = p.raw.unwrap_or(false);
+    let url = Url::parse(p.url.trim())
+        .map_err(|e| ToolError::invalid_field("url", format!("not a valid URL: {e}")))?;
+    check_url(&url, &state.cfg).map_err(refusal)?;
+    let key = (url.to_string(), raw);
+    let cached = {
+        let mut cache = state.cache.lock().unwrap_or_else(|e| e.into_inner());
+        match cache.get(&key) {
+            Some((at, page)) if at.elapsed() < state.ttl => Some(page.clone()),
+            _ => None,
+        }
+    };
+    let (page, from_cache) = match cached {
+        Some(p) => (p, true),
+        None => {
+            let fetched = tokio::time::timeout(
+                Duration::from_secs(timeout),
+                fetch(&state, url.clone(), raw),
+            )
+            .await;
+            let page = match fetched {
+                Ok(r) => r?,
+                Err(_) => {
+                    return Err(ToolError::new(
+                        ErrorCode::Timeout,
+                        format!("url: no complete answer within {timeout} s"),
+                    )
+                    .with_detail(json!({ "field": "timeout", "seconds": timeout })));
+                }
+            };
+            state
+                .cache
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .put(key, (Instant::now(), page.clone()));
+            (page, false)
+        }
+    };
+    ctx.check_cancelled()?;
+    let total = page.text.chars().count();
+    let window: String = page.text.chars().skip(start).take(max_length).collect();
+    let end = (start + window.chars().count()).min(total);
+    let truncated = end < total;
+    let mut text = window.clone();
+    if start >= total && total > 0 {
+        text = format!("[start_index {start} is past the end: the content has {total} characters]");
+    }
+    if truncated {
+        text.push_str(&format!(
+            "\n\n[truncated: characters {start}–{end} of {total}; continue with start_index={end}]"
+        ));
+    }
+    let header = format!(
+        "{} {} ({})\n\n",
+        page.status, page.final_url, page.content_type
+    );
+    Ok(Reply::new(
+        FetchResult {
+            url: url.to_string(),
+            final_url: page.final_url.clone(),
+            status: page.status,
+            content_type: page.content_type.clone(),
+            title: page.title.clone(),
+            text: window,
+            truncated,
+            next_start_index: truncated.then_some(end as u64),
+            total_length: total as u64,
+            body_truncated: page.body_truncated,
+            raw: page.raw_head.clone(),
+            redirects: page.redirects.clone(),
+            cached: from_cache,
+        },
+        format!("{header}{text}"),
+    ))
+}
+
+fn net_error(e: reqwest::Error, url: &Url) -> ToolError {
+    // A refusal from the guard's resolver arrives wrapped in the connect error.
+    let mut source: Option<&dyn std::error::Error> = Some(&e);
+    while let Some(s) = source {
+        if let Some(io) = s.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::PermissionDenied
+        {
+            return refusal(Refusal::Blocked(io.to_string()));
+        }
+        source = s.source();
+    }
+    let mut msg = e.to_string();
+    let mut s = std::error::Error::source(&e);
+    while let Some(inner) = s {
+        msg.push_str(&format!(": {inner}"));
+        s = inner.source();
+    }
+    ToolError::new(ErrorCode::FetchFailed, format!("{url}: {msg}"))
+        .with_detail(json!({ "field": "url" }))
+}
+
+async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
+    let mut redirects = Vec::new();
+    let response = loop {
+        let resp = state
+            .client
+            .get(url.clone())
+            .header(
+                "Accept",
+                "text/html,application/xhtml+xml,application/json;q=0.9,text/plain;q=0.8,*/*;q=0.5",
+            )
+            .send()
+            .await
+            .map_err(|e| net_error(e, &url))?;
+        if !resp.status().is_redirection() {
+            break resp;
+        }
+        let Some(location) = resp.headers().get("location").and_then(|v| v.to_str().ok()) else {
+            break resp;
+        };
+        if redirects.len() >= MAX_REDIRECTS {
+            return Err(ToolError::new(
+                ErrorCode::FetchFailed,
+                format!("more than {MAX_REDIRECTS} redirects"),
+            ));
+        }
+        let next = url.join(location).map_err(|e| {
+            ToolError::new(
+                ErrorCode::FetchFailed,
+                format!("bad redirect location {location}: {e}"),
+            )
+        })?;
+        check_url(&next, &state.cfg).map_err(|e| match e {
+            Refusal::Invalid(m) => ToolError::new(
+                ErrorCode::UrlBlocked,
+                format!("redirect to {next} refused: {m}"),
+            ),
+            other => refusal(other),
+        })?;
+        redirects.push(next.to_string());
+        url = next;
+    };
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/octet-stream")
+        .to_string();
+    let final_url = response.url().to_string();
+    let mut body = Vec::new();
+    let mut body_truncated = false;
+    let mut stream = response.bytes_stream();
+    while let Some(chunk) = stream.next().await {
+        let chunk = chunk.map_err(|e| net_error(e, &url))?;
+        let room = state.max_body - body.len();
+        if chunk.len() > room {
+            body.extend_from_slice(&chunk[..room]);
+            body_truncated = true;
+            break;
+        }
+        body.extend_from_slice(&chunk);
+    }
+    let mime = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    let decoded = || decode(&body, &content_type);
+    let (title, text, raw_head) = if mime == "text/html" || mime == "application/xhtml+xml" {
+        let html = decoded();
+        let head: String = kitbag_shared::limits::truncate_str(&html, RAW_HEAD_BYTES)
+            .0
+            .to_string();
+        if raw {
+            (None, html, Some(head))
+        } else {
+            let (title, md) = tokio::task::block_in_place(|| crate::html::to_markdown(&html));
+            (title, md, Some(head))
+        }
+    } else if mime == "application/json" || mime.ends_with("+json") {
+        let s = decoded();
+        let pretty = serde_json::from_str::<serde_json::Value>(&s)
+            .ok()
+            .and_then(|v| serde_json::to_string_pretty(&v).ok())
+            .unwrap_or(s);
+        (None, pretty, None)
+    } else if mime.starts_with("text/")
+        || mime.ends_with("+xml")
+        || mime == "application/xml"
+        || mime == "application/javascript"
+    {
+        (None, decoded(), None)
+    } else {
+        let size = if body_truncated {
+            format!("more than {} bytes", body.len())
+        } else {
+            format!("{} bytes", body.len())
+        };
+        (
+            None,
+            format!("[binary content: {mime}, {size}; not shown]"),
+            None,
+        )
+    };
+    Ok(Page {
+        final_url,
+        status,
+        content_type,
+        title,
+        text,
+        raw_head,
+        body_truncated,
+        redirects,
+    })
+}
+
+/// Decode by the declared charset, else UTF-8 (invalid bytes replaced).
+fn decode(body: &[u8], content_type: &str) -> String {
+    let label = content_type
+        .split(';')
+        .filter_map(|p| p.trim().strip_prefix("charset="))
+        .next()
+        .map(|l| l.trim_matches('"'));
+    match label.and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes())) {
+        Some(enc) => enc.decode(body).0.into_owned(),
+        None => String::from_utf8_lossy(body).into_owned(),
+    }
+}

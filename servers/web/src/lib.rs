@@ -1,0 +1,73 @@
+//! kitbag-web: fetch web pages as clean text over MCP, behind an SSRF guard.
+
+pub mod fetch;
+pub mod guard;
+pub mod html;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use clap::Parser;
+use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
+
+pub use fetch::WebState;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kitbag-web",
+    version,
+    about = "MCP server: fetch web pages as markdown"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Allow private, loopback and link-local addresses (turns the SSRF guard off).
+    #[arg(long)]
+    pub allow_private: bool,
+
+    /// Exempt one host (name or IP literal) from the address check (repeatable).
+    #[arg(long = "allow-host", value_name = "HOST")]
+    pub allow_hosts: Vec<String>,
+
+    /// Largest body read, in bytes (default 1 MB, at most 10 MB).
+    #[arg(long, default_value_t = 1 << 20)]
+    pub max_body_bytes: usize,
+
+    /// How long a fetched page stays cached, in seconds.
+    #[arg(long, default_value_t = 900)]
+    pub cache_ttl_secs: u64,
+}
+
+pub const IDENTITY: Identity = Identity {
+    name: "kitbag-web",
+    version: env!("CARGO_PKG_VERSION"),
+    instructions: "web_fetch turns an http(s) page into markdown (or pretty JSON / text), paged by characters. Internal addresses are refused.",
+};
+
+pub fn router() -> ToolRouter<WebState> {
+    ToolRouter::new().tool(fetch::DEF, |s: Arc<WebState>, p, ctx: CallCtx| {
+        fetch::run(s, p, ctx)
+    })
+}
+
+pub fn build(args: &Args) -> anyhow::Result<McpServer<WebState>> {
+    let policy = args.common.policy()?;
+    let cfg = guard::GuardConfig {
+        allow_private: args.allow_private,
+        allow_hosts: args
+            .allow_hosts
+            .iter()
+            .map(|h| h.trim_matches(['[', ']']).to_ascii_lowercase())
+            .collect(),
+    };
+    let max_body = args.max_body_bytes.clamp(1024, 10 << 20);
+    let state = WebState::new(cfg, max_body, Duration::from_secs(args.cache_ttl_secs))?;
+    McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.common.init_logging()?;
+    let server = build(&args)?;
+    kitbag_shared::serve_stdio(server).await
+}

@@ -1,0 +1,366 @@
+//! web_fetch against a real HTTP server on loopback started by the test.
+
+use std::io::{BufRead, BufReader, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient, ToolCall, assert_catalog_matches, workspace_root};
+use serde_json::{Value, json};
+
+const ARTICLE: &str = include_str!("fixtures/article.html");
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-web"))
+}
+
+/// A small HTTP/1.1 server on 127.0.0.1 with the routes the tests need.
+fn serve() -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || handle(stream, port));
+        }
+    });
+    port
+}
+
+fn handle(mut stream: TcpStream, port: u16) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut request_line = String::new();
+    if reader.read_line(&mut request_line).is_err() {
+        return;
+    }
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_err() || line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let path = request_line
+        .split_whitespace()
+        .nth(1)
+        .unwrap_or("/")
+        .to_string();
+    let long: String = (0..2500).map(|i| format!("line {i:04} é\n")).collect();
+    let (status, ctype, body, location): (&str, &str, Vec<u8>, Option<String>) = match path.as_str()
+    {
+        "/article" => (
+            "200 OK",
+            "text/html; charset=utf-8",
+            ARTICLE.as_bytes().to_vec(),
+            None,
+        ),
+        "/json" => (
+            "200 OK",
+            "application/json",
+            br#"{"name":"kitbag","tools":["web_fetch"],"ok":true}"#.to_vec(),
+            None,
+        ),
+        "/text" => ("200 OK", "text/plain", b"just some text\n".to_vec(), None),
+        "/long" => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            long.into_bytes(),
+            None,
+        ),
+        "/r1" => ("302 Found", "text/plain", Vec::new(), Some("/r2".into())),
+        "/r2" => (
+            "301 Moved Permanently",
+            "text/plain",
+            Vec::new(),
+            Some(format!("http://127.0.0.1:{port}/article")),
+        ),
+        "/to-ip" => (
+            "302 Found",
+            "text/plain",
+            Vec::new(),
+            Some(format!("http://127.0.0.1:{port}/article")),
+        ),
+        "/big" => ("200 OK", "text/plain", vec![b'x'; 3 << 20], None),
+        "/image" => (
+            "200 OK",
+            "image/png",
+            b"\x89PNG\r\n\x1a\n\0\0\0".to_vec(),
+            None,
+        ),
+        "/slow" => {
+            std::thread::sleep(Duration::from_secs(6));
+            ("200 OK", "text/plain", b"late".to_vec(), None)
+        }
+        _ => (
+            "404 Not Found",
+            "text/html",
+            b"<html><body><main><h1>Not here</h1></main></body></html>".to_vec(),
+            None,
+        ),
+    };
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(l) = location {
+        head.push_str(&format!("Location: {l}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(&body);
+}
+
+fn client(args: &[&str]) -> McpClient {
+    let d = std::env::temp_dir();
+    McpClient::spawn(bin(), args, &d, Era::Handshake)
+}
+
+fn ok(c: &mut McpClient, args: Value) -> ToolCall {
+    let r = c.call("web_fetch", args.clone());
+    assert!(!r.is_error, "{args}: {}", r.text);
+    r
+}
+
+fn err(c: &mut McpClient, args: Value, code: &str) -> ToolCall {
+    let r = c.call("web_fetch", args.clone());
+    assert!(r.is_error, "{args} should fail: {}", r.text);
+    assert_eq!(r.error_code(), Some(code), "{args}: {}", r.text);
+    r
+}
+
+#[test]
+fn eras_and_catalog() {
+    let port = serve();
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = McpClient::spawn(
+            bin(),
+            &["--allow-host", "127.0.0.1"],
+            &std::env::temp_dir(),
+            era,
+        );
+        let r = ok(
+            &mut c,
+            json!({"url": format!("http://127.0.0.1:{port}/text")}),
+        );
+        assert_eq!(r.structured["text"], "just some text\n");
+        assert!(c.stdout_garbage().is_empty());
+        if era == Era::Handshake {
+            assert_catalog_matches(
+                &mut c,
+                &workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests/web/tools.json"),
+            );
+        }
+    }
+}
+
+#[test]
+fn article_becomes_clean_markdown() {
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    let r = ok(
+        &mut c,
+        json!({"url": format!("http://127.0.0.1:{port}/article"), "max_length": 100000}),
+    );
+    let md = r.structured["text"].as_str().expect("text");
+    assert_eq!(
+        r.structured["title"],
+        "Understanding Ownership in Rust | The Systems Blog"
+    );
+    assert!(md.starts_with("# Understanding Ownership in Rust"), "{md}");
+    for kept in [
+        "## The three rules",
+        "[official book](https://doc.rust-lang.org/book/ch04-01-what-is-ownership.html)",
+        "1.  Each value has an owner.",
+        "```",
+        "let s2 = s1;",
+        "| String | Move ",
+        "> Borrowing lets you use a value",
+        "Next week we will look at lifetimes.",
+    ] {
+        assert!(md.contains(kept), "missing {kept:?} in:\n{md}");
+    }
+    for dropped in [
+        "Archive",
+        "About us",
+        "cookies",
+        "Share on X",
+        "gtag",
+        "Related posts",
+        "42 comments",
+        "Subscribe",
+        "© 2026",
+        "Skip to content",
+        "highlight",
+    ] {
+        assert!(!md.contains(dropped), "{dropped:?} should be gone:\n{md}");
+    }
+    assert!(
+        r.structured["raw"]
+            .as_str()
+            .expect("raw")
+            .starts_with("<!DOCTYPE html>")
+    );
+    assert!(r.structured["raw"].as_str().expect("raw").len() <= 2048);
+    let again = ok(
+        &mut c,
+        json!({"url": format!("http://127.0.0.1:{port}/article")}),
+    );
+    assert_eq!(again.structured["cached"], true);
+    let src = ok(
+        &mut c,
+        json!({"url": format!("http://127.0.0.1:{port}/article"), "raw": true, "max_length": 100000}),
+    );
+    assert!(
+        src.structured["text"]
+            .as_str()
+            .expect("t")
+            .contains("<nav class=\"primary-nav\"")
+    );
+}
+
+#[test]
+fn paging_reassembles_exactly() {
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    let url = format!("http://127.0.0.1:{port}/long");
+    let whole = ok(&mut c, json!({"url": url, "max_length": 1000000}));
+    let full = whole.structured["text"].as_str().expect("t").to_string();
+    assert_eq!(whole.structured["total_length"], full.chars().count());
+    let mut joined = String::new();
+    let mut start = 0u64;
+    loop {
+        let r = ok(
+            &mut c,
+            json!({"url": url, "max_length": 997, "start_index": start}),
+        );
+        joined.push_str(r.structured["text"].as_str().expect("t"));
+        if r.structured["truncated"] == false {
+            break;
+        }
+        start = r.structured["next_start_index"].as_u64().expect("next");
+    }
+    assert_eq!(
+        joined, full,
+        "pages (split inside multi-byte characters' neighbours) reassemble the text"
+    );
+}
+
+#[test]
+fn redirects_statuses_types_and_limits() {
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1", "--max-body-bytes", "100000"]);
+    let base = format!("http://127.0.0.1:{port}");
+    let r = ok(&mut c, json!({"url": format!("{base}/r1")}));
+    assert_eq!(r.structured["final_url"], format!("{base}/article"));
+    assert_eq!(r.structured["redirects"].as_array().expect("r").len(), 2);
+    assert_eq!(r.structured["status"], 200);
+    let r = ok(&mut c, json!({"url": format!("{base}/nope")}));
+    assert_eq!(r.structured["status"], 404, "an HTTP error status is data");
+    assert!(
+        r.structured["text"]
+            .as_str()
+            .expect("t")
+            .contains("Not here")
+    );
+    let r = ok(&mut c, json!({"url": format!("{base}/json")}));
+    assert_eq!(
+        r.structured["text"],
+        "{\n  \"name\": \"kitbag\",\n  \"tools\": [\n    \"web_fetch\"\n  ],\n  \"ok\": true\n}"
+    );
+    let r = ok(&mut c, json!({"url": format!("{base}/image")}));
+    assert_eq!(
+        r.structured["text"],
+        "[binary content: image/png, 11 bytes; not shown]"
+    );
+    let r = ok(
+        &mut c,
+        json!({"url": format!("{base}/big"), "max_length": 10}),
+    );
+    assert_eq!(r.structured["body_truncated"], true);
+    assert_eq!(r.structured["total_length"], 100000);
+    let started = Instant::now();
+    let r = err(
+        &mut c,
+        json!({"url": format!("{base}/slow"), "timeout": 1}),
+        "timeout",
+    );
+    assert!(r.text.contains("1 s"));
+    assert!(started.elapsed() < Duration::from_secs(5));
+}
+
+#[test]
+fn redirect_from_allowed_host_to_loopback_literal_is_refused() {
+    let port = serve();
+    let mut c = client(&["--allow-host", "localhost"]);
+    let r = err(
+        &mut c,
+        json!({"url": format!("http://localhost:{port}/to-ip")}),
+        "url_blocked",
+    );
+    assert!(r.text.contains("127.0.0.1"), "{}", r.text);
+    // The allowed host itself works.
+    let r = ok(
+        &mut c,
+        json!({"url": format!("http://localhost:{port}/text")}),
+    );
+    assert_eq!(r.structured["status"], 200);
+}
+
+#[test]
+fn ssrf_guard_refuses_internal_targets() {
+    let mut c = client(&[]);
+    for url in [
+        "http://127.0.0.1/",
+        "http://[::1]/",
+        "http://[::ffff:127.0.0.1]/",
+        "http://2130706433/",
+        "http://0177.0.0.1/",
+        "http://0x7f000001/",
+        "http://10.0.0.1/",
+        "http://172.16.5.4/",
+        "http://192.168.0.1/",
+        "http://100.64.1.1/",
+        "http://169.254.169.254/latest/meta-data/",
+        "http://0.0.0.0/",
+        "http://224.0.0.251/",
+        "http://[fc00::1]/",
+        "http://[fe80::1]/",
+        "http://localhost/",
+    ] {
+        let r = err(&mut c, json!({"url": url}), "url_blocked");
+        assert_eq!(r.structured["error"]["detail"]["field"], "url", "{url}");
+    }
+}
+
+#[test]
+fn bad_input_is_typed() {
+    let mut c = client(&[]);
+    for (args, field) in [
+        (json!({"url": "ftp://example.com/file"}), "url"),
+        (json!({"url": "file:///etc/passwd"}), "url"),
+        (json!({"url": "not a url"}), "url"),
+        (json!({"url": "http://user:secret@example.com/"}), "url"),
+        (
+            json!({"url": "http://example.com/", "max_length": 0}),
+            "max_length",
+        ),
+        (
+            json!({"url": "http://example.com/", "max_length": -5}),
+            "max_length",
+        ),
+        (
+            json!({"url": "http://example.com/", "start_index": -1}),
+            "start_index",
+        ),
+        (
+            json!({"url": "http://example.com/", "timeout": 0}),
+            "timeout",
+        ),
+        (json!({"url": "http://example.com/", "bogus": 1}), "bogus"),
+    ] {
+        let r = err(&mut c, args.clone(), "invalid_params");
+        assert_eq!(
+            r.structured["error"]["detail"]["field"], field,
+            "{args}: {}",
+            r.text
+        );
+    }
+}
