@@ -1,0 +1,107 @@
+//! With 10,000 stored memories: `memory_search` and `memory_store` round trips over stdio.
+//!
+//! Run: `cargo bench -p kitbag-memory`. Prints medians; nothing here asserts on time.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient};
+use serde_json::json;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn ms(d: Duration) -> String {
+    format!("{:.3} ms", d.as_secs_f64() * 1e3)
+}
+
+const WORDS: &[&str] = &[
+    "deploy",
+    "staging",
+    "database",
+    "replica",
+    "frontend",
+    "invoice",
+    "token",
+    "cache",
+    "kubernetes",
+    "release",
+    "benchmark",
+    "python",
+    "rust",
+    "review",
+    "schema",
+    "migration",
+    "search",
+    "index",
+    "logging",
+    "alerts",
+];
+
+fn main() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let db = dir.path().join("bench.db");
+    let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-memory"));
+    let mut c = McpClient::spawn(
+        bin,
+        &["--db", db.to_str().expect("u"), "--max-total", "100000"],
+        dir.path(),
+        Era::Handshake,
+    );
+    let t = Instant::now();
+    for i in 0..10_000usize {
+        let content = format!(
+            "Note {i}: the {} {} needs {} before the {} (ticket {}).",
+            WORDS[i % 20],
+            WORDS[(i / 20) % 20],
+            WORDS[(i / 400) % 20],
+            WORDS[(i * 7) % 20],
+            10_000 + i
+        );
+        let r = c.call(
+            "memory_store",
+            json!({"content": content, "tags": [WORDS[i % 20]]}),
+        );
+        assert!(!r.is_error, "{}", r.text);
+    }
+    println!(
+        "filled 10,000 memories in {:.1} s",
+        t.elapsed().as_secs_f64()
+    );
+    let mut search = Vec::new();
+    for i in 0..300 {
+        let q = format!("{} {} problem", WORDS[i % 20], WORDS[(i * 3) % 20]);
+        let t = Instant::now();
+        let r = c.call("memory_search", json!({"query": q}));
+        search.push(t.elapsed());
+        assert!(!r.is_error);
+    }
+    println!(
+        "memory_search over 10,000 memories, median of 300: {}",
+        ms(median(search))
+    );
+    let mut store = Vec::new();
+    for i in 0..300 {
+        let t = Instant::now();
+        let r = c.call("memory_store", json!({"content": format!("Extra benchmark note number {i} about the {} pipeline.", WORDS[i % 20])}));
+        store.push(t.elapsed());
+        assert!(!r.is_error);
+    }
+    println!(
+        "memory_store (secret scan + dedupe + insert) with 10,000 memories, median of 300: {}",
+        ms(median(store))
+    );
+    let mut ctx = Vec::new();
+    for i in 0..300 {
+        let t = Instant::now();
+        let r = c.call(
+            "memory_context",
+            json!({"query": format!("what about the {} {}?", WORDS[i % 20], WORDS[(i + 5) % 20])}),
+        );
+        ctx.push(t.elapsed());
+        assert!(!r.is_error);
+    }
+    println!("memory_context, median of 300: {}", ms(median(ctx)));
+}

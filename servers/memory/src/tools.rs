@@ -1,0 +1,605 @@
+//! The memory tools: store, search, delete, context.
+
+use std::collections::HashSet;
+use std::sync::{Arc, LazyLock, Mutex};
+
+use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::db::{self, Filter, Record, Stored};
+use crate::secrets;
+
+pub const STORE_DEF: ToolDef = ToolDef::write(
+    "memory_store",
+    "Remember",
+    "Store a durable memory (a fact, preference or decision worth recalling in later sessions). \
+     `scope`: project (default), user (about the person, across projects) or session (with \
+     `session`). `tags` help filtering. Identical content in the same scope is stored once \
+     (`duplicate: true`). Content that looks like a credential (API keys, tokens, private keys, \
+     passwords, URLs with passwords) is refused with `secret_detected` naming the rule. At most \
+     4 KB per memory.\nExample: {\"content\": \"The staging database is reset every Sunday at 02:00 UTC.\", \"tags\": [\"staging\", \"database\"]}",
+);
+
+pub const SEARCH_DEF: ToolDef = ToolDef::read(
+    "memory_search",
+    "Recall",
+    "Search stored memories by relevance (full-text BM25 over content and tags, common words \
+     ignored, newer memories ranked slightly higher); each hit has a `score`. Filter with `tags` \
+     (all must match), `scope` and `session`. An empty `query` lists the most recent. `limit` \
+     1–100 (default 10).\nExample: {\"query\": \"staging database reset\", \"limit\": 5}",
+);
+
+pub const DELETE_DEF: ToolDef = ToolDef::write(
+    "memory_delete",
+    "Forget",
+    "Delete memories by `id` or `ids`. Unknown ids are reported, not an error.\nExample: {\"ids\": [\"01JD3...\"]}",
+)
+.destructive()
+.idempotent();
+
+pub const CONTEXT_DEF: ToolDef = ToolDef::read(
+    "memory_context",
+    "Memory context block",
+    "Build the block of memories to inject before an LLM call, from the conversation's latest turn \
+     (`query`). `mode`: relevant (default: best matches, or the most recent when nothing matches), \
+     recent_only, or off. Bounded by `max_inject_chars` (default 2048) and `max_inject_count` \
+     (default 10); returns the text block and the ids used.\nExample: {\"query\": \"how do I reset staging?\"}",
+);
+
+static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
+    "a an and are as at be been but by can could did do does for from had has have he her his how i if in into is it its \
+     just me my no not of on or our she so than that the their them then there these they this to too up us was we were \
+     what when where which who why will with would you your about after all also any because before being both each few \
+     more most other over same should some such only own very s t don"
+        .split_whitespace()
+        .collect()
+});
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    User,
+    Project,
+    Session,
+}
+
+impl Scope {
+    fn as_str(self) -> &'static str {
+        match self {
+            Scope::User => "user",
+            Scope::Project => "project",
+            Scope::Session => "session",
+        }
+    }
+}
+
+pub struct Config {
+    pub max_content: usize,
+    pub max_total: i64,
+    pub evict_when_full: bool,
+}
+
+pub struct MemoryState {
+    pub conn: Mutex<Connection>,
+    pub cfg: Config,
+}
+
+async fn with_db<T: Send + 'static>(
+    state: &Arc<MemoryState>,
+    f: impl FnOnce(&mut Connection, &Config) -> ToolResult<T> + Send + 'static,
+) -> ToolResult<T> {
+    let s = state.clone();
+    kitbag_shared::blocking(move || {
+        let mut conn = s.conn.lock().unwrap_or_else(|e| e.into_inner());
+        f(&mut conn, &s.cfg)
+    })
+    .await
+}
+
+fn db_err(e: rusqlite::Error) -> ToolError {
+    ToolError::new(ErrorCode::IoError, format!("memory database error: {e}"))
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StoreParams {
+    /// What to remember (at most 4 KB).
+    pub content: String,
+    /// Labels for filtering (at most 20, each ≤ 64 characters).
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    /// `project` (default), `user` or `session`.
+    #[serde(default)]
+    pub scope: Option<Scope>,
+    /// The session id; required with scope `session`.
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StoreResult {
+    pub id: String,
+    pub created_at: String,
+    /// An identical memory already existed; its id is returned.
+    pub duplicate: bool,
+    /// The memory removed to make room, when the store was full.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub evicted: Option<String>,
+}
+
+fn check_scope(
+    scope: Option<Scope>,
+    session: &Option<String>,
+) -> ToolResult<(Scope, Option<String>)> {
+    let scope = scope.unwrap_or(Scope::Project);
+    match (scope, session) {
+        (Scope::Session, None) => Err(ToolError::invalid_field(
+            "session",
+            "is required when scope is `session`",
+        )),
+        (Scope::Session, Some(s)) if s.trim().is_empty() => {
+            Err(ToolError::invalid_field("session", "must not be empty"))
+        }
+        (Scope::Session, Some(s)) => Ok((scope, Some(s.clone()))),
+        (_, Some(_)) => Err(ToolError::invalid_field(
+            "session",
+            "is only accepted with scope `session`",
+        )),
+        (_, None) => Ok((scope, None)),
+    }
+}
+
+pub async fn store(
+    state: Arc<MemoryState>,
+    p: StoreParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<StoreResult>> {
+    let content = p.content.trim().to_string();
+    if content.is_empty() {
+        return Err(ToolError::invalid_field(
+            "content",
+            "is required and must not be empty",
+        ));
+    }
+    if content.len() > state.cfg.max_content {
+        return Err(ToolError::invalid_field(
+            "content",
+            format!(
+                "is {} bytes; at most {} bytes are accepted",
+                content.len(),
+                state.cfg.max_content
+            ),
+        ));
+    }
+    let tags = p.tags.unwrap_or_default();
+    if tags.len() > 20 {
+        return Err(ToolError::invalid_field(
+            "tags",
+            format!("{} tags; at most 20", tags.len()),
+        ));
+    }
+    let mut clean_tags = Vec::new();
+    for t in &tags {
+        let t = t.trim().to_lowercase();
+        if t.is_empty() || t.len() > 64 {
+            return Err(ToolError::invalid_field(
+                "tags",
+                "each tag must be 1–64 characters",
+            ));
+        }
+        if !clean_tags.contains(&t) {
+            clean_tags.push(t);
+        }
+    }
+    let (scope, session) = check_scope(p.scope, &p.session)?;
+    // Scan before anything touches disk; the message names the rule, never the value.
+    let scanned = std::iter::once(content.as_str()).chain(clean_tags.iter().map(String::as_str));
+    for (i, text) in scanned.enumerate() {
+        if let Some(f) = secrets::scan(text) {
+            let field = if i == 0 { "content" } else { "tags" };
+            return Err(ToolError::new(
+                ErrorCode::SecretDetected,
+                format!(
+                    "{field}: refused — it looks like a secret ({} on line {}). Memories are stored in plain text; keep credentials in a secret manager and store only where to find them.",
+                    f.rule, f.line
+                ),
+            )
+            .with_detail(json!({ "field": field, "rule": f.rule, "line": f.line })));
+        }
+    }
+    let outcome = with_db(&state, move |conn, cfg| {
+        db::store(
+            conn,
+            &content,
+            &clean_tags,
+            scope.as_str(),
+            session.as_deref(),
+            cfg.max_total,
+            cfg.evict_when_full,
+        )
+        .map_err(db_err)
+    })
+    .await?;
+    match outcome {
+        Stored::New {
+            id,
+            created_at,
+            evicted,
+        } => {
+            let text = match &evicted {
+                Some(e) => {
+                    format!("stored {id} (the store was full: evicted {e}, the least used memory)")
+                }
+                None => format!("stored {id}"),
+            };
+            Ok(Reply::new(
+                StoreResult {
+                    id,
+                    created_at,
+                    duplicate: false,
+                    evicted,
+                },
+                text,
+            ))
+        }
+        Stored::Duplicate { id, created_at } => {
+            let text = format!("already stored as {id}");
+            Ok(Reply::new(
+                StoreResult {
+                    id,
+                    created_at,
+                    duplicate: true,
+                    evicted: None,
+                },
+                text,
+            ))
+        }
+        Stored::Full => Err(ToolError::new(
+            ErrorCode::MemoryFull,
+            format!(
+                "the memory store is full ({} entries); delete memories first",
+                state.cfg.max_total
+            ),
+        )),
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SearchParams {
+    /// Words to search for; empty lists the most recent.
+    #[serde(default)]
+    pub query: Option<String>,
+    /// Only memories with all of these tags.
+    #[serde(default)]
+    pub tags: Option<Vec<String>>,
+    #[serde(default)]
+    pub scope: Option<Scope>,
+    #[serde(default)]
+    pub session: Option<String>,
+    /// 1–100, default 10.
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct Hit {
+    pub id: String,
+    pub content: String,
+    pub tags: Vec<String>,
+    pub scope: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub session: Option<String>,
+    pub created_at: String,
+    /// Relevance (higher is better); 0 for recency listings.
+    pub score: f64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SearchResult {
+    pub memories: Vec<Hit>,
+    pub count: u64,
+}
+
+/// Query words worth matching: lowercase, no stopwords, no punctuation.
+pub fn terms(query: &str) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for w in query
+        .split(|c: char| !c.is_alphanumeric())
+        .map(str::to_lowercase)
+    {
+        if w.chars().count() >= 2 && !STOPWORDS.contains(w.as_str()) && !out.contains(&w) {
+            out.push(w);
+        }
+    }
+    out
+}
+
+fn age_days(created_at: &str) -> f64 {
+    let fmt = time::format_description::well_known::Rfc3339;
+    match time::OffsetDateTime::parse(created_at, &fmt) {
+        Ok(t) => ((time::OffsetDateTime::now_utc() - t).as_seconds_f64() / 86400.0).max(0.0),
+        Err(_) => 365.0,
+    }
+}
+
+/// Rank memories for `query`: BM25 relevance with a small bonus for recent entries.
+pub fn rank(
+    conn: &Connection,
+    query: &str,
+    filter: &Filter,
+    limit: usize,
+) -> rusqlite::Result<Vec<Hit>> {
+    let words = terms(query);
+    if words.is_empty() {
+        return Ok(db::recent(conn, filter, limit)?
+            .into_iter()
+            .map(|r| hit(r, 0.0))
+            .collect());
+    }
+    let fts = words
+        .iter()
+        .map(|w| format!("\"{w}\""))
+        .collect::<Vec<_>>()
+        .join(" OR ");
+    let candidates = db::fts_candidates(conn, &fts, (limit * 20).max(200))?;
+    let mut hits: Vec<Hit> = candidates
+        .into_iter()
+        .filter(|(r, _)| db::filter_keeps(filter, r))
+        .map(|(r, bm25)| {
+            // bm25() is negative, more negative = better; recency adds up to 20%.
+            let recency = 0.2 * (-age_days(&r.created_at) / 30.0).exp();
+            let score = (-bm25) * (1.0 + recency);
+            hit(r, (score * 1000.0).round() / 1000.0)
+        })
+        .collect();
+    hits.sort_by(|a, b| {
+        b.score
+            .total_cmp(&a.score)
+            .then_with(|| b.created_at.cmp(&a.created_at))
+            .then_with(|| b.id.cmp(&a.id))
+    });
+    hits.truncate(limit);
+    Ok(hits)
+}
+
+fn hit(r: Record, score: f64) -> Hit {
+    Hit {
+        id: r.id,
+        content: r.content,
+        tags: r.tags,
+        scope: r.scope,
+        session: r.session,
+        created_at: r.created_at,
+        score,
+    }
+}
+
+fn limit_arg(field: &str, v: Option<i64>, default: i64, max: i64) -> ToolResult<usize> {
+    match v {
+        None => Ok(default as usize),
+        Some(n) if (1..=max).contains(&n) => Ok(n as usize),
+        Some(n) => Err(ToolError::invalid_field(
+            field,
+            format!("{n} is not accepted; 1..={max}"),
+        )),
+    }
+}
+
+fn filter_from(
+    tags: Option<Vec<String>>,
+    scope: Option<Scope>,
+    session: Option<String>,
+) -> ToolResult<Filter> {
+    if session.is_some() && scope.is_some_and(|s| s != Scope::Session) {
+        return Err(ToolError::invalid_field(
+            "session",
+            "is only accepted with scope `session`",
+        ));
+    }
+    Ok(Filter {
+        tags: tags
+            .unwrap_or_default()
+            .into_iter()
+            .map(|t| t.trim().to_lowercase())
+            .collect(),
+        scope: scope.map(|s| s.as_str().to_string()),
+        session,
+    })
+}
+
+pub async fn search(
+    state: Arc<MemoryState>,
+    p: SearchParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<SearchResult>> {
+    let limit = limit_arg("limit", p.limit, 10, 100)?;
+    let filter = filter_from(p.tags, p.scope, p.session)?;
+    let query = p.query.unwrap_or_default();
+    let hits = with_db(&state, move |conn, _| {
+        let hits = rank(conn, &query, &filter, limit).map_err(db_err)?;
+        let ids: Vec<String> = hits.iter().map(|h| h.id.clone()).collect();
+        db::touch(conn, &ids).map_err(db_err)?;
+        Ok(hits)
+    })
+    .await?;
+    let mut text = String::new();
+    for h in &hits {
+        let tags = if h.tags.is_empty() {
+            String::new()
+        } else {
+            format!(" [{}]", h.tags.join(", "))
+        };
+        text.push_str(&format!(
+            "{} ({}, {:.2}){}: {}\n",
+            h.id,
+            &h.created_at[..10.min(h.created_at.len())],
+            h.score,
+            tags,
+            h.content
+        ));
+    }
+    if hits.is_empty() {
+        text = "no memories match".into();
+    }
+    Ok(Reply::new(
+        SearchResult {
+            count: hits.len() as u64,
+            memories: hits,
+        },
+        text.trim_end().to_string(),
+    ))
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DeleteParams {
+    #[serde(default)]
+    pub id: Option<String>,
+    #[serde(default)]
+    pub ids: Option<Vec<String>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeleteResult {
+    pub deleted: Vec<String>,
+    /// Ids that were not found.
+    pub unknown: Vec<String>,
+}
+
+pub async fn delete(
+    state: Arc<MemoryState>,
+    p: DeleteParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<DeleteResult>> {
+    let mut ids: Vec<String> = p.ids.unwrap_or_default();
+    if let Some(id) = p.id {
+        ids.insert(0, id);
+    }
+    if ids.is_empty() {
+        return Err(ToolError::invalid_field(
+            "ids",
+            "give `id` or a non-empty `ids` list",
+        ));
+    }
+    if ids.len() > 1000 {
+        return Err(ToolError::invalid_field("ids", "at most 1000 ids per call"));
+    }
+    let (deleted, unknown) = with_db(&state, move |conn, _| {
+        db::delete(conn, &ids).map_err(db_err)
+    })
+    .await?;
+    let mut text = format!("deleted {}", deleted.len());
+    if !unknown.is_empty() {
+        text.push_str(&format!("; unknown: {}", unknown.join(", ")));
+    }
+    Ok(Reply::new(DeleteResult { deleted, unknown }, text))
+}
+
+#[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Mode {
+    #[default]
+    Relevant,
+    RecentOnly,
+    Off,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ContextParams {
+    /// The conversation's latest turn.
+    #[serde(default)]
+    pub query: Option<String>,
+    #[serde(default)]
+    pub mode: Option<Mode>,
+    /// Longest block, in characters (default 2048, max 65536).
+    #[serde(default)]
+    pub max_inject_chars: Option<i64>,
+    /// Most memories in the block (default 10, max 100).
+    #[serde(default)]
+    pub max_inject_count: Option<i64>,
+    #[serde(default)]
+    pub scope: Option<Scope>,
+    #[serde(default)]
+    pub session: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ContextResult {
+    /// The block to put before the conversation (empty when nothing applies).
+    pub block: String,
+    /// Memories used, in order.
+    pub ids: Vec<String>,
+    pub mode: Mode,
+}
+
+/// Build the injection block (used by the tool and the MCP prompt).
+pub fn context_block(conn: &Connection, p: &ContextParams) -> ToolResult<ContextResult> {
+    let mode = p.mode.unwrap_or_default();
+    let max_chars = limit_arg("max_inject_chars", p.max_inject_chars, 2048, 65536)?;
+    let max_count = limit_arg("max_inject_count", p.max_inject_count, 10, 100)?;
+    let filter = filter_from(None, p.scope, p.session.clone())?;
+    if mode == Mode::Off {
+        return Ok(ContextResult {
+            block: String::new(),
+            ids: Vec::new(),
+            mode,
+        });
+    }
+    let query = p.query.clone().unwrap_or_default();
+    let mut hits = match mode {
+        Mode::Relevant => rank(conn, &query, &filter, max_count).map_err(db_err)?,
+        _ => Vec::new(),
+    };
+    if hits.is_empty() {
+        hits = db::recent(conn, &filter, max_count)
+            .map_err(db_err)?
+            .into_iter()
+            .map(|r| hit(r, 0.0))
+            .collect();
+    }
+    let header = "<memories>\nThings remembered from earlier sessions (may be outdated):\n";
+    let footer = "</memories>";
+    let mut block = String::from(header);
+    let mut ids = Vec::new();
+    for h in hits.into_iter().take(max_count) {
+        let line = format!(
+            "- [{}] {}\n",
+            &h.created_at[..10.min(h.created_at.len())],
+            h.content.replace('\n', " ")
+        );
+        if block.chars().count() + line.chars().count() + footer.len() > max_chars {
+            break;
+        }
+        block.push_str(&line);
+        ids.push(h.id);
+    }
+    if ids.is_empty() {
+        return Ok(ContextResult {
+            block: String::new(),
+            ids,
+            mode,
+        });
+    }
+    block.push_str(footer);
+    db::touch(conn, &ids).map_err(db_err)?;
+    Ok(ContextResult { block, ids, mode })
+}
+
+pub async fn context(
+    state: Arc<MemoryState>,
+    p: ContextParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<ContextResult>> {
+    let r = with_db(&state, move |conn, _| context_block(conn, &p)).await?;
+    let text = if r.block.is_empty() {
+        "(no memories to inject)".to_string()
+    } else {
+        r.block.clone()
+    };
+    Ok(Reply::new(r, text))
+}

@@ -1,0 +1,501 @@
+//! kitbag-memory over stdio: storing, ranking, filters, limits, concurrency, migration.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kitbag_testkit::{Era, McpClient, ToolCall, assert_catalog_matches, workspace_root};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-memory"))
+}
+
+fn client(db: &Path, extra: &[&str]) -> McpClient {
+    std::fs::create_dir_all(db.parent().expect("dir")).expect("mkdir");
+    let mut args = vec!["--db", db.to_str().expect("utf8")];
+    args.extend_from_slice(extra);
+    McpClient::spawn(bin(), &args, db.parent().expect("dir"), Era::Handshake)
+}
+
+fn ok(c: &mut McpClient, tool: &str, args: Value) -> ToolCall {
+    let r = c.call(tool, args.clone());
+    assert!(!r.is_error, "{tool} {args}: {}", r.text);
+    r
+}
+
+fn err(c: &mut McpClient, tool: &str, args: Value, code: &str, field: Option<&str>) -> ToolCall {
+    let r = c.call(tool, args.clone());
+    assert!(r.is_error, "{tool} {args} should fail: {}", r.text);
+    assert_eq!(r.error_code(), Some(code), "{tool} {args}: {}", r.text);
+    if let Some(f) = field {
+        assert_eq!(
+            r.structured["error"]["detail"]["field"], f,
+            "{args}: {}",
+            r.text
+        );
+    }
+    r
+}
+
+fn db_in(d: &tempfile::TempDir) -> PathBuf {
+    d.path().join("mem/memory.db")
+}
+
+#[test]
+fn eras_prompt_and_catalog() {
+    let d = tempfile::tempdir().expect("tmp");
+    let db = db_in(&d);
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = McpClient::spawn(bin(), &["--db", db.to_str().expect("u")], d.path(), era);
+        ok(
+            &mut c,
+            "memory_store",
+            json!({"content": format!("era test note {era:?}")}),
+        );
+        let r = ok(&mut c, "memory_search", json!({"query": "era test"}));
+        assert!(r.structured["count"].as_u64().expect("n") >= 1);
+        let prompts = c.request("prompts/list", json!({}));
+        assert_eq!(
+            prompts["result"]["prompts"][0]["name"], "memory_context",
+            "{prompts}"
+        );
+        let p = c.request(
+            "prompts/get",
+            json!({"name": "memory_context", "arguments": {"query": "era test"}}),
+        );
+        let text = p["result"]["messages"][0]["content"]["text"]
+            .as_str()
+            .expect("prompt text")
+            .to_string();
+        assert!(text.contains("era test note"), "{text}");
+        if era == Era::Handshake {
+            assert_catalog_matches(
+                &mut c,
+                &workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests/memory/tools.json"),
+            );
+        }
+    }
+}
+
+#[test]
+fn store_search_delete_dedupe_and_filters() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(&db_in(&d), &[]);
+    let a = ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "The staging database is reset every Sunday.", "tags": ["staging", "DB"]}),
+    );
+    let id = a.structured["id"].as_str().expect("id").to_string();
+    assert_eq!(a.structured["duplicate"], false);
+    let again = ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "  The staging database is reset every Sunday.  "}),
+    );
+    assert_eq!(again.structured["duplicate"], true);
+    assert_eq!(again.structured["id"], id.as_str());
+    // Same content in another scope is a separate memory.
+    let user = ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "The staging database is reset every Sunday.", "scope": "user"}),
+    );
+    assert_eq!(user.structured["duplicate"], false);
+    ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "Session note about the database", "scope": "session", "session": "s-1"}),
+    );
+    let r = ok(
+        &mut c,
+        "memory_search",
+        json!({"query": "database", "scope": "session", "session": "s-1"}),
+    );
+    assert_eq!(r.structured["count"], 1);
+    let r = ok(
+        &mut c,
+        "memory_search",
+        json!({"query": "database", "tags": ["db"]}),
+    );
+    assert_eq!(r.structured["count"], 1);
+    assert_eq!(
+        r.structured["memories"][0]["tags"],
+        json!(["staging", "db"])
+    );
+    let r = ok(
+        &mut c,
+        "memory_search",
+        json!({"query": "database", "scope": "user"}),
+    );
+    assert_eq!(r.structured["count"], 1);
+    let r = ok(&mut c, "memory_search", json!({}));
+    assert_eq!(
+        r.structured["count"], 3,
+        "empty query lists the most recent"
+    );
+    let r = ok(
+        &mut c,
+        "memory_delete",
+        json!({"ids": [id, "01NOPE00000000000000000000"]}),
+    );
+    assert_eq!(r.structured["deleted"], json!([id]));
+    assert_eq!(
+        r.structured["unknown"],
+        json!(["01NOPE00000000000000000000"])
+    );
+    let r = ok(
+        &mut c,
+        "memory_search",
+        json!({"query": "staging", "tags": ["db"]}),
+    );
+    assert_eq!(r.structured["count"], 0);
+}
+
+#[test]
+fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(&db_in(&d), &[]);
+    let topics = [
+        "frontend build",
+        "python packaging",
+        "kubernetes deploys",
+        "invoice emails",
+        "search indexing",
+        "auth tokens",
+        "log rotation",
+        "benchmarks",
+        "code review",
+        "release notes",
+    ];
+    for i in 0..97 {
+        let t = topics[i % topics.len()];
+        ok(
+            &mut c,
+            "memory_store",
+            json!({"content": format!("Note {i} about {t}: remember to check the {t} checklist before Friday.")}),
+        );
+    }
+    let target = ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "The Postgres replica lags during the nightly vacuum; run heavy reports after 06:00.", "tags": ["postgres"]}),
+    );
+    ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "Postgres connection pool size is 20 in production."}),
+    );
+    ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "Reports are emailed to finance every Monday."}),
+    );
+    let r = ok(
+        &mut c,
+        "memory_search",
+        json!({"query": "why is the postgres replica lagging at night?", "limit": 5}),
+    );
+    assert_eq!(
+        r.structured["memories"][0]["id"], target.structured["id"],
+        "{}",
+        r.text
+    );
+    assert!(
+        r.structured["memories"][0]["score"]
+            .as_f64()
+            .expect("score")
+            > r.structured["memories"][1]["score"]
+                .as_f64()
+                .expect("score")
+    );
+    // Two equally relevant memories: the newer one ranks first.
+    let old = ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "zebra migration checklist alpha"}),
+    );
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    let new = ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "zebra migration checklist omega"}),
+    );
+    let r = ok(&mut c, "memory_search", json!({"query": "zebra migration"}));
+    assert_eq!(r.structured["memories"][0]["id"], new.structured["id"]);
+    assert_eq!(r.structured["memories"][1]["id"], old.structured["id"]);
+    // The context block for the latest turn.
+    let r = ok(
+        &mut c,
+        "memory_context",
+        json!({"query": "the postgres replica is slow", "max_inject_count": 2}),
+    );
+    assert_eq!(r.structured["ids"][0], target.structured["id"]);
+    assert!(
+        r.structured["block"]
+            .as_str()
+            .expect("b")
+            .starts_with("<memories>")
+    );
+    let r = ok(
+        &mut c,
+        "memory_context",
+        json!({"query": "postgres", "max_inject_chars": 200}),
+    );
+    assert!(r.structured["block"].as_str().expect("b").chars().count() <= 200);
+    let r = ok(
+        &mut c,
+        "memory_context",
+        json!({"query": "postgres", "mode": "off"}),
+    );
+    assert_eq!(r.structured["block"], "");
+    let r = ok(
+        &mut c,
+        "memory_context",
+        json!({"mode": "recent_only", "max_inject_count": 1}),
+    );
+    assert_eq!(r.structured["ids"], json!([new.structured["id"]]));
+}
+
+#[test]
+fn eviction_and_full_store() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(&db_in(&d), &["--max-total", "3"]);
+    let first = ok(&mut c, "memory_store", json!({"content": "one"}));
+    ok(&mut c, "memory_store", json!({"content": "two"}));
+    ok(&mut c, "memory_store", json!({"content": "three"}));
+    // Recall "one": it becomes more valuable than "two".
+    ok(&mut c, "memory_search", json!({"query": "one"}));
+    let r = ok(&mut c, "memory_store", json!({"content": "four"}));
+    let evicted = r.structured["evicted"]
+        .as_str()
+        .expect("evicted")
+        .to_string();
+    assert_ne!(
+        evicted,
+        first.structured["id"].as_str().expect("id"),
+        "the recalled memory is kept"
+    );
+    assert!(r.text.contains("evicted"));
+    let mut rej = client(
+        &d.path().join("other.db"),
+        &["--max-total", "1", "--on-full", "reject"],
+    );
+    ok(&mut rej, "memory_store", json!({"content": "only"}));
+    err(
+        &mut rej,
+        "memory_store",
+        json!({"content": "another"}),
+        "memory_full",
+        None,
+    );
+}
+
+#[test]
+fn secrets_are_refused_without_echo() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(&db_in(&d), &[]);
+    let key = "ghp_0123456789abcdefghijABCDEFGHIJklmnop";
+    let r = err(
+        &mut c,
+        "memory_store",
+        json!({"content": format!("CI token is {key}")}),
+        "secret_detected",
+        Some("content"),
+    );
+    assert_eq!(r.structured["error"]["detail"]["rule"], "github_token");
+    assert!(
+        !r.text.contains(key) && !r.raw.to_string().contains(key),
+        "never echo the secret"
+    );
+    let r = ok(&mut c, "memory_search", json!({}));
+    assert_eq!(r.structured["count"], 0, "nothing stored");
+}
+
+#[test]
+fn bad_input_is_typed() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(&db_in(&d), &[]);
+    err(
+        &mut c,
+        "memory_store",
+        json!({"content": "  "}),
+        "invalid_params",
+        Some("content"),
+    );
+    err(
+        &mut c,
+        "memory_store",
+        json!({"content": "x".repeat(4097)}),
+        "invalid_params",
+        Some("content"),
+    );
+    err(
+        &mut c,
+        "memory_store",
+        json!({"content": "x", "scope": "galaxy"}),
+        "invalid_params",
+        Some("scope"),
+    );
+    err(
+        &mut c,
+        "memory_store",
+        json!({"content": "x", "scope": "session"}),
+        "invalid_params",
+        Some("session"),
+    );
+    err(
+        &mut c,
+        "memory_store",
+        json!({"content": "x", "session": "s"}),
+        "invalid_params",
+        Some("session"),
+    );
+    err(
+        &mut c,
+        "memory_search",
+        json!({"limit": 0}),
+        "invalid_params",
+        Some("limit"),
+    );
+    err(
+        &mut c,
+        "memory_search",
+        json!({"limit": 101}),
+        "invalid_params",
+        Some("limit"),
+    );
+    err(
+        &mut c,
+        "memory_delete",
+        json!({}),
+        "invalid_params",
+        Some("ids"),
+    );
+    err(
+        &mut c,
+        "memory_context",
+        json!({"mode": "loud"}),
+        "invalid_params",
+        Some("mode"),
+    );
+    let r = ok(&mut c, "memory_search", json!({}));
+    assert_eq!(r.structured["count"], 0);
+}
+
+#[test]
+fn two_processes_lose_nothing() {
+    let d = tempfile::tempdir().expect("tmp");
+    let db = db_in(&d);
+    // Create the schema once so both writers start from the same file.
+    drop(client(&db, &[]));
+    let writers: Vec<_> = (0..2)
+        .map(|w| {
+            let db = db.clone();
+            std::thread::spawn(move || {
+                let mut c = client(&db, &["--max-total", "5000"]);
+                for i in 0..500 {
+                    let r = c.call(
+                        "memory_store",
+                        json!({"content": format!("writer {w} entry {i}")}),
+                    );
+                    assert!(!r.is_error, "{}", r.text);
+                }
+            })
+        })
+        .collect();
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let out = Command::new(bin())
+        .args(["--db", db.to_str().expect("u"), "export"])
+        .output()
+        .expect("export");
+    assert!(out.status.success());
+    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1000);
+}
+
+#[test]
+fn older_schema_migrates_and_export_import_round_trips() {
+    let d = tempfile::tempdir().expect("tmp");
+    let db = db_in(&d);
+    std::fs::create_dir_all(db.parent().expect("p")).expect("mkdir");
+    {
+        let conn = rusqlite_like_v1(&db);
+        assert!(conn, "could not write the v1 fixture");
+    }
+    let mut c = client(&db, &[]);
+    let r = ok(&mut c, "memory_search", json!({"query": "legacy deploy"}));
+    assert_eq!(
+        r.structured["count"], 1,
+        "v1 rows are searchable after migration: {}",
+        r.text
+    );
+    assert_eq!(
+        r.structured["memories"][0]["id"],
+        "01HZZZLEGACY0000000000000A"
+    );
+    ok(
+        &mut c,
+        "memory_store",
+        json!({"content": "new after migration", "tags": ["x"]}),
+    );
+    drop(c);
+    let export = |db: &Path| {
+        let out = Command::new(bin())
+            .args(["--db", db.to_str().expect("u"), "export"])
+            .output()
+            .expect("export");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf8")
+    };
+    let first = export(&db);
+    let file = d.path().join("dump.jsonl");
+    std::fs::write(&file, &first).expect("w");
+    let copy = d.path().join("copy/memory.db");
+    let st = Command::new(bin())
+        .args([
+            "--db",
+            copy.to_str().expect("u"),
+            "import",
+            file.to_str().expect("u"),
+        ])
+        .status()
+        .expect("import");
+    assert!(st.success());
+    assert_eq!(export(&copy), first, "export → import → export is exact");
+}
+
+/// Write a database in the v1 layout using the server's own schema text, through sqlite3.
+fn rusqlite_like_v1(db: &Path) -> bool {
+    let sql = format!(
+        "{}\nINSERT INTO memories (id, content, tags, scope, session, created_at) VALUES ('01HZZZLEGACY0000000000000A', 'legacy deploy runbook lives in the wiki', '[\"ops\"]', 'project', NULL, '2025-01-01T00:00:00.000Z');",
+        kitbag_memory::db::V1_SCHEMA
+    );
+    let conn = kitbag_memory::db::open_raw(db).expect("open");
+    conn.execute_batch(&sql).is_ok()
+}
+
+#[test]
+fn corrupted_database_is_a_clear_start_up_error() {
+    let d = tempfile::tempdir().expect("tmp");
+    let db = d.path().join("memory.db");
+    std::fs::write(&db, vec![0x42u8; 8192]).expect("garbage");
+    let out = Command::new(bin())
+        .args(["--db", db.to_str().expect("u")])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("memory database") && stderr.contains("memory.db"),
+        "{stderr}"
+    );
+    assert!(!stderr.contains("panicked"), "{stderr}");
+    assert!(out.stdout.is_empty());
+}
