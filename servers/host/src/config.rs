@@ -1,0 +1,234 @@
+//! Host configuration: our `agent.json` (`mcp` block, strict) and the foreign formats
+//! (Claude Code `.mcp.json`, Claude Desktop `mcpServers`, lenient), with `${VAR}` and
+//! `${VAR:-default}` expansion in command, args, env and cwd.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+/// One server entry as written in a config file.
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ServerEntry {
+    pub command: String,
+    #[serde(default)]
+    pub args: Vec<String>,
+    #[serde(default)]
+    pub env: BTreeMap<String, String>,
+    #[serde(default)]
+    pub cwd: Option<String>,
+    #[serde(default = "yes")]
+    pub enabled: bool,
+    /// Only these tools (globs) are offered.
+    #[serde(default)]
+    pub enabled_tools: Option<Vec<String>>,
+    /// These tools (globs) are hidden.
+    #[serde(default)]
+    pub disabled_tools: Vec<String>,
+    /// Prepended to every tool name of this server.
+    #[serde(default)]
+    pub prefix: Option<String>,
+    /// Original tool name → offered name.
+    #[serde(default)]
+    pub aliases: BTreeMap<String, String>,
+    #[serde(default)]
+    pub startup_timeout_sec: Option<u64>,
+    #[serde(default)]
+    pub tool_timeout_sec: Option<u64>,
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Foreign entries: extra fields (type, description, ...) are ignored.
+#[derive(Debug, Clone, Deserialize)]
+struct ForeignEntry {
+    command: String,
+    #[serde(default)]
+    args: Vec<String>,
+    #[serde(default)]
+    env: BTreeMap<String, String>,
+    #[serde(default)]
+    cwd: Option<String>,
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct AgentFile {
+    #[serde(default)]
+    mcp: serde_json::Map<String, serde_json::Value>,
+    /// Parsed by the policy layer (not yet enforced by this host version).
+    #[serde(default)]
+    agents: Option<serde_json::Value>,
+}
+
+/// A server ready to start: variables expanded, or the reason it cannot start.
+#[derive(Debug, Clone)]
+pub struct ServerSpec {
+    pub name: String,
+    pub entry: ServerEntry,
+    /// Set when expansion failed: the server is reported, not started.
+    pub error: Option<String>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Config {
+    /// In config order (which decides tool-name collisions).
+    pub servers: Vec<ServerSpec>,
+    pub source: Option<PathBuf>,
+}
+
+/// Where a config error is: file, line, column.
+fn syntax_error(path: &Path, e: &serde_json::Error) -> anyhow::Error {
+    anyhow::anyhow!("{}:{}:{}: {}", path.display(), e.line(), e.column(), e)
+}
+
+/// Parse a config file's text: our `mcp` format or a foreign `mcpServers` one.
+pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
+    let value: serde_json::Value =
+        serde_json::from_str(text).map_err(|e| syntax_error(path, &e))?;
+    let mut servers = Vec::new();
+    if value.get("mcpServers").is_some() && value.get("mcp").is_none() {
+        let map = value["mcpServers"].as_object().cloned().unwrap_or_default();
+        for (name, v) in map {
+            let f: ForeignEntry = serde_json::from_value(v)
+                .map_err(|e| anyhow::anyhow!("{}: mcpServers.{name}: {e}", path.display()))?;
+            let entry = ServerEntry {
+                command: f.command,
+                args: f.args,
+                env: f.env,
+                cwd: f.cwd,
+                enabled: true,
+                ..Default::default()
+            };
+            servers.push(expand_spec(name, entry));
+        }
+    } else {
+        let file: AgentFile = serde_json::from_value(value)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        let _ = file.agents;
+        for (name, v) in file.mcp {
+            let entry: ServerEntry = serde_json::from_value(v)
+                .map_err(|e| anyhow::anyhow!("{}: mcp.{name}: {e}", path.display()))?;
+            servers.push(expand_spec(name, entry));
+        }
+    }
+    Ok(Config {
+        servers,
+        source: Some(path.to_path_buf()),
+    })
+}
+
+pub fn load(path: &Path) -> anyhow::Result<Config> {
+    let text =
+        std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+    parse(path, &text)
+}
+
+fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
+    let mut error = None;
+    let mut exp = |s: &str, what: &str| match expand(s) {
+        Ok(v) => v,
+        Err(var) => {
+            error.get_or_insert(format!(
+                "{what}: ${{{var}}} is not set and has no default (write ${{{var}:-default}})"
+            ));
+            s.to_string()
+        }
+    };
+    entry.command = exp(&entry.command, "command");
+    entry.args = entry.args.iter().map(|a| exp(a, "args")).collect();
+    entry.env = entry
+        .env
+        .iter()
+        .map(|(k, v)| (k.clone(), exp(v, &format!("env.{k}"))))
+        .collect();
+    entry.cwd = entry.cwd.as_ref().map(|c| exp(c, "cwd"));
+    ServerSpec { name, entry, error }
+}
+
+/// Expand `${VAR}` and `${VAR:-default}`; `Err(var)` names an unset variable without default.
+pub fn expand(s: &str) -> Result<String, String> {
+    let mut out = String::with_capacity(s.len());
+    let mut rest = s;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return Ok(out);
+        };
+        let inner = &after[..end];
+        let (var, default) = match inner.split_once(":-") {
+            Some((v, d)) => (v, Some(d)),
+            None => (inner, None),
+        };
+        match (std::env::var(var), default) {
+            (Ok(v), _) if !v.is_empty() || default.is_none() => out.push_str(&v),
+            (_, Some(d)) => out.push_str(d),
+            (Err(_), None) => return Err(var.to_string()),
+            (Ok(v), None) => out.push_str(&v),
+        }
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expansion_rules() {
+        // SAFETY-free: tests use unique variable names.
+        assert_eq!(
+            expand("a-${KITBAG_TEST_UNSET_1:-dflt}-b"),
+            Ok("a-dflt-b".into())
+        );
+        assert_eq!(
+            expand("${KITBAG_TEST_UNSET_2}"),
+            Err("KITBAG_TEST_UNSET_2".into())
+        );
+        assert_eq!(expand("no vars"), Ok("no vars".into()));
+        assert_eq!(expand("${PATH}").map(|p| !p.is_empty()), Ok(true));
+    }
+
+    #[test]
+    fn agent_json_strict_foreign_lenient() {
+        let p = Path::new("agent.json");
+        let c = parse(p, r#"{"mcp": {"files": {"command": "kitbag-files", "args": ["--root", "${KITBAG_TEST_UNSET_3:-.}"]}}}"#).expect("ok");
+        assert_eq!(c.servers[0].entry.args, ["--root", "."]);
+        let e = parse(
+            p,
+            r#"{"mcp": {"files": {"command": "x", "colour": "red"}}}"#,
+        )
+        .expect_err("unknown field");
+        assert!(e.to_string().contains("colour"), "{e}");
+        let e = parse(
+            p,
+            "{\n  \"mcp\": {\n    \"files\": {\"command\": \"x\",}\n  }\n}",
+        )
+        .expect_err("syntax");
+        assert!(e.to_string().starts_with("agent.json:3:"), "{e}");
+        let c = parse(
+            Path::new(".mcp.json"),
+            r#"{"mcpServers": {"gh": {"type": "stdio", "command": "gh-mcp", "description": "x"}}}"#,
+        )
+        .expect("ok");
+        assert_eq!(c.servers[0].entry.command, "gh-mcp");
+        let c = parse(
+            p,
+            r#"{"mcp": {"s": {"command": "${KITBAG_TEST_UNSET_4}"}}}"#,
+        )
+        .expect("parsed");
+        assert!(
+            c.servers[0]
+                .error
+                .as_deref()
+                .is_some_and(|e| e.contains("KITBAG_TEST_UNSET_4"))
+        );
+    }
+}

@@ -1,0 +1,93 @@
+//! The kitbag servers linked into this binary. `kitbag server <family>` runs one on stdio;
+//! the embedded default config re-executes this binary once per family, so every server is
+//! still its own process. Adding a family is one line in `FAMILIES`.
+
+use std::collections::BTreeMap;
+
+use clap::Parser;
+use futures::future::BoxFuture;
+
+use crate::config::{Config, ServerEntry, ServerSpec};
+
+type Runner = fn(Vec<String>) -> BoxFuture<'static, anyhow::Result<()>>;
+
+fn argv(bin: &str, args: Vec<String>) -> Vec<String> {
+    std::iter::once(bin.to_string()).chain(args).collect()
+}
+
+pub const FAMILIES: &[(&str, Runner)] = &[
+    ("files", |a| {
+        Box::pin(kitbag_files::run(kitbag_files::Args::parse_from(argv(
+            "kitbag-files",
+            a,
+        ))))
+    }),
+    ("search", |a| {
+        Box::pin(kitbag_search::run(kitbag_search::Args::parse_from(argv(
+            "kitbag-search",
+            a,
+        ))))
+    }),
+    ("shell", |a| {
+        Box::pin(kitbag_shell::run(kitbag_shell::Args::parse_from(argv(
+            "kitbag-shell",
+            a,
+        ))))
+    }),
+    ("web", |a| {
+        Box::pin(kitbag_web::run(kitbag_web::Args::parse_from(argv(
+            "kitbag-web",
+            a,
+        ))))
+    }),
+    ("memory", |a| {
+        Box::pin(kitbag_memory::run(kitbag_memory::Args::parse_from(argv(
+            "kitbag-memory",
+            a,
+        ))))
+    }),
+];
+
+pub async fn run(family: &str, args: Vec<String>) -> anyhow::Result<()> {
+    match FAMILIES.iter().find(|(name, _)| *name == family) {
+        Some((_, runner)) => runner(args).await,
+        None => anyhow::bail!(
+            "unknown server family `{family}`; embedded: {}",
+            FAMILIES
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        ),
+    }
+}
+
+/// Every embedded server, rooted at the working directory.
+pub fn embedded_default() -> anyhow::Result<Config> {
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    let cwd = std::env::current_dir()?.to_string_lossy().into_owned();
+    let servers = FAMILIES
+        .iter()
+        .map(|(name, _)| ServerSpec {
+            name: name.to_string(),
+            entry: ServerEntry {
+                command: exe.clone(),
+                args: vec![
+                    "server".into(),
+                    name.to_string(),
+                    "--root".into(),
+                    cwd.clone(),
+                ],
+                env: BTreeMap::new(),
+                cwd: Some(cwd.clone()),
+                enabled: true,
+                ..Default::default()
+            },
+            error: None,
+        })
+        .collect();
+    Ok(Config {
+        servers,
+        source: None,
+    })
+}

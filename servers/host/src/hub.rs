@@ -1,0 +1,551 @@
+//! The hub: the child servers, their tools, and the flat list the host offers.
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
+    Implementation, ProgressNotificationParam, ProgressToken, ServerResult, Tool,
+};
+use rmcp::service::{
+    NotificationContext, Peer, RoleClient, RoleServer, RunningService, ServiceExt,
+};
+use rmcp::transport::TokioChildProcess;
+use rmcp::{ClientHandler, ErrorData as McpError};
+
+use crate::config::{ServerEntry, ServerSpec};
+
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
+const MAX_CRASHES: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(60);
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Starting,
+    Ready,
+    Restarting,
+    Failed,
+    Disabled,
+}
+
+/// The client side of one child connection: forwards progress and list changes upward.
+#[derive(Clone)]
+pub struct ChildClient {
+    name: String,
+    hub: Weak<Hub>,
+}
+
+impl ClientHandler for ChildClient {
+    fn get_info(&self) -> ClientConfig {
+        ClientConfig::new(
+            ClientCapabilities::default(),
+            Implementation::new("kitbag", env!("CARGO_PKG_VERSION")),
+        )
+    }
+
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.forward_progress(&self.name, params).await;
+        }
+    }
+
+    async fn on_tool_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.refresh_tools(&self.name).await;
+        }
+    }
+}
+
+pub struct Child {
+    pub spec: ServerSpec,
+    pub state: State,
+    pub peer: Option<Peer<RoleClient>>,
+    pub tools: Vec<Tool>,
+    pub pid: Option<u32>,
+    pub started: Option<Instant>,
+    pub ready_ms: Option<u64>,
+    pub restarts: u32,
+    pub last_error: Option<String>,
+    crashes: VecDeque<Instant>,
+    generation: u64,
+    stop: Option<rmcp::service::RunningServiceCancellationToken>,
+    stopping: bool,
+}
+
+/// A tool as offered upstream.
+#[derive(Debug, Clone)]
+pub struct Route {
+    pub child: usize,
+    pub original: String,
+}
+
+#[derive(Default)]
+pub struct FlatList {
+    pub tools: Vec<Tool>,
+    pub routes: BTreeMap<String, Route>,
+    /// "server.tool → offered name: taken by other_server" reports.
+    pub collisions: Vec<String>,
+}
+
+pub struct Hub {
+    pub children: Mutex<Vec<Child>>,
+    progress: Mutex<HashMap<(String, ProgressToken), ProgressToken>>,
+    upstream: Mutex<Option<Peer<RoleServer>>>,
+    me: Weak<Hub>,
+}
+
+/// Tool names every client accepts: `[A-Za-z0-9_-]`, at most 64 characters.
+pub fn sanitize(name: &str) -> String {
+    let s: String = name
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || c == '_' || c == '-' {
+                c
+            } else {
+                '_'
+            }
+        })
+        .collect();
+    s.chars().take(64).collect()
+}
+
+fn glob_match(patterns: &[String], name: &str) -> bool {
+    patterns.iter().any(|p| {
+        globset::Glob::new(p)
+            .map(|g| g.compile_matcher().is_match(name))
+            .unwrap_or(p == name)
+    })
+}
+
+impl Hub {
+    pub fn new(specs: Vec<ServerSpec>) -> Arc<Hub> {
+        Arc::new_cyclic(|me| Hub {
+            children: Mutex::new(
+                specs
+                    .into_iter()
+                    .map(|spec| Child {
+                        state: if spec.entry.enabled {
+                            State::Starting
+                        } else {
+                            State::Disabled
+                        },
+                        last_error: spec.error.clone(),
+                        spec,
+                        peer: None,
+                        tools: Vec::new(),
+                        pid: None,
+                        started: None,
+                        ready_ms: None,
+                        restarts: 0,
+                        crashes: VecDeque::new(),
+                        generation: 0,
+                        stop: None,
+                        stopping: false,
+                    })
+                    .collect(),
+            ),
+            progress: Mutex::new(HashMap::new()),
+            upstream: Mutex::new(None),
+            me: me.clone(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {
+        self.children.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    pub fn set_upstream(&self, peer: Peer<RoleServer>) {
+        *self.upstream.lock().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+    }
+
+    /// Start every enabled child in parallel; returns when each is ready or has failed.
+    pub async fn start_all(self: &Arc<Self>) {
+        let n = self.lock().len();
+        let starts: Vec<_> = (0..n).map(|i| self.clone().start(i)).collect();
+        futures::future::join_all(starts).await;
+    }
+
+    /// Boxed with an explicit `Send` bound: start → crash → restart → start is recursive.
+    fn start(self: Arc<Self>, i: usize) -> futures::future::BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let (entry, name, generation, preset_error) = {
+                let mut c = self.lock();
+                let child = &mut c[i];
+                if child.state == State::Disabled {
+                    return;
+                }
+                child.generation += 1;
+                child.started = Some(Instant::now());
+                (
+                    child.spec.entry.clone(),
+                    child.spec.name.clone(),
+                    child.generation,
+                    child.spec.error.clone(),
+                )
+            };
+            if let Some(e) = preset_error {
+                self.mark_failed(i, e);
+                return;
+            }
+            let started = Instant::now();
+            let timeout = entry
+                .startup_timeout_sec
+                .map(Duration::from_secs)
+                .unwrap_or(DEFAULT_STARTUP_TIMEOUT);
+            let connect = connect(
+                &entry,
+                ChildClient {
+                    name: name.clone(),
+                    hub: self.me.clone(),
+                },
+            );
+            let result = match tokio::time::timeout(timeout, connect).await {
+                Ok(r) => r,
+                Err(_) => Err(format!(
+                    "did not finish starting within {} s",
+                    timeout.as_secs()
+                )),
+            };
+            match result {
+                Ok((running, pid)) => {
+                    let peer = running.peer().clone();
+                    peer.set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+                        .await;
+                    let tools = match peer.list_all_tools().await {
+                        Ok(t) => t,
+                        Err(e) => {
+                            self.mark_failed(i, format!("tools/list failed: {e}"));
+                            return;
+                        }
+                    };
+                    let stop = running.cancellation_token();
+                    {
+                        let mut c = self.lock();
+                        let child = &mut c[i];
+                        child.peer = Some(peer);
+                        child.tools = tools;
+                        child.pid = pid;
+                        child.state = State::Ready;
+                        child.ready_ms = Some(started.elapsed().as_millis() as u64);
+                        child.stop = Some(stop);
+                        child.last_error = None;
+                    }
+                    tracing::info!(server = %name, "ready in {} ms", started.elapsed().as_millis());
+                    let hub = self.clone();
+                    tokio::spawn(async move {
+                        let _ = running.waiting().await;
+                        hub.on_exit(i, generation).await;
+                    });
+                    self.notify_list_changed().await;
+                }
+                Err(e) => self.mark_failed(i, e),
+            }
+        })
+    }
+
+    fn mark_failed(&self, i: usize, reason: String) {
+        let mut c = self.lock();
+        tracing::warn!(server = %c[i].spec.name, "failed: {reason}");
+        c[i].state = State::Failed;
+        c[i].last_error = Some(reason);
+    }
+
+    /// A child went away: restart with backoff, or give up after repeated crashes.
+    async fn on_exit(self: Arc<Self>, i: usize, generation: u64) {
+        let delay = {
+            let mut c = self.lock();
+            let child = &mut c[i];
+            if child.generation != generation || child.stopping {
+                return; // a deliberate stop, or an older incarnation
+            }
+            if let Some(pid) = child.pid.take() {
+                kill_group(pid);
+            }
+            child.peer = None;
+            let now = Instant::now();
+            child.crashes.push_back(now);
+            while child
+                .crashes
+                .front()
+                .is_some_and(|t| now.duration_since(*t) > CRASH_WINDOW)
+            {
+                child.crashes.pop_front();
+            }
+            if child.crashes.len() >= MAX_CRASHES {
+                child.state = State::Failed;
+                child.last_error = Some(format!(
+                    "crashed {MAX_CRASHES} times within {} s; not restarted",
+                    CRASH_WINDOW.as_secs()
+                ));
+                return;
+            }
+            child.state = State::Restarting;
+            child.restarts += 1;
+            child.last_error = Some("the server exited; restarting".into());
+            // 1 s, doubling per recent crash, at most 30 s.
+            Duration::from_secs((1u64 << (child.crashes.len() - 1).min(5)).min(30))
+        };
+        tokio::time::sleep(delay).await;
+        self.start(i).await;
+    }
+
+    /// Stop every child and its process group.
+    pub fn stop_all(&self) {
+        let mut c = self.lock();
+        for child in c.iter_mut() {
+            child.stopping = true;
+            if let Some(stop) = child.stop.take() {
+                stop.cancel();
+            }
+            if let Some(pid) = child.pid.take() {
+                kill_group(pid);
+            }
+            child.peer = None;
+        }
+    }
+
+    pub async fn refresh_tools(&self, name: &str) {
+        let peer = {
+            let c = self.lock();
+            c.iter()
+                .find(|c| c.spec.name == name)
+                .and_then(|c| c.peer.clone())
+        };
+        if let Some(peer) = peer
+            && let Ok(tools) = peer.list_all_tools().await
+        {
+            let changed = {
+                let mut c = self.lock();
+                match c.iter_mut().find(|c| c.spec.name == name) {
+                    Some(child) if child.tools != tools => {
+                        child.tools = tools;
+                        true
+                    }
+                    _ => false,
+                }
+            };
+            if changed {
+                self.notify_list_changed().await;
+            }
+        }
+    }
+
+    async fn notify_list_changed(&self) {
+        let peer = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(p) = peer {
+            let _ = p.notify_tool_list_changed().await;
+        }
+    }
+
+    async fn forward_progress(&self, child: &str, mut params: ProgressNotificationParam) {
+        let upstream_token = {
+            let map = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+            map.get(&(child.to_string(), params.progress_token.clone()))
+                .cloned()
+        };
+        let peer = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let (Some(token), Some(peer)) = (upstream_token, peer) {
+            params.progress_token = token;
+            let _ = peer.notify_progress(params).await;
+        }
+    }
+
+    /// The flat, sorted, deterministic list; collisions resolved by config order.
+    pub fn flat(&self) -> FlatList {
+        let c = self.lock();
+        let mut flat = FlatList::default();
+        let mut owner: HashMap<String, String> = HashMap::new();
+        for (i, child) in c.iter().enumerate() {
+            let e = &child.spec.entry;
+            for tool in &child.tools {
+                let original = tool.name.to_string();
+                if let Some(only) = &e.enabled_tools
+                    && !glob_match(only, &original)
+                {
+                    continue;
+                }
+                if glob_match(&e.disabled_tools, &original) {
+                    continue;
+                }
+                let offered = match e.aliases.get(&original) {
+                    Some(a) => sanitize(a),
+                    None => sanitize(&format!(
+                        "{}{}",
+                        e.prefix.clone().unwrap_or_default(),
+                        original
+                    )),
+                };
+                if let Some(first) = owner.get(&offered) {
+                    flat.collisions.push(format!(
+                        "{}.{original} → {offered}: already offered by {first}; set `prefix` or `aliases` for {}",
+                        child.spec.name, child.spec.name
+                    ));
+                    continue;
+                }
+                owner.insert(offered.clone(), child.spec.name.clone());
+                let mut t = tool.clone();
+                t.name = offered.clone().into();
+                flat.tools.push(t);
+                flat.routes.insert(offered, Route { child: i, original });
+            }
+        }
+        flat.tools.sort_by(|a, b| a.name.cmp(&b.name));
+        flat
+    }
+
+    /// Find the route for a tool name as offered, or as the child spells it (e.g. dotted).
+    pub fn route(&self, name: &str) -> Option<Route> {
+        let flat = self.flat();
+        flat.routes
+            .get(name)
+            .cloned()
+            .or_else(|| flat.routes.get(&sanitize(name)).cloned())
+    }
+
+    /// Forward a call; a child that is down or dies mid-call gives an error result, never a hang.
+    pub async fn call(
+        &self,
+        route: &Route,
+        arguments: Option<rmcp::model::JsonObject>,
+        upstream_progress: Option<ProgressToken>,
+        cancel: tokio_util::sync::CancellationToken,
+    ) -> Result<CallToolResult, String> {
+        let (peer, name, timeout, state) = {
+            let c = self.lock();
+            let child = &c[route.child];
+            (
+                child.peer.clone(),
+                child.spec.name.clone(),
+                child
+                    .spec
+                    .entry
+                    .tool_timeout_sec
+                    .map(Duration::from_secs)
+                    .unwrap_or(DEFAULT_TOOL_TIMEOUT),
+                child.state.clone(),
+            )
+        };
+        let Some(peer) = peer else {
+            return Err(match state {
+                State::Restarting | State::Starting => {
+                    format!("server {name} is restarting; try again in a few seconds")
+                }
+                _ => format!("server {name} is not running"),
+            });
+        };
+        let mut params = CallToolRequestParams::new(route.original.clone());
+        params.arguments = arguments;
+        let request = ClientRequest::CallToolRequest(rmcp::model::Request::new(params));
+        let options =
+            rmcp::service::PeerRequestOptions::with_timeout(timeout).reset_timeout_on_progress();
+        let handle = peer
+            .send_cancellable_request(request, options)
+            .await
+            .map_err(|e| format!("server {name}: {e}"))?;
+        let key = (name.clone(), handle.progress_token.clone());
+        if let Some(up) = upstream_progress {
+            self.progress
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(key.clone(), up);
+        }
+        let id = handle.id.clone();
+        let outcome = tokio::select! {
+            r = handle.await_response() => Some(r),
+            _ = cancel.cancelled() => None,
+        };
+        self.progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&key);
+        match outcome {
+            None => {
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(id),
+                        Some("cancelled by the client".into()),
+                    ))
+                    .await;
+                Err("cancelled".into())
+            }
+            Some(Ok(ServerResult::CallToolResult(mut r))) => {
+                r.result_type = Some(rmcp::model::ResultType::COMPLETE);
+                Ok(r)
+            }
+            Some(Ok(other)) => Err(format!(
+                "server {name} answered with an unexpected result: {other:?}"
+            )),
+            Some(Err(rmcp::service::ServiceError::TransportClosed)) => Err(format!(
+                "server {name} exited during the call; it is being restarted — the call did not complete"
+            )),
+            Some(Err(e)) => Err(format!("server {name}: {e}")),
+        }
+    }
+}
+
+async fn connect(
+    entry: &ServerEntry,
+    client: ChildClient,
+) -> Result<(RunningService<RoleClient, ChildClient>, Option<u32>), String> {
+    let mut cmd = tokio::process::Command::new(&entry.command);
+    cmd.args(&entry.args)
+        .envs(&entry.env)
+        .process_group(0)
+        .kill_on_drop(true);
+    if let Some(cwd) = &entry.cwd {
+        cmd.current_dir(cwd);
+    }
+    let (transport, stderr) = TokioChildProcess::builder(cmd)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .map_err(|e| format!("cannot start `{}`: {e}", entry.command))?;
+    let pid = transport.id();
+    let name = client.name.clone();
+    if let Some(stderr) = stderr {
+        // Drain and tag the child's log lines so a chatty child never blocks on a full pipe.
+        tokio::spawn(async move {
+            use tokio::io::AsyncBufReadExt;
+            let mut lines = tokio::io::BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = lines.next_line().await {
+                tracing::info!(target: "kitbag::child", server = %name, "{line}");
+            }
+        });
+    }
+    let running = client
+        .serve(transport)
+        .await
+        .map_err(|e| format!("MCP handshake failed: {e}"))?;
+    Ok((running, pid))
+}
+
+/// SIGTERM the child's process group, then SIGKILL shortly after.
+pub fn kill_group(pid: u32) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    let pg = Pid::from_raw(pid as i32);
+    if killpg(pg, Signal::SIGTERM).is_ok() {
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(1500));
+            let _ = killpg(pg, Signal::SIGKILL);
+        });
+    }
+}
+
+pub fn protocol_error(msg: impl Into<String>) -> McpError {
+    McpError::invalid_params(msg.into(), None)
+}

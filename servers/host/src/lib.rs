@@ -1,0 +1,214 @@
+//! kitbag: the host. It starts the MCP servers named in a config (or every kitbag server
+//! it contains), offers all their tools as one flat list over stdio, and forwards calls,
+//! progress and cancellation. It is also the CLI: `serve`, `tools`, `call`, `doctor`,
+//! and `server <family>` (the embedded servers, re-executed as child processes).
+
+pub mod config;
+pub mod families;
+pub mod hub;
+pub mod serve;
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::{Parser, Subcommand};
+use rmcp::ServiceExt;
+
+use crate::config::Config;
+use crate::hub::Hub;
+use crate::serve::HostServer;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kitbag",
+    version,
+    about = "Run MCP servers and offer their tools as one list"
+)]
+pub struct Cli {
+    /// Config file: agent.json (`mcp` block) or a Claude `.mcp.json` / `mcpServers` file.
+    /// Default: $KITBAG_CONFIG, else ./agent.json, else ./.mcp.json, else every embedded server.
+    #[arg(long, global = true, env = "KITBAG_CONFIG")]
+    pub config: Option<PathBuf>,
+
+    /// Log level (to stderr).
+    #[arg(long, global = true, default_value = "warn", env = "KITBAG_LOG_LEVEL")]
+    pub log_level: String,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Serve the flat tool list over stdio (what MCP clients run).
+    Serve,
+    /// Print the flat tool list.
+    Tools {
+        #[arg(long)]
+        json: bool,
+    },
+    /// Call one tool and print its result: kitbag call TOOL '{"arg": 1}'.
+    Call { tool: String, args: Option<String> },
+    /// Start every server and report: started or why not, time to ready, tools, collisions.
+    Doctor,
+    /// Run one embedded kitbag server on stdio (used as a child process).
+    Server {
+        family: String,
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
+}
+
+pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
+    if let Some(p) = &cli.config {
+        return config::load(p);
+    }
+    for candidate in ["agent.json", ".mcp.json"] {
+        let p = PathBuf::from(candidate);
+        if p.exists() {
+            return config::load(&p);
+        }
+    }
+    families::embedded_default()
+}
+
+async fn start(cli: &Cli) -> anyhow::Result<Arc<Hub>> {
+    let cfg = load_config(cli)?;
+    let hub = Hub::new(cfg.servers);
+    hub.start_all().await;
+    Ok(hub)
+}
+
+pub async fn run(cli: Cli) -> anyhow::Result<i32> {
+    if let Some(Command::Server { family, args }) = &cli.command {
+        families::run(family, args.clone()).await?;
+        return Ok(0);
+    }
+    let filter = tracing_subscriber_filter(&cli.log_level);
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(false)
+        .try_init();
+    let command = match &cli.command {
+        Some(c) => c,
+        None if std::io::stdin().is_terminal() => {
+            eprintln!(
+                "kitbag {}: run MCP servers and offer their tools as one list.\n\n  kitbag doctor        start every server and report\n  kitbag tools         list the tools\n  kitbag call TOOL '{{...}}'\n\nAdd it to Claude Code:  claude mcp add kitbag -- kitbag serve",
+                env!("CARGO_PKG_VERSION")
+            );
+            return Ok(0);
+        }
+        None => &Command::Serve,
+    };
+    let started = Instant::now();
+    let hub = start(&cli).await?;
+    let host = HostServer {
+        hub: hub.clone(),
+        started,
+    };
+    let code = match command {
+        Command::Serve => {
+            let running = host
+                .serve(rmcp::transport::stdio())
+                .await
+                .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+            let _ = running.waiting().await;
+            0
+        }
+        Command::Tools { json } => {
+            let tools = host.tools();
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&serde_json::json!({ "tools": tools }))?
+                );
+            } else {
+                for t in tools {
+                    println!(
+                        "{:<28} {}",
+                        t.name,
+                        t.description
+                            .as_deref()
+                            .unwrap_or("")
+                            .lines()
+                            .next()
+                            .unwrap_or("")
+                    );
+                }
+            }
+            0
+        }
+        Command::Call { tool, args } => {
+            let args: serde_json::Value = match args {
+                Some(a) => serde_json::from_str(a)
+                    .map_err(|e| anyhow::anyhow!("arguments: not JSON: {e}"))?,
+                None => serde_json::json!({}),
+            };
+            let Some(obj) = args.as_object().cloned() else {
+                anyhow::bail!("arguments: must be a JSON object");
+            };
+            match hub.route(tool) {
+                None => {
+                    eprintln!("unknown tool `{tool}`; `kitbag tools` lists them");
+                    2
+                }
+                Some(route) => match hub.call(&route, Some(obj), None, Default::default()).await {
+                    Ok(r) => {
+                        for c in &r.content {
+                            if let Some(t) = c.as_text() {
+                                println!("{}", t.text);
+                            }
+                        }
+                        i32::from(r.is_error.unwrap_or(false))
+                    }
+                    Err(e) => {
+                        eprintln!("{e}");
+                        1
+                    }
+                },
+            }
+        }
+        Command::Doctor => {
+            let status = host.status();
+            let mut problems = 0;
+            for s in &status.servers {
+                let ok = s.state == hub::State::Ready || s.state == hub::State::Disabled;
+                problems += usize::from(!ok);
+                println!(
+                    "{} {:<12} {:<10} {:>4} tools  {}",
+                    if ok { "ok  " } else { "FAIL" },
+                    s.name,
+                    format!("{:?}", s.state).to_lowercase(),
+                    s.tools,
+                    match (&s.ready_ms, &s.last_error) {
+                        (_, Some(e)) => e.clone(),
+                        (Some(ms), None) => format!("ready in {ms} ms"),
+                        _ => String::new(),
+                    }
+                );
+            }
+            for c in &status.collisions {
+                problems += 1;
+                println!("collision: {c}");
+            }
+            println!(
+                "{} tools from {} servers in {} ms",
+                status.tools,
+                status.servers.len(),
+                started.elapsed().as_millis()
+            );
+            i32::from(problems > 0)
+        }
+        Command::Server { .. } => 0,
+    };
+    hub.stop_all();
+    Ok(code)
+}
+
+fn tracing_subscriber_filter(level: &str) -> tracing_subscriber::EnvFilter {
+    tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
+}

@@ -1,0 +1,178 @@
+//! The host as an MCP server: the flat list of every child's tools plus `host_status`.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+};
+use rmcp::service::{NotificationContext, RequestContext, RoleServer};
+use rmcp::{ErrorData as McpError, ServerHandler};
+use serde::Serialize;
+use serde_json::json;
+
+use crate::hub::{Hub, State, protocol_error};
+
+pub const STATUS_TOOL: &str = "host_status";
+
+#[derive(Clone)]
+pub struct HostServer {
+    pub hub: Arc<Hub>,
+    pub started: Instant,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ServerStatus {
+    pub name: String,
+    pub state: State,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    pub uptime_secs: u64,
+    pub restarts: u32,
+    pub tools: usize,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ready_ms: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct StatusResult {
+    pub servers: Vec<ServerStatus>,
+    pub tools: usize,
+    pub collisions: Vec<String>,
+}
+
+#[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {}
+
+impl HostServer {
+    pub fn status(&self) -> StatusResult {
+        let flat = self.hub.flat();
+        let c = self.hub.children.lock().unwrap_or_else(|e| e.into_inner());
+        let servers = c
+            .iter()
+            .map(|ch| ServerStatus {
+                name: ch.spec.name.clone(),
+                state: ch.state.clone(),
+                pid: ch.pid,
+                uptime_secs: if ch.state == State::Ready {
+                    ch.started.map_or(0, |s| s.elapsed().as_secs())
+                } else {
+                    0
+                },
+                restarts: ch.restarts,
+                tools: flat
+                    .routes
+                    .values()
+                    .filter(|r| c.get(r.child).is_some_and(|x| x.spec.name == ch.spec.name))
+                    .count(),
+                ready_ms: ch.ready_ms,
+                last_error: ch.last_error.clone(),
+            })
+            .collect();
+        StatusResult {
+            servers,
+            tools: flat.tools.len() + 1,
+            collisions: flat.collisions,
+        }
+    }
+
+    fn status_tool() -> Tool {
+        let input =
+            rmcp::handler::server::common::schema_for_input::<StatusParams>().unwrap_or_default();
+        Tool::new(
+            STATUS_TOOL,
+            "Report every server the host runs: state (ready, restarting, failed), pid, uptime, restarts, tool count and last error, plus tool-name collisions.",
+            input,
+        )
+        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<StatusResult>())
+        .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
+    }
+
+    pub fn tools(&self) -> Vec<Tool> {
+        let mut tools = self.hub.flat().tools;
+        tools.push(Self::status_tool());
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+}
+
+fn error_result(code: &str, message: String) -> CallToolResult {
+    let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
+        "error [{code}]: {message}"
+    ))]);
+    r.structured_content = Some(json!({"error": {"code": code, "message": message}}));
+    r
+}
+
+impl ServerHandler for HostServer {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+            .with_server_info(Implementation::new("kitbag", env!("CARGO_PKG_VERSION")))
+            .with_instructions("kitbag offers the tools of several MCP servers as one list; host_status reports on them.")
+    }
+
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        self.hub.set_upstream(context.peer.clone());
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, McpError> {
+        self.hub.set_upstream(context.peer.clone());
+        Ok(ListToolsResult::with_all_items(self.tools()))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        self.hub.set_upstream(context.peer.clone());
+        if request.name == STATUS_TOOL {
+            let status = self.status();
+            let mut text = String::new();
+            for s in &status.servers {
+                text.push_str(&format!(
+                    "{}: {:?}, {} tools, {} restarts{}\n",
+                    s.name,
+                    s.state,
+                    s.tools,
+                    s.restarts,
+                    s.last_error
+                        .as_ref()
+                        .map(|e| format!(" — {e}"))
+                        .unwrap_or_default()
+                ));
+            }
+            let mut r =
+                CallToolResult::success(vec![ContentBlock::text(text.trim_end().to_string())]);
+            r.structured_content = serde_json::to_value(&status).ok();
+            return Ok(r.into());
+        }
+        let Some(route) = self.hub.route(&request.name) else {
+            return Err(protocol_error(format!(
+                "unknown tool `{}`; call tools/list for the available tools",
+                request.name
+            )));
+        };
+        let token = context.meta.get_progress_token();
+        let result = match self
+            .hub
+            .call(&route, request.arguments, token, context.ct.clone())
+            .await
+        {
+            Ok(r) => r,
+            Err(msg) if msg == "cancelled" => {
+                error_result("cancelled", "the request was cancelled".into())
+            }
+            Err(msg) => error_result("server_unavailable", msg),
+        };
+        Ok(result.into())
+    }
+}

@@ -1,0 +1,330 @@
+//! The host with real kitbag servers behind it (its own embedded families).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient, process_alive};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag"))
+}
+
+fn project() -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::write(d.path().join("a.txt"), "alpha\nbeta\n").expect("w");
+    d
+}
+
+fn write_config(dir: &Path, name: &str, cfg: Value) -> PathBuf {
+    let p = dir.join(name);
+    std::fs::write(&p, serde_json::to_string_pretty(&cfg).expect("json")).expect("w");
+    p
+}
+
+fn files_entry(root: &Path) -> Value {
+    json!({"command": bin(), "args": ["server", "files", "--root", root]})
+}
+
+fn names(c: &mut McpClient) -> Vec<String> {
+    c.list_tools()
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+#[test]
+fn embedded_default_offers_one_sorted_list_in_both_eras() {
+    let d = project();
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = McpClient::spawn(bin(), &["serve"], d.path(), era);
+        let list = names(&mut c);
+        let mut sorted = list.clone();
+        sorted.sort();
+        assert_eq!(list, sorted, "deterministic, sorted");
+        for t in [
+            "file_read",
+            "edit_text",
+            "search_grep",
+            "search_ast",
+            "shell_bash",
+            "web_fetch",
+            "memory_store",
+            "host_status",
+        ] {
+            assert!(list.contains(&t.to_string()), "{t} missing from {list:?}");
+        }
+        let r = c.call("file_read", json!({"path": "a.txt"}));
+        assert!(!r.is_error, "{}", r.text);
+        assert_eq!(r.text, "1: alpha\n2: beta");
+        assert!(c.stdout_garbage().is_empty());
+    }
+}
+
+#[test]
+fn agent_json_expansion_prefix_and_collisions() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {
+            "a": {"command": bin(), "args": ["server", "files", "--root", "${KITBAG_TEST_NEVER_SET:-.}"], "cwd": d.path()},
+            "b": {"command": bin(), "args": ["server", "files", "--root", "."], "cwd": d.path()},
+            "c": {"command": bin(), "args": ["server", "files", "--root", "."], "cwd": d.path(), "prefix": "c_", "enabled_tools": ["file_read"]}
+        }}),
+    );
+    let out = Command::new(bin())
+        .args(["--config", cfg.to_str().expect("u"), "doctor"])
+        .current_dir(d.path())
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        !out.status.success(),
+        "unresolved collisions are a problem:\n{text}"
+    );
+    assert!(
+        text.contains("collision: b.file_read → file_read: already offered by a"),
+        "{text}"
+    );
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let list = names(&mut c);
+    assert!(list.contains(&"c_file_read".to_string()), "{list:?}");
+    assert!(
+        !list.contains(&"c_file_write".to_string()),
+        "enabled_tools filters: {list:?}"
+    );
+    let r = c.call("c_file_read", json!({"path": "a.txt"}));
+    assert!(!r.is_error, "{}", r.text);
+}
+
+#[test]
+fn claude_code_mcp_json_is_imported() {
+    let d = project();
+    write_config(
+        d.path(),
+        ".mcp.json",
+        json!({"mcpServers": {"files": {"type": "stdio", "command": bin(), "args": ["server", "files"], "description": "ignored"}}}),
+    );
+    let out = Command::new(bin())
+        .args(["tools", "--json"])
+        .current_dir(d.path())
+        .output()
+        .expect("tools");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: Value = serde_json::from_slice(&out.stdout).expect("json");
+    let list: Vec<&str> = v["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| t["name"].as_str().expect("n"))
+        .collect();
+    assert_eq!(
+        list,
+        [
+            "edit_text",
+            "file_create",
+            "file_delete",
+            "file_list",
+            "file_move",
+            "file_read",
+            "file_write",
+            "host_status"
+        ]
+    );
+}
+
+#[test]
+fn doctor_reports_a_missing_binary_and_an_unset_variable() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {
+            "files": files_entry(d.path()),
+            "ghost": {"command": "/nonexistent/kitbag-ghost"},
+            "needs_var": {"command": "${KITBAG_TEST_NEVER_SET_2}"}
+        }}),
+    );
+    let out = Command::new(bin())
+        .args(["--config", cfg.to_str().expect("u"), "doctor"])
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(1), "{text}");
+    assert!(text.contains("ok   files"), "{text}");
+    assert!(
+        text.contains("FAIL ghost") && text.contains("cannot start `/nonexistent/kitbag-ghost`"),
+        "{text}"
+    );
+    assert!(
+        text.contains("FAIL needs_var") && text.contains("KITBAG_TEST_NEVER_SET_2"),
+        "{text}"
+    );
+    // A syntax error names line and column.
+    let bad = d.path().join("bad.json");
+    std::fs::write(&bad, "{\n  \"mcp\": {,}\n}").expect("w");
+    let out = Command::new(bin())
+        .args(["--config", bad.to_str().expect("u"), "doctor"])
+        .output()
+        .expect("doctor");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("bad.json:2:"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+fn status(c: &mut McpClient) -> Value {
+    let r = c.call("host_status", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    r.structured
+}
+
+#[test]
+fn crashed_child_restarts_keeps_its_tools_and_nothing_is_left_behind() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {"files": files_entry(d.path())}}),
+    );
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let s = status(&mut c);
+    let pid = s["servers"][0]["pid"].as_u64().expect("pid") as u32;
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill");
+    // Meanwhile the tools stay listed and a call gets a clear answer, never a hang.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        names(&mut c).contains(&"file_read".to_string())
+            || status(&mut c)["servers"][0]["state"] == "restarting"
+    );
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let r = c.call("file_read", json!({"path": "a.txt"}));
+        if !r.is_error {
+            break;
+        }
+        assert!(
+            r.text.contains("restarting") || r.text.contains("exited"),
+            "{}",
+            r.text
+        );
+        assert!(Instant::now() < deadline, "never recovered");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let s = status(&mut c);
+    assert_eq!(s["servers"][0]["restarts"], 1);
+    assert_eq!(s["servers"][0]["state"], "ready");
+    let new_pid = s["servers"][0]["pid"].as_u64().expect("pid") as u32;
+    assert_ne!(new_pid, pid);
+    c.shutdown();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(new_pid) {
+        assert!(
+            Instant::now() < deadline,
+            "child {new_pid} outlived the host"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn progress_passes_through_with_the_callers_token() {
+    let d = project();
+    for i in 0..1500 {
+        std::fs::write(
+            d.path().join(format!("f{i}.txt")),
+            "alpha beta gamma delta\n".repeat(300),
+        )
+        .expect("w");
+    }
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {"search": {"command": bin(), "args": ["server", "search", "--root", d.path(), "--progress-interval-ms", "5"]}}}),
+    );
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let r = c.call_with_progress(
+        "search_grep",
+        json!({"pattern": "(?i)(\\w+\\s+){6}zzz", "output_mode": "count"}),
+        "caller-token-7",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let progress: Vec<Value> = c
+        .take_notifications()
+        .into_iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .collect();
+    assert!(!progress.is_empty(), "progress forwarded");
+    assert!(
+        progress
+            .iter()
+            .all(|p| p["params"]["progressToken"] == "caller-token-7"),
+        "{progress:?}"
+    );
+}
+
+#[test]
+fn unknown_tool_and_bad_arguments() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {"files": files_entry(d.path())}}),
+    );
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let r = c.request(
+        "tools/call",
+        json!({"name": "no_such_tool", "arguments": {}}),
+    );
+    assert!(r.get("error").is_some(), "{r}");
+    let r = c.call("file_read", json!({"path": ""}));
+    assert_eq!(
+        r.error_code(),
+        Some("invalid_params"),
+        "the child's typed error passes through"
+    );
+    let out = Command::new(bin())
+        .args([
+            "--config",
+            cfg.to_str().expect("u"),
+            "call",
+            "file_read",
+            "[1,2]",
+        ])
+        .output()
+        .expect("call");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("must be a JSON object"));
+}
