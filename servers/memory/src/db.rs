@@ -264,10 +264,13 @@ pub fn fts_candidates(
     fts_query: &str,
     limit: usize,
 ) -> rusqlite::Result<Vec<(Record, f64)>> {
+    // Rank inside the FTS index first and join only the top rows: reading every matching
+    // memory row before sorting is what made searches slow on large stores.
     let sql = format!(
-        "SELECT {COLUMNS}, bm25(memories_fts, 1.0, 0.5) AS rank
-         FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid
-         WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2"
+        "SELECT {COLUMNS}, f.rank FROM
+           (SELECT rowid, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts
+            WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2) f
+         JOIN memories m ON m.rowid = f.rowid ORDER BY f.rank"
     );
     let mut stmt = conn.prepare_cached(&sql)?;
     let rows = stmt.query_map(params![fts_query, limit as i64], |r| {

@@ -345,7 +345,7 @@ pub fn rank(
         .map(|w| format!("\"{w}\""))
         .collect::<Vec<_>>()
         .join(" OR ");
-    let candidates = db::fts_candidates(conn, &fts, (limit * 20).max(200))?;
+    let candidates = db::fts_candidates(conn, &fts, (limit * 5).max(50))?;
     let mut hits: Vec<Hit> = candidates
         .into_iter()
         .filter(|(r, _)| db::filter_keeps(filter, r))
