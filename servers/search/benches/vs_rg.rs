@@ -25,13 +25,22 @@ fn ms(d: Duration) -> String {
 
 fn dir_size_mb(p: &Path) -> u64 {
     let out = Command::new("du").arg("-sm").arg(p).output().expect("du");
-    String::from_utf8_lossy(&out.stdout).split_whitespace().next().and_then(|s| s.parse().ok()).unwrap_or(0)
+    String::from_utf8_lossy(&out.stdout)
+        .split_whitespace()
+        .next()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0)
 }
 
 fn rss_kb(pid: u32, field: &str) -> u64 {
     std::fs::read_to_string(format!("/proc/{pid}/status"))
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with(field)).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()))
+        .and_then(|s| {
+            s.lines()
+                .find(|l| l.starts_with(field))
+                .and_then(|l| l.split_whitespace().nth(1))
+                .and_then(|v| v.parse().ok())
+        })
         .unwrap_or(0)
 }
 
@@ -40,14 +49,22 @@ fn time_cmd(cmd: &str, args: &[&str], dir: &Path) -> (Duration, usize) {
     let mut lines = 0;
     for _ in 0..RUNS {
         let t = Instant::now();
-        let out = Command::new(cmd).args(args).current_dir(dir).output().expect(cmd);
+        let out = Command::new(cmd)
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect(cmd);
         times.push(t.elapsed());
         lines = out.stdout.iter().filter(|&&b| b == b'\n').count();
     }
     (median(times), lines)
 }
 
-fn time_call(c: &mut McpClient, tool: &str, args: serde_json::Value) -> (Duration, serde_json::Value) {
+fn time_call(
+    c: &mut McpClient,
+    tool: &str,
+    args: serde_json::Value,
+) -> (Duration, serde_json::Value) {
     let mut times = Vec::new();
     let mut last = serde_json::Value::Null;
     for _ in 0..RUNS {
@@ -61,9 +78,12 @@ fn time_call(c: &mut McpClient, tool: &str, args: serde_json::Value) -> (Duratio
 }
 
 fn main() {
-    let tree: PathBuf = std::env::var_os("KITBAG_BENCH_TREE").map(PathBuf::from).unwrap_or_else(|| {
-        PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into())).join(".cargo/registry/src")
-    });
+    let tree: PathBuf = std::env::var_os("KITBAG_BENCH_TREE")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| {
+            PathBuf::from(std::env::var("HOME").unwrap_or_else(|_| "/root".into()))
+                .join(".cargo/registry/src")
+        });
     let tree = std::fs::canonicalize(&tree).expect("bench tree");
     for tool in ["rg", "fdfind"] {
         if Command::new(tool).arg("--version").output().is_err() {
@@ -74,17 +94,46 @@ fn main() {
     println!("tree: {} ({} MB)", tree.display(), dir_size_mb(&tree));
     let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-search"));
     let tree_s = tree.to_str().expect("utf8");
-    let mut c = McpClient::spawn(bin, &["--root", tree_s, "--max-output-bytes", "400000000"], &tree, Era::Handshake);
+    let mut c = McpClient::spawn(
+        bin,
+        &["--root", tree_s, "--max-output-bytes", "400000000"],
+        &tree,
+        Era::Handshake,
+    );
     // Warm both page caches and the server once.
-    let _ = c.call("search_grep", json!({"pattern": "warmup_no_such_token", "output_mode": "count"}));
-    let _ = Command::new("rg").args(["--no-require-git", "-c", "warmup_no_such_token"]).current_dir(&tree).output();
+    let _ = c.call(
+        "search_grep",
+        json!({"pattern": "warmup_no_such_token", "output_mode": "count"}),
+    );
+    let _ = Command::new("rg")
+        .args(["--no-require-git", "-c", "warmup_no_such_token"])
+        .current_dir(&tree)
+        .output();
 
     let queries: [(&str, &str, Vec<&str>, serde_json::Value); 3] = [
-        ("literal", "unsafe impl Send", vec!["-F"], json!({"fixed_strings": true})),
-        ("word regex", r"[A-Z]+_SUSPEND", vec!["-w"], json!({"word": true})),
-        ("case-insensitive regex", r"fn\s+new_with_\w+", vec!["-i"], json!({"case": "insensitive"})),
+        (
+            "literal",
+            "unsafe impl Send",
+            vec!["-F"],
+            json!({"fixed_strings": true}),
+        ),
+        (
+            "word regex",
+            r"[A-Z]+_SUSPEND",
+            vec!["-w"],
+            json!({"word": true}),
+        ),
+        (
+            "case-insensitive regex",
+            r"fn\s+new_with_\w+",
+            vec!["-i"],
+            json!({"case": "insensitive"}),
+        ),
     ];
-    println!("\n{:<26} {:<19} {:>10} {:>10} {:>7}  results", "query", "mode", "kitbag", "rg", "ratio");
+    println!(
+        "\n{:<26} {:<19} {:>10} {:>10} {:>7}  results",
+        "query", "mode", "kitbag", "rg", "ratio"
+    );
     for (name, pattern, rg_flags, extra) in &queries {
         for (mode, rg_mode) in [("content", vec!["-n"]), ("files_with_matches", vec!["-l"])] {
             let mut args = json!({"pattern": pattern, "output_mode": mode});
@@ -101,7 +150,10 @@ fn main() {
                 "content" => res["total_matches"].as_u64().unwrap_or(0) as usize,
                 _ => res["total_files"].as_u64().unwrap_or(0) as usize,
             };
-            assert_eq!(ours, rg_lines, "{name} {mode}: kitbag found {ours}, rg {rg_lines}");
+            assert_eq!(
+                ours, rg_lines,
+                "{name} {mode}: kitbag found {ours}, rg {rg_lines}"
+            );
             println!(
                 "{:<26} {:<19} {:>10} {:>10} {:>7.2}  {}",
                 name,
@@ -113,12 +165,22 @@ fn main() {
             );
         }
     }
-    println!("\nserver peak RSS during the greps: {} KB", rss_kb(c.pid(), "VmHWM:"));
+    println!(
+        "\nserver peak RSS during the greps: {} KB",
+        rss_kb(c.pid(), "VmHWM:")
+    );
 
-    println!("\n{:<26} {:>10} {:>10} {:>7}  results", "search_glob vs fdfind", "kitbag", "fdfind", "ratio");
+    println!(
+        "\n{:<26} {:>10} {:>10} {:>7}  results",
+        "search_glob vs fdfind", "kitbag", "fdfind", "ratio"
+    );
     for pattern in ["Cargo.toml", "*.rs", "**/tests/*.rs"] {
         // fd 8 has no --no-require-git: compare without ignore files on both sides (-I).
-        let (kt, res) = time_call(&mut c, "search_glob", json!({"pattern": pattern, "limit": 10000, "sort": "path", "no_ignore": true}));
+        let (kt, res) = time_call(
+            &mut c,
+            "search_glob",
+            json!({"pattern": pattern, "limit": 10000, "sort": "path", "no_ignore": true}),
+        );
         let fd_args: Vec<&str> = if pattern.contains('/') {
             vec!["-I", "-t", "f", "-p", "-g", pattern, "."]
         } else {
@@ -135,5 +197,8 @@ fn main() {
             fd_lines
         );
     }
-    println!("\nserver peak RSS overall: {} KB", rss_kb(c.pid(), "VmHWM:"));
+    println!(
+        "\nserver peak RSS overall: {} KB",
+        rss_kb(c.pid(), "VmHWM:")
+    );
 }
