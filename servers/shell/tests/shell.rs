@@ -360,3 +360,22 @@ fn bad_input_and_read_only() {
         "cwd must be in an rw mount"
     );
 }
+
+#[test]
+fn cancellation_stops_the_process_tree() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(d.path(), &["--kill-grace-ms", "500"]);
+    let id = c.send_request(
+        "tools/call",
+        json!({"name": "shell_bash", "arguments": {"command": "sleep 100 & echo $! > cancel.pid; sleep 100", "timeout": 600000}}),
+    );
+    let pid = pid_in(d.path(), "cancel.pid");
+    c.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "test"}),
+    );
+    assert!(gone(pid), "the cancelled command's child survived");
+    // The server keeps serving.
+    let r = ok(&mut c, "shell_bash", json!({"command": "echo still-here"}));
+    assert_eq!(r.structured["stdout"], "still-here\n");
+}
