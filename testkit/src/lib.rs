@@ -112,7 +112,7 @@ impl McpClient {
         let garbage = Arc::new(Mutex::new(Vec::new()));
         let (n2, g2) = (notifications.clone(), garbage.clone());
         thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
+            for line in BufReader::with_capacity(1 << 20, stdout).lines() {
                 let Ok(line) = line else { break };
                 match serde_json::from_str::<Value>(&line) {
                     Ok(v)
