@@ -98,6 +98,8 @@ pub struct Hub {
     pub children: Mutex<Vec<Child>>,
     progress: Mutex<HashMap<(String, ProgressToken), ProgressToken>>,
     upstream: Mutex<Option<Peer<RoleServer>>>,
+    /// The flat list, rebuilt only when a child's tools change (not on every call).
+    flat_cache: Mutex<Option<Arc<FlatList>>>,
     me: Weak<Hub>,
 }
 
@@ -153,6 +155,7 @@ impl Hub {
             ),
             progress: Mutex::new(HashMap::new()),
             upstream: Mutex::new(None),
+            flat_cache: Mutex::new(None),
             me: me.clone(),
         })
     }
@@ -237,6 +240,7 @@ impl Hub {
                         child.stop = Some(stop);
                         child.last_error = None;
                     }
+                    self.invalidate_flat();
                     tracing::info!(server = %name, "ready in {} ms", started.elapsed().as_millis());
                     let hub = self.clone();
                     tokio::spawn(async move {
@@ -332,6 +336,7 @@ impl Hub {
                 }
             };
             if changed {
+                self.invalidate_flat();
                 self.notify_list_changed().await;
             }
         }
@@ -365,8 +370,26 @@ impl Hub {
         }
     }
 
+    fn invalidate_flat(&self) {
+        *self.flat_cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
     /// The flat, sorted, deterministic list; collisions resolved by config order.
-    pub fn flat(&self) -> FlatList {
+    pub fn flat(&self) -> Arc<FlatList> {
+        if let Some(f) = self
+            .flat_cache
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            return f.clone();
+        }
+        let flat = Arc::new(self.build_flat());
+        *self.flat_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(flat.clone());
+        flat
+    }
+
+    fn build_flat(&self) -> FlatList {
         let c = self.lock();
         let mut flat = FlatList::default();
         let mut owner: HashMap<String, String> = HashMap::new();

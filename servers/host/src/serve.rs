@@ -76,7 +76,7 @@ impl HostServer {
         StatusResult {
             servers,
             tools: flat.tools.len() + 1,
-            collisions: flat.collisions,
+            collisions: flat.collisions.clone(),
         }
     }
 
@@ -93,7 +93,7 @@ impl HostServer {
     }
 
     pub fn tools(&self) -> Vec<Tool> {
-        let mut tools = self.hub.flat().tools;
+        let mut tools = self.hub.flat().tools.clone();
         tools.push(Self::status_tool());
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools

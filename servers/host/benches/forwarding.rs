@@ -1,0 +1,85 @@
+//! Host overhead, side by side in one run: `file_read` straight to the files server vs.
+//! through the host, and host start → every embedded server ready.
+//!
+//! Run: `cargo bench -p kitbag`. Prints medians; nothing here asserts on time.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient};
+use serde_json::json;
+
+fn median(mut v: Vec<Duration>) -> Duration {
+    v.sort();
+    v[v.len() / 2]
+}
+
+fn us(d: Duration) -> String {
+    format!("{:.0} µs", d.as_secs_f64() * 1e6)
+}
+
+fn main() {
+    let bin = Path::new(env!("CARGO_BIN_EXE_kitbag"));
+    let dir = tempfile::tempdir().expect("tmp");
+    let body: String = (1..=200)
+        .map(|i| format!("line {i} of a small source file\n"))
+        .collect();
+    std::fs::write(dir.path().join("small.rs"), body).expect("w");
+    let root = dir.path().to_str().expect("utf8");
+    let cfg = dir.path().join("agent.json");
+    let entry =
+        json!({"mcp": {"files": {"command": bin, "args": ["server", "files", "--root", root]}}});
+    std::fs::write(&cfg, entry.to_string()).expect("w");
+
+    let mut direct = McpClient::spawn(
+        bin,
+        &["server", "files", "--root", root],
+        dir.path(),
+        Era::Handshake,
+    );
+    let mut hosted = McpClient::spawn(
+        bin,
+        &["--config", cfg.to_str().expect("u"), "serve"],
+        dir.path(),
+        Era::Handshake,
+    );
+    let args = json!({"path": "small.rs", "offset": 50, "limit": 20});
+    for _ in 0..50 {
+        direct.call("file_read", args.clone());
+        hosted.call("file_read", args.clone());
+    }
+    let (mut d, mut h) = (Vec::new(), Vec::new());
+    for _ in 0..1000 {
+        let t = Instant::now();
+        assert!(!direct.call("file_read", args.clone()).is_error);
+        d.push(t.elapsed());
+        let t = Instant::now();
+        assert!(!hosted.call("file_read", args.clone()).is_error);
+        h.push(t.elapsed());
+    }
+    let (dm, hm) = (median(d), median(h));
+    println!("file_read 20 lines, median of 1000 (interleaved):");
+    println!("  direct to the files server: {}", us(dm));
+    println!("  through the host:           {}", us(hm));
+    println!(
+        "  forwarding overhead:        {}",
+        us(hm.saturating_sub(dm))
+    );
+    drop(direct);
+    drop(hosted);
+
+    // An empty directory: no agent.json there, so the host runs its embedded default.
+    let empty = tempfile::tempdir().expect("tmp");
+    let mut starts = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        let mut c = McpClient::spawn(bin, &["serve"], empty.path(), Era::Handshake);
+        let n = c.list_tools().len();
+        starts.push(t.elapsed());
+        assert!(n >= 21, "{n} tools");
+    }
+    println!(
+        "host start → every embedded server ready (5 servers, 21 tools), median of 10: {:.1} ms",
+        median(starts).as_secs_f64() * 1e3
+    );
+}
