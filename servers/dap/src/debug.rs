@@ -1,0 +1,748 @@
+//! The `debug` tool: one session per connection over a real debug adapter.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+use tokio::sync::Mutex;
+
+use crate::dap::Client;
+
+pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
+pub const MAX_VALUE_CHARS: usize = 1000;
+pub const DEFAULT_WAIT_MS: u64 = 10_000;
+
+pub const DEF: ToolDef = ToolDef {
+    name: "debug",
+    title: "Debug a program",
+    description: "Debug a program through a real debug adapter (python → debugpy). One session per connection.\n\
+        Actions: launch (program, args, breakpoints set earlier are sent), set_breakpoint (path, line, condition, \
+        log_message), remove_breakpoint (path, line), list_breakpoints, continue, step_over, step_into, step_out, \
+        stack_trace, variables (frame_id, expand = a variablesReference, filter, offset/limit), evaluate (expression, \
+        frame_id), output (since = cursor), status, disconnect. Launch/continue/steps return when the program stops \
+        (reason, line, source preview) or exits (exit_code), or after wait_ms with status \"running\".\n\
+        Example: {\"action\": \"launch\", \"runtime\": \"python\", \"program\": \"app.py\"}",
+    read_only: false,
+    destructive: true,
+    idempotent: false,
+    open_world: true,
+    meta: None,
+};
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Launch,
+    SetBreakpoint,
+    RemoveBreakpoint,
+    ListBreakpoints,
+    Continue,
+    StepOver,
+    StepInto,
+    StepOut,
+    StackTrace,
+    Variables,
+    Evaluate,
+    Output,
+    Status,
+    Disconnect,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DebugParams {
+    /// What to do.
+    pub action: Action,
+    /// launch: the runtime, `python`.
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// launch: root-relative program to run.
+    #[serde(default)]
+    pub program: Option<String>,
+    /// launch: program arguments.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// set/remove_breakpoint: root-relative source file.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// set/remove_breakpoint: 1-based line.
+    #[serde(default)]
+    pub line: Option<i64>,
+    /// set_breakpoint: stop only when this expression is true.
+    #[serde(default)]
+    pub condition: Option<String>,
+    /// set_breakpoint: log this message (with {expr}) instead of stopping.
+    #[serde(default)]
+    pub log_message: Option<String>,
+    /// variables/evaluate/stack_trace: frame id (default: top frame of the stopped thread).
+    #[serde(default)]
+    pub frame_id: Option<i64>,
+    /// variables: a variables_reference to expand (a dict, list or object).
+    #[serde(default)]
+    pub expand: Option<i64>,
+    /// variables: keep only names containing this text.
+    #[serde(default)]
+    pub filter: Option<String>,
+    /// evaluate: the expression.
+    #[serde(default)]
+    pub expression: Option<String>,
+    /// variables: skip this many. output: the cursor returned by the last call.
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// variables: most to return (default 100).
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// launch/continue/steps: longest wait for a stop, in ms (default 10000, max 60000).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DebugResult {
+    pub action: String,
+    /// "stopped", "running", "exited", "no_session" or "ok".
+    pub status: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stop: Option<Value>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub data: Option<Value>,
+}
+
+#[derive(Debug, Clone, Serialize)]
+struct Bp {
+    line: i64,
+    condition: Option<String>,
+    log_message: Option<String>,
+}
+
+pub struct Session {
+    client: Arc<Client>,
+}
+
+#[derive(Default)]
+pub struct DapState {
+    session: Mutex<Option<Session>>,
+    breakpoints: Mutex<BTreeMap<PathBuf, Vec<Bp>>>,
+}
+
+fn need<'a, T>(v: &'a Option<T>, field: &str, what: &str) -> ToolResult<&'a T> {
+    v.as_ref()
+        .ok_or_else(|| ToolError::invalid_field(field, what))
+}
+
+fn ended() -> ToolError {
+    ToolError::new(
+        ErrorCode::DapSessionEnded,
+        "no debug session is active; start one with action \"launch\"",
+    )
+}
+
+fn adapter_err(msg: String) -> ToolError {
+    ToolError::new(ErrorCode::DapSessionEnded, msg)
+}
+
+fn cap(s: &str) -> String {
+    if s.chars().count() > MAX_VALUE_CHARS {
+        let t: String = s.chars().take(MAX_VALUE_CHARS).collect();
+        format!("{t}… [truncated]")
+    } else {
+        s.to_string()
+    }
+}
+
+fn bp_args(path: &Path, bps: &[Bp]) -> Value {
+    let list: Vec<Value> = bps
+        .iter()
+        .map(|b| {
+            let mut v = json!({"line": b.line});
+            if let Some(c) = &b.condition {
+                v["condition"] = json!(c);
+            }
+            if let Some(m) = &b.log_message {
+                v["logMessage"] = json!(m);
+            }
+            v
+        })
+        .collect();
+    json!({"source": {"path": path.to_string_lossy()}, "breakpoints": list})
+}
+
+fn res(action: Action, status: &str) -> DebugResult {
+    DebugResult {
+        action: format!("{action:?}"),
+        status: status.into(),
+        stop: None,
+        exit_code: None,
+        data: None,
+    }
+}
+
+pub async fn run(
+    state: &DapState,
+    policy: Arc<PathPolicy>,
+    p: DebugParams,
+) -> ToolResult<Reply<DebugResult>> {
+    match p.action {
+        Action::Launch => launch(state, &policy, &p).await,
+        Action::SetBreakpoint | Action::RemoveBreakpoint => breakpoint(state, &policy, &p).await,
+        Action::ListBreakpoints => {
+            let bps = state.breakpoints.lock().await;
+            let list: Vec<Value> = bps
+                .iter()
+                .flat_map(|(f, v)| {
+                    let rel = policy.display(f);
+                    v.iter().map(move |b| json!({"path": rel, "line": b.line, "condition": b.condition, "log_message": b.log_message}))
+                })
+                .collect();
+            let text = list
+                .iter()
+                .map(|b| format!("{}:{}", b["path"].as_str().unwrap_or(""), b["line"]))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut r = res(p.action, "ok");
+            r.data = Some(json!({"breakpoints": list}));
+            Ok(Reply::new(
+                r,
+                if text.is_empty() {
+                    "no breakpoints".into()
+                } else {
+                    text
+                },
+            ))
+        }
+        Action::Status => {
+            let guard = state.session.lock().await;
+            let Some(s) = guard.as_ref() else {
+                return Ok(Reply::new(
+                    res(p.action, "no_session"),
+                    "no debug session".to_string(),
+                ));
+            };
+            let client = s.client.clone();
+            drop(guard);
+            settle(&client, &policy, p.action, Some(0)).await
+        }
+        Action::Continue | Action::StepOver | Action::StepInto | Action::StepOut => {
+            let client = current(state).await?;
+            let tid = thread_id(&client);
+            let cmd = match p.action {
+                Action::Continue => "continue",
+                Action::StepOver => "next",
+                Action::StepInto => "stepIn",
+                _ => "stepOut",
+            };
+            let before = client.events.lock().map(|e| e.stop_count).unwrap_or(0);
+            client
+                .request(cmd, json!({"threadId": tid}), REQUEST_TIMEOUT)
+                .await
+                .map_err(adapter_err)?;
+            if let Ok(mut e) = client.events.lock()
+                && e.stop_count == before
+            {
+                e.stopped = None;
+            }
+            settle(&client, &policy, p.action, p.wait_ms).await
+        }
+        Action::StackTrace => {
+            let client = current(state).await?;
+            let frames = stack(&client, 20).await?;
+            let text = frames
+                .iter()
+                .map(|f| {
+                    format!(
+                        "#{} {} {}:{}",
+                        f["id"],
+                        f["name"].as_str().unwrap_or(""),
+                        rel_src(&policy, &f["source"]["path"]),
+                        f["line"]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut r = res(p.action, "stopped");
+            r.data = Some(
+                json!({"frames": frames.iter().map(|f| json!({"id": f["id"], "name": f["name"], "path": rel_src(&policy, &f["source"]["path"]), "line": f["line"]})).collect::<Vec<_>>()}),
+            );
+            Ok(Reply::new(r, text))
+        }
+        Action::Variables => variables(state, &p).await,
+        Action::Evaluate => {
+            let client = current(state).await?;
+            let expr = need(&p.expression, "expression", "the expression to evaluate")?;
+            let frame = match p.frame_id {
+                Some(f) => f,
+                None => top_frame(&client).await?,
+            };
+            let mut r = res(p.action, "stopped");
+            match client
+                .request(
+                    "evaluate",
+                    json!({"expression": expr, "frameId": frame, "context": "watch"}),
+                    REQUEST_TIMEOUT,
+                )
+                .await
+            {
+                Ok(body) => {
+                    let v = cap(body["result"].as_str().unwrap_or(""));
+                    let text = format!("{expr} = {v}");
+                    r.data = Some(
+                        json!({"result": v, "type": body["type"], "variables_reference": body["variablesReference"]}),
+                    );
+                    Ok(Reply::new(r, text))
+                }
+                Err(msg) => {
+                    let text = format!("error: {msg}");
+                    r.data = Some(json!({"error": cap(&msg)}));
+                    Ok(Reply::new(r, text))
+                }
+            }
+        }
+        Action::Output => {
+            let client = state
+                .session
+                .lock()
+                .await
+                .as_ref()
+                .map(|s| s.client.clone())
+                .ok_or_else(ended)?;
+            let since = p.offset.unwrap_or(0) as usize;
+            let (items, cursor) = {
+                let e = client.events.lock().map_err(|_| ended())?;
+                let items: Vec<(String, String)> =
+                    e.output.iter().skip(since).take(500).cloned().collect();
+                (items.clone(), since + items.len())
+            };
+            let text: String = items.iter().map(|(_, t)| t.as_str()).collect();
+            let mut r = res(p.action, "ok");
+            r.data = Some(
+                json!({"output": items.iter().map(|(c, t)| json!({"category": c, "text": cap(t)})).collect::<Vec<_>>(), "cursor": cursor}),
+            );
+            Ok(Reply::new(r, format!("{}\n[cursor {cursor}]", cap(&text))))
+        }
+        Action::Disconnect => {
+            let s = state.session.lock().await.take();
+            let Some(s) = s else { return Err(ended()) };
+            let _ = s
+                .client
+                .request(
+                    "disconnect",
+                    json!({"terminateDebuggee": true}),
+                    Duration::from_secs(3),
+                )
+                .await;
+            s.client.kill();
+            Ok(Reply::new(
+                res(p.action, "ok"),
+                "disconnected; debuggee terminated".to_string(),
+            ))
+        }
+    }
+}
+
+fn rel_src(policy: &PathPolicy, v: &Value) -> String {
+    v.as_str()
+        .map(|s| policy.display(Path::new(s)))
+        .unwrap_or_default()
+}
+
+async fn current(state: &DapState) -> ToolResult<Arc<Client>> {
+    let guard = state.session.lock().await;
+    let s = guard.as_ref().ok_or_else(ended)?;
+    let ev = s.client.events.lock().map_err(|_| ended())?;
+    if ev.terminated && ev.stopped.is_none() {
+        return Err(ended());
+    }
+    Ok(s.client.clone())
+}
+
+fn thread_id(client: &Client) -> i64 {
+    client
+        .events
+        .lock()
+        .ok()
+        .and_then(|e| e.stopped.as_ref().and_then(|s| s["threadId"].as_i64()))
+        .unwrap_or(1)
+}
+
+async fn stack(client: &Client, levels: i64) -> ToolResult<Vec<Value>> {
+    let body = client
+        .request(
+            "stackTrace",
+            json!({"threadId": thread_id(client), "startFrame": 0, "levels": levels}),
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map_err(adapter_err)?;
+    Ok(body["stackFrames"].as_array().cloned().unwrap_or_default())
+}
+
+async fn top_frame(client: &Client) -> ToolResult<i64> {
+    stack(client, 1)
+        .await?
+        .first()
+        .and_then(|f| f["id"].as_i64())
+        .ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::DapSessionEnded,
+                "the program is not stopped; no frame to inspect",
+            )
+        })
+}
+
+async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
+    let client = current(state).await?;
+    let reference = match p.expand {
+        Some(r) => r,
+        None => {
+            let frame = match p.frame_id {
+                Some(f) => f,
+                None => top_frame(&client).await?,
+            };
+            let scopes = client
+                .request("scopes", json!({"frameId": frame}), REQUEST_TIMEOUT)
+                .await
+                .map_err(adapter_err)?;
+            scopes["scopes"]
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|s| s["variablesReference"].as_i64())
+                .ok_or_else(|| {
+                    ToolError::new(ErrorCode::DapSessionEnded, "the frame has no scopes")
+                })?
+        }
+    };
+    let body = client
+        .request(
+            "variables",
+            json!({"variablesReference": reference}),
+            REQUEST_TIMEOUT,
+        )
+        .await
+        .map_err(adapter_err)?;
+    let all: Vec<Value> = body["variables"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|v| {
+            let name = v["name"].as_str().unwrap_or("");
+            p.filter.as_deref().is_none_or(|f| name.contains(f))
+                && !(name.starts_with("__")
+                    || name == "special variables"
+                    || name == "function variables")
+        })
+        .collect();
+    let offset = p.offset.unwrap_or(0) as usize;
+    let limit = p.limit.unwrap_or(100).clamp(1, 1000) as usize;
+    let page: Vec<Value> = all
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|v| json!({"name": v["name"], "value": cap(v["value"].as_str().unwrap_or("")), "type": v["type"], "variables_reference": v["variablesReference"]}))
+        .collect();
+    let next = (offset + page.len() < all.len()).then_some(offset + page.len());
+    let mut text = page
+        .iter()
+        .map(|v| {
+            format!(
+                "{}: {} = {}",
+                v["name"].as_str().unwrap_or(""),
+                v["type"].as_str().unwrap_or(""),
+                v["value"].as_str().unwrap_or("")
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    if let Some(n) = next {
+        text.push_str(&format!("\n[more: offset {n}]"));
+    }
+    let mut r = res(p.action, "stopped");
+    r.data = Some(json!({"variables": page, "total": all.len(), "next_offset": next}));
+    Ok(Reply::new(r, text))
+}
+
+async fn breakpoint(
+    state: &DapState,
+    policy: &PathPolicy,
+    p: &DebugParams,
+) -> ToolResult<Reply<DebugResult>> {
+    let path = need(&p.path, "path", "a root-relative source file")?;
+    let line = *need(&p.line, "line", "a 1-based line number")?;
+    let resolved = policy.resolve(path, "path", Access::Read)?;
+    let text = std::fs::read_to_string(&resolved.abs)
+        .map_err(|e| ToolError::invalid_field("path", format!("cannot read {path}: {e}")))?;
+    let lines = text.lines().count() as i64;
+    if line < 1 || line > lines {
+        return Err(ToolError::invalid_field(
+            "line",
+            format!("a line between 1 and {lines} (the file's length)"),
+        ));
+    }
+    let list = {
+        let mut bps = state.breakpoints.lock().await;
+        let entry = bps.entry(resolved.abs.clone()).or_default();
+        entry.retain(|b| b.line != line);
+        if p.action == Action::SetBreakpoint {
+            entry.push(Bp {
+                line,
+                condition: p.condition.clone(),
+                log_message: p.log_message.clone(),
+            });
+        }
+        entry.clone()
+    };
+    let mut r = res(p.action, "ok");
+    let mut verified = Value::Null;
+    let client = state
+        .session
+        .lock()
+        .await
+        .as_ref()
+        .map(|s| s.client.clone());
+    if let Some(c) = client {
+        let body = c
+            .request(
+                "setBreakpoints",
+                bp_args(&resolved.abs, &list),
+                REQUEST_TIMEOUT,
+            )
+            .await
+            .map_err(adapter_err)?;
+        verified = body["breakpoints"].clone();
+    }
+    r.data = Some(
+        json!({"path": resolved.rel, "line": line, "breakpoints_in_file": list.len(), "adapter": verified}),
+    );
+    let verb = if p.action == Action::SetBreakpoint {
+        "set"
+    } else {
+        "removed"
+    };
+    Ok(Reply::new(
+        r,
+        format!("breakpoint {verb} at {}:{line}", resolved.rel),
+    ))
+}
+
+async fn launch(
+    state: &DapState,
+    policy: &PathPolicy,
+    p: &DebugParams,
+) -> ToolResult<Reply<DebugResult>> {
+    let mut guard = state.session.lock().await;
+    if guard.is_some() {
+        return Err(ToolError::new(
+            ErrorCode::SessionActive,
+            "a debug session is already active; call action \"disconnect\" first",
+        ));
+    }
+    let runtime = p.runtime.as_deref().unwrap_or("python");
+    if runtime != "python" {
+        return Err(ToolError::invalid_field("runtime", "one of: python"));
+    }
+    let program = need(&p.program, "program", "a root-relative program path")?;
+    let prog = policy.resolve(program, "program", Access::Read)?;
+    if !prog.abs.is_file() {
+        return Err(ToolError::invalid_field(
+            "program",
+            format!("{program} is not a file"),
+        ));
+    }
+    let python = "python3";
+    let ok = std::process::Command::new(python)
+        .args(["-c", "import debugpy"])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        return Err(ToolError::new(
+            ErrorCode::DapAdapterNotFound,
+            "debugpy is not installed; install it with: python3 -m pip install debugpy",
+        ));
+    }
+    let cwd = prog
+        .abs
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_else(|| PathBuf::from("."));
+    let client =
+        Client::spawn(python, &["-m".into(), "debugpy.adapter".into()], &cwd).map_err(|e| {
+            ToolError::new(
+                ErrorCode::DapAdapterNotFound,
+                format!("cannot start debugpy: {e}"),
+            )
+        })?;
+    let fail = |c: &Arc<Client>, m: String| {
+        c.kill();
+        adapter_err(m)
+    };
+    if let Err(m) = client
+        .request("initialize", json!({"clientID": "kitbag", "adapterID": "debugpy", "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
+        .await
+    {
+        return Err(fail(&client, m));
+    }
+    // Send launch right away; debugpy sends `initialized` before answering it, others after.
+    let launch_rx = client
+        .start("launch", json!({"program": prog.abs.to_string_lossy(), "args": p.args.clone().unwrap_or_default(), "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false}))
+        .await
+        .map_err(|e| fail(&client, e.to_string()))?;
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    loop {
+        let notified = client.notify.notified();
+        if client
+            .events
+            .lock()
+            .map(|e| e.initialized || e.terminated)
+            .unwrap_or(true)
+        {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(fail(&client, "adapter never sent `initialized`".into()));
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+    let bps: Vec<(PathBuf, Vec<Bp>)> = state
+        .breakpoints
+        .lock()
+        .await
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (file, list) in &bps {
+        if let Err(m) = client
+            .request("setBreakpoints", bp_args(file, list), REQUEST_TIMEOUT)
+            .await
+        {
+            return Err(fail(&client, m));
+        }
+    }
+    let _ = client
+        .request(
+            "setExceptionBreakpoints",
+            json!({"filters": ["uncaught"]}),
+            REQUEST_TIMEOUT,
+        )
+        .await;
+    if let Err(m) = client
+        .request("configurationDone", json!({}), REQUEST_TIMEOUT)
+        .await
+    {
+        return Err(fail(&client, m));
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, launch_rx).await {
+        Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => {}
+        Ok(Ok(resp)) => {
+            return Err(fail(
+                &client,
+                resp["message"]
+                    .as_str()
+                    .unwrap_or("launch failed")
+                    .to_string(),
+            ));
+        }
+        _ => return Err(fail(&client, "adapter did not answer `launch`".into())),
+    }
+    *guard = Some(Session {
+        client: client.clone(),
+    });
+    drop(guard);
+    settle(&client, policy, p.action, p.wait_ms).await
+}
+
+/// Wait (bounded) for a stop or exit and describe where the program is.
+async fn settle(
+    client: &Arc<Client>,
+    policy: &PathPolicy,
+    action: Action,
+    wait_ms: Option<u64>,
+) -> ToolResult<Reply<DebugResult>> {
+    let wait = Duration::from_millis(wait_ms.unwrap_or(DEFAULT_WAIT_MS).min(60_000));
+    let deadline = Instant::now() + wait;
+    loop {
+        let notified = client.notify.notified();
+        let (stopped, exited, terminated) = {
+            let e = client.events.lock().map_err(|_| ended())?;
+            (e.stopped.clone(), e.exited, e.terminated)
+        };
+        if let Some(stop) = stopped {
+            let frames = stack(client, 1).await.unwrap_or_default();
+            let f = frames.first().cloned().unwrap_or(Value::Null);
+            let path = rel_src(policy, &f["source"]["path"]);
+            let line = f["line"].as_i64().unwrap_or(0);
+            let preview = f["source"]["path"]
+                .as_str()
+                .filter(|p| policy.allows(Path::new(p), Access::Read))
+                .and_then(|p| std::fs::read_to_string(p).ok())
+                .and_then(|t| {
+                    t.lines()
+                        .nth((line.max(1) - 1) as usize)
+                        .map(|l| l.trim().to_string())
+                })
+                .unwrap_or_default();
+            let reason = stop["reason"].as_str().unwrap_or("").to_string();
+            let mut desc = stop["text"]
+                .as_str()
+                .or(stop["description"].as_str())
+                .unwrap_or("")
+                .to_string();
+            if reason == "exception"
+                && let Ok(info) = client
+                    .request(
+                        "exceptionInfo",
+                        json!({"threadId": stop["threadId"]}),
+                        REQUEST_TIMEOUT,
+                    )
+                    .await
+            {
+                desc = format!(
+                    "{}: {}",
+                    info["exceptionId"].as_str().unwrap_or(""),
+                    info["description"].as_str().unwrap_or("")
+                );
+            }
+            let mut r = res(action, "stopped");
+            let text = format!(
+                "stopped ({reason}) thread {} at {path}:{line} in {}\n{line}: {preview}{}",
+                stop["threadId"],
+                f["name"].as_str().unwrap_or(""),
+                if desc.is_empty() {
+                    String::new()
+                } else {
+                    format!("\n{}", cap(&desc))
+                }
+            );
+            r.stop = Some(
+                json!({"reason": reason, "thread_id": stop["threadId"], "path": path, "line": line, "function": f["name"], "frame_id": f["id"], "preview": cap(&preview), "description": cap(&desc)}),
+            );
+            return Ok(Reply::new(r, text));
+        }
+        if exited.is_some() || terminated {
+            let mut r = res(action, "exited");
+            r.exit_code = exited;
+            let text = match exited {
+                Some(c) => format!("program exited with code {c}"),
+                None => "program terminated".to_string(),
+            };
+            return Ok(Reply::new(r, text));
+        }
+        if Instant::now() >= deadline {
+            return Ok(Reply::new(
+                res(action, "running"),
+                "program is still running; call status later".to_string(),
+            ));
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100).min(wait), notified).await;
+    }
+}

@@ -1,0 +1,41 @@
+//! kitbag-dap: one `debug` tool over real debug adapters (debugpy first).
+
+pub mod dap;
+pub mod debug;
+
+use std::sync::Arc;
+
+use clap::Parser;
+use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
+
+pub use debug::DapState;
+
+#[derive(Debug, Parser)]
+#[command(name = "kitbag-dap", version, about = "MCP server: debugging over DAP")]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+}
+
+pub const IDENTITY: Identity = Identity {
+    name: "kitbag-dap",
+    version: env!("CARGO_PKG_VERSION"),
+    instructions: "Debug programs with the `debug` tool: launch with breakpoints, continue, inspect variables, read output, disconnect. Paths are root-relative.",
+};
+
+pub fn router() -> ToolRouter<DapState> {
+    ToolRouter::new().tool(debug::DEF, |s: Arc<DapState>, p, ctx: CallCtx| async move {
+        debug::run(&s, ctx.policy().clone(), p).await
+    })
+}
+
+pub fn build(args: &Args) -> anyhow::Result<McpServer<DapState>> {
+    let policy = args.common.policy()?;
+    McpServer::new(IDENTITY, DapState::default(), router(), policy).with_common_args(&args.common)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.common.init_logging()?;
+    let server = build(&args)?;
+    kitbag_shared::serve_stdio(server).await
+}

@@ -1,0 +1,230 @@
+//! Drive the real `kitbag-dap` binary over stdio against the real debugpy adapter.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use kitbag_testkit::{Era, McpClient, child_pids, process_alive};
+use serde_json::json;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-dap"))
+}
+
+fn have_debugpy() -> bool {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import debugpy"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "debugpy missing under CI"
+        );
+        eprintln!("SKIP: debugpy not installed");
+    }
+    ok
+}
+
+const PROG: &str = "def add(a, b):\n    total = a + b\n    return total\n\n\ncfg = {\"name\": \"kit\", \"size\": 3}\ncount = 41\nlabel = \"hello\"\nprint(\"start\", flush=True)\nresult = add(count, 1)\nprint(\"result\", result, flush=True)\n";
+
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for c in child_pids(p) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
+}
+
+fn session(era: Era) {
+    if !have_debugpy() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.py"), PROG).unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), era);
+    // No session yet.
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.error_code(), Some("dap_session_ended"), "{:?}", r.raw);
+    // Bad input.
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "app.py", "line": 999}),
+    );
+    assert_eq!(r.error_code(), Some("invalid_params"));
+    assert_eq!(r.structured["error"]["detail"]["field"], "line");
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "cobol", "program": "app.py"}),
+    );
+    assert_eq!(r.structured["error"]["detail"]["field"], "runtime");
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "program": "/etc/passwd"}),
+    );
+    assert!(r.is_error);
+    let r = c.call("debug", json!({"action": "fly"}));
+    assert_eq!(r.error_code(), Some("invalid_params"));
+
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "app.py", "line": 10}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "python", "program": "app.py"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["reason"], "breakpoint");
+    assert_eq!(r.structured["stop"]["line"], 10);
+    assert_eq!(r.structured["stop"]["path"], "app.py");
+    assert_eq!(r.structured["stop"]["preview"], "result = add(count, 1)");
+
+    let r = c.call("debug", json!({"action": "launch", "program": "app.py"}));
+    assert_eq!(r.error_code(), Some("session_active"));
+
+    let r = c.call("debug", json!({"action": "variables"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    let vars = r.structured["data"]["variables"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let find = |n: &str| {
+        vars.iter()
+            .find(|v| v["name"] == n)
+            .cloned()
+            .unwrap_or_else(|| panic!("{n} in {vars:?}"))
+    };
+    assert_eq!(find("count")["value"], "41");
+    assert_eq!(find("count")["type"], "int");
+    assert_eq!(find("label")["value"], "'hello'");
+    assert_eq!(find("label")["type"], "str");
+    let cfg = find("cfg");
+    assert_eq!(cfg["type"], "dict");
+    let reference = cfg["variables_reference"].as_i64().unwrap();
+    assert!(reference > 0);
+    let r = c.call("debug", json!({"action": "variables", "expand": reference}));
+    let inner = r.structured["data"]["variables"].as_array().unwrap();
+    assert!(
+        inner
+            .iter()
+            .any(|v| v["name"] == "'name'" && v["value"] == "'kit'"),
+        "{inner:?}"
+    );
+
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "count * 2"}),
+    );
+    assert_eq!(r.structured["data"]["result"], "82", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "nope_name"}),
+    );
+    assert!(
+        r.structured["data"]["error"]
+            .as_str()
+            .unwrap()
+            .contains("NameError"),
+        "{:?}",
+        r.raw
+    );
+
+    let r = c.call("debug", json!({"action": "step_into"}));
+    assert_eq!(r.structured["stop"]["line"], 2, "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["function"], "add");
+    let r = c.call("debug", json!({"action": "step_over"}));
+    assert_eq!(r.structured["stop"]["line"], 3, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_out"}));
+    assert_eq!(r.structured["stop"]["line"], 10, "{:?}", r.raw);
+
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    assert_eq!(r.structured["exit_code"], 0);
+    let r = c.call("debug", json!({"action": "output"}));
+    assert!(
+        r.text.contains("start") && r.text.contains("result 42"),
+        "{}",
+        r.text
+    );
+
+    let before = descendants(c.pid());
+    assert!(!before.is_empty(), "adapter should be a child");
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for p in before {
+        assert!(!process_alive(p), "process {p} survived disconnect");
+    }
+    assert!(c.stdout_garbage().is_empty());
+    assert_eq!(c.shutdown(), Some(0));
+}
+
+#[test]
+fn python_session_modern() {
+    session(Era::Modern);
+}
+
+#[test]
+fn python_session_handshake() {
+    session(Era::Handshake);
+}
+
+#[test]
+fn conditional_logpoint_exception_and_client_disconnect() {
+    if !have_debugpy() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("loop.py"),
+        "for i in range(10):\n    x = i * i\n    print(\"x\", x)\nraise ValueError(\"boom\")\n",
+    )
+    .unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "loop.py", "line": 3, "condition": "i == 7"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "set_breakpoint", "path": "loop.py", "line": 2, "log_message": "LOG i={i}"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "launch", "program": "loop.py"}));
+    assert_eq!(r.structured["stop"]["line"], 3, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "evaluate", "expression": "i"}));
+    assert_eq!(r.structured["data"]["result"], "7");
+    let r = c.call(
+        "debug",
+        json!({"action": "remove_breakpoint", "path": "loop.py", "line": 3}),
+    );
+    assert!(!r.is_error);
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["stop"]["reason"], "exception", "{:?}", r.raw);
+    assert!(r.text.contains("boom"), "{}", r.text);
+    let r = c.call("debug", json!({"action": "output"}));
+    assert!(r.text.contains("LOG i=5"), "{}", r.text);
+    let kids = descendants(c.pid());
+    assert!(!kids.is_empty());
+    // Client goes away without disconnect: everything must die.
+    c.shutdown();
+    std::thread::sleep(std::time::Duration::from_millis(800));
+    for p in kids {
+        assert!(!process_alive(p), "process {p} survived client disconnect");
+    }
+}
+
+#[test]
+fn catalog() {
+    let d = tempfile::tempdir().unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
+    let path =
+        kitbag_testkit::workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests/dap/tools.json");
+    kitbag_testkit::assert_catalog_matches(&mut c, &path);
+    c.shutdown();
+}
