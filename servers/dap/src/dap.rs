@@ -235,9 +235,14 @@ impl Client {
             && let Some(mut child) = c.take()
         {
             if let Some(pid) = child.id() {
-                // SAFETY-free: use the kill command on the process group.
+                // The debuggee may live in its own process group: kill every descendant too.
+                let mut targets: Vec<String> =
+                    descendants(pid).iter().map(u32::to_string).collect();
+                targets.push(format!("-{pid}"));
                 let _ = std::process::Command::new("kill")
-                    .args(["-KILL", &format!("-{pid}")])
+                    .arg("-KILL")
+                    .arg("--")
+                    .args(&targets)
                     .stdin(Stdio::null())
                     .stdout(Stdio::null())
                     .stderr(Stdio::null())
@@ -246,6 +251,39 @@ impl Client {
             let _ = child.start_kill();
         }
     }
+}
+
+/// Every descendant of `pid`, read from /proc.
+pub fn descendants(pid: u32) -> Vec<u32> {
+    let mut parent: Vec<(u32, u32)> = Vec::new();
+    if let Ok(dir) = std::fs::read_dir("/proc") {
+        for e in dir.flatten() {
+            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
+                continue;
+            };
+            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
+                continue;
+            };
+            // Fields after the closing paren of the command name: state ppid ...
+            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
+                continue;
+            };
+            if let Some(pp) = rest.split_whitespace().nth(1).and_then(|x| x.parse().ok()) {
+                parent.push((p, pp));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(cur) = todo.pop() {
+        for (c, pp) in &parent {
+            if *pp == cur && !out.contains(c) {
+                out.push(*c);
+                todo.push(*c);
+            }
+        }
+    }
+    out
 }
 
 impl Drop for Client {

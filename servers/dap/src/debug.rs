@@ -20,7 +20,7 @@ pub const DEFAULT_WAIT_MS: u64 = 10_000;
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
-    description: "Debug a program through a real debug adapter (python → debugpy). One session per connection.\n\
+    description: "Debug a program through a real debug adapter (python → debugpy, lldb → lldb-dap for C/C++/Rust, go → dlv dap). One session per connection.\n\
         Actions: launch (program, args, breakpoints set earlier are sent), set_breakpoint (path, line, condition, \
         log_message), remove_breakpoint (path, line), list_breakpoints, continue, step_over, step_into, step_out, \
         stack_trace, variables (frame_id, expand = a variablesReference, filter, offset/limit), evaluate (expression, \
@@ -58,7 +58,7 @@ pub enum Action {
 pub struct DebugParams {
     /// What to do.
     pub action: Action,
-    /// launch: the runtime, `python`.
+    /// launch: the runtime: `python` (debugpy), `lldb` (lldb-dap: C, C++, Rust), `go` (dlv dap).
     #[serde(default)]
     pub runtime: Option<String>,
     /// launch: root-relative program to run.
@@ -544,9 +544,6 @@ async fn launch(
         ));
     }
     let runtime = p.runtime.as_deref().unwrap_or("python");
-    if runtime != "python" {
-        return Err(ToolError::invalid_field("runtime", "one of: python"));
-    }
     let program = need(&p.program, "program", "a root-relative program path")?;
     let prog = policy.resolve(program, "program", Access::Read)?;
     if !prog.abs.is_file() {
@@ -555,46 +552,103 @@ async fn launch(
             format!("{program} is not a file"),
         ));
     }
-    let python = "python3";
-    let ok = std::process::Command::new(python)
-        .args(["-c", "import debugpy"])
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        return Err(ToolError::new(
-            ErrorCode::DapAdapterNotFound,
-            "debugpy is not installed; install it with: python3 -m pip install debugpy",
-        ));
-    }
     let cwd = prog
         .abs
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."));
-    let client =
-        Client::spawn(python, &["-m".into(), "debugpy.adapter".into()], &cwd).map_err(|e| {
-            ToolError::new(
-                ErrorCode::DapAdapterNotFound,
-                format!("cannot start debugpy: {e}"),
+    let prog_s = prog.abs.to_string_lossy().to_string();
+    let args = p.args.clone().unwrap_or_default();
+    let (cmd, cmd_args, adapter_id, launch_args): (String, Vec<String>, &str, Value) = match runtime
+    {
+        "python" => {
+            let ok = std::process::Command::new("python3")
+                .args(["-c", "import debugpy"])
+                .stdin(std::process::Stdio::null())
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::null())
+                .status()
+                .map(|s| s.success())
+                .unwrap_or(false);
+            if !ok {
+                return Err(ToolError::new(
+                    ErrorCode::DapAdapterNotFound,
+                    "debugpy is not installed; install it with: python3 -m pip install debugpy",
+                ));
+            }
+            (
+                "python3".into(),
+                vec!["-m".into(), "debugpy.adapter".into()],
+                "debugpy",
+                json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false}),
             )
-        })?;
+        }
+        "lldb" => {
+            let found = [
+                "/usr/bin/lldb-dap-19",
+                "/usr/bin/lldb-dap",
+                "/usr/local/bin/lldb-dap",
+            ]
+            .into_iter()
+            .find(|c| Path::new(c).is_file());
+            let Some(bin) = found else {
+                return Err(ToolError::new(
+                    ErrorCode::DapAdapterNotFound,
+                    "lldb-dap is not installed; install it with: apt-get install -y lldb-19",
+                ));
+            };
+            (
+                bin.into(),
+                vec![],
+                "lldb-dap",
+                json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "stopOnEntry": false}),
+            )
+        }
+        "go" => {
+            let found = std::env::var_os("PATH").and_then(|p| {
+                std::env::split_paths(&p)
+                    .map(|d| d.join("dlv"))
+                    .find(|c| c.is_file())
+            });
+            let Some(bin) = found else {
+                return Err(ToolError::new(
+                    ErrorCode::DapAdapterNotFound,
+                    "dlv is not installed; install it with: go install github.com/go-delve/delve/cmd/dlv@latest",
+                ));
+            };
+            (
+                bin.to_string_lossy().to_string(),
+                vec!["dap".into()],
+                "go",
+                json!({"mode": "debug", "program": prog_s, "args": args, "cwd": cwd.to_string_lossy()}),
+            )
+        }
+        _ => {
+            return Err(ToolError::invalid_field(
+                "runtime",
+                "one of: python, lldb, go",
+            ));
+        }
+    };
+    let client = Client::spawn(&cmd, &cmd_args, &cwd).map_err(|e| {
+        ToolError::new(
+            ErrorCode::DapAdapterNotFound,
+            format!("cannot start {cmd}: {e}"),
+        )
+    })?;
     let fail = |c: &Arc<Client>, m: String| {
         c.kill();
         adapter_err(m)
     };
     if let Err(m) = client
-        .request("initialize", json!({"clientID": "kitbag", "adapterID": "debugpy", "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
+        .request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
         .await
     {
         return Err(fail(&client, m));
     }
     // Send launch right away; debugpy sends `initialized` before answering it, others after.
     let launch_rx = client
-        .start("launch", json!({"program": prog.abs.to_string_lossy(), "args": p.args.clone().unwrap_or_default(), "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false}))
+        .start("launch", launch_args)
         .await
         .map_err(|e| fail(&client, e.to_string()))?;
     let deadline = Instant::now() + REQUEST_TIMEOUT;

@@ -1,0 +1,98 @@
+//! The real lldb-dap adapter debugging a C program compiled with -g.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use kitbag_testkit::{Era, McpClient, child_pids, process_alive};
+use serde_json::json;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-dap"))
+}
+
+const SRC: &str = "#include <stdio.h>\n\nint square(int v) {\n    int r = v * v;\n    return r;\n}\n\nint main(void) {\n    int count = 7;\n    int sq = square(count);\n    printf(\"sq=%d\\n\", sq);\n    return 3;\n}\n";
+
+fn descendants(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for c in child_pids(p) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
+}
+
+fn c_session(era: Era) {
+    if !Path::new("/usr/bin/lldb-dap-19").exists() {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "lldb-dap-19 missing under CI"
+        );
+        eprintln!("SKIP: lldb-dap-19 not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("main.c"), SRC).unwrap();
+    let st = std::process::Command::new("gcc")
+        .args(["-g", "-O0", "-o", "prog", "main.c"])
+        .current_dir(d.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut c = McpClient::spawn(bin(), &[], d.path(), era);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "main.c", "line": 10}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "lldb", "program": "prog"}),
+    );
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["line"], 10, "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["path"], "main.c");
+    let r = c.call("debug", json!({"action": "variables"}));
+    let vars = r.structured["data"]["variables"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let count = vars
+        .iter()
+        .find(|v| v["name"] == "count")
+        .unwrap_or_else(|| panic!("{vars:?}"));
+    assert_eq!(count["value"], "7");
+    assert_eq!(count["type"], "int");
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "count * 3"}),
+    );
+    assert_eq!(r.structured["data"]["result"], "21", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_into"}));
+    assert_eq!(r.structured["stop"]["line"], 4, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_over"}));
+    assert_eq!(r.structured["stop"]["line"], 5, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    assert_eq!(r.structured["exit_code"], 3);
+    let kids = descendants(c.pid());
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for p in kids {
+        assert!(!process_alive(p), "process {p} survived disconnect");
+    }
+    c.shutdown();
+}
+
+#[test]
+fn c_with_lldb_modern() {
+    c_session(Era::Modern);
+}
+
+#[test]
+fn c_with_lldb_handshake() {
+    c_session(Era::Handshake);
+}
