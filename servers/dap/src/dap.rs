@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, Command};
+use tokio::process::{Child, Command};
 use tokio::sync::{Notify, oneshot};
 
 /// Encode one DAP message with its Content-Length header.
@@ -61,7 +61,7 @@ pub struct Events {
 type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Value>>>>;
 
 pub struct Client {
-    stdin: tokio::sync::Mutex<ChildStdin>,
+    stdin: tokio::sync::Mutex<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>,
     seq: Mutex<i64>,
     pending: Pending,
     pub events: Arc<Mutex<Events>>,
@@ -92,13 +92,28 @@ impl Client {
             .stdout
             .take()
             .ok_or_else(|| std::io::Error::other("no stdout"))?;
+        Ok(Self::over(Box::new(stdin), stdout, Some(child)))
+    }
+
+    /// A client over a TCP connection to an adapter (e.g. `python -m debugpy --listen`).
+    pub async fn connect(host: &str, port: u16) -> std::io::Result<Arc<Client>> {
+        let stream = tokio::net::TcpStream::connect((host, port)).await?;
+        let (r, w) = stream.into_split();
+        Ok(Self::over(Box::new(w), r, None))
+    }
+
+    fn over<R: tokio::io::AsyncRead + Send + Unpin + 'static>(
+        stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
+        stdout: R,
+        child: Option<Child>,
+    ) -> Arc<Client> {
         let client = Arc::new(Client {
             stdin: tokio::sync::Mutex::new(stdin),
             seq: Mutex::new(0),
             pending: Arc::default(),
             events: Arc::default(),
             notify: Arc::new(Notify::new()),
-            child: Mutex::new(Some(child)),
+            child: Mutex::new(child),
         });
         let weak = Arc::downgrade(&client);
         tokio::spawn(async move {
@@ -114,7 +129,7 @@ impl Client {
                 c.notify.notify_waiters();
             }
         });
-        Ok(client)
+        client
     }
 
     async fn dispatch(&self, msg: Value) {

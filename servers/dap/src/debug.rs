@@ -38,6 +38,10 @@ pub const DEF: ToolDef = ToolDef {
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     Launch,
+    Attach,
+    Pause,
+    Threads,
+    Scopes,
     SetBreakpoint,
     RemoveBreakpoint,
     ListBreakpoints,
@@ -64,6 +68,15 @@ pub struct DebugParams {
     /// launch: root-relative program to run.
     #[serde(default)]
     pub program: Option<String>,
+    /// attach: host of a `python -m debugpy --listen HOST:PORT` process (default 127.0.0.1).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// attach: port the debuggee listens on.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// disconnect: kill the debuggee (default true after launch, false after attach).
+    #[serde(default)]
+    pub terminate_debuggee: Option<bool>,
     /// launch: program arguments.
     #[serde(default)]
     pub args: Option<Vec<String>>,
@@ -124,6 +137,7 @@ struct Bp {
 
 pub struct Session {
     client: Arc<Client>,
+    attached: bool,
 }
 
 #[derive(Default)]
@@ -190,7 +204,7 @@ pub async fn run(
     p: DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
     match p.action {
-        Action::Launch => launch(state, &policy, &p).await,
+        Action::Launch | Action::Attach => launch(state, &policy, &p).await,
         Action::SetBreakpoint | Action::RemoveBreakpoint => breakpoint(state, &policy, &p).await,
         Action::ListBreakpoints => {
             let bps = state.breakpoints.lock().await;
@@ -249,6 +263,77 @@ pub async fn run(
                 e.stopped = None;
             }
             settle(&client, &policy, p.action, p.wait_ms).await
+        }
+        Action::Pause => {
+            let client = current(state).await?;
+            let threads = client
+                .request("threads", json!({}), REQUEST_TIMEOUT)
+                .await
+                .map_err(adapter_err)?;
+            let tid = threads["threads"]
+                .as_array()
+                .and_then(|a| a.first())
+                .and_then(|t| t["id"].as_i64())
+                .unwrap_or(1);
+            client
+                .request("pause", json!({"threadId": tid}), REQUEST_TIMEOUT)
+                .await
+                .map_err(adapter_err)?;
+            settle(&client, &policy, p.action, p.wait_ms).await
+        }
+        Action::Threads => {
+            let client = current(state).await?;
+            let body = client
+                .request("threads", json!({}), REQUEST_TIMEOUT)
+                .await
+                .map_err(adapter_err)?;
+            let list: Vec<Value> = body["threads"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|t| json!({"id": t["id"], "name": t["name"]}))
+                .collect();
+            let text = list
+                .iter()
+                .map(|t| format!("{} {}", t["id"], t["name"].as_str().unwrap_or("")))
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut r = res(p.action, "ok");
+            r.data = Some(json!({"threads": list}));
+            Ok(Reply::new(r, text))
+        }
+        Action::Scopes => {
+            let client = current(state).await?;
+            let frame = match p.frame_id {
+                Some(f) => f,
+                None => top_frame(&client).await?,
+            };
+            let body = client
+                .request("scopes", json!({"frameId": frame}), REQUEST_TIMEOUT)
+                .await
+                .map_err(adapter_err)?;
+            let list: Vec<Value> = body["scopes"]
+                .as_array()
+                .cloned()
+                .unwrap_or_default()
+                .iter()
+                .map(|s| json!({"name": s["name"], "variables_reference": s["variablesReference"]}))
+                .collect();
+            let text = list
+                .iter()
+                .map(|s| {
+                    format!(
+                        "{} (expand {})",
+                        s["name"].as_str().unwrap_or(""),
+                        s["variables_reference"]
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n");
+            let mut r = res(p.action, "stopped");
+            r.data = Some(json!({"frame_id": frame, "scopes": list}));
+            Ok(Reply::new(r, text))
         }
         Action::StackTrace => {
             let client = current(state).await?;
@@ -333,14 +418,18 @@ pub async fn run(
                 .client
                 .request(
                     "disconnect",
-                    json!({"terminateDebuggee": true}),
+                    json!({"terminateDebuggee": p.terminate_debuggee.unwrap_or(!s.attached)}),
                     Duration::from_secs(3),
                 )
                 .await;
             s.client.kill();
             Ok(Reply::new(
                 res(p.action, "ok"),
-                "disconnected; debuggee terminated".to_string(),
+                if p.terminate_debuggee.unwrap_or(!s.attached) {
+                    "disconnected; debuggee terminated".to_string()
+                } else {
+                    "detached; debuggee left running".to_string()
+                },
             ))
         }
     }
@@ -544,6 +633,9 @@ async fn launch(
         ));
     }
     let runtime = p.runtime.as_deref().unwrap_or("python");
+    if p.action == Action::Attach {
+        return attach(state, policy, p, guard).await;
+    }
     let program = need(&p.program, "program", "a root-relative program path")?;
     let prog = policy.resolve(program, "program", Access::Read)?;
     if !prog.abs.is_file() {
@@ -710,9 +802,109 @@ async fn launch(
     }
     *guard = Some(Session {
         client: client.clone(),
+        attached: false,
     });
     drop(guard);
-    settle(&client, policy, p.action, p.wait_ms).await
+    let wait = if p.action == Action::Attach {
+        Some(p.wait_ms.unwrap_or(500))
+    } else {
+        p.wait_ms
+    };
+    settle(&client, policy, p.action, wait).await
+}
+
+async fn attach(
+    state: &DapState,
+    policy: &PathPolicy,
+    p: &DebugParams,
+    mut guard: tokio::sync::MutexGuard<'_, Option<Session>>,
+) -> ToolResult<Reply<DebugResult>> {
+    if p.runtime.as_deref().unwrap_or("python") != "python" {
+        return Err(ToolError::invalid_field(
+            "runtime",
+            "attach supports: python",
+        ));
+    }
+    let port = *need(
+        &p.port,
+        "port",
+        "the port of a `python -m debugpy --listen HOST:PORT` process",
+    )?;
+    let host = p.host.clone().unwrap_or_else(|| "127.0.0.1".into());
+    let client = tokio::time::timeout(REQUEST_TIMEOUT, Client::connect(&host, port))
+        .await
+        .map_err(|_| ToolError::invalid_field("port", format!("no answer from {host}:{port}")))?
+        .map_err(|e| ToolError::invalid_field("port", format!("cannot connect to {host}:{port}: {e}; start the program with python -m debugpy --listen {host}:{port}")))?;
+    let fail = |c: &Arc<Client>, m: String| {
+        c.kill();
+        adapter_err(m)
+    };
+    if let Err(m) = client.request("initialize", json!({"clientID": "kitbag", "adapterID": "debugpy", "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path"}), REQUEST_TIMEOUT).await {
+        return Err(fail(&client, m));
+    }
+    let rx = client
+        .start(
+            "attach",
+            json!({"connect": {"host": host, "port": port}, "justMyCode": true}),
+        )
+        .await
+        .map_err(|e| fail(&client, e.to_string()))?;
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    loop {
+        let notified = client.notify.notified();
+        if client
+            .events
+            .lock()
+            .map(|e| e.initialized || e.terminated)
+            .unwrap_or(true)
+        {
+            break;
+        }
+        if Instant::now() >= deadline {
+            return Err(fail(&client, "adapter never sent `initialized`".into()));
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+    let bps: Vec<(PathBuf, Vec<Bp>)> = state
+        .breakpoints
+        .lock()
+        .await
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    for (file, list) in &bps {
+        if let Err(m) = client
+            .request("setBreakpoints", bp_args(file, list), REQUEST_TIMEOUT)
+            .await
+        {
+            return Err(fail(&client, m));
+        }
+    }
+    if let Err(m) = client
+        .request("configurationDone", json!({}), REQUEST_TIMEOUT)
+        .await
+    {
+        return Err(fail(&client, m));
+    }
+    match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+        Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => {}
+        Ok(Ok(resp)) => {
+            return Err(fail(
+                &client,
+                resp["message"]
+                    .as_str()
+                    .unwrap_or("attach failed")
+                    .to_string(),
+            ));
+        }
+        _ => return Err(fail(&client, "adapter did not answer `attach`".into())),
+    }
+    *guard = Some(Session {
+        client: client.clone(),
+        attached: true,
+    });
+    drop(guard);
+    settle(&client, policy, p.action, Some(p.wait_ms.unwrap_or(500))).await
 }
 
 /// Wait (bounded) for a stop or exit and describe where the program is.

@@ -1,0 +1,124 @@
+//! Attach to a running `python -m debugpy --listen` process, break into it, detach.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use kitbag_testkit::{Era, McpClient};
+use serde_json::json;
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-dap"))
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn attach(era: Era) {
+    let ok = std::process::Command::new("python3")
+        .args(["-c", "import debugpy"])
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "debugpy missing under CI"
+        );
+        eprintln!("SKIP: debugpy not installed");
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("spin.py"),
+        "import time\nn = 0\nwhile True:\n    n += 1\n    time.sleep(0.01)\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut debuggee = std::process::Command::new("python3")
+        .args([
+            "-m",
+            "debugpy",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--wait-for-client",
+            "spin.py",
+        ])
+        .current_dir(d.path())
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Wait until it listens.
+    let deadline = std::time::Instant::now() + Duration::from_secs(15);
+    // Poll the socket table (a probe connection would take the single client slot).
+    let needle = format!(":{port:04X} 00000000:0000 0A");
+    while !std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .contains(&needle)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "debuggee never listened"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let mut c = McpClient::spawn(bin(), &[], d.path(), era);
+    let r = c.call("debug", json!({"action": "attach", "port": port}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "threads"}));
+    assert!(
+        !r.structured["data"]["threads"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{:?}",
+        r.raw
+    );
+    let r = c.call("debug", json!({"action": "pause"}));
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["reason"], "pause");
+    let r = c.call("debug", json!({"action": "scopes"}));
+    assert!(
+        !r.structured["data"]["scopes"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{:?}",
+        r.raw
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "n > 0"}),
+    );
+    assert_eq!(r.structured["data"]["result"], "True", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert!(r.text.contains("detached"), "{}", r.text);
+    std::thread::sleep(Duration::from_millis(500));
+    // Detach leaves the debuggee running.
+    assert!(
+        debuggee.try_wait().unwrap().is_none(),
+        "attach target should survive a detach"
+    );
+    debuggee.kill().unwrap();
+    let _ = debuggee.wait();
+    c.shutdown();
+}
+
+#[test]
+fn attach_modern() {
+    attach(Era::Modern);
+}
+
+#[test]
+fn attach_handshake() {
+    attach(Era::Handshake);
+}
