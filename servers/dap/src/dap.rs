@@ -56,6 +56,8 @@ pub struct Events {
     pub terminated: bool,
     pub output: Vec<(String, String)>,
     pub stop_count: u64,
+    /// The adapter's capabilities from the `initialize` response.
+    pub caps: Value,
 }
 
 type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Value>>>>;
@@ -136,6 +138,11 @@ impl Client {
         match msg["type"].as_str() {
             Some("response") => {
                 let id = msg["request_seq"].as_i64().unwrap_or(-1);
+                if msg["command"] == "initialize"
+                    && let Ok(mut e) = self.events.lock()
+                {
+                    e.caps = msg["body"].clone();
+                }
                 let tx = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
                 if let Some(tx) = tx {
                     let _ = tx.send(msg);

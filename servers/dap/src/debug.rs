@@ -22,7 +22,7 @@ pub const DEF: ToolDef = ToolDef {
     title: "Debug a program",
     description: "Debug a program through a real debug adapter (python → debugpy, lldb → lldb-dap for C/C++/Rust, go → dlv dap). One session per connection.\n\
         Actions: launch (program, args, breakpoints set earlier are sent), set_breakpoint (path, line, condition, \
-        log_message), remove_breakpoint (path, line), list_breakpoints, continue, step_over, step_into, step_out, \
+        log_message), remove_breakpoint (path, line), list_breakpoints, set_function_breakpoint (name), set_exception_breakpoints (filters), attach (port, host), pause, threads, scopes, modules, loaded_sources, disassemble/read_memory (memory_reference, count), custom_request (command, arguments), continue, step_over, step_into, step_out, \
         stack_trace, variables (frame_id, expand = a variablesReference, filter, offset/limit), evaluate (expression, \
         frame_id), output (since = cursor), status, disconnect. Launch/continue/steps return when the program stops \
         (reason, line, source preview) or exits (exit_code), or after wait_ms with status \"running\".\n\
@@ -38,6 +38,13 @@ pub const DEF: ToolDef = ToolDef {
 #[serde(rename_all = "snake_case")]
 pub enum Action {
     Launch,
+    SetFunctionBreakpoint,
+    SetExceptionBreakpoints,
+    Modules,
+    LoadedSources,
+    Disassemble,
+    ReadMemory,
+    CustomRequest,
     Attach,
     Pause,
     Threads,
@@ -77,6 +84,24 @@ pub struct DebugParams {
     /// disconnect: kill the debuggee (default true after launch, false after attach).
     #[serde(default)]
     pub terminate_debuggee: Option<bool>,
+    /// set_function_breakpoint: function name.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// set_exception_breakpoints: filter ids (python: raised, uncaught, userUnhandled; lldb: cpp_throw, ...).
+    #[serde(default)]
+    pub filters: Option<Vec<String>>,
+    /// disassemble/read_memory: a memoryReference from a frame, variable or evaluate result.
+    #[serde(default)]
+    pub memory_reference: Option<String>,
+    /// disassemble: instructions; read_memory: bytes (default 32, max 4096).
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// custom_request: the DAP command.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// custom_request: its arguments object.
+    #[serde(default)]
+    pub arguments: Option<serde_json::Map<String, Value>>,
     /// launch: program arguments.
     #[serde(default)]
     pub args: Option<Vec<String>>,
@@ -264,6 +289,13 @@ pub async fn run(
             }
             settle(&client, &policy, p.action, p.wait_ms).await
         }
+        Action::SetFunctionBreakpoint
+        | Action::SetExceptionBreakpoints
+        | Action::Modules
+        | Action::LoadedSources
+        | Action::Disassemble
+        | Action::ReadMemory
+        | Action::CustomRequest => gated(state, &p).await,
         Action::Pause => {
             let client = current(state).await?;
             let threads = client
@@ -905,6 +937,100 @@ async fn attach(
     });
     drop(guard);
     settle(&client, policy, p.action, Some(p.wait_ms.unwrap_or(500))).await
+}
+
+const MAX_JSON_CHARS: usize = 20_000;
+
+/// Actions that exist only when the adapter advertises them.
+async fn gated(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
+    let client = state
+        .session
+        .lock()
+        .await
+        .as_ref()
+        .map(|s| s.client.clone())
+        .ok_or_else(ended)?;
+    let caps = client
+        .events
+        .lock()
+        .map(|e| e.caps.clone())
+        .unwrap_or(Value::Null);
+    let (cap_name, command, args) = match p.action {
+        Action::SetFunctionBreakpoint => {
+            let name = need(&p.name, "name", "a function name")?;
+            (
+                "supportsFunctionBreakpoints",
+                "setFunctionBreakpoints".to_string(),
+                json!({"breakpoints": [{"name": name}]}),
+            )
+        }
+        Action::SetExceptionBreakpoints => {
+            let filters = need(&p.filters, "filters", "a list of exception filter ids")?;
+            (
+                "",
+                "setExceptionBreakpoints".to_string(),
+                json!({"filters": filters}),
+            )
+        }
+        Action::Modules => ("supportsModulesRequest", "modules".to_string(), json!({})),
+        Action::LoadedSources => (
+            "supportsLoadedSourcesRequest",
+            "loadedSources".to_string(),
+            json!({}),
+        ),
+        Action::Disassemble => {
+            let m = need(&p.memory_reference, "memory_reference", "a memoryReference")?;
+            (
+                "supportsDisassembleRequest",
+                "disassemble".to_string(),
+                json!({"memoryReference": m, "instructionCount": p.count.unwrap_or(16).clamp(1, 500), "resolveSymbols": true}),
+            )
+        }
+        Action::ReadMemory => {
+            let m = need(&p.memory_reference, "memory_reference", "a memoryReference")?;
+            (
+                "supportsReadMemoryRequest",
+                "readMemory".to_string(),
+                json!({"memoryReference": m, "count": p.count.unwrap_or(32).clamp(1, 4096)}),
+            )
+        }
+        _ => {
+            let cmd = need(&p.command, "command", "a DAP command name")?;
+            (
+                "",
+                cmd.clone(),
+                Value::Object(p.arguments.clone().unwrap_or_default()),
+            )
+        }
+    };
+    if !cap_name.is_empty() && caps[cap_name].as_bool() != Some(true) {
+        return Err(ToolError::new(
+            ErrorCode::UnsupportedByAdapter,
+            format!("the debug adapter does not advertise {cap_name}"),
+        )
+        .with_detail(json!({"capability": cap_name})));
+    }
+    let body = client
+        .request(&command, args, REQUEST_TIMEOUT)
+        .await
+        .map_err(adapter_err)?;
+    let text = body.to_string();
+    let truncated = text.chars().count() > MAX_JSON_CHARS;
+    let shown: String = text.chars().take(MAX_JSON_CHARS).collect();
+    let mut r = res(p.action, "ok");
+    r.data = Some(if truncated {
+        json!({"truncated": true, "text": shown})
+    } else {
+        body
+    });
+    Ok(Reply::new(
+        r,
+        if truncated {
+            format!("{shown}… [truncated at {MAX_JSON_CHARS} chars]")
+        } else {
+            shown
+        },
+    ))
 }
 
 /// Wait (bounded) for a stop or exit and describe where the program is.

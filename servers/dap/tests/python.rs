@@ -197,6 +197,36 @@ fn conditional_logpoint_exception_and_client_disconnect() {
     assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "launch", "program": "loop.py"}));
     assert_eq!(r.structured["stop"]["line"], 3, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "disassemble", "memory_reference": "0x0"}),
+    );
+    assert_eq!(
+        r.error_code(),
+        Some("unsupported_by_adapter"),
+        "{:?}",
+        r.raw
+    );
+    assert_eq!(
+        r.structured["error"]["detail"]["capability"],
+        "supportsDisassembleRequest"
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "custom_request", "command": "threads"}),
+    );
+    assert!(
+        r.structured["data"]["threads"]
+            .as_array()
+            .is_some_and(|t| !t.is_empty()),
+        "{:?}",
+        r.raw
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "set_exception_breakpoints", "filters": ["uncaught"]}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "evaluate", "expression": "i"}));
     assert_eq!(r.structured["data"]["result"], "7");
     let r = c.call(
