@@ -687,7 +687,7 @@ async fn launch(
     {
         "python" => {
             let ok = std::process::Command::new("python3")
-                .args(["-c", "import debugpy"])
+                .args(["-c", "import sys, importlib.util; sys.exit(importlib.util.find_spec(\"debugpy\") is None)"])
                 .stdin(std::process::Stdio::null())
                 .stdout(std::process::Stdio::null())
                 .stderr(std::process::Stdio::null())
@@ -778,6 +778,8 @@ async fn launch(
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     loop {
         let notified = client.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
         if client
             .events
             .lock()
@@ -884,6 +886,8 @@ async fn attach(
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     loop {
         let notified = client.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
         if client
             .events
             .lock()
@@ -1044,6 +1048,8 @@ async fn settle(
     let deadline = Instant::now() + wait;
     loop {
         let notified = client.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
         let (stopped, exited, terminated) = {
             let e = client.events.lock().map_err(|_| ended())?;
             (e.stopped.clone(), e.exited, e.terminated)
