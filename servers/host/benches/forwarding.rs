@@ -76,10 +76,10 @@ fn main() {
         let mut c = McpClient::spawn(bin, &["serve"], empty.path(), Era::Handshake);
         let n = c.list_tools().len();
         starts.push(t.elapsed());
-        assert!(n >= 21, "{n} tools");
+        assert!(n >= 22, "{n} tools");
     }
     println!(
-        "host start → every embedded server ready (5 servers, 21 tools), median of 10: {:.1} ms",
+        "host start → every embedded server ready (6 servers, 22 tools), median of 10: {:.1} ms",
         median(starts).as_secs_f64() * 1e3
     );
 }

@@ -46,6 +46,12 @@ pub const FAMILIES: &[(&str, Runner)] = &[
             a,
         ))))
     }),
+    ("dap", |a| {
+        Box::pin(kitbag_dap::run(kitbag_dap::Args::parse_from(argv(
+            "kitbag-dap",
+            a,
+        ))))
+    }),
 ];
 
 pub async fn run(family: &str, args: Vec<String>) -> anyhow::Result<()> {

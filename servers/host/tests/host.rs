@@ -51,6 +51,7 @@ fn embedded_default_offers_one_sorted_list_in_both_eras() {
             "shell_bash",
             "web_fetch",
             "memory_store",
+            "debug",
             "host_status",
         ] {
             assert!(list.contains(&t.to_string()), "{t} missing from {list:?}");
