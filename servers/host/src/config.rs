@@ -59,9 +59,29 @@ struct ForeignEntry {
 struct AgentFile {
     #[serde(default)]
     mcp: serde_json::Map<String, serde_json::Value>,
-    /// Parsed by the policy layer (not yet enforced by this host version).
     #[serde(default)]
-    agents: Option<serde_json::Value>,
+    agents: BTreeMap<String, AgentProfile>,
+    /// Privilege groups: group name → tool names (globs) that only its members may use.
+    #[serde(default)]
+    tool_privileges: BTreeMap<String, Vec<String>>,
+}
+
+/// What one agent may use (`kitbag serve --agent NAME`).
+#[derive(Debug, Clone, Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct AgentProfile {
+    /// Allowlist of tool names (globs); absent = every tool the other rules permit.
+    #[serde(default)]
+    pub allow: Option<Vec<String>>,
+    /// Privilege groups the agent belongs to.
+    #[serde(default)]
+    pub privilege_groups: Vec<String>,
+    /// Privileged tools granted individually, beyond the groups.
+    #[serde(default)]
+    pub tools: Vec<String>,
+    /// The root principal may use root-only tools (`_meta` `kitbag/principal_scope: root-only`).
+    #[serde(default)]
+    pub root: bool,
 }
 
 /// A server ready to start: variables expanded, or the reason it cannot start.
@@ -78,6 +98,8 @@ pub struct Config {
     /// In config order (which decides tool-name collisions).
     pub servers: Vec<ServerSpec>,
     pub source: Option<PathBuf>,
+    pub agents: BTreeMap<String, AgentProfile>,
+    pub tool_privileges: BTreeMap<String, Vec<String>>,
 }
 
 /// Where a config error is: file, line, column.
@@ -90,6 +112,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
     let value: serde_json::Value =
         serde_json::from_str(text).map_err(|e| syntax_error(path, &e))?;
     let mut servers = Vec::new();
+    let (mut agents, mut tool_privileges) = (BTreeMap::new(), BTreeMap::new());
     if value.get("mcpServers").is_some() && value.get("mcp").is_none() {
         let map = value["mcpServers"].as_object().cloned().unwrap_or_default();
         for (name, v) in map {
@@ -108,7 +131,18 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
     } else {
         let file: AgentFile = serde_json::from_value(value)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        let _ = file.agents;
+        for (name, profile) in &file.agents {
+            for g in &profile.privilege_groups {
+                if !file.tool_privileges.contains_key(g) {
+                    anyhow::bail!(
+                        "{}: agents.{name}.privilege_groups: no group `{g}` in tool_privileges",
+                        path.display()
+                    );
+                }
+            }
+        }
+        agents = file.agents;
+        tool_privileges = file.tool_privileges;
         for (name, v) in file.mcp {
             let entry: ServerEntry = serde_json::from_value(v)
                 .map_err(|e| anyhow::anyhow!("{}: mcp.{name}: {e}", path.display()))?;
@@ -118,6 +152,8 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
     Ok(Config {
         servers,
         source: Some(path.to_path_buf()),
+        agents,
+        tool_privileges,
     })
 }
 

@@ -95,5 +95,6 @@ pub fn embedded_default() -> anyhow::Result<Config> {
     Ok(Config {
         servers,
         source: None,
+        ..Default::default()
     })
 }

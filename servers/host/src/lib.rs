@@ -6,6 +6,7 @@
 pub mod config;
 pub mod families;
 pub mod hub;
+pub mod policy;
 pub mod serve;
 
 use std::io::IsTerminal;
@@ -31,6 +32,10 @@ pub struct Cli {
     /// Default: $KITBAG_CONFIG, else ./agent.json, else ./.mcp.json, else every embedded server.
     #[arg(long, global = true, env = "KITBAG_CONFIG")]
     pub config: Option<PathBuf>,
+
+    /// Serve as this agent of the config's `agents` block (allowlist, privilege groups, root).
+    #[arg(long, global = true, env = "KITBAG_AGENT")]
+    pub agent: Option<String>,
 
     /// Log level (to stderr).
     #[arg(long, global = true, default_value = "warn", env = "KITBAG_LOG_LEVEL")]
@@ -74,11 +79,25 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     families::embedded_default()
 }
 
-async fn start(cli: &Cli) -> anyhow::Result<Arc<Hub>> {
+async fn start(cli: &Cli) -> anyhow::Result<(Arc<Hub>, Option<Arc<policy::Policy>>)> {
     let cfg = load_config(cli)?;
+    let policy = match &cli.agent {
+        None => None,
+        Some(name) => match cfg.agents.get(name) {
+            Some(profile) => Some(Arc::new(policy::Policy::new(
+                name,
+                profile.clone(),
+                cfg.tool_privileges.clone(),
+            ))),
+            None => anyhow::bail!(
+                "--agent {name}: no such agent in the config (agents: {})",
+                cfg.agents.keys().cloned().collect::<Vec<_>>().join(", ")
+            ),
+        },
+    };
     let hub = Hub::new(cfg.servers);
     hub.start_all().await;
-    Ok(hub)
+    Ok((hub, policy))
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -104,10 +123,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         None => &Command::Serve,
     };
     let started = Instant::now();
-    let hub = start(&cli).await?;
+    let (hub, policy) = start(&cli).await?;
     let host = HostServer {
         hub: hub.clone(),
         started,
+        policy,
     };
     let code = match command {
         Command::Serve => {
@@ -154,6 +174,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 None => {
                     eprintln!("unknown tool `{tool}`; `kitbag tools` lists them");
                     2
+                }
+                Some(_) if host.permit(tool).is_err() => {
+                    if let Err((code, message)) = host.permit(tool) {
+                        eprintln!("error [{code}]: {message}");
+                    }
+                    1
                 }
                 Some(route) => match hub.call(&route, Some(obj), None, Default::default()).await {
                     Ok(r) => {

@@ -20,6 +20,8 @@ pub const STATUS_TOOL: &str = "host_status";
 pub struct HostServer {
     pub hub: Arc<Hub>,
     pub started: Instant,
+    /// The agent profile in force (`--agent`); None = every tool.
+    pub policy: Option<Arc<crate::policy::Policy>>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -92,15 +94,39 @@ impl HostServer {
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
     }
 
+    /// Check a call against the agent policy; Err is the error result to return.
+    pub fn permit(&self, name: &str) -> Result<(), crate::policy::Denial> {
+        let Some(policy) = &self.policy else {
+            return Ok(());
+        };
+        let flat = self.hub.flat();
+        let offered = if flat.routes.contains_key(name) {
+            name.to_string()
+        } else {
+            crate::hub::sanitize(name)
+        };
+        match flat.tools.iter().find(|t| t.name == offered) {
+            Some(tool) => policy.check(tool),
+            None => Ok(()),
+        }
+    }
+
     pub fn tools(&self) -> Vec<Tool> {
-        let mut tools = self.hub.flat().tools.clone();
+        let mut tools: Vec<Tool> = self
+            .hub
+            .flat()
+            .tools
+            .iter()
+            .filter(|t| self.policy.as_ref().is_none_or(|p| p.check(t).is_ok()))
+            .cloned()
+            .collect();
         tools.push(Self::status_tool());
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
     }
 }
 
-fn error_result(code: &str, message: String) -> CallToolResult {
+pub fn error_result(code: &str, message: String) -> CallToolResult {
     let mut r = CallToolResult::error(vec![ContentBlock::text(format!(
         "error [{code}]: {message}"
     ))]);
@@ -161,6 +187,10 @@ impl ServerHandler for HostServer {
                 request.name
             )));
         };
+        // The agent policy is enforced on calls as well as on the list.
+        if let Err((code, message)) = self.permit(&request.name) {
+            return Ok(error_result(code, message).into());
+        }
         let token = context.meta.get_progress_token();
         let result = match self
             .hub

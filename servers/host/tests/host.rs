@@ -329,3 +329,70 @@ fn unknown_tool_and_bad_arguments() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("must be a JSON object"));
 }
+
+#[test]
+fn agent_profiles_hide_and_refuse_tools() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({
+            "mcp": {"files": files_entry(d.path())},
+            "tool_privileges": {"writers": ["file_write", "file_create", "edit_text", "file_delete", "file_move"]},
+            "agents": {
+                "reviewer": {},
+                "editor": {"privilege_groups": ["writers"]},
+                "narrow": {"allow": ["file_read"]}
+            }
+        }),
+    );
+    let c_path = cfg.to_str().expect("u");
+    let mut reviewer = McpClient::spawn(
+        bin(),
+        &["--config", c_path, "--agent", "reviewer", "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let list = names(&mut reviewer);
+    assert!(
+        list.contains(&"file_read".to_string()) && list.contains(&"file_list".to_string()),
+        "{list:?}"
+    );
+    assert!(
+        !list.contains(&"file_write".to_string()),
+        "privileged tools hidden: {list:?}"
+    );
+    let r = reviewer.call("file_create", json!({"path": "new.txt", "content": "x"}));
+    assert_eq!(r.error_code(), Some("capability_denied"), "{}", r.text);
+    assert!(r.text.contains("writers"), "{}", r.text);
+    assert!(!d.path().join("new.txt").exists(), "nothing written");
+    let mut editor = McpClient::spawn(
+        bin(),
+        &["--config", c_path, "--agent", "editor", "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let r = editor.call("file_create", json!({"path": "new.txt", "content": "x"}));
+    assert!(!r.is_error, "{}", r.text);
+    let mut narrow = McpClient::spawn(
+        bin(),
+        &["--config", c_path, "--agent", "narrow", "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    assert_eq!(names(&mut narrow), ["file_read", "host_status"]);
+    assert_eq!(
+        narrow.call("file_list", json!({})).error_code(),
+        Some("capability_denied")
+    );
+    let out = Command::new(bin())
+        .args(["--config", c_path, "--agent", "nobody", "tools"])
+        .output()
+        .expect("tools");
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("no such agent"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
