@@ -431,6 +431,13 @@ impl Hub {
         flat
     }
 
+    pub fn server_name(&self, child: usize) -> String {
+        self.lock()
+            .get(child)
+            .map(|c| c.spec.name.clone())
+            .unwrap_or_default()
+    }
+
     /// Find the route for a tool name as offered, or as the child spells it (e.g. dotted).
     pub fn route(&self, name: &str) -> Option<Route> {
         let flat = self.flat();

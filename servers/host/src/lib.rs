@@ -37,6 +37,10 @@ pub struct Cli {
     #[arg(long, global = true, env = "KITBAG_AGENT")]
     pub agent: Option<String>,
 
+    /// Append one JSON line per tool call (agent, server, tool, request id, duration, outcome).
+    #[arg(long, global = true, env = "KITBAG_AUDIT_LOG", value_name = "FILE")]
+    pub audit_log: Option<PathBuf>,
+
     /// Log level (to stderr).
     #[arg(long, global = true, default_value = "warn", env = "KITBAG_LOG_LEVEL")]
     pub log_level: String,
@@ -128,6 +132,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         hub: hub.clone(),
         started,
         policy,
+        audit: match &cli.audit_log {
+            Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
+            None => None,
+        },
     };
     let code = match command {
         Command::Serve => {

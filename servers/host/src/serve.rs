@@ -22,6 +22,8 @@ pub struct HostServer {
     pub started: Instant,
     /// The agent profile in force (`--agent`); None = every tool.
     pub policy: Option<Arc<crate::policy::Policy>>,
+    /// One JSON line per call (`--audit-log`).
+    pub audit: Option<kitbag_shared::audit::AuditLog>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -94,6 +96,10 @@ impl HostServer {
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
     }
 
+    fn agent_name(&self) -> Option<String> {
+        self.policy.as_ref().map(|p| p.agent.clone())
+    }
+
     /// Check a call against the agent policy; Err is the error result to return.
     pub fn permit(&self, name: &str) -> Result<(), crate::policy::Denial> {
         let Some(policy) = &self.policy else {
@@ -123,6 +129,14 @@ impl HostServer {
         tools.push(Self::status_tool());
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
+    }
+}
+
+fn request_id(id: &rmcp::model::RequestId) -> String {
+    match serde_json::to_value(id) {
+        Ok(serde_json::Value::String(s)) => s,
+        Ok(v) => v.to_string(),
+        Err(_) => String::new(),
     }
 }
 
@@ -187,22 +201,56 @@ impl ServerHandler for HostServer {
                 request.name
             )));
         };
+        let started = Instant::now();
+        let params = serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
         // The agent policy is enforced on calls as well as on the list.
-        if let Err((code, message)) = self.permit(&request.name) {
-            return Ok(error_result(code, message).into());
-        }
-        let token = context.meta.get_progress_token();
-        let result = match self
-            .hub
-            .call(&route, request.arguments, token, context.ct.clone())
-            .await
-        {
-            Ok(r) => r,
-            Err(msg) if msg == "cancelled" => {
-                error_result("cancelled", "the request was cancelled".into())
+        let result = match self.permit(&request.name) {
+            Err((code, message)) => {
+                if let Some(a) = &self.audit {
+                    a.denied(
+                        &request.name,
+                        &request_id(&context.id),
+                        code,
+                        &json!({"agent": self.agent_name()}),
+                    );
+                }
+                error_result(code, message)
             }
-            Err(msg) => error_result("server_unavailable", msg),
+            Ok(()) => {
+                let token = context.meta.get_progress_token();
+                match self
+                    .hub
+                    .call(&route, request.arguments, token, context.ct.clone())
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(msg) if msg == "cancelled" => {
+                        error_result("cancelled", "the request was cancelled".into())
+                    }
+                    Err(msg) => error_result("server_unavailable", msg),
+                }
+            }
         };
+        if let Some(a) = &self.audit {
+            let code = result
+                .structured_content
+                .as_ref()
+                .and_then(|s| s["error"]["code"].as_str().map(str::to_string))
+                .filter(|_| result.is_error == Some(true));
+            a.event(
+                "tool.call",
+                json!({
+                    "agent": self.agent_name(),
+                    "server": self.hub.server_name(route.child),
+                    "tool": request.name,
+                    "request_id": request_id(&context.id),
+                    "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+                    "ok": code.is_none(),
+                    "error_code": code,
+                    "params": kitbag_shared::audit::redact(&params),
+                }),
+            );
+        }
         Ok(result.into())
     }
 }

@@ -396,3 +396,59 @@ fn agent_profiles_hide_and_refuse_tools() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+#[test]
+fn audit_log_has_one_line_per_call() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({
+            "mcp": {"files": files_entry(d.path())},
+            "agents": {"narrow": {"allow": ["file_read"]}}
+        }),
+    );
+    let log = d.path().join("logs/audit.jsonl");
+    let mut c = McpClient::spawn(
+        bin(),
+        &[
+            "--config",
+            cfg.to_str().expect("u"),
+            "--agent",
+            "narrow",
+            "--audit-log",
+            log.to_str().expect("u"),
+            "serve",
+        ],
+        d.path(),
+        Era::Handshake,
+    );
+    assert!(!c.call("file_read", json!({"path": "a.txt"})).is_error);
+    assert_eq!(
+        c.call("file_read", json!({"path": ""})).error_code(),
+        Some("invalid_params")
+    );
+    assert_eq!(
+        c.call("file_list", json!({})).error_code(),
+        Some("capability_denied")
+    );
+    c.shutdown();
+    let lines: Vec<Value> = std::fs::read_to_string(&log)
+        .expect("audit log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let calls: Vec<&Value> = lines.iter().filter(|l| l["event"] == "tool.call").collect();
+    assert_eq!(calls.len(), 3, "{lines:#?}");
+    assert_eq!(calls[0]["ok"], true);
+    assert_eq!(calls[0]["server"], "files");
+    assert_eq!(calls[0]["agent"], "narrow");
+    assert!(calls[0]["duration_ms"].as_f64().is_some());
+    assert_eq!(calls[1]["error_code"], "invalid_params");
+    assert_eq!(calls[2]["error_code"], "capability_denied");
+    assert!(
+        lines
+            .iter()
+            .any(|l| l["event"] == "tool.denied" && l["tool"] == "file_list")
+    );
+}
