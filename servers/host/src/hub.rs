@@ -64,6 +64,8 @@ impl ClientHandler for ChildClient {
 }
 
 pub struct Child {
+    /// Stable identity across reloads (indices shift when the config changes).
+    pub id: u64,
     pub spec: ServerSpec,
     pub state: State,
     pub peer: Option<Peer<RoleClient>>,
@@ -83,6 +85,7 @@ pub struct Child {
 #[derive(Debug, Clone)]
 pub struct Route {
     pub child: usize,
+    pub child_id: u64,
     pub original: String,
 }
 
@@ -100,7 +103,53 @@ pub struct Hub {
     upstream: Mutex<Option<Peer<RoleServer>>>,
     /// The flat list, rebuilt only when a child's tools change (not on every call).
     flat_cache: Mutex<Option<Arc<FlatList>>>,
+    next_id: std::sync::atomic::AtomicU64,
     me: Weak<Hub>,
+}
+
+impl Child {
+    fn new(spec: ServerSpec, id: u64) -> Self {
+        Child {
+            id,
+            state: if spec.entry.enabled {
+                State::Starting
+            } else {
+                State::Disabled
+            },
+            last_error: spec.error.clone(),
+            spec,
+            peer: None,
+            tools: Vec::new(),
+            pid: None,
+            started: None,
+            ready_ms: None,
+            restarts: 0,
+            crashes: VecDeque::new(),
+            generation: 0,
+            stop: None,
+            stopping: false,
+        }
+    }
+
+    /// Stop this child for good (reload removed it, or the host is exiting).
+    fn stop(&mut self) {
+        self.stopping = true;
+        if let Some(stop) = self.stop.take() {
+            stop.cancel();
+        }
+        if let Some(pid) = self.pid.take() {
+            kill_group(pid);
+        }
+        self.peer = None;
+    }
+}
+
+/// What a reload changed.
+#[derive(Debug, Default, serde::Serialize, schemars::JsonSchema)]
+pub struct ReloadReport {
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    pub unchanged: Vec<String>,
 }
 
 /// Tool names every client accepts: `[A-Za-z0-9_-]`, at most 64 characters.
@@ -128,34 +177,22 @@ fn glob_match(patterns: &[String], name: &str) -> bool {
 
 impl Hub {
     pub fn new(specs: Vec<ServerSpec>) -> Arc<Hub> {
+        let next_id = std::sync::atomic::AtomicU64::new(0);
+        let children = specs
+            .into_iter()
+            .map(|spec| {
+                Child::new(
+                    spec,
+                    next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                )
+            })
+            .collect();
         Arc::new_cyclic(|me| Hub {
-            children: Mutex::new(
-                specs
-                    .into_iter()
-                    .map(|spec| Child {
-                        state: if spec.entry.enabled {
-                            State::Starting
-                        } else {
-                            State::Disabled
-                        },
-                        last_error: spec.error.clone(),
-                        spec,
-                        peer: None,
-                        tools: Vec::new(),
-                        pid: None,
-                        started: None,
-                        ready_ms: None,
-                        restarts: 0,
-                        crashes: VecDeque::new(),
-                        generation: 0,
-                        stop: None,
-                        stopping: false,
-                    })
-                    .collect(),
-            ),
+            children: Mutex::new(children),
             progress: Mutex::new(HashMap::new()),
             upstream: Mutex::new(None),
             flat_cache: Mutex::new(None),
+            next_id,
             me: me.clone(),
         })
     }
@@ -170,17 +207,19 @@ impl Hub {
 
     /// Start every enabled child in parallel; returns when each is ready or has failed.
     pub async fn start_all(self: &Arc<Self>) {
-        let n = self.lock().len();
-        let starts: Vec<_> = (0..n).map(|i| self.clone().start(i)).collect();
+        let ids: Vec<u64> = self.lock().iter().map(|c| c.id).collect();
+        let starts: Vec<_> = ids.into_iter().map(|id| self.clone().start(id)).collect();
         futures::future::join_all(starts).await;
     }
 
     /// Boxed with an explicit `Send` bound: start → crash → restart → start is recursive.
-    fn start(self: Arc<Self>, i: usize) -> futures::future::BoxFuture<'static, ()> {
+    fn start(self: Arc<Self>, id: u64) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(async move {
             let (entry, name, generation, preset_error) = {
                 let mut c = self.lock();
-                let child = &mut c[i];
+                let Some(child) = c.iter_mut().find(|c| c.id == id) else {
+                    return;
+                };
                 if child.state == State::Disabled {
                     return;
                 }
@@ -194,7 +233,7 @@ impl Hub {
                 )
             };
             if let Some(e) = preset_error {
-                self.mark_failed(i, e);
+                self.mark_failed(id, e);
                 return;
             }
             let started = Instant::now();
@@ -224,14 +263,19 @@ impl Hub {
                     let tools = match peer.list_all_tools().await {
                         Ok(t) => t,
                         Err(e) => {
-                            self.mark_failed(i, format!("tools/list failed: {e}"));
+                            self.mark_failed(id, format!("tools/list failed: {e}"));
                             return;
                         }
                     };
                     let stop = running.cancellation_token();
                     {
                         let mut c = self.lock();
-                        let child = &mut c[i];
+                        let Some(child) = c.iter_mut().find(|c| c.id == id) else {
+                            return;
+                        };
+                        if child.generation != generation || child.stopping {
+                            return; // removed or restarted meanwhile
+                        }
                         child.peer = Some(peer);
                         child.tools = tools;
                         child.pid = pid;
@@ -245,27 +289,31 @@ impl Hub {
                     let hub = self.clone();
                     tokio::spawn(async move {
                         let _ = running.waiting().await;
-                        hub.on_exit(i, generation).await;
+                        hub.on_exit(id, generation).await;
                     });
                     self.notify_list_changed().await;
                 }
-                Err(e) => self.mark_failed(i, e),
+                Err(e) => self.mark_failed(id, e),
             }
         })
     }
 
-    fn mark_failed(&self, i: usize, reason: String) {
+    fn mark_failed(&self, id: u64, reason: String) {
         let mut c = self.lock();
-        tracing::warn!(server = %c[i].spec.name, "failed: {reason}");
-        c[i].state = State::Failed;
-        c[i].last_error = Some(reason);
+        if let Some(child) = c.iter_mut().find(|c| c.id == id) {
+            tracing::warn!(server = %child.spec.name, "failed: {reason}");
+            child.state = State::Failed;
+            child.last_error = Some(reason);
+        }
     }
 
     /// A child went away: restart with backoff, or give up after repeated crashes.
-    async fn on_exit(self: Arc<Self>, i: usize, generation: u64) {
+    async fn on_exit(self: Arc<Self>, id: u64, generation: u64) {
         let delay = {
             let mut c = self.lock();
-            let child = &mut c[i];
+            let Some(child) = c.iter_mut().find(|c| c.id == id) else {
+                return;
+            };
             if child.generation != generation || child.stopping {
                 return; // a deliberate stop, or an older incarnation
             }
@@ -297,22 +345,56 @@ impl Hub {
             Duration::from_secs((1u64 << (child.crashes.len() - 1).min(5)).min(30))
         };
         tokio::time::sleep(delay).await;
-        self.start(i).await;
+        self.start(id).await;
     }
 
     /// Stop every child and its process group.
     pub fn stop_all(&self) {
-        let mut c = self.lock();
-        for child in c.iter_mut() {
-            child.stopping = true;
-            if let Some(stop) = child.stop.take() {
-                stop.cancel();
-            }
-            if let Some(pid) = child.pid.take() {
-                kill_group(pid);
-            }
-            child.peer = None;
+        for child in self.lock().iter_mut() {
+            child.stop();
         }
+    }
+
+    /// Apply a new config: unchanged servers keep running, changed and new ones start,
+    /// removed ones stop. The client connection is kept; `list_changed` tells it.
+    pub async fn reload(self: &Arc<Self>, specs: Vec<ServerSpec>) -> ReloadReport {
+        let mut report = ReloadReport::default();
+        let to_start: Vec<u64> = {
+            let mut c = self.lock();
+            let mut old: Vec<Child> = std::mem::take(&mut *c);
+            let mut new = Vec::with_capacity(specs.len());
+            let mut to_start = Vec::new();
+            for spec in specs {
+                match old.iter().position(|o| {
+                    o.spec.name == spec.name
+                        && o.spec.entry == spec.entry
+                        && o.spec.error == spec.error
+                }) {
+                    Some(pos) => {
+                        report.unchanged.push(spec.name.clone());
+                        new.push(old.remove(pos));
+                    }
+                    None => {
+                        let id = self
+                            .next_id
+                            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                        report.started.push(spec.name.clone());
+                        to_start.push(id);
+                        new.push(Child::new(spec, id));
+                    }
+                }
+            }
+            for mut gone in old {
+                report.stopped.push(gone.spec.name.clone());
+                gone.stop();
+            }
+            *c = new;
+            to_start
+        };
+        self.invalidate_flat();
+        futures::future::join_all(to_start.into_iter().map(|id| self.clone().start(id))).await;
+        self.notify_list_changed().await;
+        report
     }
 
     pub async fn refresh_tools(&self, name: &str) {
@@ -424,7 +506,14 @@ impl Hub {
                 let mut t = tool.clone();
                 t.name = offered.clone().into();
                 flat.tools.push(t);
-                flat.routes.insert(offered, Route { child: i, original });
+                flat.routes.insert(
+                    offered,
+                    Route {
+                        child: i,
+                        child_id: child.id,
+                        original,
+                    },
+                );
             }
         }
         flat.tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -457,7 +546,9 @@ impl Hub {
     ) -> Result<CallToolResult, String> {
         let (peer, name, timeout, state) = {
             let c = self.lock();
-            let child = &c[route.child];
+            let Some(child) = c.iter().find(|c| c.id == route.child_id) else {
+                return Err("the server of this tool was removed by a reload".into());
+            };
             (
                 child.peer.clone(),
                 child.spec.name.clone(),

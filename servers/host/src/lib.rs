@@ -136,9 +136,28 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
             None => None,
         },
+        loader: config_loader(&cli),
     };
     let code = match command {
         Command::Serve => {
+            // SIGHUP re-reads the configuration, like host_reload.
+            let on_hup = host.clone();
+            tokio::spawn(async move {
+                use tokio::signal::unix::{SignalKind, signal};
+                let Ok(mut hup) = signal(SignalKind::hangup()) else {
+                    return;
+                };
+                while hup.recv().await.is_some() {
+                    match on_hup.reload().await {
+                        Ok(r) => tracing::warn!(
+                            "SIGHUP reload: started {:?}, stopped {:?}",
+                            r.started,
+                            r.stopped
+                        ),
+                        Err(e) => tracing::warn!("SIGHUP reload failed: {e}"),
+                    }
+                }
+            });
             let running = host
                 .serve(rmcp::transport::stdio())
                 .await
@@ -240,6 +259,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     hub.stop_all();
     Ok(code)
+}
+
+/// How `host_reload` re-reads the configuration: the same file, found the same way.
+fn config_loader(cli: &Cli) -> Option<serve::ConfigLoader> {
+    let path = match &cli.config {
+        Some(p) => p.clone(),
+        None => ["agent.json", ".mcp.json"]
+            .iter()
+            .map(PathBuf::from)
+            .find(|p| p.exists())?,
+    };
+    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    Some(Arc::new(move || config::load(&path)))
 }
 
 fn tracing_subscriber_filter(level: &str) -> tracing_subscriber::EnvFilter {

@@ -15,6 +15,10 @@ use serde_json::json;
 use crate::hub::{Hub, State, protocol_error};
 
 pub const STATUS_TOOL: &str = "host_status";
+pub const RELOAD_TOOL: &str = "host_reload";
+
+/// Re-reads the configuration (for `host_reload` and SIGHUP).
+pub type ConfigLoader = Arc<dyn Fn() -> anyhow::Result<crate::config::Config> + Send + Sync>;
 
 #[derive(Clone)]
 pub struct HostServer {
@@ -24,6 +28,7 @@ pub struct HostServer {
     pub policy: Option<Arc<crate::policy::Policy>>,
     /// One JSON line per call (`--audit-log`).
     pub audit: Option<kitbag_shared::audit::AuditLog>,
+    pub loader: Option<ConfigLoader>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -117,6 +122,28 @@ impl HostServer {
         }
     }
 
+    fn reload_tool() -> Tool {
+        let input =
+            rmcp::handler::server::common::schema_for_input::<StatusParams>().unwrap_or_default();
+        Tool::new(
+            RELOAD_TOOL,
+            "Re-read the host's configuration (agent.json / .mcp.json) and apply it without dropping this connection: new and changed servers start, removed ones stop, unchanged ones keep running. Edit the config file first, then call this. SIGHUP does the same.",
+            input,
+        )
+        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<crate::hub::ReloadReport>())
+        .with_annotations(rmcp::model::ToolAnnotations::with_title("Reload host config").read_only(false).destructive(false).idempotent(true).open_world(false))
+    }
+
+    /// Re-read the config and apply it.
+    pub async fn reload(&self) -> Result<crate::hub::ReloadReport, String> {
+        let Some(loader) = &self.loader else {
+            return Err("this host has no configuration to reload".into());
+        };
+        let cfg = loader()
+            .map_err(|e| format!("the configuration could not be read; nothing changed: {e}"))?;
+        Ok(self.hub.reload(cfg.servers).await)
+    }
+
     pub fn tools(&self) -> Vec<Tool> {
         let mut tools: Vec<Tool> = self
             .hub
@@ -127,6 +154,15 @@ impl HostServer {
             .cloned()
             .collect();
         tools.push(Self::status_tool());
+        let reload = Self::reload_tool();
+        if self.loader.is_some()
+            && self
+                .policy
+                .as_ref()
+                .is_none_or(|p| p.check(&reload).is_ok())
+        {
+            tools.push(reload);
+        }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
     }
@@ -194,6 +230,28 @@ impl ServerHandler for HostServer {
                 CallToolResult::success(vec![ContentBlock::text(text.trim_end().to_string())]);
             r.structured_content = serde_json::to_value(&status).ok();
             return Ok(r.into());
+        }
+        if request.name == RELOAD_TOOL && self.loader.is_some() {
+            if let Some(Err((code, message))) =
+                self.policy.as_ref().map(|p| p.check(&Self::reload_tool()))
+            {
+                return Ok(error_result(code, message).into());
+            }
+            return Ok(match self.reload().await {
+                Ok(report) => {
+                    let text = format!(
+                        "reloaded: started [{}], stopped [{}], unchanged [{}]",
+                        report.started.join(", "),
+                        report.stopped.join(", "),
+                        report.unchanged.join(", ")
+                    );
+                    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                    r.structured_content = serde_json::to_value(&report).ok();
+                    r
+                }
+                Err(msg) => error_result("invalid_params", msg),
+            }
+            .into());
         }
         let Some(route) = self.hub.route(&request.name) else {
             return Err(protocol_error(format!(

@@ -140,6 +140,7 @@ fn claude_code_mcp_json_is_imported() {
             "file_move",
             "file_read",
             "file_write",
+            "host_reload",
             "host_status"
         ]
     );
@@ -451,4 +452,66 @@ fn audit_log_has_one_line_per_call() {
             .iter()
             .any(|l| l["event"] == "tool.denied" && l["tool"] == "file_list")
     );
+}
+
+#[test]
+fn reload_by_tool_and_by_sighup_keeps_the_connection() {
+    let d = project();
+    let cfg_path = d.path().join("agent.json");
+    let write =
+        |servers: Value| std::fs::write(&cfg_path, json!({"mcp": servers}).to_string()).expect("w");
+    write(json!({"files": files_entry(d.path())}));
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg_path.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let before = status(&mut c);
+    let files_pid = before["servers"][0]["pid"].clone();
+    // Add a second, prefixed files server and reload through the tool.
+    let mut second = files_entry(d.path());
+    second["prefix"] = json!("b_");
+    write(json!({"files": files_entry(d.path()), "second": second}));
+    let r = c.call("host_reload", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["started"], json!(["second"]));
+    assert_eq!(r.structured["unchanged"], json!(["files"]));
+    assert!(names(&mut c).contains(&"b_file_read".to_string()));
+    assert!(!c.call("b_file_read", json!({"path": "a.txt"})).is_error);
+    assert_eq!(
+        status(&mut c)["servers"][0]["pid"],
+        files_pid,
+        "an unchanged server keeps running"
+    );
+    assert!(
+        c.take_notifications()
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed"),
+        "the client is told the list changed"
+    );
+    // Remove it again, this time with SIGHUP.
+    let second_pid = status(&mut c)["servers"][1]["pid"].as_u64().expect("pid") as u32;
+    write(json!({"files": files_entry(d.path())}));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.pid() as i32),
+        nix::sys::signal::Signal::SIGHUP,
+    )
+    .expect("hup");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while names(&mut c).contains(&"b_file_read".to_string()) {
+        assert!(Instant::now() < deadline, "SIGHUP reload never applied");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while process_alive(second_pid) {
+        assert!(Instant::now() < deadline, "the removed server kept running");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // A broken config changes nothing.
+    std::fs::write(&cfg_path, "{ not json").expect("w");
+    let r = c.call("host_reload", json!({}));
+    assert!(r.is_error);
+    assert!(r.text.contains("nothing changed"), "{}", r.text);
+    assert!(!c.call("file_read", json!({"path": "a.txt"})).is_error);
 }
