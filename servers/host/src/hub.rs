@@ -20,6 +20,10 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_CRASHES: usize = 5;
 const CRASH_WINDOW: Duration = Duration::from_secs(60);
+const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
+
+/// Names and descriptions of the offered tools, in order.
+type ListFingerprint = Vec<(String, Option<String>)>;
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -104,6 +108,9 @@ pub struct Hub {
     /// The flat list, rebuilt only when a child's tools change (not on every call).
     flat_cache: Mutex<Option<Arc<FlatList>>>,
     next_id: std::sync::atomic::AtomicU64,
+    notify_pending: Mutex<bool>,
+    /// The list as last announced (names and descriptions), to skip no-op notifications.
+    last_notified: Mutex<Option<ListFingerprint>>,
     me: Weak<Hub>,
 }
 
@@ -193,6 +200,8 @@ impl Hub {
             upstream: Mutex::new(None),
             flat_cache: Mutex::new(None),
             next_id,
+            notify_pending: Mutex::new(false),
+            last_notified: Mutex::new(None),
             me: me.clone(),
         })
     }
@@ -210,6 +219,8 @@ impl Hub {
         let ids: Vec<u64> = self.lock().iter().map(|c| c.id).collect();
         let starts: Vec<_> = ids.into_iter().map(|id| self.clone().start(id)).collect();
         futures::future::join_all(starts).await;
+        // The first list is what the client will fetch: nothing to announce.
+        *self.last_notified.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.fingerprint());
     }
 
     /// Boxed with an explicit `Send` bound: start → crash → restart → start is recursive.
@@ -424,15 +435,65 @@ impl Hub {
         }
     }
 
+    fn fingerprint(&self) -> ListFingerprint {
+        self.flat()
+            .tools
+            .iter()
+            .map(|t| {
+                (
+                    t.name.to_string(),
+                    t.description.as_ref().map(|d| d.to_string()),
+                )
+            })
+            .collect()
+    }
+
+    /// Tell the client the list changed — debounced (several children starting or a reload
+    /// produce one notification) and only when the offered list really differs.
     async fn notify_list_changed(&self) {
-        let peer = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(p) = peer {
-            let _ = p.notify_tool_list_changed().await;
+        {
+            let mut pending = self
+                .notify_pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner());
+            if *pending {
+                return; // a notification is already on its way and will see this change
+            }
+            *pending = true;
         }
+        let Some(hub) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
+            *hub.notify_pending.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            let fingerprint: Vec<(String, Option<String>)> = hub
+                .flat()
+                .tools
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.to_string(),
+                        t.description.as_ref().map(|d| d.to_string()),
+                    )
+                })
+                .collect();
+            let changed = {
+                let mut last = hub.last_notified.lock().unwrap_or_else(|e| e.into_inner());
+                if last.as_ref() == Some(&fingerprint) {
+                    false
+                } else {
+                    *last = Some(fingerprint);
+                    true
+                }
+            };
+            let peer = hub
+                .upstream
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone();
+            if let (true, Some(p)) = (changed, peer) {
+                let _ = p.notify_tool_list_changed().await;
+            }
+        });
     }
 
     async fn forward_progress(&self, child: &str, mut params: ProgressNotificationParam) {

@@ -237,6 +237,13 @@ fn crashed_child_restarts_keeps_its_tools_and_nothing_is_left_behind() {
     }
     let s = status(&mut c);
     assert_eq!(s["servers"][0]["restarts"], 1);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !c.take_notifications()
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed"),
+        "a restart with the same tools is not a list change"
+    );
     assert_eq!(s["servers"][0]["state"], "ready");
     let new_pid = s["servers"][0]["pid"].as_u64().expect("pid") as u32;
     assert_ne!(new_pid, pid);
@@ -484,6 +491,7 @@ fn reload_by_tool_and_by_sighup_keeps_the_connection() {
         files_pid,
         "an unchanged server keeps running"
     );
+    std::thread::sleep(Duration::from_millis(300)); // the notification is debounced
     assert!(
         c.take_notifications()
             .iter()
