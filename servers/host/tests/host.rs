@@ -523,3 +523,47 @@ fn reload_by_tool_and_by_sighup_keeps_the_connection() {
     assert!(r.text.contains("nothing changed"), "{}", r.text);
     assert!(!c.call("file_read", json!({"path": "a.txt"})).is_error);
 }
+
+#[test]
+fn cancellation_passes_through_to_the_child() {
+    let d = project();
+    for i in 0..1500 {
+        std::fs::write(
+            d.path().join(format!("f{i}.txt")),
+            "alpha beta gamma delta\n".repeat(300),
+        )
+        .expect("w");
+    }
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {"search": {"command": bin(), "args": ["server", "search", "--root", d.path()]}}}),
+    );
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let slow = json!({"name": "search_grep", "arguments": {"pattern": "(?i)(\\w+\\s+){8}zzz", "output_mode": "count"}});
+    let started = Instant::now();
+    let id = c.send_request("tools/call", slow);
+    std::thread::sleep(Duration::from_millis(30));
+    c.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "test"}),
+    );
+    // The host and the child keep serving; the cancelled call ends promptly.
+    let r = c.call(
+        "search_grep",
+        json!({"pattern": "alpha", "path": "f0.txt", "output_mode": "count"}),
+    );
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["counts"][0]["count"], 300);
+    assert!(started.elapsed() < Duration::from_secs(20));
+    let s = c.call("host_status", json!({}));
+    assert_eq!(
+        s.structured["servers"][0]["restarts"], 0,
+        "cancellation is not a crash"
+    );
+}
