@@ -109,6 +109,7 @@ pub struct Hub {
     flat_cache: Mutex<Option<Arc<FlatList>>>,
     next_id: std::sync::atomic::AtomicU64,
     notify_pending: Mutex<bool>,
+    local_progress: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ProgressNotificationParam>>>,
     /// The list as last announced (names and descriptions), to skip no-op notifications.
     last_notified: Mutex<Option<ListFingerprint>>,
     me: Weak<Hub>,
@@ -201,6 +202,7 @@ impl Hub {
             flat_cache: Mutex::new(None),
             next_id,
             notify_pending: Mutex::new(false),
+            local_progress: Mutex::new(None),
             last_notified: Mutex::new(None),
             me: me.clone(),
         })
@@ -507,10 +509,39 @@ impl Hub {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        if let (Some(token), Some(peer)) = (upstream_token, peer) {
-            params.progress_token = token;
+        let Some(token) = upstream_token else { return };
+        params.progress_token = token;
+        if let Some(peer) = peer {
             let _ = peer.notify_progress(params).await;
+        } else if let Some(sink) = self
+            .local_progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            // No MCP client: the CLI (`kitbag call`) shows progress itself.
+            let _ = sink.send(params);
         }
+    }
+
+    /// Stop delivering local progress (ends the receiver's stream).
+    pub fn clear_local_progress(&self) {
+        *self
+            .local_progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = None;
+    }
+
+    /// Receive progress of calls made without an MCP client (the CLI).
+    pub fn local_progress(
+        &self,
+    ) -> tokio::sync::mpsc::UnboundedReceiver<ProgressNotificationParam> {
+        let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+        *self
+            .local_progress
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        rx
     }
 
     fn invalidate_flat(&self) {

@@ -208,7 +208,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                     1
                 }
-                Some(route) => match hub.call(&route, Some(obj), None, Default::default()).await {
+                Some(route) => match call_with_progress_bar(&hub, &route, obj).await {
                     Ok(r) => {
                         for c in &r.content {
                             if let Some(t) = c.as_text() {
@@ -259,6 +259,35 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     hub.stop_all();
     Ok(code)
+}
+
+/// `kitbag call`: forward the call with a progress token and draw the progress on stderr.
+async fn call_with_progress_bar(
+    hub: &Arc<Hub>,
+    route: &hub::Route,
+    args: serde_json::Map<String, serde_json::Value>,
+) -> Result<rmcp::model::CallToolResult, String> {
+    let mut rx = hub.local_progress();
+    let bar = tokio::spawn(async move {
+        let mut drew = false;
+        while let Some(p) = rx.recv().await {
+            let total = p.total.map(|t| format!("/{t}")).unwrap_or_default();
+            let msg = p.message.unwrap_or_default();
+            eprint!("\r\x1b[2K[progress {}{total}] {msg}", p.progress);
+            drew = true;
+        }
+        if drew {
+            eprintln!();
+        }
+    });
+    let token =
+        rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("kitbag-cli".into()));
+    let result = hub
+        .call(route, Some(args), Some(token), Default::default())
+        .await;
+    hub.clear_local_progress(); // the bar task ends with the stream
+    let _ = bar.await;
+    result
 }
 
 /// How `host_reload` re-reads the configuration: the same file, found the same way.

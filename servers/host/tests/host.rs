@@ -567,3 +567,44 @@ fn cancellation_passes_through_to_the_child() {
         "cancellation is not a crash"
     );
 }
+
+#[test]
+fn cli_call_draws_progress_on_stderr() {
+    let d = project();
+    for i in 0..1500 {
+        std::fs::write(
+            d.path().join(format!("f{i}.txt")),
+            "alpha beta gamma delta\n".repeat(300),
+        )
+        .expect("w");
+    }
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {"search": {"command": bin(), "args": ["server", "search", "--root", d.path(), "--progress-interval-ms", "5"]}}}),
+    );
+    let out = Command::new(bin())
+        .args([
+            "--config",
+            cfg.to_str().expect("u"),
+            "call",
+            "search_grep",
+            r#"{"pattern": "(?i)(\\w+\\s+){6}zzz", "output_mode": "count"}"#,
+        ])
+        .output()
+        .expect("call");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("[progress") && stderr.contains("files searched"),
+        "{stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("no matches"),
+        "the result goes to stdout"
+    );
+}
