@@ -117,12 +117,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         .try_init();
     let command = match &cli.command {
         Some(c) => c,
+        // On a terminal a person is looking: show the status and how to use it.
+        // On a terminal a person is looking: show the status and how to use it.
         None if std::io::stdin().is_terminal() => {
-            eprintln!(
-                "kitbag {}: run MCP servers and offer their tools as one list.\n\n  kitbag doctor        start every server and report\n  kitbag tools         list the tools\n  kitbag call TOOL '{{...}}'\n\nAdd it to Claude Code:  claude mcp add kitbag -- kitbag serve",
+            println!(
+                "kitbag {}: MCP servers, one tool list.\n",
                 env!("CARGO_PKG_VERSION")
             );
-            return Ok(0);
+            &Command::Doctor
         }
         None => &Command::Serve,
     };
@@ -253,6 +255,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 status.servers.len(),
                 started.elapsed().as_millis()
             );
+            if cli.command.is_none() {
+                println!("\nAdd it to Claude Code:  claude mcp add kitbag -- kitbag serve");
+                println!("More: kitbag tools · kitbag call TOOL '{{...}}' · kitbag doctor");
+            }
             i32::from(problems > 0)
         }
         Command::Server { .. } => 0,

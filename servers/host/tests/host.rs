@@ -608,3 +608,32 @@ fn cli_call_draws_progress_on_stderr() {
         "the result goes to stdout"
     );
 }
+
+#[test]
+fn bare_kitbag_on_a_terminal_shows_status_and_on_a_pipe_serves() {
+    let d = project();
+    let cmd = format!("{} ", bin().display());
+    match Command::new("script")
+        .args(["-qc", &cmd, "/dev/null"])
+        .current_dir(d.path())
+        .output()
+    {
+        Ok(out) => {
+            let text = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                text.contains("ok   files") && text.contains("claude mcp add kitbag"),
+                "{text}"
+            );
+        }
+        Err(e) => {
+            assert!(
+                std::env::var("CI").is_err(),
+                "`script` (util-linux) is needed under CI: {e}"
+            );
+            eprintln!("SKIP terminal half: no `script` here ({e})");
+        }
+    }
+    // On a pipe it speaks MCP.
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
+    assert!(names(&mut c).contains(&"file_read".to_string()));
+}
