@@ -55,6 +55,7 @@ pub enum ErrorCode {
     TodoNotFound,
     ContentAddressingHint,
     SessionNotFound,
+    InvalidAssignment,
     // lsp
     LspServerNotFound,
     LspServerUnavailable,

@@ -17,11 +17,12 @@ use rmcp::handler::server::common::{schema_for_input, schema_for_output};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, JsonObject,
-    ListPromptsResult, ListResourcesResult, ListToolsResult, PaginatedRequestParams,
-    ProgressNotificationParam, ProgressToken, ReadResourceRequestParams, ReadResourceResponse,
-    ReadResourceResult, ServerCapabilities, ServerConfig, Tool, ToolAnnotations,
+    ListPromptsResult, ListResourceTemplatesResult, ListResourcesResult, ListToolsResult,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, ReadResourceRequestParams,
+    ReadResourceResponse, ReadResourceResult, ServerCapabilities, ServerConfig,
+    SubscribeRequestParams, SubscriptionFilter, Tool, ToolAnnotations, UnsubscribeRequestParams,
 };
-use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer};
+use rmcp::service::{NotificationContext, Peer, RequestContext, RoleServer, SubscriptionContext};
 use rmcp::{ErrorData as McpError, ServerHandler, ServiceExt};
 use schemars::JsonSchema;
 use serde::Serialize;
@@ -364,6 +365,52 @@ pub trait Extras<S>: Send + Sync + 'static {
             ))
         })
     }
+    fn list_resource_templates(
+        &self,
+        _state: Arc<S>,
+    ) -> BoxFuture<'static, Result<ListResourceTemplatesResult, McpError>> {
+        Box::pin(async { Ok(ListResourceTemplatesResult::default()) })
+    }
+    /// Handshake era `resources/subscribe`: `peer` is the client to notify about `uri`.
+    /// Declare `resources.subscribe` in [`Extras::capabilities`] when implementing it.
+    fn subscribe(
+        &self,
+        _state: Arc<S>,
+        _uri: String,
+        _peer: Peer<RoleServer>,
+    ) -> Result<(), McpError> {
+        Err(McpError::invalid_request(
+            "this server offers no resource subscriptions",
+            None,
+        ))
+    }
+    /// Handshake era `resources/unsubscribe`.
+    fn unsubscribe(&self, _state: Arc<S>, _uri: String) -> Result<(), McpError> {
+        Err(McpError::invalid_request(
+            "this server offers no resource subscriptions",
+            None,
+        ))
+    }
+    /// 2026-07-28 `subscriptions/listen`: the part of `requested` this server accepts
+    /// (`None`: not offered).
+    fn accepted_subscription_filter(
+        &self,
+        _requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        None
+    }
+    /// 2026-07-28 `subscriptions/listen`: run one subscription until it is cancelled; send
+    /// through `context.sink()`.
+    fn listen(
+        &self,
+        _state: Arc<S>,
+        context: SubscriptionContext,
+    ) -> BoxFuture<'static, Result<(), McpError>> {
+        Box::pin(async move {
+            context.cancelled().await;
+            Ok(())
+        })
+    }
     fn list_prompts(
         &self,
         _state: Arc<S>,
@@ -619,6 +666,46 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
             .read_resource(self.state.clone(), request)
             .await
             .map(ReadResourceResponse::Complete)
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.extras
+            .list_resource_templates(self.state.clone())
+            .await
+    }
+
+    #[allow(deprecated)] // legacy-only in 2026-07-28, still what handshake-era clients send
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.extras
+            .subscribe(self.state.clone(), request.uri, context.peer.clone())
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.extras.unsubscribe(self.state.clone(), request.uri)
+    }
+
+    fn accepted_subscription_filter(
+        &self,
+        requested: &SubscriptionFilter,
+    ) -> Option<SubscriptionFilter> {
+        self.extras.accepted_subscription_filter(requested)
+    }
+
+    async fn listen(&self, context: SubscriptionContext) -> Result<(), McpError> {
+        self.extras.listen(self.state.clone(), context).await
     }
 
     async fn list_prompts(
