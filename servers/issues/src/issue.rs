@@ -1,0 +1,817 @@
+//! `issue_list`, `issue_get`, `issue_create`, `issue_update`, `issue_comment`,
+//! `issue_transition` and `issue_bind`.
+
+use std::sync::Arc;
+
+use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::json;
+
+use crate::db::{self, Edit, StatusFilter};
+use crate::model::{
+    IssueSummary, MAX_BODY_BYTES, MAX_TITLE_CHARS, Status, Todo, TodoStatus, Update, Visibility,
+};
+use crate::render;
+use crate::state::IssuesState;
+
+pub const DEFAULT_LIMIT: i64 = 25;
+pub const MAX_LIMIT: i64 = 100;
+pub const DEFAULT_UPDATES: i64 = 200;
+pub const MAX_UPDATES: i64 = 1000;
+/// Bytes of update bodies one `issue_get` returns before it pages.
+pub const MAX_UPDATE_BYTES: usize = 256 * 1024;
+const MAX_SEARCH_CHARS: usize = 500;
+
+// ---------------------------------------------------------------- validation
+
+pub fn number(field: &str, n: i64) -> ToolResult<i64> {
+    if n >= 1 {
+        Ok(n)
+    } else {
+        Err(ToolError::invalid_field(
+            field,
+            format!("{n} is not an issue number; numbers start at 1 (#1)"),
+        ))
+    }
+}
+
+pub fn title(field: &str, t: &str) -> ToolResult<String> {
+    let t = t.trim();
+    if t.is_empty() {
+        return Err(ToolError::invalid_field(
+            field,
+            "empty; give a one-line title of 1 to 200 characters",
+        ));
+    }
+    let n = t.chars().count();
+    if n > MAX_TITLE_CHARS {
+        return Err(ToolError::invalid_field(
+            field,
+            format!("{n} characters; at most {MAX_TITLE_CHARS} are accepted"),
+        )
+        .with_detail(json!({"length": n, "max": MAX_TITLE_CHARS})));
+    }
+    if t.contains(['\n', '\r']) {
+        return Err(ToolError::invalid_field(
+            field,
+            "a title is one line; put details in the body",
+        ));
+    }
+    Ok(t.to_string())
+}
+
+pub fn body(field: &str, b: &str, allow_empty: bool) -> ToolResult<()> {
+    if !allow_empty && b.trim().is_empty() {
+        return Err(ToolError::invalid_field(field, "empty; write some text"));
+    }
+    if b.len() > MAX_BODY_BYTES {
+        return Err(ToolError::invalid_field(
+            field,
+            format!(
+                "{} bytes; at most {MAX_BODY_BYTES} (16 KB) are accepted",
+                b.len()
+            ),
+        )
+        .with_detail(json!({"length": b.len(), "max": MAX_BODY_BYTES})));
+    }
+    Ok(())
+}
+
+fn range(field: &str, v: Option<i64>, default: i64, min: i64, max: i64) -> ToolResult<i64> {
+    match v {
+        None => Ok(default),
+        Some(n) if (min..=max).contains(&n) => Ok(n),
+        Some(n) => Err(ToolError::invalid_field(
+            field,
+            format!("{n} is not accepted; give {min} to {max}"),
+        )),
+    }
+}
+
+/// `primary`, `workflow:<name>` (a workflow given with `--workflow`), `session:<sid>`.
+pub fn assignment(state: &IssuesState, a: &str) -> ToolResult<()> {
+    let ok_name = |s: &str| {
+        !s.is_empty()
+            && s.len() <= 128
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || "-_.:/".contains(c))
+    };
+    if a == "primary" {
+        return Ok(());
+    }
+    if let Some(sid) = a.strip_prefix("session:") {
+        if ok_name(sid) {
+            return Ok(());
+        }
+    } else if let Some(name) = a.strip_prefix("workflow:") {
+        if !ok_name(name) {
+            return Err(ToolError::invalid_field(
+                "assignment",
+                "workflow:<name> needs a name of letters, digits, - _ . : /",
+            ));
+        }
+        if state.workflows.iter().any(|w| w == name) {
+            return Ok(());
+        }
+        let known = if state.workflows.is_empty() {
+            "no workflows are declared (start kitbag-issues with --workflow NAME)".to_string()
+        } else {
+            format!("known workflows: {}", state.workflows.join(", "))
+        };
+        return Err(ToolError::new(
+            ErrorCode::InvalidAssignment,
+            format!("assignment: there is no workflow named {name}; {known}"),
+        )
+        .with_detail(json!({
+            "field": "assignment",
+            "workflow": name,
+            "known_workflows": state.workflows,
+        })));
+    }
+    Err(ToolError::invalid_field(
+        "assignment",
+        format!(
+            "{a:?} is not accepted; give null (unassign), \"primary\", \"workflow:<name>\" or \"session:<sid>\""
+        ),
+    ))
+}
+
+// ---------------------------------------------------------------- issue_list
+
+pub const LIST_DEF: ToolDef = ToolDef::read(
+    "issue_list",
+    "List issues",
+    "List this project's issues, newest first (best match first with `search`). Use it to find \
+     an issue's number, check for duplicates before filing, or see what is open.\n\
+     `status` filters to one status (open, triaged, assigned, in_progress, resolved, rejected, \
+     reopened) or `all`; omitted, it shows every issue not resolved or rejected. `search` is a \
+     full-text query over titles and bodies (words, \"a phrase\", OR, NOT, prefix*). Pages with \
+     `limit` (default 25, max 100) and `offset`; `total` counts every match.\n\
+     Example: {\"search\": \"login crash\", \"status\": \"all\", \"limit\": 10}",
+);
+
+/// A status, or `all`.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum StatusArg {
+    Open,
+    Triaged,
+    Assigned,
+    InProgress,
+    Resolved,
+    Rejected,
+    Reopened,
+    All,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// One status, or `all`. Omitted: every status except resolved and rejected.
+    #[serde(default)]
+    pub status: Option<StatusArg>,
+    /// Most issues returned: 1 to 100, default 25.
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// Issues to skip (for paging), default 0.
+    #[serde(default)]
+    pub offset: Option<i64>,
+    /// Full-text query over titles and bodies.
+    #[serde(default)]
+    pub search: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListResult {
+    pub issues: Vec<IssueSummary>,
+    /// Every issue matching the filter (not only this page).
+    pub total: i64,
+    pub limit: i64,
+    pub offset: i64,
+    /// `offset` for the next page, when there is one.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<i64>,
+}
+
+pub fn list(
+    state: &IssuesState,
+    conn: &Connection,
+    p: ListParams,
+) -> ToolResult<Reply<ListResult>> {
+    let limit = range("limit", p.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    let offset = range("offset", p.offset, 0, 0, i64::MAX / 2)?;
+    let search = match p.search.as_deref().map(str::trim) {
+        None => None,
+        Some("") => {
+            return Err(ToolError::invalid_field(
+                "search",
+                "empty; give some words, or omit search",
+            ));
+        }
+        Some(s) if s.chars().count() > MAX_SEARCH_CHARS => {
+            return Err(ToolError::invalid_field(
+                "search",
+                format!("longer than {MAX_SEARCH_CHARS} characters"),
+            ));
+        }
+        Some(s) => Some(s.to_string()),
+    };
+    let filter = match p.status {
+        None => StatusFilter::NonTerminal,
+        Some(StatusArg::All) => StatusFilter::All,
+        Some(s) => StatusFilter::Only(match s {
+            StatusArg::Open => Status::Open,
+            StatusArg::Triaged => Status::Triaged,
+            StatusArg::Assigned => Status::Assigned,
+            StatusArg::InProgress => Status::InProgress,
+            StatusArg::Resolved => Status::Resolved,
+            StatusArg::Rejected => Status::Rejected,
+            StatusArg::Reopened => Status::Reopened,
+            StatusArg::All => Status::Open,
+        }),
+    };
+    let (issues, total) = db::list(
+        conn,
+        &state.project,
+        filter,
+        search.as_deref(),
+        limit,
+        offset,
+    )?;
+    let end = offset + issues.len() as i64;
+    let next_offset = (end < total).then_some(end);
+    let what = match filter {
+        StatusFilter::NonTerminal => "not closed".to_string(),
+        StatusFilter::All => "any status".to_string(),
+        StatusFilter::Only(s) => s.to_string(),
+    };
+    let mut text = String::new();
+    for i in &issues {
+        text.push_str(&render::summary_line(i));
+        text.push('\n');
+    }
+    if issues.is_empty() {
+        text.push_str(&format!(
+            "no issues ({what}{})",
+            search
+                .as_deref()
+                .map(|s| format!(", matching {s:?}"))
+                .unwrap_or_default()
+        ));
+    } else {
+        text.push_str(&format!("{}–{} of {total} ({what})", offset + 1, end));
+        if let Some(n) = next_offset {
+            text.push_str(&format!("; next page: offset {n}"));
+        }
+    }
+    Ok(Reply::new(
+        ListResult {
+            issues,
+            total,
+            limit,
+            offset,
+            next_offset,
+        },
+        text,
+    ))
+}
+
+// ---------------------------------------------------------------- issue_get
+
+pub const GET_DEF: ToolDef = ToolDef::read(
+    "issue_get",
+    "Get an issue",
+    "Get one issue in full by its number: title, body, original body (kept on the first body \
+     edit), status, assignment, resolution, its update stream in chronological order (status \
+     changes, comments — operator-only ones included —, title/body/assignment edits) and its todo \
+     checklist. Up to 200 updates (and 256 KB of update text) per call; when \
+     `next_updates_offset` is set, call again with `updates_offset` to read on.\n\
+     Example: {\"number\": 42}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GetParams {
+    /// The issue's number (42 for #42).
+    pub number: i64,
+    /// Updates to skip, default 0.
+    #[serde(default)]
+    pub updates_offset: Option<i64>,
+    /// Most updates returned: 1 to 1000, default 200.
+    #[serde(default)]
+    pub updates_limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct GetResult {
+    pub id: String,
+    pub number: i64,
+    pub title: String,
+    pub body: String,
+    /// The body before its first edit (null if never edited).
+    pub original_body: Option<String>,
+    pub status: Status,
+    pub assignment: Option<String>,
+    pub created_by: String,
+    pub created_at: i64,
+    pub updated_at: i64,
+    pub resolved_at: Option<i64>,
+    pub resolved_by: Option<String>,
+    /// Chronological.
+    pub updates: Vec<Update>,
+    /// Updates the issue has in all.
+    pub updates_total: i64,
+    /// `updates_offset` to read the next updates, when some were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_updates_offset: Option<i64>,
+    /// The live checklist (abandoned todos left out).
+    pub todos: Vec<Todo>,
+}
+
+pub fn get(state: &IssuesState, conn: &Connection, p: GetParams) -> ToolResult<Reply<GetResult>> {
+    let n = number("number", p.number)?;
+    let offset = range("updates_offset", p.updates_offset, 0, 0, i64::MAX / 2)?;
+    let limit = range(
+        "updates_limit",
+        p.updates_limit,
+        DEFAULT_UPDATES,
+        1,
+        MAX_UPDATES,
+    )?;
+    let row = db::find(conn, &state.project, n)?;
+    let (mut updates, total) = db::updates(conn, row.seq, offset, limit)?;
+    // Byte budget: stop before the update that would pass it (always keep one).
+    let mut used = 0usize;
+    let mut keep = updates.len();
+    for (i, u) in updates.iter().enumerate() {
+        used += u.body.as_deref().map_or(0, str::len) + 64;
+        if used > MAX_UPDATE_BYTES && i > 0 {
+            keep = i;
+            break;
+        }
+    }
+    updates.truncate(keep);
+    let end = offset + updates.len() as i64;
+    let next_updates_offset = (end < total).then_some(end);
+    let todos: Vec<Todo> = db::todos(conn, row.seq)?
+        .into_iter()
+        .filter(|t| t.status != TodoStatus::Abandoned)
+        .collect();
+    let result = GetResult {
+        id: row.id,
+        number: row.number,
+        title: row.title,
+        body: row.body,
+        original_body: row.original_body,
+        status: row.status,
+        assignment: row.assignment,
+        created_by: row.created_by,
+        created_at: row.created_at,
+        updated_at: row.updated_at,
+        resolved_at: row.resolved_at,
+        resolved_by: row.resolved_by,
+        updates,
+        updates_total: total,
+        next_updates_offset,
+        todos,
+    };
+    let text = issue_markdown(&result);
+    Ok(Reply::new(result, text))
+}
+
+/// One issue as markdown (the `issue_get` text and the `issues://N` resource).
+pub fn issue_markdown(r: &GetResult) -> String {
+    let mut s = format!("# #{} {}\n\n", r.number, r.title);
+    s.push_str(&format!(
+        "status: {} · assignment: {} · created by {} at {} · updated {}",
+        r.status,
+        r.assignment.as_deref().unwrap_or("none"),
+        r.created_by,
+        render::ts(r.created_at),
+        render::ts(r.updated_at)
+    ));
+    if let (Some(at), Some(by)) = (r.resolved_at, &r.resolved_by) {
+        s.push_str(&format!(" · resolved by {by} at {}", render::ts(at)));
+    }
+    s.push_str("\n\n");
+    s.push_str(if r.body.is_empty() {
+        "(no body)"
+    } else {
+        &r.body
+    });
+    s.push('\n');
+    if r.original_body.is_some() {
+        s.push_str("\n(the body was edited; original_body holds the first version)\n");
+    }
+    if !r.todos.is_empty() {
+        s.push_str("\n## Todos\n");
+        s.push_str(&render::todos_markdown(&r.todos));
+        s.push('\n');
+    }
+    s.push_str(&format!("\n## Updates ({})\n", r.updates_total));
+    for u in &r.updates {
+        s.push_str(&render::update_line(u));
+        s.push('\n');
+    }
+    if let Some(n) = r.next_updates_offset {
+        s.push_str(&format!(
+            "… {} more updates; call again with updates_offset {n}\n",
+            r.updates_total - n
+        ));
+    }
+    s
+}
+
+// ---------------------------------------------------------------- issue_create
+
+pub const CREATE_DEF: ToolDef = ToolDef::write(
+    "issue_create",
+    "File an issue",
+    "File a new issue in this project; it gets the next number and status `open`, authored by \
+     this server's principal. Check issue_list with `search` first to avoid duplicates.\n\
+     Limits: `title` one line, 1 to 200 characters; `body` markdown up to 16 KB.\n\
+     Example: {\"title\": \"Refactor auth module\", \"body\": \"Split token validation from session management.\"}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateParams {
+    /// One line, at most 200 characters.
+    pub title: String,
+    /// Markdown, at most 16 KB.
+    pub body: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CreateResult {
+    pub id: String,
+    pub number: i64,
+    pub status: Status,
+    pub created_at: i64,
+}
+
+pub fn create(
+    state: &IssuesState,
+    conn: &mut Connection,
+    p: CreateParams,
+) -> ToolResult<Reply<CreateResult>> {
+    let t = title("title", &p.title)?;
+    body("body", &p.body, true)?;
+    let c = db::create(conn, &state.project, &state.principal, &t, &p.body)?;
+    let text = format!("filed #{} {t} (open)", c.number);
+    Ok(Reply::new(
+        CreateResult {
+            id: c.id,
+            number: c.number,
+            status: Status::Open,
+            created_at: c.created_at,
+        },
+        text,
+    ))
+}
+
+// ---------------------------------------------------------------- issue_update
+
+pub const UPDATE_DEF: ToolDef = ToolDef::write(
+    "issue_update",
+    "Edit an issue",
+    "Change an issue's title, body or assignment (at least one). The first body edit keeps the \
+     original in `original_body`. `assignment` is null (unassign), \"primary\", \
+     \"workflow:<name>\" (a declared workflow) or \"session:<sid>\". Each changed field adds an \
+     entry to the update stream; values equal to the current ones change nothing. To change the \
+     status use issue_transition.\n\
+     Example: {\"number\": 42, \"body\": \"Use CSS custom properties.\", \"assignment\": \"primary\"}",
+)
+.idempotent();
+
+/// Present-and-null is different from absent (`assignment: null` unassigns).
+fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(d).map(Some)
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct UpdateParams {
+    /// The issue's number.
+    pub number: i64,
+    /// New title: one line, at most 200 characters.
+    #[serde(default)]
+    pub title: Option<String>,
+    /// New body: markdown, at most 16 KB.
+    #[serde(default)]
+    pub body: Option<String>,
+    /// null (unassign), "primary", "workflow:<name>" or "session:<sid>".
+    #[serde(default, deserialize_with = "present")]
+    #[schemars(with = "Option<String>")]
+    pub assignment: Option<Option<String>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct UpdateResult {
+    pub number: i64,
+    /// Fields that changed: title, body, assignment.
+    pub updated_fields: Vec<String>,
+    pub updated_at: i64,
+}
+
+pub fn update(
+    state: &IssuesState,
+    conn: &mut Connection,
+    p: UpdateParams,
+) -> ToolResult<Reply<UpdateResult>> {
+    let n = number("number", p.number)?;
+    if p.title.is_none() && p.body.is_none() && p.assignment.is_none() {
+        return Err(ToolError::invalid_field(
+            "title",
+            "give at least one of title, body, assignment",
+        )
+        .with_detail(json!({"fields": ["title", "body", "assignment"]})));
+    }
+    let t = match &p.title {
+        Some(t) => Some(title("title", t)?),
+        None => None,
+    };
+    if let Some(b) = &p.body {
+        body("body", b, true)?;
+    }
+    if let Some(Some(a)) = &p.assignment {
+        assignment(state, a)?;
+    }
+    let edit = Edit {
+        title: t.as_deref(),
+        body: p.body.as_deref(),
+        assignment: p.assignment.as_ref().map(|a| a.as_deref()),
+    };
+    let e = db::update(conn, &state.project, &state.principal, n, &edit)?;
+    let text = format!("updated #{n}: {}", e.updated_fields.join(", "));
+    Ok(Reply::new(
+        UpdateResult {
+            number: n,
+            updated_fields: e.updated_fields.iter().map(|s| s.to_string()).collect(),
+            updated_at: e.updated_at,
+        },
+        text,
+    ))
+}
+
+// ---------------------------------------------------------------- issue_comment
+
+pub const COMMENT_DEF: ToolDef = ToolDef::write(
+    "issue_comment",
+    "Comment on an issue",
+    "Add a comment to an issue's update stream, authored by this server's principal. \
+     `visibility` is \"all\" (default) or \"operator_only\" for an internal note. Markdown, \
+     1 byte to 16 KB.\n\
+     Example: {\"number\": 42, \"body\": \"The module splits into 3 files without API changes.\"}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CommentParams {
+    /// The issue's number.
+    pub number: i64,
+    /// Markdown, at most 16 KB.
+    pub body: String,
+    /// "all" (default) or "operator_only".
+    #[serde(default)]
+    pub visibility: Option<Visibility>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CommentResult {
+    pub update_id: String,
+    pub issue_number: i64,
+    pub visibility: Visibility,
+    pub created_at: i64,
+}
+
+pub fn comment(
+    state: &IssuesState,
+    conn: &mut Connection,
+    p: CommentParams,
+) -> ToolResult<Reply<CommentResult>> {
+    let n = number("number", p.number)?;
+    body("body", &p.body, false)?;
+    let vis = p.visibility.unwrap_or_default();
+    let (id, at) = db::comment(conn, &state.project, &state.principal, n, &p.body, vis)?;
+    Ok(Reply::new(
+        CommentResult {
+            update_id: id,
+            issue_number: n,
+            visibility: vis,
+            created_at: at,
+        },
+        format!("commented on #{n} ({})", vis.as_str()),
+    ))
+}
+
+// ---------------------------------------------------------------- issue_transition
+
+pub const TRANSITION_DEF: ToolDef = ToolDef::write(
+    "issue_transition",
+    "Change an issue's status",
+    "Move an issue through its state machine: open/reopened → triaged, assigned, in_progress, \
+     resolved, rejected; triaged → assigned, in_progress, resolved, rejected; assigned → \
+     in_progress, resolved, rejected; in_progress → resolved, rejected; resolved/rejected → \
+     reopened. An illegal move answers invalid_transition with the legal targets. `rejected` \
+     needs a `comment` explaining why; any `comment` is added to the update stream. `resolved` \
+     records resolved_at/resolved_by.\n\
+     Example: {\"number\": 42, \"to\": \"in_progress\", \"comment\": \"Starting on it.\"}",
+);
+
+/// A status an issue can be moved to.
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Target {
+    Triaged,
+    Assigned,
+    InProgress,
+    Resolved,
+    Rejected,
+    Reopened,
+}
+
+impl Target {
+    fn status(self) -> Status {
+        match self {
+            Target::Triaged => Status::Triaged,
+            Target::Assigned => Status::Assigned,
+            Target::InProgress => Status::InProgress,
+            Target::Resolved => Status::Resolved,
+            Target::Rejected => Status::Rejected,
+            Target::Reopened => Status::Reopened,
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TransitionParams {
+    /// The issue's number.
+    pub number: i64,
+    /// The new status.
+    pub to: Target,
+    /// Why; required for `rejected`. Markdown, at most 16 KB.
+    #[serde(default)]
+    pub comment: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TransitionResult {
+    pub number: i64,
+    pub from: Status,
+    pub to: Status,
+    pub updated_at: i64,
+    /// The comment's update id, when a comment was given.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub comment_id: Option<String>,
+}
+
+pub fn transition(
+    state: &IssuesState,
+    conn: &mut Connection,
+    p: TransitionParams,
+) -> ToolResult<Reply<TransitionResult>> {
+    let n = number("number", p.number)?;
+    let to = p.to.status();
+    let comment = match p.comment.as_deref() {
+        Some(c) if !c.trim().is_empty() => {
+            body("comment", c, false)?;
+            Some(c)
+        }
+        _ => None,
+    };
+    if to == Status::Rejected && comment.is_none() {
+        return Err(ToolError::new(
+            ErrorCode::InvalidParams,
+            "Rejection requires an explanatory comment.",
+        )
+        .with_detail(json!({"field": "comment"})));
+    }
+    let m = db::transition(conn, &state.project, &state.principal, n, to, comment)?;
+    Ok(Reply::new(
+        TransitionResult {
+            number: n,
+            from: m.from,
+            to: m.to,
+            updated_at: m.updated_at,
+            comment_id: m.comment_id,
+        },
+        format!("#{n}: {} → {}", m.from, m.to),
+    ))
+}
+
+// ---------------------------------------------------------------- issue_bind
+
+pub const BIND_DEF: ToolDef = ToolDef::write(
+    "issue_bind",
+    "Bind the session to an issue",
+    "Choose the issue this session works on: the `todo` tool then manages that issue's \
+     checklist. Binding replaces any earlier binding (also one given with --issue at start); \
+     `unbind: true` removes it. Answers the issue's current checklist.\n\
+     Example: {\"number\": 42}",
+)
+.idempotent();
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BindParams {
+    /// The issue to bind.
+    #[serde(default)]
+    pub number: Option<i64>,
+    /// Remove the binding instead.
+    #[serde(default)]
+    pub unbind: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct BindResult {
+    /// The bound issue's number (null when unbound).
+    pub bound: Option<i64>,
+    /// The binding before this call.
+    pub previous: Option<i64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    /// The bound issue's checklist as markdown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub markdown: Option<String>,
+}
+
+pub fn bind(
+    state: &IssuesState,
+    conn: &Connection,
+    p: BindParams,
+) -> ToolResult<Reply<BindResult>> {
+    let unbind = p.unbind.unwrap_or(false);
+    match (p.number, unbind) {
+        (Some(_), true) => Err(ToolError::invalid_field(
+            "unbind",
+            "give either number (to bind) or unbind: true, not both",
+        )),
+        (None, false) => Err(ToolError::invalid_field(
+            "number",
+            "required: the issue to bind (or unbind: true)",
+        )),
+        (None, true) => {
+            let previous = state.set_bound(None);
+            Ok(Reply::new(
+                BindResult {
+                    bound: None,
+                    previous,
+                    title: None,
+                    status: None,
+                    markdown: None,
+                },
+                match previous {
+                    Some(n) => format!("unbound from #{n}"),
+                    None => "no issue was bound".to_string(),
+                },
+            ))
+        }
+        (Some(n), false) => {
+            let n = number("number", n)?;
+            let row = db::find(conn, &state.project, n)?;
+            let todos: Vec<Todo> = db::todos(conn, row.seq)?
+                .into_iter()
+                .filter(|t| t.status != TodoStatus::Abandoned)
+                .collect();
+            let md = render::todos_markdown(&todos);
+            let previous = state.set_bound(Some(n));
+            let text = format!("bound to #{n} {} [{}]\n{md}", row.title, row.status);
+            Ok(Reply::new(
+                BindResult {
+                    bound: Some(n),
+                    previous,
+                    title: Some(row.title),
+                    status: Some(row.status),
+                    markdown: Some(md),
+                },
+                text,
+            ))
+        }
+    }
+}
+
+// ---------------------------------------------------------------- wiring helpers
+
+/// Run `f` on the shared connection off the async runtime.
+pub async fn with_conn<T: Send + 'static>(
+    state: Arc<IssuesState>,
+    ctx: &CallCtx,
+    f: impl FnOnce(&IssuesState, &mut Connection) -> ToolResult<T> + Send + 'static,
+) -> ToolResult<T> {
+    ctx.check_cancelled()?;
+    kitbag_shared::blocking(move || {
+        let mut conn = state.conn.lock().unwrap_or_else(|e| e.into_inner());
+        f(&state, &mut conn)
+    })
+    .await
+}

@@ -1,0 +1,54 @@
+//! What every tool call shares: the database, who acts, which project, the bound issue.
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use rusqlite::Connection;
+
+use crate::resources::Notifier;
+
+pub struct IssuesState {
+    pub conn: Mutex<Connection>,
+    pub db_path: PathBuf,
+    /// Issues are numbered per project.
+    pub project: String,
+    /// The author of every change (`--principal`).
+    pub principal: String,
+    /// Workflows an issue may be assigned to (`--workflow`).
+    pub workflows: Vec<String>,
+    bound: Mutex<Option<i64>>,
+    pub notifier: Notifier,
+}
+
+impl IssuesState {
+    pub fn new(
+        conn: Connection,
+        db_path: PathBuf,
+        project: String,
+        principal: String,
+        workflows: Vec<String>,
+        bound: Option<i64>,
+    ) -> Self {
+        Self {
+            conn: Mutex::new(conn),
+            db_path,
+            project,
+            principal,
+            workflows,
+            bound: Mutex::new(bound),
+            notifier: Notifier::default(),
+        }
+    }
+
+    pub fn bound(&self) -> Option<i64> {
+        *self.bound.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Set the bound issue; returns the previous one.
+    pub fn set_bound(&self, n: Option<i64>) -> Option<i64> {
+        std::mem::replace(
+            &mut *self.bound.lock().unwrap_or_else(|e| e.into_inner()),
+            n,
+        )
+    }
+}

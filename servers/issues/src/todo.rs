@@ -1,0 +1,657 @@
+//! `todo`: the working checklist of the session's bound issue.
+//!
+//! Todos are addressed by their text (case-insensitive, trimmed; a unique prefix or a unique
+//! part of the text is enough), never by a synthetic id. At most one todo is in progress.
+//! Steps are the agent's plan; criteria are the issue's acceptance criteria, which only an
+//! operator may drop or replace.
+
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use rusqlite::Connection;
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::db::{self, NewTodos, TodoOp};
+use crate::model::{
+    MAX_LIVE_TODOS, MAX_NOTE_CHARS, MAX_TODO_CHARS, MAX_TODO_ITEMS, Todo, TodoKind, TodoStatus,
+    is_operator,
+};
+use crate::render;
+use crate::state::IssuesState;
+
+pub const DEF: ToolDef = ToolDef::write(
+    "todo",
+    "Todo checklist",
+    "Manage the checklist of the issue bound to this session (bind with issue_bind; you never \
+     name the issue here). Every action answers the whole live list and its markdown.\n\
+     Actions: `view`; `set` (replace the list: abandons the current todos of that `kind`, \
+     then adds `items`); `add` (append `items`); `start` (mark `content` in progress; any other \
+     in-progress todo goes back to pending); `done` (mark `content` completed; for a criterion \
+     this is a claim, the issue stays open); `drop` (abandon a step; only an operator may drop \
+     criteria); `note` (append `text`, up to 2000 characters, to `content`'s notes).\n\
+     Address a todo by its text: case and surrounding spaces are ignored, and a unique prefix or \
+     unique part of the text is enough; ids like \"task-1\" are refused. `kind` is \"step\" \
+     (default: your plan) or \"criterion\" (acceptance criteria); `phase` groups items; \
+     `origin_agent` records the subagent a proposal came from.\n\
+     Example: {\"action\": \"add\", \"items\": [\"Write tests\", \"Update docs\"]}, then \
+     {\"action\": \"start\", \"content\": \"write tests\"}",
+);
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    View,
+    Set,
+    Add,
+    Start,
+    Done,
+    Drop,
+    Note,
+}
+
+impl Action {
+    fn as_str(self) -> &'static str {
+        match self {
+            Action::View => "view",
+            Action::Set => "set",
+            Action::Add => "add",
+            Action::Start => "start",
+            Action::Done => "done",
+            Action::Drop => "drop",
+            Action::Note => "note",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct TodoParams {
+    /// view, set, add, start, done, drop or note.
+    pub action: Action,
+    /// The todo to act on, by its text (start, done, drop, note).
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Todo texts (set, add); each 1 to 500 characters, at most 100 per call.
+    #[serde(default)]
+    pub items: Option<Vec<String>>,
+    /// Work-stage grouping for the new items (set, add).
+    #[serde(default)]
+    pub phase: Option<String>,
+    /// "step" (default) or "criterion" (set, add).
+    #[serde(default)]
+    pub kind: Option<TodoKind>,
+    /// The note (note), at most 2000 characters.
+    #[serde(default)]
+    pub text: Option<String>,
+    /// Tree path of the subagent that proposed the items (set, add), e.g. "primary/researcher".
+    #[serde(default)]
+    pub origin_agent: Option<String>,
+    /// Also list abandoned todos (view).
+    #[serde(default)]
+    pub include_abandoned: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct TodoResult {
+    /// The bound issue's number.
+    pub issue: i64,
+    pub action: String,
+    /// The todo acted on (start, done, drop, note).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub target: Option<String>,
+    /// The live list in order (abandoned todos only with include_abandoned).
+    pub todos: Vec<Todo>,
+    /// The list as a markdown checklist: [ ] pending, [>] in progress, [x] done, [-] dropped.
+    pub markdown: String,
+    /// Abandoned todos not listed.
+    pub abandoned_hidden: usize,
+}
+
+fn no_bound_issue() -> ToolError {
+    ToolError::new(
+        ErrorCode::NoBoundIssue,
+        "no issue is bound to this session: ask the operator which issue you are working on, then \
+         call issue_bind {\"number\": N} (or start kitbag-issues with --issue N)",
+    )
+}
+
+/// Lower-cased, trimmed, inner whitespace collapsed.
+pub fn normalize(s: &str) -> String {
+    s.split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase()
+}
+
+/// `task-1`, `todo-3`, `item-2`, `step-4`, `id-5` (any case): a synthetic id, not text.
+pub fn is_id_like(s: &str) -> bool {
+    let s = s.trim();
+    let Some((prefix, digits)) = s.split_once('-') else {
+        return false;
+    };
+    matches!(
+        prefix.to_ascii_lowercase().as_str(),
+        "task" | "todo" | "item" | "step" | "id"
+    ) && !digits.is_empty()
+        && digits.chars().all(|c| c.is_ascii_digit())
+}
+
+fn available(live: &[&Todo]) -> Vec<String> {
+    live.iter().take(20).map(|t| t.content.clone()).collect()
+}
+
+/// Find the live todo `content` names: exact text, else a unique prefix, else a unique part.
+pub fn lookup<'a>(todos: &'a [Todo], content: &str) -> ToolResult<&'a Todo> {
+    if is_id_like(content) {
+        return Err(ToolError::new(
+            ErrorCode::ContentAddressingHint,
+            format!(
+                "content: {:?} looks like an id; todos are addressed by their text — give the task's words (e.g. \"write tests\")",
+                content.trim()
+            ),
+        )
+        .with_detail(json!({"field": "content", "content": content})));
+    }
+    let want = normalize(content);
+    if want.is_empty() {
+        return Err(ToolError::invalid_field(
+            "content",
+            "empty; give the todo's text",
+        ));
+    }
+    let live: Vec<&Todo> = todos
+        .iter()
+        .filter(|t| t.status != TodoStatus::Abandoned)
+        .collect();
+    let exact: Vec<&Todo> = live
+        .iter()
+        .copied()
+        .filter(|t| normalize(&t.content) == want)
+        .collect();
+    if let Some(t) = exact.first() {
+        return Ok(t);
+    }
+    for (how, found) in [
+        (
+            "start with",
+            live.iter()
+                .copied()
+                .filter(|t| normalize(&t.content).starts_with(&want))
+                .collect::<Vec<_>>(),
+        ),
+        (
+            "contain",
+            live.iter()
+                .copied()
+                .filter(|t| normalize(&t.content).contains(&want))
+                .collect::<Vec<_>>(),
+        ),
+    ] {
+        match found.len() {
+            0 => continue,
+            1 => return Ok(found[0]),
+            n => {
+                let names: Vec<String> = found.iter().map(|t| t.content.clone()).collect();
+                return Err(ToolError::new(
+                    ErrorCode::MultipleMatches,
+                    format!(
+                        "content: {n} todos {how} {:?}: {}; give more of the text",
+                        content.trim(),
+                        names
+                            .iter()
+                            .map(|s| format!("{s:?}"))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ),
+                )
+                .with_detail(json!({"field": "content", "matches": names})));
+            }
+        }
+    }
+    let hint = if live.is_empty() {
+        "the list is empty; add todos first with {\"action\": \"add\", \"items\": [...]}"
+            .to_string()
+    } else {
+        format!(
+            "available: {}",
+            available(&live)
+                .iter()
+                .map(|s| format!("{s:?}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )
+    };
+    Err(ToolError::new(
+        ErrorCode::TodoNotFound,
+        format!("no todo matches {:?}; {hint}", content.trim()),
+    )
+    .with_detail(json!({
+        "field": "content",
+        "content": content,
+        "available": available(&live),
+    })))
+}
+
+fn unused(p: &TodoParams, allowed: &[&str]) -> ToolResult<()> {
+    let present = [
+        ("content", p.content.is_some()),
+        ("items", p.items.is_some()),
+        ("phase", p.phase.is_some()),
+        ("kind", p.kind.is_some()),
+        ("text", p.text.is_some()),
+        ("origin_agent", p.origin_agent.is_some()),
+        ("include_abandoned", p.include_abandoned.is_some()),
+    ];
+    for (name, is) in present {
+        if is && !allowed.contains(&name) {
+            return Err(ToolError::invalid_field(
+                name,
+                format!(
+                    "not used by action {}; it takes: {}",
+                    p.action.as_str(),
+                    if allowed.is_empty() {
+                        "nothing else".to_string()
+                    } else {
+                        allowed.join(", ")
+                    }
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+fn required<'a>(v: &'a Option<String>, field: &str, action: Action) -> ToolResult<&'a str> {
+    match v.as_deref() {
+        Some(s) if !s.trim().is_empty() => Ok(s),
+        Some(_) => Err(ToolError::invalid_field(field, "empty")),
+        None => Err(ToolError::invalid_field(
+            field,
+            format!("required by action {}", action.as_str()),
+        )),
+    }
+}
+
+fn short_text(field: &str, v: &Option<String>, max: usize) -> ToolResult<Option<String>> {
+    match v.as_deref().map(str::trim) {
+        None => Ok(None),
+        Some("") => Err(ToolError::invalid_field(field, "empty; omit it instead")),
+        Some(s) if s.chars().count() > max || s.contains('\n') => Err(ToolError::invalid_field(
+            field,
+            format!("one line of at most {max} characters"),
+        )),
+        Some(s) => Ok(Some(s.to_string())),
+    }
+}
+
+/// Validate `items`, returning them trimmed.
+fn items(
+    p: &TodoParams,
+    live: &[Todo],
+    kind: TodoKind,
+    replacing: bool,
+) -> ToolResult<Vec<String>> {
+    let Some(items) = &p.items else {
+        return Err(ToolError::invalid_field(
+            "items",
+            format!(
+                "required by action {}: a list of todo texts",
+                p.action.as_str()
+            ),
+        ));
+    };
+    if items.is_empty() && !replacing {
+        return Err(ToolError::invalid_field(
+            "items",
+            "empty; give at least one todo text",
+        ));
+    }
+    if items.len() > MAX_TODO_ITEMS {
+        return Err(ToolError::invalid_field(
+            "items",
+            format!("{} items; at most {MAX_TODO_ITEMS} per call", items.len()),
+        ));
+    }
+    let mut out: Vec<String> = Vec::with_capacity(items.len());
+    let mut seen: Vec<String> = live
+        .iter()
+        .filter(|t| t.status != TodoStatus::Abandoned && !(replacing && t.kind == kind))
+        .map(|t| normalize(&t.content))
+        .collect();
+    for (i, item) in items.iter().enumerate() {
+        let field = format!("items[{i}]");
+        let t = item.trim();
+        if t.is_empty() {
+            return Err(ToolError::invalid_field(&field, "empty"));
+        }
+        let n = t.chars().count();
+        if n > MAX_TODO_CHARS {
+            return Err(ToolError::invalid_field(
+                &field,
+                format!("{n} characters; at most {MAX_TODO_CHARS}"),
+            ));
+        }
+        if is_id_like(t) {
+            return Err(ToolError::new(
+                ErrorCode::ContentAddressingHint,
+                format!("{field}: {t:?} looks like an id; write what the task is, in words"),
+            )
+            .with_detail(json!({"field": field})));
+        }
+        let norm = normalize(t);
+        if seen.contains(&norm) {
+            return Err(ToolError::invalid_field(
+                &field,
+                format!(
+                    "{t:?} is already on the list; todos are addressed by their text, so each must be distinct"
+                ),
+            ));
+        }
+        seen.push(norm);
+        out.push(t.to_string());
+    }
+    if seen.len() > MAX_LIVE_TODOS {
+        return Err(ToolError::invalid_field(
+            "items",
+            format!(
+                "the list would hold {} live todos; at most {MAX_LIVE_TODOS}",
+                seen.len()
+            ),
+        ));
+    }
+    Ok(out)
+}
+
+/// Run one `todo` call against the bound issue.
+pub fn run(
+    state: &IssuesState,
+    conn: &mut Connection,
+    p: TodoParams,
+) -> ToolResult<Reply<TodoResult>> {
+    // Arguments first: a bad call changes nothing and says what is wrong.
+    match p.action {
+        Action::View => unused(&p, &["include_abandoned"])?,
+        Action::Set | Action::Add => unused(&p, &["items", "phase", "kind", "origin_agent"])?,
+        Action::Start | Action::Done | Action::Drop => unused(&p, &["content"])?,
+        Action::Note => unused(&p, &["content", "text"])?,
+    }
+    let content = match p.action {
+        Action::Start | Action::Done | Action::Drop | Action::Note => {
+            Some(required(&p.content, "content", p.action)?.to_string())
+        }
+        _ => None,
+    };
+    let note = if p.action == Action::Note {
+        let t = required(&p.text, "text", p.action)?;
+        let n = t.chars().count();
+        if n > MAX_NOTE_CHARS {
+            return Err(ToolError::invalid_field(
+                "text",
+                format!("{n} characters; a note holds at most {MAX_NOTE_CHARS}"),
+            )
+            .with_detail(json!({"length": n, "max": MAX_NOTE_CHARS})));
+        }
+        Some(t.trim().to_string())
+    } else {
+        None
+    };
+    let phase = short_text("phase", &p.phase, 100)?;
+    let origin = short_text("origin_agent", &p.origin_agent, 200)?;
+    if p.items.is_none() && matches!(p.action, Action::Set | Action::Add) {
+        return Err(ToolError::invalid_field(
+            "items",
+            format!(
+                "required by action {}: a list of todo texts",
+                p.action.as_str()
+            ),
+        ));
+    }
+
+    let number = state.bound().ok_or_else(no_bound_issue)?;
+    let kind = p.kind.unwrap_or_default();
+    let operator = is_operator(&state.principal);
+    let mut target: Option<String> = None;
+    let mut new_items: Vec<String> = Vec::new();
+
+    if p.action != Action::View {
+        // Validation that needs the current list runs inside the write transaction.
+        let mut op_id = String::new();
+        let mut check_err: Option<ToolError> = None;
+        {
+            let mut check = |current: &[Todo]| -> ToolResult<()> {
+                match p.action {
+                    Action::Set | Action::Add => {
+                        let replacing = p.action == Action::Set;
+                        new_items = items(&p, current, kind, replacing)?;
+                        if replacing
+                            && kind == TodoKind::Criterion
+                            && !operator
+                            && current.iter().any(|t| {
+                                t.kind == TodoKind::Criterion && t.status != TodoStatus::Abandoned
+                            })
+                        {
+                            return Err(ToolError::new(
+                                ErrorCode::InvalidTransition,
+                                "Only the operator can replace acceptance criteria; use action add to append criteria.",
+                            )
+                            .with_detail(json!({"field": "kind"})));
+                        }
+                    }
+                    _ => {
+                        let c = content.as_deref().unwrap_or("");
+                        let t = lookup(current, c)?;
+                        if p.action == Action::Drop && t.kind == TodoKind::Criterion && !operator {
+                            return Err(ToolError::new(
+                                ErrorCode::InvalidTransition,
+                                "Only the operator can drop acceptance criteria.",
+                            )
+                            .with_detail(json!({"field": "content", "content": t.content})));
+                        }
+                        op_id = t.id.clone();
+                        target = Some(t.content.clone());
+                    }
+                }
+                Ok(())
+            };
+            // The op needs values the check computes, so check first in a read, then apply
+            // with a re-check under the write lock.
+            let row = db::find(conn, &state.project, number)?;
+            let current = db::todos(conn, row.seq)?;
+            if let Err(e) = check(&current) {
+                check_err = Some(e);
+            }
+        }
+        if let Some(e) = check_err {
+            return Err(e);
+        }
+        let new = NewTodos {
+            items: &new_items,
+            kind,
+            phase: phase.as_deref(),
+            origin_agent: origin.as_deref(),
+        };
+        let op = match p.action {
+            Action::Set => TodoOp::Set(new),
+            Action::Add => TodoOp::Add(new),
+            Action::Start => TodoOp::Start(op_id.clone()),
+            Action::Done => TodoOp::Done(op_id.clone()),
+            Action::Drop => TodoOp::Drop(op_id.clone()),
+            Action::Note => TodoOp::Note(op_id.clone(), note.as_deref().unwrap_or("")),
+            Action::View => {
+                return view(
+                    state,
+                    conn,
+                    number,
+                    p.action,
+                    None,
+                    p.include_abandoned.unwrap_or(false),
+                );
+            }
+        };
+        // Re-check under the write lock: another process may have changed the list.
+        let expect_id = op_id.clone();
+        let action = p.action;
+        let items_now = new_items.clone();
+        db::todo_change(
+            conn,
+            &state.project,
+            &state.principal,
+            number,
+            &op,
+            |current| match action {
+                Action::Set | Action::Add => {
+                    let live: Vec<String> = current
+                        .iter()
+                        .filter(|t| {
+                            t.status != TodoStatus::Abandoned
+                                && !(action == Action::Set && t.kind == kind)
+                        })
+                        .map(|t| normalize(&t.content))
+                        .collect();
+                    if let Some(dup) = items_now.iter().find(|i| live.contains(&normalize(i))) {
+                        return Err(ToolError::invalid_field(
+                            "items",
+                            format!(
+                                "{dup:?} was just added by someone else; view the list and retry"
+                            ),
+                        ));
+                    }
+                    Ok(())
+                }
+                _ => {
+                    if current
+                        .iter()
+                        .any(|t| t.id == expect_id && t.status != TodoStatus::Abandoned)
+                    {
+                        Ok(())
+                    } else {
+                        Err(ToolError::new(
+                            ErrorCode::TodoNotFound,
+                            "that todo was dropped or replaced meanwhile; view the list and retry",
+                        ))
+                    }
+                }
+            },
+        )?;
+    }
+
+    view(
+        state,
+        conn,
+        number,
+        p.action,
+        target,
+        p.include_abandoned.unwrap_or(false),
+    )
+}
+
+fn view(
+    state: &IssuesState,
+    conn: &Connection,
+    number: i64,
+    action: Action,
+    target: Option<String>,
+    include_abandoned: bool,
+) -> ToolResult<Reply<TodoResult>> {
+    let row = db::find(conn, &state.project, number)?;
+    let all = db::todos(conn, row.seq)?;
+    let hidden = if include_abandoned {
+        0
+    } else {
+        all.iter()
+            .filter(|t| t.status == TodoStatus::Abandoned)
+            .count()
+    };
+    let todos: Vec<Todo> = all
+        .into_iter()
+        .filter(|t| include_abandoned || t.status != TodoStatus::Abandoned)
+        .collect();
+    let markdown = render::todos_markdown(&todos);
+    let head = match (&target, action) {
+        (Some(t), Action::Start) => format!("started {t:?}"),
+        (Some(t), Action::Done) => format!("completed {t:?}"),
+        (Some(t), Action::Drop) => format!("dropped {t:?}"),
+        (Some(t), Action::Note) => format!("noted on {t:?}"),
+        (_, Action::Set) => "list replaced".to_string(),
+        (_, Action::Add) => "added".to_string(),
+        _ => "todos".to_string(),
+    };
+    let text = format!("{head} · #{number} {}\n{markdown}", row.title);
+    Ok(Reply::new(
+        TodoResult {
+            issue: number,
+            action: action.as_str().to_string(),
+            target,
+            todos,
+            markdown,
+            abandoned_hidden: hidden,
+        },
+        text,
+    ))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn t(content: &str, status: TodoStatus) -> Todo {
+        Todo {
+            id: content.into(),
+            content: content.into(),
+            status,
+            kind: TodoKind::Step,
+            phase: None,
+            position: 0,
+            notes: vec![],
+            origin_agent: None,
+            created_by: "x".into(),
+            created_at: 0,
+            updated_at: 0,
+            started_at: None,
+            completed_at: None,
+        }
+    }
+
+    #[test]
+    fn id_like_tokens() {
+        for s in ["task-1", "TODO-12", " item-3 ", "step-4", "id-5"] {
+            assert!(is_id_like(s), "{s}");
+        }
+        for s in ["task-", "task-a", "tasks-1", "write tests", "task 1", "1"] {
+            assert!(!is_id_like(s), "{s}");
+        }
+    }
+
+    #[test]
+    fn lookup_exact_prefix_part_and_errors() {
+        let list = vec![
+            t("Implement auth module", TodoStatus::Pending),
+            t("Write tests", TodoStatus::Pending),
+            t("Write docs", TodoStatus::Pending),
+            t("Old plan", TodoStatus::Abandoned),
+        ];
+        assert_eq!(
+            lookup(&list, "  write TESTS ").unwrap().content,
+            "Write tests"
+        );
+        assert_eq!(
+            lookup(&list, "implement").unwrap().content,
+            "Implement auth module"
+        );
+        assert_eq!(
+            lookup(&list, "auth").unwrap().content,
+            "Implement auth module"
+        );
+        let e = lookup(&list, "write").unwrap_err();
+        assert_eq!(e.code, ErrorCode::MultipleMatches);
+        let e = lookup(&list, "old plan").unwrap_err();
+        assert_eq!(e.code, ErrorCode::TodoNotFound);
+        assert!(e.message.contains("available"), "{}", e.message);
+        let e = lookup(&list, "task-2").unwrap_err();
+        assert_eq!(e.code, ErrorCode::ContentAddressingHint);
+        let e = lookup(&[], "anything").unwrap_err();
+        assert_eq!(e.code, ErrorCode::TodoNotFound);
+        assert!(e.message.contains("the list is empty"), "{}", e.message);
+    }
+}

@@ -1,0 +1,1153 @@
+//! kitbag-issues over stdio: the seed's project-management tests, the state machine,
+//! bad input, both protocol eras, the catalog, resources, several processes, export/import.
+
+mod common;
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use common::{Env, bin, create, err, ok};
+use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
+use serde_json::{Value, json};
+
+fn get(c: &mut McpClient, n: i64) -> Value {
+    ok(c, "issue_get", json!({"number": n})).structured
+}
+
+#[test]
+fn both_eras_catalog_and_root_only_meta() {
+    let env = Env::new();
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = env.spawn_era(era, &[]);
+        let tools = c.list_tools();
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "issue_bind",
+                "issue_comment",
+                "issue_create",
+                "issue_get",
+                "issue_list",
+                "issue_transition",
+                "issue_update",
+                "todo"
+            ]
+        );
+        for t in &tools {
+            assert_eq!(
+                t["_meta"]["kitbag/principal_scope"], "root-only",
+                "{}",
+                t["name"]
+            );
+            assert_eq!(t["outputSchema"]["type"], "object", "{}", t["name"]);
+        }
+        let n = create(&mut c, &format!("era {era:?}"), "works");
+        let g = get(&mut c, n);
+        assert_eq!(g["title"], format!("era {era:?}"));
+        if era == Era::Handshake {
+            assert_catalog_matches(
+                &mut c,
+                &workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests/issues/tools.json"),
+            );
+        }
+        assert!(c.stdout_garbage().is_empty());
+        assert_eq!(c.shutdown(), Some(0));
+    }
+}
+
+#[test]
+fn list_happy_path_filter_search_and_pagination() {
+    let env = Env::new();
+    let mut c = env.spawn(&[]);
+    create(
+        &mut c,
+        "Add dark mode support",
+        "The UI should support a dark palette.",
+    );
+    create(
+        &mut c,
+        "Login crash",
+        "Submitting the form with an empty password crashes.",
+    );
+    create(
+        &mut c,
+        "Refactor auth module",
+        "Split token validation from sessions.",
+    );
+    // Happy path: all three with their fields, newest first.
+    let r = ok(&mut c, "issue_list", json!({}));
+    let s = &r.structured;
+    assert_eq!(s["total"], 3);
+    assert_eq!(
+        (s["limit"].as_i64(), s["offset"].as_i64()),
+        (Some(25), Some(0))
+    );
+    let issues = s["issues"].as_array().expect("issues");
+    assert_eq!(issues.len(), 3);
+    assert_eq!(issues[0]["number"], 3);
+    for i in issues {
+        assert_eq!(i["id"].as_str().expect("id").len(), 26, "ULID: {i}");
+        assert_eq!(i["status"], "open");
+        assert_eq!(i["assignment"], Value::Null);
+        assert_eq!(i["created_by"], "agent:primary");
+        assert!(i["created_at"].as_i64().expect("ts") > 1_700_000_000);
+        assert!(i["updated_at"].as_i64().is_some());
+        for k in ["title", "number"] {
+            assert!(!i[k].is_null(), "{k}: {i}");
+        }
+    }
+    assert!(
+        r.text.contains("#1 [open] Add dark mode support"),
+        "{}",
+        r.text
+    );
+
+    // Status filter: only triaged.
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": 2, "to": "triaged"}),
+    );
+    let r = ok(&mut c, "issue_list", json!({"status": "triaged"}));
+    let nums: Vec<i64> = r.structured["issues"]
+        .as_array()
+        .expect("a")
+        .iter()
+        .map(|i| i["number"].as_i64().expect("n"))
+        .collect();
+    assert_eq!(nums, [2]);
+    assert_eq!(r.structured["issues"][0]["status"], "triaged");
+
+    // Search: title words and body words.
+    let r = ok(&mut c, "issue_list", json!({"search": "dark"}));
+    assert_eq!(r.structured["total"], 1);
+    assert_eq!(r.structured["issues"][0]["number"], 1);
+    let r = ok(&mut c, "issue_list", json!({"search": "password"}));
+    assert_eq!(r.structured["total"], 1, "body words: {}", r.text);
+    assert_eq!(r.structured["issues"][0]["number"], 2);
+    let r = ok(&mut c, "issue_list", json!({"search": "token OR palette"}));
+    assert_eq!(r.structured["total"], 2);
+    // A query that is bad FTS5 syntax still works as plain words.
+    let r = ok(&mut c, "issue_list", json!({"search": "\"empty password"}));
+    assert_eq!(r.structured["total"], 1, "{}", r.text);
+    // Resolved issues leave the default list but not status=all.
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": 3, "to": "resolved"}),
+    );
+    assert_eq!(ok(&mut c, "issue_list", json!({})).structured["total"], 2);
+    assert_eq!(
+        ok(&mut c, "issue_list", json!({"status": "all"})).structured["total"],
+        3
+    );
+
+    // Pagination: 30 issues, limit 10, offset 10.
+    let env = Env::new();
+    let mut c = env.spawn(&[]);
+    for i in 1..=30 {
+        create(&mut c, &format!("issue {i}"), "");
+    }
+    let r = ok(&mut c, "issue_list", json!({"limit": 10, "offset": 10}));
+    let nums: Vec<i64> = r.structured["issues"]
+        .as_array()
+        .expect("a")
+        .iter()
+        .map(|i| i["number"].as_i64().expect("n"))
+        .collect();
+    assert_eq!(nums, (11..=20).rev().collect::<Vec<_>>());
+    assert_eq!(r.structured["total"], 30);
+    assert_eq!(r.structured["next_offset"], 20);
+    assert!(r.text.contains("next page: offset 20"), "{}", r.text);
+    let last = ok(&mut c, "issue_list", json!({"limit": 10, "offset": 20}));
+    assert!(last.structured.get("next_offset").is_none());
+
+    // Bad arguments name their field.
+    err(
+        &mut c,
+        "issue_list",
+        json!({"status": "closed"}),
+        "invalid_params",
+        Some("status"),
+    );
+    err(
+        &mut c,
+        "issue_list",
+        json!({"limit": 101}),
+        "invalid_params",
+        Some("limit"),
+    );
+    err(
+        &mut c,
+        "issue_list",
+        json!({"limit": 0}),
+        "invalid_params",
+        Some("limit"),
+    );
+    err(
+        &mut c,
+        "issue_list",
+        json!({"offset": -1}),
+        "invalid_params",
+        Some("offset"),
+    );
+    err(
+        &mut c,
+        "issue_list",
+        json!({"search": "  "}),
+        "invalid_params",
+        Some("search"),
+    );
+    err(
+        &mut c,
+        "issue_list",
+        json!({"sort": "x"}),
+        "invalid_params",
+        Some("sort"),
+    );
+}
+
+#[test]
+fn get_detail_not_found_and_operator_only_updates() {
+    let env = Env::new();
+    let mut c = env.spawn(&[]);
+    for i in 1..=42 {
+        create(&mut c, &format!("issue {i}"), &format!("body {i}"));
+    }
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": 42, "to": "triaged"}),
+    );
+    ok(
+        &mut c,
+        "issue_comment",
+        json!({"number": 42, "body": "public note"}),
+    );
+    ok(
+        &mut c,
+        "issue_comment",
+        json!({"number": 42, "body": "internal note", "visibility": "operator_only"}),
+    );
+    let g = get(&mut c, 42);
+    assert_eq!(g["number"], 42);
+    assert_eq!(g["title"], "issue 42");
+    assert_eq!(g["body"], "body 42");
+    assert_eq!(g["original_body"], Value::Null);
+    assert_eq!(g["status"], "triaged");
+    assert_eq!(g["resolved_at"], Value::Null);
+    assert_eq!(g["resolved_by"], Value::Null);
+    assert_eq!(g["updates_total"], 3);
+    let u = g["updates"].as_array().expect("updates");
+    let kinds: Vec<&str> = u.iter().filter_map(|x| x["kind"].as_str()).collect();
+    assert_eq!(
+        kinds,
+        ["status_change", "comment", "comment"],
+        "chronological"
+    );
+    assert_eq!(
+        u[0]["metadata"],
+        json!({"old_status": "open", "new_status": "triaged"})
+    );
+    assert_eq!(u[0]["body"], Value::Null);
+    assert_eq!(
+        u[2]["visibility"], "operator_only",
+        "operator-only updates included"
+    );
+    assert_eq!(u[2]["body"], "internal note");
+    assert_eq!(u[1]["visibility"], "all");
+    for x in u {
+        assert_eq!(x["author"], "agent:primary");
+        assert_eq!(x["id"].as_str().expect("id").len(), 26);
+    }
+
+    let e = err(
+        &mut c,
+        "issue_get",
+        json!({"number": 43}),
+        "issue_not_found",
+        None,
+    );
+    assert_eq!(e.structured["error"]["detail"]["number"], 43);
+    assert!(e.text.contains("#43"), "{}", e.text);
+    err(
+        &mut c,
+        "issue_get",
+        json!({"number": 0}),
+        "invalid_params",
+        Some("number"),
+    );
+    err(
+        &mut c,
+        "issue_get",
+        json!({}),
+        "invalid_params",
+        Some("number"),
+    );
+    err(
+        &mut c,
+        "issue_get",
+        json!({"number": "x"}),
+        "invalid_params",
+        Some("number"),
+    );
+
+    // Update paging.
+    let g = ok(
+        &mut c,
+        "issue_get",
+        json!({"number": 42, "updates_limit": 2}),
+    )
+    .structured;
+    assert_eq!(g["updates"].as_array().expect("u").len(), 2);
+    assert_eq!(g["next_updates_offset"], 2);
+    let g = ok(
+        &mut c,
+        "issue_get",
+        json!({"number": 42, "updates_offset": 2}),
+    )
+    .structured;
+    assert_eq!(g["updates"][0]["body"], "internal note");
+}
+
+#[test]
+fn create_numbers_limits_and_author() {
+    let env = Env::new();
+    let mut c = env.spawn(&[]);
+    let r = ok(
+        &mut c,
+        "issue_create",
+        json!({"title": "Refactor auth module", "body": "800 lines."}),
+    );
+    assert_eq!(r.structured["number"], 1);
+    assert_eq!(r.structured["status"], "open");
+    assert!(r.structured["created_at"].as_i64().is_some());
+    assert_eq!(r.structured["id"].as_str().expect("id").len(), 26);
+    assert_eq!(create(&mut c, "second", "b"), 2);
+    assert_eq!(get(&mut c, 1)["created_by"], "agent:primary");
+
+    // Bad input changes nothing.
+    let long = "x".repeat(201);
+    let e = err(
+        &mut c,
+        "issue_create",
+        json!({"title": long, "body": ""}),
+        "invalid_params",
+        Some("title"),
+    );
+    assert!(e.text.contains("200"), "{}", e.text);
+    ok(
+        &mut c,
+        "issue_create",
+        json!({"title": "é".repeat(200), "body": ""}),
+    );
+    err(
+        &mut c,
+        "issue_create",
+        json!({"title": "  ", "body": ""}),
+        "invalid_params",
+        Some("title"),
+    );
+    err(
+        &mut c,
+        "issue_create",
+        json!({"title": "a\nb", "body": ""}),
+        "invalid_params",
+        Some("title"),
+    );
+    err(
+        &mut c,
+        "issue_create",
+        json!({"title": "big", "body": "b".repeat(16 * 1024 + 1)}),
+        "invalid_params",
+        Some("body"),
+    );
+    ok(
+        &mut c,
+        "issue_create",
+        json!({"title": "just fits", "body": "b".repeat(16 * 1024)}),
+    );
+    err(
+        &mut c,
+        "issue_create",
+        json!({"title": "t"}),
+        "invalid_params",
+        Some("body"),
+    );
+    err(
+        &mut c,
+        "issue_create",
+        json!({"title": "t", "body": "", "status": "open"}),
+        "invalid_params",
+        Some("status"),
+    );
+    assert_eq!(
+        ok(&mut c, "issue_list", json!({"status": "all"})).structured["total"],
+        4,
+        "only the valid creates happened"
+    );
+    drop(c);
+
+    // --principal sets the author of every change.
+    let mut c = env.spawn(&["--principal", "operator:alice"]);
+    let n = create(&mut c, "by alice", "");
+    ok(&mut c, "issue_comment", json!({"number": n, "body": "hi"}));
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": n, "to": "resolved"}),
+    );
+    let g = get(&mut c, n);
+    assert_eq!(g["created_by"], "operator:alice");
+    assert_eq!(g["resolved_by"], "operator:alice");
+    for u in g["updates"].as_array().expect("u") {
+        assert_eq!(u["author"], "operator:alice");
+    }
+    assert_eq!(n, 5, "numbers continue across processes");
+}
+
+#[test]
+fn update_bodies_assignment_and_bad_input() {
+    let env = Env::new();
+    let mut c = env.spawn(&["--workflow", "deploy"]);
+    let n = create(&mut c, "Dark mode", "first body");
+    let r = ok(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "body": "second body", "assignment": "primary"}),
+    );
+    assert_eq!(
+        r.structured["updated_fields"],
+        json!(["body", "assignment"])
+    );
+    assert_eq!(r.structured["number"], n);
+    let g = get(&mut c, n);
+    assert_eq!(g["body"], "second body");
+    assert_eq!(g["original_body"], "first body", "preserved on first edit");
+    assert_eq!(g["assignment"], "primary");
+    ok(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "body": "third body"}),
+    );
+    let g = get(&mut c, n);
+    assert_eq!(g["body"], "third body");
+    assert_eq!(
+        g["original_body"], "first body",
+        "unchanged by the second edit"
+    );
+    let kinds: Vec<&str> = g["updates"]
+        .as_array()
+        .expect("u")
+        .iter()
+        .filter_map(|u| u["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["body_edit", "assignment_change", "body_edit"]);
+    assert_eq!(
+        g["updates"][1]["metadata"],
+        json!({"old_assignment": null, "new_assignment": "primary"})
+    );
+
+    // Assignment to a workflow, a session, and unassignment.
+    ok(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "assignment": "workflow:deploy"}),
+    );
+    assert_eq!(get(&mut c, n)["assignment"], "workflow:deploy");
+    ok(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "assignment": "session:01HXAB"}),
+    );
+    assert_eq!(get(&mut c, n)["assignment"], "session:01HXAB");
+    ok(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "assignment": null}),
+    );
+    assert_eq!(get(&mut c, n)["assignment"], Value::Null);
+    ok(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "title": "Night mode"}),
+    );
+    let g = get(&mut c, n);
+    assert_eq!(g["title"], "Night mode");
+    let before = g.to_string();
+
+    // Nonexistent workflow → invalid_assignment; nothing changes.
+    let e = err(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "assignment": "workflow:nope", "title": "changed?"}),
+        "invalid_assignment",
+        Some("assignment"),
+    );
+    assert_eq!(
+        e.structured["error"]["detail"]["known_workflows"],
+        json!(["deploy"])
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "assignment": "bob"}),
+        "invalid_params",
+        Some("assignment"),
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": n}),
+        "invalid_params",
+        Some("title"),
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "title": ""}),
+        "invalid_params",
+        Some("title"),
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "title": "t".repeat(201)}),
+        "invalid_params",
+        Some("title"),
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "body": "b".repeat(16385)}),
+        "invalid_params",
+        Some("body"),
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": 99, "title": "x"}),
+        "issue_not_found",
+        Some("number"),
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "title": "Night mode"}),
+        "no_change",
+        None,
+    );
+    err(
+        &mut c,
+        "issue_update",
+        json!({"number": n, "status": "resolved"}),
+        "invalid_params",
+        Some("status"),
+    );
+    assert_eq!(
+        get(&mut c, n).to_string(),
+        before,
+        "bad input changed nothing"
+    );
+}
+
+#[test]
+fn comments_and_visibility() {
+    let env = Env::new();
+    let mut c = env.spawn(&[]);
+    let n = create(&mut c, "c", "");
+    let r = ok(
+        &mut c,
+        "issue_comment",
+        json!({"number": n, "body": "Analysis complete."}),
+    );
+    assert_eq!(r.structured["issue_number"], n);
+    let id = r.structured["update_id"].as_str().expect("id").to_string();
+    let r = ok(
+        &mut c,
+        "issue_comment",
+        json!({"number": n, "body": "secret-ish", "visibility": "operator_only"}),
+    );
+    assert_eq!(r.structured["visibility"], "operator_only");
+    let g = get(&mut c, n);
+    let u = g["updates"].as_array().expect("u");
+    assert_eq!(u[0]["id"], id.as_str());
+    assert_eq!(u[0]["kind"], "comment");
+    assert_eq!(u[0]["body"], "Analysis complete.");
+    assert_eq!(u[0]["author"], "agent:primary");
+    assert_eq!(u[1]["visibility"], "operator_only");
+    err(
+        &mut c,
+        "issue_comment",
+        json!({"number": n, "body": ""}),
+        "invalid_params",
+        Some("body"),
+    );
+    err(
+        &mut c,
+        "issue_comment",
+        json!({"number": n, "body": " \n "}),
+        "invalid_params",
+        Some("body"),
+    );
+    err(
+        &mut c,
+        "issue_comment",
+        json!({"number": n, "body": "x", "visibility": "everyone"}),
+        "invalid_params",
+        Some("visibility"),
+    );
+    err(
+        &mut c,
+        "issue_comment",
+        json!({"number": 7, "body": "x"}),
+        "issue_not_found",
+        None,
+    );
+    assert_eq!(get(&mut c, n)["updates_total"], 2);
+}
+
+#[test]
+fn the_state_machine() {
+    let env = Env::new();
+    let mut c = env.spawn(&[]);
+    let n = create(&mut c, "s", "");
+    let r = ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": n, "to": "triaged"}),
+    );
+    assert_eq!(
+        (r.structured["from"].as_str(), r.structured["to"].as_str()),
+        (Some("open"), Some("triaged"))
+    );
+    let g = get(&mut c, n);
+    assert_eq!(g["status"], "triaged");
+    assert_eq!(g["updates"][0]["kind"], "status_change");
+
+    // Illegal: triaged → triaged (same), triaged → reopened; detail lists legal targets.
+    for to in ["triaged", "reopened"] {
+        let e = err(
+            &mut c,
+            "issue_transition",
+            json!({"number": n, "to": to}),
+            "invalid_transition",
+            Some("to"),
+        );
+        assert_eq!(
+            e.structured["error"]["detail"]["legal_transitions"],
+            json!(["assigned", "in_progress", "resolved", "rejected"]),
+            "{}",
+            e.text
+        );
+        assert!(
+            e.text.contains("assigned, in_progress, resolved, rejected"),
+            "{}",
+            e.text
+        );
+    }
+    let m = create(&mut c, "open one", "");
+    let e = err(
+        &mut c,
+        "issue_transition",
+        json!({"number": m, "to": "reopened"}),
+        "invalid_transition",
+        None,
+    );
+    assert_eq!(
+        e.structured["error"]["detail"]["legal_transitions"],
+        json!(["triaged", "assigned", "in_progress", "resolved", "rejected"])
+    );
+    err(
+        &mut c,
+        "issue_transition",
+        json!({"number": m, "to": "open"}),
+        "invalid_params",
+        Some("to"),
+    );
+    err(
+        &mut c,
+        "issue_transition",
+        json!({"number": m, "to": "done"}),
+        "invalid_params",
+        Some("to"),
+    );
+    err(
+        &mut c,
+        "issue_transition",
+        json!({"number": 99, "to": "triaged"}),
+        "issue_not_found",
+        None,
+    );
+
+    // Rejected needs a comment.
+    for args in [
+        json!({"number": m, "to": "rejected"}),
+        json!({"number": m, "to": "rejected", "comment": "   "}),
+    ] {
+        let e = err(
+            &mut c,
+            "issue_transition",
+            args,
+            "invalid_params",
+            Some("comment"),
+        );
+        assert!(
+            e.text
+                .ends_with("Rejection requires an explanatory comment."),
+            "{}",
+            e.text
+        );
+        assert_eq!(
+            e.structured["error"]["message"],
+            "Rejection requires an explanatory comment."
+        );
+    }
+    assert_eq!(get(&mut c, m)["status"], "open", "unchanged");
+    let r = ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": m, "to": "rejected", "comment": "Duplicate of #1."}),
+    );
+    assert!(r.structured["comment_id"].is_string());
+    let g = get(&mut c, m);
+    let kinds: Vec<&str> = g["updates"]
+        .as_array()
+        .expect("u")
+        .iter()
+        .filter_map(|u| u["kind"].as_str())
+        .collect();
+    assert_eq!(kinds, ["status_change", "comment"]);
+    assert_eq!(g["resolved_at"], Value::Null);
+
+    // Full path: triaged → assigned → in_progress → resolved → reopened → resolved.
+    for to in ["assigned", "in_progress"] {
+        ok(&mut c, "issue_transition", json!({"number": n, "to": to}));
+    }
+    let e = err(
+        &mut c,
+        "issue_transition",
+        json!({"number": n, "to": "assigned"}),
+        "invalid_transition",
+        None,
+    );
+    assert_eq!(
+        e.structured["error"]["detail"]["legal_transitions"],
+        json!(["resolved", "rejected"])
+    );
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": n, "to": "resolved", "comment": "Fixed in abc123."}),
+    );
+    let g = get(&mut c, n);
+    assert_eq!(g["status"], "resolved");
+    assert!(g["resolved_at"].as_i64().expect("resolved_at") > 0);
+    assert_eq!(g["resolved_by"], "agent:primary");
+    let e = err(
+        &mut c,
+        "issue_transition",
+        json!({"number": n, "to": "in_progress"}),
+        "invalid_transition",
+        None,
+    );
+    assert_eq!(
+        e.structured["error"]["detail"]["legal_transitions"],
+        json!(["reopened"])
+    );
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": n, "to": "reopened"}),
+    );
+    let g = get(&mut c, n);
+    assert_eq!(g["status"], "reopened");
+    assert_eq!(g["resolved_at"], Value::Null);
+    assert_eq!(g["resolved_by"], Value::Null);
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": n, "to": "resolved"}),
+    );
+    let g = get(&mut c, n);
+    assert_eq!(g["status"], "resolved");
+    assert_eq!(g["resolved_by"], "agent:primary");
+    let statuses: Vec<String> = g["updates"]
+        .as_array()
+        .expect("u")
+        .iter()
+        .filter(|u| u["kind"] == "status_change")
+        .map(|u| u["metadata"]["new_status"].as_str().expect("s").to_string())
+        .collect();
+    assert_eq!(
+        statuses,
+        [
+            "triaged",
+            "assigned",
+            "in_progress",
+            "resolved",
+            "reopened",
+            "resolved"
+        ]
+    );
+}
+
+#[test]
+fn concurrent_creates_from_two_processes_get_unique_sequential_numbers() {
+    let env = Env::new();
+    // Create the schema once so both start on the same file.
+    drop(env.spawn(&[]));
+    let per = 40;
+    let handles: Vec<_> = (0..2)
+        .map(|p| {
+            let db = env.db();
+            let dir = env.dir.path().to_path_buf();
+            std::thread::spawn(move || {
+                let mut c = McpClient::spawn(
+                    bin(),
+                    &["--db", db.to_str().expect("u"), "--project", "test"],
+                    &dir,
+                    Era::Handshake,
+                );
+                (0..per)
+                    .map(|i| create(&mut c, &format!("p{p} i{i}"), ""))
+                    .collect::<Vec<i64>>()
+            })
+        })
+        .collect();
+    let mut all: Vec<i64> = handles
+        .into_iter()
+        .flat_map(|h| h.join().expect("thread"))
+        .collect();
+    all.sort();
+    assert_eq!(
+        all,
+        (1..=2 * per).collect::<Vec<_>>(),
+        "unique and gap-free"
+    );
+    let mut c = env.spawn(&[]);
+    assert_eq!(
+        ok(&mut c, "issue_list", json!({"limit": 1})).structured["total"],
+        2 * per
+    );
+    // Another project on the same database counts from 1.
+    let mut other = McpClient::spawn(
+        bin(),
+        &["--db", env.db().to_str().expect("u"), "--project", "other"],
+        env.dir.path(),
+        Era::Handshake,
+    );
+    assert_eq!(create(&mut other, "first of other", ""), 1);
+}
+
+#[test]
+fn corrupted_database_is_a_clear_startup_error() {
+    let env = Env::new();
+    std::fs::create_dir_all(env.db().parent().expect("p")).expect("mkdir");
+    std::fs::write(
+        env.db(),
+        b"this is not sqlite at all, just text".repeat(200),
+    )
+    .expect("w");
+    let out = Command::new(bin())
+        .args(["--db", env.db().to_str().expect("u")])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("issues database"), "{stderr}");
+    assert!(stderr.contains("not a usable SQLite database"), "{stderr}");
+    assert!(
+        stderr.contains(env.db().to_str().expect("u")),
+        "names the file: {stderr}"
+    );
+    assert!(out.stdout.is_empty(), "nothing on stdout");
+
+    // A real database damaged in its pages.
+    let env = Env::new();
+    {
+        let mut c = env.spawn(&[]);
+        for i in 0..200 {
+            create(&mut c, &format!("issue {i}"), &"lorem ipsum ".repeat(100));
+        }
+        assert_eq!(c.shutdown(), Some(0));
+    }
+    let mut bytes = std::fs::read(env.db()).expect("read");
+    assert!(bytes.len() > 64 * 1024, "checkpointed into the main file");
+    for b in &mut bytes[8192..40960] {
+        *b = 0xA5;
+    }
+    std::fs::write(env.db(), &bytes).expect("write");
+    let out = Command::new(bin())
+        .args(["--db", env.db().to_str().expect("u")])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("corrupted") || stderr.contains("not a usable SQLite database"),
+        "{stderr}"
+    );
+}
+
+#[test]
+fn default_database_lives_under_the_root() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--root", d.path().to_str().expect("u")],
+        d.path(),
+        Era::Handshake,
+    );
+    create(&mut c, "rooted", "");
+    assert!(d.path().join(".kitbag/issues.db").exists());
+}
+
+fn export(env: &Env) -> String {
+    let out = Command::new(bin())
+        .args(["--db", env.db().to_str().expect("u"), "export"])
+        .output()
+        .expect("export");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf8")
+}
+
+fn import(env: &Env, file: &std::path::Path) -> std::process::Output {
+    Command::new(bin())
+        .args([
+            "--db",
+            env.db().to_str().expect("u"),
+            "import",
+            file.to_str().expect("u"),
+        ])
+        .output()
+        .expect("import")
+}
+
+#[test]
+fn export_import_round_trips_exactly() {
+    let a = Env::new();
+    {
+        let mut c = a.spawn(&["--issue", "1", "--workflow", "deploy"]);
+        create(
+            &mut c,
+            "First",
+            "body with \"quotes\", unicode é and\nnewlines",
+        );
+        create(&mut c, "Second", "two");
+        ok(
+            &mut c,
+            "issue_update",
+            json!({"number": 1, "body": "edited", "assignment": "workflow:deploy"}),
+        );
+        ok(
+            &mut c,
+            "issue_comment",
+            json!({"number": 1, "body": "hidden", "visibility": "operator_only"}),
+        );
+        ok(
+            &mut c,
+            "issue_transition",
+            json!({"number": 2, "to": "rejected", "comment": "dup"}),
+        );
+        ok(
+            &mut c,
+            "todo",
+            json!({"action": "set", "items": ["one", "two"], "phase": "p1"}),
+        );
+        ok(
+            &mut c,
+            "todo",
+            json!({"action": "add", "items": ["crit"], "kind": "criterion", "origin_agent": "primary/sub"}),
+        );
+        ok(&mut c, "todo", json!({"action": "start", "content": "one"}));
+        ok(
+            &mut c,
+            "todo",
+            json!({"action": "note", "content": "one", "text": "a note"}),
+        );
+        ok(&mut c, "todo", json!({"action": "drop", "content": "two"}));
+    }
+    let mut o = McpClient::spawn(
+        bin(),
+        &["--db", a.db().to_str().expect("u"), "--project", "other"],
+        a.dir.path(),
+        Era::Handshake,
+    );
+    create(&mut o, "Other project", "x");
+    drop(o);
+    let first = export(&a);
+    let lines: Vec<&str> = first.lines().collect();
+    assert_eq!(lines.len(), 3, "{first}");
+    let rec: Value = serde_json::from_str(lines[0]).expect("json");
+    assert_eq!(rec["project"], "other");
+    let rec: Value = serde_json::from_str(lines[1]).expect("json");
+    assert_eq!(rec["number"], 1);
+    assert_eq!(
+        rec["original_body"],
+        "body with \"quotes\", unicode é and\nnewlines"
+    );
+    assert_eq!(rec["updates"].as_array().expect("u").len(), 3);
+    assert_eq!(rec["todos"].as_array().expect("t").len(), 3);
+
+    // Into a fresh database: byte-identical export.
+    let b = Env::new();
+    let file = a.dir.path().join("issues.jsonl");
+    std::fs::write(&file, &first).expect("w");
+    let out = import(&b, &file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stderr).contains("3 new"));
+    assert_eq!(export(&b), first, "round trip is exact");
+    // Importing again replaces in place: still identical, and numbering continues.
+    let out = import(&b, &file);
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("3 replaced"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(export(&b), first);
+    let mut c = b.spawn(&[]);
+    assert_eq!(create(&mut c, "Third", ""), 3);
+    assert!(
+        ok(&mut c, "issue_list", json!({"search": "edited"})).structured["total"] == 1,
+        "FTS rebuilt"
+    );
+
+    // A bad line imports nothing and says where.
+    let bad = b.dir.path().join("bad.jsonl");
+    std::fs::write(
+        &bad,
+        format!(
+            "{}\n{{\"nope\": 1}}\n",
+            lines[0].replace("Other project", "Renamed")
+        ),
+    )
+    .expect("w");
+    let out = import(&b, &bad);
+    assert!(!out.status.success());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("line 2"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(!export(&b).contains("Renamed"));
+    // A number clash with a different id is refused.
+    let clash = b.dir.path().join("clash.jsonl");
+    let mut rec: Value = serde_json::from_str(lines[1]).expect("j");
+    rec["id"] = json!("01JAAAAAAAAAAAAAAAAAAAAAAA");
+    std::fs::write(&clash, format!("{rec}\n")).expect("w");
+    let out = import(&b, &clash);
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("another id"));
+}
+
+fn wait_for_update(c: &McpClient, uri: &str) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut seen = Vec::new();
+    while Instant::now() < deadline {
+        seen.extend(c.take_notifications());
+        if seen
+            .iter()
+            .any(|n| n["method"] == "notifications/resources/updated" && n["params"]["uri"] == uri)
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+#[test]
+fn resources_read_and_notify_in_both_eras() {
+    let env = Env::new();
+    let mut c = env.spawn(&[]);
+    create(&mut c, "Add dark mode", "palette");
+    let n = create(&mut c, "Fix login", "crash");
+    ok(
+        &mut c,
+        "issue_transition",
+        json!({"number": 1, "to": "resolved"}),
+    );
+    let list = c.request("resources/list", json!({}));
+    let uris: Vec<&str> = list["result"]["resources"]
+        .as_array()
+        .expect("resources")
+        .iter()
+        .filter_map(|r| r["uri"].as_str())
+        .collect();
+    assert_eq!(uris, ["issues://open", "issues://2"], "{list}");
+    let t = c.request("resources/templates/list", json!({}));
+    assert_eq!(
+        t["result"]["resourceTemplates"][0]["uriTemplate"],
+        "issues://{number}"
+    );
+    let r = c.request("resources/read", json!({"uri": "issues://open"}));
+    let text = r["result"]["contents"][0]["text"].as_str().expect("text");
+    assert!(text.contains("#2 [open] Fix login"), "{text}");
+    assert!(
+        !text.contains("dark mode"),
+        "resolved issues are not open: {text}"
+    );
+    let r = c.request("resources/read", json!({"uri": "issues://1"}));
+    let text = r["result"]["contents"][0]["text"].as_str().expect("text");
+    assert!(text.starts_with("# #1 Add dark mode"), "{text}");
+    assert!(text.contains("status: resolved"), "{text}");
+    let r = c.request("resources/read", json!({"uri": "issues://9"}));
+    assert!(r.get("error").is_some(), "{r}");
+
+    // Handshake era: resources/subscribe, then changes here and from another process.
+    let s = c.request(
+        "resources/subscribe",
+        json!({"uri": format!("issues://{n}")}),
+    );
+    assert!(s.get("result").is_some(), "{s}");
+    c.take_notifications();
+    ok(
+        &mut c,
+        "issue_comment",
+        json!({"number": n, "body": "looking"}),
+    );
+    assert!(wait_for_update(&c, "issues://2"), "own change announced");
+    let mut other = env.spawn(&[]);
+    ok(
+        &mut other,
+        "issue_transition",
+        json!({"number": n, "to": "triaged"}),
+    );
+    assert!(
+        wait_for_update(&c, "issues://2"),
+        "another process's change announced"
+    );
+    let u = c.request("resources/unsubscribe", json!({"uri": "issues://2"}));
+    assert!(u.get("result").is_some(), "{u}");
+    let bad = c.request("resources/subscribe", json!({"uri": "file:///etc/passwd"}));
+    assert!(bad.get("error").is_some(), "{bad}");
+
+    // 2026-07-28: subscriptions/listen.
+    let mut m = env.spawn_era(Era::Modern, &[]);
+    let _listen = m.send_request(
+        "subscriptions/listen",
+        json!({"notifications": {"resourceSubscriptions": ["issues://open", "issues://2"]}}),
+    );
+    std::thread::sleep(Duration::from_millis(300));
+    ok(
+        &mut other,
+        "issue_comment",
+        json!({"number": n, "body": "from elsewhere"}),
+    );
+    assert!(wait_for_update(&m, "issues://2"), "modern subscription");
+    let n3 = create(&mut other, "third", "");
+    assert!(wait_for_update(&m, "issues://open"));
+    let _ = n3;
+}
