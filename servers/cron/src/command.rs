@@ -1,0 +1,242 @@
+//! The `command` action: `/bin/sh -c` in its own process group, with a timeout that kills
+//! the whole group (the shell and everything it started).
+
+use std::path::Path;
+use std::process::Stdio;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::Signal;
+use tokio::io::{AsyncRead, AsyncReadExt};
+use tokio::process::Command;
+use tokio::sync::Mutex;
+
+use crate::store::CommandOutcome;
+
+/// Bytes of combined output kept for the run history.
+pub const TAIL_BYTES: usize = 4096;
+/// After SIGTERM, how long the group gets before SIGKILL.
+const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// The last `cap` bytes of a stream, and whether anything was dropped.
+#[derive(Default)]
+struct Tail {
+    buf: Vec<u8>,
+    dropped: bool,
+}
+
+impl Tail {
+    fn push(&mut self, bytes: &[u8]) {
+        self.buf.extend_from_slice(bytes);
+        if self.buf.len() > TAIL_BYTES * 2 {
+            let cut = self.buf.len() - TAIL_BYTES;
+            self.buf.drain(..cut);
+            self.dropped = true;
+        }
+    }
+
+    fn finish(&self) -> (String, bool) {
+        let (start, dropped) = if self.buf.len() > TAIL_BYTES {
+            (self.buf.len() - TAIL_BYTES, true)
+        } else {
+            (0, self.dropped)
+        };
+        let text = String::from_utf8_lossy(&self.buf[start..]).into_owned();
+        // Drop a partial first character left by the cut.
+        let text = if start > 0 {
+            text.trim_start_matches('\u{FFFD}').to_string()
+        } else {
+            text
+        };
+        (text, dropped)
+    }
+}
+
+async fn pump(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
+    let mut buf = [0u8; 8192];
+    loop {
+        match r.read(&mut buf).await {
+            Ok(0) | Err(_) => break,
+            Ok(n) => tail.lock().await.push(&buf[..n]),
+        }
+    }
+}
+
+fn kill_group(pgid: i32, sig: Signal) {
+    if pgid > 0 {
+        // A group that is already gone only makes this fail.
+        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), sig);
+    }
+}
+
+/// Run `script` with `/bin/sh -c` in `cwd`, killing its process group after `timeout`.
+pub async fn run(
+    script: &str,
+    cwd: &Path,
+    timeout: Duration,
+    env: &[(&str, String)],
+) -> CommandOutcome {
+    let started = Instant::now();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(script)
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            return CommandOutcome {
+                status: "spawn_failed".into(),
+                exit_code: None,
+                signal: None,
+                duration_ms: started.elapsed().as_millis() as u64,
+                output_tail: format!("cannot start /bin/sh: {e}"),
+                output_truncated: false,
+            };
+        }
+    };
+    let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    let tail = Arc::new(Mutex::new(Tail::default()));
+    let mut pumps = Vec::new();
+    if let Some(out) = child.stdout.take() {
+        pumps.push(tokio::spawn(pump(out, tail.clone())));
+    }
+    if let Some(err) = child.stderr.take() {
+        pumps.push(tokio::spawn(pump(err, tail.clone())));
+    }
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut timed_out = false;
+    let status = match tokio::time::timeout_at(deadline, child.wait()).await {
+        Ok(s) => s.ok(),
+        Err(_) => {
+            timed_out = true;
+            kill_group(pgid, Signal::SIGTERM);
+            match tokio::time::timeout(TERM_GRACE, child.wait()).await {
+                Ok(s) => s.ok(),
+                Err(_) => {
+                    kill_group(pgid, Signal::SIGKILL);
+                    child.wait().await.ok()
+                }
+            }
+        }
+    };
+    // The shell is gone; anything it left in its group still holding the pipes is killed
+    // at the deadline (or right away when the deadline already passed).
+    let drain = futures::future::join_all(pumps);
+    tokio::pin!(drain);
+    if tokio::time::timeout_at(deadline, &mut drain).await.is_err() {
+        kill_group(pgid, Signal::SIGKILL);
+        let _ = tokio::time::timeout(TERM_GRACE, &mut drain).await;
+    }
+    if timed_out {
+        // Stragglers that ignored SIGTERM.
+        kill_group(pgid, Signal::SIGKILL);
+    }
+    let (output_tail, output_truncated) = tail.lock().await.finish();
+    use std::os::unix::process::ExitStatusExt;
+    let exit_code = status.and_then(|s| s.code());
+    let signal = status.and_then(|s| s.signal());
+    let status = if timed_out {
+        "timed_out"
+    } else if exit_code == Some(0) {
+        "ok"
+    } else {
+        "failed"
+    };
+    CommandOutcome {
+        status: status.into(),
+        exit_code,
+        signal,
+        duration_ms: started.elapsed().as_millis() as u64,
+        output_tail,
+        output_truncated,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn alive(pid: i32) -> bool {
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(s) => s
+                .rsplit_once(')')
+                .and_then(|(_, r)| r.split_whitespace().next())
+                .is_some_and(|st| st != "Z" && st != "X"),
+            Err(_) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn exit_code_and_output_are_recorded() {
+        let d = tempfile::tempdir().unwrap();
+        let o = run(
+            "echo out; echo err >&2; echo \"$KITBAG_CRON_ID\"; pwd; exit 3",
+            d.path(),
+            Duration::from_secs(10),
+            &[("KITBAG_CRON_ID", "cron-7".into())],
+        )
+        .await;
+        assert_eq!(o.status, "failed");
+        assert_eq!(o.exit_code, Some(3));
+        assert!(o.output_tail.contains("out") && o.output_tail.contains("err"));
+        assert!(o.output_tail.contains("cron-7"));
+        let real = std::fs::canonicalize(d.path()).unwrap();
+        assert!(
+            o.output_tail.contains(real.to_str().unwrap()),
+            "{}",
+            o.output_tail
+        );
+        let ok = run("true", d.path(), Duration::from_secs(10), &[]).await;
+        assert_eq!((ok.status.as_str(), ok.exit_code), ("ok", Some(0)));
+    }
+
+    #[tokio::test]
+    async fn long_output_keeps_the_tail() {
+        let d = tempfile::tempdir().unwrap();
+        let o = run(
+            "i=0; while [ $i -lt 3000 ]; do echo line$i; i=$((i+1)); done",
+            d.path(),
+            Duration::from_secs(30),
+            &[],
+        )
+        .await;
+        assert_eq!(o.status, "ok");
+        assert!(o.output_truncated);
+        assert!(o.output_tail.len() <= TAIL_BYTES);
+        assert!(o.output_tail.trim_end().ends_with("line2999"));
+    }
+
+    #[tokio::test]
+    async fn timeout_kills_the_whole_group() {
+        let d = tempfile::tempdir().unwrap();
+        let pidfile = d.path().join("pids");
+        let script = format!(
+            "sleep 300 & echo $! > {p}; sh -c 'sleep 300' & echo $! >> {p}; echo started; wait",
+            p = pidfile.display()
+        );
+        let started = Instant::now();
+        let o = run(&script, d.path(), Duration::from_millis(700), &[]).await;
+        assert_eq!(o.status, "timed_out");
+        assert!(o.output_tail.contains("started"));
+        assert!(started.elapsed() < Duration::from_secs(20));
+        let pids: Vec<i32> = std::fs::read_to_string(&pidfile)
+            .unwrap()
+            .lines()
+            .map(|l| l.trim().parse().unwrap())
+            .collect();
+        assert_eq!(pids.len(), 2);
+        std::thread::sleep(Duration::from_millis(300));
+        for p in pids {
+            assert!(!alive(p), "child {p} survived the timeout");
+        }
+    }
+}

@@ -1,0 +1,193 @@
+//! `cron_create`: add a scheduled entry.
+
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::{Schedule, parse_tz};
+use crate::state::CronState;
+use crate::store::{CommandAction, DEFAULT_COMMAND_TIMEOUT, Entry, MAX_ENTRIES, Slot};
+use crate::view::EntryView;
+
+pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
+pub const MAX_COMMAND_BYTES: usize = 8 * 1024;
+pub const MAX_COMMAND_TIMEOUT: i64 = 24 * 3600;
+
+pub const DEF: ToolDef = ToolDef::write(
+    "cron_create",
+    "Create a scheduled task",
+    "Schedule a message to be delivered to you (as a new user message in its own session) on a \
+     cron schedule, optionally running a shell command first. Use it for recurring work: health \
+     checks, polling, periodic reports, reminders; `recurring: false` fires once and then disables \
+     itself.\n`schedule` is standard 5-field cron `minute hour day-of-month month day-of-week` with \
+     `*`, `*/N`, `N`, `N-M`, `N,M`, names (`mon`, `jan`) or `@hourly`/`@daily`/`@weekly`/`@monthly`/\
+     `@yearly`; no seconds field. It is read in `timezone` (IANA, default the machine's), with \
+     daylight-saving handled. A run missed while the server was down is made up once at start-up \
+     unless `catch_up: false`. `command` runs with /bin/sh -c in the root, its process group killed \
+     after `command_timeout_secs` (default 60); its exit code and output tail go to cron_runs and the \
+     delivered message.\nExample: {\"schedule\": \"*/5 * * * *\", \"message\": \"Check http://localhost:8080 \
+     and restart it if down\", \"session\": \"health-check\"}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateParams {
+    /// 5-field cron expression or an @alias, e.g. `0 9 * * mon-fri`.
+    pub schedule: String,
+    /// The text delivered when the entry fires (1 to 16384 bytes).
+    pub message: String,
+    /// Session the firing goes to (letters, digits, `.`, `_`, `-`, `:`; up to 128). Default: the entry id (`cron-N`).
+    #[serde(default)]
+    pub session: Option<String>,
+    /// Default true; false creates the entry paused.
+    #[serde(default)]
+    pub enabled: Option<bool>,
+    /// IANA time zone, e.g. `Europe/Berlin`. Default: the machine's.
+    #[serde(default)]
+    pub timezone: Option<String>,
+    /// Default true; false fires once, then disables itself.
+    #[serde(default)]
+    pub recurring: Option<bool>,
+    /// Default true: a run missed while the server was down fires once at start-up.
+    #[serde(default)]
+    pub catch_up: Option<bool>,
+    /// Shell command run (with /bin/sh -c, in the root) each time the entry fires.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// Seconds before the command's process group is killed (1 to 86400, default 60).
+    #[serde(default)]
+    pub command_timeout_secs: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CreateResult {
+    pub entry: EntryView,
+}
+
+fn valid_session(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 128
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+}
+
+/// Check every argument; returns the entry to store (id filled in later).
+pub fn validate(state: &CronState, p: &CreateParams) -> ToolResult<Entry> {
+    let tz = match &p.timezone {
+        Some(t) => {
+            parse_tz(t)?;
+            t.trim().to_string()
+        }
+        None => state.machine_tz.clone(),
+    };
+    Schedule::new(&p.schedule, &tz)?;
+    if p.message.trim().is_empty() {
+        return Err(ToolError::invalid_field(
+            "message",
+            "empty; give the text to deliver when the entry fires",
+        ));
+    }
+    if p.message.len() > MAX_MESSAGE_BYTES {
+        return Err(ToolError::invalid_field(
+            "message",
+            format!(
+                "{} bytes; at most {MAX_MESSAGE_BYTES} are accepted",
+                p.message.len()
+            ),
+        ));
+    }
+    let session = match &p.session {
+        Some(s) if !valid_session(s) => {
+            return Err(ToolError::invalid_field(
+                "session",
+                format!("`{s}` is not accepted; use 1–128 letters, digits, `.`, `_`, `-` or `:`"),
+            ));
+        }
+        Some(s) => s.clone(),
+        None => String::new(),
+    };
+    let command = match &p.command {
+        None => {
+            if p.command_timeout_secs.is_some() {
+                return Err(ToolError::invalid_field(
+                    "command_timeout_secs",
+                    "only accepted together with `command`",
+                ));
+            }
+            None
+        }
+        Some(c) => {
+            if c.trim().is_empty() {
+                return Err(ToolError::invalid_field(
+                    "command",
+                    "empty; omit it for a message-only entry",
+                ));
+            }
+            if c.len() > MAX_COMMAND_BYTES {
+                return Err(ToolError::invalid_field(
+                    "command",
+                    format!(
+                        "{} bytes; at most {MAX_COMMAND_BYTES} are accepted",
+                        c.len()
+                    ),
+                ));
+            }
+            if !state.commands_enabled {
+                return Err(ToolError::new(
+                    ErrorCode::CapabilityDenied,
+                    "command actions are disabled on this server (--no-commands); create a message-only entry",
+                )
+                .with_detail(serde_json::json!({"field": "command"})));
+            }
+            let timeout = match p.command_timeout_secs {
+                None => DEFAULT_COMMAND_TIMEOUT,
+                Some(t) if (1..=MAX_COMMAND_TIMEOUT).contains(&t) => t as u64,
+                Some(t) => {
+                    return Err(ToolError::invalid_field(
+                        "command_timeout_secs",
+                        format!("{t} is out of range; 1 to {MAX_COMMAND_TIMEOUT} seconds"),
+                    ));
+                }
+            };
+            Some(CommandAction {
+                run: c.clone(),
+                timeout_secs: timeout,
+            })
+        }
+    };
+    Ok(Entry {
+        id: String::new(),
+        schedule: p.schedule.trim().to_string(),
+        message: p.message.clone(),
+        session,
+        enabled: p.enabled.unwrap_or(true),
+        timezone: tz,
+        recurring: p.recurring.unwrap_or(true),
+        catch_up: p.catch_up.unwrap_or(true),
+        command,
+        created_at: Some(state.now()),
+        last_scheduled_at: None,
+        last_run: None,
+        extra: Default::default(),
+    })
+}
+
+pub fn run(state: &CronState, p: CreateParams) -> ToolResult<Reply<CreateResult>> {
+    state.ensure_writable()?;
+    let mut entry = validate(state, &p)?;
+    let entry = state.store.update(|doc| {
+        if doc.slots.len() >= MAX_ENTRIES {
+            return Err(ToolError::new(
+                ErrorCode::InvalidParams,
+                format!("the store already holds {MAX_ENTRIES} entries; delete some first"),
+            ));
+        }
+        entry.id = doc.allocate_id();
+        doc.slots.push(Slot::Entry(Box::new(entry.clone())));
+        Ok(entry)
+    })?;
+    state.wake.notify_one();
+    let view = EntryView::of(state, &entry, state.now(), false);
+    let text = format!("created {}", view.line());
+    Ok(Reply::new(CreateResult { entry: view }, text))
+}

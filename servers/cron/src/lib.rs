@@ -1,0 +1,203 @@
+//! kitbag-cron: scheduled work that fires reliably, over MCP.
+//!
+//! Entries live in `<root>/.kitbag/cron.json`; a scheduler task sleeps until the next due
+//! instant and delivers each firing to the connected client as
+//! `notifications/kitbag/cron_fired` (and, with `--claude-channel`, as Claude Code's
+//! `notifications/claude/channel`). Each tool's logic is a plain function in its module.
+
+pub mod clock;
+pub mod command;
+pub mod create;
+pub mod list;
+pub mod manage;
+pub mod runs;
+pub mod schedule;
+pub mod scheduler;
+pub mod state;
+pub mod store;
+pub mod view;
+
+use std::sync::Arc;
+
+use chrono::{DateTime, Utc};
+use clap::Parser;
+use kitbag_shared::rmcp::model::{JsonObject, ServerCapabilities};
+use kitbag_shared::rmcp::service::{Peer, RoleServer};
+use kitbag_shared::{
+    Access, CallCtx, CommonArgs, Extras, Identity, McpServer, ToolRouter, audit::AuditLog, blocking,
+};
+
+use crate::clock::{Clock, ScaledClock, SystemClock};
+pub use crate::state::CronState;
+use crate::store::Store;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kitbag-cron",
+    version,
+    about = "MCP server: cron schedules delivered to the client as notifications"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Also deliver firings as Claude Code channel notifications (`notifications/claude/channel`),
+    /// so a Claude Code session receives the message as input.
+    #[arg(long)]
+    pub claude_channel: bool,
+
+    /// Refuse `command` actions (entries only deliver messages).
+    #[arg(long)]
+    pub no_commands: bool,
+
+    /// Rotate the run history when it exceeds this many bytes (two old files are kept).
+    #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
+    pub history_max_bytes: u64,
+
+    /// Testing: start the scheduler's clock at this RFC 3339 instant instead of now.
+    #[arg(long, hide = true, value_name = "RFC3339")]
+    pub test_clock_start: Option<String>,
+
+    /// Testing: run the scheduler's clock this many times faster than real time.
+    #[arg(long, hide = true, value_name = "FACTOR")]
+    pub test_clock_rate: Option<f64>,
+}
+
+pub const IDENTITY: Identity = Identity {
+    name: "kitbag-cron",
+    version: env!("CARGO_PKG_VERSION"),
+    instructions: "Scheduled tasks. cron_create schedules a message (and optionally a shell command) on a 5-field cron schedule in an IANA time zone; each firing arrives as a notifications/kitbag/cron_fired notification carrying the entry's session and message. cron_list shows next fire times, cron_runs the history, cron_status whether work is scheduled.",
+};
+
+pub fn router() -> ToolRouter<CronState> {
+    ToolRouter::new()
+        .tool(
+            create::DEF,
+            |s: Arc<CronState>, p, ctx: CallCtx| async move {
+                keep_peer(&s, &ctx);
+                blocking(move || create::run(&s, p)).await
+            },
+        )
+        .tool(
+            list::LIST_DEF,
+            |s: Arc<CronState>, p, ctx: CallCtx| async move {
+                keep_peer(&s, &ctx);
+                blocking(move || list::list(&s, p)).await
+            },
+        )
+        .tool(
+            list::STATUS_DEF,
+            |s: Arc<CronState>, p, ctx: CallCtx| async move {
+                keep_peer(&s, &ctx);
+                blocking(move || list::status(&s, p)).await
+            },
+        )
+        .tool(
+            manage::DELETE_DEF,
+            |s: Arc<CronState>, p, ctx: CallCtx| async move {
+                keep_peer(&s, &ctx);
+                blocking(move || manage::delete(&s, p)).await
+            },
+        )
+        .tool(
+            manage::ENABLE_DEF,
+            |s: Arc<CronState>, p, ctx: CallCtx| async move {
+                keep_peer(&s, &ctx);
+                blocking(move || manage::set_enabled(&s, p, true)).await
+            },
+        )
+        .tool(
+            manage::DISABLE_DEF,
+            |s: Arc<CronState>, p, ctx: CallCtx| async move {
+                keep_peer(&s, &ctx);
+                blocking(move || manage::set_enabled(&s, p, false)).await
+            },
+        )
+        .tool(runs::DEF, |s: Arc<CronState>, p, ctx: CallCtx| async move {
+            keep_peer(&s, &ctx);
+            blocking(move || runs::run(&s, p)).await
+        })
+}
+
+/// In the 2026-07-28 era there is no `notifications/initialized`: take the client from the
+/// first request instead.
+fn keep_peer(state: &CronState, ctx: &CallCtx) {
+    if let Some(peer) = ctx.peer() {
+        state.set_peer(peer.clone());
+    }
+}
+
+/// Declares the notifications and keeps the client for them.
+pub struct CronExtras {
+    claude_channel: bool,
+}
+
+impl Extras<CronState> for CronExtras {
+    fn capabilities(&self, caps: &mut ServerCapabilities) {
+        let exp = caps.experimental.get_or_insert_with(Default::default);
+        let mut fired = JsonObject::new();
+        fired.insert("notification".into(), serde_json::json!(state::CRON_FIRED));
+        exp.insert("kitbag/cron".into(), fired);
+        if self.claude_channel {
+            exp.insert("claude/channel".into(), JsonObject::new());
+        }
+    }
+
+    fn on_connected(&self, state: Arc<CronState>, peer: Peer<RoleServer>) {
+        state.set_peer(peer);
+    }
+}
+
+fn clock_from(args: &Args) -> anyhow::Result<Arc<dyn Clock>> {
+    match (&args.test_clock_start, args.test_clock_rate) {
+        (None, None) => Ok(Arc::new(SystemClock)),
+        (start, rate) => {
+            let start: DateTime<Utc> = match start {
+                Some(s) => DateTime::parse_from_rfc3339(s)
+                    .map_err(|e| anyhow::anyhow!("--test-clock-start {s}: {e}"))?
+                    .with_timezone(&Utc),
+                None => Utc::now(),
+            };
+            Ok(Arc::new(ScaledClock::new(start, rate.unwrap_or(1.0))))
+        }
+    }
+}
+
+pub fn build(args: &Args) -> anyhow::Result<McpServer<CronState>> {
+    let policy = args.common.policy()?;
+    let root = policy.root().to_path_buf();
+    let store = Store::new(&root, args.history_max_bytes);
+    let writable = !policy.is_read_only() && policy.allows(&store.dir, Access::Write);
+    let state = CronState::new(
+        store,
+        root,
+        clock_from(args)?,
+        state::Options {
+            claude_channel: args.claude_channel,
+            commands_enabled: !args.no_commands,
+            writable,
+            machine_tz: schedule::machine_timezone(),
+        },
+    );
+    let audit = match &args.common.audit_log {
+        Some(p) => Some(AuditLog::open(p)?),
+        None => None,
+    };
+    // The store lives under the root fixed at start-up: no adoption of a client root.
+    Ok(McpServer::new(IDENTITY, state, router(), policy)
+        .with_audit(audit)
+        .with_extras(CronExtras {
+            claude_channel: args.claude_channel,
+        }))
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.common.init_logging()?;
+    let server = build(&args)?;
+    let state = server.state().clone();
+    if state.writable {
+        scheduler::watch_store(&state);
+    }
+    tokio::spawn(scheduler::run(state));
+    kitbag_shared::serve_stdio(server).await
+}

@@ -1,0 +1,212 @@
+//! `cron_list` and `cron_status`.
+
+use kitbag_shared::{Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::state::CronState;
+use crate::store::Slot;
+use crate::view::EntryView;
+
+pub const DEFAULT_LIMIT: i64 = 100;
+pub const MAX_LIMIT: i64 = 1000;
+
+pub const LIST_DEF: ToolDef = ToolDef::read(
+    "cron_list",
+    "List scheduled tasks",
+    "List cron entries with their schedule, zone, session, next fire time and last run. Messages are \
+     cut to 500 bytes here. Pages with `offset`/`limit` (default 100, at most 1000); when `truncated` \
+     is true call again with `offset` = `next_offset`. Hand-edited entries that cannot be scheduled \
+     are listed with an `error`, entries that do not parse at all under `problems`.\n\
+     Example: {\"enabled_only\": true}",
+);
+
+pub const STATUS_DEF: ToolDef = ToolDef::read(
+    "cron_status",
+    "Scheduler status",
+    "Report whether any enabled cron entry exists and when the next one fires, so a host can hold a \
+     keepalive lease while work is scheduled (`keepalive_needed`). Also says whether a client is \
+     connected to receive firings and where the store lives.\nExample: {}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// Only enabled entries.
+    #[serde(default)]
+    pub enabled_only: Option<bool>,
+    /// Entries to skip (default 0).
+    #[serde(default)]
+    pub offset: Option<i64>,
+    /// Most entries to return (default 100, at most 1000).
+    #[serde(default)]
+    pub limit: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Problem {
+    /// Position in the file's `entries` array (0-based).
+    pub index: usize,
+    pub error: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListResult {
+    pub entries: Vec<EntryView>,
+    /// Entries matching (before paging).
+    pub total: usize,
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<usize>,
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub problems: Vec<Problem>,
+}
+
+fn bounded(field: &str, v: Option<i64>, default: i64, min: i64, max: i64) -> ToolResult<usize> {
+    match v {
+        None => Ok(default as usize),
+        Some(n) if (min..=max).contains(&n) => Ok(n as usize),
+        Some(n) => Err(ToolError::invalid_field(
+            field,
+            format!("{n} is out of range; {min} to {max}"),
+        )),
+    }
+}
+
+pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
+    let offset = bounded("offset", p.offset, 0, 0, i64::MAX)?;
+    let limit = bounded("limit", p.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    let doc = state.store.load()?;
+    let now = state.now();
+    let enabled_only = p.enabled_only.unwrap_or(false);
+    let matching: Vec<_> = doc
+        .entries()
+        .filter(|e| !enabled_only || e.enabled)
+        .collect();
+    let total = matching.len();
+    let entries: Vec<EntryView> = matching
+        .into_iter()
+        .skip(offset)
+        .take(limit)
+        .map(|e| EntryView::of(state, e, now, true))
+        .collect();
+    let end = offset + entries.len();
+    let truncated = end < total;
+    let problems: Vec<Problem> = doc
+        .slots
+        .iter()
+        .enumerate()
+        .filter_map(|(index, s)| match s {
+            Slot::Invalid { error, .. } => Some(Problem {
+                index,
+                error: error.clone(),
+            }),
+            Slot::Entry(_) => None,
+        })
+        .collect();
+    let mut text = String::new();
+    if total == 0 {
+        text.push_str("no cron entries");
+    }
+    for v in &entries {
+        text.push_str(&v.line());
+        text.push('\n');
+    }
+    if truncated {
+        text.push_str(&format!(
+            "[{} of {total} shown; continue with offset={end}]\n",
+            entries.len()
+        ));
+    }
+    for pr in &problems {
+        text.push_str(&format!(
+            "unparsable entry #{} in {}: {}\n",
+            pr.index,
+            state.store.file.display(),
+            pr.error
+        ));
+    }
+    Ok(Reply::new(
+        ListResult {
+            entries,
+            total,
+            truncated,
+            next_offset: truncated.then_some(end),
+            problems,
+        },
+        text.trim_end().to_string(),
+    ))
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct StatusParams {}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct StatusResult {
+    pub total_entries: usize,
+    pub enabled_entries: usize,
+    /// true while any enabled entry exists: hold a keepalive lease.
+    pub keepalive_needed: bool,
+    /// The soonest fire time over all enabled entries (RFC 3339, UTC).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_fire: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_id: Option<String>,
+    /// `running`, or `read_only` when this server cannot write the store (it then fires nothing).
+    pub scheduler: String,
+    /// A client is connected to receive `notifications/kitbag/cron_fired`.
+    pub client_connected: bool,
+    /// Firings are also sent as Claude Code channel notifications.
+    pub claude_channel: bool,
+    pub store: String,
+    pub now: String,
+}
+
+pub fn status(state: &CronState, _p: StatusParams) -> ToolResult<Reply<StatusResult>> {
+    let doc = state.store.load()?;
+    let now = state.now();
+    let total = doc.entries().count();
+    let mut enabled = 0;
+    let mut next: Option<(chrono::DateTime<chrono::Utc>, String)> = None;
+    for e in doc.entries().filter(|e| e.enabled) {
+        enabled += 1;
+        if let Some(t) = state.next_fire(e, now)
+            && next.as_ref().is_none_or(|(n, _)| t < *n)
+        {
+            next = Some((t, e.id.clone()));
+        }
+    }
+    let scheduler = if state.writable {
+        "running"
+    } else {
+        "read_only"
+    };
+    let text = format!(
+        "{enabled} of {total} entries enabled; keepalive {}; next {}; scheduler {scheduler}; client {}",
+        if enabled > 0 { "needed" } else { "not needed" },
+        next.as_ref()
+            .map(|(t, id)| format!("{id} at {}", t.to_rfc3339()))
+            .unwrap_or_else(|| "-".into()),
+        if state.has_client() {
+            "connected"
+        } else {
+            "not connected"
+        },
+    );
+    Ok(Reply::new(
+        StatusResult {
+            total_entries: total,
+            enabled_entries: enabled,
+            keepalive_needed: enabled > 0,
+            next_fire: next.as_ref().map(|(t, _)| t.to_rfc3339()),
+            next_id: next.map(|(_, id)| id),
+            scheduler: scheduler.into(),
+            client_connected: state.has_client(),
+            claude_channel: state.claude_channel,
+            store: state.store.file.display().to_string(),
+            now: now.to_rfc3339(),
+        },
+        text,
+    ))
+}

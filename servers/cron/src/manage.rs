@@ -1,0 +1,129 @@
+//! `cron_delete`, `cron_enable`, `cron_disable`.
+
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::state::CronState;
+use crate::store::{Doc, Slot};
+use crate::view::EntryView;
+
+pub const DELETE_DEF: ToolDef = ToolDef::write(
+    "cron_delete",
+    "Delete a scheduled task",
+    "Delete a cron entry by id (as shown by cron_list); it never fires again. Its run history stays \
+     readable with cron_runs. To pause an entry instead, use cron_disable.\nExample: {\"id\": \"cron-3\"}",
+)
+.destructive()
+.idempotent();
+
+pub const ENABLE_DEF: ToolDef = ToolDef::write(
+    "cron_enable",
+    "Enable a scheduled task",
+    "Resume a paused cron entry. It fires from its next scheduled time on; runs that fell while it was \
+     disabled are not made up. Re-enabling a one-shot entry arms it for its next time.\n\
+     Example: {\"id\": \"cron-3\"}",
+)
+.idempotent();
+
+pub const DISABLE_DEF: ToolDef = ToolDef::write(
+    "cron_disable",
+    "Disable a scheduled task",
+    "Pause a cron entry without deleting it; cron_enable resumes it.\nExample: {\"id\": \"cron-3\"}",
+)
+.idempotent();
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct IdParams {
+    /// The entry's id, e.g. `cron-3`.
+    pub id: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DeleteResult {
+    pub deleted: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ToggleResult {
+    pub entry: EntryView,
+    /// false when the entry already was in that state.
+    pub changed: bool,
+}
+
+fn unknown(doc: &Doc, id: &str) -> ToolError {
+    let known: Vec<&str> = doc.entries().map(|e| e.id.as_str()).take(20).collect();
+    ToolError::new(
+        ErrorCode::NotFound,
+        format!(
+            "id: no cron entry `{id}`; call cron_list for the ids ({})",
+            if known.is_empty() {
+                "there are none".to_string()
+            } else {
+                format!("e.g. {}", known.join(", "))
+            }
+        ),
+    )
+    .with_detail(json!({"field": "id", "id": id}))
+}
+
+pub fn delete(state: &CronState, p: IdParams) -> ToolResult<Reply<DeleteResult>> {
+    state.ensure_writable()?;
+    state.store.update(|doc| {
+        let before = doc.slots.len();
+        doc.slots
+            .retain(|s| !matches!(s, Slot::Entry(e) if e.id == p.id));
+        if doc.slots.len() == before {
+            return Err(unknown(doc, &p.id));
+        }
+        Ok(())
+    })?;
+    state.wake.notify_one();
+    Ok(Reply::new(
+        DeleteResult {
+            deleted: p.id.clone(),
+        },
+        format!("deleted {}", p.id),
+    ))
+}
+
+pub fn set_enabled(state: &CronState, p: IdParams, on: bool) -> ToolResult<Reply<ToggleResult>> {
+    state.ensure_writable()?;
+    let now = state.now();
+    let (entry, changed) = state.store.update(|doc| {
+        if doc.get(&p.id).is_none() {
+            return Err(unknown(doc, &p.id));
+        }
+        let Some(e) = doc.get_mut(&p.id) else {
+            return Err(ToolError::internal("entry vanished under the lock"));
+        };
+        let changed = e.enabled != on;
+        if changed && on {
+            // Runs that fell while disabled are not owed.
+            e.last_scheduled_at = Some(e.last_scheduled_at.map_or(now, |t| t.max(now)));
+        }
+        e.enabled = on;
+        Ok((e.clone(), changed))
+    })?;
+    state.wake.notify_one();
+    let view = EntryView::of(state, &entry, now, false);
+    let text = format!(
+        "{} {}",
+        match (on, changed) {
+            (true, true) => "enabled",
+            (false, true) => "disabled",
+            (true, false) => "already enabled:",
+            (false, false) => "already disabled:",
+        },
+        view.line()
+    );
+    Ok(Reply::new(
+        ToggleResult {
+            entry: view,
+            changed,
+        },
+        text,
+    ))
+}

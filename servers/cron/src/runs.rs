@@ -1,0 +1,136 @@
+//! `cron_runs`: the run history, newest first.
+
+use kitbag_shared::limits::truncate_str;
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::state::CronState;
+use crate::store::RunRecord;
+
+pub const DEFAULT_LIMIT: i64 = 20;
+pub const MAX_LIMIT: i64 = 500;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "cron_runs",
+    "Scheduled task history",
+    "Show past runs, newest first: scheduled time, fired time, outcome (`fired`, `caught_up` = made up \
+     once after downtime, `missed` = skipped because catch_up is false, `skipped_busy` = its previous \
+     command still ran), whether a client received it, and for command entries the exit code, status \
+     and output tail. Filter with `id`; page with `offset`/`limit` (default 20, at most 500).\n\
+     Example: {\"id\": \"cron-3\", \"limit\": 5}",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RunsParams {
+    /// Only this entry's runs.
+    #[serde(default)]
+    pub id: Option<String>,
+    /// Most runs to return (default 20, at most 500).
+    #[serde(default)]
+    pub limit: Option<i64>,
+    /// Newest runs to skip (default 0).
+    #[serde(default)]
+    pub offset: Option<i64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RunsResult {
+    pub runs: Vec<RunRecord>,
+    /// Runs recorded (for `id` when given) in the kept history.
+    pub total: usize,
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<usize>,
+}
+
+pub fn run(state: &CronState, p: RunsParams) -> ToolResult<Reply<RunsResult>> {
+    let limit = match p.limit {
+        None => DEFAULT_LIMIT as usize,
+        Some(n) if (1..=MAX_LIMIT).contains(&n) => n as usize,
+        Some(n) => {
+            return Err(ToolError::invalid_field(
+                "limit",
+                format!("{n} is out of range; 1 to {MAX_LIMIT}"),
+            ));
+        }
+    };
+    let offset = match p.offset {
+        None => 0,
+        Some(n) if n >= 0 => n as usize,
+        Some(n) => {
+            return Err(ToolError::invalid_field(
+                "offset",
+                format!("{n} is not accepted; 0 or more"),
+            ));
+        }
+    };
+    let (runs, total) = state.store.read_runs(p.id.as_deref(), offset, limit)?;
+    if let Some(id) = &p.id
+        && total == 0
+    {
+        let doc = state.store.load()?;
+        if doc.get(id).is_none() {
+            return Err(ToolError::new(
+                ErrorCode::NotFound,
+                format!("id: no cron entry `{id}` and no recorded runs for it; call cron_list for the ids"),
+            )
+            .with_detail(json!({"field": "id", "id": id})));
+        }
+    }
+    let end = offset + runs.len();
+    let truncated = end < total;
+    let mut text = String::new();
+    if runs.is_empty() {
+        text.push_str("no runs recorded");
+    }
+    for r in &runs {
+        text.push_str(&format!(
+            "{} {} {} (scheduled {}) {}",
+            r.fired_at.to_rfc3339(),
+            r.id,
+            r.outcome.as_str(),
+            r.scheduled_at.to_rfc3339(),
+            if r.delivered {
+                "delivered"
+            } else {
+                "not delivered"
+            }
+        ));
+        if let Some(c) = &r.command {
+            text.push_str(&format!(
+                " cmd {}{} {}ms",
+                c.status,
+                c.exit_code
+                    .map(|x| format!(" exit {x}"))
+                    .unwrap_or_default(),
+                c.duration_ms
+            ));
+            let tail = c.output_tail.trim_end();
+            if !tail.is_empty() {
+                let last: Vec<&str> = tail.lines().rev().take(3).collect();
+                let joined = last.into_iter().rev().collect::<Vec<_>>().join(" | ");
+                let (t, cut) = truncate_str(&joined, 200);
+                text.push_str(&format!(" out: {t}{}", if cut { "…" } else { "" }));
+            }
+        }
+        text.push('\n');
+    }
+    if truncated {
+        text.push_str(&format!(
+            "[{} of {total} shown; continue with offset={end}]",
+            runs.len()
+        ));
+    }
+    Ok(Reply::new(
+        RunsResult {
+            runs,
+            total,
+            truncated,
+            next_offset: truncated.then_some(end),
+        },
+        text.trim_end().to_string(),
+    ))
+}

@@ -1,0 +1,340 @@
+//! The scheduler: sleeps until the next due instant (no polling), fires what is due, and
+//! goes back to sleep. A tool call or a change of `cron.json` on disk wakes it early.
+//!
+//! Firing is a claim under the store lock: re-read the file, check the entry still exists,
+//! is enabled and has not been fired for this instant (by this or another process), record
+//! `last_scheduled_at`, write — and only then deliver. Two processes on one store never fire
+//! the same run twice. A run missed while no server was running is made up once (the latest
+//! missed instant, recorded `caught_up`), never as a burst; `catch_up: false` skips it
+//! (recorded `missed`).
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, TimeDelta, Utc};
+use serde_json::json;
+
+use crate::command;
+use crate::state::CronState;
+use crate::store::{CommandOutcome, Entry, LastRun, Outcome, RunRecord};
+
+/// A run fired later than this after its instant counts as made up (`caught_up`).
+pub const GRACE: TimeDelta = TimeDelta::seconds(60);
+/// Longest single sleep: re-checks the wall clock after suspends and clock changes.
+pub const MAX_SLEEP: Duration = Duration::from_secs(15 * 60);
+
+/// What is due for one entry at `now`.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Due {
+    pub scheduled_at: DateTime<Utc>,
+    pub outcome: Outcome,
+}
+
+/// Decide whether an entry owes a run at `now`: at most one, the latest instant in
+/// `(cursor, now]`. Pure, for tests with a fixed clock.
+pub fn due_at(
+    schedule: &crate::schedule::Schedule,
+    entry: &Entry,
+    cursor: DateTime<Utc>,
+    now: DateTime<Utc>,
+    started_at: DateTime<Utc>,
+) -> Option<Due> {
+    if !entry.enabled {
+        return None;
+    }
+    let at = schedule.latest_in(cursor, now)?;
+    let late = at < started_at || now - at > GRACE;
+    let outcome = match (late, entry.catch_up) {
+        (false, _) => Outcome::Fired,
+        (true, true) => Outcome::CaughtUp,
+        (true, false) => Outcome::Missed,
+    };
+    Some(Due {
+        scheduled_at: at,
+        outcome,
+    })
+}
+
+/// A run this process claimed and now has to deliver.
+struct Claimed {
+    entry: Entry,
+    due: Due,
+    fired_at: DateTime<Utc>,
+}
+
+/// One pass: claim everything due; returns the claimed runs and when to wake next.
+fn tick(state: &CronState) -> (Vec<Claimed>, Option<DateTime<Utc>>) {
+    let doc = match state.store.load() {
+        Ok(d) => d,
+        Err(e) => {
+            tracing::warn!("scheduler: {}", e.message);
+            return (Vec::new(), None);
+        }
+    };
+    let now = state.now();
+    let mut due: Vec<(String, Due)> = Vec::new();
+    for e in doc.entries().filter(|e| e.enabled) {
+        let Ok(s) = state.schedule_of(e) else {
+            continue;
+        };
+        if let Some(d) = due_at(&s, e, state.cursor_of(e), now, state.started_at) {
+            due.push((e.id.clone(), d));
+        }
+    }
+    let claimed = if due.is_empty() || !state.writable {
+        Vec::new()
+    } else {
+        match claim(state, &due) {
+            Ok(c) => c,
+            Err(e) => {
+                tracing::warn!("scheduler: claim failed: {}", e.message);
+                Vec::new()
+            }
+        }
+    };
+    // Next wake-up: the earliest next fire over the (re-read) entries.
+    let Ok(doc) = state.store.load() else {
+        return (claimed, None);
+    };
+    let now = state.now();
+    let next = doc
+        .entries()
+        .filter(|e| e.enabled)
+        .filter_map(|e| {
+            let s = state.schedule_of(e).ok()?;
+            s.next_after(state.cursor_of(e).max(now))
+        })
+        .min();
+    (claimed, next)
+}
+
+/// Claim the due runs under the store lock; returns those this process must deliver.
+fn claim(state: &CronState, due: &[(String, Due)]) -> kitbag_shared::ToolResult<Vec<Claimed>> {
+    let lock = state.store.lock()?;
+    let mut doc = state.store.load()?;
+    let fired_at = state.now();
+    let mut out = Vec::new();
+    for (id, d) in due {
+        let Some(e) = doc.get_mut(id) else { continue };
+        if !e.enabled || e.last_scheduled_at.is_some_and(|t| t >= d.scheduled_at) {
+            continue; // disabled meanwhile, or fired by another process
+        }
+        // The schedule may have been edited since the decision: re-check on the fresh entry.
+        let Ok(s) = state.schedule_of(e) else {
+            continue;
+        };
+        let cursor = state.cursor_of(e);
+        if s.latest_in(cursor, fired_at) != Some(d.scheduled_at) {
+            continue;
+        }
+        let busy = e.command.is_some()
+            && d.outcome != Outcome::Missed
+            && state
+                .busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .contains(id);
+        let outcome = if busy {
+            Outcome::SkippedBusy
+        } else {
+            d.outcome
+        };
+        e.last_scheduled_at = Some(d.scheduled_at);
+        if matches!(outcome, Outcome::Fired | Outcome::CaughtUp) {
+            e.last_run = Some(LastRun {
+                scheduled_at: d.scheduled_at,
+                fired_at,
+                outcome,
+            });
+        }
+        if !e.recurring {
+            e.enabled = false;
+        }
+        if e.command.is_some() && matches!(outcome, Outcome::Fired | Outcome::CaughtUp) {
+            state
+                .busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .insert(id.clone());
+        }
+        out.push(Claimed {
+            entry: e.clone(),
+            due: Due {
+                scheduled_at: d.scheduled_at,
+                outcome,
+            },
+            fired_at,
+        });
+    }
+    if !out.is_empty() {
+        state.store.save(&doc, &lock)?;
+    }
+    Ok(out)
+}
+
+/// Deliver a claimed run: run its command, notify the client, record the run.
+async fn finish(state: Arc<CronState>, c: Claimed) {
+    let e = &c.entry;
+    let deliver = matches!(c.due.outcome, Outcome::Fired | Outcome::CaughtUp);
+    let mut cmd_outcome: Option<CommandOutcome> = None;
+    if deliver && let Some(cmd) = &e.command {
+        cmd_outcome = Some(if state.commands_enabled {
+            let env = [
+                ("KITBAG_CRON_ID", e.id.clone()),
+                ("KITBAG_CRON_SESSION", e.session().to_string()),
+                ("KITBAG_CRON_SCHEDULED_AT", c.due.scheduled_at.to_rfc3339()),
+            ];
+            let o = command::run(
+                &cmd.run,
+                Path::new(&state.root),
+                Duration::from_secs(cmd.timeout_secs.max(1)),
+                &env,
+            )
+            .await;
+            state
+                .busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&e.id);
+            o
+        } else {
+            state
+                .busy
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .remove(&e.id);
+            CommandOutcome {
+                status: "disabled".into(),
+                exit_code: None,
+                signal: None,
+                duration_ms: 0,
+                output_tail: "command actions are disabled (--no-commands)".into(),
+                output_truncated: false,
+            }
+        });
+    }
+    let mut delivered = false;
+    if deliver {
+        let mut payload = json!({
+            "id": e.id,
+            "session": e.session(),
+            "message": e.message,
+            "scheduled_at": c.due.scheduled_at.to_rfc3339(),
+            "fired_at": c.fired_at.to_rfc3339(),
+            "outcome": c.due.outcome.as_str(),
+        });
+        if let Some(o) = &cmd_outcome {
+            payload["command"] = serde_json::to_value(o).unwrap_or_default();
+        }
+        let meta = json!({
+            "cron_id": e.id,
+            "session": e.session(),
+            "scheduled_at": c.due.scheduled_at.to_rfc3339(),
+            "fired_at": c.fired_at.to_rfc3339(),
+            "outcome": c.due.outcome.as_str(),
+        });
+        delivered = state.deliver(payload, meta, &e.message).await;
+    }
+    let rec = RunRecord {
+        id: e.id.clone(),
+        session: e.session().to_string(),
+        scheduled_at: c.due.scheduled_at,
+        fired_at: c.fired_at,
+        outcome: c.due.outcome,
+        delivered,
+        command: cmd_outcome,
+        pid: state.pid,
+    };
+    let st = state.clone();
+    let r = tokio::task::spawn_blocking(move || {
+        let lock = st.store.lock()?;
+        st.store.append_run(&rec, &lock)
+    })
+    .await;
+    match r {
+        Ok(Ok(())) => {}
+        Ok(Err(e)) => tracing::warn!("run history: {}", e.message),
+        Err(e) => tracing::warn!("run history: {e}"),
+    }
+}
+
+/// How long the first pass waits for a client, so runs made up at start-up reach it.
+pub const CONNECT_WAIT: Duration = Duration::from_secs(10);
+
+/// The scheduler loop; runs until the process exits.
+pub async fn run(state: Arc<CronState>) {
+    tokio::select! {
+        _ = state.connected.notified() => {}
+        _ = tokio::time::sleep(CONNECT_WAIT) => {}
+    }
+    loop {
+        let st = state.clone();
+        let (claimed, next) = tokio::task::spawn_blocking(move || tick(&st))
+            .await
+            .unwrap_or_default();
+        for c in claimed {
+            tokio::spawn(finish(state.clone(), c));
+        }
+        let wait = match next {
+            Some(t) => state.clock.real_wait(t).min(MAX_SLEEP),
+            None => MAX_SLEEP,
+        };
+        tokio::select! {
+            _ = tokio::time::sleep(wait) => {}
+            _ = state.wake.notified() => {}
+        }
+    }
+}
+
+/// Watch `.kitbag/` with inotify and wake the scheduler when `cron.json` changes on disk
+/// (hand edits, another process). Blocks in `read`: no wake-ups while nothing changes.
+pub fn watch_store(state: &Arc<CronState>) {
+    use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
+    let dir = state.store.dir.clone();
+    if std::fs::create_dir_all(&dir).is_err() && !dir.is_dir() {
+        tracing::warn!("cannot watch {}: no such directory", dir.display());
+        return;
+    }
+    let inotify = match Inotify::init(InitFlags::IN_CLOEXEC) {
+        Ok(i) => i,
+        Err(e) => {
+            tracing::warn!("inotify unavailable ({e}); hand edits are seen within 15 min");
+            return;
+        }
+    };
+    let flags = AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MOVED_TO
+        | AddWatchFlags::IN_CREATE
+        | AddWatchFlags::IN_DELETE
+        | AddWatchFlags::IN_MOVED_FROM;
+    if let Err(e) = inotify.add_watch(&dir, flags) {
+        tracing::warn!("cannot watch {}: {e}", dir.display());
+        return;
+    }
+    let wake = state.wake.clone();
+    let spawned = std::thread::Builder::new()
+        .name("cron-watch".into())
+        .spawn(move || {
+            loop {
+                match inotify.read_events() {
+                    Ok(events) => {
+                        if events
+                            .iter()
+                            .any(|ev| ev.name.as_deref().is_some_and(|n| n == "cron.json"))
+                        {
+                            wake.notify_one();
+                        }
+                    }
+                    Err(nix::errno::Errno::EINTR) => {}
+                    Err(e) => {
+                        tracing::warn!("inotify read failed: {e}");
+                        break;
+                    }
+                }
+            }
+        });
+    if let Err(e) = spawned {
+        tracing::warn!("cannot start the store watcher: {e}");
+    }
+}

@@ -1,0 +1,673 @@
+//! Drive the real `kitbag-cron` binary over stdio: tools in both eras, bad input, the
+//! catalog, and real firings delivered as notifications (with a scaled test clock).
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-cron"))
+}
+
+fn spawn(dir: &Path, era: Era, extra: &[&str]) -> McpClient {
+    let mut args = vec!["--root", dir.to_str().expect("utf-8 path")];
+    args.extend_from_slice(extra);
+    McpClient::spawn_with_env(bin(), &args, dir, era, &[("TZ", "UTC")])
+}
+
+/// Collect notifications with `method` until `pred` holds on them (or panic after `secs`).
+fn wait_for(
+    c: &McpClient,
+    seen: &mut Vec<Value>,
+    method: &str,
+    secs: u64,
+    pred: impl Fn(&[Value]) -> bool,
+) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    loop {
+        seen.extend(
+            c.take_notifications()
+                .into_iter()
+                .filter(|n| n["method"] == method),
+        );
+        if pred(seen) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "timed out waiting for {method}; got {seen:?}"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn runs(c: &mut McpClient, id: &str) -> Vec<Value> {
+    let r = c.call("cron_runs", json!({"id": id, "limit": 500}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    r.structured["runs"].as_array().expect("runs").clone()
+}
+
+fn tools_in_era(era: Era) {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), era, &[]);
+    assert_eq!(c.server_info["name"], "kitbag-cron");
+    let names: Vec<String> = c
+        .list_tools()
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_string())
+        .collect();
+    assert_eq!(
+        names,
+        [
+            "cron_create",
+            "cron_delete",
+            "cron_disable",
+            "cron_enable",
+            "cron_list",
+            "cron_runs",
+            "cron_status"
+        ]
+    );
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "*/5 * * * *", "message": "Check the web server", "session": "health-check", "timezone": "Europe/Berlin"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let e = &r.structured["entry"];
+    assert_eq!(e["id"], "cron-1");
+    assert_eq!(e["session"], "health-check");
+    assert_eq!(e["timezone"], "Europe/Berlin");
+    assert!(e["next_fire"].as_str().expect("next").contains('+'), "{e}");
+    assert!(r.text.starts_with("created cron-1"), "{}", r.text);
+
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "@daily", "message": "digest", "enabled": false}),
+    );
+    assert_eq!(r.structured["entry"]["id"], "cron-2");
+    assert_eq!(
+        r.structured["entry"]["session"], "cron-2",
+        "session defaults to the id"
+    );
+    assert_eq!(
+        r.structured["entry"]["timezone"], "UTC",
+        "the machine's zone (TZ)"
+    );
+    assert!(r.structured["entry"].get("next_fire").is_none());
+
+    // The store is the seed's shape, on disk.
+    let stored: Value = serde_json::from_str(
+        &std::fs::read_to_string(d.path().join(".kitbag/cron.json")).expect("store"),
+    )
+    .expect("json");
+    assert_eq!(stored["entries"][0]["schedule"], "*/5 * * * *");
+    assert_eq!(stored["entries"][0]["message"], "Check the web server");
+    assert_eq!(stored["entries"][0]["enabled"], true);
+
+    let r = c.call("cron_list", json!({}));
+    assert_eq!(r.structured["total"], 2);
+    assert!(
+        r.text.contains("cron-1 [on]") && r.text.contains("cron-2 [off]"),
+        "{}",
+        r.text
+    );
+    let r = c.call("cron_list", json!({"enabled_only": true}));
+    assert_eq!(r.structured["total"], 1);
+    let r = c.call("cron_list", json!({"limit": 1}));
+    assert_eq!(r.structured["truncated"], true);
+    assert_eq!(r.structured["next_offset"], 1);
+
+    let s = c.call("cron_status", json!({}));
+    assert_eq!(s.structured["enabled_entries"], 1);
+    assert_eq!(s.structured["keepalive_needed"], true);
+    assert_eq!(s.structured["next_id"], "cron-1");
+    assert_eq!(s.structured["client_connected"], true);
+
+    let r = c.call("cron_disable", json!({"id": "cron-1"}));
+    assert_eq!(r.structured["changed"], true);
+    assert_eq!(r.structured["entry"]["enabled"], false);
+    let r = c.call("cron_disable", json!({"id": "cron-1"}));
+    assert_eq!(r.structured["changed"], false);
+    let s = c.call("cron_status", json!({}));
+    assert_eq!(s.structured["keepalive_needed"], false);
+    let r = c.call("cron_enable", json!({"id": "cron-2"}));
+    assert_eq!(r.structured["entry"]["enabled"], true);
+    assert!(r.structured["entry"]["next_fire"].is_string());
+
+    let r = c.call("cron_delete", json!({"id": "cron-1"}));
+    assert_eq!(r.structured["deleted"], "cron-1");
+    let r = c.call("cron_delete", json!({"id": "cron-1"}));
+    assert_eq!(r.error_code(), Some("not_found"));
+    assert_eq!(r.structured["error"]["detail"]["field"], "id");
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "@hourly", "message": "x"}),
+    );
+    assert_eq!(r.structured["entry"]["id"], "cron-3", "ids are not reused");
+
+    let r = c.call("cron_runs", json!({}));
+    assert!(!r.is_error);
+    assert_eq!(r.structured["total"], 0);
+    assert!(
+        c.stdout_garbage().is_empty(),
+        "stdout must carry only JSON-RPC"
+    );
+    assert_eq!(c.shutdown(), Some(0));
+}
+
+#[test]
+fn tools_handshake_era() {
+    tools_in_era(Era::Handshake);
+}
+
+#[test]
+fn tools_modern_era() {
+    tools_in_era(Era::Modern);
+}
+
+#[test]
+fn bad_input_is_typed_and_changes_nothing() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), Era::Handshake, &[]);
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "@hourly", "message": "keep"}),
+    );
+    assert!(!r.is_error);
+    let store = d.path().join(".kitbag/cron.json");
+    let before = std::fs::read(&store).expect("store");
+    for (tool, args, field) in [
+        (
+            "cron_create",
+            json!({"schedule": "0 */5 * * * *", "message": "m"}),
+            "schedule",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "*/0 * * * *", "message": "m"}),
+            "schedule",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "61 * * * *", "message": "m"}),
+            "schedule",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* 25 * * *", "message": "m"}),
+            "schedule",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* * * 13 *", "message": "m"}),
+            "schedule",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* * * * *", "message": "m", "timezone": "Nowhere/Special"}),
+            "timezone",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* * * * *", "message": "   "}),
+            "message",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* * * * *", "message": "m", "session": "a b"}),
+            "session",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* * * * *", "message": "m", "command_timeout_secs": 5}),
+            "command_timeout_secs",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* * * * *", "message": "m", "command": "true", "command_timeout_secs": 0}),
+            "command_timeout_secs",
+        ),
+        (
+            "cron_create",
+            json!({"schedule": "* * * * *", "message": "m", "sched": 1}),
+            "sched",
+        ),
+        ("cron_create", json!({"message": "m"}), "schedule"),
+        ("cron_list", json!({"limit": 0}), "limit"),
+        ("cron_runs", json!({"limit": 100000}), "limit"),
+        ("cron_enable", json!({"id": "cron-99"}), "id"),
+        ("cron_disable", json!({"id": "nope"}), "id"),
+        ("cron_delete", json!({"id": "cron-42"}), "id"),
+        ("cron_runs", json!({"id": "cron-42"}), "id"),
+    ] {
+        let r = c.call(tool, args.clone());
+        assert!(r.is_error, "{tool} {args} was accepted");
+        let code = r.error_code().expect("code");
+        assert!(
+            code == "invalid_params" || code == "not_found",
+            "{tool} {args}: {code}"
+        );
+        assert_eq!(
+            r.structured["error"]["detail"]["field"], field,
+            "{tool} {args}: {}",
+            r.text
+        );
+        assert_eq!(
+            std::fs::read(&store).expect("store"),
+            before,
+            "{tool} {args} changed the store"
+        );
+    }
+}
+
+#[test]
+fn catalog() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), Era::Handshake, &[]);
+    let path = workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests/cron/tools.json");
+    assert_catalog_matches(&mut c, &path);
+}
+
+fn initialize_capabilities(c: &mut McpClient) -> Value {
+    let r = c.request(
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "0"}}),
+    );
+    r["result"]["capabilities"].clone()
+}
+
+#[test]
+fn capabilities_declare_the_notifications() {
+    let d = tempfile::tempdir().expect("tmp");
+    // A second initialize on a live session is refused by rmcp, so read the capabilities
+    // through server/discover (modern era) instead.
+    let mut c = spawn(d.path(), Era::Modern, &["--claude-channel"]);
+    let r = c.request("server/discover", json!({}));
+    let caps = if r["result"]["capabilities"].is_object() {
+        r["result"]["capabilities"].clone()
+    } else {
+        initialize_capabilities(&mut c)
+    };
+    assert_eq!(
+        caps["experimental"]["kitbag/cron"]["notification"], "notifications/kitbag/cron_fired",
+        "{caps}"
+    );
+    assert!(caps["experimental"]["claude/channel"].is_object(), "{caps}");
+    let mut plain = spawn(d.path(), Era::Modern, &[]);
+    let r = plain.request("server/discover", json!({}));
+    assert!(
+        r["result"]["capabilities"]["experimental"]["claude/channel"].is_null(),
+        "{r}"
+    );
+}
+
+/// An every-minute entry on a clock running 20× fast fires and reaches the client.
+fn fires_in_era(era: Era) {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(
+        d.path(),
+        era,
+        &[
+            "--claude-channel",
+            "--test-clock-start",
+            "2026-03-08T06:58:56Z",
+            "--test-clock-rate",
+            "20",
+        ],
+    );
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "* * * * *", "message": "tick", "session": "ticks", "timezone": "America/New_York"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let mut fired = Vec::new();
+    wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 30, |n| {
+        n.len() >= 2
+    });
+    let p = &fired[0]["params"];
+    assert_eq!(p["id"], "cron-1");
+    assert_eq!(p["session"], "ticks");
+    assert_eq!(p["message"], "tick");
+    assert_eq!(p["scheduled_at"], "2026-03-08T06:59:00+00:00");
+    assert_eq!(p["outcome"], "fired");
+    assert!(p["fired_at"].as_str().expect("fired_at") >= "2026-03-08T06:59:00");
+    assert_eq!(
+        fired[1]["params"]["scheduled_at"],
+        "2026-03-08T07:00:00+00:00"
+    );
+    let mut channel = Vec::new();
+    wait_for(&c, &mut channel, "notifications/claude/channel", 10, |n| {
+        !n.is_empty()
+    });
+    assert_eq!(channel[0]["params"]["content"], "tick");
+    assert_eq!(channel[0]["params"]["meta"]["cron_id"], "cron-1");
+    assert_eq!(channel[0]["params"]["meta"]["session"], "ticks");
+    let list = c.call("cron_list", json!({}));
+    assert!(list.structured["entries"][0]["last_run"]["outcome"] == "fired");
+    let history = runs(&mut c, "cron-1");
+    assert!(history.len() >= 2);
+    assert!(
+        history
+            .iter()
+            .all(|r| r["delivered"] == true && r["outcome"] == "fired")
+    );
+    assert!(c.stdout_garbage().is_empty());
+}
+
+#[test]
+fn fires_and_delivers_handshake_era() {
+    fires_in_era(Era::Handshake);
+}
+
+#[test]
+fn fires_and_delivers_modern_era() {
+    fires_in_era(Era::Modern);
+}
+
+#[test]
+fn restart_makes_up_one_missed_run_only() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut a = spawn(
+        d.path(),
+        Era::Handshake,
+        &["--test-clock-start", "2026-01-01T10:00:30Z"],
+    );
+    let r = a.call(
+        "cron_create",
+        json!({"schedule": "0 * * * *", "message": "hourly", "timezone": "UTC"}),
+    );
+    assert_eq!(r.structured["entry"]["id"], "cron-1");
+    let r = a.call(
+        "cron_create",
+        json!({"schedule": "0 * * * *", "message": "no catch-up", "timezone": "UTC", "catch_up": false}),
+    );
+    assert_eq!(r.structured["entry"]["id"], "cron-2");
+    assert_eq!(a.shutdown(), Some(0));
+
+    // Down from 10:00:30 to 13:30: 11:00, 12:00 and 13:00 were missed.
+    let mut b = spawn(
+        d.path(),
+        Era::Handshake,
+        &["--test-clock-start", "2026-01-01T13:30:00Z"],
+    );
+    let mut fired = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let (one, two) = loop {
+        let one = runs(&mut b, "cron-1");
+        let two = runs(&mut b, "cron-2");
+        if !one.is_empty() && !two.is_empty() {
+            break (one, two);
+        }
+        assert!(Instant::now() < deadline, "no start-up run recorded");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    std::thread::sleep(Duration::from_millis(500));
+    let one_again = runs(&mut b, "cron-1");
+    assert_eq!(
+        one_again.len(),
+        1,
+        "exactly one made-up run, not a burst: {one_again:?}"
+    );
+    assert_eq!(one[0]["outcome"], "caught_up");
+    assert_eq!(one[0]["scheduled_at"], "2026-01-01T13:00:00Z");
+    assert_eq!(two.len(), 1);
+    assert_eq!(two[0]["outcome"], "missed");
+    assert_eq!(two[0]["delivered"], false);
+    assert_eq!(
+        one[0]["delivered"], true,
+        "the start-up pass waits for the client"
+    );
+    wait_for(&b, &mut fired, "notifications/kitbag/cron_fired", 10, |n| {
+        !n.is_empty()
+    });
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert_eq!(fired[0]["params"]["id"], "cron-1");
+    assert_eq!(fired[0]["params"]["outcome"], "caught_up");
+    // A third start does not make it up again.
+    assert_eq!(b.shutdown(), Some(0));
+    let mut c = spawn(
+        d.path(),
+        Era::Handshake,
+        &["--test-clock-start", "2026-01-01T13:40:00Z"],
+    );
+    std::thread::sleep(Duration::from_millis(800));
+    assert_eq!(runs(&mut c, "cron-1").len(), 1);
+}
+
+#[test]
+fn two_processes_never_fire_the_same_run_twice() {
+    let d = tempfile::tempdir().expect("tmp");
+    let clock = [
+        "--test-clock-start",
+        "2026-05-01T08:00:50Z",
+        "--test-clock-rate",
+        "30",
+    ];
+    let mut a = spawn(d.path(), Era::Handshake, &clock);
+    let mut b = spawn(d.path(), Era::Handshake, &clock);
+    // Both clients connected (tool calls keep the peer) before anything is due.
+    b.call("cron_status", json!({}));
+    let r = a.call(
+        "cron_create",
+        json!({"schedule": "* * * * *", "message": "once per minute", "timezone": "UTC"}),
+    );
+    assert!(!r.is_error);
+    std::thread::sleep(Duration::from_secs(8)); // ≈ 4 virtual minutes
+    let got_a: Vec<Value> = a
+        .take_notifications()
+        .into_iter()
+        .filter(|n| n["method"] == "notifications/kitbag/cron_fired")
+        .collect();
+    let got_b: Vec<Value> = b
+        .take_notifications()
+        .into_iter()
+        .filter(|n| n["method"] == "notifications/kitbag/cron_fired")
+        .collect();
+    let mut scheduled: Vec<String> = got_a
+        .iter()
+        .chain(&got_b)
+        .map(|n| n["params"]["scheduled_at"].as_str().expect("s").to_string())
+        .collect();
+    let total = scheduled.len();
+    scheduled.sort();
+    scheduled.dedup();
+    assert!(total >= 3, "expected several firings, got {total}");
+    assert_eq!(
+        scheduled.len(),
+        total,
+        "a run was delivered twice: {got_a:?} {got_b:?}"
+    );
+    let history = runs(&mut a, "cron-1");
+    let mut hs: Vec<&str> = history
+        .iter()
+        .map(|r| r["scheduled_at"].as_str().expect("s"))
+        .collect();
+    let n = hs.len();
+    hs.sort();
+    hs.dedup();
+    assert_eq!(hs.len(), n, "a run was recorded twice");
+}
+
+#[test]
+fn one_shot_disables_itself_and_disabled_entries_do_not_fire() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(
+        d.path(),
+        Era::Handshake,
+        &[
+            "--test-clock-start",
+            "2026-02-28T23:58:57Z",
+            "--test-clock-rate",
+            "20",
+        ],
+    );
+    c.call("cron_create", json!({"schedule": "* * * * *", "message": "just once", "recurring": false, "timezone": "UTC"}));
+    c.call(
+        "cron_create",
+        json!({"schedule": "* * * * *", "message": "paused", "enabled": false, "timezone": "UTC"}),
+    );
+    let mut fired = Vec::new();
+    wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 20, |n| {
+        !n.is_empty()
+    });
+    std::thread::sleep(Duration::from_secs(7)); // two more virtual minutes
+    fired.extend(
+        c.take_notifications()
+            .into_iter()
+            .filter(|n| n["method"] == "notifications/kitbag/cron_fired"),
+    );
+    assert_eq!(fired.len(), 1, "{fired:?}");
+    assert_eq!(fired[0]["params"]["id"], "cron-1");
+    let l = c.call("cron_list", json!({}));
+    assert_eq!(
+        l.structured["entries"][0]["enabled"], false,
+        "the one-shot disabled itself"
+    );
+    assert!(runs(&mut c, "cron-2").is_empty());
+    // Enabling the paused entry makes it fire from its next minute on.
+    c.call("cron_enable", json!({"id": "cron-2"}));
+    let mut more = Vec::new();
+    wait_for(&c, &mut more, "notifications/kitbag/cron_fired", 20, |n| {
+        !n.is_empty()
+    });
+    assert_eq!(more[0]["params"]["id"], "cron-2");
+    assert_eq!(
+        more[0]["params"]["outcome"], "fired",
+        "no make-up run for time spent disabled"
+    );
+}
+
+#[test]
+fn hand_edits_are_picked_up() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(
+        d.path(),
+        Era::Handshake,
+        &[
+            "--test-clock-start",
+            "2026-07-01T12:00:10Z",
+            "--test-clock-rate",
+            "20",
+        ],
+    );
+    c.call("cron_status", json!({}));
+    std::fs::create_dir_all(d.path().join(".kitbag")).expect("dir");
+    // The seed's entry shape, written by hand (a bare array), plus an entry that does not parse.
+    std::fs::write(
+        d.path().join(".kitbag/cron.json"),
+        r#"[{"id": "cron-1", "schedule": "* * * * *", "message": "by hand", "session": "manual", "enabled": true},
+            {"schedule": "broken"}]"#,
+    )
+    .expect("write");
+    let mut fired = Vec::new();
+    wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 20, |n| {
+        !n.is_empty()
+    });
+    assert_eq!(fired[0]["params"]["message"], "by hand");
+    assert_eq!(fired[0]["params"]["session"], "manual");
+    let l = c.call("cron_list", json!({}));
+    assert_eq!(l.structured["total"], 1);
+    assert_eq!(l.structured["problems"][0]["index"], 1);
+    // The server's own write kept the unparsable entry as written.
+    let stored: Value = serde_json::from_str(
+        &std::fs::read_to_string(d.path().join(".kitbag/cron.json")).expect("r"),
+    )
+    .expect("json");
+    assert_eq!(stored["entries"][1], json!({"schedule": "broken"}));
+}
+
+#[test]
+fn command_action_is_recorded_and_killed_with_its_children_on_timeout() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(
+        d.path(),
+        Era::Handshake,
+        &[
+            "--test-clock-start",
+            "2026-07-01T12:00:58Z",
+            "--test-clock-rate",
+            "20",
+        ],
+    );
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "* * * * *", "message": "stuck job", "recurring": false, "timezone": "UTC",
+               "command": "sleep 300 & echo $! > child.pid; echo started; sleep 300", "command_timeout_secs": 1}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "* * * * *", "message": "quick job", "recurring": false, "timezone": "UTC",
+               "command": "echo hello from $KITBAG_CRON_ID; exit 4"}),
+    );
+    assert!(!r.is_error);
+    let mut fired = Vec::new();
+    wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 30, |n| {
+        n.len() >= 2
+    });
+    let quick = fired
+        .iter()
+        .find(|n| n["params"]["id"] == "cron-2")
+        .expect("quick");
+    assert_eq!(quick["params"]["command"]["exit_code"], 4);
+    assert!(
+        quick["params"]["command"]["output_tail"]
+            .as_str()
+            .expect("tail")
+            .contains("hello from cron-2")
+    );
+    let stuck = fired
+        .iter()
+        .find(|n| n["params"]["id"] == "cron-1")
+        .expect("stuck");
+    assert_eq!(stuck["params"]["command"]["status"], "timed_out");
+    let pid: u32 = std::fs::read_to_string(d.path().join("child.pid"))
+        .expect("pid")
+        .trim()
+        .parse()
+        .expect("n");
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        !kitbag_testkit::process_alive(pid),
+        "the command's child {pid} survived"
+    );
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let history = loop {
+        let h = runs(&mut c, "cron-1");
+        if !h.is_empty() || Instant::now() > deadline {
+            break h;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(history[0]["command"]["status"], "timed_out");
+    assert!(
+        history[0]["command"]["output_tail"]
+            .as_str()
+            .expect("t")
+            .contains("started")
+    );
+}
+
+#[test]
+fn no_commands_flag_refuses_command_entries() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), Era::Handshake, &["--no-commands"]);
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "@daily", "message": "m", "command": "true"}),
+    );
+    assert_eq!(r.error_code(), Some("capability_denied"));
+    assert!(!d.path().join(".kitbag/cron.json").exists());
+}
+
+#[test]
+fn read_only_server_changes_nothing() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), Era::Handshake, &["--read-only"]);
+    let r = c.call("cron_create", json!({"schedule": "@daily", "message": "m"}));
+    assert_eq!(r.error_code(), Some("capability_denied"));
+    let s = c.call("cron_status", json!({}));
+    assert_eq!(s.structured["scheduler"], "read_only");
+}
