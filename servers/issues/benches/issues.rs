@@ -135,6 +135,13 @@ fn populate(path: &Path) -> (String, String) {
     (vocab[300].clone(), format!("{} {}", vocab[40], vocab[900]))
 }
 
+/// A benchmark case: its name, the tool arguments, and the same work done in-process.
+type Case = (
+    String,
+    serde_json::Value,
+    Box<dyn Fn(&rusqlite::Connection)>,
+);
+
 fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
     v[((v.len() as f64 - 1.0) * p) as usize]
@@ -195,11 +202,7 @@ fn main() {
     );
 
     println!("kitbag-issues: {ISSUES} issues, {UPDATES} updates, {RUNS} runs each (p50 / p95)");
-    let cases: Vec<(
-        String,
-        serde_json::Value,
-        Box<dyn Fn(&rusqlite::Connection)>,
-    )> = vec![
+    let cases: Vec<Case> = vec![
         (
             format!("issue_list search {word:?} ({direct_hits} open matches)"),
             json!({"search": word}),
