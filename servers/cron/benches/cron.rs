@@ -72,11 +72,12 @@ fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
 
-/// Voluntary + involuntary context switches over all threads, and CPU ticks (utime+stime).
-fn wakeups(pid: u32) -> (u64, u64) {
-    let mut switches = 0;
+/// Per-thread context switches (voluntary + involuntary) and the process's CPU ticks.
+fn sample(pid: u32) -> (std::collections::HashMap<String, u64>, u64) {
+    let mut per_thread = std::collections::HashMap::new();
     if let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) {
         for t in tasks.flatten() {
+            let mut switches = 0;
             if let Ok(s) = std::fs::read_to_string(t.path().join("status")) {
                 for line in s.lines() {
                     if let Some(v) = line
@@ -87,6 +88,7 @@ fn wakeups(pid: u32) -> (u64, u64) {
                     }
                 }
             }
+            per_thread.insert(t.file_name().to_string_lossy().into_owned(), switches);
         }
     }
     let ticks = std::fs::read_to_string(format!("/proc/{pid}/stat"))
@@ -98,7 +100,20 @@ fn wakeups(pid: u32) -> (u64, u64) {
             Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
         })
         .unwrap_or(0);
-    (switches, ticks)
+    (per_thread, ticks)
+}
+
+/// Wake-ups between two samples: switches of threads alive in both, all switches of threads
+/// born meanwhile, and one per thread that exited (it woke up to exit).
+fn wakeups_between(
+    a: &std::collections::HashMap<String, u64>,
+    b: &std::collections::HashMap<String, u64>,
+) -> u64 {
+    let mut n = 0;
+    for (tid, after) in b {
+        n += after.saturating_sub(a.get(tid).copied().unwrap_or(0));
+    }
+    n + a.keys().filter(|tid| !b.contains_key(*tid)).count() as u64
 }
 
 fn main() {
@@ -195,22 +210,26 @@ fn main() {
     let s = busy.call("cron_status", json!({}));
     assert_eq!(s.structured["enabled_entries"], ENTRIES as u64);
     idle.call("cron_status", json!({}));
-    std::thread::sleep(Duration::from_secs(2)); // let start-up settle
-    let (b0, bt0) = wakeups(busy.pid());
-    let (e0, et0) = wakeups(idle.pid());
+    // Let start-up settle: tokio's idle blocking-pool threads exit 10 s after their last job.
+    std::thread::sleep(Duration::from_secs(12));
+    let (b0, bt0) = sample(busy.pid());
+    let (e0, et0) = sample(idle.pid());
     std::thread::sleep(Duration::from_secs(secs));
-    let (b1, bt1) = wakeups(busy.pid());
-    let (e1, et1) = wakeups(idle.pid());
-    let per_min = |a: u64, b: u64| (b - a) as f64 * 60.0 / secs as f64;
+    let (b1, bt1) = sample(busy.pid());
+    let (e1, et1) = sample(idle.pid());
+    let per_min = |a: &std::collections::HashMap<String, u64>,
+                   b: &std::collections::HashMap<String, u64>| {
+        wakeups_between(a, b) as f64 * 60.0 / secs as f64
+    };
     println!("idle server over {secs} s (context switches over all threads, CPU ticks at 100 Hz):");
     println!(
         "  {ENTRIES} enabled entries, none due  {:>6.1} wake-ups/min  {:>3} CPU ticks",
-        per_min(b0, b1),
+        per_min(&b0, &b1),
         bt1 - bt0
     );
     println!(
         "  no entries                       {:>6.1} wake-ups/min  {:>3} CPU ticks",
-        per_min(e0, e1),
+        per_min(&e0, &e1),
         et1 - et0
     );
     println!("  (a once-a-second poller would wake 60 times a minute)");

@@ -71,7 +71,7 @@ pub fn run(state: &CronState, p: RunsParams) -> ToolResult<Reply<RunsResult>> {
     if let Some(id) = &p.id
         && total == 0
     {
-        let doc = state.store.load()?;
+        let doc = state.store.load_cached()?;
         if doc.get(id).is_none() {
             return Err(ToolError::new(
                 ErrorCode::NotFound,

@@ -65,7 +65,7 @@ struct Claimed {
 
 /// One pass: claim everything due; returns the claimed runs and when to wake next.
 fn tick(state: &CronState) -> (Vec<Claimed>, Option<DateTime<Utc>>) {
-    let doc = match state.store.load() {
+    let doc = match state.store.load_cached() {
         Ok(d) => d,
         Err(e) => {
             tracing::warn!("scheduler: {}", e.message);
@@ -94,7 +94,7 @@ fn tick(state: &CronState) -> (Vec<Claimed>, Option<DateTime<Utc>>) {
         }
     };
     // Next wake-up: the earliest next fire over the (re-read) entries.
-    let Ok(doc) = state.store.load() else {
+    let Ok(doc) = state.store.load_cached() else {
         return (claimed, None);
     };
     let now = state.now();
@@ -336,5 +336,131 @@ pub fn watch_store(state: &Arc<CronState>) {
         });
     if let Err(e) = spawned {
         tracing::warn!("cannot start the store watcher: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::schedule::Schedule;
+
+    fn utc(s: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc)
+    }
+
+    fn entry(catch_up: bool) -> Entry {
+        serde_json::from_value(
+            json!({"id": "cron-1", "schedule": "0 * * * *", "message": "m", "catch_up": catch_up}),
+        )
+        .unwrap()
+    }
+
+    #[test]
+    fn due_is_on_time_late_or_missed() {
+        let s = Schedule::new("0 * * * *", "UTC").unwrap();
+        let started = utc("2026-01-01T09:00:00Z");
+        let cursor = utc("2026-01-01T09:30:00Z");
+        // Nothing owed before 10:00.
+        assert_eq!(
+            due_at(
+                &s,
+                &entry(true),
+                cursor,
+                utc("2026-01-01T09:59:59Z"),
+                started
+            ),
+            None
+        );
+        // On time.
+        assert_eq!(
+            due_at(
+                &s,
+                &entry(true),
+                cursor,
+                utc("2026-01-01T10:00:00.2Z"),
+                started
+            ),
+            Some(Due {
+                scheduled_at: utc("2026-01-01T10:00:00Z"),
+                outcome: Outcome::Fired
+            })
+        );
+        // Hours late (server was down): the latest instant only, made up once.
+        assert_eq!(
+            due_at(
+                &s,
+                &entry(true),
+                cursor,
+                utc("2026-01-01T13:20:00Z"),
+                started
+            ),
+            Some(Due {
+                scheduled_at: utc("2026-01-01T13:00:00Z"),
+                outcome: Outcome::CaughtUp
+            })
+        );
+        assert_eq!(
+            due_at(
+                &s,
+                &entry(false),
+                cursor,
+                utc("2026-01-01T13:20:00Z"),
+                started
+            ),
+            Some(Due {
+                scheduled_at: utc("2026-01-01T13:00:00Z"),
+                outcome: Outcome::Missed
+            })
+        );
+        // A run from before this process started is made up even when only seconds late.
+        assert_eq!(
+            due_at(
+                &s,
+                &entry(true),
+                cursor,
+                utc("2026-01-01T10:00:05Z"),
+                utc("2026-01-01T10:00:03Z")
+            )
+            .unwrap()
+            .outcome,
+            Outcome::CaughtUp
+        );
+        // Once handled (cursor moved to it), nothing more is owed.
+        assert_eq!(
+            due_at(
+                &s,
+                &entry(true),
+                utc("2026-01-01T13:00:00Z"),
+                utc("2026-01-01T13:20:00Z"),
+                started
+            ),
+            None
+        );
+        let mut off = entry(true);
+        off.enabled = false;
+        assert_eq!(
+            due_at(&s, &off, cursor, utc("2026-01-01T13:20:00Z"), started),
+            None
+        );
+    }
+
+    #[test]
+    fn a_dst_gap_run_is_due_once_after_the_gap() {
+        // 02:30 does not exist in New York on 2026-03-08: due at 03:00 EDT (07:00Z), once.
+        let s = Schedule::new("30 2 * * *", "America/New_York").unwrap();
+        let e = entry(true);
+        let started = utc("2026-03-08T00:00:00Z");
+        let cursor = utc("2026-03-08T05:00:00Z");
+        assert_eq!(
+            due_at(&s, &e, cursor, utc("2026-03-08T06:59:59Z"), started),
+            None
+        );
+        let d = due_at(&s, &e, cursor, utc("2026-03-08T07:00:01Z"), started).unwrap();
+        assert_eq!(d.scheduled_at, utc("2026-03-08T07:00:00Z"));
+        assert_eq!(
+            due_at(&s, &e, d.scheduled_at, utc("2026-03-08T12:00:00Z"), started),
+            None
+        );
     }
 }

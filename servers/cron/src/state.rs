@@ -40,11 +40,25 @@ pub struct CronState {
     /// When this process started (on its clock): runs scheduled before it are made up.
     pub started_at: DateTime<Utc>,
     pub pid: u32,
-    schedules: Mutex<HashMap<(String, String), Result<Schedule, String>>>,
+    schedules: Mutex<HashMap<(String, String), Parsed>>,
+    /// Next fire time per entry, valid while it lies in the future and the entry's
+    /// schedule, zone, cursor and catch-up setting are unchanged.
+    next_cache: Mutex<HashMap<String, NextCache>>,
     /// Entries whose command is still running.
     pub busy: Mutex<HashSet<String>>,
     /// When this process first saw an entry that carries no `created_at` (hand-written).
     first_seen: Mutex<HashMap<String, DateTime<Utc>>>,
+}
+
+/// A parsed schedule, or why an entry's schedule or zone cannot be used.
+pub type Parsed = Result<Arc<Schedule>, String>;
+
+struct NextCache {
+    schedule: String,
+    tz: String,
+    cursor: DateTime<Utc>,
+    catch_up: bool,
+    next: DateTime<Utc>,
 }
 
 pub struct Options {
@@ -71,6 +85,7 @@ impl CronState {
             started_at,
             pid: std::process::id(),
             schedules: Mutex::new(HashMap::new()),
+            next_cache: Mutex::new(HashMap::new()),
             busy: Mutex::new(HashSet::new()),
             first_seen: Mutex::new(HashMap::new()),
         }
@@ -97,14 +112,16 @@ impl CronState {
     }
 
     /// The parsed schedule of an entry (cached), or why it cannot be scheduled.
-    pub fn schedule_of(&self, e: &Entry) -> Result<Schedule, String> {
+    pub fn schedule_of(&self, e: &Entry) -> Parsed {
         let tz = e.timezone_or(&self.machine_tz).to_string();
         let key = (e.schedule.clone(), tz.clone());
         let mut cache = self.schedules.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(s) = cache.get(&key) {
             return s.clone();
         }
-        let parsed = Schedule::new(&e.schedule, &tz).map_err(|err| err.message);
+        let parsed = Schedule::new(&e.schedule, &tz)
+            .map(Arc::new)
+            .map_err(|err| err.message);
         if cache.len() > 50_000 {
             cache.clear();
         }
@@ -127,15 +144,41 @@ impl CronState {
         if !e.enabled {
             return None;
         }
-        let s = self.schedule_of(e).ok()?;
         let cursor = self.cursor_of(e);
-        // A run still owed (due now, or to be made up) is the next one.
-        if let Some(owed) = s.latest_in(cursor, now)
-            && (e.catch_up || now - owed <= crate::scheduler::GRACE)
+        let tz = e.timezone_or(&self.machine_tz);
         {
-            return Some(owed);
+            let cache = self.next_cache.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(c) = cache.get(&e.id)
+                && c.next > now
+                && c.cursor == cursor
+                && c.catch_up == e.catch_up
+                && c.schedule == e.schedule
+                && c.tz == tz
+            {
+                return Some(c.next);
+            }
         }
-        s.next_after(cursor.max(now))
+        let s = self.schedule_of(e).ok()?;
+        // A run still owed (due now, or to be made up) is the next one.
+        let next = match s.latest_in(cursor, now) {
+            Some(owed) if e.catch_up || now - owed <= crate::scheduler::GRACE => Some(owed),
+            _ => s.next_after(cursor.max(now)),
+        }?;
+        let mut cache = self.next_cache.lock().unwrap_or_else(|p| p.into_inner());
+        if cache.len() > 50_000 {
+            cache.clear();
+        }
+        cache.insert(
+            e.id.clone(),
+            NextCache {
+                schedule: e.schedule.clone(),
+                tz: tz.to_string(),
+                cursor,
+                catch_up: e.catch_up,
+                next,
+            },
+        );
+        Some(next)
     }
 
     pub fn ensure_writable(&self) -> ToolResult<()> {

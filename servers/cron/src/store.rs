@@ -10,6 +10,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -270,6 +271,24 @@ pub struct Store {
     lock: PathBuf,
     pub runs: PathBuf,
     runs_max_bytes: u64,
+    /// The last parse, keyed by the file's identity (device, inode, size, mtime, ctime).
+    cache: Arc<Mutex<Option<Cached>>>,
+}
+
+type FileId = (u64, u64, u64, i64, i64, i64, i64);
+type Cached = (FileId, Arc<Doc>);
+
+fn file_id(m: &std::fs::Metadata) -> FileId {
+    use std::os::unix::fs::MetadataExt;
+    (
+        m.dev(),
+        m.ino(),
+        m.size(),
+        m.mtime(),
+        m.mtime_nsec(),
+        m.ctime(),
+        m.ctime_nsec(),
+    )
 }
 
 /// An exclusive hold on the store; released on drop.
@@ -293,6 +312,7 @@ impl Store {
             runs: dir.join("cron-runs.jsonl"),
             dir,
             runs_max_bytes: runs_max_bytes.max(1024),
+            cache: Arc::new(Mutex::new(None)),
         }
     }
 
@@ -341,6 +361,32 @@ impl Store {
                 ),
             )
         })
+    }
+
+    /// Like [`Store::load`], but reuses the last parse while the file is unchanged
+    /// (same inode, size and timestamps). For reads only; changes use a fresh `load`.
+    pub fn load_cached(&self) -> ToolResult<Arc<Doc>> {
+        let meta = match std::fs::metadata(&self.file) {
+            Ok(m) => m,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                return Ok(Arc::new(Doc::default()));
+            }
+            Err(e) => return Err(io_err("cannot read", &self.file, &e)),
+        };
+        let id = file_id(&meta);
+        if let Some((cached_id, doc)) = &*self.cache.lock().unwrap_or_else(|p| p.into_inner())
+            && *cached_id == id
+        {
+            return Ok(doc.clone());
+        }
+        let doc = Arc::new(self.load()?);
+        // Keep it only if the file did not change while it was read.
+        if let Ok(after) = std::fs::metadata(&self.file)
+            && file_id(&after) == id
+        {
+            *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, doc.clone()));
+        }
+        Ok(doc)
     }
 
     pub fn save(&self, doc: &Doc, _lock: &StoreLock) -> ToolResult<()> {
