@@ -126,6 +126,18 @@ fn main() {
     let (list_all_p50, list_all_p90) = time_calls(&mut c, "cron_list", json!({"limit": 1000}), n);
     let (list_page_p50, list_page_p90) = time_calls(&mut c, "cron_list", json!({}), n);
     let (status_p50, status_p90) = time_calls(&mut c, "cron_status", json!({}), n);
+    // How much of the full listing is moving and parsing the answer on the client side.
+    let whole = c.call("cron_list", json!({"limit": 1000}));
+    let answer = serde_json::to_string(&whole.raw).expect("json");
+    let mut parse = Vec::new();
+    for _ in 0..50 {
+        let start = Instant::now();
+        let v: Value = serde_json::from_str(&answer).expect("parse");
+        parse.push(start.elapsed());
+        assert!(v.is_object());
+    }
+    parse.sort();
+    let parse_p50 = percentile(&parse, 0.5);
 
     // The same listing without MCP or a process boundary.
     let state = CronState::new(
@@ -176,6 +188,11 @@ fn main() {
         "  cron_status                   p50 {:>7.3} ms  p90 {:>7.3} ms",
         ms(status_p50),
         ms(status_p90)
+    );
+    println!(
+        "  full answer {} KB; the client's JSON parse of it alone p50 {:.3} ms",
+        answer.len() / 1024,
+        ms(parse_p50)
     );
     println!(
         "  in-process list (no MCP)      p50 {:>7.3} ms   MCP overhead x{:.2}",

@@ -529,6 +529,34 @@ mod tests {
     }
 
     #[test]
+    fn cached_load_sees_every_rewrite() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(d.path(), 1 << 20);
+        assert_eq!(s.load_cached().unwrap().slots.len(), 0);
+        s.update(|doc| {
+            doc.slots.push(Slot::Entry(Box::new(entry("cron-1"))));
+            Ok(())
+        })
+        .unwrap();
+        let a = s.load_cached().unwrap();
+        assert_eq!(a.entries().count(), 1);
+        assert!(
+            Arc::ptr_eq(&a, &s.load_cached().unwrap()),
+            "unchanged file: reused"
+        );
+        // A hand edit in place (same inode) with other content.
+        std::fs::write(&s.file, r#"{"entries": []}"#).unwrap();
+        assert_eq!(s.load_cached().unwrap().entries().count(), 0);
+        // A replacement by rename (as editors and the server do).
+        s.update(|doc| {
+            doc.slots.push(Slot::Entry(Box::new(entry("cron-2"))));
+            Ok(())
+        })
+        .unwrap();
+        assert!(s.load_cached().unwrap().get("cron-2").is_some());
+    }
+
+    #[test]
     fn lock_excludes_a_second_holder() {
         let d = tempfile::tempdir().unwrap();
         let s = Store::new(d.path(), 1 << 20);
