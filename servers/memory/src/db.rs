@@ -245,6 +245,10 @@ pub struct Filter {
 }
 
 impl Filter {
+    pub fn is_empty(&self) -> bool {
+        self.tags.is_empty() && self.scope.is_none() && self.session.is_none()
+    }
+
     fn keeps(&self, r: &Record) -> bool {
         self.scope.as_ref().is_none_or(|s| *s == r.scope)
             && self
@@ -258,25 +262,53 @@ impl Filter {
     }
 }
 
-/// FTS5 candidates for `fts_query` with their bm25 rank (lower is better).
+/// FTS5 candidates for `fts_query` passing `filter`, best first, with their bm25 rank
+/// (lower is better).
 pub fn fts_candidates(
     conn: &Connection,
     fts_query: &str,
+    filter: &Filter,
     limit: usize,
 ) -> rusqlite::Result<Vec<(Record, f64)>> {
-    // Rank inside the FTS index first and join only the top rows: reading every matching
-    // memory row before sorting is what made searches slow on large stores.
+    if filter.is_empty() {
+        // Rank inside the FTS index first and join only the top rows: reading every
+        // matching memory row before sorting is what made searches slow on large stores.
+        let sql = format!(
+            "SELECT {COLUMNS}, f.rank FROM
+               (SELECT rowid, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts
+                WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2) f
+             JOIN memories m ON m.rowid = f.rowid ORDER BY f.rank"
+        );
+        let mut stmt = conn.prepare_cached(&sql)?;
+        let rows = stmt.query_map(params![fts_query, limit as i64], |r| {
+            Ok((record(r)?, r.get::<_, f64>(8)?))
+        })?;
+        return rows.collect();
+    }
+    // With a filter the best matches may all be filtered out, so the filter runs before
+    // the limit: scope and session in SQL, tags on the rows as they stream by.
     let sql = format!(
-        "SELECT {COLUMNS}, f.rank FROM
-           (SELECT rowid, bm25(memories_fts, 1.0, 0.5) AS rank FROM memories_fts
-            WHERE memories_fts MATCH ?1 ORDER BY rank LIMIT ?2) f
-         JOIN memories m ON m.rowid = f.rowid ORDER BY f.rank"
+        "SELECT {COLUMNS}, bm25(memories_fts, 1.0, 0.5) AS rank
+         FROM memories_fts JOIN memories m ON m.rowid = memories_fts.rowid
+         WHERE memories_fts MATCH ?1 AND (?2 IS NULL OR m.scope = ?2)
+           AND (?3 IS NULL OR m.session = ?3)
+         ORDER BY rank"
     );
     let mut stmt = conn.prepare_cached(&sql)?;
-    let rows = stmt.query_map(params![fts_query, limit as i64], |r| {
+    let rows = stmt.query_map(params![fts_query, filter.scope, filter.session], |r| {
         Ok((record(r)?, r.get::<_, f64>(8)?))
     })?;
-    rows.collect()
+    let mut out = Vec::new();
+    for row in rows {
+        let (r, rank) = row?;
+        if filter.keeps(&r) {
+            out.push((r, rank));
+            if out.len() >= limit {
+                break;
+            }
+        }
+    }
+    Ok(out)
 }
 
 /// Most recent memories passing `filter`.
@@ -296,20 +328,23 @@ pub fn recent(conn: &Connection, filter: &Filter, limit: usize) -> rusqlite::Res
     Ok(out)
 }
 
-pub fn filter_keeps(filter: &Filter, r: &Record) -> bool {
-    filter.keeps(r)
-}
-
 /// Mark memories as recalled (feeds eviction: recalled memories are kept longer).
-pub fn touch(conn: &Connection, ids: &[String]) -> rusqlite::Result<()> {
-    let now = now();
-    let mut stmt = conn.prepare_cached(
-        "UPDATE memories SET use_count = use_count + 1, last_used_at = ?1 WHERE id = ?2",
-    )?;
-    for id in ids {
-        stmt.execute(params![now, id])?;
+pub fn touch(conn: &mut Connection, ids: &[String]) -> rusqlite::Result<()> {
+    if ids.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    // One transaction for all of them: one WAL commit instead of one per memory.
+    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+    let now = now();
+    {
+        let mut stmt = tx.prepare_cached(
+            "UPDATE memories SET use_count = use_count + 1, last_used_at = ?1 WHERE id = ?2",
+        )?;
+        for id in ids {
+            stmt.execute(params![now, id])?;
+        }
+    }
+    tx.commit()
 }
 
 pub fn delete(

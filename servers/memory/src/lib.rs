@@ -135,8 +135,8 @@ impl Extras<MemoryState> for ContextPrompt {
                 serde_json::from_value(serde_json::Value::Object(args))
                     .map_err(|e| McpError::invalid_params(format!("arguments: {e}"), None))?;
             let result = tokio::task::spawn_blocking(move || {
-                let conn = state.conn.lock().unwrap_or_else(|e| e.into_inner());
-                tools::context_block(&conn, &params)
+                let mut conn = state.conn.lock().unwrap_or_else(|e| e.into_inner());
+                tools::context_block(&mut conn, &params)
             })
             .await
             .map_err(|e| McpError::internal_error(e.to_string(), None))?

@@ -345,10 +345,9 @@ pub fn rank(
         .map(|w| format!("\"{w}\""))
         .collect::<Vec<_>>()
         .join(" OR ");
-    let candidates = db::fts_candidates(conn, &fts, (limit * 5).max(50))?;
+    let candidates = db::fts_candidates(conn, &fts, filter, (limit * 5).max(50))?;
     let mut hits: Vec<Hit> = candidates
         .into_iter()
-        .filter(|(r, _)| db::filter_keeps(filter, r))
         .map(|(r, bm25)| {
             // bm25() is negative, more negative = better; recency adds up to 20%.
             let recency = 0.2 * (-age_days(&r.created_at) / 30.0).exp();
@@ -538,7 +537,7 @@ pub struct ContextResult {
 }
 
 /// Build the injection block (used by the tool and the MCP prompt).
-pub fn context_block(conn: &Connection, p: &ContextParams) -> ToolResult<ContextResult> {
+pub fn context_block(conn: &mut Connection, p: &ContextParams) -> ToolResult<ContextResult> {
     let mode = p.mode.unwrap_or_default();
     let max_chars = limit_arg("max_inject_chars", p.max_inject_chars, 2048, 65536)?;
     let max_count = limit_arg("max_inject_count", p.max_inject_count, 10, 100)?;
@@ -602,4 +601,89 @@ pub async fn context(
         r.block.clone()
     };
     Ok(Reply::new(r, text))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    fn store(
+        conn: &mut Connection,
+        content: &str,
+        tags: &[&str],
+        scope: &str,
+        session: Option<&str>,
+    ) {
+        let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
+        db::store(conn, content, &tags, scope, session, 100_000, true).unwrap();
+    }
+
+    /// A filtered search must not lose its hits behind better unfiltered ones.
+    #[test]
+    fn filters_apply_before_the_candidate_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&dir.path().join("m.db")).unwrap();
+        for i in 0..300 {
+            store(
+                &mut conn,
+                &format!("deploy deploy deploy note {i}"),
+                &["ops"],
+                "project",
+                None,
+            );
+        }
+        store(
+            &mut conn,
+            "the deploy key rotation runbook lives in the wiki",
+            &["runbook"],
+            "session",
+            Some("s1"),
+        );
+        store(
+            &mut conn,
+            "a user note about how to deploy on fridays",
+            &["habits"],
+            "user",
+            None,
+        );
+
+        let by_session = Filter {
+            session: Some("s1".into()),
+            scope: Some("session".into()),
+            ..Default::default()
+        };
+        let hits = rank(&conn, "deploy", &by_session, 10).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert!(hits[0].content.contains("runbook"));
+
+        let by_scope = Filter {
+            scope: Some("user".into()),
+            ..Default::default()
+        };
+        let hits = rank(&conn, "deploy", &by_scope, 10).unwrap();
+        assert_eq!(hits.len(), 1);
+        assert!(hits[0].content.contains("fridays"));
+
+        let by_tag = Filter {
+            tags: vec!["runbook".into()],
+            ..Default::default()
+        };
+        let hits = rank(&conn, "deploy", &by_tag, 10).unwrap();
+        assert_eq!(hits.len(), 1);
+
+        let unfiltered = rank(&conn, "deploy", &Filter::default(), 10).unwrap();
+        assert_eq!(unfiltered.len(), 10);
+        // Searching records usage in one transaction.
+        let ids: Vec<String> = unfiltered.iter().map(|h| h.id.clone()).collect();
+        db::touch(&mut conn, &ids).unwrap();
+        let used: i64 = conn
+            .query_row(
+                "SELECT count(*) FROM memories WHERE use_count = 1",
+                [],
+                |r| r.get(0),
+            )
+            .unwrap();
+        assert_eq!(used, 10);
+    }
 }
