@@ -60,6 +60,7 @@ pub enum ErrorCode {
     LspServerNotFound,
     LspServerUnavailable,
     RenameScopeExceedsCage,
+    RenameNotPossible,
     UnsupportedLanguage,
     // dap
     DapAdapterNotFound,

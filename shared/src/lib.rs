@@ -5,15 +5,19 @@
 //! - [`paths`]: root confinement, symlink-safe resolution, ro/rw mounts;
 //! - [`flags`]: `--root`, `--allow`, `--read-only`, logging and audit flags;
 //! - [`atomic`], [`lock`], [`limits`], [`audit`]: atomic writes, per-path locks,
-//!   output caps, audit events.
+//!   output caps, audit events;
+//! - [`framing`], [`process`]: Content-Length framing and process-tree kills for the
+//!   LSP and DAP bridges.
 
 pub mod atomic;
 pub mod audit;
 pub mod error;
 pub mod flags;
+pub mod framing;
 pub mod limits;
 pub mod lock;
 pub mod paths;
+pub mod process;
 pub mod server;
 
 pub use error::{ErrorCode, ToolError, ToolResult};

@@ -6,46 +6,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
 use tokio::sync::{Notify, oneshot};
 
-/// Encode one DAP message with its Content-Length header.
-pub fn encode(msg: &Value) -> Vec<u8> {
-    let body = msg.to_string();
-    let mut out = format!("Content-Length: {}\r\n\r\n", body.len()).into_bytes();
-    out.extend_from_slice(body.as_bytes());
-    out
-}
-
-/// Read one framed message; `None` at end of stream.
-pub async fn read_message<R: tokio::io::AsyncBufRead + Unpin>(
-    r: &mut R,
-) -> std::io::Result<Option<Value>> {
-    let mut len: Option<usize> = None;
-    loop {
-        let mut line = String::new();
-        if r.read_line(&mut line).await? == 0 {
-            return Ok(None);
-        }
-        let t = line.trim_end();
-        if t.is_empty() {
-            if len.is_some() {
-                break;
-            }
-            continue;
-        }
-        if let Some((k, v)) = t.split_once(':')
-            && k.trim().eq_ignore_ascii_case("content-length")
-        {
-            len = v.trim().parse().ok();
-        }
-    }
-    let n = len.unwrap_or(0);
-    let mut buf = vec![0u8; n];
-    r.read_exact(&mut buf).await?;
-    Ok(serde_json::from_slice(&buf).ok())
-}
+pub use kitbag_shared::framing::{encode, read_message};
 
 /// Everything the adapter told us asynchronously.
 #[derive(Default)]
@@ -258,76 +223,15 @@ impl Client {
         {
             if let Some(pid) = child.id() {
                 // The debuggee may live in its own process group: kill every descendant too.
-                let mut targets: Vec<String> =
-                    descendants(pid).iter().map(u32::to_string).collect();
-                targets.push(format!("-{pid}"));
-                let _ = std::process::Command::new("kill")
-                    .arg("-KILL")
-                    .arg("--")
-                    .args(&targets)
-                    .stdin(Stdio::null())
-                    .stdout(Stdio::null())
-                    .stderr(Stdio::null())
-                    .status();
+                kitbag_shared::process::kill_tree(pid);
             }
             let _ = child.start_kill();
         }
     }
 }
 
-/// Every descendant of `pid`, read from /proc.
-pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut parent: Vec<(u32, u32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            // Fields after the closing paren of the command name: state ppid ...
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-                continue;
-            };
-            if let Some(pp) = rest.split_whitespace().nth(1).and_then(|x| x.parse().ok()) {
-                parent.push((p, pp));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(cur) = todo.pop() {
-        for (c, pp) in &parent {
-            if *pp == cur && !out.contains(c) {
-                out.push(*c);
-                todo.push(*c);
-            }
-        }
-    }
-    out
-}
-
 impl Drop for Client {
     fn drop(&mut self) {
         self.kill();
-    }
-}
-
-#[cfg(test)]
-#[allow(clippy::unwrap_used)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn framing_round_trips_two_messages() {
-        let a = json!({"seq": 1, "type": "event", "event": "initialized"});
-        let b = json!({"seq": 2, "type": "response", "request_seq": 1, "success": true, "body": {"s": "é"}});
-        let mut bytes = encode(&a);
-        bytes.extend(encode(&b));
-        let mut r = BufReader::new(&bytes[..]);
-        assert_eq!(read_message(&mut r).await.unwrap(), Some(a));
-        assert_eq!(read_message(&mut r).await.unwrap(), Some(b));
-        assert_eq!(read_message(&mut r).await.unwrap(), None);
     }
 }

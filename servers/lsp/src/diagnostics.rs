@@ -1,0 +1,212 @@
+//! Diagnostics that are current: pulled where the server supports it, merged with what
+//! it pushed for the document's *current* version, after the server has gone quiet
+//! (no work-done progress running, no event for a short while), within a bounded wait.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+use crate::pool::Server;
+use crate::text::{Lines, path_to_uri};
+
+/// A server counts as quiet after this long without any notification.
+pub const QUIET: Duration = Duration::from_millis(300);
+
+/// Raw LSP diagnostics per file, and whether the wait ended with the server quiet.
+pub struct Collected {
+    pub by_file: Vec<(PathBuf, Arc<Lines>, Vec<Value>)>,
+    pub settled: bool,
+    pub waited_ms: u64,
+}
+
+/// Collect diagnostics for `files` (already synced and open in `server`).
+pub async fn collect(
+    server: &Server,
+    files: &[(PathBuf, Arc<Lines>)],
+    wait: Duration,
+) -> Collected {
+    let start = Instant::now();
+    let deadline = start + wait;
+    let mut pulled: HashMap<PathBuf, Vec<Value>> = HashMap::new();
+    let pull = server.has("diagnosticProvider");
+    if pull {
+        for (path, _) in files {
+            let r = server
+                .request(
+                    "textDocument/diagnostic",
+                    json!({"textDocument": {"uri": path_to_uri(path)}}),
+                )
+                .await;
+            if let Ok(v) = r
+                && v["kind"] == "full"
+            {
+                pulled.insert(
+                    path.clone(),
+                    v["items"].as_array().cloned().unwrap_or_default(),
+                );
+            }
+        }
+    }
+    // What each document looked like when we last changed it.
+    let marks: HashMap<PathBuf, (i64, u64)> = {
+        let docs = server.docs.lock().await;
+        files
+            .iter()
+            .filter_map(|(p, _)| docs.get(p).map(|d| (p.clone(), (d.version, d.changed_at))))
+            .collect()
+    };
+    let uris: Vec<(PathBuf, String)> = files
+        .iter()
+        .map(|(p, _)| (p.clone(), path_to_uri(p)))
+        .collect();
+    let settled = loop {
+        let notified = server.rpc.changed.notified();
+        let (fresh, quiet_for) = {
+            let Ok(ev) = server.rpc.events.lock() else {
+                break false;
+            };
+            let fresh = uris.iter().all(|(p, uri)| {
+                if pulled.contains_key(p) {
+                    return true;
+                }
+                let Some(pubd) = ev.diagnostics.get(uri) else {
+                    return false;
+                };
+                match (pubd.version, marks.get(p)) {
+                    (Some(v), Some((ver, _))) => v == *ver,
+                    (None, Some((_, at))) => pubd.seq > *at,
+                    (_, None) => true,
+                }
+            });
+            let quiet_for = if ev.active_progress.is_empty() {
+                ev.last_event.map(|t| t.elapsed()).unwrap_or(QUIET)
+            } else {
+                Duration::ZERO
+            };
+            (fresh, quiet_for)
+        };
+        if fresh && quiet_for >= QUIET {
+            break true;
+        }
+        if !server.rpc.is_alive() {
+            break false;
+        }
+        let now = Instant::now();
+        if now >= deadline {
+            break false;
+        }
+        let nap = if fresh {
+            (QUIET - quiet_for).min(deadline - now)
+        } else {
+            deadline - now
+        };
+        tokio::select! {
+            _ = notified => {}
+            _ = tokio::time::sleep(nap) => {}
+        }
+    };
+    let ev = server.rpc.events.lock().ok();
+    let mut by_file = Vec::new();
+    for (path, lines) in files {
+        let uri = path_to_uri(path);
+        let mut items = pulled.remove(path).unwrap_or_default();
+        if let Some(ev) = &ev
+            && let Some(pubd) = ev.diagnostics.get(&uri)
+        {
+            let current = match (pubd.version, marks.get(path)) {
+                (Some(v), Some((ver, _))) => v == *ver,
+                (None, Some((_, at))) => pubd.seq > *at,
+                (_, None) => true,
+            };
+            if current {
+                for d in &pubd.items {
+                    let dup = items
+                        .iter()
+                        .any(|x| x["range"] == d["range"] && x["message"] == d["message"]);
+                    if !dup {
+                        items.push(d.clone());
+                    }
+                }
+            }
+        }
+        by_file.push((path.clone(), lines.clone(), items));
+    }
+    Collected {
+        by_file,
+        settled,
+        waited_ms: start.elapsed().as_millis() as u64,
+    }
+}
+
+/// Diagnostics the server pushed for files we did not open (e.g. rust-analyzer's
+/// `cargo check` covers the whole crate), under `dir`.
+pub fn pushed_under(server: &Server, dir: &std::path::Path) -> Vec<(PathBuf, Vec<Value>)> {
+    let Ok(ev) = server.rpc.events.lock() else {
+        return Vec::new();
+    };
+    let mut out: Vec<(PathBuf, Vec<Value>)> = ev
+        .diagnostics
+        .iter()
+        .filter_map(|(uri, p)| {
+            let path = crate::text::uri_to_path(uri)?;
+            (path.starts_with(dir) && !p.items.is_empty()).then(|| (path, p.items.clone()))
+        })
+        .collect();
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+pub fn severity_name(v: &Value) -> &'static str {
+    match v.as_i64() {
+        Some(1) => "error",
+        Some(2) => "warning",
+        Some(3) => "information",
+        Some(4) => "hint",
+        // The spec says a missing severity is up to the client: treat as an error.
+        _ => "error",
+    }
+}
+
+/// Severity filter: `error` keeps errors, `warning` keeps warnings and worse, etc.
+pub fn passes(filter: Option<&str>, sev: &str) -> bool {
+    let rank = |s: &str| match s {
+        "error" => 1,
+        "warning" => 2,
+        "information" => 3,
+        "hint" => 4,
+        _ => 5,
+    };
+    match filter {
+        None | Some("all") => true,
+        Some(f) => rank(sev) <= rank(f),
+    }
+}
+
+pub fn code_string(v: &Value) -> Option<String> {
+    match v {
+        Value::String(s) => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn severity_filter_keeps_that_level_and_worse() {
+        assert!(passes(Some("warning"), "error"));
+        assert!(passes(Some("warning"), "warning"));
+        assert!(!passes(Some("warning"), "hint"));
+        assert!(!passes(Some("error"), "warning"));
+        assert!(passes(None, "hint"));
+        assert!(passes(Some("all"), "hint"));
+        assert_eq!(severity_name(&json!(2)), "warning");
+        assert_eq!(severity_name(&Value::Null), "error");
+        assert_eq!(code_string(&json!(2322)).as_deref(), Some("2322"));
+    }
+}

@@ -1,0 +1,102 @@
+//! kitbag-lsp: one `code_lsp` tool over a pool of real language servers.
+//!
+//! - [`tool`]: the tool's parameters, validation and dispatch;
+//! - [`actions`], [`rename`]: what each action asks the server and how answers are shown;
+//! - [`pool`]: spawning, sharing, idle-stopping and restarting servers, file sync;
+//! - [`rpc`]: JSON-RPC over the server's stdio; [`diagnostics`]: waiting for fresh ones;
+//! - [`text`]: lines, position encodings, symbol lookup; [`config`]: the registry.
+
+pub mod actions;
+pub mod config;
+pub mod diagnostics;
+pub mod edits;
+pub mod pool;
+pub mod rename;
+pub mod rpc;
+pub mod text;
+pub mod tool;
+
+use std::sync::Arc;
+
+use clap::Parser;
+use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
+
+pub use tool::LspState;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kitbag-lsp",
+    version,
+    about = "MCP server: code intelligence from real language servers"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// TOML file with `[lsp.servers.<language>]` tables (command, extensions,
+    /// initialization_options, settings) and `[lsp]` idle_timeout_secs / request_timeout_secs.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
+
+    /// Use this command for a language: `--server python="basedpyright-langserver --stdio"`.
+    /// Repeatable; beats the config file.
+    #[arg(long = "server", value_name = "LANG=COMMAND")]
+    pub servers: Vec<String>,
+
+    /// Stop a language server after this long without calls (e.g. 600, 90s, 10m).
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_duration)]
+    pub idle_timeout: Option<std::time::Duration>,
+
+    /// Kill and restart a language server that does not answer a request within this long.
+    #[arg(long, value_name = "DURATION", value_parser = config::parse_duration)]
+    pub request_timeout: Option<std::time::Duration>,
+}
+
+pub const IDENTITY: Identity = Identity {
+    name: "kitbag-lsp",
+    version: env!("CARGO_PKG_VERSION"),
+    instructions: "Code intelligence with the `code_lsp` tool: diagnostics, definition, references, hover, symbols, rename, code actions — answered by real language servers that see the files as they are on disk. Lines are 1-based; give `symbol` instead of counting columns.",
+};
+
+pub fn router() -> ToolRouter<LspState> {
+    ToolRouter::new().tool(tool::DEF, |s: Arc<LspState>, p, ctx: CallCtx| async move {
+        tool::run(&s, ctx.policy().clone(), p).await
+    })
+}
+
+/// The pool configuration from flags and the config file.
+pub fn config_from(args: &Args) -> anyhow::Result<config::Config> {
+    let mut cfg = config::Config::default();
+    if let Some(path) = &args.config {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
+        cfg.apply_toml(&text)
+            .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
+    }
+    for s in &args.servers {
+        cfg.apply_flag(s).map_err(anyhow::Error::msg)?;
+    }
+    if let Some(d) = args.idle_timeout {
+        cfg.idle_timeout = d;
+    }
+    if let Some(d) = args.request_timeout {
+        cfg.request_timeout = d;
+    }
+    Ok(cfg)
+}
+
+pub fn build(args: &Args) -> anyhow::Result<McpServer<LspState>> {
+    let policy = args.common.policy()?;
+    let pool = pool::Pool::new(config_from(args)?, policy.root().to_path_buf());
+    McpServer::new(IDENTITY, LspState { pool }, router(), policy).with_common_args(&args.common)
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.common.init_logging()?;
+    let server = build(&args)?;
+    let pool = server.state().pool.clone();
+    let served = kitbag_shared::serve_stdio(server).await;
+    // Language servers get a clean shutdown rather than a kill when we can.
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), pool.shutdown_all()).await;
+    served
+}

@@ -1,0 +1,618 @@
+//! The server pool: one language server per language, spawned on first use, shared by
+//! every call, stopped when idle, restarted after a crash or a hang, and kept in sync
+//! with the files on disk before every request.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
+
+use kitbag_shared::{ErrorCode, ToolError, ToolResult};
+use serde::Serialize;
+use serde_json::{Value, json};
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::config::{Config, LanguageConfig, find_program};
+use crate::rpc::{Rpc, RpcError};
+use crate::text::{Encoding, Lines, path_to_uri};
+
+/// How long `initialize` may take (rust-analyzer on a cold cache is slow).
+const INITIALIZE_TIMEOUT: Duration = Duration::from_secs(60);
+/// Open documents beyond this are closed, oldest first.
+const MAX_OPEN_DOCS: usize = 400;
+
+/// A document as the server last saw it.
+#[derive(Debug, Clone)]
+pub struct Doc {
+    pub version: i64,
+    pub hash: u64,
+    pub lines: Arc<Lines>,
+    /// Event counter when we last opened or changed it: published diagnostics older than
+    /// this describe a previous text.
+    pub changed_at: u64,
+    pub last_used: Instant,
+}
+
+/// One running language server.
+pub struct Server {
+    pub lang: LanguageConfig,
+    pub rpc: Arc<Rpc>,
+    pub pid: u32,
+    pub started: Instant,
+    pub capabilities: Value,
+    pub server_info: Value,
+    pub encoding: Encoding,
+    pub docs: tokio::sync::Mutex<HashMap<PathBuf, Doc>>,
+    last_used: Mutex<Instant>,
+    child: Mutex<Option<tokio::process::Child>>,
+    request_timeout: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SlotState {
+    NotStarted,
+    Running,
+    Crashed,
+    IdleStopped,
+    Failed,
+}
+
+#[derive(Default)]
+struct Slot {
+    server: Option<Arc<Server>>,
+    /// Restarts after crashes or hangs since the last clean start (reset by `reload`).
+    restarts: u32,
+    /// Every spawn, for `status`.
+    spawns: u32,
+    last_stop: Option<SlotState>,
+    last_error: Option<String>,
+}
+
+/// A language server's line in `status`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ServerStatus {
+    pub language: String,
+    pub command: Vec<String>,
+    /// not_started, running, crashed, idle_stopped or failed.
+    pub state: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pid: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub uptime_ms: Option<u64>,
+    pub restarts: u32,
+    pub spawns: u32,
+    pub open_files: Vec<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub position_encoding: Option<String>,
+    pub installed: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub last_error: Option<String>,
+}
+
+pub struct Pool {
+    pub config: Config,
+    pub root: PathBuf,
+    slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+}
+
+impl Pool {
+    pub fn new(config: Config, root: PathBuf) -> Arc<Self> {
+        Arc::new(Pool {
+            config,
+            root,
+            slots: Mutex::default(),
+        })
+    }
+
+    fn slot(&self, lang: &str) -> Arc<tokio::sync::Mutex<Slot>> {
+        let mut slots = match self.slots.lock() {
+            Ok(s) => s,
+            Err(p) => p.into_inner(),
+        };
+        slots.entry(lang.to_string()).or_default().clone()
+    }
+
+    /// The running server for a language, spawning (or restarting) it as needed.
+    pub async fn get(self: &Arc<Self>, lang: &LanguageConfig) -> ToolResult<Arc<Server>> {
+        let slot_arc = self.slot(&lang.name);
+        let mut slot = slot_arc.lock().await;
+        if let Some(s) = &slot.server {
+            if s.rpc.is_alive() {
+                s.touch();
+                return Ok(s.clone());
+            }
+            // It died since the last call.
+            tracing::warn!(language = %lang.name, "language server exited; restarting");
+            slot.server = None;
+            slot.last_stop = Some(SlotState::Crashed);
+            slot.restarts += 1;
+        }
+        if slot.restarts > self.config.max_restarts {
+            slot.last_stop = Some(SlotState::Failed);
+            return Err(ToolError::new(
+                ErrorCode::LspServerUnavailable,
+                format!(
+                    "the {} language server crashed {} times; it stays down until `reload`",
+                    lang.name, slot.restarts
+                ),
+            )
+            .with_detail(json!({"language": lang.name, "restarts": slot.restarts,
+                "last_error": slot.last_error})));
+        }
+        match self.spawn(lang).await {
+            Ok(server) => {
+                slot.spawns += 1;
+                slot.server = Some(server.clone());
+                slot.last_error = None;
+                self.watch_idle(&slot_arc, &server);
+                Ok(server)
+            }
+            Err(e) => {
+                if e.code == ErrorCode::LspServerUnavailable {
+                    slot.restarts += 1;
+                    slot.last_error = Some(e.message.clone());
+                }
+                Err(e)
+            }
+        }
+    }
+
+    async fn spawn(&self, lang: &LanguageConfig) -> ToolResult<Arc<Server>> {
+        let program = &lang.command[0];
+        if find_program(program).is_none() {
+            return Err(ToolError::new(
+                ErrorCode::LspServerNotFound,
+                format!(
+                    "no {} language server: `{}` is not on PATH; install it with `{}` or configure another with --server {}=COMMAND",
+                    lang.name, program, lang.install, lang.name
+                ),
+            )
+            .with_detail(json!({"language": lang.name, "command": lang.command,
+                "install": lang.install})));
+        }
+        let root_uri = path_to_uri(&self.root);
+        let (rpc, child) = Rpc::spawn(
+            &lang.command,
+            &self.root,
+            lang.settings.clone(),
+            root_uri.clone(),
+        )
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::LspServerNotFound,
+                format!("could not start `{}`: {e}", lang.command.join(" ")),
+            )
+            .with_detail(json!({"language": lang.name, "command": lang.command,
+                "install": lang.install}))
+        })?;
+        let pid = rpc.pid;
+        let unavailable = |what: String, rpc: &Rpc| {
+            let tail = rpc.stderr_tail();
+            ToolError::new(
+                ErrorCode::LspServerUnavailable,
+                format!("the {} language server {what}", lang.name),
+            )
+            .with_detail(json!({"language": lang.name, "command": lang.command,
+                "stderr_tail": tail}))
+        };
+        let params = initialize_params(&self.root, &root_uri, lang);
+        let init = match rpc.request("initialize", params, INITIALIZE_TIMEOUT).await {
+            Ok(v) => v,
+            Err(e) => {
+                kitbag_shared::process::kill_tree(pid);
+                return Err(unavailable(format!("failed to initialize: {e}"), &rpc));
+            }
+        };
+        if rpc.notify("initialized", json!({})).await.is_err() {
+            return Err(unavailable("exited during start-up".into(), &rpc));
+        }
+        if !lang.settings.as_object().is_none_or(|o| o.is_empty()) {
+            let _ = rpc
+                .notify(
+                    "workspace/didChangeConfiguration",
+                    json!({"settings": lang.settings}),
+                )
+                .await;
+        }
+        let capabilities = init["capabilities"].clone();
+        let encoding = Encoding::from_capability(capabilities["positionEncoding"].as_str());
+        tracing::info!(language = %lang.name, pid, encoding = encoding.as_str(), "language server started");
+        Ok(Arc::new(Server {
+            lang: lang.clone(),
+            rpc,
+            pid,
+            started: Instant::now(),
+            server_info: init["serverInfo"].clone(),
+            capabilities,
+            encoding,
+            docs: tokio::sync::Mutex::default(),
+            last_used: Mutex::new(Instant::now()),
+            child: Mutex::new(Some(child)),
+            request_timeout: self.config.request_timeout,
+        }))
+    }
+
+    /// Stop the server after `idle_timeout` without calls; it respawns on next use.
+    fn watch_idle(&self, slot: &Arc<tokio::sync::Mutex<Slot>>, server: &Arc<Server>) {
+        let idle = self.config.idle_timeout;
+        let slot: Weak<tokio::sync::Mutex<Slot>> = Arc::downgrade(slot);
+        let server: Weak<Server> = Arc::downgrade(server);
+        tokio::spawn(async move {
+            loop {
+                let Some(s) = server.upgrade() else { return };
+                if !s.rpc.is_alive() {
+                    return;
+                }
+                let due = s.last_used() + idle;
+                drop(s);
+                tokio::time::sleep_until(due.into()).await;
+                let Some(s) = server.upgrade() else { return };
+                if s.last_used() + idle > Instant::now() {
+                    continue;
+                }
+                let Some(slot) = slot.upgrade() else { return };
+                let mut slot = slot.lock().await;
+                // Only stop it if it is still the slot's server and still idle.
+                let current = slot.server.as_ref().is_some_and(|c| Arc::ptr_eq(c, &s));
+                if current && s.last_used() + idle <= Instant::now() {
+                    tracing::info!(language = %s.lang.name, "stopping idle language server");
+                    slot.server = None;
+                    slot.last_stop = Some(SlotState::IdleStopped);
+                    drop(slot);
+                    s.shutdown().await;
+                }
+                return;
+            }
+        });
+    }
+
+    /// Stop a language's server (if running) and start a fresh one; restarts reset.
+    pub async fn reload(self: &Arc<Self>, lang: &LanguageConfig) -> ToolResult<Arc<Server>> {
+        let slot_arc = self.slot(&lang.name);
+        {
+            let mut slot = slot_arc.lock().await;
+            if let Some(s) = slot.server.take() {
+                s.shutdown().await;
+            }
+            slot.restarts = 0;
+            slot.last_stop = None;
+        }
+        self.get(lang).await
+    }
+
+    /// Kill a server that hung; the next call restarts it (counted as a restart).
+    pub async fn kill_hung(&self, server: &Arc<Server>) {
+        let slot_arc = self.slot(&server.lang.name);
+        let mut slot = slot_arc.lock().await;
+        if slot.server.as_ref().is_some_and(|c| Arc::ptr_eq(c, server)) {
+            slot.server = None;
+            slot.restarts += 1;
+            slot.last_stop = Some(SlotState::Crashed);
+            slot.last_error = Some("killed after not answering in time".into());
+        }
+        server.kill();
+    }
+
+    pub async fn status(&self) -> Vec<ServerStatus> {
+        let slots: BTreeMap<String, Arc<tokio::sync::Mutex<Slot>>> = match self.slots.lock() {
+            Ok(s) => s.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
+            Err(_) => BTreeMap::new(),
+        };
+        let mut out = Vec::new();
+        for lang in &self.config.languages {
+            let installed = find_program(&lang.command[0]).is_some();
+            let mut st = ServerStatus {
+                language: lang.name.clone(),
+                command: lang.command.clone(),
+                state: "not_started".into(),
+                pid: None,
+                uptime_ms: None,
+                restarts: 0,
+                spawns: 0,
+                open_files: Vec::new(),
+                position_encoding: None,
+                installed,
+                last_error: None,
+            };
+            if let Some(slot) = slots.get(&lang.name) {
+                let slot = slot.lock().await;
+                st.restarts = slot.restarts;
+                st.spawns = slot.spawns;
+                st.last_error = slot.last_error.clone();
+                let state = match &slot.server {
+                    Some(s) if s.rpc.is_alive() => {
+                        st.pid = Some(s.pid);
+                        st.uptime_ms = Some(s.started.elapsed().as_millis() as u64);
+                        st.position_encoding = Some(s.encoding.as_str().into());
+                        let docs = s.docs.lock().await;
+                        let mut files: Vec<String> =
+                            docs.keys().map(|p| display(&self.root, p)).collect();
+                        files.sort();
+                        st.open_files = files;
+                        SlotState::Running
+                    }
+                    Some(_) => SlotState::Crashed,
+                    None => slot.last_stop.unwrap_or(SlotState::NotStarted),
+                };
+                st.state = serde_json::to_value(state)
+                    .ok()
+                    .and_then(|v| v.as_str().map(str::to_string))
+                    .unwrap_or_default();
+            }
+            out.push(st);
+        }
+        out
+    }
+
+    /// Shut every server down (server exit).
+    pub async fn shutdown_all(&self) {
+        let slots: Vec<_> = match self.slots.lock() {
+            Ok(s) => s.values().cloned().collect(),
+            Err(_) => return,
+        };
+        for slot in slots {
+            let server = slot.lock().await.server.take();
+            if let Some(s) = server {
+                s.shutdown().await;
+            }
+        }
+    }
+}
+
+fn display(root: &Path, p: &Path) -> String {
+    p.strip_prefix(root)
+        .map(|r| r.to_string_lossy().into_owned())
+        .unwrap_or_else(|_| p.display().to_string())
+}
+
+impl Server {
+    fn touch(&self) {
+        if let Ok(mut t) = self.last_used.lock() {
+            *t = Instant::now();
+        }
+    }
+
+    fn last_used(&self) -> Instant {
+        self.last_used
+            .lock()
+            .map(|t| *t)
+            .unwrap_or_else(|_| Instant::now())
+    }
+
+    /// `shutdown` + `exit`, then make sure the whole process tree is gone.
+    pub async fn shutdown(&self) {
+        if self.rpc.is_alive() {
+            let _ = self
+                .rpc
+                .request("shutdown", Value::Null, Duration::from_secs(3))
+                .await;
+            let _ = self.rpc.notify("exit", Value::Null).await;
+            let child = self.child.lock().ok().and_then(|mut c| c.take());
+            if let Some(mut child) = child {
+                let waited = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
+                if waited.is_err() {
+                    kitbag_shared::process::kill_tree(self.pid);
+                    let _ = child.wait().await;
+                } else {
+                    // Helpers it started (tsserver, typings installers) go too.
+                    kitbag_shared::process::kill_tree(self.pid);
+                }
+            }
+        }
+        self.kill();
+    }
+
+    pub fn kill(&self) {
+        let child = self.child.lock().ok().and_then(|mut c| c.take());
+        if let Some(mut child) = child {
+            kitbag_shared::process::kill_tree(self.pid);
+            let _ = child.start_kill();
+        }
+    }
+
+    pub fn has(&self, capability: &str) -> bool {
+        !matches!(
+            &self.capabilities[capability],
+            Value::Null | Value::Bool(false)
+        )
+    }
+
+    /// Send a request with the pool's timeout.
+    pub async fn request(&self, method: &str, params: Value) -> Result<Value, RpcError> {
+        self.touch();
+        let r = self.rpc.request(method, params, self.request_timeout).await;
+        self.touch();
+        r
+    }
+
+    /// Bring the server's view up to date with the disk: every open document is
+    /// re-read and changed or closed as needed, and `open` documents are opened.
+    /// Returns the current text of each of `open`, in order.
+    pub async fn sync(&self, open: &[PathBuf]) -> ToolResult<Vec<Arc<Lines>>> {
+        self.touch();
+        let mut docs = self.docs.lock().await;
+        let closed = |_: RpcError| {
+            ToolError::new(
+                ErrorCode::LspServerUnavailable,
+                format!(
+                    "the {} language server exited; the next call restarts it",
+                    self.lang.name
+                ),
+            )
+        };
+        // Everything already open: compare with the disk.
+        let paths: Vec<PathBuf> = docs.keys().cloned().collect();
+        for path in paths {
+            let uri = path_to_uri(&path);
+            match std::fs::read(&path) {
+                Err(_) => {
+                    docs.remove(&path);
+                    self.rpc
+                        .notify(
+                            "textDocument/didClose",
+                            json!({"textDocument": {"uri": uri}}),
+                        )
+                        .await
+                        .map_err(closed)?;
+                }
+                Ok(bytes) => {
+                    let hash = xxh3_64(&bytes);
+                    let Some(doc) = docs.get_mut(&path) else {
+                        continue;
+                    };
+                    if doc.hash == hash {
+                        continue;
+                    }
+                    let text = String::from_utf8_lossy(&bytes).into_owned();
+                    doc.version += 1;
+                    doc.hash = hash;
+                    doc.changed_at = self.rpc.event_seq();
+                    self.rpc
+                        .notify(
+                            "textDocument/didChange",
+                            json!({"textDocument": {"uri": uri, "version": doc.version},
+                                "contentChanges": [{"text": text}]}),
+                        )
+                        .await
+                        .map_err(closed)?;
+                    // The text is what is on disk, so it is saved: servers that check on
+                    // save (rust-analyzer's cargo check) rerun.
+                    self.rpc
+                        .notify(
+                            "textDocument/didSave",
+                            json!({"textDocument": {"uri": uri}}),
+                        )
+                        .await
+                        .map_err(closed)?;
+                    doc.lines = Arc::new(Lines::new(text));
+                }
+            }
+        }
+        let mut out = Vec::with_capacity(open.len());
+        for path in open {
+            if let Some(doc) = docs.get_mut(path) {
+                doc.last_used = Instant::now();
+                out.push(doc.lines.clone());
+                continue;
+            }
+            let bytes =
+                std::fs::read(path).map_err(|e| ToolError::io(&path.to_string_lossy(), &e))?;
+            let hash = xxh3_64(&bytes);
+            let text = String::from_utf8_lossy(&bytes).into_owned();
+            let ext = path
+                .extension()
+                .and_then(|e| e.to_str())
+                .unwrap_or("")
+                .to_ascii_lowercase();
+            self.rpc
+                .notify(
+                    "textDocument/didOpen",
+                    json!({"textDocument": {"uri": path_to_uri(path),
+                        "languageId": self.lang.language_id(&ext), "version": 1, "text": text}}),
+                )
+                .await
+                .map_err(closed)?;
+            let lines = Arc::new(Lines::new(text));
+            docs.insert(
+                path.clone(),
+                Doc {
+                    version: 1,
+                    hash,
+                    lines: lines.clone(),
+                    changed_at: self.rpc.event_seq(),
+                    last_used: Instant::now(),
+                },
+            );
+            out.push(lines);
+        }
+        // Keep the server's working set bounded.
+        while docs.len() > MAX_OPEN_DOCS {
+            let Some(oldest) = docs
+                .iter()
+                .filter(|(p, _)| !open.contains(p))
+                .min_by_key(|(_, d)| d.last_used)
+                .map(|(p, _)| p.clone())
+            else {
+                break;
+            };
+            docs.remove(&oldest);
+            let _ = self
+                .rpc
+                .notify(
+                    "textDocument/didClose",
+                    json!({"textDocument": {"uri": path_to_uri(&oldest)}}),
+                )
+                .await;
+        }
+        Ok(out)
+    }
+
+    /// The text of a file the way the server sees it (open documents) or on disk.
+    pub async fn text_of(&self, path: &Path) -> Option<Arc<Lines>> {
+        if let Some(d) = self.docs.lock().await.get(path) {
+            return Some(d.lines.clone());
+        }
+        let bytes = std::fs::read(path).ok()?;
+        Some(Arc::new(Lines::new(
+            String::from_utf8_lossy(&bytes).into_owned(),
+        )))
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+fn initialize_params(root: &Path, root_uri: &str, lang: &LanguageConfig) -> Value {
+    let name = root
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "root".into());
+    let mut p = json!({
+        "processId": std::process::id(),
+        "clientInfo": {"name": "kitbag-lsp", "version": env!("CARGO_PKG_VERSION")},
+        "rootUri": root_uri,
+        "rootPath": root.to_string_lossy(),
+        "workspaceFolders": [{"uri": root_uri, "name": name}],
+        "capabilities": {
+            "general": {"positionEncodings": ["utf-8", "utf-32", "utf-16"]},
+            "workspace": {
+                "configuration": true,
+                "workspaceFolders": true,
+                "applyEdit": false,
+                "workspaceEdit": {"documentChanges": true},
+                "symbol": {"dynamicRegistration": false},
+                "diagnostics": {"refreshSupport": true},
+                "didChangeConfiguration": {"dynamicRegistration": false}
+            },
+            "textDocument": {
+                "synchronization": {"dynamicRegistration": false, "didSave": true},
+                "publishDiagnostics": {"versionSupport": true, "relatedInformation": false},
+                "diagnostic": {"dynamicRegistration": false},
+                "definition": {"linkSupport": true},
+                "typeDefinition": {"linkSupport": true},
+                "implementation": {"linkSupport": true},
+                "declaration": {"linkSupport": true},
+                "references": {},
+                "hover": {"contentFormat": ["markdown", "plaintext"]},
+                "documentSymbol": {"hierarchicalDocumentSymbolSupport": true},
+                "rename": {"prepareSupport": true},
+                "codeAction": {
+                    "codeActionLiteralSupport": {"codeActionKind": {"valueSet": [
+                        "", "quickfix", "refactor", "refactor.extract", "refactor.inline",
+                        "refactor.rewrite", "source", "source.organizeImports"]}},
+                    "isPreferredSupport": true,
+                    "resolveSupport": {"properties": ["edit"]}
+                }
+            },
+            "window": {"workDoneProgress": true}
+        }
+    });
+    if let Some(opts) = &lang.initialization_options {
+        p["initializationOptions"] = opts.clone();
+    }
+    p
+}

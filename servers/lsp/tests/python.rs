@@ -1,0 +1,428 @@
+//! Drive the real `kitbag-lsp` binary against the real pyright language server.
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+use std::time::Duration;
+
+use kitbag_testkit::{Era, McpClient, process_alive};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-lsp"))
+}
+
+fn have(program: &str) -> bool {
+    let ok = kitbag_lsp::config::find_program(program).is_some();
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{program} missing under CI"
+        );
+        eprintln!("SKIP: {program} not installed");
+    }
+    ok
+}
+
+const MODELS: &str = "class User:\n    def __init__(self, name: str) -> None:\n        self.name = name\n\n\ndef make_user(name: str) -> User:\n    \"\"\"Build a user.\"\"\"\n    return User(name)\n";
+const APP: &str = "from models import User, make_user\n\n\ndef greet(u: User) -> str:\n    return \"hi \" + u.name\n\n\ncount: int = \"not a number\"\nlabel = \"é😀\"; result = greet(make_user(label))\n";
+const OTHER: &str =
+    "from models import User\n\n\ndef describe(u: User) -> str:\n    return u.name\n";
+
+fn project() -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("models.py"), MODELS).unwrap();
+    std::fs::write(d.path().join("app.py"), APP).unwrap();
+    std::fs::write(d.path().join("other.py"), OTHER).unwrap();
+    std::fs::write(d.path().join("README.md"), "# demo\n").unwrap();
+    d
+}
+
+fn ok(c: &mut McpClient, args: Value) -> Value {
+    let r = c.call("code_lsp", args.clone());
+    assert!(!r.is_error, "{args} failed: {}", r.text);
+    r.structured
+}
+
+fn python_pid(c: &mut McpClient) -> Option<u64> {
+    let s = ok(c, json!({"action": "status"}));
+    s["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["language"] == "python")
+        .and_then(|s| s["pid"].as_u64())
+}
+
+fn python_status(c: &mut McpClient) -> Value {
+    let s = ok(c, json!({"action": "status"}));
+    s["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["language"] == "python")
+        .cloned()
+        .unwrap()
+}
+
+#[test]
+fn bad_input_is_refused_before_any_server_starts() {
+    let d = project();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    let cases = [
+        (json!({"action": "fly"}), "action"),
+        (json!({"action": "definition", "path": "app.py"}), "line"),
+        (
+            json!({"action": "definition", "path": "app.py", "line": 999, "character": 0}),
+            "line",
+        ),
+        (
+            json!({"action": "hover", "path": "app.py", "line": 1, "character": 500}),
+            "character",
+        ),
+        (
+            json!({"action": "rename", "path": "app.py", "line": 4, "symbol": "greet", "new_name": "not valid"}),
+            "new_name",
+        ),
+        (
+            json!({"action": "rename", "path": "app.py", "line": 4, "symbol": "greet", "new_name": "1abc"}),
+            "new_name",
+        ),
+        (
+            json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "nothere"}),
+            "symbol",
+        ),
+        (json!({"action": "symbols", "scope": "workspace"}), "query"),
+        (json!({"action": "diagnostics"}), "path"),
+        (
+            json!({"action": "request", "language": "python", "method": "shutdown"}),
+            "method",
+        ),
+        (json!({"action": "reload", "language": "cobol"}), "language"),
+        (
+            json!({"action": "hover", "path": "app.py", "line": 1, "colour": 1}),
+            "colour",
+        ),
+    ];
+    for (args, field) in cases {
+        let r = c.call("code_lsp", args.clone());
+        assert_eq!(r.error_code(), Some("invalid_params"), "{args}: {}", r.text);
+        assert_eq!(
+            r.structured["error"]["detail"]["field"], field,
+            "{args}: {}",
+            r.text
+        );
+    }
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "hover", "path": "README.md", "line": 1, "character": 0}),
+    );
+    assert_eq!(r.error_code(), Some("unsupported_language"), "{}", r.text);
+    assert!(r.text.contains("python"), "{}", r.text);
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "hover", "path": "../outside.py", "line": 1, "character": 0}),
+    );
+    assert!(r.is_error);
+    // Nothing was spawned by any of that.
+    let s = ok(&mut c, json!({"action": "status"}));
+    assert!(
+        s["servers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|s| s["state"] == "not_started"),
+        "{s}"
+    );
+    assert!(c.stdout_garbage().is_empty());
+}
+
+#[test]
+fn missing_server_binary_says_how_to_install() {
+    let d = project();
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--server", "python=kitbag-no-such-pyright --stdio"],
+        d.path(),
+        Era::Handshake,
+    );
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"}),
+    );
+    assert_eq!(r.error_code(), Some("lsp_server_not_found"), "{}", r.text);
+    assert!(r.text.contains("kitbag-no-such-pyright"), "{}", r.text);
+    assert_eq!(
+        r.structured["error"]["detail"]["command"][0],
+        "kitbag-no-such-pyright"
+    );
+}
+
+#[test]
+fn pyright_end_to_end() {
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = project();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(90);
+
+    // Spawned on demand: a type error on line 8 is reported with its 1-based line.
+    let s = ok(&mut c, json!({"action": "diagnostics", "path": "app.py"}));
+    let diags = s["diagnostics"].as_array().unwrap();
+    assert!(
+        diags
+            .iter()
+            .any(|d| d["line"] == 8 && d["severity"] == "error" && d["path"] == "app.py"),
+        "{s}"
+    );
+    assert_eq!(s["settled"], true, "{s}");
+    let pid = python_pid(&mut c).unwrap();
+    assert!(process_alive(pid as u32));
+
+    // Definition across files, by symbol name on a line.
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "app.py", "line": 4, "symbol": "User"}),
+    );
+    let defs = s["definitions"].as_array().unwrap();
+    assert_eq!(defs[0]["path"], "models.py", "{s}");
+    assert_eq!(defs[0]["line"], 1);
+    assert_eq!(defs[0]["preview"], "class User:");
+
+    // Non-ASCII before the target: characters, not UTF-16 units, locate `greet`.
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "app.py", "line": 9, "symbol": "greet"}),
+    );
+    assert_eq!(s["definitions"][0]["path"], "app.py", "{s}");
+    assert_eq!(s["definitions"][0]["line"], 4);
+    assert_eq!(s["definitions"][0]["character"], 4);
+    // The same by explicit column: `label = "é😀"; result = ` is 25 characters.
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "app.py", "line": 9, "character": 25}),
+    );
+    assert_eq!(s["definitions"][0]["line"], 4, "{s}");
+
+    // References to User across the three files.
+    let s = ok(
+        &mut c,
+        json!({"action": "references", "path": "models.py", "line": 1, "symbol": "User", "include_declaration": true}),
+    );
+    let files: std::collections::BTreeSet<&str> = s["references"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        files.into_iter().collect::<Vec<_>>(),
+        vec!["app.py", "models.py", "other.py"],
+        "{s}"
+    );
+    let all = s["count"].as_u64().unwrap();
+    assert!(all >= 6, "{s}");
+    // Paging.
+    let s = ok(
+        &mut c,
+        json!({"action": "references", "path": "models.py", "line": 1, "symbol": "User", "include_declaration": true, "limit": 2}),
+    );
+    assert_eq!(s["references"].as_array().unwrap().len(), 2);
+    assert_eq!(s["truncated"], true);
+    assert_eq!(s["next_offset"], 2);
+
+    // Document symbols, nested.
+    let s = ok(&mut c, json!({"action": "symbols", "path": "models.py"}));
+    let syms = s["symbols"].as_array().unwrap();
+    assert!(
+        syms.iter()
+            .any(|x| x["name"] == "User" && x["kind"] == "class" && x["line"] == 1),
+        "{s}"
+    );
+    assert!(
+        syms.iter()
+            .any(|x| x["name"] == "make_user" && x["kind"] == "function" && x["line"] == 6),
+        "{s}"
+    );
+    assert!(
+        syms.iter()
+            .any(|x| x["name"] == "__init__" && x["container"] == "User"),
+        "{s}"
+    );
+
+    // Hover.
+    let s = ok(
+        &mut c,
+        json!({"action": "hover", "path": "app.py", "line": 9, "symbol": "make_user"}),
+    );
+    let content = s["content"].as_str().unwrap();
+    assert!(
+        content.contains("make_user") && content.contains("User"),
+        "{s}"
+    );
+    assert!(content.contains("Build a user."), "{s}");
+
+    // Capabilities.
+    let s = ok(&mut c, json!({"action": "capabilities", "path": "app.py"}));
+    assert_eq!(s["supports"]["rename"], true, "{s}");
+    assert_eq!(s["position_encoding"], "utf-16");
+
+    // A raw request.
+    let s = ok(
+        &mut c,
+        json!({"action": "request", "path": "models.py", "method": "textDocument/documentHighlight",
+            "params": {"textDocument": {"uri": kitbag_lsp::text::path_to_uri(&std::fs::canonicalize(d.path()).unwrap().join("models.py"))},
+                "position": {"line": 0, "character": 7}}}),
+    );
+    assert!(s["result"].as_array().is_some_and(|a| a.len() >= 2), "{s}");
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "request", "path": "models.py", "method": "textDocument/noSuchThing", "params": {}}),
+    );
+    assert_eq!(r.error_code(), Some("unsupported_by_adapter"), "{}", r.text);
+
+    // The file is edited on disk (by another server): diagnostics reflect the edit.
+    std::fs::write(
+        d.path().join("app.py"),
+        APP.replace("count: int = \"not a number\"", "count: int = 3"),
+    )
+    .unwrap();
+    let s = ok(&mut c, json!({"action": "diagnostics", "path": "app.py"}));
+    assert!(
+        !s["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["severity"] == "error"),
+        "{s}"
+    );
+
+    // Rename across three files, applied to the disk.
+    let s = ok(
+        &mut c,
+        json!({"action": "rename", "path": "models.py", "line": 1, "symbol": "User", "new_name": "AppUser"}),
+    );
+    assert_eq!(s["files_changed"], 3, "{s}");
+    let total = s["total_edits"].as_u64().unwrap();
+    assert!(total >= 6, "{s}");
+    for f in ["models.py", "app.py", "other.py"] {
+        let text = std::fs::read_to_string(d.path().join(f)).unwrap();
+        assert!(text.contains("AppUser"), "{f}: {text}");
+        assert!(
+            !text.contains(" User") && !text.contains("(User"),
+            "{f}: {text}"
+        );
+    }
+    // And the server sees the renamed code: no new errors.
+    let s = ok(&mut c, json!({"action": "diagnostics", "path": "."}));
+    assert!(
+        !s["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["severity"] == "error"),
+        "{s}"
+    );
+    assert_eq!(s["files_checked"], 3);
+
+    // The language server dies: the next call restarts it and succeeds.
+    kitbag_shared::process::kill_tree(pid as u32);
+    std::thread::sleep(Duration::from_millis(300));
+    let s = ok(
+        &mut c,
+        json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"}),
+    );
+    assert!(s["content"].as_str().unwrap().contains("greet"), "{s}");
+    let st = python_status(&mut c);
+    assert_eq!(st["restarts"], 1, "{st}");
+    assert_ne!(st["pid"].as_u64(), Some(pid));
+
+    // reload starts a fresh one and resets the restart count.
+    let s = ok(&mut c, json!({"action": "reload", "language": "python"}));
+    let new_pid = s["pid"].as_u64().unwrap();
+    let st = python_status(&mut c);
+    assert_eq!(st["restarts"], 0);
+    assert_eq!(st["pid"].as_u64(), Some(new_pid));
+
+    assert!(c.stdout_garbage().is_empty());
+    let server_pid = c.pid();
+    c.shutdown();
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        !process_alive(new_pid as u32),
+        "pyright outlived kitbag-lsp"
+    );
+    let _ = server_pid;
+}
+
+#[test]
+fn rename_outside_the_writable_mounts_changes_nothing() {
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = project();
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--allow", "rw:.", "--allow", "ro:other.py"],
+        d.path(),
+        Era::Handshake,
+    );
+    c.timeout = Duration::from_secs(90);
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "rename", "path": "models.py", "line": 1, "symbol": "User", "new_name": "AppUser"}),
+    );
+    assert_eq!(
+        r.error_code(),
+        Some("rename_scope_exceeds_cage"),
+        "{}",
+        r.text
+    );
+    assert_eq!(
+        r.structured["error"]["detail"]["files"],
+        json!(["other.py"])
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("models.py")).unwrap(),
+        MODELS
+    );
+    assert_eq!(
+        std::fs::read_to_string(d.path().join("app.py")).unwrap(),
+        APP
+    );
+    // Not a renameable position.
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "rename", "path": "app.py", "line": 8, "symbol": "\"not", "new_name": "x"}),
+    );
+    assert_eq!(r.error_code(), Some("rename_not_possible"), "{}", r.text);
+}
+
+#[test]
+fn idle_servers_stop_and_respawn() {
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = project();
+    let mut c = McpClient::spawn(bin(), &["--idle-timeout", "1500ms"], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(90);
+    ok(
+        &mut c,
+        json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"}),
+    );
+    let st = python_status(&mut c);
+    let first = st["pid"].as_u64().unwrap_or_else(|| panic!("{st}"));
+    std::thread::sleep(Duration::from_millis(3000));
+    let st = python_status(&mut c);
+    assert_eq!(st["state"], "idle_stopped", "{st}");
+    assert!(!process_alive(first as u32));
+    ok(
+        &mut c,
+        json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"}),
+    );
+    let second = python_pid(&mut c).unwrap();
+    assert_ne!(first, second);
+    let st = python_status(&mut c);
+    assert_eq!(st["spawns"], 2, "{st}");
+    assert_eq!(st["restarts"], 0, "an idle stop is not a crash: {st}");
+}
