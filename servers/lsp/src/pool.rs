@@ -216,7 +216,13 @@ impl Pool {
                 .await;
         }
         let capabilities = init["capabilities"].clone();
-        let encoding = Encoding::from_capability(capabilities["positionEncoding"].as_str());
+        // LSP 3.17 says `capabilities.positionEncoding`; clangd before 15 answers its own
+        // `offsetEncoding` extension at the top level of the result instead.
+        let encoding = Encoding::from_capability(
+            capabilities["positionEncoding"]
+                .as_str()
+                .or(init["offsetEncoding"].as_str()),
+        );
         tracing::info!(language = %lang.name, pid, encoding = encoding.as_str(), "language server started");
         Ok(Arc::new(Server {
             lang: lang.clone(),
@@ -579,6 +585,7 @@ fn initialize_params(root: &Path, root_uri: &str, lang: &LanguageConfig) -> Valu
         "workspaceFolders": [{"uri": root_uri, "name": name}],
         "capabilities": {
             "general": {"positionEncodings": ["utf-8", "utf-32", "utf-16"]},
+            "offsetEncoding": ["utf-8", "utf-32", "utf-16"],
             "workspace": {
                 "configuration": true,
                 "workspaceFolders": true,

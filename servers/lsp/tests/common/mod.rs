@@ -1,0 +1,70 @@
+//! Helpers shared by the language-server tests.
+#![allow(dead_code, clippy::unwrap_used)]
+
+use std::path::Path;
+
+use kitbag_testkit::McpClient;
+use serde_json::{Value, json};
+
+pub fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-lsp"))
+}
+
+/// Whether a language server is installed; under CI a missing one fails the test.
+pub fn have(program: &str) -> bool {
+    let ok = kitbag_lsp::config::find_program(program).is_some()
+        && std::process::Command::new(program)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .map(|s| s.success())
+            .unwrap_or(false);
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "{program} missing under CI"
+        );
+        eprintln!("SKIP: {program} not installed");
+    }
+    ok
+}
+
+pub fn ok(c: &mut McpClient, args: Value) -> Value {
+    let r = c.call("code_lsp", args.clone());
+    assert!(!r.is_error, "{args} failed: {}", r.text);
+    r.structured
+}
+
+pub fn server_status(c: &mut McpClient, language: &str) -> Value {
+    let s = ok(c, json!({"action": "status"}));
+    s["servers"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|s| s["language"] == language)
+        .cloned()
+        .unwrap()
+}
+
+pub fn paths_of(list: &Value) -> Vec<String> {
+    let mut v: Vec<String> = list
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["path"].as_str().unwrap().to_string())
+        .collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+pub fn write(dir: &Path, files: &[(&str, &str)]) {
+    for (name, text) in files {
+        let p = dir.join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).unwrap();
+        }
+        std::fs::write(p, text).unwrap();
+    }
+}

@@ -1,0 +1,120 @@
+//! Drive the real `kitbag-lsp` binary against rust-analyzer on a small Cargo project.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bin, have, ok, paths_of, write};
+use kitbag_testkit::{Era, McpClient};
+use serde_json::json;
+
+const MAIN: &str = "mod shapes;\nmod util;\n\nfn main() {\n    let s = shapes::Square { side: 3 };\n    let label = \"é😀\"; let a = shapes::area(&s);\n    let n: i32 = \"text\";\n    util::show(a, label, n);\n}\n";
+const SHAPES: &str = "pub struct Square {\n    pub side: u32,\n}\n\n/// The area of a square.\npub fn area(s: &Square) -> u32 {\n    s.side * s.side\n}\n";
+const UTIL: &str = "pub fn show(a: u32, label: &str, n: i32) {\n    println!(\"{label} {a} {n} {}\", crate::shapes::area(&crate::shapes::Square { side: 1 }));\n}\n";
+
+#[test]
+fn rust_analyzer_end_to_end() {
+    if !have("rust-analyzer") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        &[
+            (
+                "Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+            ),
+            ("src/main.rs", MAIN),
+            ("src/shapes.rs", SHAPES),
+            ("src/util.rs", UTIL),
+        ],
+    );
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(180);
+
+    // The type error on line 7, once rust-analyzer has loaded the project.
+    let s = ok(
+        &mut c,
+        json!({"action": "diagnostics", "path": "src/main.rs", "wait_ms": 90000}),
+    );
+    assert!(
+        s["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["line"] == 7 && d["severity"] == "error"),
+        "{s}"
+    );
+
+    // Definition across files, by symbol after non-ASCII text on the line.
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "src/main.rs", "line": 6, "symbol": "area"}),
+    );
+    assert_eq!(s["definitions"][0]["path"], "src/shapes.rs", "{s}");
+    assert_eq!(s["definitions"][0]["line"], 6);
+    assert_eq!(s["definitions"][0]["character"], 7);
+
+    let s = ok(
+        &mut c,
+        json!({"action": "references", "path": "src/shapes.rs", "line": 6, "symbol": "area", "include_declaration": true}),
+    );
+    assert_eq!(
+        paths_of(&s["references"]),
+        vec!["src/main.rs", "src/shapes.rs", "src/util.rs"],
+        "{s}"
+    );
+
+    let s = ok(
+        &mut c,
+        json!({"action": "hover", "path": "src/main.rs", "line": 6, "symbol": "area"}),
+    );
+    let content = s["content"].as_str().unwrap();
+    assert!(
+        content.contains("pub fn area") && content.contains("The area of a square."),
+        "{s}"
+    );
+
+    let s = ok(
+        &mut c,
+        json!({"action": "symbols", "path": "src/shapes.rs"}),
+    );
+    let syms = s["symbols"].as_array().unwrap();
+    assert!(
+        syms.iter()
+            .any(|x| x["name"] == "Square" && x["kind"] == "struct"),
+        "{s}"
+    );
+    assert!(
+        syms.iter()
+            .any(|x| x["name"] == "side" && x["container"] == "Square"),
+        "{s}"
+    );
+
+    let s = ok(
+        &mut c,
+        json!({"action": "rename", "path": "src/shapes.rs", "line": 6, "symbol": "area", "new_name": "surface"}),
+    );
+    assert_eq!(s["files_changed"], 3, "{s}");
+    for f in ["src/main.rs", "src/shapes.rs", "src/util.rs"] {
+        let text = std::fs::read_to_string(d.path().join(f)).unwrap();
+        assert!(
+            text.contains("surface(") && !text.contains("area("),
+            "{f}: {text}"
+        );
+    }
+
+    // Fix the type error on disk: diagnostics follow.
+    let fixed = std::fs::read_to_string(d.path().join("src/main.rs"))
+        .unwrap()
+        .replace("let n: i32 = \"text\";", "let n: i32 = 7;");
+    std::fs::write(d.path().join("src/main.rs"), fixed).unwrap();
+    let s = ok(
+        &mut c,
+        json!({"action": "diagnostics", "path": "src/main.rs", "severity": "error", "wait_ms": 90000}),
+    );
+    assert_eq!(s["count"], 0, "{s}");
+    assert!(c.stdout_garbage().is_empty());
+}
