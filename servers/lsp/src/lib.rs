@@ -87,16 +87,16 @@ pub fn config_from(args: &Args) -> anyhow::Result<config::Config> {
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<LspState>> {
     let policy = args.common.policy()?;
-    let pool = pool::Pool::new(config_from(args)?, policy.root().to_path_buf());
-    McpServer::new(IDENTITY, LspState { pool }, router(), policy).with_common_args(&args.common)
+    let state = LspState::new(config_from(args)?);
+    McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;
-    let pool = server.state().pool.clone();
+    let state = server.state().clone();
     let served = kitbag_shared::serve_stdio(server).await;
     // Language servers get a clean shutdown rather than a kill when we can.
-    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), pool.shutdown_all()).await;
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), state.shutdown_all()).await;
     served
 }

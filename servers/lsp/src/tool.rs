@@ -164,8 +164,42 @@ pub struct LspResult {
     pub data: serde_json::Map<String, Value>,
 }
 
+/// One pool per project root: the root comes from `--root`, or from the client's first
+/// MCP root, so a client that names its roots gets servers rooted there.
 pub struct LspState {
-    pub pool: Arc<Pool>,
+    pub config: crate::config::Config,
+    pools: std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<Pool>>>,
+}
+
+impl LspState {
+    pub fn new(config: crate::config::Config) -> Self {
+        LspState {
+            config,
+            pools: Default::default(),
+        }
+    }
+
+    pub fn pool_for(&self, root: &std::path::Path) -> Arc<Pool> {
+        let mut pools = match self.pools.lock() {
+            Ok(p) => p,
+            Err(p) => p.into_inner(),
+        };
+        pools
+            .entry(root.to_path_buf())
+            .or_insert_with(|| Pool::new(self.config.clone(), root.to_path_buf()))
+            .clone()
+    }
+
+    /// Shut every language server down (server exit).
+    pub async fn shutdown_all(&self) {
+        let pools: Vec<Arc<Pool>> = match self.pools.lock() {
+            Ok(p) => p.values().cloned().collect(),
+            Err(_) => return,
+        };
+        for pool in pools {
+            pool.shutdown_all().await;
+        }
+    }
 }
 
 /// A file opened in its server, ready for a request.
@@ -479,7 +513,7 @@ pub async fn run(
     p: LspParams,
 ) -> ToolResult<Reply<LspResult>> {
     validate(&p)?;
-    let pool = &state.pool;
+    let pool = &state.pool_for(policy.root());
     preflight(pool, &policy, &p)?;
     let (data, text) = match p.action {
         Action::Status => crate::actions::status(pool).await?,
