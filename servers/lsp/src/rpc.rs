@@ -15,6 +15,10 @@ use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{ChildStdin, Command};
 use tokio::sync::{Notify, oneshot};
 
+/// A write the server does not drain within this long (its pipe is full: it hangs)
+/// fails rather than blocking the caller forever.
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
 /// How many lines of the server's stderr are kept for error messages.
 const STDERR_TAIL_LINES: usize = 40;
 
@@ -311,9 +315,18 @@ impl Rpc {
 
     async fn write(&self, msg: &Value) -> std::io::Result<()> {
         let bytes = encode(msg);
-        let mut w = self.writer.lock().await;
-        w.write_all(&bytes).await?;
-        w.flush().await
+        let write = async {
+            let mut w = self.writer.lock().await;
+            w.write_all(&bytes).await?;
+            w.flush().await
+        };
+        match tokio::time::timeout(WRITE_TIMEOUT, write).await {
+            Ok(r) => r,
+            Err(_) => Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                "the language server stopped reading its input",
+            )),
+        }
     }
 
     /// Send a notification.

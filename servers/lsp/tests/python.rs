@@ -426,3 +426,35 @@ fn idle_servers_stop_and_respawn() {
     assert_eq!(st["spawns"], 2, "{st}");
     assert_eq!(st["restarts"], 0, "an idle stop is not a crash: {st}");
 }
+
+#[test]
+fn a_hung_server_is_killed_and_replaced() {
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = project();
+    let mut c = McpClient::spawn(bin(), &["--request-timeout", "2s"], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(90);
+    let args = json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"});
+    ok(&mut c, args.clone());
+    let pid = python_pid(&mut c).unwrap() as i32;
+    // Freeze it: it stays alive but answers nothing.
+    nix_stop(pid);
+    let r = c.call("code_lsp", args.clone());
+    assert_eq!(r.error_code(), Some("timeout"), "{}", r.text);
+    assert!(!process_alive(pid as u32), "the hung server was not killed");
+    let s = ok(&mut c, args);
+    assert!(s["content"].as_str().unwrap().contains("greet"), "{s}");
+    let st = python_status(&mut c);
+    assert_eq!(st["restarts"], 1, "{st}");
+    assert_ne!(st["pid"].as_u64(), Some(pid as u64));
+}
+
+fn nix_stop(pid: i32) {
+    let ok = std::process::Command::new("kill")
+        .args(["-STOP", &pid.to_string()])
+        .status()
+        .unwrap()
+        .success();
+    assert!(ok);
+}

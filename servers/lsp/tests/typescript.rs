@@ -1,0 +1,84 @@
+//! Drive the real `kitbag-lsp` binary against typescript-language-server.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use common::{bin, have, ok, write};
+use kitbag_testkit::{Era, McpClient};
+use serde_json::json;
+
+#[test]
+fn typescript_end_to_end() {
+    if !have("typescript-language-server") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        &[
+            (
+                "tsconfig.json",
+                "{\"compilerOptions\": {\"strict\": true, \"target\": \"es2020\", \"module\": \"commonjs\"}}\n",
+            ),
+            (
+                "math.ts",
+                "/** Adds two numbers. */\nexport function add(a: number, b: number): number {\n  return a + b;\n}\n",
+            ),
+            (
+                "main.tsx",
+                "import { add } from \"./math\";\n\nconst s: string = add(1, 2);\nconst t = \"é😀\" + add(3, 4);\nconst u = ad(5, 6);\nexport { s, t, u };\n",
+            ),
+        ],
+    );
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(90);
+    let s = ok(&mut c, json!({"action": "diagnostics", "path": "main.tsx"}));
+    assert!(
+        s["diagnostics"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|d| d["line"] == 3 && d["severity"] == "error" && d["code"] == "2322"),
+        "{s}"
+    );
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "main.tsx", "line": 4, "symbol": "add"}),
+    );
+    assert_eq!(s["definitions"][0]["path"], "math.ts", "{s}");
+    assert_eq!(s["definitions"][0]["line"], 2);
+    let s = ok(
+        &mut c,
+        json!({"action": "hover", "path": "main.tsx", "line": 4, "symbol": "add"}),
+    );
+    assert!(
+        s["content"].as_str().unwrap().contains("add(a: number"),
+        "{s}"
+    );
+    // An undefined name: the quick fix comes with its edit (informational, not applied).
+    let s = ok(
+        &mut c,
+        json!({"action": "code_actions", "path": "main.tsx", "line": 5, "symbol": "ad"}),
+    );
+    let fix = s["actions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|a| a["kind"] == "quickfix" && a["title"].as_str().unwrap().contains("'ad'"))
+        .unwrap_or_else(|| panic!("{s}"));
+    assert_eq!(fix["edits"][0]["path"], "main.tsx", "{s}");
+    assert!(
+        fix["edits"][0]["new"]
+            .as_str()
+            .unwrap()
+            .contains("function ad("),
+        "{s}"
+    );
+    assert!(
+        std::fs::read_to_string(d.path().join("main.tsx"))
+            .unwrap()
+            .contains("ad(5, 6)")
+    );
+}
