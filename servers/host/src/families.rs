@@ -52,6 +52,24 @@ pub const FAMILIES: &[(&str, Runner)] = &[
             a,
         ))))
     }),
+    ("lsp", |a| {
+        Box::pin(kitbag_lsp::run(kitbag_lsp::Args::parse_from(argv(
+            "kitbag-lsp",
+            a,
+        ))))
+    }),
+    ("issues", |a| {
+        Box::pin(kitbag_issues::run(kitbag_issues::Args::parse_from(argv(
+            "kitbag-issues",
+            a,
+        ))))
+    }),
+    ("cron", |a| {
+        Box::pin(kitbag_cron::run(kitbag_cron::Args::parse_from(argv(
+            "kitbag-cron",
+            a,
+        ))))
+    }),
 ];
 
 pub async fn run(family: &str, args: Vec<String>) -> anyhow::Result<()> {

@@ -52,6 +52,10 @@ fn embedded_default_offers_one_sorted_list_in_both_eras() {
             "web_fetch",
             "memory_store",
             "debug",
+            "code_lsp",
+            "issue_list",
+            "todo",
+            "cron_list",
             "host_status",
         ] {
             assert!(list.contains(&t.to_string()), "{t} missing from {list:?}");
