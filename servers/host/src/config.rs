@@ -7,6 +7,8 @@ use std::path::{Path, PathBuf};
 
 use serde::Deserialize;
 
+use crate::settings::{FileSettings, Setting, Source};
+
 /// One server entry as written in a config file.
 #[derive(Debug, Clone, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
@@ -64,6 +66,21 @@ struct AgentFile {
     /// Privilege groups: group name → tool names (globs) that only its members may use.
     #[serde(default)]
     tool_privileges: BTreeMap<String, Vec<String>>,
+    // Top-level settings; `KITBAG_*` variables override them (see `settings`).
+    #[serde(default)]
+    model: Option<String>,
+    #[serde(default)]
+    max_tokens: Option<u64>,
+    #[serde(default)]
+    context_chars: Option<u64>,
+    #[serde(default)]
+    context_turns: Option<u64>,
+    #[serde(default)]
+    system_prompt: Option<String>,
+    #[serde(default)]
+    startup_timeout_sec: Option<u64>,
+    #[serde(default)]
+    tool_timeout_sec: Option<u64>,
 }
 
 /// What one agent may use (`kitbag serve --agent NAME`).
@@ -100,6 +117,10 @@ pub struct Config {
     pub source: Option<PathBuf>,
     pub agents: BTreeMap<String, AgentProfile>,
     pub tool_privileges: BTreeMap<String, Vec<String>>,
+    /// Top-level settings as the file wrote them.
+    pub file_settings: FileSettings,
+    /// The settings in force after `KITBAG_*` overrides (filled by [`with_env`]).
+    pub settings: Vec<Setting>,
 }
 
 /// Where a config error is: file, line, column.
@@ -113,6 +134,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         serde_json::from_str(text).map_err(|e| syntax_error(path, &e))?;
     let mut servers = Vec::new();
     let (mut agents, mut tool_privileges) = (BTreeMap::new(), BTreeMap::new());
+    let mut file_settings = FileSettings::default();
     if value.get("mcpServers").is_some() && value.get("mcp").is_none() {
         let map = value["mcpServers"].as_object().cloned().unwrap_or_default();
         for (name, v) in map {
@@ -143,6 +165,15 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         }
         agents = file.agents;
         tool_privileges = file.tool_privileges;
+        file_settings = FileSettings {
+            model: file.model,
+            max_tokens: file.max_tokens,
+            context_chars: file.context_chars,
+            context_turns: file.context_turns,
+            system_prompt: file.system_prompt,
+            startup_timeout_sec: file.startup_timeout_sec,
+            tool_timeout_sec: file.tool_timeout_sec,
+        };
         for (name, v) in file.mcp {
             let entry: ServerEntry = serde_json::from_value(v)
                 .map_err(|e| anyhow::anyhow!("{}: mcp.{name}: {e}", path.display()))?;
@@ -154,13 +185,33 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         source: Some(path.to_path_buf()),
         agents,
         tool_privileges,
+        file_settings,
+        settings: Vec::new(),
     })
 }
 
+/// Read a config file and apply the `KITBAG_*` overrides of the process environment.
 pub fn load(path: &Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    parse(path, &text)
+    with_env(parse(path, &text)?, |k| std::env::var(k).ok())
+}
+
+/// Resolve the settings (environment > file > default) and give every server without
+/// its own timeouts the resolved ones.
+pub fn with_env(mut cfg: Config, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Config> {
+    cfg.settings = crate::settings::resolve(&cfg.file_settings, env).map_err(anyhow::Error::msg)?;
+    let secs = |key: &str| {
+        crate::settings::get(&cfg.settings, key)
+            .filter(|s| s.source != Source::Default)
+            .and_then(|s| s.value.as_u64())
+    };
+    let (startup, tool) = (secs("startup_timeout_sec"), secs("tool_timeout_sec"));
+    for spec in &mut cfg.servers {
+        spec.entry.startup_timeout_sec = spec.entry.startup_timeout_sec.or(startup);
+        spec.entry.tool_timeout_sec = spec.entry.tool_timeout_sec.or(tool);
+    }
+    Ok(cfg)
 }
 
 fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
@@ -266,5 +317,20 @@ mod tests {
                 .as_deref()
                 .is_some_and(|e| e.contains("KITBAG_TEST_UNSET_4"))
         );
+    }
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../agent.json.example");
+        let text = std::fs::read_to_string(&p).expect("agent.json.example");
+        let c = parse(&p, &text).expect("valid");
+        let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
+        for family in crate::families::FAMILIES.iter().map(|(n, _)| *n) {
+            assert!(
+                names.contains(&family),
+                "{family} missing from agent.json.example"
+            );
+        }
+        assert_eq!(c.file_settings.max_tokens, Some(8192));
     }
 }

@@ -110,9 +110,12 @@ pub fn embedded_default() -> anyhow::Result<Config> {
             error: None,
         })
         .collect();
-    Ok(Config {
-        servers,
-        source: None,
-        ..Default::default()
-    })
+    crate::config::with_env(
+        Config {
+            servers,
+            source: None,
+            ..Default::default()
+        },
+        |k| std::env::var(k).ok(),
+    )
 }

@@ -8,6 +8,7 @@ pub mod families;
 pub mod hub;
 pub mod policy;
 pub mod serve;
+pub mod settings;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -83,7 +84,13 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     families::embedded_default()
 }
 
-async fn start(cli: &Cli) -> anyhow::Result<(Arc<Hub>, Option<Arc<policy::Policy>>)> {
+type Started = (
+    Arc<Hub>,
+    Option<Arc<policy::Policy>>,
+    Vec<settings::Setting>,
+);
+
+async fn start(cli: &Cli) -> anyhow::Result<Started> {
     let cfg = load_config(cli)?;
     let policy = match &cli.agent {
         None => None,
@@ -101,7 +108,7 @@ async fn start(cli: &Cli) -> anyhow::Result<(Arc<Hub>, Option<Arc<policy::Policy
     };
     let hub = Hub::new(cfg.servers);
     hub.start_all().await;
-    Ok((hub, policy))
+    Ok((hub, policy, cfg.settings))
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -129,7 +136,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         None => &Command::Serve,
     };
     let started = Instant::now();
-    let (hub, policy) = start(&cli).await?;
+    let (hub, policy, settings) = start(&cli).await?;
     let host = HostServer {
         hub: hub.clone(),
         started,
@@ -139,6 +146,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             None => None,
         },
         loader: config_loader(&cli),
+        settings: Arc::new(std::sync::Mutex::new(settings)),
     };
     let code = match command {
         Command::Serve => {
@@ -255,6 +263,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 status.servers.len(),
                 started.elapsed().as_millis()
             );
+            let overridden: Vec<String> = status
+                .settings
+                .iter()
+                .filter(|s| s.source != settings::Source::Default)
+                .map(|s| {
+                    let from = match s.source {
+                        settings::Source::Env => s.env.to_string(),
+                        _ => "config".to_string(),
+                    };
+                    format!("{} = {} (from {from})", s.key, s.value)
+                })
+                .collect();
+            if !overridden.is_empty() {
+                println!("settings: {}", overridden.join(", "));
+            }
             if cli.command.is_none() {
                 println!("\nAdd it to Claude Code:  claude mcp add kitbag -- kitbag serve");
                 println!("More: kitbag tools · kitbag call TOOL '{{...}}' · kitbag doctor");

@@ -29,6 +29,8 @@ pub struct HostServer {
     /// One JSON line per call (`--audit-log`).
     pub audit: Option<kitbag_shared::audit::AuditLog>,
     pub loader: Option<ConfigLoader>,
+    /// The top-level settings in force (environment > agent.json > default).
+    pub settings: Arc<std::sync::Mutex<Vec<crate::settings::Setting>>>,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -51,6 +53,8 @@ pub struct StatusResult {
     pub servers: Vec<ServerStatus>,
     pub tools: usize,
     pub collisions: Vec<String>,
+    /// Top-level settings with where each value came from (env, file, default).
+    pub settings: Vec<crate::settings::Setting>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -86,6 +90,7 @@ impl HostServer {
             servers,
             tools: flat.tools.len() + 1,
             collisions: flat.collisions.clone(),
+            settings: self.settings.lock().map(|s| s.clone()).unwrap_or_default(),
         }
     }
 
@@ -141,6 +146,9 @@ impl HostServer {
         };
         let cfg = loader()
             .map_err(|e| format!("the configuration could not be read; nothing changed: {e}"))?;
+        if let Ok(mut s) = self.settings.lock() {
+            *s = cfg.settings.clone();
+        }
         Ok(self.hub.reload(cfg.servers).await)
     }
 

@@ -641,3 +641,91 @@ fn bare_kitbag_on_a_terminal_shows_status_and_on_a_pipe_serves() {
     let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
     assert!(names(&mut c).contains(&"file_read".to_string()));
 }
+
+#[test]
+fn kitbag_env_overrides_beat_the_file_which_beats_defaults() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({
+            "model": "anthropic/claude-sonnet",
+            "max_tokens": 8192,
+            "tool_timeout_sec": 600,
+            "mcp": {"shell": {"command": bin(), "args": ["server", "shell", "--root", d.path()]}}
+        }),
+    );
+    let cfg = cfg.to_str().expect("utf8");
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &["--config", cfg, "serve"],
+        d.path(),
+        Era::Modern,
+        &[
+            ("KITBAG_MAX_TOKENS", "1000"),
+            ("KITBAG_TOOL_TIMEOUT_SEC", "1"),
+        ],
+    );
+    let s = c.call("host_status", json!({}));
+    let setting = |k: &str| {
+        s.structured["settings"]
+            .as_array()
+            .expect("settings")
+            .iter()
+            .find(|x| x["key"] == k)
+            .cloned()
+            .expect("setting")
+    };
+    assert_eq!(setting("max_tokens")["value"], 1000);
+    assert_eq!(setting("max_tokens")["source"], "env");
+    assert_eq!(setting("model")["value"], "anthropic/claude-sonnet");
+    assert_eq!(setting("model")["source"], "file");
+    assert_eq!(setting("context_turns")["source"], "default");
+    assert_eq!(setting("tool_timeout_sec")["value"], 1);
+    // The override is in force: a 5 s command is cut off after the 1 s tool timeout.
+    let t = Instant::now();
+    let r = c.call("shell_bash", json!({"command": "sleep 5"}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    // A malformed override stops the host with a message naming the variable.
+    let out = Command::new(bin())
+        .args(["--config", cfg, "doctor"])
+        .env("KITBAG_CONTEXT_CHARS", "many")
+        .current_dir(d.path())
+        .output()
+        .expect("doctor");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("KITBAG_CONTEXT_CHARS=many"), "{err}");
+    // doctor lists the settings that are not defaults, with their source.
+    let out = Command::new(bin())
+        .args(["--config", cfg, "doctor"])
+        .env("KITBAG_MODEL", "openai/gpt")
+        .current_dir(d.path())
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("model = \"openai/gpt\" (from KITBAG_MODEL)"),
+        "{text}"
+    );
+    assert!(text.contains("max_tokens = 8192 (from config)"), "{text}");
+}
+
+#[test]
+fn host_catalog_of_its_own_tools() {
+    // With no servers configured the list is the host's own tools, checked against
+    // manifests/host/tools.json.
+    let d = project();
+    let cfg = write_config(d.path(), "agent.json", json!({"mcp": {}}));
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("utf8"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let path = kitbag_testkit::workspace_root(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests/host/tools.json");
+    kitbag_testkit::assert_catalog_matches(&mut c, &path);
+    assert_eq!(names(&mut c), vec!["host_reload", "host_status"]);
+}

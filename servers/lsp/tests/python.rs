@@ -458,3 +458,44 @@ fn nix_stop(pid: i32) {
         .success();
     assert!(ok);
 }
+
+#[test]
+fn definitions_outside_the_readable_mounts_carry_path_and_line_only() {
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = project();
+    std::fs::create_dir(d.path().join("pkg")).unwrap();
+    std::fs::rename(d.path().join("app.py"), d.path().join("pkg/app.py")).unwrap();
+    std::fs::write(
+        d.path().join("pyrightconfig.json"),
+        "{\"extraPaths\": [\".\"]}\n",
+    )
+    .unwrap();
+    let mut c = McpClient::spawn(bin(), &["--allow", "rw:pkg"], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(90);
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "pkg/app.py", "line": 4, "symbol": "User"}),
+    );
+    let def = &s["definitions"][0];
+    assert_eq!(def["path"], "models.py", "{s}");
+    assert_eq!(def["line"], 1);
+    assert_eq!(def["outside_cage"], true);
+    assert!(def.get("preview").is_none(), "{s}");
+    // Inside the mount, previews are shown.
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "pkg/app.py", "line": 9, "symbol": "greet"}),
+    );
+    assert_eq!(
+        s["definitions"][0]["preview"], "def greet(u: User) -> str:",
+        "{s}"
+    );
+    // The file itself must be readable.
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "hover", "path": "models.py", "line": 1, "character": 6}),
+    );
+    assert_eq!(r.error_code(), Some("capability_denied"), "{}", r.text);
+}

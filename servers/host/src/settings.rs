@@ -1,0 +1,203 @@
+//! Top-level settings of `agent.json` and their `KITBAG_*` environment overrides.
+//!
+//! Precedence (seed 000): environment variable > `agent.json` > built-in default. Every
+//! resolved value remembers where it came from, so `host_status` and `kitbag doctor`
+//! can show why a value is what it is.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The settings as written in `agent.json` (all optional).
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct FileSettings {
+    pub model: Option<String>,
+    pub max_tokens: Option<u64>,
+    pub context_chars: Option<u64>,
+    pub context_turns: Option<u64>,
+    pub system_prompt: Option<String>,
+    /// Default for every server without its own `startup_timeout_sec`.
+    pub startup_timeout_sec: Option<u64>,
+    /// Default for every server without its own `tool_timeout_sec`.
+    pub tool_timeout_sec: Option<u64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Env,
+    File,
+    Default,
+}
+
+/// One resolved setting.
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct Setting {
+    pub key: &'static str,
+    pub env: &'static str,
+    /// Null means "none" (e.g. model: auto-detected from the API key).
+    pub value: Value,
+    pub source: Source,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Kind {
+    Text,
+    Count,
+}
+
+struct Spec {
+    key: &'static str,
+    env: &'static str,
+    kind: Kind,
+    default: fn() -> Value,
+}
+
+const SPECS: &[Spec] = &[
+    Spec {
+        key: "model",
+        env: "KITBAG_MODEL",
+        kind: Kind::Text,
+        default: || Value::Null,
+    },
+    Spec {
+        key: "max_tokens",
+        env: "KITBAG_MAX_TOKENS",
+        kind: Kind::Count,
+        default: || json!(4096),
+    },
+    Spec {
+        key: "context_chars",
+        env: "KITBAG_CONTEXT_CHARS",
+        kind: Kind::Count,
+        default: || json!(24000),
+    },
+    Spec {
+        key: "context_turns",
+        env: "KITBAG_CONTEXT_TURNS",
+        kind: Kind::Count,
+        default: || json!(50),
+    },
+    Spec {
+        key: "system_prompt",
+        env: "KITBAG_SYSTEM_PROMPT",
+        kind: Kind::Text,
+        default: || Value::Null,
+    },
+    Spec {
+        key: "startup_timeout_sec",
+        env: "KITBAG_STARTUP_TIMEOUT_SEC",
+        kind: Kind::Count,
+        default: || json!(crate::hub::DEFAULT_STARTUP_TIMEOUT.as_secs()),
+    },
+    Spec {
+        key: "tool_timeout_sec",
+        env: "KITBAG_TOOL_TIMEOUT_SEC",
+        kind: Kind::Count,
+        default: || json!(crate::hub::DEFAULT_TOOL_TIMEOUT.as_secs()),
+    },
+];
+
+/// Every setting, resolved. `env` looks a variable up (the process environment in
+/// production; a map in tests). A malformed variable is an error naming it.
+pub fn resolve(
+    file: &FileSettings,
+    env: impl Fn(&str) -> Option<String>,
+) -> Result<Vec<Setting>, String> {
+    let from_file = serde_json::to_value(file).unwrap_or(Value::Null);
+    let mut out = Vec::with_capacity(SPECS.len());
+    for spec in SPECS {
+        let (value, source) = match env(spec.env).filter(|v| !v.is_empty()) {
+            Some(raw) => {
+                let v = match spec.kind {
+                    Kind::Text => Value::String(raw),
+                    Kind::Count => match raw.trim().parse::<u64>() {
+                        Ok(n) if n > 0 => json!(n),
+                        _ => {
+                            return Err(format!(
+                                "{}={raw}: must be a positive whole number (it overrides agent.json `{}`)",
+                                spec.env, spec.key
+                            ));
+                        }
+                    },
+                };
+                (v, Source::Env)
+            }
+            None => match from_file.get(spec.key) {
+                Some(v) if !v.is_null() => (v.clone(), Source::File),
+                _ => ((spec.default)(), Source::Default),
+            },
+        };
+        out.push(Setting {
+            key: spec.key,
+            env: spec.env,
+            value,
+            source,
+        });
+    }
+    Ok(out)
+}
+
+/// Look a resolved setting up.
+pub fn get<'a>(settings: &'a [Setting], key: &str) -> Option<&'a Setting> {
+    settings.iter().find(|s| s.key == key)
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let m: HashMap<String, String> = pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn env_beats_file_beats_default() {
+        let file = FileSettings {
+            model: Some("anthropic/claude-sonnet".into()),
+            max_tokens: Some(8192),
+            tool_timeout_sec: Some(120),
+            ..Default::default()
+        };
+        let s = resolve(
+            &file,
+            env(&[("KITBAG_MAX_TOKENS", "1000"), ("KITBAG_CONTEXT_TURNS", "7")]),
+        )
+        .unwrap();
+        let v = |k| get(&s, k).unwrap();
+        assert_eq!(v("max_tokens").value, json!(1000));
+        assert_eq!(v("max_tokens").source, Source::Env);
+        assert_eq!(v("model").value, json!("anthropic/claude-sonnet"));
+        assert_eq!(v("model").source, Source::File);
+        assert_eq!(v("context_turns").value, json!(7));
+        assert_eq!(v("context_chars").value, json!(24000));
+        assert_eq!(v("context_chars").source, Source::Default);
+        assert_eq!(v("tool_timeout_sec").value, json!(120));
+        assert_eq!(v("system_prompt").value, Value::Null);
+    }
+
+    #[test]
+    fn malformed_overrides_name_the_variable() {
+        let e = resolve(
+            &FileSettings::default(),
+            env(&[("KITBAG_MAX_TOKENS", "lots")]),
+        )
+        .unwrap_err();
+        assert!(e.contains("KITBAG_MAX_TOKENS=lots"), "{e}");
+        let e = resolve(
+            &FileSettings::default(),
+            env(&[("KITBAG_TOOL_TIMEOUT_SEC", "0")]),
+        )
+        .unwrap_err();
+        assert!(e.contains("KITBAG_TOOL_TIMEOUT_SEC"), "{e}");
+        // An empty variable counts as unset.
+        let s = resolve(&FileSettings::default(), env(&[("KITBAG_MODEL", "")])).unwrap();
+        assert_eq!(get(&s, "model").unwrap().source, Source::Default);
+    }
+}
