@@ -450,6 +450,18 @@ impl Hub {
             .collect()
     }
 
+    /// Tell the client the list changed now (the agent policy changed what it may see).
+    pub async fn notify_list_changed_now(&self) {
+        let peer = self
+            .upstream
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone();
+        if let Some(p) = peer {
+            let _ = p.notify_tool_list_changed().await;
+        }
+    }
+
     /// Tell the client the list changed — debounced (several children starting or a reload
     /// produce one notification) and only when the offered list really differs.
     async fn notify_list_changed(&self) {

@@ -92,20 +92,7 @@ type Started = (
 
 async fn start(cli: &Cli) -> anyhow::Result<Started> {
     let cfg = load_config(cli)?;
-    let policy = match &cli.agent {
-        None => None,
-        Some(name) => match cfg.agents.get(name) {
-            Some(profile) => Some(Arc::new(policy::Policy::new(
-                name,
-                profile.clone(),
-                cfg.tool_privileges.clone(),
-            ))),
-            None => anyhow::bail!(
-                "--agent {name}: no such agent in the config (agents: {})",
-                cfg.agents.keys().cloned().collect::<Vec<_>>().join(", ")
-            ),
-        },
-    };
+    let policy = policy::for_agent(&cfg, cli.agent.as_deref())?;
     let hub = Hub::new(cfg.servers);
     hub.start_all().await;
     Ok((hub, policy, cfg.settings))
@@ -140,7 +127,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let host = HostServer {
         hub: hub.clone(),
         started,
-        policy,
+        policy: Arc::new(std::sync::RwLock::new(policy)),
         audit: match &cli.audit_log {
             Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
             None => None,

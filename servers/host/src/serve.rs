@@ -24,8 +24,8 @@ pub type ConfigLoader = Arc<dyn Fn() -> anyhow::Result<crate::config::Config> + 
 pub struct HostServer {
     pub hub: Arc<Hub>,
     pub started: Instant,
-    /// The agent profile in force (`--agent`); None = every tool.
-    pub policy: Option<Arc<crate::policy::Policy>>,
+    /// The agent profile in force (`--agent`); None = every tool. Replaced on reload.
+    pub policy: Arc<std::sync::RwLock<Option<Arc<crate::policy::Policy>>>>,
     /// One JSON line per call (`--audit-log`).
     pub audit: Option<kitbag_shared::audit::AuditLog>,
     pub loader: Option<ConfigLoader>,
@@ -106,13 +106,17 @@ impl HostServer {
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
     }
 
+    fn policy(&self) -> Option<Arc<crate::policy::Policy>> {
+        self.policy.read().map(|p| p.clone()).unwrap_or_default()
+    }
+
     fn agent_name(&self) -> Option<String> {
-        self.policy.as_ref().map(|p| p.agent.clone())
+        self.policy().map(|p| p.agent.clone())
     }
 
     /// Check a call against the agent policy; Err is the error result to return.
     pub fn permit(&self, name: &str) -> Result<(), crate::policy::Denial> {
-        let Some(policy) = &self.policy else {
+        let Some(policy) = self.policy() else {
             return Ok(());
         };
         let flat = self.hub.flat();
@@ -146,29 +150,38 @@ impl HostServer {
         };
         let cfg = loader()
             .map_err(|e| format!("the configuration could not be read; nothing changed: {e}"))?;
+        // The agent's profile is re-read too; an agent removed from the file is an error.
+        let agent = self.agent_name();
+        let policy = crate::policy::for_agent(&cfg, agent.as_deref())
+            .map_err(|e| format!("{e}; nothing changed"))?;
         if let Ok(mut s) = self.settings.lock() {
             *s = cfg.settings.clone();
         }
-        Ok(self.hub.reload(cfg.servers).await)
+        let before: Vec<String> = self.tools().iter().map(|t| t.name.to_string()).collect();
+        if let Ok(mut p) = self.policy.write() {
+            *p = policy;
+        }
+        let report = self.hub.reload(cfg.servers).await;
+        let after: Vec<String> = self.tools().iter().map(|t| t.name.to_string()).collect();
+        if before != after {
+            self.hub.notify_list_changed_now().await;
+        }
+        Ok(report)
     }
 
     pub fn tools(&self) -> Vec<Tool> {
+        let policy = self.policy();
         let mut tools: Vec<Tool> = self
             .hub
             .flat()
             .tools
             .iter()
-            .filter(|t| self.policy.as_ref().is_none_or(|p| p.check(t).is_ok()))
+            .filter(|t| policy.as_ref().is_none_or(|p| p.check(t).is_ok()))
             .cloned()
             .collect();
         tools.push(Self::status_tool());
         let reload = Self::reload_tool();
-        if self.loader.is_some()
-            && self
-                .policy
-                .as_ref()
-                .is_none_or(|p| p.check(&reload).is_ok())
-        {
+        if self.loader.is_some() && policy.as_ref().is_none_or(|p| p.check(&reload).is_ok()) {
             tools.push(reload);
         }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -240,8 +253,7 @@ impl ServerHandler for HostServer {
             return Ok(r.into());
         }
         if request.name == RELOAD_TOOL && self.loader.is_some() {
-            if let Some(Err((code, message))) =
-                self.policy.as_ref().map(|p| p.check(&Self::reload_tool()))
+            if let Some(Err((code, message))) = self.policy().map(|p| p.check(&Self::reload_tool()))
             {
                 return Ok(error_result(code, message).into());
             }

@@ -729,3 +729,68 @@ fn host_catalog_of_its_own_tools() {
     kitbag_testkit::assert_catalog_matches(&mut c, &path);
     assert_eq!(names(&mut c), vec!["host_reload", "host_status"]);
 }
+
+#[test]
+fn reload_rereads_the_agent_profile() {
+    let d = project();
+    let write = |allow: Value| {
+        write_config(
+            d.path(),
+            "agent.json",
+            json!({"mcp": {"files": files_entry(d.path())},
+                "agents": {"a": {"allow": allow}}}),
+        )
+    };
+    let cfg = write(json!(["file_read", "host_*"]));
+    let mut c = McpClient::spawn(
+        bin(),
+        &[
+            "--config",
+            cfg.to_str().expect("utf8"),
+            "--agent",
+            "a",
+            "serve",
+        ],
+        d.path(),
+        Era::Handshake,
+    );
+    let list = names(&mut c);
+    assert!(list.contains(&"file_read".to_string()), "{list:?}");
+    assert!(!list.contains(&"file_list".to_string()), "{list:?}");
+    let r = c.call("file_list", json!({"path": "."}));
+    assert_eq!(r.error_code(), Some("capability_denied"), "{}", r.text);
+    c.take_notifications();
+
+    write(json!(["file_read", "file_list", "host_*"]));
+    let r = c.call("host_reload", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let list = names(&mut c);
+    assert!(list.contains(&"file_list".to_string()), "{list:?}");
+    let r = c.call("file_list", json!({"path": "."}));
+    assert!(!r.is_error, "{}", r.text);
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline
+        && !c
+            .take_notifications()
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed")
+    {
+        std::thread::sleep(Duration::from_millis(50));
+        assert!(
+            Instant::now() < deadline,
+            "no list_changed after the profile changed"
+        );
+    }
+
+    // The agent disappears from the file: the reload is refused and nothing changes.
+    write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {"files": files_entry(d.path())}, "agents": {}}),
+    );
+    let r = c.call("host_reload", json!({}));
+    assert!(r.is_error, "{}", r.text);
+    assert!(r.text.contains("--agent a"), "{}", r.text);
+    let r = c.call("file_list", json!({"path": "."}));
+    assert!(!r.is_error, "{}", r.text);
+}
