@@ -100,6 +100,25 @@ impl Policy {
     }
 }
 
+/// The policy of `agent` in `cfg` (None without `--agent`), or why there is none.
+pub fn for_agent(
+    cfg: &crate::config::Config,
+    agent: Option<&str>,
+) -> anyhow::Result<Option<std::sync::Arc<Policy>>> {
+    let Some(name) = agent else { return Ok(None) };
+    match cfg.agents.get(name) {
+        Some(profile) => Ok(Some(std::sync::Arc::new(Policy::new(
+            name,
+            profile.clone(),
+            cfg.tool_privileges.clone(),
+        )))),
+        None => anyhow::bail!(
+            "--agent {name}: no such agent in the config (agents: {})",
+            cfg.agents.keys().cloned().collect::<Vec<_>>().join(", ")
+        ),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -171,24 +190,5 @@ mod tests {
             narrow.check(&tool("search_root", true)).is_ok(),
             "root may use root-only tools"
         );
-    }
-}
-
-/// The policy of `agent` in `cfg` (None without `--agent`), or why there is none.
-pub fn for_agent(
-    cfg: &crate::config::Config,
-    agent: Option<&str>,
-) -> anyhow::Result<Option<std::sync::Arc<Policy>>> {
-    let Some(name) = agent else { return Ok(None) };
-    match cfg.agents.get(name) {
-        Some(profile) => Ok(Some(std::sync::Arc::new(Policy::new(
-            name,
-            profile.clone(),
-            cfg.tool_privileges.clone(),
-        )))),
-        None => anyhow::bail!(
-            "--agent {name}: no such agent in the config (agents: {})",
-            cfg.agents.keys().cloned().collect::<Vec<_>>().join(", ")
-        ),
     }
 }
