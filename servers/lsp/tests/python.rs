@@ -425,11 +425,24 @@ fn a_hung_server_is_killed_and_replaced() {
         return;
     }
     let d = project();
-    let mut c = McpClient::spawn(bin(), &["--request-timeout", "2s"], d.path(), Era::Modern);
-    c.timeout = Duration::from_secs(90);
+    let mut c = McpClient::spawn(bin(), &["--request-timeout", "3s"], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(120);
     let args = json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"});
-    ok(&mut c, args.clone());
-    let pid = python_pid(&mut c).unwrap() as i32;
+    // On a loaded machine a cold pyright may itself miss the 3 s budget: that is the
+    // behaviour under test (killed, replaced), so retry until one answers.
+    let answered = |c: &mut McpClient| {
+        for _ in 0..10 {
+            let r = c.call("code_lsp", args.clone());
+            if !r.is_error {
+                return r.structured;
+            }
+            assert_eq!(r.error_code(), Some("timeout"), "{}", r.text);
+        }
+        panic!("pyright never answered within 3 s");
+    };
+    answered(&mut c);
+    let before = python_status(&mut c);
+    let pid = before["pid"].as_u64().unwrap() as i32;
     // Freeze it: it stays alive but answers nothing.
     nix_stop(pid);
     let r = c.call("code_lsp", args.clone());
@@ -442,10 +455,13 @@ fn a_hung_server_is_killed_and_replaced() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
-    let s = ok(&mut c, args);
+    let s = answered(&mut c);
     assert!(s["content"].as_str().unwrap().contains("greet"), "{s}");
     let st = python_status(&mut c);
-    assert_eq!(st["restarts"], 1, "{st}");
+    assert!(
+        st["restarts"].as_u64().unwrap() > before["restarts"].as_u64().unwrap(),
+        "{st}"
+    );
     assert_ne!(st["pid"].as_u64(), Some(pid as u64));
 }
 
