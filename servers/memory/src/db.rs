@@ -262,6 +262,13 @@ impl Filter {
     }
 }
 
+/// Whether any memory matches `fts_query` (cheap: stops at the first hit).
+pub fn fts_has(conn: &Connection, fts_query: &str) -> rusqlite::Result<bool> {
+    let mut stmt =
+        conn.prepare_cached("SELECT 1 FROM memories_fts WHERE memories_fts MATCH ?1 LIMIT 1")?;
+    stmt.exists(params![fts_query])
+}
+
 /// FTS5 candidates for `fts_query` passing `filter`, best first, with their bm25 rank
 /// (lower is better).
 pub fn fts_candidates(

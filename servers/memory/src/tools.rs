@@ -340,12 +340,28 @@ pub fn rank(
             .map(|r| hit(r, 0.0))
             .collect());
     }
-    let fts = words
-        .iter()
-        .map(|w| format!("\"{w}\""))
-        .collect::<Vec<_>>()
-        .join(" OR ");
-    let candidates = db::fts_candidates(conn, &fts, filter, (limit * 5).max(50))?;
+    let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
+    let want = (limit * 5).max(50);
+    // Memories holding every term come first: when there are enough of them, ranking only
+    // those is both the better answer and far cheaper than scoring every memory that holds
+    // any one common term. Otherwise fall back to any term.
+    // A term no memory holds would empty the AND query: leave such terms out.
+    let mut present = Vec::with_capacity(quoted.len());
+    for q in quoted {
+        if db::fts_has(conn, &q)? {
+            present.push(q);
+        }
+    }
+    if present.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut candidates = Vec::new();
+    if present.len() > 1 {
+        candidates = db::fts_candidates(conn, &present.join(" AND "), filter, want)?;
+    }
+    if candidates.len() < limit {
+        candidates = db::fts_candidates(conn, &present.join(" OR "), filter, want)?;
+    }
     let mut hits: Vec<Hit> = candidates
         .into_iter()
         .map(|(r, bm25)| {
@@ -685,5 +701,41 @@ mod tests {
             )
             .unwrap();
         assert_eq!(used, 10);
+    }
+
+    /// Memories holding every query term outrank ones holding a single term many times;
+    /// with too few of those, any term counts.
+    #[test]
+    fn all_terms_first_then_any_term() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut conn = db::open(&dir.path().join("m.db")).unwrap();
+        for i in 0..40 {
+            store(
+                &mut conn,
+                &format!("cache cache cache {i}"),
+                &[],
+                "project",
+                None,
+            );
+        }
+        for i in 0..3 {
+            store(
+                &mut conn,
+                &format!("invalidate the cache after deploy {i}"),
+                &[],
+                "project",
+                None,
+            );
+        }
+        let hits = rank(&conn, "cache deploy", &Filter::default(), 3).unwrap();
+        assert_eq!(hits.len(), 3);
+        assert!(
+            hits.iter().all(|h| h.content.contains("deploy")),
+            "{hits:?}"
+        );
+        // Asking for more than hold both terms: the single-term ones fill the rest.
+        let hits = rank(&conn, "cache deploy", &Filter::default(), 10).unwrap();
+        assert_eq!(hits.len(), 10);
+        assert!(hits.iter().any(|h| !h.content.contains("deploy")));
     }
 }
