@@ -92,6 +92,21 @@ pub fn compile(pattern: &str) -> ToolResult<(GlobMatcher, bool)> {
     Ok((glob.compile_matcher(), !pattern.contains('/')))
 }
 
+type Hit = (String, SystemTime, bool);
+
+/// One walker thread's hits, handed to the shared list when the thread is done.
+struct Batch {
+    local: Vec<Hit>,
+    shared: Arc<Mutex<Vec<Hit>>>,
+}
+
+impl Drop for Batch {
+    fn drop(&mut self) {
+        let mut all = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        all.append(&mut self.local);
+    }
+}
+
 pub async fn run(
     policy: Arc<PathPolicy>,
     limits: GrepLimits,
@@ -125,7 +140,7 @@ pub async fn run(
     };
     let walker = builder(&root.abs, &opts)?;
     let sort = p.sort.unwrap_or_default();
-    let found: Arc<Mutex<Vec<(String, SystemTime, bool)>>> = Arc::default();
+    let found: Arc<Mutex<Vec<Hit>>> = Arc::default();
     let timed_out = Arc::new(AtomicBool::new(false));
     let deadline = Instant::now() + limits.budget;
     let (f2, t2, pol, cancel, base) = (
@@ -146,6 +161,13 @@ pub async fn run(
                 matcher.clone(),
             );
             let mut seen = 0u32;
+            // Hits gather per walker thread and join the shared list once, when the
+            // thread's visitor is dropped: no lock per hit.
+            let mut batch = Batch {
+                local: Vec::new(),
+                shared: found,
+            };
+            let want_mtime = sort == SortBy::Mtime;
             Box::new(move |entry| {
                 seen += 1;
                 if seen.is_multiple_of(512) && (cancel.is_cancelled() || Instant::now() > deadline)
@@ -168,14 +190,20 @@ pub async fn run(
                         .is_ok_and(|rel| matcher.is_match(rel))
                 };
                 if hit {
-                    let mtime = entry
-                        .metadata()
-                        .ok()
-                        .and_then(|m| m.modified().ok())
-                        .unwrap_or(SystemTime::UNIX_EPOCH);
+                    // Only a sort by time needs the stat call.
+                    let mtime = if want_mtime {
+                        entry
+                            .metadata()
+                            .ok()
+                            .and_then(|m| m.modified().ok())
+                            .unwrap_or(SystemTime::UNIX_EPOCH)
+                    } else {
+                        SystemTime::UNIX_EPOCH
+                    };
                     let outside = !pol.allows(entry.path(), Access::Read);
-                    let item = (pol.display(entry.path()), mtime, outside);
-                    found.lock().unwrap_or_else(|e| e.into_inner()).push(item);
+                    batch
+                        .local
+                        .push((pol.display(entry.path()), mtime, outside));
                 }
                 WalkState::Continue
             })

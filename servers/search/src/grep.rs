@@ -9,6 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use grep_regex::RegexMatcherBuilder;
+
+use crate::prefilter::{Literal, PrefilteredMatcher};
 use grep_searcher::{
     BinaryDetection, MmapChoice, Searcher, SearcherBuilder, Sink, SinkContext, SinkContextKind,
     SinkMatch,
@@ -359,13 +361,27 @@ pub async fn run(
     if !multiline {
         mb.line_terminator(Some(b'\n'));
     }
-    let matcher = mb.build(&p.pattern).map_err(|e| {
+    let regex = mb.build(&p.pattern).map_err(|e| {
         ToolError::new(
             ErrorCode::InvalidPattern,
             format!("pattern: invalid regular expression: {e}"),
         )
         .with_detail(json!({ "field": "pattern" }))
     })?;
+    let case_insensitive = match p.case.unwrap_or_default() {
+        CaseMode::Insensitive => true,
+        CaseMode::Sensitive => false,
+        // ripgrep's rule: insensitive unless the pattern has an uppercase letter.
+        CaseMode::Smart => !p.pattern.chars().any(char::is_uppercase),
+    };
+    let literal = if multiline {
+        None
+    } else if p.fixed_strings.unwrap_or(false) {
+        Literal::extract(&regex_syntax::escape(&p.pattern), case_insensitive)
+    } else {
+        Literal::extract(&p.pattern, case_insensitive)
+    };
+    let matcher = PrefilteredMatcher::new(regex, literal);
     let path = p.path.as_deref().unwrap_or(".");
     let root = policy.resolve_in_root(path, "path")?;
     if !root.abs.exists() {
@@ -457,7 +473,7 @@ pub async fn run(
 fn walk(
     walker: ignore::WalkBuilder,
     sb: SearcherBuilder,
-    matcher: grep_regex::RegexMatcher,
+    matcher: PrefilteredMatcher,
     mode: OutputMode,
     policy: &PathPolicy,
     shared: &Arc<Shared>,

@@ -766,3 +766,41 @@ fn bad_input_is_typed() {
         Some("max_files"),
     );
 }
+
+#[test]
+fn case_insensitive_grep_with_the_literal_prefilter_misses_nothing() {
+    let fx = Fx::new(&[
+        ("a.rs", "fn NEW_WITH_capacity() {}\nfn new_without() {}\n"),
+        ("b.rs", "let x = 1;\n    fn   New_With_Size(n: usize) {}\n"),
+        ("c.rs", "fn new_with() {}\n"),
+        // The Kelvin sign folds to k: the prefilter must not lose this line.
+        ("d.txt", "\u{212A}elvin_mark here\nkelvin_mark there\n"),
+        ("e.txt", "nothing to see\n"),
+    ]);
+    let mut c = fx.client(&[]);
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": r"fn\s+new_with_\w+", "case": "insensitive", "output_mode": "content"}),
+    );
+    let lines: Vec<String> = r
+        .text
+        .lines()
+        .map(|l| l.splitn(3, ':').take(2).collect::<Vec<_>>().join(":"))
+        .collect();
+    assert_eq!(lines, vec!["a.rs:1", "b.rs:2"], "{}", r.text);
+    // Smart case: all-lowercase pattern → insensitive.
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "kelvin_mark", "output_mode": "count"}),
+    );
+    assert_eq!(r.structured["total_matches"], 2, "{}", r.text);
+    // Fixed strings go through the same path.
+    let r = ok(
+        &mut c,
+        "search_grep",
+        json!({"pattern": "new_with_s", "fixed_strings": true, "case": "insensitive"}),
+    );
+    assert_eq!(strings(&r.structured["files"]), vec!["b.rs"], "{}", r.text);
+}
