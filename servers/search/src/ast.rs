@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ast_grep_core::meta_var::MetaVariable;
 use ast_grep_core::tree_sitter::StrDoc;
 use ast_grep_core::{AstGrep, Pattern};
-use ast_grep_language::{Language, SupportLang};
+use ast_grep_language::SupportLang;
 use ignore::WalkState;
 use kitbag_shared::limits::truncate_line;
 use kitbag_shared::{
@@ -207,7 +207,7 @@ pub struct EditResult {
 
 /// Names accepted for `lang`, for error messages.
 fn lang_names() -> String {
-    SupportLang::all_langs()
+    crate::languages::available()
         .iter()
         .map(|l| l.to_string().to_lowercase())
         .collect::<Vec<_>>()
@@ -215,12 +215,20 @@ fn lang_names() -> String {
 }
 
 fn parse_lang(name: &str) -> ToolResult<SupportLang> {
-    SupportLang::from_str(name).map_err(|_| {
-        ToolError::invalid_field(
+    match SupportLang::from_str(name) {
+        Ok(l) if crate::languages::compiled(l) => Ok(l),
+        Ok(_) => Err(ToolError::invalid_field(
+            "lang",
+            format!(
+                "`{name}` is not compiled into this build of kitbag-search; accepted: {}",
+                lang_names()
+            ),
+        )),
+        Err(_) => Err(ToolError::invalid_field(
             "lang",
             format!("unknown language `{name}`; accepted: {}", lang_names()),
-        )
-    })
+        )),
+    }
 }
 
 /// Walk `roots` and list candidate files (sorted, deduplicated).
@@ -264,7 +272,7 @@ fn select_language(
     }
     let mut seen: BTreeMap<String, SupportLang> = BTreeMap::new();
     for f in &files {
-        if let Some(l) = SupportLang::from_path(f) {
+        if let Some(l) = crate::languages::of_path(f) {
             seen.insert(l.to_string(), l);
         }
     }
@@ -273,7 +281,7 @@ fn select_language(
             let lang = *seen.values().next().unwrap_or(&SupportLang::Rust);
             let files = files
                 .into_iter()
-                .filter(|f| SupportLang::from_path(f) == Some(lang))
+                .filter(|f| crate::languages::of_path(f) == Some(lang))
                 .collect();
             Ok((lang, files))
         }

@@ -3,6 +3,7 @@
 pub mod ast;
 pub mod glob;
 pub mod grep;
+pub mod languages;
 pub mod prefilter;
 pub mod walk;
 
