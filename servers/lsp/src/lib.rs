@@ -87,7 +87,11 @@ pub fn config_from(args: &Args) -> anyhow::Result<config::Config> {
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<LspState>> {
     let policy = args.common.policy()?;
-    let state = LspState::new(config_from(args)?);
+    let audit = match &args.common.audit_log {
+        Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
+        None => None,
+    };
+    let state = LspState::with_audit(config_from(args)?, audit);
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 

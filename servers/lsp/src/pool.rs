@@ -94,15 +94,32 @@ pub struct Pool {
     pub config: Config,
     pub root: PathBuf,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
+    /// Lifecycle events (`lsp.server_spawned`, `_crashed`, `_stopped`) go here too.
+    audit: Option<kitbag_shared::audit::AuditLog>,
 }
 
 impl Pool {
     pub fn new(config: Config, root: PathBuf) -> Arc<Self> {
+        Self::with_audit(config, root, None)
+    }
+
+    pub fn with_audit(
+        config: Config,
+        root: PathBuf,
+        audit: Option<kitbag_shared::audit::AuditLog>,
+    ) -> Arc<Self> {
         Arc::new(Pool {
             config,
             root,
             slots: Mutex::default(),
+            audit,
         })
+    }
+
+    fn event(&self, event: &str, fields: Value) {
+        if let Some(a) = &self.audit {
+            a.event(event, fields);
+        }
     }
 
     fn slot(&self, lang: &str) -> Arc<tokio::sync::Mutex<Slot>> {
@@ -124,6 +141,10 @@ impl Pool {
             }
             // It died since the last call.
             tracing::warn!(language = %lang.name, "language server exited; restarting");
+            self.event(
+                "lsp.server_crashed",
+                json!({"language": lang.name, "pid": s.pid, "restart_count": slot.restarts + 1}),
+            );
             slot.server = None;
             slot.last_stop = Some(SlotState::Crashed);
             slot.restarts += 1;
@@ -142,6 +163,11 @@ impl Pool {
         }
         match self.spawn(lang).await {
             Ok(server) => {
+                self.event(
+                    "lsp.server_spawned",
+                    json!({"language": lang.name, "command": lang.command, "pid": server.pid,
+                        "root": self.root}),
+                );
                 slot.spawns += 1;
                 slot.server = Some(server.clone());
                 slot.last_error = None;
@@ -242,6 +268,7 @@ impl Pool {
     /// Stop the server after `idle_timeout` without calls; it respawns on next use.
     fn watch_idle(&self, slot: &Arc<tokio::sync::Mutex<Slot>>, server: &Arc<Server>) {
         let idle = self.config.idle_timeout;
+        let audit = self.audit.clone();
         let slot: Weak<tokio::sync::Mutex<Slot>> = Arc::downgrade(slot);
         let server: Weak<Server> = Arc::downgrade(server);
         tokio::spawn(async move {
@@ -263,6 +290,12 @@ impl Pool {
                 let current = slot.server.as_ref().is_some_and(|c| Arc::ptr_eq(c, &s));
                 if current && s.last_used() + idle <= Instant::now() {
                     tracing::info!(language = %s.lang.name, "stopping idle language server");
+                    if let Some(a) = &audit {
+                        a.event(
+                            "lsp.server_stopped",
+                            json!({"language": s.lang.name, "pid": s.pid, "reason": "idle_timeout"}),
+                        );
+                    }
                     slot.server = None;
                     slot.last_stop = Some(SlotState::IdleStopped);
                     drop(slot);
@@ -279,6 +312,10 @@ impl Pool {
         {
             let mut slot = slot_arc.lock().await;
             if let Some(s) = slot.server.take() {
+                self.event(
+                    "lsp.server_stopped",
+                    json!({"language": lang.name, "pid": s.pid, "reason": "reload"}),
+                );
                 s.shutdown().await;
             }
             slot.restarts = 0;
@@ -296,6 +333,11 @@ impl Pool {
             slot.restarts += 1;
             slot.last_stop = Some(SlotState::Crashed);
             slot.last_error = Some("killed after not answering in time".into());
+            self.event(
+                "lsp.server_stopped",
+                json!({"language": server.lang.name, "pid": server.pid, "reason": "hung",
+                    "restart_count": slot.restarts}),
+            );
         }
         server.kill();
     }
@@ -360,6 +402,10 @@ impl Pool {
         for slot in slots {
             let server = slot.lock().await.server.take();
             if let Some(s) = server {
+                self.event(
+                    "lsp.server_stopped",
+                    json!({"language": s.lang.name, "pid": s.pid, "reason": "shutdown"}),
+                );
                 s.shutdown().await;
             }
         }

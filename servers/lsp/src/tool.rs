@@ -169,13 +169,23 @@ pub struct LspResult {
 pub struct LspState {
     pub config: crate::config::Config,
     pools: std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<Pool>>>,
+    audit: Option<kitbag_shared::audit::AuditLog>,
 }
 
 impl LspState {
     pub fn new(config: crate::config::Config) -> Self {
+        Self::with_audit(config, None)
+    }
+
+    /// Language-server lifecycle events are appended to `audit` (the `--audit-log` file).
+    pub fn with_audit(
+        config: crate::config::Config,
+        audit: Option<kitbag_shared::audit::AuditLog>,
+    ) -> Self {
         LspState {
             config,
             pools: Default::default(),
+            audit,
         }
     }
 
@@ -186,7 +196,9 @@ impl LspState {
         };
         pools
             .entry(root.to_path_buf())
-            .or_insert_with(|| Pool::new(self.config.clone(), root.to_path_buf()))
+            .or_insert_with(|| {
+                Pool::with_audit(self.config.clone(), root.to_path_buf(), self.audit.clone())
+            })
             .clone()
     }
 

@@ -385,7 +385,12 @@ fn idle_servers_stop_and_respawn() {
         return;
     }
     let d = project();
-    let mut c = McpClient::spawn(bin(), &["--idle-timeout", "2s"], d.path(), Era::Modern);
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--idle-timeout", "2s", "--audit-log", "audit.jsonl"],
+        d.path(),
+        Era::Modern,
+    );
     c.timeout = Duration::from_secs(90);
     let hover = json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"});
     ok(&mut c, hover.clone());
@@ -417,6 +422,28 @@ fn idle_servers_stop_and_respawn() {
     if let (Some(a), Some(b)) = (first, st["pid"].as_u64()) {
         assert_ne!(a, b);
     }
+    // The lifecycle is in the audit log: spawned, stopped for idleness, spawned again.
+    let audit = std::fs::read_to_string(d.path().join("audit.jsonl")).unwrap();
+    let events: Vec<(String, String)> = audit
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|e| e["event"].as_str().unwrap().starts_with("lsp."))
+        .map(|e| {
+            (
+                e["event"].as_str().unwrap().to_string(),
+                e["reason"].as_str().unwrap_or("").to_string(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        events,
+        vec![
+            ("lsp.server_spawned".to_string(), String::new()),
+            ("lsp.server_stopped".to_string(), "idle_timeout".to_string()),
+            ("lsp.server_spawned".to_string(), String::new()),
+        ],
+        "{audit}"
+    );
 }
 
 #[test]
