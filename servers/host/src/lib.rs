@@ -156,7 +156,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                 }
             });
             let running = host
-                .serve(rmcp::transport::stdio())
+                // Non-blocking pipes when stdin/stdout are FIFOs: no blocking-pool hand-off per message.
+                .serve(rmcp::transport::stdio_pipes())
                 .await
                 .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
             let _ = running.waiting().await;
