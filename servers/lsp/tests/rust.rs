@@ -10,7 +10,7 @@ use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
 const MAIN: &str = "mod shapes;\nmod util;\n\nfn main() {\n    let s = shapes::Square { side: 3 };\n    let label = \"é😀\"; let a = shapes::area(&s);\n    let n: i32 = \"text\";\n    util::show(a, label, n);\n}\n";
-const SHAPES: &str = "pub struct Square {\n    pub side: u32,\n}\n\n/// The area of a square.\npub fn area(s: &Square) -> u32 {\n    s.side * s.side\n}\n";
+const SHAPES: &str = "pub struct Square {\n    pub side: u32,\n}\n\n/// The area of a square.\npub fn area(s: &Square) -> u32 {\n    s.side * s.side\n}\n\npub trait Shape {\n    fn corners(&self) -> u32;\n}\n\nimpl Shape for Square {\n    fn corners(&self) -> u32 {\n        4\n    }\n}\n";
 const UTIL: &str = "pub fn show(a: u32, label: &str, n: i32) {\n    println!(\"{label} {a} {n} {}\", crate::shapes::area(&crate::shapes::Square { side: 1 }));\n}\n";
 
 #[test]
