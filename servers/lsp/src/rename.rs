@@ -137,3 +137,152 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
         text,
     ))
 }
+
+/// `rename_file`: move a file and apply the edits the server asks for on the way
+/// (`workspace/willRenameFiles`: imports, `mod` declarations). The edits and the new file
+/// are written all-or-nothing; then the old file is removed.
+pub async fn rename_file(
+    pool: &Arc<Pool>,
+    policy: &PathPolicy,
+    p: &LspParams,
+) -> ToolResult<Answer> {
+    let path = need(&p.path, "path", "required")?;
+    let new_path = need(&p.new_path, "new_path", "required")?;
+    let from = policy.resolve(path, "path", Access::Write)?;
+    let to = policy.resolve(new_path, "new_path", Access::Write)?;
+    if to.abs.exists() {
+        return Err(ToolError::new(
+            ErrorCode::FileExists,
+            format!("new_path: `{}` already exists; nothing was changed", to.rel),
+        )
+        .with_detail(json!({"field": "new_path"})));
+    }
+    let o = open(pool, policy, path).await?;
+    let server = &o.server;
+    let (old_uri, new_uri) = (path_to_uri(&from.abs), path_to_uri(&to.abs));
+    let supports = !server.capabilities["workspace"]["fileOperations"]["willRename"].is_null();
+    let mut files = std::collections::BTreeMap::new();
+    if supports {
+        let params = json!({"files": [{"oldUri": old_uri, "newUri": new_uri}]});
+        match server.request("workspace/willRenameFiles", params).await {
+            Ok(Value::Null) => {}
+            Ok(edit) => {
+                files = crate::edits::files_of(&edit).map_err(|why| {
+                    ToolError::new(
+                        ErrorCode::RenameNotPossible,
+                        format!("cannot rename {}: {why}", from.rel),
+                    )
+                })?;
+            }
+            Err(e) => {
+                return Err(rpc_error(pool, server, "workspace/willRenameFiles", e).await);
+            }
+        }
+    }
+    let outside: Vec<String> = files
+        .keys()
+        .filter(|f| !policy.allows(f, Access::Write))
+        .map(|f| policy.display(f))
+        .collect();
+    if !outside.is_empty() {
+        return Err(ToolError::new(
+            ErrorCode::RenameScopeExceedsCage,
+            format!(
+                "moving {} would change {} file(s) outside your writable mounts: {}; nothing was changed",
+                from.rel,
+                outside.len(),
+                outside.join(", ")
+            ),
+        )
+        .with_detail(json!({"files": outside})));
+    }
+    // New contents: edited files in place, and the moved file (edited or not) at its
+    // new path. Originals are kept to put back if removing the old file fails.
+    let mut writes: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut originals: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    let mut changes = Vec::new();
+    let mut total = 0;
+    let mut moved_bytes = None;
+    for (file, edits) in &files {
+        let bytes = std::fs::read(file).map_err(|e| ToolError::io(&policy.display(file), &e))?;
+        let lines = Lines::new(String::from_utf8_lossy(&bytes).into_owned());
+        let new = crate::edits::apply(&lines, edits, server.encoding).map_err(|why| {
+            ToolError::new(
+                ErrorCode::RenameNotPossible,
+                format!("cannot rename: {why}"),
+            )
+        })?;
+        total += edits.len();
+        let shown = if *file == from.abs {
+            &to.rel
+        } else {
+            &policy.display(file)
+        };
+        changes.push(json!({"path": shown, "edits": edits.len()}));
+        if *file == from.abs {
+            moved_bytes = Some(new.into_bytes());
+        } else {
+            originals.push((file.clone(), bytes));
+            writes.push((file.clone(), new.into_bytes()));
+        }
+    }
+    let moved = match moved_bytes {
+        Some(b) => b,
+        None => std::fs::read(&from.abs).map_err(|e| ToolError::io(&from.rel, &e))?,
+    };
+    writes.push((to.abs.clone(), moved));
+    let (src, dest) = (from.abs.clone(), to.abs.clone());
+    kitbag_shared::blocking(move || {
+        kitbag_shared::atomic::write_all_atomic(&writes, true).map_err(|e| {
+            ToolError::new(
+                ErrorCode::IoError,
+                format!("rename_file not applied (no file changed): {e}"),
+            )
+        })?;
+        if let Err(e) = std::fs::remove_file(&src) {
+            // Undo: the new file goes, the edited files get their old text back.
+            let _ = std::fs::remove_file(&dest);
+            let _ = kitbag_shared::atomic::write_all_atomic(&originals, false);
+            return Err(ToolError::new(
+                ErrorCode::IoError,
+                format!("could not remove the old file, so nothing was changed: {e}"),
+            ));
+        }
+        Ok(())
+    })
+    .await?;
+    let _ = server
+        .rpc
+        .notify(
+            "workspace/didRenameFiles",
+            json!({"files": [{"oldUri": old_uri, "newUri": new_uri}]}),
+        )
+        .await;
+    // The old document is gone from disk: sync closes it and opens the new one.
+    server.sync(std::slice::from_ref(&to.abs)).await?;
+    let mut text = format!("moved {} → {}", from.rel, to.rel);
+    if supports {
+        text.push_str(&format!(
+            "; {total} edits in {} files{}",
+            changes.len(),
+            changes
+                .iter()
+                .map(|c| format!(
+                    "\n  {} ({} edits)",
+                    c["path"].as_str().unwrap_or(""),
+                    c["edits"]
+                ))
+                .collect::<String>()
+        ));
+    } else {
+        text.push_str(&format!(
+            "; the {} language server does not update references on file renames",
+            server.lang.name
+        ));
+    }
+    Ok((
+        json!({"from": from.rel, "to": to.rel, "changes": changes, "total_edits": total,
+            "files_changed": changes.len(), "references_updated": supports}),
+        text,
+    ))
+}

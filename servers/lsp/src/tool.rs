@@ -19,7 +19,8 @@ pub const DEF: ToolDef = ToolDef {
     title: "Code intelligence",
     description: "Code intelligence from real language servers (rust-analyzer, pyright, typescript-language-server, gopls, clangd), spawned on first use and kept in sync with the files on disk.\n\
         Actions: diagnostics (path = file or directory, severity), definition, type_definition, implementation, \
-        references (include_declaration), hover, rename (new_name; edits every file atomically), code_actions, \
+        references (include_declaration), hover, rename (new_name; edits every file atomically), \
+        rename_file (new_path; moves the file and lets the server update imports), code_actions, \
         symbols (scope document|workspace, query), capabilities, status, reload (language or path), request (method, params: a raw LSP request).\n\
         Positions: `line` is 1-based; give `character` (0-based, counted in characters as the file shows them) or `symbol` \
         (a name on that line, or the first in the file when no line is given). Results carry root-relative paths, 1-based lines and a preview.\n\
@@ -42,6 +43,7 @@ pub enum Action {
     Hover,
     Symbols,
     Rename,
+    RenameFile,
     CodeActions,
     Capabilities,
     Status,
@@ -60,6 +62,7 @@ impl Action {
             Action::Hover => "hover",
             Action::Symbols => "symbols",
             Action::Rename => "rename",
+            Action::RenameFile => "rename_file",
             Action::CodeActions => "code_actions",
             Action::Capabilities => "capabilities",
             Action::Status => "status",
@@ -137,6 +140,9 @@ pub struct LspParams {
     /// rename: the new name (an identifier).
     #[serde(default)]
     pub new_name: Option<String>,
+    /// rename_file: where the file goes (root-relative; must not exist).
+    #[serde(default)]
+    pub new_path: Option<String>,
     /// code_actions: send the diagnostics on that line with the request (default true).
     #[serde(default)]
     pub include_diagnostics: Option<bool>,
@@ -431,6 +437,13 @@ pub fn validate(p: &LspParams) -> ToolResult<()> {
             "required for action `code_actions`: the 1-based line",
         ));
     }
+    if p.action == Action::RenameFile {
+        need(
+            &p.new_path,
+            "new_path",
+            "required for action `rename_file`: where the file goes",
+        )?;
+    }
     if p.action == Action::Rename {
         let name = need(&p.new_name, "new_name", "required for action `rename`")?;
         if !crate::text::is_identifier(name) {
@@ -541,6 +554,7 @@ pub async fn run(
         Action::Symbols => crate::actions::symbols(pool, &policy, &p).await?,
         Action::CodeActions => crate::actions::code_actions(pool, &policy, &p).await?,
         Action::Rename => crate::rename::rename(pool, &policy, &p).await?,
+        Action::RenameFile => crate::rename::rename_file(pool, &policy, &p).await?,
     };
     let data = match data {
         Value::Object(m) => m,

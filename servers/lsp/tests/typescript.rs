@@ -81,4 +81,38 @@ fn typescript_end_to_end() {
             .unwrap()
             .contains("ad(5, 6)")
     );
+
+    // Moving a file: the server rewrites the imports that point at it.
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "rename_file", "path": "math.ts", "new_path": "main.tsx"}),
+    );
+    assert_eq!(r.error_code(), Some("file_exists"), "{}", r.text);
+    let r = c.call(
+        "code_lsp",
+        json!({"action": "rename_file", "path": "math.ts"}),
+    );
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "new_path",
+        "{}",
+        r.text
+    );
+    let s = ok(
+        &mut c,
+        json!({"action": "rename_file", "path": "math.ts", "new_path": "lib/arith.ts"}),
+    );
+    assert_eq!(s["references_updated"], true, "{s}");
+    assert!(!d.path().join("math.ts").exists());
+    assert!(
+        std::fs::read_to_string(d.path().join("lib/arith.ts"))
+            .unwrap()
+            .contains("export function add")
+    );
+    let main = std::fs::read_to_string(d.path().join("main.tsx")).unwrap();
+    assert!(main.contains("\"./lib/arith\""), "{main}\n{s}");
+    let s = ok(
+        &mut c,
+        json!({"action": "definition", "path": "main.tsx", "line": 4, "symbol": "add"}),
+    );
+    assert_eq!(s["definitions"][0]["path"], "lib/arith.ts", "{s}");
 }
