@@ -11,7 +11,6 @@ use rmcp::model::{
 use rmcp::service::{
     NotificationContext, Peer, RoleClient, RoleServer, RunningService, ServiceExt,
 };
-use rmcp::transport::TokioChildProcess;
 use rmcp::{ClientHandler, ErrorData as McpError};
 
 use crate::config::{ServerEntry, ServerSpec};
@@ -44,10 +43,13 @@ pub struct ChildClient {
 
 impl ClientHandler for ChildClient {
     fn get_info(&self) -> ClientConfig {
+        // The handshake era with children: every server speaks it, and the byte-level
+        // path (fastpath.rs) forwards plain calls without per-request `_meta`.
         ClientConfig::new(
             ClientCapabilities::default(),
             Implementation::new("kitbag", env!("CARGO_PKG_VERSION")),
         )
+        .with_protocol_version(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE)
     }
 
     async fn on_progress(
@@ -73,6 +75,8 @@ pub struct Child {
     pub spec: ServerSpec,
     pub state: State,
     pub peer: Option<Peer<RoleClient>>,
+    /// The byte-level link for plain calls (fastpath.rs).
+    pub fast: Option<Arc<crate::fastpath::FastLink>>,
     pub tools: Vec<Tool>,
     pub pid: Option<u32>,
     pub started: Option<Instant>,
@@ -127,6 +131,7 @@ impl Child {
             last_error: spec.error.clone(),
             spec,
             peer: None,
+            fast: None,
             tools: Vec::new(),
             pid: None,
             started: None,
@@ -149,6 +154,7 @@ impl Child {
             kill_group(pid);
         }
         self.peer = None;
+        self.fast = None;
     }
 }
 
@@ -269,7 +275,7 @@ impl Hub {
                 )),
             };
             match result {
-                Ok((running, pid)) => {
+                Ok((running, pid, link)) => {
                     let peer = running.peer().clone();
                     peer.set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
                         .await;
@@ -290,6 +296,7 @@ impl Hub {
                             return; // removed or restarted meanwhile
                         }
                         child.peer = Some(peer);
+                        child.fast = Some(link);
                         child.tools = tools;
                         child.pid = pid;
                         child.state = State::Ready;
@@ -334,6 +341,7 @@ impl Hub {
                 kill_group(pid);
             }
             child.peer = None;
+            child.fast = None;
             let now = Instant::now();
             child.crashes.push_back(now);
             while child
@@ -631,6 +639,28 @@ impl Hub {
             .unwrap_or_default()
     }
 
+    /// For the byte-level path: the link, original tool name, server name and tool timeout
+    /// of a tool whose server is ready.
+    pub fn fast_route(
+        &self,
+        name: &str,
+    ) -> Option<(Arc<crate::fastpath::FastLink>, String, String, Duration)> {
+        let route = self.route(name)?;
+        let c = self.lock();
+        let child = c.iter().find(|c| c.id == route.child_id)?;
+        if child.state != State::Ready {
+            return None;
+        }
+        let link = child.fast.clone().filter(|l| l.is_open())?;
+        let timeout = child
+            .spec
+            .entry
+            .tool_timeout_sec
+            .map(Duration::from_secs)
+            .unwrap_or(DEFAULT_TOOL_TIMEOUT);
+        Some((link, route.original, child.spec.name.clone(), timeout))
+    }
+
     /// Find the route for a tool name as offered, or as the child spells it (e.g. dotted).
     pub fn route(&self, name: &str) -> Option<Route> {
         let flat = self.flat();
@@ -726,23 +756,36 @@ impl Hub {
 async fn connect(
     entry: &ServerEntry,
     client: ChildClient,
-) -> Result<(RunningService<RoleClient, ChildClient>, Option<u32>), String> {
+) -> Result<
+    (
+        RunningService<RoleClient, ChildClient>,
+        Option<u32>,
+        Arc<crate::fastpath::FastLink>,
+    ),
+    String,
+> {
     let mut cmd = tokio::process::Command::new(&entry.command);
     cmd.args(&entry.args)
         .envs(&entry.env)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
     if let Some(cwd) = &entry.cwd {
         cmd.current_dir(cwd);
     }
-    let (transport, stderr) = TokioChildProcess::builder(cmd)
-        .stderr(std::process::Stdio::piped())
+    let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", entry.command))?;
-    let pid = transport.id();
+    let pid = child.id();
     let name = client.name.clone();
-    if let Some(stderr) = stderr {
+    let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
+        return Err("the child's stdio could not be captured".into());
+    };
+    if let Some(stderr) = child.stderr.take() {
         // Drain and tag the child's log lines so a chatty child never blocks on a full pipe.
+        let name = name.clone();
         tokio::spawn(async move {
             use tokio::io::AsyncBufReadExt;
             let mut lines = tokio::io::BufReader::new(stderr).lines();
@@ -751,11 +794,16 @@ async fn connect(
             }
         });
     }
+    // Reap the child when it exits (it is killed with its group on stop).
+    tokio::spawn(async move {
+        let _ = child.wait().await;
+    });
+    let (reader, writer, link) = crate::fastpath::wire_child(&name, stdout, stdin);
     let running = client
-        .serve(transport)
+        .serve((reader, writer))
         .await
         .map_err(|e| format!("MCP handshake failed: {e}"))?;
-    Ok((running, pid))
+    Ok((running, pid, link))
 }
 
 /// SIGTERM the child's process group, then SIGKILL shortly after.

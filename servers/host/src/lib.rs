@@ -5,6 +5,7 @@
 
 pub mod config;
 pub mod families;
+pub mod fastpath;
 pub mod hub;
 pub mod policy;
 pub mod serve;
@@ -16,7 +17,6 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use clap::{Parser, Subcommand};
-use rmcp::ServiceExt;
 
 use crate::config::Config;
 use crate::hub::Hub;
@@ -155,12 +155,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                 }
             });
-            let running = host
-                // Non-blocking pipes when stdin/stdout are FIFOs: no blocking-pool hand-off per message.
-                .serve(rmcp::transport::stdio_pipes())
-                .await
-                .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
-            let _ = running.waiting().await;
+            serve::serve_stdio(host).await?;
             0
         }
         Command::Tools { json } => {

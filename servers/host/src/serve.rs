@@ -12,6 +12,7 @@ use rmcp::{ErrorData as McpError, ServerHandler};
 use serde::Serialize;
 use serde_json::json;
 
+use crate::fastpath;
 use crate::hub::{Hub, State, protocol_error};
 
 pub const STATUS_TOOL: &str = "host_status";
@@ -55,6 +56,8 @@ pub struct StatusResult {
     pub collisions: Vec<String>,
     /// Top-level settings with where each value came from (env, file, default).
     pub settings: Vec<crate::settings::Setting>,
+    /// Calls forwarded at the byte level (fastpath.rs) since start.
+    pub byte_level_calls: u64,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -91,6 +94,7 @@ impl HostServer {
             tools: flat.tools.len() + 1,
             collisions: flat.collisions.clone(),
             settings: self.settings.lock().map(|s| s.clone()).unwrap_or_default(),
+            byte_level_calls: fastpath::forwarded(),
         }
     }
 
@@ -330,5 +334,166 @@ impl ServerHandler for HostServer {
             );
         }
         Ok(result.into())
+    }
+}
+
+/// Serve over stdin/stdout: plain tool calls take the byte-level path (fastpath.rs),
+/// everything else goes through rmcp.
+pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
+    fastpath::spawn_writer(stdout, out_rx);
+    let (to_rmcp, rmcp_rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(upstream_demux(host.clone(), stdin, to_rmcp, out_tx.clone()));
+    let running = host
+        .serve((
+            fastpath::ChannelReader::new(rmcp_rx),
+            fastpath::LineWriter::new(out_tx),
+        ))
+        .await
+        .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+    let _ = running.waiting().await;
+    Ok(())
+}
+
+async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
+    host: HostServer,
+    stdin: R,
+    to_rmcp: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    out: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+) {
+    use tokio::io::AsyncBufReadExt;
+    let mut r = tokio::io::BufReader::with_capacity(1 << 16, stdin);
+    let mut line = Vec::new();
+    // The byte-level path answers in the handshake era's shape (no `resultType`).
+    let mut handshake = false;
+    let inflight = Arc::new(fastpath::InFlight::default());
+    loop {
+        line.clear();
+        match r.read_until(b'\n', &mut line).await {
+            Ok(0) | Err(_) => break,
+            Ok(_) => {}
+        }
+        let handled = match std::str::from_utf8(&line) {
+            Err(_) => false,
+            Ok(text) => match fastpath::classify(text.trim_end()) {
+                fastpath::Upstream::Initialize => {
+                    handshake = true;
+                    false
+                }
+                fastpath::Upstream::Discover => {
+                    handshake = false;
+                    false
+                }
+                fastpath::Upstream::Call(call) if handshake => {
+                    host.call_fast(call, &out, &inflight)
+                }
+                fastpath::Upstream::Cancelled(id) => match inflight.remove(&id) {
+                    Some((link, child_id)) => {
+                        link.cancel(&child_id, "cancelled by the client");
+                        true
+                    }
+                    None => false,
+                },
+                _ => false,
+            },
+        };
+        if !handled && to_rmcp.send(std::mem::take(&mut line)).is_err() {
+            break;
+        }
+    }
+}
+
+impl HostServer {
+    /// Forward a plain call as bytes; false leaves it to rmcp (host tools, denied calls,
+    /// a server not ready).
+    fn call_fast(
+        &self,
+        call: fastpath::FastCall<'_>,
+        out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+        inflight: &Arc<fastpath::InFlight>,
+    ) -> bool {
+        let name = call.name.as_ref();
+        if name == STATUS_TOOL || name == RELOAD_TOOL || self.permit(name).is_err() {
+            return false;
+        }
+        let Some((link, original, server, timeout)) = self.hub.fast_route(name) else {
+            return false;
+        };
+        let Some((child_id, rx)) = link.call(&original, call.arguments) else {
+            return false;
+        };
+        let upstream_id = call.id.get().to_string();
+        inflight.insert(upstream_id.clone(), link.clone(), child_id.clone());
+        let audit = self.audit.clone().map(|a| {
+            let params = call
+                .arguments
+                .and_then(|a| serde_json::from_str::<serde_json::Value>(a.get()).ok())
+                .unwrap_or_else(|| json!({}));
+            (a, params, self.agent_name(), name.to_string())
+        });
+        let (out, inflight) = (out.clone(), inflight.clone());
+        let started = Instant::now();
+        tokio::spawn(async move {
+            let (line, code) = match tokio::time::timeout(timeout, rx).await {
+                Ok(Ok(reply)) => {
+                    if inflight.remove(&upstream_id).is_none() {
+                        return; // cancelled meanwhile
+                    }
+                    let code = fastpath::result_error_code(&reply);
+                    let line = match &reply {
+                        fastpath::Reply::Error(e) => fastpath::error_line(
+                            &upstream_id,
+                            "server_unavailable",
+                            &format!("server {server}: {}", e.get()),
+                        ),
+                        r => fastpath::response_line(&upstream_id, r),
+                    };
+                    (line, code)
+                }
+                Ok(Err(_)) => {
+                    if inflight.remove(&upstream_id).is_none() {
+                        return; // cancelled by the client: no answer is due
+                    }
+                    let msg = format!(
+                        "server {server} exited during the call; it is being restarted — the call did not complete"
+                    );
+                    (
+                        fastpath::error_line(&upstream_id, "server_unavailable", &msg),
+                        Some("server_unavailable".to_string()),
+                    )
+                }
+                Err(_) => {
+                    inflight.remove(&upstream_id);
+                    link.cancel(&child_id, "timed out in the host");
+                    let msg = format!(
+                        "server {server} did not answer within {} s",
+                        timeout.as_secs()
+                    );
+                    (
+                        fastpath::error_line(&upstream_id, "timeout", &msg),
+                        Some("timeout".to_string()),
+                    )
+                }
+            };
+            let _ = out.send(line);
+            if let Some((a, params, agent, tool)) = audit {
+                a.event(
+                    "tool.call",
+                    json!({
+                        "agent": agent,
+                        "server": server,
+                        "tool": tool,
+                        "request_id": upstream_id.trim_matches('"'),
+                        "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+                        "ok": code.is_none(),
+                        "error_code": code,
+                        "params": kitbag_shared::audit::redact(&params),
+                    }),
+                );
+            }
+        });
+        true
     }
 }

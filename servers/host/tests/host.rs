@@ -794,3 +794,71 @@ fn reload_rereads_the_agent_profile() {
     let r = c.call("file_list", json!({"path": "."}));
     assert!(!r.is_error, "{}", r.text);
 }
+
+#[test]
+fn plain_calls_are_forwarded_as_bytes_and_keep_every_behaviour() {
+    let d = project();
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {
+            "files": files_entry(d.path()),
+            "shell": {"command": bin(), "args": ["server", "shell", "--root", d.path()], "tool_timeout_sec": 1}
+        }}),
+    );
+    let cfg = cfg.to_str().expect("utf8");
+    let audit = d.path().join("audit.jsonl");
+    let audit_arg = audit.to_str().expect("utf8");
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg, "--audit-log", audit_arg, "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    for _ in 0..3 {
+        let r = c.call("file_read", json!({"path": "a.txt"}));
+        assert_eq!(r.text, "1: alpha\n2: beta");
+        assert_eq!(r.structured["total_lines"], 2);
+    }
+    // A tool error comes back as the child wrote it.
+    let r = c.call("file_read", json!({"path": "missing.txt"}));
+    assert_eq!(r.error_code(), Some("file_not_found"), "{}", r.text);
+    // The tool timeout still applies.
+    let t = Instant::now();
+    let r = c.call("shell_bash", json!({"command": "sleep 5"}));
+    assert_eq!(r.error_code(), Some("timeout"), "{}", r.text);
+    assert!(t.elapsed() < Duration::from_secs(4));
+    let s = c.call("host_status", json!({}));
+    assert!(
+        s.structured["byte_level_calls"].as_u64().expect("count") >= 5,
+        "{}",
+        s.structured
+    );
+    // Each call is in the audit log with its outcome.
+    std::thread::sleep(Duration::from_millis(100));
+    let log = std::fs::read_to_string(&audit).expect("audit");
+    let calls: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).expect("json"))
+        .filter(|e| e["event"] == "tool.call")
+        .collect();
+    assert!(
+        calls
+            .iter()
+            .any(|e| e["tool"] == "file_read" && e["ok"] == true && e["server"] == "files")
+    );
+    assert!(calls.iter().any(|e| e["error_code"] == "file_not_found"));
+    assert!(
+        calls
+            .iter()
+            .any(|e| e["tool"] == "shell_bash" && e["error_code"] == "timeout")
+    );
+
+    // The 2026-07-28 era goes through rmcp (its results carry resultType).
+    let mut m = McpClient::spawn(bin(), &["--config", cfg, "serve"], d.path(), Era::Modern);
+    let r = m.call("file_read", json!({"path": "a.txt"}));
+    assert_eq!(r.text, "1: alpha\n2: beta");
+    assert_eq!(r.raw["resultType"], "complete", "{}", r.raw);
+    let s = m.call("host_status", json!({}));
+    assert_eq!(s.structured["byte_level_calls"], 0, "{}", s.structured);
+}

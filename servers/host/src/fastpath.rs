@@ -1,0 +1,535 @@
+//! The byte-level path for `tools/call`.
+//!
+//! Decoding a call into rmcp's types, re-encoding it for the child, decoding the child's
+//! answer and encoding it again cost the host ~100 µs per call, while moving the bytes
+//! through one more process costs ~10 µs. So the host reads every line itself: a plain
+//! `tools/call` to a child's tool (handshake era, no `_meta`, arguments an object) is
+//! forwarded as bytes with only its id and tool name swapped, and the child's answer
+//! goes back as bytes with the id swapped back. Everything else — the handshake, lists,
+//! calls with a progress token, the 2026-07-28 era, the host's own tools, denied calls —
+//! goes to rmcp as before.
+//!
+//! Both directions share one writer per pipe; rmcp's output is cut into whole lines so
+//! the two never interleave inside a message.
+
+use std::borrow::Cow;
+use std::collections::HashMap;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
+
+use serde::Deserialize;
+use serde_json::value::RawValue;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::sync::{mpsc, oneshot};
+
+pub type Line = Vec<u8>;
+
+/// An `AsyncWrite` that hands whole lines to a channel (read by one writer task).
+pub struct LineWriter {
+    tx: mpsc::UnboundedSender<Line>,
+    buf: Vec<u8>,
+}
+
+impl LineWriter {
+    pub fn new(tx: mpsc::UnboundedSender<Line>) -> Self {
+        LineWriter {
+            tx,
+            buf: Vec::new(),
+        }
+    }
+}
+
+impl AsyncWrite for LineWriter {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        _cx: &mut Context<'_>,
+        data: &[u8],
+    ) -> Poll<std::io::Result<usize>> {
+        let this = &mut *self;
+        this.buf.extend_from_slice(data);
+        while let Some(end) = memchr::memchr(b'\n', &this.buf) {
+            let rest = this.buf.split_off(end + 1);
+            let line = std::mem::replace(&mut this.buf, rest);
+            if this.tx.send(line).is_err() {
+                return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
+            }
+        }
+        Poll::Ready(Ok(data.len()))
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, _cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// An `AsyncRead` over lines arriving on a channel; the channel closing is end of input.
+pub struct ChannelReader {
+    rx: mpsc::UnboundedReceiver<Line>,
+    cur: Line,
+    pos: usize,
+}
+
+impl ChannelReader {
+    pub fn new(rx: mpsc::UnboundedReceiver<Line>) -> Self {
+        ChannelReader {
+            rx,
+            cur: Vec::new(),
+            pos: 0,
+        }
+    }
+}
+
+impl AsyncRead for ChannelReader {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        out: &mut ReadBuf<'_>,
+    ) -> Poll<std::io::Result<()>> {
+        let this = &mut *self;
+        while this.pos >= this.cur.len() {
+            match this.rx.poll_recv(cx) {
+                Poll::Ready(Some(line)) => {
+                    this.cur = line;
+                    this.pos = 0;
+                }
+                Poll::Ready(None) => return Poll::Ready(Ok(())),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        let n = out.remaining().min(this.cur.len() - this.pos);
+        out.put_slice(&this.cur[this.pos..this.pos + n]);
+        this.pos += n;
+        Poll::Ready(Ok(()))
+    }
+}
+
+/// Drain a channel of lines into `w` (one writer per pipe).
+pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(
+    mut w: W,
+    mut rx: mpsc::UnboundedReceiver<Line>,
+) {
+    tokio::spawn(async move {
+        while let Some(line) = rx.recv().await {
+            if w.write_all(&line).await.is_err() {
+                break;
+            }
+            // Write what is queued before flushing, so bursts cost one flush.
+            while let Ok(more) = rx.try_recv() {
+                if w.write_all(&more).await.is_err() {
+                    return;
+                }
+            }
+            if w.flush().await.is_err() {
+                break;
+            }
+        }
+    });
+}
+
+/// What came back for a forwarded call.
+pub enum Reply {
+    /// The raw `result` object.
+    Result(Box<RawValue>),
+    /// The raw JSON-RPC `error` object.
+    Error(Box<RawValue>),
+}
+
+/// The byte-level link to one child: its input, and the calls waiting for an answer.
+pub struct FastLink {
+    pub server: String,
+    to_child: mpsc::UnboundedSender<Line>,
+    pending: Mutex<HashMap<String, oneshot::Sender<Reply>>>,
+    open: AtomicBool,
+}
+
+static NEXT_ID: AtomicU64 = AtomicU64::new(1);
+
+/// Calls forwarded at the byte level so far (reported by `host_status`).
+pub fn forwarded() -> u64 {
+    NEXT_ID.load(Ordering::Relaxed) - 1
+}
+
+impl FastLink {
+    pub fn is_open(&self) -> bool {
+        self.open.load(Ordering::SeqCst)
+    }
+
+    /// Send a call; the receiver gets the answer, or is dropped if the child exits.
+    pub fn call(
+        &self,
+        tool: &str,
+        arguments: Option<&RawValue>,
+    ) -> Option<(String, oneshot::Receiver<Reply>)> {
+        if !self.is_open() {
+            return None;
+        }
+        let id = format!("kbfast-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
+        let name = serde_json::to_string(tool).ok()?;
+        let args = arguments.map(RawValue::get).unwrap_or("{}");
+        let mut line = Vec::with_capacity(96 + name.len() + args.len());
+        line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":\"");
+        line.extend_from_slice(id.as_bytes());
+        line.extend_from_slice(b"\",\"method\":\"tools/call\",\"params\":{\"name\":");
+        line.extend_from_slice(name.as_bytes());
+        line.extend_from_slice(b",\"arguments\":");
+        line.extend_from_slice(args.as_bytes());
+        line.extend_from_slice(b"}}\n");
+        let (tx, rx) = oneshot::channel();
+        self.pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id.clone(), tx);
+        if self.to_child.send(line).is_err() {
+            self.pending
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .remove(&id);
+            return None;
+        }
+        Some((id, rx))
+    }
+
+    /// Give up on a call (timeout or the caller cancelled): tell the child.
+    pub fn cancel(&self, id: &str, reason: &str) {
+        let known = self
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(id)
+            .is_some();
+        if known {
+            let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
+                "params": {"requestId": id, "reason": reason}});
+            let mut line = note.to_string().into_bytes();
+            line.push(b'\n');
+            let _ = self.to_child.send(line);
+        }
+    }
+}
+
+#[derive(Deserialize)]
+struct PeekResponse<'a> {
+    #[serde(borrow, default)]
+    id: Option<Cow<'a, str>>,
+    #[serde(default)]
+    method: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    result: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    error: Option<&'a RawValue>,
+}
+
+/// Wire a child's stdio: lines for rmcp go through `(reader, writer)`; answers to
+/// byte-level calls are taken out on the way. Returns rmcp's pipe ends and the link.
+pub fn wire_child<R, W>(
+    server: &str,
+    stdout: R,
+    stdin: W,
+) -> (ChannelReader, LineWriter, Arc<FastLink>)
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let (in_tx, in_rx) = mpsc::unbounded_channel();
+    spawn_writer(stdin, in_rx);
+    let (rmcp_tx, rmcp_rx) = mpsc::unbounded_channel();
+    let link = Arc::new(FastLink {
+        server: server.to_string(),
+        to_child: in_tx.clone(),
+        pending: Mutex::default(),
+        open: AtomicBool::new(true),
+    });
+    let reader_link = link.clone();
+    tokio::spawn(async move {
+        let mut r = tokio::io::BufReader::with_capacity(1 << 16, stdout);
+        let mut line = Vec::new();
+        loop {
+            line.clear();
+            match r.read_until(b'\n', &mut line).await {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {}
+            }
+            if let Some(reply) = fast_reply(&line) {
+                let (id, reply) = reply;
+                let tx = reader_link
+                    .pending
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .remove(&id);
+                if let Some(tx) = tx {
+                    let _ = tx.send(reply);
+                }
+                continue;
+            }
+            if rmcp_tx.send(std::mem::take(&mut line)).is_err() {
+                break;
+            }
+        }
+        // The child is gone: calls waiting on it see their sender dropped.
+        reader_link.open.store(false, Ordering::SeqCst);
+        reader_link
+            .pending
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clear();
+    });
+    (ChannelReader::new(rmcp_rx), LineWriter::new(in_tx), link)
+}
+
+/// An answer to one of our byte-level calls: its id and the result or error.
+fn fast_reply(line: &[u8]) -> Option<(String, Reply)> {
+    // Cheap test first: our ids are strings starting with "kbfast-".
+    memchr::memmem::find(line, b"\"kbfast-")?;
+    let text = std::str::from_utf8(line).ok()?.trim_end();
+    let peek: PeekResponse<'_> = serde_json::from_str(text).ok()?;
+    if peek.method.is_some() {
+        return None;
+    }
+    let id = peek.id?.into_owned();
+    if !id.starts_with("kbfast-") {
+        return None;
+    }
+    let reply = match (peek.result, peek.error) {
+        (Some(r), _) => Reply::Result(r.to_owned()),
+        (None, Some(e)) => Reply::Error(e.to_owned()),
+        _ => return None,
+    };
+    Some((id, reply))
+}
+
+/// A `tools/call` line the host may forward as bytes.
+pub struct FastCall<'a> {
+    pub id: &'a RawValue,
+    pub name: Cow<'a, str>,
+    pub arguments: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct PeekRequest<'a> {
+    #[serde(borrow, default)]
+    id: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    method: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    params: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct PeekCallParams<'a> {
+    #[serde(borrow)]
+    name: Cow<'a, str>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+}
+
+/// What an upstream line is, as far as the byte-level path cares.
+pub enum Upstream<'a> {
+    Call(FastCall<'a>),
+    /// `notifications/cancelled` for this request id (raw JSON).
+    Cancelled(String),
+    Initialize,
+    Discover,
+    Other,
+}
+
+pub fn classify(line: &str) -> Upstream<'_> {
+    let Ok(peek) = serde_json::from_str::<PeekRequest<'_>>(line) else {
+        return Upstream::Other;
+    };
+    match (peek.method.as_deref(), peek.id, peek.params) {
+        (Some("tools/call"), Some(id), Some(params)) => {
+            // Only plain calls: `_meta` (progress tokens, the 2026-07-28 era) or any other
+            // field goes through rmcp.
+            match serde_json::from_str::<PeekCallParams<'_>>(params.get()) {
+                Ok(p) if p.arguments.is_none_or(|a| a.get().starts_with('{')) => {
+                    Upstream::Call(FastCall {
+                        id,
+                        name: p.name,
+                        arguments: p.arguments,
+                    })
+                }
+                _ => Upstream::Other,
+            }
+        }
+        (Some("notifications/cancelled"), None, Some(params)) => {
+            match serde_json::from_str::<Value>(params.get()) {
+                Ok(v) => Upstream::Cancelled(v["requestId"].to_string()),
+                Err(_) => Upstream::Other,
+            }
+        }
+        (Some("initialize"), Some(_), _) => Upstream::Initialize,
+        (Some("server/discover"), Some(_), _) => Upstream::Discover,
+        _ => Upstream::Other,
+    }
+}
+
+/// The JSON-RPC response line for a forwarded call.
+pub fn response_line(id: &str, reply: &Reply) -> Line {
+    let (key, body) = match reply {
+        Reply::Result(r) => ("result", r.get()),
+        Reply::Error(e) => ("error", e.get()),
+    };
+    let mut line = Vec::with_capacity(40 + id.len() + body.len());
+    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    line.extend_from_slice(id.as_bytes());
+    line.extend_from_slice(b",\"");
+    line.extend_from_slice(key.as_bytes());
+    line.extend_from_slice(b"\":");
+    line.extend_from_slice(body.as_bytes());
+    line.extend_from_slice(b"}\n");
+    line
+}
+
+/// An `isError` result line (the same shape as the rmcp path's errors).
+pub fn error_line(id: &str, code: &str, message: &str) -> Line {
+    let result = json!({
+        "content": [{"type": "text", "text": format!("error [{code}]: {message}")}],
+        "structuredContent": {"error": {"code": code, "message": message}},
+        "isError": true
+    });
+    let raw = RawValue::from_string(result.to_string()).ok();
+    match raw {
+        Some(r) => response_line(id, &Reply::Result(r)),
+        None => Vec::new(),
+    }
+}
+
+/// Whether a raw result is an error result, and its code (for the audit log).
+pub fn result_error_code(reply: &Reply) -> Option<String> {
+    match reply {
+        Reply::Error(_) => Some("server_unavailable".into()),
+        Reply::Result(r) => {
+            #[derive(Deserialize)]
+            struct Peek<'a> {
+                #[serde(rename = "isError", default)]
+                is_error: Option<bool>,
+                #[serde(rename = "structuredContent", borrow, default)]
+                structured: Option<&'a RawValue>,
+            }
+            let p: Peek<'_> = serde_json::from_str(r.get()).ok()?;
+            if p.is_error != Some(true) {
+                return None;
+            }
+            let code = p
+                .structured
+                .and_then(|s| serde_json::from_str::<Value>(s.get()).ok())
+                .and_then(|v| v["error"]["code"].as_str().map(str::to_string))
+                .unwrap_or_else(|| "tool_error".into());
+            Some(code)
+        }
+    }
+}
+
+/// Bookkeeping for calls in flight on the byte-level path, by upstream request id.
+#[derive(Default)]
+pub struct InFlight {
+    calls: Mutex<HashMap<String, (Arc<FastLink>, String)>>,
+}
+
+impl InFlight {
+    pub fn insert(&self, upstream_id: String, link: Arc<FastLink>, child_id: String) {
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(upstream_id, (link, child_id));
+    }
+
+    pub fn remove(&self, upstream_id: &str) -> Option<(Arc<FastLink>, String)> {
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(upstream_id)
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_plain_calls_take_the_byte_path() {
+        let call = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"file_read","arguments":{"path":"a"}}}"#;
+        match classify(call) {
+            Upstream::Call(c) => {
+                assert_eq!(c.id.get(), "7");
+                assert_eq!(c.name, "file_read");
+                assert_eq!(c.arguments.unwrap().get(), r#"{"path":"a"}"#);
+            }
+            _ => panic!("a plain call"),
+        }
+        let with_meta = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{},"_meta":{"progressToken":1}}}"#;
+        assert!(matches!(classify(with_meta), Upstream::Other));
+        let bad_args = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#;
+        assert!(matches!(classify(bad_args), Upstream::Other));
+        let cancel =
+            r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a-1"}}"#;
+        assert!(matches!(classify(cancel), Upstream::Cancelled(id) if id == "\"a-1\""));
+        assert!(matches!(classify("not json"), Upstream::Other));
+        assert!(matches!(
+            classify(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#),
+            Upstream::Initialize
+        ));
+    }
+
+    #[test]
+    fn replies_are_recognised_and_ids_swapped_back() {
+        let line = br#"{"jsonrpc":"2.0","id":"kbfast-3","result":{"content":[],"isError":false}}
+"#;
+        let (id, reply) = fast_reply(line).unwrap();
+        assert_eq!(id, "kbfast-3");
+        let out = response_line("\"up-9\"", &reply);
+        let v: Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(v["id"], "up-9");
+        assert_eq!(v["result"]["isError"], false);
+        assert!(fast_reply(br#"{"jsonrpc":"2.0","id":4,"result":{}}"#).is_none());
+        assert!(
+            fast_reply(
+                br#"{"jsonrpc":"2.0","method":"notifications/message","params":{"x":"kbfast-1"}}"#
+            )
+            .is_none()
+        );
+        let err = error_line("5", "server_unavailable", "gone");
+        let v: Value = serde_json::from_slice(&err).unwrap();
+        assert_eq!(
+            v["result"]["structuredContent"]["error"]["code"],
+            "server_unavailable"
+        );
+        let r = Reply::Result(
+            RawValue::from_string(
+                r#"{"isError":true,"structuredContent":{"error":{"code":"file_not_found"}}}"#
+                    .into(),
+            )
+            .unwrap(),
+        );
+        assert_eq!(result_error_code(&r).as_deref(), Some("file_not_found"));
+    }
+
+    #[tokio::test]
+    async fn line_writer_and_channel_reader_keep_whole_lines() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let mut w = LineWriter::new(tx);
+        w.write_all(b"{\"a\":").await.unwrap();
+        w.write_all(b"1}\n{\"b\"").await.unwrap();
+        assert_eq!(rx.recv().await.unwrap(), b"{\"a\":1}\n");
+        assert!(rx.try_recv().is_err());
+        let (tx2, rx2) = mpsc::unbounded_channel();
+        let mut r = ChannelReader::new(rx2);
+        tx2.send(b"one\n".to_vec()).unwrap();
+        tx2.send(b"two\n".to_vec()).unwrap();
+        drop(tx2);
+        let mut s = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut r, &mut s)
+            .await
+            .unwrap();
+        assert_eq!(s, "one\ntwo\n");
+    }
+}
