@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+use crate::config::{self, Config};
 use crate::dap::Client;
 
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -169,6 +170,17 @@ pub struct Session {
 pub struct DapState {
     session: Mutex<Option<Session>>,
     breakpoints: Mutex<BTreeMap<PathBuf, Vec<Bp>>>,
+    config: Config,
+}
+
+impl DapState {
+    /// A state whose adapters come from a `--config` file.
+    pub fn new(config: Config) -> DapState {
+        DapState {
+            config,
+            ..DapState::default()
+        }
+    }
 }
 
 fn need<'a, T>(v: &'a Option<T>, field: &str, what: &str) -> ToolResult<&'a T> {
@@ -683,82 +695,46 @@ async fn launch(
         .unwrap_or_else(|| PathBuf::from("."));
     let prog_s = prog.abs.to_string_lossy().to_string();
     let args = p.args.clone().unwrap_or_default();
-    let (cmd, cmd_args, adapter_id, launch_args): (String, Vec<String>, &str, Value) = match runtime
-    {
+    let configured = state.config.adapters.get(runtime);
+    let mut launch_args = match runtime {
         "python" => {
-            let ok = std::process::Command::new("python3")
-                .args(["-c", "import sys, importlib.util; sys.exit(importlib.util.find_spec(\"debugpy\") is None)"])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
-                return Err(ToolError::new(
-                    ErrorCode::DapAdapterNotFound,
-                    "debugpy is not installed; install it with: python3 -m pip install debugpy",
-                ));
-            }
-            (
-                "python3".into(),
-                vec!["-m".into(), "debugpy.adapter".into()],
-                "debugpy",
-                json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false}),
-            )
+            json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false})
         }
         "lldb" => {
-            let found = [
-                "/usr/bin/lldb-dap-19",
-                "/usr/bin/lldb-dap",
-                "/usr/local/bin/lldb-dap",
-            ]
-            .into_iter()
-            .find(|c| Path::new(c).is_file());
-            let Some(bin) = found else {
-                return Err(ToolError::new(
-                    ErrorCode::DapAdapterNotFound,
-                    "lldb-dap is not installed; install it with: apt-get install -y lldb-19",
-                ));
-            };
-            (
-                bin.into(),
-                vec![],
-                "lldb-dap",
-                json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "stopOnEntry": false}),
-            )
+            json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "stopOnEntry": false})
         }
         "go" => {
-            let found = std::env::var_os("PATH").and_then(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("dlv"))
-                    .find(|c| c.is_file())
-            });
-            let Some(bin) = found else {
-                return Err(ToolError::new(
-                    ErrorCode::DapAdapterNotFound,
-                    "dlv is not installed; install it with: go install github.com/go-delve/delve/cmd/dlv@latest",
-                ));
-            };
-            (
-                bin.to_string_lossy().to_string(),
-                vec!["dap".into()],
-                "go",
-                json!({"mode": "debug", "program": prog_s, "args": args, "cwd": cwd.to_string_lossy()}),
-            )
+            json!({"mode": "debug", "program": prog_s, "args": args, "cwd": cwd.to_string_lossy()})
+        }
+        _ if configured.is_some() => {
+            json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy()})
         }
         _ => {
+            let mut names: Vec<&str> = vec!["python", "lldb", "go"];
+            names.extend(
+                state
+                    .config
+                    .adapters
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| !["python", "lldb", "go"].contains(k)),
+            );
             return Err(ToolError::invalid_field(
                 "runtime",
-                "one of: python, lldb, go",
+                format!("one of: {}", names.join(", ")),
             ));
         }
+    };
+    let (cmd, cmd_args, adapter_id) = match configured {
+        Some(a) => configured_adapter(runtime, a, &mut launch_args)?,
+        None => builtin_adapter(runtime)?,
     };
     let client = Client::spawn(&cmd, &cmd_args, &cwd).map_err(|e| {
         ToolError::new(
             ErrorCode::DapAdapterNotFound,
             format!("cannot start {cmd}: {e}"),
         )
+        .with_detail(json!({"runtime": runtime, "command": cmd}))
     })?;
     let fail = |c: &Arc<Client>, m: String| {
         c.kill();
@@ -768,7 +744,13 @@ async fn launch(
         .request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
         .await
     {
-        return Err(fail(&client, m));
+        client.kill();
+        // The built-in python adapter is not probed up front (a python3 start-up per launch);
+        // when it dies at once, find out whether debugpy is missing.
+        if runtime == "python" && configured.is_none() && !debugpy_importable(&cmd) {
+            return Err(debugpy_missing());
+        }
+        return Err(adapter_err(format!("{cmd}: {m}")));
     }
     // Send launch right away; debugpy sends `initialized` before answering it, others after.
     let launch_rx = client
@@ -800,21 +782,9 @@ async fn launch(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    for (file, list) in &bps {
-        if let Err(m) = client
-            .request("setBreakpoints", bp_args(file, list), REQUEST_TIMEOUT)
-            .await
-        {
-            return Err(fail(&client, m));
-        }
+    if let Err(m) = configure(&client, &bps, true).await {
+        return Err(fail(&client, m));
     }
-    let _ = client
-        .request(
-            "setExceptionBreakpoints",
-            json!({"filters": ["uncaught"]}),
-            REQUEST_TIMEOUT,
-        )
-        .await;
     if let Err(m) = client
         .request("configurationDone", json!({}), REQUEST_TIMEOUT)
         .await
@@ -845,6 +815,149 @@ async fn launch(
         p.wait_ms
     };
     settle(&client, policy, p.action, wait).await
+}
+
+/// Send every file's breakpoints (and, after launch, the `uncaught` exception filter) at
+/// once, then await all the answers: one round trip instead of one per request.
+async fn configure(
+    client: &Client,
+    bps: &[(PathBuf, Vec<Bp>)],
+    exceptions: bool,
+) -> Result<(), String> {
+    let mut pending = Vec::new();
+    for (file, list) in bps {
+        let rx = client
+            .start("setBreakpoints", bp_args(file, list))
+            .await
+            .map_err(|e| format!("adapter write failed: {e}"))?;
+        pending.push((true, rx));
+    }
+    if exceptions {
+        let rx = client
+            .start("setExceptionBreakpoints", json!({"filters": ["uncaught"]}))
+            .await
+            .map_err(|e| format!("adapter write failed: {e}"))?;
+        // An adapter without an `uncaught` filter may refuse it; that is not fatal.
+        pending.push((false, rx));
+    }
+    for (required, rx) in pending {
+        match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+            Ok(Ok(resp)) if !required || resp["success"].as_bool() == Some(true) => {}
+            Ok(Ok(resp)) => {
+                return Err(resp["message"]
+                    .as_str()
+                    .unwrap_or("setBreakpoints failed")
+                    .to_string());
+            }
+            Ok(Err(_)) => return Err("debug adapter ended".into()),
+            Err(_) => return Err("adapter did not answer `setBreakpoints`".into()),
+        }
+    }
+    Ok(())
+}
+
+fn debugpy_missing() -> ToolError {
+    ToolError::new(
+        ErrorCode::DapAdapterNotFound,
+        "debugpy is not installed; install it with: python3 -m pip install debugpy",
+    )
+    .with_detail(json!({"runtime": "python", "install": "python3 -m pip install debugpy"}))
+}
+
+/// Whether `python` can import debugpy (asked only after the adapter failed to start).
+fn debugpy_importable(python: &str) -> bool {
+    std::process::Command::new(python)
+        .args([
+            "-c",
+            "import sys, importlib.util; sys.exit(importlib.util.find_spec(\"debugpy\") is None)",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// The built-in adapter for a runtime: (command, arguments, adapterID). Existence is a PATH
+/// or file lookup, never a process start.
+fn builtin_adapter(runtime: &str) -> ToolResult<(String, Vec<String>, String)> {
+    match runtime {
+        "python" => {
+            let Some(python) = config::locate("python3") else {
+                return Err(debugpy_missing());
+            };
+            Ok((
+                python.to_string_lossy().into_owned(),
+                vec!["-m".into(), "debugpy.adapter".into()],
+                "debugpy".into(),
+            ))
+        }
+        "lldb" => {
+            let found = [
+                "/usr/bin/lldb-dap-19",
+                "/usr/bin/lldb-dap",
+                "/usr/local/bin/lldb-dap",
+            ]
+            .into_iter()
+            .find(|c| Path::new(c).is_file());
+            let Some(bin) = found else {
+                return Err(ToolError::new(
+                    ErrorCode::DapAdapterNotFound,
+                    "lldb-dap is not installed; install it with: apt-get install -y lldb-19",
+                )
+                .with_detail(json!({"runtime": "lldb", "install": "apt-get install -y lldb-19"})));
+            };
+            Ok((bin.into(), vec![], "lldb-dap".into()))
+        }
+        _ => {
+            let Some(bin) = config::locate("dlv") else {
+                return Err(ToolError::new(
+                    ErrorCode::DapAdapterNotFound,
+                    "dlv is not installed; install it with: go install github.com/go-delve/delve/cmd/dlv@latest",
+                )
+                .with_detail(json!({"runtime": "go", "install": "go install github.com/go-delve/delve/cmd/dlv@latest"})));
+            };
+            Ok((
+                bin.to_string_lossy().into_owned(),
+                vec!["dap".into()],
+                "go".into(),
+            ))
+        }
+    }
+}
+
+/// A `--config` adapter: its command must exist (a path, or a name on PATH).
+fn configured_adapter(
+    runtime: &str,
+    a: &config::AdapterConfig,
+    launch_args: &mut Value,
+) -> ToolResult<(String, Vec<String>, String)> {
+    let Some((first, rest)) = a.command.split_first() else {
+        return Err(ToolError::new(
+            ErrorCode::DapAdapterNotFound,
+            format!("the adapter command for runtime `{runtime}` in --config is empty"),
+        )
+        .with_detail(json!({"runtime": runtime, "command": ""})));
+    };
+    let Some(exe) = config::locate(first) else {
+        return Err(ToolError::new(
+            ErrorCode::DapAdapterNotFound,
+            format!(
+                "the adapter command `{first}` configured for runtime `{runtime}` (--config dap.adapters.{runtime}.command) does not exist"
+            ),
+        )
+        .with_detail(json!({"runtime": runtime, "command": first})));
+    };
+    if let Value::Object(m) = launch_args {
+        m.extend(a.launch_json());
+    }
+    let id = a.adapter_id.clone().unwrap_or_else(|| match runtime {
+        "python" => "debugpy".into(),
+        "lldb" => "lldb-dap".into(),
+        other => other.to_string(),
+    });
+    Ok((exe.to_string_lossy().into_owned(), rest.to_vec(), id))
 }
 
 async fn attach(
@@ -908,13 +1021,8 @@ async fn attach(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    for (file, list) in &bps {
-        if let Err(m) = client
-            .request("setBreakpoints", bp_args(file, list), REQUEST_TIMEOUT)
-            .await
-        {
-            return Err(fail(&client, m));
-        }
+    if let Err(m) = configure(&client, &bps, false).await {
+        return Err(fail(&client, m));
     }
     if let Err(m) = client
         .request("configurationDone", json!({}), REQUEST_TIMEOUT)
