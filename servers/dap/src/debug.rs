@@ -17,14 +17,19 @@ use crate::dap::Client;
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub const MAX_VALUE_CHARS: usize = 1000;
 pub const DEFAULT_WAIT_MS: u64 = 10_000;
+/// The deepest `variables` `depth`.
+pub const MAX_DEPTH: u64 = 4;
+/// Nested values returned per value, and in all, by a `depth` > 1 call.
+pub const MAX_CHILDREN_PER_VALUE: usize = 50;
+pub const MAX_NESTED_VALUES: usize = 500;
 
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
     description: "Debug a program through a real debug adapter (python → debugpy, lldb → lldb-dap for C/C++/Rust, go → dlv dap). One session per connection.\n\
         Actions: launch (program, args, breakpoints set earlier are sent), set_breakpoint (path, line, condition, \
-        log_message), remove_breakpoint (path, line), list_breakpoints, set_function_breakpoint (name), set_exception_breakpoints (filters), attach (port, host), pause, threads, scopes, modules, loaded_sources, disassemble/read_memory (memory_reference, count), custom_request (command, arguments), continue, step_over, step_into, step_out, \
-        stack_trace, variables (frame_id, expand = a variablesReference, filter, offset/limit), evaluate (expression, \
+        hit_count, log_message), remove_breakpoint (path, line), list_breakpoints, set_function_breakpoint (name), set_exception_breakpoints (filters), attach (port, host), pause, threads, scopes, modules, loaded_sources, disassemble/read_memory (memory_reference, count), custom_request (command, arguments), continue, step_over, step_into, step_out, \
+        stack_trace, variables (frame_id, expand = a variablesReference, depth = nested levels in one call (max 4), filter, offset/limit), evaluate (expression, \
         frame_id), output (since = cursor), status, disconnect. Launch/continue/steps return when the program stops \
         (reason, line, source preview) or exits (exit_code), or after wait_ms with status \"running\".\n\
         Example: {\"action\": \"launch\", \"runtime\": \"python\", \"program\": \"app.py\"}",
@@ -118,12 +123,21 @@ pub struct DebugParams {
     /// set_breakpoint: log this message (with {expr}) instead of stopping.
     #[serde(default)]
     pub log_message: Option<String>,
+    /// set_breakpoint: stop only on this hit (DAP hitCondition): a count such as 3 or "3"
+    /// (the 3rd hit), or the adapter's own syntax such as ">5" or "%2" (debugpy).
+    #[serde(default)]
+    pub hit_count: Option<HitCount>,
     /// variables/evaluate/stack_trace: frame id (default: top frame of the stopped thread).
     #[serde(default)]
     pub frame_id: Option<i64>,
     /// variables: a variables_reference to expand (a dict, list or object).
     #[serde(default)]
     pub expand: Option<i64>,
+    /// variables: levels of nested values to return in one call (1 = this level only, the
+    /// default; at most 4). Nested values come back as `children`, at most 50 per value and
+    /// 500 in all.
+    #[serde(default)]
+    pub depth: Option<u64>,
     /// variables: keep only names containing this text.
     #[serde(default)]
     pub filter: Option<String>,
@@ -139,6 +153,36 @@ pub struct DebugParams {
     /// launch/continue/steps: longest wait for a stop, in ms (default 10000, max 60000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
+}
+
+/// A hit count: a number, or a string in the adapter's hitCondition syntax.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(untagged)]
+pub enum HitCount {
+    Number(i64),
+    Text(String),
+}
+
+impl HitCount {
+    /// The hitCondition string, or an error naming `hit_count`.
+    fn condition(&self) -> ToolResult<String> {
+        match self {
+            HitCount::Number(n) if *n >= 1 => Ok(n.to_string()),
+            HitCount::Number(_) => Err(ToolError::invalid_field(
+                "hit_count",
+                "a hit count of at least 1",
+            )),
+            HitCount::Text(t) if t.trim().is_empty() => Err(ToolError::invalid_field(
+                "hit_count",
+                "a hit count such as 3, \">5\" or \"%2\" (it is empty)",
+            )),
+            HitCount::Text(t) if t.chars().count() > 100 => Err(ToolError::invalid_field(
+                "hit_count",
+                "at most 100 characters",
+            )),
+            HitCount::Text(t) => Ok(t.trim().to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -159,6 +203,7 @@ struct Bp {
     line: i64,
     condition: Option<String>,
     log_message: Option<String>,
+    hit_count: Option<String>,
 }
 
 pub struct Session {
@@ -219,6 +264,9 @@ fn bp_args(path: &Path, bps: &[Bp]) -> Value {
             if let Some(m) = &b.log_message {
                 v["logMessage"] = json!(m);
             }
+            if let Some(h) = &b.hit_count {
+                v["hitCondition"] = json!(h);
+            }
             v
         })
         .collect();
@@ -249,7 +297,7 @@ pub async fn run(
                 .iter()
                 .flat_map(|(f, v)| {
                     let rel = policy.display(f);
-                    v.iter().map(move |b| json!({"path": rel, "line": b.line, "condition": b.condition, "log_message": b.log_message}))
+                    v.iter().map(move |b| json!({"path": rel, "line": b.line, "condition": b.condition, "hit_count": b.hit_count, "log_message": b.log_message}))
                 })
                 .collect();
             let text = list
@@ -529,7 +577,137 @@ async fn top_frame(client: &Client) -> ToolResult<i64> {
         })
 }
 
+/// Whether a variable is worth showing (not a dunder or debugpy's grouping nodes).
+fn shown(v: &Value) -> bool {
+    let name = v["name"].as_str().unwrap_or("");
+    !(name.starts_with("__") || name == "special variables" || name == "function variables")
+}
+
+fn var_json(v: &Value) -> Value {
+    json!({"name": v["name"], "value": cap(v["value"].as_str().unwrap_or("")), "type": v["type"], "variables_reference": v["variablesReference"]})
+}
+
+/// A `variables` answer with nested values, fetched level by level (each level's requests
+/// sent together), bounded by depth, per-value and total counts.
+struct Tree {
+    /// Every value: its JSON, its children (indexes) once expanded, children left out.
+    nodes: Vec<(Value, Option<Vec<usize>>, usize)>,
+    roots: Vec<usize>,
+    truncated: bool,
+}
+
+impl Tree {
+    fn new(top: Vec<Value>) -> Tree {
+        let roots = (0..top.len()).collect();
+        Tree {
+            nodes: top.into_iter().map(|v| (v, None, 0)).collect(),
+            roots,
+            truncated: false,
+        }
+    }
+
+    async fn expand(&mut self, client: &Client, depth: u64) -> ToolResult<()> {
+        let mut budget = MAX_NESTED_VALUES;
+        let mut frontier = self.roots.clone();
+        for _ in 1..depth {
+            let mut asked = Vec::new();
+            for &i in &frontier {
+                let reference = self.nodes[i].0["variables_reference"].as_i64().unwrap_or(0);
+                if reference > 0 {
+                    let rx = client
+                        .start("variables", json!({"variablesReference": reference}))
+                        .await
+                        .map_err(|e| adapter_err(format!("adapter write failed: {e}")))?;
+                    asked.push((i, rx));
+                }
+            }
+            let mut next = Vec::new();
+            for (i, rx) in asked {
+                let resp = match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+                    Ok(Ok(resp)) => resp,
+                    Ok(Err(_)) => return Err(adapter_err("debug adapter ended".into())),
+                    Err(_) => {
+                        return Err(adapter_err("adapter did not answer `variables`".into()));
+                    }
+                };
+                let kids: Vec<&Value> = resp["body"]["variables"]
+                    .as_array()
+                    .map(|a| a.iter().filter(|v| shown(v)).collect())
+                    .unwrap_or_default();
+                let take = kids.len().min(MAX_CHILDREN_PER_VALUE).min(budget);
+                if take < kids.len().min(MAX_CHILDREN_PER_VALUE) {
+                    self.truncated = true;
+                }
+                budget -= take;
+                let mut ids = Vec::with_capacity(take);
+                for k in kids.iter().take(take) {
+                    ids.push(self.nodes.len());
+                    self.nodes.push((var_json(k), None, 0));
+                }
+                next.extend(&ids);
+                self.nodes[i].1 = Some(ids);
+                self.nodes[i].2 = kids.len() - take;
+            }
+            if next.is_empty() || budget == 0 {
+                break;
+            }
+            frontier = next;
+        }
+        Ok(())
+    }
+
+    fn render(&self) -> Vec<Value> {
+        self.roots.iter().map(|&i| self.render_one(i)).collect()
+    }
+
+    fn render_one(&self, i: usize) -> Value {
+        let (v, kids, omitted) = &self.nodes[i];
+        let mut v = v.clone();
+        if let Some(kids) = kids {
+            v["children"] = Value::Array(kids.iter().map(|&k| self.render_one(k)).collect());
+            if *omitted > 0 {
+                v["children_omitted"] = json!(omitted);
+            }
+        }
+        v
+    }
+
+    fn text(&self, ids: &[usize], indent: usize, out: &mut String) {
+        for &i in ids {
+            let (v, kids, omitted) = &self.nodes[i];
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!(
+                "{:indent$}{}: {} = {}",
+                "",
+                v["name"].as_str().unwrap_or(""),
+                v["type"].as_str().unwrap_or(""),
+                v["value"].as_str().unwrap_or(""),
+                indent = indent * 2
+            ));
+            if let Some(kids) = kids {
+                self.text(kids, indent + 1, out);
+                if *omitted > 0 {
+                    out.push_str(&format!(
+                        "\n{:w$}… {omitted} more",
+                        "",
+                        w = (indent + 1) * 2
+                    ));
+                }
+            }
+        }
+    }
+}
+
 async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
+    let depth = p.depth.unwrap_or(1);
+    if !(1..=MAX_DEPTH).contains(&depth) {
+        return Err(ToolError::invalid_field(
+            "depth",
+            format!("a number of levels from 1 to {MAX_DEPTH}"),
+        ));
+    }
     let client = current(state).await?;
     let reference = match p.expand {
         Some(r) => r,
@@ -566,38 +744,35 @@ async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugR
         .into_iter()
         .filter(|v| {
             let name = v["name"].as_str().unwrap_or("");
-            p.filter.as_deref().is_none_or(|f| name.contains(f))
-                && !(name.starts_with("__")
-                    || name == "special variables"
-                    || name == "function variables")
+            p.filter.as_deref().is_none_or(|f| name.contains(f)) && shown(v)
         })
         .collect();
     let offset = p.offset.unwrap_or(0) as usize;
     let limit = p.limit.unwrap_or(100).clamp(1, 1000) as usize;
-    let page: Vec<Value> = all
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|v| json!({"name": v["name"], "value": cap(v["value"].as_str().unwrap_or("")), "type": v["type"], "variables_reference": v["variablesReference"]}))
-        .collect();
-    let next = (offset + page.len() < all.len()).then_some(offset + page.len());
-    let mut text = page
-        .iter()
-        .map(|v| {
-            format!(
-                "{}: {} = {}",
-                v["name"].as_str().unwrap_or(""),
-                v["type"].as_str().unwrap_or(""),
-                v["value"].as_str().unwrap_or("")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let top: Vec<Value> = all.iter().skip(offset).take(limit).map(var_json).collect();
+    let next = (offset + top.len() < all.len()).then_some(offset + top.len());
+    let mut tree = Tree::new(top);
+    if depth > 1 {
+        tree.expand(&client, depth).await?;
+    }
+    let page = tree.render();
+    let mut text = String::new();
+    tree.text(&tree.roots, 0, &mut text);
+    if tree.truncated {
+        text.push_str(&format!(
+            "\n[nested values stopped at {MAX_NESTED_VALUES}; expand a variables_reference for more]"
+        ));
+    }
     if let Some(n) = next {
         text.push_str(&format!("\n[more: offset {n}]"));
     }
     let mut r = res(p.action, "stopped");
-    r.data = Some(json!({"variables": page, "total": all.len(), "next_offset": next}));
+    let mut data = json!({"variables": page, "total": all.len(), "next_offset": next});
+    if depth > 1 {
+        data["depth"] = json!(depth);
+        data["nested_truncated"] = json!(tree.truncated);
+    }
+    r.data = Some(data);
     Ok(Reply::new(r, text))
 }
 
@@ -609,6 +784,10 @@ async fn breakpoint(
     let path = need(&p.path, "path", "a root-relative source file")?;
     let line = *need(&p.line, "line", "a 1-based line number")?;
     let resolved = policy.resolve(path, "path", Access::Read)?;
+    let hit_count = match (&p.hit_count, p.action) {
+        (Some(h), Action::SetBreakpoint) => Some(h.condition()?),
+        _ => None,
+    };
     let text = std::fs::read_to_string(&resolved.abs)
         .map_err(|e| ToolError::invalid_field("path", format!("cannot read {path}: {e}")))?;
     let lines = text.lines().count() as i64;
@@ -617,6 +796,28 @@ async fn breakpoint(
             "line",
             format!("a line between 1 and {lines} (the file's length)"),
         ));
+    }
+    let client = state
+        .session
+        .lock()
+        .await
+        .as_ref()
+        .map(|s| s.client.clone());
+    if let (Some(c), Some(_)) = (&client, &hit_count) {
+        let supported = c
+            .events
+            .lock()
+            .map(|e| e.caps["supportsHitConditionalBreakpoints"].as_bool() == Some(true))
+            .unwrap_or(false);
+        if !supported {
+            return Err(ToolError::new(
+                ErrorCode::UnsupportedByAdapter,
+                "hit_count: the debug adapter does not advertise supportsHitConditionalBreakpoints",
+            )
+            .with_detail(
+                json!({"capability": "supportsHitConditionalBreakpoints", "field": "hit_count"}),
+            ));
+        }
     }
     let list = {
         let mut bps = state.breakpoints.lock().await;
@@ -627,18 +828,13 @@ async fn breakpoint(
                 line,
                 condition: p.condition.clone(),
                 log_message: p.log_message.clone(),
+                hit_count,
             });
         }
         entry.clone()
     };
     let mut r = res(p.action, "ok");
     let mut verified = Value::Null;
-    let client = state
-        .session
-        .lock()
-        .await
-        .as_ref()
-        .map(|s| s.client.clone());
     if let Some(c) = client {
         let body = c
             .request(
