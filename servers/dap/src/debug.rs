@@ -925,6 +925,7 @@ async fn launch(
         Some(a) => configured_adapter(runtime, a, &mut launch_args)?,
         None => builtin_adapter(runtime)?,
     };
+    let t0 = Instant::now();
     let client = Client::spawn(&cmd, &cmd_args, &cwd).map_err(|e| {
         ToolError::new(
             ErrorCode::DapAdapterNotFound,
@@ -948,6 +949,7 @@ async fn launch(
         }
         return Err(adapter_err(format!("{cmd}: {m}")));
     }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialize answered");
     // Send launch right away; debugpy sends `initialized` before answering it, others after.
     let launch_rx = client
         .start("launch", launch_args)
@@ -978,15 +980,21 @@ async fn launch(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialized");
     if let Err(m) = configure(&client, &bps, true).await {
         return Err(fail(&client, m));
     }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "breakpoints set");
     if let Err(m) = client
         .request("configurationDone", json!({}), REQUEST_TIMEOUT)
         .await
     {
         return Err(fail(&client, m));
     }
+    tracing::debug!(
+        ms = t0.elapsed().as_millis() as u64,
+        "configurationDone answered"
+    );
     match tokio::time::timeout(REQUEST_TIMEOUT, launch_rx).await {
         Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => {}
         Ok(Ok(resp)) => {
@@ -1000,6 +1008,7 @@ async fn launch(
         }
         _ => return Err(fail(&client, "adapter did not answer `launch`".into())),
     }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "launch answered");
     *guard = Some(Session {
         client: client.clone(),
         attached: false,

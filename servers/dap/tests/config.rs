@@ -171,3 +171,50 @@ fn configured_adapters_are_the_ones_launched() {
     assert_eq!(marks.lines().count(), 1, "{marks}");
     c.shutdown();
 }
+
+#[test]
+fn builtin_python_without_debugpy_is_adapter_not_found_at_once() {
+    // A python3 first on PATH that cannot import debugpy (-S: no site-packages). kitbag no
+    // longer probes python3 before each launch; the adapter's early exit must still answer
+    // dap_adapter_not_found with the install command, promptly (not after a request timeout).
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.py"), PROG).unwrap();
+    let fake = d.path().join("fakebin");
+    std::fs::create_dir(&fake).unwrap();
+    let shim = fake.join("python3");
+    std::fs::write(
+        &shim,
+        format!("#!/bin/sh\nexec {} -S \"$@\"\n", python3_abs()),
+    )
+    .unwrap();
+    std::fs::set_permissions(&shim, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let no_debugpy = std::process::Command::new(&shim)
+        .args(["-c", "import debugpy"])
+        .status()
+        .unwrap();
+    if no_debugpy.success() {
+        eprintln!("SKIP: debugpy importable without site-packages");
+        return;
+    }
+    let path = format!(
+        "{}:{}",
+        fake.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let mut c = McpClient::spawn_with_env(bin(), &[], d.path(), Era::Modern, &[("PATH", &path)]);
+    let t = std::time::Instant::now();
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "python", "program": "app.py"}),
+    );
+    assert_eq!(r.error_code(), Some("dap_adapter_not_found"), "{:?}", r.raw);
+    assert!(r.text.contains("pip install debugpy"), "{}", r.text);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "{:?}",
+        t.elapsed()
+    );
+    let r = c.call("debug", json!({"action": "status"}));
+    assert_eq!(r.structured["status"], "no_session", "{:?}", r.raw);
+    c.shutdown();
+}
