@@ -157,7 +157,10 @@ pub struct DebugParams {
 
 /// A hit count: a number, or a string in the adapter's hitCondition syntax.
 #[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
-#[serde(untagged)]
+#[serde(
+    untagged,
+    expecting = "a hit count: a number such as 3, or a string such as \"3\", \">5\" or \"%2\""
+)]
 pub enum HitCount {
     Number(i64),
     Text(String),
