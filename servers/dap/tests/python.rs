@@ -249,7 +249,7 @@ fn conditional_logpoint_exception_and_client_disconnect() {
     }
 }
 
-const NESTED: &str = "data = {\"user\": {\"name\": \"kit\", \"tags\": [\"a\", \"b\"], \"address\": {\"city\": \"Oslo\", \"geo\": {\"lat\": 59}}}, \"n\": 1}\ntotal = 0\nfor i in range(10):\n    total += i\nprint(\"total\", total, flush=True)\n";
+const NESTED: &str = "data = {\"user\": {\"name\": \"kit\", \"tags\": [\"a\", \"b\"], \"address\": {\"city\": \"Oslo\", \"geo\": {\"lat\": 59}}}, \"n\": 1}\ntotal = 0; big = {k: k for k in range(80)}; grid = [[r] * 60 for r in range(20)]\nfor i in range(10):\n    total += i\nprint(\"total\", total, flush=True)\n";
 
 fn child<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
     v["children"]
@@ -337,6 +337,35 @@ fn hit_count_and_nested_variables() {
     assert_eq!(child(child(user, "'tags'"), "1")["value"], "'b'");
     let geo = child(child(user, "'address'"), "'geo'");
     assert!(geo.get("children").is_none(), "{geo}");
+    // Bounds: at most 50 children per value, 500 nested values in all.
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "filter": "big", "depth": 2}),
+    );
+    let big = &r.structured["data"]["variables"][0];
+    assert_eq!(big["name"], "big", "{:?}", r.raw);
+    assert_eq!(big["children"].as_array().unwrap().len(), 50, "{big}");
+    assert!(big["children_omitted"].as_u64().unwrap() >= 30, "{big}");
+    assert!(r.text.contains("more"), "{}", r.text);
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "filter": "grid", "depth": 3}),
+    );
+    assert_eq!(
+        r.structured["data"]["nested_truncated"], true,
+        "{:?}",
+        r.raw
+    );
+    let rows = r.structured["data"]["variables"][0]["children"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let nested: usize = rows.len()
+        + rows
+            .iter()
+            .map(|row| row["children"].as_array().map_or(0, Vec::len))
+            .sum::<usize>();
+    assert_eq!(nested, 500, "{rows:?}");
     // Depth 1 is the old flat answer.
     let r = c.call("debug", json!({"action": "variables", "filter": "data"}));
     let vars = r.structured["data"]["variables"].as_array().unwrap();
