@@ -1,5 +1,7 @@
 //! Launch→first breakpoint stop and step_over round trip: kitbag-dap over MCP stdio vs the same
-//! DAP exchange driven directly against debugpy (with the crate's own framing), in one run.
+//! DAP exchange driven directly against the adapter (with the crate's own framing), in one run,
+//! for debugpy and for lldb-dap on a C program built with `cc -g`.
+//! `KITBAG_BENCH_ONLY=debugpy|lldb-dap` runs one of them.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -10,8 +12,10 @@ use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
 const PROG: &str = "x = 1\nfor i in range(100000):\n    x = x + 1\n    x = x - 1\nprint(x)\n";
-const RUNS: usize = 5;
-const STEPS: usize = 20;
+const C_PROG: &str = "#include <stdio.h>\n\nint main(void) {\n    for (long i = 0; i < 100000; i++) {\n        volatile long x = i;\n        x = x + 1;\n    }\n    puts(\"done\");\n    return 0;\n}\n";
+const LLDB_DAP: &str = "/usr/bin/lldb-dap-19";
+const RUNS: usize = 11;
+const STEPS: usize = 10;
 
 fn p50(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
@@ -28,37 +32,64 @@ async fn wait_stop(c: &Client) {
     }
 }
 
-async fn direct(dir: &Path) -> (f64, Vec<f64>) {
+/// One adapter under test: how to start it directly and how kitbag names it.
+struct Case {
+    label: &'static str,
+    runtime: &'static str,
+    /// Root-relative program to launch and source file / line of the breakpoint.
+    program: &'static str,
+    source: &'static str,
+    line: i64,
+    command: String,
+    args: Vec<String>,
+    adapter_id: &'static str,
+    launch: serde_json::Value,
+}
+
+async fn direct(dir: &Path, case: &Case) -> (f64, Vec<f64>) {
     let t = Instant::now();
-    let prog = dir.join("loop.py");
-    let c = Client::spawn("python3", &["-m".into(), "debugpy.adapter".into()], dir).unwrap();
+    let src = dir.join(case.source);
+    let c = Client::spawn(&case.command, &case.args, dir).unwrap();
     let to = Duration::from_secs(15);
-    c.request("initialize", json!({"clientID": "bench", "adapterID": "debugpy", "linesStartAt1": true, "pathFormat": "path"}), to).await.unwrap();
-    let rx = c
+    c.request("initialize", json!({"clientID": "bench", "adapterID": case.adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path"}), to).await.unwrap();
+    let rx = c.start("launch", case.launch.clone()).await.unwrap();
+    loop {
+        let n = c.notify.notified();
+        if c.events.lock().unwrap().initialized {
+            break;
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(50), n).await;
+    }
+    // The same configuration kitbag sends (its launch also stops on uncaught exceptions),
+    // both requests in flight at once.
+    let bp = c
         .start(
-            "launch",
-            json!({"program": prog.to_string_lossy(), "console": "internalConsole"}),
+            "setBreakpoints",
+            json!({"source": {"path": src.to_string_lossy()}, "breakpoints": [{"line": case.line}]}),
         )
         .await
         .unwrap();
-    while !c.events.lock().unwrap().initialized {
-        tokio::time::sleep(Duration::from_millis(1)).await;
-    }
-    c.request(
-        "setBreakpoints",
-        json!({"source": {"path": prog.to_string_lossy()}, "breakpoints": [{"line": 3}]}),
-        to,
-    )
-    .await
-    .unwrap();
+    let exc = c
+        .start("setExceptionBreakpoints", json!({"filters": ["uncaught"]}))
+        .await
+        .unwrap();
+    bp.await.unwrap();
+    exc.await.unwrap();
     c.request("configurationDone", json!({}), to).await.unwrap();
-    rx.await.unwrap();
+    let resp = rx.await.unwrap();
+    assert_eq!(resp["success"], true, "{resp}");
     wait_stop(&c).await;
-    let launch = t.elapsed().as_secs_f64() * 1000.0;
     let tid = c.events.lock().unwrap().stopped.as_ref().unwrap()["threadId"].clone();
+    // Where it stopped: what kitbag's launch answer reports too.
+    let top = c
+        .request("stackTrace", json!({"threadId": tid, "levels": 1}), to)
+        .await
+        .unwrap();
+    assert_eq!(top["stackFrames"][0]["line"], case.line, "{top}");
+    let launch = t.elapsed().as_secs_f64() * 1000.0;
     c.request(
         "setBreakpoints",
-        json!({"source": {"path": prog.to_string_lossy()}, "breakpoints": []}),
+        json!({"source": {"path": src.to_string_lossy()}, "breakpoints": []}),
         to,
     )
     .await
@@ -87,7 +118,7 @@ async fn direct(dir: &Path) -> (f64, Vec<f64>) {
     (launch, steps)
 }
 
-fn kitbag(dir: &Path) -> (f64, Vec<f64>) {
+fn kitbag(dir: &Path, case: &Case) -> (f64, Vec<f64>) {
     let mut c = McpClient::spawn(
         Path::new(env!("CARGO_BIN_EXE_kitbag-dap")),
         &[],
@@ -95,22 +126,27 @@ fn kitbag(dir: &Path) -> (f64, Vec<f64>) {
         Era::Modern,
     );
     let t = Instant::now();
-    c.call(
+    let r = c.call(
         "debug",
-        json!({"action": "set_breakpoint", "path": "loop.py", "line": 3}),
+        json!({"action": "set_breakpoint", "path": case.source, "line": case.line}),
     );
-    let r = c.call("debug", json!({"action": "launch", "program": "loop.py"}));
-    assert_eq!(r.structured["status"], "stopped");
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": case.runtime, "program": case.program}),
+    );
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["line"], case.line, "{:?}", r.raw);
     let launch = t.elapsed().as_secs_f64() * 1000.0;
     c.call(
         "debug",
-        json!({"action": "remove_breakpoint", "path": "loop.py", "line": 3}),
+        json!({"action": "remove_breakpoint", "path": case.source, "line": case.line}),
     );
     let mut steps = Vec::new();
     for _ in 0..STEPS {
         let t = Instant::now();
         let r = c.call("debug", json!({"action": "step_over"}));
-        assert_eq!(r.structured["status"], "stopped");
+        assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
         steps.push(t.elapsed().as_secs_f64() * 1000.0);
     }
     c.call("debug", json!({"action": "disconnect"}));
@@ -118,28 +154,88 @@ fn kitbag(dir: &Path) -> (f64, Vec<f64>) {
     (launch, steps)
 }
 
-fn main() {
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("loop.py"), PROG).unwrap();
-    let rt = tokio::runtime::Runtime::new().unwrap();
+fn measure(rt: &tokio::runtime::Runtime, dir: &Path, case: &Case) {
     let (mut kl, mut ks, mut dl, mut ds) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
-    for _ in 0..RUNS {
-        let (l, s) = rt.block_on(direct(d.path()));
-        dl.push(l);
-        ds.extend(s);
-        let (l, s) = kitbag(d.path());
-        kl.push(l);
-        ks.extend(s);
+    // One discarded warm-up of each side (cold caches, .pyc writes), then alternate which
+    // side goes first so neither always runs right after the other's teardown.
+    rt.block_on(direct(dir, case));
+    kitbag(dir, case);
+    for run in 0..RUNS {
+        for side in [run % 2, 1 - run % 2] {
+            if side == 0 {
+                let (l, s) = rt.block_on(direct(dir, case));
+                dl.push(l);
+                ds.extend(s);
+            } else {
+                let (l, s) = kitbag(dir, case);
+                kl.push(l);
+                ks.extend(s);
+            }
+        }
     }
+    // Launch times swing by hundreds of ms with the box's load; the median of the per-run
+    // differences (each pair run back to back) is steadier than the difference of medians.
+    let paired = p50(kl.iter().zip(&dl).map(|(k, d)| k - d).collect());
     let (kl, dl, ks, ds) = (p50(kl), p50(dl), p50(ks), p50(ds));
+    let name = case.label;
     println!(
-        "debugpy launch→breakpoint p50: kitbag {kl:.1} ms, direct {dl:.1} ms, added {:.1} ms (x{:.2})",
+        "{name} launch→breakpoint p50: kitbag {kl:.1} ms, direct {dl:.1} ms, added {:.1} ms (x{:.2}); paired p50 added {paired:.1} ms",
         kl - dl,
         kl / dl
     );
     println!(
-        "debugpy step_over p50:        kitbag {ks:.2} ms, direct {ds:.2} ms, added {:.2} ms (x{:.2})",
+        "{name} step_over p50:        kitbag {ks:.2} ms, direct {ds:.2} ms, added {:.2} ms (x{:.2})",
         ks - ds,
         ks / ds
     );
+}
+
+fn main() {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("loop.py"), PROG).unwrap();
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let only = std::env::var("KITBAG_BENCH_ONLY").unwrap_or_default();
+    let py = d.path().join("loop.py");
+    let python = Case {
+        label: "debugpy",
+        runtime: "python",
+        program: "loop.py",
+        source: "loop.py",
+        line: 3,
+        command: "python3".into(),
+        args: vec!["-m".into(), "debugpy.adapter".into()],
+        adapter_id: "debugpy",
+        launch: json!({"program": py.to_string_lossy(), "cwd": d.path().to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false}),
+    };
+    if only.is_empty() || only == "debugpy" {
+        measure(&rt, d.path(), &python);
+    }
+    let lldb = Path::new(LLDB_DAP);
+    if !(only.is_empty() || only == "lldb-dap") {
+        return;
+    }
+    if !lldb.is_file() {
+        println!("lldb-dap: SKIP ({LLDB_DAP} not installed)");
+        return;
+    }
+    std::fs::write(d.path().join("loop.c"), C_PROG).unwrap();
+    let st = std::process::Command::new("cc")
+        .args(["-g", "-O0", "-o", "loop", "loop.c"])
+        .current_dir(d.path())
+        .status()
+        .unwrap();
+    assert!(st.success(), "cc failed");
+    let exe = d.path().join("loop");
+    let c = Case {
+        label: "lldb-dap",
+        runtime: "lldb",
+        program: "loop",
+        source: "loop.c",
+        line: 5,
+        command: LLDB_DAP.into(),
+        args: vec![],
+        adapter_id: "lldb-dap",
+        launch: json!({"program": exe.to_string_lossy(), "args": [], "cwd": d.path().to_string_lossy(), "stopOnEntry": false}),
+    };
+    measure(&rt, d.path(), &c);
 }

@@ -19,6 +19,8 @@ pub struct Events {
     pub stopped: Option<Value>,
     pub exited: Option<i64>,
     pub terminated: bool,
+    /// The adapter's output stream ended: no response will ever arrive.
+    pub closed: bool,
     pub output: Vec<(String, String)>,
     pub stop_count: u64,
     /// The adapter's capabilities from the `initialize` response.
@@ -92,6 +94,12 @@ impl Client {
             if let Some(c) = weak.upgrade() {
                 if let Ok(mut e) = c.events.lock() {
                     e.terminated = true;
+                    e.closed = true;
+                }
+                // Nothing more will arrive: fail every waiting request at once (after
+                // `closed` is set, so `start` sees one or the other).
+                if let Ok(mut p) = c.pending.lock() {
+                    p.clear();
                 }
                 c.notify.notify_waiters();
             }
@@ -182,6 +190,12 @@ impl Client {
         };
         if let Ok(mut p) = self.pending.lock() {
             p.insert(seq, tx);
+        }
+        if self.events.lock().map(|e| e.closed).unwrap_or(true) {
+            if let Ok(mut p) = self.pending.lock() {
+                p.remove(&seq);
+            }
+            return Err(std::io::Error::other("debug adapter ended"));
         }
         let msg = json!({"seq": seq, "type": "request", "command": command, "arguments": args});
         let mut w = self.stdin.lock().await;

@@ -11,19 +11,25 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
+use crate::config::{self, Config};
 use crate::dap::Client;
 
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub const MAX_VALUE_CHARS: usize = 1000;
 pub const DEFAULT_WAIT_MS: u64 = 10_000;
+/// The deepest `variables` `depth`.
+pub const MAX_DEPTH: u64 = 4;
+/// Nested values returned per value, and in all, by a `depth` > 1 call.
+pub const MAX_CHILDREN_PER_VALUE: usize = 50;
+pub const MAX_NESTED_VALUES: usize = 500;
 
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
     description: "Debug a program through a real debug adapter (python → debugpy, lldb → lldb-dap for C/C++/Rust, go → dlv dap). One session per connection.\n\
         Actions: launch (program, args, breakpoints set earlier are sent), set_breakpoint (path, line, condition, \
-        log_message), remove_breakpoint (path, line), list_breakpoints, set_function_breakpoint (name), set_exception_breakpoints (filters), attach (port, host), pause, threads, scopes, modules, loaded_sources, disassemble/read_memory (memory_reference, count), custom_request (command, arguments), continue, step_over, step_into, step_out, \
-        stack_trace, variables (frame_id, expand = a variablesReference, filter, offset/limit), evaluate (expression, \
+        hit_count, log_message), remove_breakpoint (path, line), list_breakpoints, set_function_breakpoint (name), set_exception_breakpoints (filters), attach (port, host), pause, threads, scopes, modules, loaded_sources, disassemble/read_memory (memory_reference, count), custom_request (command, arguments), continue, step_over, step_into, step_out, \
+        stack_trace, variables (frame_id, expand = a variablesReference, depth = nested levels in one call (max 4), filter, offset/limit), evaluate (expression, \
         frame_id), output (since = cursor), status, disconnect. Launch/continue/steps return when the program stops \
         (reason, line, source preview) or exits (exit_code), or after wait_ms with status \"running\".\n\
         Example: {\"action\": \"launch\", \"runtime\": \"python\", \"program\": \"app.py\"}",
@@ -117,12 +123,21 @@ pub struct DebugParams {
     /// set_breakpoint: log this message (with {expr}) instead of stopping.
     #[serde(default)]
     pub log_message: Option<String>,
+    /// set_breakpoint: stop only on this hit (DAP hitCondition): a count such as 3 or "3"
+    /// (the 3rd hit), or the adapter's own syntax such as ">5" or "%2" (debugpy).
+    #[serde(default)]
+    pub hit_count: Option<HitCount>,
     /// variables/evaluate/stack_trace: frame id (default: top frame of the stopped thread).
     #[serde(default)]
     pub frame_id: Option<i64>,
     /// variables: a variables_reference to expand (a dict, list or object).
     #[serde(default)]
     pub expand: Option<i64>,
+    /// variables: levels of nested values to return in one call (1 = this level only, the
+    /// default; at most 4). Nested values come back as `children`, at most 50 per value and
+    /// 500 in all.
+    #[serde(default)]
+    pub depth: Option<u64>,
     /// variables: keep only names containing this text.
     #[serde(default)]
     pub filter: Option<String>,
@@ -138,6 +153,39 @@ pub struct DebugParams {
     /// launch/continue/steps: longest wait for a stop, in ms (default 10000, max 60000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
+}
+
+/// A hit count: a number, or a string in the adapter's hitCondition syntax.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema)]
+#[serde(
+    untagged,
+    expecting = "a hit count: a number such as 3, or a string such as \"3\", \">5\" or \"%2\""
+)]
+pub enum HitCount {
+    Number(i64),
+    Text(String),
+}
+
+impl HitCount {
+    /// The hitCondition string, or an error naming `hit_count`.
+    fn condition(&self) -> ToolResult<String> {
+        match self {
+            HitCount::Number(n) if *n >= 1 => Ok(n.to_string()),
+            HitCount::Number(_) => Err(ToolError::invalid_field(
+                "hit_count",
+                "a hit count of at least 1",
+            )),
+            HitCount::Text(t) if t.trim().is_empty() => Err(ToolError::invalid_field(
+                "hit_count",
+                "a hit count such as 3, \">5\" or \"%2\" (it is empty)",
+            )),
+            HitCount::Text(t) if t.chars().count() > 100 => Err(ToolError::invalid_field(
+                "hit_count",
+                "at most 100 characters",
+            )),
+            HitCount::Text(t) => Ok(t.trim().to_string()),
+        }
+    }
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -158,6 +206,7 @@ struct Bp {
     line: i64,
     condition: Option<String>,
     log_message: Option<String>,
+    hit_count: Option<String>,
 }
 
 pub struct Session {
@@ -169,6 +218,17 @@ pub struct Session {
 pub struct DapState {
     session: Mutex<Option<Session>>,
     breakpoints: Mutex<BTreeMap<PathBuf, Vec<Bp>>>,
+    config: Config,
+}
+
+impl DapState {
+    /// A state whose adapters come from a `--config` file.
+    pub fn new(config: Config) -> DapState {
+        DapState {
+            config,
+            ..DapState::default()
+        }
+    }
 }
 
 fn need<'a, T>(v: &'a Option<T>, field: &str, what: &str) -> ToolResult<&'a T> {
@@ -207,6 +267,9 @@ fn bp_args(path: &Path, bps: &[Bp]) -> Value {
             if let Some(m) = &b.log_message {
                 v["logMessage"] = json!(m);
             }
+            if let Some(h) = &b.hit_count {
+                v["hitCondition"] = json!(h);
+            }
             v
         })
         .collect();
@@ -237,7 +300,7 @@ pub async fn run(
                 .iter()
                 .flat_map(|(f, v)| {
                     let rel = policy.display(f);
-                    v.iter().map(move |b| json!({"path": rel, "line": b.line, "condition": b.condition, "log_message": b.log_message}))
+                    v.iter().map(move |b| json!({"path": rel, "line": b.line, "condition": b.condition, "hit_count": b.hit_count, "log_message": b.log_message}))
                 })
                 .collect();
             let text = list
@@ -517,7 +580,137 @@ async fn top_frame(client: &Client) -> ToolResult<i64> {
         })
 }
 
+/// Whether a variable is worth showing (not a dunder or debugpy's grouping nodes).
+fn shown(v: &Value) -> bool {
+    let name = v["name"].as_str().unwrap_or("");
+    !(name.starts_with("__") || name == "special variables" || name == "function variables")
+}
+
+fn var_json(v: &Value) -> Value {
+    json!({"name": v["name"], "value": cap(v["value"].as_str().unwrap_or("")), "type": v["type"], "variables_reference": v["variablesReference"]})
+}
+
+/// A `variables` answer with nested values, fetched level by level (each level's requests
+/// sent together), bounded by depth, per-value and total counts.
+struct Tree {
+    /// Every value: its JSON, its children (indexes) once expanded, children left out.
+    nodes: Vec<(Value, Option<Vec<usize>>, usize)>,
+    roots: Vec<usize>,
+    truncated: bool,
+}
+
+impl Tree {
+    fn new(top: Vec<Value>) -> Tree {
+        let roots = (0..top.len()).collect();
+        Tree {
+            nodes: top.into_iter().map(|v| (v, None, 0)).collect(),
+            roots,
+            truncated: false,
+        }
+    }
+
+    async fn expand(&mut self, client: &Client, depth: u64) -> ToolResult<()> {
+        let mut budget = MAX_NESTED_VALUES;
+        let mut frontier = self.roots.clone();
+        for _ in 1..depth {
+            let mut asked = Vec::new();
+            for &i in &frontier {
+                let reference = self.nodes[i].0["variables_reference"].as_i64().unwrap_or(0);
+                if reference > 0 {
+                    let rx = client
+                        .start("variables", json!({"variablesReference": reference}))
+                        .await
+                        .map_err(|e| adapter_err(format!("adapter write failed: {e}")))?;
+                    asked.push((i, rx));
+                }
+            }
+            let mut next = Vec::new();
+            for (i, rx) in asked {
+                let resp = match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+                    Ok(Ok(resp)) => resp,
+                    Ok(Err(_)) => return Err(adapter_err("debug adapter ended".into())),
+                    Err(_) => {
+                        return Err(adapter_err("adapter did not answer `variables`".into()));
+                    }
+                };
+                let kids: Vec<&Value> = resp["body"]["variables"]
+                    .as_array()
+                    .map(|a| a.iter().filter(|v| shown(v)).collect())
+                    .unwrap_or_default();
+                let take = kids.len().min(MAX_CHILDREN_PER_VALUE).min(budget);
+                if take < kids.len().min(MAX_CHILDREN_PER_VALUE) {
+                    self.truncated = true;
+                }
+                budget -= take;
+                let mut ids = Vec::with_capacity(take);
+                for k in kids.iter().take(take) {
+                    ids.push(self.nodes.len());
+                    self.nodes.push((var_json(k), None, 0));
+                }
+                next.extend(&ids);
+                self.nodes[i].1 = Some(ids);
+                self.nodes[i].2 = kids.len() - take;
+            }
+            if next.is_empty() || budget == 0 {
+                break;
+            }
+            frontier = next;
+        }
+        Ok(())
+    }
+
+    fn render(&self) -> Vec<Value> {
+        self.roots.iter().map(|&i| self.render_one(i)).collect()
+    }
+
+    fn render_one(&self, i: usize) -> Value {
+        let (v, kids, omitted) = &self.nodes[i];
+        let mut v = v.clone();
+        if let Some(kids) = kids {
+            v["children"] = Value::Array(kids.iter().map(|&k| self.render_one(k)).collect());
+            if *omitted > 0 {
+                v["children_omitted"] = json!(omitted);
+            }
+        }
+        v
+    }
+
+    fn text(&self, ids: &[usize], indent: usize, out: &mut String) {
+        for &i in ids {
+            let (v, kids, omitted) = &self.nodes[i];
+            if !out.is_empty() {
+                out.push('\n');
+            }
+            out.push_str(&format!(
+                "{:indent$}{}: {} = {}",
+                "",
+                v["name"].as_str().unwrap_or(""),
+                v["type"].as_str().unwrap_or(""),
+                v["value"].as_str().unwrap_or(""),
+                indent = indent * 2
+            ));
+            if let Some(kids) = kids {
+                self.text(kids, indent + 1, out);
+                if *omitted > 0 {
+                    out.push_str(&format!(
+                        "\n{:w$}… {omitted} more",
+                        "",
+                        w = (indent + 1) * 2
+                    ));
+                }
+            }
+        }
+    }
+}
+
 async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
+    let depth = p.depth.unwrap_or(1);
+    if !(1..=MAX_DEPTH).contains(&depth) {
+        return Err(ToolError::invalid_field(
+            "depth",
+            format!("a number of levels from 1 to {MAX_DEPTH}"),
+        ));
+    }
     let client = current(state).await?;
     let reference = match p.expand {
         Some(r) => r,
@@ -554,38 +747,35 @@ async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugR
         .into_iter()
         .filter(|v| {
             let name = v["name"].as_str().unwrap_or("");
-            p.filter.as_deref().is_none_or(|f| name.contains(f))
-                && !(name.starts_with("__")
-                    || name == "special variables"
-                    || name == "function variables")
+            p.filter.as_deref().is_none_or(|f| name.contains(f)) && shown(v)
         })
         .collect();
     let offset = p.offset.unwrap_or(0) as usize;
     let limit = p.limit.unwrap_or(100).clamp(1, 1000) as usize;
-    let page: Vec<Value> = all
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|v| json!({"name": v["name"], "value": cap(v["value"].as_str().unwrap_or("")), "type": v["type"], "variables_reference": v["variablesReference"]}))
-        .collect();
-    let next = (offset + page.len() < all.len()).then_some(offset + page.len());
-    let mut text = page
-        .iter()
-        .map(|v| {
-            format!(
-                "{}: {} = {}",
-                v["name"].as_str().unwrap_or(""),
-                v["type"].as_str().unwrap_or(""),
-                v["value"].as_str().unwrap_or("")
-            )
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let top: Vec<Value> = all.iter().skip(offset).take(limit).map(var_json).collect();
+    let next = (offset + top.len() < all.len()).then_some(offset + top.len());
+    let mut tree = Tree::new(top);
+    if depth > 1 {
+        tree.expand(&client, depth).await?;
+    }
+    let page = tree.render();
+    let mut text = String::new();
+    tree.text(&tree.roots, 0, &mut text);
+    if tree.truncated {
+        text.push_str(&format!(
+            "\n[nested values stopped at {MAX_NESTED_VALUES}; expand a variables_reference for more]"
+        ));
+    }
     if let Some(n) = next {
         text.push_str(&format!("\n[more: offset {n}]"));
     }
     let mut r = res(p.action, "stopped");
-    r.data = Some(json!({"variables": page, "total": all.len(), "next_offset": next}));
+    let mut data = json!({"variables": page, "total": all.len(), "next_offset": next});
+    if depth > 1 {
+        data["depth"] = json!(depth);
+        data["nested_truncated"] = json!(tree.truncated);
+    }
+    r.data = Some(data);
     Ok(Reply::new(r, text))
 }
 
@@ -597,6 +787,10 @@ async fn breakpoint(
     let path = need(&p.path, "path", "a root-relative source file")?;
     let line = *need(&p.line, "line", "a 1-based line number")?;
     let resolved = policy.resolve(path, "path", Access::Read)?;
+    let hit_count = match (&p.hit_count, p.action) {
+        (Some(h), Action::SetBreakpoint) => Some(h.condition()?),
+        _ => None,
+    };
     let text = std::fs::read_to_string(&resolved.abs)
         .map_err(|e| ToolError::invalid_field("path", format!("cannot read {path}: {e}")))?;
     let lines = text.lines().count() as i64;
@@ -605,6 +799,28 @@ async fn breakpoint(
             "line",
             format!("a line between 1 and {lines} (the file's length)"),
         ));
+    }
+    let client = state
+        .session
+        .lock()
+        .await
+        .as_ref()
+        .map(|s| s.client.clone());
+    if let (Some(c), Some(_)) = (&client, &hit_count) {
+        let supported = c
+            .events
+            .lock()
+            .map(|e| e.caps["supportsHitConditionalBreakpoints"].as_bool() == Some(true))
+            .unwrap_or(false);
+        if !supported {
+            return Err(ToolError::new(
+                ErrorCode::UnsupportedByAdapter,
+                "hit_count: the debug adapter does not advertise supportsHitConditionalBreakpoints",
+            )
+            .with_detail(
+                json!({"capability": "supportsHitConditionalBreakpoints", "field": "hit_count"}),
+            ));
+        }
     }
     let list = {
         let mut bps = state.breakpoints.lock().await;
@@ -615,18 +831,13 @@ async fn breakpoint(
                 line,
                 condition: p.condition.clone(),
                 log_message: p.log_message.clone(),
+                hit_count,
             });
         }
         entry.clone()
     };
     let mut r = res(p.action, "ok");
     let mut verified = Value::Null;
-    let client = state
-        .session
-        .lock()
-        .await
-        .as_ref()
-        .map(|s| s.client.clone());
     if let Some(c) = client {
         let body = c
             .request(
@@ -683,82 +894,47 @@ async fn launch(
         .unwrap_or_else(|| PathBuf::from("."));
     let prog_s = prog.abs.to_string_lossy().to_string();
     let args = p.args.clone().unwrap_or_default();
-    let (cmd, cmd_args, adapter_id, launch_args): (String, Vec<String>, &str, Value) = match runtime
-    {
+    let configured = state.config.adapters.get(runtime);
+    let mut launch_args = match runtime {
         "python" => {
-            let ok = std::process::Command::new("python3")
-                .args(["-c", "import sys, importlib.util; sys.exit(importlib.util.find_spec(\"debugpy\") is None)"])
-                .stdin(std::process::Stdio::null())
-                .stdout(std::process::Stdio::null())
-                .stderr(std::process::Stdio::null())
-                .status()
-                .map(|s| s.success())
-                .unwrap_or(false);
-            if !ok {
-                return Err(ToolError::new(
-                    ErrorCode::DapAdapterNotFound,
-                    "debugpy is not installed; install it with: python3 -m pip install debugpy",
-                ));
-            }
-            (
-                "python3".into(),
-                vec!["-m".into(), "debugpy.adapter".into()],
-                "debugpy",
-                json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false}),
-            )
+            json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false})
         }
         "lldb" => {
-            let found = [
-                "/usr/bin/lldb-dap-19",
-                "/usr/bin/lldb-dap",
-                "/usr/local/bin/lldb-dap",
-            ]
-            .into_iter()
-            .find(|c| Path::new(c).is_file());
-            let Some(bin) = found else {
-                return Err(ToolError::new(
-                    ErrorCode::DapAdapterNotFound,
-                    "lldb-dap is not installed; install it with: apt-get install -y lldb-19",
-                ));
-            };
-            (
-                bin.into(),
-                vec![],
-                "lldb-dap",
-                json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "stopOnEntry": false}),
-            )
+            json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "stopOnEntry": false})
         }
         "go" => {
-            let found = std::env::var_os("PATH").and_then(|p| {
-                std::env::split_paths(&p)
-                    .map(|d| d.join("dlv"))
-                    .find(|c| c.is_file())
-            });
-            let Some(bin) = found else {
-                return Err(ToolError::new(
-                    ErrorCode::DapAdapterNotFound,
-                    "dlv is not installed; install it with: go install github.com/go-delve/delve/cmd/dlv@latest",
-                ));
-            };
-            (
-                bin.to_string_lossy().to_string(),
-                vec!["dap".into()],
-                "go",
-                json!({"mode": "debug", "program": prog_s, "args": args, "cwd": cwd.to_string_lossy()}),
-            )
+            json!({"mode": "debug", "program": prog_s, "args": args, "cwd": cwd.to_string_lossy()})
+        }
+        _ if configured.is_some() => {
+            json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy()})
         }
         _ => {
+            let mut names: Vec<&str> = vec!["python", "lldb", "go"];
+            names.extend(
+                state
+                    .config
+                    .adapters
+                    .keys()
+                    .map(String::as_str)
+                    .filter(|k| !["python", "lldb", "go"].contains(k)),
+            );
             return Err(ToolError::invalid_field(
                 "runtime",
-                "one of: python, lldb, go",
+                format!("one of: {}", names.join(", ")),
             ));
         }
     };
+    let (cmd, cmd_args, adapter_id) = match configured {
+        Some(a) => configured_adapter(runtime, a, &mut launch_args)?,
+        None => builtin_adapter(runtime)?,
+    };
+    let t0 = Instant::now();
     let client = Client::spawn(&cmd, &cmd_args, &cwd).map_err(|e| {
         ToolError::new(
             ErrorCode::DapAdapterNotFound,
             format!("cannot start {cmd}: {e}"),
         )
+        .with_detail(json!({"runtime": runtime, "command": cmd}))
     })?;
     let fail = |c: &Arc<Client>, m: String| {
         c.kill();
@@ -768,8 +944,15 @@ async fn launch(
         .request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
         .await
     {
-        return Err(fail(&client, m));
+        client.kill();
+        // The built-in python adapter is not probed up front (a python3 start-up per launch);
+        // when it dies at once, find out whether debugpy is missing.
+        if runtime == "python" && configured.is_none() && !debugpy_importable(&cmd) {
+            return Err(debugpy_missing());
+        }
+        return Err(adapter_err(format!("{cmd}: {m}")));
     }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialize answered");
     // Send launch right away; debugpy sends `initialized` before answering it, others after.
     let launch_rx = client
         .start("launch", launch_args)
@@ -800,27 +983,21 @@ async fn launch(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    for (file, list) in &bps {
-        if let Err(m) = client
-            .request("setBreakpoints", bp_args(file, list), REQUEST_TIMEOUT)
-            .await
-        {
-            return Err(fail(&client, m));
-        }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialized");
+    if let Err(m) = configure(&client, &bps, true).await {
+        return Err(fail(&client, m));
     }
-    let _ = client
-        .request(
-            "setExceptionBreakpoints",
-            json!({"filters": ["uncaught"]}),
-            REQUEST_TIMEOUT,
-        )
-        .await;
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "breakpoints set");
     if let Err(m) = client
         .request("configurationDone", json!({}), REQUEST_TIMEOUT)
         .await
     {
         return Err(fail(&client, m));
     }
+    tracing::debug!(
+        ms = t0.elapsed().as_millis() as u64,
+        "configurationDone answered"
+    );
     match tokio::time::timeout(REQUEST_TIMEOUT, launch_rx).await {
         Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => {}
         Ok(Ok(resp)) => {
@@ -834,6 +1011,7 @@ async fn launch(
         }
         _ => return Err(fail(&client, "adapter did not answer `launch`".into())),
     }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "launch answered");
     *guard = Some(Session {
         client: client.clone(),
         attached: false,
@@ -845,6 +1023,149 @@ async fn launch(
         p.wait_ms
     };
     settle(&client, policy, p.action, wait).await
+}
+
+/// Send every file's breakpoints (and, after launch, the `uncaught` exception filter) at
+/// once, then await all the answers: one round trip instead of one per request.
+async fn configure(
+    client: &Client,
+    bps: &[(PathBuf, Vec<Bp>)],
+    exceptions: bool,
+) -> Result<(), String> {
+    let mut pending = Vec::new();
+    for (file, list) in bps {
+        let rx = client
+            .start("setBreakpoints", bp_args(file, list))
+            .await
+            .map_err(|e| format!("adapter write failed: {e}"))?;
+        pending.push((true, rx));
+    }
+    if exceptions {
+        let rx = client
+            .start("setExceptionBreakpoints", json!({"filters": ["uncaught"]}))
+            .await
+            .map_err(|e| format!("adapter write failed: {e}"))?;
+        // An adapter without an `uncaught` filter may refuse it; that is not fatal.
+        pending.push((false, rx));
+    }
+    for (required, rx) in pending {
+        match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
+            Ok(Ok(resp)) if !required || resp["success"].as_bool() == Some(true) => {}
+            Ok(Ok(resp)) => {
+                return Err(resp["message"]
+                    .as_str()
+                    .unwrap_or("setBreakpoints failed")
+                    .to_string());
+            }
+            Ok(Err(_)) => return Err("debug adapter ended".into()),
+            Err(_) => return Err("adapter did not answer `setBreakpoints`".into()),
+        }
+    }
+    Ok(())
+}
+
+fn debugpy_missing() -> ToolError {
+    ToolError::new(
+        ErrorCode::DapAdapterNotFound,
+        "debugpy is not installed; install it with: python3 -m pip install debugpy",
+    )
+    .with_detail(json!({"runtime": "python", "install": "python3 -m pip install debugpy"}))
+}
+
+/// Whether `python` can import debugpy (asked only after the adapter failed to start).
+fn debugpy_importable(python: &str) -> bool {
+    std::process::Command::new(python)
+        .args([
+            "-c",
+            "import sys, importlib.util; sys.exit(importlib.util.find_spec(\"debugpy\") is None)",
+        ])
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false)
+}
+
+/// The built-in adapter for a runtime: (command, arguments, adapterID). Existence is a PATH
+/// or file lookup, never a process start.
+fn builtin_adapter(runtime: &str) -> ToolResult<(String, Vec<String>, String)> {
+    match runtime {
+        "python" => {
+            let Some(python) = config::locate("python3") else {
+                return Err(debugpy_missing());
+            };
+            Ok((
+                python.to_string_lossy().into_owned(),
+                vec!["-m".into(), "debugpy.adapter".into()],
+                "debugpy".into(),
+            ))
+        }
+        "lldb" => {
+            let found = [
+                "/usr/bin/lldb-dap-19",
+                "/usr/bin/lldb-dap",
+                "/usr/local/bin/lldb-dap",
+            ]
+            .into_iter()
+            .find(|c| Path::new(c).is_file());
+            let Some(bin) = found else {
+                return Err(ToolError::new(
+                    ErrorCode::DapAdapterNotFound,
+                    "lldb-dap is not installed; install it with: apt-get install -y lldb-19",
+                )
+                .with_detail(json!({"runtime": "lldb", "install": "apt-get install -y lldb-19"})));
+            };
+            Ok((bin.into(), vec![], "lldb-dap".into()))
+        }
+        _ => {
+            let Some(bin) = config::locate("dlv") else {
+                return Err(ToolError::new(
+                    ErrorCode::DapAdapterNotFound,
+                    "dlv is not installed; install it with: go install github.com/go-delve/delve/cmd/dlv@latest",
+                )
+                .with_detail(json!({"runtime": "go", "install": "go install github.com/go-delve/delve/cmd/dlv@latest"})));
+            };
+            Ok((
+                bin.to_string_lossy().into_owned(),
+                vec!["dap".into()],
+                "go".into(),
+            ))
+        }
+    }
+}
+
+/// A `--config` adapter: its command must exist (a path, or a name on PATH).
+fn configured_adapter(
+    runtime: &str,
+    a: &config::AdapterConfig,
+    launch_args: &mut Value,
+) -> ToolResult<(String, Vec<String>, String)> {
+    let Some((first, rest)) = a.command.split_first() else {
+        return Err(ToolError::new(
+            ErrorCode::DapAdapterNotFound,
+            format!("the adapter command for runtime `{runtime}` in --config is empty"),
+        )
+        .with_detail(json!({"runtime": runtime, "command": ""})));
+    };
+    let Some(exe) = config::locate(first) else {
+        return Err(ToolError::new(
+            ErrorCode::DapAdapterNotFound,
+            format!(
+                "the adapter command `{first}` configured for runtime `{runtime}` (--config dap.adapters.{runtime}.command) does not exist"
+            ),
+        )
+        .with_detail(json!({"runtime": runtime, "command": first})));
+    };
+    if let Value::Object(m) = launch_args {
+        m.extend(a.launch_json());
+    }
+    let id = a.adapter_id.clone().unwrap_or_else(|| match runtime {
+        "python" => "debugpy".into(),
+        "lldb" => "lldb-dap".into(),
+        other => other.to_string(),
+    });
+    Ok((exe.to_string_lossy().into_owned(), rest.to_vec(), id))
 }
 
 async fn attach(
@@ -908,13 +1229,8 @@ async fn attach(
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
-    for (file, list) in &bps {
-        if let Err(m) = client
-            .request("setBreakpoints", bp_args(file, list), REQUEST_TIMEOUT)
-            .await
-        {
-            return Err(fail(&client, m));
-        }
+    if let Err(m) = configure(&client, &bps, false).await {
+        return Err(fail(&client, m));
     }
     if let Err(m) = client
         .request("configurationDone", json!({}), REQUEST_TIMEOUT)

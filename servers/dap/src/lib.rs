@@ -1,5 +1,6 @@
 //! kitbag-dap: one `debug` tool over real debug adapters (debugpy first).
 
+pub mod config;
 pub mod dap;
 pub mod debug;
 
@@ -15,6 +16,11 @@ pub use debug::DapState;
 pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
+
+    /// TOML file with `[dap.adapters.<runtime>]` tables (`command`, `adapter_id`, `launch`):
+    /// overrides a built-in runtime's adapter command or adds a runtime.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<std::path::PathBuf>,
 }
 
 pub const IDENTITY: Identity = Identity {
@@ -31,7 +37,11 @@ pub fn router() -> ToolRouter<DapState> {
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<DapState>> {
     let policy = args.common.policy()?;
-    McpServer::new(IDENTITY, DapState::default(), router(), policy).with_common_args(&args.common)
+    let cfg = match &args.config {
+        Some(path) => config::Config::load(path)?,
+        None => config::Config::default(),
+    };
+    McpServer::new(IDENTITY, DapState::new(cfg), router(), policy).with_common_args(&args.common)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

@@ -249,6 +249,137 @@ fn conditional_logpoint_exception_and_client_disconnect() {
     }
 }
 
+const NESTED: &str = "data = {\"user\": {\"name\": \"kit\", \"tags\": [\"a\", \"b\"], \"address\": {\"city\": \"Oslo\", \"geo\": {\"lat\": 59}}}, \"n\": 1}\ntotal = 0; big = {k: k for k in range(80)}; grid = [[r] * 60 for r in range(20)]\nfor i in range(10):\n    total += i\nprint(\"total\", total, flush=True)\n";
+
+fn child<'a>(v: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    v["children"]
+        .as_array()
+        .and_then(|a| a.iter().find(|c| c["name"] == name))
+        .unwrap_or_else(|| panic!("no child {name} in {v}"))
+}
+
+#[test]
+fn hit_count_and_nested_variables() {
+    if !have_debugpy() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("nested.py"), NESTED).unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    // Bad hit counts name the field.
+    for bad in [json!(""), json!(0), json!(-2), json!(true)] {
+        let r = c.call(
+            "debug",
+            json!({"action": "set_breakpoint", "path": "nested.py", "line": 4, "hit_count": bad}),
+        );
+        assert_eq!(r.error_code(), Some("invalid_params"), "{bad}: {:?}", r.raw);
+        assert_eq!(
+            r.structured["error"]["detail"]["field"], "hit_count",
+            "{bad}"
+        );
+        assert!(r.text.contains("hit count"), "{bad}: {}", r.text);
+    }
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "nested.py", "line": 4, "hit_count": "3"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "list_breakpoints"}));
+    assert_eq!(r.structured["data"]["breakpoints"][0]["hit_count"], "3");
+    let r = c.call("debug", json!({"action": "launch", "program": "nested.py"}));
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["line"], 4, "{:?}", r.raw);
+    // The third pass through the loop body: i == 2, total == 0 + 1.
+    let r = c.call("debug", json!({"action": "variables", "filter": "i"}));
+    let vars = r.structured["data"]["variables"].as_array().unwrap();
+    let i = vars.iter().find(|v| v["name"] == "i").unwrap();
+    assert_eq!(i["value"], "2", "{vars:?}");
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "total"}),
+    );
+    assert_eq!(r.structured["data"]["result"], "1");
+
+    // Nested values in one call.
+    for bad in [0, 5, 99] {
+        let r = c.call("debug", json!({"action": "variables", "depth": bad}));
+        assert_eq!(r.error_code(), Some("invalid_params"), "{bad}");
+        assert_eq!(r.structured["error"]["detail"]["field"], "depth");
+    }
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "filter": "data", "depth": 3}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let vars = r.structured["data"]["variables"].as_array().unwrap();
+    let data = vars.iter().find(|v| v["name"] == "data").unwrap();
+    assert_eq!(data["type"], "dict");
+    assert_eq!(child(data, "'n'")["value"], "1");
+    let user = child(data, "'user'");
+    assert_eq!(user["type"], "dict");
+    assert_eq!(child(user, "'name'")["value"], "'kit'");
+    let tags = child(user, "'tags'");
+    assert_eq!(tags["type"], "list");
+    // Level 3 is the last: its values are listed, not expanded.
+    assert!(tags.get("children").is_none(), "{tags}");
+    assert!(child(user, "'address'").get("children").is_none());
+    assert!(r.text.contains("    'name': str = 'kit'"), "{}", r.text);
+    assert_eq!(r.structured["data"]["nested_truncated"], false);
+    // One more level reaches the address's fields and the list's items.
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "filter": "data", "depth": 4}),
+    );
+    let vars = r.structured["data"]["variables"].as_array().unwrap();
+    let data = vars.iter().find(|v| v["name"] == "data").unwrap();
+    let user = child(data, "'user'");
+    assert_eq!(child(child(user, "'address'"), "'city'")["value"], "'Oslo'");
+    assert_eq!(child(child(user, "'tags'"), "1")["value"], "'b'");
+    let geo = child(child(user, "'address'"), "'geo'");
+    assert!(geo.get("children").is_none(), "{geo}");
+    // Bounds: at most 50 children per value, 500 nested values in all.
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "filter": "big", "depth": 2}),
+    );
+    let big = &r.structured["data"]["variables"][0];
+    assert_eq!(big["name"], "big", "{:?}", r.raw);
+    assert_eq!(big["children"].as_array().unwrap().len(), 50, "{big}");
+    assert!(big["children_omitted"].as_u64().unwrap() >= 30, "{big}");
+    assert!(r.text.contains("more"), "{}", r.text);
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "filter": "grid", "depth": 3}),
+    );
+    assert_eq!(
+        r.structured["data"]["nested_truncated"], true,
+        "{:?}",
+        r.raw
+    );
+    let rows = r.structured["data"]["variables"][0]["children"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let nested: usize = rows.len()
+        + rows
+            .iter()
+            .map(|row| row["children"].as_array().map_or(0, Vec::len))
+            .sum::<usize>();
+    assert_eq!(nested, 500, "{rows:?}");
+    // Depth 1 is the old flat answer.
+    let r = c.call("debug", json!({"action": "variables", "filter": "data"}));
+    let vars = r.structured["data"]["variables"].as_array().unwrap();
+    assert!(vars[0].get("children").is_none());
+
+    // hit_count "3" stops once: the rest of the loop runs to the end.
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "output"}));
+    assert!(r.text.contains("total 45"), "{}", r.text);
+    c.call("debug", json!({"action": "disconnect"}));
+    c.shutdown();
+}
+
 #[test]
 fn catalog() {
     let d = tempfile::tempdir().unwrap();

@@ -1,0 +1,194 @@
+//! Per-runtime adapter commands from a `--config` TOML file (the seed's `dap.adapters` shape):
+//!
+//! ```toml
+//! [dap.adapters.python]
+//! command = ["python3", "-m", "debugpy.adapter"]
+//! [dap.adapters.lldb]
+//! command = ["/usr/bin/lldb-dap-19"]
+//! ```
+//!
+//! A configured runtime replaces the built-in adapter command; a new runtime name adds one
+//! (launched with `program`, `args`, `cwd` plus the table's `launch` arguments).
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+use serde_json::Value;
+
+/// One runtime's adapter.
+#[derive(Debug, Clone, PartialEq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterConfig {
+    /// The adapter command and its arguments; it speaks DAP on stdio.
+    pub command: Vec<String>,
+    /// The `adapterID` sent in `initialize` (default: the runtime name).
+    #[serde(default)]
+    pub adapter_id: Option<String>,
+    /// Extra `launch` request arguments, merged over the built-in ones.
+    #[serde(default)]
+    pub launch: Option<toml::Table>,
+}
+
+impl AdapterConfig {
+    /// The extra launch arguments as JSON.
+    pub fn launch_json(&self) -> serde_json::Map<String, Value> {
+        self.launch
+            .as_ref()
+            .and_then(|t| serde_json::to_value(t).ok())
+            .and_then(|v| match v {
+                Value::Object(m) => Some(m),
+                _ => None,
+            })
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct FileShape {
+    #[serde(default)]
+    dap: DapSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct DapSection {
+    #[serde(default)]
+    adapters: BTreeMap<String, AdapterConfig>,
+}
+
+/// Configured adapters by runtime name.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Config {
+    pub adapters: BTreeMap<String, AdapterConfig>,
+}
+
+impl Config {
+    /// Parse the TOML text; errors name the offending field or runtime.
+    pub fn parse(text: &str) -> Result<Config, String> {
+        let shape: FileShape = toml::from_str(text).map_err(|e| e.to_string())?;
+        for (runtime, a) in &shape.dap.adapters {
+            if runtime.is_empty()
+                || !runtime
+                    .chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+            {
+                return Err(format!(
+                    "dap.adapters.{runtime}: a runtime name is letters, digits, `_` or `-`"
+                ));
+            }
+            match a.command.first() {
+                None => {
+                    return Err(format!(
+                        "dap.adapters.{runtime}.command: must name a program (it is empty)"
+                    ));
+                }
+                Some(c) if c.trim().is_empty() => {
+                    return Err(format!(
+                        "dap.adapters.{runtime}.command: the program name is blank"
+                    ));
+                }
+                _ => {}
+            }
+        }
+        Ok(Config {
+            adapters: shape.dap.adapters,
+        })
+    }
+
+    /// Read and parse a file; errors name the file.
+    pub fn load(path: &Path) -> anyhow::Result<Config> {
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
+        Config::parse(&text).map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))
+    }
+}
+
+/// Where a command would run from: a path containing `/` as given, otherwise the first
+/// match on PATH. `None` when it does not exist.
+pub fn locate(command: &str) -> Option<PathBuf> {
+    if command.contains('/') {
+        let p = PathBuf::from(command);
+        return p.is_file().then_some(p);
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(command))
+        .find(|c| c.is_file())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn parses_the_seed_shape() {
+        let c = Config::parse(
+            "[dap.adapters.python]\ncommand = [\"python3\", \"-m\", \"debugpy.adapter\"]\n\
+             [dap.adapters.lldb]\ncommand = [\"/usr/bin/lldb-dap-19\"]\n",
+        )
+        .unwrap();
+        assert_eq!(c.adapters.len(), 2);
+        assert_eq!(
+            c.adapters["python"].command,
+            ["python3", "-m", "debugpy.adapter"]
+        );
+        assert_eq!(c.adapters["lldb"].command, ["/usr/bin/lldb-dap-19"]);
+        assert_eq!(c.adapters["lldb"].adapter_id, None);
+    }
+
+    #[test]
+    fn adds_a_runtime_with_launch_arguments() {
+        let c = Config::parse(
+            "[dap.adapters.node]\ncommand = [\"js-debug\", \"--stdio\"]\nadapter_id = \"pwa-node\"\n\
+             [dap.adapters.node.launch]\nstopOnEntry = false\nenv = { A = \"1\" }\n",
+        )
+        .unwrap();
+        let n = &c.adapters["node"];
+        assert_eq!(n.adapter_id.as_deref(), Some("pwa-node"));
+        let l = n.launch_json();
+        assert_eq!(l["stopOnEntry"], Value::Bool(false));
+        assert_eq!(l["env"]["A"], "1");
+    }
+
+    #[test]
+    fn empty_file_is_no_overrides() {
+        assert_eq!(Config::parse("").unwrap(), Config::default());
+        assert_eq!(Config::parse("[dap]\n").unwrap(), Config::default());
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let e = Config::parse("[dap.adapters.python]\ncomand = [\"x\"]\n").unwrap_err();
+        assert!(e.contains("comand"), "{e}");
+        let e = Config::parse("[dap.adapter.python]\ncommand = [\"x\"]\n").unwrap_err();
+        assert!(e.contains("adapter"), "{e}");
+        let e = Config::parse("[lsp]\n").unwrap_err();
+        assert!(e.contains("lsp"), "{e}");
+    }
+
+    #[test]
+    fn bad_values_are_named() {
+        let e = Config::parse("[dap.adapters.python]\ncommand = []\n").unwrap_err();
+        assert!(e.contains("dap.adapters.python.command"), "{e}");
+        let e = Config::parse("[dap.adapters.python]\ncommand = [\" \"]\n").unwrap_err();
+        assert!(e.contains("dap.adapters.python.command"), "{e}");
+        let e = Config::parse("[dap.adapters.python]\ncommand = \"python3\"\n").unwrap_err();
+        assert!(e.contains("command"), "{e}");
+        let e = Config::parse("[dap.adapters.python]\nadapter_id = \"x\"\n").unwrap_err();
+        assert!(e.contains("command"), "{e}");
+        let e = Config::parse("[dap.adapters.\"a b\"]\ncommand = [\"x\"]\n").unwrap_err();
+        assert!(e.contains("a b"), "{e}");
+        assert!(Config::parse("not toml [").is_err());
+    }
+
+    #[test]
+    fn locate_checks_paths_and_path() {
+        assert!(locate("sh").is_some());
+        assert!(locate("/bin/sh").is_some());
+        assert!(locate("/nonexistent/kitbag-adapter").is_none());
+        assert!(locate("kitbag-no-such-adapter-xyz").is_none());
+    }
+}
