@@ -29,8 +29,8 @@ pub const DEF: ToolDef = ToolDef {
     description: "Debug a program through a real debug adapter (python → debugpy, lldb → lldb-dap for C/C++/Rust, go → dlv dap). One session per connection.\n\
         Actions: launch (program, args, breakpoints set earlier are sent), set_breakpoint (path, line, condition, \
         hit_count, log_message), remove_breakpoint (path, line), list_breakpoints, set_function_breakpoint (name), set_exception_breakpoints (filters), attach (port, host), pause, threads, scopes, modules, loaded_sources, disassemble/read_memory (memory_reference, count), custom_request (command, arguments), continue, step_over, step_into, step_out, \
-        stack_trace, variables (frame_id, expand = a variablesReference, depth = nested levels in one call (max 4), filter, offset/limit), evaluate (expression, \
-        frame_id), output (since = cursor), status, disconnect. Launch/continue/steps return when the program stops \
+        stack_trace, variables (frame_id, scope = locals|globals|..., expand = a variablesReference, depth = nested levels in one call (max 4), filter, offset/limit), evaluate (expression, \
+        frame_id, context = watch|repl), output (since = cursor), status, disconnect. Launch/continue/steps return when the program stops \
         (reason, line, source preview) or exits (exit_code), or after wait_ms with status \"running\".\n\
         Example: {\"action\": \"launch\", \"runtime\": \"python\", \"program\": \"app.py\"}",
     read_only: false,
@@ -68,6 +68,13 @@ pub enum Action {
     Output,
     Status,
     Disconnect,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalContext {
+    Watch,
+    Repl,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -141,6 +148,14 @@ pub struct DebugParams {
     /// variables: keep only names containing this text.
     #[serde(default)]
     pub filter: Option<String>,
+    /// variables: which scope of the frame, by name (e.g. `locals`, `globals`,
+    /// `registers`; default the first, usually the locals).
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// evaluate: `watch` (default: an expression) or `repl` (statements too, as typed in a
+    /// debug console; may change the program's state).
+    #[serde(default)]
+    pub context: Option<EvalContext>,
     /// evaluate: the expression.
     #[serde(default)]
     pub expression: Option<String>,
@@ -464,7 +479,8 @@ pub async fn run(
             match client
                 .request(
                     "evaluate",
-                    json!({"expression": expr, "frameId": frame, "context": "watch"}),
+                    json!({"expression": expr, "frameId": frame,
+                        "context": if p.context == Some(EvalContext::Repl) { "repl" } else { "watch" }}),
                     REQUEST_TIMEOUT,
                 )
                 .await
@@ -723,13 +739,42 @@ async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugR
                 .request("scopes", json!({"frameId": frame}), REQUEST_TIMEOUT)
                 .await
                 .map_err(adapter_err)?;
-            scopes["scopes"]
-                .as_array()
-                .and_then(|a| a.first())
-                .and_then(|s| s["variablesReference"].as_i64())
-                .ok_or_else(|| {
-                    ToolError::new(ErrorCode::DapSessionEnded, "the frame has no scopes")
-                })?
+            let list = scopes["scopes"].as_array().cloned().unwrap_or_default();
+            let chosen = match &p.scope {
+                None => list.first(),
+                Some(want) => {
+                    let want = want.to_lowercase();
+                    list.iter()
+                        .find(|s| s["name"].as_str().is_some_and(|n| n.to_lowercase() == want))
+                        .or_else(|| {
+                            list.iter().find(|s| {
+                                s["name"]
+                                    .as_str()
+                                    .is_some_and(|n| n.to_lowercase().starts_with(&want))
+                            })
+                        })
+                }
+            };
+            match chosen.and_then(|s| s["variablesReference"].as_i64()) {
+                Some(r) => r,
+                None if p.scope.is_some() => {
+                    let names: Vec<&str> = list.iter().filter_map(|s| s["name"].as_str()).collect();
+                    return Err(ToolError::invalid_field(
+                        "scope",
+                        format!(
+                            "no scope `{}` in this frame; its scopes: {}",
+                            p.scope.as_deref().unwrap_or(""),
+                            names.join(", ")
+                        ),
+                    ));
+                }
+                None => {
+                    return Err(ToolError::new(
+                        ErrorCode::DapSessionEnded,
+                        "the frame has no scopes",
+                    ));
+                }
+            }
         }
     };
     let body = client

@@ -136,9 +136,38 @@ fn session(era: Era) {
         r.raw
     );
 
+    // The repl context runs statements; watch would refuse an assignment.
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "zz = count + 1", "context": "repl"}),
+    );
+    assert!(r.structured["data"]["error"].is_null(), "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "evaluate", "expression": "zz"}));
+    assert_eq!(r.structured["data"]["result"], "42", "{:?}", r.raw);
+
     let r = c.call("debug", json!({"action": "step_into"}));
     assert_eq!(r.structured["stop"]["line"], 2, "{:?}", r.raw);
     assert_eq!(r.structured["stop"]["function"], "add");
+    // Inside add(): locals by default, the module's names under `scope: globals`.
+    let r = c.call("debug", json!({"action": "variables"}));
+    let names = |r: &kitbag_testkit::ToolCall| -> Vec<String> {
+        r.structured["data"]["variables"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|v| v["name"].as_str().unwrap().to_string())
+            .collect()
+    };
+    assert!(names(&r).contains(&"a".to_string()), "{:?}", r.raw);
+    assert!(!names(&r).contains(&"cfg".to_string()), "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "variables", "scope": "globals"}));
+    assert!(names(&r).contains(&"cfg".to_string()), "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "scope": "registers"}),
+    );
+    assert_eq!(r.error_code(), Some("invalid_params"), "{}", r.text);
+    assert_eq!(r.structured["error"]["detail"]["field"], "scope");
     let r = c.call("debug", json!({"action": "step_over"}));
     assert_eq!(r.structured["stop"]["line"], 3, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "step_out"}));
