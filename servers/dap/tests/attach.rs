@@ -19,6 +19,16 @@ fn free_port() -> u16 {
         .port()
 }
 
+/// The attach target is killed even when an assertion fails first.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn attach(era: Era) {
     let ok = std::process::Command::new("python3")
         .args(["-c", "import debugpy"])
@@ -40,21 +50,23 @@ fn attach(era: Era) {
     )
     .unwrap();
     let port = free_port();
-    let mut debuggee = std::process::Command::new("python3")
-        .args([
-            "-m",
-            "debugpy",
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--wait-for-client",
-            "spin.py",
-        ])
-        .current_dir(d.path())
-        .stdin(std::process::Stdio::null())
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut debuggee = KillOnDrop(
+        std::process::Command::new("python3")
+            .args([
+                "-m",
+                "debugpy",
+                "--listen",
+                &format!("127.0.0.1:{port}"),
+                "--wait-for-client",
+                "spin.py",
+            ])
+            .current_dir(d.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
     // Wait until it listens.
     let deadline = std::time::Instant::now() + Duration::from_secs(15);
     // Poll the socket table (a probe connection would take the single client slot).
@@ -107,11 +119,10 @@ fn attach(era: Era) {
     std::thread::sleep(Duration::from_millis(500));
     // Detach leaves the debuggee running.
     assert!(
-        debuggee.try_wait().unwrap().is_none(),
+        debuggee.0.try_wait().unwrap().is_none(),
         "attach target should survive a detach"
     );
-    debuggee.kill().unwrap();
-    let _ = debuggee.wait();
+    drop(debuggee);
     c.shutdown();
 }
 
