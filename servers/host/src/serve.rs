@@ -425,7 +425,11 @@ impl HostServer {
             return false;
         };
         let upstream_id = call.id.get().to_string();
-        inflight.insert(upstream_id.clone(), link.clone(), child_id.clone());
+        // Keyed by the id's value, so a cancellation spelling it differently still matches.
+        let key = serde_json::from_str::<serde_json::Value>(&upstream_id)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| upstream_id.clone());
+        inflight.insert(key.clone(), link.clone(), child_id.clone());
         let audit = self.audit.clone().map(|a| {
             let params = call
                 .arguments
@@ -438,7 +442,7 @@ impl HostServer {
         tokio::spawn(async move {
             let (line, code) = match tokio::time::timeout(timeout, rx).await {
                 Ok(Ok(reply)) => {
-                    if inflight.remove(&upstream_id).is_none() {
+                    if inflight.remove(&key).is_none() {
                         return; // cancelled meanwhile
                     }
                     let code = fastpath::result_error_code(&reply);
@@ -453,7 +457,7 @@ impl HostServer {
                     (line, code)
                 }
                 Ok(Err(_)) => {
-                    if inflight.remove(&upstream_id).is_none() {
+                    if inflight.remove(&key).is_none() {
                         return; // cancelled by the client: no answer is due
                     }
                     let msg = format!(
@@ -465,7 +469,7 @@ impl HostServer {
                     )
                 }
                 Err(_) => {
-                    inflight.remove(&upstream_id);
+                    inflight.remove(&key);
                     link.cancel(&child_id, "timed out in the host");
                     let msg = format!(
                         "server {server} did not answer within {} s",
