@@ -295,10 +295,8 @@ pub async fn diagnostics(
                 b["character"].as_u64(),
             ))
     });
-    let total = all.len();
-    let (offset, limit) = page(p, 100);
-    let shown: Vec<Value> = all.into_iter().skip(offset).take(limit).collect();
-    let truncated = offset + shown.len() < total;
+    let (shown, pg) = page(all, p, 100);
+    let total = pg.total;
     let mut text: Vec<String> = shown
         .iter()
         .map(|d| {
@@ -330,15 +328,7 @@ pub async fn diagnostics(
         "settled": settled,
         "waited_ms": waited_ms,
     });
-    if truncated {
-        data["truncated"] = json!(true);
-        data["next_offset"] = json!(offset + limit);
-        text.push(format!(
-            "… {} more; call again with offset {}",
-            total - offset - limit,
-            offset + limit
-        ));
-    }
+    pg.mark(&mut data, &mut text);
     if files_truncated {
         data["files_truncated"] = json!(true);
         text.push(format!(
@@ -527,21 +517,11 @@ pub async fn references(
         Err(e) => return Err(rpc_error(pool, &o.server, "textDocument/references", e).await),
     };
     let all = locations(&o.server, policy, &result).await;
-    let total = all.len();
-    let (offset, limit) = page(p, 100);
-    let shown: Vec<Value> = all.into_iter().skip(offset).take(limit).collect();
+    let (shown, pg) = page(all, p, 100);
     let mut text = location_text(&shown);
-    let mut data = json!({"references": shown, "count": total});
-    if offset + limit < total {
-        data["truncated"] = json!(true);
-        data["next_offset"] = json!(offset + limit);
-        text.push(format!(
-            "… {} more; call again with offset {}",
-            total - offset - limit,
-            offset + limit
-        ));
-    }
-    if total == 0 {
+    let mut data = json!({"references": shown, "count": pg.total});
+    pg.mark(&mut data, &mut text);
+    if pg.total == 0 {
         text.push("no references found".into());
     }
     Ok((data, text.join("\n")))
@@ -766,9 +746,7 @@ pub async fn symbols(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> To
         }
         all.push(entry);
     }
-    let total = all.len();
-    let (offset, limit) = page(p, 50);
-    let shown: Vec<Value> = all.into_iter().skip(offset).take(limit).collect();
+    let (shown, pg) = page(all, p, 50);
     let mut text: Vec<String> = shown
         .iter()
         .map(|s| {
@@ -785,17 +763,9 @@ pub async fn symbols(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> To
             )
         })
         .collect();
-    let mut data = json!({"symbols": shown, "count": total});
-    if offset + limit < total {
-        data["truncated"] = json!(true);
-        data["next_offset"] = json!(offset + limit);
-        text.push(format!(
-            "… {} more; call again with offset {}",
-            total - offset - limit,
-            offset + limit
-        ));
-    }
-    if total == 0 {
+    let mut data = json!({"symbols": shown, "count": pg.total});
+    pg.mark(&mut data, &mut text);
+    if pg.total == 0 {
         text.push("no symbols found".into());
     }
     Ok((data, text.join("\n")))

@@ -60,56 +60,15 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
     if files.is_empty() {
         return Err(not_possible("the server returned no edits".into()));
     }
-    // Every target must be writable for the caller before anything is written.
-    let outside: Vec<String> = files
-        .keys()
-        .filter(|f| !policy.allows(f, Access::Write))
-        .map(|f| policy.display(f))
-        .collect();
-    if !outside.is_empty() {
-        return Err(ToolError::new(
-            ErrorCode::RenameScopeExceedsCage,
-            format!(
-                "the rename would change {} file(s) outside your writable mounts: {}; nothing was changed",
-                outside.len(),
-                outside.join(", ")
-            ),
-        )
-        .with_detail(json!({"files": outside})));
-    }
-    // The edits are positions in the text the server saw; refuse if a file moved on.
-    let seen: std::collections::HashMap<PathBuf, u64> = server
-        .docs
-        .lock()
-        .await
+    let planned = plan(server, policy, &files, "the rename").await?;
+    let total: usize = planned.iter().map(|p| p.edits).sum();
+    let changes: Vec<Value> = planned
         .iter()
-        .map(|(p, d)| (p.clone(), d.hash))
+        .map(|p| json!({"path": policy.display(&p.file), "edits": p.edits}))
         .collect();
-    let mut writes: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    let mut changes = Vec::new();
-    let mut total = 0;
-    for (file, edits) in &files {
-        let bytes = std::fs::read(file).map_err(|e| ToolError::io(&policy.display(file), &e))?;
-        if let Some(h) = seen.get(file)
-            && *h != xxh3_64(&bytes)
-        {
-            return Err(ToolError::new(
-                ErrorCode::FileChangedSinceRead,
-                format!(
-                    "{} changed while the rename was computed; nothing was changed — call again",
-                    policy.display(file)
-                ),
-            ));
-        }
-        let lines = Lines::new(String::from_utf8_lossy(&bytes).into_owned());
-        let new = crate::edits::apply(&lines, edits, server.encoding).map_err(not_possible)?;
-        total += edits.len();
-        changes.push(json!({"path": policy.display(file), "edits": edits.len()}));
-        writes.push((file.clone(), new.into_bytes()));
-    }
-    let written = writes.clone();
+    let writes: Vec<(PathBuf, Vec<u8>)> = planned.into_iter().map(|p| (p.file, p.new)).collect();
     kitbag_shared::blocking(move || {
-        kitbag_shared::atomic::write_all_atomic(&written, false).map_err(|e| {
+        kitbag_shared::atomic::write_all_atomic(&writes, false).map_err(|e| {
             ToolError::new(
                 ErrorCode::IoError,
                 format!("rename not applied (no file changed): {e}"),
@@ -179,51 +138,22 @@ pub async fn rename_file(
             }
         }
     }
-    let outside: Vec<String> = files
-        .keys()
-        .filter(|f| !policy.allows(f, Access::Write))
-        .map(|f| policy.display(f))
-        .collect();
-    if !outside.is_empty() {
-        return Err(ToolError::new(
-            ErrorCode::RenameScopeExceedsCage,
-            format!(
-                "moving {} would change {} file(s) outside your writable mounts: {}; nothing was changed",
-                from.rel,
-                outside.len(),
-                outside.join(", ")
-            ),
-        )
-        .with_detail(json!({"files": outside})));
-    }
+    let planned = plan(server, policy, &files, &format!("moving {}", from.rel)).await?;
     // New contents: edited files in place, and the moved file (edited or not) at its
     // new path. Originals are kept to put back if removing the old file fails.
+    let total: usize = planned.iter().map(|p| p.edits).sum();
     let mut writes: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let mut originals: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let mut changes = Vec::new();
-    let mut total = 0;
     let mut moved_bytes = None;
-    for (file, edits) in &files {
-        let bytes = std::fs::read(file).map_err(|e| ToolError::io(&policy.display(file), &e))?;
-        let lines = Lines::new(String::from_utf8_lossy(&bytes).into_owned());
-        let new = crate::edits::apply(&lines, edits, server.encoding).map_err(|why| {
-            ToolError::new(
-                ErrorCode::RenameNotPossible,
-                format!("cannot rename: {why}"),
-            )
-        })?;
-        total += edits.len();
-        let shown = if *file == from.abs {
-            &to.rel
+    for p in planned {
+        if p.file == from.abs {
+            changes.push(json!({"path": to.rel, "edits": p.edits}));
+            moved_bytes = Some(p.new);
         } else {
-            &policy.display(file)
-        };
-        changes.push(json!({"path": shown, "edits": edits.len()}));
-        if *file == from.abs {
-            moved_bytes = Some(new.into_bytes());
-        } else {
-            originals.push((file.clone(), bytes));
-            writes.push((file.clone(), new.into_bytes()));
+            changes.push(json!({"path": policy.display(&p.file), "edits": p.edits}));
+            originals.push((p.file.clone(), p.old));
+            writes.push((p.file, p.new));
         }
     }
     let moved = match moved_bytes {
@@ -285,4 +215,70 @@ pub async fn rename_file(
             "files_changed": changes.len(), "references_updated": supports}),
         text,
     ))
+}
+
+/// One file of a workspace edit: its text now and after the edit.
+struct Planned {
+    file: PathBuf,
+    old: Vec<u8>,
+    new: Vec<u8>,
+    edits: usize,
+}
+
+/// Check every target is writable for the caller and unchanged since the server saw it,
+/// then compute each file's new text. Nothing is written here.
+async fn plan(
+    server: &crate::pool::Server,
+    policy: &PathPolicy,
+    files: &std::collections::BTreeMap<PathBuf, Vec<crate::edits::TextEdit>>,
+    what: &str,
+) -> ToolResult<Vec<Planned>> {
+    let outside: Vec<String> = files
+        .keys()
+        .filter(|f| !policy.allows(f, Access::Write))
+        .map(|f| policy.display(f))
+        .collect();
+    if !outside.is_empty() {
+        return Err(ToolError::new(
+            ErrorCode::RenameScopeExceedsCage,
+            format!(
+                "{what} would change {} file(s) outside your writable mounts: {}; nothing was changed",
+                outside.len(),
+                outside.join(", ")
+            ),
+        )
+        .with_detail(json!({"files": outside})));
+    }
+    // The edits are positions in the text the server saw; refuse if a file moved on.
+    let seen: std::collections::HashMap<PathBuf, u64> = server
+        .docs
+        .lock()
+        .await
+        .iter()
+        .map(|(p, d)| (p.clone(), d.hash))
+        .collect();
+    let mut out = Vec::with_capacity(files.len());
+    for (file, edits) in files {
+        let old = std::fs::read(file).map_err(|e| ToolError::io(&policy.display(file), &e))?;
+        if seen.get(file).is_some_and(|h| *h != xxh3_64(&old)) {
+            return Err(ToolError::new(
+                ErrorCode::FileChangedSinceRead,
+                format!(
+                    "{} changed while the edit was computed; nothing was changed — call again",
+                    policy.display(file)
+                ),
+            ));
+        }
+        let lines = Lines::new(String::from_utf8_lossy(&old).into_owned());
+        let new = crate::edits::apply(&lines, edits, server.encoding).map_err(|why| {
+            ToolError::new(ErrorCode::RenameNotPossible, format!("cannot apply: {why}"))
+        })?;
+        out.push(Planned {
+            file: file.clone(),
+            old,
+            new: new.into_bytes(),
+            edits: edits.len(),
+        });
+    }
+    Ok(out)
 }

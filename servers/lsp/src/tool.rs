@@ -485,11 +485,42 @@ pub fn validate(p: &LspParams) -> ToolResult<()> {
     Ok(())
 }
 
-/// Page bounds from `limit`/`offset`.
-pub fn page(p: &LspParams, default_limit: u64) -> (usize, usize) {
+/// One page of a result list (`limit`/`offset`), and how it relates to the whole.
+pub struct Page {
+    offset: usize,
+    limit: usize,
+    pub total: usize,
+}
+
+/// Cut `all` to the page the caller asked for.
+pub fn page(all: Vec<Value>, p: &LspParams, default_limit: u64) -> (Vec<Value>, Page) {
     let limit = p.limit.unwrap_or(default_limit).clamp(1, 10_000) as usize;
     let offset = p.offset.unwrap_or(0) as usize;
-    (offset, limit)
+    let total = all.len();
+    let shown = all.into_iter().skip(offset).take(limit).collect();
+    (
+        shown,
+        Page {
+            offset,
+            limit,
+            total,
+        },
+    )
+}
+
+impl Page {
+    /// When more follows: `truncated`/`next_offset` in the data and a line saying how to go on.
+    pub fn mark(&self, data: &mut Value, text: &mut Vec<String>) {
+        let next = self.offset + self.limit;
+        if next < self.total {
+            data["truncated"] = Value::Bool(true);
+            data["next_offset"] = Value::from(next);
+            text.push(format!(
+                "… {} more; call again with offset {next}",
+                self.total - next
+            ));
+        }
+    }
 }
 
 pub fn wait(p: &LspParams) -> Duration {
