@@ -1003,31 +1003,10 @@ async fn launch(
         .start("launch", launch_args)
         .await
         .map_err(|e| fail(&client, e.to_string()))?;
-    let deadline = Instant::now() + REQUEST_TIMEOUT;
-    loop {
-        let notified = client.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if client
-            .events
-            .lock()
-            .map(|e| e.initialized || e.terminated)
-            .unwrap_or(true)
-        {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Err(fail(&client, "adapter never sent `initialized`".into()));
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
-    }
-    let bps: Vec<(PathBuf, Vec<Bp>)> = state
-        .breakpoints
-        .lock()
+    await_initialized(&client)
         .await
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+        .map_err(|m| fail(&client, m))?;
+    let bps = breakpoint_list(state).await;
     tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialized");
     if let Err(m) = configure(&client, &bps, true).await {
         return Err(fail(&client, m));
@@ -1249,31 +1228,10 @@ async fn attach(
         )
         .await
         .map_err(|e| fail(&client, e.to_string()))?;
-    let deadline = Instant::now() + REQUEST_TIMEOUT;
-    loop {
-        let notified = client.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        if client
-            .events
-            .lock()
-            .map(|e| e.initialized || e.terminated)
-            .unwrap_or(true)
-        {
-            break;
-        }
-        if Instant::now() >= deadline {
-            return Err(fail(&client, "adapter never sent `initialized`".into()));
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
-    }
-    let bps: Vec<(PathBuf, Vec<Bp>)> = state
-        .breakpoints
-        .lock()
+    await_initialized(&client)
         .await
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
+        .map_err(|m| fail(&client, m))?;
+    let bps = breakpoint_list(state).await;
     if let Err(m) = configure(&client, &bps, false).await {
         return Err(fail(&client, m));
     }
@@ -1484,4 +1442,38 @@ async fn settle(
         }
         let _ = tokio::time::timeout(Duration::from_millis(100).min(wait), notified).await;
     }
+}
+
+/// Wait for the adapter's `initialized` event (or the end of its stream), at most the
+/// request timeout: adapters send it before or after answering launch/attach.
+async fn await_initialized(client: &Client) -> Result<(), String> {
+    let deadline = Instant::now() + REQUEST_TIMEOUT;
+    loop {
+        let notified = client.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        if client
+            .events
+            .lock()
+            .map(|e| e.initialized || e.terminated)
+            .unwrap_or(true)
+        {
+            return Ok(());
+        }
+        if Instant::now() >= deadline {
+            return Err("adapter never sent `initialized`".into());
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+    }
+}
+
+/// The breakpoints set so far, to send once the adapter is ready for them.
+async fn breakpoint_list(state: &DapState) -> Vec<(PathBuf, Vec<Bp>)> {
+    state
+        .breakpoints
+        .lock()
+        .await
+        .iter()
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect()
 }
