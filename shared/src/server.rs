@@ -730,10 +730,14 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
 
 /// Serve over stdin/stdout until the client closes stdin (or SIGTERM/SIGINT arrives).
 pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyhow::Result<()> {
+    widen_stdout_pipe();
     let running = server
         // Non-blocking pipes when stdin/stdout are FIFOs (how clients launch servers): no
         // blocking-pool hand-off per message.
-        .serve(rmcp::transport::stdio_pipes())
+        .serve({
+            let (stdin, stdout) = rmcp::transport::stdio_pipes();
+            crate::transport::LineTransport::new(stdin, stdout)
+        })
         .await
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
     let cancel = running.cancellation_token();
@@ -743,6 +747,16 @@ pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyh
     });
     let _ = running.waiting().await;
     Ok(())
+}
+
+/// Lets a large answer (a 100 KB file read) go out in one write: with the default 64 KB
+/// pipe it took two write/wake-up cycles between server and client. Best effort: stdout may
+/// not be a pipe, or the user's pipe budget may be spent.
+fn widen_stdout_pipe() {
+    let _ = nix::fcntl::fcntl(
+        std::io::stdout(),
+        nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20),
+    );
 }
 
 async fn shutdown_signal() {

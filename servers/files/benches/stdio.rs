@@ -151,7 +151,7 @@ fn main() {
     let read_p50 = percentile(&mut reads, 0.5);
     let read_p90 = percentile(&mut reads, 0.9);
     println!(
-        "file_read 2,000-line file (50 KB answer): p50 {}  p90 {}",
+        "file_read 2,000-line file (50 KB answer), through the test client (reader thread, parse, copies): p50 {}  p90 {}",
         fmt(read_p50),
         fmt(read_p90)
     );
@@ -184,15 +184,40 @@ fn main() {
         fmt(percentile(&mut parse, 0.5))
     );
 
+    // What the server's own encoding of that answer costs: serde_json vs kitbag's json_out
+    // (same bytes, faster string escaping).
+    let answer_value: serde_json::Value = serde_json::from_str(&answer).expect("parse");
+    let (mut by_serde, mut by_ours) = (Vec::new(), Vec::new());
+    for _ in 0..500 {
+        let t = Instant::now();
+        std::hint::black_box(serde_json::to_vec(&answer_value).expect("encode"));
+        by_serde.push(t.elapsed());
+        let t = Instant::now();
+        std::hint::black_box(kitbag_shared::json_out::to_vec(&answer_value).expect("encode"));
+        by_ours.push(t.elapsed());
+    }
+    assert_eq!(
+        serde_json::to_vec(&answer_value).expect("encode"),
+        kitbag_shared::json_out::to_vec(&answer_value).expect("encode")
+    );
+    println!(
+        "  encoding the answer: serde_json p50 {}, json_out p50 {}",
+        fmt(percentile(&mut by_serde, 0.5)),
+        fmt(percentile(&mut by_ours, 0.5))
+    );
+
     // The same round trip measured at the byte level: request written → the whole response
     // line received, without the test client's JSON parse (a client's own cost).
     let mut raw = RawClient::spawn(bin, root);
-    let mut wire = Vec::new();
-    for _ in 0..500 {
+    let (mut wire, mut wire_parsed) = (Vec::new(), Vec::new());
+    for _ in 0..1000 {
         let t = Instant::now();
         let n = raw.call(r#"{"name":"file_read","arguments":{"path":"two_k.rs"}}"#);
         wire.push(t.elapsed());
-        assert!(n > 50_000);
+        // A client that also parses the answer (once, straight from the bytes).
+        let v: serde_json::Value = serde_json::from_slice(&raw.line).expect("json");
+        wire_parsed.push(t.elapsed());
+        assert!(n > 50_000 && v["result"]["structuredContent"]["truncated"] == true);
     }
     let mut wire_small = Vec::new();
     for _ in 0..500 {
@@ -206,6 +231,10 @@ fn main() {
         "wire round trip (request written → response received, no client parse): whole file p50 {}, 20 lines p50 {}",
         fmt(percentile(&mut wire, 0.5)),
         fmt(percentile(&mut wire_small, 0.5))
+    );
+    println!(
+        "  the same with the client parsing the answer from the bytes: whole file p50 {}",
+        fmt(percentile(&mut wire_parsed, 0.5)),
     );
     drop(raw);
 

@@ -40,7 +40,12 @@ pub const IDENTITY: Identity = Identity {
 pub fn router() -> ToolRouter<FilesState> {
     ToolRouter::new()
         .tool(read::DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            blocking(move || read::run(&s, ctx.policy(), p)).await
+            let target = read::open(ctx.policy(), p)?;
+            if target.is_quick() {
+                target.read(&s)
+            } else {
+                blocking(move || target.read(&s)).await
+            }
         })
         .tool(write::WRITE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
             write::write(&s, ctx.policy(), p).await

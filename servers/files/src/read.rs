@@ -119,21 +119,67 @@ pub fn positive(field: &str, v: Option<i64>, default: u64) -> ToolResult<u64> {
     }
 }
 
+/// Files up to this size are read on the async thread itself: a hand-off to the blocking pool
+/// cost more than the read.
+const QUICK_READ_BYTES: u64 = 1 << 20;
+
+/// A validated, resolved read, before any content is touched.
+pub struct Target {
+    path: String,
+    offset: u64,
+    limit: u64,
+    resolved: kitbag_shared::paths::Resolved,
+    meta: std::fs::Metadata,
+}
+
+impl Target {
+    /// A small regular file: cheap enough to read without leaving the async thread.
+    pub fn is_quick(&self) -> bool {
+        self.meta.is_file() && self.meta.len() <= QUICK_READ_BYTES
+    }
+
+    pub fn read(self, state: &FilesState) -> ToolResult<Reply<ReadResult>> {
+        read_target(state, self)
+    }
+}
+
+/// Check the arguments, resolve the path and stat it.
+pub fn open(policy: &PathPolicy, p: ReadParams) -> ToolResult<Target> {
+    let offset = positive("offset", p.offset, 1)?;
+    let limit = positive("limit", p.limit, DEFAULT_LIMIT)?;
+    let resolved = policy.resolve(&p.path, "path", Access::Read)?;
+    let meta = std::fs::metadata(&resolved.abs).map_err(|e| ToolError::io(&p.path, &e))?;
+    Ok(Target {
+        path: p.path,
+        offset,
+        limit,
+        resolved,
+        meta,
+    })
+}
+
 pub fn run(
     state: &FilesState,
     policy: &PathPolicy,
     p: ReadParams,
 ) -> ToolResult<Reply<ReadResult>> {
-    let offset = positive("offset", p.offset, 1)?;
-    let limit = positive("limit", p.limit, DEFAULT_LIMIT)?;
-    let resolved = policy.resolve(&p.path, "path", Access::Read)?;
-    let meta = std::fs::metadata(&resolved.abs).map_err(|e| ToolError::io(&p.path, &e))?;
+    open(policy, p)?.read(state)
+}
+
+fn read_target(state: &FilesState, t: Target) -> ToolResult<Reply<ReadResult>> {
+    let Target {
+        path,
+        offset,
+        limit,
+        resolved,
+        meta,
+    } = t;
     if meta.is_dir() {
         return read_dir(&resolved.abs, resolved.rel, offset, limit);
     }
-    let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&p.path, &e))?;
+    let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&path, &e))?;
     let mut reader = BufReader::with_capacity(64 * 1024, file);
-    let head = reader.fill_buf().map_err(|e| ToolError::io(&p.path, &e))?;
+    let head = reader.fill_buf().map_err(|e| ToolError::io(&path, &e))?;
     let sniff = &head[..head.len().min(SNIFF_BYTES)];
     if content_inspector::inspect(sniff).is_binary() {
         let mut r = ReadResult::bare(resolved.rel, EntryKind::Binary);
@@ -147,7 +193,7 @@ pub fn run(
         return Ok(Reply::new(r, text));
     }
     let out = number_lines(&mut reader, meta.len(), offset, limit)
-        .map_err(|e| ToolError::io(&p.path, &e))?;
+        .map_err(|e| ToolError::io(&path, &e))?;
     if out.total_lines > 0 && offset > out.total_lines {
         return Err(ToolError::invalid_field(
             "offset",
@@ -171,7 +217,8 @@ pub fn run(
     r.next_offset = r.truncated.then_some(next);
     r.long_lines_cut = (out.long_lines > 0).then_some(out.long_lines);
     r.lossy = out.lossy.then_some(true);
-    let mut text = out.content.clone();
+    let mut text = String::with_capacity(out.content.len() + 128);
+    text.push_str(&out.content);
     if r.truncated {
         text.push_str(&format!(
             "\n[truncated: lines {}–{} of {} shown; continue with offset={}]",
@@ -221,14 +268,20 @@ impl Window {
             long_lines: 0,
             lossy: false,
             full: false,
-            content: String::new(),
+            // Sized once for the cap: growing it by doubling copied the answer several times.
+            content: String::with_capacity(MAX_OUTPUT_BYTES + 64),
         }
+    }
+
+    /// Whether lines past this point can still be shown.
+    fn wants_more(&self) -> bool {
+        !self.full && self.returned < self.limit
     }
 
     /// Account for one line (with its terminator, if any).
     fn line(&mut self, line: &[u8]) {
         self.n += 1;
-        if self.n < self.offset || self.full || self.returned >= self.limit {
+        if self.n < self.offset || !self.wants_more() {
             return;
         }
         let mut body = line;
@@ -256,8 +309,11 @@ impl Window {
             self.full = true;
             return;
         }
-        use std::fmt::Write as _;
-        let _ = writeln!(self.content, "{}: {shown}", self.n);
+        // Plain pushes: the formatting machinery of `write!` cost more than the copy itself.
+        self.content.push_str(itoa::Buffer::new().format(self.n));
+        self.content.push_str(": ");
+        self.content.push_str(&shown);
+        self.content.push('\n');
         self.long_lines += cut as u64;
         self.returned += 1;
     }
@@ -292,6 +348,15 @@ fn number_lines(
         for end in memchr::memchr_iter(b'\n', &data) {
             window.line(&data[start..=end]);
             start = end + 1;
+            if window.n >= window.offset && !window.wants_more() {
+                break;
+            }
+        }
+        // Past the window only the line count is needed.
+        let rest = &data[start..];
+        window.n += memchr::memchr_iter(b'\n', rest).count() as u64;
+        if let Some(last) = memchr::memrchr(b'\n', rest) {
+            start += last + 1;
         }
         if start < data.len() {
             window.line(&data[start..]);

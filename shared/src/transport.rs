@@ -1,0 +1,413 @@
+//! The stdio transport every server speaks: newline-delimited JSON-RPC, one message per line.
+//!
+//! rmcp's own line transport is replaced for the write side's sake: answers are written with
+//! [`crate::json_out`] (serde_json's bytes, escaped faster) into one reused buffer, and a
+//! write interrupted by cancellation is finished before the next message, so a line is never
+//! cut. The read side keeps rmcp's rules: CRLF and a leading BOM are accepted, blank lines and
+//! text that is not JSON are skipped, notifications we cannot read are dropped, and a request
+//! we cannot read gets an `Invalid Request` error (with its id when it has one).
+
+use std::io;
+use std::sync::Arc;
+
+use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
+use rmcp::transport::Transport;
+use serde_json::{Value, json};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::sync::Mutex;
+
+use crate::json_out;
+
+/// A line longer than this is discarded (logged), so one runaway message cannot exhaust memory.
+pub const MAX_LINE_BYTES: usize = 256 << 20;
+/// The output buffer is kept between messages up to this size.
+const KEEP_BUFFER_BYTES: usize = 1 << 20;
+const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
+
+/// Newline-delimited JSON-RPC over a reader and a writer (stdin/stdout for a server).
+pub struct LineTransport<R, W> {
+    reader: R,
+    /// Bytes read and not yet consumed.
+    input: Vec<u8>,
+    /// How much of `input` is known to hold no newline.
+    scanned: usize,
+    /// Dropping the rest of an over-long line.
+    discarding: bool,
+    output: Arc<Mutex<Output<W>>>,
+}
+
+struct Output<W> {
+    writer: Option<W>,
+    /// The message being written, and how much of it has gone out.
+    line: Vec<u8>,
+    written: usize,
+}
+
+impl<W: AsyncWrite + Unpin> Output<W> {
+    /// Write what remains of `line`; progress survives the future being dropped.
+    async fn drain(&mut self) -> io::Result<()> {
+        let Some(writer) = self.writer.as_mut() else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotConnected,
+                "the transport is closed",
+            ));
+        };
+        while self.written < self.line.len() {
+            let n = writer.write(&self.line[self.written..]).await?;
+            if n == 0 {
+                return Err(io::ErrorKind::WriteZero.into());
+            }
+            self.written += n;
+        }
+        writer.flush().await
+    }
+
+    async fn send(&mut self, message: &impl serde::Serialize) -> io::Result<()> {
+        // A previous send cancelled mid-line finishes first.
+        self.drain().await?;
+        self.line.clear();
+        self.written = 0;
+        if self.line.capacity() > KEEP_BUFFER_BYTES {
+            self.line = Vec::new();
+        }
+        if let Err(e) = json_out::write(&mut self.line, message) {
+            self.line.clear();
+            return Err(io::Error::new(io::ErrorKind::InvalidData, e));
+        }
+        self.line.push(b'\n');
+        self.drain().await
+    }
+}
+
+impl<R, W> LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    pub fn new(reader: R, writer: W) -> Self {
+        Self {
+            reader,
+            input: Vec::with_capacity(64 * 1024),
+            scanned: 0,
+            discarding: false,
+            output: Arc::new(Mutex::new(Output {
+                writer: Some(writer),
+                line: Vec::with_capacity(64 * 1024),
+                written: 0,
+            })),
+        }
+    }
+
+    /// The next whole line's end in `input`, reading more as needed; `None` at end of input.
+    /// Cancel-safe: everything read stays in `input`.
+    async fn next_line_end(&mut self) -> Option<usize> {
+        loop {
+            if let Some(i) = memchr::memchr(b'\n', &self.input[self.scanned..]) {
+                return Some(self.scanned + i);
+            }
+            self.scanned = self.input.len();
+            if self.input.len() > MAX_LINE_BYTES {
+                tracing::error!(
+                    max = MAX_LINE_BYTES,
+                    "incoming message longer than the limit; discarding it"
+                );
+                self.discarding = true;
+                self.input.clear();
+                self.scanned = 0;
+            }
+            self.input.reserve(64 * 1024);
+            match self.reader.read_buf(&mut self.input).await {
+                Ok(0) => return None,
+                Ok(_) => {}
+                Err(e) => {
+                    tracing::error!("reading the client's messages failed: {e}");
+                    return None;
+                }
+            }
+        }
+    }
+}
+
+/// What one input line turned out to be.
+enum Line {
+    Message(Box<RxJsonRpcMessage<RoleServer>>),
+    Skip,
+    /// A request that could not be read: answer `Invalid Request`.
+    Refuse(Value),
+}
+
+fn read_line(raw: &[u8]) -> Line {
+    let line = raw.strip_suffix(b"\r").unwrap_or(raw);
+    let line = line.strip_prefix(UTF8_BOM).unwrap_or(line);
+    if line.iter().all(|b| b.is_ascii_whitespace()) {
+        return Line::Skip;
+    }
+    let err = match serde_json::from_slice::<RxJsonRpcMessage<RoleServer>>(line) {
+        Ok(m) => return Line::Message(Box::new(m)),
+        Err(e) => e,
+    };
+    let Ok(value) = serde_json::from_slice::<Value>(line) else {
+        // Not JSON at all: nothing to answer (replying could start an error storm with a peer
+        // that echoes), as the other MCP SDKs do.
+        tracing::debug!("ignoring a line that is not JSON: {err}");
+        return Line::Skip;
+    };
+    let id = value
+        .get("id")
+        .filter(|id| id.is_string() || id.is_number());
+    match (value.get("method").and_then(Value::as_str), id) {
+        // A request we cannot read deserves an answer; notifications and responses get none.
+        (Some(method), Some(id)) => {
+            tracing::debug!(method, "refusing a request that could not be read: {err}");
+            Line::Refuse(json!({
+                "jsonrpc": "2.0",
+                "id": id,
+                "error": {"code": -32600, "message": format!("Invalid request: {err}")},
+            }))
+        }
+        (Some(method), None) if value.get("id").is_none() => {
+            tracing::debug!(
+                method,
+                "ignoring a notification that could not be read: {err}"
+            );
+            Line::Skip
+        }
+        (Some(method), None) => {
+            tracing::debug!(method, "refusing a request with an invalid id: {err}");
+            Line::Refuse(json!({
+                "jsonrpc": "2.0",
+                "id": null,
+                "error": {"code": -32600, "message": format!("Invalid request: {err}")},
+            }))
+        }
+        (None, _) => {
+            tracing::debug!("ignoring a message that is neither a request nor readable: {err}");
+            Line::Skip
+        }
+    }
+}
+
+impl<R, W> Transport<RoleServer> for LineTransport<R, W>
+where
+    R: AsyncRead + Unpin + Send,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    type Error = io::Error;
+
+    fn send(
+        &mut self,
+        item: TxJsonRpcMessage<RoleServer>,
+    ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
+        let output = self.output.clone();
+        async move { output.lock().await.send(&item).await }
+    }
+
+    async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
+        loop {
+            let end = self.next_line_end().await?;
+            let line = if std::mem::take(&mut self.discarding) {
+                Line::Skip
+            } else {
+                read_line(&self.input[..end])
+            };
+            self.input.drain(..=end);
+            self.scanned = 0;
+            match line {
+                Line::Message(m) => return Some(*m),
+                Line::Skip => {}
+                Line::Refuse(answer) => {
+                    if let Err(e) = self.output.lock().await.send(&answer).await {
+                        tracing::error!("writing to the client failed: {e}");
+                        return None;
+                    }
+                }
+            }
+        }
+    }
+
+    async fn close(&mut self) -> Result<(), Self::Error> {
+        let mut output = self.output.lock().await;
+        if let Some(mut w) = output.writer.take() {
+            let _ = w.shutdown().await;
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::server::{CallCtx, Identity, McpServer, Reply, ToolDef, ToolRouter};
+    use crate::{PathPolicy, ToolError};
+    use rmcp::ServiceExt;
+    use schemars::JsonSchema;
+    use serde::{Deserialize, Serialize};
+    use tokio::io::{AsyncBufReadExt, BufReader, DuplexStream};
+
+    #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct P {
+        text: String,
+    }
+
+    #[derive(Serialize, JsonSchema)]
+    struct O {
+        text: String,
+    }
+
+    struct Peer {
+        to_server: DuplexStream,
+        from_server: BufReader<DuplexStream>,
+    }
+
+    impl Peer {
+        async fn send(&mut self, bytes: &[u8]) {
+            self.to_server.write_all(bytes).await.expect("write");
+        }
+
+        async fn answer(&mut self) -> Value {
+            let mut line = String::new();
+            tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                self.from_server.read_line(&mut line),
+            )
+            .await
+            .expect("an answer in time")
+            .expect("read");
+            assert!(line.ends_with('\n'), "one whole line: {line:?}");
+            serde_json::from_str(&line).expect("the answer is JSON")
+        }
+    }
+
+    /// A served echo tool behind a `LineTransport` over in-memory pipes.
+    async fn start() -> Peer {
+        let router = ToolRouter::new().tool(
+            ToolDef::read("echo_text", "Echo", "Echo the text."),
+            |_s: Arc<()>, p: P, _ctx: CallCtx| async move {
+                if p.text == "fail" {
+                    return Err(ToolError::invalid_field("text", "fail is refused"));
+                }
+                Ok(Reply::new(
+                    O {
+                        text: p.text.clone(),
+                    },
+                    p.text,
+                ))
+            },
+        );
+        let policy = PathPolicy::new(&std::env::temp_dir(), &[], true).expect("policy");
+        let identity = Identity {
+            name: "transport-test",
+            version: "0",
+            instructions: "",
+        };
+        let server = McpServer::new(identity, (), router, policy);
+        let (client_w, server_r) = tokio::io::duplex(1 << 16);
+        let (server_w, client_r) = tokio::io::duplex(1 << 16);
+        tokio::spawn(async move {
+            if let Ok(running) = server.serve(LineTransport::new(server_r, server_w)).await {
+                let _ = running.waiting().await;
+            }
+        });
+        let mut peer = Peer {
+            to_server: client_w,
+            from_server: BufReader::new(client_r),
+        };
+        peer.send(b"{\"jsonrpc\":\"2.0\",\"id\":0,\"method\":\"initialize\",\"params\":{\"protocolVersion\":\"2025-11-25\",\"capabilities\":{},\"clientInfo\":{\"name\":\"t\",\"version\":\"1\"}}}\n").await;
+        let init = peer.answer().await;
+        assert_eq!(init["result"]["serverInfo"]["name"], "transport-test");
+        peer.send(b"{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n")
+            .await;
+        peer
+    }
+
+    fn call(id: u64, text: &str) -> Vec<u8> {
+        let mut v = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo_text", "arguments": {"text": text}}})).expect("json");
+        v.push(b'\n');
+        v
+    }
+
+    #[tokio::test]
+    async fn lines_split_joined_crlf_bom_and_blank_are_read() {
+        let mut peer = start().await;
+        // One request delivered a byte at a time.
+        for b in call(1, "slow") {
+            peer.send(&[b]).await;
+        }
+        assert_eq!(
+            peer.answer().await["result"]["structuredContent"]["text"],
+            "slow"
+        );
+        // Two requests in one write, the second with CRLF, then a BOM and blank lines.
+        let mut both = call(2, "a");
+        let mut crlf = call(3, "b");
+        crlf.pop();
+        crlf.extend_from_slice(b"\r\n\n   \n\xEF\xBB\xBF");
+        both.extend_from_slice(&crlf);
+        both.extend_from_slice(&call(4, "c"));
+        peer.send(&both).await;
+        let mut ids = Vec::new();
+        for _ in 0..3 {
+            ids.push(peer.answer().await["id"].as_u64().expect("id"));
+        }
+        ids.sort();
+        assert_eq!(ids, [2, 3, 4]);
+    }
+
+    #[tokio::test]
+    async fn garbage_is_skipped_and_unreadable_requests_are_refused_by_id() {
+        let mut peer = start().await;
+        peer.send(b"this is not json\n{\"jsonrpc\":\"2.0\",\"method\":\"notifications/whatever\",\"params\":5}\n")
+            .await;
+        // Well-formed JSON that is no valid request: refused, with its id.
+        peer.send(b"{\"jsonrpc\":\"2.0\",\"id\":\"abc\",\"method\":\"tools/call\",\"params\":7}\n")
+            .await;
+        let refused = peer.answer().await;
+        assert_eq!(refused["id"], "abc");
+        assert_eq!(refused["error"]["code"], -32600);
+        // The session goes on.
+        peer.send(&call(9, "after")).await;
+        let ok = peer.answer().await;
+        assert_eq!(ok["id"], 9);
+        assert_eq!(ok["result"]["content"][0]["text"], "after");
+        // Tool errors still come back as results.
+        peer.send(&call(10, "fail")).await;
+        let e = peer.answer().await;
+        assert_eq!(e["result"]["isError"], true);
+        assert_eq!(
+            e["result"]["structuredContent"]["error"]["code"],
+            "invalid_params"
+        );
+    }
+
+    #[tokio::test]
+    async fn large_answers_arrive_as_whole_lines() {
+        let mut peer = start().await;
+        let text: String = (0..3000)
+            .map(|i| format!("{i}: \"quoted\" \\ tab\t é 😀\u{1}\n"))
+            .collect();
+        peer.send(&call(5, &text)).await;
+        let answer = peer.answer().await;
+        assert_eq!(answer["result"]["content"][0]["text"], text.as_str());
+        assert_eq!(answer["result"]["structuredContent"]["text"], text.as_str());
+    }
+
+    #[tokio::test]
+    async fn end_of_input_ends_the_session() {
+        let peer = start().await;
+        let Peer {
+            to_server,
+            mut from_server,
+        } = peer;
+        drop(to_server);
+        let mut rest = String::new();
+        let n = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            from_server.read_line(&mut rest),
+        )
+        .await
+        .expect("closed in time")
+        .expect("read");
+        assert_eq!(n, 0, "nothing more is written: {rest:?}");
+    }
+}
