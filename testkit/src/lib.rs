@@ -285,11 +285,11 @@ impl McpClient {
         Self::to_tool_call(r)
     }
 
-    pub fn to_tool_call(r: Value) -> ToolCall {
-        let result = r
-            .get("result")
-            .unwrap_or_else(|| panic!("tools/call returned a protocol error: {r}"))
-            .clone();
+    pub fn to_tool_call(mut r: Value) -> ToolCall {
+        let result = match r.get_mut("result") {
+            Some(result) => result.take(),
+            None => panic!("tools/call returned a protocol error: {r}"),
+        };
         let text = result["content"]
             .as_array()
             .map(|items| {
