@@ -347,7 +347,7 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     let (to_rmcp, rmcp_rx) = tokio::sync::mpsc::unbounded_channel();
     tokio::spawn(upstream_demux(host.clone(), stdin, to_rmcp, out_tx.clone()));
     let running = host
-        .serve((
+        .serve(kitbag_shared::transport::LineTransport::new(
             fastpath::ChannelReader::new(rmcp_rx),
             fastpath::LineWriter::new(out_tx),
         ))
