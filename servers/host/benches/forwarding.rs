@@ -31,42 +31,38 @@ fn main() {
         json!({"mcp": {"files": {"command": bin, "args": ["server", "files", "--root", root]}}});
     std::fs::write(&cfg, entry.to_string()).expect("w");
 
-    let mut direct = McpClient::spawn(
-        bin,
-        &["server", "files", "--root", root],
-        dir.path(),
-        Era::Handshake,
-    );
-    let mut hosted = McpClient::spawn(
-        bin,
-        &["--config", cfg.to_str().expect("u"), "serve"],
-        dir.path(),
-        Era::Handshake,
-    );
-    let args = json!({"path": "small.rs", "offset": 50, "limit": 20});
-    for _ in 0..50 {
-        direct.call("file_read", args.clone());
-        hosted.call("file_read", args.clone());
+    for (era, label) in [(Era::Handshake, "2025-11-25"), (Era::Modern, "2026-07-28")] {
+        let mut direct =
+            McpClient::spawn(bin, &["server", "files", "--root", root], dir.path(), era);
+        let mut hosted = McpClient::spawn(
+            bin,
+            &["--config", cfg.to_str().expect("u"), "serve"],
+            dir.path(),
+            era,
+        );
+        let args = json!({"path": "small.rs", "offset": 50, "limit": 20});
+        for _ in 0..50 {
+            direct.call("file_read", args.clone());
+            hosted.call("file_read", args.clone());
+        }
+        let (mut d, mut h) = (Vec::new(), Vec::new());
+        for _ in 0..1000 {
+            let t = Instant::now();
+            assert!(!direct.call("file_read", args.clone()).is_error);
+            d.push(t.elapsed());
+            let t = Instant::now();
+            assert!(!hosted.call("file_read", args.clone()).is_error);
+            h.push(t.elapsed());
+        }
+        let (dm, hm) = (median(d), median(h));
+        println!("file_read 20 lines, {label} era, median of 1000 (interleaved):");
+        println!("  direct to the files server: {}", us(dm));
+        println!("  through the host:           {}", us(hm));
+        println!(
+            "  forwarding overhead:        {}",
+            us(hm.saturating_sub(dm))
+        );
     }
-    let (mut d, mut h) = (Vec::new(), Vec::new());
-    for _ in 0..1000 {
-        let t = Instant::now();
-        assert!(!direct.call("file_read", args.clone()).is_error);
-        d.push(t.elapsed());
-        let t = Instant::now();
-        assert!(!hosted.call("file_read", args.clone()).is_error);
-        h.push(t.elapsed());
-    }
-    let (dm, hm) = (median(d), median(h));
-    println!("file_read 20 lines, median of 1000 (interleaved):");
-    println!("  direct to the files server: {}", us(dm));
-    println!("  through the host:           {}", us(hm));
-    println!(
-        "  forwarding overhead:        {}",
-        us(hm.saturating_sub(dm))
-    );
-    drop(direct);
-    drop(hosted);
 
     // An empty directory: no agent.json there, so the host runs its embedded default.
     let empty = tempfile::tempdir().expect("tmp");

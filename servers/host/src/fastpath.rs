@@ -309,6 +309,31 @@ pub struct FastCall<'a> {
     pub id: &'a RawValue,
     pub name: Cow<'a, str>,
     pub arguments: Option<&'a RawValue>,
+    /// A 2026-07-28 request (its `_meta` names that version): the answer needs `resultType`.
+    pub modern: bool,
+}
+
+/// The protocol revision whose requests carry their own `_meta` and whose results carry
+/// `resultType`.
+pub const MODERN_VERSION: &str = "2026-07-28";
+
+/// The `_meta` of a 2026-07-28 request that holds nothing but the per-request protocol keys.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ModernMeta<'a> {
+    #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
+    protocol_version: Cow<'a, str>,
+    #[serde(borrow, rename = "io.modelcontextprotocol/clientInfo", default)]
+    _client_info: Option<&'a RawValue>,
+    #[serde(borrow, rename = "io.modelcontextprotocol/clientCapabilities", default)]
+    _client_capabilities: Option<&'a RawValue>,
+}
+
+/// Whether a call's `_meta` is only the 2026-07-28 protocol keys; anything else (a progress
+/// token, another extension's key) goes through rmcp.
+fn plain_modern_meta(meta: &RawValue) -> bool {
+    serde_json::from_str::<ModernMeta<'_>>(meta.get())
+        .is_ok_and(|m| m.protocol_version == MODERN_VERSION)
 }
 
 #[derive(Deserialize)]
@@ -328,6 +353,8 @@ struct PeekCallParams<'a> {
     name: Cow<'a, str>,
     #[serde(borrow, default)]
     arguments: Option<&'a RawValue>,
+    #[serde(borrow, default, rename = "_meta")]
+    meta: Option<&'a RawValue>,
 }
 
 /// What an upstream line is, as far as the byte-level path cares.
@@ -346,14 +373,18 @@ pub fn classify(line: &str) -> Upstream<'_> {
     };
     match (peek.method.as_deref(), peek.id, peek.params) {
         (Some("tools/call"), Some(id), Some(params)) => {
-            // Only plain calls: `_meta` (progress tokens, the 2026-07-28 era) or any other
-            // field goes through rmcp.
+            // Only plain calls: a `_meta` beyond the 2026-07-28 protocol keys (a progress
+            // token, say) or any other field goes through rmcp.
             match serde_json::from_str::<PeekCallParams<'_>>(params.get()) {
-                Ok(p) if p.arguments.is_none_or(|a| a.get().starts_with('{')) => {
+                Ok(p)
+                    if p.arguments.is_none_or(|a| a.get().starts_with('{'))
+                        && p.meta.is_none_or(plain_modern_meta) =>
+                {
                     Upstream::Call(FastCall {
                         id,
                         name: p.name,
                         arguments: p.arguments,
+                        modern: p.meta.is_some(),
                     })
                 }
                 _ => Upstream::Other,
@@ -371,25 +402,46 @@ pub fn classify(line: &str) -> Upstream<'_> {
     }
 }
 
-/// The JSON-RPC response line for a forwarded call.
-pub fn response_line(id: &str, reply: &Reply) -> Line {
+/// Whether a result object already names its `resultType` at the top level. The byte test
+/// settles the usual case (children answer in the handshake era, without it); only a body
+/// that mentions the word anywhere is parsed.
+fn has_result_type(body: &str) -> bool {
+    if memchr::memmem::find(body.as_bytes(), b"\"resultType\"").is_none() {
+        return false;
+    }
+    serde_json::from_str::<HashMap<Cow<'_, str>, &RawValue>>(body)
+        .map_or(true, |m| m.contains_key("resultType"))
+}
+
+/// The JSON-RPC response line for a forwarded call; `modern` adds the 2026-07-28 era's
+/// `"resultType": "complete"` to a result.
+pub fn response_line(id: &str, reply: &Reply, modern: bool) -> Line {
     let (key, body) = match reply {
         Reply::Result(r) => ("result", r.get()),
         Reply::Error(e) => ("error", e.get()),
     };
-    let mut line = Vec::with_capacity(40 + id.len() + body.len());
+    let mut line = Vec::with_capacity(64 + id.len() + body.len());
     line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
     line.extend_from_slice(id.as_bytes());
     line.extend_from_slice(b",\"");
     line.extend_from_slice(key.as_bytes());
     line.extend_from_slice(b"\":");
-    line.extend_from_slice(body.as_bytes());
+    match body.strip_prefix('{') {
+        Some(fields) if modern && key == "result" && !has_result_type(body) => {
+            line.extend_from_slice(b"{\"resultType\":\"complete\"");
+            if !fields.trim_start().starts_with('}') {
+                line.push(b',');
+            }
+            line.extend_from_slice(fields.as_bytes());
+        }
+        _ => line.extend_from_slice(body.as_bytes()),
+    }
     line.extend_from_slice(b"}\n");
     line
 }
 
 /// An `isError` result line (the same shape as the rmcp path's errors).
-pub fn error_line(id: &str, code: &str, message: &str) -> Line {
+pub fn error_line(id: &str, code: &str, message: &str, modern: bool) -> Line {
     let result = json!({
         "content": [{"type": "text", "text": format!("error [{code}]: {message}")}],
         "structuredContent": {"error": {"code": code, "message": message}},
@@ -397,7 +449,7 @@ pub fn error_line(id: &str, code: &str, message: &str) -> Line {
     });
     let raw = RawValue::from_string(result.to_string()).ok();
     match raw {
-        Some(r) => response_line(id, &Reply::Result(r)),
+        Some(r) => response_line(id, &Reply::Result(r), modern),
         None => Vec::new(),
     }
 }
@@ -468,6 +520,20 @@ mod tests {
         }
         let with_meta = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":{},"_meta":{"progressToken":1}}}"#;
         assert!(matches!(classify(with_meta), Upstream::Other));
+        // A 2026-07-28 request: only the protocol keys in `_meta` → byte path, marked modern.
+        let modern = r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"x","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientInfo":{"name":"c","version":"1"},"io.modelcontextprotocol/clientCapabilities":{}}}}"#;
+        assert!(matches!(classify(modern), Upstream::Call(c) if c.modern));
+        assert!(matches!(classify(call), Upstream::Call(c) if !c.modern));
+        for other in [
+            // a progress token beside the protocol keys
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","progressToken":"p"}}}"#,
+            // another version
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2025-11-25"}}}"#,
+            // no version
+            r#"{"jsonrpc":"2.0","id":8,"method":"tools/call","params":{"name":"x","_meta":{}}}"#,
+        ] {
+            assert!(matches!(classify(other), Upstream::Other), "{other}");
+        }
         let bad_args = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#;
         assert!(matches!(classify(bad_args), Upstream::Other));
         let cancel =
@@ -486,10 +552,35 @@ mod tests {
 "#;
         let (id, reply) = fast_reply(line).unwrap();
         assert_eq!(id, "kbfast-3");
-        let out = response_line("\"up-9\"", &reply);
+        let out = response_line("\"up-9\"", &reply, false);
         let v: Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(v["id"], "up-9");
         assert_eq!(v["result"]["isError"], false);
+        assert!(v["result"].get("resultType").is_none());
+        // The 2026-07-28 shape: resultType added, once, also to an empty result.
+        let modern: Value = serde_json::from_slice(&response_line("1", &reply, true)).unwrap();
+        assert_eq!(modern["result"]["resultType"], "complete");
+        assert_eq!(modern["result"]["isError"], false);
+        let empty = Reply::Result(RawValue::from_string("{ }".into()).unwrap());
+        let v: Value = serde_json::from_slice(&response_line("1", &empty, true)).unwrap();
+        assert_eq!(v["result"], json!({"resultType": "complete"}));
+        let already = Reply::Result(
+            RawValue::from_string(r#"{"resultType":"complete","content":[]}"#.into()).unwrap(),
+        );
+        let out = response_line("1", &already, true);
+        assert_eq!(
+            memchr::memmem::find_iter(&out, b"resultType").count(),
+            1,
+            "{}",
+            String::from_utf8_lossy(&out)
+        );
+        // Only a top-level resultType counts.
+        let nested = Reply::Result(
+            RawValue::from_string(r#"{"structuredContent":{"resultType":"x"}}"#.into()).unwrap(),
+        );
+        let v: Value = serde_json::from_slice(&response_line("1", &nested, true)).unwrap();
+        assert_eq!(v["result"]["resultType"], "complete");
+        assert_eq!(v["result"]["structuredContent"]["resultType"], "x");
         assert!(fast_reply(br#"{"jsonrpc":"2.0","id":4,"result":{}}"#).is_none());
         assert!(
             fast_reply(
@@ -497,7 +588,7 @@ mod tests {
             )
             .is_none()
         );
-        let err = error_line("5", "server_unavailable", "gone");
+        let err = error_line("5", "server_unavailable", "gone", false);
         let v: Value = serde_json::from_slice(&err).unwrap();
         assert_eq!(
             v["result"]["structuredContent"]["error"]["code"],

@@ -366,7 +366,8 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
     use tokio::io::AsyncBufReadExt;
     let mut r = tokio::io::BufReader::with_capacity(1 << 16, stdin);
     let mut line = Vec::new();
-    // The byte-level path answers in the handshake era's shape (no `resultType`).
+    // Handshake-era calls take the byte-level path once `initialize` was seen; 2026-07-28
+    // calls say so in their own `_meta` (their answers get `resultType`).
     let mut handshake = false;
     let inflight = Arc::new(fastpath::InFlight::default());
     loop {
@@ -386,7 +387,7 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                     handshake = false;
                     false
                 }
-                fastpath::Upstream::Call(call) if handshake => {
+                fastpath::Upstream::Call(call) if handshake || call.modern => {
                     host.call_fast(call, &out, &inflight)
                 }
                 fastpath::Upstream::Cancelled(id) => match inflight.remove(&id) {
@@ -425,6 +426,7 @@ impl HostServer {
             return false;
         };
         let upstream_id = call.id.get().to_string();
+        let modern = call.modern;
         // Keyed by the id's value, so a cancellation spelling it differently still matches.
         let key = serde_json::from_str::<serde_json::Value>(&upstream_id)
             .map(|v| v.to_string())
@@ -451,8 +453,9 @@ impl HostServer {
                             &upstream_id,
                             "server_unavailable",
                             &format!("server {server}: {}", e.get()),
+                            modern,
                         ),
-                        r => fastpath::response_line(&upstream_id, r),
+                        r => fastpath::response_line(&upstream_id, r, modern),
                     };
                     (line, code)
                 }
@@ -464,7 +467,7 @@ impl HostServer {
                         "server {server} exited during the call; it is being restarted — the call did not complete"
                     );
                     (
-                        fastpath::error_line(&upstream_id, "server_unavailable", &msg),
+                        fastpath::error_line(&upstream_id, "server_unavailable", &msg, modern),
                         Some("server_unavailable".to_string()),
                     )
                 }
@@ -476,7 +479,7 @@ impl HostServer {
                         timeout.as_secs()
                     );
                     (
-                        fastpath::error_line(&upstream_id, "timeout", &msg),
+                        fastpath::error_line(&upstream_id, "timeout", &msg, modern),
                         Some("timeout".to_string()),
                     )
                 }

@@ -854,11 +854,20 @@ fn plain_calls_are_forwarded_as_bytes_and_keep_every_behaviour() {
             .any(|e| e["tool"] == "shell_bash" && e["error_code"] == "timeout")
     );
 
-    // The 2026-07-28 era goes through rmcp (its results carry resultType).
+    // 2026-07-28 calls take the byte path too, their results given `resultType`; a call
+    // with a progress token still goes through rmcp, with the same shape.
     let mut m = McpClient::spawn(bin(), &["--config", cfg, "serve"], d.path(), Era::Modern);
     let r = m.call("file_read", json!({"path": "a.txt"}));
     assert_eq!(r.text, "1: alpha\n2: beta");
     assert_eq!(r.raw["resultType"], "complete", "{}", r.raw);
+    let missing = m.call("file_read", json!({"path": "nope.txt"}));
+    assert!(missing.is_error);
+    assert_eq!(missing.raw["resultType"], "complete", "{}", missing.raw);
     let s = m.call("host_status", json!({}));
-    assert_eq!(s.structured["byte_level_calls"], 0, "{}", s.structured);
+    assert_eq!(s.structured["byte_level_calls"], 2, "{}", s.structured);
+    let p = m.call_with_progress("file_read", json!({"path": "a.txt"}), "tok-1");
+    assert_eq!(p.text, "1: alpha\n2: beta");
+    assert_eq!(p.raw["resultType"], "complete", "{}", p.raw);
+    let s = m.call("host_status", json!({}));
+    assert_eq!(s.structured["byte_level_calls"], 2, "{}", s.structured);
 }
