@@ -265,30 +265,38 @@ impl Pool {
         }))
     }
 
-    /// Stop the server after `idle_timeout` without calls; it respawns on next use.
+    /// Stop the server after `idle_timeout` without calls; it respawns on next use. A server
+    /// with a call in progress is never idle, however long its answer takes.
     fn watch_idle(&self, slot: &Arc<tokio::sync::Mutex<Slot>>, server: &Arc<Server>) {
         let idle = self.config.idle_timeout;
         let audit = self.audit.clone();
         let slot: Weak<tokio::sync::Mutex<Slot>> = Arc::downgrade(slot);
         let server: Weak<Server> = Arc::downgrade(server);
+        // Calls hold their own `Arc<Server>` while they run (`Pool::get` hands one out under
+        // the slot lock); the slot's and this watcher's are the only others.
+        let in_use = |s: &Arc<Server>| Arc::strong_count(s) > 2;
         tokio::spawn(async move {
             loop {
                 let Some(s) = server.upgrade() else { return };
                 if !s.rpc.is_alive() {
                     return;
                 }
-                let due = s.last_used() + idle;
+                let due = if in_use(&s) {
+                    Instant::now() + idle
+                } else {
+                    s.last_used() + idle
+                };
                 drop(s);
                 tokio::time::sleep_until(due.into()).await;
                 let Some(s) = server.upgrade() else { return };
-                if s.last_used() + idle > Instant::now() {
+                if in_use(&s) || s.last_used() + idle > Instant::now() {
                     continue;
                 }
                 let Some(slot) = slot.upgrade() else { return };
                 let mut slot = slot.lock().await;
                 // Only stop it if it is still the slot's server and still idle.
                 let current = slot.server.as_ref().is_some_and(|c| Arc::ptr_eq(c, &s));
-                if current && s.last_used() + idle <= Instant::now() {
+                if current && !in_use(&s) && s.last_used() + idle <= Instant::now() {
                     tracing::info!(language = %s.lang.name, "stopping idle language server");
                     if let Some(a) = &audit {
                         a.event(

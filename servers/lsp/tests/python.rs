@@ -492,6 +492,48 @@ fn a_hung_server_is_killed_and_replaced() {
     assert_ne!(st["pid"].as_u64(), Some(pid as u64));
 }
 
+#[test]
+fn a_slow_answer_is_not_cut_short_by_the_idle_timer() {
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = project();
+    let mut c = McpClient::spawn(
+        bin(),
+        &[
+            "--idle-timeout",
+            "1s",
+            "--request-timeout",
+            "60s",
+            "--audit-log",
+            "audit.jsonl",
+        ],
+        d.path(),
+        Era::Modern,
+    );
+    c.timeout = Duration::from_secs(120);
+    let hover = json!({"action": "hover", "path": "app.py", "line": 4, "symbol": "greet"});
+    ok(&mut c, hover.clone());
+    let pid = python_status(&mut c)["pid"].as_u64().unwrap() as i32;
+    // Frozen for three idle periods while a call waits on it, then let go: the call must
+    // get its answer from the same server.
+    nix_stop(pid);
+    let resume = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(3));
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &pid.to_string()])
+            .status();
+    });
+    let s = ok(&mut c, hover);
+    resume.join().unwrap();
+    assert!(s["content"].as_str().unwrap().contains("greet"), "{s}");
+    let st = python_status(&mut c);
+    assert_eq!(st["pid"].as_u64(), Some(pid as u64), "{st}");
+    assert_eq!(st["spawns"], 1, "{st}");
+    let audit = std::fs::read_to_string(d.path().join("audit.jsonl")).unwrap();
+    assert!(!audit.contains("lsp.server_stopped"), "{audit}");
+}
+
 fn nix_stop(pid: i32) {
     let ok = std::process::Command::new("kill")
         .args(["-STOP", &pid.to_string()])
