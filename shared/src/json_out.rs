@@ -412,7 +412,10 @@ impl ser::SerializeMap for Compound<'_, '_> {
     type Error = Error;
     fn serialize_key<T: Serialize + ?Sized>(&mut self, key: &T) -> Result<(), Error> {
         self.comma();
-        key.serialize(KeyWriter { out: self.w.out })
+        key.serialize(SlotWriter {
+            out: self.w.out,
+            slot: Slot::Key,
+        })
     }
     fn serialize_value<T: Serialize + ?Sized>(&mut self, value: &T) -> Result<(), Error> {
         self.w.out.push(b':');
@@ -432,7 +435,10 @@ impl ser::SerializeStruct for Compound<'_, '_> {
         value: &T,
     ) -> Result<(), Error> {
         if self.raw {
-            return value.serialize(RawWriter { out: self.w.out });
+            return value.serialize(SlotWriter {
+                out: self.w.out,
+                slot: Slot::Raw,
+            });
         }
         self.comma();
         write_str(self.w.out, key);
@@ -459,25 +465,49 @@ impl ser::SerializeStructVariant for Compound<'_, '_> {
     }
 }
 
-fn key_must_be_a_string() -> Error {
-    Error("key must be a string".into())
+/// Where a lone string-like value goes: a map key, or the one field of a `RawValue`.
+#[derive(Clone, Copy, PartialEq)]
+enum Slot {
+    /// Strings as they are; numbers, booleans and chars quoted (as serde_json does).
+    Key,
+    /// A string that is already JSON, written verbatim.
+    Raw,
 }
 
-/// Map keys: strings as they are; numbers, booleans and chars quoted (as serde_json does).
-struct KeyWriter<'a> {
+/// Serializer for a [`Slot`]: everything that cannot be a key (or raw JSON) is an error.
+struct SlotWriter<'a> {
     out: &'a mut Vec<u8>,
+    slot: Slot,
 }
 
-impl KeyWriter<'_> {
+impl SlotWriter<'_> {
+    fn refuse(&self) -> Error {
+        Error(match self.slot {
+            Slot::Key => "key must be a string".into(),
+            Slot::Raw => "a raw JSON value must hold a string".into(),
+        })
+    }
+
+    /// A scalar key, quoted; no scalar is raw JSON.
     fn quoted<T: Serialize>(self, v: T) -> Result<(), Error> {
+        if self.slot == Slot::Raw {
+            return Err(self.refuse());
+        }
         self.out.push(b'"');
         scalar(self.out, v)?;
         self.out.push(b'"');
         Ok(())
     }
+
+    fn finite_float<T: Serialize>(self, v: T, finite: bool) -> Result<(), Error> {
+        if !finite && self.slot == Slot::Key {
+            return Err(Error("float key must be finite (got NaN or +/-inf)".into()));
+        }
+        self.quoted(v)
+    }
 }
 
-impl ser::Serializer for KeyWriter<'_> {
+impl ser::Serializer for SlotWriter<'_> {
     type Ok = ();
     type Error = Error;
     type SerializeSeq = Impossible<(), Error>;
@@ -489,10 +519,16 @@ impl ser::Serializer for KeyWriter<'_> {
     type SerializeStructVariant = Impossible<(), Error>;
 
     fn serialize_str(self, v: &str) -> Result<(), Error> {
-        write_str(self.out, v);
+        match self.slot {
+            Slot::Key => write_str(self.out, v),
+            Slot::Raw => self.out.extend_from_slice(v.as_bytes()),
+        }
         Ok(())
     }
     fn serialize_char(self, v: char) -> Result<(), Error> {
+        if self.slot == Slot::Raw {
+            return Err(self.refuse());
+        }
         write_str(self.out, v.encode_utf8(&mut [0u8; 4]));
         Ok(())
     }
@@ -502,6 +538,9 @@ impl ser::Serializer for KeyWriter<'_> {
         _index: u32,
         variant: &'static str,
     ) -> Result<(), Error> {
+        if self.slot == Slot::Raw {
+            return Err(self.refuse());
+        }
         self.serialize_str(variant)
     }
     fn serialize_newtype_struct<T: Serialize + ?Sized>(
@@ -509,6 +548,9 @@ impl ser::Serializer for KeyWriter<'_> {
         _name: &'static str,
         value: &T,
     ) -> Result<(), Error> {
+        if self.slot == Slot::Raw {
+            return Err(self.refuse());
+        }
         value.serialize(self)
     }
     fn serialize_bool(self, v: bool) -> Result<(), Error> {
@@ -545,31 +587,25 @@ impl ser::Serializer for KeyWriter<'_> {
         self.quoted(v)
     }
     fn serialize_f32(self, v: f32) -> Result<(), Error> {
-        if !v.is_finite() {
-            return Err(Error("float key must be finite (got NaN or +/-inf)".into()));
-        }
-        self.quoted(v)
+        self.finite_float(v, v.is_finite())
     }
     fn serialize_f64(self, v: f64) -> Result<(), Error> {
-        if !v.is_finite() {
-            return Err(Error("float key must be finite (got NaN or +/-inf)".into()));
-        }
-        self.quoted(v)
+        self.finite_float(v, v.is_finite())
     }
     fn serialize_bytes(self, _v: &[u8]) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_none(self) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_unit(self) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_newtype_variant<T: Serialize + ?Sized>(
         self,
@@ -578,20 +614,20 @@ impl ser::Serializer for KeyWriter<'_> {
         _variant: &'static str,
         _value: &T,
     ) -> Result<(), Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_tuple_struct(
         self,
         _name: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_tuple_variant(
         self,
@@ -600,17 +636,17 @@ impl ser::Serializer for KeyWriter<'_> {
         _variant: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_struct(
         self,
         _name: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeStruct, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
     fn serialize_struct_variant(
         self,
@@ -619,150 +655,8 @@ impl ser::Serializer for KeyWriter<'_> {
         _variant: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(key_must_be_a_string())
+        Err(self.refuse())
     }
-}
-
-/// The one field of a `RawValue`: a string that is already JSON, written as it is.
-struct RawWriter<'a> {
-    out: &'a mut Vec<u8>,
-}
-
-impl ser::Serializer for RawWriter<'_> {
-    type Ok = ();
-    type Error = Error;
-    type SerializeSeq = Impossible<(), Error>;
-    type SerializeTuple = Impossible<(), Error>;
-    type SerializeTupleStruct = Impossible<(), Error>;
-    type SerializeTupleVariant = Impossible<(), Error>;
-    type SerializeMap = Impossible<(), Error>;
-    type SerializeStruct = Impossible<(), Error>;
-    type SerializeStructVariant = Impossible<(), Error>;
-
-    fn serialize_str(self, v: &str) -> Result<(), Error> {
-        self.out.extend_from_slice(v.as_bytes());
-        Ok(())
-    }
-    fn serialize_bool(self, _v: bool) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_i8(self, _v: i8) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_i16(self, _v: i16) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_i32(self, _v: i32) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_i64(self, _v: i64) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_u8(self, _v: u8) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_u16(self, _v: u16) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_u32(self, _v: u32) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_u64(self, _v: u64) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_f32(self, _v: f32) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_f64(self, _v: f64) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_char(self, _v: char) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_bytes(self, _v: &[u8]) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_none(self) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_some<T: Serialize + ?Sized>(self, _value: &T) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_unit(self) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_unit_struct(self, _name: &'static str) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_unit_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-    ) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_newtype_struct<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _value: &T,
-    ) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_newtype_variant<T: Serialize + ?Sized>(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _value: &T,
-    ) -> Result<(), Error> {
-        Err(raw_expected())
-    }
-    fn serialize_seq(self, _len: Option<usize>) -> Result<Self::SerializeSeq, Error> {
-        Err(raw_expected())
-    }
-    fn serialize_tuple(self, _len: usize) -> Result<Self::SerializeTuple, Error> {
-        Err(raw_expected())
-    }
-    fn serialize_tuple_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleStruct, Error> {
-        Err(raw_expected())
-    }
-    fn serialize_tuple_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeTupleVariant, Error> {
-        Err(raw_expected())
-    }
-    fn serialize_map(self, _len: Option<usize>) -> Result<Self::SerializeMap, Error> {
-        Err(raw_expected())
-    }
-    fn serialize_struct(
-        self,
-        _name: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStruct, Error> {
-        Err(raw_expected())
-    }
-    fn serialize_struct_variant(
-        self,
-        _name: &'static str,
-        _index: u32,
-        _variant: &'static str,
-        _len: usize,
-    ) -> Result<Self::SerializeStructVariant, Error> {
-        Err(raw_expected())
-    }
-}
-
-fn raw_expected() -> Error {
-    Error("a raw JSON value must hold a string".into())
 }
 
 #[cfg(test)]
