@@ -392,6 +392,63 @@ mod tests {
         assert_eq!(answer["result"]["structuredContent"]["text"], text.as_str());
     }
 
+    /// Takes at most 10 bytes per write and is not ready every other time.
+    struct Trickle {
+        data: Arc<std::sync::Mutex<Vec<u8>>>,
+        calls: usize,
+    }
+
+    impl AsyncWrite for Trickle {
+        fn poll_write(
+            mut self: std::pin::Pin<&mut Self>,
+            cx: &mut std::task::Context<'_>,
+            buf: &[u8],
+        ) -> std::task::Poll<io::Result<usize>> {
+            self.calls += 1;
+            if self.calls % 2 == 0 {
+                cx.waker().wake_by_ref();
+                return std::task::Poll::Pending;
+            }
+            let n = buf.len().min(10);
+            self.data.lock().expect("lock").extend_from_slice(&buf[..n]);
+            std::task::Poll::Ready(Ok(n))
+        }
+        fn poll_flush(
+            self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+        fn poll_shutdown(
+            self: std::pin::Pin<&mut Self>,
+            _cx: &mut std::task::Context<'_>,
+        ) -> std::task::Poll<io::Result<()>> {
+            std::task::Poll::Ready(Ok(()))
+        }
+    }
+
+    #[tokio::test]
+    async fn a_send_dropped_mid_line_is_finished_before_the_next() {
+        use futures::FutureExt;
+        let data = Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut out = Output {
+            writer: Some(Trickle {
+                data: data.clone(),
+                calls: 0,
+            }),
+            line: Vec::new(),
+            written: 0,
+        };
+        let first = json!({"first": "x".repeat(100)});
+        let second = json!({"second": [1, 2, 3]});
+        // Polled once: ten bytes go out, then the writer is not ready and the send is dropped.
+        assert!(out.send(&first).now_or_never().is_none());
+        assert_eq!(data.lock().expect("lock").len(), 10);
+        out.send(&second).await.expect("send");
+        let written = String::from_utf8(data.lock().expect("lock").clone()).expect("utf8");
+        assert_eq!(written, format!("{first}\n{second}\n"));
+    }
+
     #[tokio::test]
     async fn end_of_input_ends_the_session() {
         let peer = start().await;
