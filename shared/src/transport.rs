@@ -405,7 +405,7 @@ mod tests {
             buf: &[u8],
         ) -> std::task::Poll<io::Result<usize>> {
             self.calls += 1;
-            if self.calls % 2 == 0 {
+            if self.calls.is_multiple_of(2) {
                 cx.waker().wake_by_ref();
                 return std::task::Poll::Pending;
             }
