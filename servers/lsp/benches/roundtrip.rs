@@ -232,4 +232,48 @@ fn main() {
             kd - dd
         );
     }
+    open_documents_check();
+}
+
+/// What the pre-request sync costs per open document: the re-read and hash it used to do for
+/// every one, against the metadata check that now spares it for settled, untouched files.
+fn open_documents_check() {
+    use kitbag_lsp::stamp::Stamp;
+    let d = tempfile::tempdir().unwrap();
+    let line = "value = compute(argument_one, argument_two)  # a typical line\n";
+    let paths: Vec<_> = (0..300)
+        .map(|i| {
+            let p = d.path().join(format!("module_{i}.py"));
+            std::fs::write(&p, line.repeat(320)).unwrap(); // ~20 KB each
+            p
+        })
+        .collect();
+    // Let the files settle (the check trusts only files unchanged for 2 s).
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    let stamps: Vec<Stamp> = paths
+        .iter()
+        .map(|p| Stamp::of(&std::fs::metadata(p).unwrap()))
+        .collect();
+    let (mut reread, mut checked) = (Vec::new(), Vec::new());
+    for _ in 0..50 {
+        let t = Instant::now();
+        for p in &paths {
+            let bytes = std::fs::read(p).unwrap();
+            std::hint::black_box(xxhash_rust::xxh3::xxh3_64(&bytes));
+        }
+        reread.push(ms(t));
+        let t = Instant::now();
+        let unchanged = paths
+            .iter()
+            .zip(&stamps)
+            .filter(|(p, s)| std::fs::metadata(p).is_ok_and(|m| s.unchanged(&m)))
+            .count();
+        checked.push(ms(t));
+        assert_eq!(unchanged, paths.len());
+    }
+    println!(
+        "sync before each request, 300 open documents of 20 KB: re-read + hash {:.2} ms, metadata check {:.2} ms (p50 of 50)",
+        p50(reread),
+        p50(checked)
+    );
 }

@@ -13,6 +13,7 @@ pub mod edits;
 pub mod pool;
 pub mod rename;
 pub mod rpc;
+pub mod stamp;
 pub mod text;
 pub mod tool;
 

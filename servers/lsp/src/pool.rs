@@ -14,6 +14,7 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::config::{Config, LanguageConfig, find_program};
 use crate::rpc::{Rpc, RpcError};
+use crate::stamp::Stamp;
 use crate::text::{Encoding, Lines, path_to_uri};
 
 /// How long `initialize` may take (rust-analyzer on a cold cache is slow).
@@ -26,6 +27,9 @@ const MAX_OPEN_DOCS: usize = 400;
 pub struct Doc {
     pub version: i64,
     pub hash: u64,
+    /// The file's metadata when its text was last read: a settled, matching stamp spares
+    /// the next re-read.
+    pub stamp: Option<Stamp>,
     pub lines: Arc<Lines>,
     /// Event counter when we last opened or changed it: published diagnostics older than
     /// this describe a previous text.
@@ -505,6 +509,18 @@ impl Server {
         let paths: Vec<PathBuf> = docs.keys().cloned().collect();
         for path in paths {
             let uri = path_to_uri(&path);
+            let meta = std::fs::metadata(&path).ok();
+            let trusted = |d: &Doc| {
+                d.stamp
+                    .as_ref()
+                    .zip(meta.as_ref())
+                    .is_some_and(|(s, m)| s.unchanged(m))
+            };
+            if docs.get(&path).is_some_and(trusted) {
+                continue;
+            }
+            // Taken before the read: a write in between shows up as a new stamp next time.
+            let stamp = meta.as_ref().map(Stamp::of);
             match std::fs::read(&path) {
                 Err(_) => {
                     docs.remove(&path);
@@ -521,6 +537,7 @@ impl Server {
                     let Some(doc) = docs.get_mut(&path) else {
                         continue;
                     };
+                    doc.stamp = stamp;
                     if doc.hash == hash {
                         continue;
                     }
@@ -556,6 +573,7 @@ impl Server {
                 out.push(doc.lines.clone());
                 continue;
             }
+            let stamp = std::fs::metadata(path).ok().map(|m| Stamp::of(&m));
             let bytes =
                 std::fs::read(path).map_err(|e| ToolError::io(&path.to_string_lossy(), &e))?;
             let hash = xxh3_64(&bytes);
@@ -579,6 +597,7 @@ impl Server {
                 Doc {
                     version: 1,
                     hash,
+                    stamp,
                     lines: lines.clone(),
                     changed_at: self.rpc.event_seq(),
                     last_used: Instant::now(),
