@@ -13,6 +13,8 @@ use serde::ser::{self, Impossible, Serialize};
 
 /// The token serde_json's `RawValue` serializes under: its one field is already JSON.
 const RAW_VALUE_TOKEN: &str = "$serde_json::private::RawValue";
+/// The same for a `Number` should serde_json's `arbitrary_precision` feature ever be on.
+const NUMBER_TOKEN: &str = "$serde_json::private::Number";
 
 #[derive(Debug)]
 pub struct Error(String);
@@ -340,7 +342,7 @@ impl<'w, 'a> ser::Serializer for &'w mut Writer<'a> {
         name: &'static str,
         _len: usize,
     ) -> Result<Self::SerializeStruct, Error> {
-        if name == RAW_VALUE_TOKEN {
+        if name == RAW_VALUE_TOKEN || name == NUMBER_TOKEN {
             return Ok(Compound {
                 w: self,
                 first: true,
