@@ -41,6 +41,16 @@ impl ToolCall {
     pub fn error_code(&self) -> Option<&str> {
         self.structured["error"]["code"].as_str()
     }
+
+    /// Assert that the failure names `field` (`structuredContent.error.detail.field`).
+    pub fn expect_field(self, field: &str) -> Self {
+        assert_eq!(
+            self.structured["error"]["detail"]["field"], field,
+            "the error should name `{field}`: {}",
+            self.text
+        );
+        self
+    }
 }
 
 pub struct McpClient {
@@ -274,6 +284,30 @@ impl McpClient {
     pub fn call(&mut self, name: &str, args: Value) -> ToolCall {
         let r = self.request("tools/call", json!({"name": name, "arguments": args}));
         Self::to_tool_call(r)
+    }
+
+    /// `tools/call` that must succeed; panics with the tool, its arguments and the answer.
+    pub fn call_ok(&mut self, tool: &str, args: Value) -> ToolCall {
+        let r = self.call(tool, args.clone());
+        assert!(!r.is_error, "{tool} {args} failed: {}", r.text);
+        assert!(
+            r.structured.is_object(),
+            "{tool}: a success carries a structuredContent object: {}",
+            r.raw
+        );
+        r
+    }
+
+    /// `tools/call` that must fail with `code` (an `isError` result, not a protocol error).
+    pub fn call_err(&mut self, tool: &str, args: Value, code: &str) -> ToolCall {
+        let r = self.call(tool, args.clone());
+        assert!(
+            r.is_error,
+            "{tool} {args} should fail with {code}, got: {}",
+            r.text
+        );
+        assert_eq!(r.error_code(), Some(code), "{tool} {args}: {}", r.text);
+        r
     }
 
     /// `tools/call` with a progress token in `_meta`.

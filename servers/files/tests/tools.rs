@@ -41,36 +41,13 @@ impl Fx {
     }
 }
 
-fn ok(c: &mut McpClient, tool: &str, args: serde_json::Value) -> kitbag_testkit::ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(!r.is_error, "{tool} {args} failed: {}", r.text);
-    r
-}
-
-fn err(
-    c: &mut McpClient,
-    tool: &str,
-    args: serde_json::Value,
-    code: &str,
-) -> kitbag_testkit::ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(
-        r.is_error,
-        "{tool} {args} should fail with {code}, got {}",
-        r.text
-    );
-    assert_eq!(r.error_code(), Some(code), "{tool} {args}: {}", r.text);
-    r
-}
-
 #[test]
 fn read_happy_path_and_window() {
     let fx = Fx::new();
     let body: String = (1..=100).map(|i| format!("line {i}\n")).collect();
     fx.write("hundred.txt", &body);
     let mut c = fx.client();
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "file_read",
         json!({"path": "hundred.txt", "offset": 10, "limit": 11}),
     );
@@ -86,7 +63,7 @@ fn read_happy_path_and_window() {
     assert_eq!(r.structured["truncated"], true);
     assert_eq!(r.structured["next_offset"], 21);
     assert!(r.text.contains("offset=21"));
-    let whole = ok(&mut c, "file_read", json!({"path": "./hundred.txt"}));
+    let whole = c.call_ok("file_read", json!({"path": "./hundred.txt"}));
     assert_eq!(whole.structured["truncated"], false);
     assert_eq!(
         whole.structured["content"]
@@ -107,14 +84,14 @@ fn read_binary_directory_and_long_lines() {
     fx.write("img/sub/x.txt", "x");
     fx.write("long.txt", format!("{}\nshort\n", "y".repeat(5000)));
     let mut c = fx.client();
-    let r = ok(&mut c, "file_read", json!({"path": "img/logo.png"}));
+    let r = c.call_ok("file_read", json!({"path": "img/logo.png"}));
     assert_eq!(r.structured["type"], "binary");
     assert_eq!(r.structured["size"], png.len());
     assert_eq!(r.structured["mime"], "image/png");
-    let r = ok(&mut c, "file_read", json!({"path": "img"}));
+    let r = c.call_ok("file_read", json!({"path": "img"}));
     assert_eq!(r.structured["type"], "directory");
     assert_eq!(r.structured["content"], "logo.png\nsub/");
-    let r = ok(&mut c, "file_read", json!({"path": "long.txt"}));
+    let r = c.call_ok("file_read", json!({"path": "long.txt"}));
     assert_eq!(r.structured["long_lines_cut"], 1);
     let first = r.structured["content"]
         .as_str()
@@ -128,8 +105,7 @@ fn read_binary_directory_and_long_lines() {
         "{}",
         &first[..80]
     );
-    err(
-        &mut c,
+    c.call_err(
         "file_read",
         json!({"path": "missing.txt"}),
         "file_not_found",
@@ -150,8 +126,7 @@ fn ten_megabyte_file_pages() {
     }
     fx.write("big.log", &body);
     let mut c = fx.client();
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "file_read",
         json!({"path": "big.log", "offset": n - 4, "limit": 10}),
     );
@@ -161,12 +136,11 @@ fn ten_megabyte_file_pages() {
     assert!(content.starts_with(&format!("{}: {:08}", n - 4, n - 4)));
     assert_eq!(r.structured["truncated"], false);
     // The default window stops at the 50 KB cap and says where to continue.
-    let r = ok(&mut c, "file_read", json!({"path": "big.log"}));
+    let r = c.call_ok("file_read", json!({"path": "big.log"}));
     assert_eq!(r.structured["truncated"], true);
     assert!(r.structured["content"].as_str().expect("c").len() <= 50 * 1024);
     let next = r.structured["next_offset"].as_u64().expect("next");
-    let r2 = ok(
-        &mut c,
+    let r2 = c.call_ok(
         "file_read",
         json!({"path": "big.log", "offset": next, "limit": 1}),
     );
@@ -183,14 +157,13 @@ fn write_requires_read_and_detects_changes() {
     let fx = Fx::new();
     fx.write("a.txt", "one\n");
     let mut c = fx.client();
-    err(
-        &mut c,
+    c.call_err(
         "file_write",
         json!({"path": "a.txt", "content": "two\n"}),
         "file_not_read",
     );
     assert_eq!(fx.read("a.txt"), b"one\n");
-    ok(&mut c, "file_read", json!({"path": "a.txt"}));
+    c.call_ok("file_read", json!({"path": "a.txt"}));
     // A touch alone is not a change: content hashes are compared, not mtimes.
     let f = std::fs::File::options()
         .append(true)
@@ -198,29 +171,19 @@ fn write_requires_read_and_detects_changes() {
         .expect("open");
     f.set_modified(std::time::SystemTime::now() + std::time::Duration::from_secs(5))
         .expect("touch");
-    ok(
-        &mut c,
-        "file_write",
-        json!({"path": "a.txt", "content": "two\n"}),
-    );
+    c.call_ok("file_write", json!({"path": "a.txt", "content": "two\n"}));
     assert_eq!(fx.read("a.txt"), b"two\n");
     // Our own write counts as a read: writing again is allowed.
-    ok(
-        &mut c,
-        "file_write",
-        json!({"path": "a.txt", "content": "three\n"}),
-    );
+    c.call_ok("file_write", json!({"path": "a.txt", "content": "three\n"}));
     std::fs::write(fx.p("a.txt"), "changed behind our back\n").expect("w");
-    err(
-        &mut c,
+    c.call_err(
         "file_write",
         json!({"path": "a.txt", "content": "four\n"}),
         "file_changed_since_read",
     );
     assert_eq!(fx.read("a.txt"), b"changed behind our back\n");
     // A new file needs no read; parents are created.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "file_write",
         json!({"path": "./a/b/c/new.ts", "content": "export {}\n"}),
     );
@@ -235,14 +198,12 @@ fn write_keeps_permissions() {
     std::fs::set_permissions(fx.p("run.sh"), std::fs::Permissions::from_mode(0o754))
         .expect("chmod");
     let mut c = fx.client();
-    ok(&mut c, "file_read", json!({"path": "run.sh"}));
-    ok(
-        &mut c,
+    c.call_ok("file_read", json!({"path": "run.sh"}));
+    c.call_ok(
         "file_write",
         json!({"path": "run.sh", "content": "#!/bin/sh\necho bye\n"}),
     );
-    ok(
-        &mut c,
+    c.call_ok(
         "edit_text",
         json!({"path": "run.sh", "old_string": "bye", "new_string": "ciao"}),
     );
@@ -260,15 +221,13 @@ fn create_refuses_existing() {
     let fx = Fx::new();
     fx.write("exists.txt", "keep");
     let mut c = fx.client();
-    err(
-        &mut c,
+    c.call_err(
         "file_create",
         json!({"path": "exists.txt", "content": "x"}),
         "file_exists",
     );
     assert_eq!(fx.read("exists.txt"), b"keep");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "file_create",
         json!({"path": "src/utils/helpers.ts", "content": "export {}\n"}),
     );
@@ -284,18 +243,13 @@ fn edit_exact_multiple_missing() {
         "const port = 3000;\nlet a = 1;\nlet a = 1;\nlet a = 1;\n",
     );
     let mut c = fx.client();
-    err(
-        &mut c,
+    c.call_err(
         "edit_text",
         json!({"path": "m.ts", "old_string": "3000", "new_string": "8080"}),
         "file_not_read",
     );
-    ok(&mut c, "file_read", json!({"path": "m.ts"}));
-    let r = ok(
-        &mut c,
-        "edit_text",
-        json!({"path": "m.ts", "old_string": "const port = 3000;", "new_string": "const port = 8080;"}),
-    );
+    c.call_ok("file_read", json!({"path": "m.ts"}));
+    let r = c.call_ok("edit_text", json!({"path": "m.ts", "old_string": "const port = 3000;", "new_string": "const port = 8080;"}));
     assert_eq!(r.structured["replacements"], 1);
     assert!(
         r.structured["diff"]
@@ -303,43 +257,31 @@ fn edit_exact_multiple_missing() {
             .expect("diff")
             .contains("-const port = 3000;\n+const port = 8080;")
     );
-    let r = err(
-        &mut c,
+    let r = c.call_err(
         "edit_text",
         json!({"path": "m.ts", "old_string": "let a = 1;", "new_string": "let a = 2;"}),
         "multiple_matches",
     );
     assert_eq!(r.structured["error"]["detail"]["lines"], json!([2, 3, 4]));
     assert_eq!(r.structured["error"]["detail"]["count"], 3);
-    ok(
-        &mut c,
-        "edit_text",
-        json!({"path": "m.ts", "old_string": "let a = 1;", "new_string": "let b = 1;", "occurrence": 3}),
-    );
-    ok(
-        &mut c,
-        "edit_text",
-        json!({"path": "m.ts", "old_string": "let a = 1;", "new_string": "let c = 1;", "replace_all": true}),
-    );
+    c.call_ok("edit_text", json!({"path": "m.ts", "old_string": "let a = 1;", "new_string": "let b = 1;", "occurrence": 3}));
+    c.call_ok("edit_text", json!({"path": "m.ts", "old_string": "let a = 1;", "new_string": "let c = 1;", "replace_all": true}));
     assert_eq!(
         fx.read("m.ts"),
         b"const port = 8080;\nlet c = 1;\nlet c = 1;\nlet b = 1;\n"
     );
-    let r = err(
-        &mut c,
+    let r = c.call_err(
         "edit_text",
         json!({"path": "m.ts", "old_string": "letb=1;", "new_string": "x"}),
         "old_string_not_found",
     );
     assert_eq!(r.structured["error"]["detail"]["closest"]["start_line"], 4);
-    err(
-        &mut c,
+    c.call_err(
         "edit_text",
         json!({"path": "m.ts", "old_string": "nothing like it at all", "new_string": "x"}),
         "old_string_not_found",
     );
-    err(
-        &mut c,
+    c.call_err(
         "edit_text",
         json!({"path": "m.ts", "old_string": "let b", "new_string": "let b"}),
         "no_change",
@@ -355,28 +297,21 @@ fn edit_keeps_crlf_bom_final_newline_and_dollar() {
     fx.write("dollar.txt", "price = X\n");
     let mut c = fx.client();
     for f in ["crlf.txt", "bom.txt", "nofinal.txt", "dollar.txt"] {
-        ok(&mut c, "file_read", json!({"path": f}));
+        c.call_ok("file_read", json!({"path": f}));
     }
-    ok(
-        &mut c,
-        "edit_text",
-        json!({"path": "crlf.txt", "old_string": "beta\ngamma", "new_string": "BETA\nGAMMA\ndelta"}),
-    );
+    c.call_ok("edit_text", json!({"path": "crlf.txt", "old_string": "beta\ngamma", "new_string": "BETA\nGAMMA\ndelta"}));
     assert_eq!(fx.read("crlf.txt"), b"alpha\r\nBETA\r\nGAMMA\r\ndelta\r\n");
-    ok(
-        &mut c,
+    c.call_ok(
         "edit_text",
         json!({"path": "bom.txt", "old_string": "name = 1", "new_string": "name = 10"}),
     );
     assert_eq!(fx.read("bom.txt"), b"\xEF\xBB\xBFname = 10\nother = 2\n");
-    ok(
-        &mut c,
+    c.call_ok(
         "edit_text",
         json!({"path": "nofinal.txt", "start_line": 2, "new_string": "B"}),
     );
     assert_eq!(fx.read("nofinal.txt"), b"a\nB");
-    ok(
-        &mut c,
+    c.call_ok(
         "edit_text",
         json!({"path": "dollar.txt", "old_string": "X", "new_string": "$1.00 ($$) ${x} $&"}),
     );
@@ -388,12 +323,8 @@ fn edit_line_range_array_and_rollback() {
     let fx = Fx::new();
     fx.write("f.txt", "1\n2\n3\n4\n5\n");
     let mut c = fx.client();
-    ok(&mut c, "file_read", json!({"path": "f.txt"}));
-    let r = ok(
-        &mut c,
-        "edit_text",
-        json!({"path": "f.txt", "start_line": 2, "end_line": 3, "new_string": "two-three", "dry_run": true}),
-    );
+    c.call_ok("file_read", json!({"path": "f.txt"}));
+    let r = c.call_ok("edit_text", json!({"path": "f.txt", "start_line": 2, "end_line": 3, "new_string": "two-three", "dry_run": true}));
     assert_eq!(r.structured["applied"], false);
     assert!(
         r.structured["diff"]
@@ -406,8 +337,7 @@ fn edit_line_range_array_and_rollback() {
         b"1\n2\n3\n4\n5\n",
         "dry run writes nothing"
     );
-    ok(
-        &mut c,
+    c.call_ok(
         "edit_text",
         json!({"path": "f.txt", "edits": [
             {"start_line": 5, "new_string": "five"},
@@ -416,8 +346,7 @@ fn edit_line_range_array_and_rollback() {
     );
     assert_eq!(fx.read("f.txt"), b"one\ntwo\n3\n4\nfive\n");
     // The second edit fails: nothing is applied.
-    let r = err(
-        &mut c,
+    let r = c.call_err(
         "edit_text",
         json!({"path": "f.txt", "edits": [
             {"old_string": "one", "new_string": "ONE"},
@@ -427,8 +356,7 @@ fn edit_line_range_array_and_rollback() {
     );
     assert_eq!(r.structured["error"]["detail"]["edit_index"], 1);
     assert_eq!(fx.read("f.txt"), b"one\ntwo\n3\n4\nfive\n");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "edit_text",
         json!({"path": "f.txt", "edits": [
             {"old_string": "one", "new_string": "ONE"},
@@ -445,8 +373,8 @@ fn bad_input_is_typed_and_changes_nothing() {
     fx.write("f.txt", "a\nb\n");
     fx.write("latin1.txt", b"caf\xe9\n");
     let mut c = fx.client_with(&["--max-content-bytes", "1000"]);
-    ok(&mut c, "file_read", json!({"path": "f.txt"}));
-    ok(&mut c, "file_read", json!({"path": "latin1.txt"}));
+    c.call_ok("file_read", json!({"path": "f.txt"}));
+    c.call_ok("file_read", json!({"path": "latin1.txt"}));
     let cases = [
         ("file_read", json!({"path": ""}), "path"),
         ("file_read", json!({"path": "a\u{0}b"}), "path"),
@@ -518,8 +446,7 @@ fn bad_input_is_typed_and_changes_nothing() {
             r.text
         );
     }
-    let r = err(
-        &mut c,
+    let r = c.call_err(
         "edit_text",
         json!({"path": "latin1.txt", "old_string": "caf", "new_string": "x"}),
         "encoding_unsupported",
@@ -548,34 +475,25 @@ fn escapes_and_symlinks_refused_for_read_and_write() {
         "dir/out/secret.txt",
         "/etc/passwd",
     ] {
-        err(
-            &mut c,
-            "file_read",
-            json!({"path": path}),
-            "capability_denied",
-        );
-        err(
-            &mut c,
+        c.call_err("file_read", json!({"path": path}), "capability_denied");
+        c.call_err(
             "file_write",
             json!({"path": path, "content": "pwned"}),
             "capability_denied",
         );
-        err(
-            &mut c,
+        c.call_err(
             "edit_text",
             json!({"path": path, "old_string": "top", "new_string": "x"}),
             "capability_denied",
         );
     }
     // Creating a file through a symlinked directory that leaves the root.
-    err(
-        &mut c,
+    c.call_err(
         "file_create",
         json!({"path": "dir/out/planted.txt", "content": "x"}),
         "capability_denied",
     );
-    err(
-        &mut c,
+    c.call_err(
         "file_write",
         json!({"path": "dir/out/planted.txt", "content": "x"}),
         "capability_denied",
@@ -587,14 +505,13 @@ fn escapes_and_symlinks_refused_for_read_and_write() {
     );
     // An absolute path inside the root is fine.
     let inside_abs = fx.p("inside.txt");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "file_read",
         json!({"path": inside_abs.to_str().expect("utf8")}),
     );
     assert_eq!(r.structured["path"], "inside.txt");
     // Deleting the link removes the link, never its target.
-    ok(&mut c, "file_delete", json!({"path": "link.txt"}));
+    c.call_ok("file_delete", json!({"path": "link.txt"}));
     assert!(fx.outside.path().join("secret.txt").exists());
 }
 
@@ -604,36 +521,31 @@ fn ro_mount_allows_read_refuses_edit() {
     fx.write("src/lib.rs", "pub fn a() {}\n");
     fx.write("out/keep.txt", "k");
     let mut c = fx.client_with(&["--allow", "ro:src", "--allow", "rw:out"]);
-    ok(&mut c, "file_read", json!({"path": "src/lib.rs"}));
-    let r = err(
-        &mut c,
+    c.call_ok("file_read", json!({"path": "src/lib.rs"}));
+    let r = c.call_err(
         "edit_text",
         json!({"path": "src/lib.rs", "old_string": "a()", "new_string": "b()"}),
         "capability_denied",
     );
     assert_eq!(r.structured["error"]["detail"]["needed"], "rw");
-    err(
-        &mut c,
+    c.call_err(
         "file_create",
         json!({"path": "src/new.rs", "content": ""}),
         "capability_denied",
     );
-    err(
-        &mut c,
+    c.call_err(
         "file_read",
         json!({"path": "README.md"}),
         "capability_denied",
     );
-    ok(
-        &mut c,
+    c.call_ok(
         "file_create",
         json!({"path": "out/new.txt", "content": "n"}),
     );
     assert_eq!(fx.read("src/lib.rs"), b"pub fn a() {}\n");
     let mut ro = fx.client_with(&["--read-only"]);
-    ok(&mut ro, "file_read", json!({"path": "out/keep.txt"}));
-    err(
-        &mut ro,
+    ro.call_ok("file_read", json!({"path": "out/keep.txt"}));
+    ro.call_err(
         "file_delete",
         json!({"path": "out/keep.txt"}),
         "capability_denied",
@@ -650,7 +562,7 @@ fn list_move_delete() {
     fx.write("app.log", "log");
     fx.write(".hidden/x", "h");
     let mut c = fx.client();
-    let r = ok(&mut c, "file_list", json!({}));
+    let r = c.call_ok("file_list", json!({}));
     let names: Vec<&str> = r.structured["entries"]
         .as_array()
         .expect("e")
@@ -658,7 +570,7 @@ fn list_move_delete() {
         .map(|e| e["path"].as_str().expect("p"))
         .collect();
     assert_eq!(names, vec!["src"], "hidden and ignored entries skipped");
-    let r = ok(&mut c, "file_list", json!({"recursive": true}));
+    let r = c.call_ok("file_list", json!({"recursive": true}));
     let names: Vec<&str> = r.structured["entries"]
         .as_array()
         .expect("e")
@@ -669,8 +581,7 @@ fn list_move_delete() {
         names,
         vec!["src", "src/deep", "src/deep/mod.rs", "src/main.rs"]
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "file_list",
         json!({"recursive": true, "no_ignore": true, "hidden": true, "limit": 3}),
     );
@@ -678,54 +589,36 @@ fn list_move_delete() {
     assert_eq!(r.structured["next_offset"], 3);
     assert_eq!(r.structured["entries"][0]["path"], ".gitignore");
 
-    ok(
-        &mut c,
+    c.call_ok(
         "file_move",
         json!({"source": "src/main.rs", "destination": "bin/app/main.rs"}),
     );
     assert!(fx.p("bin/app/main.rs").exists() && !fx.p("src/main.rs").exists());
     fx.write("other.rs", "o");
-    err(
-        &mut c,
+    c.call_err(
         "file_move",
         json!({"source": "other.rs", "destination": "bin/app/main.rs"}),
         "file_exists",
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "file_move",
         json!({"source": "other.rs", "destination": "bin/app/main.rs", "overwrite": true}),
     );
     assert_eq!(r.structured["overwritten"], true);
     assert_eq!(fx.read("bin/app/main.rs"), b"o");
-    err(
-        &mut c,
+    c.call_err(
         "file_move",
         json!({"source": "nope", "destination": "x"}),
         "file_not_found",
     );
 
-    let r = err(
-        &mut c,
-        "file_delete",
-        json!({"path": "src"}),
-        "invalid_params",
-    );
+    let r = c.call_err("file_delete", json!({"path": "src"}), "invalid_params");
     assert_eq!(r.structured["error"]["detail"]["field"], "recursive");
     assert!(fx.p("src/deep/mod.rs").exists());
-    ok(
-        &mut c,
-        "file_delete",
-        json!({"path": "src", "recursive": true}),
-    );
+    c.call_ok("file_delete", json!({"path": "src", "recursive": true}));
     assert!(!fx.p("src").exists());
-    ok(&mut c, "file_delete", json!({"path": "app.log"}));
-    err(
-        &mut c,
-        "file_delete",
-        json!({"path": "app.log"}),
-        "file_not_found",
-    );
+    c.call_ok("file_delete", json!({"path": "app.log"}));
+    c.call_err("file_delete", json!({"path": "app.log"}), "file_not_found");
 }
 
 #[test]
@@ -734,7 +627,7 @@ fn concurrent_edits_serialize() {
     let body: String = (0..40).map(|i| format!("k{i} = 0\n")).collect();
     fx.write("cfg.txt", &body);
     let mut c = fx.client();
-    ok(&mut c, "file_read", json!({"path": "cfg.txt"}));
+    c.call_ok("file_read", json!({"path": "cfg.txt"}));
     // Fire 40 edits without waiting; each must apply on top of the others.
     let ids: Vec<u64> = (0..40)
         .map(|i| {

@@ -6,12 +6,12 @@ mod common;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Env, bin, create, err, ok};
+use common::{Env, bin, create};
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 use serde_json::{Value, json};
 
 fn get(c: &mut McpClient, n: i64) -> Value {
-    ok(c, "issue_get", json!({"number": n})).structured
+    c.call_ok("issue_get", json!({"number": n})).structured
 }
 
 #[test]
@@ -76,7 +76,7 @@ fn list_happy_path_filter_search_and_pagination() {
         "Split token validation from sessions.",
     );
     // Happy path: all three with their fields, newest first.
-    let r = ok(&mut c, "issue_list", json!({}));
+    let r = c.call_ok("issue_list", json!({}));
     let s = &r.structured;
     assert_eq!(s["total"], 3);
     assert_eq!(
@@ -104,12 +104,8 @@ fn list_happy_path_filter_search_and_pagination() {
     );
 
     // Status filter: only triaged.
-    ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": 2, "to": "triaged"}),
-    );
-    let r = ok(&mut c, "issue_list", json!({"status": "triaged"}));
+    c.call_ok("issue_transition", json!({"number": 2, "to": "triaged"}));
+    let r = c.call_ok("issue_list", json!({"status": "triaged"}));
     let nums: Vec<i64> = r.structured["issues"]
         .as_array()
         .expect("a")
@@ -120,26 +116,22 @@ fn list_happy_path_filter_search_and_pagination() {
     assert_eq!(r.structured["issues"][0]["status"], "triaged");
 
     // Search: title words and body words.
-    let r = ok(&mut c, "issue_list", json!({"search": "dark"}));
+    let r = c.call_ok("issue_list", json!({"search": "dark"}));
     assert_eq!(r.structured["total"], 1);
     assert_eq!(r.structured["issues"][0]["number"], 1);
-    let r = ok(&mut c, "issue_list", json!({"search": "password"}));
+    let r = c.call_ok("issue_list", json!({"search": "password"}));
     assert_eq!(r.structured["total"], 1, "body words: {}", r.text);
     assert_eq!(r.structured["issues"][0]["number"], 2);
-    let r = ok(&mut c, "issue_list", json!({"search": "token OR palette"}));
+    let r = c.call_ok("issue_list", json!({"search": "token OR palette"}));
     assert_eq!(r.structured["total"], 2);
     // A query that is bad FTS5 syntax still works as plain words.
-    let r = ok(&mut c, "issue_list", json!({"search": "\"empty password"}));
+    let r = c.call_ok("issue_list", json!({"search": "\"empty password"}));
     assert_eq!(r.structured["total"], 1, "{}", r.text);
     // Resolved issues leave the default list but not status=all.
-    ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": 3, "to": "resolved"}),
-    );
-    assert_eq!(ok(&mut c, "issue_list", json!({})).structured["total"], 2);
+    c.call_ok("issue_transition", json!({"number": 3, "to": "resolved"}));
+    assert_eq!(c.call_ok("issue_list", json!({})).structured["total"], 2);
     assert_eq!(
-        ok(&mut c, "issue_list", json!({"status": "all"})).structured["total"],
+        c.call_ok("issue_list", json!({"status": "all"})).structured["total"],
         3
     );
 
@@ -149,7 +141,7 @@ fn list_happy_path_filter_search_and_pagination() {
     for i in 1..=30 {
         create(&mut c, &format!("issue {i}"), "");
     }
-    let r = ok(&mut c, "issue_list", json!({"limit": 10, "offset": 10}));
+    let r = c.call_ok("issue_list", json!({"limit": 10, "offset": 10}));
     let nums: Vec<i64> = r.structured["issues"]
         .as_array()
         .expect("a")
@@ -160,52 +152,22 @@ fn list_happy_path_filter_search_and_pagination() {
     assert_eq!(r.structured["total"], 30);
     assert_eq!(r.structured["next_offset"], 20);
     assert!(r.text.contains("next page: offset 20"), "{}", r.text);
-    let last = ok(&mut c, "issue_list", json!({"limit": 10, "offset": 20}));
+    let last = c.call_ok("issue_list", json!({"limit": 10, "offset": 20}));
     assert!(last.structured.get("next_offset").is_none());
 
     // Bad arguments name their field.
-    err(
-        &mut c,
-        "issue_list",
-        json!({"status": "closed"}),
-        "invalid_params",
-        Some("status"),
-    );
-    err(
-        &mut c,
-        "issue_list",
-        json!({"limit": 101}),
-        "invalid_params",
-        Some("limit"),
-    );
-    err(
-        &mut c,
-        "issue_list",
-        json!({"limit": 0}),
-        "invalid_params",
-        Some("limit"),
-    );
-    err(
-        &mut c,
-        "issue_list",
-        json!({"offset": -1}),
-        "invalid_params",
-        Some("offset"),
-    );
-    err(
-        &mut c,
-        "issue_list",
-        json!({"search": "  "}),
-        "invalid_params",
-        Some("search"),
-    );
-    err(
-        &mut c,
-        "issue_list",
-        json!({"sort": "x"}),
-        "invalid_params",
-        Some("sort"),
-    );
+    c.call_err("issue_list", json!({"status": "closed"}), "invalid_params")
+        .expect_field("status");
+    c.call_err("issue_list", json!({"limit": 101}), "invalid_params")
+        .expect_field("limit");
+    c.call_err("issue_list", json!({"limit": 0}), "invalid_params")
+        .expect_field("limit");
+    c.call_err("issue_list", json!({"offset": -1}), "invalid_params")
+        .expect_field("offset");
+    c.call_err("issue_list", json!({"search": "  "}), "invalid_params")
+        .expect_field("search");
+    c.call_err("issue_list", json!({"sort": "x"}), "invalid_params")
+        .expect_field("sort");
 }
 
 #[test]
@@ -215,18 +177,12 @@ fn get_detail_not_found_and_operator_only_updates() {
     for i in 1..=42 {
         create(&mut c, &format!("issue {i}"), &format!("body {i}"));
     }
-    ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": 42, "to": "triaged"}),
-    );
-    ok(
-        &mut c,
+    c.call_ok("issue_transition", json!({"number": 42, "to": "triaged"}));
+    c.call_ok(
         "issue_comment",
         json!({"number": 42, "body": "public note"}),
     );
-    ok(
-        &mut c,
+    c.call_ok(
         "issue_comment",
         json!({"number": 42, "body": "internal note", "visibility": "operator_only"}),
     );
@@ -262,52 +218,25 @@ fn get_detail_not_found_and_operator_only_updates() {
         assert_eq!(x["id"].as_str().expect("id").len(), 26);
     }
 
-    let e = err(
-        &mut c,
-        "issue_get",
-        json!({"number": 43}),
-        "issue_not_found",
-        None,
-    );
+    let e = c.call_err("issue_get", json!({"number": 43}), "issue_not_found");
     assert_eq!(e.structured["error"]["detail"]["number"], 43);
     assert!(e.text.contains("#43"), "{}", e.text);
-    err(
-        &mut c,
-        "issue_get",
-        json!({"number": 0}),
-        "invalid_params",
-        Some("number"),
-    );
-    err(
-        &mut c,
-        "issue_get",
-        json!({}),
-        "invalid_params",
-        Some("number"),
-    );
-    err(
-        &mut c,
-        "issue_get",
-        json!({"number": "x"}),
-        "invalid_params",
-        Some("number"),
-    );
+    c.call_err("issue_get", json!({"number": 0}), "invalid_params")
+        .expect_field("number");
+    c.call_err("issue_get", json!({}), "invalid_params")
+        .expect_field("number");
+    c.call_err("issue_get", json!({"number": "x"}), "invalid_params")
+        .expect_field("number");
 
     // Update paging.
-    let g = ok(
-        &mut c,
-        "issue_get",
-        json!({"number": 42, "updates_limit": 2}),
-    )
-    .structured;
+    let g = c
+        .call_ok("issue_get", json!({"number": 42, "updates_limit": 2}))
+        .structured;
     assert_eq!(g["updates"].as_array().expect("u").len(), 2);
     assert_eq!(g["next_updates_offset"], 2);
-    let g = ok(
-        &mut c,
-        "issue_get",
-        json!({"number": 42, "updates_offset": 2}),
-    )
-    .structured;
+    let g = c
+        .call_ok("issue_get", json!({"number": 42, "updates_offset": 2}))
+        .structured;
     assert_eq!(g["updates"][0]["body"], "internal note");
 }
 
@@ -315,8 +244,7 @@ fn get_detail_not_found_and_operator_only_updates() {
 fn create_numbers_limits_and_author() {
     let env = Env::new();
     let mut c = env.spawn(&[]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "issue_create",
         json!({"title": "Refactor auth module", "body": "800 lines."}),
     );
@@ -329,61 +257,50 @@ fn create_numbers_limits_and_author() {
 
     // Bad input changes nothing.
     let long = "x".repeat(201);
-    let e = err(
-        &mut c,
-        "issue_create",
-        json!({"title": long, "body": ""}),
-        "invalid_params",
-        Some("title"),
-    );
+    let e = c
+        .call_err(
+            "issue_create",
+            json!({"title": long, "body": ""}),
+            "invalid_params",
+        )
+        .expect_field("title");
     assert!(e.text.contains("200"), "{}", e.text);
-    ok(
-        &mut c,
+    c.call_ok(
         "issue_create",
         json!({"title": "é".repeat(200), "body": ""}),
     );
-    err(
-        &mut c,
+    c.call_err(
         "issue_create",
         json!({"title": "  ", "body": ""}),
         "invalid_params",
-        Some("title"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("title");
+    c.call_err(
         "issue_create",
         json!({"title": "a\nb", "body": ""}),
         "invalid_params",
-        Some("title"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("title");
+    c.call_err(
         "issue_create",
         json!({"title": "big", "body": "b".repeat(16 * 1024 + 1)}),
         "invalid_params",
-        Some("body"),
-    );
-    ok(
-        &mut c,
+    )
+    .expect_field("body");
+    c.call_ok(
         "issue_create",
         json!({"title": "just fits", "body": "b".repeat(16 * 1024)}),
     );
-    err(
-        &mut c,
-        "issue_create",
-        json!({"title": "t"}),
-        "invalid_params",
-        Some("body"),
-    );
-    err(
-        &mut c,
+    c.call_err("issue_create", json!({"title": "t"}), "invalid_params")
+        .expect_field("body");
+    c.call_err(
         "issue_create",
         json!({"title": "t", "body": "", "status": "open"}),
         "invalid_params",
-        Some("status"),
-    );
+    )
+    .expect_field("status");
     assert_eq!(
-        ok(&mut c, "issue_list", json!({"status": "all"})).structured["total"],
+        c.call_ok("issue_list", json!({"status": "all"})).structured["total"],
         4,
         "only the valid creates happened"
     );
@@ -392,12 +309,8 @@ fn create_numbers_limits_and_author() {
     // --principal sets the author of every change.
     let mut c = env.spawn(&["--principal", "operator:alice"]);
     let n = create(&mut c, "by alice", "");
-    ok(&mut c, "issue_comment", json!({"number": n, "body": "hi"}));
-    ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": n, "to": "resolved"}),
-    );
+    c.call_ok("issue_comment", json!({"number": n, "body": "hi"}));
+    c.call_ok("issue_transition", json!({"number": n, "to": "resolved"}));
     let g = get(&mut c, n);
     assert_eq!(g["created_by"], "operator:alice");
     assert_eq!(g["resolved_by"], "operator:alice");
@@ -412,8 +325,7 @@ fn update_bodies_assignment_and_bad_input() {
     let env = Env::new();
     let mut c = env.spawn(&["--workflow", "deploy"]);
     let n = create(&mut c, "Dark mode", "first body");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "issue_update",
         json!({"number": n, "body": "second body", "assignment": "primary"}),
     );
@@ -426,11 +338,7 @@ fn update_bodies_assignment_and_bad_input() {
     assert_eq!(g["body"], "second body");
     assert_eq!(g["original_body"], "first body", "preserved on first edit");
     assert_eq!(g["assignment"], "primary");
-    ok(
-        &mut c,
-        "issue_update",
-        json!({"number": n, "body": "third body"}),
-    );
+    c.call_ok("issue_update", json!({"number": n, "body": "third body"}));
     let g = get(&mut c, n);
     assert_eq!(g["body"], "third body");
     assert_eq!(
@@ -450,101 +358,78 @@ fn update_bodies_assignment_and_bad_input() {
     );
 
     // Assignment to a workflow, a session, and unassignment.
-    ok(
-        &mut c,
+    c.call_ok(
         "issue_update",
         json!({"number": n, "assignment": "workflow:deploy"}),
     );
     assert_eq!(get(&mut c, n)["assignment"], "workflow:deploy");
-    ok(
-        &mut c,
+    c.call_ok(
         "issue_update",
         json!({"number": n, "assignment": "session:01HXAB"}),
     );
     assert_eq!(get(&mut c, n)["assignment"], "session:01HXAB");
-    ok(
-        &mut c,
-        "issue_update",
-        json!({"number": n, "assignment": null}),
-    );
+    c.call_ok("issue_update", json!({"number": n, "assignment": null}));
     assert_eq!(get(&mut c, n)["assignment"], Value::Null);
-    ok(
-        &mut c,
-        "issue_update",
-        json!({"number": n, "title": "Night mode"}),
-    );
+    c.call_ok("issue_update", json!({"number": n, "title": "Night mode"}));
     let g = get(&mut c, n);
     assert_eq!(g["title"], "Night mode");
     let before = g.to_string();
 
     // Nonexistent workflow → invalid_assignment; nothing changes.
-    let e = err(
-        &mut c,
-        "issue_update",
-        json!({"number": n, "assignment": "workflow:nope", "title": "changed?"}),
-        "invalid_assignment",
-        Some("assignment"),
-    );
+    let e = c
+        .call_err(
+            "issue_update",
+            json!({"number": n, "assignment": "workflow:nope", "title": "changed?"}),
+            "invalid_assignment",
+        )
+        .expect_field("assignment");
     assert_eq!(
         e.structured["error"]["detail"]["known_workflows"],
         json!(["deploy"])
     );
-    err(
-        &mut c,
+    c.call_err(
         "issue_update",
         json!({"number": n, "assignment": "bob"}),
         "invalid_params",
-        Some("assignment"),
-    );
-    err(
-        &mut c,
-        "issue_update",
-        json!({"number": n}),
-        "invalid_params",
-        Some("title"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("assignment");
+    c.call_err("issue_update", json!({"number": n}), "invalid_params")
+        .expect_field("title");
+    c.call_err(
         "issue_update",
         json!({"number": n, "title": ""}),
         "invalid_params",
-        Some("title"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("title");
+    c.call_err(
         "issue_update",
         json!({"number": n, "title": "t".repeat(201)}),
         "invalid_params",
-        Some("title"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("title");
+    c.call_err(
         "issue_update",
         json!({"number": n, "body": "b".repeat(16385)}),
         "invalid_params",
-        Some("body"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("body");
+    c.call_err(
         "issue_update",
         json!({"number": 99, "title": "x"}),
         "issue_not_found",
-        Some("number"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("number");
+    c.call_err(
         "issue_update",
         json!({"number": n, "title": "Night mode"}),
         "no_change",
-        None,
     );
-    err(
-        &mut c,
+    c.call_err(
         "issue_update",
         json!({"number": n, "status": "resolved"}),
         "invalid_params",
-        Some("status"),
-    );
+    )
+    .expect_field("status");
     assert_eq!(
         get(&mut c, n).to_string(),
         before,
@@ -557,15 +442,13 @@ fn comments_and_visibility() {
     let env = Env::new();
     let mut c = env.spawn(&[]);
     let n = create(&mut c, "c", "");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "issue_comment",
         json!({"number": n, "body": "Analysis complete."}),
     );
     assert_eq!(r.structured["issue_number"], n);
     let id = r.structured["update_id"].as_str().expect("id").to_string();
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "issue_comment",
         json!({"number": n, "body": "secret-ish", "visibility": "operator_only"}),
     );
@@ -577,33 +460,28 @@ fn comments_and_visibility() {
     assert_eq!(u[0]["body"], "Analysis complete.");
     assert_eq!(u[0]["author"], "agent:primary");
     assert_eq!(u[1]["visibility"], "operator_only");
-    err(
-        &mut c,
+    c.call_err(
         "issue_comment",
         json!({"number": n, "body": ""}),
         "invalid_params",
-        Some("body"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("body");
+    c.call_err(
         "issue_comment",
         json!({"number": n, "body": " \n "}),
         "invalid_params",
-        Some("body"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("body");
+    c.call_err(
         "issue_comment",
         json!({"number": n, "body": "x", "visibility": "everyone"}),
         "invalid_params",
-        Some("visibility"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("visibility");
+    c.call_err(
         "issue_comment",
         json!({"number": 7, "body": "x"}),
         "issue_not_found",
-        None,
     );
     assert_eq!(get(&mut c, n)["updates_total"], 2);
 }
@@ -613,11 +491,7 @@ fn the_state_machine() {
     let env = Env::new();
     let mut c = env.spawn(&[]);
     let n = create(&mut c, "s", "");
-    let r = ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": n, "to": "triaged"}),
-    );
+    let r = c.call_ok("issue_transition", json!({"number": n, "to": "triaged"}));
     assert_eq!(
         (r.structured["from"].as_str(), r.structured["to"].as_str()),
         (Some("open"), Some("triaged"))
@@ -628,13 +502,13 @@ fn the_state_machine() {
 
     // Illegal: triaged → triaged (same), triaged → reopened; detail lists legal targets.
     for to in ["triaged", "reopened"] {
-        let e = err(
-            &mut c,
-            "issue_transition",
-            json!({"number": n, "to": to}),
-            "invalid_transition",
-            Some("to"),
-        );
+        let e = c
+            .call_err(
+                "issue_transition",
+                json!({"number": n, "to": to}),
+                "invalid_transition",
+            )
+            .expect_field("to");
         assert_eq!(
             e.structured["error"]["detail"]["legal_transitions"],
             json!(["assigned", "in_progress", "resolved", "rejected"]),
@@ -648,37 +522,31 @@ fn the_state_machine() {
         );
     }
     let m = create(&mut c, "open one", "");
-    let e = err(
-        &mut c,
+    let e = c.call_err(
         "issue_transition",
         json!({"number": m, "to": "reopened"}),
         "invalid_transition",
-        None,
     );
     assert_eq!(
         e.structured["error"]["detail"]["legal_transitions"],
         json!(["triaged", "assigned", "in_progress", "resolved", "rejected"])
     );
-    err(
-        &mut c,
+    c.call_err(
         "issue_transition",
         json!({"number": m, "to": "open"}),
         "invalid_params",
-        Some("to"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("to");
+    c.call_err(
         "issue_transition",
         json!({"number": m, "to": "done"}),
         "invalid_params",
-        Some("to"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("to");
+    c.call_err(
         "issue_transition",
         json!({"number": 99, "to": "triaged"}),
         "issue_not_found",
-        None,
     );
 
     // Rejected needs a comment.
@@ -686,13 +554,9 @@ fn the_state_machine() {
         json!({"number": m, "to": "rejected"}),
         json!({"number": m, "to": "rejected", "comment": "   "}),
     ] {
-        let e = err(
-            &mut c,
-            "issue_transition",
-            args,
-            "invalid_params",
-            Some("comment"),
-        );
+        let e = c
+            .call_err("issue_transition", args, "invalid_params")
+            .expect_field("comment");
         assert!(
             e.text
                 .ends_with("Rejection requires an explanatory comment."),
@@ -705,8 +569,7 @@ fn the_state_machine() {
         );
     }
     assert_eq!(get(&mut c, m)["status"], "open", "unchanged");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "issue_transition",
         json!({"number": m, "to": "rejected", "comment": "Duplicate of #1."}),
     );
@@ -723,21 +586,18 @@ fn the_state_machine() {
 
     // Full path: triaged → assigned → in_progress → resolved → reopened → resolved.
     for to in ["assigned", "in_progress"] {
-        ok(&mut c, "issue_transition", json!({"number": n, "to": to}));
+        c.call_ok("issue_transition", json!({"number": n, "to": to}));
     }
-    let e = err(
-        &mut c,
+    let e = c.call_err(
         "issue_transition",
         json!({"number": n, "to": "assigned"}),
         "invalid_transition",
-        None,
     );
     assert_eq!(
         e.structured["error"]["detail"]["legal_transitions"],
         json!(["resolved", "rejected"])
     );
-    ok(
-        &mut c,
+    c.call_ok(
         "issue_transition",
         json!({"number": n, "to": "resolved", "comment": "Fixed in abc123."}),
     );
@@ -745,31 +605,21 @@ fn the_state_machine() {
     assert_eq!(g["status"], "resolved");
     assert!(g["resolved_at"].as_i64().expect("resolved_at") > 0);
     assert_eq!(g["resolved_by"], "agent:primary");
-    let e = err(
-        &mut c,
+    let e = c.call_err(
         "issue_transition",
         json!({"number": n, "to": "in_progress"}),
         "invalid_transition",
-        None,
     );
     assert_eq!(
         e.structured["error"]["detail"]["legal_transitions"],
         json!(["reopened"])
     );
-    ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": n, "to": "reopened"}),
-    );
+    c.call_ok("issue_transition", json!({"number": n, "to": "reopened"}));
     let g = get(&mut c, n);
     assert_eq!(g["status"], "reopened");
     assert_eq!(g["resolved_at"], Value::Null);
     assert_eq!(g["resolved_by"], Value::Null);
-    ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": n, "to": "resolved"}),
-    );
+    c.call_ok("issue_transition", json!({"number": n, "to": "resolved"}));
     let g = get(&mut c, n);
     assert_eq!(g["status"], "resolved");
     assert_eq!(g["resolved_by"], "agent:primary");
@@ -828,7 +678,7 @@ fn concurrent_creates_from_two_processes_get_unique_sequential_numbers() {
     );
     let mut c = env.spawn(&[]);
     assert_eq!(
-        ok(&mut c, "issue_list", json!({"limit": 1})).structured["total"],
+        c.call_ok("issue_list", json!({"limit": 1})).structured["total"],
         2 * per
     );
     // Another project on the same database counts from 1.
@@ -942,38 +792,29 @@ fn export_import_round_trips_exactly() {
             "body with \"quotes\", unicode é and\nnewlines",
         );
         create(&mut c, "Second", "two");
-        ok(
-            &mut c,
+        c.call_ok(
             "issue_update",
             json!({"number": 1, "body": "edited", "assignment": "workflow:deploy"}),
         );
-        ok(
-            &mut c,
+        c.call_ok(
             "issue_comment",
             json!({"number": 1, "body": "hidden", "visibility": "operator_only"}),
         );
-        ok(
-            &mut c,
+        c.call_ok(
             "issue_transition",
             json!({"number": 2, "to": "rejected", "comment": "dup"}),
         );
-        ok(
-            &mut c,
+        c.call_ok(
             "todo",
             json!({"action": "set", "items": ["one", "two"], "phase": "p1"}),
         );
-        ok(
-            &mut c,
-            "todo",
-            json!({"action": "add", "items": ["crit"], "kind": "criterion", "origin_agent": "primary/sub"}),
-        );
-        ok(&mut c, "todo", json!({"action": "start", "content": "one"}));
-        ok(
-            &mut c,
+        c.call_ok("todo", json!({"action": "add", "items": ["crit"], "kind": "criterion", "origin_agent": "primary/sub"}));
+        c.call_ok("todo", json!({"action": "start", "content": "one"}));
+        c.call_ok(
             "todo",
             json!({"action": "note", "content": "one", "text": "a note"}),
         );
-        ok(&mut c, "todo", json!({"action": "drop", "content": "two"}));
+        c.call_ok("todo", json!({"action": "drop", "content": "two"}));
     }
     let mut o = McpClient::spawn(
         bin(),
@@ -1020,7 +861,9 @@ fn export_import_round_trips_exactly() {
     let mut c = b.spawn(&[]);
     assert_eq!(create(&mut c, "Third", ""), 3);
     assert!(
-        ok(&mut c, "issue_list", json!({"search": "edited"})).structured["total"] == 1,
+        c.call_ok("issue_list", json!({"search": "edited"}))
+            .structured["total"]
+            == 1,
         "FTS rebuilt"
     );
 
@@ -1074,11 +917,7 @@ fn resources_read_and_notify_in_both_eras() {
     let mut c = env.spawn(&[]);
     create(&mut c, "Add dark mode", "palette");
     let n = create(&mut c, "Fix login", "crash");
-    ok(
-        &mut c,
-        "issue_transition",
-        json!({"number": 1, "to": "resolved"}),
-    );
+    c.call_ok("issue_transition", json!({"number": 1, "to": "resolved"}));
     let list = c.request("resources/list", json!({}));
     let uris: Vec<&str> = list["result"]["resources"]
         .as_array()
@@ -1113,18 +952,10 @@ fn resources_read_and_notify_in_both_eras() {
     );
     assert!(s.get("result").is_some(), "{s}");
     c.take_notifications();
-    ok(
-        &mut c,
-        "issue_comment",
-        json!({"number": n, "body": "looking"}),
-    );
+    c.call_ok("issue_comment", json!({"number": n, "body": "looking"}));
     assert!(wait_for_update(&c, "issues://2"), "own change announced");
     let mut other = env.spawn(&[]);
-    ok(
-        &mut other,
-        "issue_transition",
-        json!({"number": n, "to": "triaged"}),
-    );
+    other.call_ok("issue_transition", json!({"number": n, "to": "triaged"}));
     assert!(
         wait_for_update(&c, "issues://2"),
         "another process's change announced"
@@ -1141,8 +972,7 @@ fn resources_read_and_notify_in_both_eras() {
         json!({"notifications": {"resourceSubscriptions": ["issues://open", "issues://2"]}}),
     );
     std::thread::sleep(Duration::from_millis(300));
-    ok(
-        &mut other,
+    other.call_ok(
         "issue_comment",
         json!({"number": n, "body": "from elsewhere"}),
     );

@@ -3,12 +3,12 @@
 
 mod common;
 
-use common::{Env, create, err, ok};
+use common::{Env, create};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
 fn todo(c: &mut McpClient, args: Value) -> Value {
-    ok(c, "todo", args).structured
+    c.call_ok("todo", args).structured
 }
 
 fn contents(v: &Value) -> Vec<String> {
@@ -79,29 +79,21 @@ fn view_happy_path_and_no_bound_issue() {
         "- [>] Implement auth module\n- [ ] Write tests\n- [ ] All endpoints return 200 (criterion)"
     );
     // The bound issue's todos show in issue_get too.
-    let g = ok(&mut c, "issue_get", json!({"number": 1})).structured;
+    let g = c.call_ok("issue_get", json!({"number": 1})).structured;
     assert_eq!(g["todos"].as_array().expect("t").len(), 3);
 
     // No bound issue.
     let mut free = env.spawn(&[]);
-    let e = err(
-        &mut free,
-        "todo",
-        json!({"action": "view"}),
-        "no_bound_issue",
-        None,
-    );
+    let e = free.call_err("todo", json!({"action": "view"}), "no_bound_issue");
     assert!(e.text.contains("issue_bind"), "guidance: {}", e.text);
     assert!(e.text.contains("operator"), "{}", e.text);
-    err(
-        &mut free,
+    free.call_err(
         "todo",
         json!({"action": "add", "items": ["x"]}),
         "no_bound_issue",
-        None,
     );
     // Binding with issue_bind, then unbinding.
-    let b = ok(&mut free, "issue_bind", json!({"number": 1})).structured;
+    let b = free.call_ok("issue_bind", json!({"number": 1})).structured;
     assert_eq!(b["bound"], 1);
     assert_eq!(b["previous"], Value::Null);
     assert!(
@@ -114,49 +106,27 @@ fn view_happy_path_and_no_bound_issue() {
         contents(&todo(&mut free, json!({"action": "view"}))).len(),
         3
     );
-    err(
-        &mut free,
-        "issue_bind",
-        json!({"number": 9}),
-        "issue_not_found",
-        None,
-    );
-    err(
-        &mut free,
-        "issue_bind",
-        json!({}),
-        "invalid_params",
-        Some("number"),
-    );
-    err(
-        &mut free,
+    free.call_err("issue_bind", json!({"number": 9}), "issue_not_found");
+    free.call_err("issue_bind", json!({}), "invalid_params")
+        .expect_field("number");
+    free.call_err(
         "issue_bind",
         json!({"number": 1, "unbind": true}),
         "invalid_params",
-        Some("unbind"),
-    );
-    let b = ok(&mut free, "issue_bind", json!({"unbind": true})).structured;
+    )
+    .expect_field("unbind");
+    let b = free
+        .call_ok("issue_bind", json!({"unbind": true}))
+        .structured;
     assert_eq!(
         (b["bound"].clone(), b["previous"].clone()),
         (Value::Null, json!(1))
     );
-    err(
-        &mut free,
-        "todo",
-        json!({"action": "view"}),
-        "no_bound_issue",
-        None,
-    );
+    free.call_err("todo", json!({"action": "view"}), "no_bound_issue");
 
     // A bound issue that does not exist answers issue_not_found.
     let mut ghost = env.spawn(&["--issue", "77"]);
-    err(
-        &mut ghost,
-        "todo",
-        json!({"action": "view"}),
-        "issue_not_found",
-        None,
-    );
+    ghost.call_err("todo", json!({"action": "view"}), "issue_not_found");
 }
 
 #[test]
@@ -305,7 +275,7 @@ fn start_done_drop_note() {
             .expect("md")
             .contains("(criterion, claimed)")
     );
-    let g = ok(&mut c, "issue_get", json!({"number": 1})).structured;
+    let g = c.call_ok("issue_get", json!({"number": 1})).structured;
     assert_eq!(g["status"], "open");
     assert_eq!(g["resolved_at"], Value::Null);
     // drop abandons a step.
@@ -317,12 +287,10 @@ fn start_done_drop_note() {
     let all = todo(&mut c, json!({"action": "view", "include_abandoned": true}));
     assert_eq!(find(&all, "Implement auth module")["status"], "abandoned");
     // drop on a criterion is refused for the agent.
-    let e = err(
-        &mut c,
+    let e = c.call_err(
         "todo",
         json!({"action": "drop", "content": "All endpoints"}),
         "invalid_transition",
-        None,
     );
     assert!(
         e.text
@@ -364,13 +332,12 @@ fn start_done_drop_note() {
     );
     // note max length.
     let before = todo(&mut c, json!({"action": "view"}));
-    err(
-        &mut c,
+    c.call_err(
         "todo",
         json!({"action": "note", "content": "Write tests", "text": "n".repeat(2001)}),
         "invalid_params",
-        Some("text"),
-    );
+    )
+    .expect_field("text");
     todo(
         &mut c,
         json!({"action": "note", "content": "Write tests", "text": "n".repeat(2000)}),
@@ -400,13 +367,13 @@ fn operator_may_drop_and_replace_criteria() {
         &mut agent,
         json!({"action": "set", "items": ["Latency under 50 ms"], "kind": "criterion"}),
     );
-    let e = err(
-        &mut agent,
-        "todo",
-        json!({"action": "set", "items": ["Something easier"], "kind": "criterion"}),
-        "invalid_transition",
-        Some("kind"),
-    );
+    let e = agent
+        .call_err(
+            "todo",
+            json!({"action": "set", "items": ["Something easier"], "kind": "criterion"}),
+            "invalid_transition",
+        )
+        .expect_field("kind");
     assert!(e.text.contains("Only the operator"), "{}", e.text);
     assert_eq!(
         contents(&todo(&mut agent, json!({"action": "view"}))),
@@ -422,13 +389,13 @@ fn content_addressing_lookup_and_coaching() {
     let env = Env::new();
     let mut c = bound(&env, &[]);
     // Empty list: not-found says so.
-    let e = err(
-        &mut c,
-        "todo",
-        json!({"action": "start", "content": "anything"}),
-        "todo_not_found",
-        Some("content"),
-    );
+    let e = c
+        .call_err(
+            "todo",
+            json!({"action": "start", "content": "anything"}),
+            "todo_not_found",
+        )
+        .expect_field("content");
     assert!(e.text.contains("the list is empty"), "{}", e.text);
     todo(
         &mut c,
@@ -443,26 +410,26 @@ fn content_addressing_lookup_and_coaching() {
     let v = todo(&mut c, json!({"action": "start", "content": "unit"}));
     assert_eq!(v["target"], "Write unit tests");
     // Ambiguous.
-    let e = err(
-        &mut c,
-        "todo",
-        json!({"action": "done", "content": "write"}),
-        "multiple_matches",
-        Some("content"),
-    );
+    let e = c
+        .call_err(
+            "todo",
+            json!({"action": "done", "content": "write"}),
+            "multiple_matches",
+        )
+        .expect_field("content");
     assert!(
         e.text.contains("Write unit tests") && e.text.contains("Write docs"),
         "{}",
         e.text
     );
     // Not found lists what is there, and echoes what was searched.
-    let e = err(
-        &mut c,
-        "todo",
-        json!({"action": "done", "content": "deploy"}),
-        "todo_not_found",
-        Some("content"),
-    );
+    let e = c
+        .call_err(
+            "todo",
+            json!({"action": "done", "content": "deploy"}),
+            "todo_not_found",
+        )
+        .expect_field("content");
     assert!(e.text.contains("\"deploy\""), "{}", e.text);
     assert!(e.text.contains("available"), "{}", e.text);
     assert_eq!(
@@ -471,21 +438,19 @@ fn content_addressing_lookup_and_coaching() {
     );
     // ID-like tokens get a hint.
     for id in ["task-1", "TODO-2", "item-3", "step-4", "id-5"] {
-        let e = err(
-            &mut c,
-            "todo",
-            json!({"action": "done", "content": id}),
-            "content_addressing_hint",
-            Some("content"),
-        );
+        let e = c
+            .call_err(
+                "todo",
+                json!({"action": "done", "content": id}),
+                "content_addressing_hint",
+            )
+            .expect_field("content");
         assert!(e.text.contains("text"), "{}", e.text);
     }
-    err(
-        &mut c,
+    c.call_err(
         "todo",
         json!({"action": "add", "items": ["task-9"]}),
         "content_addressing_hint",
-        None,
     );
     // Nothing changed by any of that.
     let v = todo(&mut c, json!({"action": "view"}));
@@ -535,16 +500,16 @@ fn bad_input_names_the_field_and_changes_nothing() {
         (json!({}), "action"),
         (json!({"action": "view", "extra": 1}), "extra"),
     ] {
-        err(&mut c, "todo", args, "invalid_params", Some(field));
+        c.call_err("todo", args, "invalid_params")
+            .expect_field(field);
     }
     let many: Vec<String> = (0..101).map(|i| format!("item {i}")).collect();
-    err(
-        &mut c,
+    c.call_err(
         "todo",
         json!({"action": "add", "items": many}),
         "invalid_params",
-        Some("items"),
-    );
+    )
+    .expect_field("items");
     assert_eq!(todo(&mut c, json!({"action": "view"})), before);
 }
 
@@ -584,12 +549,10 @@ fn sticky_reminder_prompt_and_modern_era() {
     let mut m = env.spawn_era(Era::Modern, &["--issue", "1"]);
     let v = todo(&mut m, json!({"action": "view"}));
     assert_eq!(v["todos"].as_array().expect("t").len(), 8);
-    let e = err(
-        &mut m,
+    let e = m.call_err(
         "todo",
         json!({"action": "done", "content": "task-3"}),
         "content_addressing_hint",
-        None,
     );
     assert!(e.is_error);
 }

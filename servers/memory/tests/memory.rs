@@ -3,8 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kitbag_testkit::{Era, McpClient, ToolCall, assert_catalog_matches, workspace_root};
-use serde_json::{Value, json};
+use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
+use serde_json::json;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-memory"))
@@ -17,26 +17,6 @@ fn client(db: &Path, extra: &[&str]) -> McpClient {
     McpClient::spawn(bin(), &args, db.parent().expect("dir"), Era::Handshake)
 }
 
-fn ok(c: &mut McpClient, tool: &str, args: Value) -> ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(!r.is_error, "{tool} {args}: {}", r.text);
-    r
-}
-
-fn err(c: &mut McpClient, tool: &str, args: Value, code: &str, field: Option<&str>) -> ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(r.is_error, "{tool} {args} should fail: {}", r.text);
-    assert_eq!(r.error_code(), Some(code), "{tool} {args}: {}", r.text);
-    if let Some(f) = field {
-        assert_eq!(
-            r.structured["error"]["detail"]["field"], f,
-            "{args}: {}",
-            r.text
-        );
-    }
-    r
-}
-
 fn db_in(d: &tempfile::TempDir) -> PathBuf {
     d.path().join("mem/memory.db")
 }
@@ -47,12 +27,11 @@ fn eras_prompt_and_catalog() {
     let db = db_in(&d);
     for era in [Era::Handshake, Era::Modern] {
         let mut c = McpClient::spawn(bin(), &["--db", db.to_str().expect("u")], d.path(), era);
-        ok(
-            &mut c,
+        c.call_ok(
             "memory_store",
             json!({"content": format!("era test note {era:?}")}),
         );
-        let r = ok(&mut c, "memory_search", json!({"query": "era test"}));
+        let r = c.call_ok("memory_search", json!({"query": "era test"}));
         assert!(r.structured["count"].as_u64().expect("n") >= 1);
         let prompts = c.request("prompts/list", json!({}));
         assert_eq!(
@@ -81,40 +60,31 @@ fn eras_prompt_and_catalog() {
 fn store_search_delete_dedupe_and_filters() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(&db_in(&d), &[]);
-    let a = ok(
-        &mut c,
-        "memory_store",
-        json!({"content": "The staging database is reset every Sunday.", "tags": ["staging", "DB"]}),
-    );
+    let a = c.call_ok("memory_store", json!({"content": "The staging database is reset every Sunday.", "tags": ["staging", "DB"]}));
     let id = a.structured["id"].as_str().expect("id").to_string();
     assert_eq!(a.structured["duplicate"], false);
-    let again = ok(
-        &mut c,
+    let again = c.call_ok(
         "memory_store",
         json!({"content": "  The staging database is reset every Sunday.  "}),
     );
     assert_eq!(again.structured["duplicate"], true);
     assert_eq!(again.structured["id"], id.as_str());
     // Same content in another scope is a separate memory.
-    let user = ok(
-        &mut c,
+    let user = c.call_ok(
         "memory_store",
         json!({"content": "The staging database is reset every Sunday.", "scope": "user"}),
     );
     assert_eq!(user.structured["duplicate"], false);
-    ok(
-        &mut c,
+    c.call_ok(
         "memory_store",
         json!({"content": "Session note about the database", "scope": "session", "session": "s-1"}),
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_search",
         json!({"query": "database", "scope": "session", "session": "s-1"}),
     );
     assert_eq!(r.structured["count"], 1);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_search",
         json!({"query": "database", "tags": ["db"]}),
     );
@@ -123,19 +93,17 @@ fn store_search_delete_dedupe_and_filters() {
         r.structured["memories"][0]["tags"],
         json!(["staging", "db"])
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_search",
         json!({"query": "database", "scope": "user"}),
     );
     assert_eq!(r.structured["count"], 1);
-    let r = ok(&mut c, "memory_search", json!({}));
+    let r = c.call_ok("memory_search", json!({}));
     assert_eq!(
         r.structured["count"], 3,
         "empty query lists the most recent"
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_delete",
         json!({"ids": [id, "01NOPE00000000000000000000"]}),
     );
@@ -144,11 +112,7 @@ fn store_search_delete_dedupe_and_filters() {
         r.structured["unknown"],
         json!(["01NOPE00000000000000000000"])
     );
-    let r = ok(
-        &mut c,
-        "memory_search",
-        json!({"query": "staging", "tags": ["db"]}),
-    );
+    let r = c.call_ok("memory_search", json!({"query": "staging", "tags": ["db"]}));
     assert_eq!(r.structured["count"], 0);
 }
 
@@ -170,29 +134,18 @@ fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties() {
     ];
     for i in 0..97 {
         let t = topics[i % topics.len()];
-        ok(
-            &mut c,
-            "memory_store",
-            json!({"content": format!("Note {i} about {t}: remember to check the {t} checklist before Friday.")}),
-        );
+        c.call_ok("memory_store", json!({"content": format!("Note {i} about {t}: remember to check the {t} checklist before Friday.")}));
     }
-    let target = ok(
-        &mut c,
-        "memory_store",
-        json!({"content": "The Postgres replica lags during the nightly vacuum; run heavy reports after 06:00.", "tags": ["postgres"]}),
-    );
-    ok(
-        &mut c,
+    let target = c.call_ok("memory_store", json!({"content": "The Postgres replica lags during the nightly vacuum; run heavy reports after 06:00.", "tags": ["postgres"]}));
+    c.call_ok(
         "memory_store",
         json!({"content": "Postgres connection pool size is 20 in production."}),
     );
-    ok(
-        &mut c,
+    c.call_ok(
         "memory_store",
         json!({"content": "Reports are emailed to finance every Monday."}),
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_search",
         json!({"query": "why is the postgres replica lagging at night?", "limit": 5}),
     );
@@ -210,23 +163,20 @@ fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties() {
                 .expect("score")
     );
     // Two equally relevant memories: the newer one ranks first.
-    let old = ok(
-        &mut c,
+    let old = c.call_ok(
         "memory_store",
         json!({"content": "zebra migration checklist alpha"}),
     );
     std::thread::sleep(std::time::Duration::from_millis(1100));
-    let new = ok(
-        &mut c,
+    let new = c.call_ok(
         "memory_store",
         json!({"content": "zebra migration checklist omega"}),
     );
-    let r = ok(&mut c, "memory_search", json!({"query": "zebra migration"}));
+    let r = c.call_ok("memory_search", json!({"query": "zebra migration"}));
     assert_eq!(r.structured["memories"][0]["id"], new.structured["id"]);
     assert_eq!(r.structured["memories"][1]["id"], old.structured["id"]);
     // The context block for the latest turn.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_context",
         json!({"query": "the postgres replica is slow", "max_inject_count": 2}),
     );
@@ -237,20 +187,17 @@ fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties() {
             .expect("b")
             .starts_with("<memories>")
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_context",
         json!({"query": "postgres", "max_inject_chars": 200}),
     );
     assert!(r.structured["block"].as_str().expect("b").chars().count() <= 200);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_context",
         json!({"query": "postgres", "mode": "off"}),
     );
     assert_eq!(r.structured["block"], "");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "memory_context",
         json!({"mode": "recent_only", "max_inject_count": 1}),
     );
@@ -261,12 +208,12 @@ fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties() {
 fn eviction_and_full_store() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(&db_in(&d), &["--max-total", "3"]);
-    let first = ok(&mut c, "memory_store", json!({"content": "one"}));
-    ok(&mut c, "memory_store", json!({"content": "two"}));
-    ok(&mut c, "memory_store", json!({"content": "three"}));
+    let first = c.call_ok("memory_store", json!({"content": "one"}));
+    c.call_ok("memory_store", json!({"content": "two"}));
+    c.call_ok("memory_store", json!({"content": "three"}));
     // Recall "one": it becomes more valuable than "two".
-    ok(&mut c, "memory_search", json!({"query": "one"}));
-    let r = ok(&mut c, "memory_store", json!({"content": "four"}));
+    c.call_ok("memory_search", json!({"query": "one"}));
+    let r = c.call_ok("memory_store", json!({"content": "four"}));
     let evicted = r.structured["evicted"]
         .as_str()
         .expect("evicted")
@@ -281,14 +228,8 @@ fn eviction_and_full_store() {
         &d.path().join("other.db"),
         &["--max-total", "1", "--on-full", "reject"],
     );
-    ok(&mut rej, "memory_store", json!({"content": "only"}));
-    err(
-        &mut rej,
-        "memory_store",
-        json!({"content": "another"}),
-        "memory_full",
-        None,
-    );
+    rej.call_ok("memory_store", json!({"content": "only"}));
+    rej.call_err("memory_store", json!({"content": "another"}), "memory_full");
 }
 
 #[test]
@@ -296,19 +237,19 @@ fn secrets_are_refused_without_echo() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(&db_in(&d), &[]);
     let key = "ghp_0123456789abcdefghijABCDEFGHIJklmnop";
-    let r = err(
-        &mut c,
-        "memory_store",
-        json!({"content": format!("CI token is {key}")}),
-        "secret_detected",
-        Some("content"),
-    );
+    let r = c
+        .call_err(
+            "memory_store",
+            json!({"content": format!("CI token is {key}")}),
+            "secret_detected",
+        )
+        .expect_field("content");
     assert_eq!(r.structured["error"]["detail"]["rule"], "github_token");
     assert!(
         !r.text.contains(key) && !r.raw.to_string().contains(key),
         "never echo the secret"
     );
-    let r = ok(&mut c, "memory_search", json!({}));
+    let r = c.call_ok("memory_search", json!({}));
     assert_eq!(r.structured["count"], 0, "nothing stored");
 }
 
@@ -316,70 +257,41 @@ fn secrets_are_refused_without_echo() {
 fn bad_input_is_typed() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(&db_in(&d), &[]);
-    err(
-        &mut c,
-        "memory_store",
-        json!({"content": "  "}),
-        "invalid_params",
-        Some("content"),
-    );
-    err(
-        &mut c,
+    c.call_err("memory_store", json!({"content": "  "}), "invalid_params")
+        .expect_field("content");
+    c.call_err(
         "memory_store",
         json!({"content": "x".repeat(4097)}),
         "invalid_params",
-        Some("content"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("content");
+    c.call_err(
         "memory_store",
         json!({"content": "x", "scope": "galaxy"}),
         "invalid_params",
-        Some("scope"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("scope");
+    c.call_err(
         "memory_store",
         json!({"content": "x", "scope": "session"}),
         "invalid_params",
-        Some("session"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("session");
+    c.call_err(
         "memory_store",
         json!({"content": "x", "session": "s"}),
         "invalid_params",
-        Some("session"),
-    );
-    err(
-        &mut c,
-        "memory_search",
-        json!({"limit": 0}),
-        "invalid_params",
-        Some("limit"),
-    );
-    err(
-        &mut c,
-        "memory_search",
-        json!({"limit": 101}),
-        "invalid_params",
-        Some("limit"),
-    );
-    err(
-        &mut c,
-        "memory_delete",
-        json!({}),
-        "invalid_params",
-        Some("ids"),
-    );
-    err(
-        &mut c,
-        "memory_context",
-        json!({"mode": "loud"}),
-        "invalid_params",
-        Some("mode"),
-    );
-    let r = ok(&mut c, "memory_search", json!({}));
+    )
+    .expect_field("session");
+    c.call_err("memory_search", json!({"limit": 0}), "invalid_params")
+        .expect_field("limit");
+    c.call_err("memory_search", json!({"limit": 101}), "invalid_params")
+        .expect_field("limit");
+    c.call_err("memory_delete", json!({}), "invalid_params")
+        .expect_field("ids");
+    c.call_err("memory_context", json!({"mode": "loud"}), "invalid_params")
+        .expect_field("mode");
+    let r = c.call_ok("memory_search", json!({}));
     assert_eq!(r.structured["count"], 0);
 }
 
@@ -425,7 +337,7 @@ fn older_schema_migrates_and_export_import_round_trips() {
         assert!(conn, "could not write the v1 fixture");
     }
     let mut c = client(&db, &[]);
-    let r = ok(&mut c, "memory_search", json!({"query": "legacy deploy"}));
+    let r = c.call_ok("memory_search", json!({"query": "legacy deploy"}));
     assert_eq!(
         r.structured["count"], 1,
         "v1 rows are searchable after migration: {}",
@@ -435,8 +347,7 @@ fn older_schema_migrates_and_export_import_round_trips() {
         r.structured["memories"][0]["id"],
         "01HZZZLEGACY0000000000000A"
     );
-    ok(
-        &mut c,
+    c.call_ok(
         "memory_store",
         json!({"content": "new after migration", "tags": ["x"]}),
     );

@@ -3,7 +3,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use kitbag_testkit::{Era, McpClient, ToolCall};
+use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
 fn bin() -> &'static Path {
@@ -34,26 +34,6 @@ impl Fx {
     fn client(&self, args: &[&str]) -> McpClient {
         McpClient::spawn(bin(), args, self.0.path(), Era::Handshake)
     }
-}
-
-fn ok(c: &mut McpClient, tool: &str, args: Value) -> ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(!r.is_error, "{tool} {args}: {}", r.text);
-    r
-}
-
-fn err(c: &mut McpClient, tool: &str, args: Value, code: &str, field: Option<&str>) -> ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(r.is_error, "{tool} {args} should fail: {}", r.text);
-    assert_eq!(r.error_code(), Some(code), "{tool} {args}: {}", r.text);
-    if let Some(f) = field {
-        assert_eq!(
-            r.structured["error"]["detail"]["field"], f,
-            "{tool} {args}: {}",
-            r.text
-        );
-    }
-    r
 }
 
 fn strings(v: &Value) -> Vec<String> {
@@ -93,8 +73,7 @@ fn grep_matches_filters_and_ignores() {
     let fx = project();
     fx.write("assets/logo.bin", b"TODO\0\x01\x02binary TODO");
     let mut c = fx.client(&[]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "TODO", "output_mode": "content"}),
     );
@@ -110,17 +89,12 @@ fn grep_matches_filters_and_ignores() {
     );
     assert_eq!(r.structured["matches"][1]["file"], "src/main.ts");
     assert_eq!(r.structured["matches"][1]["line"], 1);
-    let r = ok(
-        &mut c,
-        "search_grep",
-        json!({"pattern": "TODO", "include": "*.ts"}),
-    );
+    let r = c.call_ok("search_grep", json!({"pattern": "TODO", "include": "*.ts"}));
     assert_eq!(
         strings(&r.structured["files"]),
         ["src/main.ts", "src/util.ts"]
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "TODO", "include": ["*.ts", "*.js", "!util.ts"]}),
     );
@@ -128,14 +102,9 @@ fn grep_matches_filters_and_ignores() {
         strings(&r.structured["files"]),
         ["src/legacy.js", "src/main.ts"]
     );
-    let r = ok(
-        &mut c,
-        "search_grep",
-        json!({"pattern": "TODO", "type": "js"}),
-    );
+    let r = c.call_ok("search_grep", json!({"pattern": "TODO", "type": "js"}));
     assert_eq!(strings(&r.structured["files"]), ["src/legacy.js"]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "TODO", "hidden": true, "no_ignore": true}),
     );
@@ -147,8 +116,7 @@ fn grep_matches_filters_and_ignores() {
         !files.iter().any(|f| f.ends_with(".bin")),
         "binary skipped even with no_ignore"
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "todo", "output_mode": "count"}),
     );
@@ -157,8 +125,7 @@ fn grep_matches_filters_and_ignores() {
         json!({"file": "src/legacy.js", "count": 1}),
         "smart case: lowercase is insensitive"
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "Todo", "output_mode": "count"}),
     );
@@ -166,32 +133,24 @@ fn grep_matches_filters_and_ignores() {
         r.structured["total_files"], 0,
         "smart case: an uppercase letter makes it sensitive"
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "todo", "case": "sensitive"}),
     );
     assert_eq!(r.structured["total_files"], 0);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "console.log(a", "fixed_strings": true}),
     );
     assert_eq!(strings(&r.structured["files"]), ["src/util.ts"]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "a", "word": true, "path": "src/util.ts", "output_mode": "content"}),
     );
     assert_eq!(r.structured["total_matches"], 2);
-    let r = ok(
-        &mut c,
-        "search_grep",
-        json!({"pattern": "unwrap\\(\\);\\n\\s+println", "multiline": true, "output_mode": "content"}),
-    );
+    let r = c.call_ok("search_grep", json!({"pattern": "unwrap\\(\\);\\n\\s+println", "multiline": true, "output_mode": "content"}));
     assert_eq!(r.structured["matches"][0]["line"], 2);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "unwrap", "path": "lib", "output_mode": "content", "context": 1}),
     );
@@ -211,8 +170,7 @@ fn grep_pages_are_disjoint_and_consecutive() {
         );
     }
     let mut c = fx.client(&[]);
-    let all = ok(
-        &mut c,
+    let all = c.call_ok(
         "search_grep",
         json!({"pattern": "needle", "output_mode": "content"}),
     );
@@ -221,11 +179,7 @@ fn grep_pages_are_disjoint_and_consecutive() {
     let mut paged = Vec::new();
     let mut offset = 0;
     loop {
-        let r = ok(
-            &mut c,
-            "search_grep",
-            json!({"pattern": "needle", "output_mode": "content", "head_limit": 7, "offset": offset}),
-        );
+        let r = c.call_ok("search_grep", json!({"pattern": "needle", "output_mode": "content", "head_limit": 7, "offset": offset}));
         let page = r.structured["matches"].as_array().expect("m").clone();
         paged.extend(page.clone());
         if r.structured["truncated"] != true {
@@ -236,8 +190,7 @@ fn grep_pages_are_disjoint_and_consecutive() {
         offset = r.structured["next_offset"].as_u64().expect("next");
     }
     assert_eq!(paged, all, "pages reassemble the whole answer exactly");
-    let files = ok(
-        &mut c,
+    let files = c.call_ok(
         "search_grep",
         json!({"pattern": "needle", "head_limit": 10, "offset": 25}),
     );
@@ -257,8 +210,7 @@ fn grep_output_cap_and_time_budget() {
         fx.write(&format!("d{}/f{i}.txt", i % 10), body.as_bytes());
     }
     let mut c = fx.client(&["--max-output-bytes", "4096"]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "words", "output_mode": "content"}),
     );
@@ -268,8 +220,7 @@ fn grep_output_cap_and_time_budget() {
     assert!(r.text.contains("offset="));
     // A 1 ms budget cannot walk 400 files: the answer is partial and says so.
     let mut slow = fx.client(&["--search-timeout-ms", "1"]);
-    let r = ok(
-        &mut slow,
+    let r = slow.call_ok(
         "search_grep",
         json!({"pattern": "(\\w+\\s+){3}match", "output_mode": "count"}),
     );
@@ -316,8 +267,7 @@ fn grep_progress_and_cancellation() {
         json!({"requestId": id, "reason": "test"}),
     );
     let started = std::time::Instant::now();
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "alpha", "path": "t0/f0.txt", "output_mode": "count"}),
     );
@@ -329,8 +279,7 @@ fn grep_progress_and_cancellation() {
 fn glob_finds_tests_newest_first() {
     let fx = project();
     let mut c = fx.client(&[]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_glob",
         json!({"pattern": "**/*.test.ts", "sort": "path"}),
     );
@@ -344,34 +293,25 @@ fn glob_finds_tests_newest_first() {
         .expect("open");
     f.set_modified(std::time::SystemTime::now() + Duration::from_secs(60))
         .expect("touch");
-    let r = ok(&mut c, "search_glob", json!({"pattern": "*.test.ts"}));
+    let r = c.call_ok("search_glob", json!({"pattern": "*.test.ts"}));
     assert_eq!(
         strings(&r.structured["files"]),
         ["src/auth.test.ts", "src/db.test.ts"],
         "newest first"
     );
-    let r = ok(
-        &mut c,
-        "search_glob",
-        json!({"pattern": "*.ts", "limit": 2}),
-    );
+    let r = c.call_ok("search_glob", json!({"pattern": "*.ts", "limit": 2}));
     assert_eq!(r.structured["count"], 2);
     assert_eq!(
         r.structured["total"], 4,
         "build/ is ignored and .secret is hidden"
     );
     assert_eq!(r.structured["truncated"], true);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_glob",
         json!({"pattern": "*.ts", "hidden": true, "no_ignore": true}),
     );
     assert_eq!(r.structured["total"], 6);
-    let r = ok(
-        &mut c,
-        "search_glob",
-        json!({"pattern": "src/*.js", "path": "."}),
-    );
+    let r = c.call_ok("search_glob", json!({"pattern": "src/*.js", "path": "."}));
     assert_eq!(strings(&r.structured["files"]), ["src/legacy.js"]);
 }
 
@@ -379,8 +319,7 @@ fn glob_finds_tests_newest_first() {
 fn ast_search_captures() {
     let fx = project();
     let mut c = fx.client(&[]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_ast",
         json!({"pattern": "console.log($MSG)", "lang": "typescript", "paths": ["src"]}),
     );
@@ -389,8 +328,7 @@ fn ast_search_captures() {
     assert_eq!(m["file"], "src/main.ts");
     assert_eq!(m["start_line"], 2);
     assert_eq!(m["meta_variables"]["MSG"], "\"server started\"");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_ast",
         json!({"pattern": "console.log($$$ARGS)", "lang": "ts", "context": 1}),
     );
@@ -410,8 +348,7 @@ fn ast_search_captures() {
         util["context_before"],
         json!(["export const a = 1; // TODO later"])
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_ast",
         json!({"pattern": "$X.unwrap()", "paths": "lib"}),
     );
@@ -433,8 +370,7 @@ fn ast_search_captures() {
         )
         .as_bytes(),
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_ast",
         json!({"pattern": "console.log($A)", "paths": "min", "context": 2}),
     );
@@ -454,15 +390,14 @@ fn edit_ast_preview_apply_limits_and_inference() {
     let before_a = fx.read("src/a.ts");
     let mut c = fx.client(&[]);
     let rw = json!({"console.log($MSG)": "logger.debug($MSG)"});
-    let r = ok(&mut c, "edit_ast", json!({"rewrites": rw, "path": "src"}));
+    let r = c.call_ok("edit_ast", json!({"rewrites": rw, "path": "src"}));
     assert_eq!(r.structured["applied"], false);
     assert_eq!(r.structured["total_replacements"], 4);
     assert_eq!(r.structured["changes"][0]["after"], "logger.debug(\"one\")");
     assert_eq!(fx.read("src/a.ts"), before_a, "dry run writes nothing");
     let preview_diff = r.structured["file_changes"][0]["diff"].clone();
     // Single-file path: only that file.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "edit_ast",
         json!({"rewrites": rw, "path": "src/b.ts", "dry_run": false}),
     );
@@ -470,19 +405,17 @@ fn edit_ast_preview_apply_limits_and_inference() {
     assert_eq!(fx.read("src/b.ts"), "logger.debug(\"b\");\n");
     assert_eq!(fx.read("other/c.ts"), "console.log(\"c\");\n");
     // Caps.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "edit_ast",
         json!({"rewrites": rw, "path": "src/a.ts", "max_replacements": 1}),
     );
     assert_eq!(r.structured["total_replacements"], 1);
     assert_eq!(r.structured["limit_reached"], true);
-    let r = ok(&mut c, "edit_ast", json!({"rewrites": rw, "max_files": 1}));
+    let r = c.call_ok("edit_ast", json!({"rewrites": rw, "max_files": 1}));
     assert_eq!(r.structured["files_touched"], 1);
     assert_eq!(r.structured["limit_reached"], true);
     // Apply writes exactly the previewed bytes.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "edit_ast",
         json!({"rewrites": rw, "path": "src/a.ts", "dry_run": false}),
     );
@@ -495,38 +428,34 @@ fn edit_ast_preview_apply_limits_and_inference() {
     // Language inference: mixed extensions need `lang`; uniform ones infer it.
     fx.write("mixed/x.ts", b"console.log(1);\n");
     fx.write("mixed/y.js", b"console.log(2);\n");
-    let e = err(
-        &mut c,
-        "edit_ast",
-        json!({"rewrites": rw, "path": "mixed"}),
-        "invalid_params",
-        Some("lang"),
-    );
+    let e = c
+        .call_err(
+            "edit_ast",
+            json!({"rewrites": rw, "path": "mixed"}),
+            "invalid_params",
+        )
+        .expect_field("lang");
     assert!(
         e.text.contains("javascript") && e.text.contains("typescript"),
         "{}",
         e.text
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "edit_ast",
         json!({"rewrites": rw, "path": "mixed", "lang": "javascript"}),
     );
     assert_eq!(r.structured["total_replacements"], 1);
-    err(
-        &mut c,
+    c.call_err(
         "edit_ast",
         json!({"rewrites": {"console.log(": "x"}, "lang": "typescript"}),
         "invalid_pattern",
-        None,
     );
-    err(
-        &mut c,
+    c.call_err(
         "edit_ast",
         json!({"rewrites": rw, "path": "../../etc"}),
         "capability_denied",
-        Some("path"),
-    );
+    )
+    .expect_field("path");
 }
 
 #[test]
@@ -574,8 +503,7 @@ fn edit_ast_failure_leaves_every_file_unchanged() {
 fn caged_server_marks_outside_and_refuses_apply() {
     let fx = project();
     let mut c = fx.client(&["--allow", "ro:src"]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "TODO|unwrap", "output_mode": "content"}),
     );
@@ -600,26 +528,23 @@ fn caged_server_marks_outside_and_refuses_apply() {
         .clone();
     assert!(main.get("outside_cage").is_none());
     assert!(main["text"].as_str().is_some());
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_ast",
         json!({"pattern": "$X.unwrap()", "paths": "lib"}),
     );
     assert_eq!(r.structured["matches"][0]["outside_cage"], true);
     assert!(r.structured["matches"][0].get("text").is_none());
     let rw = json!({"console.log($MSG)": "logger.debug($MSG)"});
-    ok(
-        &mut c,
+    c.call_ok(
         "edit_ast",
         json!({"rewrites": rw, "path": "src", "lang": "typescript"}),
     );
-    err(
-        &mut c,
+    c.call_err(
         "edit_ast",
         json!({"rewrites": rw, "path": "src", "lang": "typescript", "dry_run": false}),
         "capability_denied",
-        Some("path"),
-    );
+    )
+    .expect_field("path");
     assert!(fx.read("src/main.ts").contains("console.log"));
 }
 
@@ -627,144 +552,110 @@ fn caged_server_marks_outside_and_refuses_apply() {
 fn bad_input_is_typed() {
     let fx = project();
     let mut c = fx.client(&[]);
-    let e = err(
-        &mut c,
-        "search_grep",
-        json!({"pattern": "foo("}),
-        "invalid_pattern",
-        Some("pattern"),
-    );
+    let e = c
+        .call_err("search_grep", json!({"pattern": "foo("}), "invalid_pattern")
+        .expect_field("pattern");
     assert!(
         e.text.contains("unclosed") || e.text.contains("regex"),
         "{}",
         e.text
     );
-    err(
-        &mut c,
-        "search_grep",
-        json!({"pattern": ""}),
-        "invalid_params",
-        Some("pattern"),
-    );
-    err(
-        &mut c,
+    c.call_err("search_grep", json!({"pattern": ""}), "invalid_params")
+        .expect_field("pattern");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "type": "klingon"}),
         "invalid_params",
-        Some("type"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("type");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "head_limit": 0}),
         "invalid_params",
-        Some("head_limit"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("head_limit");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "offset": -1}),
         "invalid_params",
-        Some("offset"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("offset");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "context": 2, "before": 1, "output_mode": "content"}),
         "invalid_params",
-        Some("context"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("context");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "context": 2}),
         "invalid_params",
-        Some("context"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("context");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "output_mode": "lines"}),
         "invalid_params",
-        Some("output_mode"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("output_mode");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "path": "../"}),
         "capability_denied",
-        Some("path"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("path");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "path": "nope"}),
         "file_not_found",
-        Some("path"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("path");
+    c.call_err(
         "search_grep",
         json!({"pattern": "x", "include": "a[b"}),
         "invalid_params",
-        Some("include"),
-    );
-    err(
-        &mut c,
-        "search_glob",
-        json!({"pattern": "a[b"}),
-        "invalid_pattern",
-        Some("pattern"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("include");
+    c.call_err("search_glob", json!({"pattern": "a[b"}), "invalid_pattern")
+        .expect_field("pattern");
+    c.call_err(
         "search_glob",
         json!({"pattern": "*", "limit": -5}),
         "invalid_params",
-        Some("limit"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("limit");
+    c.call_err(
         "search_ast",
         json!({"pattern": "foo(", "lang": "rust"}),
         "invalid_pattern",
-        Some("pattern"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("pattern");
+    c.call_err(
         "search_ast",
         json!({"pattern": "foo()", "lang": "cobol"}),
         "invalid_params",
-        Some("lang"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("lang");
+    c.call_err(
         "search_ast",
         json!({"pattern": "foo()", "lang": "rust", "limit": 0}),
         "invalid_params",
-        Some("limit"),
-    );
-    err(
-        &mut c,
-        "edit_ast",
-        json!({"rewrites": {}}),
-        "invalid_params",
-        Some("rewrites"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("limit");
+    c.call_err("edit_ast", json!({"rewrites": {}}), "invalid_params")
+        .expect_field("rewrites");
+    c.call_err(
         "edit_ast",
         json!({"rewrites": {"a($X)": 5}, "lang": "rust"}),
         "invalid_params",
-        Some("rewrites.a($X)"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("rewrites.a($X)");
+    c.call_err(
         "edit_ast",
         json!({"rewrites": {"a($X)": "b($X)"}, "lang": "rust", "max_files": 0}),
         "invalid_params",
-        Some("max_files"),
-    );
+    )
+    .expect_field("max_files");
 }
 
 #[test]
@@ -778,8 +669,7 @@ fn case_insensitive_grep_with_the_literal_prefilter_misses_nothing() {
         ("e.txt", "nothing to see\n"),
     ]);
     let mut c = fx.client(&[]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": r"fn\s+new_with_\w+", "case": "insensitive", "output_mode": "content"}),
     );
@@ -790,15 +680,13 @@ fn case_insensitive_grep_with_the_literal_prefilter_misses_nothing() {
         .collect();
     assert_eq!(lines, vec!["a.rs:1", "b.rs:2"], "{}", r.text);
     // Smart case: all-lowercase pattern → insensitive.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "kelvin_mark", "output_mode": "count"}),
     );
     assert_eq!(r.structured["total_matches"], 2, "{}", r.text);
     // Fixed strings go through the same path.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "search_grep",
         json!({"pattern": "new_with_s", "fixed_strings": true, "case": "insensitive"}),
     );

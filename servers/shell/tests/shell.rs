@@ -3,10 +3,8 @@
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use kitbag_testkit::{
-    Era, McpClient, ToolCall, assert_catalog_matches, process_alive, workspace_root,
-};
-use serde_json::{Value, json};
+use kitbag_testkit::{Era, McpClient, assert_catalog_matches, process_alive, workspace_root};
+use serde_json::json;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-shell"))
@@ -14,25 +12,6 @@ fn bin() -> &'static Path {
 
 fn client(dir: &Path, args: &[&str]) -> McpClient {
     McpClient::spawn(bin(), args, dir, Era::Handshake)
-}
-
-fn ok(c: &mut McpClient, tool: &str, args: Value) -> ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(!r.is_error, "{tool} {args}: {}", r.text);
-    r
-}
-
-fn err(c: &mut McpClient, args: Value, code: &str, field: Option<&str>) {
-    let r = c.call("shell_bash", args.clone());
-    assert!(r.is_error, "{args} should fail: {}", r.text);
-    assert_eq!(r.error_code(), Some(code), "{args}: {}", r.text);
-    if let Some(f) = field {
-        assert_eq!(
-            r.structured["error"]["detail"]["field"], f,
-            "{args}: {}",
-            r.text
-        );
-    }
 }
 
 fn pid_in(dir: &Path, name: &str) -> u32 {
@@ -64,7 +43,7 @@ fn both_eras_and_catalog() {
     for era in [Era::Handshake, Era::Modern] {
         let d = tempfile::tempdir().expect("tmp");
         let mut c = McpClient::spawn(bin(), &[], d.path(), era);
-        let r = ok(&mut c, "shell_bash", json!({"command": "echo hello"}));
+        let r = c.call_ok("shell_bash", json!({"command": "echo hello"}));
         assert_eq!(r.structured["stdout"], "hello\n");
         assert!(c.stdout_garbage().is_empty());
         if era == Era::Handshake {
@@ -81,13 +60,12 @@ fn happy_path_exit_codes_cwd_env() {
     let d = tempfile::tempdir().expect("tmp");
     std::fs::create_dir_all(d.path().join("packages/daemon")).expect("mkdir");
     let mut c = client(d.path(), &[]);
-    let r = ok(&mut c, "shell_bash", json!({"command": "echo hello"}));
+    let r = c.call_ok("shell_bash", json!({"command": "echo hello"}));
     assert_eq!(r.structured["exit_code"], 0);
     assert_eq!(r.structured["timed_out"], false);
     assert_eq!(r.structured["stderr"], "");
     assert!(r.text.starts_with("hello\n[exit code 0"), "{}", r.text);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "echo to-stderr >&2; exit 42"}),
     );
@@ -99,8 +77,7 @@ fn happy_path_exit_codes_cwd_env() {
         r.structured["stdout"], "to-stderr\n",
         "the terminal merges stderr"
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "pwd", "cwd": "./packages/daemon"}),
     );
@@ -111,20 +88,17 @@ fn happy_path_exit_codes_cwd_env() {
             .trim_end()
             .ends_with("packages/daemon")
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "echo $FOO-$HOME_SET", "env": {"FOO": "bar", "HOME_SET": "x"}}),
     );
     assert_eq!(r.structured["stdout"], "bar-x\n");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "[ -t 1 ] && [ -t 2 ] && [ ! -t 0 ] && echo tty"}),
     );
     assert_eq!(r.structured["stdout"], "tty\n", "runs in a terminal");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "printf 'bad \\377\\376 bytes\\n'"}),
     );
@@ -132,8 +106,7 @@ fn happy_path_exit_codes_cwd_env() {
         r.structured["stdout"], "bad \u{fffd}\u{fffd} bytes\n",
         "invalid UTF-8 is shown, not fatal"
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "printf '\\033[31mred\\033[0m 10%%\\r 100%%\\n'"}),
     );
@@ -147,27 +120,15 @@ fn happy_path_exit_codes_cwd_env() {
 fn timeouts_clamp_and_kill_the_whole_tree() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(d.path(), &["--kill-grace-ms", "1000"]);
-    let r = ok(
-        &mut c,
-        "shell_bash",
-        json!({"command": "true", "timeout": 500}),
-    );
+    let r = c.call_ok("shell_bash", json!({"command": "true", "timeout": 500}));
     assert_eq!(r.structured["timeout_ms"], 1000);
-    let r = ok(
-        &mut c,
-        "shell_bash",
-        json!({"command": "true", "timeout": 999999}),
-    );
+    let r = c.call_ok("shell_bash", json!({"command": "true", "timeout": 999999}));
     assert_eq!(r.structured["timeout_ms"], 600000);
     let started = Instant::now();
-    let r = ok(
-        &mut c,
-        "shell_bash",
-        json!({
+    let r = c.call_ok("shell_bash", json!({
             "command": "sleep 100 & echo $! > bg.pid; nohup sleep 100 >/dev/null 2>&1 & echo $! > nohup.pid; trap '' TERM; sleep 60",
             "timeout": 2000
-        }),
-    );
+        }));
     assert_eq!(r.structured["timed_out"], true);
     assert_eq!(r.structured["exit_code"], 137);
     assert!(started.elapsed() < Duration::from_secs(15));
@@ -176,8 +137,7 @@ fn timeouts_clamp_and_kill_the_whole_tree() {
         assert!(gone(pid), "{f} ({pid}) survived the timeout");
     }
     // A normal exit also stops what the command left running.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "sleep 100 & echo $! > left.pid; echo done"}),
     );
@@ -190,14 +150,12 @@ fn interactive_programs_see_eof() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(d.path(), &[]);
     let started = Instant::now();
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "read line; echo \"read exit $?\"", "timeout": 20000}),
     );
     assert_eq!(r.structured["stdout"], "read exit 1\n");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "cat; echo after-cat", "timeout": 20000}),
     );
@@ -217,7 +175,7 @@ fn interactive_programs_see_eof() {
 fn big_output_previewed_and_logged_completely() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(d.path(), &[]);
-    let r = ok(&mut c, "shell_bash", json!({"command": "seq 1 300000"}));
+    let r = c.call_ok("shell_bash", json!({"command": "seq 1 300000"}));
     assert_eq!(r.structured["truncated"], true);
     let out = r.structured["stdout"].as_str().expect("s");
     assert!(out.len() < 32 * 1024, "{}", out.len());
@@ -238,8 +196,7 @@ fn big_output_previewed_and_logged_completely() {
 fn background_jobs() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(d.path(), &["--kill-grace-ms", "500"]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "for i in 1 2 3; do echo tick $i; sleep 0.2; done", "background": true}),
     );
@@ -247,7 +204,7 @@ fn background_jobs() {
     let mut seen = String::new();
     let deadline = Instant::now() + Duration::from_secs(10);
     loop {
-        let r = ok(&mut c, "shell_output", json!({"job_id": job}));
+        let r = c.call_ok("shell_output", json!({"job_id": job}));
         seen.push_str(r.structured["output"].as_str().expect("o"));
         if r.structured["running"] == false && r.structured["more"] == false {
             assert_eq!(r.structured["exit_code"], 0);
@@ -257,25 +214,23 @@ fn background_jobs() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(seen, "tick 1\ntick 2\ntick 3\n");
-    let again = ok(&mut c, "shell_output", json!({"job_id": job, "since": 0}));
+    let again = c.call_ok("shell_output", json!({"job_id": job, "since": 0}));
     assert_eq!(again.structured["output"], "tick 1\ntick 2\ntick 3\n");
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "sleep 100 & echo $! > child.pid; sleep 100", "background": true}),
     );
     let long = r.structured["job_id"].as_str().expect("job").to_string();
     let child = pid_in(d.path(), "child.pid");
-    let jobs = ok(&mut c, "shell_jobs", json!({}));
+    let jobs = c.call_ok("shell_jobs", json!({}));
     assert_eq!(jobs.structured["jobs"].as_array().expect("j").len(), 2);
-    let r = ok(&mut c, "shell_kill", json!({"job_id": long}));
+    let r = c.call_ok("shell_kill", json!({"job_id": long}));
     assert_eq!(r.structured["killed"], true);
     assert!(gone(child));
     let r = c.call("shell_output", json!({"job_id": "job-99"}));
     assert_eq!(r.error_code(), Some("job_not_found"));
     // Jobs do not outlive the server.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
         "shell_bash",
         json!({"command": "sleep 100 & echo $! > orphan.pid; sleep 100", "background": true}),
     );
@@ -289,60 +244,52 @@ fn background_jobs() {
 fn bad_input_and_read_only() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(d.path(), &[]);
-    err(
-        &mut c,
-        json!({"command": ""}),
-        "invalid_params",
-        Some("command"),
-    );
-    err(
-        &mut c,
-        json!({"command": "   "}),
-        "invalid_params",
-        Some("command"),
-    );
-    err(
-        &mut c,
+    c.call_err("shell_bash", json!({"command": ""}), "invalid_params")
+        .expect_field("command");
+    c.call_err("shell_bash", json!({"command": "   "}), "invalid_params")
+        .expect_field("command");
+    c.call_err(
+        "shell_bash",
         json!({"command": "x".repeat(64 * 1024 + 1)}),
         "invalid_params",
-        Some("command"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("command");
+    c.call_err(
+        "shell_bash",
         json!({"command": "pwd", "cwd": "../../"}),
         "invalid_params",
-        Some("cwd"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("cwd");
+    c.call_err(
+        "shell_bash",
         json!({"command": "pwd", "cwd": "missing-dir"}),
         "invalid_params",
-        Some("cwd"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("cwd");
+    c.call_err(
+        "shell_bash",
         json!({"command": "true", "env": {"": "val"}}),
         "invalid_params",
-        Some("env"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("env");
+    c.call_err(
+        "shell_bash",
         json!({"command": "true", "env": {"A=B": "val"}}),
         "invalid_params",
-        Some("env"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("env");
+    c.call_err(
+        "shell_bash",
         json!({"command": "true", "env": {"A": 5}}),
         "invalid_params",
-        Some("env.A"),
-    );
-    err(
-        &mut c,
+    )
+    .expect_field("env.A");
+    c.call_err(
+        "shell_bash",
         json!({"command": "true", "timeout": "soon"}),
         "invalid_params",
-        Some("timeout"),
-    );
+    )
+    .expect_field("timeout");
     let marker: PathBuf = d.path().join("should-not-exist");
     let mut ro = client(d.path(), &["--read-only"]);
     let r = ro.call(
@@ -376,6 +323,6 @@ fn cancellation_stops_the_process_tree() {
     );
     assert!(gone(pid), "the cancelled command's child survived");
     // The server keeps serving.
-    let r = ok(&mut c, "shell_bash", json!({"command": "echo still-here"}));
+    let r = c.call_ok("shell_bash", json!({"command": "echo still-here"}));
     assert_eq!(r.structured["stdout"], "still-here\n");
 }

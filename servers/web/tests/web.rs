@@ -5,8 +5,8 @@ use std::net::{TcpListener, TcpStream};
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kitbag_testkit::{Era, McpClient, ToolCall, assert_catalog_matches, workspace_root};
-use serde_json::{Value, json};
+use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
+use serde_json::json;
 
 const ARTICLE: &str = include_str!("fixtures/article.html");
 
@@ -113,19 +113,6 @@ fn client(args: &[&str]) -> McpClient {
     McpClient::spawn(bin(), args, &d, Era::Handshake)
 }
 
-fn ok(c: &mut McpClient, args: Value) -> ToolCall {
-    let r = c.call("web_fetch", args.clone());
-    assert!(!r.is_error, "{args}: {}", r.text);
-    r
-}
-
-fn err(c: &mut McpClient, args: Value, code: &str) -> ToolCall {
-    let r = c.call("web_fetch", args.clone());
-    assert!(r.is_error, "{args} should fail: {}", r.text);
-    assert_eq!(r.error_code(), Some(code), "{args}: {}", r.text);
-    r
-}
-
 #[test]
 fn eras_and_catalog() {
     let port = serve();
@@ -136,8 +123,8 @@ fn eras_and_catalog() {
             &std::env::temp_dir(),
             era,
         );
-        let r = ok(
-            &mut c,
+        let r = c.call_ok(
+            "web_fetch",
             json!({"url": format!("http://127.0.0.1:{port}/text")}),
         );
         assert_eq!(r.structured["text"], "just some text\n");
@@ -155,8 +142,8 @@ fn eras_and_catalog() {
 fn article_becomes_clean_markdown() {
     let port = serve();
     let mut c = client(&["--allow-host", "127.0.0.1"]);
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
+        "web_fetch",
         json!({"url": format!("http://127.0.0.1:{port}/article"), "max_length": 100000}),
     );
     let md = r.structured["text"].as_str().expect("text");
@@ -199,15 +186,12 @@ fn article_becomes_clean_markdown() {
             .starts_with("<!DOCTYPE html>")
     );
     assert!(r.structured["raw"].as_str().expect("raw").len() <= 2048);
-    let again = ok(
-        &mut c,
+    let again = c.call_ok(
+        "web_fetch",
         json!({"url": format!("http://127.0.0.1:{port}/article")}),
     );
     assert_eq!(again.structured["cached"], true);
-    let src = ok(
-        &mut c,
-        json!({"url": format!("http://127.0.0.1:{port}/article"), "raw": true, "max_length": 100000}),
-    );
+    let src = c.call_ok("web_fetch", json!({"url": format!("http://127.0.0.1:{port}/article"), "raw": true, "max_length": 100000}));
     assert!(
         src.structured["text"]
             .as_str()
@@ -221,14 +205,14 @@ fn paging_reassembles_exactly() {
     let port = serve();
     let mut c = client(&["--allow-host", "127.0.0.1"]);
     let url = format!("http://127.0.0.1:{port}/long");
-    let whole = ok(&mut c, json!({"url": url, "max_length": 1000000}));
+    let whole = c.call_ok("web_fetch", json!({"url": url, "max_length": 1000000}));
     let full = whole.structured["text"].as_str().expect("t").to_string();
     assert_eq!(whole.structured["total_length"], full.chars().count());
     let mut joined = String::new();
     let mut start = 0u64;
     loop {
-        let r = ok(
-            &mut c,
+        let r = c.call_ok(
+            "web_fetch",
             json!({"url": url, "max_length": 997, "start_index": start}),
         );
         joined.push_str(r.structured["text"].as_str().expect("t"));
@@ -248,11 +232,11 @@ fn redirects_statuses_types_and_limits() {
     let port = serve();
     let mut c = client(&["--allow-host", "127.0.0.1", "--max-body-bytes", "100000"]);
     let base = format!("http://127.0.0.1:{port}");
-    let r = ok(&mut c, json!({"url": format!("{base}/r1")}));
+    let r = c.call_ok("web_fetch", json!({"url": format!("{base}/r1")}));
     assert_eq!(r.structured["final_url"], format!("{base}/article"));
     assert_eq!(r.structured["redirects"].as_array().expect("r").len(), 2);
     assert_eq!(r.structured["status"], 200);
-    let r = ok(&mut c, json!({"url": format!("{base}/nope")}));
+    let r = c.call_ok("web_fetch", json!({"url": format!("{base}/nope")}));
     assert_eq!(r.structured["status"], 404, "an HTTP error status is data");
     assert!(
         r.structured["text"]
@@ -260,25 +244,25 @@ fn redirects_statuses_types_and_limits() {
             .expect("t")
             .contains("Not here")
     );
-    let r = ok(&mut c, json!({"url": format!("{base}/json")}));
+    let r = c.call_ok("web_fetch", json!({"url": format!("{base}/json")}));
     assert_eq!(
         r.structured["text"],
         "{\n  \"name\": \"kitbag\",\n  \"tools\": [\n    \"web_fetch\"\n  ],\n  \"ok\": true\n}"
     );
-    let r = ok(&mut c, json!({"url": format!("{base}/image")}));
+    let r = c.call_ok("web_fetch", json!({"url": format!("{base}/image")}));
     assert_eq!(
         r.structured["text"],
         "[binary content: image/png, 11 bytes; not shown]"
     );
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
+        "web_fetch",
         json!({"url": format!("{base}/big"), "max_length": 10}),
     );
     assert_eq!(r.structured["body_truncated"], true);
     assert_eq!(r.structured["total_length"], 100000);
     let started = Instant::now();
-    let r = err(
-        &mut c,
+    let r = c.call_err(
+        "web_fetch",
         json!({"url": format!("{base}/slow"), "timeout": 1}),
         "timeout",
     );
@@ -290,15 +274,15 @@ fn redirects_statuses_types_and_limits() {
 fn redirect_from_allowed_host_to_loopback_literal_is_refused() {
     let port = serve();
     let mut c = client(&["--allow-host", "localhost"]);
-    let r = err(
-        &mut c,
+    let r = c.call_err(
+        "web_fetch",
         json!({"url": format!("http://localhost:{port}/to-ip")}),
         "url_blocked",
     );
     assert!(r.text.contains("127.0.0.1"), "{}", r.text);
     // The allowed host itself works.
-    let r = ok(
-        &mut c,
+    let r = c.call_ok(
+        "web_fetch",
         json!({"url": format!("http://localhost:{port}/text")}),
     );
     assert_eq!(r.structured["status"], 200);
@@ -325,7 +309,7 @@ fn ssrf_guard_refuses_internal_targets() {
         "http://[fe80::1]/",
         "http://localhost/",
     ] {
-        let r = err(&mut c, json!({"url": url}), "url_blocked");
+        let r = c.call_err("web_fetch", json!({"url": url}), "url_blocked");
         assert_eq!(r.structured["error"]["detail"]["field"], "url", "{url}");
     }
 }
@@ -356,7 +340,7 @@ fn bad_input_is_typed() {
         ),
         (json!({"url": "http://example.com/", "bogus": 1}), "bogus"),
     ] {
-        let r = err(&mut c, args.clone(), "invalid_params");
+        let r = c.call_err("web_fetch", args.clone(), "invalid_params");
         assert_eq!(
             r.structured["error"]["detail"]["field"], field,
             "{args}: {}",

@@ -3,8 +3,7 @@
 
 use std::path::{Path, PathBuf};
 
-use kitbag_testkit::{Era, McpClient, ToolCall};
-use serde_json::Value;
+use kitbag_testkit::{Era, McpClient};
 
 pub fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-issues"))
@@ -34,36 +33,8 @@ impl Env {
     }
 }
 
-pub fn ok(c: &mut McpClient, tool: &str, args: Value) -> ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(!r.is_error, "{tool} {args}: {}", r.text);
-    assert!(r.structured.is_object(), "{tool}: no structuredContent");
-    r
-}
-
-pub fn err(
-    c: &mut McpClient,
-    tool: &str,
-    args: Value,
-    code: &str,
-    field: Option<&str>,
-) -> ToolCall {
-    let r = c.call(tool, args.clone());
-    assert!(r.is_error, "{tool} {args} should fail: {}", r.text);
-    assert_eq!(r.error_code(), Some(code), "{tool} {args}: {}", r.text);
-    if let Some(f) = field {
-        assert_eq!(
-            r.structured["error"]["detail"]["field"], f,
-            "{tool} {args}: {}",
-            r.text
-        );
-    }
-    r
-}
-
 pub fn create(c: &mut McpClient, title: &str, body: &str) -> i64 {
-    ok(
-        c,
+    c.call_ok(
         "issue_create",
         serde_json::json!({"title": title, "body": body}),
     )

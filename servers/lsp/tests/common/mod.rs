@@ -32,10 +32,9 @@ pub fn have(program: &str) -> bool {
     ok
 }
 
+/// A `code_lsp` call that must succeed: its structured result.
 pub fn ok(c: &mut McpClient, args: Value) -> Value {
-    let r = c.call("code_lsp", args.clone());
-    assert!(!r.is_error, "{args} failed: {}", r.text);
-    r.structured
+    c.call_ok("code_lsp", args).structured
 }
 
 pub fn server_status(c: &mut McpClient, language: &str) -> Value {
