@@ -373,6 +373,83 @@ impl McpClient {
     }
 }
 
+/// A byte-level MCP client for benchmarks: handshake-era JSON-RPC written and read as raw
+/// lines, no reader thread and no parsing, so a timing covers only the server and the pipe.
+pub struct RawClient {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<std::process::ChildStdout>,
+    line: Vec<u8>,
+    id: u64,
+}
+
+impl RawClient {
+    pub fn spawn(bin: &Path, args: &[&str], cwd: &Path, env: &[(&str, &str)]) -> Self {
+        let mut child = Command::new(bin)
+            .args(args)
+            .envs(env.iter().copied())
+            .current_dir(cwd)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("spawn");
+        let stdin = child.stdin.take().expect("stdin");
+        let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().expect("stdout"));
+        let mut c = RawClient {
+            child,
+            stdin,
+            stdout,
+            line: Vec::with_capacity(1 << 20),
+            id: 0,
+        };
+        c.send(&format!(
+            r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"{HANDSHAKE_VERSION}","capabilities":{{}},"clientInfo":{{"name":"raw","version":"0"}}}}}}"#
+        ));
+        c.read_line();
+        c.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#);
+        c
+    }
+
+    /// One write per message: a separate newline would wake the server twice.
+    fn send(&mut self, line: &str) {
+        let mut msg = Vec::with_capacity(line.len() + 1);
+        msg.extend_from_slice(line.as_bytes());
+        msg.push(b'\n');
+        self.stdin.write_all(&msg).expect("write");
+        self.stdin.flush().expect("flush");
+    }
+
+    fn read_line(&mut self) -> usize {
+        self.line.clear();
+        self.stdout.read_until(b'\n', &mut self.line).expect("read")
+    }
+
+    /// One `tools/call` with `params` (raw JSON: `{"name":…,"arguments":…}`); waits for the
+    /// answer line and returns its size in bytes.
+    pub fn call(&mut self, params: &str) -> usize {
+        self.id += 1;
+        let msg = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"tools/call\",\"params\":{params}}}",
+            self.id
+        );
+        self.send(&msg);
+        self.read_line()
+    }
+
+    /// The last answer line, as received.
+    pub fn line(&self) -> &[u8] {
+        &self.line
+    }
+}
+
+impl Drop for RawClient {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
 impl Drop for McpClient {
     fn drop(&mut self) {
         let _ = self.child.kill();

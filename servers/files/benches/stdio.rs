@@ -6,7 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kitbag_testkit::{Era, McpClient};
+use kitbag_testkit::{Era, McpClient, RawClient};
 use serde_json::json;
 
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
@@ -32,72 +32,6 @@ fn rss_kb(pid: u32, field: &str) -> u64 {
                 .and_then(|v| v.parse().ok())
         })
         .unwrap_or(0)
-}
-
-/// A byte-level MCP client: newline-delimited JSON-RPC written and read as raw lines.
-struct RawClient {
-    child: std::process::Child,
-    stdin: std::process::ChildStdin,
-    stdout: std::io::BufReader<std::process::ChildStdout>,
-    line: Vec<u8>,
-    id: u64,
-}
-
-impl RawClient {
-    fn spawn(bin: &Path, cwd: &Path) -> Self {
-        use std::io::Write;
-        let mut child = std::process::Command::new(bin)
-            .current_dir(cwd)
-            .stdin(std::process::Stdio::piped())
-            .stdout(std::process::Stdio::piped())
-            .stderr(std::process::Stdio::null())
-            .spawn()
-            .expect("spawn");
-        let mut stdin = child.stdin.take().expect("stdin");
-        let stdout =
-            std::io::BufReader::with_capacity(1 << 20, child.stdout.take().expect("stdout"));
-        writeln!(stdin, r#"{{"jsonrpc":"2.0","id":0,"method":"initialize","params":{{"protocolVersion":"2025-11-25","capabilities":{{}},"clientInfo":{{"name":"raw","version":"0"}}}}}}"#).expect("w");
-        let mut c = RawClient {
-            child,
-            stdin,
-            stdout,
-            line: Vec::with_capacity(1 << 20),
-            id: 0,
-        };
-        c.read_line();
-        writeln!(
-            c.stdin,
-            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-        )
-        .expect("w");
-        c
-    }
-
-    fn read_line(&mut self) -> usize {
-        use std::io::BufRead;
-        self.line.clear();
-        self.stdout.read_until(b'\n', &mut self.line).expect("read")
-    }
-
-    /// One tools/call; returns the response's size in bytes.
-    fn call(&mut self, params: &str) -> usize {
-        use std::io::Write;
-        self.id += 1;
-        let msg = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"tools/call\",\"params\":{params}}}\n",
-            self.id
-        );
-        self.stdin.write_all(msg.as_bytes()).expect("w");
-        self.stdin.flush().expect("flush");
-        self.read_line()
-    }
-}
-
-impl Drop for RawClient {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 fn cold_start(bin: &Path, args: &[&str], cwd: &Path, n: usize) -> Duration {
@@ -208,14 +142,14 @@ fn main() {
 
     // The same round trip measured at the byte level: request written → the whole response
     // line received, without the test client's JSON parse (a client's own cost).
-    let mut raw = RawClient::spawn(bin, root);
+    let mut raw = RawClient::spawn(bin, &[], root, &[]);
     let (mut wire, mut wire_parsed) = (Vec::new(), Vec::new());
     for _ in 0..1000 {
         let t = Instant::now();
         let n = raw.call(r#"{"name":"file_read","arguments":{"path":"two_k.rs"}}"#);
         wire.push(t.elapsed());
         // A client that also parses the answer (once, straight from the bytes).
-        let v: serde_json::Value = serde_json::from_slice(&raw.line).expect("json");
+        let v: serde_json::Value = serde_json::from_slice(raw.line()).expect("json");
         wire_parsed.push(t.elapsed());
         assert!(n > 50_000 && v["result"]["structuredContent"]["truncated"] == true);
     }
