@@ -1,15 +1,14 @@
 //! Attach to a running `python -m debugpy --listen` process, break into it, detach.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+mod common;
+
 use std::time::Duration;
 
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag-dap"))
-}
+use common::{bin, have_debugpy};
 
 fn free_port() -> u16 {
     std::net::TcpListener::bind("127.0.0.1:0")
@@ -30,17 +29,7 @@ impl Drop for KillOnDrop {
 }
 
 fn attach(era: Era) {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import debugpy"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "debugpy missing under CI"
-        );
-        eprintln!("SKIP: debugpy not installed");
+    if !have_debugpy() {
         return;
     }
     let d = tempfile::tempdir().unwrap();

@@ -1,31 +1,14 @@
 //! `--config` adapter overrides against the real debugpy adapter.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::os::unix::fs::PermissionsExt;
-use std::path::Path;
 
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag-dap"))
-}
-
-fn have_debugpy() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import debugpy"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "debugpy missing under CI"
-        );
-        eprintln!("SKIP: debugpy not installed");
-    }
-    ok
-}
+use common::{bin, have_debugpy};
 
 fn python3_abs() -> String {
     let out = std::process::Command::new("sh")

@@ -1,28 +1,16 @@
 //! The real lldb-dap adapter debugging a C program compiled with -g.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::Path;
 
-use kitbag_testkit::{Era, McpClient, child_pids, process_alive};
+use kitbag_testkit::{Era, McpClient, process_alive};
 use serde_json::json;
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag-dap"))
-}
+use common::{bin, descendants};
 
 const SRC: &str = "#include <stdio.h>\n\nint square(int v) {\n    int r = v * v;\n    return r;\n}\n\nint main(void) {\n    int count = 7;\n    int sq = square(count);\n    printf(\"sq=%d\\n\", sq);\n    return 3;\n}\n";
-
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        for c in child_pids(p) {
-            out.push(c);
-            todo.push(c);
-        }
-    }
-    out
-}
 
 fn c_session(era: Era) {
     if !Path::new("/usr/bin/lldb-dap-19").exists() {

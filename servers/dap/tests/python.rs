@@ -1,44 +1,14 @@
 //! Drive the real `kitbag-dap` binary over stdio against the real debugpy adapter.
 #![allow(clippy::unwrap_used)]
 
-use std::path::Path;
+mod common;
 
-use kitbag_testkit::{Era, McpClient, child_pids, process_alive};
+use kitbag_testkit::{Era, McpClient, process_alive};
 use serde_json::json;
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag-dap"))
-}
-
-fn have_debugpy() -> bool {
-    let ok = std::process::Command::new("python3")
-        .args(["-c", "import debugpy"])
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "debugpy missing under CI"
-        );
-        eprintln!("SKIP: debugpy not installed");
-    }
-    ok
-}
+use common::{bin, descendants, have_debugpy};
 
 const PROG: &str = "def add(a, b):\n    total = a + b\n    return total\n\n\ncfg = {\"name\": \"kit\", \"size\": 3}\ncount = 41\nlabel = \"hello\"\nprint(\"start\", flush=True)\nresult = add(count, 1)\nprint(\"result\", result, flush=True)\n";
-
-fn descendants(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        for c in child_pids(p) {
-            out.push(c);
-            todo.push(c);
-        }
-    }
-    out
-}
 
 fn session(era: Era) {
     if !have_debugpy() {
