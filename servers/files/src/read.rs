@@ -132,17 +132,6 @@ pub struct Target {
     meta: std::fs::Metadata,
 }
 
-impl Target {
-    /// A small regular file: cheap enough to read without leaving the async thread.
-    pub fn is_quick(&self) -> bool {
-        self.meta.is_file() && self.meta.len() <= QUICK_READ_BYTES
-    }
-
-    pub fn read(self, state: &FilesState) -> ToolResult<Reply<ReadResult>> {
-        read_target(state, self)
-    }
-}
-
 /// Check the arguments, resolve the path and stat it.
 pub fn open(policy: &PathPolicy, p: ReadParams) -> ToolResult<Target> {
     let offset = positive("offset", p.offset, 1)?;
@@ -166,72 +155,80 @@ pub fn run(
     open(policy, p)?.read(state)
 }
 
-fn read_target(state: &FilesState, t: Target) -> ToolResult<Reply<ReadResult>> {
-    let Target {
-        path,
-        offset,
-        limit,
-        resolved,
-        meta,
-    } = t;
-    if meta.is_dir() {
-        return read_dir(&resolved.abs, resolved.rel, offset, limit);
+impl Target {
+    /// A small regular file: cheap enough to read without leaving the async thread.
+    pub fn is_quick(&self) -> bool {
+        self.meta.is_file() && self.meta.len() <= QUICK_READ_BYTES
     }
-    let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&path, &e))?;
-    let mut reader = BufReader::with_capacity(64 * 1024, file);
-    let head = reader.fill_buf().map_err(|e| ToolError::io(&path, &e))?;
-    let sniff = &head[..head.len().min(SNIFF_BYTES)];
-    if content_inspector::inspect(sniff).is_binary() {
-        let mut r = ReadResult::bare(resolved.rel, EntryKind::Binary);
-        r.size = Some(meta.len());
-        let mime = mime_guess::from_path(&resolved.abs)
-            .first_raw()
-            .unwrap_or("application/octet-stream")
-            .to_string();
-        let text = format!("{}: binary file, {} bytes, {}", r.path, meta.len(), mime);
-        r.mime = Some(mime);
-        return Ok(Reply::new(r, text));
-    }
-    let out = number_lines(&mut reader, meta.len(), offset, limit)
-        .map_err(|e| ToolError::io(&path, &e))?;
-    if out.total_lines > 0 && offset > out.total_lines {
-        return Err(ToolError::invalid_field(
-            "offset",
-            format!(
-                "{offset} is past the end of the file ({} lines)",
-                out.total_lines
-            ),
-        ));
-    }
-    state.record_hash(&resolved.abs, out.hash);
 
-    let mut r = ReadResult::bare(resolved.rel, EntryKind::File);
-    r.size = Some(meta.len());
-    r.total_lines = Some(out.total_lines);
-    if out.returned > 0 {
-        r.start_line = Some(offset);
-        r.end_line = Some(offset + out.returned - 1);
-    }
-    let next = offset + out.returned;
-    r.truncated = next <= out.total_lines;
-    r.next_offset = r.truncated.then_some(next);
-    r.long_lines_cut = (out.long_lines > 0).then_some(out.long_lines);
-    r.lossy = out.lossy.then_some(true);
-    let mut text = String::with_capacity(out.content.len() + 128);
-    text.push_str(&out.content);
-    if r.truncated {
-        text.push_str(&format!(
-            "\n[truncated: lines {}–{} of {} shown; continue with offset={}]",
+    /// Read the file (numbered lines, or a binary summary) or list the directory.
+    pub fn read(self, state: &FilesState) -> ToolResult<Reply<ReadResult>> {
+        let Target {
+            path,
             offset,
-            next.saturating_sub(1),
-            out.total_lines,
-            next
-        ));
-    } else if out.total_lines == 0 {
-        text = format!("{}: empty file", r.path);
+            limit,
+            resolved,
+            meta,
+        } = self;
+        if meta.is_dir() {
+            return read_dir(&resolved.abs, resolved.rel, offset, limit);
+        }
+        let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&path, &e))?;
+        let mut reader = BufReader::with_capacity(64 * 1024, file);
+        let head = reader.fill_buf().map_err(|e| ToolError::io(&path, &e))?;
+        let sniff = &head[..head.len().min(SNIFF_BYTES)];
+        if content_inspector::inspect(sniff).is_binary() {
+            let mut r = ReadResult::bare(resolved.rel, EntryKind::Binary);
+            r.size = Some(meta.len());
+            let mime = mime_guess::from_path(&resolved.abs)
+                .first_raw()
+                .unwrap_or("application/octet-stream")
+                .to_string();
+            let text = format!("{}: binary file, {} bytes, {}", r.path, meta.len(), mime);
+            r.mime = Some(mime);
+            return Ok(Reply::new(r, text));
+        }
+        let out = number_lines(&mut reader, meta.len(), offset, limit)
+            .map_err(|e| ToolError::io(&path, &e))?;
+        if out.total_lines > 0 && offset > out.total_lines {
+            return Err(ToolError::invalid_field(
+                "offset",
+                format!(
+                    "{offset} is past the end of the file ({} lines)",
+                    out.total_lines
+                ),
+            ));
+        }
+        state.record_hash(&resolved.abs, out.hash);
+
+        let mut r = ReadResult::bare(resolved.rel, EntryKind::File);
+        r.size = Some(meta.len());
+        r.total_lines = Some(out.total_lines);
+        if out.returned > 0 {
+            r.start_line = Some(offset);
+            r.end_line = Some(offset + out.returned - 1);
+        }
+        let next = offset + out.returned;
+        r.truncated = next <= out.total_lines;
+        r.next_offset = r.truncated.then_some(next);
+        r.long_lines_cut = (out.long_lines > 0).then_some(out.long_lines);
+        r.lossy = out.lossy.then_some(true);
+        let mut text = String::with_capacity(out.content.len() + 128);
+        text.push_str(&out.content);
+        if r.truncated {
+            text.push_str(&format!(
+                "\n[truncated: lines {}–{} of {} shown; continue with offset={}]",
+                offset,
+                next.saturating_sub(1),
+                out.total_lines,
+                next
+            ));
+        } else if out.total_lines == 0 {
+            text = format!("{}: empty file", r.path);
+        }
+        r.content = Some(out.content);
+        Ok(Reply::new(r, text))
     }
-    r.content = Some(out.content);
-    Ok(Reply::new(r, text))
 }
 
 struct Numbered {
