@@ -752,7 +752,7 @@ pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyh
 /// Lets a large answer (a 100 KB file read) go out in one write: with the default 64 KB
 /// pipe it took two write/wake-up cycles between server and client. Best effort: stdout may
 /// not be a pipe, or the user's pipe budget may be spent.
-fn widen_stdout_pipe() {
+pub fn widen_stdout_pipe() {
     let _ = nix::fcntl::fcntl(
         std::io::stdout(),
         nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20),

@@ -47,7 +47,58 @@ fn cold_start(bin: &Path, args: &[&str], cwd: &Path, n: usize) -> Duration {
     percentile(&mut times, 0.5)
 }
 
+/// The pause between paced calls.
+const PACE: Duration = Duration::from_millis(1);
+/// Set when this binary runs as the pipe-floor peer: the size of the line it answers with.
+const ECHO_ENV: &str = "KITBAG_BENCH_ECHO_BYTES";
+
+#[derive(Default)]
+struct Timings {
+    paced: Vec<Duration>,
+    back_to_back: Vec<Duration>,
+}
+
+/// Answer every request line (one with an `"id"`) with one ready-made line of `size` bytes.
+fn echo_peer(size: usize) {
+    use std::io::{BufRead, Write};
+    let mut answer = br#"{"jsonrpc":"2.0","id":0,"result":{"x":""#.to_vec();
+    answer.resize(size.saturating_sub(4).max(answer.len()), b'x');
+    answer.extend_from_slice(b"\"}}\n");
+    // The same pipe the server gets, so the floor compares like with like.
+    kitbag_shared::server::widen_stdout_pipe();
+    let stdin = std::io::stdin();
+    let mut out = std::io::stdout().lock();
+    for line in stdin.lock().lines() {
+        let Ok(line) = line else { return };
+        if line.contains("\"id\"") && (out.write_all(&answer).is_err() || out.flush().is_err()) {
+            return;
+        }
+    }
+}
+
+/// Round trips against [`echo_peer`]: paced, then back-to-back.
+fn pipe_floor(root: &Path, size: usize) -> (Vec<Duration>, Vec<Duration>) {
+    let me = std::env::current_exe().expect("exe");
+    let bytes = size.to_string();
+    let mut peer = RawClient::spawn(&me, &[], root, &[(ECHO_ENV, &bytes)]);
+    let mut t = Timings::default();
+    for (gap, into) in [(PACE, &mut t.paced), (Duration::ZERO, &mut t.back_to_back)] {
+        for _ in 0..1000 {
+            std::thread::sleep(gap);
+            let start = Instant::now();
+            let n = peer.call("{}");
+            into.push(start.elapsed());
+            assert!(n >= size);
+        }
+    }
+    (t.paced, t.back_to_back)
+}
+
 fn main() {
+    if let Some(size) = std::env::var(ECHO_ENV).ok().and_then(|v| v.parse().ok()) {
+        echo_peer(size);
+        return;
+    }
     let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-files"));
     let dir = tempfile::tempdir().expect("tmp");
     let root = dir.path();
@@ -142,35 +193,76 @@ fn main() {
 
     // The same round trip measured at the byte level: request written → the whole response
     // line received, without the test client's JSON parse (a client's own cost).
+    let whole = r#"{"name":"file_read","arguments":{"path":"two_k.rs"}}"#;
+    let twenty = r#"{"name":"file_read","arguments":{"path":"two_k.rs","offset":1000,"limit":20}}"#;
     let mut raw = RawClient::spawn(bin, &[], root, &[]);
-    let (mut wire, mut wire_parsed) = (Vec::new(), Vec::new());
-    for _ in 0..1000 {
+    let answer_bytes = raw.call(whole);
+    let mut wire_parsed = Vec::new();
+    for _ in 0..300 {
         let t = Instant::now();
-        let n = raw.call(r#"{"name":"file_read","arguments":{"path":"two_k.rs"}}"#);
-        wire.push(t.elapsed());
+        let n = raw.call(whole);
         // A client that also parses the answer (once, straight from the bytes).
         let v: serde_json::Value = serde_json::from_slice(raw.line()).expect("json");
         wire_parsed.push(t.elapsed());
         assert!(n > 50_000 && v["result"]["structuredContent"]["truncated"] == true);
     }
-    let mut wire_small = Vec::new();
-    for _ in 0..500 {
-        let t = Instant::now();
-        raw.call(
-            r#"{"name":"file_read","arguments":{"path":"two_k.rs","offset":1000,"limit":20}}"#,
-        );
-        wire_small.push(t.elapsed());
+    // Paced: the client waits between calls, as every real client does (a model thinks for
+    // seconds between tool calls). Back-to-back calls are also shown; on a VM they swing with
+    // how the two processes land on CPUs, for two trivial processes too (the floor below).
+    let mut wire = Timings::default();
+    for (gap, into) in [
+        (PACE, &mut wire.paced),
+        (Duration::ZERO, &mut wire.back_to_back),
+    ] {
+        for _ in 0..1000 {
+            std::thread::sleep(gap);
+            let t = Instant::now();
+            raw.call(whole);
+            into.push(t.elapsed());
+        }
     }
+    let mut wire_small = Timings::default();
+    for (gap, into) in [
+        (PACE, &mut wire_small.paced),
+        (Duration::ZERO, &mut wire_small.back_to_back),
+    ] {
+        for _ in 0..1000 {
+            std::thread::sleep(gap);
+            let t = Instant::now();
+            raw.call(twenty);
+            into.push(t.elapsed());
+        }
+    }
+    drop(raw);
+    // The floor: the same client against a peer that does nothing but answer each request
+    // with a ready-made line of the same size (this bench binary, re-run as that peer).
+    let floor = pipe_floor(root, answer_bytes);
     println!(
-        "wire round trip (request written → response received, no client parse): whole file p50 {}, 20 lines p50 {}",
-        fmt(percentile(&mut wire, 0.5)),
-        fmt(percentile(&mut wire_small, 0.5))
+        "wire round trip (request written → response received, no client parse), paced {} ms / back-to-back:",
+        PACE.as_millis()
     );
     println!(
-        "  the same with the client parsing the answer from the bytes: whole file p50 {}",
+        "  file_read whole file ({} KB answer): p50 {} / {}",
+        answer_bytes / 1024,
+        fmt(percentile(&mut wire.paced, 0.5)),
+        fmt(percentile(&mut wire.back_to_back, 0.5))
+    );
+    println!(
+        "  file_read 20 lines: p50 {} / {}",
+        fmt(percentile(&mut wire_small.paced, 0.5)),
+        fmt(percentile(&mut wire_small.back_to_back, 0.5))
+    );
+    let (mut floor_paced, mut floor_b2b) = floor;
+    println!(
+        "  the pipe floor (a peer answering with a ready-made {} KB line): p50 {} / {}",
+        answer_bytes / 1024,
+        fmt(percentile(&mut floor_paced, 0.5)),
+        fmt(percentile(&mut floor_b2b, 0.5))
+    );
+    println!(
+        "  whole file with the client also parsing the answer from the bytes (back-to-back): p50 {}",
         fmt(percentile(&mut wire_parsed, 0.5)),
     );
-    drop(raw);
 
     c.call("file_read", json!({"path": "one_mb.rs", "limit": 1}));
     let mut edits = Vec::new();
