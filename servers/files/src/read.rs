@@ -174,8 +174,22 @@ impl Target {
             return read_dir(&resolved.abs, resolved.rel, offset, limit);
         }
         let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&path, &e))?;
+        // A small file is read whole straight into its buffer (no staging copy); a larger one
+        // streams. Either way a binary file is told from its first bytes.
+        let mut whole = None;
         let mut reader = BufReader::with_capacity(64 * 1024, file);
-        let head = reader.fill_buf().map_err(|e| ToolError::io(&path, &e))?;
+        if meta.len() <= QUICK_READ_BYTES {
+            let mut data = Vec::with_capacity(meta.len() as usize + 1);
+            reader
+                .get_mut()
+                .read_to_end(&mut data)
+                .map_err(|e| ToolError::io(&path, &e))?;
+            whole = Some(data);
+        }
+        let head = match &whole {
+            Some(data) => &data[..],
+            None => reader.fill_buf().map_err(|e| ToolError::io(&path, &e))?,
+        };
         let sniff = &head[..head.len().min(SNIFF_BYTES)];
         if content_inspector::inspect(sniff).is_binary() {
             let mut r = ReadResult::bare(resolved.rel, EntryKind::Binary);
@@ -188,8 +202,11 @@ impl Target {
             r.mime = Some(mime);
             return Ok(Reply::new(r, text));
         }
-        let out = number_lines(&mut reader, meta.len(), offset, limit)
-            .map_err(|e| ToolError::io(&path, &e))?;
+        let out = match whole {
+            Some(data) => number_bytes(&data, offset, limit),
+            None => number_lines(&mut reader, meta.len(), offset, limit)
+                .map_err(|e| ToolError::io(&path, &e))?,
+        };
         if out.total_lines > 0 && offset > out.total_lines {
             return Err(ToolError::invalid_field(
                 "offset",
@@ -337,29 +354,12 @@ fn number_lines(
     offset: u64,
     limit: u64,
 ) -> std::io::Result<Numbered> {
-    let mut window = Window::new(offset, limit);
     if size <= WHOLE_FILE_BYTES {
         let mut data = Vec::with_capacity(size as usize + 1);
         reader.read_to_end(&mut data)?;
-        let mut start = 0;
-        for end in memchr::memchr_iter(b'\n', &data) {
-            window.line(&data[start..=end]);
-            start = end + 1;
-            if window.n >= window.offset && !window.wants_more() {
-                break;
-            }
-        }
-        // Past the window only the line count is needed.
-        let rest = &data[start..];
-        window.n += memchr::memchr_iter(b'\n', rest).count() as u64;
-        if let Some(last) = memchr::memrchr(b'\n', rest) {
-            start += last + 1;
-        }
-        if start < data.len() {
-            window.line(&data[start..]);
-        }
-        return Ok(window.finish(xxhash_rust::xxh3::xxh3_128(&data)));
+        return Ok(number_bytes(&data, offset, limit));
     }
+    let mut window = Window::new(offset, limit);
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     let mut line = Vec::with_capacity(256);
     loop {
@@ -371,6 +371,29 @@ fn number_lines(
         window.line(&line);
     }
     Ok(window.finish(hasher.digest128()))
+}
+
+/// [`number_lines`] over content already in memory.
+fn number_bytes(data: &[u8], offset: u64, limit: u64) -> Numbered {
+    let mut window = Window::new(offset, limit);
+    let mut start = 0;
+    for end in memchr::memchr_iter(b'\n', data) {
+        window.line(&data[start..=end]);
+        start = end + 1;
+        if window.n >= window.offset && !window.wants_more() {
+            break;
+        }
+    }
+    // Past the window only the line count is needed.
+    let rest = &data[start..];
+    window.n += memchr::memchr_iter(b'\n', rest).count() as u64;
+    if let Some(last) = memchr::memrchr(b'\n', rest) {
+        start += last + 1;
+    }
+    if start < data.len() {
+        window.line(&data[start..]);
+    }
+    window.finish(xxhash_rust::xxh3::xxh3_128(data))
 }
 
 fn read_dir(abs: &Path, rel: String, offset: u64, limit: u64) -> ToolResult<Reply<ReadResult>> {
