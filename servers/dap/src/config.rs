@@ -8,7 +8,9 @@
 //! ```
 //!
 //! A configured runtime replaces the built-in adapter command; a new runtime name adds one
-//! (launched with `program`, `args`, `cwd` plus the table's `launch` arguments).
+//! (launched with `program`, `args`, `cwd` plus the table's `launch` arguments). `transport`
+//! says how it speaks DAP: `stdio`, or `client-addr` (it dials in to an address we give it as
+//! `--client-addr`, as `dlv dap` does).
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -20,7 +22,7 @@ use serde_json::Value;
 #[derive(Debug, Clone, PartialEq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct AdapterConfig {
-    /// The adapter command and its arguments; it speaks DAP on stdio.
+    /// The adapter command and its arguments.
     pub command: Vec<String>,
     /// The `adapterID` sent in `initialize` (default: the runtime name).
     #[serde(default)]
@@ -28,6 +30,32 @@ pub struct AdapterConfig {
     /// Extra `launch` request arguments, merged over the built-in ones.
     #[serde(default)]
     pub launch: Option<toml::Table>,
+    /// How the adapter's DAP stream reaches us (default: `client-addr` for `go`, whose
+    /// `dlv dap` has no stdio mode; `stdio` otherwise).
+    #[serde(default)]
+    pub transport: Option<Transport>,
+}
+
+/// How an adapter speaks DAP to us.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Transport {
+    /// On its stdin/stdout.
+    Stdio,
+    /// Over TCP: it is given `--client-addr=127.0.0.1:PORT` (Delve's flag) and dials in to a
+    /// listener we opened for it alone.
+    ClientAddr,
+}
+
+impl Transport {
+    /// A runtime's transport when its configuration names none.
+    pub fn default_for(runtime: &str) -> Transport {
+        if runtime == "go" {
+            Transport::ClientAddr
+        } else {
+            Transport::Stdio
+        }
+    }
 }
 
 impl AdapterConfig {
@@ -151,6 +179,22 @@ mod tests {
         let l = n.launch_json();
         assert_eq!(l["stopOnEntry"], Value::Bool(false));
         assert_eq!(l["env"]["A"], "1");
+    }
+
+    #[test]
+    fn transport_is_read_and_defaults_per_runtime() {
+        let c = Config::parse(
+            "[dap.adapters.go]\ncommand = [\"/opt/dlv\", \"dap\"]\n\
+             [dap.adapters.x]\ncommand = [\"x-dap\"]\ntransport = \"client-addr\"\n",
+        )
+        .unwrap();
+        assert_eq!(c.adapters["go"].transport, None);
+        assert_eq!(Transport::default_for("go"), Transport::ClientAddr);
+        assert_eq!(Transport::default_for("python"), Transport::Stdio);
+        assert_eq!(c.adapters["x"].transport, Some(Transport::ClientAddr));
+        let e = Config::parse("[dap.adapters.x]\ncommand = [\"x\"]\ntransport = \"tcp\"\n")
+            .unwrap_err();
+        assert!(e.contains("transport") && e.contains("client-addr"), "{e}");
     }
 
     #[test]

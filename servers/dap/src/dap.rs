@@ -64,6 +64,93 @@ impl Client {
         Ok(Self::over(Box::new(stdin), stdout, Some(child)))
     }
 
+    /// Start an adapter that dials in (`--client-addr=127.0.0.1:PORT` appended, Delve's
+    /// convention): we listen on a loopback port of our own and take the first connection.
+    /// What it (and the program it runs, which shares its stdout and stderr) prints is kept
+    /// as `stdout` / `stderr` output, never passed to the MCP stream.
+    pub async fn spawn_dialing_in(
+        program: &str,
+        args: &[String],
+        cwd: &std::path::Path,
+        wait: Duration,
+    ) -> std::io::Result<Arc<Client>> {
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let addr = listener.local_addr()?;
+        let mut child = Command::new(program)
+            .args(args)
+            .arg(format!("--client-addr={addr}"))
+            .current_dir(cwd)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .kill_on_drop(true)
+            .process_group(0)
+            .spawn()?;
+        let streams = (child.stdout.take(), child.stderr.take());
+        let accepted = tokio::select! {
+            r = tokio::time::timeout(wait, listener.accept()) => r,
+            status = child.wait() => {
+                let status = status.map_or_else(|e| e.to_string(), |s| s.to_string());
+                return Err(std::io::Error::other(format!(
+                    "the adapter exited ({status}) before connecting"
+                )));
+            }
+        };
+        let stream = match accepted {
+            Ok(Ok((stream, _))) => stream,
+            Ok(Err(e)) => return Err(e),
+            Err(_) => {
+                if let Some(pid) = child.id() {
+                    kitbag_shared::process::kill_tree(pid);
+                }
+                let _ = child.start_kill();
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    format!("the adapter did not connect within {}s", wait.as_secs()),
+                ));
+            }
+        };
+        let _ = stream.set_nodelay(true);
+        let (r, w) = stream.into_split();
+        let client = Self::over(Box::new(w), r, Some(child));
+        if let Some(out) = streams.0 {
+            client.keep_output("stdout", out);
+        }
+        if let Some(err) = streams.1 {
+            client.keep_output("stderr", err);
+        }
+        Ok(client)
+    }
+
+    /// Record what `stream` prints, a line at a time, as output of `category`.
+    fn keep_output(
+        self: &Arc<Self>,
+        category: &'static str,
+        stream: impl tokio::io::AsyncRead + Send + Unpin + 'static,
+    ) {
+        use tokio::io::AsyncBufReadExt;
+        let weak = Arc::downgrade(self);
+        tokio::spawn(async move {
+            let mut lines = BufReader::new(stream);
+            let mut line = Vec::new();
+            loop {
+                line.clear();
+                match lines.read_until(b'\n', &mut line).await {
+                    Ok(0) | Err(_) => return,
+                    Ok(_) => {}
+                }
+                let Some(c) = weak.upgrade() else { return };
+                if let Ok(mut e) = c.events.lock() {
+                    e.output.push((
+                        category.to_string(),
+                        String::from_utf8_lossy(&line).into_owned(),
+                    ));
+                }
+                c.notify.notify_waiters();
+            }
+        });
+    }
+
     /// A client over a TCP connection to an adapter (e.g. `python -m debugpy --listen`).
     pub async fn connect(host: &str, port: u16) -> std::io::Result<Arc<Client>> {
         let stream = tokio::net::TcpStream::connect((host, port)).await?;

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
-use crate::config::{self, Config};
+use crate::config::{self, Config, Transport};
 use crate::dap::Client;
 
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
@@ -969,12 +969,23 @@ async fn launch(
             ));
         }
     };
-    let (cmd, cmd_args, adapter_id) = match configured {
+    let AdapterCommand {
+        program: cmd,
+        args: cmd_args,
+        adapter_id,
+        transport,
+    } = match configured {
         Some(a) => configured_adapter(runtime, a, &mut launch_args)?,
         None => builtin_adapter(runtime)?,
     };
     let t0 = Instant::now();
-    let client = Client::spawn(&cmd, &cmd_args, &cwd).map_err(|e| {
+    let started = match transport {
+        Transport::Stdio => Client::spawn(&cmd, &cmd_args, &cwd),
+        Transport::ClientAddr => {
+            Client::spawn_dialing_in(&cmd, &cmd_args, &cwd, REQUEST_TIMEOUT).await
+        }
+    };
+    let client = started.map_err(|e| {
         ToolError::new(
             ErrorCode::DapAdapterNotFound,
             format!("cannot start {cmd}: {e}"),
@@ -986,7 +997,7 @@ async fn launch(
         adapter_err(m)
     };
     if let Err(m) = client
-        .request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
+        .request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsVariableType": true, "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
         .await
     {
         client.kill();
@@ -1111,19 +1122,28 @@ fn debugpy_importable(python: &str) -> bool {
         .unwrap_or(false)
 }
 
-/// The built-in adapter for a runtime: (command, arguments, adapterID). Existence is a PATH
-/// or file lookup, never a process start.
-fn builtin_adapter(runtime: &str) -> ToolResult<(String, Vec<String>, String)> {
+/// How to start a runtime's adapter and reach it.
+struct AdapterCommand {
+    program: String,
+    args: Vec<String>,
+    adapter_id: String,
+    transport: Transport,
+}
+
+/// The built-in adapter for a runtime. Existence is a PATH or file lookup, never a process
+/// start.
+fn builtin_adapter(runtime: &str) -> ToolResult<AdapterCommand> {
     match runtime {
         "python" => {
             let Some(python) = config::locate("python3") else {
                 return Err(debugpy_missing());
             };
-            Ok((
-                python.to_string_lossy().into_owned(),
-                vec!["-m".into(), "debugpy.adapter".into()],
-                "debugpy".into(),
-            ))
+            Ok(AdapterCommand {
+                program: python.to_string_lossy().into_owned(),
+                args: vec!["-m".into(), "debugpy.adapter".into()],
+                adapter_id: "debugpy".into(),
+                transport: Transport::Stdio,
+            })
         }
         "lldb" => {
             let found = [
@@ -1140,7 +1160,12 @@ fn builtin_adapter(runtime: &str) -> ToolResult<(String, Vec<String>, String)> {
                 )
                 .with_detail(json!({"runtime": "lldb", "install": "apt-get install -y lldb-19"})));
             };
-            Ok((bin.into(), vec![], "lldb-dap".into()))
+            Ok(AdapterCommand {
+                program: bin.into(),
+                args: vec![],
+                adapter_id: "lldb-dap".into(),
+                transport: Transport::Stdio,
+            })
         }
         _ => {
             let Some(bin) = config::locate("dlv") else {
@@ -1150,11 +1175,13 @@ fn builtin_adapter(runtime: &str) -> ToolResult<(String, Vec<String>, String)> {
                 )
                 .with_detail(json!({"runtime": "go", "install": "go install github.com/go-delve/delve/cmd/dlv@latest"})));
             };
-            Ok((
-                bin.to_string_lossy().into_owned(),
-                vec!["dap".into()],
-                "go".into(),
-            ))
+            // `dlv dap` has no stdio mode: it dials in to the address we give it.
+            Ok(AdapterCommand {
+                program: bin.to_string_lossy().into_owned(),
+                args: vec!["dap".into()],
+                adapter_id: "go".into(),
+                transport: Transport::ClientAddr,
+            })
         }
     }
 }
@@ -1164,7 +1191,7 @@ fn configured_adapter(
     runtime: &str,
     a: &config::AdapterConfig,
     launch_args: &mut Value,
-) -> ToolResult<(String, Vec<String>, String)> {
+) -> ToolResult<AdapterCommand> {
     let Some((first, rest)) = a.command.split_first() else {
         return Err(ToolError::new(
             ErrorCode::DapAdapterNotFound,
@@ -1184,12 +1211,19 @@ fn configured_adapter(
     if let Value::Object(m) = launch_args {
         m.extend(a.launch_json());
     }
-    let id = a.adapter_id.clone().unwrap_or_else(|| match runtime {
+    let adapter_id = a.adapter_id.clone().unwrap_or_else(|| match runtime {
         "python" => "debugpy".into(),
         "lldb" => "lldb-dap".into(),
         other => other.to_string(),
     });
-    Ok((exe.to_string_lossy().into_owned(), rest.to_vec(), id))
+    Ok(AdapterCommand {
+        program: exe.to_string_lossy().into_owned(),
+        args: rest.to_vec(),
+        adapter_id,
+        transport: a
+            .transport
+            .unwrap_or_else(|| Transport::default_for(runtime)),
+    })
 }
 
 async fn attach(

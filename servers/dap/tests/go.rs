@@ -1,0 +1,153 @@
+//! The real Delve adapter (`dlv dap`) debugging a Go program.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use kitbag_testkit::{Era, McpClient, process_alive};
+use serde_json::json;
+
+use common::{bin, descendants};
+
+const SRC: &str = "package main\n\nimport \"os\"\n\nfunc square(v int) int {\n\tr := v * v\n\treturn r\n}\n\nfunc main() {\n\tcount := 7\n\tsq := square(count)\n\tprintln(\"sq\", sq)\n\tos.Exit(3)\n}\n";
+
+fn have_dlv() -> bool {
+    let ok = std::process::Command::new("dlv")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "dlv missing under CI"
+        );
+        eprintln!("SKIP: dlv not installed");
+    }
+    ok
+}
+
+fn go_session(era: Era, runtime: &str, config: Option<&str>) {
+    if !have_dlv() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("main.go"), SRC).unwrap();
+    std::fs::write(
+        d.path().join("go.mod"),
+        "module example.com/sq\n\ngo 1.19\n",
+    )
+    .unwrap();
+    let mut args = Vec::new();
+    if let Some(toml) = config {
+        std::fs::write(d.path().join("dap.toml"), toml).unwrap();
+        args = vec!["--config", "dap.toml"];
+    }
+    let mut c = McpClient::spawn(bin(), &args, d.path(), era);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "main.go", "line": 12}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": runtime, "program": "main.go"}),
+    );
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["line"], 12, "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["path"], "main.go");
+    let r = c.call("debug", json!({"action": "variables"}));
+    let vars = r.structured["data"]["variables"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let count = vars
+        .iter()
+        .find(|v| v["name"] == "count")
+        .unwrap_or_else(|| panic!("{vars:?}"));
+    assert_eq!(count["value"], "7");
+    assert_eq!(count["type"], "int");
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "count * 3"}),
+    );
+    assert_eq!(r.structured["data"]["result"], "21", "{:?}", r.raw);
+    // Go stops on the function's own line when stepping in.
+    let r = c.call("debug", json!({"action": "step_into"}));
+    assert_eq!(
+        r.structured["stop"]["function"], "main.square",
+        "{:?}",
+        r.raw
+    );
+    assert_eq!(r.structured["stop"]["line"], 5, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_over"}));
+    assert_eq!(r.structured["stop"]["line"], 6, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_over"}));
+    assert_eq!(r.structured["stop"]["line"], 7, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "variables"}));
+    let vars = r.structured["data"]["variables"].as_array().unwrap();
+    let v = vars
+        .iter()
+        .find(|v| v["name"] == "v")
+        .unwrap_or_else(|| panic!("{vars:?}"));
+    assert_eq!(v["value"], "7");
+    let r_var = vars
+        .iter()
+        .find(|v| v["name"] == "r")
+        .unwrap_or_else(|| panic!("{vars:?}"));
+    assert_eq!(r_var["value"], "49");
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    // Delve 1.20 sends no `exited` event, so no exit code; when one comes it must be right.
+    assert!(
+        r.structured["exit_code"].is_null() || r.structured["exit_code"] == 3,
+        "{:?}",
+        r.raw
+    );
+    // The program's own output (println writes to stderr) reaches `output`.
+    let mut printed = String::new();
+    for _ in 0..50 {
+        let o = c.call("debug", json!({"action": "output"}));
+        printed = o.text.clone();
+        if printed.contains("sq 49") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    assert!(printed.contains("sq 49"), "{printed}");
+    let kids = descendants(c.pid());
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    for p in kids {
+        assert!(!process_alive(p), "process {p} survived disconnect");
+    }
+    c.shutdown();
+}
+
+#[test]
+fn go_with_delve_handshake() {
+    go_session(Era::Handshake, "go", None);
+}
+
+#[test]
+fn go_with_delve_modern() {
+    go_session(Era::Modern, "go", None);
+}
+
+/// A configured `go` adapter that names no transport still dials in (the runtime's default),
+/// and an explicit `transport = "client-addr"` works for any runtime name.
+#[test]
+fn go_with_configured_delve() {
+    go_session(
+        Era::Handshake,
+        "go",
+        Some("[dap.adapters.go]\ncommand = [\"dlv\", \"dap\"]\n"),
+    );
+    go_session(
+        Era::Handshake,
+        "golang",
+        Some(
+            "[dap.adapters.golang]\ncommand = [\"dlv\", \"dap\"]\ntransport = \"client-addr\"\n\
+             [dap.adapters.golang.launch]\nmode = \"debug\"\n",
+        ),
+    );
+}
