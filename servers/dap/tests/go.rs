@@ -3,10 +3,10 @@
 
 mod common;
 
-use kitbag_testkit::{Era, McpClient, process_alive};
+use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{bin, descendants};
+use common::{bin, disconnect_leaves_nothing, var};
 
 const SRC: &str = "package main\n\nimport \"os\"\n\nfunc square(v int) int {\n\tr := v * v\n\treturn r\n}\n\nfunc main() {\n\tcount := 7\n\tsq := square(count)\n\tprintln(\"sq\", sq)\n\tos.Exit(3)\n}\n";
 
@@ -55,14 +55,7 @@ fn go_session(era: Era, runtime: &str, config: Option<&str>) {
     assert_eq!(r.structured["stop"]["line"], 12, "{:?}", r.raw);
     assert_eq!(r.structured["stop"]["path"], "main.go");
     let r = c.call("debug", json!({"action": "variables"}));
-    let vars = r.structured["data"]["variables"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let count = vars
-        .iter()
-        .find(|v| v["name"] == "count")
-        .unwrap_or_else(|| panic!("{vars:?}"));
+    let count = var(&r.structured, "count");
     assert_eq!(count["value"], "7");
     assert_eq!(count["type"], "int");
     let r = c.call(
@@ -83,17 +76,8 @@ fn go_session(era: Era, runtime: &str, config: Option<&str>) {
     let r = c.call("debug", json!({"action": "step_over"}));
     assert_eq!(r.structured["stop"]["line"], 7, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "variables"}));
-    let vars = r.structured["data"]["variables"].as_array().unwrap();
-    let v = vars
-        .iter()
-        .find(|v| v["name"] == "v")
-        .unwrap_or_else(|| panic!("{vars:?}"));
-    assert_eq!(v["value"], "7");
-    let r_var = vars
-        .iter()
-        .find(|v| v["name"] == "r")
-        .unwrap_or_else(|| panic!("{vars:?}"));
-    assert_eq!(r_var["value"], "49");
+    assert_eq!(var(&r.structured, "v")["value"], "7");
+    assert_eq!(var(&r.structured, "r")["value"], "49");
     let r = c.call("debug", json!({"action": "continue"}));
     assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
     // Delve 1.20 sends no `exited` event, so no exit code; when one comes it must be right.
@@ -113,13 +97,7 @@ fn go_session(era: Era, runtime: &str, config: Option<&str>) {
         std::thread::sleep(std::time::Duration::from_millis(100));
     }
     assert!(printed.contains("sq 49"), "{printed}");
-    let kids = descendants(c.pid());
-    let r = c.call("debug", json!({"action": "disconnect"}));
-    assert!(!r.is_error, "{:?}", r.raw);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    for p in kids {
-        assert!(!process_alive(p), "process {p} survived disconnect");
-    }
+    disconnect_leaves_nothing(&mut c);
     c.shutdown();
 }
 

@@ -5,10 +5,10 @@ mod common;
 
 use std::path::Path;
 
-use kitbag_testkit::{Era, McpClient, process_alive};
+use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{bin, descendants};
+use common::{bin, disconnect_leaves_nothing, var};
 
 const SRC: &str = "#include <stdio.h>\n\nint square(int v) {\n    int r = v * v;\n    return r;\n}\n\nint main(void) {\n    int count = 7;\n    int sq = square(count);\n    printf(\"sq=%d\\n\", sq);\n    return 3;\n}\n";
 
@@ -43,14 +43,7 @@ fn c_session(era: Era) {
     assert_eq!(r.structured["stop"]["line"], 10, "{:?}", r.raw);
     assert_eq!(r.structured["stop"]["path"], "main.c");
     let r = c.call("debug", json!({"action": "variables"}));
-    let vars = r.structured["data"]["variables"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let count = vars
-        .iter()
-        .find(|v| v["name"] == "count")
-        .unwrap_or_else(|| panic!("{vars:?}"));
+    let count = var(&r.structured, "count");
     assert_eq!(count["value"], "7");
     assert_eq!(count["type"], "int");
     let r = c.call(
@@ -65,13 +58,7 @@ fn c_session(era: Era) {
     let r = c.call("debug", json!({"action": "continue"}));
     assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
     assert_eq!(r.structured["exit_code"], 3);
-    let kids = descendants(c.pid());
-    let r = c.call("debug", json!({"action": "disconnect"}));
-    assert!(!r.is_error, "{:?}", r.raw);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    for p in kids {
-        assert!(!process_alive(p), "process {p} survived disconnect");
-    }
+    disconnect_leaves_nothing(&mut c);
     c.shutdown();
 }
 

@@ -6,7 +6,7 @@ mod common;
 use kitbag_testkit::{Era, McpClient, process_alive};
 use serde_json::json;
 
-use common::{bin, descendants, have_debugpy};
+use common::{bin, descendants, disconnect_leaves_nothing, have_debugpy};
 
 const PROG: &str = "def add(a, b):\n    total = a + b\n    return total\n\n\ncfg = {\"name\": \"kit\", \"size\": 3}\ncount = 41\nlabel = \"hello\"\nprint(\"start\", flush=True)\nresult = add(count, 1)\nprint(\"result\", result, flush=True)\n";
 
@@ -153,14 +153,7 @@ fn session(era: Era) {
         r.text
     );
 
-    let before = descendants(c.pid());
-    assert!(!before.is_empty(), "adapter should be a child");
-    let r = c.call("debug", json!({"action": "disconnect"}));
-    assert!(!r.is_error, "{:?}", r.raw);
-    std::thread::sleep(std::time::Duration::from_millis(500));
-    for p in before {
-        assert!(!process_alive(p), "process {p} survived disconnect");
-    }
+    disconnect_leaves_nothing(&mut c);
     assert!(c.stdout_garbage().is_empty());
     assert_eq!(c.shutdown(), Some(0));
 }

@@ -38,3 +38,36 @@ pub fn descendants(pid: u32) -> Vec<u32> {
     }
     out
 }
+
+/// `disconnect`, then check that the adapter and debuggee (every process that was below the
+/// server) are gone, allowing them two seconds to die.
+pub fn disconnect_leaves_nothing(c: &mut kitbag_testkit::McpClient) {
+    let before = descendants(c.pid());
+    assert!(!before.is_empty(), "the adapter should be a child");
+    let r = c.call("debug", serde_json::json!({"action": "disconnect"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    loop {
+        let alive: Vec<u32> = before
+            .iter()
+            .copied()
+            .filter(|&p| kitbag_testkit::process_alive(p))
+            .collect();
+        if alive.is_empty() {
+            return;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processes {alive:?} survived disconnect"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// The variable called `name` in a `variables` result.
+pub fn var<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
+    r["data"]["variables"]
+        .as_array()
+        .and_then(|vars| vars.iter().find(|v| v["name"] == name))
+        .unwrap_or_else(|| panic!("no variable {name} in {r}"))
+}
