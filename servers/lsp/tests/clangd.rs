@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bin, have, ok, paths_of, server_status, write};
+use common::{assert_calls_renamed, bin, edit_on_disk, have, ok, paths_of, server_status, write};
 use kitbag_testkit::{Era, McpClient, process_alive};
 use serde_json::json;
 
@@ -112,19 +112,15 @@ fn clangd_end_to_end() {
         json!({"action": "rename", "path": "shapes.h", "line": 4, "symbol": "area", "new_name": "surface"}),
     );
     assert_eq!(s["files_changed"], 3, "{s}");
-    for f in ["shapes.h", "shapes.c", "main.c"] {
-        let text = std::fs::read_to_string(d.path().join(f)).unwrap();
-        assert!(
-            text.contains("surface(") && !text.contains("area("),
-            "{f}: {text}"
-        );
-    }
+    assert_calls_renamed(
+        d.path(),
+        &["shapes.h", "shapes.c", "main.c"],
+        "area",
+        "surface",
+    );
 
     // Fix the error on disk: the next diagnostics call sees the edit.
-    let fixed = std::fs::read_to_string(d.path().join("main.c"))
-        .unwrap()
-        .replace("p.z", "p.y");
-    std::fs::write(d.path().join("main.c"), fixed).unwrap();
+    edit_on_disk(d.path(), "main.c", "p.z", "p.y");
     let s = ok(
         &mut c,
         json!({"action": "diagnostics", "path": "main.c", "severity": "error"}),

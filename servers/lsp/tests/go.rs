@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bin, have, ok, paths_of, server_status, write};
+use common::{assert_calls_renamed, bin, edit_on_disk, have, ok, paths_of, server_status, write};
 use kitbag_testkit::{Era, McpClient, process_alive};
 use serde_json::json;
 
@@ -99,19 +99,15 @@ fn gopls_end_to_end() {
         json!({"action": "rename", "path": "shapes.go", "line": 10, "symbol": "Area", "new_name": "Surface"}),
     );
     assert_eq!(s["files_changed"], 2, "{s}");
-    for f in ["shapes.go", "main.go"] {
-        let text = std::fs::read_to_string(d.path().join(f)).unwrap();
-        assert!(
-            text.contains("Surface(") && !text.contains("Area("),
-            "{f}: {text}"
-        );
-    }
+    assert_calls_renamed(d.path(), &["shapes.go", "main.go"], "Area", "Surface");
 
     // Fix the error on disk: the next diagnostics call sees the edit.
-    let fixed = std::fs::read_to_string(d.path().join("main.go"))
-        .unwrap()
-        .replace("var bad int = \"text\"", "var bad int = 4");
-    std::fs::write(d.path().join("main.go"), fixed).unwrap();
+    edit_on_disk(
+        d.path(),
+        "main.go",
+        "var bad int = \"text\"",
+        "var bad int = 4",
+    );
     let s = ok(
         &mut c,
         json!({"action": "diagnostics", "path": "main.go", "severity": "error"}),

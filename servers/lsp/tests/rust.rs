@@ -5,7 +5,7 @@ mod common;
 
 use std::time::Duration;
 
-use common::{bin, have, ok, paths_of, write};
+use common::{assert_calls_renamed, bin, edit_on_disk, have, ok, paths_of, write};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
@@ -98,19 +98,20 @@ fn rust_analyzer_end_to_end() {
         json!({"action": "rename", "path": "src/shapes.rs", "line": 6, "symbol": "area", "new_name": "surface"}),
     );
     assert_eq!(s["files_changed"], 3, "{s}");
-    for f in ["src/main.rs", "src/shapes.rs", "src/util.rs"] {
-        let text = std::fs::read_to_string(d.path().join(f)).unwrap();
-        assert!(
-            text.contains("surface(") && !text.contains("area("),
-            "{f}: {text}"
-        );
-    }
+    assert_calls_renamed(
+        d.path(),
+        &["src/main.rs", "src/shapes.rs", "src/util.rs"],
+        "area",
+        "surface",
+    );
 
     // Fix the type error on disk: diagnostics follow.
-    let fixed = std::fs::read_to_string(d.path().join("src/main.rs"))
-        .unwrap()
-        .replace("let n: i32 = \"text\";", "let n: i32 = 7;");
-    std::fs::write(d.path().join("src/main.rs"), fixed).unwrap();
+    edit_on_disk(
+        d.path(),
+        "src/main.rs",
+        "let n: i32 = \"text\";",
+        "let n: i32 = 7;",
+    );
     let s = ok(
         &mut c,
         json!({"action": "diagnostics", "path": "src/main.rs", "severity": "error", "wait_ms": 90000}),

@@ -69,3 +69,22 @@ pub fn write(dir: &Path, files: &[(&str, &str)]) {
         std::fs::write(p, text).unwrap();
     }
 }
+
+/// After a rename of function `old` to `new`: every file in `files` calls `new(` and none
+/// still calls `old(`.
+pub fn assert_calls_renamed(dir: &Path, files: &[&str], old: &str, new: &str) {
+    for f in files {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(
+            text.contains(&format!("{new}(")) && !text.contains(&format!("{old}(")),
+            "{f}: {text}"
+        );
+    }
+}
+
+/// Replace `from` with `to` in `file`, on disk, as an editor outside the server would.
+pub fn edit_on_disk(dir: &Path, file: &str, from: &str, to: &str) {
+    let text = std::fs::read_to_string(dir.join(file)).unwrap();
+    assert!(text.contains(from), "{file} has no {from:?}");
+    std::fs::write(dir.join(file), text.replace(from, to)).unwrap();
+}
