@@ -88,7 +88,8 @@ pub struct DebugParams {
     /// launch: root-relative program to run.
     #[serde(default)]
     pub program: Option<String>,
-    /// attach: host of a `python -m debugpy --listen HOST:PORT` process (default 127.0.0.1).
+    /// attach: host of a `python -m debugpy --listen HOST:PORT` process or a
+    /// `dlv --headless --listen HOST:PORT` server (runtime `go`); default 127.0.0.1.
     #[serde(default)]
     pub host: Option<String>,
     /// attach: port the debuggee listens on.
@@ -1232,34 +1233,51 @@ async fn attach(
     p: &DebugParams,
     mut guard: tokio::sync::MutexGuard<'_, Option<Session>>,
 ) -> ToolResult<Reply<DebugResult>> {
-    if p.runtime.as_deref().unwrap_or("python") != "python" {
-        return Err(ToolError::invalid_field(
-            "runtime",
-            "attach supports: python",
-        ));
-    }
+    // What listens on the port, and how to attach through it.
+    let (adapter_id, how_to_start) = match p.runtime.as_deref().unwrap_or("python") {
+        "python" => ("debugpy", "python -m debugpy --listen HOST:PORT program.py"),
+        "go" => (
+            "go",
+            "dlv debug|exec|attach --headless --listen=HOST:PORT --accept-multiclient",
+        ),
+        _ => {
+            return Err(ToolError::invalid_field(
+                "runtime",
+                "attach supports: python (a debugpy --listen process), go (a dlv --headless server)",
+            ));
+        }
+    };
     let port = *need(
         &p.port,
         "port",
-        "the port of a `python -m debugpy --listen HOST:PORT` process",
+        &format!("the port of a `{how_to_start}` process"),
     )?;
     let host = p.host.clone().unwrap_or_else(|| "127.0.0.1".into());
     let client = tokio::time::timeout(REQUEST_TIMEOUT, Client::connect(&host, port))
         .await
         .map_err(|_| ToolError::invalid_field("port", format!("no answer from {host}:{port}")))?
-        .map_err(|e| ToolError::invalid_field("port", format!("cannot connect to {host}:{port}: {e}; start the program with python -m debugpy --listen {host}:{port}")))?;
+        .map_err(|e| {
+            ToolError::invalid_field(
+                "port",
+                format!(
+                    "cannot connect to {host}:{port}: {e}; start the program with {how_to_start}"
+                ),
+            )
+        })?;
     let fail = |c: &Arc<Client>, m: String| {
         c.kill();
         adapter_err(m)
     };
-    if let Err(m) = client.request("initialize", json!({"clientID": "kitbag", "adapterID": "debugpy", "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path"}), REQUEST_TIMEOUT).await {
+    if let Err(m) = client.request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsVariableType": true}), REQUEST_TIMEOUT).await {
         return Err(fail(&client, m));
     }
+    let attach_args = match adapter_id {
+        // Delve's headless server already holds the program: attach to it as it is.
+        "go" => json!({"mode": "remote"}),
+        _ => json!({"connect": {"host": host, "port": port}, "justMyCode": true}),
+    };
     let rx = client
-        .start(
-            "attach",
-            json!({"connect": {"host": host, "port": port}, "justMyCode": true}),
-        )
+        .start("attach", attach_args)
         .await
         .map_err(|e| fail(&client, e.to_string()))?;
     await_initialized(&client)

@@ -3,6 +3,8 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
+
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
@@ -128,4 +130,115 @@ fn go_with_configured_delve() {
              [dap.adapters.golang.launch]\nmode = \"debug\"\n",
         ),
     );
+}
+
+const SPIN: &str = "package main\n\nimport \"time\"\n\nfunc main() {\n\tn := 0\n\tfor {\n\t\tn++\n\t\ttime.Sleep(10 * time.Millisecond)\n\t}\n}\n";
+
+/// The attach target is killed even when an assertion fails first.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Attach to a program already running under a headless Delve server, break in, detach.
+fn attach(era: Era) {
+    if !have_dlv() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("main.go"), SPIN).unwrap();
+    std::fs::write(
+        d.path().join("go.mod"),
+        "module example.com/spin\n\ngo 1.19\n",
+    )
+    .unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut server = KillOnDrop(
+        std::process::Command::new("dlv")
+            .args([
+                "debug",
+                "--headless",
+                &format!("--listen=127.0.0.1:{port}"),
+                "--accept-multiclient",
+                "--api-version=2",
+            ])
+            .current_dir(d.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .process_group(0)
+            .spawn()
+            .unwrap(),
+    );
+    // Wait until it listens (it builds the program first), watching the socket table.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+    let needle = format!(":{port:04X} 00000000:0000 0A");
+    while !std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .contains(&needle)
+    {
+        assert!(std::time::Instant::now() < deadline, "dlv never listened");
+        assert!(server.0.try_wait().unwrap().is_none(), "dlv exited");
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+    // A breakpoint set before attaching is hit once the attach resumes the program (it waits
+    // halted: a server started with --continue runs on its own, and Delve 1.20 then never
+    // answers a `pause`).
+    let mut c = McpClient::spawn(bin(), &[], d.path(), era);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "main.go", "line": 8}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "attach", "runtime": "go", "port": port, "wait_ms": 5000}),
+    );
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["path"], "main.go", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["line"], 8, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "variables"}));
+    assert_eq!(var(&r.structured, "n")["type"], "int", "{:?}", r.raw);
+    // Without the breakpoint it runs on until paused.
+    let r = c.call(
+        "debug",
+        json!({"action": "remove_breakpoint", "path": "main.go", "line": 8}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "continue", "wait_ms": 300}));
+    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "pause"}));
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "2 + 3"}),
+    );
+    assert_eq!(r.structured["data"]["result"], "5", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert!(r.text.contains("detached"), "{}", r.text);
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    assert!(
+        server.0.try_wait().unwrap().is_none(),
+        "the Delve server and its program should survive a detach"
+    );
+    c.shutdown();
+}
+
+#[test]
+fn go_attach_handshake() {
+    attach(Era::Handshake);
+}
+
+#[test]
+fn go_attach_modern() {
+    attach(Era::Modern);
 }
