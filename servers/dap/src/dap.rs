@@ -309,11 +309,7 @@ impl Client {
             )),
             Ok(Err(_)) => Err("debug adapter ended".into()),
             Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => Ok(resp["body"].clone()),
-            Ok(Ok(resp)) => Err(resp["body"]["error"]["format"]
-                .as_str()
-                .or(resp["message"].as_str())
-                .unwrap_or("request failed")
-                .to_string()),
+            Ok(Ok(resp)) => Err(error_message(&resp, "request failed")),
         }
     }
 
@@ -334,5 +330,44 @@ impl Client {
 impl Drop for Client {
     fn drop(&mut self) {
         self.kill();
+    }
+}
+
+/// What a failed response says: the detailed `body.error.format` (its `{name}` variables
+/// filled in) when the adapter gave one — Delve puts a build error there — else `message`.
+pub fn error_message(resp: &Value, default: &str) -> String {
+    let error = &resp["body"]["error"];
+    if let Some(format) = error["format"].as_str() {
+        let mut text = format.to_string();
+        if let Some(vars) = error["variables"].as_object() {
+            for (name, value) in vars {
+                if let Some(v) = value.as_str() {
+                    text = text.replace(&format!("{{{name}}}"), v);
+                }
+            }
+        }
+        return text;
+    }
+    resp["message"].as_str().unwrap_or(default).to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn error_message_prefers_the_detailed_format() {
+        let delve = json!({"success": false, "message": "Failed to launch",
+            "body": {"error": {"id": 3000, "format": "Failed to launch: Build error: x undefined"}}});
+        assert_eq!(
+            error_message(&delve, "launch failed"),
+            "Failed to launch: Build error: x undefined"
+        );
+        let vars = json!({"success": false, "body": {"error": {"format": "no {what} at {where}",
+            "variables": {"what": "frame", "where": "7"}}}});
+        assert_eq!(error_message(&vars, "x"), "no frame at 7");
+        let plain = json!({"success": false, "message": "cancelled"});
+        assert_eq!(error_message(&plain, "x"), "cancelled");
+        assert_eq!(error_message(&json!({"success": false}), "x"), "x");
     }
 }

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use tokio::sync::Mutex;
 
 use crate::config::{self, Config, Transport};
-use crate::dap::Client;
+use crate::dap::{Client, error_message};
 
 pub const REQUEST_TIMEOUT: Duration = Duration::from_secs(15);
 pub const MAX_VALUE_CHARS: usize = 1000;
@@ -228,6 +228,9 @@ struct Bp {
 pub struct Session {
     client: Arc<Client>,
     attached: bool,
+    /// Where Delve builds a Go program (removed with the session), so no build product is
+    /// ever left in the user's tree, even when the adapter is killed.
+    _build_dir: Option<tempfile::TempDir>,
 }
 
 #[derive(Default)]
@@ -261,6 +264,27 @@ fn ended() -> ToolError {
 
 fn adapter_err(msg: String) -> ToolError {
     ToolError::new(ErrorCode::DapSessionEnded, msg)
+}
+
+/// How much of the adapter's start-up output a failed launch or attach quotes.
+const START_OUTPUT_CHARS: usize = 4000;
+
+/// A failed start's message with what the adapter printed meanwhile (its tail): the reason
+/// is often only there (Delve: "Build error: Check the debug console for details").
+fn with_start_output(client: &Client, message: String) -> String {
+    let printed: String = client
+        .events
+        .lock()
+        .map(|e| e.output.iter().map(|(_, text)| text.as_str()).collect())
+        .unwrap_or_default();
+    let printed = printed.trim();
+    if printed.is_empty() {
+        return message;
+    }
+    let skip = printed.chars().count().saturating_sub(START_OUTPUT_CHARS);
+    let tail: String = printed.chars().skip(skip).collect();
+    let cut = if skip > 0 { "…" } else { "" };
+    format!("{message}\nadapter output:\n{cut}{tail}")
 }
 
 fn cap(s: &str) -> String {
@@ -941,6 +965,7 @@ async fn launch(
     let prog_s = prog.abs.to_string_lossy().to_string();
     let args = p.args.clone().unwrap_or_default();
     let configured = state.config.adapters.get(runtime);
+    let mut build_dir = None;
     let mut launch_args = match runtime {
         "python" => {
             json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false})
@@ -949,7 +974,13 @@ async fn launch(
             json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "stopOnEntry": false})
         }
         "go" => {
-            json!({"mode": "debug", "program": prog_s, "args": args, "cwd": cwd.to_string_lossy()})
+            let dir = tempfile::Builder::new()
+                .prefix("kitbag-dap-go-")
+                .tempdir()
+                .map_err(|e| ToolError::io(&std::env::temp_dir().to_string_lossy(), &e))?;
+            let output = dir.path().join("debug_bin");
+            build_dir = Some(dir);
+            json!({"mode": "debug", "program": prog_s, "args": args, "cwd": cwd.to_string_lossy(), "output": output})
         }
         _ if configured.is_some() => {
             json!({"program": prog_s, "args": args, "cwd": cwd.to_string_lossy()})
@@ -995,7 +1026,7 @@ async fn launch(
     })?;
     let fail = |c: &Arc<Client>, m: String| {
         c.kill();
-        adapter_err(m)
+        adapter_err(with_start_output(c, m))
     };
     if let Err(m) = client
         .request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsVariableType": true, "supportsRunInTerminalRequest": false}), REQUEST_TIMEOUT)
@@ -1011,11 +1042,13 @@ async fn launch(
     }
     tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialize answered");
     // Send launch right away; debugpy sends `initialized` before answering it, others after.
-    let launch_rx = client
-        .start("launch", launch_args)
-        .await
-        .map_err(|e| fail(&client, e.to_string()))?;
-    await_initialized(&client)
+    let mut launch_answer = StartAnswer::new(
+        client
+            .start("launch", launch_args)
+            .await
+            .map_err(|e| fail(&client, e.to_string()))?,
+    );
+    await_initialized(&client, &mut launch_answer)
         .await
         .map_err(|m| fail(&client, m))?;
     let bps = breakpoint_list(state).await;
@@ -1034,23 +1067,18 @@ async fn launch(
         ms = t0.elapsed().as_millis() as u64,
         "configurationDone answered"
     );
-    match tokio::time::timeout(REQUEST_TIMEOUT, launch_rx).await {
-        Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => {}
-        Ok(Ok(resp)) => {
-            return Err(fail(
-                &client,
-                resp["message"]
-                    .as_str()
-                    .unwrap_or("launch failed")
-                    .to_string(),
-            ));
+    match launch_answer.wait(REQUEST_TIMEOUT).await {
+        Some(resp) if resp["success"].as_bool() == Some(true) => {}
+        Some(resp) => {
+            return Err(fail(&client, error_message(&resp, "launch failed")));
         }
-        _ => return Err(fail(&client, "adapter did not answer `launch`".into())),
+        None => return Err(fail(&client, "adapter did not answer `launch`".into())),
     }
     tracing::debug!(ms = t0.elapsed().as_millis() as u64, "launch answered");
     *guard = Some(Session {
         client: client.clone(),
         attached: false,
+        _build_dir: build_dir,
     });
     drop(guard);
     let wait = if p.action == Action::Attach {
@@ -1088,10 +1116,7 @@ async fn configure(
         match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
             Ok(Ok(resp)) if !required || resp["success"].as_bool() == Some(true) => {}
             Ok(Ok(resp)) => {
-                return Err(resp["message"]
-                    .as_str()
-                    .unwrap_or("setBreakpoints failed")
-                    .to_string());
+                return Err(error_message(&resp, "setBreakpoints failed"));
             }
             Ok(Err(_)) => return Err("debug adapter ended".into()),
             Err(_) => return Err("adapter did not answer `setBreakpoints`".into()),
@@ -1266,7 +1291,7 @@ async fn attach(
         })?;
     let fail = |c: &Arc<Client>, m: String| {
         c.kill();
-        adapter_err(m)
+        adapter_err(with_start_output(c, m))
     };
     if let Err(m) = client.request("initialize", json!({"clientID": "kitbag", "adapterID": adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsVariableType": true}), REQUEST_TIMEOUT).await {
         return Err(fail(&client, m));
@@ -1276,11 +1301,13 @@ async fn attach(
         "go" => json!({"mode": "remote"}),
         _ => json!({"connect": {"host": host, "port": port}, "justMyCode": true}),
     };
-    let rx = client
-        .start("attach", attach_args)
-        .await
-        .map_err(|e| fail(&client, e.to_string()))?;
-    await_initialized(&client)
+    let mut attach_answer = StartAnswer::new(
+        client
+            .start("attach", attach_args)
+            .await
+            .map_err(|e| fail(&client, e.to_string()))?,
+    );
+    await_initialized(&client, &mut attach_answer)
         .await
         .map_err(|m| fail(&client, m))?;
     let bps = breakpoint_list(state).await;
@@ -1293,22 +1320,17 @@ async fn attach(
     {
         return Err(fail(&client, m));
     }
-    match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
-        Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => {}
-        Ok(Ok(resp)) => {
-            return Err(fail(
-                &client,
-                resp["message"]
-                    .as_str()
-                    .unwrap_or("attach failed")
-                    .to_string(),
-            ));
+    match attach_answer.wait(REQUEST_TIMEOUT).await {
+        Some(resp) if resp["success"].as_bool() == Some(true) => {}
+        Some(resp) => {
+            return Err(fail(&client, error_message(&resp, "attach failed")));
         }
-        _ => return Err(fail(&client, "adapter did not answer `attach`".into())),
+        None => return Err(fail(&client, "adapter did not answer `attach`".into())),
     }
     *guard = Some(Session {
         client: client.clone(),
         attached: true,
+        _build_dir: None,
     });
     drop(guard);
     settle(&client, policy, p.action, Some(p.wait_ms.unwrap_or(500))).await
@@ -1498,7 +1520,7 @@ async fn settle(
 
 /// Wait for the adapter's `initialized` event (or the end of its stream), at most the
 /// request timeout: adapters send it before or after answering launch/attach.
-async fn await_initialized(client: &Client) -> Result<(), String> {
+async fn await_initialized(client: &Client, answer: &mut StartAnswer) -> Result<(), String> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     loop {
         let notified = client.notify.notified();
@@ -1515,7 +1537,54 @@ async fn await_initialized(client: &Client) -> Result<(), String> {
         if Instant::now() >= deadline {
             return Err("adapter never sent `initialized`".into());
         }
-        let _ = tokio::time::timeout(Duration::from_millis(200), notified).await;
+        tokio::select! {
+            _ = tokio::time::timeout(Duration::from_millis(200), notified) => {}
+            early = answer.early() => {
+                // A refusal before `initialized` (a Go build error, a missing program) is the
+                // whole story: say it now instead of waiting for an event that never comes.
+                if let Some(resp) = early
+                    && resp["success"].as_bool() != Some(true)
+                {
+                    return Err(error_message(resp, "the adapter refused to start"));
+                }
+            }
+        }
+    }
+}
+
+/// The answer to `launch` / `attach`, which adapters send before or after `initialized`.
+struct StartAnswer {
+    rx: Option<tokio::sync::oneshot::Receiver<Value>>,
+    got: Option<Value>,
+}
+
+impl StartAnswer {
+    fn new(rx: tokio::sync::oneshot::Receiver<Value>) -> Self {
+        StartAnswer {
+            rx: Some(rx),
+            got: None,
+        }
+    }
+
+    /// Wait for the answer while it has not come; pending forever once it has (or once the
+    /// adapter's stream ended without one).
+    async fn early(&mut self) -> Option<&Value> {
+        let Some(rx) = self.rx.as_mut() else {
+            return std::future::pending().await;
+        };
+        let r = rx.await;
+        self.rx = None;
+        self.got = r.ok();
+        self.got.as_ref()
+    }
+
+    /// The answer, waiting up to `timeout` if it has not come yet.
+    async fn wait(mut self, timeout: Duration) -> Option<Value> {
+        if let Some(v) = self.got.take() {
+            return Some(v);
+        }
+        let rx = self.rx.take()?;
+        tokio::time::timeout(timeout, rx).await.ok()?.ok()
     }
 }
 

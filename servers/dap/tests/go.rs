@@ -100,6 +100,13 @@ fn go_session(era: Era, runtime: &str, config: Option<&str>) {
     }
     assert!(printed.contains("sq 49"), "{printed}");
     disconnect_leaves_nothing(&mut c);
+    // Delve builds the program beside its source; nothing of that build is left there.
+    let left: Vec<String> = std::fs::read_dir(d.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with("__debug_bin"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
     c.shutdown();
 }
 
@@ -241,4 +248,85 @@ fn go_attach_handshake() {
 #[test]
 fn go_attach_modern() {
     attach(Era::Modern);
+}
+
+/// A program that does not compile: the launch fails with the compiler's message, and no
+/// adapter is left behind.
+#[test]
+fn go_build_error_is_reported() {
+    if !have_dlv() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("main.go"),
+        "package main\n\nfunc main() {\n\tx := undefinedName + 1\n}\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.path().join("go.mod"),
+        "module example.com/bad\n\ngo 1.19\n",
+    )
+    .unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "go", "program": "main.go"}),
+    );
+    assert!(r.is_error, "{:?}", r.raw);
+    assert!(r.text.contains("undefinedName"), "{}", r.text);
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    assert!(
+        common::descendants(c.pid()).is_empty(),
+        "an adapter outlived the failed launch"
+    );
+    let r = c.call("debug", json!({"action": "status"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    c.shutdown();
+}
+
+/// The client goes away mid-session without `disconnect`: Delve, the program and the build
+/// are all gone, and nothing was ever built into the project.
+#[test]
+fn go_client_gone_leaves_nothing() {
+    if !have_dlv() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("main.go"), SRC).unwrap();
+    std::fs::write(
+        d.path().join("go.mod"),
+        "module example.com/sq\n\ngo 1.19\n",
+    )
+    .unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
+    c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "main.go", "line": 12}),
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "go", "program": "main.go"}),
+    );
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    let names = |dir: &std::path::Path| -> Vec<String> {
+        std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect()
+    };
+    let mut project = names(d.path());
+    project.sort();
+    assert_eq!(project, ["go.mod", "main.go"], "built into the project");
+    let kids = common::descendants(c.pid());
+    assert!(!kids.is_empty());
+    c.shutdown();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while kids.iter().any(|&p| kitbag_testkit::process_alive(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "Delve or the program survived the client"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
 }
