@@ -71,3 +71,28 @@ fn c_with_lldb_modern() {
 fn c_with_lldb_handshake() {
     c_session(Era::Handshake);
 }
+
+/// A program lldb cannot run (a source file): the launch fails at once with lldb's reason.
+#[test]
+fn lldb_refused_launch_fails_fast() {
+    if !Path::new("/usr/bin/lldb-dap-19").exists() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("main.c"), SRC).unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
+    let t = std::time::Instant::now();
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "lldb", "program": "main.c"}),
+    );
+    assert!(r.is_error, "{:?}", r.raw);
+    assert!(r.text.contains("not a valid executable"), "{}", r.text);
+    assert!(
+        t.elapsed() < std::time::Duration::from_secs(10),
+        "took {:?}: {}",
+        t.elapsed(),
+        r.text
+    );
+    c.shutdown();
+}
