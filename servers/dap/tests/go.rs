@@ -330,3 +330,82 @@ fn go_client_gone_leaves_nothing() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
 }
+
+const STRUCTS: &str = "package main\n\ntype Point struct {\n\tX, Y int\n\tTag  string\n}\n\nfunc area(p Point) int {\n\treturn p.X * p.Y\n}\n\nfunc main() {\n\tp := Point{X: 2, Y: 3, Tag: \"box\"}\n\ta := area(p)\n\tprintln(a)\n}\n";
+
+/// More of the tool over Delve: a function breakpoint, threads, the stack, scopes, a struct
+/// expanded, step out.
+#[test]
+fn go_function_breakpoint_stack_and_structs() {
+    if !have_dlv() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("main.go"), STRUCTS).unwrap();
+    std::fs::write(
+        d.path().join("go.mod"),
+        "module example.com/pt\n\ngo 1.19\n",
+    )
+    .unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "main.go", "line": 14}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "go", "program": "main.go"}),
+    );
+    assert_eq!(r.structured["stop"]["line"], 14, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_function_breakpoint", "name": "main.area"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "variables", "depth": 2}));
+    let p = var(&r.structured, "p");
+    assert_eq!(p["type"], "main.Point", "{p}");
+    let fields = p["children"].as_array().unwrap_or_else(|| panic!("{p}"));
+    let field = |n: &str| {
+        fields
+            .iter()
+            .find(|f| f["name"] == n)
+            .unwrap_or_else(|| panic!("{p}"))["value"]
+            .clone()
+    };
+    assert_eq!(field("X"), "2");
+    assert_eq!(field("Tag"), "\"box\"");
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["stop"]["function"], "main.area", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "stack_trace"}));
+    let frames = r.structured["data"]["frames"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{:?}", r.raw));
+    assert!(frames.len() >= 2, "{:?}", r.raw);
+    assert_eq!(frames[0]["name"], "main.area", "{:?}", r.raw);
+    assert_eq!(frames[1]["name"], "main.main", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "threads"}));
+    assert!(
+        !r.structured["data"]["threads"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{:?}",
+        r.raw
+    );
+    let r = c.call("debug", json!({"action": "scopes"}));
+    assert!(
+        !r.structured["data"]["scopes"]
+            .as_array()
+            .unwrap()
+            .is_empty(),
+        "{:?}",
+        r.raw
+    );
+    let r = c.call("debug", json!({"action": "step_out"}));
+    assert_eq!(r.structured["stop"]["function"], "main.main", "{:?}", r.raw);
+    assert_eq!(r.structured["stop"]["line"], 14, "{:?}", r.raw);
+    disconnect_leaves_nothing(&mut c);
+    c.shutdown();
+}
