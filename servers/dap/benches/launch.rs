@@ -1,7 +1,8 @@
 //! Launch→first breakpoint stop and step_over round trip: kitbag-dap over MCP stdio vs the same
 //! DAP exchange driven directly against the adapter (with the crate's own framing), in one run,
-//! for debugpy and for lldb-dap on a C program built with `cc -g`.
-//! `KITBAG_BENCH_ONLY=debugpy|lldb-dap` runs one of them.
+//! for debugpy, for lldb-dap on a C program built with `cc -g`, and for Delve on a Go program
+//! (built by Delve on each launch, both sides). `KITBAG_BENCH_ONLY=debugpy|lldb-dap|delve`
+//! runs one of them.
 #![allow(clippy::unwrap_used)]
 
 use std::path::Path;
@@ -13,6 +14,7 @@ use serde_json::json;
 
 const PROG: &str = "x = 1\nfor i in range(100000):\n    x = x + 1\n    x = x - 1\nprint(x)\n";
 const C_PROG: &str = "#include <stdio.h>\n\nint main(void) {\n    for (long i = 0; i < 100000; i++) {\n        volatile long x = i;\n        x = x + 1;\n    }\n    puts(\"done\");\n    return 0;\n}\n";
+const GO_PROG: &str = "package main\n\nfunc main() {\n\tx := 0\n\tfor i := 0; i < 100000; i++ {\n\t\tx = x + i\n\t\tx = x - i\n\t}\n\tprintln(x)\n}\n";
 const LLDB_DAP: &str = "/usr/bin/lldb-dap-19";
 const RUNS: usize = 11;
 const STEPS: usize = 10;
@@ -44,14 +46,22 @@ struct Case {
     args: Vec<String>,
     adapter_id: &'static str,
     launch: serde_json::Value,
+    /// The adapter dials in (`--client-addr`, Delve) instead of speaking on stdio.
+    dial_in: bool,
 }
 
 async fn direct(dir: &Path, case: &Case) -> (f64, Vec<f64>) {
     let t = Instant::now();
     let src = dir.join(case.source);
-    let c = Client::spawn(&case.command, &case.args, dir).unwrap();
     let to = Duration::from_secs(15);
-    c.request("initialize", json!({"clientID": "bench", "adapterID": case.adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path"}), to).await.unwrap();
+    let c = if case.dial_in {
+        Client::spawn_dialing_in(&case.command, &case.args, dir, to)
+            .await
+            .unwrap()
+    } else {
+        Client::spawn(&case.command, &case.args, dir).unwrap()
+    };
+    c.request("initialize", json!({"clientID": "bench", "adapterID": case.adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsVariableType": true}), to).await.unwrap();
     let rx = c.start("launch", case.launch.clone()).await.unwrap();
     loop {
         let n = c.notify.notified();
@@ -206,26 +216,32 @@ fn main() {
         args: vec!["-m".into(), "debugpy.adapter".into()],
         adapter_id: "debugpy",
         launch: json!({"program": py.to_string_lossy(), "cwd": d.path().to_string_lossy(), "console": "internalConsole", "justMyCode": true, "stopOnEntry": false}),
+        dial_in: false,
     };
     if only.is_empty() || only == "debugpy" {
         measure(&rt, d.path(), &python);
     }
-    let lldb = Path::new(LLDB_DAP);
-    if !(only.is_empty() || only == "lldb-dap") {
-        return;
+    if only.is_empty() || only == "lldb-dap" {
+        lldb_case(&rt, d.path());
     }
-    if !lldb.is_file() {
+    if only.is_empty() || only == "delve" {
+        delve_case(&rt, d.path());
+    }
+}
+
+fn lldb_case(rt: &tokio::runtime::Runtime, dir: &Path) {
+    if !Path::new(LLDB_DAP).is_file() {
         println!("lldb-dap: SKIP ({LLDB_DAP} not installed)");
         return;
     }
-    std::fs::write(d.path().join("loop.c"), C_PROG).unwrap();
+    std::fs::write(dir.join("loop.c"), C_PROG).unwrap();
     let st = std::process::Command::new("cc")
         .args(["-g", "-O0", "-o", "loop", "loop.c"])
-        .current_dir(d.path())
+        .current_dir(dir)
         .status()
         .unwrap();
     assert!(st.success(), "cc failed");
-    let exe = d.path().join("loop");
+    let exe = dir.join("loop");
     let c = Case {
         label: "lldb-dap",
         runtime: "lldb",
@@ -235,7 +251,31 @@ fn main() {
         command: LLDB_DAP.into(),
         args: vec![],
         adapter_id: "lldb-dap",
-        launch: json!({"program": exe.to_string_lossy(), "args": [], "cwd": d.path().to_string_lossy(), "stopOnEntry": false}),
+        launch: json!({"program": exe.to_string_lossy(), "args": [], "cwd": dir.to_string_lossy(), "stopOnEntry": false}),
+        dial_in: false,
     };
-    measure(&rt, d.path(), &c);
+    measure(rt, dir, &c);
+}
+
+fn delve_case(rt: &tokio::runtime::Runtime, dir: &Path) {
+    let Some(dlv) = kitbag_dap::config::locate("dlv") else {
+        println!("delve: SKIP (dlv not installed)");
+        return;
+    };
+    std::fs::write(dir.join("loop.go"), GO_PROG).unwrap();
+    std::fs::write(dir.join("go.mod"), "module example.com/loop\n\ngo 1.19\n").unwrap();
+    let out = tempfile::tempdir().unwrap();
+    let c = Case {
+        label: "delve",
+        runtime: "go",
+        program: "loop.go",
+        source: "loop.go",
+        line: 6,
+        command: dlv.to_string_lossy().into_owned(),
+        args: vec!["dap".into()],
+        adapter_id: "go",
+        launch: json!({"mode": "debug", "program": dir.join("loop.go").to_string_lossy(), "args": [], "cwd": dir.to_string_lossy(), "output": out.path().join("debug_bin")}),
+        dial_in: true,
+    };
+    measure(rt, dir, &c);
 }
