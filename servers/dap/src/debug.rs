@@ -1041,39 +1041,9 @@ async fn launch(
         return Err(adapter_err(format!("{cmd}: {m}")));
     }
     tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialize answered");
-    // Send launch right away; debugpy sends `initialized` before answering it, others after.
-    let mut launch_answer = StartAnswer::new(
-        client
-            .start("launch", launch_args)
-            .await
-            .map_err(|e| fail(&client, e.to_string()))?,
-    );
-    await_initialized(&client, &mut launch_answer)
+    start_session(state, &client, "launch", launch_args, true)
         .await
         .map_err(|m| fail(&client, m))?;
-    let bps = breakpoint_list(state).await;
-    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialized");
-    if let Err(m) = configure(&client, &bps, true).await {
-        return Err(fail(&client, m));
-    }
-    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "breakpoints set");
-    if let Err(m) = client
-        .request("configurationDone", json!({}), REQUEST_TIMEOUT)
-        .await
-    {
-        return Err(fail(&client, m));
-    }
-    tracing::debug!(
-        ms = t0.elapsed().as_millis() as u64,
-        "configurationDone answered"
-    );
-    match launch_answer.wait(REQUEST_TIMEOUT).await {
-        Some(resp) if resp["success"].as_bool() == Some(true) => {}
-        Some(resp) => {
-            return Err(fail(&client, error_message(&resp, "launch failed")));
-        }
-        None => return Err(fail(&client, "adapter did not answer `launch`".into())),
-    }
     tracing::debug!(ms = t0.elapsed().as_millis() as u64, "launch answered");
     *guard = Some(Session {
         client: client.clone(),
@@ -1081,12 +1051,39 @@ async fn launch(
         _build_dir: build_dir,
     });
     drop(guard);
-    let wait = if p.action == Action::Attach {
-        Some(p.wait_ms.unwrap_or(500))
-    } else {
-        p.wait_ms
-    };
-    settle(&client, policy, p.action, wait).await
+    settle(&client, policy, p.action, p.wait_ms).await
+}
+
+/// The start-up launch and attach share: send `command` right away (debugpy sends
+/// `initialized` before answering it, others after), wait for `initialized` or a refusal, send
+/// the breakpoints (and after a launch the exception filter) and `configurationDone`, then
+/// take the answer — never deadlocking on either order.
+async fn start_session(
+    state: &DapState,
+    client: &Client,
+    command: &str,
+    args: Value,
+    launched: bool,
+) -> Result<(), String> {
+    let t0 = Instant::now();
+    let mut answer = StartAnswer::new(
+        client
+            .start(command, args)
+            .await
+            .map_err(|e| e.to_string())?,
+    );
+    await_initialized(client, &mut answer).await?;
+    let bps = breakpoint_list(state).await;
+    configure(client, &bps, launched).await?;
+    client
+        .request("configurationDone", json!({}), REQUEST_TIMEOUT)
+        .await?;
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, command, "configured");
+    match answer.wait(REQUEST_TIMEOUT).await {
+        Some(resp) if resp["success"].as_bool() == Some(true) => Ok(()),
+        Some(resp) => Err(error_message(&resp, &format!("{command} failed"))),
+        None => Err(format!("adapter did not answer `{command}`")),
+    }
 }
 
 /// Send every file's breakpoints (and, after launch, the `uncaught` exception filter) at
@@ -1301,32 +1298,9 @@ async fn attach(
         "go" => json!({"mode": "remote"}),
         _ => json!({"connect": {"host": host, "port": port}, "justMyCode": true}),
     };
-    let mut attach_answer = StartAnswer::new(
-        client
-            .start("attach", attach_args)
-            .await
-            .map_err(|e| fail(&client, e.to_string()))?,
-    );
-    await_initialized(&client, &mut attach_answer)
+    start_session(state, &client, "attach", attach_args, false)
         .await
         .map_err(|m| fail(&client, m))?;
-    let bps = breakpoint_list(state).await;
-    if let Err(m) = configure(&client, &bps, false).await {
-        return Err(fail(&client, m));
-    }
-    if let Err(m) = client
-        .request("configurationDone", json!({}), REQUEST_TIMEOUT)
-        .await
-    {
-        return Err(fail(&client, m));
-    }
-    match attach_answer.wait(REQUEST_TIMEOUT).await {
-        Some(resp) if resp["success"].as_bool() == Some(true) => {}
-        Some(resp) => {
-            return Err(fail(&client, error_message(&resp, "attach failed")));
-        }
-        None => return Err(fail(&client, "adapter did not answer `attach`".into())),
-    }
     *guard = Some(Session {
         client: client.clone(),
         attached: true,

@@ -8,25 +8,7 @@ use std::time::Duration;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{bin, have_debugpy};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// The attach target is killed even when an assertion fails first.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
+use common::{KillOnDrop, bin, free_port, have_debugpy, wait_listening};
 
 fn attach(era: Era) {
     if !have_debugpy() {
@@ -56,20 +38,7 @@ fn attach(era: Era) {
             .spawn()
             .unwrap(),
     );
-    // Wait until it listens.
-    let deadline = std::time::Instant::now() + Duration::from_secs(15);
-    // Poll the socket table (a probe connection would take the single client slot).
-    let needle = format!(":{port:04X} 00000000:0000 0A");
-    while !std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .contains(&needle)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "debuggee never listened"
-        );
-        std::thread::sleep(Duration::from_millis(100));
-    }
+    wait_listening(&mut debuggee, port, Duration::from_secs(15));
     let mut c = McpClient::spawn(bin(), &[], d.path(), era);
     let r = c.call("debug", json!({"action": "attach", "port": port}));
     assert!(!r.is_error, "{:?}", r.raw);

@@ -8,36 +8,25 @@ use std::os::unix::process::CommandExt;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{bin, disconnect_leaves_nothing, var};
+use common::{
+    KillOnDrop, bin, disconnect_leaves_nothing, free_port, have_dlv, var, wait_listening,
+};
 
 const SRC: &str = "package main\n\nimport \"os\"\n\nfunc square(v int) int {\n\tr := v * v\n\treturn r\n}\n\nfunc main() {\n\tcount := 7\n\tsq := square(count)\n\tprintln(\"sq\", sq)\n\tos.Exit(3)\n}\n";
 
-fn have_dlv() -> bool {
-    let ok = std::process::Command::new("dlv")
-        .arg("version")
-        .output()
-        .is_ok_and(|o| o.status.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "dlv missing under CI"
-        );
-        eprintln!("SKIP: dlv not installed");
-    }
-    ok
+/// A Go module holding `main.go`.
+fn go_project(src: &str) -> tempfile::TempDir {
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("main.go"), src).unwrap();
+    std::fs::write(d.path().join("go.mod"), "module example.com/t\n\ngo 1.19\n").unwrap();
+    d
 }
 
 fn go_session(era: Era, runtime: &str, config: Option<&str>) {
     if !have_dlv() {
         return;
     }
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("main.go"), SRC).unwrap();
-    std::fs::write(
-        d.path().join("go.mod"),
-        "module example.com/sq\n\ngo 1.19\n",
-    )
-    .unwrap();
+    let d = go_project(SRC);
     let mut args = Vec::new();
     if let Some(toml) = config {
         std::fs::write(d.path().join("dap.toml"), toml).unwrap();
@@ -141,33 +130,13 @@ fn go_with_configured_delve() {
 
 const SPIN: &str = "package main\n\nimport \"time\"\n\nfunc main() {\n\tn := 0\n\tfor {\n\t\tn++\n\t\ttime.Sleep(10 * time.Millisecond)\n\t}\n}\n";
 
-/// The attach target is killed even when an assertion fails first.
-struct KillOnDrop(std::process::Child);
-
-impl Drop for KillOnDrop {
-    fn drop(&mut self) {
-        let _ = self.0.kill();
-        let _ = self.0.wait();
-    }
-}
-
 /// Attach to a program already running under a headless Delve server, break in, detach.
 fn attach(era: Era) {
     if !have_dlv() {
         return;
     }
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("main.go"), SPIN).unwrap();
-    std::fs::write(
-        d.path().join("go.mod"),
-        "module example.com/spin\n\ngo 1.19\n",
-    )
-    .unwrap();
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
+    let d = go_project(SPIN);
+    let port = free_port();
     let mut server = KillOnDrop(
         std::process::Command::new("dlv")
             .args([
@@ -185,17 +154,8 @@ fn attach(era: Era) {
             .spawn()
             .unwrap(),
     );
-    // Wait until it listens (it builds the program first), watching the socket table.
-    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
-    let needle = format!(":{port:04X} 00000000:0000 0A");
-    while !std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .contains(&needle)
-    {
-        assert!(std::time::Instant::now() < deadline, "dlv never listened");
-        assert!(server.0.try_wait().unwrap().is_none(), "dlv exited");
-        std::thread::sleep(std::time::Duration::from_millis(100));
-    }
+    // It builds the program before it listens.
+    wait_listening(&mut server, port, std::time::Duration::from_secs(60));
     // A breakpoint set before attaching is hit once the attach resumes the program (it waits
     // halted: a server started with --continue runs on its own, and Delve 1.20 then never
     // answers a `pause`).
@@ -257,17 +217,7 @@ fn go_build_error_is_reported() {
     if !have_dlv() {
         return;
     }
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("main.go"),
-        "package main\n\nfunc main() {\n\tx := undefinedName + 1\n}\n",
-    )
-    .unwrap();
-    std::fs::write(
-        d.path().join("go.mod"),
-        "module example.com/bad\n\ngo 1.19\n",
-    )
-    .unwrap();
+    let d = go_project("package main\n\nfunc main() {\n\tx := undefinedName + 1\n}\n");
     let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
     let r = c.call(
         "debug",
@@ -292,14 +242,12 @@ fn go_client_gone_leaves_nothing() {
     if !have_dlv() {
         return;
     }
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("main.go"), SRC).unwrap();
-    std::fs::write(
-        d.path().join("go.mod"),
-        "module example.com/sq\n\ngo 1.19\n",
-    )
-    .unwrap();
-    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
+    let d = go_project(SRC);
+    // The server's temporary directory, to see the build land there and go away.
+    let tmp = tempfile::tempdir().unwrap();
+    let tmp_s = tmp.path().to_str().unwrap();
+    let mut c =
+        McpClient::spawn_with_env(bin(), &[], d.path(), Era::Handshake, &[("TMPDIR", tmp_s)]);
     c.call(
         "debug",
         json!({"action": "set_breakpoint", "path": "main.go", "line": 12}),
@@ -318,6 +266,13 @@ fn go_client_gone_leaves_nothing() {
     let mut project = names(d.path());
     project.sort();
     assert_eq!(project, ["go.mod", "main.go"], "built into the project");
+    let build_dirs = |dir: &std::path::Path| -> Vec<String> {
+        names(dir)
+            .into_iter()
+            .filter(|n| n.starts_with("kitbag-dap-go-"))
+            .collect()
+    };
+    assert_eq!(build_dirs(tmp.path()).len(), 1, "{:?}", names(tmp.path()));
     let kids = common::descendants(c.pid());
     assert!(!kids.is_empty());
     c.shutdown();
@@ -326,6 +281,16 @@ fn go_client_gone_leaves_nothing() {
         assert!(
             std::time::Instant::now() < deadline,
             "Delve or the program survived the client"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    // The server exits with its client and takes the build directory with it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while !build_dirs(tmp.path()).is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "build directory left: {:?}",
+            build_dirs(tmp.path())
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
@@ -340,13 +305,7 @@ fn go_function_breakpoint_stack_and_structs() {
     if !have_dlv() {
         return;
     }
-    let d = tempfile::tempdir().unwrap();
-    std::fs::write(d.path().join("main.go"), STRUCTS).unwrap();
-    std::fs::write(
-        d.path().join("go.mod"),
-        "module example.com/pt\n\ngo 1.19\n",
-    )
-    .unwrap();
+    let d = go_project(STRUCTS);
     let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Handshake);
     let r = c.call(
         "debug",

@@ -71,3 +71,59 @@ pub fn var<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
         .and_then(|vars| vars.iter().find(|v| v["name"] == name))
         .unwrap_or_else(|| panic!("no variable {name} in {r}"))
 }
+
+/// Whether Delve is installed; under CI its absence is a failure, elsewhere a skip.
+pub fn have_dlv() -> bool {
+    let ok = std::process::Command::new("dlv")
+        .arg("version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "dlv missing under CI"
+        );
+        eprintln!("SKIP: dlv not installed");
+    }
+    ok
+}
+
+/// A loopback port free right now.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// An attach target, killed even when an assertion fails first.
+pub struct KillOnDrop(pub std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Wait until `target` listens on loopback `port`, watching the socket table (a probe
+/// connection would take a single-client server's one slot); fails if it exits first.
+pub fn wait_listening(target: &mut KillOnDrop, port: u16, within: std::time::Duration) {
+    let deadline = std::time::Instant::now() + within;
+    let needle = format!(":{port:04X} 00000000:0000 0A");
+    while !std::fs::read_to_string("/proc/net/tcp")
+        .unwrap_or_default()
+        .contains(&needle)
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "nothing listened on {port}"
+        );
+        assert!(
+            target.0.try_wait().unwrap().is_none(),
+            "the attach target exited"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
