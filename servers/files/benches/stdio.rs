@@ -52,10 +52,40 @@ const PACE: Duration = Duration::from_millis(1);
 /// Set when this binary runs as the pipe-floor peer: the size of the line it answers with.
 const ECHO_ENV: &str = "KITBAG_BENCH_ECHO_BYTES";
 
-#[derive(Default)]
+/// Round trips of one call, first with the client pausing [`PACE`] before each, then
+/// back-to-back.
 struct Timings {
     paced: Vec<Duration>,
     back_to_back: Vec<Duration>,
+}
+
+impl Timings {
+    fn measure(client: &mut RawClient, params: &str, n: usize) -> Timings {
+        let mut round = |gap: Duration| -> Vec<Duration> {
+            (0..n)
+                .map(|_| {
+                    std::thread::sleep(gap);
+                    let t = Instant::now();
+                    client.call(params);
+                    t.elapsed()
+                })
+                .collect()
+        };
+        let paced = round(PACE);
+        Timings {
+            paced,
+            back_to_back: round(Duration::ZERO),
+        }
+    }
+
+    /// `p50 paced / p50 back-to-back`.
+    fn p50s(&mut self) -> String {
+        format!(
+            "p50 {} / {}",
+            fmt(percentile(&mut self.paced, 0.5)),
+            fmt(percentile(&mut self.back_to_back, 0.5))
+        )
+    }
 }
 
 /// Answer every request line (one with an `"id"`) with one ready-made line of `size` bytes.
@@ -76,22 +106,13 @@ fn echo_peer(size: usize) {
     }
 }
 
-/// Round trips against [`echo_peer`]: paced, then back-to-back.
-fn pipe_floor(root: &Path, size: usize) -> (Vec<Duration>, Vec<Duration>) {
+/// Round trips against [`echo_peer`] answering `size` bytes.
+fn pipe_floor(root: &Path, size: usize) -> Timings {
     let me = std::env::current_exe().expect("exe");
     let bytes = size.to_string();
     let mut peer = RawClient::spawn(&me, &[], root, &[(ECHO_ENV, &bytes)]);
-    let mut t = Timings::default();
-    for (gap, into) in [(PACE, &mut t.paced), (Duration::ZERO, &mut t.back_to_back)] {
-        for _ in 0..1000 {
-            std::thread::sleep(gap);
-            let start = Instant::now();
-            let n = peer.call("{}");
-            into.push(start.elapsed());
-            assert!(n >= size);
-        }
-    }
-    (t.paced, t.back_to_back)
+    assert!(peer.call("{}") >= size);
+    Timings::measure(&mut peer, "{}", 1000)
 }
 
 fn main() {
@@ -209,55 +230,26 @@ fn main() {
     // Paced: the client waits between calls, as every real client does (a model thinks for
     // seconds between tool calls). Back-to-back calls are also shown; on a VM they swing with
     // how the two processes land on CPUs, for two trivial processes too (the floor below).
-    let mut wire = Timings::default();
-    for (gap, into) in [
-        (PACE, &mut wire.paced),
-        (Duration::ZERO, &mut wire.back_to_back),
-    ] {
-        for _ in 0..1000 {
-            std::thread::sleep(gap);
-            let t = Instant::now();
-            raw.call(whole);
-            into.push(t.elapsed());
-        }
-    }
-    let mut wire_small = Timings::default();
-    for (gap, into) in [
-        (PACE, &mut wire_small.paced),
-        (Duration::ZERO, &mut wire_small.back_to_back),
-    ] {
-        for _ in 0..1000 {
-            std::thread::sleep(gap);
-            let t = Instant::now();
-            raw.call(twenty);
-            into.push(t.elapsed());
-        }
-    }
+    let mut wire = Timings::measure(&mut raw, whole, 1000);
+    let mut wire_small = Timings::measure(&mut raw, twenty, 1000);
     drop(raw);
     // The floor: the same client against a peer that does nothing but answer each request
     // with a ready-made line of the same size (this bench binary, re-run as that peer).
-    let floor = pipe_floor(root, answer_bytes);
+    let mut floor = pipe_floor(root, answer_bytes);
     println!(
         "wire round trip (request written → response received, no client parse), paced {} ms / back-to-back:",
         PACE.as_millis()
     );
     println!(
-        "  file_read whole file ({} KB answer): p50 {} / {}",
+        "  file_read whole file ({} KB answer): {}",
         answer_bytes / 1024,
-        fmt(percentile(&mut wire.paced, 0.5)),
-        fmt(percentile(&mut wire.back_to_back, 0.5))
+        wire.p50s()
     );
+    println!("  file_read 20 lines: {}", wire_small.p50s());
     println!(
-        "  file_read 20 lines: p50 {} / {}",
-        fmt(percentile(&mut wire_small.paced, 0.5)),
-        fmt(percentile(&mut wire_small.back_to_back, 0.5))
-    );
-    let (mut floor_paced, mut floor_b2b) = floor;
-    println!(
-        "  the pipe floor (a peer answering with a ready-made {} KB line): p50 {} / {}",
+        "  the pipe floor (a peer answering with a ready-made {} KB line): {}",
         answer_bytes / 1024,
-        fmt(percentile(&mut floor_paced, 0.5)),
-        fmt(percentile(&mut floor_b2b, 0.5))
+        floor.p50s()
     );
     println!(
         "  whole file with the client also parsing the answer from the bytes (back-to-back): p50 {}",
