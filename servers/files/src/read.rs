@@ -176,19 +176,18 @@ impl Target {
         let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&path, &e))?;
         // A small file is read whole straight into its buffer (no staging copy); a larger one
         // streams. Either way a binary file is told from its first bytes.
-        let mut whole = None;
-        let mut reader = BufReader::with_capacity(64 * 1024, file);
-        if meta.len() <= QUICK_READ_BYTES {
+        let mut content = if meta.len() <= QUICK_READ_BYTES {
             let mut data = Vec::with_capacity(meta.len() as usize + 1);
-            reader
-                .get_mut()
+            (&file)
                 .read_to_end(&mut data)
                 .map_err(|e| ToolError::io(&path, &e))?;
-            whole = Some(data);
-        }
-        let head = match &whole {
-            Some(data) => &data[..],
-            None => reader.fill_buf().map_err(|e| ToolError::io(&path, &e))?,
+            Content::Whole(data)
+        } else {
+            Content::Stream(BufReader::with_capacity(64 * 1024, file))
+        };
+        let head = match &mut content {
+            Content::Whole(data) => &data[..],
+            Content::Stream(reader) => reader.fill_buf().map_err(|e| ToolError::io(&path, &e))?,
         };
         let sniff = &head[..head.len().min(SNIFF_BYTES)];
         if content_inspector::inspect(sniff).is_binary() {
@@ -202,9 +201,9 @@ impl Target {
             r.mime = Some(mime);
             return Ok(Reply::new(r, text));
         }
-        let out = match whole {
-            Some(data) => number_bytes(&data, offset, limit),
-            None => number_lines(&mut reader, meta.len(), offset, limit)
+        let out = match content {
+            Content::Whole(data) => number_bytes(&data, offset, limit),
+            Content::Stream(mut reader) => number_lines(&mut reader, meta.len(), offset, limit)
                 .map_err(|e| ToolError::io(&path, &e))?,
         };
         if out.total_lines > 0 && offset > out.total_lines {
@@ -246,6 +245,12 @@ impl Target {
         r.content = Some(out.content);
         Ok(Reply::new(r, text))
     }
+}
+
+/// A file's bytes: all of them, or a reader over them.
+enum Content {
+    Whole(Vec<u8>),
+    Stream(BufReader<std::fs::File>),
 }
 
 struct Numbered {
