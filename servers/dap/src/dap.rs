@@ -96,20 +96,14 @@ impl Client {
                 )));
             }
         };
-        let stream = match accepted {
-            Ok(Ok((stream, _))) => stream,
-            Ok(Err(e)) => return Err(e),
-            Err(_) => {
-                if let Some(pid) = child.id() {
-                    kitbag_shared::process::kill_tree(pid);
-                }
-                let _ = child.start_kill();
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::TimedOut,
-                    format!("the adapter did not connect within {}s", wait.as_secs()),
-                ));
-            }
-        };
+        // On failure the child is dropped, which kills it (`kill_on_drop`); before it has
+        // connected it has started no debuggee.
+        let (stream, _) = accepted.map_err(|_| {
+            std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the adapter did not connect within {}s", wait.as_secs()),
+            )
+        })??;
         let _ = stream.set_nodelay(true);
         let (r, w) = stream.into_split();
         let client = Self::over(Box::new(w), r, Some(child));
