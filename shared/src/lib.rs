@@ -8,7 +8,10 @@
 //!   output caps, audit events;
 //! - [`framing`], [`process`]: Content-Length framing and process-tree kills for the
 //!   LSP and DAP bridges;
-//! - [`transport`], [`json_out`]: the stdio line transport and its fast JSON writer.
+//! - [`transport`], [`json_out`], [`salvage`]: the stdio line transport, its fast JSON writer,
+//!   and the id finder that lets undecodable requests be answered;
+//! - [`schema`]: tool schemas cleaned for every client (and admitting the error object);
+//! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime).
 
 pub mod atomic;
 pub mod audit;
@@ -20,6 +23,9 @@ pub mod limits;
 pub mod lock;
 pub mod paths;
 pub mod process;
+pub mod runtime;
+pub mod salvage;
+pub mod schema;
 pub mod server;
 pub mod transport;
 

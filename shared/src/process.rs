@@ -5,6 +5,11 @@
 
 use std::process::{Command, Stdio};
 
+/// Set by the kitbag host on every server it starts: how many hosts are above that process.
+/// A host that finds it refuses to start (it would be one of its own children). Commands an
+/// agent runs (shell, cron) do not inherit it: running `kitbag` there is a deliberate act.
+pub const HOST_DEPTH_VAR: &str = "KITBAG_HOST_DEPTH";
+
 /// Every descendant of `pid`, read from /proc (empty where /proc is unavailable).
 pub fn descendants(pid: u32) -> Vec<u32> {
     let mut parent: Vec<(u32, u32)> = Vec::new();

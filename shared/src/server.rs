@@ -13,7 +13,6 @@ use std::sync::{Arc, RwLock};
 use std::time::Instant;
 
 use futures::future::BoxFuture;
-use rmcp::handler::server::common::{schema_for_input, schema_for_output};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock as Content,
     GetPromptRequestParams, GetPromptResponse, GetPromptResult, Implementation, JsonObject,
@@ -235,11 +234,11 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
             "duplicate tool {}",
             def.name
         );
-        let input = match schema_for_input::<P>() {
+        let input = match crate::schema::input_schema::<P>() {
             Ok(s) => s,
             Err(e) => panic!("tool {}: {e}", def.name),
         };
-        let output = schema_for_output::<O>();
+        let output = crate::schema::output_schema::<O>();
         assert_eq!(
             output.get("type"),
             Some(&json!("object")),
@@ -252,7 +251,7 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
             .idempotent(def.idempotent)
             .open_world(def.open_world);
         let mut tool = Tool::new(def.name, def.description, input)
-            .with_raw_output_schema(output)
+            .with_raw_output_schema(Arc::new(output))
             .with_title(def.title)
             .with_annotations(annotations);
         if let Some(meta) = def.meta.clone() {
@@ -759,7 +758,8 @@ pub fn widen_stdout_pipe() {
     );
 }
 
-async fn shutdown_signal() {
+/// Resolves on the first SIGTERM or SIGINT (never, if the handlers cannot be installed).
+pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),

@@ -12,7 +12,8 @@ use std::sync::Arc;
 
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use serde_json::{Value, json};
+use serde_json::Value;
+use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 
@@ -132,9 +133,38 @@ where
 enum Line {
     Message(Box<RxJsonRpcMessage<RoleServer>>),
     Skip,
-    /// A request that could not be read: answer `Invalid Request`.
-    Refuse(Value),
+    /// A request that could not be read: answer it with an error.
+    Refuse(Refusal),
 }
+
+/// An error answer to a request we could not read, with its id exactly as sent.
+#[derive(serde::Serialize)]
+struct Refusal {
+    jsonrpc: &'static str,
+    /// `null` when the request's id is missing or one JSON-RPC forbids.
+    id: Option<Box<RawValue>>,
+    error: RefusalError,
+}
+
+#[derive(serde::Serialize)]
+struct RefusalError {
+    code: i32,
+    message: String,
+}
+
+impl Refusal {
+    fn new(id: Option<&str>, code: i32, message: String) -> Self {
+        Refusal {
+            jsonrpc: "2.0",
+            id: id.and_then(|id| RawValue::from_string(id.to_string()).ok()),
+            error: RefusalError { code, message },
+        }
+    }
+}
+
+/// JSON-RPC's codes for a message that is not valid JSON-RPC, and for JSON we cannot decode.
+const INVALID_REQUEST: i32 = -32600;
+const PARSE_ERROR: i32 = -32700;
 
 fn read_line(raw: &[u8]) -> Line {
     let line = raw.strip_suffix(b"\r").unwrap_or(raw);
@@ -146,24 +176,22 @@ fn read_line(raw: &[u8]) -> Line {
         Ok(m) => return Line::Message(Box::new(m)),
         Err(e) => e,
     };
-    let Ok(value) = serde_json::from_slice::<Value>(line) else {
-        // Not JSON at all: nothing to answer (replying could start an error storm with a peer
-        // that echoes), as the other MCP SDKs do.
-        tracing::debug!("ignoring a line that is not JSON: {err}");
-        return Line::Skip;
+    let value = match serde_json::from_slice::<Value>(line) {
+        Ok(v) => v,
+        Err(decode) => return undecodable(line, &decode),
     };
     let id = value
         .get("id")
-        .filter(|id| id.is_string() || id.is_number());
+        .filter(|id| id.is_string() || id.as_i64().is_some() || id.as_u64().is_some());
     match (value.get("method").and_then(Value::as_str), id) {
         // A request we cannot read deserves an answer; notifications and responses get none.
         (Some(method), Some(id)) => {
             tracing::debug!(method, "refusing a request that could not be read: {err}");
-            Line::Refuse(json!({
-                "jsonrpc": "2.0",
-                "id": id,
-                "error": {"code": -32600, "message": format!("Invalid request: {err}")},
-            }))
+            Line::Refuse(Refusal::new(
+                Some(&id.to_string()),
+                INVALID_REQUEST,
+                format!("Invalid request: {err}"),
+            ))
         }
         (Some(method), None) if value.get("id").is_none() => {
             tracing::debug!(
@@ -174,14 +202,37 @@ fn read_line(raw: &[u8]) -> Line {
         }
         (Some(method), None) => {
             tracing::debug!(method, "refusing a request with an invalid id: {err}");
-            Line::Refuse(json!({
-                "jsonrpc": "2.0",
-                "id": null,
-                "error": {"code": -32600, "message": format!("Invalid request: {err}")},
-            }))
+            Line::Refuse(Refusal::new(
+                None,
+                INVALID_REQUEST,
+                "Invalid request: the id must be a string or an integer".into(),
+            ))
         }
         (None, _) => {
             tracing::debug!("ignoring a message that is neither a request nor readable: {err}");
+            Line::Skip
+        }
+    }
+}
+
+/// A line the JSON decoder refused. Valid JSON the decoder cannot represent (a lone surrogate,
+/// a number beyond f64, deep nesting) still carries an id: answer it, naming the problem.
+/// Text that is not a JSON object at all is skipped, as the other MCP SDKs do (answering
+/// could start an error storm with a peer that echoes).
+fn undecodable(line: &[u8], decode: &serde_json::Error) -> Line {
+    let text = String::from_utf8_lossy(line);
+    let Some(found) = crate::salvage::salvage(&text) else {
+        tracing::debug!("ignoring a line that is not JSON: {decode}");
+        return Line::Skip;
+    };
+    match (found.method, found.id) {
+        (Some(_), Some(_)) => Line::Refuse(Refusal::new(
+            found.valid_id(),
+            PARSE_ERROR,
+            format!("Parse error: the message could not be decoded: {decode}"),
+        )),
+        _ => {
+            tracing::debug!("ignoring an undecodable notification or response: {decode}");
             Line::Skip
         }
     }
@@ -242,6 +293,7 @@ mod tests {
     use rmcp::ServiceExt;
     use schemars::JsonSchema;
     use serde::{Deserialize, Serialize};
+    use serde_json::json;
     use tokio::io::{AsyncBufReadExt, BufReader, DuplexStream};
 
     #[derive(Deserialize, JsonSchema)]
@@ -378,6 +430,54 @@ mod tests {
             e["result"]["structuredContent"]["error"]["code"],
             "invalid_params"
         );
+    }
+
+    #[tokio::test]
+    async fn valid_json_the_decoder_refuses_is_answered_by_id() {
+        let mut peer = start().await;
+        let deep = format!(
+            "{{\"jsonrpc\":\"2.0\",\"id\":3,\"method\":\"tools/call\",\"params\":{{\"name\":\"echo_text\",\"arguments\":{{\"text\":{}1{}}}}}}}\n",
+            "[".repeat(5000),
+            "]".repeat(5000)
+        );
+        let big_id = "123456789012345678901234567890";
+        let cases: Vec<(String, &str)> = vec![
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"tools/call\",\"params\":{\"name\":\"echo_text\",\"arguments\":{\"text\":\"\\ud800\"}}}\n".into(),
+                "1",
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":\"two\",\"method\":\"tools/call\",\"params\":{\"name\":\"echo_text\",\"arguments\":{\"text\":1e400}}}\n".into(),
+                "\"two\"",
+            ),
+            (deep, "3"),
+            (
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{big_id},\"method\":\"ping\",\"params\":{{\"x\":1e400}}}}\n"),
+                big_id,
+            ),
+            (
+                "{\"jsonrpc\":\"2.0\",\"id\":1.5,\"method\":\"ping\",\"params\":{\"x\":1e400}}\n".into(),
+                "null",
+            ),
+        ];
+        for (line, id) in cases {
+            peer.send(line.as_bytes()).await;
+            let mut raw = String::new();
+            peer.from_server.read_line(&mut raw).await.expect("answer");
+            let answer: Value = serde_json::from_str(&raw).expect("json");
+            assert_eq!(answer["error"]["code"], -32700, "{raw}");
+            assert!(
+                answer["error"]["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("could not be decoded")),
+                "{raw}"
+            );
+            // The id comes back byte for byte, even past i64.
+            assert!(raw.contains(&format!("\"id\":{id}")), "{id} in {raw}");
+        }
+        // The session goes on.
+        peer.send(&call(9, "after")).await;
+        assert_eq!(peer.answer().await["id"], 9);
     }
 
     #[tokio::test]

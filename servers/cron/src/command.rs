@@ -85,7 +85,8 @@ pub async fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0)
-        .kill_on_drop(true);
+        .kill_on_drop(true)
+        .env_remove(kitbag_shared::process::HOST_DEPTH_VAR);
     for (k, v) in env {
         cmd.env(k, v);
     }

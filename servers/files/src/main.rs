@@ -1,8 +1,9 @@
 use clap::Parser;
+use kitbag_shared::runtime::{Threads, main as run_main};
 
 // One thread: a request is read, answered and written without crossing threads (slow work
 // goes to the blocking pool).
-#[tokio::main(flavor = "current_thread")]
-async fn main() -> anyhow::Result<()> {
-    kitbag_files::run(kitbag_files::Args::parse()).await
+fn main() -> anyhow::Result<()> {
+    let args = kitbag_files::Args::parse();
+    run_main(Threads::Current, || kitbag_files::run(args))
 }

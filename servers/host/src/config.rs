@@ -108,6 +108,8 @@ pub struct ServerSpec {
     pub entry: ServerEntry,
     /// Set when expansion failed: the server is reported, not started.
     pub error: Option<String>,
+    /// Set when the entry would start this host again (`recursion`): reported, not started.
+    pub skipped: Option<String>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -194,7 +196,9 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
 pub fn load(path: &Path) -> anyhow::Result<Config> {
     let text =
         std::fs::read_to_string(path).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    with_env(parse(path, &text)?, |k| std::env::var(k).ok())
+    let mut cfg = with_env(parse(path, &text)?, |k| std::env::var(k).ok())?;
+    crate::recursion::skip_self_references(&mut cfg);
+    Ok(cfg)
 }
 
 /// Resolve the settings (environment > file > default) and give every server without
@@ -233,7 +237,12 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
         .map(|(k, v)| (k.clone(), exp(v, &format!("env.{k}"))))
         .collect();
     entry.cwd = entry.cwd.as_ref().map(|c| exp(c, "cwd"));
-    ServerSpec { name, entry, error }
+    ServerSpec {
+        name,
+        entry,
+        error,
+        skipped: None,
+    }
 }
 
 /// Expand `${VAR}` and `${VAR:-default}`; `Err(var)` names an unset variable without default.

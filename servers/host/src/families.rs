@@ -108,6 +108,7 @@ pub fn embedded_default() -> anyhow::Result<Config> {
                 ..Default::default()
             },
             error: None,
+            skipped: None,
         })
         .collect();
     crate::config::with_env(

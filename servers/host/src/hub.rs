@@ -32,6 +32,8 @@ pub enum State {
     Restarting,
     Failed,
     Disabled,
+    /// The entry would start this host again; reported, never started (`recursion`).
+    Skipped,
 }
 
 /// The client side of one child connection: forwards progress and list changes upward.
@@ -123,12 +125,14 @@ impl Child {
     fn new(spec: ServerSpec, id: u64) -> Self {
         Child {
             id,
-            state: if spec.entry.enabled {
+            state: if spec.skipped.is_some() {
+                State::Skipped
+            } else if spec.entry.enabled {
                 State::Starting
             } else {
                 State::Disabled
             },
-            last_error: spec.error.clone(),
+            last_error: spec.skipped.clone().or_else(|| spec.error.clone()),
             spec,
             peer: None,
             fast: None,
@@ -239,7 +243,7 @@ impl Hub {
                 let Some(child) = c.iter_mut().find(|c| c.id == id) else {
                     return;
                 };
-                if child.state == State::Disabled {
+                if matches!(child.state, State::Disabled | State::Skipped) {
                     return;
                 }
                 child.generation += 1;
@@ -390,6 +394,7 @@ impl Hub {
                     o.spec.name == spec.name
                         && o.spec.entry == spec.entry
                         && o.spec.error == spec.error
+                        && o.spec.skipped == spec.skipped
                 }) {
                     Some(pos) => {
                         report.unchanged.push(spec.name.clone());
@@ -767,6 +772,11 @@ async fn connect(
     let mut cmd = tokio::process::Command::new(&entry.command);
     cmd.args(&entry.args)
         .envs(&entry.env)
+        // A host somewhere below this one (through any wrapper) refuses to start.
+        .env(
+            crate::recursion::DEPTH_VAR,
+            (crate::recursion::depth() + 1).to_string(),
+        )
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
@@ -783,14 +793,26 @@ async fn connect(
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err("the child's stdio could not be captured".into());
     };
+    // The child's first stderr lines: a child that exits before the handshake said why there.
+    let last_words = Arc::new(std::sync::Mutex::new(VecDeque::<String>::new()));
     if let Some(stderr) = child.stderr.take() {
         // Drain and tag the child's log lines so a chatty child never blocks on a full pipe.
         let name = name.clone();
+        let last_words = last_words.clone();
         tokio::spawn(async move {
             use tokio::io::AsyncBufReadExt;
             let mut lines = tokio::io::BufReader::new(stderr).lines();
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(target: "kitbag::child", server = %name, "{line}");
+                // The first lines: a panic or an error is said first, a backtrace follows.
+                let mut kept = last_words.lock().unwrap_or_else(|e| e.into_inner());
+                if kept.len() < 3 && !line.trim().is_empty() {
+                    kept.push_back(
+                        kitbag_shared::limits::truncate_str(&line, 500)
+                            .0
+                            .to_string(),
+                    );
+                }
             }
         });
     }
@@ -799,10 +821,20 @@ async fn connect(
         let _ = child.wait().await;
     });
     let (reader, writer, link) = crate::fastpath::wire_child(&name, stdout, stdin);
-    let running = client
-        .serve((reader, writer))
-        .await
-        .map_err(|e| format!("MCP handshake failed: {e}"))?;
+    let running = match client.serve((reader, writer)).await {
+        Ok(r) => r,
+        Err(e) => {
+            // Give the stderr drain a moment to read what the child said before exiting.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            let said = last_words.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let said = Vec::from(said).join(" | ");
+            return Err(if said.is_empty() {
+                format!("MCP handshake failed: {e}")
+            } else {
+                format!("MCP handshake failed: {e}; the server said: {said}")
+            });
+        }
+    };
     Ok((running, pid, link))
 }
 

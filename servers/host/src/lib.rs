@@ -8,6 +8,7 @@ pub mod families;
 pub mod fastpath;
 pub mod hub;
 pub mod policy;
+pub mod recursion;
 pub mod serve;
 pub mod settings;
 
@@ -29,8 +30,9 @@ use crate::serve::HostServer;
     about = "Run MCP servers and offer their tools as one list"
 )]
 pub struct Cli {
-    /// Config file: agent.json (`mcp` block) or a Claude `.mcp.json` / `mcpServers` file.
-    /// Default: $KITBAG_CONFIG, else ./agent.json, else ./.mcp.json, else every embedded server.
+    /// Config file: agent.json (`mcp` block) or, when named here, a Claude `.mcp.json` /
+    /// `mcpServers` file. Default: $KITBAG_CONFIG, else ./agent.json, else every embedded
+    /// server. A `.mcp.json` is the client's file and is never read unless named.
     #[arg(long, global = true, env = "KITBAG_CONFIG")]
     pub config: Option<PathBuf>,
 
@@ -71,17 +73,20 @@ pub enum Command {
     },
 }
 
-pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
+/// The config file to read: `--config` / `$KITBAG_CONFIG`, else `./agent.json`. Never
+/// `./.mcp.json` on its own: that is the client's file, and it usually lists this host.
+fn config_path(cli: &Cli) -> Option<PathBuf> {
     if let Some(p) = &cli.config {
-        return config::load(p);
+        return Some(p.clone());
     }
-    for candidate in ["agent.json", ".mcp.json"] {
-        let p = PathBuf::from(candidate);
-        if p.exists() {
-            return config::load(&p);
-        }
+    Some(PathBuf::from("agent.json")).filter(|p| p.exists())
+}
+
+pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
+    match config_path(cli) {
+        Some(p) => config::load(&p),
+        None => families::embedded_default(),
     }
-    families::embedded_default()
 }
 
 type Started = (
@@ -122,6 +127,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         None => &Command::Serve,
     };
+    recursion::refuse_nested_host()?;
     let started = Instant::now();
     let (hub, policy, settings) = start(&cli).await?;
     let host = HostServer {
@@ -221,11 +227,18 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let status = host.status();
             let mut problems = 0;
             for s in &status.servers {
-                let ok = s.state == hub::State::Ready || s.state == hub::State::Disabled;
+                let ok = matches!(
+                    s.state,
+                    hub::State::Ready | hub::State::Disabled | hub::State::Skipped
+                );
                 problems += usize::from(!ok);
                 println!(
                     "{} {:<12} {:<10} {:>4} tools  {}",
-                    if ok { "ok  " } else { "FAIL" },
+                    match s.state {
+                        hub::State::Skipped => "skip",
+                        _ if ok => "ok  ",
+                        _ => "FAIL",
+                    },
                     s.name,
                     format!("{:?}", s.state).to_lowercase(),
                     s.tools,
@@ -304,13 +317,7 @@ async fn call_with_progress_bar(
 
 /// How `host_reload` re-reads the configuration: the same file, found the same way.
 fn config_loader(cli: &Cli) -> Option<serve::ConfigLoader> {
-    let path = match &cli.config {
-        Some(p) => p.clone(),
-        None => ["agent.json", ".mcp.json"]
-            .iter()
-            .map(PathBuf::from)
-            .find(|p| p.exists())?,
-    };
+    let path = config_path(cli)?;
     let path = std::fs::canonicalize(&path).unwrap_or(path);
     Some(Arc::new(move || config::load(&path)))
 }

@@ -1,17 +1,25 @@
 use clap::Parser;
+use kitbag_shared::runtime::{Threads, unblock_shutdown_signals};
 
-fn main() -> anyhow::Result<()> {
+fn main() {
     let cli = kitbag::Cli::parse();
+    // Before any thread exists: clients may start us with SIGINT/SIGTERM blocked.
+    unblock_shutdown_signals();
     // The host only relays messages: one thread avoids cross-core wake-ups on every hop.
     // Embedded servers (`kitbag server <family>`) get the multi-threaded runtime they expect.
-    let runtime = match cli.command {
-        Some(kitbag::Command::Server { .. }) => tokio::runtime::Builder::new_multi_thread()
-            .enable_all()
-            .build()?,
-        _ => tokio::runtime::Builder::new_current_thread()
-            .enable_all()
-            .build()?,
+    let threads = match cli.command {
+        Some(kitbag::Command::Server { .. }) => Threads::Multi,
+        _ => Threads::Current,
     };
-    let code = runtime.block_on(kitbag::run(cli))?;
+    let mut code = 0;
+    let outcome = kitbag_shared::runtime::main(threads, || async {
+        code = kitbag::run(cli).await?;
+        Ok(())
+    });
+    if let Err(e) = outcome {
+        // One line a person (or a host reporting a child) can read; no backtrace.
+        eprintln!("kitbag: {e:#}");
+        code = 1;
+    }
     std::process::exit(code);
 }

@@ -99,14 +99,13 @@ impl HostServer {
     }
 
     fn status_tool() -> Tool {
-        let input =
-            rmcp::handler::server::common::schema_for_input::<StatusParams>().unwrap_or_default();
+        let input = kitbag_shared::schema::input_schema::<StatusParams>().unwrap_or_default();
         Tool::new(
             STATUS_TOOL,
             "Report every server the host runs: state (ready, restarting, failed), pid, uptime, restarts, tool count and last error, plus tool-name collisions.",
             input,
         )
-        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<StatusResult>())
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema::<StatusResult>()))
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
     }
 
@@ -136,14 +135,13 @@ impl HostServer {
     }
 
     fn reload_tool() -> Tool {
-        let input =
-            rmcp::handler::server::common::schema_for_input::<StatusParams>().unwrap_or_default();
+        let input = kitbag_shared::schema::input_schema::<StatusParams>().unwrap_or_default();
         Tool::new(
             RELOAD_TOOL,
-            "Re-read the host's configuration (agent.json / .mcp.json) and apply it without dropping this connection: new and changed servers start, removed ones stop, unchanged ones keep running. Edit the config file first, then call this. SIGHUP does the same.",
+            "Re-read the host's configuration (the --config file, else agent.json) and apply it without dropping this connection: new and changed servers start, removed ones stop, unchanged ones keep running. Edit the config file first, then call this. SIGHUP does the same.",
             input,
         )
-        .with_raw_output_schema(rmcp::handler::server::common::schema_for_output::<crate::hub::ReloadReport>())
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema::<crate::hub::ReloadReport>()))
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Reload host config").read_only(false).destructive(false).idempotent(true).open_world(false))
     }
 
@@ -353,6 +351,12 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
         ))
         .await
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+    // SIGINT/SIGTERM end the session like stdin EOF: the caller then stops every child.
+    let cancel = running.cancellation_token();
+    tokio::spawn(async move {
+        kitbag_shared::server::shutdown_signal().await;
+        cancel.cancel();
+    });
     let _ = running.waiting().await;
     Ok(())
 }

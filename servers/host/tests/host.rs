@@ -117,8 +117,9 @@ fn claude_code_mcp_json_is_imported() {
         ".mcp.json",
         json!({"mcpServers": {"files": {"type": "stdio", "command": bin(), "args": ["server", "files"], "description": "ignored"}}}),
     );
+    // A client's file is read only when named: it usually lists this very host.
     let out = Command::new(bin())
-        .args(["tools", "--json"])
+        .args(["--config", ".mcp.json", "tools", "--json"])
         .current_dir(d.path())
         .output()
         .expect("tools");

@@ -1,6 +1,7 @@
 use clap::Parser;
+use kitbag_shared::runtime::{Threads, main as run_main};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    kitbag_issues::run(kitbag_issues::Args::parse()).await
+fn main() -> anyhow::Result<()> {
+    let args = kitbag_issues::Args::parse();
+    run_main(Threads::Multi, || kitbag_issues::run(args))
 }

@@ -1,6 +1,7 @@
 use clap::Parser;
+use kitbag_shared::runtime::{Threads, main as run_main};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    kitbag_lsp::run(kitbag_lsp::Args::parse()).await
+fn main() -> anyhow::Result<()> {
+    let args = kitbag_lsp::Args::parse();
+    run_main(Threads::Multi, || kitbag_lsp::run(args))
 }

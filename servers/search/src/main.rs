@@ -1,6 +1,7 @@
 use clap::Parser;
+use kitbag_shared::runtime::{Threads, main as run_main};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    kitbag_search::run(kitbag_search::Args::parse()).await
+fn main() -> anyhow::Result<()> {
+    let args = kitbag_search::Args::parse();
+    run_main(Threads::Multi, || kitbag_search::run(args))
 }

@@ -1,6 +1,7 @@
 use clap::Parser;
+use kitbag_shared::runtime::{Threads, main as run_main};
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
-    kitbag_shell::run(kitbag_shell::Args::parse()).await
+fn main() -> anyhow::Result<()> {
+    let args = kitbag_shell::Args::parse();
+    run_main(Threads::Multi, || kitbag_shell::run(args))
 }

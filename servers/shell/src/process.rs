@@ -109,6 +109,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     ] {
         cmd.env(k, v);
     }
+    cmd.env_remove(kitbag_shared::process::HOST_DEPTH_VAR);
     for (k, v) in spec.env {
         cmd.env(k, v);
     }

@@ -1,0 +1,76 @@
+//! How every kitbag binary starts: a clean signal mask, then the tokio runtime.
+//!
+//! Claude Code (through Bun) starts MCP servers with SIGINT, SIGTERM and SIGCHLD blocked, an
+//! inherited mask that survives `exec`. A server that keeps it never sees the client's
+//! shutdown signals and is killed with SIGKILL half a second later, leaving its children
+//! behind. The mask must be cleared before the runtime starts its threads: threads inherit
+//! the mask of the thread that creates them.
+
+use std::future::Future;
+
+use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+
+/// The signals a server must receive to shut down (or reap, or reload) when asked.
+const SHUTDOWN_SIGNALS: [Signal; 4] = [
+    Signal::SIGINT,
+    Signal::SIGTERM,
+    Signal::SIGHUP,
+    Signal::SIGCHLD,
+];
+
+/// Unblock the shutdown signals in the calling thread (and so in every thread it creates).
+pub fn unblock_shutdown_signals() {
+    let mut set = SigSet::empty();
+    for s in SHUTDOWN_SIGNALS {
+        set.add(s);
+    }
+    // Best effort: this only fails for an invalid `how`, which a constant rules out.
+    let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
+}
+
+/// Which tokio runtime a binary runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Threads {
+    /// One thread: a request read, answered and written without crossing threads.
+    Current,
+    /// A worker per core.
+    Multi,
+}
+
+/// A binary's `main`: clear the signal mask, build the runtime, run `body` to completion.
+pub fn main<F>(threads: Threads, body: impl FnOnce() -> F) -> anyhow::Result<()>
+where
+    F: Future<Output = anyhow::Result<()>>,
+{
+    unblock_shutdown_signals();
+    let runtime = match threads {
+        Threads::Current => tokio::runtime::Builder::new_current_thread(),
+        Threads::Multi => tokio::runtime::Builder::new_multi_thread(),
+    }
+    .enable_all()
+    .build()?;
+    runtime.block_on(body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_blocked_mask_is_cleared() {
+        // In a thread of its own, so the test harness's threads keep their mask.
+        std::thread::spawn(|| {
+            let mut set = SigSet::empty();
+            set.add(Signal::SIGTERM);
+            set.add(Signal::SIGINT);
+            pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), None).expect("block");
+            unblock_shutdown_signals();
+            let now = SigSet::thread_get_mask().expect("mask");
+            for s in SHUTDOWN_SIGNALS {
+                assert!(!now.contains(s), "{s:?} still blocked");
+            }
+        })
+        .join()
+        .expect("thread");
+    }
+}

@@ -1,0 +1,351 @@
+//! Tool schemas every client accepts.
+//!
+//! schemars writes valid JSON Schema that real clients still choke on: the TypeScript SDK
+//! (1.32) rejects a whole `tools/list` when one property schema is a bare `true`; ajv-based
+//! clients warn on every call about `format: "uint64"` and strict ajv refuses it; `$schema`
+//! and `"default": null` are dead weight. And because the TS SDK checks `structuredContent`
+//! against the outputSchema even on an error result, an outputSchema must also admit the
+//! `{"error": {...}}` object kitbag returns on failure, or every typed error is lost.
+//!
+//! [`input_schema`] and [`output_schema`] are the only way tool schemas are made.
+
+use rmcp::model::JsonObject;
+use schemars::JsonSchema;
+use serde_json::{Map, Value, json};
+
+/// The format values of JSON Schema 2020-12's format vocabulary; anything else is dropped.
+const STANDARD_FORMATS: [&str; 19] = [
+    "date-time",
+    "date",
+    "time",
+    "duration",
+    "email",
+    "idn-email",
+    "hostname",
+    "idn-hostname",
+    "ipv4",
+    "ipv6",
+    "uri",
+    "uri-reference",
+    "iri",
+    "iri-reference",
+    "uuid",
+    "uri-template",
+    "json-pointer",
+    "relative-json-pointer",
+    "regex",
+];
+
+/// The input schema of a params type (root `type: object`), cleaned for every client.
+pub fn input_schema<P: JsonSchema + 'static>() -> Result<JsonObject, String> {
+    let generated = rmcp::handler::server::common::schema_for_input::<P>()?;
+    let mut schema = Value::Object(std::sync::Arc::unwrap_or_clone(generated));
+    clean(&mut schema);
+    drop_optional_nulls(&mut schema);
+    Ok(into_object(schema))
+}
+
+/// The output schema of a result type, cleaned, and admitting kitbag's error object.
+pub fn output_schema<O: JsonSchema + 'static>() -> JsonObject {
+    let generated = rmcp::handler::server::common::schema_for_output::<O>();
+    let mut schema = Value::Object(std::sync::Arc::unwrap_or_clone(generated));
+    clean(&mut schema);
+    admit_error(&mut schema);
+    into_object(schema)
+}
+
+/// What `structuredContent` holds when a call fails (see `error::ToolError`).
+pub fn error_object_schema() -> Value {
+    json!({
+        "type": "object",
+        "description": "Present, instead of the fields above, when the call failed (isError: true).",
+        "properties": {
+            "code": {"type": "string", "description": "Machine-readable error code, e.g. file_not_found, invalid_params."},
+            "message": {"type": "string"},
+            "detail": {"type": "object", "description": "Facts about the failure, e.g. the field that was wrong."}
+        },
+        "required": ["code", "message"]
+    })
+}
+
+fn into_object(v: Value) -> JsonObject {
+    match v {
+        Value::Object(m) => m,
+        _ => JsonObject::new(),
+    }
+}
+
+/// Remove what clients reject or warn about, everywhere in the schema.
+pub fn clean(schema: &mut Value) {
+    if let Value::Object(root) = schema {
+        root.remove("$schema");
+    }
+    clean_node(schema);
+}
+
+fn clean_node(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            if map.get("default") == Some(&Value::Null) {
+                map.remove("default");
+            }
+            if let Some(Value::String(f)) = map.get("format")
+                && !STANDARD_FORMATS.contains(&f.as_str())
+            {
+                let unsigned = f.starts_with("uint");
+                map.remove("format");
+                if unsigned && !map.contains_key("minimum") {
+                    map.insert("minimum".into(), json!(0));
+                }
+            }
+            for (key, child) in map.iter_mut() {
+                if holds_schemas(key) {
+                    for_each_subschema(key, child, &mut |s| {
+                        replace_bool_schema(s);
+                        clean_node(s);
+                    });
+                } else if key != "enum" && key != "const" && key != "default" && key != "examples" {
+                    clean_node(child);
+                }
+            }
+        }
+        Value::Array(items) => items.iter_mut().for_each(clean_node),
+        _ => {}
+    }
+}
+
+/// Keywords whose value is a schema, a list of schemas or a map of schemas.
+fn holds_schemas(key: &str) -> bool {
+    matches!(
+        key,
+        "properties"
+            | "patternProperties"
+            | "$defs"
+            | "definitions"
+            | "dependentSchemas"
+            | "items"
+            | "prefixItems"
+            | "additionalProperties"
+            | "unevaluatedProperties"
+            | "unevaluatedItems"
+            | "contains"
+            | "propertyNames"
+            | "not"
+            | "if"
+            | "then"
+            | "else"
+            | "anyOf"
+            | "allOf"
+            | "oneOf"
+    )
+}
+
+fn for_each_subschema(key: &str, value: &mut Value, f: &mut impl FnMut(&mut Value)) {
+    match key {
+        "properties" | "patternProperties" | "$defs" | "definitions" | "dependentSchemas" => {
+            if let Value::Object(map) = value {
+                map.values_mut().for_each(f);
+            }
+        }
+        "anyOf" | "allOf" | "oneOf" | "prefixItems" => {
+            if let Value::Array(items) = value {
+                items.iter_mut().for_each(f);
+            }
+        }
+        // `items` and `additionalProperties` may be a schema or (for
+        // additionalProperties) `false`, which stays: it is not a property schema.
+        "additionalProperties" | "unevaluatedProperties" if value.is_boolean() => {}
+        _ => f(value),
+    }
+}
+
+/// A bare `true` / `false` schema as the equivalent object: the MCP schema and the TS SDK
+/// want objects wherever a schema may appear in a tool definition.
+fn replace_bool_schema(s: &mut Value) {
+    match s {
+        Value::Bool(true) => *s = Value::Object(Map::new()),
+        Value::Bool(false) => *s = json!({"not": {}}),
+        _ => {}
+    }
+}
+
+/// An optional input field may be omitted, so `null` in its type only adds noise (and
+/// single-type dialects such as Gemini's reject `type: [X, "null"]`). The decoder still
+/// accepts an explicit null for an optional field.
+fn drop_optional_nulls(schema: &mut Value) {
+    let required: Vec<String> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| {
+            r.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default();
+    if let Some(Value::Object(props)) = schema.get_mut("properties") {
+        for (name, prop) in props.iter_mut() {
+            if !required.contains(name) {
+                strip_null(prop);
+            }
+        }
+    }
+    // Optional fields of nested parameter objects (e.g. one edit of a list) too.
+    for key in ["$defs", "definitions"] {
+        if let Some(Value::Object(defs)) = schema.get_mut(key) {
+            for def in defs.values_mut() {
+                drop_optional_nulls(def);
+            }
+        }
+    }
+}
+
+fn strip_null(prop: &mut Value) {
+    let Value::Object(map) = prop else {
+        return;
+    };
+    if let Some(Value::Array(types)) = map.get_mut("type") {
+        types.retain(|t| t != "null");
+        if types.len() == 1 {
+            let only = types.remove(0);
+            map.insert("type".into(), only);
+        }
+        if let Some(Value::Array(values)) = map.get_mut("enum") {
+            values.retain(|v| !v.is_null());
+        }
+        return;
+    }
+    // `Option<Struct>`: anyOf [{$ref}, {type: null}] → the $ref alone, keeping the description.
+    if let Some(Value::Array(branches)) = map.get("anyOf") {
+        let kept: Vec<Value> = branches
+            .iter()
+            .filter(|b| b.get("type") != Some(&json!("null")))
+            .cloned()
+            .collect();
+        if kept.len() == 1 && kept.len() < branches.len() {
+            map.remove("anyOf");
+            if let Value::Object(branch) = &kept[0] {
+                for (k, v) in branch {
+                    map.entry(k.clone()).or_insert_with(|| v.clone());
+                }
+            }
+        }
+    }
+}
+
+/// Let the outputSchema describe both outcomes: the result's own fields, or `error`.
+fn admit_error(schema: &mut Value) {
+    let Value::Object(root) = schema else {
+        return;
+    };
+    let props = root
+        .entry("properties")
+        .or_insert_with(|| Value::Object(Map::new()));
+    if let Value::Object(props) = props {
+        props.insert("error".into(), error_object_schema());
+    }
+    if let Some(required) = root.remove("required") {
+        let non_empty = required.as_array().is_some_and(|r| !r.is_empty());
+        if non_empty {
+            root.insert(
+                "anyOf".into(),
+                json!([{"required": required}, {"required": ["error"]}]),
+            );
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde::{Deserialize, Serialize};
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Edit {
+        old: String,
+        new: Option<String>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Params {
+        path: String,
+        limit: Option<u64>,
+        edits: Option<Vec<Edit>>,
+        nested: Option<Edit>,
+    }
+
+    #[derive(Serialize, JsonSchema)]
+    struct Out {
+        total: u64,
+        data: Value,
+        maybe: Option<u32>,
+    }
+
+    fn walk(v: &Value, f: &mut impl FnMut(&str, &Value)) {
+        match v {
+            Value::Object(m) => {
+                for (k, c) in m {
+                    f(k, c);
+                    walk(c, f);
+                }
+            }
+            Value::Array(a) => a.iter().for_each(|c| walk(c, f)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn inputs_lose_nulls_formats_and_schema_key() {
+        let s = Value::Object(input_schema::<Params>().expect("schema"));
+        assert!(s.get("$schema").is_none());
+        assert_eq!(s["properties"]["limit"]["type"], "integer");
+        assert_eq!(s["properties"]["limit"]["minimum"], 0);
+        assert_eq!(s["required"], json!(["path"]));
+        walk(&s, &mut |k, v| {
+            assert!(!(k == "default" && v.is_null()), "default null left");
+            if k == "format" {
+                assert!(STANDARD_FORMATS.contains(&v.as_str().unwrap_or("")), "{v}");
+            }
+            if k == "type" {
+                assert!(v != &json!("null"), "null type left in {s}");
+            }
+        });
+    }
+
+    #[test]
+    fn outputs_have_object_properties_and_admit_errors() {
+        let s = Value::Object(output_schema::<Out>());
+        assert_eq!(s["type"], "object");
+        assert!(
+            s["properties"]["data"].is_object(),
+            "bare true replaced: {s}"
+        );
+        assert!(s["properties"]["error"].is_object());
+        assert!(s.get("required").is_none());
+        assert_eq!(s["anyOf"][1], json!({"required": ["error"]}));
+        // Nullable outputs keep their null: the result may carry one.
+        assert_eq!(s["properties"]["maybe"]["type"], json!(["integer", "null"]));
+    }
+
+    #[test]
+    fn boolean_schemas_become_objects_everywhere() {
+        let mut s = json!({
+            "type": "object",
+            "properties": {"a": true, "b": {"type": "array", "items": true}, "c": false},
+            "additionalProperties": false,
+            "$defs": {"D": {"anyOf": [true, {"type": "string", "format": "uint8"}]}},
+            "enum_holder": {"enum": [true, null], "default": null}
+        });
+        clean(&mut s);
+        assert_eq!(s["properties"]["a"], json!({}));
+        assert_eq!(s["properties"]["b"]["items"], json!({}));
+        assert_eq!(s["properties"]["c"], json!({"not": {}}));
+        assert_eq!(s["additionalProperties"], json!(false));
+        assert_eq!(
+            s["$defs"]["D"]["anyOf"],
+            json!([{}, {"type": "string", "minimum": 0}])
+        );
+        assert_eq!(s["enum_holder"]["enum"], json!([true, null]), "data kept");
+    }
+}
