@@ -20,13 +20,18 @@ pub struct Salvaged<'a> {
 impl Salvaged<'_> {
     /// The id when JSON-RPC allows it: a string, or a number without fraction or exponent.
     pub fn valid_id(&self) -> Option<&str> {
-        let id = self.id?;
-        let b = id.as_bytes();
-        let is_string = b.len() >= 2 && b[0] == b'"' && b[b.len() - 1] == b'"';
-        let digits = b.strip_prefix(b"-").unwrap_or(b);
-        let is_integer = !digits.is_empty() && digits.iter().all(u8::is_ascii_digit);
-        (is_string || is_integer).then_some(id)
+        self.id.filter(|id| is_valid_id(id))
     }
+}
+
+/// Whether a raw JSON value is an id JSON-RPC allows: a string, or an integer (written without
+/// fraction or exponent; any length — it is echoed as written, never converted).
+pub fn is_valid_id(raw: &str) -> bool {
+    let b = raw.trim().as_bytes();
+    let is_string = b.len() >= 2 && b[0] == b'"' && b[b.len() - 1] == b'"';
+    let digits = b.strip_prefix(b"-").unwrap_or(b);
+    let is_integer = !digits.is_empty() && digits.iter().all(u8::is_ascii_digit);
+    is_string || is_integer
 }
 
 /// Scan `line` as a JSON object; `None` when it is not one (then there is nothing to answer).

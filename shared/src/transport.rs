@@ -12,7 +12,6 @@ use std::sync::Arc;
 
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
-use serde_json::Value;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
@@ -164,6 +163,7 @@ impl Refusal {
 
 /// JSON-RPC's codes for a message that is not valid JSON-RPC, and for JSON we cannot decode.
 const INVALID_REQUEST: i32 = -32600;
+const INVALID_PARAMS: i32 = -32602;
 const PARSE_ERROR: i32 = -32700;
 
 fn read_line(raw: &[u8]) -> Line {
@@ -176,66 +176,51 @@ fn read_line(raw: &[u8]) -> Line {
         Ok(m) => return Line::Message(Box::new(m)),
         Err(e) => e,
     };
-    let value = match serde_json::from_slice::<Value>(line) {
-        Ok(v) => v,
-        Err(decode) => return undecodable(line, &decode),
-    };
-    let id = value
-        .get("id")
-        .filter(|id| id.is_string() || id.as_i64().is_some() || id.as_u64().is_some());
-    match (value.get("method").and_then(Value::as_str), id) {
-        // A request we cannot read deserves an answer; notifications and responses get none.
-        (Some(method), Some(id)) => {
-            tracing::debug!(method, "refusing a request that could not be read: {err}");
-            Line::Refuse(Refusal::new(
-                Some(&id.to_string()),
-                INVALID_REQUEST,
-                format!("Invalid request: {err}"),
-            ))
-        }
-        (Some(method), None) if value.get("id").is_none() => {
-            tracing::debug!(
-                method,
-                "ignoring a notification that could not be read: {err}"
-            );
-            Line::Skip
-        }
-        (Some(method), None) => {
-            tracing::debug!(method, "refusing a request with an invalid id: {err}");
-            Line::Refuse(Refusal::new(
-                None,
-                INVALID_REQUEST,
-                "Invalid request: the id must be a string or an integer".into(),
-            ))
-        }
-        (None, _) => {
-            tracing::debug!("ignoring a message that is neither a request nor readable: {err}");
-            Line::Skip
-        }
-    }
-}
-
-/// A line the JSON decoder refused. Valid JSON the decoder cannot represent (a lone surrogate,
-/// a number beyond f64, deep nesting) still carries an id: answer it, naming the problem.
-/// Text that is not a JSON object at all is skipped, as the other MCP SDKs do (answering
-/// could start an error storm with a peer that echoes).
-fn undecodable(line: &[u8], decode: &serde_json::Error) -> Line {
+    // Is it JSON at all? Valid JSON the decoder cannot represent (a lone surrogate, a number
+    // beyond f64, deep nesting) still gets an answer: its id is found without decoding.
+    let decoded = serde_json::from_slice::<serde_json::Value>(line);
     let text = String::from_utf8_lossy(line);
     let Some(found) = crate::salvage::salvage(&text) else {
-        tracing::debug!("ignoring a line that is not JSON: {decode}");
+        // Not a JSON object: nothing to answer (replying could start an error storm with a
+        // peer that echoes), as the other MCP SDKs do.
+        tracing::debug!("ignoring a line that is not JSON: {err}");
         return Line::Skip;
     };
-    match (found.method, found.id) {
-        (Some(_), Some(_)) => Line::Refuse(Refusal::new(
-            found.valid_id(),
+    let Some(method) = found.method else {
+        tracing::debug!("ignoring a response or a message without a method: {err}");
+        return Line::Skip;
+    };
+    if found.id.is_none() {
+        tracing::debug!(
+            method,
+            "ignoring a notification that could not be read: {err}"
+        );
+        return Line::Skip;
+    }
+    let Some(id) = found.valid_id() else {
+        tracing::debug!(method, "refusing a request with an invalid id");
+        return Line::Refuse(Refusal::new(
+            None,
+            INVALID_REQUEST,
+            "Invalid request: the id must be a string or an integer".into(),
+        ));
+    };
+    let (code, message) = match decoded {
+        Err(decode) => (
             PARSE_ERROR,
             format!("Parse error: the message could not be decoded: {decode}"),
-        )),
-        _ => {
-            tracing::debug!("ignoring an undecodable notification or response: {decode}");
-            Line::Skip
-        }
-    }
+        ),
+        Ok(_) if method == "\"tools/call\"" => (
+            INVALID_PARAMS,
+            format!("Invalid params: {err} (arguments must be an object)"),
+        ),
+        Ok(_) => (INVALID_REQUEST, format!("Invalid request: {err}")),
+    };
+    tracing::debug!(
+        method,
+        "refusing a request that could not be read: {message}"
+    );
+    Line::Refuse(Refusal::new(Some(id), code, message))
 }
 
 impl<R, W> Transport<RoleServer> for LineTransport<R, W>
@@ -293,7 +278,7 @@ mod tests {
     use rmcp::ServiceExt;
     use schemars::JsonSchema;
     use serde::{Deserialize, Serialize};
-    use serde_json::json;
+    use serde_json::{Value, json};
     use tokio::io::{AsyncBufReadExt, BufReader, DuplexStream};
 
     #[derive(Deserialize, JsonSchema)]
@@ -416,7 +401,20 @@ mod tests {
             .await;
         let refused = peer.answer().await;
         assert_eq!(refused["id"], "abc");
-        assert_eq!(refused["error"]["code"], -32600);
+        assert_eq!(
+            refused["error"]["code"], -32602,
+            "a call whose params are unreadable"
+        );
+        // Ids JSON-RPC forbids are answered with a null id.
+        for id in ["true", "{}", "1.5", "[1]"] {
+            peer.send(
+                format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"method\":\"ping\"}}\n").as_bytes(),
+            )
+            .await;
+            let refused = peer.answer().await;
+            assert_eq!(refused["id"], Value::Null, "{id}");
+            assert_eq!(refused["error"]["code"], -32600, "{id}");
+        }
         // The session goes on.
         peer.send(&call(9, "after")).await;
         let ok = peer.answer().await;
@@ -465,11 +463,17 @@ mod tests {
             let mut raw = String::new();
             peer.from_server.read_line(&mut raw).await.expect("answer");
             let answer: Value = serde_json::from_str(&raw).expect("json");
-            assert_eq!(answer["error"]["code"], -32700, "{raw}");
+            // A forbidden id is refused as such; the others name the decoding problem.
+            let (code, says) = if id == "null" {
+                (-32600, "must be a string or an integer")
+            } else {
+                (-32700, "could not be decoded")
+            };
+            assert_eq!(answer["error"]["code"], code, "{raw}");
             assert!(
                 answer["error"]["message"]
                     .as_str()
-                    .is_some_and(|m| m.contains("could not be decoded")),
+                    .is_some_and(|m| m.contains(says)),
                 "{raw}"
             );
             // The id comes back byte for byte, even past i64.

@@ -3,14 +3,10 @@
 
 mod common;
 
-use std::os::unix::process::CommandExt;
-
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{
-    KillOnDrop, bin, disconnect_leaves_nothing, free_port, have_dlv, var, wait_listening,
-};
+use common::{bin, delve_headless, disconnect_leaves_nothing, have_dlv, var};
 
 const SRC: &str = "package main\n\nimport \"os\"\n\nfunc square(v int) int {\n\tr := v * v\n\treturn r\n}\n\nfunc main() {\n\tcount := 7\n\tsq := square(count)\n\tprintln(\"sq\", sq)\n\tos.Exit(3)\n}\n";
 
@@ -136,26 +132,7 @@ fn attach(era: Era) {
         return;
     }
     let d = go_project(SPIN);
-    let port = free_port();
-    let mut server = KillOnDrop(
-        std::process::Command::new("dlv")
-            .args([
-                "debug",
-                "--headless",
-                &format!("--listen=127.0.0.1:{port}"),
-                "--accept-multiclient",
-                "--api-version=2",
-            ])
-            .current_dir(d.path())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
-            .process_group(0)
-            .spawn()
-            .unwrap(),
-    );
-    // It builds the program before it listens.
-    wait_listening(&mut server, port, std::time::Duration::from_secs(60));
+    let (mut server, port) = delve_headless(d.path());
     // A breakpoint set before attaching is hit once the attach resumes the program (it waits
     // halted: a server started with --continue runs on its own, and Delve 1.20 then never
     // answers a `pause`).
@@ -198,6 +175,18 @@ fn attach(era: Era) {
         "the Delve server and its program should survive a detach"
     );
     c.shutdown();
+    // The test's own cleanup: Delve and the program it started go together.
+    let program = kitbag_testkit::child_pids(server.0.id());
+    assert!(!program.is_empty(), "Delve runs the program as its child");
+    drop(server);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(3);
+    while program.iter().any(|&p| kitbag_testkit::process_alive(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the debuggee outlived its Delve server"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
 }
 
 #[test]

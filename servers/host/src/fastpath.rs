@@ -112,11 +112,40 @@ impl AsyncRead for ChannelReader {
 
 /// Drain a channel of lines into `w` (one writer per pipe).
 pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(
+    w: W,
+    rx: mpsc::UnboundedReceiver<Line>,
+) -> tokio::task::JoinHandle<()> {
+    spawn_writer_until(w, rx, std::future::pending())
+}
+
+/// [`spawn_writer`] that, once `finish` resolves, writes what is queued and stops: the host's
+/// last answers reach the client before it exits.
+pub fn spawn_writer_until<W: AsyncWrite + Unpin + Send + 'static>(
     mut w: W,
     mut rx: mpsc::UnboundedReceiver<Line>,
-) {
+    finish: impl std::future::Future<Output = ()> + Send + 'static,
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
-        while let Some(line) = rx.recv().await {
+        tokio::pin!(finish);
+        let mut finishing = false;
+        loop {
+            let line = if finishing {
+                match rx.try_recv() {
+                    Ok(line) => line,
+                    Err(_) => break,
+                }
+            } else {
+                tokio::select! {
+                    line = rx.recv() => match line {
+                        Some(line) => line,
+                        None => break,
+                    },
+                    _ = &mut finish => {
+                        finishing = true;
+                        continue;
+                    }
+                }
+            };
             if w.write_all(&line).await.is_err() {
                 break;
             }
@@ -130,7 +159,8 @@ pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(
                 break;
             }
         }
-    });
+        let _ = w.flush().await;
+    })
 }
 
 /// What came back for a forwarded call.
@@ -360,6 +390,9 @@ struct PeekCallParams<'a> {
 /// What an upstream line is, as far as the byte-level path cares.
 pub enum Upstream<'a> {
     Call(FastCall<'a>),
+    /// A request answered here at once with this error line (a forbidden id, a call whose
+    /// `arguments` is not an object).
+    Refuse(Line),
     /// `notifications/cancelled` for this request id (raw JSON).
     Cancelled(String),
     Initialize,
@@ -371,6 +404,15 @@ pub fn classify(line: &str) -> Upstream<'_> {
     let Ok(peek) = serde_json::from_str::<PeekRequest<'_>>(line) else {
         return Upstream::Other;
     };
+    if let (Some(_), Some(id)) = (&peek.method, peek.id)
+        && !kitbag_shared::salvage::is_valid_id(id.get())
+    {
+        return Upstream::Refuse(protocol_error_line(
+            "null",
+            -32600,
+            "Invalid request: the id must be a string or an integer",
+        ));
+    }
     match (peek.method.as_deref(), peek.id, peek.params) {
         (Some("tools/call"), Some(id), Some(params)) => {
             // Only plain calls: a `_meta` beyond the 2026-07-28 protocol keys (a progress
@@ -386,6 +428,16 @@ pub fn classify(line: &str) -> Upstream<'_> {
                         arguments: p.arguments,
                         modern: p.meta.is_some(),
                     })
+                }
+                Ok(p)
+                    if p.arguments
+                        .is_some_and(|a| !a.get().starts_with('{') && a.get() != "null") =>
+                {
+                    Upstream::Refuse(protocol_error_line(
+                        id.get(),
+                        -32602,
+                        "Invalid params: arguments must be an object",
+                    ))
                 }
                 _ => Upstream::Other,
             }
@@ -440,6 +492,12 @@ pub fn response_line(id: &str, reply: &Reply, modern: bool) -> Line {
     line
 }
 
+/// A JSON-RPC error response line; `id` is raw JSON (`null` when the request's is unusable).
+pub fn protocol_error_line(id: &str, code: i32, message: &str) -> Line {
+    let error = json!({"code": code, "message": message});
+    format!("{{\"jsonrpc\":\"2.0\",\"id\":{id},\"error\":{error}}}\n").into_bytes()
+}
+
 /// An `isError` result line (the same shape as the rmcp path's errors).
 pub fn error_line(id: &str, code: &str, message: &str, modern: bool) -> Line {
     let result = json!({
@@ -492,6 +550,20 @@ impl InFlight {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .insert(upstream_id, (link, child_id));
+    }
+
+    pub fn contains(&self, upstream_id: &str) -> bool {
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains_key(upstream_id)
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.calls
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .is_empty()
     }
 
     pub fn remove(&self, upstream_id: &str) -> Option<(Arc<FastLink>, String)> {

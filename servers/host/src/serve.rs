@@ -341,9 +341,12 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let (stdin, stdout) = rmcp::transport::stdio_pipes();
     let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
-    fastpath::spawn_writer(stdout, out_rx);
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = fastpath::spawn_writer_until(stdout, out_rx, async move {
+        let _ = finish_rx.await;
+    });
     let (to_rmcp, rmcp_rx) = tokio::sync::mpsc::unbounded_channel();
-    tokio::spawn(upstream_demux(host.clone(), stdin, to_rmcp, out_tx.clone()));
+    let demux = tokio::spawn(upstream_demux(host.clone(), stdin, to_rmcp, out_tx.clone()));
     let running = host
         .serve(kitbag_shared::transport::LineTransport::new(
             fastpath::ChannelReader::new(rmcp_rx),
@@ -353,11 +356,24 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
     // SIGINT/SIGTERM end the session like stdin EOF: the caller then stops every child.
     let cancel = running.cancellation_token();
-    tokio::spawn(async move {
-        kitbag_shared::server::shutdown_signal().await;
-        cancel.cancel();
+    let signalled = tokio_util::sync::CancellationToken::new();
+    tokio::spawn({
+        let signalled = signalled.clone();
+        async move {
+            kitbag_shared::server::shutdown_signal().await;
+            signalled.cancel();
+            cancel.cancel();
+        }
     });
     let _ = running.waiting().await;
+    // At stdin EOF the demux first lets the calls in flight finish (bounded); on a signal
+    // the client wants us gone now.
+    if !signalled.is_cancelled() {
+        let _ = tokio::time::timeout(DRAIN_LIMIT, demux).await;
+    }
+    // Whatever answers are queued go out before the host exits.
+    let _ = finish_tx.send(());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
     Ok(())
 }
 
@@ -377,7 +393,11 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
     loop {
         line.clear();
         match r.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => break,
+            Ok(0) | Err(_) => {
+                // The client is done sending, not receiving: answer what is in flight first.
+                drain(&inflight, DRAIN_LIMIT).await;
+                break;
+            }
             Ok(_) => {}
         }
         let handled = match std::str::from_utf8(&line) {
@@ -394,6 +414,7 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                 fastpath::Upstream::Call(call) if handshake || call.modern => {
                     host.call_fast(call, &out, &inflight)
                 }
+                fastpath::Upstream::Refuse(answer) => out.send(answer).is_ok(),
                 fastpath::Upstream::Cancelled(id) => match inflight.remove(&id) {
                     Some((link, child_id)) => {
                         link.cancel(&child_id, "cancelled by the client");
@@ -407,6 +428,16 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
         if !handled && to_rmcp.send(std::mem::take(&mut line)).is_err() {
             break;
         }
+    }
+}
+
+/// How long calls in flight at stdin EOF may take to finish before the host exits anyway.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn drain(inflight: &fastpath::InFlight, limit: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !inflight.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     }
 }
 
@@ -426,15 +457,24 @@ impl HostServer {
         let Some((link, original, server, timeout)) = self.hub.fast_route(name) else {
             return false;
         };
-        let Some((child_id, rx)) = link.call(&original, call.arguments) else {
-            return false;
-        };
         let upstream_id = call.id.get().to_string();
-        let modern = call.modern;
         // Keyed by the id's value, so a cancellation spelling it differently still matches.
         let key = serde_json::from_str::<serde_json::Value>(&upstream_id)
             .map(|v| v.to_string())
             .unwrap_or_else(|_| upstream_id.clone());
+        if inflight.contains(&key) {
+            // Two answers with one id could not be told apart: the second is refused.
+            let _ = out.send(fastpath::protocol_error_line(
+                &upstream_id,
+                -32600,
+                "Invalid request: a request with this id is still in progress",
+            ));
+            return true;
+        }
+        let Some((child_id, rx)) = link.call(&original, call.arguments) else {
+            return false;
+        };
+        let modern = call.modern;
         inflight.insert(key.clone(), link.clone(), child_id.clone());
         let audit = self.audit.clone().map(|a| {
             let params = call

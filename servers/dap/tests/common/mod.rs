@@ -1,6 +1,7 @@
 //! Helpers shared by the debug-adapter tests.
 #![allow(dead_code, clippy::unwrap_used)]
 
+use std::os::unix::process::CommandExt;
 use std::path::Path;
 
 use kitbag_testkit::child_pids;
@@ -97,13 +98,73 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// An attach target, killed even when an assertion fails first.
+/// An attach target, killed with its whole process group (Delve's debuggee is in it) even
+/// when an assertion fails first. Start the target with `process_group(0)`.
 pub struct KillOnDrop(pub std::process::Child);
 
 impl Drop for KillOnDrop {
     fn drop(&mut self) {
+        let pid = self.0.id();
+        let stragglers = kitbag_testkit::child_pids(pid);
+        let _ = std::process::Command::new("kill")
+            .args(["-KILL", "--", &format!("-{pid}")])
+            .stderr(std::process::Stdio::null())
+            .status();
         let _ = self.0.kill();
         let _ = self.0.wait();
+        // A child that left the group (setsid) is killed on its own.
+        for child in stragglers {
+            let _ = std::process::Command::new("kill")
+                .args(["-KILL", &child.to_string()])
+                .stderr(std::process::Stdio::null())
+                .status();
+        }
+    }
+}
+
+/// Start a headless Delve server for the Go program in `dir` on a port it picks itself, and
+/// return it with that port once it listens. Delve builds before it listens, which takes
+/// seconds; a port chosen beforehand could be taken by another test's listener meanwhile.
+pub fn delve_headless(dir: &Path) -> (KillOnDrop, u16) {
+    use std::io::BufRead;
+    let mut child = std::process::Command::new("dlv")
+        .args([
+            "debug",
+            "--headless",
+            "--listen=127.0.0.1:0",
+            "--accept-multiclient",
+            "--api-version=2",
+        ])
+        .current_dir(dir)
+        .stdin(std::process::Stdio::null())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let stdout = child.stdout.take().unwrap();
+    let server = KillOnDrop(child);
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        // Keep reading to the end so Delve never blocks on a full pipe.
+        for line in std::io::BufReader::new(stdout)
+            .lines()
+            .map_while(Result::ok)
+        {
+            if let Some(addr) = line.split("listening at:").nth(1) {
+                let port = addr
+                    .trim()
+                    .rsplit(':')
+                    .next()
+                    .and_then(|p| p.parse::<u16>().ok());
+                let _ = tx.send((port, line.clone()));
+            }
+        }
+    });
+    match rx.recv_timeout(std::time::Duration::from_secs(90)) {
+        Ok((Some(port), _)) => (server, port),
+        Ok((None, line)) => panic!("no port in Delve's line: {line}"),
+        Err(_) => panic!("Delve did not start listening within 90 s"),
     }
 }
 
