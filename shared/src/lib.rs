@@ -11,10 +11,12 @@
 //! - [`transport`], [`json_out`], [`salvage`]: the stdio line transport, its fast JSON writer,
 //!   and the id finder that lets undecodable requests be answered;
 //! - [`schema`]: tool schemas cleaned for every client (and admitting the error object);
+//! - [`budget`]: the bound on requests in flight per connection (backpressure);
 //! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime).
 
 pub mod atomic;
 pub mod audit;
+pub mod budget;
 pub mod error;
 pub mod flags;
 pub mod framing;

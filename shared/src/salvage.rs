@@ -36,33 +36,65 @@ pub fn is_valid_id(raw: &str) -> bool {
 
 /// Scan `line` as a JSON object; `None` when it is not one (then there is nothing to answer).
 pub fn salvage(line: &str) -> Option<Salvaged<'_>> {
+    match scan(line) {
+        Scan::Whole(found) => Some(found),
+        Scan::CutShort(_) | Scan::NotAnObject => None,
+    }
+}
+
+/// The members found in the first part of a line too long to read whole (the id usually
+/// comes early: `{"jsonrpc":"2.0","id":7,...`).
+pub fn salvage_prefix(prefix: &str) -> Option<Salvaged<'_>> {
+    match scan(prefix) {
+        Scan::Whole(found) | Scan::CutShort(found) => Some(found),
+        Scan::NotAnObject => None,
+    }
+}
+
+enum Scan<'a> {
+    Whole(Salvaged<'a>),
+    /// The text ended inside the object: what was found before that.
+    CutShort(Salvaged<'a>),
+    NotAnObject,
+}
+
+fn scan(line: &str) -> Scan<'_> {
     let b = line.as_bytes();
     let mut pos = skip_ws(b, 0);
     if b.get(pos) != Some(&b'{') {
-        return None;
+        return Scan::NotAnObject;
     }
     pos += 1;
     let mut found = Salvaged::default();
     loop {
         pos = skip_ws(b, pos);
-        match b.get(pos)? {
-            b'}' => return Some(found),
-            b',' => {
+        match b.get(pos) {
+            None => return Scan::CutShort(found),
+            Some(b'}') => return Scan::Whole(found),
+            Some(b',') => {
                 pos += 1;
                 continue;
             }
-            b'"' => {}
-            _ => return None,
+            Some(b'"') => {}
+            Some(_) => return Scan::NotAnObject,
         }
-        let key_end = skip_string(b, pos)?;
+        let Some(key_end) = skip_string(b, pos) else {
+            return Scan::CutShort(found);
+        };
         let key = &line[pos..key_end];
         pos = skip_ws(b, key_end);
-        if b.get(pos) != Some(&b':') {
-            return None;
+        match b.get(pos) {
+            None => return Scan::CutShort(found),
+            Some(b':') => {}
+            Some(_) => return Scan::NotAnObject,
         }
         pos = skip_ws(b, pos + 1);
-        let value_end = skip_value(b, pos)?;
-        let value = line.get(pos..value_end)?.trim_end();
+        let Some(value_end) = skip_value(b, pos) else {
+            return Scan::CutShort(found);
+        };
+        let Some(value) = line.get(pos..value_end).map(str::trim_end) else {
+            return Scan::NotAnObject;
+        };
         match key {
             "\"id\"" => found.id = Some(value),
             "\"method\"" if value.starts_with('"') => found.method = Some(value),
@@ -173,6 +205,16 @@ mod tests {
             salvage(big).and_then(|s| s.valid_id().map(String::from)),
             Some("123456789012345678901234567890".into())
         );
+    }
+
+    #[test]
+    fn a_prefix_gives_what_it_holds() {
+        let cut = r#"{"jsonrpc":"2.0","id":42,"method":"tools/call","params":{"arguments":{"content":"xxxx"#;
+        let s = salvage_prefix(cut).expect("object");
+        assert_eq!(s.valid_id(), Some("42"));
+        assert_eq!(s.method, Some("\"tools/call\""));
+        assert_eq!(salvage(cut), None);
+        assert_eq!(salvage_prefix("nope"), None);
     }
 
     #[test]

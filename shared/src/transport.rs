@@ -10,16 +10,19 @@
 use std::io;
 use std::sync::Arc;
 
+use rmcp::model::{ClientNotification, JsonRpcMessage, RequestId};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::value::RawValue;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::sync::Mutex;
 
+use crate::budget::RequestBudget;
 use crate::json_out;
 
-/// A line longer than this is discarded (logged), so one runaway message cannot exhaust memory.
-pub const MAX_LINE_BYTES: usize = 256 << 20;
+/// A line longer than this is discarded (and answered by id when the id comes early enough to
+/// be found), so one runaway message cannot exhaust memory. Every binary reads with it.
+pub const MAX_LINE_BYTES: usize = 32 << 20;
 /// The output buffer is kept between messages up to this size.
 const KEEP_BUFFER_BYTES: usize = 1 << 20;
 const UTF8_BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -33,7 +36,13 @@ pub struct LineTransport<R, W> {
     scanned: usize,
     /// Dropping the rest of an over-long line.
     discarding: bool,
+    /// The id of the over-long request being dropped, when its start showed one.
+    oversize_id: Option<String>,
+    /// A line decoded but not yet handed over (see `receive`).
+    pending: Option<Line>,
     output: Arc<Mutex<Output<W>>>,
+    /// Requests read and not yet answered; reading pauses while it is spent.
+    budget: RequestBudget,
 }
 
 struct Output<W> {
@@ -90,12 +99,44 @@ where
             input: Vec::with_capacity(64 * 1024),
             scanned: 0,
             discarding: false,
+            oversize_id: None,
+            pending: None,
             output: Arc::new(Mutex::new(Output {
                 writer: Some(writer),
                 line: Vec::with_capacity(64 * 1024),
                 written: 0,
             })),
+            budget: RequestBudget::default(),
         }
+    }
+
+    /// Share a request budget with another reader of the same connection (the host's
+    /// byte-level path counts against the same bound).
+    pub fn with_budget(mut self, budget: RequestBudget) -> Self {
+        self.budget = budget;
+        self
+    }
+
+    /// The next line, read and decoded (the bytes are consumed from `input`).
+    async fn next_decoded_line(&mut self) -> Option<Line> {
+        let end = self.next_line_end().await?;
+        let line = if std::mem::take(&mut self.discarding) {
+            match self.oversize_id.take() {
+                Some(id) => Line::Refuse(Refusal::new(
+                    Some(&id),
+                    INVALID_REQUEST,
+                    format!(
+                        "Invalid request: the message is longer than {MAX_LINE_BYTES} bytes, the most one message may carry"
+                    ),
+                )),
+                None => Line::Skip,
+            }
+        } else {
+            read_line(&self.input[..end])
+        };
+        self.input.drain(..=end);
+        self.scanned = 0;
+        Some(line)
     }
 
     /// The next whole line's end in `input`, reading more as needed; `None` at end of input.
@@ -111,6 +152,13 @@ where
                     max = MAX_LINE_BYTES,
                     "incoming message longer than the limit; discarding it"
                 );
+                if !self.discarding {
+                    let head = &self.input[..self.input.len().min(64 * 1024)];
+                    let head = String::from_utf8_lossy(head);
+                    self.oversize_id = crate::salvage::salvage_prefix(&head)
+                        .filter(|found| found.method.is_some())
+                        .and_then(|found| found.valid_id().map(String::from));
+                }
                 self.discarding = true;
                 self.input.clear();
                 self.scanned = 0;
@@ -126,6 +174,12 @@ where
             }
         }
     }
+}
+
+/// A request id as JSON text (`5`, `"abc"`): the budget's key, the same spelling the host's
+/// byte-level path uses.
+pub fn id_key(id: &RequestId) -> String {
+    serde_json::to_string(id).unwrap_or_default()
 }
 
 /// What one input line turned out to be.
@@ -235,24 +289,68 @@ where
         item: TxJsonRpcMessage<RoleServer>,
     ) -> impl Future<Output = Result<(), Self::Error>> + Send + 'static {
         let output = self.output.clone();
-        async move { output.lock().await.send(&item).await }
+        // An answer gives its request's slot back (after it is written).
+        let answered = match &item {
+            JsonRpcMessage::Response(r) => Some(id_key(&r.id)),
+            JsonRpcMessage::Error(e) => e.id.as_ref().map(id_key),
+            _ => None,
+        };
+        let budget = self.budget.clone();
+        async move {
+            let sent = output.lock().await.send(&item).await;
+            if let Some(id) = answered {
+                budget.end(&id);
+            }
+            sent
+        }
     }
 
+    /// Cancel-safe, as rmcp needs (it races `receive` against its outgoing queue): a line
+    /// is read and decoded once, and waits in `pending` while the request budget is spent or
+    /// the output is busy.
     async fn receive(&mut self) -> Option<RxJsonRpcMessage<RoleServer>> {
         loop {
-            let end = self.next_line_end().await?;
-            let line = if std::mem::take(&mut self.discarding) {
-                Line::Skip
-            } else {
-                read_line(&self.input[..end])
+            let line = match self.pending.take() {
+                Some(line) => line,
+                None => self.next_decoded_line().await?,
             };
-            self.input.drain(..=end);
-            self.scanned = 0;
             match line {
-                Line::Message(m) => return Some(*m),
+                Line::Message(m) => {
+                    match &*m {
+                        JsonRpcMessage::Request(r) => {
+                            let key = id_key(&r.id);
+                            self.pending = Some(Line::Message(m));
+                            self.budget.begin(key).await;
+                            match self.pending.take() {
+                                Some(Line::Message(m)) => return Some(*m),
+                                other => {
+                                    self.pending = other;
+                                    continue;
+                                }
+                            }
+                        }
+                        // A cancelled request gets no answer: its slot comes back now.
+                        JsonRpcMessage::Notification(n) => {
+                            if let ClientNotification::CancelledNotification(c) = &n.notification
+                                && let Some(id) = &c.params.request_id
+                            {
+                                self.budget.end(&id_key(id));
+                            }
+                        }
+                        _ => {}
+                    }
+                    return Some(*m);
+                }
                 Line::Skip => {}
                 Line::Refuse(answer) => {
-                    if let Err(e) = self.output.lock().await.send(&answer).await {
+                    let output = self.output.clone();
+                    self.pending = Some(Line::Refuse(answer));
+                    let mut output = output.lock().await;
+                    // From here a cancelled write is finished by the next send.
+                    let Some(Line::Refuse(answer)) = self.pending.take() else {
+                        continue;
+                    };
+                    if let Err(e) = output.send(&answer).await {
                         tracing::error!("writing to the client failed: {e}");
                         return None;
                     }

@@ -539,13 +539,24 @@ pub fn result_error_code(reply: &Reply) -> Option<String> {
 }
 
 /// Bookkeeping for calls in flight on the byte-level path, by upstream request id.
-#[derive(Default)]
 pub struct InFlight {
     calls: Mutex<HashMap<String, (Arc<FastLink>, String)>>,
+    /// The connection's bound on requests in flight, shared with the rmcp side.
+    budget: kitbag_shared::budget::RequestBudget,
 }
 
 impl InFlight {
+    pub fn new(budget: kitbag_shared::budget::RequestBudget) -> Self {
+        InFlight {
+            calls: Mutex::new(HashMap::new()),
+            budget,
+        }
+    }
+
     pub fn insert(&self, upstream_id: String, link: Arc<FastLink>, child_id: String) {
+        // The reader waited for room before reading this request; should the rmcp side have
+        // taken the last slot meanwhile, the call still goes ahead (the bound is soft by one).
+        self.budget.try_begin(upstream_id.clone());
         self.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -567,6 +578,7 @@ impl InFlight {
     }
 
     pub fn remove(&self, upstream_id: &str) -> Option<(Arc<FastLink>, String)> {
+        self.budget.end(upstream_id);
         self.calls
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -607,7 +619,28 @@ mod tests {
             assert!(matches!(classify(other), Upstream::Other), "{other}");
         }
         let bad_args = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#;
-        assert!(matches!(classify(bad_args), Upstream::Other));
+        // Answered here: -32602 with the request's id.
+        match classify(bad_args) {
+            Upstream::Refuse(line) => {
+                let v: Value = serde_json::from_slice(&line).unwrap();
+                assert_eq!(v["id"], 7);
+                assert_eq!(v["error"]["code"], -32602);
+            }
+            _ => panic!("non-object arguments are refused"),
+        }
+        for id in ["true", "{}", "1.5", "1e400", "[1]"] {
+            let forbidden = format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"x","arguments":{{}}}}}}"#
+            );
+            match classify(&forbidden) {
+                Upstream::Refuse(line) => {
+                    let v: Value = serde_json::from_slice(&line).unwrap();
+                    assert_eq!(v["id"], Value::Null, "{id}");
+                    assert_eq!(v["error"]["code"], -32600, "{id}");
+                }
+                _ => panic!("id {id} is refused"),
+            }
+        }
         let cancel =
             r#"{"jsonrpc":"2.0","method":"notifications/cancelled","params":{"requestId":"a-1"}}"#;
         assert!(matches!(classify(cancel), Upstream::Cancelled(id) if id == "\"a-1\""));

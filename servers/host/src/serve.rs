@@ -346,12 +346,23 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
         let _ = finish_rx.await;
     });
     let (to_rmcp, rmcp_rx) = tokio::sync::mpsc::unbounded_channel();
-    let demux = tokio::spawn(upstream_demux(host.clone(), stdin, to_rmcp, out_tx.clone()));
+    // One bound on requests in flight for the connection, both paths counted.
+    let budget = kitbag_shared::budget::RequestBudget::default();
+    let demux = tokio::spawn(upstream_demux(
+        host.clone(),
+        stdin,
+        to_rmcp,
+        out_tx.clone(),
+        budget.clone(),
+    ));
     let running = host
-        .serve(kitbag_shared::transport::LineTransport::new(
-            fastpath::ChannelReader::new(rmcp_rx),
-            fastpath::LineWriter::new(out_tx),
-        ))
+        .serve(
+            kitbag_shared::transport::LineTransport::new(
+                fastpath::ChannelReader::new(rmcp_rx),
+                fastpath::LineWriter::new(out_tx),
+            )
+            .with_budget(budget),
+        )
         .await
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
     // SIGINT/SIGTERM end the session like stdin EOF: the caller then stops every child.
@@ -382,23 +393,43 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
     stdin: R,
     to_rmcp: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
     out: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    budget: kitbag_shared::budget::RequestBudget,
 ) {
-    use tokio::io::AsyncBufReadExt;
     let mut r = tokio::io::BufReader::with_capacity(1 << 16, stdin);
     let mut line = Vec::new();
     // Handshake-era calls take the byte-level path once `initialize` was seen; 2026-07-28
     // calls say so in their own `_meta` (their answers get `resultType`).
     let mut handshake = false;
-    let inflight = Arc::new(fastpath::InFlight::default());
+    let inflight = Arc::new(fastpath::InFlight::new(budget.clone()));
     loop {
+        // Backpressure: no more reading while the connection's requests in flight are at
+        // the bound; the client's writes block in the pipe instead of piling up here.
+        budget.wait_for_room().await;
         line.clear();
-        match r.read_until(b'\n', &mut line).await {
-            Ok(0) | Err(_) => {
+        match read_line_capped(&mut r, &mut line).await {
+            LineRead::End => {
                 // The client is done sending, not receiving: answer what is in flight first.
                 drain(&inflight, DRAIN_LIMIT).await;
                 break;
             }
-            Ok(_) => {}
+            LineRead::TooLong => {
+                let head = String::from_utf8_lossy(&line);
+                if let Some(found) = kitbag_shared::salvage::salvage_prefix(&head)
+                    && found.method.is_some()
+                    && let Some(id) = found.valid_id()
+                {
+                    let _ = out.send(fastpath::protocol_error_line(
+                        id,
+                        -32600,
+                        &format!(
+                            "Invalid request: the message is longer than {} bytes, the most one message may carry",
+                            kitbag_shared::transport::MAX_LINE_BYTES
+                        ),
+                    ));
+                }
+                continue;
+            }
+            LineRead::Line => {}
         }
         let handled = match std::str::from_utf8(&line) {
             Err(_) => false,
@@ -438,6 +469,55 @@ async fn drain(inflight: &fastpath::InFlight, limit: std::time::Duration) {
     let deadline = tokio::time::Instant::now() + limit;
     while !inflight.is_empty() && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+enum LineRead {
+    Line,
+    /// Longer than the cap: `line` holds its first 64 KB, the rest was read and dropped.
+    TooLong,
+    End,
+}
+
+/// Read one line into `line`, never holding more than the transport's line cap.
+async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+) -> LineRead {
+    use tokio::io::AsyncBufReadExt;
+    const HEAD: usize = 64 * 1024;
+    let max = kitbag_shared::transport::MAX_LINE_BYTES;
+    let mut too_long = false;
+    loop {
+        let chunk = match r.fill_buf().await {
+            Ok([]) | Err(_) => {
+                return if too_long || line.is_empty() {
+                    LineRead::End
+                } else {
+                    LineRead::Line
+                };
+            }
+            Ok(chunk) => chunk,
+        };
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if !too_long {
+            line.extend_from_slice(&chunk[..take]);
+            if line.len() > max {
+                too_long = true;
+                line.truncate(HEAD);
+            }
+        }
+        r.consume(take);
+        if done {
+            return if too_long {
+                LineRead::TooLong
+            } else {
+                LineRead::Line
+            };
+        }
     }
 }
 

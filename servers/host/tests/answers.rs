@@ -147,3 +147,69 @@ fn a_second_request_with_an_id_in_flight_is_refused() {
     assert!(answers[0].contains("still in progress"), "{}", answers[0]);
     assert!(answers[1].contains("done"), "{}", answers[1]);
 }
+
+/// Peak resident memory of a live process, from /proc (kB).
+fn peak_rss_kb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+#[test]
+fn pipelined_requests_are_bounded_by_backpressure() {
+    const CALLS: usize = 20_000;
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::write(d.path().join("a.txt"), "alpha\n".repeat(200)).expect("w");
+    let mut child = Command::new(bin())
+        .args(["serve"])
+        .current_dir(d.path())
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn");
+    let pid = child.id();
+    let mut stdin = child.stdin.take().expect("stdin");
+    let stdout = child.stdout.take().expect("stdout");
+    let (done_tx, done_rx) = std::sync::mpsc::channel();
+    let reader = std::thread::spawn(move || {
+        let mut answered = 0;
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if line.contains("\"result\"") {
+                answered += 1;
+                if answered == CALLS + 1 {
+                    let _ = done_tx.send(());
+                }
+            }
+        }
+        answered
+    });
+    let mut all = String::new();
+    for l in init() {
+        all.push_str(&l);
+        all.push('\n');
+    }
+    for i in 1..=CALLS {
+        all.push_str(
+            &json!({"jsonrpc": "2.0", "id": i, "method": "tools/call", "params": {"name": "file_read", "arguments": {"path": "a.txt"}}})
+                .to_string(),
+        );
+        all.push('\n');
+    }
+    stdin.write_all(all.as_bytes()).expect("write");
+    done_rx
+        .recv_timeout(std::time::Duration::from_secs(300))
+        .expect("every call answered");
+    let peak_mb = peak_rss_kb(pid) / 1024;
+    drop(stdin);
+    assert_eq!(reader.join().expect("reader"), CALLS + 1);
+    let _ = child.wait();
+    eprintln!("host peak RSS with {CALLS} pipelined calls: {peak_mb} MB");
+    // Unbounded, the host held every queued request (~10 KB each here: ~200 MB for 20,000).
+    assert!(peak_mb < 100, "host peak RSS {peak_mb} MB");
+}
