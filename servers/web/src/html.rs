@@ -11,13 +11,18 @@
 //! stack, and the text of the deepest elements is still returned.
 
 use std::borrow::Cow;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
+use std::collections::HashMap;
 use std::rc::Rc;
 
 use htmd::HtmlToMarkdown;
 use html5ever::interface::{ElementFlags, NodeOrText, QuirksMode, TreeSink};
-use html5ever::tendril::{StrTendril, TendrilSink};
-use html5ever::{Attribute, ExpandedName, ParseOpts, QualName, parse_document};
+use html5ever::tendril::StrTendril;
+use html5ever::tokenizer::{
+    BufferQueue, TagKind, TagToken, Token, TokenSink, TokenSinkResult, Tokenizer,
+};
+use html5ever::tree_builder::TreeBuilder;
+use html5ever::{Attribute, ExpandedName, LocalName, QualName, TokenizerResult};
 use markup5ever_rcdom::{Handle, Node, NodeData, RcDom};
 
 /// Levels of element nesting kept (the document node is level 0). Deeper elements are unwrapped:
@@ -25,6 +30,17 @@ use markup5ever_rcdom::{Handle, Node, NodeData, RcDom};
 /// htmd needs roughly 1–2 KB of stack per level (more in debug builds); 256 levels fit easily in
 /// a 2 MB thread stack.
 pub const MAX_DEPTH: usize = 256;
+
+/// Depth past which start tags (and their matching end tags) are not given to the tree builder
+/// at all. html5ever scans its stack of open elements for most start tags (`<div>` looks for an
+/// open `<p>` down to the bottom), which is quadratic in the depth: 50,000 nested `<div>` took
+/// minutes. Kept above [`MAX_DEPTH`] so that [`flatten_deep`] decides what a deep page keeps.
+const PARSE_DEPTH: usize = 2 * MAX_DEPTH;
+
+const VOID_TAGS: &[&str] = &[
+    "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
+    "wbr",
+];
 
 const DROP_TAGS: &[&str] = &[
     "script", "style", "noscript", "template", "iframe", "svg", "canvas", "nav", "footer", "aside",
@@ -225,7 +241,26 @@ pub fn flatten_deep(doc: &Handle, max_depth: usize) -> usize {
 /// rcdom without its parse-error log. RcDom keeps every parse error in a `Vec`, two or three per
 /// NUL byte of a NUL-filled body (about 100 bytes of memory per input byte); nothing here reads
 /// them.
-struct QuietDom(RcDom);
+/// It also keeps an estimate of the tree builder's current depth for [`DepthGuard`].
+struct QuietDom(RcDom, Cell<usize>);
+
+/// Levels above `h` (the document is 0), counted up to `limit`.
+fn depth(h: &Handle, limit: usize) -> usize {
+    let parent = |n: &Handle| {
+        let w = n.parent.take();
+        n.parent.set(w.clone());
+        w.and_then(|w| w.upgrade())
+    };
+    let (mut d, mut cur) = (0, parent(h));
+    while let Some(p) = cur {
+        d += 1;
+        if d >= limit {
+            break;
+        }
+        cur = parent(&p);
+    }
+    d
+}
 
 impl TreeSink for QuietDom {
     type Handle = Handle;
@@ -252,7 +287,15 @@ impl TreeSink for QuietDom {
         self.0.create_pi(target, data)
     }
     fn append(&self, parent: &Handle, child: NodeOrText<Handle>) {
+        let d = depth(parent, PARSE_DEPTH + 1);
+        self.1.set(match child {
+            NodeOrText::AppendNode(_) => d + 1,
+            NodeOrText::AppendText(_) => d,
+        });
         self.0.append(parent, child)
+    }
+    fn pop(&self, node: &Handle) {
+        self.1.set(depth(node, PARSE_DEPTH + 1).saturating_sub(1));
     }
     fn append_based_on_parent_node(
         &self,
@@ -301,9 +344,69 @@ impl TreeSink for QuietDom {
     // to render a `<selectedcontent>`, which adds nothing to the text.
 }
 
-/// Parse a whole document; no recursion, no error log.
+/// Between the tokenizer and the tree builder: past [`PARSE_DEPTH`] a start tag of a non-void
+/// element is dropped (its text still arrives, one level up), and so is the end tag that matches
+/// it, so the elements around stay as they were.
+struct DepthGuard {
+    tb: TreeBuilder<Handle, QuietDom>,
+    dropped: RefCell<HashMap<LocalName, usize>>,
+}
+
+impl TokenSink for DepthGuard {
+    type Handle = Handle;
+
+    fn process_token(&self, token: Token, line_number: u64) -> TokenSinkResult<Handle> {
+        if let TagToken(tag) = &token {
+            let mut dropped = self.dropped.borrow_mut();
+            match tag.kind {
+                TagKind::StartTag
+                    if !tag.self_closing
+                        && self.tb.sink.1.get() >= PARSE_DEPTH
+                        && !VOID_TAGS.contains(&tag.name.as_ref()) =>
+                {
+                    *dropped.entry(tag.name.clone()).or_default() += 1;
+                    return TokenSinkResult::Continue;
+                }
+                TagKind::EndTag => {
+                    if let Some(n) = dropped.get_mut(&tag.name)
+                        && *n > 0
+                    {
+                        *n -= 1;
+                        return TokenSinkResult::Continue;
+                    }
+                }
+                TagKind::StartTag => {}
+            }
+        }
+        self.tb.process_token(token, line_number)
+    }
+
+    fn end(&self) {
+        self.tb.end()
+    }
+
+    fn adjusted_current_node_present_but_not_in_html_namespace(&self) -> bool {
+        self.tb
+            .adjusted_current_node_present_but_not_in_html_namespace()
+    }
+}
+
+/// Parse a whole document; no recursion, no error log, no quadratic depth.
 fn parse(html: &str) -> Handle {
-    parse_document(QuietDom(RcDom::default()), ParseOpts::default()).one(html)
+    let sink = QuietDom(RcDom::default(), Cell::new(0));
+    let doc = Rc::clone(&sink.0.document);
+    let guard = DepthGuard {
+        tb: TreeBuilder::new(sink, Default::default()),
+        dropped: RefCell::default(),
+    };
+    let tokenizer = Tokenizer::new(guard, Default::default());
+    let input = BufferQueue::default();
+    input.push_back(StrTendril::from(html));
+    // A script's end or a `<meta charset>` pauses the tokenizer (to run the script, to switch
+    // decoders); neither applies here, so carry on until the input is used up.
+    while !matches!(tokenizer.feed(&input), TokenizerResult::Done) {}
+    tokenizer.end();
+    doc
 }
 
 /// The page title and its main content as markdown.
@@ -434,6 +537,12 @@ mod tests {
         // Just under the limit nothing is unwrapped.
         let html = format!("<body>{}<p>x</p></body>", "<div>".repeat(MAX_DEPTH - 5));
         assert_eq!(to_markdown(&html).2, 0);
+    }
+
+    #[test]
+    fn meta_charset_and_scripts_do_not_stop_the_parse() {
+        let html = "<html><head><meta charset=\"utf-8\"><title>t</title><script>x()</script></head><body><p>after</p></body></html>";
+        assert_eq!(to_markdown(html).1, "# t\n\nafter");
     }
 
     #[test]
