@@ -80,6 +80,10 @@ pub struct FetchResult {
     pub redirects: Vec<String>,
     /// Served from the 15-minute cache.
     pub cached: bool,
+    /// Something about the conversion worth knowing, e.g. that deeply nested elements were
+    /// unwrapped (their text kept).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
 }
 
 #[derive(Clone)]
@@ -92,6 +96,7 @@ struct Page {
     raw_head: Option<String>,
     body_truncated: bool,
     redirects: Vec<String>,
+    note: Option<String>,
 }
 
 pub struct WebState {
@@ -212,10 +217,13 @@ pub async fn run(
             "\n\n[truncated: characters {start}–{end} of {total}; continue with start_index={end}]"
         ));
     }
-    let header = format!(
+    let mut header = format!(
         "{} {} ({})\n\n",
         page.status, page.final_url, page.content_type
     );
+    if let Some(note) = &page.note {
+        header.push_str(&format!("[{note}]\n\n"));
+    }
     Ok(Reply::new(
         FetchResult {
             url: url.to_string(),
@@ -231,6 +239,7 @@ pub async fn run(
             raw: page.raw_head.clone(),
             redirects: page.redirects.clone(),
             cached: from_cache,
+            note: page.note.clone(),
         },
         format!("{header}{text}"),
     ))
@@ -326,6 +335,7 @@ async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
         .trim()
         .to_ascii_lowercase();
     let decoded = || decode(&body, &content_type);
+    let mut note = None;
     let (title, text, raw_head) = if mime == "text/html" || mime == "application/xhtml+xml" {
         let html = decoded();
         let head: String = kitbag_shared::limits::truncate_str(&html, RAW_HEAD_BYTES)
@@ -334,7 +344,14 @@ async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
         if raw {
             (None, html, Some(head))
         } else {
-            let (title, md) = tokio::task::block_in_place(|| crate::html::to_markdown(&html));
+            let (title, md, unwrapped) =
+                tokio::task::block_in_place(|| crate::html::to_markdown(&html));
+            if unwrapped > 0 {
+                note = Some(format!(
+                    "{unwrapped} elements nested more than {} levels deep were unwrapped; their text is kept",
+                    crate::html::MAX_DEPTH
+                ));
+            }
             (title, md, Some(head))
         }
     } else if mime == "application/json" || mime.ends_with("+json") {
@@ -371,6 +388,7 @@ async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
         raw_head,
         body_truncated,
         redirects,
+        note,
     })
 }
 
