@@ -1036,7 +1036,7 @@ async fn launch(
         // The built-in python adapter is not probed up front (a python3 start-up per launch);
         // when it dies at once, find out whether debugpy is missing.
         if runtime == "python" && configured.is_none() && !debugpy_importable(&cmd) {
-            return Err(debugpy_missing());
+            return Err(debugpy_missing(Some(&cmd)));
         }
         return Err(adapter_err(format!("{cmd}: {m}")));
     }
@@ -1122,12 +1122,24 @@ async fn configure(
     Ok(())
 }
 
-fn debugpy_missing() -> ToolError {
-    ToolError::new(
-        ErrorCode::DapAdapterNotFound,
-        "debugpy is not installed; install it with: python3 -m pip install debugpy",
-    )
-    .with_detail(json!({"runtime": "python", "install": "python3 -m pip install debugpy"}))
+/// debugpy is missing for `python` (the interpreter checked, found on the server's PATH —
+/// inside a virtualenv that is the venv's, which may lack what the system python has).
+fn debugpy_missing(python: Option<&str>) -> ToolError {
+    let (message, install) = match python {
+        Some(p) => (
+            format!(
+                "debugpy is not installed for {p} (the python3 on this server's PATH); install it with: {p} -m pip install debugpy"
+            ),
+            format!("{p} -m pip install debugpy"),
+        ),
+        None => (
+            "no python3 on this server's PATH; install Python 3, then: python3 -m pip install debugpy".to_string(),
+            "python3 -m pip install debugpy".to_string(),
+        ),
+    };
+    ToolError::new(ErrorCode::DapAdapterNotFound, message).with_detail(json!({
+        "runtime": "python", "interpreter": python, "install": install
+    }))
 }
 
 /// Whether `python` can import debugpy (asked only after the adapter failed to start).
@@ -1159,7 +1171,7 @@ fn builtin_adapter(runtime: &str) -> ToolResult<AdapterCommand> {
     match runtime {
         "python" => {
             let Some(python) = config::locate("python3") else {
-                return Err(debugpy_missing());
+                return Err(debugpy_missing(None));
             };
             Ok(AdapterCommand {
                 program: python.to_string_lossy().into_owned(),

@@ -192,6 +192,10 @@ fn builtin_python_without_debugpy_is_adapter_not_found_at_once() {
     );
     assert_eq!(r.error_code(), Some("dap_adapter_not_found"), "{:?}", r.raw);
     assert!(r.text.contains("pip install debugpy"), "{}", r.text);
+    // It names the interpreter it checked (a venv's python3 may lack what the system's has).
+    let shim_s = shim.to_str().unwrap();
+    assert!(r.text.contains(shim_s), "{}", r.text);
+    assert_eq!(r.structured["error"]["detail"]["interpreter"], shim_s);
     assert!(
         t.elapsed() < std::time::Duration::from_secs(10),
         "{:?}",
