@@ -392,11 +392,13 @@ pub trait Extras<S>: Send + Sync + 'static {
     }
     /// 2026-07-28 `subscriptions/listen`: the part of `requested` this server accepts
     /// (`None`: not offered).
+    /// By default a listen stream is accepted with nothing to deliver (a server whose lists
+    /// never change): the client's `listen` works instead of failing with -32601.
     fn accepted_subscription_filter(
         &self,
         _requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        None
+        Some(SubscriptionFilter::new())
     }
     /// 2026-07-28 `subscriptions/listen`: run one subscription until it is cancelled; send
     /// through `context.sink()`.

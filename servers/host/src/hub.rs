@@ -10,6 +10,7 @@ use rmcp::model::{
 };
 use rmcp::service::{
     NotificationContext, Peer, RoleClient, RoleServer, RunningService, ServiceExt,
+    SubscriptionContext, SubscriptionSink,
 };
 use rmcp::{ClientHandler, ErrorData as McpError};
 
@@ -118,6 +119,8 @@ pub struct Hub {
     local_progress: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ProgressNotificationParam>>>,
     /// The list as last announced (names and descriptions), to skip no-op notifications.
     last_notified: Mutex<Option<ListFingerprint>>,
+    /// 2026-07-28 clients' `subscriptions/listen` streams that asked for tool-list changes.
+    listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
     me: Weak<Hub>,
 }
 
@@ -214,6 +217,7 @@ impl Hub {
             notify_pending: Mutex::new(false),
             local_progress: Mutex::new(None),
             last_notified: Mutex::new(None),
+            listeners: Mutex::new(Vec::new()),
             me: me.clone(),
         })
     }
@@ -465,6 +469,12 @@ impl Hub {
 
     /// Tell the client the list changed now (the agent policy changed what it may see).
     pub async fn notify_list_changed_now(&self) {
+        self.announce_list_changed().await;
+    }
+
+    /// Send `tools/list_changed` to the handshake-era client and on every 2026-07-28
+    /// subscription stream that asked for it.
+    async fn announce_list_changed(&self) {
         let peer = self
             .upstream
             .lock()
@@ -473,6 +483,36 @@ impl Hub {
         if let Some(p) = peer {
             let _ = p.notify_tool_list_changed().await;
         }
+        let sinks: Vec<SubscriptionSink> = self
+            .listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .iter()
+            .map(|(_, sink)| sink.clone())
+            .collect();
+        for sink in sinks {
+            let _ = sink.notify_tool_list_changed().await;
+        }
+    }
+
+    /// Serve one `subscriptions/listen` stream until the client cancels it.
+    pub async fn listen(&self, context: SubscriptionContext) {
+        if context.accepted().tools_list_changed != Some(true) {
+            context.cancelled().await;
+            return;
+        }
+        let id = self
+            .next_id
+            .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push((id, context.sink().clone()));
+        context.cancelled().await;
+        self.listeners
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|(i, _)| *i != id);
     }
 
     /// Tell the client the list changed — debounced (several children starting or a reload
@@ -512,13 +552,8 @@ impl Hub {
                     true
                 }
             };
-            let peer = hub
-                .upstream
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .clone();
-            if let (true, Some(p)) = (changed, peer) {
-                let _ = p.notify_tool_list_changed().await;
+            if changed {
+                hub.announce_list_changed().await;
             }
         });
     }

@@ -872,3 +872,75 @@ fn plain_calls_are_forwarded_as_bytes_and_keep_every_behaviour() {
     let s = m.call("host_status", json!({}));
     assert_eq!(s.structured["byte_level_calls"], 2, "{}", s.structured);
 }
+
+/// A 2026-07-28 client learns of list changes on a `subscriptions/listen` stream (it gets no
+/// unsolicited notifications); single servers accept a listen too instead of -32601.
+#[test]
+fn listen_streams_tell_modern_clients_the_list_changed() {
+    let d = project();
+    let cfg_path = d.path().join("agent.json");
+    let write =
+        |servers: Value| std::fs::write(&cfg_path, json!({"mcp": servers}).to_string()).expect("w");
+    write(json!({"files": files_entry(d.path())}));
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg_path.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Modern,
+    );
+    let listen = c.send_request(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    let acked = |c: &McpClient| {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let seen = c.take_notifications();
+            if let Some(n) = seen
+                .iter()
+                .find(|n| n["method"] == "notifications/subscriptions/acknowledged")
+            {
+                return n.clone();
+            }
+            assert!(Instant::now() < deadline, "no acknowledgment: {seen:?}");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    let ack = acked(&c);
+    assert_eq!(
+        ack["params"]["notifications"]["toolsListChanged"], true,
+        "{ack}"
+    );
+    let mut second = files_entry(d.path());
+    second["prefix"] = json!("b_");
+    write(json!({"files": files_entry(d.path()), "second": second}));
+    assert!(!c.call("host_reload", json!({})).is_error);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let seen = c.take_notifications();
+        if seen
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed")
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no list_changed on the stream");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    c.notify(
+        "notifications/cancelled",
+        json!({"requestId": listen, "reason": "done"}),
+    );
+    // A single server accepts a listen as well (nothing to deliver).
+    let mut single = McpClient::spawn(
+        bin(),
+        &["server", "files", "--root", d.path().to_str().expect("u")],
+        d.path(),
+        Era::Modern,
+    );
+    single.send_request(
+        "subscriptions/listen",
+        json!({"notifications": {"toolsListChanged": true}}),
+    );
+    acked(&single);
+}
