@@ -93,17 +93,44 @@ pub struct ToolError {
 
 pub type ToolResult<T> = Result<T, ToolError>;
 
+/// The longest error message kept; a bad value quoted in a message is cut to fit (a 50 MB
+/// argument once came back as a 105 MB error).
+pub const MAX_MESSAGE_BYTES: usize = 2048;
+/// The longest string kept in an error's `detail`.
+pub const MAX_DETAIL_STRING_BYTES: usize = 1024;
+
+/// `s` cut to at most `max` bytes (on a character boundary), saying how much was cut.
+fn bounded(s: String, max: usize) -> String {
+    if s.len() <= max {
+        return s;
+    }
+    let (head, _) = crate::limits::truncate_str(&s, max);
+    format!("{head}… ({} more bytes)", s.len() - head.len())
+}
+
+fn bound_strings(v: &mut Value) {
+    match v {
+        Value::String(s) if s.len() > MAX_DETAIL_STRING_BYTES => {
+            *s = bounded(std::mem::take(s), MAX_DETAIL_STRING_BYTES);
+        }
+        Value::Array(items) => items.iter_mut().for_each(bound_strings),
+        Value::Object(map) => map.values_mut().for_each(bound_strings),
+        _ => {}
+    }
+}
+
 impl ToolError {
     pub fn new(code: ErrorCode, message: impl Into<String>) -> Self {
         Self {
             code,
-            message: message.into(),
+            message: bounded(message.into(), MAX_MESSAGE_BYTES),
             detail: Value::Null,
         }
     }
 
     /// Attach structured detail (merged when detail is already an object).
-    pub fn with_detail(mut self, detail: Value) -> Self {
+    pub fn with_detail(mut self, mut detail: Value) -> Self {
+        bound_strings(&mut detail);
         match (&mut self.detail, detail) {
             (Value::Object(existing), Value::Object(extra)) => existing.extend(extra),
             (slot, extra) => *slot = extra,
@@ -175,6 +202,20 @@ impl std::error::Error for ToolError {}
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_values_are_not_echoed_back() {
+        let big = "x".repeat(50 << 20);
+        let e = ToolError::invalid_field("pattern", format!("bad pattern {big}"))
+            .with_detail(json!({"pattern": big, "list": [big.clone()]}));
+        assert!(
+            e.message.len() < MAX_MESSAGE_BYTES + 64,
+            "{}",
+            e.message.len()
+        );
+        assert!(e.message.ends_with("more bytes)"));
+        assert!(e.to_structured().to_string().len() < 8 * 1024);
+    }
 
     #[test]
     fn codes_render_snake_case() {

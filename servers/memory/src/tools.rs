@@ -426,6 +426,24 @@ fn filter_from(
     })
 }
 
+/// The longest search query accepted (a memory is at most 4 KB; a query needs no more).
+pub const MAX_QUERY_BYTES: usize = 4096;
+
+/// A search text, refused before any work when it is longer than a query can usefully be.
+fn query_arg(query: Option<String>) -> ToolResult<String> {
+    let query = query.unwrap_or_default();
+    if query.len() > MAX_QUERY_BYTES {
+        return Err(ToolError::invalid_field(
+            "query",
+            format!(
+                "is {} bytes long; at most {MAX_QUERY_BYTES} bytes are accepted",
+                query.len()
+            ),
+        ));
+    }
+    Ok(query)
+}
+
 pub async fn search(
     state: Arc<MemoryState>,
     p: SearchParams,
@@ -433,7 +451,7 @@ pub async fn search(
 ) -> ToolResult<Reply<SearchResult>> {
     let limit = limit_arg("limit", p.limit, 10, 100)?;
     let filter = filter_from(p.tags, p.scope, p.session)?;
-    let query = p.query.unwrap_or_default();
+    let query = query_arg(p.query)?;
     let hits = with_db(&state, move |conn, _| {
         let hits = rank(conn, &query, &filter, limit).map_err(db_err)?;
         let ids: Vec<String> = hits.iter().map(|h| h.id.clone()).collect();
@@ -565,7 +583,7 @@ pub fn context_block(conn: &mut Connection, p: &ContextParams) -> ToolResult<Con
             mode,
         });
     }
-    let query = p.query.clone().unwrap_or_default();
+    let query = query_arg(p.query.clone())?;
     let mut hits = match mode {
         Mode::Relevant => rank(conn, &query, &filter, max_count).map_err(db_err)?,
         _ => Vec::new(),
@@ -623,6 +641,15 @@ pub async fn context(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn long_queries_are_refused_before_any_work() {
+        let e = query_arg(Some("x".repeat(50 << 20))).expect_err("too long");
+        assert_eq!(e.code, kitbag_shared::ErrorCode::InvalidParams);
+        assert_eq!(e.detail["field"], "query");
+        assert!(e.message.len() < 200, "{}", e.message);
+        assert_eq!(query_arg(None).expect("none"), "");
+    }
 
     fn store(
         conn: &mut Connection,
