@@ -7,6 +7,7 @@ pub mod config;
 pub mod families;
 pub mod fastpath;
 pub mod hub;
+pub mod lazy;
 pub mod policy;
 pub mod recursion;
 pub mod serve;
@@ -43,6 +44,17 @@ pub struct Cli {
     /// Append one JSON line per tool call (agent, server, tool, request id, duration, outcome).
     #[arg(long, global = true, env = "KITBAG_AUDIT_LOG", value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+
+    /// Which tools `serve` lists: every tool (full) or tool_search / tool_schema / tool_call
+    /// for progressive discovery (lazy). Direct calls by name work in both.
+    #[arg(
+        long,
+        global = true,
+        value_enum,
+        default_value = "full",
+        env = "KITBAG_TOOLS"
+    )]
+    pub tools: lazy::ToolsMode,
 
     /// Log level (to stderr).
     #[arg(long, global = true, default_value = "warn", env = "KITBAG_LOG_LEVEL")]
@@ -140,6 +152,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         },
         loader: config_loader(&cli),
         settings: Arc::new(std::sync::Mutex::new(settings)),
+        tools_mode: cli.tools,
     };
     let code = match command {
         Command::Serve => {

@@ -32,6 +32,8 @@ pub struct HostServer {
     pub loader: Option<ConfigLoader>,
     /// The top-level settings in force (environment > agent.json > default).
     pub settings: Arc<std::sync::Mutex<Vec<crate::settings::Setting>>>,
+    /// Every tool listed, or the three discovery tools (`--tools lazy`).
+    pub tools_mode: crate::lazy::ToolsMode,
 }
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
@@ -171,6 +173,80 @@ impl HostServer {
         Ok(report)
     }
 
+    /// What `tools/list` offers: every tool, or in lazy mode the discovery tools and the
+    /// host's own.
+    pub fn listed_tools(&self) -> Vec<Tool> {
+        if self.tools_mode == crate::lazy::ToolsMode::Full {
+            return self.tools();
+        }
+        let mut tools: Vec<Tool> = self
+            .tools()
+            .into_iter()
+            .filter(|t| t.name == STATUS_TOOL || t.name == RELOAD_TOOL)
+            .chain(crate::lazy::tools())
+            .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
+    /// The discovery tools' own calls; `None` for any other name.
+    async fn call_lazy(&self, request: &CallToolRequestParams) -> Option<CallToolResult> {
+        use crate::lazy;
+        if self.tools_mode != lazy::ToolsMode::Lazy {
+            return None;
+        }
+        let args = request.arguments.clone().unwrap_or_default();
+        let decoded = |r: Result<CallToolResult, kitbag_shared::ToolError>| {
+            r.unwrap_or_else(|e| e.into_call_result())
+        };
+        match request.name.as_ref() {
+            lazy::SEARCH_TOOL => Some(decoded((|| {
+                let p: lazy::SearchParams = kitbag_shared::server::decode_args(args)?;
+                let limit = p.limit.unwrap_or(10);
+                if !(1..=50).contains(&limit) {
+                    return Err(kitbag_shared::ToolError::invalid_field(
+                        "limit",
+                        format!("is {limit}; give 1 to 50"),
+                    ));
+                }
+                let found = lazy::search(&self.tools(), &p.query, limit as usize);
+                let mut text = format!("{} tools match", found.matched);
+                for t in &found.tools {
+                    text.push_str(&format!("\n{}: {}", t.name, t.summary));
+                }
+                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                r.structured_content = serde_json::to_value(&found).ok();
+                Ok(r)
+            })())),
+            lazy::SCHEMA_TOOL => Some(decoded((|| {
+                let p: lazy::SchemaParams = kitbag_shared::server::decode_args(args)?;
+                let tools = self.tools();
+                let Some(t) = tools.iter().find(|t| t.name == p.name) else {
+                    return Err(kitbag_shared::ToolError::new(
+                        kitbag_shared::ErrorCode::UnknownTool,
+                        format!("no tool named `{}`; tool_search finds tools", p.name),
+                    )
+                    .with_detail(json!({"field": "name"})));
+                };
+                let found = lazy::SchemaResult {
+                    name: t.name.to_string(),
+                    description: t.description.as_deref().unwrap_or("").to_string(),
+                    input_schema: (*t.input_schema).clone(),
+                };
+                let text = format!(
+                    "{}\n{}\narguments: {}",
+                    found.name,
+                    found.description,
+                    serde_json::Value::Object(found.input_schema.clone())
+                );
+                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                r.structured_content = serde_json::to_value(&found).ok();
+                Ok(r)
+            })())),
+            _ => None,
+        }
+    }
+
     pub fn tools(&self) -> Vec<Tool> {
         let policy = self.policy();
         let mut tools: Vec<Tool> = self
@@ -239,15 +315,37 @@ impl ServerHandler for HostServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.hub.set_upstream(context.peer.clone());
-        Ok(ListToolsResult::with_all_items(self.tools()))
+        Ok(ListToolsResult::with_all_items(self.listed_tools()))
     }
 
     async fn call_tool(
         &self,
-        request: CallToolRequestParams,
+        mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
         self.hub.set_upstream(context.peer.clone());
+        if let Some(r) = self.call_lazy(&request).await {
+            return Ok(r.into());
+        }
+        if request.name == crate::lazy::CALL_TOOL && self.tools_mode == crate::lazy::ToolsMode::Lazy
+        {
+            // tool_call: the named tool, called as if directly (policy, audit, progress).
+            let p: crate::lazy::CallParams = match kitbag_shared::server::decode_args(
+                request.arguments.clone().unwrap_or_default(),
+            ) {
+                Ok(p) => p,
+                Err(e) => return Ok(e.into_call_result().into()),
+            };
+            if p.name == crate::lazy::CALL_TOOL {
+                return Ok(error_result(
+                    "invalid_params",
+                    "name: tool_call cannot call itself".into(),
+                )
+                .into());
+            }
+            request.name = p.name.into();
+            request.arguments = p.arguments;
+        }
         if request.name == STATUS_TOOL {
             let status = self.status();
             let mut text = String::new();

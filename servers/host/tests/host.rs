@@ -944,3 +944,46 @@ fn listen_streams_tell_modern_clients_the_list_changed() {
     );
     acked(&single);
 }
+
+/// `--tools lazy`: three discovery tools instead of the whole list; they find, describe and
+/// call every tool, and direct calls by name still work.
+#[test]
+fn lazy_mode_lists_discovery_tools_that_reach_every_tool() {
+    let d = project();
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = McpClient::spawn(bin(), &["--tools", "lazy", "serve"], d.path(), era);
+        let listed = c.request("tools/list", json!({}));
+        let bytes = listed["result"].to_string().len();
+        assert_eq!(
+            names(&mut c),
+            ["host_status", "tool_call", "tool_schema", "tool_search"]
+        );
+        assert!(bytes < 8_000, "the lazy list is small: {bytes} bytes");
+        let r = c.call_ok("tool_search", json!({"query": "read a file", "limit": 3}));
+        assert_eq!(r.structured["tools"][0]["name"], "file_read", "{}", r.text);
+        let r = c.call_ok("tool_schema", json!({"name": "search_grep"}));
+        assert!(r.structured["input_schema"]["properties"]["pattern"].is_object());
+        let r = c.call_ok(
+            "tool_call",
+            json!({"name": "file_read", "arguments": {"path": "a.txt"}}),
+        );
+        assert_eq!(r.text, "1: alpha\n2: beta");
+        c.call_err(
+            "tool_call",
+            json!({"name": "file_read", "arguments": {"path": "missing.txt"}}),
+            "file_not_found",
+        );
+        c.call_err("tool_schema", json!({"name": "nope"}), "unknown_tool");
+        c.call_err(
+            "tool_search",
+            json!({"query": "x", "limit": 0}),
+            "invalid_params",
+        )
+        .expect_field("limit");
+        // The real names still answer.
+        assert_eq!(
+            c.call_ok("file_read", json!({"path": "a.txt"})).text,
+            "1: alpha\n2: beta"
+        );
+    }
+}
