@@ -294,12 +294,23 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
         args: JsonObject,
         ctx: CallCtx,
     ) -> Option<ToolResult<CallToolResult>> {
+        use futures::FutureExt;
         let i = *self.index.get(name)?;
         let handler = self.entries[i].handler.clone();
         let cancel = ctx.cancel.clone();
-        let fut = handler(state, args, ctx);
+        // A bug in a tool must cost that call, not the answer: a panic becomes an `internal`
+        // error result instead of a request that is never answered.
+        let fut = std::panic::AssertUnwindSafe(handler(state, args, ctx)).catch_unwind();
         Some(tokio::select! {
-            r = fut => r,
+            r = fut => r.unwrap_or_else(|panic| {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| s.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown".into());
+                tracing::error!(tool = name, "tool panicked: {what}");
+                Err(ToolError::internal(format!("the tool failed unexpectedly ({what}); this is a bug in the server — the call did nothing more")))
+            }),
             _ = cancel.cancelled() => Err(ToolError::new(ErrorCode::Cancelled, "the request was cancelled")),
         })
     }
@@ -865,6 +876,26 @@ mod tests {
                 .await
                 .is_none()
         );
+    }
+
+    #[tokio::test]
+    async fn a_panicking_tool_answers_internal() {
+        let r = ToolRouter::<()>::new().tool(
+            ToolDef::read("boom_now", "Boom", "Panics."),
+            |_s: Arc<()>, _p: P, _ctx: CallCtx| async move {
+                if true {
+                    panic!("index out of range");
+                }
+                Ok(Reply::new(O { echoed: String::new() }, ""))
+            },
+        );
+        let out = r
+            .call(Arc::new(()), "boom_now", args(json!({"name": "x"})), ctx())
+            .await
+            .expect("tool exists");
+        let e = out.expect_err("a panic is an error result");
+        assert_eq!(e.code, ErrorCode::Internal);
+        assert!(e.message.contains("index out of range"), "{}", e.message);
     }
 
     #[tokio::test]
