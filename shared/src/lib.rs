@@ -17,6 +17,7 @@
 pub mod atomic;
 pub mod audit;
 pub mod budget;
+pub mod contain;
 pub mod error;
 pub mod flags;
 pub mod framing;
