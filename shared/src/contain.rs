@@ -83,6 +83,11 @@ pub fn container(name: &str) -> &'static Container {
     GLOBAL.get_or_init(|| Container::new(name))
 }
 
+/// The container, if [`init_server`] (or [`container`]) set one up.
+pub fn current() -> Option<&'static Container> {
+    GLOBAL.get()
+}
+
 /// Make this process the server it is: a container, and a thread that reaps re-parented
 /// orphans every few seconds. Call once at start.
 pub fn init_server(name: &str) -> &'static Container {
@@ -140,11 +145,12 @@ impl Container {
         let mut note = None;
         let cgroup = match &self.base {
             Some(b) => {
-                let (dir, v2) = match b {
-                    Base::V2(p) => (p.join(format!("job-{n}")), true),
-                    Base::V1(p) => (p.join(format!("job-{n}")), false),
+                let (base, v2) = match b {
+                    Base::V2(p) => (p, true),
+                    Base::V1(p) => (p, false),
                 };
-                match std::fs::create_dir(&dir) {
+                let dir = base.join(format!("job-{n}"));
+                match make_base(base).and_then(|()| std::fs::create_dir(&dir)) {
                     Ok(()) => Some((dir, v2)),
                     Err(e) => {
                         note = Some(format!("cannot create {}: {e}", dir.display()));
@@ -235,6 +241,8 @@ fn probe_cgroup(dirname: &str, try_v2: bool) -> (Option<Base>, String) {
             remove_stale(&dir, true);
             match make_base(&dir) {
                 Ok(()) if dir.join("cgroup.kill").exists() => {
+                    // Made again by the first job: a server that runs no command leaves none.
+                    let _ = std::fs::remove_dir(&dir);
                     return (Some(Base::V2(dir)), String::new());
                 }
                 Ok(()) => {
@@ -255,12 +263,14 @@ fn probe_cgroup(dirname: &str, try_v2: bool) -> (Option<Base>, String) {
             let dir = m.join(p).join(dirname);
             remove_stale(&dir, false);
             match make_base(&dir) {
-                Ok(())
-                    if dir.join("freezer.state").exists() || dir.join("cgroup.procs").exists() =>
-                {
+                Ok(()) if dir.join("freezer.state").exists() => {
+                    let _ = std::fs::remove_dir(&dir);
                     return (Some(Base::V1(dir)), String::new());
                 }
-                Ok(()) => why.push("cgroup v1 freezer directory is not a cgroup".into()),
+                Ok(()) => {
+                    why.push("cgroup v1 freezer directory has no freezer.state".into());
+                    let _ = std::fs::remove_dir(&dir);
+                }
                 Err(e) => why.push(format!("cgroup v1 freezer not writable ({e})")),
             }
         }

@@ -210,7 +210,8 @@ fn a_finished_jobs_daemon_goes_with_the_server() {
         let t = token();
         let r = c.call_ok(
             "shell_bash",
-            json!({"command": "setsid -f sleep $T; echo spawned", "env": {"T": t}, "background": true}),
+            // Waits for the daemon: the job's exit must not race its setsid (SIGHUP).
+            json!({"command": WAIT_FOR_T.replace("CMD", "setsid -f sleep $T"), "env": {"T": t}, "background": true}),
         );
         let job = r.structured["job_id"].as_str().expect("job").to_string();
         started(&t);
