@@ -397,10 +397,15 @@ impl Job {
         ))
     }
 
-    /// Every live process of the job.
+    /// Every live process of the job. With a cgroup its member list is the answer (only a
+    /// privileged process can leave it); without one, `/proc/*/environ` is searched for the tag.
     pub fn members(&self) -> Vec<i32> {
         let mut out = match &*lock(&self.cgroup) {
-            Some((dir, _)) => cgroup_pids(dir),
+            Some((dir, _)) => {
+                let mut pids = cgroup_pids(dir);
+                pids.retain(|&p| alive(p));
+                return pids;
+            }
             None => Vec::new(),
         };
         for p in tagged(&self.needle()) {

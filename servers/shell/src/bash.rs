@@ -31,7 +31,8 @@ pub const DEF: ToolDef = ToolDef::write(
      after 5 s, and `timed_out` is true. Output beyond the preview cap (30 KB) shows head and tail; \
      the complete output is in the file at `log_path`. Stdin is at end-of-file: interactive \
      programs see EOF. `env` adds variables. Processes the command leaves behind are stopped when \
-     it ends — for servers and watchers use `background: true`, which returns a `job_id` at once \
+     it ends, including ones that left its process group (setsid, setpgid): `containment` says how \
+     they were tracked (a cgroup, else `subreaper` with a note) — for servers and watchers use `background: true`, which returns a `job_id` at once \
      (read with shell_output, stop with shell_kill).\n\
      Example: {\"command\": \"cargo test -p mycrate 2>&1 | tail -20\", \"cwd\": \"backend\", \"timeout\": 300000}",
 )

@@ -26,8 +26,8 @@ pub const OUTPUT_DEF: ToolDef = ToolDef::read(
 pub const KILL_DEF: ToolDef = ToolDef::write(
     "shell_kill",
     "Stop background job",
-    "Stop a background job and every process it started: SIGTERM to its process group, SIGKILL \
-     after the grace period. Returns its final exit code.\nExample: {\"job_id\": \"job-3\"}",
+    "Stop a background job and every process it started, including ones that left its process \
+     group: SIGTERM, then SIGKILL after the grace period. Returns its final exit code.\nExample: {\"job_id\": \"job-3\"}",
 )
 .destructive()
 .idempotent();
