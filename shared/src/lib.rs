@@ -12,11 +12,14 @@
 //!   and the id finder that lets undecodable requests be answered;
 //! - [`schema`]: tool schemas cleaned for every client (and admitting the error object);
 //! - [`budget`]: the bound on requests in flight per connection (backpressure);
+//! - [`contain`]: every process a shell or cron command starts, found and killed (cgroup,
+//!   else child subreaper + environment tag);
 //! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime).
 
 pub mod atomic;
 pub mod audit;
 pub mod budget;
+pub mod contain;
 pub mod error;
 pub mod flags;
 pub mod framing;

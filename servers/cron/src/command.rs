@@ -1,5 +1,8 @@
 //! The `command` action: `/bin/sh -c` in its own process group, with a timeout that kills
-//! the whole group (the shell and everything it started).
+//! the whole group (the shell and everything it started). Processes that leave the group
+//! (`setsid -f`, `setpgid(0, 0)`) are found through the server's containment
+//! ([`kitbag_shared::contain`]: a cgroup per command where writable, else the subreaper and
+//! the `KITBAG_JOB` tag), and whatever the command leaves running is stopped when it ends.
 
 use std::path::Path;
 use std::process::Stdio;
@@ -10,6 +13,8 @@ use nix::sys::signal::Signal;
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::process::Command;
 use tokio::sync::Mutex;
+
+use kitbag_shared::contain::{self, ChildReg};
 
 use crate::store::CommandOutcome;
 
@@ -77,9 +82,12 @@ pub async fn run(
     env: &[(&str, String)],
 ) -> CommandOutcome {
     let started = Instant::now();
+    // None when no server set containment up (unit tests, library use): the group alone.
+    let job = contain::current().map(|c| Arc::new(c.job()));
+    let prefix = job.as_ref().map(|j| j.shell_prefix()).unwrap_or_default();
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
-        .arg(script)
+        .arg(format!("{prefix}{script}"))
         .current_dir(cwd)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -90,7 +98,22 @@ pub async fn run(
     for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = match cmd.spawn() {
+    if let Some(j) = &job {
+        let (k, v) = j.env();
+        cmd.env(k, v);
+    }
+    // Registered under the reaper's lock: the orphan reaper never takes this child's status.
+    let (spawned, _reg) = {
+        let mut children = ChildReg::lock();
+        let spawned = cmd.spawn();
+        let reg = spawned
+            .as_ref()
+            .ok()
+            .and_then(|c| c.id())
+            .map(|pid| ChildReg::register(&mut children, pid as i32));
+        (spawned, reg)
+    };
+    let mut child = match spawned {
         Ok(c) => c,
         Err(e) => {
             return CommandOutcome {
@@ -100,10 +123,14 @@ pub async fn run(
                 duration_ms: started.elapsed().as_millis() as u64,
                 output_tail: format!("cannot start /bin/sh: {e}"),
                 output_truncated: false,
+                containment: None,
             };
         }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(0);
+    if let Some(j) = &job {
+        j.attach(pgid);
+    }
     let tail = Arc::new(Mutex::new(Tail::default()));
     let mut pumps = Vec::new();
     if let Some(out) = child.stdout.take() {
@@ -119,10 +146,12 @@ pub async fn run(
         Err(_) => {
             timed_out = true;
             kill_group(pgid, Signal::SIGTERM);
+            signal_job(&job, Signal::SIGTERM).await;
             match tokio::time::timeout(TERM_GRACE, child.wait()).await {
                 Ok(s) => s.ok(),
                 Err(_) => {
                     kill_group(pgid, Signal::SIGKILL);
+                    kill_job(&job).await;
                     child.wait().await.ok()
                 }
             }
@@ -134,11 +163,16 @@ pub async fn run(
     tokio::pin!(drain);
     if tokio::time::timeout_at(deadline, &mut drain).await.is_err() {
         kill_group(pgid, Signal::SIGKILL);
+        kill_job(&job).await;
         let _ = tokio::time::timeout(TERM_GRACE, &mut drain).await;
     }
     if timed_out {
         // Stragglers that ignored SIGTERM.
         kill_group(pgid, Signal::SIGKILL);
+    }
+    // Whatever the command left running — in its group or escaped from it — is stopped.
+    if let Some(j) = job.clone() {
+        let _ = tokio::task::spawn_blocking(move || j.terminate(TERM_GRACE)).await;
     }
     let (output_tail, output_truncated) = tail.lock().await.finish();
     use std::os::unix::process::ExitStatusExt;
@@ -158,6 +192,19 @@ pub async fn run(
         duration_ms: started.elapsed().as_millis() as u64,
         output_tail,
         output_truncated,
+        containment: job.map(|j| j.kind().as_str().to_string()),
+    }
+}
+
+async fn signal_job(job: &Option<Arc<contain::Job>>, sig: Signal) {
+    if let Some(j) = job.clone() {
+        let _ = tokio::task::spawn_blocking(move || j.signal(sig)).await;
+    }
+}
+
+async fn kill_job(job: &Option<Arc<contain::Job>>) {
+    if let Some(j) = job.clone() {
+        let _ = tokio::task::spawn_blocking(move || j.kill()).await;
     }
 }
 

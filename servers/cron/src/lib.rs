@@ -193,11 +193,16 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<CronState>> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
+    // A child subreaper and, where writable, a cgroup per command (see command.rs).
+    let container = kitbag_shared::contain::init_server("cron");
     let server = build(&args)?;
     let state = server.state().clone();
     if state.writable {
         scheduler::watch_store(&state);
     }
     tokio::spawn(scheduler::run(state));
-    kitbag_shared::serve_stdio(server).await
+    let result = kitbag_shared::serve_stdio(server).await;
+    // No command — nor anything it left behind — outlives the server.
+    let _ = tokio::task::spawn_blocking(move || container.shutdown()).await;
+    result
 }

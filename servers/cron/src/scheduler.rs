@@ -211,6 +211,7 @@ async fn finish(state: Arc<CronState>, c: Claimed) {
                 duration_ms: 0,
                 output_tail: "command actions are disabled (--no-commands)".into(),
                 output_truncated: false,
+                containment: None,
             }
         });
     }

@@ -261,6 +261,10 @@ pub struct CommandOutcome {
     pub output_tail: String,
     /// Earlier output was dropped from `output_tail`.
     pub output_truncated: bool,
+    /// How the command's processes were contained so all of them could be stopped:
+    /// `cgroup-v2`, `cgroup-v1-freezer`, `subreaper` or `env-tag` (strongest first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<String>,
 }
 
 /// Paths of one store.

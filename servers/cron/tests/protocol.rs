@@ -671,3 +671,78 @@ fn read_only_server_changes_nothing() {
     let s = c.call("cron_status", json!({}));
     assert_eq!(s.structured["scheduler"], "read_only");
 }
+
+/// Processes that leave the command's process group (`setsid -f`) are stopped when the
+/// command ends too (issue #22 §4), under every containment this machine offers.
+#[test]
+fn command_escapes_are_stopped_when_the_command_ends() {
+    for mode in ["auto", "subreaper"] {
+        let d = tempfile::tempdir().expect("tmp");
+        let mut c = McpClient::spawn_with_env(
+            bin(),
+            &[
+                "--root",
+                d.path().to_str().expect("utf-8 path"),
+                "--test-clock-start",
+                "2026-07-01T12:00:58Z",
+                "--test-clock-rate",
+                "20",
+            ],
+            d.path(),
+            Era::Handshake,
+            &[("TZ", "UTC"), ("KITBAG_CONTAIN", mode)],
+        );
+        // A token only the escaped sleep carries on its command line (`[.]` keeps the shell's
+        // own command line from matching the pgrep pattern).
+        let n = format!("{}{}", std::process::id(), mode.len());
+        let token = format!("300.{n}");
+        let command = format!(
+            "setsid -f sleep 300.{n} >/dev/null 2>&1; \
+             while ! pgrep -f 'sleep 300[.]{n}' >/dev/null; do sleep 0.05; done; echo started"
+        );
+        let r = c.call(
+            "cron_create",
+            json!({"schedule": "* * * * *", "message": "escape", "recurring": false,
+                   "timezone": "UTC", "command": command, "command_timeout_secs": 30}),
+        );
+        assert!(!r.is_error, "{:?}", r.raw);
+        let mut fired = Vec::new();
+        wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 30, |n| {
+            !n.is_empty()
+        });
+        let outcome = &fired[0]["params"]["command"];
+        assert_eq!(outcome["status"], "ok", "{outcome}");
+        let kind = outcome["containment"].as_str().expect("containment");
+        eprintln!("cron mode {mode}: containment {kind}");
+        if mode == "subreaper" {
+            assert_eq!(kind, "subreaper");
+        }
+        let deadline = Instant::now() + Duration::from_secs(5);
+        loop {
+            let left: Vec<String> = std::fs::read_dir("/proc")
+                .expect("/proc")
+                .flatten()
+                .filter(|e| {
+                    std::fs::read(e.path().join("cmdline"))
+                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&token))
+                })
+                .filter(|e| {
+                    e.file_name()
+                        .to_str()
+                        .and_then(|p| p.parse().ok())
+                        .is_some_and(kitbag_testkit::process_alive)
+                })
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .collect();
+            if left.is_empty() {
+                break;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "{left:?} escaped the cron command"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        c.shutdown();
+    }
+}

@@ -31,7 +31,8 @@ pub const DEF: ToolDef = ToolDef::write(
      after 5 s, and `timed_out` is true. Output beyond the preview cap (30 KB) shows head and tail; \
      the complete output is in the file at `log_path`. Stdin is at end-of-file: interactive \
      programs see EOF. `env` adds variables. Processes the command leaves behind are stopped when \
-     it ends — for servers and watchers use `background: true`, which returns a `job_id` at once \
+     it ends, including ones that left its process group (setsid, setpgid): `containment` says how \
+     they were tracked (a cgroup, else `subreaper` with a note) — for servers and watchers use `background: true`, which returns a `job_id` at once \
      (read with shell_output, stop with shell_kill).\n\
      Example: {\"command\": \"cargo test -p mycrate 2>&1 | tail -20\", \"cwd\": \"backend\", \"timeout\": 300000}",
 )
@@ -84,6 +85,12 @@ pub struct BashResult {
     /// Background jobs only: true while it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub running: Option<bool>,
+    /// How the command's processes were contained, so that all of them could be stopped:
+    /// `cgroup-v2`, `cgroup-v1-freezer`, `subreaper` or `env-tag` (strongest first).
+    pub containment: String,
+    /// Set when containment is weaker than a cgroup: why, and what can escape it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub containment_note: Option<String>,
 }
 
 /// Validated arguments of one command.
@@ -214,14 +221,14 @@ pub async fn run(
             Waited::Exited(exit) => {
                 // Output still in the terminal, then anything the command left running.
                 running.drain(Duration::from_millis(200));
-                if process::group_alive(running.pid) {
-                    process::terminate_group(running.pid, state.kill_grace);
+                if running.alive() {
+                    running.terminate(state.kill_grace);
                     running.drain(Duration::from_millis(200));
                 }
                 (exit, false)
             }
             Waited::TimedOut | Waited::Cancelled => {
-                process::terminate_group(running.pid, state.kill_grace);
+                running.terminate(state.kill_grace);
                 let exit = running.wait_exit(Duration::from_secs(5));
                 running.drain(Duration::from_millis(500));
                 let signal = exit
@@ -252,6 +259,10 @@ pub async fn run(
                 prepared.timeout_ms
             ));
         }
+        let containment_note = running.contain.note();
+        if let Some(n) = &containment_note {
+            footer.push(n.clone());
+        }
         if truncated {
             footer.push(format!(
                 "{} bytes of output; full log: {log_shown}",
@@ -276,6 +287,8 @@ pub async fn run(
                 log_path: log_shown,
                 job_id: None,
                 running: None,
+                containment: running.contain.kind().as_str().into(),
+                containment_note,
             },
             text,
         ))

@@ -26,8 +26,8 @@ pub const OUTPUT_DEF: ToolDef = ToolDef::read(
 pub const KILL_DEF: ToolDef = ToolDef::write(
     "shell_kill",
     "Stop background job",
-    "Stop a background job and every process it started: SIGTERM to its process group, SIGKILL \
-     after the grace period. Returns its final exit code.\nExample: {\"job_id\": \"job-3\"}",
+    "Stop a background job and every process it started, including ones that left its process \
+     group: SIGTERM, then SIGKILL after the grace period. Returns its final exit code.\nExample: {\"job_id\": \"job-3\"}",
 )
 .destructive()
 .idempotent();
@@ -95,6 +95,8 @@ pub struct JobInfo {
     pub output_bytes: u64,
     pub seconds: u64,
     pub log_path: String,
+    /// How its processes are contained (see shell_bash).
+    pub containment: String,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -155,8 +157,10 @@ impl Jobs {
             .cloned()
             .collect();
         for j in jobs {
-            if process::group_alive(j.running.pid) {
-                process::terminate_group(j.running.pid, grace);
+            if j.running.alive() {
+                j.running.terminate(grace);
+            } else {
+                j.running.contain.kill();
             }
         }
     }
@@ -188,6 +192,8 @@ pub fn start(
     };
     let log_shown = policy.display(&log_path);
     let pid = running.pid;
+    let containment = running.contain.kind().as_str().to_string();
+    let containment_note = running.contain.note();
     let job = Arc::new(Job {
         command: p.command.clone(),
         running,
@@ -201,9 +207,12 @@ pub fn start(
         .lock()
         .unwrap_or_else(|e| e.into_inner())
         .insert(id.clone(), job);
-    let text = format!(
+    let mut text = format!(
         "started {id} (pid {pid}); read its output with shell_output, stop it with shell_kill"
     );
+    if let Some(n) = &containment_note {
+        text.push_str(&format!("\n[{n}]"));
+    }
     Ok(Reply::new(
         BashResult {
             stdout: String::new(),
@@ -218,6 +227,8 @@ pub fn start(
             log_path: log_shown,
             job_id: Some(id),
             running: Some(true),
+            containment,
+            containment_note,
         },
         text,
     ))
@@ -304,9 +315,9 @@ pub async fn kill(
     let grace = state.kill_grace;
     let job2 = job.clone();
     let killed = kitbag_shared::blocking(move || {
-        let alive = process::group_alive(job2.running.pid);
+        let alive = job2.running.alive();
         if alive {
-            process::terminate_group(job2.running.pid, grace);
+            job2.running.terminate(grace);
         }
         Ok(alive)
     })
@@ -372,6 +383,7 @@ pub async fn list(
             output_bytes: total,
             seconds: job.running.started.elapsed().as_secs(),
             log_path: job.log_shown.clone(),
+            containment: job.running.contain.kind().as_str().into(),
         };
         text.push_str(&format!(
             "{id}  {}  {}  {}\n",

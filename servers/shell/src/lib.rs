@@ -139,11 +139,18 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
+    // A child subreaper (orphans of commands come back to this process) and, where writable,
+    // a cgroup per command.
+    let container = kitbag_shared::contain::init_server("shell");
     let server = build(&args)?;
     let state = server.state().clone();
     let result = kitbag_shared::serve_stdio(server).await;
-    // The client is gone: no job outlives the server.
+    // The client is gone: no job — nor anything a command left behind — outlives the server.
     let grace = state.kill_grace;
-    let _ = tokio::task::spawn_blocking(move || state.jobs.stop_all(grace)).await;
+    let _ = tokio::task::spawn_blocking(move || {
+        state.jobs.stop_all(grace);
+        container.shutdown();
+    })
+    .await;
     result
 }

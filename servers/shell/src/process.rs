@@ -1,8 +1,10 @@
 //! A command running in its own PTY session, its output streamed to a log file.
 //!
-//! portable-pty makes the shell a session and process-group leader (`setsid`), so the whole
-//! tree it starts — `&` jobs and `nohup` children included — shares its process group and
-//! can be signalled at once.
+//! portable-pty makes the shell a session and process-group leader (`setsid`), so the tree
+//! it starts — `&` jobs and `nohup` children included — shares its process group. Processes
+//! that leave the group (`setsid -f`, `setpgid(0, 0)`) are still found through the command's
+//! containment ([`kitbag_shared::contain`]: a cgroup where writable, else the subreaper and
+//! the `KITBAG_JOB` environment tag); [`Running::terminate`] stops both.
 
 use std::collections::VecDeque;
 use std::fs::File;
@@ -12,6 +14,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use kitbag_shared::contain::{self, ChildReg};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
@@ -73,6 +76,8 @@ pub struct Running {
     exit_rx: Mutex<Receiver<Exit>>,
     reader_rx: Mutex<Receiver<()>>,
     pub started: Instant,
+    /// Every process of the command, wherever it moved.
+    pub contain: contain::Job,
     /// Keeps the PTY open for the session's lifetime.
     _master: Mutex<Box<dyn portable_pty::MasterPty + Send>>,
 }
@@ -93,11 +98,17 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         pixel_width: 0,
         pixel_height: 0,
     })?;
+    let job = contain::container("shell").job();
     let mut cmd = CommandBuilder::new("/bin/sh");
     cmd.arg("-c");
     // Stdin at end-of-file: a program waiting for input sees EOF instead of hanging until the
     // timeout. Output still goes to the terminal. Same line, so sh's line numbers are unchanged.
-    cmd.arg(format!("exec </dev/null; {}", spec.command));
+    // Before anything else the shell moves itself into the job's cgroup (when there is one).
+    cmd.arg(format!(
+        "{}exec </dev/null; {}",
+        job.shell_prefix(),
+        spec.command
+    ));
     cmd.cwd(spec.cwd);
     // A plain terminal: no colours, no pagers waiting for a key press.
     for (k, v) in [
@@ -113,16 +124,26 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     for (k, v) in spec.env {
         cmd.env(k, v);
     }
+    // After the caller's variables: a command cannot choose its own tag.
+    let (k, v) = job.env();
+    cmd.env(k, v);
     if let Some(dir) = spec.log_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let log = File::create(&spec.log_path)?;
-    let mut child = pair.slave.spawn_command(cmd)?;
+    // Registered under the reaper's lock: the orphan reaper never takes this child's status.
+    let (mut child, pid, reg) = {
+        let mut children = ChildReg::lock();
+        let child = pair.slave.spawn_command(cmd)?;
+        let pid = child
+            .process_id()
+            .map(|p| p as i32)
+            .ok_or_else(|| anyhow::anyhow!("spawned process has no pid"))?;
+        let reg = ChildReg::register(&mut children, pid);
+        (child, pid, reg)
+    };
+    job.attach(pid);
     drop(pair.slave); // only the child holds the terminal now: EOF when it (and its tree) close it
-    let pid = child
-        .process_id()
-        .map(|p| p as i32)
-        .ok_or_else(|| anyhow::anyhow!("spawned process has no pid"))?;
     let mut reader = pair.master.try_clone_reader()?;
     let half = spec.preview_bytes / 2;
     let capture = Arc::new(Mutex::new(Capture {
@@ -158,6 +179,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     let (exit_tx, exit_rx) = channel();
     std::thread::spawn(move || {
         let status = child.wait();
+        drop(reg);
         let exit = match status {
             Ok(s) => match s.signal() {
                 Some(name) => Exit {
@@ -182,6 +204,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         exit_rx: Mutex::new(exit_rx),
         reader_rx: Mutex::new(reader_rx),
         started: Instant::now(),
+        contain: job,
         _master: Mutex::new(pair.master),
     })
 }
@@ -257,6 +280,35 @@ impl Running {
             .ok()
     }
 
+    /// Whether any process of the command (shell, group, escaped descendants) is alive.
+    pub fn alive(&self) -> bool {
+        group_alive(self.pid) || self.contain.alive()
+    }
+
+    /// SIGTERM every process of the command, `grace` to exit, then SIGKILL what is left —
+    /// the process group and everything the containment finds outside it.
+    pub fn terminate(&self, grace: Duration) -> bool {
+        let pg = Pid::from_raw(self.pid);
+        let _ = killpg(pg, Signal::SIGTERM);
+        self.contain.signal(Signal::SIGTERM);
+        // A stopped process cannot act on SIGTERM until continued.
+        let _ = killpg(pg, Signal::SIGCONT);
+        self.contain.signal(Signal::SIGCONT);
+        let until = Instant::now() + grace;
+        let mut killed = false;
+        while self.alive() {
+            if Instant::now() >= until {
+                let _ = killpg(pg, Signal::SIGKILL);
+                killed = true;
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        // Whatever is left (or raced in), then the cgroup is removed and orphans reaped.
+        self.contain.kill();
+        killed
+    }
+
     /// Let the reader drain what the terminal still holds (bounded).
     pub fn drain(&self, limit: Duration) {
         let _ = self
@@ -270,24 +322,4 @@ impl Running {
 /// Whether any process of group `pgid` is still alive.
 pub fn group_alive(pgid: i32) -> bool {
     killpg(Pid::from_raw(pgid), None).is_ok()
-}
-
-/// SIGTERM the whole group, give it `grace`, then SIGKILL whatever is left.
-/// Returns true when SIGKILL was needed.
-pub fn terminate_group(pgid: i32, grace: Duration) -> bool {
-    let pg = Pid::from_raw(pgid);
-    if killpg(pg, Signal::SIGTERM).is_err() {
-        return false; // nothing left
-    }
-    // A stopped process cannot act on SIGTERM until continued.
-    let _ = killpg(pg, Signal::SIGCONT);
-    let until = Instant::now() + grace;
-    while Instant::now() < until {
-        if !group_alive(pgid) {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    let _ = killpg(pg, Signal::SIGKILL);
-    true
 }
