@@ -1,6 +1,5 @@
 //! `search_glob`: find files by name pattern, newest first.
 
-use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
@@ -93,8 +92,7 @@ pub fn compile(pattern: &str) -> ToolResult<(GlobMatcher, bool)> {
     Ok((glob.compile_matcher(), !pattern.contains('/')))
 }
 
-/// A file the walker matched (its real path, not yet checked beneath the root).
-type Hit = PathBuf;
+type Hit = (String, SystemTime, bool);
 
 /// One walker thread's hits, handed to the shared list when the thread is done.
 struct Batch {
@@ -152,7 +150,7 @@ pub async fn run(
         ctx.cancel.clone(),
         root.abs.clone(),
     );
-    let hits = kitbag_shared::blocking(move || {
+    kitbag_shared::blocking(move || {
         let policy: &PathPolicy = &pol;
         walker.build_parallel().run(|| {
             let (found, timed_out, cancel, base, matcher) = (
@@ -162,6 +160,9 @@ pub async fn run(
                 base.clone(),
                 matcher.clone(),
             );
+            // Each hit is checked beneath the root without links: a name the walker saw
+            // through a directory swapped for a link meanwhile is dropped, never shown.
+            let mut beneath = policy.beneath();
             let mut seen = 0u32;
             // Hits gather per walker thread and join the shared list once, when the
             // thread's visitor is dropped: no lock per hit.
@@ -169,6 +170,7 @@ pub async fn run(
                 local: Vec::new(),
                 shared: found,
             };
+            let want_mtime = sort == SortBy::Mtime;
             Box::new(move |entry| {
                 seen += 1;
                 if seen.is_multiple_of(512) && (cancel.is_cancelled() || Instant::now() > deadline)
@@ -191,39 +193,27 @@ pub async fn run(
                         .is_ok_and(|rel| matcher.is_match(rel))
                 };
                 if hit {
-                    batch.local.push(entry.into_path());
+                    let Ok(meta) = beneath.lstat(entry.path()) else {
+                        return WalkState::Continue;
+                    };
+                    let mtime = if want_mtime {
+                        meta.modified
+                    } else {
+                        SystemTime::UNIX_EPOCH
+                    };
+                    let outside = !policy.allows(entry.path(), Access::Read);
+                    batch
+                        .local
+                        .push((policy.display(entry.path()), mtime, outside));
                 }
                 WalkState::Continue
             })
         });
-        let mut paths = std::mem::take(&mut *f2.lock().unwrap_or_else(|e| e.into_inner()));
-        // Each hit is checked beneath the root without links (an lstat from its directory,
-        // opened by openat2): a name the walker saw through a directory swapped for a link
-        // meanwhile is dropped, never shown. Grouped by directory, each is opened once.
-        paths.sort_unstable_by(|a, b| {
-            a.parent()
-                .cmp(&b.parent())
-                .then_with(|| a.file_name().cmp(&b.file_name()))
-        });
-        let want_mtime = sort == SortBy::Mtime;
-        let mut beneath = policy.beneath();
-        let hits: Vec<(String, SystemTime, bool)> = paths
-            .iter()
-            .filter_map(|p| {
-                let meta = beneath.lstat(p).ok()?;
-                let mtime = if want_mtime {
-                    meta.modified
-                } else {
-                    SystemTime::UNIX_EPOCH
-                };
-                Some((policy.display(p), mtime, !policy.allows(p, Access::Read)))
-            })
-            .collect();
-        Ok(hits)
+        Ok(())
     })
     .await?;
     ctx.check_cancelled()?;
-    let mut all = hits;
+    let mut all = std::mem::take(&mut *found.lock().unwrap_or_else(|e| e.into_inner()));
     match sort {
         SortBy::Mtime => all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0))),
         SortBy::Path => all.sort_by(|a, b| a.0.cmp(&b.0)),

@@ -400,20 +400,25 @@ fn remove_tree(parent: BorrowedFd<'_>, name: &OsStr) -> io::Result<()> {
 /// Opens real paths found by a walker (the `ignore` crate walks by path) beneath the root,
 /// refusing links: a file the walker reached through a directory swapped for a link fails to
 /// open (`ELOOP`, `EXDEV`, `ENOENT`) instead of being read. A file is opened with one `openat2`
-/// from the root (as cheap as the plain `open` it replaces); `lstat` and `parent` keep the last
-/// directory open, so entries of one directory (visit them grouped) cost one call each.
+/// from the root (as cheap as the plain `open` it replaces); `lstat` and `parent` keep recent
+/// directories open, so an entry costs one `fstatat` from its directory.
 pub struct Beneath<'a> {
     root: &'a Path,
     root_fd: BorrowedFd<'a>,
-    last: Option<(PathBuf, OwnedFd)>,
+    /// Recently used directories (root-relative), most recent last. A walker goes depth
+    /// first and comes back to a directory after each subdirectory: one slot thrashed.
+    dirs: Vec<(PathBuf, OwnedFd)>,
 }
+
+/// Directories a [`Beneath`] keeps open (a walker thread holds one `Beneath`).
+const CACHED_DIRS: usize = 8;
 
 impl<'a> Beneath<'a> {
     pub(super) fn new(root: &'a Path, root_fd: BorrowedFd<'a>) -> Self {
         Beneath {
             root,
             root_fd,
-            last: None,
+            dirs: Vec::with_capacity(CACHED_DIRS),
         }
     }
 
@@ -426,8 +431,16 @@ impl<'a> Beneath<'a> {
             .file_name()
             .ok_or_else(|| io::Error::from(Errno::ISDIR))?;
         let dir_rel = rel.parent().unwrap_or(Path::new(""));
-        let cached = matches!(&self.last, Some((p, _)) if p == dir_rel);
-        if !cached {
+        // Compared as bytes: `Path` equality parses components, measurably slower per file.
+        let key = dir_rel.as_os_str().as_bytes();
+        if let Some(i) = self
+            .dirs
+            .iter()
+            .rposition(|(p, _)| p.as_os_str().as_bytes() == key)
+        {
+            let hit = self.dirs.remove(i);
+            self.dirs.push(hit);
+        } else {
             let rel = if dir_rel.as_os_str().is_empty() {
                 Path::new(".")
             } else {
@@ -439,9 +452,12 @@ impl<'a> Beneath<'a> {
                 OFlags::PATH | OFlags::DIRECTORY,
                 Mode::empty(),
             )?;
-            self.last = Some((dir_rel.to_path_buf(), fd));
+            if self.dirs.len() == CACHED_DIRS {
+                self.dirs.remove(0);
+            }
+            self.dirs.push((dir_rel.to_path_buf(), fd));
         }
-        match &self.last {
+        match self.dirs.last() {
             Some((_, fd)) => Ok((fd.as_fd(), name)),
             None => Err(Errno::NOENT.into()),
         }
