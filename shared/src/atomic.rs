@@ -2,38 +2,78 @@
 //!
 //! A crash at any instant leaves the old or the new content, never a mix. The file's
 //! permission bits are kept; a new file gets 0666 minus the process umask, as `open` would.
+//!
+//! Everything happens relative to the target's open parent directory ([`ParentDir`]): the temp
+//! file is made there with `openat(O_CREAT | O_EXCL | O_NOFOLLOW)` and renamed with `renameat`,
+//! so a directory swapped for a link after the parent was opened changes nothing. Tools get
+//! the parent from [`PathPolicy::parent`](crate::PathPolicy::parent) (`*_at` functions);
+//! callers with their own state files pass a path (the parent is then opened by that path).
 
-use std::fs::{self, File, OpenOptions};
-use std::io::Write;
-use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::ffi::OsString;
+use std::fs::{self, File};
+use std::io::{self, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
+use rustix::fs::{AtFlags, Mode, OFlags, linkat, openat, renameat, unlinkat};
+use rustix::io::Errno;
+
+use crate::paths::ParentDir;
+
 /// Write `bytes` to `path` atomically, creating parent directories when `create_parents`.
-pub fn write_atomic(path: &Path, bytes: &[u8], create_parents: bool) -> std::io::Result<()> {
-    let staged = stage(path, bytes, create_parents)?;
-    staged.commit()
+pub fn write_atomic(path: &Path, bytes: &[u8], create_parents: bool) -> io::Result<()> {
+    write_atomic_at(&ParentDir::of_path(path, create_parents)?, bytes)
+}
+
+/// Write `bytes` to `target`'s name in its open directory, atomically.
+pub fn write_atomic_at(target: &ParentDir, bytes: &[u8]) -> io::Result<()> {
+    stage(target, bytes, None)?.commit()
 }
 
 /// Write several files all-or-nothing: every file is staged first; if any rename fails,
 /// the files already replaced are put back as they were.
-pub fn write_all_atomic(files: &[(PathBuf, Vec<u8>)], create_parents: bool) -> std::io::Result<()> {
-    let mut staged = Vec::with_capacity(files.len());
+pub fn write_all_atomic(files: &[(PathBuf, Vec<u8>)], create_parents: bool) -> io::Result<()> {
+    let mut targets = Vec::with_capacity(files.len());
     for (path, bytes) in files {
+        targets.push((ParentDir::of_path(path, create_parents)?, bytes.clone()));
+    }
+    write_all_atomic_at(&targets)
+}
+
+/// [`write_all_atomic`] over open parent directories.
+pub fn write_all_atomic_at(files: &[(ParentDir, Vec<u8>)]) -> io::Result<()> {
+    let mut staged = Vec::with_capacity(files.len());
+    for (target, bytes) in files {
         // Dropping `staged` on error removes every temp file written so far.
-        staged.push(stage(path, bytes, create_parents)?);
+        staged.push(stage(target, bytes, None)?);
     }
     // Keep a hard-link backup of each existing target so a failed rename can be undone.
-    let mut backups: Vec<Option<PathBuf>> = Vec::with_capacity(staged.len());
+    let mut backups: Vec<Backup> = Vec::with_capacity(staged.len());
     for s in &staged {
-        if s.target.exists() {
-            let backup = unique_sibling(&s.target, "bak");
-            if let Err(e) = fs::hard_link(&s.target, &backup) {
+        let t = s.target;
+        let exists = match t.stat() {
+            Ok(st) => st.is_some(),
+            Err(e) => {
                 cleanup(&backups);
                 return Err(e);
             }
-            backups.push(Some(backup));
+        };
+        if exists {
+            let name = unique_sibling(t, "bak");
+            if let Err(e) = linkat(t.dir(), t.name(), t.dir(), &name, AtFlags::empty()) {
+                cleanup(&backups);
+                return Err(e.into());
+            }
+            backups.push(Backup {
+                target: t,
+                name: Some(name),
+            });
         } else {
-            backups.push(None);
+            backups.push(Backup {
+                target: t,
+                name: None,
+            });
         }
     }
     let mut done = 0;
@@ -48,13 +88,14 @@ pub fn write_all_atomic(files: &[(PathBuf, Vec<u8>)], create_parents: bool) -> s
         }
     }
     if let Some(e) = failure {
-        for (s, backup) in staged.iter().zip(&backups).take(done) {
-            match backup {
-                Some(b) => {
-                    let _ = fs::rename(b, &s.target);
+        for b in backups.iter().take(done) {
+            let t = b.target;
+            match &b.name {
+                Some(name) => {
+                    let _ = renameat(t.dir(), name, t.dir(), t.name());
                 }
                 None => {
-                    let _ = fs::remove_file(&s.target);
+                    let _ = unlinkat(t.dir(), t.name(), AtFlags::empty());
                 }
             }
         }
@@ -65,89 +106,110 @@ pub fn write_all_atomic(files: &[(PathBuf, Vec<u8>)], create_parents: bool) -> s
     Ok(())
 }
 
-fn cleanup(backups: &[Option<PathBuf>]) {
-    for b in backups.iter().flatten() {
-        let _ = fs::remove_file(b);
+/// Create `target` with `bytes`, never replacing anything: a complete temp file is hard-linked
+/// to the name (`linkat` fails if the name exists, so a file created meanwhile by someone else
+/// is never clobbered), then the temp name is removed.
+pub fn create_new_at(target: &ParentDir, bytes: &[u8]) -> io::Result<()> {
+    let staged = stage(target, bytes, Some(0o666 & !process_umask()))?;
+    let temp = staged.temp.as_ref().ok_or(io::ErrorKind::NotFound)?;
+    linkat(
+        target.dir(),
+        temp,
+        target.dir(),
+        target.name(),
+        AtFlags::empty(),
+    )?;
+    drop(staged); // removes the temp name; the content lives on under the target's name
+    target.sync_dir();
+    Ok(())
+}
+
+/// A backup hard link of a target about to be replaced (`None`: there was no target).
+struct Backup<'a> {
+    target: &'a ParentDir,
+    name: Option<OsString>,
+}
+
+fn cleanup(backups: &[Backup<'_>]) {
+    for b in backups {
+        if let Some(name) = &b.name {
+            let _ = unlinkat(b.target.dir(), name, AtFlags::empty());
+        }
     }
 }
 
-struct Staged {
-    temp: Option<PathBuf>,
-    target: PathBuf,
+/// A complete, fsync'd temp file next to its target, removed on drop unless renamed.
+struct Staged<'a> {
+    target: &'a ParentDir,
+    temp: Option<OsString>,
 }
 
-impl Staged {
-    fn rename_into_place(&mut self) -> std::io::Result<()> {
+impl Staged<'_> {
+    fn rename_into_place(&mut self) -> io::Result<()> {
         if let Some(temp) = &self.temp {
-            fs::rename(temp, &self.target)?;
+            let t = self.target;
+            renameat(t.dir(), temp, t.dir(), t.name())?;
             self.temp = None;
-            if let Some(dir) = self.target.parent() {
-                // Make the rename itself durable.
-                if let Ok(d) = File::open(dir) {
-                    let _ = d.sync_all();
-                }
-            }
+            // Make the rename itself durable.
+            t.sync_dir();
         }
         Ok(())
     }
 
-    fn commit(mut self) -> std::io::Result<()> {
+    fn commit(mut self) -> io::Result<()> {
         self.rename_into_place()
     }
 }
 
-impl Drop for Staged {
+impl Drop for Staged<'_> {
     fn drop(&mut self) {
         if let Some(t) = &self.temp {
-            let _ = fs::remove_file(t);
+            let _ = unlinkat(self.target.dir(), t, AtFlags::empty());
         }
     }
 }
 
-fn stage(path: &Path, bytes: &[u8], create_parents: bool) -> std::io::Result<Staged> {
-    let dir = path
-        .parent()
-        .filter(|p| !p.as_os_str().is_empty())
-        .unwrap_or(Path::new("."));
-    if create_parents {
-        fs::create_dir_all(dir)?;
+/// Write `bytes` to a new temp file beside `target`. Its mode: `mode`, else the target's
+/// (when it is a regular file), else 0666 minus the umask.
+fn stage<'a>(target: &'a ParentDir, bytes: &[u8], mode: Option<u32>) -> io::Result<Staged<'a>> {
+    let existing = target.stat()?;
+    if existing.is_some_and(|s| s.is_dir()) {
+        return Err(io::Error::new(
+            io::ErrorKind::IsADirectory,
+            "is a directory",
+        ));
     }
-    let mode = match fs::metadata(path) {
-        Ok(meta) if meta.is_dir() => {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::IsADirectory,
-                "is a directory",
-            ));
-        }
-        Ok(meta) => meta.permissions().mode() & 0o7777,
-        Err(_) => 0o666 & !process_umask(),
-    };
-    let temp = unique_sibling(path, "tmp");
-    let mut file = OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o600)
-        .open(&temp)?;
+    let mode = mode.unwrap_or_else(|| match existing {
+        // A link is replaced by a file: give it a new file's mode, not the link's 0777.
+        Some(s) if s.kind == crate::paths::EntryKind::File => s.mode,
+        _ => 0o666 & !process_umask(),
+    });
+    let temp = unique_sibling(target, "tmp");
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let fd = openat(target.dir(), &temp, flags, Mode::from_raw_mode(0o600))?;
     let staged = Staged {
-        temp: Some(temp.clone()),
-        target: path.to_path_buf(),
+        target,
+        temp: Some(temp),
     };
+    let mut file = File::from(fd);
     file.write_all(bytes)?;
     file.set_permissions(fs::Permissions::from_mode(mode))?;
     file.sync_all()?;
     Ok(staged)
 }
 
-fn unique_sibling(path: &Path, kind: &str) -> PathBuf {
+/// `.NAME.kitbag-KIND-PID-N`: hidden, unique within the process, never a valid user name clash.
+fn unique_sibling(target: &ParentDir, kind: &str) -> OsString {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let sibling = format!(".{name}.kitbag-{kind}-{}-{n}", std::process::id());
-    path.with_file_name(sibling)
+    let mut name = Vec::with_capacity(target.name().len() + 32);
+    name.push(b'.');
+    // Keep temp names well under NAME_MAX even for a long target name.
+    let base = target.name().as_bytes();
+    name.extend_from_slice(&base[..base.len().min(200)]);
+    name.extend_from_slice(format!(".kitbag-{kind}-{}-{n}", std::process::id()).as_bytes());
+    OsString::from(std::ffi::OsStr::from_bytes(&name))
 }
 
 /// The process umask, read from /proc so nothing has to change it to find out.
@@ -160,6 +222,11 @@ pub fn process_umask() -> u32 {
                 .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
         })
         .unwrap_or(0o022)
+}
+
+/// Whether an error is "the name exists already" (for `create_new_at` callers).
+pub fn is_exists(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::AlreadyExists || Errno::from_io_error(e) == Some(Errno::EXIST)
 }
 
 #[cfg(test)]
@@ -198,7 +265,7 @@ mod tests {
         let d = tempfile::tempdir().expect("tmp");
         let a = d.path().join("a.txt");
         fs::write(&a, "A").expect("w");
-        // The second target is a directory: its rename fails after the first succeeded.
+        // The second target is a directory: its staging fails before anything is renamed.
         let b = d.path().join("b");
         fs::create_dir(&b).expect("mkdir");
         fs::write(b.join("inner"), "x").expect("w");
@@ -230,5 +297,21 @@ mod tests {
         for (p, b) in &files {
             assert_eq!(&fs::read(p).expect("r"), b);
         }
+    }
+
+    #[test]
+    fn create_new_never_clobbers() {
+        let d = tempfile::tempdir().expect("tmp");
+        let p = d.path().join("n.txt");
+        let t = ParentDir::of_path(&p, false).expect("parent");
+        create_new_at(&t, b"one").expect("create");
+        let e = create_new_at(&t, b"two").expect_err("exists");
+        assert!(is_exists(&e), "{e}");
+        assert_eq!(fs::read(&p).expect("r"), b"one");
+        assert_eq!(
+            fs::read_dir(d.path()).expect("ls").count(),
+            1,
+            "no temp left"
+        );
     }
 }

@@ -43,11 +43,12 @@ static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
 pub use error::{ErrorCode, ToolError, ToolResult};
 pub use flags::CommonArgs;
-pub use paths::{Access, PathPolicy, Resolved};
+pub use paths::{Access, Parents, PathPolicy, Resolved};
 pub use server::{
     CallCtx, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, blocking, serve_stdio,
 };
 
 // Re-exported so servers use the same versions without naming them.
 pub use rmcp;
+pub use rustix;
 pub use schemars;

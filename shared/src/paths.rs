@@ -4,12 +4,30 @@
 //! as the kernel would, so `..` after a link, a link whose target leaves the root, a dangling
 //! link, or a file created through a linked parent directory are all caught. Components that
 //! do not exist yet (a file about to be created) are appended lexically.
+//!
+//! Resolving is not enough: another process may swap a directory for a link between the check
+//! and the use. So tools do not open the resolved path string; they ask the policy to *act*:
+//! [`PathPolicy::open_file`], [`PathPolicy::open_dir`], [`PathPolicy::parent`] and
+//! [`PathPolicy::entry_parent`] resolve, then open the real root-relative path beneath the
+//! root's directory descriptor refusing every symbolic link (see [`fd`]). A link that appeared
+//! since the resolution makes the open fail; the policy resolves again (a link that stays
+//! inside the root is fine, one leading out is refused) and gives up after a few tries with
+//! `file_busy`.
 
+pub mod fd;
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+
+use rustix::fs::{Mode as FileMode, OFlags};
 
 use serde_json::json;
 
 use crate::error::{ErrorCode, ToolError};
+pub use fd::{Beneath, EntryKind, EntryStat, ParentDir};
 
 /// Longest path (in bytes) an argument may carry.
 pub const MAX_PATH_BYTES: usize = 4096;
@@ -85,7 +103,20 @@ pub struct PathPolicy {
     specs: Vec<MountSpec>,
     read_only: bool,
     mounts: Vec<Mount>,
+    /// The root directory, opened once (`O_PATH | O_DIRECTORY`): every open starts here.
+    root_fd: Arc<OwnedFd>,
 }
+
+/// Whether missing parent directories of an entry are made (`mkdir -p`, through descriptors).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Parents {
+    MustExist,
+    Create,
+}
+
+/// How often a path is resolved again when a link appeared on it between resolving and
+/// opening. A one-off rename settles within one retry; only a tight swapping loop exhausts it.
+const ATTEMPTS: usize = 3;
 
 impl PathPolicy {
     /// Build a policy. No specs means `rw:.`; `read_only` turns every mount ro.
@@ -102,7 +133,13 @@ impl PathPolicy {
                 format!("root {} is not a directory", root_alias.display()),
             ));
         }
+        let root_fd = rustix::fs::open(
+            &root_real,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            FileMode::empty(),
+        )?;
         let mut policy = PathPolicy {
+            root_fd: Arc::new(root_fd),
             root: root_real,
             root_alias: lexical_normalize(&root_alias),
             specs: specs.to_vec(),
@@ -218,6 +255,163 @@ impl PathPolicy {
             rel: self.display(&abs),
             abs,
         })
+    }
+
+    /// The root directory's descriptor (`O_PATH`): the start of every open.
+    pub fn root_fd(&self) -> BorrowedFd<'_> {
+        self.root_fd.as_fd()
+    }
+
+    /// Resolve `input` and open it for reading: a regular file or a directory (`O_RDONLY`;
+    /// `O_NONBLOCK` so a FIFO cannot hang the call). Opened beneath the root without following
+    /// links; `fstat` the file to tell which it is.
+    pub fn open_file(
+        &self,
+        input: &str,
+        field: &str,
+        access: Access,
+    ) -> Result<(Resolved, File), ToolError> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+        self.act(
+            input,
+            field,
+            || self.resolve(input, field, access),
+            |r| self.open_real(&r.abs, flags).map(File::from),
+        )
+    }
+
+    /// Resolve `input` and open it as a directory (`O_PATH | O_DIRECTORY`), for `*at` calls
+    /// and [`fd::list_dir`].
+    pub fn open_dir(
+        &self,
+        input: &str,
+        field: &str,
+        access: Access,
+    ) -> Result<(Resolved, OwnedFd), ToolError> {
+        self.act(
+            input,
+            field,
+            || self.resolve(input, field, access),
+            |r| self.open_real(&r.abs, OFlags::PATH | OFlags::DIRECTORY),
+        )
+    }
+
+    /// Resolve `input` (following a final link, like [`Self::resolve`]) and open its parent
+    /// directory: the handle to create, write, rename or remove the file with `*at` calls.
+    /// With [`Parents::Create`] missing directories are made one by one beneath the root.
+    pub fn parent(
+        &self,
+        input: &str,
+        field: &str,
+        access: Access,
+        parents: Parents,
+    ) -> Result<(Resolved, ParentDir), ToolError> {
+        self.act(
+            input,
+            field,
+            || self.not_root(self.resolve(input, field, access)?, field),
+            |r| self.parent_real(&r.abs, parents),
+        )
+    }
+
+    /// [`Self::parent`] for the directory entry itself: a final link is kept (moved or
+    /// removed as a link), like [`Self::resolve_entry`].
+    pub fn entry_parent(
+        &self,
+        input: &str,
+        field: &str,
+        access: Access,
+        parents: Parents,
+    ) -> Result<(Resolved, ParentDir), ToolError> {
+        self.act(
+            input,
+            field,
+            || self.not_root(self.resolve_entry(input, field, access)?, field),
+            |r| self.parent_real(&r.abs, parents),
+        )
+    }
+
+    /// Opens real paths a walker found (see [`Beneath`]): searches walk by path with the
+    /// `ignore` crate, then read each file through this.
+    pub fn beneath(&self) -> Beneath<'_> {
+        Beneath::new(&self.root, self.root_fd())
+    }
+
+    /// Open a real (resolved, symlink-free) absolute path beneath the root, refusing links.
+    pub fn open_real(&self, abs: &Path, flags: OFlags) -> std::io::Result<OwnedFd> {
+        fd::open_beneath(
+            self.root_fd(),
+            self.rel_path(abs)?,
+            flags,
+            FileMode::empty(),
+        )
+    }
+
+    /// The parent directory of a real absolute path, opened beneath the root, and its name.
+    pub fn parent_real(&self, abs: &Path, parents: Parents) -> std::io::Result<ParentDir> {
+        let rel = self.rel_path(abs)?;
+        let Some(name) = rel.file_name() else {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidInput,
+                "the root itself has no parent directory",
+            ));
+        };
+        let dir_rel = match rel.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => Path::new("."),
+        };
+        let dir = fd::open_dirs(self.root_fd(), dir_rel, parents == Parents::Create)?;
+        ParentDir::new(dir, OsString::from(name))
+    }
+
+    /// The root has no parent: it cannot be replaced, moved or deleted.
+    fn not_root(&self, r: Resolved, field: &str) -> Result<Resolved, ToolError> {
+        if r.abs == self.root {
+            return Err(ToolError::invalid_field(
+                field,
+                "is the root itself, which cannot be replaced, moved or deleted",
+            ));
+        }
+        Ok(r)
+    }
+
+    /// `abs` relative to the root (`.` for the root), or `EXDEV` when it is not under it.
+    fn rel_path<'a>(&self, abs: &'a Path) -> std::io::Result<&'a Path> {
+        match abs.strip_prefix(&self.root) {
+            Ok(rel) if rel.as_os_str().is_empty() => Ok(Path::new(".")),
+            Ok(rel) => Ok(rel),
+            Err(_) => Err(rustix::io::Errno::XDEV.into()),
+        }
+    }
+
+    /// Resolve, then act on the result through descriptors. When the act finds a link where
+    /// the resolution saw none, the path changed in between: resolve again (the new answer
+    /// may be a refusal), at most [`ATTEMPTS`] times.
+    fn act<T>(
+        &self,
+        input: &str,
+        field: &str,
+        resolve: impl Fn() -> Result<Resolved, ToolError>,
+        act: impl Fn(&Resolved) -> std::io::Result<T>,
+    ) -> Result<(Resolved, T), ToolError> {
+        for _ in 0..ATTEMPTS {
+            let r = resolve()?;
+            match act(&r) {
+                Ok(v) => return Ok((r, v)),
+                Err(e) if fd::is_swapped(&e) => continue,
+                Err(e) => {
+                    return Err(ToolError::io(input, &e).with_detail(json!({ "field": field })));
+                }
+            }
+        }
+        Err(ToolError::new(
+            ErrorCode::FileBusy,
+            format!(
+                "{input}: a directory on this path was replaced by a symbolic link while it was \
+                 being opened ({ATTEMPTS} times); nothing was read or changed, try again"
+            ),
+        )
+        .with_detail(json!({ "field": field, "path": input })))
     }
 
     /// Whether a real absolute path lies in a mount allowing `access`.
@@ -547,6 +741,73 @@ mod tests {
         let ro = PathPolicy::new(root.path(), &[], true).expect("policy");
         assert!(ro.resolve("src/a.rs", "path", Access::Write).is_err());
         assert!(ro.is_read_only());
+    }
+
+    #[test]
+    fn acting_goes_through_descriptors() {
+        use std::io::Read;
+        let (root, outside, p) = setup();
+        // A link inside the root that stays inside keeps working: its target is opened.
+        symlink(root.path().join("src"), root.path().join("srclink")).expect("ln");
+        let (r, mut f) = p
+            .open_file("srclink/a.rs", "path", Access::Read)
+            .expect("open");
+        assert_eq!(r.rel, "src/a.rs");
+        let mut s = String::new();
+        f.read_to_string(&mut s).expect("read");
+        assert_eq!(s, "fn a() {}");
+        // Missing parents are made beneath the root.
+        let (r, parent) = p
+            .parent("new/deep/f.txt", "path", Access::Write, Parents::Create)
+            .expect("parent");
+        assert_eq!(r.rel, "new/deep/f.txt");
+        crate::atomic::write_atomic_at(&parent, b"x").expect("write");
+        assert_eq!(
+            std::fs::read(root.path().join("new/deep/f.txt")).expect("r"),
+            b"x"
+        );
+        // A final link is kept by entry_parent, followed (and judged) by parent.
+        symlink(outside.path().join("secret"), root.path().join("out")).expect("ln");
+        let (_, e) = p
+            .entry_parent("out", "path", Access::Write, Parents::MustExist)
+            .expect("the link itself");
+        assert_eq!(
+            e.stat().expect("stat").map(|s| s.kind),
+            Some(EntryKind::Symlink)
+        );
+        let err = p
+            .parent("out", "path", Access::Write, Parents::MustExist)
+            .expect_err("leads out");
+        assert_eq!(err.code, ErrorCode::CapabilityDenied);
+        // The root has no parent: a typed error naming the field.
+        let err = p
+            .entry_parent(".", "target", Access::Write, Parents::MustExist)
+            .expect_err("root");
+        assert_eq!(err.detail["field"], "target");
+        let err = p
+            .parent("missing/f", "path", Access::Write, Parents::MustExist)
+            .expect_err("missing parent");
+        assert_eq!(err.code, ErrorCode::FileNotFound);
+    }
+
+    #[test]
+    fn a_link_appearing_after_resolution_is_refused() {
+        let (root, outside, p) = setup();
+        let r = p.resolve("src/a.rs", "path", Access::Read).expect("ok");
+        // Swap `src` for a link out of the root after the resolution.
+        std::fs::rename(root.path().join("src"), root.path().join("src.real")).expect("mv");
+        symlink(outside.path(), root.path().join("src")).expect("ln");
+        std::fs::write(outside.path().join("a.rs"), "outside").expect("w");
+        let e = p
+            .open_real(&r.abs, OFlags::RDONLY)
+            .expect_err("link on the way");
+        assert!(fd::is_swapped(&e), "{e}");
+        // Resolving again sees the link and refuses it.
+        let err = p
+            .open_file("src/a.rs", "path", Access::Read)
+            .expect_err("refused");
+        assert_eq!(err.code, ErrorCode::CapabilityDenied);
+        assert!(p.beneath().open_read(&r.abs).is_err());
     }
 
     #[test]

@@ -16,6 +16,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod race;
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Era {
     /// `initialize` + `notifications/initialized`, protocol 2025-11-25.

@@ -5,7 +5,9 @@
 //! result re-encoded exactly as the original (BOM, CRLF, final newline) and written atomically.
 
 use kitbag_shared::limits::truncate_str;
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::{
+    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -274,9 +276,13 @@ pub async fn run(
         ));
     }
     let access = if dry_run { Access::Read } else { Access::Write };
-    let r = policy.resolve(&p.path, "path", access)?;
+    // Read and written through the same open parent directory: the file edited is the one read.
+    let (r, target) = policy.parent(&p.path, "path", access, Parents::MustExist)?;
     let _guard = state.locks.lock(&r.abs).await?;
-    let meta = std::fs::metadata(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+    let meta = target
+        .stat()
+        .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+        .map_err(|e| ToolError::io(&r.rel, &e))?;
     if meta.is_dir() {
         return Err(ToolError::new(
             ErrorCode::NotAFile,
@@ -290,7 +296,7 @@ pub async fn run(
         )
         .with_detail(json!({ "path": r.rel })));
     }
-    let bytes = std::fs::read(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+    let bytes = target.read().map_err(|e| ToolError::io(&r.rel, &e))?;
     let decoded = decode(bytes, &r.rel)?;
     let multi = p.edits.is_some();
     let (new_text, replacements) = match mode {
@@ -311,7 +317,7 @@ pub async fn run(
     let first_changed_line = first_changed_line(&decoded.text, &new_text);
     if !dry_run {
         let out = encode(&decoded, &new_text);
-        kitbag_shared::atomic::write_atomic(&r.abs, &out, false)
+        kitbag_shared::atomic::write_atomic_at(&target, &out)
             .map_err(|e| ToolError::io(&r.rel, &e))?;
         state.record(&r.abs, &out);
     }

@@ -42,9 +42,10 @@ pub fn router() -> ToolRouter<FilesState> {
         .tool(read::DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
             let target = read::open(ctx.policy(), p)?;
             if target.is_quick() {
-                target.read(&s)
+                target.read(&s, ctx.policy())
             } else {
-                blocking(move || target.read(&s)).await
+                let policy = ctx.policy().clone();
+                blocking(move || target.read(&s, &policy)).await
             }
         })
         .tool(write::WRITE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {

@@ -2,6 +2,7 @@
 
 use std::time::SystemTime;
 
+use kitbag_shared::paths::EntryKind;
 use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -111,8 +112,8 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
         }
     };
     let path = p.path.as_deref().unwrap_or(".");
-    let r = policy.resolve(path, "path", Access::Read)?;
-    let meta = std::fs::metadata(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+    let (r, dir) = policy.open_file(path, "path", Access::Read)?;
+    let meta = dir.metadata().map_err(|e| ToolError::io(&r.rel, &e))?;
     if !meta.is_dir() {
         return Err(ToolError::new(
             ErrorCode::NotADirectory,
@@ -132,6 +133,9 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
         .follow_links(false)
         .max_depth(if recursive { max_depth } else { Some(1) });
     let mut entries: Vec<Entry> = Vec::new();
+    // The walker lists by path; each entry is then checked beneath the root without links,
+    // so names seen through a directory swapped for a link meanwhile are dropped.
+    let mut beneath = policy.beneath();
     for item in walker.build() {
         let Ok(item) = item else { continue };
         if item.depth() == 0 {
@@ -141,24 +145,20 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
         if !policy.allows(item.path(), Access::Read) {
             continue;
         }
-        let Ok(m) = item.path().symlink_metadata() else {
+        let Ok(m) = beneath.lstat(item.path()) else {
             continue;
         };
-        let ft = m.file_type();
-        let kind = if ft.is_symlink() {
-            Kind::Symlink
-        } else if ft.is_dir() {
-            Kind::Dir
-        } else if ft.is_file() {
-            Kind::File
-        } else {
-            Kind::Other
+        let kind = match m.kind {
+            EntryKind::Symlink => Kind::Symlink,
+            EntryKind::Dir => Kind::Dir,
+            EntryKind::File => Kind::File,
+            EntryKind::Other => Kind::Other,
         };
         entries.push(Entry {
             path: policy.display(item.path()),
             kind,
-            size: if kind == Kind::Dir { 0 } else { m.len() },
-            modified: rfc3339(m.modified().ok()),
+            size: if kind == Kind::Dir { 0 } else { m.len },
+            modified: rfc3339(Some(m.modified)),
         });
     }
     entries.sort_by(|a, b| a.path.cmp(&b.path));

@@ -2,8 +2,12 @@
 //!
 //! Both act on the directory entry itself: a symbolic link is moved or removed, never the
 //! file it points to (the parent directory is resolved through the policy, the final name is not).
+//! They act through the open parent directories (`renameat2`, `unlinkat`), never by path.
 
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::paths::EntryKind;
+use kitbag_shared::{
+    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -72,15 +76,11 @@ pub async fn move_entry(
     policy: &PathPolicy,
     p: MoveParams,
 ) -> ToolResult<Reply<MoveResult>> {
-    let src = policy.resolve_entry(&p.source, "source", Access::Write)?;
-    let dst = policy.resolve_entry(&p.destination, "destination", Access::Write)?;
-    if src.abs == policy.root() {
-        return Err(ToolError::invalid_field(
-            "source",
-            "the root itself cannot be moved",
-        ));
-    }
-    if dst.abs.starts_with(&src.abs) && dst.abs != src.abs {
+    let (src, src_entry) =
+        policy.entry_parent(&p.source, "source", Access::Write, Parents::MustExist)?;
+    // Checked before the destination's parents are made, so a refused move creates nothing.
+    let planned = policy.resolve_entry(&p.destination, "destination", Access::Write)?;
+    if planned.abs.starts_with(&src.abs) && planned.abs != src.abs {
         return Err(ToolError::invalid_field(
             "destination",
             "cannot move a directory into itself",
@@ -88,11 +88,20 @@ pub async fn move_entry(
     }
     let _guard = state
         .locks
-        .lock_many(&[src.abs.clone(), dst.abs.clone()])
+        .lock_many(&[src.abs.clone(), planned.abs.clone()])
         .await?;
-    let src_meta = std::fs::symlink_metadata(&src.abs).map_err(|e| ToolError::io(&src.rel, &e))?;
+    let src_meta = src_entry
+        .stat()
+        .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+        .map_err(|e| ToolError::io(&src.rel, &e))?;
+    let (dst, dst_entry) = policy.entry_parent(
+        &p.destination,
+        "destination",
+        Access::Write,
+        Parents::Create,
+    )?;
     let mut overwritten = false;
-    if let Ok(dmeta) = std::fs::symlink_metadata(&dst.abs) {
+    if let Some(dmeta) = dst_entry.stat().map_err(|e| ToolError::io(&dst.rel, &e))? {
         if src.abs == dst.abs {
             return Err(ToolError::new(
                 ErrorCode::NoChange,
@@ -100,14 +109,7 @@ pub async fn move_entry(
             ));
         }
         if !p.overwrite.unwrap_or(false) {
-            return Err(ToolError::new(
-                ErrorCode::FileExists,
-                format!(
-                    "{}: already exists; set overwrite: true to replace it",
-                    dst.rel
-                ),
-            )
-            .with_detail(json!({ "field": "destination" })));
+            return Err(exists(&dst.rel));
         }
         if dmeta.is_dir() || src_meta.is_dir() {
             return Err(ToolError::invalid_field(
@@ -117,10 +119,14 @@ pub async fn move_entry(
         }
         overwritten = true;
     }
-    if let Some(parent) = dst.abs.parent() {
-        std::fs::create_dir_all(parent).map_err(|e| ToolError::io(&dst.rel, &e))?;
-    }
-    std::fs::rename(&src.abs, &dst.abs).map_err(|e| ToolError::io(&src.rel, &e))?;
+    // Without an approved overwrite the kernel refuses to replace anything (RENAME_NOREPLACE),
+    // so an entry appearing after the check above is never clobbered.
+    src_entry
+        .rename_to(&dst_entry, overwritten)
+        .map_err(|e| match e.kind() {
+            std::io::ErrorKind::AlreadyExists => exists(&dst.rel),
+            _ => ToolError::io(&src.rel, &e),
+        })?;
     state.rename(&src.abs, &dst.abs);
     let text = format!(
         "moved {} → {}{}",
@@ -138,39 +144,51 @@ pub async fn move_entry(
     ))
 }
 
+fn exists(rel: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::FileExists,
+        format!("{rel}: already exists; set overwrite: true to replace it"),
+    )
+    .with_detail(json!({ "field": "destination" }))
+}
+
 pub async fn delete(
     state: &FilesState,
     policy: &PathPolicy,
     p: DeleteParams,
 ) -> ToolResult<Reply<DeleteResult>> {
-    let r = policy.resolve_entry(&p.path, "path", Access::Write)?;
-    if r.abs == policy.root() {
-        return Err(ToolError::invalid_field(
-            "path",
-            "the root itself cannot be deleted",
-        ));
-    }
+    let (r, entry) = policy.entry_parent(&p.path, "path", Access::Write, Parents::MustExist)?;
     let _guard = state.locks.lock(&r.abs).await?;
-    let meta = std::fs::symlink_metadata(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
-    let kind = if meta.file_type().is_symlink() {
-        std::fs::remove_file(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
-        "symlink"
-    } else if meta.is_dir() {
-        if !p.recursive.unwrap_or(false) {
-            return Err(ToolError::new(
-                ErrorCode::InvalidParams,
-                format!(
-                    "{}: is a directory; set recursive: true to delete it and everything in it",
-                    r.rel
-                ),
-            )
-            .with_detail(json!({ "field": "recursive" })));
+    let meta = entry
+        .stat()
+        .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
+        .map_err(|e| ToolError::io(&r.rel, &e))?;
+    let kind = match meta.kind {
+        EntryKind::Symlink => {
+            entry.remove_file().map_err(|e| ToolError::io(&r.rel, &e))?;
+            "symlink"
         }
-        std::fs::remove_dir_all(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
-        "directory"
-    } else {
-        std::fs::remove_file(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
-        "file"
+        EntryKind::Dir => {
+            if !p.recursive.unwrap_or(false) {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidParams,
+                    format!(
+                        "{}: is a directory; set recursive: true to delete it and everything in it",
+                        r.rel
+                    ),
+                )
+                .with_detail(json!({ "field": "recursive" })));
+            }
+            // Walks by descriptors: nothing under the directory is looked up by path again.
+            entry
+                .remove_dir_all()
+                .map_err(|e| ToolError::io(&r.rel, &e))?;
+            "directory"
+        }
+        EntryKind::File | EntryKind::Other => {
+            entry.remove_file().map_err(|e| ToolError::io(&r.rel, &e))?;
+            "file"
+        }
     };
     state.forget(&r.abs);
     let text = format!("deleted {kind} {}", r.rel);

@@ -1,9 +1,13 @@
 //! `file_read`: numbered lines of a text file, a directory's entries, or a binary summary.
 
+use std::fs::File;
 use std::io::{BufRead, BufReader, Read};
+use std::os::fd::AsFd;
 use std::path::Path;
 
 use kitbag_shared::limits::truncate_line;
+use kitbag_shared::paths::{EntryKind as FsKind, Resolved, fd};
+use kitbag_shared::rustix::fs::OFlags;
 use kitbag_shared::{Access, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -123,26 +127,29 @@ pub fn positive(field: &str, v: Option<i64>, default: u64) -> ToolResult<u64> {
 /// cost more than the read.
 const QUICK_READ_BYTES: u64 = 1 << 20;
 
-/// A validated, resolved read, before any content is touched.
+/// A validated read: the file (or directory) is open, nothing of its content touched yet.
 pub struct Target {
     path: String,
     offset: u64,
     limit: u64,
-    resolved: kitbag_shared::paths::Resolved,
+    resolved: Resolved,
+    /// Opened beneath the root without following links: what is read is what was resolved.
+    file: File,
     meta: std::fs::Metadata,
 }
 
-/// Check the arguments, resolve the path and stat it.
+/// Check the arguments, resolve and open the path, and stat the open file.
 pub fn open(policy: &PathPolicy, p: ReadParams) -> ToolResult<Target> {
     let offset = positive("offset", p.offset, 1)?;
     let limit = positive("limit", p.limit, DEFAULT_LIMIT)?;
-    let resolved = policy.resolve(&p.path, "path", Access::Read)?;
-    let meta = std::fs::metadata(&resolved.abs).map_err(|e| ToolError::io(&p.path, &e))?;
+    let (resolved, file) = policy.open_file(&p.path, "path", Access::Read)?;
+    let meta = file.metadata().map_err(|e| ToolError::io(&p.path, &e))?;
     Ok(Target {
         path: p.path,
         offset,
         limit,
         resolved,
+        file,
         meta,
     })
 }
@@ -152,7 +159,7 @@ pub fn run(
     policy: &PathPolicy,
     p: ReadParams,
 ) -> ToolResult<Reply<ReadResult>> {
-    open(policy, p)?.read(state)
+    open(policy, p)?.read(state, policy)
 }
 
 impl Target {
@@ -162,18 +169,18 @@ impl Target {
     }
 
     /// Read the file (numbered lines, or a binary summary) or list the directory.
-    pub fn read(self, state: &FilesState) -> ToolResult<Reply<ReadResult>> {
+    pub fn read(self, state: &FilesState, policy: &PathPolicy) -> ToolResult<Reply<ReadResult>> {
         let Target {
             path,
             offset,
             limit,
             resolved,
+            file,
             meta,
         } = self;
         if meta.is_dir() {
-            return read_dir(&resolved.abs, resolved.rel, offset, limit);
+            return read_dir(policy, &file, resolved, offset, limit);
         }
-        let file = std::fs::File::open(&resolved.abs).map_err(|e| ToolError::io(&path, &e))?;
         // A small file is read whole straight into its buffer (no staging copy); a larger one
         // streams. Either way a binary file is told from its first bytes.
         let mut content = if meta.len() <= QUICK_READ_BYTES {
@@ -250,7 +257,7 @@ impl Target {
 /// A file's bytes: all of them, or a reader over them.
 enum Content {
     Whole(Vec<u8>),
-    Stream(BufReader<std::fs::File>),
+    Stream(BufReader<File>),
 }
 
 struct Numbered {
@@ -401,16 +408,25 @@ fn number_bytes(data: &[u8], offset: u64, limit: u64) -> Numbered {
     window.finish(xxhash_rust::xxh3::xxh3_128(data))
 }
 
-fn read_dir(abs: &Path, rel: String, offset: u64, limit: u64) -> ToolResult<Reply<ReadResult>> {
-    let rd = std::fs::read_dir(abs).map_err(|e| ToolError::io(&rel, &e))?;
-    let mut names: Vec<String> = rd
-        .filter_map(|e| e.ok())
-        .map(|e| {
-            let name = e.file_name().to_string_lossy().into_owned();
-            // file_type does not follow links; a link to a directory still reads as a directory.
-            let is_dir = std::fs::metadata(e.path())
-                .map(|m| m.is_dir())
-                .unwrap_or(false);
+fn read_dir(
+    policy: &PathPolicy,
+    dir: &File,
+    resolved: Resolved,
+    offset: u64,
+    limit: u64,
+) -> ToolResult<Reply<ReadResult>> {
+    let Resolved { abs, rel } = resolved;
+    // Listed through the open directory: the entries are those of the directory resolved.
+    let entries = fd::list_dir(dir.as_fd()).map_err(|e| ToolError::io(&rel, &e))?;
+    let mut names: Vec<String> = entries
+        .into_iter()
+        .map(|(name, kind)| {
+            let is_dir = match kind {
+                FsKind::Dir => true,
+                FsKind::Symlink => link_is_dir(policy, &abs.join(&name)),
+                _ => false,
+            };
+            let name = name.to_string_lossy().into_owned();
             if is_dir { format!("{name}/") } else { name }
         })
         .collect();
@@ -442,13 +458,18 @@ fn read_dir(abs: &Path, rel: String, offset: u64, limit: u64) -> ToolResult<Repl
     Ok(Reply::new(r, text))
 }
 
-/// Read a whole file for editing: refuses binaries and non-UTF-8 text.
-pub fn read_text_for_edit(abs: &Path, shown: &str) -> ToolResult<Vec<u8>> {
-    let mut bytes = Vec::new();
-    std::fs::File::open(abs)
-        .and_then(|mut f| f.read_to_end(&mut bytes))
-        .map_err(|e| ToolError::io(shown, &e))?;
-    Ok(bytes)
+/// A link to a directory still reads as a directory (`name/`) — when the policy resolves it
+/// to one inside the root. The link is never followed by the kernel: a link leading out of the
+/// root reads as a plain name.
+fn link_is_dir(policy: &PathPolicy, link: &Path) -> bool {
+    let Some(spelled) = link.to_str() else {
+        return false;
+    };
+    policy.resolve_in_root(spelled, "path").is_ok_and(|r| {
+        policy
+            .open_real(&r.abs, OFlags::PATH | OFlags::DIRECTORY)
+            .is_ok()
+    })
 }
 
 #[cfg(test)]

@@ -1,9 +1,9 @@
 //! `file_write` (overwrite after a read) and `file_create` (new files only).
 
-use std::io::Write;
-use std::os::unix::fs::PermissionsExt;
-
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::atomic::{create_new_at, is_exists, write_atomic_at};
+use kitbag_shared::{
+    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -68,16 +68,17 @@ pub async fn write(
     p: WriteParams,
 ) -> ToolResult<Reply<WriteResult>> {
     check_content(state, &p.content)?;
-    let r = policy.resolve(&p.path, "path", Access::Write)?;
+    // Missing parents are made now: a file under them cannot exist, so it is being created.
+    let (r, target) = policy.parent(&p.path, "path", Access::Write, Parents::Create)?;
     let _guard = state.locks.lock(&r.abs).await?;
-    let created = match std::fs::metadata(&r.abs) {
-        Ok(meta) if meta.is_dir() => {
+    let created = match target.stat() {
+        Ok(Some(meta)) if meta.is_dir() => {
             return Err(ToolError::new(
                 ErrorCode::NotAFile,
                 format!("{}: is a directory", r.rel),
             ));
         }
-        Ok(_) => {
+        Ok(Some(_)) => {
             let Some(recorded) = state.recorded(&r.abs) else {
                 return Err(ToolError::new(
                     ErrorCode::FileNotRead,
@@ -88,7 +89,7 @@ pub async fn write(
                 )
                 .with_detail(json!({ "path": r.rel })));
             };
-            let current = std::fs::read(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+            let current = target.read().map_err(|e| ToolError::io(&r.rel, &e))?;
             if hash(&current) != recorded {
                 return Err(ToolError::new(
                     ErrorCode::FileChangedSinceRead,
@@ -101,11 +102,10 @@ pub async fn write(
             }
             false
         }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => true,
+        Ok(None) => true,
         Err(e) => return Err(ToolError::io(&r.rel, &e)),
     };
-    kitbag_shared::atomic::write_atomic(&r.abs, p.content.as_bytes(), true)
-        .map_err(|e| ToolError::io(&r.rel, &e))?;
+    write_atomic_at(&target, p.content.as_bytes()).map_err(|e| ToolError::io(&r.rel, &e))?;
     state.record(&r.abs, p.content.as_bytes());
     let verb = if created { "created" } else { "overwrote" };
     let text = format!("{verb} {} ({} bytes)", r.rel, p.content.len());
@@ -125,7 +125,7 @@ pub async fn create(
     p: WriteParams,
 ) -> ToolResult<Reply<WriteResult>> {
     check_content(state, &p.content)?;
-    let r = policy.resolve(&p.path, "path", Access::Write)?;
+    let (r, target) = policy.parent(&p.path, "path", Access::Write, Parents::Create)?;
     let _guard = state.locks.lock(&r.abs).await?;
     let exists = || {
         ToolError::new(
@@ -134,12 +134,20 @@ pub async fn create(
         )
         .with_detail(json!({ "path": r.rel }))
     };
-    if std::fs::symlink_metadata(&r.abs).is_ok() {
+    if target
+        .stat()
+        .map_err(|e| ToolError::io(&r.rel, &e))?
+        .is_some()
+    {
         return Err(exists());
     }
-    create_new_atomic(&r.abs, p.content.as_bytes()).map_err(|e| match e.kind() {
-        std::io::ErrorKind::AlreadyExists => exists(),
-        _ => ToolError::io(&r.rel, &e),
+    // Linked into place: a file created meanwhile by someone else is never clobbered.
+    create_new_at(&target, p.content.as_bytes()).map_err(|e| {
+        if is_exists(&e) {
+            exists()
+        } else {
+            ToolError::io(&r.rel, &e)
+        }
     })?;
     state.record(&r.abs, p.content.as_bytes());
     let text = format!("created {} ({} bytes)", r.rel, p.content.len());
@@ -151,25 +159,4 @@ pub async fn create(
         },
         text,
     ))
-}
-
-/// Write a complete temp file, then hard-link it into place: `link` fails if the name
-/// exists, so a file created meanwhile by someone else is never clobbered.
-fn create_new_atomic(target: &std::path::Path, bytes: &[u8]) -> std::io::Result<()> {
-    let dir = target.parent().unwrap_or(std::path::Path::new("."));
-    std::fs::create_dir_all(dir)?;
-    let mut tmp = tempfile::Builder::new()
-        .prefix(".kitbag-new-")
-        .tempfile_in(dir)?;
-    tmp.write_all(bytes)?;
-    let umask = kitbag_shared::atomic::process_umask();
-    tmp.as_file()
-        .set_permissions(std::fs::Permissions::from_mode(0o666 & !umask))?;
-    tmp.as_file().sync_all()?;
-    std::fs::hard_link(tmp.path(), target)?;
-    drop(tmp); // removes the temp name; the content lives on under `target`
-    if let Ok(d) = std::fs::File::open(dir) {
-        let _ = d.sync_all();
-    }
-    Ok(())
 }

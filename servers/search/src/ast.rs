@@ -1,6 +1,7 @@
 //! `search_ast` and `edit_ast`: structural search and rewrite with ast-grep.
 
 use std::collections::BTreeMap;
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 use std::sync::Arc;
@@ -11,8 +12,9 @@ use ast_grep_core::{AstGrep, Pattern};
 use ast_grep_language::SupportLang;
 use ignore::WalkState;
 use kitbag_shared::limits::truncate_line;
+use kitbag_shared::paths::fd;
 use kitbag_shared::{
-    Access, CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+    Access, CallCtx, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -381,9 +383,23 @@ fn par_map<T: Send>(files: &[PathBuf], f: impl Fn(&Path) -> T + Sync) -> Vec<T> 
     })
 }
 
-fn read_source(path: &Path) -> Result<String, String> {
-    let bytes = std::fs::read(path).map_err(|e| e.to_string())?;
-    String::from_utf8(bytes).map_err(|_| "not valid UTF-8".to_string())
+/// Read a file the walker found, beneath the root without following links. `Ok(None)`: it is
+/// not (or no longer) there — e.g. reached through a directory swapped for a link — and is
+/// skipped without a word, since even its name may come from outside the root.
+fn read_source(policy: &PathPolicy, path: &Path) -> Result<Option<String>, String> {
+    let mut bytes = Vec::new();
+    let read = policy
+        .beneath()
+        .open_read(path)
+        .and_then(|mut f| f.read_to_end(&mut bytes));
+    match read {
+        Ok(_) => {}
+        Err(e) if fd::is_gone(&e) => return Ok(None),
+        Err(e) => return Err(e.to_string()),
+    }
+    String::from_utf8(bytes)
+        .map(Some)
+        .map_err(|_| "not valid UTF-8".to_string())
 }
 
 /// 1-based line and column (in characters) of byte `offset` in `src`.
@@ -504,8 +520,14 @@ pub async fn search(
                     error: None,
                 };
             }
-            let src = match read_source(path) {
-                Ok(s) => s,
+            let src = match read_source(&policy, path) {
+                Ok(Some(s)) => s,
+                Ok(None) => {
+                    return FileMatches {
+                        matches: Vec::new(),
+                        error: None,
+                    };
+                }
                 Err(message) => {
                     return FileMatches {
                         matches: Vec::new(),
@@ -835,12 +857,22 @@ pub async fn edit(
                 )
                 .with_detail(json!({ "field": "path", "needed": "rw", "files": denied })));
             }
-            kitbag_shared::atomic::write_all_atomic(&writes, false).map_err(|e| {
+            let failed = |e: std::io::Error| {
                 ToolError::new(
                     ErrorCode::IoError,
                     format!("writing the rewritten files failed; no file was changed: {e}"),
                 )
-            })?;
+            };
+            // Each file is replaced in its directory opened beneath the root without links:
+            // a directory swapped for a link since the read fails the whole edit instead.
+            let mut targets = Vec::with_capacity(writes.len());
+            for (path, bytes) in writes.iter_mut() {
+                let parent = policy
+                    .parent_real(path, Parents::MustExist)
+                    .map_err(failed)?;
+                targets.push((parent, std::mem::take(bytes)));
+            }
+            kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(failed)?;
         }
         let mut text = format!(
             "{} {} replacement(s) in {} file(s) ({} {} files searched){}\n",
@@ -913,8 +945,9 @@ fn plan_file(
     if cancel.is_cancelled() {
         return empty(None);
     }
-    let src = match read_source(path) {
-        Ok(s) => s,
+    let src = match read_source(policy, path) {
+        Ok(Some(s)) => s,
+        Ok(None) => return empty(None),
         Err(message) => {
             return empty(Some(ParseError {
                 path: shown.clone(),

@@ -151,15 +151,18 @@ pub async fn run(
         root.abs.clone(),
     );
     kitbag_shared::blocking(move || {
+        let policy: &PathPolicy = &pol;
         walker.build_parallel().run(|| {
-            let (found, timed_out, pol, cancel, base, matcher) = (
+            let (found, timed_out, cancel, base, matcher) = (
                 f2.clone(),
                 t2.clone(),
-                pol.clone(),
                 cancel.clone(),
                 base.clone(),
                 matcher.clone(),
             );
+            // Each hit is checked beneath the root without links: a name the walker saw
+            // through a directory swapped for a link meanwhile is dropped, never shown.
+            let mut beneath = policy.beneath();
             let mut seen = 0u32;
             // Hits gather per walker thread and join the shared list once, when the
             // thread's visitor is dropped: no lock per hit.
@@ -190,20 +193,18 @@ pub async fn run(
                         .is_ok_and(|rel| matcher.is_match(rel))
                 };
                 if hit {
-                    // Only a sort by time needs the stat call.
+                    let Ok(meta) = beneath.lstat(entry.path()) else {
+                        return WalkState::Continue;
+                    };
                     let mtime = if want_mtime {
-                        entry
-                            .metadata()
-                            .ok()
-                            .and_then(|m| m.modified().ok())
-                            .unwrap_or(SystemTime::UNIX_EPOCH)
+                        meta.modified
                     } else {
                         SystemTime::UNIX_EPOCH
                     };
-                    let outside = !pol.allows(entry.path(), Access::Read);
+                    let outside = !policy.allows(entry.path(), Access::Read);
                     batch
                         .local
-                        .push((pol.display(entry.path()), mtime, outside));
+                        .push((policy.display(entry.path()), mtime, outside));
                 }
                 WalkState::Continue
             })

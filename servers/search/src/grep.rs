@@ -482,6 +482,9 @@ fn walk(
         let mut searcher = sb.build();
         let matcher = matcher.clone();
         let shared = shared.clone();
+        // The walker finds files by path; each is opened beneath the root refusing links, so
+        // one reached through a directory swapped for a link is skipped, never read.
+        let mut beneath = policy.beneath();
         Box::new(move |entry| {
             if shared.should_stop() {
                 return WalkState::Quit;
@@ -492,8 +495,11 @@ fn walk(
             if !entry.file_type().is_some_and(|t| t.is_file()) {
                 return WalkState::Continue;
             }
-            shared.files_searched.fetch_add(1, Ordering::Relaxed);
             let path = entry.path();
+            let Ok(file) = beneath.open_read(path) else {
+                return WalkState::Continue;
+            };
+            shared.files_searched.fetch_add(1, Ordering::Relaxed);
             let keep_text = policy.allows(path, Access::Read);
             let mut sink = FileSink {
                 shared: &shared,
@@ -504,7 +510,7 @@ fn walk(
                 pending_before: Vec::new(),
                 binary: false,
             };
-            if searcher.search_path(&matcher, path, &mut sink).is_err()
+            if searcher.search_file(&matcher, &file, &mut sink).is_err()
                 || sink.binary
                 || sink.count == 0
             {
