@@ -886,7 +886,12 @@ mod tests {
                 if true {
                     panic!("index out of range");
                 }
-                Ok(Reply::new(O { echoed: String::new() }, ""))
+                Ok(Reply::new(
+                    O {
+                        echoed: String::new(),
+                    },
+                    "",
+                ))
             },
         );
         let out = r

@@ -67,13 +67,24 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
         .map(|p| json!({"path": policy.display(&p.file), "edits": p.edits}))
         .collect();
     let writes: Vec<(PathBuf, Vec<u8>)> = planned.into_iter().map(|p| (p.file, p.new)).collect();
+    let beneath = policy.clone();
     kitbag_shared::blocking(move || {
-        kitbag_shared::atomic::write_all_atomic(&writes, false).map_err(|e| {
+        let not_applied = |e: std::io::Error| {
             ToolError::new(
                 ErrorCode::IoError,
                 format!("rename not applied (no file changed): {e}"),
             )
-        })
+        };
+        // Each file is written through its directory opened beneath the root, never by its
+        // path string again: a directory swapped for a link meanwhile is refused, not followed.
+        let mut targets = Vec::with_capacity(writes.len());
+        for (file, bytes) in writes {
+            let dir = beneath
+                .parent_real(&file, kitbag_shared::paths::Parents::MustExist)
+                .map_err(not_applied)?;
+            targets.push((dir, bytes));
+        }
+        kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(not_applied)
     })
     .await?;
     // Tell the server about the new text right away.

@@ -74,9 +74,22 @@ pub struct GlobResult {
     pub outside_cage: Vec<String>,
 }
 
+/// The longest glob accepted: a path is at most 4 KB, and a glob of ~87,000 `*` compiles past
+/// the regex size limit (it used to panic in a task and never answer).
+pub const MAX_GLOB_BYTES: usize = 4096;
+
 pub fn compile(pattern: &str) -> ToolResult<(GlobMatcher, bool)> {
     if pattern.is_empty() {
         return Err(ToolError::invalid_field("pattern", "must not be empty"));
+    }
+    if pattern.len() > MAX_GLOB_BYTES {
+        return Err(ToolError::invalid_field(
+            "pattern",
+            format!(
+                "is {} bytes long; at most {MAX_GLOB_BYTES} bytes are accepted",
+                pattern.len()
+            ),
+        ));
     }
     let glob = GlobBuilder::new(pattern)
         .literal_separator(true)

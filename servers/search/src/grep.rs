@@ -317,6 +317,9 @@ fn range_arg(field: &str, v: Option<i64>, min: i64, max: i64) -> ToolResult<Opti
     }
 }
 
+/// The longest search pattern accepted (a long alternation of identifiers fits easily).
+pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
+
 pub async fn run(
     policy: Arc<PathPolicy>,
     limits: GrepLimits,
@@ -325,6 +328,16 @@ pub async fn run(
 ) -> ToolResult<Reply<GrepResult>> {
     if p.pattern.is_empty() {
         return Err(ToolError::invalid_field("pattern", "must not be empty"));
+    }
+    // Checked before compiling: a 50 MB pattern reached 5.2 GB before the regex engine refused it.
+    if p.pattern.len() > MAX_PATTERN_BYTES {
+        return Err(ToolError::invalid_field(
+            "pattern",
+            format!(
+                "is {} bytes long; at most {MAX_PATTERN_BYTES} bytes are accepted",
+                p.pattern.len()
+            ),
+        ));
     }
     let mode = p.output_mode.unwrap_or_default();
     let head_limit = range_arg("head_limit", p.head_limit, 1, i64::MAX)?;

@@ -618,6 +618,22 @@ fn bad_input_is_typed() {
     .expect_field("include");
     c.call_err("search_glob", json!({"pattern": "a[b"}), "invalid_pattern")
         .expect_field("pattern");
+    // Oversize patterns are refused before any work (87,000 `*` used to panic unanswered; a
+    // 50 MB regex reached 5.2 GB before the engine refused it), and not echoed back whole.
+    let r = c
+        .call_err(
+            "search_glob",
+            json!({"pattern": "*".repeat(87_000)}),
+            "invalid_params",
+        )
+        .expect_field("pattern");
+    assert!(r.text.len() < 300, "{}", r.text.len());
+    c.call_err(
+        "search_grep",
+        json!({"pattern": "a".repeat(2 << 20)}),
+        "invalid_params",
+    )
+    .expect_field("pattern");
     c.call_err(
         "search_glob",
         json!({"pattern": "*", "limit": -5}),
