@@ -16,7 +16,10 @@ use crate::state::FilesState;
 
 pub const DEFAULT_LIMIT: u64 = 2000;
 pub const MAX_LINE_CHARS: usize = 2000;
-pub const MAX_OUTPUT_BYTES: usize = 50 * 1024;
+/// The content's cap, measured as the JSON-escaped string it becomes in `structuredContent`:
+/// Claude Code replaces any result of 50 KB or more (measured on the serialized structured
+/// content) with a 2 KB preview and a file path, so a full page must stay below that.
+pub const MAX_OUTPUT_BYTES: usize = 44 * 1024;
 pub const MAX_DIR_ENTRIES: usize = 2000;
 /// Bytes inspected to decide whether a file is binary.
 const SNIFF_BYTES: usize = 8192;
@@ -26,7 +29,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "Read file",
     "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file.\n\
      Use it before editing or overwriting a file (file_write refuses files not read in this session). \
-     Pages with `offset` (1-based first line) and `limit` (default 2000 lines); output is capped at 50 KB \
+     Pages with `offset` (1-based first line) and `limit` (default 2000 lines); output is capped at 44 KB \
      and lines over 2000 characters are cut with a marker. When `truncated` is true, call again with \
      `offset` = `next_offset`.\nExample: {\"path\": \"src/main.rs\", \"offset\": 120, \"limit\": 40}",
 );
@@ -281,6 +284,8 @@ struct Window {
     long_lines: u64,
     lossy: bool,
     full: bool,
+    /// What the lines taken so far cost against `MAX_OUTPUT_BYTES`, JSON escaping included.
+    charged: usize,
     content: String,
 }
 
@@ -294,6 +299,7 @@ impl Window {
             long_lines: 0,
             lossy: false,
             full: false,
+            charged: 0,
             // Sized once for the cap: growing it by doubling copied the answer several times.
             content: String::with_capacity(MAX_OUTPUT_BYTES + 64),
         }
@@ -330,11 +336,18 @@ impl Window {
         } else {
             (text, false)
         };
-        let needed = shown.len() + 24;
-        if self.content.len() + needed > MAX_OUTPUT_BYTES && self.returned > 0 {
+        // Charged as JSON will carry it: the number, ": ", the text, an escaped newline, and
+        // up to 5 more bytes for each byte JSON escapes (quotes, backslashes, control bytes).
+        let escapes = shown
+            .bytes()
+            .filter(|&b| b == b'"' || b == b'\\' || b < 0x20)
+            .count();
+        let needed = shown.len() + 24 + 5 * escapes;
+        if self.charged + needed > MAX_OUTPUT_BYTES && self.returned > 0 {
             self.full = true;
             return;
         }
+        self.charged += needed;
         // Plain pushes: the formatting machinery of `write!` cost more than the copy itself.
         self.content.push_str(itoa::Buffer::new().format(self.n));
         self.content.push_str(": ");

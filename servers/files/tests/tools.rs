@@ -135,10 +135,24 @@ fn ten_megabyte_file_pages() {
     assert_eq!(content.lines().count(), 5);
     assert!(content.starts_with(&format!("{}: {:08}", n - 4, n - 4)));
     assert_eq!(r.structured["truncated"], false);
-    // The default window stops at the 50 KB cap and says where to continue.
+    // The default window stops at the cap and says where to continue; the serialized
+    // structured result stays under the 50 KB at which Claude Code swaps a result for a preview.
     let r = c.call_ok("file_read", json!({"path": "big.log"}));
     assert_eq!(r.structured["truncated"], true);
-    assert!(r.structured["content"].as_str().expect("c").len() <= 50 * 1024);
+    assert!(r.structured.to_string().len() < 45 * 1024);
+    // Text that JSON escapes heavily (quotes, backslashes, tabs) is charged as escaped.
+    std::fs::write(
+        fx.p("quotes.txt"),
+        "\"\\\t\"\\\t\"\\\t\"\\\n".repeat(20_000),
+    )
+    .expect("w");
+    let r = c.call_ok("file_read", json!({"path": "quotes.txt"}));
+    assert_eq!(r.structured["truncated"], true);
+    assert!(
+        r.structured.to_string().len() < 45 * 1024,
+        "{}",
+        r.structured.to_string().len()
+    );
     let next = r.structured["next_offset"].as_u64().expect("next");
     let r2 = c.call_ok(
         "file_read",

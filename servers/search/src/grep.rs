@@ -45,7 +45,7 @@ pub const DEF: ToolDef = ToolDef::read(
      (ripgrep type names: rust, py, ts, go, ...). `case`: smart (default: insensitive unless the \
      pattern has an uppercase letter), sensitive or insensitive. `fixed_strings` for literal text, \
      `word` for whole words, `multiline` to let a match span lines. Page with `head_limit` and \
-     `offset`. Bounded by a 60 s budget and a 256 KB answer: past them `truncated` is true and says \
+     `offset`. Bounded by a 60 s budget and a 40 KB answer: past them `truncated` is true and says \
      how to narrow.\nExample: {\"pattern\": \"fn \\\\w+_handler\", \"path\": \"src\", \"type\": \"rust\", \"output_mode\": \"content\"}",
 );
 
@@ -320,6 +320,10 @@ fn range_arg(field: &str, v: Option<i64>, min: i64, max: i64) -> ToolResult<Opti
 /// The longest search pattern accepted (a long alternation of identifiers fits easily).
 pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
 
+/// What one entry of the structured result costs beyond its text: `{"path":…,"line":…,
+/// "text":…}` keys and punctuation (an estimate that errs on the high side).
+const ENTRY_OVERHEAD: usize = 40;
+
 pub async fn run(
     policy: Arc<PathPolicy>,
     limits: GrepLimits,
@@ -562,6 +566,7 @@ fn render(
     let mut returned = 0u64;
     let mut cut_by: Option<&str> = None;
     let mut index = 0u64; // position in the full ordered list of entries
+    let mut charged = 0usize; // against `cap`, as the structured result will carry it
     let mut result = GrepResult {
         output_mode: mode,
         files: None,
@@ -576,6 +581,7 @@ fn render(
         next_offset: None,
     };
     // Push one rendered entry unless a bound stops it; returns false to stop.
+    let charged = &mut charged;
     let mut admit =
         |entry: &str, text: &mut String, returned: &mut u64, index: &mut u64| -> Option<bool> {
             let i = *index;
@@ -587,10 +593,18 @@ fn render(
                 cut_by.get_or_insert("head_limit");
                 return None;
             }
-            if text.len() + entry.len() > cap {
+            // Charged as the structured result carries it: the entry, its object's keys and
+            // punctuation, and up to 5 more bytes per byte JSON escapes.
+            let escapes = entry
+                .bytes()
+                .filter(|&b| b == b'"' || b == b'\\' || (b < 0x20 && b != b'\n'))
+                .count();
+            let cost = entry.len() + ENTRY_OVERHEAD + 5 * escapes;
+            if *charged + cost > cap {
                 cut_by.get_or_insert("output_cap");
                 return None;
             }
+            *charged += cost;
             text.push_str(entry);
             *returned += 1;
             Some(true)

@@ -29,8 +29,10 @@ pub struct Args {
     #[arg(long, default_value_t = 60_000)]
     pub search_timeout_ms: u64,
 
-    /// Largest answer of one search, in bytes; past it the answer is truncated.
-    #[arg(long, default_value_t = 256 * 1024)]
+    /// Largest answer of one search, in bytes, measured as its structured result (JSON);
+    /// past it the answer is truncated. The default keeps a page under the 50 KB at which
+    /// Claude Code replaces a result with a preview.
+    #[arg(long, default_value_t = 40 * 1024)]
     pub max_output_bytes: usize,
 
     /// Interval between progress notifications of a long search, in milliseconds.

@@ -218,6 +218,29 @@ fn grep_output_cap_and_time_budget() {
     assert_eq!(r.structured["truncated_reason"], "output_cap");
     assert!(r.text.len() < 4096 + 300, "{}", r.text.len());
     assert!(r.text.contains("offset="));
+    // At the default cap every mode's structured result stays under the 50 KB at which Claude
+    // Code swaps a result for a preview — with context lines and text JSON must escape, too.
+    let mut dflt = fx.client(&[]);
+    for args in [
+        json!({"pattern": "words", "output_mode": "content"}),
+        json!({"pattern": "words", "output_mode": "content", "context": 3}),
+        json!({"pattern": "words", "output_mode": "files_with_matches"}),
+        json!({"pattern": "words", "output_mode": "count"}),
+    ] {
+        let r = dflt.call_ok("search_grep", args.clone());
+        let size = r.structured.to_string().len();
+        assert!(size < 45 * 1024, "{args}: {size} bytes");
+    }
+    fx.write(
+        "q/quotes.txt",
+        "\"words\" \\ \t \"\\\"\n".repeat(3000).as_bytes(),
+    );
+    let r = dflt.call_ok(
+        "search_grep",
+        json!({"pattern": "words", "output_mode": "content", "path": "q"}),
+    );
+    let size = r.structured.to_string().len();
+    assert!(size < 45 * 1024, "escaped text: {size} bytes");
     // A 1 ms budget cannot walk 400 files: the answer is partial and says so.
     let mut slow = fx.client(&["--search-timeout-ms", "1"]);
     let r = slow.call_ok(
