@@ -336,20 +336,23 @@ impl Window {
         } else {
             (text, false)
         };
-        // Charged as JSON will carry it: the number, ": ", the text, an escaped newline, and
-        // up to 5 more bytes for each byte JSON escapes (quotes, backslashes, control bytes).
+        // Charged as JSON will carry it: the number, ": ", the text, an escaped newline (two
+        // bytes), and up to 5 more bytes for each byte JSON escapes (quotes, backslashes,
+        // control bytes).
+        let mut number = itoa::Buffer::new();
+        let number = number.format(self.n);
         let escapes = shown
             .bytes()
             .filter(|&b| b == b'"' || b == b'\\' || b < 0x20)
             .count();
-        let needed = shown.len() + 24 + 5 * escapes;
+        let needed = number.len() + 2 + shown.len() + 2 + 5 * escapes;
         if self.charged + needed > MAX_OUTPUT_BYTES && self.returned > 0 {
             self.full = true;
             return;
         }
         self.charged += needed;
         // Plain pushes: the formatting machinery of `write!` cost more than the copy itself.
-        self.content.push_str(itoa::Buffer::new().format(self.n));
+        self.content.push_str(number);
         self.content.push_str(": ");
         self.content.push_str(&shown);
         self.content.push('\n');
