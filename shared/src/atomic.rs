@@ -184,6 +184,7 @@ fn stage<'a>(target: &'a ParentDir, bytes: &[u8], mode: Option<u32>) -> io::Resu
         Some(s) if s.kind == crate::paths::EntryKind::File => s.mode,
         _ => 0o666 & !process_umask(),
     });
+    sweep_stale_siblings(target);
     let temp = unique_sibling(target, "tmp");
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
     let fd = openat(target.dir(), &temp, flags, Mode::from_raw_mode(0o600))?;
@@ -203,13 +204,55 @@ fn unique_sibling(target: &ParentDir, kind: &str) -> OsString {
     use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
+    let mut name = sibling_prefix(target);
+    name.extend_from_slice(format!("{kind}-{}-{n}", std::process::id()).as_bytes());
+    OsString::from(std::ffi::OsStr::from_bytes(&name))
+}
+
+/// `.NAME.kitbag-`: what every temp or backup name of `target` starts with.
+fn sibling_prefix(target: &ParentDir) -> Vec<u8> {
     let mut name = Vec::with_capacity(target.name().len() + 32);
     name.push(b'.');
     // Keep temp names well under NAME_MAX even for a long target name.
     let base = target.name().as_bytes();
     name.extend_from_slice(&base[..base.len().min(200)]);
-    name.extend_from_slice(format!(".kitbag-{kind}-{}-{n}", std::process::id()).as_bytes());
-    OsString::from(std::ffi::OsStr::from_bytes(&name))
+    name.extend_from_slice(b".kitbag-");
+    name
+}
+
+/// Remove the temp and backup files of earlier writes of `target` whose process is gone: a
+/// write cut short by `kill -9` leaves `.NAME.kitbag-tmp-PID-N` behind (300 kills left 118 MB).
+/// Files of a live process (this one included) are left alone; best effort throughout.
+fn sweep_stale_siblings(target: &ParentDir) {
+    let prefix = sibling_prefix(target);
+    let Ok(entries) = crate::paths::fd::list_dir(target.dir()) else {
+        return;
+    };
+    for (name, kind) in entries {
+        if kind != crate::paths::EntryKind::File {
+            continue;
+        }
+        let Some(rest) = name.as_bytes().strip_prefix(prefix.as_slice()) else {
+            continue;
+        };
+        if let Some(pid) = stale_owner(rest) {
+            tracing::debug!(pid, "removing a temp file left by a process that is gone");
+            let _ = unlinkat(target.dir(), name.as_os_str(), AtFlags::empty());
+        }
+    }
+}
+
+/// For `KIND-PID-N` with KIND `tmp` or `bak`: the PID when that process no longer exists.
+fn stale_owner(rest: &[u8]) -> Option<u32> {
+    let rest = std::str::from_utf8(rest).ok()?;
+    let mut parts = rest.split('-');
+    let (kind, pid, n) = (parts.next()?, parts.next()?, parts.next()?);
+    if !matches!(kind, "tmp" | "bak") || parts.next().is_some() || n.parse::<u64>().is_err() {
+        return None;
+    }
+    let pid: u32 = pid.parse().ok()?;
+    let gone = pid != std::process::id() && !Path::new(&format!("/proc/{pid}")).exists();
+    gone.then_some(pid)
 }
 
 /// The process umask, read from /proc so nothing has to change it to find out.
@@ -232,6 +275,31 @@ pub fn is_exists(e: &io::Error) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn stale_temp_files_of_dead_writers_are_swept_before_the_next_write() {
+        let d = tempfile::tempdir().expect("tmp");
+        let target = d.path().join("a.txt");
+        std::fs::write(&target, "old").expect("w");
+        // A pid that cannot exist (above the kernel's pid_max limit) and our own.
+        let dead = d.path().join(".a.txt.kitbag-tmp-4194305-0");
+        let dead_bak = d.path().join(".a.txt.kitbag-bak-4194305-3");
+        let live = d
+            .path()
+            .join(format!(".a.txt.kitbag-tmp-{}-99", std::process::id()));
+        let other_file = d.path().join(".b.txt.kitbag-tmp-4194305-0");
+        let look_alike = d.path().join(".a.txt.kitbag-tmp-notes");
+        for p in [&dead, &dead_bak, &live, &other_file, &look_alike] {
+            std::fs::write(p, "x").expect("w");
+        }
+        let parent = ParentDir::of_path(&target, false).expect("parent");
+        write_atomic_at(&parent, b"new").expect("write");
+        assert_eq!(std::fs::read(&target).expect("r"), b"new");
+        assert!(!dead.exists() && !dead_bak.exists(), "stale temps removed");
+        assert!(live.exists(), "a live writer's temp is left alone");
+        assert!(other_file.exists(), "only this file's temps are swept");
+        assert!(look_alike.exists(), "names not ours are left alone");
+    }
 
     #[test]
     fn keeps_mode_and_replaces() {
