@@ -73,6 +73,25 @@ impl PathLocks {
     }
 }
 
+/// Retry `f` while `busy` says its error is another process briefly holding what it needs, for
+/// at most `within` (a new SQLite file switching to WAL takes an exclusive lock that SQLite
+/// does not wait for: servers starting together would fail with "database is locked").
+pub fn retry_while_busy<T, E>(
+    within: std::time::Duration,
+    busy: impl Fn(&E) -> bool,
+    mut f: impl FnMut() -> Result<T, E>,
+) -> Result<T, E> {
+    let deadline = std::time::Instant::now() + within;
+    loop {
+        match f() {
+            Err(e) if busy(&e) && std::time::Instant::now() < deadline => {
+                std::thread::sleep(std::time::Duration::from_millis(25));
+            }
+            other => return other,
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

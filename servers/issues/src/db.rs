@@ -133,10 +133,16 @@ pub fn open(path: &Path) -> anyhow::Result<Connection> {
     let conn = Connection::open(path)
         .map_err(|e| anyhow::anyhow!("cannot open issues database {}: {e}", path.display()))?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
-    let check: rusqlite::Result<String> =
-        conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0));
-    let check =
-        check.and_then(|_| conn.query_row("PRAGMA quick_check", [], |r| r.get::<_, String>(0)));
+    // Switching a new file to WAL takes an exclusive lock that SQLite does not wait for (the
+    // busy timeout is not consulted): a server starting beside another retries briefly.
+    let check = kitbag_shared::lock::retry_while_busy(
+        BUSY_TIMEOUT,
+        |e: &rusqlite::Error| e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy),
+        || {
+            conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))?;
+            conn.query_row("PRAGMA quick_check", [], |r| r.get::<_, String>(0))
+        },
+    );
     match check {
         Ok(s) if s == "ok" => {}
         Ok(s) => anyhow::bail!(

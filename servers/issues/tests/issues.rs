@@ -981,3 +981,30 @@ fn resources_read_and_notify_in_both_eras() {
     assert!(wait_for_update(&m, "issues://open"));
     let _ = n3;
 }
+
+/// Several servers starting at once on a new store: none fails with "database is locked"
+/// (switching a new file to WAL takes a lock SQLite does not wait for).
+#[test]
+fn servers_starting_together_on_a_new_store_all_start() {
+    for _ in 0..3 {
+        let d = tempfile::tempdir().expect("tmp");
+        let db = d.path().join(".kitbag/issues.db");
+        let starts: Vec<_> = (0..4)
+            .map(|_| {
+                let (db, dir) = (db.clone(), d.path().to_path_buf());
+                std::thread::spawn(move || {
+                    let mut c = McpClient::spawn(
+                        bin(),
+                        &["--db", db.to_str().expect("u"), "--project", "test"],
+                        &dir,
+                        Era::Handshake,
+                    );
+                    assert!(!c.list_tools().is_empty());
+                })
+            })
+            .collect();
+        for s in starts {
+            s.join().expect("every server started");
+        }
+    }
+}

@@ -37,9 +37,16 @@ pub fn open(path: &Path) -> anyhow::Result<Connection> {
         .map_err(|e| anyhow::anyhow!("cannot open memory database {}: {e}", path.display()))?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     // Reading the schema is the first thing that fails on a file that is not a database.
-    let check: Result<String, _> = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0));
-    let check =
-        check.and_then(|_| conn.query_row("PRAGMA quick_check", [], |r| r.get::<_, String>(0)));
+    // Switching a new file to WAL takes an exclusive lock that SQLite does not wait for (the
+    // busy timeout is not consulted): a server starting beside another retries briefly.
+    let check = kitbag_shared::lock::retry_while_busy(
+        std::time::Duration::from_secs(10),
+        |e: &rusqlite::Error| e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy),
+        || {
+            conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))?;
+            conn.query_row("PRAGMA quick_check", [], |r| r.get::<_, String>(0))
+        },
+    );
     match check {
         Ok(s) if s == "ok" => {}
         Ok(s) => anyhow::bail!("memory database {} is corrupted: {s}", path.display()),
@@ -69,7 +76,15 @@ pub fn migrate(conn: &Connection) -> anyhow::Result<()> {
     if v == SCHEMA_VERSION {
         return Ok(());
     }
-    let tx = conn.unchecked_transaction()?;
+    // IMMEDIATE: two servers starting on a new store must not both migrate it, and a deferred
+    // transaction that reads, then writes, fails at once with "database is locked" when the
+    // other holds the write lock (the busy timeout does not cover that upgrade).
+    let tx = rusqlite::Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+    // The other may have finished meanwhile.
+    let v = version(&tx)?;
+    if v == SCHEMA_VERSION {
+        return Ok(());
+    }
     if v == 0 {
         let exists: bool = tx
             .query_row(

@@ -410,3 +410,27 @@ fn corrupted_database_is_a_clear_start_up_error() {
     assert!(!stderr.contains("panicked"), "{stderr}");
     assert!(out.stdout.is_empty());
 }
+
+/// Several servers starting at once on a new store (a host and a client each starting one, or
+/// two hosts): one migrates it, the others wait and find it done — none fails with "database
+/// is locked" (a deferred migration transaction used to).
+#[test]
+fn servers_starting_together_on_a_new_store_all_start() {
+    for _ in 0..3 {
+        let d = tempfile::tempdir().expect("tmp");
+        let db = d.path().join(".kitbag/memory.db");
+        let db_s = db.to_str().expect("u").to_string();
+        let starts: Vec<_> = (0..4)
+            .map(|_| {
+                let (db_s, dir) = (db_s.clone(), d.path().to_path_buf());
+                std::thread::spawn(move || {
+                    let mut c = McpClient::spawn(bin(), &["--db", &db_s], &dir, Era::Handshake);
+                    c.call_ok("memory_search", json!({"query": "x"}));
+                })
+            })
+            .collect();
+        for s in starts {
+            s.join().expect("every server started and answered");
+        }
+    }
+}
