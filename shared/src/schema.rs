@@ -14,7 +14,7 @@ use schemars::JsonSchema;
 use serde_json::{Map, Value, json};
 
 /// The format values of JSON Schema 2020-12's format vocabulary; anything else is dropped.
-const STANDARD_FORMATS: [&str; 19] = [
+pub const STANDARD_FORMATS: [&str; 19] = [
     "date-time",
     "date",
     "time",

@@ -7,6 +7,8 @@ use std::process::{Command, Stdio};
 
 use serde_json::{Value, json};
 
+mod common;
+
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag"))
 }
@@ -148,31 +150,12 @@ fn a_second_request_with_an_id_in_flight_is_refused() {
     assert!(answers[1].contains("done"), "{}", answers[1]);
 }
 
-/// Peak resident memory of a live process, from /proc (kB).
-fn peak_rss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        .unwrap_or(0)
-}
-
 #[test]
 fn pipelined_requests_are_bounded_by_backpressure() {
     const CALLS: usize = 20_000;
     let d = tempfile::tempdir().expect("tmp");
     std::fs::write(d.path().join("a.txt"), "alpha\n".repeat(200)).expect("w");
-    let mut child = Command::new(bin())
-        .args(["serve"])
-        .current_dir(d.path())
-        .env_remove("KITBAG_HOST_DEPTH")
-        .env_remove("KITBAG_CONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut child = common::serve_piped(d.path());
     let pid = child.id();
     let mut stdin = child.stdin.take().expect("stdin");
     let stdout = child.stdout.take().expect("stdout");
@@ -205,7 +188,7 @@ fn pipelined_requests_are_bounded_by_backpressure() {
     done_rx
         .recv_timeout(std::time::Duration::from_secs(300))
         .expect("every call answered");
-    let peak_mb = peak_rss_kb(pid) / 1024;
+    let peak_mb = common::peak_rss_mb(pid);
     drop(stdin);
     assert_eq!(reader.join().expect("reader"), CALLS + 1);
     let _ = child.wait();

@@ -7,9 +7,11 @@
 use std::collections::HashMap;
 use std::io::{BufRead, BufReader, Write};
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use serde_json::{Value, json};
+
+mod common;
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag"))
@@ -44,16 +46,6 @@ impl Rng {
     }
 }
 
-fn peak_rss_mb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
-}
-
 #[test]
 fn the_host_survives_malformed_and_mistyped_input_and_answers_every_id() {
     let d = tempfile::tempdir().expect("tmp");
@@ -74,16 +66,7 @@ fn the_host_survives_malformed_and_mistyped_input_and_answers_every_id() {
         String::from_utf8_lossy(&listed.stderr)
     );
 
-    let mut child = Command::new(bin())
-        .args(["serve"])
-        .current_dir(d.path())
-        .env_remove("KITBAG_HOST_DEPTH")
-        .env_remove("KITBAG_CONFIG")
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::null())
-        .spawn()
-        .expect("spawn");
+    let mut child = common::serve_piped(d.path());
     let pid = child.id();
     let mut stdin = child.stdin.take().expect("stdin");
     let stdout = child.stdout.take().expect("stdout");
@@ -240,7 +223,7 @@ fn the_host_survives_malformed_and_mistyped_input_and_answers_every_id() {
     last_rx
         .recv_timeout(std::time::Duration::from_secs(180))
         .expect("the last request was answered");
-    let peak = peak_rss_mb(pid);
+    let peak = common::peak_rss_mb(pid);
     drop(stdin);
     let lines = reader.join().expect("reader");
     let status = child.wait().expect("wait");

@@ -97,27 +97,7 @@ fn walk(path: &str, v: &Value, f: &mut impl FnMut(&str, &str, &Value)) {
     }
 }
 
-const STANDARD_FORMATS: [&str; 19] = [
-    "date-time",
-    "date",
-    "time",
-    "duration",
-    "email",
-    "idn-email",
-    "hostname",
-    "idn-hostname",
-    "ipv4",
-    "ipv6",
-    "uri",
-    "uri-reference",
-    "iri",
-    "iri-reference",
-    "uuid",
-    "uri-template",
-    "json-pointer",
-    "relative-json-pointer",
-    "regex",
-];
+use kitbag_shared::schema::STANDARD_FORMATS;
 
 #[test]
 fn every_schema_compiles_and_passes_the_strict_client_rules() {

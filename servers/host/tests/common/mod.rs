@@ -1,0 +1,31 @@
+//! Helpers the host's raw-pipe tests share.
+#![allow(dead_code)]
+
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+
+/// `kitbag serve` (the embedded default) in `dir`, stdin and stdout piped for raw lines,
+/// stderr dropped, with no inherited host depth or config.
+pub fn serve_piped(dir: &Path) -> Child {
+    Command::new(env!("CARGO_BIN_EXE_kitbag"))
+        .args(["serve"])
+        .current_dir(dir)
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("spawn kitbag serve")
+}
+
+/// Peak resident memory of a live process, from /proc, in MB.
+pub fn peak_rss_mb(pid: u32) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0)
+        / 1024
+}
