@@ -918,13 +918,17 @@ fn listen_streams_tell_modern_clients_the_list_changed() {
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
         let seen = c.take_notifications();
-        if seen
-            .iter()
-            .any(|n| n["method"] == "notifications/tools/list_changed")
-        {
+        // On the stream itself (the handshake-era notification carries no subscription id).
+        if seen.iter().any(|n| {
+            n["method"] == "notifications/tools/list_changed"
+                && n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == listen
+        }) {
             break;
         }
-        assert!(Instant::now() < deadline, "no list_changed on the stream");
+        assert!(
+            Instant::now() < deadline,
+            "no list_changed on the stream: {seen:?}"
+        );
         std::thread::sleep(Duration::from_millis(20));
     }
     c.notify(
