@@ -32,6 +32,9 @@ pub struct CommonArgs {
     /// Append an audit event (JSON line) per tool call to this file.
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
+
+    #[command(flatten)]
+    pub serving: crate::http::HttpArgs,
 }
 
 impl CommonArgs {

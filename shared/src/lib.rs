@@ -10,6 +10,8 @@
 //!   LSP and DAP bridges;
 //! - [`transport`], [`json_out`], [`salvage`]: the stdio line transport, its fast JSON writer,
 //!   and the id finder that lets undecodable requests be answered;
+//! - [`http`]: MCP Streamable HTTP serving (`--http`, `--unix`), its Host/Origin guard and
+//!   bearer token;
 //! - [`schema`]: tool schemas cleaned for every client (and admitting the error object);
 //! - [`budget`]: the bound on requests in flight per connection (backpressure);
 //! - [`contain`]: every process a shell or cron command starts, found and killed (cgroup,
@@ -23,6 +25,7 @@ pub mod contain;
 pub mod error;
 pub mod flags;
 pub mod framing;
+pub mod http;
 pub mod json_out;
 pub mod limits;
 pub mod lock;
@@ -45,7 +48,7 @@ pub use error::{ErrorCode, ToolError, ToolResult};
 pub use flags::CommonArgs;
 pub use paths::{Access, Parents, PathPolicy, Resolved};
 pub use server::{
-    CallCtx, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, blocking, serve_stdio,
+    CallCtx, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, blocking, serve, serve_stdio,
 };
 
 // Re-exported so servers use the same versions without naming them.

@@ -740,6 +740,21 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
     }
 }
 
+/// Serve as the flags ask: MCP Streamable HTTP with `--http`/`--unix`, else stdio.
+pub async fn serve<S: Send + Sync + 'static>(
+    mut server: McpServer<S>,
+    args: &CommonArgs,
+) -> anyhow::Result<()> {
+    match args.serving.options()? {
+        Some(options) => {
+            // Many clients share one HTTP server: none of them chooses its root.
+            server.root_from_client = false;
+            crate::http::serve(server, options, None).await
+        }
+        None => serve_stdio(server).await,
+    }
+}
+
 /// Serve over stdin/stdout until the client closes stdin (or SIGTERM/SIGINT arrives).
 pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyhow::Result<()> {
     widen_stdout_pipe();

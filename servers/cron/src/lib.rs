@@ -201,7 +201,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         scheduler::watch_store(&state);
     }
     tokio::spawn(scheduler::run(state));
-    let result = kitbag_shared::serve_stdio(server).await;
+    let result = kitbag_shared::serve(server, &args.common).await;
     // No command — nor anything it left behind — outlives the server.
     let _ = tokio::task::spawn_blocking(move || container.shutdown()).await;
     result

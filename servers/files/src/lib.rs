@@ -77,5 +77,5 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<FilesState>> {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;
-    kitbag_shared::serve_stdio(server).await
+    kitbag_shared::serve(server, &args.common).await
 }

@@ -6,6 +6,7 @@
 pub mod config;
 pub mod families;
 pub mod fastpath;
+pub mod http;
 pub mod hub;
 pub mod lazy;
 pub mod policy;
@@ -66,8 +67,12 @@ pub struct Cli {
 
 #[derive(Debug, Subcommand)]
 pub enum Command {
-    /// Serve the flat tool list over stdio (what MCP clients run).
-    Serve,
+    /// Serve the flat tool list over stdio (what MCP clients run), or over MCP Streamable
+    /// HTTP with --http / --unix.
+    Serve {
+        #[command(flatten)]
+        serving: kitbag_shared::http::HttpArgs,
+    },
     /// Print the flat tool list.
     Tools {
         #[arg(long)]
@@ -126,9 +131,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         .with_writer(std::io::stderr)
         .with_ansi(false)
         .try_init();
+    let serve_stdio = Command::Serve {
+        serving: kitbag_shared::http::HttpArgs::default(),
+    };
     let command = match &cli.command {
         Some(c) => c,
-        // On a terminal a person is looking: show the status and how to use it.
         // On a terminal a person is looking: show the status and how to use it.
         None if std::io::stdin().is_terminal() => {
             println!(
@@ -137,7 +144,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             );
             &Command::Doctor
         }
-        None => &Command::Serve,
+        None => &serve_stdio,
+    };
+    // Checked before anything starts: a bad flag must not cost a fleet of children.
+    let http_options = match command {
+        Command::Serve { serving } => serving.options()?,
+        _ => None,
     };
     recursion::refuse_nested_host()?;
     let started = Instant::now();
@@ -155,7 +167,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         tools_mode: cli.tools,
     };
     let code = match command {
-        Command::Serve => {
+        Command::Serve { .. } => {
             // SIGHUP re-reads the configuration, like host_reload.
             let on_hup = host.clone();
             tokio::spawn(async move {
@@ -174,7 +186,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     }
                 }
             });
-            serve::serve_stdio(host).await?;
+            match http_options {
+                Some(options) => http::serve_http(host, options).await?,
+                None => serve::serve_stdio(host).await?,
+            }
             0
         }
         Command::Tools { json } => {

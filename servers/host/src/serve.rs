@@ -634,41 +634,34 @@ async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
     }
 }
 
+/// A plain call sent to its child at the byte level, its answer not yet in.
+pub struct FastPending {
+    pub link: Arc<fastpath::FastLink>,
+    pub child_id: String,
+    rx: tokio::sync::oneshot::Receiver<fastpath::Reply>,
+    server: String,
+    timeout: std::time::Duration,
+    upstream_id: String,
+    modern: bool,
+    audit: Option<(
+        kitbag_shared::audit::AuditLog,
+        serde_json::Value,
+        Option<String>,
+        String,
+    )>,
+    started: Instant,
+}
+
 impl HostServer {
-    /// Forward a plain call as bytes; false leaves it to rmcp (host tools, denied calls,
-    /// a server not ready).
-    fn call_fast(
-        &self,
-        call: fastpath::FastCall<'_>,
-        out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
-        inflight: &Arc<fastpath::InFlight>,
-    ) -> bool {
+    /// Send a plain call to its child as bytes; None leaves it to rmcp (host tools, denied
+    /// calls, a server not ready).
+    pub fn start_fast(&self, call: &fastpath::FastCall<'_>) -> Option<FastPending> {
         let name = call.name.as_ref();
         if name == STATUS_TOOL || name == RELOAD_TOOL || self.permit(name).is_err() {
-            return false;
+            return None;
         }
-        let Some((link, original, server, timeout)) = self.hub.fast_route(name) else {
-            return false;
-        };
-        let upstream_id = call.id.get().to_string();
-        // Keyed by the id's value, so a cancellation spelling it differently still matches.
-        let key = serde_json::from_str::<serde_json::Value>(&upstream_id)
-            .map(|v| v.to_string())
-            .unwrap_or_else(|_| upstream_id.clone());
-        if inflight.contains(&key) {
-            // Two answers with one id could not be told apart: the second is refused.
-            let _ = out.send(fastpath::protocol_error_line(
-                &upstream_id,
-                -32600,
-                "Invalid request: a request with this id is still in progress",
-            ));
-            return true;
-        }
-        let Some((child_id, rx)) = link.call(&original, call.arguments) else {
-            return false;
-        };
-        let modern = call.modern;
-        inflight.insert(key.clone(), link.clone(), child_id.clone());
+        let (link, original, server, timeout) = self.hub.fast_route(name)?;
+        let (child_id, rx) = link.call(&original, call.arguments)?;
         let audit = self.audit.clone().map(|a| {
             let params = call
                 .arguments
@@ -676,68 +669,119 @@ impl HostServer {
                 .unwrap_or_else(|| json!({}));
             (a, params, self.agent_name(), name.to_string())
         });
+        Some(FastPending {
+            link,
+            child_id,
+            rx,
+            server,
+            timeout,
+            upstream_id: call.id.get().to_string(),
+            modern: call.modern,
+            audit,
+            started: Instant::now(),
+        })
+    }
+
+    /// Forward a plain stdio call as bytes; false leaves it to rmcp.
+    fn call_fast(
+        &self,
+        call: fastpath::FastCall<'_>,
+        out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+        inflight: &Arc<fastpath::InFlight>,
+    ) -> bool {
+        let upstream_id = call.id.get();
+        // Keyed by the id's value, so a cancellation spelling it differently still matches.
+        let key = serde_json::from_str::<serde_json::Value>(upstream_id)
+            .map(|v| v.to_string())
+            .unwrap_or_else(|_| upstream_id.to_string());
+        if inflight.contains(&key) {
+            // Two answers with one id could not be told apart: the second is refused.
+            let _ = out.send(fastpath::protocol_error_line(
+                upstream_id,
+                -32600,
+                "Invalid request: a request with this id is still in progress",
+            ));
+            return true;
+        }
+        let Some(pending) = self.start_fast(&call) else {
+            return false;
+        };
+        inflight.insert(key.clone(), pending.link.clone(), pending.child_id.clone());
         let (out, inflight) = (out.clone(), inflight.clone());
-        let started = Instant::now();
         tokio::spawn(async move {
-            let (line, code) = match tokio::time::timeout(timeout, rx).await {
-                Ok(Ok(reply)) => {
-                    if inflight.remove(&key).is_none() {
-                        return; // cancelled meanwhile
-                    }
-                    let code = fastpath::result_error_code(&reply);
-                    let line = match &reply {
-                        fastpath::Reply::Error(e) => fastpath::error_line(
-                            &upstream_id,
-                            "server_unavailable",
-                            &format!("server {server}: {}", e.get()),
-                            modern,
-                        ),
-                        r => fastpath::response_line(&upstream_id, r, modern),
-                    };
-                    (line, code)
-                }
-                Ok(Err(_)) => {
-                    if inflight.remove(&key).is_none() {
-                        return; // cancelled by the client: no answer is due
-                    }
-                    let msg = format!(
-                        "server {server} exited during the call; it is being restarted — the call did not complete"
-                    );
-                    (
-                        fastpath::error_line(&upstream_id, "server_unavailable", &msg, modern),
-                        Some("server_unavailable".to_string()),
-                    )
-                }
-                Err(_) => {
-                    inflight.remove(&key);
-                    link.cancel(&child_id, "timed out in the host");
-                    let msg = format!(
-                        "server {server} did not answer within {} s",
-                        timeout.as_secs()
-                    );
-                    (
-                        fastpath::error_line(&upstream_id, "timeout", &msg, modern),
-                        Some("timeout".to_string()),
-                    )
-                }
-            };
-            let _ = out.send(line);
-            if let Some((a, params, agent, tool)) = audit {
-                a.event(
-                    "tool.call",
-                    json!({
-                        "agent": agent,
-                        "server": server,
-                        "tool": tool,
-                        "request_id": upstream_id.trim_matches('"'),
-                        "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-                        "ok": code.is_none(),
-                        "error_code": code,
-                        "params": kitbag_shared::audit::redact(&params),
-                    }),
-                );
+            // A call the client cancelled meanwhile is owed no answer.
+            if let Some(line) = pending.answer(|| inflight.remove(&key).is_some()).await {
+                let _ = out.send(line);
             }
         });
         true
+    }
+}
+
+impl FastPending {
+    /// Wait for the child's answer (bounded by the server's timeout) and render the
+    /// response. `claim` says whether the answer is still wanted; a timeout is answered
+    /// regardless, and the child is told to stop.
+    pub async fn answer(mut self, claim: impl FnOnce() -> bool) -> Option<fastpath::Line> {
+        let (upstream_id, modern, server) = (&self.upstream_id, self.modern, &self.server);
+        let outcome = tokio::time::timeout(self.timeout, &mut self.rx).await;
+        let wanted = claim();
+        let (line, code) = match outcome {
+            Ok(Ok(reply)) => {
+                if !wanted {
+                    return None;
+                }
+                let code = fastpath::result_error_code(&reply);
+                let line = match &reply {
+                    fastpath::Reply::Error(e) => fastpath::error_line(
+                        upstream_id,
+                        "server_unavailable",
+                        &format!("server {server}: {}", e.get()),
+                        modern,
+                    ),
+                    r => fastpath::response_line(upstream_id, r, modern),
+                };
+                (line, code)
+            }
+            Ok(Err(_)) => {
+                if !wanted {
+                    return None;
+                }
+                let msg = format!(
+                    "server {server} exited during the call; it is being restarted — the call did not complete"
+                );
+                (
+                    fastpath::error_line(upstream_id, "server_unavailable", &msg, modern),
+                    Some("server_unavailable".to_string()),
+                )
+            }
+            Err(_) => {
+                self.link.cancel(&self.child_id, "timed out in the host");
+                let msg = format!(
+                    "server {server} did not answer within {} s",
+                    self.timeout.as_secs()
+                );
+                (
+                    fastpath::error_line(upstream_id, "timeout", &msg, modern),
+                    Some("timeout".to_string()),
+                )
+            }
+        };
+        if let Some((a, params, agent, tool)) = self.audit.take() {
+            a.event(
+                "tool.call",
+                json!({
+                    "agent": agent,
+                    "server": server,
+                    "tool": tool,
+                    "request_id": upstream_id.trim_matches('"'),
+                    "duration_ms": self.started.elapsed().as_secs_f64() * 1000.0,
+                    "ok": code.is_none(),
+                    "error_code": code,
+                    "params": kitbag_shared::audit::redact(&params),
+                }),
+            );
+        }
+        Some(line)
     }
 }

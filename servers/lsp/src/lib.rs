@@ -100,7 +100,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;
     let state = server.state().clone();
-    let served = kitbag_shared::serve_stdio(server).await;
+    let served = kitbag_shared::serve(server, &args.common).await;
     // Language servers get a clean shutdown rather than a kill when we can.
     let _ = tokio::time::timeout(std::time::Duration::from_secs(5), state.shutdown_all()).await;
     served

@@ -219,7 +219,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
         }
         None => {
             let server = build(&args)?;
-            kitbag_shared::serve_stdio(server).await
+            kitbag_shared::serve(server, &args.common).await
         }
     }
 }

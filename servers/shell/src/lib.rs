@@ -144,7 +144,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let container = kitbag_shared::contain::init_server("shell");
     let server = build(&args)?;
     let state = server.state().clone();
-    let result = kitbag_shared::serve_stdio(server).await;
+    let result = kitbag_shared::serve(server, &args.common).await;
     // The client is gone: no job — nor anything a command left behind — outlives the server.
     let grace = state.kill_grace;
     let _ = tokio::task::spawn_blocking(move || {

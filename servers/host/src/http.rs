@@ -1,0 +1,146 @@
+//! The host over MCP Streamable HTTP: kitbag-shared serves `/mcp` through rmcp, and a plain
+//! `tools/call` POST is forwarded to its child at the byte level, as on stdio (fastpath.rs).
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use http::HeaderMap;
+use kitbag_shared::http::{HttpOptions, Intercept};
+
+use crate::fastpath;
+use crate::serve::HostServer;
+
+/// Protocol revisions a handshake-era call may name in `MCP-Protocol-Version`.
+const HANDSHAKE_VERSIONS: [&str; 4] = ["2024-11-05", "2025-03-26", "2025-06-18", "2025-11-25"];
+
+pub async fn serve_http(host: HostServer, options: HttpOptions) -> anyhow::Result<()> {
+    let fast: Arc<dyn Intercept> = Arc::new(ByteCalls { host: host.clone() });
+    kitbag_shared::http::serve(host, options, Some(fast)).await
+}
+
+struct ByteCalls {
+    host: HostServer,
+}
+
+impl Intercept for ByteCalls {
+    fn intercept(&self, headers: &HeaderMap, body: &Bytes) -> Option<BoxFuture<'static, Vec<u8>>> {
+        let text = std::str::from_utf8(body).ok()?;
+        let fastpath::Upstream::Call(call) = fastpath::classify(text.trim()) else {
+            return None;
+        };
+        if !headers_agree(headers, &call) {
+            // rmcp checks these headers and answers with the exact error.
+            return None;
+        }
+        let pending = self.host.start_fast(&call)?;
+        Some(Box::pin(async move {
+            // The client hanging up drops this future: the child is told to stop.
+            let _stop = StopOnDrop {
+                link: pending.link.clone(),
+                child_id: pending.child_id.clone(),
+            };
+            pending.answer(|| true).await.unwrap_or_default()
+        }))
+    }
+}
+
+/// The headers are what rmcp would accept for this call without a word: the protocol
+/// version matches the era of the body, and the 2026-07-28 routing headers name this call.
+fn headers_agree(headers: &HeaderMap, call: &fastpath::FastCall<'_>) -> bool {
+    let header = |name: &str| -> Option<Option<&str>> {
+        let mut values = headers.get_all(name).iter();
+        let first = values.next();
+        if values.next().is_some() {
+            return None; // repeated: not ours to judge
+        }
+        match first {
+            None => Some(None),
+            Some(v) => v.to_str().ok().map(Some),
+        }
+    };
+    let (Some(version), Some(method), Some(name)) = (
+        header("mcp-protocol-version"),
+        header("mcp-method"),
+        header("mcp-name"),
+    ) else {
+        return false;
+    };
+    if headers.keys().any(|k| k.as_str().starts_with("mcp-param-")) {
+        return false;
+    }
+    if call.modern {
+        version == Some(fastpath::MODERN_VERSION)
+            && method == Some("tools/call")
+            && name == Some(call.name.as_ref())
+    } else {
+        version.is_none_or(|v| HANDSHAKE_VERSIONS.contains(&v))
+            && method.is_none_or(|m| m == "tools/call")
+            && name.is_none_or(|n| n == call.name.as_ref())
+    }
+}
+
+struct StopOnDrop {
+    link: Arc<fastpath::FastLink>,
+    child_id: String,
+}
+
+impl Drop for StopOnDrop {
+    fn drop(&mut self) {
+        // A no-op once the answer is in (the call is no longer pending).
+        self.link
+            .cancel(&self.child_id, "the HTTP client went away");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn call(body: &str) -> (String, bool) {
+        match fastpath::classify(body) {
+            fastpath::Upstream::Call(c) => (c.name.to_string(), c.modern),
+            _ => panic!("not a plain call: {body}"),
+        }
+    }
+
+    fn agree(pairs: &[(&'static str, &str)], body: &str) -> bool {
+        let mut h = HeaderMap::new();
+        for (k, v) in pairs {
+            h.append(*k, v.parse().expect("header"));
+        }
+        let fastpath::Upstream::Call(c) = fastpath::classify(body) else {
+            panic!("not a call")
+        };
+        headers_agree(&h, &c)
+    }
+
+    #[test]
+    fn only_calls_whose_headers_match_their_body_take_the_byte_path() {
+        let legacy = r#"{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{"name":"file_read","arguments":{}}}"#;
+        let modern = r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"file_read","arguments":{},"_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28"}}}"#;
+        assert_eq!(call(modern), ("file_read".into(), true));
+        assert!(agree(&[], legacy));
+        assert!(agree(&[("mcp-protocol-version", "2025-11-25")], legacy));
+        assert!(!agree(&[("mcp-protocol-version", "2026-07-28")], legacy));
+        assert!(!agree(&[("mcp-protocol-version", "1999-01-01")], legacy));
+        let full = [
+            ("mcp-protocol-version", "2026-07-28"),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", "file_read"),
+        ];
+        assert!(agree(&full, modern));
+        assert!(!agree(&full[..2], modern), "Mcp-Name missing");
+        assert!(!agree(
+            &[full[0], full[1], ("mcp-name", "file_write")],
+            modern
+        ));
+        assert!(
+            !agree(
+                &[full[0], full[1], full[2], ("mcp-name", "file_read")],
+                modern
+            ),
+            "repeated header"
+        );
+    }
+}

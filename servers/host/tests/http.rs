@@ -1,0 +1,390 @@
+//! MCP Streamable HTTP, end to end through real binaries on loopback: both protocol eras,
+//! the byte-level path, sessions, the Host/Origin guard, the bearer token, the body cap,
+//! Unix sockets and shutdown.
+
+use std::path::Path;
+
+use kitbag_testkit::http::{HttpServer, modern_headers, modern_request};
+use serde_json::{Value, json};
+
+fn kitbag() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag"))
+}
+
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().expect("tempdir");
+    std::fs::write(dir.path().join("hello.txt"), "hello over http\n").expect("write");
+    dir
+}
+
+fn legacy(id: u64, method: &str, params: Value) -> Value {
+    json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+}
+
+const LEGACY: (&str, &str) = ("mcp-protocol-version", "2025-11-25");
+
+fn initialize() -> Value {
+    legacy(
+        1,
+        "initialize",
+        json!({"protocolVersion": "2025-11-25", "capabilities": {},
+               "clientInfo": {"name": "http-test", "version": "1"}}),
+    )
+}
+
+fn structured(response: &Value) -> &Value {
+    &response["result"]["structuredContent"]
+}
+
+#[test]
+fn the_host_serves_both_eras_over_http_and_forwards_plain_calls_as_bytes() {
+    let dir = project();
+    let server = HttpServer::start(
+        kitbag(),
+        &["serve", "--http", "127.0.0.1:0"],
+        dir.path(),
+        &[],
+    );
+    let mut conn = server.connect();
+
+    // Handshake era, stateless: initialize answers without a session.
+    let r = conn.post_mcp(&initialize(), &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    assert_eq!(r.header("mcp-session-id"), None, "stateless by default");
+    let init = r.response_to(&json!(1));
+    assert_eq!(init["result"]["serverInfo"]["name"], "kitbag");
+
+    let r = conn.post_mcp(&legacy(2, "tools/list", json!({})), &[LEGACY]);
+    let tools = r.response_to(&json!(2))["result"]["tools"].clone();
+    let names: Vec<&str> = tools
+        .as_array()
+        .expect("tools")
+        .iter()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    assert!(
+        names.contains(&"file_read") && names.contains(&"host_status"),
+        "{names:?}"
+    );
+
+    let read = legacy(
+        3,
+        "tools/call",
+        json!({"name": "file_read", "arguments": {"path": "hello.txt"}}),
+    );
+    let r = conn.post_mcp(&read, &[LEGACY]);
+    assert_eq!(r.header("content-type"), Some("application/json"));
+    let answer = r.response_to(&json!(3));
+    assert!(answer.to_string().contains("hello over http"), "{answer}");
+
+    // A typed error arrives as a result, its code in structuredContent.
+    let missing = legacy(
+        4,
+        "tools/call",
+        json!({"name": "file_read", "arguments": {"path": "nope.txt"}}),
+    );
+    let answer = conn.post_mcp(&missing, &[LEGACY]).response_to(&json!(4));
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    assert_eq!(
+        structured(&answer)["error"]["code"],
+        "file_not_found",
+        "{answer}"
+    );
+
+    // 2026-07-28: discover, then a call with its routing headers; results carry resultType.
+    let discover = modern_request(5, "server/discover", json!({}));
+    let r = conn.post_mcp(&discover, &modern_headers("server/discover", None));
+    let found = r.response_to(&json!(5));
+    assert!(
+        found["result"]["capabilities"]["tools"].is_object(),
+        "{found}"
+    );
+    let call = modern_request(
+        6,
+        "tools/call",
+        json!({"name": "file_read", "arguments": {"path": "hello.txt"}}),
+    );
+    let r = conn.post_mcp(&call, &modern_headers("tools/call", Some("file_read")));
+    let answer = r.response_to(&json!(6));
+    assert_eq!(answer["result"]["resultType"], "complete", "{answer}");
+    assert!(answer.to_string().contains("hello over http"));
+
+    // A mismatched routing header is refused (by rmcp's checks, not the byte path).
+    let r = conn.post_mcp(&call, &modern_headers("tools/call", Some("file_write")));
+    assert_eq!(r.status, 400, "{}", r.text());
+
+    // Both plain calls above took the byte path.
+    let status = legacy(
+        7,
+        "tools/call",
+        json!({"name": "host_status", "arguments": {}}),
+    );
+    let answer = conn.post_mcp(&status, &[LEGACY]).response_to(&json!(7));
+    let forwarded = structured(&answer)["byte_level_calls"]
+        .as_u64()
+        .expect("count");
+    assert!(forwarded >= 3, "byte-level calls: {forwarded}");
+
+    let children = kitbag_testkit::child_pids(server.child.id());
+    assert!(!children.is_empty(), "the host runs children");
+    let status = server.stop().expect("exits on SIGTERM");
+    assert!(status.success(), "{status:?}");
+    std::thread::sleep(std::time::Duration::from_millis(200));
+    let left: Vec<u32> = children
+        .into_iter()
+        .filter(|p| kitbag_testkit::process_alive(*p))
+        .collect();
+    assert!(left.is_empty(), "children outlived the host: {left:?}");
+}
+
+#[test]
+fn hosts_origins_paths_and_the_body_cap_are_checked() {
+    let dir = project();
+    let server = HttpServer::start(
+        kitbag(),
+        &[
+            "server",
+            "files",
+            "--http",
+            "127.0.0.1:0",
+            "--max-request-bytes",
+            "2000",
+        ],
+        dir.path(),
+        &[],
+    );
+    let mut conn = server.connect();
+    let init = initialize().to_string();
+    let post = |conn: &mut kitbag_testkit::http::HttpConn, extra: &[(&str, &str)], body: &[u8]| {
+        let mut headers = vec![
+            ("content-type", "application/json"),
+            ("accept", "application/json, text/event-stream"),
+        ];
+        headers.extend_from_slice(extra);
+        conn.send("POST", "/mcp", &headers, body).expect("post")
+    };
+
+    // DNS rebinding: a foreign Host or Origin is refused before MCP sees the request.
+    let r = post(&mut conn, &[("host", "evil.example:8080")], init.as_bytes());
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("evil.example"), "{}", r.text());
+    let r = post(
+        &mut conn,
+        &[("origin", "http://evil.example")],
+        init.as_bytes(),
+    );
+    assert_eq!(r.status, 403, "{}", r.text());
+    let r = post(
+        &mut conn,
+        &[("origin", "http://localhost:6274")],
+        init.as_bytes(),
+    );
+    assert_eq!(r.status, 200, "a local page may call: {}", r.text());
+
+    // The body cap: announced or not, a body past it gets 413 and nothing runs.
+    let big = format!(
+        r#"{{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{{"name":"file_write","arguments":{{"path":"big.txt","content":"{}"}}}}}}"#,
+        "x".repeat(4000)
+    );
+    let r = post(&mut conn, &[], big.as_bytes());
+    assert_eq!(r.status, 413, "{}", r.text());
+    // Chunked, so the size is only found while reading.
+    let mut chunked = server.connect();
+    let body = format!("{:x}\r\n{big}\r\n0\r\n\r\n", big.len());
+    let r = post(
+        &mut chunked,
+        &[("transfer-encoding", "chunked")],
+        body.as_bytes(),
+    );
+    assert_eq!(r.status, 413, "{}", r.text());
+    assert!(!dir.path().join("big.txt").exists());
+    let mut conn = server.connect();
+
+    // Only /mcp (and the probe) exist; stateless serving has no GET stream.
+    let r = conn.send("GET", "/elsewhere", &[], b"").expect("get");
+    assert_eq!(r.status, 404);
+    let r = conn.send("GET", "/healthz", &[], b"").expect("health");
+    assert_eq!((r.status, r.text().as_str()), (200, "ok\n"));
+    let r = conn
+        .send("GET", "/mcp", &[("accept", "text/event-stream")], b"")
+        .expect("get mcp");
+    assert_eq!(r.status, 405, "{}", r.text());
+
+    // A single server answers calls over HTTP too (through rmcp: no byte path there).
+    let write = legacy(
+        10,
+        "tools/call",
+        json!({"name": "file_write", "arguments": {"path": "w.txt", "content": "ok"}}),
+    );
+    let r = conn.post_mcp(&write, &[LEGACY]);
+    assert_eq!(
+        r.response_to(&json!(10))["result"]["isError"],
+        false,
+        "{}",
+        r.text()
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("w.txt")).expect("w"),
+        "ok"
+    );
+}
+
+#[test]
+fn a_bearer_token_is_required_when_configured_and_beyond_loopback() {
+    let dir = project();
+    let token_file = dir.path().join("token");
+    // Beyond loopback without a token: refused before anything starts.
+    let out = std::process::Command::new(kitbag())
+        .args(["server", "files", "--http", "0.0.0.0:0"])
+        .current_dir(dir.path())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--auth-token-file"), "{err}");
+
+    let token_arg = token_file.to_str().expect("utf-8");
+    let server = HttpServer::start(
+        kitbag(),
+        &[
+            "serve",
+            "--http",
+            "0.0.0.0:0",
+            "--auth-token-file",
+            token_arg,
+            "--generate-auth-token",
+        ],
+        dir.path(),
+        &[],
+    );
+    use std::os::unix::fs::PermissionsExt;
+    let mode = std::fs::metadata(&token_file)
+        .expect("token file")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let token = std::fs::read_to_string(&token_file).expect("token");
+    let port = match &server.endpoint {
+        kitbag_testkit::http::Endpoint::Tcp(a) => a.rsplit(':').next().expect("port").to_string(),
+        other => panic!("{other:?}"),
+    };
+    let endpoint = kitbag_testkit::http::Endpoint::Tcp(format!("127.0.0.1:{port}"));
+    let mut conn = kitbag_testkit::http::HttpConn::open(&endpoint).expect("connect");
+    let r = conn.post_mcp(&initialize(), &[]);
+    assert_eq!(r.status, 401);
+    assert_eq!(
+        r.header("www-authenticate"),
+        Some("Bearer realm=\"kitbag\"")
+    );
+    let r = conn.post_mcp(
+        &initialize(),
+        &[("authorization", "Bearer wrong-token-0123456789")],
+    );
+    assert_eq!(r.status, 401);
+    let bearer = format!("Bearer {}", token.trim());
+    let r = conn.post_mcp(&initialize(), &[("authorization", &bearer)]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let call = legacy(
+        2,
+        "tools/call",
+        json!({"name": "file_read", "arguments": {"path": "hello.txt"}}),
+    );
+    let r = conn.post_mcp(&call, &[("authorization", &bearer), LEGACY]);
+    assert!(r.text().contains("hello over http"), "{}", r.text());
+}
+
+#[test]
+fn sessions_when_asked_get_an_id_a_stream_and_an_end() {
+    let dir = project();
+    let server = HttpServer::start(
+        kitbag(),
+        &["serve", "--http", "127.0.0.1:0", "--http-sessions"],
+        dir.path(),
+        &[],
+    );
+    let mut conn = server.connect();
+    let r = conn.post_mcp(&initialize(), &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    let session = r
+        .header("mcp-session-id")
+        .expect("a session id")
+        .to_string();
+    let with = [("mcp-session-id", session.as_str()), LEGACY];
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(conn.post_mcp(&note, &with).status, 202);
+    let call = legacy(
+        2,
+        "tools/call",
+        json!({"name": "file_read", "arguments": {"path": "hello.txt"}}),
+    );
+    let r = conn.post_mcp(&call, &with);
+    assert!(r.text().contains("hello over http"), "{}", r.text());
+
+    // The server-to-client stream opens on a second connection.
+    let mut stream = server.connect();
+    stream
+        .write_request(
+            "GET",
+            "/mcp",
+            &[
+                ("accept", "text/event-stream"),
+                ("mcp-session-id", &session),
+                LEGACY,
+            ],
+            b"",
+        )
+        .expect("get");
+    let head = stream.read_head().expect("head");
+    assert_eq!(head.status, 200);
+    assert!(
+        head.header("content-type")
+            .unwrap_or("")
+            .starts_with("text/event-stream")
+    );
+    drop(stream);
+
+    let r = conn
+        .send(
+            "DELETE",
+            "/mcp",
+            &[("mcp-session-id", &session), LEGACY],
+            b"",
+        )
+        .expect("delete");
+    assert!(
+        [200, 202, 204].contains(&r.status),
+        "{} {}",
+        r.status,
+        r.text()
+    );
+    let r = conn.post_mcp(&call, &with);
+    assert_eq!(r.status, 404, "an ended session is gone: {}", r.text());
+}
+
+#[test]
+fn a_unix_socket_is_private_and_serves_mcp() {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = project();
+    let socket = dir.path().join("kitbag.sock");
+    let server = HttpServer::start(
+        kitbag(),
+        &["serve", "--unix", socket.to_str().expect("utf-8")],
+        dir.path(),
+        &[],
+    );
+    let mode = std::fs::metadata(&socket)
+        .expect("socket")
+        .permissions()
+        .mode();
+    assert_eq!(mode & 0o777, 0o600);
+    let mut conn = server.connect();
+    let call = modern_request(
+        1,
+        "tools/call",
+        json!({"name": "file_read", "arguments": {"path": "hello.txt"}}),
+    );
+    let r = conn.post_mcp(&call, &modern_headers("tools/call", Some("file_read")));
+    assert!(r.text().contains("hello over http"), "{}", r.text());
+    assert!(server.stop().is_some_and(|s| s.success()));
+    assert!(!socket.exists(), "the socket file is removed at exit");
+}
