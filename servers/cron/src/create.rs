@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::schedule::{Schedule, parse_tz};
 use crate::state::CronState;
-use crate::store::{CommandAction, DEFAULT_COMMAND_TIMEOUT, Entry, MAX_ENTRIES, Slot};
+use crate::store::{CommandAction, DEFAULT_COMMAND_TIMEOUT, Entry, MAX_ENTRIES};
 use crate::view::EntryView;
 
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;
@@ -175,18 +175,20 @@ pub fn validate(state: &CronState, p: &CreateParams) -> ToolResult<Entry> {
 pub fn run(state: &CronState, p: CreateParams) -> ToolResult<Reply<CreateResult>> {
     state.ensure_writable()?;
     let mut entry = validate(state, &p)?;
-    let entry = state.store.update(|doc| {
-        if doc.slots.len() >= MAX_ENTRIES {
+    // One transaction touching one row and two counters: the cost does not grow with the
+    // number of entries.
+    let entry = state.store.write(|tx| {
+        if tx.count()? >= MAX_ENTRIES {
             return Err(ToolError::new(
                 ErrorCode::InvalidParams,
                 format!("the store already holds {MAX_ENTRIES} entries; delete some first"),
             ));
         }
-        entry.id = doc.allocate_id();
-        doc.slots.push(Slot::Entry(Box::new(entry.clone())));
+        entry.id = tx.allocate_id()?;
+        tx.insert(&entry)?;
         Ok(entry)
     })?;
-    state.wake.notify_one();
+    state.wake_for(&entry);
     let view = EntryView::of(state, &entry, state.now(), false);
     let text = format!("created {}", view.line());
     Ok(Reply::new(CreateResult { entry: view }, text))

@@ -1,8 +1,8 @@
 //! kitbag-cron: scheduled work that fires reliably, over MCP.
 //!
-//! Entries live in `<root>/.kitbag/cron.json`; a scheduler task sleeps until the next due
-//! instant and delivers each firing to the connected client as
-//! `notifications/kitbag/cron_fired` (and, with `--claude-channel`, as Claude Code's
+//! Entries live in `<root>/.kitbag/cron.db` (SQLite; an older `cron.json` is imported); a
+//! scheduler task sleeps until the next due instant and delivers each firing to the
+//! connected client as `notifications/kitbag/cron_fired` (and, with `--claude-channel`, as Claude Code's
 //! `notifications/claude/channel`). Each tool's logic is a plain function in its module.
 
 pub mod clock;
@@ -168,6 +168,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<CronState>> {
     let root = policy.root().to_path_buf();
     let store = Store::new(&root, args.history_max_bytes);
     let writable = !policy.is_read_only() && policy.allows(&store.dir, Access::Write);
+    let store = store.read_only(!writable);
     let state = CronState::new(
         store,
         root,

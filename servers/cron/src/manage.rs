@@ -6,7 +6,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::state::CronState;
-use crate::store::{Doc, Slot};
+use crate::store::Tx;
 use crate::view::EntryView;
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
@@ -53,8 +53,8 @@ pub struct ToggleResult {
     pub changed: bool,
 }
 
-fn unknown(doc: &Doc, id: &str) -> ToolError {
-    let known: Vec<&str> = doc.entries().map(|e| e.id.as_str()).take(20).collect();
+fn unknown(tx: &Tx<'_>, id: &str) -> ToolError {
+    let known = tx.some_ids(20).unwrap_or_default();
     ToolError::new(
         ErrorCode::NotFound,
         format!(
@@ -71,16 +71,14 @@ fn unknown(doc: &Doc, id: &str) -> ToolError {
 
 pub fn delete(state: &CronState, p: IdParams) -> ToolResult<Reply<DeleteResult>> {
     state.ensure_writable()?;
-    state.store.update(|doc| {
-        let before = doc.slots.len();
-        doc.slots
-            .retain(|s| !matches!(s, Slot::Entry(e) if e.id == p.id));
-        if doc.slots.len() == before {
-            return Err(unknown(doc, &p.id));
+    state.store.write(|tx| {
+        if tx.remove(&p.id)? {
+            Ok(())
+        } else {
+            Err(unknown(tx, &p.id))
         }
-        Ok(())
     })?;
-    state.wake.notify_one();
+    // Nothing new can be due sooner: the scheduler finds the entry gone when it wakes.
     Ok(Reply::new(
         DeleteResult {
             deleted: p.id.clone(),
@@ -92,12 +90,9 @@ pub fn delete(state: &CronState, p: IdParams) -> ToolResult<Reply<DeleteResult>>
 pub fn set_enabled(state: &CronState, p: IdParams, on: bool) -> ToolResult<Reply<ToggleResult>> {
     state.ensure_writable()?;
     let now = state.now();
-    let (entry, changed) = state.store.update(|doc| {
-        if doc.get(&p.id).is_none() {
-            return Err(unknown(doc, &p.id));
-        }
-        let Some(e) = doc.get_mut(&p.id) else {
-            return Err(ToolError::internal("entry vanished under the lock"));
+    let (entry, changed) = state.store.write(|tx| {
+        let Some(mut e) = tx.get(&p.id)? else {
+            return Err(unknown(tx, &p.id));
         };
         let changed = e.enabled != on;
         if changed && on {
@@ -105,9 +100,14 @@ pub fn set_enabled(state: &CronState, p: IdParams, on: bool) -> ToolResult<Reply
             e.last_scheduled_at = Some(e.last_scheduled_at.map_or(now, |t| t.max(now)));
         }
         e.enabled = on;
-        Ok((e.clone(), changed))
+        if changed {
+            tx.put(&e)?;
+        }
+        Ok((e, changed))
     })?;
-    state.wake.notify_one();
+    if changed && on {
+        state.wake_for(&entry);
+    }
     let view = EntryView::of(state, &entry, now, false);
     let text = format!(
         "{} {}",

@@ -1,10 +1,12 @@
 //! The scheduler: sleeps until the next due instant (no polling), fires what is due, and
-//! goes back to sleep. A tool call or a change of `cron.json` on disk wakes it early.
+//! goes back to sleep. A change that makes something due sooner (a create, an enable) wakes
+//! it early, and so does a change to the store by another process (seen with inotify, at
+//! most once a second) or a `cron.json` to import.
 //!
-//! Firing is a claim under the store lock: re-read the file, check the entry still exists,
-//! is enabled and has not been fired for this instant (by this or another process), record
-//! `last_scheduled_at`, write — and only then deliver. Two processes on one store never fire
-//! the same run twice. A run missed while no server was running is made up once (the latest
+//! Firing is a claim in one IMMEDIATE transaction: re-read the entry's row, check it still
+//! exists, is enabled and has not been fired for this instant (by this or another process),
+//! record `last_scheduled_at`, commit — and only then deliver. Two processes on one store
+//! never fire the same run twice. A run missed while no server was running is made up once (the latest
 //! missed instant, recorded `caught_up`), never as a burst; `catch_up: false` skips it
 //! (recorded `missed`).
 
@@ -65,6 +67,8 @@ struct Claimed {
 
 /// One pass: claim everything due; returns the claimed runs and when to wake next.
 fn tick(state: &CronState) -> (Vec<Claimed>, Option<DateTime<Utc>>) {
+    // Changes made from now on wake the next pass (see `CronState::wake_for`).
+    *state.next_wake.lock().unwrap_or_else(|p| p.into_inner()) = None;
     let doc = match state.store.load_cached() {
         Ok(d) => d,
         Err(e) => {
@@ -109,66 +113,67 @@ fn tick(state: &CronState) -> (Vec<Claimed>, Option<DateTime<Utc>>) {
     (claimed, next)
 }
 
-/// Claim the due runs under the store lock; returns those this process must deliver.
+/// Claim the due runs in one transaction; returns those this process must deliver.
 fn claim(state: &CronState, due: &[(String, Due)]) -> kitbag_shared::ToolResult<Vec<Claimed>> {
-    let lock = state.store.lock()?;
-    let mut doc = state.store.load()?;
-    let fired_at = state.now();
-    let mut out = Vec::new();
-    for (id, d) in due {
-        let Some(e) = doc.get_mut(id) else { continue };
-        if !e.enabled || e.last_scheduled_at.is_some_and(|t| t >= d.scheduled_at) {
-            continue; // disabled meanwhile, or fired by another process
-        }
-        // The schedule may have been edited since the decision: re-check on the fresh entry.
-        let Ok(s) = state.schedule_of(e) else {
-            continue;
-        };
-        let cursor = state.cursor_of(e);
-        if s.latest_in(cursor, fired_at) != Some(d.scheduled_at) {
-            continue;
-        }
-        let busy = e.command.is_some()
-            && d.outcome != Outcome::Missed
-            && state
-                .busy
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .contains(id);
-        let outcome = if busy {
-            Outcome::SkippedBusy
-        } else {
-            d.outcome
-        };
-        e.last_scheduled_at = Some(d.scheduled_at);
-        if matches!(outcome, Outcome::Fired | Outcome::CaughtUp) {
-            e.last_run = Some(LastRun {
-                scheduled_at: d.scheduled_at,
+    let is_busy = |id: &str| {
+        state
+            .busy
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains(id)
+    };
+    let out = state.store.write(|tx| {
+        let fired_at = state.now();
+        let mut out = Vec::new();
+        for (id, d) in due {
+            let Some(mut e) = tx.get(id)? else { continue };
+            if !e.enabled || e.last_scheduled_at.is_some_and(|t| t >= d.scheduled_at) {
+                continue; // disabled meanwhile, or fired by another process
+            }
+            // The schedule may have been edited since the decision: re-check on the fresh entry.
+            let Ok(s) = state.schedule_of(&e) else {
+                continue;
+            };
+            let cursor = state.cursor_of(&e);
+            if s.latest_in(cursor, fired_at) != Some(d.scheduled_at) {
+                continue;
+            }
+            let busy = e.command.is_some() && d.outcome != Outcome::Missed && is_busy(id);
+            let outcome = if busy {
+                Outcome::SkippedBusy
+            } else {
+                d.outcome
+            };
+            e.last_scheduled_at = Some(d.scheduled_at);
+            if matches!(outcome, Outcome::Fired | Outcome::CaughtUp) {
+                e.last_run = Some(LastRun {
+                    scheduled_at: d.scheduled_at,
+                    fired_at,
+                    outcome,
+                });
+            }
+            if !e.recurring {
+                e.enabled = false;
+            }
+            tx.put(&e)?;
+            out.push(Claimed {
+                entry: e,
+                due: Due {
+                    scheduled_at: d.scheduled_at,
+                    outcome,
+                },
                 fired_at,
-                outcome,
             });
         }
-        if !e.recurring {
-            e.enabled = false;
+        Ok(out)
+    })?;
+    // Committed: the command entries among them are running from now on.
+    let mut busy = state.busy.lock().unwrap_or_else(|p| p.into_inner());
+    for c in &out {
+        if c.entry.command.is_some() && matches!(c.due.outcome, Outcome::Fired | Outcome::CaughtUp)
+        {
+            busy.insert(c.entry.id.clone());
         }
-        if e.command.is_some() && matches!(outcome, Outcome::Fired | Outcome::CaughtUp) {
-            state
-                .busy
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .insert(id.clone());
-        }
-        out.push(Claimed {
-            entry: e.clone(),
-            due: Due {
-                scheduled_at: d.scheduled_at,
-                outcome,
-            },
-            fired_at,
-        });
-    }
-    if !out.is_empty() {
-        state.store.save(&doc, &lock)?;
     }
     Ok(out)
 }
@@ -277,6 +282,8 @@ pub async fn run(state: Arc<CronState>) {
         for c in claimed {
             tokio::spawn(finish(state.clone(), c));
         }
+        *state.next_wake.lock().unwrap_or_else(|p| p.into_inner()) =
+            Some(next.unwrap_or(DateTime::<Utc>::MAX_UTC));
         let wait = match next {
             Some(t) => state.clock.real_wait(t).min(MAX_SLEEP),
             None => MAX_SLEEP,
@@ -288,8 +295,13 @@ pub async fn run(state: Arc<CronState>) {
     }
 }
 
-/// Watch `.kitbag/` with inotify and wake the scheduler when `cron.json` changes on disk
-/// (hand edits, another process). Blocks in `read`: no wake-ups while nothing changes.
+/// Longest a change made by another process waits before the scheduler looks at it; also
+/// the shortest interval between two such looks (the store's WAL changes on every commit).
+pub const EXTERNAL_WAKE_EVERY: Duration = Duration::from_secs(1);
+
+/// Watch `.kitbag/` with inotify and wake the scheduler when another process changed the
+/// store (at most once a second) or a `cron.json` appeared to import (at once). Blocks in
+/// `read`: no wake-ups while nothing changes.
 pub fn watch_store(state: &Arc<CronState>) {
     use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
     let dir = state.store.dir.clone();
@@ -300,11 +312,14 @@ pub fn watch_store(state: &Arc<CronState>) {
     let inotify = match Inotify::init(InitFlags::IN_CLOEXEC) {
         Ok(i) => i,
         Err(e) => {
-            tracing::warn!("inotify unavailable ({e}); hand edits are seen within 15 min");
+            tracing::warn!(
+                "inotify unavailable ({e}); other processes' changes are seen within 15 min"
+            );
             return;
         }
     };
     let flags = AddWatchFlags::IN_CLOSE_WRITE
+        | AddWatchFlags::IN_MODIFY
         | AddWatchFlags::IN_MOVED_TO
         | AddWatchFlags::IN_CREATE
         | AddWatchFlags::IN_DELETE
@@ -317,21 +332,41 @@ pub fn watch_store(state: &Arc<CronState>) {
     let spawned = std::thread::Builder::new()
         .name("cron-watch".into())
         .spawn(move || {
+            let mut last: Option<std::time::Instant> = None;
             loop {
-                match inotify.read_events() {
-                    Ok(events) => {
-                        if events
-                            .iter()
-                            .any(|ev| ev.name.as_deref().is_some_and(|n| n == "cron.json"))
-                        {
-                            wake.notify_one();
-                        }
-                    }
-                    Err(nix::errno::Errno::EINTR) => {}
+                let events = match inotify.read_events() {
+                    Ok(events) => events,
+                    Err(nix::errno::Errno::EINTR) => continue,
                     Err(e) => {
                         tracing::warn!("inotify read failed: {e}");
                         break;
                     }
+                };
+                let mut import = false;
+                let mut changed = false;
+                for ev in &events {
+                    match ev.name.as_deref().and_then(|n| n.to_str()) {
+                        Some("cron.json") => {
+                            import |= ev.mask.intersects(
+                                AddWatchFlags::IN_CLOSE_WRITE | AddWatchFlags::IN_MOVED_TO,
+                            );
+                        }
+                        Some("cron.db" | "cron.db-wal") => changed = true,
+                        None => changed |= ev.mask.contains(AddWatchFlags::IN_Q_OVERFLOW),
+                        _ => {}
+                    }
+                }
+                if !import && changed {
+                    // Rate-limited: events arriving meanwhile wait in the kernel's queue.
+                    if let Some(since) = last.map(|t| t.elapsed())
+                        && since < EXTERNAL_WAKE_EVERY
+                    {
+                        std::thread::sleep(EXTERNAL_WAKE_EVERY - since);
+                    }
+                }
+                if import || changed {
+                    wake.notify_one();
+                    last = Some(std::time::Instant::now());
                 }
             }
         });

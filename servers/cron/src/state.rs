@@ -28,8 +28,10 @@ pub struct CronState {
     /// IANA zone used when an entry names none.
     pub machine_tz: String,
     pub clock: Arc<dyn Clock>,
-    /// Wakes the scheduler (a tool changed the store, or the file changed on disk).
+    /// Wakes the scheduler (a change makes something due sooner, or the store changed on disk).
     pub wake: Arc<Notify>,
+    /// The instant the scheduler sleeps until; None while it is working out the next one.
+    pub next_wake: Mutex<Option<DateTime<Utc>>>,
     /// Signalled once a client is connected (the scheduler's first pass waits for it).
     pub connected: Notify,
     peer: Mutex<Option<Peer<RoleServer>>>,
@@ -77,6 +79,7 @@ impl CronState {
             machine_tz: opts.machine_tz,
             clock,
             wake: Arc::new(Notify::new()),
+            next_wake: Mutex::new(None),
             connected: Notify::new(),
             peer: Mutex::new(None),
             claude_channel: opts.claude_channel,
@@ -179,6 +182,19 @@ impl CronState {
             },
         );
         Some(next)
+    }
+
+    /// Wake the scheduler if `e` (just created or enabled) fires before it would wake anyway,
+    /// or if it is busy working out when to wake (it then looks again). Other changes need no
+    /// wake-up: the scheduler re-reads the entry when it wakes.
+    pub fn wake_for(&self, e: &Entry) {
+        let Some(t) = self.next_fire(e, self.now()) else {
+            return;
+        };
+        let planned = *self.next_wake.lock().unwrap_or_else(|p| p.into_inner());
+        if planned.is_none_or(|w| t < w) {
+            self.wake.notify_one();
+        }
     }
 
     pub fn ensure_writable(&self) -> ToolResult<()> {

@@ -1,29 +1,34 @@
-//! The store: `<root>/.kitbag/cron.json` (entries, hand-editable) and the run history
+//! The store: `<root>/.kitbag/cron.db` (SQLite, WAL) holds the entries; the run history is
 //! `<root>/.kitbag/cron-runs.jsonl` (JSON lines, rotated to `.1`/`.2`).
 //!
-//! Every change is a read-modify-write under an exclusive `flock` on
-//! `<root>/.kitbag/cron.lock`, and the file is replaced atomically (temp file, fsync,
-//! rename): two processes on one store never lose each other's changes, and a reader never
-//! sees half a file. Hand edits are picked up on the next read; an entry that does not
-//! parse is kept as written (and reported), never dropped.
+//! Every change is one IMMEDIATE transaction that touches the rows it changes by key, so a
+//! change costs the same with ten entries or ten thousand, and several processes on one
+//! store never lose each other's changes; readers never wait for writers (WAL) and never see
+//! half a change. A `cron.json` — the store of earlier versions, or entries written by hand
+//! in the seed's shape — is imported on sight (entries replace those with the same id) and
+//! kept as `cron.json.bak`; an entry in it that does not parse is kept as written and
+//! reported, never dropped.
 
 use std::fs::{File, OpenOptions};
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use fs4::fs_std::FileExt;
-use kitbag_shared::atomic::write_atomic;
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
+use rusqlite::{
+    Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 /// Most entries one store holds.
 pub const MAX_ENTRIES: usize = 10_000;
-/// How long a change waits for the store lock before answering `file_busy`.
+/// How long a change waits for another process's before answering `file_busy`.
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Rotated history files kept beside the live one.
 const ROTATED_KEEP: usize = 2;
@@ -139,7 +144,7 @@ pub enum Slot {
     Invalid { raw: Value, error: String },
 }
 
-/// The whole store file.
+/// The whole store: every entry, in creation order.
 #[derive(Debug, Clone, Default)]
 pub struct Doc {
     pub next_id: u64,
@@ -267,35 +272,69 @@ pub struct CommandOutcome {
     pub containment: Option<String>,
 }
 
-/// Paths of one store.
-#[derive(Debug, Clone)]
+/// Version of the database layout (`PRAGMA user_version`).
+pub const SCHEMA_VERSION: i64 = 1;
+
+/// One row per entry, in creation order. An entry that did not parse when it was imported
+/// from a hand-written `cron.json` is kept as written (`id` NULL, `error` set), never dropped.
+/// `meta` holds `next_id`, the row `count` (kept by triggers, so the entry cap costs no scan)
+/// and `import`, the identity of the last imported `cron.json`.
+const SCHEMA: &str = "
+CREATE TABLE entries (
+    seq INTEGER PRIMARY KEY AUTOINCREMENT,
+    id TEXT UNIQUE,
+    body TEXT NOT NULL,
+    error TEXT
+);
+CREATE TABLE meta (
+    k TEXT PRIMARY KEY,
+    v
+);
+INSERT INTO meta (k, v) VALUES ('next_id', 1), ('count', 0), ('import', '');
+CREATE TRIGGER entries_count_insert AFTER INSERT ON entries BEGIN
+    UPDATE meta SET v = v + 1 WHERE k = 'count';
+END;
+CREATE TRIGGER entries_count_delete AFTER DELETE ON entries BEGIN
+    UPDATE meta SET v = v - 1 WHERE k = 'count';
+END;
+";
+
+/// The store: the entries database, the legacy file it imports, the history files.
+#[derive(Clone)]
 pub struct Store {
     pub dir: PathBuf,
+    /// The entries database, `<root>/.kitbag/cron.db`.
     pub file: PathBuf,
+    /// A `cron.json` (the old store, or one written by hand) imported on sight.
+    pub legacy: PathBuf,
     lock: PathBuf,
     pub runs: PathBuf,
     runs_max_bytes: u64,
-    /// The last parse, keyed by the file's identity (device, inode, size, mtime, ctime).
-    cache: Arc<Mutex<Option<Cached>>>,
+    writable: bool,
+    db: Arc<Mutex<Option<Open>>>,
+    /// The last read, keyed by the file's identity, `PRAGMA data_version` (other
+    /// connections' commits) and this process's own commits.
+    cache: Arc<Mutex<Option<CachedDoc>>>,
+    /// Commits made through this store (they do not change `data_version`).
+    writes: Arc<AtomicU64>,
 }
 
-type FileId = (u64, u64, u64, i64, i64, i64, i64);
-type Cached = (FileId, Arc<Doc>);
-
-fn file_id(m: &std::fs::Metadata) -> FileId {
-    use std::os::unix::fs::MetadataExt;
-    (
-        m.dev(),
-        m.ino(),
-        m.size(),
-        m.mtime(),
-        m.mtime_nsec(),
-        m.ctime(),
-        m.ctime_nsec(),
-    )
+impl std::fmt::Debug for Store {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Store").field("file", &self.file).finish()
+    }
 }
 
-/// An exclusive hold on the store; released on drop.
+type FileIdent = (u64, u64);
+type CacheKey = (FileIdent, i64, u64);
+type CachedDoc = (CacheKey, Arc<Doc>);
+
+struct Open {
+    conn: Connection,
+    ident: FileIdent,
+}
+
+/// An exclusive hold on `cron.lock` (history appends and imports); released on drop.
 pub struct StoreLock {
     _file: File,
 }
@@ -307,20 +346,198 @@ fn io_err(what: &str, path: &Path, e: &std::io::Error) -> ToolError {
     )
 }
 
+fn ident_of(m: &std::fs::Metadata) -> FileIdent {
+    use std::os::unix::fs::MetadataExt;
+    (m.dev(), m.ino())
+}
+
+fn is_busy(e: &rusqlite::Error) -> bool {
+    matches!(
+        e.sqlite_error_code(),
+        Some(rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked)
+    )
+}
+
+/// A change in progress: one IMMEDIATE transaction, committed when the closure returns `Ok`.
+/// Every method touches one row by key (or one `meta` row): its cost does not grow with the
+/// number of entries.
+pub struct Tx<'a> {
+    tx: Transaction<'a>,
+    store: &'a Store,
+}
+
+impl Tx<'_> {
+    fn err(&self, e: rusqlite::Error) -> ToolError {
+        self.store.db_err(e)
+    }
+
+    fn meta_int(&self, k: &str) -> ToolResult<u64> {
+        let v: i64 = self
+            .tx
+            .query_row("SELECT v FROM meta WHERE k = ?1", [k], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.err(e))?
+            .unwrap_or(0);
+        Ok(v.max(0) as u64)
+    }
+
+    /// Rows in the store (unparsable ones included).
+    pub fn count(&self) -> ToolResult<usize> {
+        Ok(self.meta_int("count")? as usize)
+    }
+
+    /// The entry with this id (None when absent or its stored body does not parse).
+    pub fn get(&self, id: &str) -> ToolResult<Option<Entry>> {
+        let body: Option<String> = self
+            .tx
+            .query_row(
+                "SELECT body FROM entries WHERE id = ?1 AND error IS NULL",
+                [id],
+                |r| r.get(0),
+            )
+            .optional()
+            .map_err(|e| self.err(e))?;
+        Ok(body.and_then(|b| serde_json::from_str(&b).ok()))
+    }
+
+    fn encode(e: &Entry) -> ToolResult<String> {
+        serde_json::to_string(e)
+            .map_err(|err| ToolError::internal(format!("entry encoding: {err}")))
+    }
+
+    /// Replace a stored entry (by its id); false when there is none.
+    pub fn put(&self, e: &Entry) -> ToolResult<bool> {
+        let n = self
+            .tx
+            .execute(
+                "UPDATE entries SET body = ?2, error = NULL WHERE id = ?1",
+                params![e.id, Self::encode(e)?],
+            )
+            .map_err(|err| self.err(err))?;
+        Ok(n > 0)
+    }
+
+    /// Add an entry after all others (its id must be new).
+    pub fn insert(&self, e: &Entry) -> ToolResult<()> {
+        self.tx
+            .execute(
+                "INSERT INTO entries (id, body) VALUES (?1, ?2)",
+                params![e.id, Self::encode(e)?],
+            )
+            .map_err(|err| self.err(err))?;
+        Ok(())
+    }
+
+    fn insert_invalid(&self, raw: &Value, error: &str) -> ToolResult<()> {
+        self.tx
+            .execute(
+                "INSERT INTO entries (id, body, error) VALUES (NULL, ?1, ?2)",
+                params![raw.to_string(), error],
+            )
+            .map_err(|err| self.err(err))?;
+        Ok(())
+    }
+
+    /// Delete an entry; false when there is none.
+    pub fn remove(&self, id: &str) -> ToolResult<bool> {
+        let n = self
+            .tx
+            .execute("DELETE FROM entries WHERE id = ?1", [id])
+            .map_err(|e| self.err(e))?;
+        Ok(n > 0)
+    }
+
+    /// Hand out the next `cron-N` id (never one used before in this store).
+    pub fn allocate_id(&self) -> ToolResult<String> {
+        let mut n = self.meta_int("next_id")?.max(1);
+        loop {
+            let id = format!("cron-{n}");
+            let taken: bool = self
+                .tx
+                .query_row("SELECT 1 FROM entries WHERE id = ?1", [&id], |_| Ok(()))
+                .optional()
+                .map_err(|e| self.err(e))?
+                .is_some();
+            if !taken {
+                self.set_next_id(n + 1)?;
+                return Ok(id);
+            }
+            n += 1;
+        }
+    }
+
+    fn set_next_id(&self, n: u64) -> ToolResult<()> {
+        self.tx
+            .execute(
+                "UPDATE meta SET v = max(v, ?1) WHERE k = 'next_id'",
+                [n as i64],
+            )
+            .map_err(|e| self.err(e))?;
+        Ok(())
+    }
+
+    /// The first few ids, for an error message that names some.
+    pub fn some_ids(&self, n: usize) -> ToolResult<Vec<String>> {
+        let mut st = self
+            .tx
+            .prepare_cached(
+                "SELECT id FROM entries WHERE id IS NOT NULL AND error IS NULL ORDER BY seq LIMIT ?1",
+            )
+            .map_err(|e| self.err(e))?;
+        let rows = st
+            .query_map([n as i64], |r| r.get::<_, String>(0))
+            .map_err(|e| self.err(e))?;
+        rows.collect::<Result<Vec<_>, _>>().map_err(|e| self.err(e))
+    }
+}
+
 impl Store {
     pub fn new(root: &Path, runs_max_bytes: u64) -> Self {
         let dir = root.join(".kitbag");
         Self {
-            file: dir.join("cron.json"),
+            file: dir.join("cron.db"),
+            legacy: dir.join("cron.json"),
             lock: dir.join("cron.lock"),
             runs: dir.join("cron-runs.jsonl"),
             dir,
             runs_max_bytes: runs_max_bytes.max(1024),
+            writable: true,
+            db: Arc::new(Mutex::new(None)),
             cache: Arc::new(Mutex::new(None)),
+            writes: Arc::new(AtomicU64::new(0)),
         }
     }
 
-    /// Take the exclusive store lock (waits up to 10 s, then `file_busy`).
+    /// A store this process must not change (`--read-only`): the database is opened
+    /// read-only, never created, and a `cron.json` is read in place instead of imported.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.writable = !read_only;
+        self
+    }
+
+    /// Where a `cron.json` is moved while it is being imported.
+    fn importing(&self) -> PathBuf {
+        self.dir.join("cron.json.importing")
+    }
+
+    fn db_err(&self, e: rusqlite::Error) -> ToolError {
+        if is_busy(&e) {
+            return ToolError::new(
+                ErrorCode::FileBusy,
+                format!(
+                    "{} is held by another process for more than 10 s; try again",
+                    self.file.display()
+                ),
+            );
+        }
+        ToolError::new(
+            ErrorCode::IoError,
+            format!("cron store {}: {e}", self.file.display()),
+        )
+    }
+
+    /// Take the exclusive `cron.lock` (waits up to 10 s, then `file_busy`). Guards the run
+    /// history and imports; entries are guarded by the database's own lock.
     pub fn lock(&self) -> ToolResult<StoreLock> {
         std::fs::create_dir_all(&self.dir).map_err(|e| io_err("cannot create", &self.dir, &e))?;
         let file = OpenOptions::new()
@@ -349,62 +566,376 @@ impl Store {
         }
     }
 
-    /// Read the store as it is on disk (no lock needed: writes are atomic renames).
-    pub fn load(&self) -> ToolResult<Doc> {
-        let text = match std::fs::read_to_string(&self.file) {
-            Ok(t) => t,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Doc::default()),
-            Err(e) => return Err(io_err("cannot read", &self.file, &e)),
-        };
-        Doc::parse(&text).map_err(|e| {
+    /// Open the database (creating and preparing it when `create`).
+    fn open(&self, create: bool) -> ToolResult<Connection> {
+        let fail = |e: rusqlite::Error| {
             ToolError::new(
                 ErrorCode::IoError,
                 format!(
-                    "{} is not a valid cron store ({e}); fix or move it — nothing was changed",
+                    "{} is not a usable cron store ({e}); move it away to start a new one",
                     self.file.display()
                 ),
             )
+        };
+        if !create {
+            let conn = Connection::open_with_flags(
+                &self.file,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(fail)?;
+            conn.busy_timeout(LOCK_WAIT).map_err(fail)?;
+            return Ok(conn);
+        }
+        std::fs::create_dir_all(&self.dir).map_err(|e| io_err("cannot create", &self.dir, &e))?;
+        let conn = Connection::open(&self.file).map_err(fail)?;
+        conn.busy_timeout(LOCK_WAIT).map_err(fail)?;
+        // Switching a new file to WAL takes a lock SQLite does not wait for (the busy timeout
+        // is not consulted): a server starting beside another retries briefly.
+        kitbag_shared::lock::retry_while_busy(LOCK_WAIT, is_busy, || {
+            conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))
+        })
+        .map_err(fail)?;
+        conn.execute_batch("PRAGMA synchronous=NORMAL;")
+            .map_err(fail)?;
+        self.migrate(&conn).map_err(|e| match e {
+            MigrateError::Sql(e) if is_busy(&e) => self.db_err(e),
+            MigrateError::Sql(e) => fail(e),
+            MigrateError::Foreign(msg) => ToolError::new(
+                ErrorCode::IoError,
+                format!(
+                    "{} is not a kitbag-cron store ({msg}); move it away to start a new one",
+                    self.file.display()
+                ),
+            ),
+        })?;
+        Ok(conn)
+    }
+
+    fn migrate(&self, conn: &Connection) -> Result<(), MigrateError> {
+        let version =
+            |c: &Connection| c.query_row("PRAGMA user_version", [], |r| r.get::<_, i64>(0));
+        let v = version(conn)?;
+        if v == SCHEMA_VERSION {
+            return Ok(());
+        }
+        if v > SCHEMA_VERSION {
+            return Err(MigrateError::Foreign(format!(
+                "layout version {v} is newer than this kitbag-cron understands"
+            )));
+        }
+        // IMMEDIATE: two servers starting on a new store must not both create it.
+        let tx = Transaction::new_unchecked(conn, TransactionBehavior::Immediate)?;
+        if version(&tx)? == 0 {
+            let tables: i64 = tx.query_row(
+                "SELECT count(*) FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%'",
+                [],
+                |r| r.get(0),
+            )?;
+            if tables > 0 {
+                return Err(MigrateError::Foreign("it holds other tables".into()));
+            }
+            tx.execute_batch(SCHEMA)?;
+            tx.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))?;
+        }
+        tx.commit()?;
+        Ok(())
+    }
+
+    /// Run `f` on the open database, opening it first (and reopening it when the file was
+    /// replaced or removed). A `cron.json` lying beside it is imported first. Without
+    /// `create`, a missing database is `Ok(None)` and nothing is created.
+    fn with_db<T>(
+        &self,
+        create: bool,
+        f: impl FnOnce(&mut Connection, FileIdent) -> ToolResult<T>,
+    ) -> ToolResult<Option<T>> {
+        let mut slot = self.db.lock().unwrap_or_else(|p| p.into_inner());
+        if self.writable {
+            self.import_legacy(&mut slot)?;
+        }
+        let open = self.ensure_open(&mut slot, create && self.writable)?;
+        match open {
+            Some(o) => f(&mut o.conn, o.ident).map(Some),
+            None => Ok(None),
+        }
+    }
+
+    fn ensure_open<'a>(
+        &self,
+        slot: &'a mut Option<Open>,
+        create: bool,
+    ) -> ToolResult<Option<&'a mut Open>> {
+        let current = match std::fs::metadata(&self.file) {
+            Ok(m) => Some(ident_of(&m)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
+            Err(e) => return Err(io_err("cannot read", &self.file, &e)),
+        };
+        if slot.as_ref().map(|o| o.ident) != current || current.is_none() {
+            *slot = None;
+            if current.is_none() && !create {
+                return Ok(None);
+            }
+            let conn = self.open(self.writable)?;
+            let m =
+                std::fs::metadata(&self.file).map_err(|e| io_err("cannot read", &self.file, &e))?;
+            *slot = Some(Open {
+                conn,
+                ident: ident_of(&m),
+            });
+        }
+        Ok(slot.as_mut())
+    }
+
+    /// Import a `cron.json` (the store of earlier versions, or entries written by hand in the
+    /// seed's shape) into the database, then keep the file as `cron.json.bak` (`.bak.2`, …).
+    /// Entries replace those with the same id; the others are added. The file is claimed by
+    /// renaming it (one process wins), and the import is recorded in the same transaction
+    /// as the entries, so it happens exactly once even when the process dies half-way.
+    fn import_legacy(&self, slot: &mut Option<Open>) -> ToolResult<()> {
+        let claimed = self.importing();
+        if !claimed.exists() {
+            match std::fs::metadata(&self.legacy) {
+                Ok(m) if m.len() > 0 => {}
+                Ok(_) => return Ok(()), // empty: being written, or nothing to import
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
+            }
+        }
+        let _lock = self.lock()?;
+        let leftover = claimed.exists();
+        if !leftover {
+            let text = match std::fs::read_to_string(&self.legacy) {
+                Ok(t) => t,
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
+            };
+            if text.trim().is_empty() {
+                return Ok(());
+            }
+            // A broken file is left as it is, and reported on every call until it is fixed.
+            Doc::parse(&text).map_err(|e| self.invalid_legacy(&e))?;
+            match std::fs::rename(&self.legacy, &claimed) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(io_err("cannot move", &self.legacy, &e)),
+            }
+        }
+        let bytes = std::fs::read(&claimed).map_err(|e| io_err("cannot read", &claimed, &e))?;
+        let mark = {
+            use std::os::unix::fs::MetadataExt;
+            let m = std::fs::metadata(&claimed).map_err(|e| io_err("cannot read", &claimed, &e))?;
+            format!(
+                "{}:{}:{}:{}:{:016x}",
+                m.dev(),
+                m.ino(),
+                m.len(),
+                m.mtime_nsec() + m.mtime() * 1_000_000_000,
+                xxhash_rust::xxh3::xxh3_64(&bytes)
+            )
+        };
+        let imported = {
+            let Some(open) = self.ensure_open(slot, true)? else {
+                return Err(ToolError::internal("the cron store could not be created"));
+            };
+            let tx = open
+                .conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.db_err(e))?;
+            let tx = Tx { tx, store: self };
+            let done: String = tx
+                .tx
+                .query_row("SELECT v FROM meta WHERE k = 'import'", [], |r| r.get(0))
+                .optional()
+                .map_err(|e| self.db_err(e))?
+                .unwrap_or_default();
+            // A leftover claim whose import was committed: the process died before moving
+            // the file away. Do not import it twice.
+            let already = leftover && done == mark;
+            let mut n = 0;
+            if !already {
+                let text = String::from_utf8_lossy(&bytes);
+                let doc = match Doc::parse(&text) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        drop(tx);
+                        self.unclaim(&claimed);
+                        return Err(self.invalid_legacy(&e));
+                    }
+                };
+                for s in &doc.slots {
+                    match s {
+                        Slot::Entry(e) => {
+                            if !tx.put(e)? {
+                                tx.insert(e)?;
+                            }
+                        }
+                        Slot::Invalid { raw, error } => tx.insert_invalid(raw, error)?,
+                    }
+                    n += 1;
+                }
+                tx.set_next_id(doc.next_id)?;
+            }
+            tx.tx
+                .execute("UPDATE meta SET v = ?1 WHERE k = 'import'", [&mark])
+                .map_err(|e| self.db_err(e))?;
+            tx.tx.commit().map_err(|e| self.db_err(e))?;
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            n
+        };
+        let backup = self.keep_backup(&claimed)?;
+        tracing::info!(
+            "imported {imported} entries from {} into {}; the file is kept as {}",
+            self.legacy.display(),
+            self.file.display(),
+            backup.display()
+        );
+        Ok(())
+    }
+
+    fn invalid_legacy(&self, e: &str) -> ToolError {
+        ToolError::new(
+            ErrorCode::IoError,
+            format!(
+                "{} is not a valid cron store ({e}); fix or move it — it was not imported and nothing was changed",
+                self.legacy.display()
+            ),
+        )
+    }
+
+    /// Put a claimed file back (unless a new `cron.json` appeared meanwhile).
+    fn unclaim(&self, claimed: &Path) {
+        if std::fs::hard_link(claimed, &self.legacy).is_ok() {
+            let _ = std::fs::remove_file(claimed);
+        }
+    }
+
+    /// Move an imported file to the first free `cron.json.bak[.N]`, never over another.
+    fn keep_backup(&self, claimed: &Path) -> ToolResult<PathBuf> {
+        for n in 1..10_000 {
+            let name = if n == 1 {
+                "cron.json.bak".to_string()
+            } else {
+                format!("cron.json.bak.{n}")
+            };
+            let to = self.dir.join(name);
+            match std::fs::hard_link(claimed, &to) {
+                Ok(()) => {
+                    std::fs::remove_file(claimed)
+                        .map_err(|e| io_err("cannot remove", claimed, &e))?;
+                    return Ok(to);
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+                Err(e) => return Err(io_err("cannot keep a backup of", claimed, &e)),
+            }
+        }
+        Err(ToolError::new(
+            ErrorCode::IoError,
+            format!("too many cron.json.bak files in {}", self.dir.display()),
+        ))
+    }
+
+    /// Read every row, in creation order.
+    fn read_doc(&self, conn: &Connection) -> ToolResult<Doc> {
+        let next_id: i64 = conn
+            .query_row("SELECT v FROM meta WHERE k = 'next_id'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.db_err(e))?
+            .unwrap_or(1);
+        let mut st = conn
+            .prepare_cached("SELECT body, error FROM entries ORDER BY seq")
+            .map_err(|e| self.db_err(e))?;
+        let rows = st
+            .query_map([], |r| {
+                Ok((r.get::<_, String>(0)?, r.get::<_, Option<String>>(1)?))
+            })
+            .map_err(|e| self.db_err(e))?;
+        let mut slots = Vec::new();
+        for row in rows {
+            let (body, error) = row.map_err(|e| self.db_err(e))?;
+            let raw = || {
+                serde_json::from_str::<Value>(&body).unwrap_or_else(|_| Value::String(body.clone()))
+            };
+            slots.push(match error {
+                Some(error) => Slot::Invalid { raw: raw(), error },
+                None => match serde_json::from_str::<Entry>(&body) {
+                    Ok(e) => Slot::Entry(Box::new(e)),
+                    Err(e) => Slot::Invalid {
+                        raw: raw(),
+                        error: e.to_string(),
+                    },
+                },
+            });
+        }
+        Ok(Doc {
+            next_id: next_id.max(1) as u64,
+            slots,
         })
     }
 
-    /// Like [`Store::load`], but reuses the last parse while the file is unchanged
-    /// (same inode, size and timestamps). For reads only; changes use a fresh `load`.
-    pub fn load_cached(&self) -> ToolResult<Arc<Doc>> {
-        let meta = match std::fs::metadata(&self.file) {
-            Ok(m) => m,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                return Ok(Arc::new(Doc::default()));
-            }
-            Err(e) => return Err(io_err("cannot read", &self.file, &e)),
+    /// Read the whole store (a missing database is an empty store; nothing is created).
+    pub fn load(&self) -> ToolResult<Doc> {
+        match self.with_db(false, |conn, _| self.read_doc(conn))? {
+            Some(doc) => Ok(doc),
+            None => self.load_legacy(),
+        }
+    }
+
+    /// A read-only server with no database reads a `cron.json` in place.
+    fn load_legacy(&self) -> ToolResult<Doc> {
+        if self.writable {
+            return Ok(Doc::default());
+        }
+        let text = match std::fs::read_to_string(&self.legacy) {
+            Ok(t) => t,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Doc::default()),
+            Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
         };
-        let id = file_id(&meta);
-        if let Some((cached_id, doc)) = &*self.cache.lock().unwrap_or_else(|p| p.into_inner())
-            && *cached_id == id
-        {
-            return Ok(doc.clone());
-        }
-        let doc = Arc::new(self.load()?);
-        // Keep it only if the file did not change while it was read.
-        if let Ok(after) = std::fs::metadata(&self.file)
-            && file_id(&after) == id
-        {
-            *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((id, doc.clone()));
-        }
-        Ok(doc)
+        Doc::parse(&text).map_err(|e| self.invalid_legacy(&e))
     }
 
-    pub fn save(&self, doc: &Doc, _lock: &StoreLock) -> ToolResult<()> {
-        write_atomic(&self.file, doc.to_json().as_bytes(), true)
-            .map_err(|e| io_err("cannot write", &self.file, &e))
+    /// Like [`Store::load`], but reuses the last read while nothing was committed since
+    /// (by this process or another). For reads only; changes go through [`Store::write`].
+    pub fn load_cached(&self) -> ToolResult<Arc<Doc>> {
+        let got = self.with_db(false, |conn, ident| {
+            let dv: i64 = conn
+                .query_row("PRAGMA data_version", [], |r| r.get(0))
+                .map_err(|e| self.db_err(e))?;
+            let key = (ident, dv, self.writes.load(Ordering::SeqCst));
+            if let Some((k, doc)) = &*self.cache.lock().unwrap_or_else(|p| p.into_inner())
+                && *k == key
+            {
+                return Ok(doc.clone());
+            }
+            let doc = Arc::new(self.read_doc(conn)?);
+            *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, doc.clone()));
+            Ok(doc)
+        })?;
+        match got {
+            Some(doc) => Ok(doc),
+            None => Ok(Arc::new(self.load_legacy()?)),
+        }
     }
 
-    /// Lock, read, change, write. `f` returning an error leaves the file untouched.
-    pub fn update<T>(&self, f: impl FnOnce(&mut Doc) -> ToolResult<T>) -> ToolResult<T> {
-        let lock = self.lock()?;
-        let mut doc = self.load()?;
-        let out = f(&mut doc)?;
-        self.save(&doc, &lock)?;
-        Ok(out)
+    /// Change the store in one IMMEDIATE transaction (waits up to 10 s for another
+    /// process's, then `file_busy`). `f` returning an error changes nothing.
+    pub fn write<T>(&self, f: impl FnOnce(&Tx<'_>) -> ToolResult<T>) -> ToolResult<T> {
+        if !self.writable {
+            return Err(ToolError::new(
+                ErrorCode::CapabilityDenied,
+                format!("the cron store {} is read-only", self.file.display()),
+            ));
+        }
+        let out = self.with_db(true, |conn, _| {
+            let tx = conn
+                .transaction_with_behavior(TransactionBehavior::Immediate)
+                .map_err(|e| self.db_err(e))?;
+            let tx = Tx { tx, store: self };
+            let out = f(&tx)?;
+            tx.tx.commit().map_err(|e| self.db_err(e))?;
+            self.writes.fetch_add(1, Ordering::SeqCst);
+            Ok(out)
+        })?;
+        out.ok_or_else(|| ToolError::internal("the cron store could not be created"))
     }
 
     fn rotated(&self, n: usize) -> PathBuf {
@@ -467,6 +998,17 @@ impl Store {
     }
 }
 
+enum MigrateError {
+    Sql(rusqlite::Error),
+    Foreign(String),
+}
+
+impl From<rusqlite::Error> for MigrateError {
+    fn from(e: rusqlite::Error) -> Self {
+        MigrateError::Sql(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -511,53 +1053,248 @@ mod tests {
         assert_eq!(again.next_id, 4);
     }
 
-    #[test]
-    fn update_is_all_or_nothing_and_broken_files_are_not_overwritten() {
-        let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20);
-        s.update(|doc| {
-            doc.slots.push(Slot::Entry(Box::new(entry("cron-1"))));
-            Ok(())
-        })
-        .unwrap();
-        let r: ToolResult<()> = s.update(|doc| {
-            doc.slots.clear();
-            Err(ToolError::invalid_field("id", "nope"))
-        });
-        assert!(r.is_err());
-        assert_eq!(s.load().unwrap().entries().count(), 1);
-        std::fs::write(&s.file, "{ not json").unwrap();
-        let e = s.update(|_| Ok(())).unwrap_err();
-        assert_eq!(e.code, ErrorCode::IoError);
-        assert_eq!(std::fs::read_to_string(&s.file).unwrap(), "{ not json");
+    fn add(s: &Store, id: &str) {
+        s.write(|tx| tx.insert(&entry(id))).unwrap();
     }
 
     #[test]
-    fn cached_load_sees_every_rewrite() {
+    fn writes_are_all_or_nothing_and_ids_are_never_reused() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(d.path(), 1 << 20);
+        assert!(!s.file.exists(), "reading creates nothing");
+        assert_eq!(s.load().unwrap().slots.len(), 0);
+        assert!(!s.file.exists());
+        let id = s
+            .write(|tx| {
+                let id = tx.allocate_id()?;
+                tx.insert(&entry(&id))?;
+                Ok(id)
+            })
+            .unwrap();
+        assert_eq!(id, "cron-1");
+        let r: ToolResult<()> = s.write(|tx| {
+            assert!(tx.remove("cron-1")?);
+            tx.insert(&entry("cron-7"))?;
+            Err(ToolError::invalid_field("id", "nope"))
+        });
+        assert!(r.is_err());
+        let doc = s.load().unwrap();
+        assert_eq!(doc.entries().count(), 1, "the failed change left nothing");
+        assert!(doc.get("cron-1").is_some());
+        s.write(|tx| {
+            let id = tx.allocate_id()?;
+            tx.insert(&entry(&id))
+        })
+        .unwrap();
+        s.write(|tx| tx.remove("cron-2").map(|_| ())).unwrap();
+        assert_eq!(s.write(|tx| tx.allocate_id()).unwrap(), "cron-3");
+        assert_eq!(s.write(|tx| tx.count()).unwrap(), 1);
+        // A duplicate id is refused by the database, not silently doubled.
+        assert!(s.write(|tx| tx.insert(&entry("cron-1"))).is_err());
+        assert_eq!(s.load().unwrap().entries().count(), 1);
+    }
+
+    #[test]
+    fn a_cron_json_is_imported_once_and_kept_as_a_backup() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(d.path(), 1 << 20);
+        std::fs::create_dir_all(&s.dir).unwrap();
+        let text = r#"{"next_id": 40, "entries": [
+          {"id": "cron-3", "schedule": "*/5 * * * *", "message": "Check", "owner": "me"},
+          {"schedule": "oops"},
+          {"id": "cron-9", "schedule": "@daily", "message": "Digest", "enabled": false}
+        ]}"#;
+        std::fs::write(&s.legacy, text).unwrap();
+        let doc = s.load_cached().unwrap();
+        assert_eq!(doc.entries().count(), 2);
+        assert!(
+            matches!(&doc.slots[1], Slot::Invalid { raw, .. } if raw == &json!({"schedule": "oops"}))
+        );
+        assert_eq!(
+            doc.get("cron-3").unwrap().extra["owner"],
+            "me",
+            "unknown fields are kept"
+        );
+        assert!(!s.legacy.exists());
+        let bak = s.dir.join("cron.json.bak");
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), text);
+        assert_eq!(
+            s.write(|tx| tx.allocate_id()).unwrap(),
+            "cron-40",
+            "next_id is kept"
+        );
+        assert_eq!(s.write(|tx| tx.count()).unwrap(), 3);
+
+        // Another store object (another connection, as another process) sees it too.
+        let other = Store::new(d.path(), 1 << 20);
+        assert_eq!(other.load().unwrap().entries().count(), 2);
+
+        // A later cron.json replaces entries by id and adds the others; the first backup stays.
+        std::fs::write(
+            &s.legacy,
+            r#"[{"id": "cron-9", "schedule": "@hourly", "message": "Changed by hand"},
+                {"id": "cron-50", "schedule": "@hourly", "message": "New"}]"#,
+        )
+        .unwrap();
+        let doc = other.load_cached().unwrap();
+        assert_eq!(doc.entries().count(), 3);
+        assert_eq!(doc.get("cron-9").unwrap().message, "Changed by hand");
+        assert!(doc.get("cron-9").unwrap().enabled);
+        assert_eq!(std::fs::read_to_string(&bak).unwrap(), text);
+        assert!(s.dir.join("cron.json.bak.2").exists());
+        assert_eq!(s.write(|tx| tx.allocate_id()).unwrap(), "cron-51");
+    }
+
+    #[test]
+    fn a_half_done_import_is_finished_exactly_once() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(d.path(), 1 << 20);
+        std::fs::create_dir_all(&s.dir).unwrap();
+        std::fs::write(
+            &s.legacy,
+            r#"[{"id": "cron-1", "schedule": "@daily", "message": "a"}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.load().unwrap().entries().count(), 1);
+        // A change after the import that a second import of the same file would undo.
+        s.write(|tx| {
+            let mut e = tx.get("cron-1")?.unwrap();
+            e.message = "changed".into();
+            tx.put(&e).map(|_| ())
+        })
+        .unwrap();
+        // The importer died after its commit, before moving the file away.
+        std::fs::rename(s.dir.join("cron.json.bak"), s.importing()).unwrap();
+        let fresh = Store::new(d.path(), 1 << 20);
+        let doc = fresh.load().unwrap();
+        assert_eq!(
+            doc.get("cron-1").unwrap().message,
+            "changed",
+            "not imported twice"
+        );
+        assert!(!s.importing().exists());
+        assert!(s.dir.join("cron.json.bak").exists());
+        // The importer died before its commit: the claimed file is imported.
+        std::fs::write(
+            s.importing(),
+            r#"[{"id": "cron-2", "schedule": "@daily", "message": "b"}]"#,
+        )
+        .unwrap();
+        assert_eq!(fresh.load().unwrap().entries().count(), 2);
+        assert!(!s.importing().exists());
+        assert!(s.dir.join("cron.json.bak.2").exists());
+    }
+
+    #[test]
+    fn a_broken_cron_json_is_reported_and_left_alone() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(d.path(), 1 << 20);
+        add(&s, "cron-1");
+        std::fs::write(&s.legacy, "{ not json").unwrap();
+        let e = s.write(|tx| tx.insert(&entry("cron-2"))).unwrap_err();
+        assert_eq!(e.code, ErrorCode::IoError);
+        assert!(e.message.contains("cron.json"), "{}", e.message);
+        assert_eq!(s.load_cached().unwrap_err().code, ErrorCode::IoError);
+        assert_eq!(std::fs::read_to_string(&s.legacy).unwrap(), "{ not json");
+        std::fs::remove_file(&s.legacy).unwrap();
+        assert_eq!(
+            s.load().unwrap().entries().count(),
+            1,
+            "nothing was changed"
+        );
+    }
+
+    #[test]
+    fn cached_load_sees_every_commit() {
         let d = tempfile::tempdir().unwrap();
         let s = Store::new(d.path(), 1 << 20);
         assert_eq!(s.load_cached().unwrap().slots.len(), 0);
-        s.update(|doc| {
-            doc.slots.push(Slot::Entry(Box::new(entry("cron-1"))));
-            Ok(())
-        })
-        .unwrap();
+        add(&s, "cron-1");
         let a = s.load_cached().unwrap();
         assert_eq!(a.entries().count(), 1);
         assert!(
             Arc::ptr_eq(&a, &s.load_cached().unwrap()),
-            "unchanged file: reused"
+            "nothing committed: reused"
         );
-        // A hand edit in place (same inode) with other content.
-        std::fs::write(&s.file, r#"{"entries": []}"#).unwrap();
-        assert_eq!(s.load_cached().unwrap().entries().count(), 0);
-        // A replacement by rename (as editors and the server do).
-        s.update(|doc| {
-            doc.slots.push(Slot::Entry(Box::new(entry("cron-2"))));
-            Ok(())
-        })
-        .unwrap();
+        // A commit through another connection (another process).
+        let other = Store::new(d.path(), 1 << 20);
+        add(&other, "cron-2");
         assert!(s.load_cached().unwrap().get("cron-2").is_some());
+        // The database moved away (a reset by hand): a new one is started.
+        drop(other);
+        std::fs::rename(&s.file, d.path().join("old.db")).unwrap();
+        let _ = std::fs::remove_file(s.dir.join("cron.db-wal"));
+        let _ = std::fs::remove_file(s.dir.join("cron.db-shm"));
+        assert_eq!(s.load_cached().unwrap().entries().count(), 0);
+        add(&s, "cron-3");
+        assert_eq!(
+            Store::new(d.path(), 1 << 20)
+                .load()
+                .unwrap()
+                .entries()
+                .count(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_read_only_store_reads_in_place_and_creates_nothing() {
+        let d = tempfile::tempdir().unwrap();
+        let s = Store::new(d.path(), 1 << 20).read_only(true);
+        std::fs::create_dir_all(&s.dir).unwrap();
+        std::fs::write(
+            &s.legacy,
+            r#"[{"id": "cron-1", "schedule": "@daily", "message": "a"}]"#,
+        )
+        .unwrap();
+        assert_eq!(s.load_cached().unwrap().entries().count(), 1);
+        assert_eq!(
+            s.write(|tx| tx.insert(&entry("cron-2"))).unwrap_err().code,
+            ErrorCode::CapabilityDenied
+        );
+        assert!(s.legacy.exists() && !s.file.exists());
+        // With a database, it is read (a cron.json is then not looked at).
+        Store::new(d.path(), 1 << 20).load().unwrap();
+        std::fs::write(
+            &s.legacy,
+            r#"[{"id": "cron-5", "schedule": "@daily", "message": "b"}]"#,
+        )
+        .unwrap();
+        let doc = s.load().unwrap();
+        assert!(doc.get("cron-1").is_some() && doc.get("cron-5").is_none());
+    }
+
+    #[test]
+    fn writers_on_separate_connections_never_collide() {
+        let d = tempfile::tempdir().unwrap();
+        let threads: Vec<_> = (0..4)
+            .map(|_| {
+                let root = d.path().to_path_buf();
+                std::thread::spawn(move || {
+                    let s = Store::new(&root, 1 << 20);
+                    (0..50)
+                        .map(|_| {
+                            s.write(|tx| {
+                                let id = tx.allocate_id()?;
+                                tx.insert(&entry(&id))?;
+                                Ok(id)
+                            })
+                            .unwrap()
+                        })
+                        .collect::<Vec<_>>()
+                })
+            })
+            .collect();
+        let mut ids: Vec<String> = threads
+            .into_iter()
+            .flat_map(|t| t.join().unwrap())
+            .collect();
+        ids.sort();
+        ids.dedup();
+        assert_eq!(ids.len(), 200);
+        let s = Store::new(d.path(), 1 << 20);
+        assert_eq!(s.load().unwrap().entries().count(), 200);
+        assert_eq!(s.write(|tx| tx.count()).unwrap(), 200);
     }
 
     #[test]

@@ -43,6 +43,36 @@ fn wait_for(
     }
 }
 
+/// Every stored row (entry JSON, or the raw text and error of one kept as written) and the
+/// id counter, read straight from the database.
+fn dump(dir: &Path) -> Vec<String> {
+    let db = rusqlite::Connection::open_with_flags(
+        dir.join(".kitbag/cron.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .expect("open store");
+    let mut st = db
+        .prepare("SELECT coalesce(id, ''), body, coalesce(error, '') FROM entries ORDER BY seq")
+        .expect("query");
+    let mut rows: Vec<String> = st
+        .query_map([], |r| {
+            Ok(format!(
+                "{} {} {}",
+                r.get::<_, String>(0)?,
+                r.get::<_, String>(1)?,
+                r.get::<_, String>(2)?
+            ))
+        })
+        .expect("rows")
+        .map(|r| r.expect("row"))
+        .collect();
+    let next: i64 = db
+        .query_row("SELECT v FROM meta WHERE k = 'next_id'", [], |r| r.get(0))
+        .expect("next_id");
+    rows.push(format!("next_id {next}"));
+    rows
+}
+
 fn runs(c: &mut McpClient, id: &str) -> Vec<Value> {
     let r = c.call("cron_runs", json!({"id": id, "limit": 500}));
     assert!(!r.is_error, "{:?}", r.raw);
@@ -97,14 +127,18 @@ fn tools_in_era(era: Era) {
     );
     assert!(r.structured["entry"].get("next_fire").is_none());
 
-    // The store is the seed's shape, on disk.
-    let stored: Value = serde_json::from_str(
-        &std::fs::read_to_string(d.path().join(".kitbag/cron.json")).expect("store"),
-    )
-    .expect("json");
-    assert_eq!(stored["entries"][0]["schedule"], "*/5 * * * *");
-    assert_eq!(stored["entries"][0]["message"], "Check the web server");
-    assert_eq!(stored["entries"][0]["enabled"], true);
+    // Each stored entry is the seed's shape (one JSON row in `.kitbag/cron.db`).
+    let rows = dump(d.path());
+    let first = rows[0].strip_prefix("cron-1 ").expect("cron-1 first");
+    let stored: Value = serde_json::Deserializer::from_str(first)
+        .into_iter::<Value>()
+        .next()
+        .expect("a row")
+        .expect("json");
+    assert_eq!(stored["id"], "cron-1");
+    assert_eq!(stored["schedule"], "*/5 * * * *");
+    assert_eq!(stored["message"], "Check the web server");
+    assert_eq!(stored["enabled"], true);
 
     let r = c.call("cron_list", json!({}));
     assert_eq!(r.structured["total"], 2);
@@ -176,8 +210,7 @@ fn bad_input_is_typed_and_changes_nothing() {
         json!({"schedule": "@hourly", "message": "keep"}),
     );
     assert!(!r.is_error);
-    let store = d.path().join(".kitbag/cron.json");
-    let before = std::fs::read(&store).expect("store");
+    let before = dump(d.path());
     for (tool, args, field) in [
         (
             "cron_create",
@@ -254,11 +287,7 @@ fn bad_input_is_typed_and_changes_nothing() {
             "{tool} {args}: {}",
             r.text
         );
-        assert_eq!(
-            std::fs::read(&store).expect("store"),
-            before,
-            "{tool} {args} changed the store"
-        );
+        assert_eq!(dump(d.path()), before, "{tool} {args} changed the store");
     }
 }
 
@@ -539,8 +568,10 @@ fn one_shot_disables_itself_and_disabled_entries_do_not_fire() {
     );
 }
 
+/// A `cron.json` written by hand (the seed's shape, as earlier versions kept their store) is
+/// imported at once — unparsable entries kept as written — and kept as `cron.json.bak`.
 #[test]
-fn hand_edits_are_picked_up() {
+fn hand_written_cron_json_is_imported() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = spawn(
         d.path(),
@@ -555,12 +586,9 @@ fn hand_edits_are_picked_up() {
     c.call("cron_status", json!({}));
     std::fs::create_dir_all(d.path().join(".kitbag")).expect("dir");
     // The seed's entry shape, written by hand (a bare array), plus an entry that does not parse.
-    std::fs::write(
-        d.path().join(".kitbag/cron.json"),
-        r#"[{"id": "cron-1", "schedule": "* * * * *", "message": "by hand", "session": "manual", "enabled": true},
-            {"schedule": "broken"}]"#,
-    )
-    .expect("write");
+    let text = r#"[{"id": "cron-1", "schedule": "* * * * *", "message": "by hand", "session": "manual", "enabled": true},
+            {"schedule": "broken"}]"#;
+    std::fs::write(d.path().join(".kitbag/cron.json"), text).expect("write");
     let mut fired = Vec::new();
     wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 20, |n| {
         !n.is_empty()
@@ -570,12 +598,14 @@ fn hand_edits_are_picked_up() {
     let l = c.call("cron_list", json!({}));
     assert_eq!(l.structured["total"], 1);
     assert_eq!(l.structured["problems"][0]["index"], 1);
-    // The server's own write kept the unparsable entry as written.
-    let stored: Value = serde_json::from_str(
-        &std::fs::read_to_string(d.path().join(".kitbag/cron.json")).expect("r"),
-    )
-    .expect("json");
-    assert_eq!(stored["entries"][1], json!({"schedule": "broken"}));
+    // The unparsable entry is kept as written; the file itself is kept as a backup.
+    let rows = dump(d.path());
+    assert!(rows[1].contains(r#"{"schedule":"broken"}"#), "{rows:?}");
+    assert!(!d.path().join(".kitbag/cron.json").exists());
+    assert_eq!(
+        std::fs::read_to_string(d.path().join(".kitbag/cron.json.bak")).expect("backup"),
+        text
+    );
 }
 
 #[test]
@@ -660,6 +690,7 @@ fn no_commands_flag_refuses_command_entries() {
     );
     assert_eq!(r.error_code(), Some("capability_denied"));
     assert!(!d.path().join(".kitbag/cron.json").exists());
+    assert!(!d.path().join(".kitbag/cron.db").exists());
 }
 
 #[test]
