@@ -65,6 +65,9 @@ pub struct McpClient {
     notifications: Arc<Mutex<Vec<Value>>>,
     stdout_garbage: Arc<Mutex<Vec<String>>>,
     pub server_info: Value,
+    /// The result of the opening exchange (`initialize` or `server/discover`): capabilities,
+    /// instructions, protocol versions.
+    pub opened: Value,
     pub timeout: Duration,
     capabilities: Value,
 }
@@ -166,6 +169,7 @@ impl McpClient {
             notifications,
             stdout_garbage: garbage,
             server_info: Value::Null,
+            opened: Value::Null,
             timeout: Duration::from_secs(60),
             capabilities: if roots.is_some() {
                 json!({"roots": {"listChanged": false}})
@@ -190,6 +194,7 @@ impl McpClient {
                 );
                 assert!(r.get("result").is_some(), "initialize failed: {r}");
                 self.server_info = r["result"]["serverInfo"].clone();
+                self.opened = r["result"].clone();
                 self.notify("notifications/initialized", json!({}));
             }
             Era::Modern => {
@@ -201,6 +206,7 @@ impl McpClient {
                 } else {
                     result["_meta"]["io.modelcontextprotocol/serverInfo"].clone()
                 };
+                self.opened = result.clone();
             }
         }
     }
