@@ -66,6 +66,9 @@ pub struct McpClient {
     notifications: Arc<Mutex<Vec<Value>>>,
     stdout_garbage: Arc<Mutex<Vec<String>>>,
     pub server_info: Value,
+    /// The result of the opening exchange (`initialize` or `server/discover`): capabilities,
+    /// instructions, protocol versions.
+    pub opened: Value,
     pub timeout: Duration,
     capabilities: Value,
 }
@@ -167,6 +170,7 @@ impl McpClient {
             notifications,
             stdout_garbage: garbage,
             server_info: Value::Null,
+            opened: Value::Null,
             timeout: Duration::from_secs(60),
             capabilities: if roots.is_some() {
                 json!({"roots": {"listChanged": false}})
@@ -191,6 +195,7 @@ impl McpClient {
                 );
                 assert!(r.get("result").is_some(), "initialize failed: {r}");
                 self.server_info = r["result"]["serverInfo"].clone();
+                self.opened = r["result"].clone();
                 self.notify("notifications/initialized", json!({}));
             }
             Era::Modern => {
@@ -202,6 +207,7 @@ impl McpClient {
                 } else {
                     result["_meta"]["io.modelcontextprotocol/serverInfo"].clone()
                 };
+                self.opened = result.clone();
             }
         }
     }

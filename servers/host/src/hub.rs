@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     CallToolRequestParams, CallToolResult, ClientCapabilities, ClientConfig, ClientRequest,
-    Implementation, ProgressNotificationParam, ProgressToken, ServerResult, Tool,
+    Implementation, ProgressNotificationParam, ProgressToken, ResourceUpdatedNotificationParam,
+    ServerResult, Tool,
 };
 use rmcp::service::{
     NotificationContext, Peer, RoleClient, RoleServer, RunningService, ServiceExt,
@@ -22,8 +23,22 @@ const MAX_CRASHES: usize = 5;
 const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
 
-/// Names and descriptions of the offered tools, in order.
-type ListFingerprint = Vec<(String, Option<String>)>;
+/// What list-changed notifications compare: the offered tools and prompts (names and
+/// descriptions, in order) and the resource URIs and templates.
+#[derive(Debug, Clone, PartialEq, Default)]
+struct ListFingerprint {
+    tools: Vec<(String, Option<String>)>,
+    prompts: Vec<(String, Option<String>)>,
+    resources: Vec<String>,
+}
+
+/// Which of the offered lists changed.
+#[derive(Debug, Clone, Copy, Default)]
+struct Changed {
+    tools: bool,
+    prompts: bool,
+    resources: bool,
+}
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -70,6 +85,28 @@ impl ClientHandler for ChildClient {
             hub.refresh_tools(&self.name).await;
         }
     }
+
+    async fn on_prompt_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.refresh_catalog(&self.name).await;
+        }
+    }
+
+    async fn on_resource_list_changed(&self, _ctx: NotificationContext<RoleClient>) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.refresh_catalog(&self.name).await;
+        }
+    }
+
+    async fn on_resource_updated(
+        &self,
+        params: ResourceUpdatedNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        if let Some(hub) = self.hub.upgrade() {
+            hub.relay_updated(&self.name, params.uri).await;
+        }
+    }
 }
 
 pub struct Child {
@@ -81,6 +118,8 @@ pub struct Child {
     /// The byte-level link for plain calls (fastpath.rs).
     pub fast: Option<Arc<crate::fastpath::FastLink>>,
     pub tools: Vec<Tool>,
+    /// Its prompts, resources and templates (catalog.rs).
+    pub catalog: crate::catalog::ChildCatalog,
     pub pid: Option<u32>,
     pub started: Option<Instant>,
     pub ready_ms: Option<u64>,
@@ -119,8 +158,10 @@ pub struct Hub {
     local_progress: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ProgressNotificationParam>>>,
     /// The list as last announced (names and descriptions), to skip no-op notifications.
     last_notified: Mutex<Option<ListFingerprint>>,
-    /// 2026-07-28 clients' `subscriptions/listen` streams that asked for tool-list changes.
+    /// 2026-07-28 clients' `subscriptions/listen` streams (list changes, resource updates).
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
+    /// The merged prompts and resources, and resource subscriptions (catalog.rs).
+    pub relay: crate::catalog::Relay,
     me: Weak<Hub>,
 }
 
@@ -140,6 +181,7 @@ impl Child {
             peer: None,
             fast: None,
             tools: Vec::new(),
+            catalog: Default::default(),
             pid: None,
             started: None,
             ready_ms: None,
@@ -218,11 +260,12 @@ impl Hub {
             local_progress: Mutex::new(None),
             last_notified: Mutex::new(None),
             listeners: Mutex::new(Vec::new()),
+            relay: Default::default(),
             me: me.clone(),
         })
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {
         self.children.lock().unwrap_or_else(|e| e.into_inner())
     }
 
@@ -294,6 +337,7 @@ impl Hub {
                             return;
                         }
                     };
+                    let catalog = crate::catalog::fetch(&name, &peer).await;
                     let stop = running.cancellation_token();
                     {
                         let mut c = self.lock();
@@ -306,6 +350,7 @@ impl Hub {
                         child.peer = Some(peer);
                         child.fast = Some(link);
                         child.tools = tools;
+                        child.catalog = catalog;
                         child.pid = pid;
                         child.state = State::Ready;
                         child.ready_ms = Some(started.elapsed().as_millis() as u64);
@@ -319,6 +364,9 @@ impl Hub {
                         let _ = running.waiting().await;
                         hub.on_exit(id, generation).await;
                     });
+                    // A restarted child holds none of the subscriptions its clients hold.
+                    let hub = self.clone();
+                    tokio::spawn(async move { hub.resubscribe(id).await });
                     self.notify_list_changed().await;
                 }
                 Err(e) => self.mark_failed(id, e),
@@ -455,49 +503,90 @@ impl Hub {
     }
 
     fn fingerprint(&self) -> ListFingerprint {
-        self.flat()
-            .tools
-            .iter()
-            .map(|t| {
-                (
-                    t.name.to_string(),
-                    t.description.as_ref().map(|d| d.to_string()),
-                )
-            })
-            .collect()
+        let (prompts, resources) = self.catalog().fingerprint();
+        ListFingerprint {
+            tools: self
+                .flat()
+                .tools
+                .iter()
+                .map(|t| {
+                    (
+                        t.name.to_string(),
+                        t.description.as_ref().map(|d| d.to_string()),
+                    )
+                })
+                .collect(),
+            prompts,
+            resources,
+        }
     }
 
-    /// Tell the client the list changed now (the agent policy changed what it may see).
+    /// Tell the client the lists changed now (the agent policy changed what it may see).
     pub async fn notify_list_changed_now(&self) {
-        self.announce_list_changed().await;
+        let any = self.catalog().any();
+        self.announce_list_changed(Changed {
+            tools: true,
+            prompts: any.prompts,
+            resources: any.resources,
+        })
+        .await;
     }
 
-    /// Send `tools/list_changed` to the handshake-era client and on every 2026-07-28
-    /// subscription stream that asked for it.
-    async fn announce_list_changed(&self) {
-        let peer = self
-            .upstream
+    pub(crate) fn upstream_peer(&self) -> Option<Peer<RoleServer>> {
+        self.upstream
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .clone();
-        if let Some(p) = peer {
-            let _ = p.notify_tool_list_changed().await;
-        }
-        let sinks: Vec<SubscriptionSink> = self
-            .listeners
+            .clone()
+    }
+
+    pub(crate) fn listener_sinks(&self) -> Vec<SubscriptionSink> {
+        self.listeners
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .iter()
             .map(|(_, sink)| sink.clone())
-            .collect();
-        for sink in sinks {
-            let _ = sink.notify_tool_list_changed().await;
+            .collect()
+    }
+
+    /// Send `{tools,prompts,resources}/list_changed` to the handshake-era client and on
+    /// every 2026-07-28 subscription stream that asked for it.
+    async fn announce_list_changed(&self, changed: Changed) {
+        if let Some(p) = self.upstream_peer() {
+            if changed.tools {
+                let _ = p.notify_tool_list_changed().await;
+            }
+            if changed.prompts {
+                let _ = p.notify_prompt_list_changed().await;
+            }
+            if changed.resources {
+                let _ = p.notify_resource_list_changed().await;
+            }
+        }
+        for sink in self.listener_sinks() {
+            let accepted = sink.accepted().clone();
+            if changed.tools && accepted.tools_list_changed == Some(true) {
+                let _ = sink.notify_tool_list_changed().await;
+            }
+            if changed.prompts && accepted.prompts_list_changed == Some(true) {
+                let _ = sink.notify_prompt_list_changed().await;
+            }
+            if changed.resources && accepted.resources_list_changed == Some(true) {
+                let _ = sink.notify_resource_list_changed().await;
+            }
         }
     }
 
     /// Serve one `subscriptions/listen` stream until the client cancels it.
     pub async fn listen(&self, context: SubscriptionContext) {
-        if context.accepted().tools_list_changed != Some(true) {
+        let accepted = context.accepted();
+        let wanted = accepted.tools_list_changed == Some(true)
+            || accepted.prompts_list_changed == Some(true)
+            || accepted.resources_list_changed == Some(true)
+            || accepted
+                .resource_subscriptions
+                .as_ref()
+                .is_some_and(|u| !u.is_empty());
+        if !wanted {
             context.cancelled().await;
             return;
         }
@@ -517,7 +606,7 @@ impl Hub {
 
     /// Tell the client the list changed — debounced (several children starting or a reload
     /// produce one notification) and only when the offered list really differs.
-    async fn notify_list_changed(&self) {
+    pub(crate) async fn notify_list_changed(&self) {
         {
             let mut pending = self
                 .notify_pending
@@ -532,28 +621,19 @@ impl Hub {
         tokio::spawn(async move {
             tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
             *hub.notify_pending.lock().unwrap_or_else(|e| e.into_inner()) = false;
-            let fingerprint: Vec<(String, Option<String>)> = hub
-                .flat()
-                .tools
-                .iter()
-                .map(|t| {
-                    (
-                        t.name.to_string(),
-                        t.description.as_ref().map(|d| d.to_string()),
-                    )
-                })
-                .collect();
+            let fingerprint = hub.fingerprint();
             let changed = {
                 let mut last = hub.last_notified.lock().unwrap_or_else(|e| e.into_inner());
-                if last.as_ref() == Some(&fingerprint) {
-                    false
-                } else {
-                    *last = Some(fingerprint);
-                    true
+                let before = last.clone().unwrap_or_default();
+                *last = Some(fingerprint.clone());
+                Changed {
+                    tools: before.tools != fingerprint.tools,
+                    prompts: before.prompts != fingerprint.prompts,
+                    resources: before.resources != fingerprint.resources,
                 }
             };
-            if changed {
-                hub.announce_list_changed().await;
+            if changed.tools || changed.prompts || changed.resources {
+                hub.announce_list_changed(changed).await;
             }
         });
     }
@@ -606,6 +686,7 @@ impl Hub {
 
     fn invalidate_flat(&self) {
         *self.flat_cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        self.relay.invalidate();
     }
 
     /// The flat, sorted, deterministic list; collisions resolved by config order.

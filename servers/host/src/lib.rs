@@ -3,6 +3,7 @@
 //! progress and cancellation. It is also the CLI: `serve`, `tools`, `call`, `doctor`,
 //! and `server <family>` (the embedded servers, re-executed as child processes).
 
+pub mod catalog;
 pub mod config;
 pub mod families;
 pub mod fastpath;

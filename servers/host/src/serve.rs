@@ -4,8 +4,10 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
-    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    GetPromptResponse, Implementation, ListPromptsResult, ListResourceTemplatesResult,
+    ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
+    ReadResourceResponse, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
 };
 use rmcp::service::{NotificationContext, RequestContext, RoleServer};
 use rmcp::{ErrorData as McpError, ServerHandler};
@@ -45,6 +47,11 @@ pub struct ServerStatus {
     pub uptime_secs: u64,
     pub restarts: u32,
     pub tools: usize,
+    /// Prompts, resources and resource templates offered from this server (collisions
+    /// left out).
+    pub prompts: usize,
+    pub resources: usize,
+    pub resource_templates: usize,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ready_ms: Option<u64>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -55,6 +62,8 @@ pub struct ServerStatus {
 pub struct StatusResult {
     pub servers: Vec<ServerStatus>,
     pub tools: usize,
+    /// Tool-name, prompt-name and resource-URI collisions (the first configured server
+    /// keeps the name or URI).
     pub collisions: Vec<String>,
     /// Top-level settings with where each value came from (env, file, default).
     pub settings: Vec<crate::settings::Setting>,
@@ -69,6 +78,7 @@ pub struct StatusParams {}
 impl HostServer {
     pub fn status(&self) -> StatusResult {
         let flat = self.hub.flat();
+        let catalog = self.hub.catalog();
         let c = self.hub.children.lock().unwrap_or_else(|e| e.into_inner());
         let servers = c
             .iter()
@@ -87,6 +97,21 @@ impl HostServer {
                     .values()
                     .filter(|r| c.get(r.child).is_some_and(|x| x.spec.name == ch.spec.name))
                     .count(),
+                prompts: catalog
+                    .prompts
+                    .iter()
+                    .filter(|(id, _)| *id == ch.id)
+                    .count(),
+                resources: catalog
+                    .resources
+                    .iter()
+                    .filter(|(id, _)| *id == ch.id)
+                    .count(),
+                resource_templates: catalog
+                    .templates
+                    .iter()
+                    .filter(|(id, _)| *id == ch.id)
+                    .count(),
                 ready_ms: ch.ready_ms,
                 last_error: ch.last_error.clone(),
             })
@@ -94,7 +119,12 @@ impl HostServer {
         StatusResult {
             servers,
             tools: flat.tools.len() + 1,
-            collisions: flat.collisions.clone(),
+            collisions: flat
+                .collisions
+                .iter()
+                .chain(&catalog.collisions)
+                .cloned()
+                .collect(),
             settings: self.settings.lock().map(|s| s.clone()).unwrap_or_default(),
             byte_level_calls: fastpath::forwarded(),
         }
@@ -111,7 +141,7 @@ impl HostServer {
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
     }
 
-    fn policy(&self) -> Option<Arc<crate::policy::Policy>> {
+    pub(crate) fn policy(&self) -> Option<Arc<crate::policy::Policy>> {
         self.policy.read().map(|p| p.clone()).unwrap_or_default()
     }
 
@@ -285,7 +315,7 @@ pub fn error_result(code: &str, message: String) -> CallToolResult {
 
 impl ServerHandler for HostServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().enable_tool_list_changed().build())
+        ServerConfig::new(crate::catalog::capabilities(self))
             .with_server_info(Implementation::new("kitbag", env!("CARGO_PKG_VERSION")))
             .with_instructions("kitbag offers the tools of several MCP servers as one list; host_status reports on them.")
     }
@@ -299,14 +329,83 @@ impl ServerHandler for HostServer {
         &self,
         requested: &rmcp::model::SubscriptionFilter,
     ) -> Option<rmcp::model::SubscriptionFilter> {
-        let mut accepted = rmcp::model::SubscriptionFilter::new();
-        accepted.tools_list_changed = requested.tools_list_changed;
-        Some(accepted)
+        Some(crate::catalog::accepted_filter(self, requested))
     }
 
     async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
-        self.hub.listen(context).await;
+        crate::catalog::listen(self, context).await;
         Ok(())
+    }
+
+    // Prompts and resources of the children: catalog.rs.
+
+    async fn list_prompts(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListPromptsResult, McpError> {
+        Ok(ListPromptsResult::with_all_items(
+            crate::catalog::list_prompts(self),
+        ))
+    }
+
+    async fn get_prompt(
+        &self,
+        request: GetPromptRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<GetPromptResponse, McpError> {
+        crate::catalog::get_prompt(self, request, context.ct.clone())
+            .await
+            .map(Into::into)
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourcesResult, McpError> {
+        Ok(ListResourcesResult::with_all_items(
+            crate::catalog::list_resources(self).await,
+        ))
+    }
+
+    async fn list_resource_templates(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListResourceTemplatesResult, McpError> {
+        Ok(ListResourceTemplatesResult::with_all_items(
+            crate::catalog::list_resource_templates(self),
+        ))
+    }
+
+    async fn read_resource(
+        &self,
+        request: ReadResourceRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<ReadResourceResponse, McpError> {
+        crate::catalog::read_resource(self, request, context.ct.clone())
+            .await
+            .map(Into::into)
+    }
+
+    #[allow(deprecated)] // legacy-only in 2026-07-28, still what handshake-era clients send
+    async fn subscribe(
+        &self,
+        request: SubscribeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.hub.set_upstream(context.peer.clone());
+        crate::catalog::subscribe(self, request.uri).await
+    }
+
+    #[allow(deprecated)]
+    async fn unsubscribe(
+        &self,
+        request: UnsubscribeRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        crate::catalog::unsubscribe(self, request.uri).await
     }
 
     async fn list_tools(
