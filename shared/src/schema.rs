@@ -42,6 +42,7 @@ pub fn input_schema<P: JsonSchema + 'static>() -> Result<JsonObject, String> {
     let mut schema = Value::Object(std::sync::Arc::unwrap_or_clone(generated));
     clean(&mut schema);
     drop_optional_nulls(&mut schema);
+    inline_defs(&mut schema);
     Ok(into_object(schema))
 }
 
@@ -232,6 +233,112 @@ fn strip_null(prop: &mut Value) {
     }
 }
 
+/// Keywords that only annotate: a `$ref`'s own value for one of these may replace the
+/// target's when the target is inlined, without changing what the schema accepts.
+const ANNOTATIONS: [&str; 7] = [
+    "description",
+    "title",
+    "default",
+    "examples",
+    "deprecated",
+    "readOnly",
+    "writeOnly",
+];
+
+/// Replace `{"$ref": "#/$defs/X", ...}` by X's own keywords wherever that makes the input
+/// schema no larger (always for a definition used once), and drop the definitions left
+/// unused. A tool's inputSchema is read by a model on every turn: an inline enum is both
+/// shorter and easier to follow than a reference, and some clients resolve no `$ref` at
+/// all. Recursive definitions, and references whose siblings would overwrite one of the
+/// target's validation keywords, stay references.
+fn inline_defs(schema: &mut Value) {
+    let names: Vec<String> = match schema.get("$defs") {
+        Some(Value::Object(defs)) => defs.keys().cloned().collect(),
+        _ => return,
+    };
+    for name in names {
+        let target = format!("#/$defs/{name}");
+        let Some(def) = schema.get("$defs").and_then(|d| d.get(&name)).cloned() else {
+            continue;
+        };
+        if refers_to(&def, &target) {
+            continue;
+        }
+        let mut trial = schema.clone();
+        if let Some(Value::Object(defs)) = trial.get_mut("$defs") {
+            defs.remove(&name);
+        }
+        if !replace_refs(&mut trial, &target, &def) {
+            continue;
+        }
+        if refers_to(&trial, &target) || size(&trial) > size(schema) {
+            continue;
+        }
+        *schema = trial;
+    }
+    if let Value::Object(root) = schema
+        && root
+            .get("$defs")
+            .and_then(Value::as_object)
+            .is_some_and(Map::is_empty)
+    {
+        root.remove("$defs");
+    }
+}
+
+fn size(v: &Value) -> usize {
+    serde_json::to_vec(v).map_or(usize::MAX, |b| b.len())
+}
+
+/// Whether `v` holds a `$ref` to `target` anywhere (data keywords excluded).
+fn refers_to(v: &Value, target: &str) -> bool {
+    match v {
+        Value::Object(m) => m.iter().any(|(k, c)| {
+            (k == "$ref" && c.as_str() == Some(target)) || (!is_data(k) && refers_to(c, target))
+        }),
+        Value::Array(a) => a.iter().any(|c| refers_to(c, target)),
+        _ => false,
+    }
+}
+
+/// Keywords whose value is instance data, never a schema.
+fn is_data(key: &str) -> bool {
+    matches!(key, "enum" | "const" | "default" | "examples")
+}
+
+/// Put `def` in place of every reference to `target`; false when one reference cannot be
+/// merged without changing its meaning (the caller then keeps them all).
+fn replace_refs(v: &mut Value, target: &str, def: &Value) -> bool {
+    match v {
+        Value::Object(m) => {
+            if m.get("$ref").and_then(Value::as_str) == Some(target) {
+                let Value::Object(def) = def else {
+                    return false;
+                };
+                // The reference's own keywords first (its description above the type), then
+                // the definition's; a clash is only allowed on annotations.
+                let mut merged = Map::new();
+                for (k, c) in m.iter().filter(|(k, _)| *k != "$ref") {
+                    if def.contains_key(k) && !ANNOTATIONS.contains(&k.as_str()) {
+                        return false;
+                    }
+                    merged.insert(k.clone(), c.clone());
+                }
+                for (k, c) in def {
+                    merged.entry(k.clone()).or_insert_with(|| c.clone());
+                }
+                *m = merged;
+                return true;
+            }
+            m.iter_mut()
+                .filter(|(k, _)| !is_data(k))
+                .all(|(_, c)| replace_refs(c, target, def))
+        }
+        Value::Array(a) => a.iter_mut().all(|c| replace_refs(c, target, def)),
+        _ => true,
+    }
+}
+
 /// Let the outputSchema describe both outcomes: the result's own fields, or `error`.
 fn admit_error(schema: &mut Value) {
     let Value::Object(root) = schema else {
@@ -311,6 +418,68 @@ mod tests {
                 assert!(v != &json!("null"), "null type left in {s}");
             }
         });
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    #[serde(rename_all = "snake_case")]
+    /// Doc of the enum.
+    enum Mode {
+        Fast,
+        Slow,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Tree {
+        value: u32,
+        children: Vec<Tree>,
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct WithDefs {
+        /// The mode to use.
+        mode: Option<Mode>,
+        other: Mode,
+        edits: Vec<Edit>,
+        tree: Option<Tree>,
+    }
+
+    #[test]
+    fn definitions_are_inlined_where_that_is_no_larger() {
+        let s = Value::Object(input_schema::<WithDefs>().expect("schema"));
+        // Used twice but small: inlined both times, the field's description kept first.
+        assert_eq!(
+            s["properties"]["mode"],
+            json!({"description": "The mode to use.", "type": "string", "enum": ["fast", "slow"]})
+        );
+        assert_eq!(s["properties"]["other"]["enum"], json!(["fast", "slow"]));
+        // Used once: inlined, with its optional fields' nulls already gone.
+        assert_eq!(s["properties"]["edits"]["items"]["type"], "object");
+        assert_eq!(
+            s["properties"]["edits"]["items"]["properties"]["new"]["type"],
+            "string"
+        );
+        // Recursive: stays a reference, and its definition stays.
+        assert_eq!(s["properties"]["tree"]["$ref"], "#/$defs/Tree");
+        assert_eq!(s["$defs"].as_object().map(|d| d.len()), Some(1), "{s}");
+        assert_eq!(
+            s["$defs"]["Tree"]["properties"]["children"]["items"]["$ref"],
+            "#/$defs/Tree"
+        );
+    }
+
+    #[test]
+    fn a_reference_with_clashing_validation_keywords_is_kept() {
+        let mut s = json!({
+            "type": "object",
+            "properties": {"a": {"$ref": "#/$defs/A", "type": "integer"}},
+            "$defs": {"A": {"type": "string"}}
+        });
+        let before = s.clone();
+        inline_defs(&mut s);
+        assert_eq!(s, before);
     }
 
     #[test]

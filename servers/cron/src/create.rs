@@ -17,16 +17,11 @@ pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
     "Schedule a message to be delivered to you (as a new user message in its own session) on a \
-     cron schedule, optionally running a shell command first. Use it for recurring work: health \
-     checks, polling, periodic reports, reminders; `recurring: false` fires once and then disables \
-     itself.\n`schedule` is standard 5-field cron `minute hour day-of-month month day-of-week` with \
-     `*`, `*/N`, `N`, `N-M`, `N,M`, names (`mon`, `jan`) or `@hourly`/`@daily`/`@weekly`/`@monthly`/\
-     `@yearly`; no seconds field. It is read in `timezone` (IANA, default the machine's), with \
-     daylight-saving handled. A run missed while the server was down is made up once at start-up \
-     unless `catch_up: false`. `command` runs with /bin/sh -c in the root, its process group killed \
-     after `command_timeout_secs` (default 60); its exit code and output tail go to cron_runs and the \
-     delivered message.\nExample: {\"schedule\": \"*/5 * * * *\", \"message\": \"Check http://localhost:8080 \
-     and restart it if down\", \"session\": \"health-check\"}",
+     cron schedule, optionally running a shell command first: health checks, polling, periodic \
+     reports, reminders. `schedule` is 5-field cron `minute hour day-of-month month day-of-week` \
+     with `*`, `*/N`, `N`, `N-M`, `N,M`, names (`mon`, `jan`) or `@hourly`/`@daily`/`@weekly`/\
+     `@monthly`/`@yearly`; no seconds field; read in `timezone`, daylight-saving handled. A \
+     command's exit code and output tail go to cron_runs and the delivered message.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -36,13 +31,14 @@ pub struct CreateParams {
     pub schedule: String,
     /// The text delivered when the entry fires (1 to 16384 bytes).
     pub message: String,
-    /// Session the firing goes to (letters, digits, `.`, `_`, `-`, `:`; up to 128). Default: the entry id (`cron-N`).
+    /// Session the firing goes to (letters, digits, `.`, `_`, `-`, `:`; up to 128). Default: the
+    /// entry id (`cron-N`).
     #[serde(default)]
     pub session: Option<String>,
     /// Default true; false creates the entry paused.
     #[serde(default)]
     pub enabled: Option<bool>,
-    /// IANA time zone, e.g. `Europe/Berlin`. Default: the machine's.
+    /// IANA time zone, e.g. `Europe/Berlin` (default the machine's).
     #[serde(default)]
     pub timezone: Option<String>,
     /// Default true; false fires once, then disables itself.

@@ -14,19 +14,17 @@ pub const MAX_LIMIT: i64 = 1000;
 pub const LIST_DEF: ToolDef = ToolDef::read(
     "cron_list",
     "List scheduled tasks",
-    "List cron entries with their schedule, zone, session, next fire time and last run. Messages are \
-     cut to 500 bytes here. Pages with `offset`/`limit` (default 100, at most 1000); when `truncated` \
-     is true call again with `offset` = `next_offset`. Hand-edited entries that cannot be scheduled \
-     are listed with an `error`, entries that do not parse at all under `problems`.\n\
-     Example: {\"enabled_only\": true}",
+    "List cron entries: schedule, zone, session, next fire time and last run; messages cut to 500 \
+     bytes. When `truncated` is true call again with `offset` = `next_offset`. Hand-edited entries \
+     that cannot be scheduled carry an `error`; ones that do not parse are under `problems`.",
 );
 
 pub const STATUS_DEF: ToolDef = ToolDef::read(
     "cron_status",
     "Scheduler status",
-    "Report whether any enabled cron entry exists and when the next one fires, so a host can hold a \
-     keepalive lease while work is scheduled (`keepalive_needed`). Also says whether a client is \
-     connected to receive firings and where the store lives.\nExample: {}",
+    "Report whether any enabled cron entry exists and when the next fires (`keepalive_needed`: \
+     hold a keepalive lease while work is scheduled), whether a client is connected to receive \
+     firings, and where the store lives.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

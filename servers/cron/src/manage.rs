@@ -12,8 +12,8 @@ use crate::view::EntryView;
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "cron_delete",
     "Delete a scheduled task",
-    "Delete a cron entry by id (as shown by cron_list); it never fires again. Its run history stays \
-     readable with cron_runs. To pause an entry instead, use cron_disable.\nExample: {\"id\": \"cron-3\"}",
+    "Delete a cron entry; it never fires again, its run history stays in cron_runs. To pause it \
+     instead, use cron_disable.",
 )
 .destructive()
 .idempotent();
@@ -21,23 +21,22 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const ENABLE_DEF: ToolDef = ToolDef::write(
     "cron_enable",
     "Enable a scheduled task",
-    "Resume a paused cron entry. It fires from its next scheduled time on; runs that fell while it was \
-     disabled are not made up. Re-enabling a one-shot entry arms it for its next time.\n\
-     Example: {\"id\": \"cron-3\"}",
+    "Resume a paused cron entry from its next scheduled time; runs that fell while it was disabled \
+     are not made up. Re-enabling a one-shot entry arms it for its next time.",
 )
 .idempotent();
 
 pub const DISABLE_DEF: ToolDef = ToolDef::write(
     "cron_disable",
     "Disable a scheduled task",
-    "Pause a cron entry without deleting it; cron_enable resumes it.\nExample: {\"id\": \"cron-3\"}",
+    "Pause a cron entry without deleting it; cron_enable resumes it.",
 )
 .idempotent();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdParams {
-    /// The entry's id, e.g. `cron-3`.
+    /// The entry's id (`cron-N`, from cron_list).
     pub id: String,
 }
 

@@ -15,11 +15,10 @@ pub const MAX_LIMIT: i64 = 500;
 pub const DEF: ToolDef = ToolDef::read(
     "cron_runs",
     "Scheduled task history",
-    "Show past runs, newest first: scheduled time, fired time, outcome (`fired`, `caught_up` = made up \
-     once after downtime, `missed` = skipped because catch_up is false, `skipped_busy` = its previous \
-     command still ran), whether a client received it, and for command entries the exit code, status \
-     and output tail. Filter with `id`; page with `offset`/`limit` (default 20, at most 500).\n\
-     Example: {\"id\": \"cron-3\", \"limit\": 5}",
+    "Show past cron runs, newest first: scheduled and fired time, outcome (`fired`, `caught_up` = \
+     made up once after downtime, `missed` = skipped as catch_up is false, `skipped_busy` = its \
+     previous command still ran), whether a client received it, and a command's exit code, status \
+     and output tail.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -26,13 +26,11 @@ pub const MAX_NESTED_VALUES: usize = 500;
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
-    description: "Debug a program through a real debug adapter (python → debugpy, lldb → lldb-dap for C/C++/Rust, go → dlv dap). One session per connection.\n\
-        Actions: launch (program, args, breakpoints set earlier are sent), set_breakpoint (path, line, condition, \
-        hit_count, log_message), remove_breakpoint (path, line), list_breakpoints, set_function_breakpoint (name), set_exception_breakpoints (filters), attach (port, host), pause, threads, scopes, modules, loaded_sources, disassemble/read_memory (memory_reference, count), custom_request (command, arguments), continue, step_over, step_into, step_out, \
-        stack_trace, variables (frame_id, scope = locals|globals|..., expand = a variablesReference, depth = nested levels in one call (max 4), filter, offset/limit), evaluate (expression, \
-        frame_id, context = watch|repl), output (since = cursor), status, disconnect. Launch/continue/steps return when the program stops \
-        (reason, line, source preview) or exits (exit_code), or after wait_ms with status \"running\".\n\
-        Example: {\"action\": \"launch\", \"runtime\": \"python\", \"program\": \"app.py\"}",
+    description: "Debug a program with a real debug adapter; one session per connection. Usual flow: \
+        set_breakpoint, launch (or attach), then stack_trace, variables, evaluate, continue or step_*, \
+        and disconnect. Each parameter names the actions that use it. launch, continue and the steps \
+        return when the program stops (reason, line, source preview) or exits (exit_code), else after \
+        wait_ms with status \"running\". output returns the program's output from the `offset` cursor.",
     read_only: false,
     destructive: true,
     idempotent: false,
@@ -80,19 +78,17 @@ pub enum EvalContext {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DebugParams {
-    /// What to do.
     pub action: Action,
-    /// launch: the runtime: `python` (debugpy), `lldb` (lldb-dap: C, C++, Rust), `go` (dlv dap).
+    /// launch/attach: `python` (debugpy, the default), `lldb` (lldb-dap: C, C++, Rust) or `go` (dlv dap).
     #[serde(default)]
     pub runtime: Option<String>,
     /// launch: root-relative program to run.
     #[serde(default)]
     pub program: Option<String>,
-    /// attach: host of a `python -m debugpy --listen HOST:PORT` process or a
-    /// `dlv --headless --listen HOST:PORT` server (runtime `go`); default 127.0.0.1.
+    /// attach: host of a `debugpy --listen` process or a `dlv --headless` server (default 127.0.0.1).
     #[serde(default)]
     pub host: Option<String>,
-    /// attach: port the debuggee listens on.
+    /// attach: its port.
     #[serde(default)]
     pub port: Option<u16>,
     /// disconnect: kill the debuggee (default true after launch, false after attach).
@@ -113,7 +109,7 @@ pub struct DebugParams {
     /// custom_request: the DAP command.
     #[serde(default)]
     pub command: Option<String>,
-    /// custom_request: its arguments object.
+    /// custom_request: its arguments.
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, Value>>,
     /// launch: program arguments.
@@ -128,33 +124,29 @@ pub struct DebugParams {
     /// set_breakpoint: stop only when this expression is true.
     #[serde(default)]
     pub condition: Option<String>,
-    /// set_breakpoint: log this message (with {expr}) instead of stopping.
+    /// set_breakpoint: log this message ({expr} interpolated) instead of stopping.
     #[serde(default)]
     pub log_message: Option<String>,
-    /// set_breakpoint: stop only on this hit (DAP hitCondition): a count such as 3 or "3"
-    /// (the 3rd hit), or the adapter's own syntax such as ">5" or "%2" (debugpy).
+    /// set_breakpoint: stop only on this hit: 3 (the 3rd), or the adapter's syntax such as ">5", "%2".
     #[serde(default)]
     pub hit_count: Option<HitCount>,
-    /// variables/evaluate/stack_trace: frame id (default: top frame of the stopped thread).
+    /// variables/evaluate/stack_trace: frame id (default: the stopped thread's top frame).
     #[serde(default)]
     pub frame_id: Option<i64>,
-    /// variables: a variables_reference to expand (a dict, list or object).
+    /// variables: a variables_reference to expand (dict, list, object).
     #[serde(default)]
     pub expand: Option<i64>,
-    /// variables: levels of nested values to return in one call (1 = this level only, the
-    /// default; at most 4). Nested values come back as `children`, at most 50 per value and
-    /// 500 in all.
+    /// variables: nesting levels in one call (default 1, max 4); nested values come back as
+    /// `children` (≤ 50 per value, 500 in all).
     #[serde(default)]
     pub depth: Option<u64>,
     /// variables: keep only names containing this text.
     #[serde(default)]
     pub filter: Option<String>,
-    /// variables: which scope of the frame, by name (e.g. `locals`, `globals`,
-    /// `registers`; default the first, usually the locals).
+    /// variables: scope name, e.g. `locals`, `globals`, `registers` (default the first).
     #[serde(default)]
     pub scope: Option<String>,
-    /// evaluate: `watch` (default: an expression) or `repl` (statements too, as typed in a
-    /// debug console; may change the program's state).
+    /// evaluate: `watch` (default: an expression) or `repl` (statements too; may change state).
     #[serde(default)]
     pub context: Option<EvalContext>,
     /// evaluate: the expression.

@@ -21,41 +21,30 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub const DEF: ToolDef = ToolDef::write(
     "edit_text",
     "Edit text",
-    "Replace text in a file and return a unified diff. Three ways:\n\
-     1. Exact string: `old_string` → `new_string`. `old_string` must match exactly (whitespace included) \
-     and be unique, unless `replace_all: true` or `occurrence: N` (1-based) picks one; on several \
-     matches the error lists their line numbers; on no match it points at the closest \
-     whitespace-insensitive match.\n\
-     2. Line range: `start_line`..`end_line` (1-based, inclusive) replaced by `new_string`.\n\
-     3. Several edits at once: `edits: [{old_string, new_string, ...}, ...]` (all string edits, applied \
-     in order) or `edits: [{start_line, end_line, new_string}, ...]` (all line edits, numbered against \
-     the original file) — all applied or none.\n\
-     Replacement is literal (`$1` stays `$1`). Line endings (CRLF), a UTF-8 BOM and the final newline \
-     are kept. `dry_run: true` returns the diff without writing. The file must have been read with \
-     file_read in this session first.\n\
-     Example: {\"path\": \"src/main.rs\", \"old_string\": \"let port = 3000;\", \"new_string\": \"let port = env_port();\"}",
+    "Replace text in a file and return a unified diff; the file must have been read with file_read \
+     in this session. Exact string: `old_string` must match exactly (whitespace included) and be \
+     unique unless `replace_all` or `occurrence` picks; on several matches the error lists their \
+     lines, on none it points at the closest whitespace-insensitive match. Line range: `start_line`..\
+     `end_line` (1-based, inclusive) → `new_string`. Replacement is literal (`$1` stays `$1`); CRLF, \
+     a UTF-8 BOM and the final newline are kept."
 )
 .destructive();
 
 #[derive(Debug, Clone, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditSpec {
-    /// Exact text to find (string mode).
+    // No doc comments here: they would become schema descriptions repeating EditParams' own,
+    // which every tools/list puts in front of the model again.
     #[serde(default)]
     pub old_string: Option<String>,
-    /// Replacement text (both modes).
     #[serde(default)]
     pub new_string: Option<String>,
-    /// Replace every occurrence (string mode).
     #[serde(default)]
     pub replace_all: Option<bool>,
-    /// Replace only the Nth occurrence, 1-based (string mode).
     #[serde(default)]
     pub occurrence: Option<i64>,
-    /// First line to replace, 1-based (line mode).
     #[serde(default)]
     pub start_line: Option<i64>,
-    /// Last line to replace, inclusive (line mode). Default: `start_line`.
     #[serde(default)]
     pub end_line: Option<i64>,
 }
@@ -71,7 +60,7 @@ pub struct EditParams {
     /// Replacement text (string and line modes).
     #[serde(default)]
     pub new_string: Option<String>,
-    /// Replace every occurrence (string mode). Default false.
+    /// Replace every occurrence (string mode).
     #[serde(default)]
     pub replace_all: Option<bool>,
     /// Replace only the Nth occurrence, 1-based (string mode).
@@ -83,10 +72,12 @@ pub struct EditParams {
     /// Last line to replace, inclusive (line mode). Default: `start_line`.
     #[serde(default)]
     pub end_line: Option<i64>,
-    /// Several edits applied all-or-nothing; do not combine with the single-edit fields.
+    /// Several edits with the fields above, all applied or none: all string edits (applied in
+    /// order) or all line edits (numbered against the original file). Not with the single-edit
+    /// fields.
     #[serde(default)]
     pub edits: Option<Vec<EditSpec>>,
-    /// Compute and return the diff without writing. Default false.
+    /// Return the diff without writing.
     #[serde(default)]
     pub dry_run: Option<bool>,
 }

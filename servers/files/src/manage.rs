@@ -17,19 +17,17 @@ use crate::state::FilesState;
 pub const MOVE_DEF: ToolDef = ToolDef::write(
     "file_move",
     "Move or rename",
-    "Move or rename a file or directory inside the root. Parent directories of the destination are \
-     created. Fails with file_exists if the destination exists, unless `overwrite: true` (files only; \
-     a directory is never replaced). Needs rw access on both paths.\n\
-     Example: {\"source\": \"src/old_name.rs\", \"destination\": \"src/new_name.rs\"}",
+    "Move or rename a file or directory inside the root, creating the destination's parents. Fails \
+     with file_exists if the destination exists, unless `overwrite` (files only; a directory is never \
+     replaced). Needs rw access on both paths."
 )
 .destructive();
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "file_delete",
     "Delete",
-    "Delete a file, a symbolic link (the link, not its target), or — only with `recursive: true` — a \
-     directory and everything in it. The root itself cannot be deleted.\n\
-     Example: {\"path\": \"build/tmp\", \"recursive\": true}",
+    "Delete a file, a symbolic link (not its target), or, only with `recursive: true`, a directory \
+     and everything in it. The root itself cannot be deleted.",
 )
 .destructive()
 .idempotent();
@@ -41,7 +39,7 @@ pub struct MoveParams {
     pub source: String,
     /// Root-relative new path (the full new name, not a directory to move into).
     pub destination: String,
-    /// Replace an existing destination file. Default false.
+    /// Replace an existing destination file.
     #[serde(default)]
     pub overwrite: Option<bool>,
 }

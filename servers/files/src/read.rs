@@ -27,11 +27,10 @@ const SNIFF_BYTES: usize = 8192;
 pub const DEF: ToolDef = ToolDef::read(
     "file_read",
     "Read file",
-    "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file.\n\
-     Use it before editing or overwriting a file (file_write refuses files not read in this session). \
-     Pages with `offset` (1-based first line) and `limit` (default 2000 lines); output is capped at 44 KB \
-     and lines over 2000 characters are cut with a marker. When `truncated` is true, call again with \
-     `offset` = `next_offset`.\nExample: {\"path\": \"src/main.rs\", \"offset\": 120, \"limit\": 40}",
+    "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file. \
+     file_write and edit_text refuse files not read in this session. Output is capped at 44 KB and \
+     lines over 2000 characters are cut with a marker; when `truncated` is true, call again with \
+     `offset` = `next_offset`.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -39,10 +38,10 @@ pub const DEF: ToolDef = ToolDef::read(
 pub struct ReadParams {
     /// Root-relative path of a file or directory (absolute paths inside the root accepted).
     pub path: String,
-    /// First line to return, 1-based. Default 1.
+    /// First line to return, 1-based (default 1).
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Most lines to return. Default 2000.
+    /// Most lines to return (default 2000).
     #[serde(default)]
     pub limit: Option<i64>,
 }

@@ -13,21 +13,18 @@ use crate::state::{FilesState, hash};
 pub const WRITE_DEF: ToolDef = ToolDef::write(
     "file_write",
     "Write file",
-    "Write a whole file: create it (with parent directories) or overwrite it entirely.\n\
-     An existing file must have been read with file_read in this session first, and must not have \
-     changed on disk since that read (content hash) — otherwise file_not_read / file_changed_since_read; \
-     read it again and retry. Prefer edit_text for changes to part of a file. The write is atomic and \
-     keeps the file's permissions. Content is capped (default 10 MB).\n\
-     Example: {\"path\": \"src/config.toml\", \"content\": \"[server]\\nport = 8080\\n\"}",
+    "Write a whole file: create it (with parent directories) or overwrite it. An existing file must \
+     have been read with file_read in this session and be unchanged on disk since (content hash), \
+     else file_not_read / file_changed_since_read: read it again and retry. Prefer edit_text for \
+     partial changes. Atomic; keeps the file's permissions; content capped (default 10 MB)."
 )
 .destructive();
 
 pub const CREATE_DEF: ToolDef = ToolDef::write(
     "file_create",
     "Create file",
-    "Create a new file (and its parent directories) with the given content. Fails with file_exists if \
-     anything already exists at the path — use file_write to overwrite. Atomic: the file appears \
-     complete or not at all.\nExample: {\"path\": \"src/util/mod.rs\", \"content\": \"pub mod strings;\\n\"}",
+    "Create a new file (and its parent directories), atomically. Fails with file_exists if anything \
+     exists at the path: use file_write to overwrite.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -143,13 +143,9 @@ pub fn assignment(state: &IssuesState, a: &str) -> ToolResult<()> {
 pub const LIST_DEF: ToolDef = ToolDef::read(
     "issue_list",
     "List issues",
-    "List this project's issues, newest first (best match first with `search`). Use it to find \
-     an issue's number, check for duplicates before filing, or see what is open.\n\
-     `status` filters to one status (open, triaged, assigned, in_progress, resolved, rejected, \
-     reopened) or `all`; omitted, it shows every issue not resolved or rejected. `search` is a \
-     full-text query over titles and bodies (words, \"a phrase\", OR, NOT, prefix*). Pages with \
-     `limit` (default 25, max 100) and `offset`; `total` counts every match.\n\
-     Example: {\"search\": \"login crash\", \"status\": \"all\", \"limit\": 10}",
+    "List this project's issues, newest first (best match first with `search`): to find an issue's \
+     number, check for duplicates before filing, or see what is open. Page with `limit` and \
+     `offset`; `total` counts every match.",
 );
 
 /// A status, or `all`.
@@ -178,7 +174,7 @@ pub struct ListParams {
     /// Issues to skip (for paging), default 0.
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Full-text query over titles and bodies.
+    /// Full-text query over titles and bodies: words, "a phrase", OR, NOT, prefix*.
     #[serde(default)]
     pub search: Option<String>,
 }
@@ -283,12 +279,10 @@ pub fn list(
 pub const GET_DEF: ToolDef = ToolDef::read(
     "issue_get",
     "Get an issue",
-    "Get one issue in full by its number: title, body, original body (kept on the first body \
-     edit), status, assignment, resolution, its update stream in chronological order (status \
-     changes, comments — operator-only ones included —, title/body/assignment edits) and its todo \
-     checklist. Up to 200 updates (and 256 KB of update text) per call; when \
-     `next_updates_offset` is set, call again with `updates_offset` to read on.\n\
-     Example: {\"number\": 42}",
+    "Get one issue in full: title, body, original body (kept on the first body edit), status, \
+     assignment, resolution, its update stream in order (status changes, comments including \
+     operator-only ones, edits) and its todo checklist. At most 256 KB of update text per call; \
+     when `next_updates_offset` is set, call again with `updates_offset` to read on.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -429,10 +423,8 @@ pub fn issue_markdown(r: &GetResult) -> String {
 pub const CREATE_DEF: ToolDef = ToolDef::write(
     "issue_create",
     "File an issue",
-    "File a new issue in this project; it gets the next number and status `open`, authored by \
-     this server's principal. Check issue_list with `search` first to avoid duplicates.\n\
-     Limits: `title` one line, 1 to 200 characters; `body` markdown up to 16 KB.\n\
-     Example: {\"title\": \"Refactor auth module\", \"body\": \"Split token validation from session management.\"}",
+    "File a new issue in this project: it gets the next number and status `open`, authored by this \
+     server's principal. Check issue_list with `search` first to avoid duplicates.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -477,12 +469,9 @@ pub fn create(
 pub const UPDATE_DEF: ToolDef = ToolDef::write(
     "issue_update",
     "Edit an issue",
-    "Change an issue's title, body or assignment (at least one). The first body edit keeps the \
-     original in `original_body`. `assignment` is null (unassign), \"primary\", \
-     \"workflow:<name>\" (a declared workflow) or \"session:<sid>\". Each changed field adds an \
-     entry to the update stream; values equal to the current ones change nothing. To change the \
-     status use issue_transition.\n\
-     Example: {\"number\": 42, \"body\": \"Use CSS custom properties.\", \"assignment\": \"primary\"}",
+    "Change an issue's title, body or assignment (at least one); the first body edit keeps the \
+     original in `original_body`. Each changed field adds an entry to the update stream; values \
+     equal to the current ones change nothing. To change the status use issue_transition.",
 )
 .idempotent();
 
@@ -506,7 +495,7 @@ pub struct UpdateParams {
     /// New body: markdown, at most 16 KB.
     #[serde(default)]
     pub body: Option<String>,
-    /// null (unassign), "primary", "workflow:<name>" or "session:<sid>".
+    /// null (unassign), "primary", "workflow:<name>" (a declared workflow) or "session:<sid>".
     #[serde(default, deserialize_with = "present")]
     #[schemars(with = "Option<String>")]
     pub assignment: Option<Option<String>>,
@@ -565,10 +554,7 @@ pub fn update(
 pub const COMMENT_DEF: ToolDef = ToolDef::write(
     "issue_comment",
     "Comment on an issue",
-    "Add a comment to an issue's update stream, authored by this server's principal. \
-     `visibility` is \"all\" (default) or \"operator_only\" for an internal note. Markdown, \
-     1 byte to 16 KB.\n\
-     Example: {\"number\": 42, \"body\": \"The module splits into 3 files without API changes.\"}",
+    "Add a comment to an issue's update stream, authored by this server's principal.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -576,9 +562,9 @@ pub const COMMENT_DEF: ToolDef = ToolDef::write(
 pub struct CommentParams {
     /// The issue's number.
     pub number: i64,
-    /// Markdown, at most 16 KB.
+    /// Markdown, 1 byte to 16 KB.
     pub body: String,
-    /// "all" (default) or "operator_only".
+    /// `all` (default) or `operator_only` (an internal note for the operator).
     #[serde(default)]
     pub visibility: Option<Visibility>,
 }
@@ -616,13 +602,10 @@ pub fn comment(
 pub const TRANSITION_DEF: ToolDef = ToolDef::write(
     "issue_transition",
     "Change an issue's status",
-    "Move an issue through its state machine: open/reopened → triaged, assigned, in_progress, \
-     resolved, rejected; triaged → assigned, in_progress, resolved, rejected; assigned → \
-     in_progress, resolved, rejected; in_progress → resolved, rejected; resolved/rejected → \
-     reopened. An illegal move answers invalid_transition with the legal targets. `rejected` \
-     needs a `comment` explaining why; any `comment` is added to the update stream. `resolved` \
-     records resolved_at/resolved_by.\n\
-     Example: {\"number\": 42, \"to\": \"in_progress\", \"comment\": \"Starting on it.\"}",
+    "Move an issue through its state machine: forward along open → triaged → assigned → \
+     in_progress → resolved or rejected, skipping steps as needed; resolved and rejected go to \
+     reopened, which moves like open. An illegal move answers invalid_transition with the legal \
+     targets. `resolved` records resolved_at/resolved_by.",
 );
 
 /// A status an issue can be moved to.
@@ -657,7 +640,7 @@ pub struct TransitionParams {
     pub number: i64,
     /// The new status.
     pub to: Target,
-    /// Why; required for `rejected`. Markdown, at most 16 KB.
+    /// Why; required for `rejected`; added to the update stream. Markdown, at most 16 KB.
     #[serde(default)]
     pub comment: Option<String>,
 }
@@ -712,10 +695,8 @@ pub fn transition(
 pub const BIND_DEF: ToolDef = ToolDef::write(
     "issue_bind",
     "Bind the session to an issue",
-    "Choose the issue this session works on: the `todo` tool then manages that issue's \
-     checklist. Binding replaces any earlier binding (also one given with --issue at start); \
-     `unbind: true` removes it. Answers the issue's current checklist.\n\
-     Example: {\"number\": 42}",
+    "Choose the issue this session works on: `todo` then manages its checklist. Replaces any \
+     earlier binding (also --issue at start); `unbind: true` removes it. Answers the checklist.",
 )
 .idempotent();
 

@@ -90,10 +90,10 @@ impl std::fmt::Display for Status {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Visibility {
-    /// Visible to everyone.
+    // Plain comments: per-variant docs turn the schema's enum into a oneOf of described
+    // consts, which the parameter's own description already says in fewer bytes.
     #[default]
     All,
-    /// An internal note for the operator.
     OperatorOnly,
 }
 

@@ -22,19 +22,13 @@ use crate::state::IssuesState;
 pub const DEF: ToolDef = ToolDef::write(
     "todo",
     "Todo checklist",
-    "Manage the checklist of the issue bound to this session (bind with issue_bind; you never \
-     name the issue here). Every action answers the whole live list and its markdown.\n\
-     Actions: `view`; `set` (replace the list: abandons the current todos of that `kind`, \
-     then adds `items`); `add` (append `items`); `start` (mark `content` in progress; any other \
-     in-progress todo goes back to pending); `done` (mark `content` completed; for a criterion \
-     this is a claim, the issue stays open); `drop` (abandon a step; only an operator may drop \
-     criteria); `note` (append `text`, up to 2000 characters, to `content`'s notes).\n\
-     Address a todo by its text: case and surrounding spaces are ignored, and a unique prefix or \
-     unique part of the text is enough; ids like \"task-1\" are refused. `kind` is \"step\" \
-     (default: your plan) or \"criterion\" (acceptance criteria); `phase` groups items; \
-     `origin_agent` records the subagent a proposal came from.\n\
-     Example: {\"action\": \"add\", \"items\": [\"Write tests\", \"Update docs\"]}, then \
-     {\"action\": \"start\", \"content\": \"write tests\"}",
+    "Manage the checklist of the issue bound to this session (bind with issue_bind; never name the \
+     issue here). Every action answers the whole live list and its markdown. `set` abandons the \
+     todos of that `kind` and adds `items`; `add` appends `items`; `start` marks `content` in \
+     progress (any other goes back to pending); `done` marks it completed (for a criterion this is \
+     a claim: the issue stays open); `drop` abandons a step (only an operator may drop criteria); \
+     `note` appends `text` to its notes. Address a todo by its text: case and surrounding spaces are \
+     ignored, a unique prefix or part is enough; ids like \"task-1\" are refused.",
 );
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -66,7 +60,6 @@ impl Action {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TodoParams {
-    /// view, set, add, start, done, drop or note.
     pub action: Action,
     /// The todo to act on, by its text (start, done, drop, note).
     #[serde(default)]
@@ -77,7 +70,7 @@ pub struct TodoParams {
     /// Work-stage grouping for the new items (set, add).
     #[serde(default)]
     pub phase: Option<String>,
-    /// "step" (default) or "criterion" (set, add).
+    /// `step` (default: your plan) or `criterion` (an acceptance criterion) (set, add).
     #[serde(default)]
     pub kind: Option<TodoKind>,
     /// The note (note), at most 2000 characters.

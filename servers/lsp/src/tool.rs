@@ -17,14 +17,11 @@ use crate::text::{Lines, find_word};
 pub const DEF: ToolDef = ToolDef {
     name: "code_lsp",
     title: "Code intelligence",
-    description: "Code intelligence from real language servers (rust-analyzer, pyright, typescript-language-server, gopls, clangd), spawned on first use and kept in sync with the files on disk.\n\
-        Actions: diagnostics (path = file or directory, severity), definition, type_definition, implementation, \
-        references (include_declaration), hover, rename (new_name; edits every file atomically), \
-        rename_file (new_path; moves the file and lets the server update imports), code_actions, \
-        symbols (scope document|workspace, query), capabilities, status, reload (language or path), request (method, params: a raw LSP request).\n\
-        Positions: `line` is 1-based; give `character` (0-based, counted in characters as the file shows them) or `symbol` \
-        (a name on that line, or the first in the file when no line is given). Results carry root-relative paths, 1-based lines and a preview.\n\
-        Example: {\"action\": \"definition\", \"path\": \"src/app.py\", \"line\": 12, \"symbol\": \"load_config\"}",
+    description: "Code intelligence from real language servers (rust-analyzer, pyright, typescript-language-server, \
+        gopls, clangd), started on first use and kept in sync with the files on disk. A position is `path` + \
+        `line` + `character` or `symbol`. rename edits every file atomically; rename_file moves the file and \
+        lets the server update imports; request sends a raw LSP request. A parameter prefixed with actions \
+        applies to those only. Results carry root-relative paths, 1-based lines and a preview.",
     read_only: false,
     destructive: false,
     idempotent: false,
@@ -104,16 +101,15 @@ pub enum Scope {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LspParams {
-    /// What to do.
     pub action: Action,
     /// File (or, for diagnostics, directory), root-relative. Required except for status,
     /// reload with `language`, and workspace symbols.
     #[serde(default)]
     pub path: Option<String>,
-    /// 1-based line of the position.
+    /// 1-based line.
     #[serde(default)]
     pub line: Option<u64>,
-    /// 0-based column in characters (Unicode scalar values) as the line shows it.
+    /// 0-based column, in characters (Unicode scalar values).
     #[serde(default)]
     pub character: Option<u64>,
     /// Instead of `character`: a name on `line` (or the first occurrence in the file).

@@ -15,27 +15,23 @@ use crate::secrets;
 pub const STORE_DEF: ToolDef = ToolDef::write(
     "memory_store",
     "Remember",
-    "Store a durable memory (a fact, preference or decision worth recalling in later sessions). \
-     `scope`: project (default), user (about the person, across projects) or session (with \
-     `session`). `tags` help filtering. Identical content in the same scope is stored once \
-     (`duplicate: true`). Content that looks like a credential (API keys, tokens, private keys, \
-     passwords, URLs with passwords) is refused with `secret_detected` naming the rule. At most \
-     4 KB per memory.\nExample: {\"content\": \"The staging database is reset every Sunday at 02:00 UTC.\", \"tags\": [\"staging\", \"database\"]}",
+    "Store a durable memory: a fact, preference or decision worth recalling in later sessions. \
+     Identical content in the same scope is stored once (`duplicate: true`). Content that looks like \
+     a credential (API keys, tokens, private keys, passwords, URLs with passwords) is refused with \
+     `secret_detected` naming the rule.",
 );
 
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "memory_search",
     "Recall",
     "Search stored memories by relevance (full-text BM25 over content and tags, common words \
-     ignored, newer memories ranked slightly higher); each hit has a `score`. Filter with `tags` \
-     (all must match), `scope` and `session`. An empty `query` lists the most recent. `limit` \
-     1–100 (default 10).\nExample: {\"query\": \"staging database reset\", \"limit\": 5}",
+     ignored, newer ones ranked slightly higher); each hit has a `score`.",
 );
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "memory_delete",
     "Forget",
-    "Delete memories by `id` or `ids`. Unknown ids are reported, not an error.\nExample: {\"ids\": [\"01JD3...\"]}",
+    "Delete memories by `id` or `ids`; unknown ids are reported, not an error.",
 )
 .destructive()
 .idempotent();
@@ -43,10 +39,9 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const CONTEXT_DEF: ToolDef = ToolDef::read(
     "memory_context",
     "Memory context block",
-    "Build the block of memories to inject before an LLM call, from the conversation's latest turn \
-     (`query`). `mode`: relevant (default: best matches, or the most recent when nothing matches), \
-     recent_only, or off. Bounded by `max_inject_chars` (default 2048) and `max_inject_count` \
-     (default 10); returns the text block and the ids used.\nExample: {\"query\": \"how do I reset staging?\"}",
+    "Build the block of memories to inject before an LLM call from the conversation's latest turn; \
+     returns the text block and the ids used. `mode`: relevant (default: best matches, else the most \
+     recent), recent_only or off.",
 );
 
 static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
@@ -111,7 +106,7 @@ pub struct StoreParams {
     /// Labels for filtering (at most 20, each ≤ 64 characters).
     #[serde(default)]
     pub tags: Option<Vec<String>>,
-    /// `project` (default), `user` or `session`.
+    /// `project` (default), `user` (about the person, across projects) or `session`.
     #[serde(default)]
     pub scope: Option<Scope>,
     /// The session id; required with scope `session`.

@@ -35,56 +35,49 @@ pub const MAX_DIFF_BYTES: usize = 256 * 1024;
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "search_ast",
     "Structural code search",
-    "Search code by syntax tree with an ast-grep pattern: code with meta-variables, where `$NAME` \
-     matches one node and `$$$ARGS` any number of nodes (both captured; `$_` matches without \
-     capturing). The pattern must parse as code of `lang` (e.g. `console.log($MSG)`, \
-     `fn $NAME($$$ARGS) -> Result<$T>`). `lang` is one of ast-grep's languages (rust, python, \
-     typescript, tsx, javascript, go, java, c, cpp, ...); when omitted it is inferred from the \
-     files' extensions if they all agree. Each match has its file, start/end line and column \
-     (1-based), text and captured meta-variables; `context` adds lines around it. Search `paths` \
-     (default the root), filtered by `globs` (`!` excludes). At most `limit` matches (default 100).\n\
-     Example: {\"pattern\": \"console.log($MSG)\", \"lang\": \"typescript\", \"paths\": [\"src\"]}",
+    "Search code by syntax tree with an ast-grep pattern: code of `lang` with meta-variables, where \
+     `$NAME` matches one node and `$$$ARGS` any number (both captured; `$_` matches without \
+     capturing), e.g. `console.log($MSG)`, `fn $NAME($$$ARGS) -> Result<$T>`. Each match has its \
+     file, 1-based start/end line and column, text and captured meta-variables.",
 );
 
 pub const EDIT_DEF: ToolDef = ToolDef::write(
     "edit_ast",
     "Structural rewrite",
-    "Rewrite code structurally with ast-grep: `rewrites` maps a pattern to a replacement template \
-     using the same meta-variables, e.g. {\"console.log($MSG)\": \"logger.debug($MSG)\"}. \
-     DRY RUN BY DEFAULT: it returns every change (before/after, position) and a unified diff per file \
-     without writing; set `dry_run: false` to apply. Applying writes every touched file or none, and \
-     needs write access to each. Bound the change with `max_replacements` and `max_files` \
-     (`limit_reached` says when a cap stopped it). `path` is a file or directory (default the root), \
-     `glob` filters files, `lang` is inferred from extensions when they agree. Files that fail to \
-     parse are skipped and listed in `parse_errors`.\n\
-     Example: {\"rewrites\": {\"$A.unwrap()\": \"$A?\"}, \"lang\": \"rust\", \"path\": \"src\", \"dry_run\": true}",
+    "Rewrite code structurally with ast-grep (patterns as in search_ast): `rewrites` maps a pattern to \
+     a replacement template using the same meta-variables, e.g. {\"$A.unwrap()\": \"$A?\"}. \
+     DRY RUN BY DEFAULT: returns every change and a unified diff per file without writing; set \
+     `dry_run: false` to apply. Applying writes every touched file or none, and needs write access to \
+     each. `limit_reached` says when `max_replacements` or `max_files` stopped it. Files that fail to \
+     parse are skipped and listed in `parse_errors`."
 )
 .destructive();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchParams {
-    /// ast-grep pattern with meta-variables.
+    /// ast-grep pattern; it must parse as code of `lang`.
     pub pattern: String,
-    /// Language name (rust, python, typescript, tsx, ...). Inferred when omitted.
+    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ... Inferred from the files'
+    /// extensions when they agree.
     #[serde(default)]
     pub lang: Option<String>,
-    /// Files or directories to search, root-relative. Default: the root.
+    /// Files or directories to search, root-relative (default the root).
     #[serde(default)]
     pub paths: Option<OneOrMany>,
     /// Globs selecting files; `!` excludes.
     #[serde(default)]
     pub globs: Option<OneOrMany>,
-    /// Lines of context before and after each match (0–10). Default 0.
+    /// Lines of context around each match (0–10, default 0).
     #[serde(default)]
     pub context: Option<i64>,
     /// Most matches to return (default 100, max 1000).
     #[serde(default)]
     pub limit: Option<i64>,
-    /// Search hidden files. Default false.
+    /// Search hidden files.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore rules. Default false.
+    /// Ignore .gitignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
 }
@@ -142,10 +135,10 @@ pub struct SearchResult {
 pub struct EditParams {
     /// Pattern → replacement template, applied in the given order.
     pub rewrites: serde_json::Map<String, serde_json::Value>,
-    /// Language name. Inferred from extensions when omitted.
+    /// Language name; inferred from the files' extensions when they agree.
     #[serde(default)]
     pub lang: Option<String>,
-    /// File or directory to rewrite, root-relative. Default: the root.
+    /// File or directory to rewrite, root-relative (default the root).
     #[serde(default)]
     pub path: Option<String>,
     /// Glob filtering files under `path`.
@@ -160,10 +153,10 @@ pub struct EditParams {
     /// Most files to modify.
     #[serde(default)]
     pub max_files: Option<i64>,
-    /// Include hidden files. Default false.
+    /// Include hidden files.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore rules. Default false.
+    /// Ignore .gitignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
 }

@@ -23,11 +23,10 @@ pub const DEF: ToolDef = ToolDef::read(
     "search_glob",
     "Find files by name",
     "Find files whose path matches a glob, newest first (or `sort: \"path\"`). A pattern without `/` \
-     matches the file name at any depth (`*.rs`); with `/` it matches the path relative to `path` \
-     (`src/**/*.test.ts`). `*` stays within one directory, `**` crosses directories, `{a,b}` and \
-     `[abc]` work. Respects .gitignore and skips hidden files unless `no_ignore` / `hidden`. At most \
-     `limit` files (default 100); `truncated` says when more exist.\n\
-     Example: {\"pattern\": \"**/*.test.ts\", \"path\": \"src\"}",
+     matches the file name at any depth (`*.rs`); with `/`, the path relative to `path` \
+     (`src/**/*.test.ts`). `*` stays within one directory, `**` crosses them; `{a,b}` and `[abc]` work. \
+     Respects .gitignore and skips hidden files unless `no_ignore` / `hidden`. `truncated` says when \
+     more than `limit` matched.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -41,21 +40,21 @@ pub enum SortBy {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GlobParams {
-    /// Glob pattern, e.g. `**/*.rs` or `*.toml`.
+    /// The glob.
     pub pattern: String,
-    /// Directory to search, root-relative. Default: the root.
+    /// Directory to search, root-relative (default the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Include hidden files and directories. Default false.
+    /// Include hidden files and directories.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore/.ignore rules. Default false.
+    /// Ignore .gitignore/.ignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
     /// Most files to return (default 100, max 10000).
     #[serde(default)]
     pub limit: Option<i64>,
-    /// `mtime` (newest first, default) or `path`.
+    /// Default `mtime` (newest first).
     #[serde(default)]
     pub sort: Option<SortBy>,
 }

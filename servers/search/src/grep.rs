@@ -36,17 +36,10 @@ pub const MAX_CONTEXT: i64 = 50;
 pub const DEF: ToolDef = ToolDef::read(
     "search_grep",
     "Search file contents",
-    "Search file contents with a regular expression (Rust regex syntax, like ripgrep) across a directory \
-     tree or one file. Respects .gitignore/.ignore, skips hidden and binary files (unless `hidden` / \
-     `no_ignore`), and returns results sorted by path then line.\n\
-     `output_mode`: `files_with_matches` (default: paths only), `content` (matching lines as \
-     `path:line:text`, with `before`/`after`/`context` lines), or `count` (matches per file). Filter \
-     with `include` (glob or list of globs, `!` excludes, e.g. [\"*.rs\", \"!*_test.rs\"]) and `type` \
-     (ripgrep type names: rust, py, ts, go, ...). `case`: smart (default: insensitive unless the \
-     pattern has an uppercase letter), sensitive or insensitive. `fixed_strings` for literal text, \
-     `word` for whole words, `multiline` to let a match span lines. Page with `head_limit` and \
-     `offset`. Bounded by a 60 s budget and a 40 KB answer: past them `truncated` is true and says \
-     how to narrow.\nExample: {\"pattern\": \"fn \\\\w+_handler\", \"path\": \"src\", \"type\": \"rust\", \"output_mode\": \"content\"}",
+    "Search file contents with a regular expression (Rust regex syntax, like ripgrep) in a directory \
+     tree or one file. Respects .gitignore/.ignore and skips hidden and binary files unless `hidden` / \
+     `no_ignore`; results are sorted by path, then line. Bounded by a 60 s budget and a 40 KB answer: \
+     past them `truncated` is true and says how to narrow; page with `head_limit` and `offset`.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -72,49 +65,50 @@ pub enum CaseMode {
 pub struct GrepParams {
     /// Regular expression (or literal text with `fixed_strings`).
     pub pattern: String,
-    /// Directory or file to search, root-relative. Default: the root.
+    /// Directory or file, root-relative (default the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Glob or list of globs selecting files; a leading `!` excludes.
+    /// Glob(s) selecting files; a leading `!` excludes, e.g. ["*.rs", "!*_test.rs"].
     #[serde(default)]
     pub include: Option<OneOrMany>,
-    /// ripgrep file type name(s), e.g. `rust`, `py`, `ts`.
+    /// ripgrep file type name(s): rust, py, ts, go, ...
     #[serde(default, rename = "type")]
     pub file_type: Option<OneOrMany>,
-    /// `smart` (default), `sensitive` or `insensitive`.
+    /// Default `smart`: insensitive unless the pattern has an uppercase letter.
     #[serde(default)]
     pub case: Option<CaseMode>,
-    /// Treat the pattern as literal text. Default false.
+    /// Treat the pattern as literal text.
     #[serde(default)]
     pub fixed_strings: Option<bool>,
-    /// Match whole words only. Default false.
+    /// Match whole words only.
     #[serde(default)]
     pub word: Option<bool>,
-    /// Allow matches to span lines (`\n` in the pattern). Default false.
+    /// Let a match span lines (`\n` in the pattern).
     #[serde(default)]
     pub multiline: Option<bool>,
-    /// Lines of context before each match (content mode, 0–50).
+    /// content mode: lines before each match (0–50).
     #[serde(default)]
     pub before: Option<i64>,
-    /// Lines of context after each match (content mode, 0–50).
+    /// content mode: lines after each match (0–50).
     #[serde(default)]
     pub after: Option<i64>,
-    /// Lines of context before and after (content mode, 0–50).
+    /// content mode: lines before and after (0–50).
     #[serde(default)]
     pub context: Option<i64>,
-    /// `files_with_matches` (default), `content` or `count`.
+    /// `files_with_matches` (default: paths only), `content` (`path:line:text` lines) or `count`
+    /// (matches per file).
     #[serde(default)]
     pub output_mode: Option<OutputMode>,
-    /// Most entries to return (files, matching lines or counts).
+    /// Most entries to return (files, lines or counts).
     #[serde(default)]
     pub head_limit: Option<i64>,
-    /// Entries to skip first, for paging. Default 0.
+    /// Entries to skip, for paging.
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Search hidden files and directories. Default false.
+    /// Search hidden files and directories.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore/.ignore rules. Default false.
+    /// Ignore .gitignore/.ignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
 }

@@ -24,17 +24,13 @@ pub const MAX_TIMEOUT_MS: i64 = 600_000;
 pub const DEF: ToolDef = ToolDef::write(
     "shell_bash",
     "Run shell command",
-    "Run a command with `/bin/sh -c` in a pseudo-terminal, in `cwd` (root-relative, default the root), \
-     and return its output (stdout and stderr merged, as a terminal shows them), exit code and \
-     duration. A non-zero exit code is data, not an error. `timeout` is in milliseconds (default \
-     120000, clamped to 1000–600000); on timeout the whole process tree gets SIGTERM, then SIGKILL \
-     after 5 s, and `timed_out` is true. Output beyond the preview cap (30 KB) shows head and tail; \
-     the complete output is in the file at `log_path`. Stdin is at end-of-file: interactive \
-     programs see EOF. `env` adds variables. Processes the command leaves behind are stopped when \
-     it ends, including ones that left its process group (setsid, setpgid): `containment` says how \
-     they were tracked (a cgroup, else `subreaper` with a note) — for servers and watchers use `background: true`, which returns a `job_id` at once \
-     (read with shell_output, stop with shell_kill).\n\
-     Example: {\"command\": \"cargo test -p mycrate 2>&1 | tail -20\", \"cwd\": \"backend\", \"timeout\": 300000}",
+    "Run a command with `/bin/sh -c` in a pseudo-terminal and return its output (stdout and stderr \
+     merged, as a terminal shows them), exit code and duration; a non-zero exit code is data, not an \
+     error. On timeout the whole process tree gets SIGTERM, then SIGKILL after 5 s, and `timed_out` \
+     is true. Output past 30 KB shows head and tail; all of it is in the file at `log_path`. Stdin \
+     is at EOF: interactive programs see end-of-file. Processes left behind are stopped when the \
+     command ends, even ones that left its process group (`containment` says how they were \
+     tracked): for servers and watchers use `background: true`, then shell_output and shell_kill."
 )
 .destructive()
 .open_world();
@@ -44,7 +40,7 @@ pub const DEF: ToolDef = ToolDef::write(
 pub struct BashParams {
     /// The command line, passed to `/bin/sh -c` (at most 64 KB).
     pub command: String,
-    /// Working directory, root-relative. Default: the root.
+    /// Working directory, root-relative (default the root).
     #[serde(default)]
     pub cwd: Option<String>,
     /// Time limit in milliseconds (default 120000; clamped to 1000–600000).
@@ -53,7 +49,7 @@ pub struct BashParams {
     /// Extra environment variables, merged over the server's environment (at most 64).
     #[serde(default)]
     pub env: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Start the command as a background job and return its `job_id` at once.
+    /// Run as a background job: its `job_id` comes back at once.
     #[serde(default)]
     pub background: Option<bool>,
 }

@@ -18,16 +18,15 @@ use crate::process::{self, Exit, Running, SpawnSpec};
 pub const OUTPUT_DEF: ToolDef = ToolDef::read(
     "shell_output",
     "Read background job output",
-    "Read what a background job (started with shell_bash `background: true`) printed since the last \
-     call (or since byte offset `since`), and whether it is still running. At most 30 KB per call; \
-     call again with `since` = `next_since` for more.\nExample: {\"job_id\": \"job-3\"}",
+    "Read what a background job printed since the last call (or from byte offset `since`), and \
+     whether it still runs. At most 30 KB per call: call again for more.",
 );
 
 pub const KILL_DEF: ToolDef = ToolDef::write(
     "shell_kill",
     "Stop background job",
-    "Stop a background job and every process it started, including ones that left its process \
-     group: SIGTERM, then SIGKILL after the grace period. Returns its final exit code.\nExample: {\"job_id\": \"job-3\"}",
+    "Stop a background job and every process it started, even ones that left its process group: \
+     SIGTERM, then SIGKILL after a grace period. Returns its final exit code.",
 )
 .destructive()
 .idempotent();
@@ -35,8 +34,8 @@ pub const KILL_DEF: ToolDef = ToolDef::write(
 pub const JOBS_DEF: ToolDef = ToolDef::read(
     "shell_jobs",
     "List background jobs",
-    "List the background jobs of this session: id, command, whether running, exit code, output size \
-     and log file.\nExample: {}",
+    "List this session's background jobs: id, command, whether running, exit code, output size and \
+     log file.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -22,15 +22,11 @@ pub const RAW_HEAD_BYTES: usize = 2048;
 pub const DEF: ToolDef = ToolDef::read(
     "web_fetch",
     "Fetch a web page",
-    "Fetch an http(s) URL and return its content as text: HTML becomes clean markdown of the main \
-     content (headings, links, lists, code and tables kept; navigation, scripts, footers and cookie \
-     banners dropped), JSON is pretty-printed, plain text is returned as is, other types are \
-     described (type and size) rather than dumped. Long pages are paged: at most `max_length` \
-     characters (default 10000) from `start_index`; when `truncated` is true call again with \
-     `start_index` = `next_start_index`. `raw: true` returns the HTML source instead of markdown. \
-     Follows up to 10 redirects; 1 MB body limit; `timeout` seconds (default 30). Private, loopback \
-     and link-local addresses are refused. HTTP error statuses are data (`status`). Pages are cached \
-     for 15 minutes.\nExample: {\"url\": \"https://docs.rs/tokio/latest/tokio/\", \"max_length\": 5000}",
+    "Fetch an http(s) URL as text: HTML becomes clean markdown of the main content (navigation, \
+     scripts, footers and cookie banners dropped), JSON is pretty-printed, text returned as is, other \
+     types described (type, size). When `truncated` is true call again with `start_index` = \
+     `next_start_index`. Up to 10 redirects, 1 MB body. Private, loopback and link-local addresses \
+     are refused. HTTP error statuses are data (`status`). Pages are cached for 15 minutes."
 )
 .open_world();
 
@@ -45,7 +41,7 @@ pub struct FetchParams {
     /// Character offset to start from (default 0).
     #[serde(default)]
     pub start_index: Option<i64>,
-    /// Return the raw body (HTML source) instead of converted text. Default false.
+    /// Return the raw body (HTML source) instead of converted text.
     #[serde(default)]
     pub raw: Option<bool>,
     /// Time limit for the whole transfer, in seconds (default 30, 1–120).

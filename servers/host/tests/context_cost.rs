@@ -1,0 +1,110 @@
+//! What the suite's tool list costs a model's context (issue #15 §6): for every tool that
+//! `kitbag serve` lists by default, the bytes of `{"name", "description", "inputSchema"}`
+//! as compact JSON — what a client sends the model. `outputSchema`, annotations and titles
+//! are left out: clients do not put them in the prompt. Prints a per-tool table to stderr
+//! (`cargo test -p kitbag --test context_cost -- --nocapture`) and holds the total under
+//! a budget so that new tools and wordier descriptions have to make room.
+
+use std::io::{BufRead, BufReader, Write};
+
+use serde_json::{Value, json};
+
+mod common;
+
+/// The whole suite's model-visible list, in bytes.
+const BUDGET: usize = 40 * 1024;
+
+/// The default `tools/list`, every page, as the host serves it over stdio.
+fn default_tools() -> Vec<Value> {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut child = common::serve_piped(d.path());
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
+    let mut send = |v: Value| {
+        writeln!(stdin, "{v}").expect("write");
+        stdin.flush().expect("flush");
+    };
+    // Wait for the answer to request `id`, skipping notifications.
+    let mut answer = |id: u64| -> Value {
+        for line in lines.by_ref() {
+            let v: Value = serde_json::from_str(&line.expect("read")).expect("json line");
+            if v["id"] == id {
+                return v;
+            }
+        }
+        panic!("the host closed stdout before answering request {id}");
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "context-cost", "version": "1"}}}),
+    );
+    answer(0);
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    let mut tools = Vec::new();
+    let mut cursor: Option<Value> = None;
+    for id in 1.. {
+        let params = match &cursor {
+            Some(c) => json!({"cursor": c}),
+            None => json!({}),
+        };
+        send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/list", "params": params}));
+        let r = answer(id);
+        let page = r["result"]["tools"]
+            .as_array()
+            .unwrap_or_else(|| panic!("tools/list failed: {r}"));
+        tools.extend(page.iter().cloned());
+        cursor = r["result"]
+            .get("nextCursor")
+            .filter(|c| !c.is_null())
+            .cloned();
+        if cursor.is_none() {
+            break;
+        }
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    tools
+}
+
+/// The bytes a model sees for one tool.
+fn cost(tool: &Value) -> usize {
+    let mut seen = serde_json::Map::new();
+    for key in ["name", "description", "inputSchema"] {
+        if let Some(v) = tool.get(key) {
+            seen.insert(key.into(), v.clone());
+        }
+    }
+    serde_json::to_vec(&Value::Object(seen))
+        .expect("serialize")
+        .len()
+}
+
+#[test]
+fn the_default_tool_list_fits_the_context_budget() {
+    let tools = default_tools();
+    assert!(tools.len() >= 38, "{} tools", tools.len());
+    let mut rows: Vec<(usize, usize, String)> = tools
+        .iter()
+        .map(|t| {
+            let desc = t["description"].as_str().map_or(0, str::len);
+            (cost(t), desc, t["name"].as_str().unwrap_or("?").to_string())
+        })
+        .collect();
+    rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));
+    let total: usize = rows.iter().map(|r| r.0).sum();
+    let mut table = format!("{:<22} {:>7} {:>12}\n", "tool", "bytes", "description");
+    for (bytes, desc, name) in &rows {
+        table.push_str(&format!("{name:<22} {bytes:>7} {desc:>12}\n"));
+    }
+    table.push_str(&format!(
+        "{:<22} {total:>7}   ({} tools, budget {BUDGET})\n",
+        "total",
+        rows.len()
+    ));
+    eprint!("{table}");
+    assert!(
+        total <= BUDGET,
+        "the model-visible tool list is {total} bytes, over the {BUDGET}-byte budget:\n{table}"
+    );
+}
