@@ -170,6 +170,11 @@ fn replace_bool_schema(s: &mut Value) {
     }
 }
 
+/// Marks an input field whose explicit `null` means something (`issue_update`'s
+/// `assignment: null` unassigns): its `null` is kept. Use with
+/// `#[schemars(extend("x-null-means" = "…"))]`; the key itself is removed.
+pub const NULL_MEANS: &str = "x-null-means";
+
 /// An optional input field may be omitted, so `null` in its type only adds noise (and
 /// single-type dialects such as Gemini's reject `type: [X, "null"]`). The decoder still
 /// accepts an explicit null for an optional field.
@@ -204,6 +209,9 @@ fn strip_null(prop: &mut Value) {
     let Value::Object(map) = prop else {
         return;
     };
+    if map.remove(NULL_MEANS).is_some() {
+        return;
+    }
     if let Some(Value::Array(types)) = map.get_mut("type") {
         types.retain(|t| t != "null");
         if types.len() == 1 {
@@ -418,6 +426,25 @@ mod tests {
                 assert!(v != &json!("null"), "null type left in {s}");
             }
         });
+    }
+
+    #[derive(Deserialize, JsonSchema)]
+    #[allow(dead_code)]
+    struct Unassign {
+        #[schemars(extend("x-null-means" = "unassign"))]
+        who: Option<String>,
+        other: Option<String>,
+    }
+
+    #[test]
+    fn a_null_that_means_something_is_kept() {
+        let s = Value::Object(input_schema::<Unassign>().expect("schema"));
+        assert_eq!(s["properties"]["who"]["type"], json!(["string", "null"]));
+        assert!(
+            s["properties"]["who"].get(NULL_MEANS).is_none(),
+            "marker removed"
+        );
+        assert_eq!(s["properties"]["other"]["type"], "string");
     }
 
     #[derive(Deserialize, JsonSchema)]

@@ -497,7 +497,7 @@ pub struct UpdateParams {
     pub body: Option<String>,
     /// null (unassign), "primary", "workflow:<name>" (a declared workflow) or "session:<sid>".
     #[serde(default, deserialize_with = "present")]
-    #[schemars(with = "Option<String>")]
+    #[schemars(with = "Option<String>", extend("x-null-means" = "unassign"))]
     pub assignment: Option<Option<String>>,
 }
 
