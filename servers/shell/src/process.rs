@@ -100,6 +100,14 @@ pub struct SpawnSpec<'a> {
 }
 
 pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
+    // Marked as being written from before the file exists until its output ends (or the
+    // spawn fails), so that pruning never takes it.
+    spec.logs.begin(&spec.log_path);
+    let (logs, log_path) = (spec.logs.clone(), spec.log_path.clone());
+    spawn_logged(spec).inspect_err(|_| logs.end(&log_path))
+}
+
+fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     let pty = native_pty_system();
     let pair = pty.openpty(PtySize {
         rows: 50,
@@ -140,7 +148,6 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         std::fs::create_dir_all(dir)?;
     }
     let log = CappedLog::create(&spec.log_path, spec.log_caps.0, spec.log_caps.1)?;
-    spec.logs.begin(&spec.log_path);
     // Registered under the reaper's lock: the orphan reaper never takes this child's status.
     let (mut child, pid, reg) = {
         let mut children = ChildReg::lock();

@@ -173,6 +173,15 @@ fn the_logs_directory_total_is_capped() {
     std::fs::write(&dead_seg, vec![b'a'; 50_000]).expect("w");
     std::thread::sleep(Duration::from_millis(20));
     std::fs::write(&dead_new, vec![b'b'; 150_000]).expect("w");
+    // Temp files of writes a kill -9 cut short, under .kitbag: swept at start when their
+    // process is gone.
+    let stale_tmp = d.path().join(".kitbag/.cron.json.kitbag-tmp-4194305-0");
+    let live_tmp = d.path().join(format!(
+        ".kitbag/.cron.json.kitbag-tmp-{}-0",
+        std::process::id()
+    ));
+    std::fs::write(&stale_tmp, "x").expect("w");
+    std::fs::write(&live_tmp, "x").expect("w");
     let cap: u64 = 300_000;
     let mut c = client(
         d.path(),
@@ -189,6 +198,11 @@ fn the_logs_directory_total_is_capped() {
     assert!(!dead_old.exists() && !dead_seg.exists());
     assert!(dead_new.exists());
     assert!(dir_bytes(&logs) <= cap);
+    assert!(
+        !stale_tmp.exists(),
+        "a dead writer's temp file is swept at start"
+    );
+    assert!(live_tmp.exists(), "a live writer's temp file is left alone");
 
     // A running job's log is kept whatever its age.
     let r = c.call_ok(
