@@ -242,6 +242,58 @@ fn sweep_stale_siblings(target: &ParentDir) {
     }
 }
 
+/// Remove, anywhere under `dir`, the temp and backup files (`.NAME.kitbag-tmp-PID-N`,
+/// `.NAME.kitbag-bak-PID-N`) whose process is gone — for a server's own state directory
+/// (e.g. `<root>/.kitbag`) at start, since a write cut short by `kill -9` leaves its temp file
+/// behind and nothing might write that same file again. Not meant for a user's tree: the walk
+/// stops at 4 levels and 20 000 entries, never follows symbolic links, and leaves files of live
+/// processes alone. Best effort; returns how many files were removed.
+pub fn sweep_stale_temps(dir: &Path) -> usize {
+    let mut budget = 20_000usize;
+    let mut removed = 0;
+    sweep_dir(dir, 4, &mut budget, &mut removed);
+    if removed > 0 {
+        tracing::info!(removed, dir = %dir.display(), "removed temp files left by processes that are gone");
+    }
+    removed
+}
+
+fn sweep_dir(dir: &Path, depth: usize, budget: &mut usize, removed: &mut usize) {
+    let Ok(rd) = fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        if *budget == 0 {
+            return;
+        }
+        *budget -= 1;
+        let Ok(ft) = e.file_type() else { continue };
+        if ft.is_dir() {
+            if depth > 1 {
+                sweep_dir(&e.path(), depth - 1, budget, removed);
+            }
+            continue;
+        }
+        if !ft.is_file() {
+            continue;
+        }
+        let name = e.file_name();
+        let bytes = name.as_bytes();
+        if bytes.first() != Some(&b'.') {
+            continue;
+        }
+        let Some(at) = bytes.windows(8).rposition(|w| w == b".kitbag-") else {
+            continue;
+        };
+        if at == 0 {
+            continue;
+        }
+        if stale_owner(&bytes[at + 8..]).is_some() && fs::remove_file(e.path()).is_ok() {
+            *removed += 1;
+        }
+    }
+}
+
 /// For `KIND-PID-N` with KIND `tmp` or `bak`: the PID when that process no longer exists.
 fn stale_owner(rest: &[u8]) -> Option<u32> {
     let rest = std::str::from_utf8(rest).ok()?;
@@ -299,6 +351,48 @@ mod tests {
         assert!(live.exists(), "a live writer's temp is left alone");
         assert!(other_file.exists(), "only this file's temps are swept");
         assert!(look_alike.exists(), "names not ours are left alone");
+    }
+
+    #[test]
+    fn stale_temp_files_are_swept_from_a_state_tree_at_start() {
+        let d = tempfile::tempdir().expect("tmp");
+        let sub = d.path().join("shell/logs");
+        fs::create_dir_all(&sub).expect("mkdir");
+        let dead = [
+            d.path().join(".cron.json.kitbag-tmp-4194305-0"),
+            sub.join(".x.log.kitbag-bak-4194305-7"),
+            d.path().join("shell/.a.b.kitbag-tmp-4194305-12"),
+        ];
+        let keep = [
+            d.path()
+                .join(format!(".cron.json.kitbag-tmp-{}-1", std::process::id())),
+            d.path().join("cron.json"),
+            d.path().join(".kitbag-tmp-4194305-0"),
+            sub.join(".x.log.kitbag-tmp-notes"),
+            sub.join("x.kitbag-tmp-4194305-0"),
+        ];
+        for p in dead.iter().chain(&keep) {
+            fs::write(p, "x").expect("w");
+        }
+        // Too deep for the walk: left alone.
+        let deep = d.path().join("a/b/c/d");
+        fs::create_dir_all(&deep).expect("mkdir");
+        let too_deep = deep.join(".f.kitbag-tmp-4194305-0");
+        fs::write(&too_deep, "x").expect("w");
+        // A link to another tree is not followed.
+        let other = tempfile::tempdir().expect("tmp");
+        let outside = other.path().join(".o.kitbag-tmp-4194305-0");
+        fs::write(&outside, "x").expect("w");
+        std::os::unix::fs::symlink(other.path(), d.path().join("link")).expect("ln");
+        assert_eq!(sweep_stale_temps(d.path()), 3);
+        for p in &dead {
+            assert!(!p.exists(), "{}", p.display());
+        }
+        for p in &keep {
+            assert!(p.exists(), "{}", p.display());
+        }
+        assert!(too_deep.exists() && outside.exists());
+        assert_eq!(sweep_stale_temps(&d.path().join("missing")), 0);
     }
 
     #[test]

@@ -27,7 +27,8 @@ pub const DEF: ToolDef = ToolDef::write(
     "Run a command with `/bin/sh -c` in a pseudo-terminal and return its output (stdout and stderr \
      merged, as a terminal shows them), exit code and duration; a non-zero exit code is data, not an \
      error. On timeout the whole process tree gets SIGTERM, then SIGKILL after 5 s, and `timed_out` \
-     is true. Output past 30 KB shows head and tail; all of it is in the file at `log_path`. Stdin \
+     is true. Output past 30 KB shows head and tail; the rest is in the file at `log_path` (for huge \
+     output only its first and last megabytes: `log_dropped_bytes` says how much was dropped). Stdin \
      is at EOF: interactive programs see end-of-file. Processes left behind are stopped when the \
      command ends, even ones that left its process group (`containment` says how they were \
      tracked): for servers and watchers use `background: true`, then shell_output and shell_kill."
@@ -66,15 +67,20 @@ pub struct BashResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub signal: Option<String>,
     pub timed_out: bool,
-    /// `stdout` is a head + tail preview; the log file has everything.
+    /// `stdout` is a head + tail preview; the log file has more (everything unless
+    /// `log_dropped_bytes` > 0).
     pub truncated: bool,
     pub duration_ms: u64,
     /// The time limit applied, after clamping.
     pub timeout_ms: u64,
     /// Bytes the command wrote.
     pub output_bytes: u64,
-    /// The complete output (root-relative when inside the root).
+    /// The output on disk (root-relative when inside the root): complete unless
+    /// `log_dropped_bytes` > 0, then its head and tail.
     pub log_path: String,
+    /// Bytes of output the capped log dropped between its head and tail (`--log-max-bytes`).
+    #[serde(skip_serializing_if = "crate::jobs::is_zero")]
+    pub log_dropped_bytes: u64,
     /// Background jobs only: the job to pass to shell_output / shell_kill.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub job_id: Option<String>,
@@ -204,6 +210,8 @@ pub async fn run(
             env: &prepared.env,
             log_path: log_path.clone(),
             preview_bytes: state.preview_bytes,
+            log_caps: state.log_caps,
+            logs: state.logs.clone(),
         })
         .map_err(|e| {
             ToolError::new(
@@ -260,10 +268,18 @@ pub async fn run(
             footer.push(n.clone());
         }
         if truncated {
-            footer.push(format!(
-                "{} bytes of output; full log: {log_shown}",
-                capture.total
-            ));
+            let dropped = capture.log.dropped();
+            if dropped > 0 {
+                footer.push(format!(
+                    "{} bytes of output; log (head and tail, {dropped} bytes dropped): {log_shown}",
+                    capture.total
+                ));
+            } else {
+                footer.push(format!(
+                    "{} bytes of output; full log: {log_shown}",
+                    capture.total
+                ));
+            }
         }
         if !text.is_empty() {
             text.push('\n');
@@ -281,6 +297,7 @@ pub async fn run(
                 timeout_ms: prepared.timeout_ms,
                 output_bytes: capture.total,
                 log_path: log_shown,
+                log_dropped_bytes: capture.log.dropped(),
                 job_id: None,
                 running: None,
                 containment: running.contain.kind().as_str().into(),

@@ -1,7 +1,6 @@
 //! Background jobs: `shell_bash {background: true}`, `shell_output`, `shell_kill`, `shell_jobs`.
 
 use std::collections::BTreeMap;
-use std::io::{Read, Seek, SeekFrom};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -19,7 +18,8 @@ pub const OUTPUT_DEF: ToolDef = ToolDef::read(
     "shell_output",
     "Read background job output",
     "Read what a background job printed since the last call (or from byte offset `since`), and \
-     whether it still runs. At most 30 KB per call: call again for more.",
+     whether it still runs. At most 30 KB per call: call again for more. Offsets count bytes since \
+     the job started; a `since` in the middle a huge log dropped reads on from the kept tail (`dropped`).",
 );
 
 pub const KILL_DEF: ToolDef = ToolDef::write(
@@ -61,6 +61,26 @@ pub struct OutputResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     pub log_path: String,
+    /// Set when `since` fell in the middle of the output that the capped log dropped: those
+    /// bytes are gone and `output` starts at `dropped.to` instead.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dropped: Option<DroppedRange>,
+    /// Bytes of the job's output the log no longer holds (its head and tail are kept).
+    #[serde(skip_serializing_if = "is_zero")]
+    pub log_dropped_bytes: u64,
+}
+
+/// A stretch of output, in byte offsets since the job started, that the log dropped.
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct DroppedRange {
+    /// First dropped byte (the end of the kept head).
+    pub from: u64,
+    /// Where the kept tail starts; `output` begins here.
+    pub to: u64,
+}
+
+pub(crate) fn is_zero(n: &u64) -> bool {
+    *n == 0
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -177,6 +197,8 @@ pub fn start(
         env: &p.env,
         log_path: log_path.clone(),
         preview_bytes: state.preview_bytes,
+        log_caps: state.log_caps,
+        logs: state.logs.clone(),
     })
     .map_err(|e| {
         ToolError::new(
@@ -224,6 +246,7 @@ pub fn start(
             timeout_ms: 0,
             output_bytes: 0,
             log_path: log_shown,
+            log_dropped_bytes: 0,
             job_id: Some(id),
             running: Some(true),
             containment,
@@ -251,30 +274,31 @@ pub async fn output(
     };
     let cap = state.preview_bytes as u64;
     let exit = job.exit();
-    let (total, log_path) = {
+    let (total, read, log_dropped) = {
         let c = job
             .running
             .capture
             .lock()
             .unwrap_or_else(|e| e.into_inner());
-        (c.total, c.log_path.clone())
+        let read = c
+            .log
+            .read(since, cap)
+            .map_err(|e| ToolError::io(&job.log_shown, &e))?;
+        (c.total, read, c.log.dropped())
     };
-    let end = total.min(since.saturating_add(cap));
-    let mut bytes = Vec::new();
-    if end > since {
-        let mut f =
-            std::fs::File::open(&log_path).map_err(|e| ToolError::io(&job.log_shown, &e))?;
-        f.seek(SeekFrom::Start(since))
-            .map_err(|e| ToolError::io(&job.log_shown, &e))?;
-        f.take(end - since)
-            .read_to_end(&mut bytes)
-            .map_err(|e| ToolError::io(&job.log_shown, &e))?;
-    }
-    let next = since + bytes.len() as u64;
+    let bytes = read.bytes;
+    let next = read.start + bytes.len() as u64;
     *job.cursor.lock().unwrap_or_else(|e| e.into_inner()) = next;
     let output = render(&String::from_utf8_lossy(&bytes));
     let running = exit.is_none();
-    let mut text = output.trim_end_matches('\n').to_string();
+    let mut text = String::new();
+    if let Some((from, to)) = read.dropped {
+        text.push_str(&format!(
+            "[bytes {from}–{to} of the output were dropped (the log keeps its first {from} \
+             bytes and its last part); showing from byte {to}]\n"
+        ));
+    }
+    text.push_str(output.trim_end_matches('\n'));
     let status = match &exit {
         Some(e) => format!("exited with code {}", e.code),
         None => "still running".to_string(),
@@ -300,6 +324,8 @@ pub async fn output(
             running,
             exit_code: exit.map(|e| e.code),
             log_path: job.log_shown.clone(),
+            dropped: read.dropped.map(|(from, to)| DroppedRange { from, to }),
+            log_dropped_bytes: log_dropped,
         },
         text,
     ))

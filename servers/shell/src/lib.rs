@@ -3,6 +3,7 @@
 pub mod ansi;
 pub mod bash;
 pub mod jobs;
+pub mod logs;
 pub mod process;
 
 use std::path::PathBuf;
@@ -38,6 +39,16 @@ pub struct Args {
     /// How many command logs to keep in the state directory.
     #[arg(long, default_value_t = 200)]
     pub keep_logs: usize,
+
+    /// Cap of each command's log, in bytes: the first fifth (head) and the last bytes (tail)
+    /// are kept, the middle is dropped with a marker. 0: no cap.
+    #[arg(long, value_name = "BYTES", default_value_t = 5 * 1024 * 1024)]
+    pub log_max_bytes: u64,
+
+    /// Cap of the logs directory's total size, in bytes: finished commands' logs are deleted,
+    /// oldest first, at server start and whenever a command ends. 0: no cap.
+    #[arg(long, value_name = "BYTES", default_value_t = 256 * 1024 * 1024)]
+    pub logs_max_total_bytes: u64,
 }
 
 pub const IDENTITY: Identity = Identity {
@@ -51,39 +62,20 @@ pub struct ShellState {
     pub preview_bytes: usize,
     pub kill_grace: Duration,
     pub log_dir: PathBuf,
-    pub keep_logs: usize,
+    /// Head and tail bytes kept of each log.
+    pub log_caps: (u64, u64),
+    pub logs: Arc<logs::LogDir>,
     pub jobs: jobs::Jobs,
     seq: AtomicU64,
 }
 
 impl ShellState {
-    /// A fresh log file path; old logs beyond `keep_logs` are removed.
+    /// A fresh log file path. Old logs are pruned when a command's output ends
+    /// ([`logs::LogDir::prune`]).
     pub fn next_log_path(&self) -> PathBuf {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        if n.is_multiple_of(50) {
-            self.prune_logs();
-        }
         self.log_dir
             .join(format!("{}-{}-{n}.log", std::process::id(), unix_millis()))
-    }
-
-    fn prune_logs(&self) {
-        let Ok(rd) = std::fs::read_dir(&self.log_dir) else {
-            return;
-        };
-        let mut logs: Vec<(std::time::SystemTime, PathBuf)> = rd
-            .flatten()
-            .filter(|e| e.path().extension().is_some_and(|x| x == "log"))
-            .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
-            .collect();
-        if logs.len() <= self.keep_logs {
-            return;
-        }
-        logs.sort();
-        let excess = logs.len() - self.keep_logs;
-        for (_, p) in logs.into_iter().take(excess) {
-            let _ = std::fs::remove_file(p);
-        }
     }
 }
 
@@ -117,6 +109,11 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         .clone()
         .unwrap_or_else(|| policy.root().join(".kitbag/shell"));
     let log_dir = state_dir.join("logs");
+    let logs = Arc::new(logs::LogDir::new(
+        log_dir.clone(),
+        args.keep_logs.max(1),
+        args.logs_max_total_bytes,
+    ));
     if !args.common.read_only {
         std::fs::create_dir_all(&log_dir)?;
         // Logs are working files, never project content.
@@ -124,13 +121,22 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         if !ignore.exists() {
             let _ = std::fs::write(ignore, "*\n");
         }
+        // Logs of earlier servers beyond the limits, and temp files of writes that a kill
+        // cut short in the state directories.
+        logs.prune();
+        let kitbag_dir = policy.root().join(".kitbag");
+        kitbag_shared::atomic::sweep_stale_temps(&kitbag_dir);
+        if !state_dir.starts_with(&kitbag_dir) {
+            kitbag_shared::atomic::sweep_stale_temps(&state_dir);
+        }
     }
     let state = ShellState {
         read_only: args.common.read_only || policy.is_read_only(),
         preview_bytes: args.preview_bytes.max(1024),
         kill_grace: Duration::from_millis(args.kill_grace_ms),
         log_dir,
-        keep_logs: args.keep_logs.max(1),
+        log_caps: logs::split_cap(args.log_max_bytes),
+        logs,
         jobs: jobs::Jobs::default(),
         seq: AtomicU64::new(0),
     };

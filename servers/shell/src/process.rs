@@ -7,14 +7,15 @@
 //! the `KITBAG_JOB` environment tag); [`Running::terminate`] stops both.
 
 use std::collections::VecDeque;
-use std::fs::File;
-use std::io::{Read, Write};
+use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kitbag_shared::contain::{self, ChildReg};
+
+use crate::logs::{CappedLog, LogDir};
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
@@ -26,10 +27,11 @@ pub struct Exit {
     pub signal: Option<String>,
 }
 
-/// Output captured so far: the full stream goes to the log file; the first and last bytes
+/// Output captured so far: the stream goes to the (capped) log file; the first and last bytes
 /// are also kept in memory for the preview.
 pub struct Capture {
     pub log_path: PathBuf,
+    pub log: CappedLog,
     head: Vec<u8>,
     tail: VecDeque<u8>,
     pub total: u64,
@@ -40,6 +42,7 @@ pub struct Capture {
 
 impl Capture {
     fn push(&mut self, bytes: &[u8]) {
+        self.log.write(bytes);
         self.total += bytes.len() as u64;
         let room = self.head_cap.saturating_sub(self.head.len());
         let (to_head, rest) = bytes.split_at(room.min(bytes.len()));
@@ -61,10 +64,12 @@ impl Capture {
             return (out, false);
         }
         let elided = self.total - kept;
-        out.extend_from_slice(
-            format!("\n… [{elided} bytes elided; the full output is in the log file] …\n")
-                .as_bytes(),
-        );
+        let where_ = if self.log.dropped() > 0 {
+            "the log file keeps the first and last part of the output"
+        } else {
+            "the full output is in the log file"
+        };
+        out.extend_from_slice(format!("\n… [{elided} bytes elided; {where_}] …\n").as_bytes());
         out.extend(self.tail.iter());
         (out, true)
     }
@@ -88,9 +93,21 @@ pub struct SpawnSpec<'a> {
     pub env: &'a [(String, String)],
     pub log_path: PathBuf,
     pub preview_bytes: usize,
+    /// Head and tail kept of the log ([`crate::logs::split_cap`]).
+    pub log_caps: (u64, u64),
+    /// Told when the log is complete, so that it may be pruned.
+    pub logs: Arc<LogDir>,
 }
 
 pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
+    // Marked as being written from before the file exists until its output ends (or the
+    // spawn fails), so that pruning never takes it.
+    spec.logs.begin(&spec.log_path);
+    let (logs, log_path) = (spec.logs.clone(), spec.log_path.clone());
+    spawn_logged(spec).inspect_err(|_| logs.end(&log_path))
+}
+
+fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     let pty = native_pty_system();
     let pair = pty.openpty(PtySize {
         rows: 50,
@@ -130,7 +147,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     if let Some(dir) = spec.log_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let log = File::create(&spec.log_path)?;
+    let log = CappedLog::create(&spec.log_path, spec.log_caps.0, spec.log_caps.1)?;
     // Registered under the reaper's lock: the orphan reaper never takes this child's status.
     let (mut child, pid, reg) = {
         let mut children = ChildReg::lock();
@@ -148,6 +165,7 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     let half = spec.preview_bytes / 2;
     let capture = Arc::new(Mutex::new(Capture {
         log_path: spec.log_path.clone(),
+        log,
         head: Vec::new(),
         tail: VecDeque::new(),
         total: 0,
@@ -157,23 +175,25 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     }));
     let (reader_tx, reader_rx) = channel();
     let cap = capture.clone();
+    let logs = spec.logs.clone();
+    let log_path = spec.log_path.clone();
     std::thread::spawn(move || {
-        let mut log = std::io::BufWriter::new(log);
         let mut buf = vec![0u8; 64 * 1024];
         loop {
             match reader.read(&mut buf) {
                 Ok(0) | Err(_) => break, // EOF, or EIO once every holder of the terminal closed it
-                Ok(n) => {
-                    let _ = log.write_all(&buf[..n]);
-                    let _ = log.flush();
-                    cap.lock()
-                        .unwrap_or_else(|e| e.into_inner())
-                        .push(&buf[..n]);
-                }
+                Ok(n) => cap
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(&buf[..n]),
             }
         }
-        let _ = log.flush();
-        cap.lock().unwrap_or_else(|e| e.into_inner()).eof = true;
+        {
+            let mut c = cap.lock().unwrap_or_else(|e| e.into_inner());
+            c.log.finish();
+            c.eof = true;
+        }
+        logs.end(&log_path);
         let _ = reader_tx.send(());
     });
     let (exit_tx, exit_rx) = channel();
