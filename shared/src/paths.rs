@@ -347,6 +347,23 @@ impl PathPolicy {
         )
     }
 
+    /// Open a real absolute path beneath the root for reading (`O_RDONLY | O_NONBLOCK`), for
+    /// callers holding a real path rather than the caller's string: resolved earlier, or named
+    /// by a language server or debug adapter. A link on the way means the path changed since
+    /// it was resolved; tried again, at most [`ATTEMPTS`] times, then that error (`ELOOP`) is
+    /// the answer and nothing outside is read. Outside the root: `EXDEV`.
+    pub fn open_real_read(&self, abs: &Path) -> std::io::Result<File> {
+        let flags = OFlags::RDONLY | OFlags::NONBLOCK | OFlags::NOCTTY;
+        let mut tries = 1;
+        loop {
+            match self.open_real(abs, flags) {
+                Ok(fd) => return Ok(File::from(fd)),
+                Err(e) if fd::is_swapped(&e) && tries < ATTEMPTS => tries += 1,
+                Err(e) => return Err(e),
+            }
+        }
+    }
+
     /// The parent directory of a real absolute path, opened beneath the root, and its name.
     pub fn parent_real(&self, abs: &Path, parents: Parents) -> std::io::Result<ParentDir> {
         let rel = self.rel_path(abs)?;

@@ -841,6 +841,16 @@ async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugR
     Ok(Reply::new(r, text))
 }
 
+/// A source file's text, read through a descriptor opened beneath the root without following
+/// a link: a directory swapped for a link after the path was resolved (or after the adapter
+/// named it) is refused, never followed outside.
+fn read_source(policy: &PathPolicy, abs: &Path) -> std::io::Result<String> {
+    use std::io::Read;
+    let mut text = String::new();
+    policy.open_real_read(abs)?.read_to_string(&mut text)?;
+    Ok(text)
+}
+
 async fn breakpoint(
     state: &DapState,
     policy: &PathPolicy,
@@ -853,7 +863,8 @@ async fn breakpoint(
         (Some(h), Action::SetBreakpoint) => Some(h.condition()?),
         _ => None,
     };
-    let text = std::fs::read_to_string(&resolved.abs)
+    // Read through a descriptor opened beneath the root (issue #22 §1), not the path again.
+    let text = read_source(policy, &resolved.abs)
         .map_err(|e| ToolError::invalid_field("path", format!("cannot read {path}: {e}")))?;
     let lines = text.lines().count() as i64;
     if line < 1 || line > lines {
@@ -943,7 +954,13 @@ async fn launch(
     }
     let program = need(&p.program, "program", "a root-relative program path")?;
     let prog = policy.resolve(program, "program", Access::Read)?;
-    if !prog.abs.is_file() {
+    // Checked on a descriptor opened beneath the root. The adapter is then given the path
+    // string and opens it itself: that second open is outside this server's reach.
+    let is_file = policy
+        .open_real_read(&prog.abs)
+        .and_then(|f| f.metadata())
+        .is_ok_and(|m| m.is_file());
+    if !is_file {
         return Err(ToolError::invalid_field(
             "program",
             format!("{program} is not a file"),
@@ -1433,7 +1450,7 @@ async fn settle(
             let preview = f["source"]["path"]
                 .as_str()
                 .filter(|p| policy.allows(Path::new(p), Access::Read))
-                .and_then(|p| std::fs::read_to_string(p).ok())
+                .and_then(|p| read_source(policy, Path::new(p)).ok())
                 .and_then(|t| {
                     t.lines()
                         .nth((line.max(1) - 1) as usize)

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use kitbag_shared::{Access, PathPolicy, ToolError, ToolResult};
+use kitbag_shared::{Access, ErrorCode, PathPolicy, ToolError, ToolResult};
 use serde_json::{Value, json};
 
 use crate::diagnostics::{self, code_string, passes, severity_name};
@@ -205,6 +205,23 @@ pub async fn diagnostics(
 ) -> ToolResult<Answer> {
     let path = need(&p.path, "path", "required")?;
     let r = policy.resolve(path, "path", Access::Read)?;
+    // What the path is, asked of a descriptor opened beneath the root (issue #22 §1).
+    let (r, is_dir) = match policy.open_file(path, "path", Access::Read) {
+        Ok((r, f)) => {
+            let dir = f
+                .metadata()
+                .map_err(|e| ToolError::io(&r.rel, &e))?
+                .is_dir();
+            (r, dir)
+        }
+        Err(e) if e.code == ErrorCode::FileNotFound || e.code == ErrorCode::NotADirectory => {
+            return Err(ToolError::new(
+                ErrorCode::FileNotFound,
+                format!("path: `{}` does not exist", r.rel),
+            ));
+        }
+        Err(e) => return Err(e),
+    };
     let budget = wait(p);
     let deadline = std::time::Instant::now() + budget;
     let severity = p.severity.map(|s| match s {
@@ -217,11 +234,14 @@ pub async fn diagnostics(
     // Files per language.
     let mut groups: Vec<(&crate::config::LanguageConfig, Vec<PathBuf>)> = Vec::new();
     let mut files_truncated = false;
-    if r.abs.is_dir() {
+    if is_dir {
         let mut files = Vec::new();
         for entry in ignore::WalkBuilder::new(&r.abs).build().flatten() {
+            // The walk goes by path: each file it found is opened again beneath the root,
+            // so a walk led outside by a directory swapped for a link names nothing there.
             if entry.file_type().is_some_and(|t| t.is_file())
                 && pool.config.for_path(entry.path()).is_some()
+                && policy.open_real_read(entry.path()).is_ok()
             {
                 if files.len() == MAX_DIR_FILES {
                     files_truncated = true;
@@ -241,12 +261,6 @@ pub async fn diagnostics(
             }
         }
     } else {
-        if !r.abs.exists() {
-            return Err(ToolError::new(
-                kitbag_shared::ErrorCode::FileNotFound,
-                format!("path: `{}` does not exist", r.rel),
-            ));
-        }
         groups.push((language_for(pool, &r.abs, &r.rel)?, vec![r.abs.clone()]));
     }
     let mut all: Vec<Value> = Vec::new();
@@ -269,7 +283,7 @@ pub async fn diagnostics(
                 all.push(diagnostic_json(policy, path, lines, d, server.encoding));
             }
         }
-        if r.abs.is_dir() {
+        if is_dir {
             for (path, items) in diagnostics::pushed_under(&server, &r.abs) {
                 if seen.contains(&path) || !policy.allows(&path, Access::Read) {
                     continue;

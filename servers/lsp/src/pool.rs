@@ -7,7 +7,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
 
-use kitbag_shared::{ErrorCode, ToolError, ToolResult};
+use kitbag_shared::{ErrorCode, PathPolicy, ToolError, ToolResult};
 use serde::Serialize;
 use serde_json::{Value, json};
 use xxhash_rust::xxh3::xxh3_64;
@@ -47,6 +47,8 @@ pub struct Server {
     pub server_info: Value,
     pub encoding: Encoding,
     pub docs: tokio::sync::Mutex<HashMap<PathBuf, Doc>>,
+    /// The root opened once: documents under it are read beneath this descriptor.
+    beneath: Option<PathPolicy>,
     last_used: Mutex<Instant>,
     child: Mutex<Option<tokio::process::Child>>,
     request_timeout: Duration,
@@ -97,6 +99,10 @@ pub struct ServerStatus {
 pub struct Pool {
     pub config: Config,
     pub root: PathBuf,
+    /// The root's descriptor (a policy over the whole root, used only to open documents
+    /// beneath it); `None` when the root could not be opened, and then no document under it
+    /// is read.
+    beneath: Option<PathPolicy>,
     slots: Mutex<HashMap<String, Arc<tokio::sync::Mutex<Slot>>>>,
     /// Lifecycle events (`lsp.server_spawned`, `_crashed`, `_stopped`) go here too.
     audit: Option<kitbag_shared::audit::AuditLog>,
@@ -112,8 +118,10 @@ impl Pool {
         root: PathBuf,
         audit: Option<kitbag_shared::audit::AuditLog>,
     ) -> Arc<Self> {
+        let beneath = PathPolicy::new(&root, &[], true).ok();
         Arc::new(Pool {
             config,
+            beneath,
             root,
             slots: Mutex::default(),
             audit,
@@ -263,6 +271,7 @@ impl Pool {
             capabilities,
             encoding,
             docs: tokio::sync::Mutex::default(),
+            beneath: self.beneath.clone(),
             last_used: Mutex::new(Instant::now()),
             child: Mutex::new(Some(child)),
             request_timeout: self.config.request_timeout,
@@ -509,7 +518,10 @@ impl Server {
         let paths: Vec<PathBuf> = docs.keys().cloned().collect();
         for path in paths {
             let uri = path_to_uri(&path);
-            let meta = std::fs::metadata(&path).ok();
+            // One descriptor for the metadata and the content, opened beneath the root: a
+            // directory swapped for a link since the document was opened is refused.
+            let file = self.open_doc(&path);
+            let meta = file.as_ref().ok().and_then(|f| f.metadata().ok());
             let trusted = |d: &Doc| {
                 d.stamp
                     .as_ref()
@@ -521,7 +533,7 @@ impl Server {
             }
             // Taken before the read: a write in between shows up as a new stamp next time.
             let stamp = meta.as_ref().map(Stamp::of);
-            match std::fs::read(&path) {
+            match file.and_then(read_all) {
                 Err(_) => {
                     docs.remove(&path);
                     self.rpc
@@ -573,9 +585,10 @@ impl Server {
                 out.push(doc.lines.clone());
                 continue;
             }
-            let stamp = std::fs::metadata(path).ok().map(|m| Stamp::of(&m));
-            let bytes =
-                std::fs::read(path).map_err(|e| ToolError::io(&path.to_string_lossy(), &e))?;
+            let io_err = |e: std::io::Error| ToolError::io(&path.to_string_lossy(), &e);
+            let file = self.open_doc(path).map_err(io_err)?;
+            let stamp = file.metadata().ok().map(|m| Stamp::of(&m));
+            let bytes = read_all(file).map_err(io_err)?;
             let hash = xxh3_64(&bytes);
             let text = String::from_utf8_lossy(&bytes).into_owned();
             let ext = path
@@ -632,11 +645,36 @@ impl Server {
         if let Some(d) = self.docs.lock().await.get(path) {
             return Some(d.lines.clone());
         }
-        let bytes = std::fs::read(path).ok()?;
+        let bytes = self.open_doc(path).and_then(read_all).ok()?;
         Some(Arc::new(Lines::new(
             String::from_utf8_lossy(&bytes).into_owned(),
         )))
     }
+}
+
+impl Server {
+    /// Open a document for reading. Under the root it is opened beneath the root's
+    /// descriptor, refusing a link anywhere on the way (issue #22 §1); elsewhere (files a
+    /// server names outside the root, like a standard library) by its path. Nothing is read
+    /// when the root itself could not be opened.
+    pub fn open_doc(&self, path: &Path) -> std::io::Result<std::fs::File> {
+        match &self.beneath {
+            Some(b) if path.starts_with(b.root()) => b.open_real_read(path),
+            Some(_) => std::fs::File::open(path),
+            None => Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the root directory could not be opened",
+            )),
+        }
+    }
+}
+
+/// The whole content of an open file.
+pub fn read_all(mut f: std::fs::File) -> std::io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut out = Vec::new();
+    f.read_to_end(&mut out)?;
+    Ok(out)
 }
 
 impl Drop for Server {

@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kitbag_shared::{Access, ErrorCode, PathPolicy, ToolError, ToolResult};
+use kitbag_shared::{Access, ErrorCode, Parents, PathPolicy, ToolError, ToolResult};
 use serde_json::{Value, json};
 use xxhash_rust::xxh3::xxh3_64;
 
@@ -120,7 +120,18 @@ pub async fn rename_file(
     let new_path = need(&p.new_path, "new_path", "required")?;
     let from = policy.resolve(path, "path", Access::Write)?;
     let to = policy.resolve(new_path, "new_path", Access::Write)?;
-    if to.abs.exists() {
+    // Looked up through the destination's directory opened beneath the root; the move
+    // itself refuses to replace whatever appears there later (`RENAME_NOREPLACE`-like
+    // `linkat`), so this check only gives the early, clear answer.
+    let exists = match policy.parent_real(&to.abs, Parents::MustExist) {
+        Ok(dir) => dir
+            .stat()
+            .map_err(|e| ToolError::io(&to.rel, &e))?
+            .is_some(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(ToolError::io(&to.rel, &e)),
+    };
+    if exists {
         return Err(ToolError::new(
             ErrorCode::FileExists,
             format!("new_path: `{}` already exists; nothing was changed", to.rel),
@@ -169,21 +180,51 @@ pub async fn rename_file(
     }
     let moved = match moved_bytes {
         Some(b) => b,
-        None => std::fs::read(&from.abs).map_err(|e| ToolError::io(&from.rel, &e))?,
+        None => policy
+            .open_real_read(&from.abs)
+            .and_then(crate::pool::read_all)
+            .map_err(|e| ToolError::io(&from.rel, &e))?,
     };
-    writes.push((to.abs.clone(), moved));
     let (src, dest) = (from.abs.clone(), to.abs.clone());
+    let beneath = policy.clone();
     kitbag_shared::blocking(move || {
-        kitbag_shared::atomic::write_all_atomic(&writes, true).map_err(|e| {
+        let not_applied = |e: std::io::Error| {
             ToolError::new(
                 ErrorCode::IoError,
                 format!("rename_file not applied (no file changed): {e}"),
             )
-        })?;
-        if let Err(e) = std::fs::remove_file(&src) {
+        };
+        // Every file is acted on through its directory opened beneath the root, never by its
+        // path string again: a directory swapped for a link meanwhile is refused, not followed.
+        let src_dir = beneath
+            .parent_real(&src, Parents::MustExist)
+            .map_err(not_applied)?;
+        let dest_dir = beneath
+            .parent_real(&dest, Parents::Create)
+            .map_err(not_applied)?;
+        let mut targets = Vec::with_capacity(writes.len());
+        let mut undo = Vec::with_capacity(originals.len());
+        for (file, bytes) in writes {
+            let dir = beneath
+                .parent_real(&file, Parents::MustExist)
+                .map_err(not_applied)?;
+            targets.push((dir, bytes));
+        }
+        for (file, bytes) in originals {
+            let dir = beneath
+                .parent_real(&file, Parents::MustExist)
+                .map_err(not_applied)?;
+            undo.push((dir, bytes));
+        }
+        kitbag_shared::atomic::create_new_at(&dest_dir, &moved).map_err(not_applied)?;
+        if let Err(e) = kitbag_shared::atomic::write_all_atomic_at(&targets) {
+            let _ = dest_dir.remove_file();
+            return Err(not_applied(e));
+        }
+        if let Err(e) = src_dir.remove_file() {
             // Undo: the new file goes, the edited files get their old text back.
-            let _ = std::fs::remove_file(&dest);
-            let _ = kitbag_shared::atomic::write_all_atomic(&originals, false);
+            let _ = dest_dir.remove_file();
+            let _ = kitbag_shared::atomic::write_all_atomic_at(&undo);
             return Err(ToolError::new(
                 ErrorCode::IoError,
                 format!("could not remove the old file, so nothing was changed: {e}"),
@@ -270,7 +311,10 @@ async fn plan(
         .collect();
     let mut out = Vec::with_capacity(files.len());
     for (file, edits) in files {
-        let old = std::fs::read(file).map_err(|e| ToolError::io(&policy.display(file), &e))?;
+        let old = policy
+            .open_real_read(file)
+            .and_then(crate::pool::read_all)
+            .map_err(|e| ToolError::io(&policy.display(file), &e))?;
         if seen.get(file).is_some_and(|h| *h != xxh3_64(&old)) {
             return Err(ToolError::new(
                 ErrorCode::FileChangedSinceRead,

@@ -4,7 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::{
+    Access, ErrorCode, PathPolicy, Reply, Resolved, ToolDef, ToolError, ToolResult,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -301,20 +303,14 @@ pub async fn rpc_error(pool: &Pool, server: &Arc<Server>, method: &str, e: RpcEr
 
 /// Resolve `path`, find its language, get its server and sync it.
 pub async fn open(pool: &Arc<Pool>, policy: &PathPolicy, path: &str) -> ToolResult<Opened> {
-    let r = policy.resolve(path, "path", Access::Read)?;
-    if r.abs.is_dir() {
+    let (r, file) = open_path(policy, path)?;
+    if is_dir(&r, &file)? {
         return Err(ToolError::invalid_field(
             "path",
             format!("`{}` is a directory; this action needs a file", r.rel),
         ));
     }
-    if !r.abs.exists() {
-        return Err(ToolError::new(
-            ErrorCode::FileNotFound,
-            format!("path: `{}` does not exist", r.rel),
-        )
-        .with_detail(serde_json::json!({"field": "path"})));
-    }
+    drop(file);
     let lang = language_for(pool, &r.abs, &r.rel)?;
     let server = pool.get(lang).await?;
     let mut texts = server.sync(std::slice::from_ref(&r.abs)).await?;
@@ -327,6 +323,32 @@ pub async fn open(pool: &Arc<Pool>, policy: &PathPolicy, path: &str) -> ToolResu
         server,
         lines,
     })
+}
+
+/// Resolve `path` and open it beneath the root without following a link (issue #22 §1):
+/// what the answer is about is what was resolved, even if a directory on the way is swapped
+/// for a link meanwhile. A missing path is `file_not_found` naming the resolved path.
+pub fn open_path(policy: &PathPolicy, path: &str) -> ToolResult<(Resolved, std::fs::File)> {
+    // Resolved first on its own, so refusals read exactly as they always did.
+    let r = policy.resolve(path, "path", Access::Read)?;
+    match policy.open_file(path, "path", Access::Read) {
+        Ok(v) => Ok(v),
+        Err(e) if e.code == ErrorCode::FileNotFound || e.code == ErrorCode::NotADirectory => {
+            Err(ToolError::new(
+                ErrorCode::FileNotFound,
+                format!("path: `{}` does not exist", r.rel),
+            )
+            .with_detail(serde_json::json!({"field": "path"})))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Whether an opened path is a directory (`fstat` on the descriptor, not the name).
+pub fn is_dir(r: &Resolved, file: &std::fs::File) -> ToolResult<bool> {
+    file.metadata()
+        .map(|m| m.is_dir())
+        .map_err(|e| ToolError::io(&r.rel, &e))
 }
 
 /// The (0-based line, character) a position action is about.
@@ -527,15 +549,8 @@ pub fn wait(p: &LspParams) -> Duration {
 /// bad input never spawns (or waits for) a language server.
 pub fn preflight(pool: &Pool, policy: &PathPolicy, p: &LspParams) -> ToolResult<()> {
     let Some(path) = &p.path else { return Ok(()) };
-    let r = policy.resolve(path, "path", Access::Read)?;
-    if !r.abs.exists() {
-        return Err(ToolError::new(
-            ErrorCode::FileNotFound,
-            format!("path: `{}` does not exist", r.rel),
-        )
-        .with_detail(serde_json::json!({"field": "path"})));
-    }
-    if r.abs.is_dir() {
+    let (r, file) = open_path(policy, path)?;
+    if is_dir(&r, &file)? {
         if p.action == Action::Diagnostics {
             return Ok(());
         }
@@ -552,7 +567,7 @@ pub fn preflight(pool: &Pool, policy: &PathPolicy, p: &LspParams) -> ToolResult<
         language_for(pool, &r.abs, &r.rel)?;
     }
     if p.action.needs_position() || p.action == Action::CodeActions {
-        let bytes = std::fs::read(&r.abs).map_err(|e| ToolError::io(&r.rel, &e))?;
+        let bytes = crate::pool::read_all(file).map_err(|e| ToolError::io(&r.rel, &e))?;
         let lines = Lines::new(String::from_utf8_lossy(&bytes).into_owned());
         position(&lines, p, p.action)?;
     }

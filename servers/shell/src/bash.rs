@@ -1,6 +1,6 @@
 //! `shell_bash`: run a command through `/bin/sh -c` in a PTY and return what it printed.
 
-use std::path::PathBuf;
+use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -98,7 +98,9 @@ pub struct BashResult {
 /// Validated arguments of one command.
 pub struct Prepared {
     pub command: String,
-    pub cwd: PathBuf,
+    /// The working directory, opened (`O_PATH`) beneath the root when the call was checked:
+    /// the command starts in this very directory (issue #22 §1).
+    pub cwd: OwnedFd,
     pub env: Vec<(String, String)>,
     pub timeout_ms: u64,
 }
@@ -140,13 +142,22 @@ pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolR
             format!("{cwd_arg}: must stay inside the root ({})", e.message),
         )
     })?;
-    let cwd = policy.resolve(cwd_arg, "cwd", Access::Write)?;
+    // The mount check first, so a refusal reads as it always did.
+    policy.resolve(cwd_arg, "cwd", Access::Write)?;
+    let not_a_dir =
+        || ToolError::invalid_field("cwd", format!("{cwd_arg}: not an existing directory"));
     if !inside.abs.is_dir() {
-        return Err(ToolError::invalid_field(
-            "cwd",
-            format!("{cwd_arg}: not an existing directory"),
-        ));
+        return Err(not_a_dir());
     }
+    // The directory is opened now, beneath the root without following a link; the command
+    // starts there even if the path is swapped for a link to elsewhere afterwards.
+    let cwd = match policy.open_dir(cwd_arg, "cwd", Access::Write) {
+        Ok((_, fd)) => fd,
+        Err(e) if matches!(e.code, ErrorCode::FileNotFound | ErrorCode::NotADirectory) => {
+            return Err(not_a_dir());
+        }
+        Err(e) => return Err(e),
+    };
     let timeout_ms = p
         .timeout
         .unwrap_or(DEFAULT_TIMEOUT_MS)
@@ -185,7 +196,7 @@ pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolR
     }
     Ok(Prepared {
         command: p.command.clone(),
-        cwd: cwd.abs,
+        cwd,
         env,
         timeout_ms,
     })
@@ -206,7 +217,7 @@ pub async fn run(
         let log_path = state.next_log_path();
         let running = process::spawn(SpawnSpec {
             command: &prepared.command,
-            cwd: &prepared.cwd,
+            cwd: prepared.cwd.as_fd(),
             env: &prepared.env,
             log_path: log_path.clone(),
             preview_bytes: state.preview_bytes,

@@ -11,6 +11,8 @@ use serde_json::json;
 
 use crate::ShellState;
 use crate::ansi::render;
+use std::os::fd::AsFd;
+
 use crate::bash::{BashResult, Prepared};
 use crate::process::{self, Exit, Running, SpawnSpec};
 
@@ -193,7 +195,7 @@ pub fn start(
     let log_path = state.next_log_path();
     let running = process::spawn(SpawnSpec {
         command: &p.command,
-        cwd: &p.cwd,
+        cwd: p.cwd.as_fd(),
         env: &p.env,
         log_path: log_path.clone(),
         preview_bytes: state.preview_bytes,

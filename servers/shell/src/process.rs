@@ -8,7 +8,8 @@
 
 use std::collections::VecDeque;
 use std::io::Read;
-use std::path::{Path, PathBuf};
+use std::os::fd::{AsRawFd, BorrowedFd};
+use std::path::PathBuf;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -89,7 +90,8 @@ pub struct Running {
 
 pub struct SpawnSpec<'a> {
     pub command: &'a str,
-    pub cwd: &'a Path,
+    /// The working directory as an open descriptor (see [`spawn`]).
+    pub cwd: BorrowedFd<'a>,
     pub env: &'a [(String, String)],
     pub log_path: PathBuf,
     pub preview_bytes: usize,
@@ -126,7 +128,12 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         job.shell_prefix(),
         spec.command
     ));
-    cmd.cwd(spec.cwd);
+    // The child changes into the descriptor's directory itself: the standard library's
+    // `chdir` runs in the forked child before `exec`, while this descriptor (close-on-exec)
+    // is still open there, and `/proc/self/fd/N` names exactly the directory it holds — not
+    // whatever its path leads to by now. `fchdir` in a `pre_exec` hook would do the same, but
+    // portable-pty offers no hook.
+    cmd.cwd(format!("/proc/self/fd/{}", spec.cwd.as_raw_fd()));
     // A plain terminal: no colours, no pagers waiting for a key press.
     for (k, v) in [
         ("TERM", "dumb"),
