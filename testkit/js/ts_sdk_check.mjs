@@ -4,17 +4,22 @@
 // the typed error code (SDK 1.32 validates structuredContent against the outputSchema even
 // when isError is set, and throws -32602 when it does not match).
 //
-// usage: node ts_sdk_check.mjs CWD COMMAND [ARGS...]
+// usage: node ts_sdk_check.mjs CWD COMMAND [ARGS...]   (stdio: the command started in CWD)
+//        node ts_sdk_check.mjs CWD http://HOST:PORT/mcp  (Streamable HTTP; the server's root is CWD)
 // Prints one JSON line with what it saw; exits 1 on any failed check.
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
+import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 
 const [cwd, command, ...args] = process.argv.slice(2);
-const report = { tools: 0, success: null, error: null, failures: [] };
+const http = /^https?:\/\//.test(command);
+const report = { transport: http ? "http" : "stdio", tools: 0, success: null, error: null, failures: [] };
 const fail = (msg) => report.failures.push(msg);
 
 const client = new Client({ name: "kitbag-ts-sdk-check", version: "1.0.0" });
-const transport = new StdioClientTransport({ command, args, cwd, stderr: "ignore" });
+const transport = http
+  ? new StreamableHTTPClientTransport(new URL(command))
+  : new StdioClientTransport({ command, args, cwd, stderr: "ignore" });
 try {
   await client.connect(transport);
   const { tools } = await client.listTools();

