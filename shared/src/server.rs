@@ -275,6 +275,28 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
         self
     }
 
+    /// Register a tool whose result is built by hand (any content blocks, no output schema):
+    /// for a server whose answers are more than text plus a structured object (the
+    /// conformance fixture's image, audio and embedded-resource results). Same name checks as
+    /// [`ToolRouter::tool`]; the arguments arrive as the raw object.
+    pub fn raw_tool<F, Fut>(mut self, tool: Tool, f: F) -> Self
+    where
+        F: Fn(Arc<S>, JsonObject, CallCtx) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = ToolResult<CallToolResult>> + Send + 'static,
+    {
+        let name = tool.name.to_string();
+        assert!(is_valid_tool_name(&name), "invalid tool name {name}");
+        assert!(!self.index.contains_key(&name), "duplicate tool {name}");
+        let f = Arc::new(f);
+        let handler: Handler<S> = Arc::new(move |state, args, ctx| {
+            let f = f.clone();
+            Box::pin(async move { f(state, args, ctx).await })
+        });
+        self.index.insert(name, self.entries.len());
+        self.entries.push(Entry { tool, handler });
+        self
+    }
+
     /// Every tool definition, sorted by name (deterministic `tools/list`).
     pub fn list(&self) -> Vec<Tool> {
         let mut tools: Vec<Tool> = self.entries.iter().map(|e| e.tool.clone()).collect();
@@ -614,6 +636,27 @@ fn request_id_string(id: &rmcp::model::RequestId) -> String {
     }
 }
 
+impl<S: Send + Sync + 'static> McpServer<S> {
+    /// -32601 for a method of a family this server does not declare: a server without
+    /// prompts must not answer `prompts/list` with an empty list (the conformance suite's
+    /// `sep-2575-server-declares-prompts-in-discover` takes an answer as handling prompts).
+    fn offers(
+        &self,
+        method: &str,
+        declared: impl Fn(&ServerCapabilities) -> bool,
+    ) -> Result<(), McpError> {
+        if declared(&self.get_info().capabilities) {
+            Ok(())
+        } else {
+            Err(McpError::new(
+                rmcp::model::ErrorCode::METHOD_NOT_FOUND,
+                format!("{method}: this server offers none"),
+                None,
+            ))
+        }
+    }
+}
+
 impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
     fn get_info(&self) -> ServerConfig {
         let mut caps = ServerCapabilities::builder().enable_tools().build();
@@ -666,6 +709,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        self.offers("resources/list", |c| c.resources.is_some())?;
         self.extras.list_resources(self.state.clone()).await
     }
 
@@ -674,6 +718,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
         request: ReadResourceRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        self.offers("resources/read", |c| c.resources.is_some())?;
         self.extras
             .read_resource(self.state.clone(), request)
             .await
@@ -685,6 +730,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.offers("resources/templates/list", |c| c.resources.is_some())?;
         self.extras
             .list_resource_templates(self.state.clone())
             .await
@@ -725,6 +771,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
+        self.offers("prompts/list", |c| c.prompts.is_some())?;
         self.extras.list_prompts(self.state.clone()).await
     }
 
@@ -733,6 +780,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
         request: GetPromptRequestParams,
         _context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        self.offers("prompts/get", |c| c.prompts.is_some())?;
         self.extras
             .get_prompt(self.state.clone(), request)
             .await

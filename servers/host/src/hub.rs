@@ -149,7 +149,9 @@ pub struct FlatList {
 
 pub struct Hub {
     pub children: Mutex<Vec<Child>>,
-    progress: Mutex<HashMap<(String, ProgressToken), ProgressToken>>,
+    progress: ProgressMap,
+    /// Progress notifications being forwarded right now (see `drain_progress`).
+    progress_inflight: std::sync::atomic::AtomicUsize,
     upstream: Mutex<Option<Peer<RoleServer>>>,
     /// The flat list, rebuilt only when a child's tools change (not on every call).
     flat_cache: Mutex<Option<Arc<FlatList>>>,
@@ -253,6 +255,7 @@ impl Hub {
         Arc::new_cyclic(|me| Hub {
             children: Mutex::new(children),
             progress: Mutex::new(HashMap::new()),
+            progress_inflight: std::sync::atomic::AtomicUsize::new(0),
             upstream: Mutex::new(None),
             flat_cache: Mutex::new(None),
             next_id,
@@ -638,7 +641,39 @@ impl Hub {
         });
     }
 
-    async fn forward_progress(&self, child: &str, mut params: ProgressNotificationParam) {
+    /// rmcp hands a child's notifications to spawned tasks but its response straight to the
+    /// waiting call, so the last progress a child sent before its answer could arrive after
+    /// it — and be dropped with the call's token mapping (the conformance suite's
+    /// `tools-call-with-progress` saw 2 of 3). Before a call with a progress token is
+    /// answered, the progress tasks already queued get to run and finish forwarding.
+    /// rmcp gives no ordering between the two, so this is a bounded wait: the queued tasks
+    /// are yielded to, then a few milliseconds (a loaded machine may start them late), then
+    /// any forward still running is waited for (at most 200 ms).
+    async fn drain_progress(&self) {
+        for _ in 0..4 {
+            tokio::task::yield_now().await;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+        for _ in 0..200 {
+            if self
+                .progress_inflight
+                .load(std::sync::atomic::Ordering::Acquire)
+                == 0
+            {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+    }
+
+    async fn forward_progress(&self, child: &str, params: ProgressNotificationParam) {
+        use std::sync::atomic::Ordering;
+        self.progress_inflight.fetch_add(1, Ordering::AcqRel);
+        self.forward_progress_now(child, params).await;
+        self.progress_inflight.fetch_sub(1, Ordering::AcqRel);
+    }
+
+    async fn forward_progress_now(&self, child: &str, mut params: ProgressNotificationParam) {
         let upstream_token = {
             let map = self.progress.lock().unwrap_or_else(|e| e.into_inner());
             map.get(&(child.to_string(), params.progress_token.clone()))
@@ -649,8 +684,14 @@ impl Hub {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        let Some(token) = upstream_token else { return };
+        let Some((token, caller)) = upstream_token else {
+            return;
+        };
         params.progress_token = token;
+        // With an MCP client, the calling request's own peer: over HTTP every request has
+        // one, and the shared upstream peer is only the latest (progress of concurrent calls
+        // went to the wrong, often finished, request). Without one, the CLI's sink below.
+        let peer = caller.or(peer);
         if let Some(peer) = peer {
             let _ = peer.notify_progress(params).await;
         } else if let Some(sink) = self
@@ -796,7 +837,7 @@ impl Hub {
         &self,
         route: &Route,
         arguments: Option<rmcp::model::JsonObject>,
-        upstream_progress: Option<ProgressToken>,
+        upstream_progress: Option<(ProgressToken, Option<Peer<RoleServer>>)>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<CallToolResult, String> {
         let (peer, name, timeout, state) = {
@@ -845,6 +886,9 @@ impl Hub {
             r = handle.await_response() => Some(r),
             _ = cancel.cancelled() => None,
         };
+        if upstream_progress_mapped(&self.progress, &key) {
+            self.drain_progress().await;
+        }
         self.progress
             .lock()
             .unwrap_or_else(|e| e.into_inner())
@@ -969,4 +1013,14 @@ pub fn kill_group(pid: u32) {
 
 pub fn protocol_error(msg: impl Into<String>) -> McpError {
     McpError::invalid_params(msg.into(), None)
+}
+
+/// (child, child's token) → the caller's token and the peer of the request that made the call.
+type ProgressMap =
+    Mutex<HashMap<(String, ProgressToken), (ProgressToken, Option<Peer<RoleServer>>)>>;
+
+fn upstream_progress_mapped(map: &ProgressMap, key: &(String, ProgressToken)) -> bool {
+    map.lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .contains_key(key)
 }

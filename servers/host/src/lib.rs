@@ -337,7 +337,7 @@ async fn call_with_progress_bar(
     let token =
         rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("kitbag-cli".into()));
     let result = hub
-        .call(route, Some(args), Some(token), Default::default())
+        .call(route, Some(args), Some((token, None)), Default::default())
         .await;
     hub.clear_local_progress(); // the bar task ends with the stream
     let _ = bar.await;

@@ -509,7 +509,12 @@ impl ServerHandler for HostServer {
                 error_result(code, message)
             }
             Ok(()) => {
-                let token = context.meta.get_progress_token();
+                // Progress goes back to this request's own peer: over HTTP every request
+                // has its own (the hub's upstream peer is just the latest one).
+                let token = context
+                    .meta
+                    .get_progress_token()
+                    .map(|t| (t, Some(context.peer.clone())));
                 match self
                     .hub
                     .call(&route, request.arguments, token, context.ct.clone())
