@@ -199,43 +199,21 @@ fn set_subreaper() -> bool {
 
 /// Find a writable cgroup to put jobs under: v2 first, then the v1 freezer.
 fn probe_cgroup(dirname: &str, try_v2: bool) -> (Option<Base>, String) {
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
-    let own = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
     let mut why = Vec::new();
-    // mountinfo: id parent maj:min root mountpoint opts ... - fstype source superopts
     let mut v2_mount = None;
     let mut freezer_mount = None;
-    for line in mounts.lines() {
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let l: Vec<&str> = left.split(' ').collect();
-        let r: Vec<&str> = right.split(' ').collect();
-        if l.len() < 5 || r.len() < 3 {
-            continue;
-        }
-        let mp = PathBuf::from(unescape(l[4]));
-        if r[0] == "cgroup2" && v2_mount.is_none() {
-            v2_mount = Some(mp);
-        } else if r[0] == "cgroup" && r[2].split(',').any(|o| o == "freezer") {
-            freezer_mount = Some(mp);
+    for m in cgroup_mounts() {
+        if m.v2 && v2_mount.is_none() {
+            v2_mount = Some(m.mount_point);
+        } else if !m.v2 && m.controllers.iter().any(|c| c == "freezer") {
+            freezer_mount = Some(m.mount_point);
         }
     }
-    let own_path = |pred: &dyn Fn(&str, &str) -> bool| -> Option<String> {
-        own.lines().find_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let (id, ctl, path) = (it.next()?, it.next()?, it.next()?);
-            pred(id, ctl).then(|| path.trim_start_matches('/').to_string())
-        })
-    };
     if !try_v2 {
         v2_mount = None;
         why.push(format!("cgroup v2 skipped ({MODE_VAR}=cgroup-v1)"));
     }
-    match (
-        v2_mount,
-        own_path(&|id: &str, ctl: &str| id == "0" && ctl.is_empty()),
-    ) {
+    match (v2_mount, own_cgroup_path(None)) {
         (Some(m), Some(p)) => {
             let dir = m.join(p).join(dirname);
             remove_stale(&dir, true);
@@ -255,10 +233,7 @@ fn probe_cgroup(dirname: &str, try_v2: bool) -> (Option<Base>, String) {
         _ if try_v2 => why.push("no cgroup v2 mount".into()),
         _ => {}
     }
-    match (
-        freezer_mount,
-        own_path(&|_, ctl: &str| ctl.split(',').any(|c| c == "freezer")),
-    ) {
+    match (freezer_mount, own_cgroup_path(Some("freezer"))) {
         (Some(m), Some(p)) => {
             let dir = m.join(p).join(dirname);
             remove_stale(&dir, false);
@@ -277,6 +252,59 @@ fn probe_cgroup(dirname: &str, try_v2: bool) -> (Option<Base>, String) {
         _ => why.push("no cgroup v1 freezer".into()),
     }
     (None, why.join("; "))
+}
+
+/// A mounted cgroup hierarchy.
+#[derive(Debug, Clone)]
+pub struct CgroupMount {
+    pub mount_point: PathBuf,
+    /// cgroup2 (the unified hierarchy) rather than a v1 hierarchy.
+    pub v2: bool,
+    /// v1: the controllers this hierarchy carries (`memory`, `pids`, `cpu`, `freezer`, …).
+    pub controllers: Vec<String>,
+}
+
+/// Every cgroup hierarchy mounted in this process's mount namespace (from mountinfo).
+pub fn cgroup_mounts() -> Vec<CgroupMount> {
+    let mounts = std::fs::read_to_string("/proc/self/mountinfo").unwrap_or_default();
+    // mountinfo: id parent maj:min root mountpoint opts ... - fstype source superopts
+    let mut out = Vec::new();
+    for line in mounts.lines() {
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
+        let l: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        if l.len() < 5 || r.len() < 3 {
+            continue;
+        }
+        let v2 = match r[0] {
+            "cgroup2" => true,
+            "cgroup" => false,
+            _ => continue,
+        };
+        out.push(CgroupMount {
+            mount_point: PathBuf::from(unescape(l[4])),
+            v2,
+            controllers: r[2].split(',').map(str::to_string).collect(),
+        });
+    }
+    out
+}
+
+/// This process's path in a hierarchy (no leading `/`): v2 when `controller` is `None`,
+/// else the v1 hierarchy carrying that controller.
+pub fn own_cgroup_path(controller: Option<&str>) -> Option<String> {
+    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+    own.lines().find_map(|l| {
+        let mut it = l.splitn(3, ':');
+        let (id, ctl, path) = (it.next()?, it.next()?, it.next()?);
+        let hit = match controller {
+            None => id == "0" && ctl.is_empty(),
+            Some(c) => ctl.split(',').any(|x| x == c),
+        };
+        hit.then(|| path.trim_start_matches('/').to_string())
+    })
 }
 
 /// Siblings `kitbag-<name>-<pid>` of `dir` left by a server that died without cleaning up

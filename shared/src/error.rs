@@ -70,6 +70,18 @@ pub enum ErrorCode {
     // host
     ServerUnavailable,
     UnknownTool,
+    // vm
+    InstanceNotFound,
+    InstanceExists,
+    InstanceNotRunning,
+    InstanceLimit,
+    BackendUnavailable,
+    SpawnFailed,
+    PortInUse,
+    PortNotExposed,
+    LeaseNotFound,
+    Unsupported,
+    ConfigInvalid,
 }
 
 impl std::fmt::Display for ErrorCode {

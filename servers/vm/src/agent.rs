@@ -1,0 +1,527 @@
+//! The agent inside every instance: `kitbag-vm __agent --ctl /run/kitbag`.
+//!
+//! It is the sandbox's first process (bubblewrap's init reaps orphans as PID 1). It runs the
+//! main command, if the instance has one, and serves one operation per connection on
+//! `/run/kitbag/agent.sock` (see [`crate::proto`]): exec, connect to a guest port, copies,
+//! restart of the main command, shutdown. It lives in the instance's namespaces, so it can
+//! dial the instance's loopback — which the server, outside, cannot do without root.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, kill, killpg};
+use nix::unistd::Pid;
+use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{UnixListener, UnixStream};
+use tokio::process::Command;
+use tokio::sync::{Mutex, mpsc};
+
+use crate::proto::{
+    self, AGENT_SOCKET, Answer, ExecRequest, ExitStatus, Frame, LOGS_DIR, MAIN_SPEC, MainSpec,
+    Request,
+};
+
+struct Agent {
+    ctl: PathBuf,
+    /// The main command's process group, while it runs.
+    main_pgid: Mutex<Option<i32>>,
+    /// Bumped by each restart, so the old main's end does not end the instance.
+    generation: std::sync::atomic::AtomicU64,
+}
+
+/// Entry point: `args` are the words after `__agent`.
+pub fn main(args: &[String]) -> anyhow::Result<()> {
+    let mut ctl = PathBuf::from(proto::CTL_DIR);
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        match a.as_str() {
+            "--ctl" => {
+                ctl = PathBuf::from(
+                    it.next()
+                        .ok_or_else(|| anyhow::anyhow!("--ctl needs a directory"))?,
+                )
+            }
+            other => anyhow::bail!("kitbag-vm __agent: unknown argument {other}"),
+        }
+    }
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(run(ctl))
+}
+
+async fn run(ctl: PathBuf) -> anyhow::Result<()> {
+    std::fs::create_dir_all(ctl.join(LOGS_DIR))?;
+    let sock = ctl.join(AGENT_SOCKET);
+    let _ = std::fs::remove_file(&sock);
+    let listener = UnixListener::bind(&sock)?;
+    let agent = Arc::new(Agent {
+        ctl: ctl.clone(),
+        main_pgid: Mutex::new(None),
+        generation: std::sync::atomic::AtomicU64::new(0),
+    });
+    if let Some(spec) = read_main_spec(&ctl)? {
+        start_main(&agent, spec).await;
+    }
+    loop {
+        let (stream, _) = listener.accept().await?;
+        let agent = agent.clone();
+        tokio::spawn(async move {
+            if let Err(e) = serve(agent, stream).await {
+                eprintln!("kitbag-vm agent: {e}");
+            }
+        });
+    }
+}
+
+fn read_main_spec(ctl: &Path) -> anyhow::Result<Option<MainSpec>> {
+    match std::fs::read(ctl.join(MAIN_SPEC)) {
+        Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes)?)),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Start the main command in its own process group, output to `logs/main.log`. When it ends
+/// (and no restart replaced it) its status goes to `logs/main.exit` and the agent exits with
+/// it: the instance ends with its command.
+async fn start_main(agent: &Arc<Agent>, spec: MainSpec) {
+    let logs = agent.ctl.join(LOGS_DIR);
+    let spawned = log_file(&logs.join("main.log")).and_then(|out| {
+        let err = out.try_clone()?;
+        Command::new(&spec.argv[0])
+            .args(&spec.argv[1..])
+            .current_dir(&spec.cwd)
+            .stdin(std::process::Stdio::null())
+            .stdout(out)
+            .stderr(err)
+            .process_group(0)
+            .spawn()
+    });
+    let mut child = match spawned {
+        Ok(c) => c,
+        Err(e) => {
+            let msg = format!("cannot start {:?}: {e}\n", spec.argv[0]);
+            let _ = append(&logs.join("main.log"), msg.as_bytes());
+            let status = ExitStatus {
+                code: 127,
+                signal: None,
+            };
+            write_exit(&logs.join("main.exit"), &status);
+            std::process::exit(127);
+        }
+    };
+    let pid = child.id().map(|p| p as i32);
+    *agent.main_pgid.lock().await = pid;
+    let generation = agent
+        .generation
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst)
+        + 1;
+    let agent = agent.clone();
+    tokio::spawn(async move {
+        let status = match child.wait().await {
+            Ok(s) => ExitStatus::from_std(s),
+            Err(_) => ExitStatus {
+                code: -1,
+                signal: None,
+            },
+        };
+        if agent.generation.load(std::sync::atomic::Ordering::SeqCst) != generation {
+            return; // restarted: the new main owns the instance now
+        }
+        write_exit(&logs.join("main.exit"), &status);
+        std::process::exit(status.code.clamp(0, 255));
+    });
+}
+
+fn log_file(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+}
+
+fn append(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    log_file(path)?.write_all(bytes)
+}
+
+fn write_exit(path: &Path, status: &ExitStatus) {
+    let tmp = path.with_extension("exit.tmp");
+    if std::fs::write(&tmp, serde_json::to_vec(status).unwrap_or_default()).is_ok() {
+        let _ = std::fs::rename(tmp, path);
+    }
+}
+
+async fn serve(agent: Arc<Agent>, stream: UnixStream) -> anyhow::Result<()> {
+    let (read, mut write) = stream.into_split();
+    let mut read = BufReader::new(read);
+    let req: Request = proto::read_line(&mut read).await?;
+    match req {
+        Request::Ping => {
+            let mut a = Answer::ok();
+            a.pid = Some(std::process::id() as i32);
+            proto::write_line(&mut write, &a).await?;
+        }
+        Request::Exec(req) => exec(req, read, write).await?,
+        Request::Connect { port } => connect(port, read, write).await?,
+        Request::CopyIn {
+            path,
+            size,
+            overwrite,
+        } => {
+            let answer = copy_in(Path::new(&path), size, overwrite, &mut read).await;
+            proto::write_line(&mut write, &answer).await?;
+        }
+        Request::CopyOut { path, max_bytes } => {
+            copy_out(Path::new(&path), max_bytes, write).await?
+        }
+        Request::Shutdown { grace_ms } => {
+            stop_everything(Duration::from_millis(grace_ms)).await;
+            proto::write_line(&mut write, &Answer::ok()).await?;
+            let _ = write.shutdown().await;
+            std::process::exit(0);
+        }
+        Request::RestartMain { grace_ms } => {
+            let answer = restart_main(&agent, Duration::from_millis(grace_ms)).await;
+            proto::write_line(&mut write, &answer).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Run one command. Foreground: stream its output as frames; when the client goes away
+/// (timeout, cancellation) its whole process group is killed. Background (`job`): output to
+/// the job's log, status to its `.exit` file, and the answer is just `Started`.
+async fn exec(
+    req: ExecRequest,
+    mut read: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) -> anyhow::Result<()> {
+    let mut stdin_bytes = vec![0u8; req.stdin_len.min(16 << 20) as usize];
+    read.read_exact(&mut stdin_bytes).await?;
+    let Some(program) = req.argv.first() else {
+        proto::write_frame(&mut write, &Frame::Error("empty command".into())).await?;
+        return Ok(());
+    };
+    let mut cmd = Command::new(program);
+    cmd.args(&req.argv[1..])
+        .envs(&req.env)
+        .current_dir(&req.cwd)
+        .process_group(0)
+        .kill_on_drop(false);
+    if let Some(job) = &req.job {
+        let logs = Path::new(proto::CTL_DIR).join(LOGS_DIR);
+        let out = log_file(&logs.join(format!("job-{job}.log")))?;
+        cmd.stdin(std::process::Stdio::null())
+            .stdout(out.try_clone()?)
+            .stderr(out);
+        match cmd.spawn() {
+            Ok(mut child) => {
+                let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+                let exit_path = logs.join(format!("job-{job}.exit"));
+                tokio::spawn(async move {
+                    let status = match child.wait().await {
+                        Ok(s) => ExitStatus::from_std(s),
+                        Err(_) => ExitStatus {
+                            code: -1,
+                            signal: None,
+                        },
+                    };
+                    write_exit(&exit_path, &status);
+                });
+                proto::write_frame(&mut write, &Frame::Started(pid)).await?;
+            }
+            Err(e) => {
+                proto::write_frame(&mut write, &Frame::Error(spawn_error(program, &e))).await?
+            }
+        }
+        return Ok(());
+    }
+    cmd.stdin(if stdin_bytes.is_empty() {
+        std::process::Stdio::null()
+    } else {
+        std::process::Stdio::piped()
+    })
+    .stdout(std::process::Stdio::piped())
+    .stderr(std::process::Stdio::piped());
+    let mut child = match cmd.spawn() {
+        Ok(c) => c,
+        Err(e) => {
+            proto::write_frame(&mut write, &Frame::Error(spawn_error(program, &e))).await?;
+            return Ok(());
+        }
+    };
+    let pgid = child.id().map(|p| p as i32).unwrap_or(-1);
+    let (tx, mut rx) = mpsc::channel::<Frame>(16);
+    tx.send(Frame::Started(pgid)).await.ok();
+    if let Some(mut stdin) = child.stdin.take() {
+        tokio::spawn(async move {
+            let _ = stdin.write_all(&stdin_bytes).await;
+        });
+    }
+    let pipes = [
+        child
+            .stdout
+            .take()
+            .map(|p| pump(p, tx.clone(), Frame::Stdout)),
+        child
+            .stderr
+            .take()
+            .map(|p| pump(p, tx.clone(), Frame::Stderr)),
+    ];
+    let pipes: Vec<_> = pipes.into_iter().flatten().collect();
+    let waiter = tokio::spawn(async move {
+        let status = child.wait().await;
+        // Processes it left in the background may hold the pipes open: drain briefly, then
+        // answer anyway (they keep running, as after an ssh command).
+        let drain = futures::future::join_all(pipes);
+        let _ = tokio::time::timeout(Duration::from_millis(200), drain).await;
+        let status = match status {
+            Ok(s) => ExitStatus::from_std(s),
+            Err(_) => ExitStatus {
+                code: -1,
+                signal: None,
+            },
+        };
+        let _ = tx.send(Frame::Exit(status)).await;
+    });
+    // The client never writes after stdin: any read result means it is gone.
+    let mut probe = [0u8; 1];
+    loop {
+        tokio::select! {
+            frame = rx.recv() => match frame {
+                Some(f) => {
+                    let done = matches!(f, Frame::Exit(_));
+                    if proto::write_frame(&mut write, &f).await.is_err() {
+                        kill_group(pgid);
+                        break;
+                    }
+                    if done { break; }
+                }
+                None => break,
+            },
+            _ = read.read(&mut probe) => {
+                kill_group(pgid);
+                break;
+            }
+        }
+    }
+    waiter.abort();
+    Ok(())
+}
+
+fn spawn_error(program: &str, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        format!("{program}: command not found (or the working directory does not exist)")
+    } else {
+        format!("{program}: {e}")
+    }
+}
+
+fn kill_group(pgid: i32) {
+    if pgid > 0 {
+        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
+    }
+}
+
+fn pump<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
+    mut pipe: R,
+    tx: mpsc::Sender<Frame>,
+    wrap: fn(Vec<u8>) -> Frame,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let mut buf = vec![0u8; proto::MAX_FRAME_BYTES];
+        loop {
+            match pipe.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => {
+                    if tx.send(wrap(buf[..n].to_vec())).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+    })
+}
+
+async fn connect(
+    port: u16,
+    read: BufReader<tokio::net::unix::OwnedReadHalf>,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) -> anyhow::Result<()> {
+    match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
+        Ok(tcp) => {
+            proto::write_line(&mut write, &Answer::ok()).await?;
+            let mut unix = read.into_inner().reunite(write)?;
+            let mut tcp = tcp;
+            let _ = tokio::io::copy_bidirectional(&mut unix, &mut tcp).await;
+        }
+        Err(e) => {
+            let answer = Answer::fail("refused", format!("127.0.0.1:{port}: {e}"));
+            proto::write_line(&mut write, &answer).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn copy_in(
+    path: &Path,
+    size: u64,
+    overwrite: bool,
+    read: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+) -> Answer {
+    if !path.is_absolute() {
+        return Answer::fail("invalid", "guest_path must be absolute");
+    }
+    if !overwrite && std::fs::symlink_metadata(path).is_ok() {
+        return Answer::fail("exists", format!("{} exists", path.display()));
+    }
+    if let Some(parent) = path.parent()
+        && let Err(e) = std::fs::create_dir_all(parent)
+    {
+        return Answer::fail("io", format!("{}: {e}", parent.display()));
+    }
+    let tmp = path.with_file_name(format!(
+        ".{}.kitbag-copy-{}",
+        path.file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+        std::process::id()
+    ));
+    let result = async {
+        let mut f = tokio::fs::File::create(&tmp).await?;
+        let copied = tokio::io::copy(&mut read.take(size), &mut f).await?;
+        if copied != size {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::UnexpectedEof,
+                "the content ended early",
+            ));
+        }
+        f.sync_all().await?;
+        if !overwrite && std::fs::symlink_metadata(path).is_ok() {
+            return Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists));
+        }
+        tokio::fs::rename(&tmp, path).await?;
+        Ok(copied)
+    }
+    .await;
+    match result {
+        Ok(n) => Answer {
+            ok: true,
+            size: Some(n),
+            ..Default::default()
+        },
+        Err(e) => {
+            let _ = std::fs::remove_file(&tmp);
+            let code = match e.kind() {
+                std::io::ErrorKind::AlreadyExists => "exists",
+                std::io::ErrorKind::IsADirectory => "is_dir",
+                _ => "io",
+            };
+            Answer::fail(code, format!("{}: {e}", path.display()))
+        }
+    }
+}
+
+async fn copy_out(
+    path: &Path,
+    max_bytes: u64,
+    mut write: tokio::net::unix::OwnedWriteHalf,
+) -> anyhow::Result<()> {
+    let file = match tokio::fs::File::open(path).await {
+        Ok(f) => f,
+        Err(e) => {
+            let code = if e.kind() == std::io::ErrorKind::NotFound {
+                "not_found"
+            } else {
+                "io"
+            };
+            let a = Answer::fail(code, format!("{}: {e}", path.display()));
+            return Ok(proto::write_line(&mut write, &a).await?);
+        }
+    };
+    let meta = file.metadata().await?;
+    if meta.is_dir() {
+        let a = Answer::fail("is_dir", format!("{} is a directory", path.display()));
+        return Ok(proto::write_line(&mut write, &a).await?);
+    }
+    if meta.len() > max_bytes {
+        let mut a = Answer::fail(
+            "too_large",
+            format!("{} has {} bytes", path.display(), meta.len()),
+        );
+        a.size = Some(meta.len());
+        return Ok(proto::write_line(&mut write, &a).await?);
+    }
+    let mut a = Answer::ok();
+    a.size = Some(meta.len());
+    proto::write_line(&mut write, &a).await?;
+    tokio::io::copy(&mut file.take(meta.len()), &mut write).await?;
+    write.shutdown().await?;
+    Ok(())
+}
+
+/// SIGTERM every process of the instance but init and this agent, wait up to `grace` for
+/// them to go, then SIGKILL what is left. `kill(-1, …)` inside the instance's PID namespace
+/// reaches exactly the instance's processes.
+async fn stop_everything(grace: Duration) {
+    let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
+    let deadline = Instant::now() + grace;
+    while Instant::now() < deadline && others_alive() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
+}
+
+/// Whether any process other than PID 1 and this agent is alive (zombies do not count).
+fn others_alive() -> bool {
+    let me = std::process::id();
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return false;
+    };
+    dir.flatten().any(|e| {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            return false;
+        };
+        if pid == 1 || pid == me {
+            return false;
+        }
+        std::fs::read_to_string(e.path().join("stat"))
+            .map(|s| {
+                !s.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(false)
+    })
+}
+
+async fn restart_main(agent: &Arc<Agent>, grace: Duration) -> Answer {
+    let spec = match read_main_spec(&agent.ctl) {
+        Ok(Some(s)) => s,
+        Ok(None) => return Answer::fail("no_main", "this instance has no main command"),
+        Err(e) => return Answer::fail("io", e.to_string()),
+    };
+    // The old main's end must not end the instance: bump the generation first.
+    agent
+        .generation
+        .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    if let Some(pgid) = agent.main_pgid.lock().await.take() {
+        let group = Pid::from_raw(pgid);
+        let _ = killpg(group, Signal::SIGTERM);
+        let deadline = Instant::now() + grace;
+        while Instant::now() < deadline && killpg(group, None).is_ok() {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        let _ = killpg(group, Signal::SIGKILL);
+    }
+    let _ = std::fs::remove_file(agent.ctl.join(LOGS_DIR).join("main.exit"));
+    start_main(agent, spec).await;
+    let mut a = Answer::ok();
+    a.pid = *agent.main_pgid.lock().await;
+    a
+}

@@ -1,0 +1,663 @@
+//! The embedded default backend: a bubblewrap sandbox with the agent as its first process.
+//!
+//! Start-up (verified pieces in vm.md §2.1): bwrap is told to report its child's pid on a
+//! status pipe and to wait on a block pipe; the server moves that child into the instance's
+//! cgroups, starts slirp4netns for outbound networking, then releases it. Ready when the
+//! agent answers a ping on its socket.
+
+use std::io::{BufRead, Write};
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use kitbag_shared::rustix::fs::{Mode, OFlags, fstat, openat};
+use serde::{Deserialize, Serialize};
+use tokio::net::UnixStream;
+use tokio::sync::watch;
+
+use crate::cgroup::{InstanceCgroups, Limits};
+use crate::proto::{self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request};
+use crate::spawner::Spawner;
+
+/// Where the agent binary is mounted inside (outside the bound control directory, so the
+/// instance cannot replace it on the host).
+const AGENT_EXE: &str = "/run/kitbag-bin/kitbag-vm";
+/// The PATH every instance starts with.
+const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+
+/// What to start.
+#[derive(Debug, Clone)]
+pub struct SandboxSpec {
+    pub id: String,
+    pub hostname: String,
+    /// The instance's directory on the host (`<state>/instances/<id>`).
+    pub dir: PathBuf,
+    /// The state directory, hidden inside every instance.
+    pub state_dir: PathBuf,
+    pub command: Option<Vec<String>>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub outbound: bool,
+    pub limits: Limits,
+    /// Host paths (already resolved) bound into the instance: (host, guest, writable).
+    pub mounts: Vec<(PathBuf, String, bool)>,
+    pub exe: PathBuf,
+}
+
+/// What a later server needs to clean up after this one died (`record.json`).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct Record {
+    pub id: String,
+    pub server_pid: u32,
+    /// (pid, starttime from /proc/<pid>/stat) of bwrap and slirp4netns.
+    pub processes: Vec<(i32, u64)>,
+    pub cgroups: Vec<PathBuf>,
+    #[serde(default)]
+    pub lost: bool,
+}
+
+/// A running sandbox.
+pub struct Sandbox {
+    pub id: String,
+    pub dir: PathBuf,
+    /// The outer bwrap process (our child).
+    bwrap_pid: i32,
+    /// The sandbox's first process, as the host sees it.
+    pub child_pid: i32,
+    cgroups: InstanceCgroups,
+    /// The control directory, opened once: the agent socket is reached through it.
+    ctl_fd: OwnedFd,
+    slirp: Mutex<Option<Child>>,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    frozen: Mutex<bool>,
+}
+
+pub fn work_dir(dir: &Path) -> PathBuf {
+    dir.join("work")
+}
+pub fn logs_dir(dir: &Path) -> PathBuf {
+    dir.join("ctl").join(LOGS_DIR)
+}
+pub fn backend_log(dir: &Path) -> PathBuf {
+    dir.join("backend.log")
+}
+
+/// Whether bubblewrap is usable here, with a human-readable detail.
+pub fn probe() -> (bool, String) {
+    match Command::new("bwrap").arg("--version").output() {
+        Ok(out) if out.status.success() => {
+            let version = String::from_utf8_lossy(&out.stdout).trim().to_string();
+            let trial = Command::new("bwrap")
+                .args([
+                    "--ro-bind",
+                    "/",
+                    "/",
+                    "--unshare-all",
+                    "--die-with-parent",
+                    "true",
+                ])
+                .stderr(Stdio::piped())
+                .output();
+            match trial {
+                Ok(t) if t.status.success() => (true, format!("{version}; namespaces ok")),
+                Ok(t) => (
+                    false,
+                    format!(
+                        "{version} cannot create namespaces here: {} (user namespaces disabled, or an AppArmor/seccomp policy)",
+                        String::from_utf8_lossy(&t.stderr).trim()
+                    ),
+                ),
+                Err(e) => (false, format!("{version}: {e}")),
+            }
+        }
+        _ => (
+            false,
+            "bubblewrap (bwrap) is not installed: apt-get install bubblewrap".into(),
+        ),
+    }
+}
+
+fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
+    let mut a: Vec<String> = Vec::new();
+    let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
+    push(&[
+        "--die-with-parent",
+        "--unshare-all",
+        "--new-session",
+        "--cap-drop",
+        "ALL",
+    ]);
+    push(&["--hostname", &spec.hostname, "--clearenv"]);
+    // The host's root, read-only, entry by entry: the sandbox's own root stays a tmpfs where
+    // mount points such as /work can be made, and is made read-only at the end.
+    for (name, kind) in host_root_entries() {
+        let path = format!("/{name}");
+        match kind {
+            RootEntry::Dir => push(&["--ro-bind", &path, &path]),
+            RootEntry::Symlink(target) => push(&["--symlink", &target, &path]),
+            RootEntry::File => push(&["--ro-bind", &path, &path]),
+        }
+    }
+    push(&["--dev", "/dev", "--proc", "/proc"]);
+    push(&["--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]);
+    // The state directory holds every instance's sockets and files: invisible inside.
+    if spec.state_dir.is_dir() && !spec.state_dir.starts_with("/tmp") {
+        let s = spec.state_dir.to_string_lossy().into_owned();
+        push(&["--tmpfs", &s]);
+    }
+    let work = work_dir(&spec.dir).to_string_lossy().into_owned();
+    let ctl = spec.dir.join("ctl").to_string_lossy().into_owned();
+    let exe = spec.exe.to_string_lossy().into_owned();
+    push(&["--bind", &work, "/work", "--bind", &ctl, CTL_DIR]);
+    push(&["--ro-bind", &exe, AGENT_EXE]);
+    for (host, guest, rw) in &spec.mounts {
+        let h = host.to_string_lossy().into_owned();
+        push(&[if *rw { "--bind" } else { "--ro-bind" }, &h, guest]);
+    }
+    push(&["--remount-ro", "/"]);
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOME".into(), "/work".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("HOSTNAME".into(), spec.hostname.clone()),
+        ("KITBAG_INSTANCE_ID".into(), spec.id.clone()),
+    ];
+    for (k, v) in &spec.env {
+        env.retain(|(e, _)| e != k);
+        env.push((k.clone(), v.clone()));
+    }
+    for (k, v) in &env {
+        push(&["--setenv", k, v]);
+    }
+    push(&[
+        "--chdir",
+        "/work",
+        "--json-status-fd",
+        "1",
+        "--block-fd",
+        "0",
+    ]);
+    push(&[AGENT_EXE, "__agent", "--ctl", CTL_DIR]);
+    a
+}
+
+enum RootEntry {
+    Dir,
+    File,
+    Symlink(String),
+}
+
+/// The host's top-level entries to show inside, minus what the sandbox makes itself.
+fn host_root_entries() -> Vec<(String, RootEntry)> {
+    const SKIP: [&str; 7] = ["proc", "dev", "tmp", "run", "work", "lost+found", "sys"];
+    let mut out = Vec::new();
+    let Ok(rd) = std::fs::read_dir("/") else {
+        return out;
+    };
+    for e in rd.flatten() {
+        let Some(name) = e.file_name().to_str().map(str::to_string) else {
+            continue;
+        };
+        if SKIP.contains(&name.as_str()) {
+            continue;
+        }
+        let Ok(meta) = std::fs::symlink_metadata(e.path()) else {
+            continue;
+        };
+        let kind = if meta.file_type().is_symlink() {
+            match std::fs::read_link(e.path()) {
+                Ok(t) => RootEntry::Symlink(t.to_string_lossy().into_owned()),
+                Err(_) => continue,
+            }
+        } else if meta.is_dir() {
+            RootEntry::Dir
+        } else if meta.is_file() {
+            RootEntry::File
+        } else {
+            continue;
+        };
+        out.push((name, kind));
+    }
+    out.sort_by(|a, b| a.0.cmp(&b.0));
+    out
+}
+
+/// The tail of a log file, for error messages.
+pub fn tail(path: &Path, max: usize) -> String {
+    let bytes = std::fs::read(path).unwrap_or_default();
+    let start = bytes.len().saturating_sub(max);
+    String::from_utf8_lossy(&bytes[start..]).trim().to_string()
+}
+
+/// `/proc/<pid>/stat`'s start time (field 22), to tell a process from a later one with its pid.
+pub fn start_time(pid: i32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(19)?.parse().ok()
+}
+
+impl Sandbox {
+    /// Start a sandbox and wait until its agent answers (at most `timeout`).
+    pub async fn start(
+        spec: SandboxSpec,
+        spawner: &Spawner,
+        timeout: Duration,
+    ) -> Result<Arc<Sandbox>, String> {
+        let ctl = spec.dir.join("ctl");
+        for d in [work_dir(&spec.dir), ctl.join(LOGS_DIR)] {
+            std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        }
+        if let Some(argv) = &spec.command {
+            let main = proto::MainSpec {
+                argv: argv.clone(),
+                cwd: spec.cwd.clone(),
+            };
+            let bytes = serde_json::to_vec(&main).map_err(|e| e.to_string())?;
+            std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| e.to_string())?;
+        }
+        let ctl_fd = openat(
+            kitbag_shared::rustix::fs::CWD,
+            &ctl,
+            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+            Mode::empty(),
+        )
+        .map_err(|e| format!("{}: {e}", ctl.display()))?;
+        let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
+        let log = std::fs::File::create(backend_log(&spec.dir)).map_err(|e| e.to_string())?;
+        let mut cmd = Command::new("bwrap");
+        cmd.args(bwrap_args(&spec))
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(log);
+        let mut child = spawner.spawn(cmd).await.map_err(|e| {
+            cgroups.remove();
+            format!("cannot run bwrap: {e}")
+        })?;
+        let bwrap_pid = child.id() as i32;
+        let (Some(mut block), Some(status)) = (child.stdin.take(), child.stdout.take()) else {
+            return Err("bwrap's pipes were not set up".into());
+        };
+        // The monitor thread reads bwrap's status lines and waits for it; it is not the
+        // spawning thread, so its lifetime does not matter to --die-with-parent.
+        let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<Option<i32>>();
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let logs = logs_dir(&spec.dir);
+        std::thread::Builder::new()
+            .name(format!("vm-{}", spec.id))
+            .spawn(move || monitor(child, status, pid_tx, exit_tx, logs))
+            .map_err(|e| e.to_string())?;
+        let sandbox_fail = |msg: String, spec: &SandboxSpec, cgroups: &InstanceCgroups| {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(bwrap_pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+            cgroups.remove();
+            let log = tail(&backend_log(&spec.dir), 2048);
+            if log.is_empty() {
+                msg
+            } else {
+                format!("{msg}: {log}")
+            }
+        };
+        let child_pid = match tokio::time::timeout(timeout, pid_rx).await {
+            Ok(Ok(Some(pid))) => pid,
+            _ => return Err(sandbox_fail("bwrap did not start".into(), &spec, &cgroups)),
+        };
+        if let Err(e) = cgroups.attach(child_pid) {
+            tracing::warn!(instance = spec.id, "cgroup attach failed: {e}");
+        }
+        let slirp = if spec.outbound {
+            match start_slirp(spawner, child_pid, &spec.dir).await {
+                Ok(c) => Some(c),
+                Err(e) => return Err(sandbox_fail(e, &spec, &cgroups)),
+            }
+        } else {
+            None
+        };
+        if block.write_all(b"1").is_err() {
+            return Err(sandbox_fail(
+                "bwrap ended before it was released".into(),
+                &spec,
+                &cgroups,
+            ));
+        }
+        drop(block);
+        let sandbox = Arc::new(Sandbox {
+            id: spec.id.clone(),
+            dir: spec.dir.clone(),
+            bwrap_pid,
+            child_pid,
+            cgroups,
+            ctl_fd,
+            slirp: Mutex::new(slirp),
+            exit: exit_rx,
+            frozen: Mutex::new(false),
+        });
+        sandbox.write_record();
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(a) = sandbox.request(&Request::Ping).await
+                && a.ok
+            {
+                return Ok(sandbox);
+            }
+            if sandbox.exit_status().is_some() || Instant::now() > deadline {
+                let why = if sandbox.exit_status().is_some() {
+                    "the sandbox ended during start-up"
+                } else {
+                    "the agent did not answer in time"
+                };
+                let msg = sandbox_fail(why.into(), &spec, &sandbox.cgroups);
+                sandbox.kill();
+                return Err(msg);
+            }
+            tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+    }
+
+    fn write_record(&self) {
+        let mut processes = vec![(self.bwrap_pid, start_time(self.bwrap_pid).unwrap_or(0))];
+        if let Ok(guard) = self.slirp.lock()
+            && let Some(s) = guard.as_ref()
+        {
+            let pid = s.id() as i32;
+            processes.push((pid, start_time(pid).unwrap_or(0)));
+        }
+        let record = Record {
+            id: self.id.clone(),
+            server_pid: std::process::id(),
+            processes,
+            cgroups: self.cgroups.paths(),
+            lost: false,
+        };
+        if let Ok(bytes) = serde_json::to_vec_pretty(&record) {
+            let _ =
+                kitbag_shared::atomic::write_atomic(&self.dir.join("record.json"), &bytes, false);
+        }
+    }
+
+    /// A connection to the agent. The socket is opened without following links and must be
+    /// a socket: the instance can write its control directory and must not be able to point
+    /// the server at another socket on the host.
+    pub async fn agent(&self) -> std::io::Result<UnixStream> {
+        let fd = openat(
+            &self.ctl_fd,
+            AGENT_SOCKET,
+            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+            Mode::empty(),
+        )?;
+        let st = fstat(&fd)?;
+        if (st.st_mode & libc_s_ifmt()) != libc_s_ifsock() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                "the agent socket was replaced by something else",
+            ));
+        }
+        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+        let stream = UnixStream::connect(&path).await;
+        drop(fd);
+        stream
+    }
+
+    /// A one-line request and its one-line answer.
+    pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
+        let stream = self.agent().await?;
+        let (read, mut write) = stream.into_split();
+        proto::write_line(&mut write, req).await?;
+        let mut read = tokio::io::BufReader::new(read);
+        proto::read_line(&mut read).await
+    }
+
+    /// How the sandbox ended, once it has.
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *self.exit.borrow()
+    }
+
+    /// Wait until the sandbox ends.
+    pub async fn wait(&self) -> ExitStatus {
+        let mut rx = self.exit.clone();
+        loop {
+            if let Some(s) = *rx.borrow_and_update() {
+                return s;
+            }
+            if rx.changed().await.is_err() {
+                return ExitStatus {
+                    code: -1,
+                    signal: None,
+                };
+            }
+        }
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        self.frozen.lock().map(|f| *f).unwrap_or(false)
+    }
+
+    /// Whether pause freezes (cgroup freezer) or stops processes with SIGSTOP.
+    pub fn pause_method(&self) -> &'static str {
+        if self.cgroups.has_freezer() {
+            "freezer"
+        } else {
+            "sigstop"
+        }
+    }
+
+    /// Freeze every process of the instance (agent included).
+    pub fn pause(&self) -> Result<(), String> {
+        if self.cgroups.has_freezer() {
+            self.cgroups.set_frozen(true)?;
+        } else {
+            self.signal_all(nix::sys::signal::Signal::SIGSTOP);
+        }
+        if let Ok(mut f) = self.frozen.lock() {
+            *f = true;
+        }
+        Ok(())
+    }
+
+    pub fn resume(&self) -> Result<(), String> {
+        if self.cgroups.has_freezer() {
+            self.cgroups.set_frozen(false)?;
+        } else {
+            self.signal_all(nix::sys::signal::Signal::SIGCONT);
+        }
+        if let Ok(mut f) = self.frozen.lock() {
+            *f = false;
+        }
+        Ok(())
+    }
+
+    /// Every process of the sandbox: the first process and its descendants.
+    pub fn pids(&self) -> Vec<i32> {
+        let mut pids = vec![self.child_pid];
+        pids.extend(
+            kitbag_shared::process::descendants(self.child_pid as u32)
+                .into_iter()
+                .map(|p| p as i32),
+        );
+        pids
+    }
+
+    fn signal_all(&self, sig: nix::sys::signal::Signal) {
+        // Repeat until the set is stable: a process may fork while we signal.
+        for _ in 0..3 {
+            for pid in self.pids() {
+                let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), sig);
+            }
+        }
+    }
+
+    pub fn usage(&self) -> crate::cgroup::Usage {
+        self.cgroups.usage()
+    }
+
+    pub fn limits_enforced(&self) -> (bool, Option<String>) {
+        (self.cgroups.enforced, self.cgroups.note.clone())
+    }
+
+    /// Stop: the agent stops every process (SIGTERM, `grace`, SIGKILL) and exits; whatever
+    /// is left after that is killed. Returns how the sandbox ended.
+    pub async fn stop(&self, grace: Duration) -> ExitStatus {
+        if self.exit_status().is_none() {
+            if self.is_frozen() {
+                let _ = self.resume();
+            }
+            let shutdown = Request::Shutdown {
+                grace_ms: grace.as_millis() as u64,
+            };
+            let ask = self.request(&shutdown);
+            let _ = tokio::time::timeout(grace + Duration::from_secs(2), ask).await;
+            if tokio::time::timeout(Duration::from_secs(2), self.wait())
+                .await
+                .is_err()
+            {
+                self.kill();
+            }
+        }
+        let status = tokio::time::timeout(Duration::from_secs(5), self.wait())
+            .await
+            .unwrap_or(ExitStatus {
+                code: -1,
+                signal: Some(9),
+            });
+        self.cleanup();
+        status
+    }
+
+    /// SIGKILL the sandbox: bwrap's --die-with-parent chain takes every process with it.
+    pub fn kill(&self) {
+        if self.is_frozen() {
+            let _ = self.resume();
+        }
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.bwrap_pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+        for pid in self.pids() {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+
+    /// After the end: slirp4netns stopped, cgroups removed, the record and socket gone.
+    pub fn cleanup(&self) {
+        if let Ok(mut guard) = self.slirp.lock()
+            && let Some(mut s) = guard.take()
+        {
+            let _ = s.kill();
+            let _ = s.wait();
+        }
+        self.cgroups.remove();
+        let _ = std::fs::remove_file(self.dir.join("ctl").join(AGENT_SOCKET));
+        let _ = std::fs::remove_file(self.dir.join("record.json"));
+    }
+}
+
+fn libc_s_ifmt() -> u32 {
+    0o170000
+}
+fn libc_s_ifsock() -> u32 {
+    0o140000
+}
+
+/// Read bwrap's status lines (the child's pid first), then wait for bwrap to end and publish
+/// how the instance ended: the main command's own status when the agent wrote one.
+fn monitor(
+    mut child: Child,
+    status: std::process::ChildStdout,
+    pid_tx: tokio::sync::oneshot::Sender<Option<i32>>,
+    exit_tx: watch::Sender<Option<ExitStatus>>,
+    logs: PathBuf,
+) {
+    #[derive(Deserialize)]
+    struct Line {
+        #[serde(rename = "child-pid")]
+        child_pid: Option<i32>,
+    }
+    let mut pid_tx = Some(pid_tx);
+    let reader = std::io::BufReader::new(status);
+    for line in reader.lines() {
+        let Ok(line) = line else { break };
+        if let Ok(l) = serde_json::from_str::<Line>(&line)
+            && let Some(pid) = l.child_pid
+            && let Some(tx) = pid_tx.take()
+        {
+            let _ = tx.send(Some(pid));
+        }
+    }
+    if let Some(tx) = pid_tx.take() {
+        let _ = tx.send(None);
+    }
+    let waited = child
+        .wait()
+        .map(ExitStatus::from_std)
+        .unwrap_or(ExitStatus {
+            code: -1,
+            signal: None,
+        });
+    let main = std::fs::read(logs.join("main.exit"))
+        .ok()
+        .and_then(|b| serde_json::from_slice::<ExitStatus>(&b).ok());
+    let _ = exit_tx.send(Some(main.unwrap_or(waited)));
+}
+
+/// slirp4netns into the sandbox's network namespace (host loopback unreachable), told to exit
+/// when its stdin — a pipe only this server holds — closes, so it never outlives the server.
+async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Child, String> {
+    let own_userns = std::fs::read_link("/proc/self/ns/user").ok();
+    let their_userns = std::fs::read_link(format!("/proc/{child_pid}/ns/user")).ok();
+    let mut cmd = Command::new("slirp4netns");
+    cmd.args([
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--exit-fd=0",
+    ]);
+    if own_userns != their_userns {
+        cmd.arg(format!("--userns-path=/proc/{child_pid}/ns/user"));
+    }
+    let log = std::fs::File::create(dir.join("slirp4netns.log")).map_err(|e| e.to_string())?;
+    cmd.arg(child_pid.to_string())
+        .arg("tap0")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(log);
+    let mut child = spawner.spawn(cmd).await.map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            "network \"outbound\" needs slirp4netns: apt-get install slirp4netns".to_string()
+        } else {
+            format!("cannot run slirp4netns: {e}")
+        }
+    })?;
+    // Ready once tap0 is up with its address in the sandbox.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let log = std::fs::read_to_string(dir.join("slirp4netns.log")).unwrap_or_default();
+        if log.contains("starting slirp") || log.contains("sent tapfd") {
+            let route =
+                std::fs::read_to_string(format!("/proc/{child_pid}/net/route")).unwrap_or_default();
+            if route.lines().any(|l| l.starts_with("tap0")) {
+                return Ok(child);
+            }
+        }
+        if let Ok(Some(st)) = child.try_wait() {
+            return Err(format!(
+                "slirp4netns exited ({st}): {}",
+                tail(&dir.join("slirp4netns.log"), 1024)
+            ));
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(format!(
+                "slirp4netns did not configure the network in 5 s: {}",
+                tail(&dir.join("slirp4netns.log"), 1024)
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+}

@@ -1,0 +1,365 @@
+//! Instances: their records, states, leases and ports, and the object tools return.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::{Duration, Instant, SystemTime};
+
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use tokio_util::sync::CancellationToken;
+
+use crate::bwrap::Sandbox;
+use crate::cgroup::{Limits, Usage};
+use crate::proto::ExitStatus;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum State {
+    Starting,
+    Running,
+    Paused,
+    Stopping,
+    /// Stopped by a request, its TTL or its idle policy (`stop_reason` says which).
+    Stopped,
+    /// The main command ended by itself (`exit`).
+    Exited,
+    /// It never came up (`error`).
+    Failed,
+    /// A server that ran it ended without stopping it; the next server cleaned up after it.
+    Lost,
+}
+
+impl State {
+    pub fn is_live(self) -> bool {
+        matches!(
+            self,
+            State::Starting | State::Running | State::Paused | State::Stopping
+        )
+    }
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Starting => "starting",
+            State::Running => "running",
+            State::Paused => "paused",
+            State::Stopping => "stopping",
+            State::Stopped => "stopped",
+            State::Exited => "exited",
+            State::Failed => "failed",
+            State::Lost => "lost",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum Network {
+    /// Loopback only.
+    #[default]
+    None,
+    /// Outbound connections through slirp4netns; the host's loopback stays unreachable.
+    Outbound,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
+#[serde(rename_all = "snake_case")]
+pub enum OnIdle {
+    #[default]
+    Pause,
+    Stop,
+}
+
+pub struct Lease {
+    pub holder: String,
+    pub reason: String,
+    pub expires: SystemTime,
+}
+
+/// An exposed port: the server's loopback listener and its relays.
+pub struct Port {
+    pub host: String,
+    pub host_port: u16,
+    pub connections: Arc<AtomicUsize>,
+    pub close: CancellationToken,
+}
+
+/// One instance, as the server keeps it.
+pub struct Instance {
+    pub id: String,
+    pub name: Option<String>,
+    pub state: State,
+    pub created_at: SystemTime,
+    pub started_at: Option<SystemTime>,
+    pub ended_at: Option<SystemTime>,
+    pub exit: Option<ExitStatus>,
+    pub error: Option<String>,
+    pub stop_reason: Option<String>,
+    pub command: Option<Vec<String>>,
+    pub cwd: String,
+    pub network: Network,
+    pub labels: BTreeMap<String, String>,
+    pub limits: Limits,
+    pub dir: PathBuf,
+    pub idle_timeout: u64,
+    pub on_idle: OnIdle,
+    pub last_activity: Instant,
+    pub last_activity_at: SystemTime,
+    pub idle_warned: bool,
+    pub ttl_seconds: u64,
+    pub ttl_deadline: Option<(Instant, SystemTime)>,
+    pub ttl_warned: bool,
+    pub sandbox: Option<Arc<Sandbox>>,
+    pub ports: BTreeMap<u16, Port>,
+    pub leases: BTreeMap<String, Lease>,
+    /// Foreground execs and copies in progress: they block the idle timer.
+    pub busy: usize,
+    pub job_seq: u64,
+}
+
+impl Instance {
+    pub fn touch(&mut self) {
+        self.last_activity = Instant::now();
+        self.last_activity_at = SystemTime::now();
+        self.idle_warned = false;
+    }
+
+    pub fn open_connections(&self) -> usize {
+        self.ports
+            .values()
+            .map(|p| p.connections.load(Ordering::Relaxed))
+            .sum()
+    }
+
+    /// What keeps the idle timer from running now.
+    pub fn idle_blockers(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        if self.busy > 0 {
+            out.push("exec".to_string());
+        }
+        if self.open_connections() > 0 {
+            out.push("connection".to_string());
+        }
+        let now = SystemTime::now();
+        if self.leases.values().any(|l| l.expires > now) {
+            out.push("lease".to_string());
+        }
+        out
+    }
+
+    /// When the idle action would happen if nothing else occurs (None: never, or blocked).
+    pub fn idle_deadline(&self) -> Option<SystemTime> {
+        if self.idle_timeout == 0
+            || self.state != State::Running
+            || !self.idle_blockers().is_empty()
+        {
+            return None;
+        }
+        Some(self.last_activity_at + Duration::from_secs(self.idle_timeout))
+    }
+
+    pub fn info(&self, root: &std::path::Path) -> InstanceInfo {
+        let usage = self
+            .sandbox
+            .as_ref()
+            .filter(|_| self.state.is_live())
+            .map(|s| s.usage());
+        let (enforced, note) = match &self.sandbox {
+            Some(s) => s.limits_enforced(),
+            None => (false, None),
+        };
+        let work = crate::bwrap::work_dir(&self.dir);
+        InstanceInfo {
+            id: self.id.clone(),
+            name: self.name.clone(),
+            backend: "bwrap".into(),
+            state: self.state,
+            owner: None,
+            parent: None,
+            depth: 0,
+            created_at: rfc3339(self.created_at),
+            started_at: self.started_at.map(rfc3339),
+            ended_at: self.ended_at.map(rfc3339),
+            exit: self.exit,
+            error: self.error.clone(),
+            stop_reason: self.stop_reason.clone(),
+            command: self.command.clone(),
+            cwd: self.cwd.clone(),
+            image: "host".into(),
+            work_dir: work
+                .strip_prefix(root)
+                .map(|p| p.display().to_string())
+                .unwrap_or_else(|_| work.display().to_string()),
+            network: self.network,
+            ports: self
+                .ports
+                .iter()
+                .map(|(g, p)| PortInfo {
+                    guest_port: *g,
+                    host: p.host.clone(),
+                    host_port: p.host_port,
+                    url: format!("http://{}:{}", url_host(&p.host), p.host_port),
+                    connections: p.connections.load(Ordering::Relaxed) as u64,
+                })
+                .collect(),
+            leases: self
+                .leases
+                .iter()
+                .map(|(id, l)| LeaseInfo {
+                    lease_id: id.clone(),
+                    holder: l.holder.clone(),
+                    reason: l.reason.clone(),
+                    expires_at: rfc3339(l.expires),
+                })
+                .collect(),
+            idle: IdleInfo {
+                timeout_seconds: self.idle_timeout,
+                on_idle: self.on_idle,
+                last_activity: rfc3339(self.last_activity_at),
+                deadline: self.idle_deadline().map(rfc3339),
+                blocked_by: self.idle_blockers(),
+            },
+            ttl: TtlInfo {
+                seconds: self.ttl_seconds,
+                deadline: self.ttl_deadline.map(|(_, at)| rfc3339(at)),
+            },
+            resources: ResourcesInfo {
+                memory_mb: self.limits.memory_mb,
+                cpus: self.limits.cpus,
+                pids: self.limits.pids,
+                enforced,
+                note,
+                pause: self.sandbox.as_ref().map(|s| s.pause_method().to_string()),
+                usage,
+            },
+            labels: self.labels.clone(),
+        }
+    }
+
+    /// The one-line summary used in text answers.
+    pub fn line(&self) -> String {
+        let mut s = self.id.clone();
+        if let Some(n) = &self.name {
+            s.push_str(&format!(" \"{n}\""));
+        }
+        s.push_str(&format!(" (bwrap) {}", self.state.as_str()));
+        if let Some(e) = &self.exit {
+            s.push_str(&format!(" exit {}", e.code));
+        }
+        if let Some(r) = &self.stop_reason {
+            s.push_str(&format!(" ({r})"));
+        }
+        for (g, p) in &self.ports {
+            s.push_str(&format!(
+                "; {g} → http://{}:{}",
+                url_host(&p.host),
+                p.host_port
+            ));
+        }
+        s
+    }
+}
+
+fn url_host(host: &str) -> String {
+    if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_string()
+    }
+}
+
+pub fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// An instance as tools return it.
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct InstanceInfo {
+    /// `i-` and 8 hex digits.
+    pub id: String,
+    pub name: Option<String>,
+    /// The engine: `bwrap` (bubblewrap namespaces and cgroups).
+    pub backend: String,
+    pub state: State,
+    /// The instance that spawned this one (nested use), or null when the top-level client did.
+    pub owner: Option<String>,
+    pub parent: Option<String>,
+    pub depth: u32,
+    pub created_at: String,
+    pub started_at: Option<String>,
+    pub ended_at: Option<String>,
+    /// How the main command (or the instance) ended.
+    pub exit: Option<ExitStatus>,
+    /// Why it failed or was lost.
+    pub error: Option<String>,
+    /// Why it was stopped: `request`, `ttl`, `idle`, `server_exit`.
+    pub stop_reason: Option<String>,
+    /// The main command; null for an idle environment driven by instance_exec.
+    pub command: Option<Vec<String>>,
+    pub cwd: String,
+    /// `host`: the host's root, read-only.
+    pub image: String,
+    /// The instance's writable /work, as a path on the host (root-relative when inside the root).
+    pub work_dir: String,
+    pub network: Network,
+    pub ports: Vec<PortInfo>,
+    pub leases: Vec<LeaseInfo>,
+    pub idle: IdleInfo,
+    pub ttl: TtlInfo,
+    pub resources: ResourcesInfo,
+    pub labels: BTreeMap<String, String>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct PortInfo {
+    pub guest_port: u16,
+    pub host: String,
+    pub host_port: u16,
+    pub url: String,
+    /// Relayed connections open now.
+    pub connections: u64,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct LeaseInfo {
+    pub lease_id: String,
+    pub holder: String,
+    pub reason: String,
+    pub expires_at: String,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct IdleInfo {
+    /// 0: never idles.
+    pub timeout_seconds: u64,
+    pub on_idle: OnIdle,
+    pub last_activity: String,
+    /// When the idle action happens if nothing else occurs; null while blocked or paused.
+    pub deadline: Option<String>,
+    /// What keeps the timer from running: `exec`, `connection`, `lease`.
+    pub blocked_by: Vec<String>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct TtlInfo {
+    /// 0: no TTL.
+    pub seconds: u64,
+    pub deadline: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, JsonSchema)]
+pub struct ResourcesInfo {
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub pids: u64,
+    /// The limits are enforced by cgroups.
+    pub enforced: bool,
+    /// Why they are not (fully) enforced.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub note: Option<String>,
+    /// How pause works: `freezer` (cgroup) or `sigstop`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pause: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub usage: Option<Usage>,
+}

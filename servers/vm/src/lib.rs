@@ -1,0 +1,334 @@
+//! kitbag-vm: child instances an agent can spawn, reach, keep alive and restart.
+//!
+//! The embedded backend is bubblewrap ([`bwrap`]): namespaces for isolation, cgroups for
+//! limits and pause ([`cgroup`]), and the same binary as an agent inside each instance
+//! ([`agent`], over [`proto`]). Everything generic — records, ports, leases, idle and TTL
+//! timers — lives here and in [`instance`], [`lifecycle`] and [`ports`]; each tool has its
+//! module under [`tools`].
+
+pub mod agent;
+pub mod bwrap;
+pub mod cgroup;
+pub mod instance;
+pub mod lifecycle;
+pub mod ports;
+pub mod proto;
+pub mod spawner;
+pub mod sweep;
+pub mod tools;
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, OnceLock};
+use std::time::{Instant, SystemTime};
+
+use clap::Parser;
+use kitbag_shared::rmcp::{Peer, RoleServer};
+use kitbag_shared::{CommonArgs, ErrorCode, Extras, Identity, McpServer, ToolError, ToolResult};
+use serde_json::json;
+
+use crate::bwrap::Sandbox;
+use crate::instance::{Instance, State};
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "kitbag-vm",
+    version,
+    about = "MCP server: child instances (bubblewrap sandboxes) an agent can spawn, reach, keep alive and restart"
+)]
+pub struct Args {
+    #[command(flatten)]
+    pub common: CommonArgs,
+
+    /// Where instance directories (/work, logs, sockets) live. Default: <root>/.kitbag/vm.
+    #[arg(long, value_name = "DIR")]
+    pub state_dir: Option<PathBuf>,
+
+    /// The most instances alive at once.
+    #[arg(long, default_value_t = 8)]
+    pub max_instances: usize,
+
+    /// Seconds without activity before an instance is paused (or stopped); 0: never.
+    #[arg(long, default_value_t = 900)]
+    pub default_idle_timeout: u64,
+
+    /// Default hard lifetime in seconds; 0: none.
+    #[arg(long, default_value_t = 0)]
+    pub default_ttl: u64,
+
+    /// The longest TTL a spawn may ask for, in seconds.
+    #[arg(long, default_value_t = 86_400)]
+    pub max_ttl: u64,
+
+    /// Seconds an ended instance stays listed (with its logs) before it is removed.
+    #[arg(long, default_value_t = 3_600)]
+    pub retain_exited: u64,
+
+    /// Memory limit of an instance unless the spawn says otherwise, in MiB.
+    #[arg(long, default_value_t = 1024)]
+    pub default_memory_mb: u64,
+
+    /// Process limit of an instance unless the spawn says otherwise.
+    #[arg(long, default_value_t = 512)]
+    pub default_pids: u64,
+
+    /// Refuse to spawn when limits cannot be enforced (no writable cgroups).
+    #[arg(long)]
+    pub require_limits: bool,
+
+    /// Refuse `network: "outbound"`.
+    #[arg(long)]
+    pub no_network: bool,
+
+    /// Permit `expose_port` to bind addresses other than loopback.
+    #[arg(long)]
+    pub allow_non_loopback: bool,
+}
+
+pub const IDENTITY: Identity = Identity {
+    name: "kitbag-vm",
+    version: env!("CARGO_PKG_VERSION"),
+    instructions: "Spawn isolated child instances (bubblewrap sandboxes: the host's files read-only, a writable /work, no network unless asked) with instance_spawn; run commands in them with instance_exec, move files with instance_copy, reach their servers with expose_port. Instances pause when idle and end with this server.",
+};
+
+/// Settings from the command line.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub max_instances: usize,
+    pub default_idle_timeout: u64,
+    pub default_ttl: u64,
+    pub max_ttl: u64,
+    pub retain_exited: u64,
+    pub default_memory_mb: u64,
+    pub default_pids: u64,
+    pub require_limits: bool,
+    pub allow_network: bool,
+    pub allow_non_loopback: bool,
+    pub read_only: bool,
+}
+
+pub struct VmState {
+    pub root: PathBuf,
+    pub state_dir: PathBuf,
+    /// This binary: mounted into every instance as its agent.
+    pub exe: PathBuf,
+    pub opts: Options,
+    pub instances: Mutex<BTreeMap<String, Instance>>,
+    /// Leases that expired on their own: (instance, when), for keepalive_release's answer.
+    pub expired_leases: Mutex<BTreeMap<String, (String, SystemTime)>>,
+    pub spawner: spawner::Spawner,
+    /// The client, for warnings before an idle action or a TTL stop.
+    pub peer: Mutex<Option<Peer<RoleServer>>>,
+    pub started: Instant,
+    probe: OnceLock<(bool, String)>,
+}
+
+/// A guard that marks an instance busy (a foreground exec or copy): the idle timer waits for
+/// it, and its end counts as activity.
+pub struct Busy {
+    state: Arc<VmState>,
+    id: String,
+}
+
+impl Drop for Busy {
+    fn drop(&mut self) {
+        if let Ok(mut map) = self.state.instances.lock()
+            && let Some(i) = map.get_mut(&self.id)
+        {
+            i.busy = i.busy.saturating_sub(1);
+            i.touch();
+        }
+    }
+}
+
+impl VmState {
+    /// bubblewrap's availability, probed once.
+    pub fn probe(&self) -> &(bool, String) {
+        self.probe.get_or_init(bwrap::probe)
+    }
+
+    pub fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instance>> {
+        self.instances
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The id of the instance `key` names (an id or a name).
+    pub fn find(map: &BTreeMap<String, Instance>, key: &str, field: &str) -> ToolResult<String> {
+        if map.contains_key(key) {
+            return Ok(key.to_string());
+        }
+        if let Some(i) = map.values().find(|i| i.name.as_deref() == Some(key)) {
+            return Ok(i.id.clone());
+        }
+        let known: Vec<String> = map
+            .values()
+            .map(|i| match &i.name {
+                Some(n) => format!("{} ({n})", i.id),
+                None => i.id.clone(),
+            })
+            .collect();
+        Err(ToolError::new(
+            ErrorCode::InstanceNotFound,
+            format!(
+                "{field}: no instance {key:?}; {}",
+                if known.is_empty() {
+                    "there are none (instance_spawn makes one)".to_string()
+                } else {
+                    format!("known: {}", known.join(", "))
+                }
+            ),
+        )
+        .with_detail(json!({ "field": field, "instance": key, "known": known })))
+    }
+
+    /// The sandbox of a live instance, resumed if it was paused, with the use counted as
+    /// activity. `busy` also holds the idle timer until the returned guard drops.
+    pub fn sandbox(
+        self: &Arc<Self>,
+        key: &str,
+        busy: bool,
+    ) -> ToolResult<(String, Arc<Sandbox>, Option<Busy>)> {
+        let mut map = self.lock();
+        let id = Self::find(&map, key, "instance")?;
+        let Some(inst) = map.get_mut(&id) else {
+            return Err(ToolError::internal("instance vanished"));
+        };
+        let sandbox = match (&inst.sandbox, inst.state) {
+            (Some(s), State::Running | State::Paused) => s.clone(),
+            _ => {
+                return Err(ToolError::new(
+                    ErrorCode::InstanceNotRunning,
+                    format!(
+                        "instance {id} is {}{}",
+                        inst.state.as_str(),
+                        inst.exit
+                            .map(|e| format!(" (exit code {})", e.code))
+                            .unwrap_or_default()
+                    ),
+                )
+                .with_detail(json!({ "instance": id, "state": inst.state })));
+            }
+        };
+        if inst.state == State::Paused {
+            sandbox.resume().map_err(|e| {
+                ToolError::internal(format!("instance {id} could not be resumed: {e}"))
+            })?;
+            inst.state = State::Running;
+        }
+        inst.touch();
+        let guard = busy.then(|| {
+            inst.busy += 1;
+            Busy {
+                state: self.clone(),
+                id: id.clone(),
+            }
+        });
+        Ok((id, sandbox, guard))
+    }
+
+    /// Send a warning to the client (best effort). `notifications/message` is deprecated by
+    /// SEP-2577 but is still what handshake-era clients show; the deadline is also in
+    /// instance_list for clients that drop it.
+    #[allow(deprecated)]
+    pub fn warn_client(&self, message: String) {
+        tracing::info!("{message}");
+        let peer = self.peer.lock().ok().and_then(|p| p.clone());
+        if let Some(peer) = peer {
+            tokio::spawn(async move {
+                let param = kitbag_shared::rmcp::model::LoggingMessageNotificationParam::new(
+                    kitbag_shared::rmcp::model::LoggingLevel::Warning,
+                    json!({ "message": message }),
+                )
+                .with_logger("kitbag-vm");
+                let _ = peer.notify_logging_message(param).await;
+            });
+        }
+    }
+}
+
+struct VmExtras;
+
+impl Extras<VmState> for VmExtras {
+    fn on_connected(&self, state: Arc<VmState>, peer: Peer<RoleServer>) {
+        if let Ok(mut p) = state.peer.lock() {
+            *p = Some(peer);
+        }
+    }
+}
+
+pub fn router() -> kitbag_shared::ToolRouter<VmState> {
+    tools::router()
+}
+
+pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
+    let policy = args.common.policy()?;
+    let root = policy.root().to_path_buf();
+    let state_dir = args
+        .state_dir
+        .clone()
+        .unwrap_or_else(|| root.join(".kitbag/vm"));
+    let read_only = args.common.read_only || policy.is_read_only();
+    if !read_only {
+        std::fs::create_dir_all(state_dir.join("instances"))?;
+        let ignore = state_dir.join(".gitignore");
+        if !ignore.exists() {
+            let _ = std::fs::write(ignore, "*\n");
+        }
+    }
+    let state = VmState {
+        root,
+        state_dir,
+        exe: std::env::current_exe()?,
+        opts: Options {
+            max_instances: args.max_instances.max(1),
+            default_idle_timeout: args.default_idle_timeout,
+            default_ttl: args.default_ttl,
+            max_ttl: args.max_ttl,
+            retain_exited: args.retain_exited,
+            default_memory_mb: args.default_memory_mb.max(16),
+            default_pids: args.default_pids.max(16),
+            require_limits: args.require_limits,
+            allow_network: !args.no_network,
+            allow_non_loopback: args.allow_non_loopback,
+            read_only,
+        },
+        instances: Mutex::new(BTreeMap::new()),
+        expired_leases: Mutex::new(BTreeMap::new()),
+        spawner: spawner::Spawner::start()?,
+        peer: Mutex::new(None),
+        started: Instant::now(),
+        probe: OnceLock::new(),
+    };
+    McpServer::new(IDENTITY, state, router(), policy)
+        .with_common_args(&args.common)
+        .map(|s| s.with_extras(VmExtras))
+}
+
+pub async fn run(args: Args) -> anyhow::Result<()> {
+    args.common.init_logging()?;
+    let server = build(&args)?;
+    let state = server.state().clone();
+    if !state.opts.read_only {
+        let report = sweep::sweep(&state);
+        if report.lost > 0 || report.cgroups > 0 {
+            tracing::info!(
+                "swept what earlier servers left: {} instances marked lost, {} cgroup directories removed",
+                report.lost,
+                report.cgroups
+            );
+        }
+    }
+    let ticker = tokio::spawn(lifecycle::tick_forever(state.clone()));
+    let result = kitbag_shared::serve(server, &args.common).await;
+    ticker.abort();
+    // The client is gone: no instance outlives the server.
+    lifecycle::stop_all(&state).await;
+    result
+}
+
+/// `kitbag-vm __agent …` runs the in-instance agent instead of the server.
+pub fn agent_args() -> Option<Vec<String>> {
+    let mut args = std::env::args().skip(1);
+    (args.next().as_deref() == Some("__agent")).then(|| args.collect())
+}

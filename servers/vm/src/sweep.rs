@@ -1,0 +1,119 @@
+//! Start-up sweep: what a server killed with SIGKILL left behind. Its sandboxes died with it
+//! (parent-death signal), but a record can point at processes that survived some other way
+//! (slirp4netns, a PID reused since), at cgroup directories and sockets. Processes are killed
+//! only when their start time matches the record; records are marked `lost` and listed.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+use std::time::{Instant, SystemTime};
+
+use crate::VmState;
+use crate::bwrap::{Record, start_time};
+use crate::cgroup::{self, Limits};
+use crate::instance::{Instance, Network, OnIdle, State};
+
+#[derive(Debug, Default)]
+pub struct SweepReport {
+    pub lost: usize,
+    pub cgroups: usize,
+}
+
+pub fn sweep(state: &Arc<VmState>) -> SweepReport {
+    let mut report = SweepReport {
+        cgroups: cgroup::sweep_stale(),
+        ..Default::default()
+    };
+    let Ok(rd) = std::fs::read_dir(state.state_dir.join("instances")) else {
+        return report;
+    };
+    for e in rd.flatten() {
+        let dir = e.path();
+        let Ok(bytes) = std::fs::read(dir.join("record.json")) else {
+            // No record: an instance stopped cleanly, or one that never started.
+            continue;
+        };
+        let Ok(mut record) = serde_json::from_slice::<Record>(&bytes) else {
+            continue;
+        };
+        if record.server_pid != std::process::id() && !record.lost {
+            if Path::new(&format!("/proc/{}", record.server_pid)).exists()
+                && start_time(record.server_pid as i32).is_some()
+                && !server_is_gone(&record)
+            {
+                continue; // another live server owns it
+            }
+            for (pid, started) in &record.processes {
+                if *started != 0 && start_time(*pid) == Some(*started) {
+                    let _ = nix::sys::signal::kill(
+                        nix::unistd::Pid::from_raw(*pid),
+                        nix::sys::signal::Signal::SIGKILL,
+                    );
+                }
+            }
+            cgroup::remove_dirs(&record.cgroups);
+            let _ = std::fs::remove_file(dir.join("ctl").join(crate::proto::AGENT_SOCKET));
+            record.lost = true;
+            if let Ok(b) = serde_json::to_vec_pretty(&record) {
+                let _ = kitbag_shared::atomic::write_atomic(&dir.join("record.json"), &b, false);
+            }
+        }
+        if record.lost {
+            report.lost += 1;
+            let now = SystemTime::now();
+            let inst = Instance {
+                id: record.id.clone(),
+                name: None,
+                state: State::Lost,
+                created_at: std::fs::metadata(&dir)
+                    .and_then(|m| m.modified())
+                    .unwrap_or(now),
+                started_at: None,
+                ended_at: Some(now),
+                exit: None,
+                error: Some(format!(
+                    "the kitbag-vm server (pid {}) that ran it ended without stopping it; its processes and cgroups were cleaned up, its files kept",
+                    record.server_pid
+                )),
+                stop_reason: None,
+                command: None,
+                cwd: "/work".into(),
+                network: Network::None,
+                labels: BTreeMap::new(),
+                limits: Limits {
+                    memory_mb: 0,
+                    cpus: 0.0,
+                    pids: 0,
+                },
+                dir: dir.clone(),
+                idle_timeout: 0,
+                on_idle: OnIdle::Pause,
+                last_activity: Instant::now(),
+                last_activity_at: now,
+                idle_warned: false,
+                ttl_seconds: 0,
+                ttl_deadline: None,
+                ttl_warned: false,
+                sandbox: None,
+                ports: BTreeMap::new(),
+                leases: BTreeMap::new(),
+                busy: 0,
+                job_seq: 0,
+            };
+            state.lock().insert(inst.id.clone(), inst);
+        }
+    }
+    report
+}
+
+/// The recorded server pid is alive but is some other process now (PID reused): compare
+/// with the bwrap process's start time — a server starts before its sandboxes.
+fn server_is_gone(record: &Record) -> bool {
+    let Some(server_start) = start_time(record.server_pid as i32) else {
+        return true;
+    };
+    record
+        .processes
+        .first()
+        .is_some_and(|(_, sandbox_start)| *sandbox_start != 0 && server_start > *sandbox_start)
+}

@@ -1,0 +1,359 @@
+//! `instance_copy`: move a file into or out of an instance.
+
+use std::io::Read;
+use std::sync::Arc;
+
+use base64::Engine;
+use kitbag_shared::{Access, CallCtx, ErrorCode, Parents, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+use crate::VmState;
+use crate::proto::{self, Answer, Request};
+use crate::tools::validate;
+
+/// Content returned inline at most.
+pub const MAX_INLINE: u64 = 256 * 1024;
+
+pub const DEF: ToolDef = ToolDef::write(
+    "instance_copy",
+    "Copy file to or from instance",
+    "Copy one file into (`direction: \"in\"`) or out of (`\"out\"`) an instance. In: from \
+     `host_path` (root-relative) or from `content` (utf8 or base64). Out: to `host_path`, or \
+     returned inline up to 256 KB. Writes are atomic; an existing target is kept unless \
+     `overwrite: true`. Files under /work are also on the host at the instance's `work_dir`. \
+     Counts as activity; a paused instance is resumed first. Example: {\"instance\":\"web\",\
+     \"direction\":\"in\",\"content\":\"print(1)\",\"guest_path\":\"/work/a.py\"}",
+)
+.destructive();
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Direction {
+    In,
+    Out,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Encoding {
+    Utf8,
+    Base64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CopyParams {
+    /// Id or name.
+    pub instance: String,
+    /// `in` (host → instance) or `out` (instance → host).
+    pub direction: Direction,
+    /// Absolute path inside the instance.
+    pub guest_path: String,
+    /// Host file, root-relative (in: the source; out: the target, parents created).
+    #[serde(default)]
+    pub host_path: Option<String>,
+    /// In: the file's content instead of host_path.
+    #[serde(default)]
+    pub content: Option<String>,
+    /// Of `content` (in) or of the inline result (out): utf8 (default) or base64.
+    #[serde(default)]
+    pub encoding: Option<Encoding>,
+    /// Replace an existing target (default false).
+    #[serde(default)]
+    pub overwrite: Option<bool>,
+    /// Largest file copied, in bytes (default 64 MB, at most 1 GB).
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct CopyResult {
+    pub instance: String,
+    pub guest_path: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub host_path: Option<String>,
+    pub bytes: u64,
+    /// Out without host_path: the file's content.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub encoding: Option<Encoding>,
+}
+
+pub async fn run(
+    state: Arc<VmState>,
+    p: CopyParams,
+    ctx: CallCtx,
+) -> ToolResult<Reply<CopyResult>> {
+    validate::writable(&state)?;
+    validate::guest_path("guest_path", &p.guest_path)?;
+    let max = validate::range("max_bytes", p.max_bytes.unwrap_or(64 << 20), 1, 1 << 30)?;
+    let overwrite = p.overwrite.unwrap_or(false);
+    match p.direction {
+        Direction::In => copy_in(state, p, ctx, max, overwrite).await,
+        Direction::Out => copy_out(state, p, ctx, max, overwrite).await,
+    }
+}
+
+async fn copy_in(
+    state: Arc<VmState>,
+    p: CopyParams,
+    ctx: CallCtx,
+    max: u64,
+    overwrite: bool,
+) -> ToolResult<Reply<CopyResult>> {
+    let bytes = match (&p.content, &p.host_path) {
+        (Some(_), Some(_)) => {
+            return Err(ToolError::invalid_field(
+                "content",
+                "give content or host_path, not both",
+            ));
+        }
+        (None, None) => {
+            return Err(ToolError::invalid_field(
+                "host_path",
+                "direction \"in\" needs host_path or content",
+            ));
+        }
+        (Some(c), None) => match p.encoding.unwrap_or(Encoding::Utf8) {
+            Encoding::Utf8 => c.as_bytes().to_vec(),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(c.trim())
+                .map_err(|e| {
+                    ToolError::invalid_field("content", format!("not valid base64: {e}"))
+                })?,
+        },
+        (None, Some(h)) => {
+            let policy = ctx.policy().clone();
+            let h = h.clone();
+            kitbag_shared::blocking(move || {
+                let (_, file) = policy.open_file(&h, "host_path", Access::Read)?;
+                let meta = file.metadata().map_err(|e| ToolError::io(&h, &e))?;
+                if !meta.is_file() {
+                    return Err(ToolError::new(
+                        ErrorCode::NotAFile,
+                        format!(
+                            "host_path: {h} is not a regular file (directories: tar them first)"
+                        ),
+                    )
+                    .with_detail(json!({ "field": "host_path" })));
+                }
+                if meta.len() > max {
+                    return Err(ToolError::new(
+                        ErrorCode::OutputTooLarge,
+                        format!(
+                            "host_path: {h} has {} bytes, more than max_bytes ({max})",
+                            meta.len()
+                        ),
+                    )
+                    .with_detail(json!({ "field": "max_bytes", "size": meta.len() })));
+                }
+                let mut buf = Vec::with_capacity(meta.len() as usize);
+                file.take(max + 1)
+                    .read_to_end(&mut buf)
+                    .map_err(|e| ToolError::io(&h, &e))?;
+                Ok(buf)
+            })
+            .await?
+        }
+    };
+    if bytes.len() as u64 > max {
+        return Err(ToolError::new(
+            ErrorCode::OutputTooLarge,
+            format!(
+                "content: {} bytes, more than max_bytes ({max})",
+                bytes.len()
+            ),
+        ));
+    }
+    let (id, sandbox, _busy) = state.sandbox(&p.instance, true)?;
+    let answer = async {
+        let stream = sandbox.agent().await?;
+        let (read, mut write) = stream.into_split();
+        proto::write_line(
+            &mut write,
+            &Request::CopyIn {
+                path: p.guest_path.clone(),
+                size: bytes.len() as u64,
+                overwrite,
+            },
+        )
+        .await?;
+        write.write_all(&bytes).await?;
+        write.flush().await?;
+        let mut read = tokio::io::BufReader::new(read);
+        proto::read_line::<_, Answer>(&mut read).await
+    }
+    .await
+    .map_err(|e| ToolError::internal(format!("instance {id}: the copy failed: {e}")))?;
+    if !answer.ok {
+        return Err(agent_error(&answer, "guest_path", &p.guest_path));
+    }
+    Ok(Reply::new(
+        CopyResult {
+            instance: id.clone(),
+            guest_path: p.guest_path.clone(),
+            host_path: p.host_path.clone(),
+            bytes: bytes.len() as u64,
+            content: None,
+            encoding: None,
+        },
+        format!("copied {} bytes into {id}:{}", bytes.len(), p.guest_path),
+    ))
+}
+
+async fn copy_out(
+    state: Arc<VmState>,
+    p: CopyParams,
+    ctx: CallCtx,
+    max: u64,
+    overwrite: bool,
+) -> ToolResult<Reply<CopyResult>> {
+    if p.content.is_some() {
+        return Err(ToolError::invalid_field(
+            "content",
+            "only for direction \"in\"",
+        ));
+    }
+    // Check the host side before touching the instance.
+    let target = match &p.host_path {
+        Some(h) => Some(ctx.policy().resolve(h, "host_path", Access::Write)?),
+        None => None,
+    };
+    let limit = if target.is_some() {
+        max
+    } else {
+        MAX_INLINE.min(max)
+    };
+    let (id, sandbox, _busy) = state.sandbox(&p.instance, true)?;
+    let stream = sandbox
+        .agent()
+        .await
+        .map_err(|e| ToolError::internal(format!("instance {id}: {e}")))?;
+    let (read, mut write) = stream.into_split();
+    proto::write_line(
+        &mut write,
+        &Request::CopyOut {
+            path: p.guest_path.clone(),
+            max_bytes: limit,
+        },
+    )
+    .await
+    .map_err(|e| ToolError::internal(e.to_string()))?;
+    let mut read = tokio::io::BufReader::new(read);
+    let answer: Answer = proto::read_line(&mut read)
+        .await
+        .map_err(|e| ToolError::internal(e.to_string()))?;
+    if !answer.ok {
+        if answer.code.as_deref() == Some("too_large") && target.is_none() {
+            return Err(ToolError::new(
+                ErrorCode::OutputTooLarge,
+                format!(
+                    "{} has {} bytes, more than is returned inline ({limit}): pass host_path to copy it to a file",
+                    p.guest_path,
+                    answer.size.unwrap_or(0)
+                ),
+            )
+            .with_detail(json!({ "field": "host_path", "size": answer.size })));
+        }
+        return Err(agent_error(&answer, "guest_path", &p.guest_path));
+    }
+    let size = answer.size.unwrap_or(0);
+    let mut bytes = Vec::with_capacity(size as usize);
+    (&mut read)
+        .take(size)
+        .read_to_end(&mut bytes)
+        .await
+        .map_err(|e| ToolError::internal(e.to_string()))?;
+    if (bytes.len() as u64) != size {
+        return Err(ToolError::internal("the instance sent less than announced"));
+    }
+    drop(_busy);
+    match (target, &p.host_path) {
+        (Some(_), Some(h)) => {
+            let policy = ctx.policy().clone();
+            let h2 = h.clone();
+            let n = bytes.len() as u64;
+            kitbag_shared::blocking(move || {
+                let (_, parent) =
+                    policy.parent(&h2, "host_path", Access::Write, Parents::Create)?;
+                let written = if overwrite {
+                    kitbag_shared::atomic::write_atomic_at(&parent, &bytes)
+                } else {
+                    kitbag_shared::atomic::create_new_at(&parent, &bytes)
+                };
+                written.map_err(|e| {
+                    let mut err =
+                        ToolError::io(&h2, &e).with_detail(json!({ "field": "host_path" }));
+                    if err.code == ErrorCode::FileExists {
+                        err.message =
+                            format!("host_path: {h2} exists; pass overwrite: true to replace it");
+                    }
+                    err
+                })
+            })
+            .await?;
+            Ok(Reply::new(
+                CopyResult {
+                    instance: id.clone(),
+                    guest_path: p.guest_path.clone(),
+                    host_path: Some(h.clone()),
+                    bytes: n,
+                    content: None,
+                    encoding: None,
+                },
+                format!("copied {n} bytes from {id}:{} to {h}", p.guest_path),
+            ))
+        }
+        _ => {
+            let (content, encoding) = match (p.encoding, String::from_utf8(bytes)) {
+                (Some(Encoding::Base64), Ok(s)) => (
+                    base64::engine::general_purpose::STANDARD.encode(s.as_bytes()),
+                    Encoding::Base64,
+                ),
+                (_, Ok(s)) => (s, Encoding::Utf8),
+                (_, Err(e)) => (
+                    base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
+                    Encoding::Base64,
+                ),
+            };
+            Ok(Reply::new(
+                CopyResult {
+                    instance: id,
+                    guest_path: p.guest_path.clone(),
+                    host_path: None,
+                    bytes: size,
+                    content: Some(content.clone()),
+                    encoding: Some(encoding),
+                },
+                if encoding == Encoding::Utf8 {
+                    content
+                } else {
+                    format!("({size} bytes of binary content, base64 in the structured result)")
+                },
+            ))
+        }
+    }
+}
+
+fn agent_error(a: &Answer, field: &str, path: &str) -> ToolError {
+    let msg = a.error.clone().unwrap_or_default();
+    let code = match a.code.as_deref() {
+        Some("not_found") => ErrorCode::FileNotFound,
+        Some("exists") => ErrorCode::FileExists,
+        Some("is_dir") => ErrorCode::NotAFile,
+        Some("too_large") => ErrorCode::OutputTooLarge,
+        Some("invalid") => ErrorCode::InvalidParams,
+        _ => ErrorCode::IoError,
+    };
+    let hint = match code {
+        ErrorCode::FileExists => "; pass overwrite: true to replace it",
+        ErrorCode::NotAFile => "; directories: tar them with instance_exec, then copy the archive",
+        _ => "",
+    };
+    ToolError::new(code, format!("{field}: {msg}{hint}"))
+        .with_detail(json!({ "field": field, "path": path }))
+}

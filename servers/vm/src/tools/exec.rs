@@ -1,0 +1,331 @@
+//! `instance_exec`: run a command in an instance.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+use tokio::io::AsyncWriteExt;
+
+use crate::VmState;
+use crate::proto::{self, ExecRequest, Frame, Request};
+use crate::tools::validate;
+
+pub const MAX_STDIN: usize = 1 << 20;
+/// The full output of one exec kept on disk (head of it).
+const LOG_CAP: u64 = 8 << 20;
+
+pub const DEF: ToolDef = ToolDef::write(
+    "instance_exec",
+    "Run command in instance",
+    "Run a command (argv array; [\"sh\",\"-c\",\"…\"] for shell syntax) inside an instance and return \
+     its exit code, stdout and stderr (head + tail past `max_output_bytes`; the full output is in \
+     `log_path`). A non-zero exit code is data, not an error. On timeout (default 60 s) or \
+     cancellation the command's whole process group is killed and the error is `timeout` with \
+     the partial output; processes it started in the background otherwise keep running. A \
+     running exec counts as activity and holds the idle timer; a paused instance is resumed \
+     first. `background: true` returns a `job_id` at once; read its output with instance_logs \
+     {source: \"job:<id>\"}. Example: {\"instance\":\"web\",\"command\":[\"sh\",\"-c\",\"ls -la /work\"]}",
+)
+.destructive();
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExecParams {
+    /// Id or name.
+    pub instance: String,
+    /// Program and arguments.
+    pub command: Vec<String>,
+    /// Text fed to the command's stdin (at most 1 MB); without it stdin is empty.
+    #[serde(default)]
+    pub stdin: Option<String>,
+    /// Extra environment variables.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Working directory (absolute; default /work).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Time limit in seconds (1–600, default 60).
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+    /// Run detached: returns a job_id at once (default false).
+    #[serde(default)]
+    pub background: Option<bool>,
+    /// Bytes of each stream returned inline, as head + tail (1024–1048576, default 32768).
+    #[serde(default)]
+    pub max_output_bytes: Option<u64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ExecResult {
+    pub instance: String,
+    /// Exit code (128 + N when signal N ended it); absent for a background job.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit_code: Option<i32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub signal: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    /// stdout or stderr is a head + tail preview.
+    pub truncated: bool,
+    pub duration_ms: u64,
+    /// The full output on the host (root-relative when inside the root).
+    pub log_path: String,
+    /// Background jobs: pass as instance_logs {source: "job:<id>"}.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job_id: Option<String>,
+}
+
+/// Keeps the first and last bytes of a stream.
+pub struct HeadTail {
+    cap: usize,
+    head: Vec<u8>,
+    tail: std::collections::VecDeque<u8>,
+    pub total: u64,
+}
+
+impl HeadTail {
+    pub fn new(cap: usize) -> Self {
+        HeadTail {
+            cap,
+            head: Vec::new(),
+            tail: std::collections::VecDeque::new(),
+            total: 0,
+        }
+    }
+    pub fn push(&mut self, mut bytes: &[u8]) {
+        self.total += bytes.len() as u64;
+        let head_cap = self.cap / 2;
+        if self.head.len() < head_cap {
+            let n = (head_cap - self.head.len()).min(bytes.len());
+            self.head.extend_from_slice(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+        let tail_cap = self.cap - head_cap;
+        self.tail.extend(bytes);
+        while self.tail.len() > tail_cap {
+            self.tail.pop_front();
+        }
+    }
+    pub fn truncated(&self) -> bool {
+        self.total > (self.head.len() + self.tail.len()) as u64
+    }
+    pub fn render(&self) -> String {
+        let mut out = String::from_utf8_lossy(&self.head).into_owned();
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        if self.truncated() {
+            let dropped = self.total - (self.head.len() + self.tail.len()) as u64;
+            out.push_str(&format!(
+                "\n… [{dropped} bytes omitted; full output in log_path] …\n"
+            ));
+        }
+        out.push_str(&String::from_utf8_lossy(&tail));
+        out
+    }
+}
+
+pub async fn run(
+    state: Arc<VmState>,
+    p: ExecParams,
+    _ctx: CallCtx,
+) -> ToolResult<Reply<ExecResult>> {
+    validate::writable(&state)?;
+    validate::argv("command", &p.command)?;
+    let env: BTreeMap<String, String> = validate::env("env", &p.env.unwrap_or_default())?
+        .into_iter()
+        .collect();
+    let cwd = p.cwd.unwrap_or_else(|| "/work".into());
+    validate::guest_path("cwd", &cwd)?;
+    let stdin = p.stdin.unwrap_or_default();
+    if stdin.len() > MAX_STDIN {
+        return Err(ToolError::invalid_field(
+            "stdin",
+            format!("{} bytes; at most 1 MB", stdin.len()),
+        ));
+    }
+    let timeout = validate::range("timeout_seconds", p.timeout_seconds.unwrap_or(60), 1, 600)?;
+    let max_out = validate::range(
+        "max_output_bytes",
+        p.max_output_bytes.unwrap_or(32 * 1024),
+        1024,
+        1 << 20,
+    )?;
+    let background = p.background.unwrap_or(false);
+    let (id, sandbox, _busy) = state.sandbox(&p.instance, !background)?;
+    let seq = {
+        let mut map = state.lock();
+        map.get_mut(&id).map(|i| {
+            i.job_seq += 1;
+            i.job_seq
+        })
+    }
+    .unwrap_or(0);
+    let logs = crate::bwrap::logs_dir(&sandbox.dir);
+    let job = background.then(|| format!("j{seq}"));
+    let log_path = match &job {
+        Some(j) => logs.join(format!("job-{j}.log")),
+        None => logs.join(format!("exec-{seq}.log")),
+    };
+    let shown = display(&state, &log_path);
+    let req = Request::Exec(ExecRequest {
+        argv: p.command.clone(),
+        env,
+        cwd,
+        stdin_len: stdin.len() as u64,
+        job: job.clone(),
+    });
+    let started = Instant::now();
+    let stream = sandbox.agent().await.map_err(|e| {
+        ToolError::new(
+            ErrorCode::InstanceNotRunning,
+            format!("instance {id}: its agent does not answer ({e})"),
+        )
+    })?;
+    let (read, mut write) = stream.into_split();
+    let sent = async {
+        proto::write_line(&mut write, &req).await?;
+        write.write_all(stdin.as_bytes()).await?;
+        write.flush().await
+    };
+    sent.await.map_err(|e| {
+        ToolError::internal(format!("instance {id}: sending the command failed: {e}"))
+    })?;
+    let mut read = tokio::io::BufReader::new(read);
+    if let Some(job) = job {
+        return match proto::read_frame(&mut read).await {
+            Ok(Some(Frame::Started(pid))) => Ok(Reply::new(
+                ExecResult {
+                    instance: id.clone(),
+                    exit_code: None,
+                    signal: None,
+                    stdout: String::new(),
+                    stderr: String::new(),
+                    truncated: false,
+                    duration_ms: started.elapsed().as_millis() as u64,
+                    log_path: shown.clone(),
+                    job_id: Some(job.clone()),
+                },
+                format!(
+                    "job {job} started in {id} (pid {pid} inside); output: instance_logs {{instance: \"{id}\", source: \"job:{job}\"}}"
+                ),
+            )),
+            Ok(Some(Frame::Error(e))) => Err(ToolError::invalid_field("command", e)),
+            other => Err(ToolError::internal(format!(
+                "unexpected answer from the agent: {other:?}"
+            ))),
+        };
+    }
+    let mut stdout = HeadTail::new(max_out as usize);
+    let mut stderr = HeadTail::new(max_out as usize);
+    let mut log = std::fs::File::create(&log_path).ok();
+    let mut logged = 0u64;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
+    let exit = loop {
+        let frame = match tokio::time::timeout_at(deadline, proto::read_frame(&mut read)).await {
+            Err(_) => None,
+            Ok(Ok(Some(f))) => Some(f),
+            Ok(Ok(None)) | Ok(Err(_)) => {
+                return Err(ToolError::new(
+                    ErrorCode::InstanceNotRunning,
+                    format!("instance {id} ended while the command ran"),
+                )
+                .with_detail(json!({ "stdout": stdout.render(), "stderr": stderr.render() })));
+            }
+        };
+        match frame {
+            None => {
+                // Dropping the connection makes the agent kill the whole process group.
+                drop(read);
+                drop(write);
+                return Err(ToolError::new(
+                    ErrorCode::Timeout,
+                    format!("the command ran past {timeout} s; its process group was killed"),
+                )
+                .with_detail(json!({
+                    "timeout_seconds": timeout,
+                    "stdout": stdout.render(),
+                    "stderr": stderr.render(),
+                    "log_path": shown,
+                })));
+            }
+            Some(Frame::Stdout(b)) => {
+                stdout.push(&b);
+                write_log(&mut log, &mut logged, &b);
+            }
+            Some(Frame::Stderr(b)) => {
+                stderr.push(&b);
+                write_log(&mut log, &mut logged, &b);
+            }
+            Some(Frame::Started(_)) => {}
+            Some(Frame::Exit(s)) => break s,
+            Some(Frame::Error(e)) => {
+                return Err(ToolError::invalid_field("command", e));
+            }
+        }
+    };
+    let truncated = stdout.truncated() || stderr.truncated();
+    let duration_ms = started.elapsed().as_millis() as u64;
+    let mut text = format!("exit {} in {duration_ms} ms", exit.code);
+    let out = stdout.render();
+    let err = stderr.render();
+    if !out.is_empty() {
+        text.push_str(&format!("\n{out}"));
+    }
+    if !err.is_empty() {
+        text.push_str(&format!("\n[stderr]\n{err}"));
+    }
+    Ok(Reply::new(
+        ExecResult {
+            instance: id,
+            exit_code: Some(exit.code),
+            signal: exit.signal,
+            stdout: out,
+            stderr: err,
+            truncated,
+            duration_ms,
+            log_path: shown,
+            job_id: None,
+        },
+        text,
+    ))
+}
+
+fn write_log(log: &mut Option<std::fs::File>, logged: &mut u64, bytes: &[u8]) {
+    if let Some(f) = log {
+        let room = LOG_CAP.saturating_sub(*logged) as usize;
+        let n = room.min(bytes.len());
+        if n > 0 && f.write_all(&bytes[..n]).is_ok() {
+            *logged += n as u64;
+        }
+    }
+}
+
+/// A host path as tools show it: root-relative when inside the root.
+pub fn display(state: &VmState, p: &std::path::Path) -> String {
+    p.strip_prefix(&state.root)
+        .map(|r| r.display().to_string())
+        .unwrap_or_else(|_| p.display().to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn head_and_tail() {
+        let mut h = HeadTail::new(8);
+        h.push(b"0123456789abcdef");
+        assert!(h.truncated());
+        let r = h.render();
+        assert!(r.starts_with("0123"));
+        assert!(r.ends_with("cdef"));
+        let mut small = HeadTail::new(64);
+        small.push(b"hello");
+        assert!(!small.truncated());
+        assert_eq!(small.render(), "hello");
+    }
+}

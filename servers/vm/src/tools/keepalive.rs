@@ -1,0 +1,204 @@
+//! `keepalive_acquire` and `keepalive_release`: leases that hold an instance's idle timer.
+
+use std::sync::Arc;
+use std::time::{Duration, SystemTime};
+
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::VmState;
+use crate::instance::{Lease, rfc3339};
+use crate::tools::validate;
+
+pub const ACQUIRE_DEF: ToolDef = ToolDef::write(
+    "keepalive_acquire",
+    "Keep instance alive",
+    "Hold an instance's idle timer with a lease (\"still in use\"): while a lease lives it is not \
+     paused or stopped for idleness. Leases expire after `ttl_seconds` (default 3600) so a \
+     forgotten one cannot pin an instance; renew by passing `lease_id`. They never extend the \
+     instance's TTL. Acquiring on a paused instance resumes it.",
+);
+
+pub const RELEASE_DEF: ToolDef = ToolDef::write(
+    "keepalive_release",
+    "Release keepalive lease",
+    "Release a lease from keepalive_acquire; the idle timer runs again once no lease, exec or \
+     relayed connection holds it. An expired lease answers released: false with expired_at.",
+)
+.idempotent();
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct AcquireParams {
+    /// Id or name.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// Why (shown in instance_list; at most 200 characters).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Lease lifetime in seconds (1–86400, default 3600).
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// Renew this lease instead of making a new one.
+    #[serde(default)]
+    pub lease_id: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct AcquireResult {
+    pub lease_id: String,
+    pub instance: String,
+    pub expires_at: String,
+    pub active_leases: u64,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReleaseParams {
+    pub lease_id: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ReleaseResult {
+    pub lease_id: String,
+    pub released: bool,
+    pub instance: String,
+    pub active_leases: u64,
+    /// When the idle action happens now, if nothing else holds it.
+    pub idle_deadline: Option<String>,
+    /// Set when the lease had already expired.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expired_at: Option<String>,
+}
+
+fn new_lease_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("l-{:012x}", h.finish() & 0xffff_ffff_ffff)
+}
+
+pub fn acquire(state: &Arc<VmState>, p: AcquireParams) -> ToolResult<Reply<AcquireResult>> {
+    validate::writable(state)?;
+    let key = p.instance.ok_or_else(|| {
+        ToolError::new(
+            ErrorCode::Unsupported,
+            "instance: required — this server runs on the host, not inside an instance",
+        )
+        .with_detail(json!({ "field": "instance" }))
+    })?;
+    let reason = p.reason.unwrap_or_default();
+    if reason.chars().count() > 200 {
+        return Err(ToolError::invalid_field("reason", "at most 200 characters"));
+    }
+    let ttl = validate::range("ttl_seconds", p.ttl_seconds.unwrap_or(3600), 1, 86_400)?;
+    // Resumes a paused instance and counts as activity.
+    let (id, _, _) = state.sandbox(&key, false)?;
+    let mut map = state.lock();
+    let Some(inst) = map.get_mut(&id) else {
+        return Err(ToolError::internal("instance vanished"));
+    };
+    let expires = SystemTime::now() + Duration::from_secs(ttl);
+    let lease_id = match p.lease_id {
+        Some(l) => {
+            let Some(lease) = inst.leases.get_mut(&l) else {
+                return Err(ToolError::new(
+                    ErrorCode::LeaseNotFound,
+                    format!("lease_id: {l} is not a live lease of {id} (expired or released); acquire a new one without lease_id"),
+                )
+                .with_detail(json!({ "field": "lease_id" })));
+            };
+            lease.expires = expires;
+            if !reason.is_empty() {
+                lease.reason = reason;
+            }
+            l
+        }
+        None => {
+            let l = new_lease_id();
+            inst.leases.insert(
+                l.clone(),
+                Lease {
+                    holder: "client".into(),
+                    reason,
+                    expires,
+                },
+            );
+            l
+        }
+    };
+    inst.touch();
+    let active = inst.leases.len() as u64;
+    Ok(Reply::new(
+        AcquireResult {
+            lease_id: lease_id.clone(),
+            instance: id.clone(),
+            expires_at: rfc3339(expires),
+            active_leases: active,
+        },
+        format!("lease {lease_id} holds {id} until {}", rfc3339(expires)),
+    ))
+}
+
+pub fn release(state: &Arc<VmState>, p: ReleaseParams) -> ToolResult<Reply<ReleaseResult>> {
+    validate::writable(state)?;
+    let mut map = state.lock();
+    for inst in map.values_mut() {
+        if inst.leases.remove(&p.lease_id).is_some() {
+            inst.touch();
+            let result = ReleaseResult {
+                lease_id: p.lease_id.clone(),
+                released: true,
+                instance: inst.id.clone(),
+                active_leases: inst.leases.len() as u64,
+                idle_deadline: inst.idle_deadline().map(rfc3339),
+                expired_at: None,
+            };
+            let text = format!(
+                "lease {} released; {} leases left on {}",
+                p.lease_id, result.active_leases, inst.id
+            );
+            return Ok(Reply::new(result, text));
+        }
+    }
+    let expired = state
+        .expired_leases
+        .lock()
+        .ok()
+        .and_then(|e| e.get(&p.lease_id).cloned());
+    match expired {
+        Some((id, at)) => {
+            let (active, deadline) = map
+                .get(&id)
+                .map(|i| (i.leases.len() as u64, i.idle_deadline().map(rfc3339)))
+                .unwrap_or((0, None));
+            Ok(Reply::new(
+                ReleaseResult {
+                    lease_id: p.lease_id.clone(),
+                    released: false,
+                    instance: id,
+                    active_leases: active,
+                    idle_deadline: deadline,
+                    expired_at: Some(rfc3339(at)),
+                },
+                format!(
+                    "lease {} had already expired at {}",
+                    p.lease_id,
+                    rfc3339(at)
+                ),
+            ))
+        }
+        None => Err(ToolError::new(
+            ErrorCode::LeaseNotFound,
+            format!("lease_id: no lease {}", p.lease_id),
+        )
+        .with_detail(json!({ "field": "lease_id" }))),
+    }
+}

@@ -1,0 +1,96 @@
+//! `instance_list`: the instances, filtered; one instance in full with `instance`.
+
+use std::collections::BTreeMap;
+
+use kitbag_shared::{Reply, ToolDef, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+use crate::VmState;
+use crate::instance::{InstanceInfo, State};
+use crate::tools::validate;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "instance_list",
+    "List instances",
+    "List this server's instances with state, ports, leases, idle and TTL deadlines, limits and \
+     usage; `instance` (id or name) returns just that one. Ended instances stay listed (with their \
+     logs) until removed. Does not count as activity.",
+);
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ListParams {
+    /// One instance by id or name.
+    #[serde(default)]
+    pub instance: Option<String>,
+    /// Only these states.
+    #[serde(default)]
+    pub state: Option<Vec<State>>,
+    /// Only instances carrying all these labels.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+    /// Include stopped, exited, failed and lost instances (default true).
+    #[serde(default)]
+    pub include_ended: Option<bool>,
+    /// At most this many (1–200, default 50).
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// Skip this many (for paging).
+    #[serde(default)]
+    pub offset: Option<u64>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ListResult {
+    pub instances: Vec<InstanceInfo>,
+    /// How many matched in all.
+    pub total: u64,
+    /// The offset of the next page; null on the last page.
+    pub next_offset: Option<u64>,
+}
+
+pub fn run(state: &VmState, p: ListParams) -> ToolResult<Reply<ListResult>> {
+    let limit = validate::range("limit", p.limit.unwrap_or(50), 1, 200)?;
+    let offset = p.offset.unwrap_or(0);
+    let map = state.lock();
+    let only = match &p.instance {
+        Some(key) => Some(VmState::find(&map, key, "instance")?),
+        None => None,
+    };
+    let include_ended = p.include_ended.unwrap_or(true);
+    let matched: Vec<&crate::instance::Instance> = map
+        .values()
+        .filter(|i| only.as_ref().is_none_or(|id| &i.id == id))
+        .filter(|i| include_ended || i.state.is_live())
+        .filter(|i| p.state.as_ref().is_none_or(|s| s.contains(&i.state)))
+        .filter(|i| {
+            p.labels
+                .as_ref()
+                .is_none_or(|want| want.iter().all(|(k, v)| i.labels.get(k) == Some(v)))
+        })
+        .collect();
+    let total = matched.len() as u64;
+    let page: Vec<_> = matched
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
+    let next = offset + page.len() as u64;
+    let mut text = if page.is_empty() {
+        "no instances".to_string()
+    } else {
+        page.iter().map(|i| i.line()).collect::<Vec<_>>().join("\n")
+    };
+    if next < total {
+        text.push_str(&format!("\n… {} more (offset {next})", total - next));
+    }
+    Ok(Reply::new(
+        ListResult {
+            instances: page.iter().map(|i| i.info(&state.root)).collect(),
+            total,
+            next_offset: (next < total).then_some(next),
+        },
+        text,
+    ))
+}

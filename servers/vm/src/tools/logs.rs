@@ -1,0 +1,165 @@
+//! `instance_logs`: page through an instance's logs (main command, background jobs, backend).
+
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::VmState;
+use crate::tools::validate;
+
+pub const DEF: ToolDef = ToolDef::read(
+    "instance_logs",
+    "Read instance logs",
+    "Read an instance's logs by byte offset: `main` (default: the main command's output), \
+     `job:<id>` (a background exec), `exec:<n>` (a foreground exec's full output) or `backend` \
+     (bubblewrap's own messages). Pass `next_offset` back as `offset` to continue; `tail: true` \
+     reads the last `max_bytes`. Works after the instance ended, until it is removed. Does not \
+     count as activity.",
+);
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct LogsParams {
+    /// Id or name.
+    pub instance: String,
+    /// `main`, `job:<id>`, `exec:<n>` or `backend` (default main).
+    #[serde(default)]
+    pub source: Option<String>,
+    /// Byte offset to read from (default 0).
+    #[serde(default)]
+    pub offset: Option<u64>,
+    /// At most this many bytes (1–262144, default 32768).
+    #[serde(default)]
+    pub max_bytes: Option<u64>,
+    /// Read the last `max_bytes` instead (default false).
+    #[serde(default)]
+    pub tail: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct LogsResult {
+    pub instance: String,
+    pub source: String,
+    pub text: String,
+    pub offset: u64,
+    pub next_offset: u64,
+    /// The log's size now.
+    pub size: u64,
+    /// Nothing more to read now (for a job: it ended and everything was read).
+    pub eof: bool,
+    /// More bytes exist past next_offset.
+    pub truncated: bool,
+    /// Jobs: still running.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<bool>,
+    /// Jobs and main: how it ended, once it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub exit: Option<crate::proto::ExitStatus>,
+}
+
+pub fn run(state: &VmState, p: LogsParams) -> ToolResult<Reply<LogsResult>> {
+    let max = validate::range("max_bytes", p.max_bytes.unwrap_or(32 * 1024), 1, 256 * 1024)?;
+    let (id, dir) = {
+        let map = state.lock();
+        let id = VmState::find(&map, &p.instance, "instance")?;
+        let dir = map.get(&id).map(|i| i.dir.clone()).unwrap_or_default();
+        (id, dir)
+    };
+    let source = p.source.unwrap_or_else(|| "main".into());
+    let logs = crate::bwrap::logs_dir(&dir);
+    let (path, exit_file) = match source.as_str() {
+        "main" => (logs.join("main.log"), Some(logs.join("main.exit"))),
+        "backend" => (crate::bwrap::backend_log(&dir), None),
+        s => {
+            let (kind, n) = s.split_once(':').unwrap_or(("", ""));
+            let ok = !n.is_empty() && n.len() <= 24 && n.bytes().all(|b| b.is_ascii_alphanumeric());
+            match (kind, ok) {
+                ("job", true) => (
+                    logs.join(format!("job-{n}.log")),
+                    Some(logs.join(format!("job-{n}.exit"))),
+                ),
+                ("exec", true) => (logs.join(format!("exec-{n}.log")), None),
+                _ => {
+                    return Err(ToolError::invalid_field(
+                        "source",
+                        format!("{s:?}: use main, backend, job:<id> or exec:<n>"),
+                    ));
+                }
+            }
+        }
+    };
+    // The log lives in a directory the instance can write: open it without following links.
+    let file = open_nofollow(&path).map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            ToolError::new(
+                ErrorCode::NotFound,
+                format!("instance {id} has no {source} log"),
+            )
+            .with_detail(json!({ "field": "source", "source": source }))
+        } else {
+            ToolError::io(&source, &e)
+        }
+    })?;
+    let size = file.metadata().map(|m| m.len()).unwrap_or(0);
+    let offset = if p.tail.unwrap_or(false) {
+        size.saturating_sub(max)
+    } else {
+        p.offset.unwrap_or(0).min(size)
+    };
+    let n = max.min(size - offset) as usize;
+    let mut buf = vec![0u8; n];
+    use std::os::unix::fs::FileExt;
+    let got = file
+        .read_at(&mut buf, offset)
+        .map_err(|e| ToolError::io(&source, &e))?;
+    buf.truncate(got);
+    let exit = exit_file
+        .and_then(|f| std::fs::read(f).ok())
+        .and_then(|b| serde_json::from_slice::<crate::proto::ExitStatus>(&b).ok());
+    let running = source.starts_with("job:").then_some(exit.is_none());
+    let next = offset + got as u64;
+    let text = String::from_utf8_lossy(&buf).into_owned();
+    let eof = next >= size && running != Some(true);
+    Ok(Reply::new(
+        LogsResult {
+            instance: id,
+            source,
+            text: text.clone(),
+            offset,
+            next_offset: next,
+            size,
+            eof,
+            truncated: next < size,
+            running,
+            exit,
+        },
+        if text.is_empty() {
+            "(no output)".to_string()
+        } else {
+            text
+        },
+    ))
+}
+
+fn open_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let f = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc_nofollow() | libc_nonblock())
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            "not a regular file",
+        ));
+    }
+    Ok(f)
+}
+
+fn libc_nofollow() -> i32 {
+    kitbag_shared::rustix::fs::OFlags::NOFOLLOW.bits() as i32
+}
+fn libc_nonblock() -> i32 {
+    kitbag_shared::rustix::fs::OFlags::NONBLOCK.bits() as i32
+}

@@ -1,0 +1,297 @@
+//! `self_info` and `self_restart`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::VmState;
+use crate::instance::State;
+
+pub const INFO_DEF: ToolDef = ToolDef::read(
+    "self_info",
+    "Describe this server",
+    "Report this server (version, pid, uptime, root, state directory), the kitbag host above it \
+     if any, the machine (kernel, cores, memory, cgroups), each backend's availability with the \
+     reason, and how many instances run. Does not count as activity.",
+);
+
+pub const RESTART_DEF: ToolDef = ToolDef::write(
+    "self_restart",
+    "Restart host or instance",
+    "Under the kitbag host (scope `host`, or `auto`): answer, then have the host reload its \
+     config — edit agent.json first; new servers appear, the conversation stays. A config that \
+     does not parse changes nothing and the call says so (config_invalid). `dry_run` only \
+     reports what would happen. Outside a host this is unsupported: restart the MCP client.",
+)
+.destructive();
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InfoParams {}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct ServerInfo {
+    pub version: String,
+    pub pid: u32,
+    pub uptime_seconds: u64,
+    /// `host`: this server runs on the host (not inside an instance).
+    pub mode: String,
+    pub root: String,
+    pub state_dir: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HostInfo {
+    pub pid: i32,
+    /// The config file the host read (absent: its embedded default).
+    pub config: Option<String>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct MachineInfo {
+    pub hostname: String,
+    pub kernel: String,
+    pub cpus: u64,
+    pub memory_total_mb: u64,
+    /// Which cgroup hierarchies are mounted.
+    pub cgroups: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct BackendInfo {
+    pub name: String,
+    pub available: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct Children {
+    pub running: u64,
+    pub paused: u64,
+    pub max: u64,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct InfoResult {
+    pub server: ServerInfo,
+    /// The kitbag host running this server, when there is one.
+    pub host: Option<HostInfo>,
+    pub machine: MachineInfo,
+    pub backends: Vec<BackendInfo>,
+    pub children: Children,
+}
+
+/// The kitbag host, when it is this process's parent (`KITBAG_HOST_PID` = parent pid).
+pub fn host() -> Option<HostInfo> {
+    let pid: i32 = std::env::var("KITBAG_HOST_PID").ok()?.parse().ok()?;
+    (pid == nix::unistd::getppid().as_raw()).then(|| HostInfo {
+        pid,
+        config: std::env::var("KITBAG_HOST_CONFIG")
+            .ok()
+            .filter(|c| !c.is_empty()),
+    })
+}
+
+fn read_trim(path: &str) -> String {
+    std::fs::read_to_string(path)
+        .map(|s| s.trim().to_string())
+        .unwrap_or_default()
+}
+
+pub fn info(state: &Arc<VmState>, _p: InfoParams) -> ToolResult<Reply<InfoResult>> {
+    let (ok, detail) = state.probe().clone();
+    let not_built = |name: &str| BackendInfo {
+        name: name.into(),
+        available: false,
+        detail: "not built into this version of kitbag-vm".into(),
+    };
+    let (running, paused) = {
+        let map = state.lock();
+        (
+            map.values().filter(|i| i.state == State::Running).count() as u64,
+            map.values().filter(|i| i.state == State::Paused).count() as u64,
+        )
+    };
+    let mounts = kitbag_shared::contain::cgroup_mounts();
+    let v1: Vec<String> = mounts
+        .iter()
+        .filter(|m| !m.v2)
+        .flat_map(|m| {
+            m.controllers
+                .iter()
+                .filter(|c| ["memory", "pids", "cpu", "freezer"].contains(&c.as_str()))
+                .cloned()
+        })
+        .collect();
+    let cgroups = match (mounts.iter().any(|m| m.v2), v1.is_empty()) {
+        (true, true) => "v2".to_string(),
+        (true, false) => format!("hybrid (v1: {})", v1.join(",")),
+        (false, false) => format!("v1 ({})", v1.join(",")),
+        (false, true) => "none mounted".to_string(),
+    };
+    let mem_kb: u64 = std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        })
+        .unwrap_or(0);
+    let result = InfoResult {
+        server: ServerInfo {
+            version: env!("CARGO_PKG_VERSION").into(),
+            pid: std::process::id(),
+            uptime_seconds: state.started.elapsed().as_secs(),
+            mode: "host".into(),
+            root: state.root.display().to_string(),
+            state_dir: crate::tools::exec::display(state, &state.state_dir),
+        },
+        host: host(),
+        machine: MachineInfo {
+            hostname: read_trim("/proc/sys/kernel/hostname"),
+            kernel: read_trim("/proc/sys/kernel/osrelease"),
+            cpus: std::thread::available_parallelism()
+                .map(|n| n.get() as u64)
+                .unwrap_or(1),
+            memory_total_mb: mem_kb / 1024,
+            cgroups,
+        },
+        backends: vec![
+            BackendInfo {
+                name: "bwrap".into(),
+                available: ok,
+                detail,
+            },
+            not_built("qemu"),
+            not_built("docker"),
+            not_built("kube"),
+        ],
+        children: Children {
+            running,
+            paused,
+            max: state.opts.max_instances as u64,
+        },
+    };
+    let text = format!(
+        "kitbag-vm {} pid {} ({}); bwrap {}; {} running, {} paused of {}",
+        result.server.version,
+        result.server.pid,
+        match &result.host {
+            Some(h) => format!("under the kitbag host, pid {}", h.pid),
+            None => "no kitbag host".into(),
+        },
+        if ok { "available" } else { "unavailable" },
+        running,
+        paused,
+        state.opts.max_instances
+    );
+    Ok(Reply::new(result, text))
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, Default, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    #[default]
+    Auto,
+    Host,
+    Instance,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RestartParams {
+    /// `auto` (default), `host` or `instance`.
+    #[serde(default)]
+    pub scope: Option<Scope>,
+    /// Why (logged).
+    #[serde(default)]
+    pub reason: Option<String>,
+    /// Only report what would happen (default false).
+    #[serde(default)]
+    pub dry_run: Option<bool>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct RestartResult {
+    pub scope: String,
+    /// `host_reload`.
+    pub action: String,
+    pub target_pid: i32,
+    /// The action happens this long after the answer.
+    pub scheduled_in_ms: u64,
+    pub dry_run: bool,
+    pub note: String,
+}
+
+const RELOAD_DELAY: Duration = Duration::from_millis(250);
+
+pub async fn restart(state: Arc<VmState>, p: RestartParams) -> ToolResult<Reply<RestartResult>> {
+    let _ = &state;
+    let scope = p.scope.unwrap_or_default();
+    let unsupported = |why: &str| {
+        ToolError::new(ErrorCode::Unsupported, why.to_string())
+            .with_detail(json!({ "field": "scope" }))
+    };
+    if scope == Scope::Instance {
+        return Err(unsupported(
+            "scope: \"instance\" restarts the main command of the instance this server runs in, but this server runs on the host, not inside a kitbag instance",
+        ));
+    }
+    let Some(host) = host() else {
+        return Err(unsupported(
+            "not running under the kitbag host or inside a kitbag instance: restart the MCP client (or call host_reload if your host has it)",
+        ));
+    };
+    if let Some(config) = &host.config {
+        let text = std::fs::read_to_string(config).map_err(|e| {
+            ToolError::new(
+                ErrorCode::ConfigInvalid,
+                format!("the host's config {config} cannot be read: {e}; nothing was restarted"),
+            )
+        })?;
+        if let Err(e) = serde_json::from_str::<serde_json::Value>(&text) {
+            return Err(ToolError::new(
+                ErrorCode::ConfigInvalid,
+                format!("the host's config {config} is not valid JSON ({e}); fix it first — nothing was restarted"),
+            )
+            .with_detail(json!({ "config": config })));
+        }
+    }
+    let dry_run = p.dry_run.unwrap_or(false);
+    if !dry_run {
+        let pid = host.pid;
+        tracing::info!(
+            reason = p.reason.as_deref().unwrap_or(""),
+            "self_restart: asking the host (pid {pid}) to reload"
+        );
+        // After the answer is on its way: the host waits for in-flight calls before it
+        // stops a child, and this delay covers hosts that do not.
+        tokio::spawn(async move {
+            tokio::time::sleep(RELOAD_DELAY).await;
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGHUP,
+            );
+        });
+    }
+    Ok(Reply::new(
+        RestartResult {
+            scope: "host".into(),
+            action: "host_reload".into(),
+            target_pid: host.pid,
+            scheduled_in_ms: RELOAD_DELAY.as_millis() as u64,
+            dry_run,
+            note: "the host re-reads its config: new and changed servers start, removed ones stop, unchanged ones (this one included, with its instances) keep running; tools/list_changed follows".into(),
+        },
+        format!(
+            "{} the host (pid {}) to reload its config in {} ms",
+            if dry_run { "would ask" } else { "asked" },
+            host.pid,
+            RELOAD_DELAY.as_millis()
+        ),
+    ))
+}

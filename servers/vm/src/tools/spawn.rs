@@ -1,0 +1,593 @@
+//! `instance_spawn`: start an instance.
+
+use std::collections::BTreeMap;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
+
+use kitbag_shared::rustix::fs::OFlags;
+use kitbag_shared::{Access, CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::json;
+
+use crate::VmState;
+use crate::bwrap::{Sandbox, SandboxSpec};
+use crate::cgroup::Limits;
+use crate::instance::{Instance, InstanceInfo, Network, OnIdle, State};
+use crate::lifecycle;
+use crate::tools::validate;
+
+pub const DEF: ToolDef = ToolDef::write(
+    "instance_spawn",
+    "Spawn instance",
+    "Start an isolated child instance (a bubblewrap sandbox): the host's files read-only, a \
+     writable /work (shared with the host at `work_dir`), its own process tree and hostname, no \
+     network unless `network: \"outbound\"` (host loopback stays unreachable), memory/CPU/process \
+     limits. Without `command` it is an idle environment for instance_exec; with one it ends when \
+     the command ends. `ports` are exposed on 127.0.0.1 as by expose_port. It pauses after \
+     `idle_timeout_seconds` without activity (instance_spawn/exec/copy, port and keepalive calls, \
+     relayed connections; not its own processes, not instance_list/logs) unless a foreground \
+     exec, an open relayed connection or a keepalive lease holds it; `ttl_seconds` is a hard \
+     cap nothing extends. Instances end with this server. Example: {\"name\":\"web\",\"command\":\
+     [\"python3\",\"-m\",\"http.server\",\"8080\"],\"ports\":[8080],\"ready\":{\"port\":8080}}",
+);
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Backend {
+    Bwrap,
+    Qemu,
+    Docker,
+    Kube,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum MountMode {
+    Ro,
+    Rw,
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct MountParam {
+    /// Host path, root-relative (or absolute inside the root).
+    pub host: String,
+    /// Absolute path inside the instance.
+    pub guest: String,
+    /// `ro` (default) or `rw` (needs a writable mount of the server).
+    #[serde(default)]
+    pub mode: Option<MountMode>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ResourcesParam {
+    /// Memory limit in MiB (16 – the host's memory). Default --default-memory-mb (1024).
+    #[serde(default)]
+    pub memory_mb: Option<u64>,
+    /// CPU limit in cores (0.1 – the host's cores). Default: all cores.
+    #[serde(default)]
+    pub cpus: Option<f64>,
+    /// Process limit (16–65536). Default --default-pids (512).
+    #[serde(default)]
+    pub pids: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadyParam {
+    /// Wait until something accepts on this guest port (127.0.0.1 inside).
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// Or until the main command's output matches this regular expression.
+    #[serde(default)]
+    pub log: Option<String>,
+    /// How long to wait (1–600, default 30). Past it the instance is stopped and removed.
+    #[serde(default)]
+    pub timeout_seconds: Option<u64>,
+}
+
+#[derive(Debug, Default, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct SpawnParams {
+    /// Unique name (lowercase letters, digits, '-'); usable wherever an instance id is.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// Engine: `bwrap` (default; bubblewrap namespaces + cgroups).
+    #[serde(default)]
+    pub backend: Option<Backend>,
+    /// Main command as an argv array (["sh","-c","…"] for shell syntax); absent: an idle
+    /// environment driven by instance_exec.
+    #[serde(default)]
+    pub command: Option<Vec<String>>,
+    /// Working directory of the main command (absolute; default /work).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// Environment variables (names [A-Za-z_][A-Za-z0-9_]*; KITBAG_* reserved).
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// Root file system: `host` (default: the host's, read-only).
+    #[serde(default)]
+    pub image: Option<String>,
+    /// Host directories or files bound into the instance.
+    #[serde(default)]
+    pub mounts: Option<Vec<MountParam>>,
+    /// Guest ports to expose on 127.0.0.1 once running (see expose_port).
+    #[serde(default)]
+    pub ports: Option<Vec<u16>>,
+    /// `none` (default: loopback only) or `outbound`.
+    #[serde(default)]
+    pub network: Option<Network>,
+    #[serde(default)]
+    pub resources: Option<ResourcesParam>,
+    /// Hard lifetime in seconds (0 = none; at most --max-ttl). Leases do not extend it.
+    #[serde(default)]
+    pub ttl_seconds: Option<u64>,
+    /// Seconds without activity before `on_idle` (0 = never; default --default-idle-timeout, 900).
+    #[serde(default)]
+    pub idle_timeout_seconds: Option<u64>,
+    /// `pause` (default: freeze, resumed on next use) or `stop`.
+    #[serde(default)]
+    pub on_idle: Option<OnIdle>,
+    /// Wait until the instance is ready before answering.
+    #[serde(default)]
+    pub ready: Option<ReadyParam>,
+    /// Up to 16 labels, for instance_list filters.
+    #[serde(default)]
+    pub labels: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct SpawnResult {
+    #[serde(flatten)]
+    pub instance: InstanceInfo,
+    pub elapsed_ms: u64,
+}
+
+struct Checked {
+    name: Option<String>,
+    command: Option<Vec<String>>,
+    cwd: String,
+    env: Vec<(String, String)>,
+    mounts: Vec<(OwnedFd, String, bool)>,
+    ports: Vec<u16>,
+    network: Network,
+    limits: Limits,
+    ttl: u64,
+    idle: u64,
+    on_idle: OnIdle,
+    ready: Option<(Option<u16>, Option<regex::Regex>, Duration)>,
+    labels: BTreeMap<String, String>,
+}
+
+fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> {
+    validate::writable(state)?;
+    match p.backend.unwrap_or(Backend::Bwrap) {
+        Backend::Bwrap => {}
+        other => {
+            return Err(ToolError::new(
+                ErrorCode::BackendUnavailable,
+                format!(
+                    "backend: {} is not available in this build of kitbag-vm; use \"bwrap\" (self_info lists the backends)",
+                    format!("{other:?}").to_lowercase()
+                ),
+            )
+            .with_detail(json!({ "field": "backend", "available": ["bwrap"] })));
+        }
+    }
+    let (ok, detail) = state.probe().clone();
+    if !ok {
+        return Err(
+            ToolError::new(ErrorCode::BackendUnavailable, format!("bwrap: {detail}"))
+                .with_detail(json!({ "backend": "bwrap" })),
+        );
+    }
+    if let Some(n) = &p.name {
+        validate::name("name", n)?;
+    }
+    if let Some(c) = &p.command {
+        validate::argv("command", c)?;
+    }
+    let cwd = p.cwd.unwrap_or_else(|| "/work".into());
+    validate::guest_path("cwd", &cwd)?;
+    let env = validate::env("env", &p.env.unwrap_or_default())?;
+    match p.image.as_deref() {
+        None | Some("host") => {}
+        Some(other) => {
+            return Err(ToolError::invalid_field(
+                "image",
+                format!(
+                    "{other:?} is not available; images: \"host\" (the host's root, read-only)"
+                ),
+            ));
+        }
+    }
+    let mut mounts = Vec::new();
+    for (i, m) in p.mounts.unwrap_or_default().into_iter().enumerate() {
+        let field = format!("mounts[{i}].host");
+        let rw = m.mode == Some(MountMode::Rw);
+        validate::guest_path(&format!("mounts[{i}].guest"), &m.guest)?;
+        if ["/", "/work", "/run", "/proc", "/dev"].contains(&m.guest.trim_end_matches('/'))
+            || m.guest.starts_with("/run/kitbag")
+        {
+            return Err(ToolError::invalid_field(
+                &format!("mounts[{i}].guest"),
+                format!(
+                    "{} is managed by kitbag-vm; mount elsewhere (e.g. /mnt/data)",
+                    m.guest
+                ),
+            ));
+        }
+        let access = if rw { Access::Write } else { Access::Read };
+        let resolved = ctx.policy().resolve(&m.host, &field, access)?;
+        // Bound through a descriptor: a link swapped in after the check changes nothing.
+        let fd = ctx
+            .policy()
+            .open_real(&resolved.abs, OFlags::PATH | OFlags::CLOEXEC)
+            .map_err(|e| ToolError::io(&m.host, &e).with_detail(json!({ "field": field })))?;
+        mounts.push((fd, m.guest, rw));
+    }
+    let ports = p.ports.unwrap_or_default();
+    for (i, port) in ports.iter().enumerate() {
+        validate::range(&format!("ports[{i}]"), *port, 1, 65535)?;
+    }
+    let network = p.network.unwrap_or_default();
+    if network == Network::Outbound && !state.opts.allow_network {
+        return Err(ToolError::new(
+            ErrorCode::CapabilityDenied,
+            "network: \"outbound\" is refused: this server was started with --no-network",
+        ));
+    }
+    let r = p.resources.unwrap_or_default();
+    let host_mb = host_memory_mb();
+    let ncpu = std::thread::available_parallelism()
+        .map(|n| n.get() as f64)
+        .unwrap_or(1.0);
+    let limits = Limits {
+        memory_mb: validate::range(
+            "resources.memory_mb",
+            r.memory_mb
+                .unwrap_or(state.opts.default_memory_mb.min(host_mb)),
+            16,
+            host_mb,
+        )?,
+        cpus: validate::range("resources.cpus", r.cpus.unwrap_or(ncpu), 0.1, ncpu)?,
+        pids: validate::range(
+            "resources.pids",
+            r.pids.unwrap_or(state.opts.default_pids),
+            16,
+            65536,
+        )?,
+    };
+    let ttl = validate::range(
+        "ttl_seconds",
+        p.ttl_seconds.unwrap_or(state.opts.default_ttl),
+        0,
+        state.opts.max_ttl,
+    )?;
+    let idle = validate::range(
+        "idle_timeout_seconds",
+        p.idle_timeout_seconds
+            .unwrap_or(state.opts.default_idle_timeout),
+        0,
+        30 * 86_400,
+    )?;
+    let ready = match p.ready {
+        None => None,
+        Some(r) => {
+            let timeout = validate::range(
+                "ready.timeout_seconds",
+                r.timeout_seconds.unwrap_or(30),
+                1,
+                600,
+            )?;
+            let re = match r.log {
+                Some(l) => Some(regex::Regex::new(&l).map_err(|e| {
+                    ToolError::invalid_field(
+                        "ready.log",
+                        format!("not a valid regular expression: {e}"),
+                    )
+                })?),
+                None => None,
+            };
+            if r.port.is_none() && re.is_none() {
+                return Err(ToolError::invalid_field("ready", "give port, log or both"));
+            }
+            if re.is_some() && p.command.is_none() {
+                return Err(ToolError::invalid_field(
+                    "ready.log",
+                    "needs a main command whose output to watch",
+                ));
+            }
+            Some((r.port, re, Duration::from_secs(timeout)))
+        }
+    };
+    let labels = p.labels.unwrap_or_default();
+    validate::labels("labels", &labels)?;
+    Ok(Checked {
+        name: p.name,
+        command: p.command,
+        cwd,
+        env,
+        mounts,
+        ports,
+        network,
+        limits,
+        ttl,
+        idle,
+        on_idle: p.on_idle.unwrap_or_default(),
+        ready,
+        labels,
+    })
+}
+
+fn host_memory_mb() -> u64 {
+    std::fs::read_to_string("/proc/meminfo")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("MemTotal:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        })
+        .map(|kb| kb / 1024)
+        .unwrap_or(1024)
+}
+
+fn new_id() -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        SystemTime::now()
+            .duration_since(SystemTime::UNIX_EPOCH)
+            .map(|d| d.as_nanos())
+            .unwrap_or(0),
+    );
+    format!("i-{:08x}", h.finish() as u32)
+}
+
+/// Tears down a spawn that did not finish (an error, a timeout, or the client cancelling:
+/// the tool's future is dropped and this runs).
+struct Pending {
+    state: Arc<VmState>,
+    id: String,
+    sandbox: Option<Arc<Sandbox>>,
+    done: bool,
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if self.done {
+            return;
+        }
+        if let Some(s) = self.sandbox.take() {
+            s.kill();
+            s.cleanup();
+        }
+        let dir = self.state.lock().remove(&self.id).map(|i| i.dir);
+        if let Some(dir) = dir {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
+}
+
+pub async fn run(
+    state: Arc<VmState>,
+    p: SpawnParams,
+    ctx: CallCtx,
+) -> ToolResult<Reply<SpawnResult>> {
+    let started = Instant::now();
+    let c = check(&state, p, &ctx)?;
+    let id = {
+        let mut map = state.lock();
+        if let Some(n) = &c.name
+            && let Some(other) = map.values().find(|i| i.name.as_deref() == Some(n))
+        {
+            return Err(ToolError::new(
+                ErrorCode::InstanceExists,
+                format!("name: an instance named {n:?} exists ({}, {}); stop it with remove: true or pick another name", other.id, other.state.as_str()),
+            )
+            .with_detail(json!({ "field": "name", "instance": other.id })));
+        }
+        let live = map.values().filter(|i| i.state.is_live()).count();
+        if live >= state.opts.max_instances {
+            return Err(ToolError::new(
+                ErrorCode::InstanceLimit,
+                format!("{live} instances are alive, the most this server allows (--max-instances {}); stop one first", state.opts.max_instances),
+            )
+            .with_detail(json!({ "max": state.opts.max_instances })));
+        }
+        let mut id = new_id();
+        while map.contains_key(&id) {
+            id = new_id();
+        }
+        let now = SystemTime::now();
+        map.insert(
+            id.clone(),
+            Instance {
+                id: id.clone(),
+                name: c.name.clone(),
+                state: State::Starting,
+                created_at: now,
+                started_at: None,
+                ended_at: None,
+                exit: None,
+                error: None,
+                stop_reason: None,
+                command: c.command.clone(),
+                cwd: c.cwd.clone(),
+                network: c.network,
+                labels: c.labels.clone(),
+                limits: c.limits,
+                dir: state.state_dir.join("instances").join(&id),
+                idle_timeout: c.idle,
+                on_idle: c.on_idle,
+                last_activity: Instant::now(),
+                last_activity_at: now,
+                idle_warned: false,
+                ttl_seconds: c.ttl,
+                ttl_deadline: None,
+                ttl_warned: false,
+                sandbox: None,
+                ports: BTreeMap::new(),
+                leases: BTreeMap::new(),
+                busy: 0,
+                job_seq: 0,
+            },
+        );
+        id
+    };
+    let mut pending = Pending {
+        state: state.clone(),
+        id: id.clone(),
+        sandbox: None,
+        done: false,
+    };
+    let me = std::process::id();
+    let spec = SandboxSpec {
+        id: id.clone(),
+        hostname: c.name.clone().unwrap_or_else(|| id.clone()),
+        dir: state.state_dir.join("instances").join(&id),
+        state_dir: state.state_dir.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env: c.env.clone(),
+        outbound: c.network == Network::Outbound,
+        limits: c.limits,
+        mounts: c
+            .mounts
+            .iter()
+            .map(|(fd, guest, rw)| {
+                (
+                    format!("/proc/{me}/fd/{}", fd.as_raw_fd()).into(),
+                    guest.clone(),
+                    *rw,
+                )
+            })
+            .collect(),
+        exe: state.exe.clone(),
+    };
+    let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
+        .await
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::SpawnFailed,
+                format!("the sandbox did not start: {e}"),
+            )
+            .with_detail(json!({ "backend": "bwrap" }))
+        })?;
+    drop(c.mounts);
+    pending.sandbox = Some(sandbox.clone());
+    let (enforced, note) = sandbox.limits_enforced();
+    if state.opts.require_limits && !enforced {
+        return Err(ToolError::new(
+            ErrorCode::SpawnFailed,
+            format!(
+                "limits cannot be enforced here and --require-limits is set: {}",
+                note.unwrap_or_default()
+            ),
+        ));
+    }
+    {
+        let mut map = state.lock();
+        let Some(inst) = map.get_mut(&id) else {
+            return Err(ToolError::new(
+                ErrorCode::Cancelled,
+                "the instance was removed while starting",
+            ));
+        };
+        inst.sandbox = Some(sandbox.clone());
+        inst.state = State::Running;
+        inst.started_at = Some(SystemTime::now());
+        if c.ttl > 0 {
+            let d = Duration::from_secs(c.ttl);
+            inst.ttl_deadline = Some((Instant::now() + d, SystemTime::now() + d));
+        }
+        inst.touch();
+    }
+    lifecycle::watch_exit(state.clone(), id.clone());
+    for port in &c.ports {
+        crate::tools::ports::expose(&state, &id, *port, 0, "127.0.0.1").await?;
+    }
+    if let Some((port, re, timeout)) = &c.ready {
+        wait_ready(&sandbox, *port, re.as_ref(), *timeout, &ctx).await?;
+    }
+    pending.done = true;
+    let map = state.lock();
+    let Some(inst) = map.get(&id) else {
+        return Err(ToolError::internal("the instance vanished"));
+    };
+    let info = inst.info(&state.root);
+    let mut text = inst.line();
+    text.push_str(&format!("; /work = {}", info.work_dir));
+    if inst.idle_timeout > 0 {
+        text.push_str(&format!(
+            "; {} after {} s idle",
+            match inst.on_idle {
+                OnIdle::Pause => "pauses",
+                OnIdle::Stop => "stops",
+            },
+            inst.idle_timeout
+        ));
+    }
+    Ok(Reply::new(
+        SpawnResult {
+            instance: info,
+            elapsed_ms: started.elapsed().as_millis() as u64,
+        },
+        text,
+    ))
+}
+
+async fn wait_ready(
+    sandbox: &Sandbox,
+    port: Option<u16>,
+    re: Option<&regex::Regex>,
+    timeout: Duration,
+    ctx: &CallCtx,
+) -> ToolResult<()> {
+    let deadline = Instant::now() + timeout;
+    let log = crate::bwrap::logs_dir(&sandbox.dir).join("main.log");
+    loop {
+        let port_ok = match port {
+            Some(p) => crate::ports::guest_listening(sandbox, p).await,
+            None => true,
+        };
+        let log_ok = match re {
+            Some(re) => re.is_match(&String::from_utf8_lossy(
+                &std::fs::read(&log).unwrap_or_default(),
+            )),
+            None => true,
+        };
+        if port_ok && log_ok {
+            return Ok(());
+        }
+        if let Some(exit) = sandbox.exit_status() {
+            return Err(ToolError::new(
+                ErrorCode::SpawnFailed,
+                format!(
+                    "the main command ended (exit code {}) before the instance was ready: {}",
+                    exit.code,
+                    crate::bwrap::tail(&log, 2048)
+                ),
+            ));
+        }
+        ctx.check_cancelled()?;
+        if Instant::now() > deadline {
+            return Err(ToolError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "the instance was not ready within {} s ({}); it was stopped and removed. Output: {}",
+                    timeout.as_secs(),
+                    match (port, re) {
+                        (Some(p), _) => format!("nothing accepted on guest port {p}"),
+                        _ => "the log did not match".to_string(),
+                    },
+                    crate::bwrap::tail(&log, 2048)
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
