@@ -61,9 +61,6 @@ async fn run(ctl: PathBuf) -> anyhow::Result<()> {
         main_pgid: Mutex::new(None),
         generation: std::sync::atomic::AtomicU64::new(0),
     });
-    if let Some(spec) = read_main_spec(&ctl)? {
-        start_main(&agent, spec).await;
-    }
     loop {
         let (stream, _) = listener.accept().await?;
         let agent = agent.clone();
@@ -182,6 +179,20 @@ async fn serve(agent: Arc<Agent>, stream: UnixStream) -> anyhow::Result<()> {
             proto::write_line(&mut write, &Answer::ok()).await?;
             let _ = write.shutdown().await;
             std::process::exit(0);
+        }
+        Request::StartMain => {
+            let answer = match read_main_spec(&agent.ctl) {
+                Ok(Some(spec)) if agent.main_pgid.lock().await.is_none() => {
+                    start_main(&agent, spec).await;
+                    let mut a = Answer::ok();
+                    a.pid = *agent.main_pgid.lock().await;
+                    a
+                }
+                Ok(Some(_)) => Answer::fail("exists", "the main command already runs"),
+                Ok(None) => Answer::fail("no_main", "this instance has no main command"),
+                Err(e) => Answer::fail("io", e.to_string()),
+            };
+            proto::write_line(&mut write, &answer).await?;
         }
         Request::RestartMain { grace_ms } => {
             let answer = restart_main(&agent, Duration::from_millis(grace_ms)).await;

@@ -41,8 +41,9 @@ pub struct SandboxSpec {
     pub env: Vec<(String, String)>,
     pub outbound: bool,
     pub limits: Limits,
-    /// Host paths (already resolved) bound into the instance: (host, guest, writable).
-    pub mounts: Vec<(PathBuf, String, bool)>,
+    /// Host paths (already resolved) bound into the instance: (host, guest, writable), and
+    /// the (device, inode) the resolution found, checked inside before anything runs.
+    pub mounts: Vec<(PathBuf, String, bool, (u64, u64))>,
     pub exe: PathBuf,
 }
 
@@ -152,7 +153,7 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
     let exe = spec.exe.to_string_lossy().into_owned();
     push(&["--bind", &work, "/work", "--bind", &ctl, CTL_DIR]);
     push(&["--ro-bind", &exe, AGENT_EXE]);
-    for (host, guest, rw) in &spec.mounts {
+    for (host, guest, rw, _) in &spec.mounts {
         let h = host.to_string_lossy().into_owned();
         push(&[if *rw { "--bind" } else { "--ro-bind" }, &h, guest]);
     }
@@ -341,7 +342,7 @@ impl Sandbox {
             if let Ok(a) = sandbox.request(&Request::Ping).await
                 && a.ok
             {
-                return Ok(sandbox);
+                break;
             }
             if sandbox.exit_status().is_some() || Instant::now() > deadline {
                 let why = if sandbox.exit_status().is_some() {
@@ -355,6 +356,34 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        // bwrap binds mounts by path: a link swapped in after the server resolved a path
+        // would bind something else. Compare what is mounted with what was resolved.
+        for (host, guest, _, want) in &spec.mounts {
+            let inside = format!("/proc/{child_pid}/root{guest}");
+            let got = std::fs::metadata(&inside).map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            });
+            if got.as_ref().ok() != Some(want) {
+                sandbox.kill();
+                sandbox.cleanup();
+                return Err(format!(
+                    "{} changed while the instance started (is it being replaced?); nothing ran",
+                    host.display()
+                ));
+            }
+        }
+        if spec.command.is_some() {
+            match sandbox.request(&Request::StartMain).await {
+                Ok(a) if a.ok => {}
+                other => {
+                    sandbox.kill();
+                    sandbox.cleanup();
+                    return Err(format!("the main command did not start: {other:?}"));
+                }
+            }
+        }
+        Ok(sandbox)
     }
 
     fn write_record(&self) {

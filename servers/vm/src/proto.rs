@@ -48,6 +48,9 @@ pub enum Request {
     Shutdown {
         grace_ms: u64,
     },
+    /// Start the main command. The server sends it once the sandbox is checked (mounts are
+    /// what was resolved), so nothing the instance runs sees a sandbox that will be refused.
+    StartMain,
     /// Stop the main command (SIGTERM, grace, SIGKILL) and start it again with the same spec.
     RestartMain {
         grace_ms: u64,

@@ -173,19 +173,24 @@ async fn copy_in(
     let answer = async {
         let stream = sandbox.agent().await?;
         let (read, mut write) = stream.into_split();
-        proto::write_line(
-            &mut write,
-            &Request::CopyIn {
-                path: p.guest_path.clone(),
-                size: bytes.len() as u64,
-                overwrite,
-            },
-        )
-        .await?;
-        write.write_all(&bytes).await?;
-        write.flush().await?;
+        let req = Request::CopyIn {
+            path: p.guest_path.clone(),
+            size: bytes.len() as u64,
+            overwrite,
+        };
+        // The agent may refuse (target exists) before reading the content: its answer
+        // matters more than the broken pipe that follows.
+        let sent = async {
+            proto::write_line(&mut write, &req).await?;
+            write.write_all(&bytes).await?;
+            write.flush().await
+        }
+        .await;
         let mut read = tokio::io::BufReader::new(read);
-        proto::read_line::<_, Answer>(&mut read).await
+        match proto::read_line::<_, Answer>(&mut read).await {
+            Ok(a) => Ok(a),
+            Err(e) => Err(sent.err().unwrap_or(e)),
+        }
     }
     .await
     .map_err(|e| ToolError::internal(format!("instance {id}: the copy failed: {e}")))?;

@@ -1,7 +1,6 @@
 //! `instance_spawn`: start an instance.
 
 use std::collections::BTreeMap;
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -151,7 +150,7 @@ struct Checked {
     command: Option<Vec<String>>,
     cwd: String,
     env: Vec<(String, String)>,
-    mounts: Vec<(OwnedFd, String, bool)>,
+    mounts: Vec<(std::path::PathBuf, String, bool, (u64, u64))>,
     ports: Vec<u16>,
     network: Network,
     limits: Limits,
@@ -176,13 +175,6 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
             )
             .with_detail(json!({ "field": "backend", "available": ["bwrap"] })));
         }
-    }
-    let (ok, detail) = state.probe().clone();
-    if !ok {
-        return Err(
-            ToolError::new(ErrorCode::BackendUnavailable, format!("bwrap: {detail}"))
-                .with_detail(json!({ "backend": "bwrap" })),
-        );
     }
     if let Some(n) = &p.name {
         validate::name("name", n)?;
@@ -220,6 +212,15 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
                 ),
             ));
         }
+        if !mount_point_possible(&m.guest) {
+            return Err(ToolError::invalid_field(
+                &format!("mounts[{i}].guest"),
+                format!(
+                    "{} cannot be made inside the read-only host root: use a path that exists on the host, a new top-level directory (e.g. /data/x), or a path under /tmp or /work",
+                    m.guest
+                ),
+            ));
+        }
         let access = if rw { Access::Write } else { Access::Read };
         let resolved = ctx.policy().resolve(&m.host, &field, access)?;
         // Bound through a descriptor: a link swapped in after the check changes nothing.
@@ -227,7 +228,10 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
             .policy()
             .open_real(&resolved.abs, OFlags::PATH | OFlags::CLOEXEC)
             .map_err(|e| ToolError::io(&m.host, &e).with_detail(json!({ "field": field })))?;
-        mounts.push((fd, m.guest, rw));
+        let st = kitbag_shared::rustix::fs::fstat(&fd).map_err(|e| {
+            ToolError::io(&m.host, &e.into()).with_detail(json!({ "field": field }))
+        })?;
+        mounts.push((resolved.abs, m.guest, rw, (st.st_dev, st.st_ino)));
     }
     let ports = p.ports.unwrap_or_default();
     for (i, port) in ports.iter().enumerate() {
@@ -306,6 +310,13 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
     };
     let labels = p.labels.unwrap_or_default();
     validate::labels("labels", &labels)?;
+    let (ok, detail) = state.probe().clone();
+    if !ok {
+        return Err(
+            ToolError::new(ErrorCode::BackendUnavailable, format!("bwrap: {detail}"))
+                .with_detail(json!({ "backend": "bwrap" })),
+        );
+    }
     Ok(Checked {
         name: p.name,
         command: p.command,
@@ -321,6 +332,21 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
         ready,
         labels,
     })
+}
+
+/// bwrap needs a mount point to exist or be creatable: the sandbox's own root, /tmp, /run,
+/// /var/tmp and /work are writable while it is set up; the host's directories are not.
+fn mount_point_possible(guest: &str) -> bool {
+    let path = std::path::Path::new(guest);
+    let top_level_new = path
+        .components()
+        .nth(1)
+        .is_some_and(|c| !std::path::Path::new("/").join(c).exists());
+    top_level_new
+        || ["/tmp/", "/var/tmp/", "/work/", "/run/"]
+            .iter()
+            .any(|p| guest.starts_with(p))
+        || path.exists()
 }
 
 fn host_memory_mb() -> u64 {
@@ -444,7 +470,6 @@ pub async fn run(
         sandbox: None,
         done: false,
     };
-    let me = std::process::id();
     let spec = SandboxSpec {
         id: id.clone(),
         hostname: c.name.clone().unwrap_or_else(|| id.clone()),
@@ -455,17 +480,7 @@ pub async fn run(
         env: c.env.clone(),
         outbound: c.network == Network::Outbound,
         limits: c.limits,
-        mounts: c
-            .mounts
-            .iter()
-            .map(|(fd, guest, rw)| {
-                (
-                    format!("/proc/{me}/fd/{}", fd.as_raw_fd()).into(),
-                    guest.clone(),
-                    *rw,
-                )
-            })
-            .collect(),
+        mounts: c.mounts.clone(),
         exe: state.exe.clone(),
     };
     let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
@@ -477,7 +492,6 @@ pub async fn run(
             )
             .with_detail(json!({ "backend": "bwrap" }))
         })?;
-    drop(c.mounts);
     pending.sandbox = Some(sandbox.clone());
     let (enforced, note) = sandbox.limits_enforced();
     if state.opts.require_limits && !enforced {

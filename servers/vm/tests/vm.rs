@@ -1,0 +1,741 @@
+//! kitbag-vm end to end: the real binary over stdio, real bubblewrap sandboxes, real cgroups,
+//! real sockets (vm.md §4). Skips loudly without bwrap unless CI=true.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient, assert_catalog_matches, process_alive, workspace_root};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-vm"))
+}
+
+/// bwrap must be usable; under CI=true its absence fails the test.
+fn have_bwrap() -> bool {
+    let ok = std::process::Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "--unshare-all", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "bubblewrap is required under CI=true (scripts/test installs it)"
+        );
+        eprintln!("SKIP: bubblewrap cannot create namespaces here");
+    }
+    ok
+}
+
+fn server(dir: &Path, args: &[&str], era: Era) -> McpClient {
+    let mut c = McpClient::spawn(bin(), args, dir, era);
+    c.timeout = Duration::from_secs(60);
+    c
+}
+
+fn spawn(c: &mut McpClient, args: Value) -> Value {
+    c.call_ok("instance_spawn", args).structured
+}
+
+fn exec(c: &mut McpClient, instance: &str, cmd: &[&str]) -> Value {
+    c.call_ok(
+        "instance_exec",
+        json!({"instance": instance, "command": cmd}),
+    )
+    .structured
+}
+
+fn sh(c: &mut McpClient, instance: &str, script: &str) -> Value {
+    exec(c, instance, &["sh", "-c", script])
+}
+
+fn http_get(url: &str) -> std::io::Result<String> {
+    let addr = url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(10)))?;
+    write!(s, "GET / HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+fn state_of(c: &mut McpClient, instance: &str) -> String {
+    let l = c.call_ok("instance_list", json!({"instance": instance}));
+    l.structured["instances"][0]["state"]
+        .as_str()
+        .unwrap()
+        .to_string()
+}
+
+/// Processes whose pid namespace is `ns` (a `pid:[…]` link text).
+fn in_pid_ns(ns: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_link(e.path().join("ns/pid")).is_ok_and(|l| l.to_string_lossy() == ns)
+            && process_alive(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+fn procs_named(name: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name)
+            && process_alive(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+#[test]
+fn catalog_and_bad_input() {
+    let dir = tempfile::tempdir().unwrap();
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = server(dir.path(), &[], era);
+        let tools = c.list_tools();
+        let names: Vec<&str> = tools.iter().filter_map(|t| t["name"].as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "expose_port",
+                "instance_copy",
+                "instance_exec",
+                "instance_list",
+                "instance_logs",
+                "instance_spawn",
+                "instance_stop",
+                "keepalive_acquire",
+                "keepalive_release",
+                "self_info",
+                "self_restart",
+                "unexpose_port"
+            ]
+        );
+        for t in &tools {
+            assert_eq!(t["outputSchema"]["type"], "object", "{}", t["name"]);
+        }
+        if era == Era::Handshake {
+            assert_catalog_matches(
+                &mut c,
+                &workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests/vm/tools.json"),
+            );
+        }
+        // Unknown fields and bad values name the field; nothing is started.
+        c.call_err("instance_spawn", json!({"nmae": "x"}), "invalid_params");
+        c.call_err(
+            "instance_spawn",
+            json!({"name": "Bad Name"}),
+            "invalid_params",
+        )
+        .expect_field("name");
+        c.call_err(
+            "instance_spawn",
+            json!({"command": "ls -la"}),
+            "invalid_params",
+        );
+        c.call_err(
+            "instance_spawn",
+            json!({"env": {"KITBAG_X": "1"}}),
+            "invalid_params",
+        )
+        .expect_field("env");
+        c.call_err(
+            "instance_spawn",
+            json!({"resources": {"memory_mb": 1}}),
+            "invalid_params",
+        )
+        .expect_field("resources.memory_mb");
+        c.call_err(
+            "instance_spawn",
+            json!({"backend": "qemu"}),
+            "backend_unavailable",
+        );
+        c.call_err(
+            "instance_spawn",
+            json!({"mounts": [{"host": "/etc", "guest": "/data/etc"}]}),
+            "capability_denied",
+        )
+        .expect_field("mounts[0].host");
+        c.call_err(
+            "instance_exec",
+            json!({"instance": "nope", "command": ["true"]}),
+            "instance_not_found",
+        );
+        c.call_err(
+            "keepalive_release",
+            json!({"lease_id": "l-0"}),
+            "lease_not_found",
+        );
+        c.call_err("expose_port", json!({"port": 80}), "unsupported");
+        // Standalone: no host above, no instance around.
+        c.call_err("self_restart", json!({}), "unsupported");
+        let info = c.call_ok("self_info", json!({})).structured;
+        assert_eq!(info["server"]["mode"], "host");
+        assert!(info["host"].is_null());
+        let l = c.call_ok("instance_list", json!({})).structured;
+        assert_eq!(l["total"], 0);
+        assert!(c.stdout_garbage().is_empty());
+        c.shutdown();
+    }
+}
+
+#[test]
+fn isolation_exec_and_files() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // A host service on loopback the instance must not reach.
+    let host_service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = host_service.local_addr().unwrap().port();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let inst = spawn(&mut c, json!({}));
+    let id = inst["id"].as_str().unwrap().to_string();
+    assert_eq!(inst["state"], "running");
+    assert_eq!(inst["backend"], "bwrap");
+    let r = sh(&mut c, &id, "echo hi; hostname");
+    assert_eq!(r["stdout"], format!("hi\n{id}\n"));
+    assert_eq!(r["exit_code"], 0);
+    // Only loopback; the host's loopback services are unreachable; the host root is read-only.
+    let r = sh(
+        &mut c,
+        &id,
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '",
+    );
+    assert_eq!(r["stdout"], "lo\n");
+    let probe = format!(
+        "python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", {host_port}), 2)'"
+    );
+    let r = sh(&mut c, &id, &probe);
+    assert_ne!(r["exit_code"], 0, "host loopback reachable: {r}");
+    let r = sh(&mut c, &id, "touch /etc/kitbag-x 2>/dev/null; echo $?");
+    assert_eq!(r["stdout"], "1\n");
+    // /work is shared with the host.
+    sh(&mut c, &id, "echo data > /work/f");
+    let work = dir.path().join(inst["work_dir"].as_str().unwrap());
+    assert_eq!(std::fs::read_to_string(work.join("f")).unwrap(), "data\n");
+    // stdin, stderr, exit codes.
+    let r = c
+        .call_ok(
+            "instance_exec",
+            json!({"instance": id, "command": ["cat"], "stdin": "abc"}),
+        )
+        .structured;
+    assert_eq!(r["stdout"], "abc");
+    let r = sh(&mut c, &id, "echo oops >&2; exit 3");
+    assert_eq!(
+        (r["exit_code"].as_i64(), r["stderr"].as_str()),
+        (Some(3), Some("oops\n"))
+    );
+    c.call_err(
+        "instance_exec",
+        json!({"instance": id, "command": ["no-such-program-x"]}),
+        "invalid_params",
+    );
+    // A timeout kills the whole process group inside: no sleep survives.
+    let r = c.call_err(
+        "instance_exec",
+        json!({"instance": id, "command": ["sh", "-c", "echo started; sleep 37 & sleep 37"], "timeout_seconds": 1}),
+        "timeout",
+    );
+    assert!(
+        r.structured["error"]["detail"]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("started")
+    );
+    wait_until("the timed-out group to die", 5, || {
+        let r = sh(&mut c, &id, "ps -eo args | grep -c '^sleep 37' || true");
+        r["stdout"] == "0\n"
+    });
+    // Background jobs and their logs, paged.
+    let j = c
+        .call_ok(
+            "instance_exec",
+            json!({"instance": id, "command": ["sh", "-c", "for i in 1 2 3; do echo line$i; done"], "background": true}),
+        )
+        .structured;
+    let job = j["job_id"].as_str().unwrap().to_string();
+    wait_until("the job to end", 10, || {
+        let l = c.call_ok(
+            "instance_logs",
+            json!({"instance": id, "source": format!("job:{job}")}),
+        );
+        l.structured["running"] == false
+    });
+    let l = c
+        .call_ok(
+            "instance_logs",
+            json!({"instance": id, "source": format!("job:{job}"), "max_bytes": 6}),
+        )
+        .structured;
+    assert_eq!(
+        (l["text"].as_str(), l["next_offset"].as_u64()),
+        (Some("line1\n"), Some(6))
+    );
+    let l = c
+        .call_ok(
+            "instance_logs",
+            json!({"instance": id, "source": format!("job:{job}"), "offset": 6}),
+        )
+        .structured;
+    assert_eq!(
+        (l["text"].as_str(), l["eof"].as_bool()),
+        (Some("line2\nline3\n"), Some(true))
+    );
+    // Copies: content in, file out inline, to a host path, and the refusals.
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "in", "content": "hello", "guest_path": "/tmp/h.txt"}),
+    );
+    let o = c
+        .call_ok(
+            "instance_copy",
+            json!({"instance": id, "direction": "out", "guest_path": "/tmp/h.txt"}),
+        )
+        .structured;
+    assert_eq!(o["content"], "hello");
+    c.call_err(
+        "instance_copy",
+        json!({"instance": id, "direction": "in", "content": "x", "guest_path": "/tmp/h.txt"}),
+        "file_exists",
+    );
+    std::fs::write(dir.path().join("src.bin"), [0u8, 1, 2, 255]).unwrap();
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "in", "host_path": "src.bin", "guest_path": "/tmp/b"}),
+    );
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/tmp/b", "host_path": "out/b"}),
+    );
+    assert_eq!(
+        std::fs::read(dir.path().join("out/b")).unwrap(),
+        [0u8, 1, 2, 255]
+    );
+    c.call_err(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/tmp/b", "host_path": "/etc/kitbag-x"}),
+        "capability_denied",
+    );
+    sh(&mut c, &id, "head -c 300000 /dev/zero > /tmp/big");
+    c.call_err(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/tmp/big"}),
+        "output_too_large",
+    )
+    .expect_field("host_path");
+    c.call_err(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/tmp/none"}),
+        "file_not_found",
+    );
+    // Host directories bound in: read-only by default, writable with mode rw.
+    std::fs::create_dir_all(dir.path().join("data")).unwrap();
+    std::fs::write(dir.path().join("data/in.txt"), "from host").unwrap();
+    let m = spawn(
+        &mut c,
+        json!({"mounts": [{"host": "data", "guest": "/data/ro"}, {"host": "data", "guest": "/tmp/rw", "mode": "rw"}]}),
+    );
+    let mid = m["id"].as_str().unwrap().to_string();
+    let r = sh(
+        &mut c,
+        &mid,
+        "cat /data/ro/in.txt; touch /data/ro/x 2>/dev/null; echo $?; echo out > /tmp/rw/out.txt",
+    );
+    assert_eq!(r["stdout"], "from host1\n");
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("data/out.txt")).unwrap(),
+        "out\n"
+    );
+    c.call_ok("instance_stop", json!({"instance": mid}));
+    // Remove deletes the record and /work.
+    let s = c
+        .call_ok("instance_stop", json!({"instance": id}))
+        .structured;
+    assert_eq!(
+        (s["state"].as_str(), s["removed"].as_bool()),
+        (Some("stopped"), Some(true))
+    );
+    assert!(!work.exists());
+    c.call_err(
+        "instance_exec",
+        json!({"instance": id, "command": ["true"]}),
+        "instance_not_found",
+    );
+    drop(host_service);
+    c.shutdown();
+}
+
+#[test]
+fn ports_pause_and_resume_from_a_connection() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path(), &[], Era::Modern);
+    let inst = spawn(
+        &mut c,
+        json!({"name": "web", "command": ["python3", "-m", "http.server", "8080", "--bind", "127.0.0.1"],
+               "ports": [8080], "ready": {"port": 8080}}),
+    );
+    let url = inst["ports"][0]["url"].as_str().unwrap().to_string();
+    assert!(http_get(&url).unwrap().starts_with("HTTP/1.0 200"));
+    // Same port again: same mapping. A taken fixed host port: port_in_use.
+    let again = c
+        .call_ok("expose_port", json!({"instance": "web", "port": 8080}))
+        .structured;
+    assert_eq!(again["url"], url);
+    assert_eq!(again["listening"], true);
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken_port = taken.local_addr().unwrap().port();
+    c.call_err(
+        "expose_port",
+        json!({"instance": "web", "port": 9000, "host_port": taken_port}),
+        "port_in_use",
+    )
+    .expect_field("host_port");
+    c.call_err(
+        "expose_port",
+        json!({"instance": "web", "port": 8080, "bind": "0.0.0.0"}),
+        "capability_denied",
+    );
+    // Paused: the relay resumes it before dialing.
+    c.call_ok("instance_stop", json!({"instance": "web", "pause": true}));
+    assert_eq!(state_of(&mut c, "web"), "paused");
+    assert!(http_get(&url).unwrap().starts_with("HTTP/1.0 200"));
+    assert_eq!(state_of(&mut c, "web"), "running");
+    // Unexposed: refused; exposed again: a new port answers.
+    c.call_ok("unexpose_port", json!({"instance": "web", "port": 8080}));
+    wait_until("the listener to close", 5, || http_get(&url).is_err());
+    c.call_err(
+        "unexpose_port",
+        json!({"instance": "web", "port": 8080}),
+        "port_not_exposed",
+    );
+    let new = c
+        .call_ok("expose_port", json!({"instance": "web", "port": 8080}))
+        .structured;
+    assert!(
+        http_get(new["url"].as_str().unwrap())
+            .unwrap()
+            .starts_with("HTTP/1.0 200")
+    );
+    c.shutdown();
+}
+
+#[test]
+fn limits_pause_and_main_command_exit() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path(), &["--max-instances", "2"], Era::Handshake);
+    let m = spawn(&mut c, json!({"resources": {"memory_mb": 64, "pids": 16}}));
+    let id = m["id"].as_str().unwrap().to_string();
+    assert_eq!(m["resources"]["enforced"], true, "{m}");
+    let r = exec(&mut c, &id, &["python3", "-c", "bytearray(200*1024*1024)"]);
+    assert_eq!(
+        (r["exit_code"].as_i64(), r["signal"].as_i64()),
+        (Some(137), Some(9)),
+        "{r}"
+    );
+    let r = sh(&mut c, &id, "for i in $(seq 40); do sleep 3 & done; wait");
+    assert!(r["stderr"].as_str().unwrap().contains("fork"), "{r}");
+    // The sleeps that did start hold the pids limit for 3 s (dash exits when it cannot fork).
+    exec(&mut c, &id, &["sleep", "3.2"]);
+    // Pause freezes a counter; exec resumes it.
+    c.call_ok(
+        "instance_exec",
+        json!({"instance": id, "command": ["sh", "-c", "i=0; while true; do i=$((i+1)); echo $i > /work/n; sleep 0.05; done"], "background": true}),
+    );
+    let n = dir.path().join(m["work_dir"].as_str().unwrap()).join("n");
+    wait_until("the counter", 10, || n.exists());
+    c.call_ok("instance_stop", json!({"instance": id, "pause": true}));
+    let before = std::fs::read_to_string(&n).unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    assert_eq!(
+        std::fs::read_to_string(&n).unwrap(),
+        before,
+        "paused but counting"
+    );
+    exec(&mut c, &id, &["true"]);
+    wait_until("the counter to move again", 10, || {
+        std::fs::read_to_string(&n).unwrap() != before
+    });
+    // A main command's end ends the instance; its record and logs stay until removed.
+    let e = spawn(&mut c, json!({"command": ["sh", "-c", "echo bye; exit 3"]}));
+    let eid = e["id"].as_str().unwrap().to_string();
+    wait_until("the instance to exit", 10, || {
+        state_of(&mut c, &eid) == "exited"
+    });
+    let l = c
+        .call_ok("instance_list", json!({"instance": eid}))
+        .structured;
+    assert_eq!(l["instances"][0]["exit"]["code"], 3);
+    let logs = c
+        .call_ok("instance_logs", json!({"instance": eid}))
+        .structured;
+    assert_eq!(logs["text"], "bye\n");
+    // Two alive at most: the third is refused and nothing starts.
+    spawn(&mut c, json!({}));
+    c.call_err("instance_spawn", json!({}), "instance_limit");
+    c.call_ok("instance_stop", json!({"instance": eid}));
+    c.shutdown();
+}
+
+#[test]
+fn idle_ttl_and_leases() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let i = spawn(&mut c, json!({"idle_timeout_seconds": 2}));
+    let id = i["id"].as_str().unwrap().to_string();
+    // A foreground exec longer than the timeout holds it.
+    exec(&mut c, &id, &["sleep", "3"]);
+    assert_eq!(state_of(&mut c, &id), "running");
+    // Nothing running: paused after ~2 s.
+    wait_until("the idle pause", 10, || state_of(&mut c, &id) == "paused");
+    // A lease holds it (and acquiring resumes it); releasing lets it pause again.
+    let lease = c
+        .call_ok(
+            "keepalive_acquire",
+            json!({"instance": id, "reason": "test"}),
+        )
+        .structured;
+    assert_eq!(state_of(&mut c, &id), "running");
+    std::thread::sleep(Duration::from_secs(3));
+    let l = c
+        .call_ok("instance_list", json!({"instance": id}))
+        .structured;
+    assert_eq!(l["instances"][0]["state"], "running");
+    assert_eq!(l["instances"][0]["idle"]["blocked_by"], json!(["lease"]));
+    let r = c
+        .call_ok("keepalive_release", json!({"lease_id": lease["lease_id"]}))
+        .structured;
+    assert_eq!(r["released"], true);
+    wait_until("the pause after release", 10, || {
+        state_of(&mut c, &id) == "paused"
+    });
+    // A lease expires by itself.
+    let short = c
+        .call_ok(
+            "keepalive_acquire",
+            json!({"instance": id, "ttl_seconds": 1}),
+        )
+        .structured;
+    std::thread::sleep(Duration::from_millis(1600));
+    let r = c
+        .call_ok("keepalive_release", json!({"lease_id": short["lease_id"]}))
+        .structured;
+    assert_eq!(r["released"], false);
+    assert!(r["expired_at"].is_string());
+    // TTL is hard: a lease does not extend it.
+    let t = spawn(&mut c, json!({"ttl_seconds": 2}));
+    let tid = t["id"].as_str().unwrap().to_string();
+    c.call_ok("keepalive_acquire", json!({"instance": tid}));
+    wait_until("the TTL stop", 10, || state_of(&mut c, &tid) == "stopped");
+    let l = c
+        .call_ok("instance_list", json!({"instance": tid}))
+        .structured;
+    assert_eq!(l["instances"][0]["stop_reason"], "ttl");
+    // An open relayed connection holds the idle timer.
+    let w = spawn(
+        &mut c,
+        json!({"command": ["python3", "-m", "http.server", "8081", "--bind", "127.0.0.1"], "ports": [8081],
+               "ready": {"port": 8081}, "idle_timeout_seconds": 2}),
+    );
+    let wid = w["id"].as_str().unwrap().to_string();
+    let url = w["ports"][0]["url"]
+        .as_str()
+        .unwrap()
+        .trim_start_matches("http://")
+        .to_string();
+    let conn = TcpStream::connect(&url).unwrap();
+    std::thread::sleep(Duration::from_secs(3));
+    assert_eq!(state_of(&mut c, &wid), "running");
+    drop(conn);
+    wait_until("the pause after the connection closed", 10, || {
+        state_of(&mut c, &wid) == "paused"
+    });
+    c.shutdown();
+}
+
+#[test]
+fn no_orphans_after_kill_and_sweep_on_restart() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let a = spawn(&mut c, json!({"command": ["sleep", "1000"]}));
+    let b = spawn(&mut c, json!({"ports": [8082]}));
+    let url = b["ports"][0]["url"].as_str().unwrap().to_string();
+    let mut namespaces = Vec::new();
+    for inst in [&a, &b] {
+        let id = inst["id"].as_str().unwrap();
+        let record: Value = serde_json::from_slice(
+            &std::fs::read(
+                dir.path()
+                    .join(".kitbag/vm/instances")
+                    .join(id)
+                    .join("record.json"),
+            )
+            .unwrap(),
+        )
+        .unwrap();
+        let bwrap = record["processes"][0][0].as_u64().unwrap();
+        // The sandbox's first process is bwrap's child; its pid namespace is the instance's.
+        let inner = kitbag_testkit::child_pids(bwrap as u32)[0];
+        namespaces.push(
+            std::fs::read_link(format!("/proc/{inner}/ns/pid"))
+                .unwrap()
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    for ns in &namespaces {
+        assert!(!in_pid_ns(ns).is_empty(), "the instances run");
+    }
+    // SIGKILL: no chance to clean up. Everything must go with it.
+    let pid = c.pid();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = c.shutdown();
+    wait_until("every instance process to die", 5, || {
+        namespaces.iter().all(|ns| in_pid_ns(ns).is_empty())
+    });
+    assert!(
+        http_get(&url).is_err(),
+        "the exposed port survived the server"
+    );
+    // A new server sweeps: the records are marked lost, their cgroups removed.
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let l = c.call_ok("instance_list", json!({})).structured;
+    assert_eq!(l["total"], 2);
+    for i in l["instances"].as_array().unwrap() {
+        assert_eq!(i["state"], "lost");
+    }
+    let stale = format!("kitbag-vm-{pid}");
+    for m in ["/sys/fs/cgroup/pids", "/sys/fs/cgroup/freezer"] {
+        let found = walk_for(Path::new(m), &stale, 4);
+        assert!(found.is_none(), "{found:?} survived the sweep");
+    }
+    // Lost records are removed on request.
+    let id = l["instances"][0]["id"].as_str().unwrap().to_string();
+    c.call_ok("instance_stop", json!({"instance": id}));
+    // Graceful exit (stdin closed): every instance stopped, no socket left.
+    let g = spawn(&mut c, json!({"command": ["sleep", "1000"]}));
+    let gdir = dir
+        .path()
+        .join(".kitbag/vm/instances")
+        .join(g["id"].as_str().unwrap());
+    let before = procs_named("sleep").len();
+    c.shutdown();
+    assert!(!gdir.join("ctl/agent.sock").exists());
+    assert!(
+        procs_named("sleep").len() < before,
+        "the instance's sleep survived a clean exit"
+    );
+}
+
+fn walk_for(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
+    if depth == 0 {
+        return None;
+    }
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        if e.file_type().is_ok_and(|t| t.is_dir()) {
+            if e.file_name().to_string_lossy() == name {
+                return Some(e.path());
+            }
+            if let Some(p) = walk_for(&e.path(), name, depth - 1) {
+                return Some(p);
+            }
+        }
+    }
+    None
+}
+
+#[test]
+fn outbound_network_keeps_host_loopback_closed() {
+    if !have_bwrap() {
+        return;
+    }
+    if std::process::Command::new("slirp4netns")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "slirp4netns is required under CI=true (scripts/test installs it)"
+        );
+        eprintln!("SKIP: slirp4netns is not installed");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let host_service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = host_service.local_addr().unwrap().port();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let i = spawn(&mut c, json!({"network": "outbound"}));
+    let id = i["id"].as_str().unwrap().to_string();
+    let r = sh(
+        &mut c,
+        &id,
+        "tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort",
+    );
+    assert_eq!(r["stdout"], "lo\ntap0\n");
+    // The host's loopback, through slirp's gateway address: refused.
+    let probe =
+        format!("python3 -c 'import socket; socket.create_connection((\"10.0.2.2\", {port}), 2)'");
+    let r = sh(&mut c, &id, &probe);
+    assert_ne!(r["exit_code"], 0, "host loopback reachable: {r}");
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(
+            dir.path()
+                .join(".kitbag/vm/instances")
+                .join(&id)
+                .join("record.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let slirp = record["processes"][1][0].as_u64().unwrap() as u32;
+    assert!(process_alive(slirp));
+    // Killed server: slirp4netns goes too (its exit pipe closes).
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = c.shutdown();
+    wait_until("slirp4netns to exit", 5, || !process_alive(slirp));
+    drop(host_service);
+}
