@@ -70,6 +70,12 @@ pub const FAMILIES: &[(&str, Runner)] = &[
             a,
         ))))
     }),
+    ("vm", |a| {
+        Box::pin(kitbag_vm::run(kitbag_vm::Args::parse_from(argv(
+            "kitbag-vm",
+            a,
+        ))))
+    }),
 ];
 
 pub async fn run(family: &str, args: Vec<String>) -> anyhow::Result<()> {

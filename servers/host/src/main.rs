@@ -2,6 +2,14 @@ use clap::Parser;
 use kitbag_shared::runtime::{Threads, unblock_shutdown_signals};
 
 fn main() {
+    // `kitbag server vm` mounts this binary into each instance as its agent.
+    if let Some(args) = kitbag_vm::agent_args() {
+        if let Err(e) = kitbag_vm::agent::main(&args) {
+            eprintln!("kitbag agent: {e:#}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let cli = kitbag::Cli::parse();
     // Before any thread exists: clients may start us with SIGINT/SIGTERM blocked.
     unblock_shutdown_signals();

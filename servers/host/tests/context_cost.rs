@@ -11,8 +11,10 @@ use serde_json::{Value, json};
 
 mod common;
 
-/// The whole suite's model-visible list, in bytes.
-const BUDGET: usize = 40 * 1024;
+/// The whole suite's model-visible list, in bytes. 40 KB for the nine first families; raised
+/// to 46 KB when kitbag-vm's twelve tools joined the default list (9.4 KB after trimming
+/// from 14.6 KB). Tighter budgets: `--tools lazy`, or a config without the families unused.
+const BUDGET: usize = 46 * 1024;
 
 /// The default `tools/list`, every page, as the host serves it over stdio.
 fn default_tools() -> Vec<Value> {

@@ -20,12 +20,7 @@ pub const MAX_INLINE: u64 = 256 * 1024;
 pub const DEF: ToolDef = ToolDef::write(
     "instance_copy",
     "Copy file to or from instance",
-    "Copy one file into (`direction: \"in\"`) or out of (`\"out\"`) an instance. In: from \
-     `host_path` (root-relative) or from `content` (utf8 or base64). Out: to `host_path`, or \
-     returned inline up to 256 KB. Writes are atomic; an existing target is kept unless \
-     `overwrite: true`. Files under /work are also on the host at the instance's `work_dir`. \
-     Counts as activity; a paused instance is resumed first. Example: {\"instance\":\"web\",\
-     \"direction\":\"in\",\"content\":\"print(1)\",\"guest_path\":\"/work/a.py\"}",
+    "Copy one file into (in: from host_path or content) or out of (out: to host_path, or inline up to 256 KB) an instance. Atomic; keeps an existing target unless overwrite. Resumes a paused instance.",
 )
 .destructive();
 
@@ -46,25 +41,21 @@ pub enum Encoding {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CopyParams {
-    /// Id or name.
     pub instance: String,
-    /// `in` (host → instance) or `out` (instance → host).
     pub direction: Direction,
-    /// Absolute path inside the instance.
     pub guest_path: String,
-    /// Host file, root-relative (in: the source; out: the target, parents created).
+    /// Root-relative: source (in) or target (out).
     #[serde(default)]
     pub host_path: Option<String>,
-    /// In: the file's content instead of host_path.
+    /// In: content instead of host_path.
     #[serde(default)]
     pub content: Option<String>,
-    /// Of `content` (in) or of the inline result (out): utf8 (default) or base64.
+    /// utf8 (default) or base64.
     #[serde(default)]
     pub encoding: Option<Encoding>,
-    /// Replace an existing target (default false).
     #[serde(default)]
     pub overwrite: Option<bool>,
-    /// Largest file copied, in bytes (default 64 MB, at most 1 GB).
+    /// Default 64 MB.
     #[serde(default)]
     pub max_bytes: Option<u64>,
 }

@@ -22,40 +22,32 @@ const LOG_CAP: u64 = 8 << 20;
 pub const DEF: ToolDef = ToolDef::write(
     "instance_exec",
     "Run command in instance",
-    "Run a command (argv array; [\"sh\",\"-c\",\"…\"] for shell syntax) inside an instance and return \
-     its exit code, stdout and stderr (head + tail past `max_output_bytes`; the full output is in \
-     `log_path`). A non-zero exit code is data, not an error. On timeout (default 60 s) or \
-     cancellation the command's whole process group is killed and the error is `timeout` with \
-     the partial output; processes it started in the background otherwise keep running. A \
-     running exec counts as activity and holds the idle timer; a paused instance is resumed \
-     first. `background: true` returns a `job_id` at once; read its output with instance_logs \
-     {source: \"job:<id>\"}. Example: {\"instance\":\"web\",\"command\":[\"sh\",\"-c\",\"ls -la /work\"]}",
+    "Run an argv ([\"sh\",\"-c\",\"…\"] for shell syntax) in an instance; returns exit code, \
+     stdout, stderr (head + tail; all in `log_path`). On timeout or cancel its process group is \
+     killed (error `timeout`, partial output). Resumes a paused instance; holds the idle timer \
+     while it runs. `background: true` returns a `job_id` (output: instance_logs job:<id>).",
 )
 .destructive();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExecParams {
-    /// Id or name.
     pub instance: String,
-    /// Program and arguments.
     pub command: Vec<String>,
-    /// Text fed to the command's stdin (at most 1 MB); without it stdin is empty.
+    /// Up to 1 MB.
     #[serde(default)]
     pub stdin: Option<String>,
-    /// Extra environment variables.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// Working directory (absolute; default /work).
+    /// Default /work.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Time limit in seconds (1–600, default 60).
+    /// 1–600, default 60.
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
-    /// Run detached: returns a job_id at once (default false).
     #[serde(default)]
     pub background: Option<bool>,
-    /// Bytes of each stream returned inline, as head + tail (1024–1048576, default 32768).
+    /// Per stream, default 32768.
     #[serde(default)]
     pub max_output_bytes: Option<u64>,
 }

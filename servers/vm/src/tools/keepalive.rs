@@ -15,33 +15,28 @@ use crate::tools::validate;
 pub const ACQUIRE_DEF: ToolDef = ToolDef::write(
     "keepalive_acquire",
     "Keep instance alive",
-    "Hold an instance's idle timer with a lease (\"still in use\"): while a lease lives it is not \
-     paused or stopped for idleness. Leases expire after `ttl_seconds` (default 3600) so a \
-     forgotten one cannot pin an instance; renew by passing `lease_id`. They never extend the \
-     instance's TTL. Acquiring on a paused instance resumes it.",
+    "Hold an instance's idle timer with a lease that expires after ttl_seconds (renew with lease_id); never extends the TTL. Resumes a paused instance.",
 );
 
 pub const RELEASE_DEF: ToolDef = ToolDef::write(
     "keepalive_release",
     "Release keepalive lease",
-    "Release a lease from keepalive_acquire; the idle timer runs again once no lease, exec or \
-     relayed connection holds it. An expired lease answers released: false with expired_at.",
+    "Release a keepalive lease; an expired one answers released: false.",
 )
 .idempotent();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct AcquireParams {
-    /// Id or name.
     #[serde(default)]
     pub instance: Option<String>,
-    /// Why (shown in instance_list; at most 200 characters).
+    /// ≤ 200 characters.
     #[serde(default)]
     pub reason: Option<String>,
-    /// Lease lifetime in seconds (1–86400, default 3600).
+    /// Default 3600.
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
-    /// Renew this lease instead of making a new one.
+    /// Renew this lease.
     #[serde(default)]
     pub lease_id: Option<String>,
 }

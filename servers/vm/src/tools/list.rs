@@ -13,30 +13,25 @@ use crate::tools::validate;
 pub const DEF: ToolDef = ToolDef::read(
     "instance_list",
     "List instances",
-    "List this server's instances with state, ports, leases, idle and TTL deadlines, limits and \
-     usage; `instance` (id or name) returns just that one. Ended instances stay listed (with their \
-     logs) until removed. Does not count as activity.",
+    "List instances (state, ports, leases, idle/TTL deadlines, limits, usage); ended ones stay listed until removed. Not activity.",
 );
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// One instance by id or name.
+    /// Just this one (id or name).
     #[serde(default)]
     pub instance: Option<String>,
-    /// Only these states.
     #[serde(default)]
     pub state: Option<Vec<State>>,
-    /// Only instances carrying all these labels.
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
-    /// Include stopped, exited, failed and lost instances (default true).
+    /// Default true.
     #[serde(default)]
     pub include_ended: Option<bool>,
-    /// At most this many (1–200, default 50).
+    /// 1–200, default 50.
     #[serde(default)]
     pub limit: Option<u64>,
-    /// Skip this many (for paging).
     #[serde(default)]
     pub offset: Option<u64>,
 }

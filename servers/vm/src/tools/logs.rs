@@ -11,28 +11,22 @@ use crate::tools::validate;
 pub const DEF: ToolDef = ToolDef::read(
     "instance_logs",
     "Read instance logs",
-    "Read an instance's logs by byte offset: `main` (default: the main command's output), \
-     `job:<id>` (a background exec), `exec:<n>` (a foreground exec's full output) or `backend` \
-     (bubblewrap's own messages). Pass `next_offset` back as `offset` to continue; `tail: true` \
-     reads the last `max_bytes`. Works after the instance ended, until it is removed. Does not \
-     count as activity.",
+    "Read an instance's logs by byte offset: main command, job:<id>, exec:<n> or backend. Pass next_offset back as offset. Works after it ended. Not activity.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogsParams {
-    /// Id or name.
     pub instance: String,
-    /// `main`, `job:<id>`, `exec:<n>` or `backend` (default main).
+    /// main (default), job:<id>, exec:<n>, backend.
     #[serde(default)]
     pub source: Option<String>,
-    /// Byte offset to read from (default 0).
     #[serde(default)]
     pub offset: Option<u64>,
-    /// At most this many bytes (1–262144, default 32768).
+    /// Default 32768, at most 262144.
     #[serde(default)]
     pub max_bytes: Option<u64>,
-    /// Read the last `max_bytes` instead (default false).
+    /// Read the last max_bytes.
     #[serde(default)]
     pub tail: Option<bool>,
 }

@@ -16,11 +16,7 @@ use crate::tools::validate;
 pub const EXPOSE_DEF: ToolDef = ToolDef::write(
     "expose_port",
     "Expose instance port",
-    "Make a port an instance listens on (127.0.0.1:<port> inside) reachable from the host: the \
-     server listens on 127.0.0.1 (an ephemeral port unless `host_port`) and relays each \
-     connection in. `listening` says whether something accepts inside now (it may start later). \
-     A connection to a paused instance resumes it; open connections hold the idle timer. \
-     Exposing an exposed port returns the existing mapping.",
+    "Relay a guest port (127.0.0.1 inside) to a loopback listener on the host (ephemeral port unless host_port); returns its url. Connecting resumes a paused instance; open connections hold the idle timer.",
 )
 .idempotent();
 
@@ -35,15 +31,14 @@ pub const UNEXPOSE_DEF: ToolDef = ToolDef::write(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExposeParams {
-    /// Id or name. (Required at top level: this server runs on the host.)
     #[serde(default)]
     pub instance: Option<String>,
-    /// The guest port (1–65535).
+    /// Guest port.
     pub port: u32,
-    /// Host port to listen on (default 0: an ephemeral one).
+    /// Default 0: ephemeral.
     #[serde(default)]
     pub host_port: Option<u32>,
-    /// Address to bind: 127.0.0.1 (default) or ::1; others need --allow-non-loopback.
+    /// 127.0.0.1 (default) or ::1.
     #[serde(default)]
     pub bind: Option<String>,
 }
@@ -60,10 +55,8 @@ pub struct ExposeResult {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UnexposeParams {
-    /// Id or name.
     #[serde(default)]
     pub instance: Option<String>,
-    /// The guest port.
     pub port: u32,
 }
 

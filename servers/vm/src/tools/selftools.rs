@@ -14,18 +14,13 @@ use crate::instance::State;
 pub const INFO_DEF: ToolDef = ToolDef::read(
     "self_info",
     "Describe this server",
-    "Report this server (version, pid, uptime, root, state directory), the kitbag host above it \
-     if any, the machine (kernel, cores, memory, cgroups), each backend's availability with the \
-     reason, and how many instances run. Does not count as activity.",
+    "This server, the kitbag host above it, the machine, backend availability with reasons, instance counts. Not activity.",
 );
 
 pub const RESTART_DEF: ToolDef = ToolDef::write(
     "self_restart",
     "Restart host or instance",
-    "Under the kitbag host (scope `host`, or `auto`): answer, then have the host reload its \
-     config — edit agent.json first; new servers appear, the conversation stays. A config that \
-     does not parse changes nothing and the call says so (config_invalid). `dry_run` only \
-     reports what would happen. Outside a host this is unsupported: restart the MCP client.",
+    "Under the kitbag host: answer, then have the host reload its config (edit agent.json first; the conversation stays). A config that does not parse changes nothing (config_invalid). Elsewhere: unsupported.",
 )
 .destructive();
 
@@ -204,13 +199,10 @@ pub enum Scope {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RestartParams {
-    /// `auto` (default), `host` or `instance`.
     #[serde(default)]
     pub scope: Option<Scope>,
-    /// Why (logged).
     #[serde(default)]
     pub reason: Option<String>,
-    /// Only report what would happen (default false).
     #[serde(default)]
     pub dry_run: Option<bool>,
 }

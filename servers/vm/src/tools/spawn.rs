@@ -20,16 +20,13 @@ use crate::tools::validate;
 pub const DEF: ToolDef = ToolDef::write(
     "instance_spawn",
     "Spawn instance",
-    "Start an isolated child instance (a bubblewrap sandbox): the host's files read-only, a \
-     writable /work (shared with the host at `work_dir`), its own process tree and hostname, no \
-     network unless `network: \"outbound\"` (host loopback stays unreachable), memory/CPU/process \
-     limits. Without `command` it is an idle environment for instance_exec; with one it ends when \
-     the command ends. `ports` are exposed on 127.0.0.1 as by expose_port. It pauses after \
-     `idle_timeout_seconds` without activity (instance_spawn/exec/copy, port and keepalive calls, \
-     relayed connections; not its own processes, not instance_list/logs) unless a foreground \
-     exec, an open relayed connection or a keepalive lease holds it; `ttl_seconds` is a hard \
-     cap nothing extends. Instances end with this server. Example: {\"name\":\"web\",\"command\":\
-     [\"python3\",\"-m\",\"http.server\",\"8080\"],\"ports\":[8080],\"ready\":{\"port\":8080}}",
+    "Start an isolated instance (bubblewrap sandbox): host files read-only, writable /work (on the \
+     host at `work_dir`), no network unless `network: \"outbound\"`, cgroup limits. Without \
+     `command` it is an idle environment for instance_exec; with one it ends with the command. \
+     Pauses after `idle_timeout_seconds` without activity (tool calls on it, relayed connections; \
+     not its own processes) unless an exec, connection or keepalive lease holds it; \
+     `ttl_seconds` is a hard cap. Instances end with this server. Example: \
+     {\"command\":[\"python3\",\"-m\",\"http.server\",\"8080\"],\"ports\":[8080],\"ready\":{\"port\":8080}}",
 );
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
@@ -51,11 +48,11 @@ pub enum MountMode {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MountParam {
-    /// Host path, root-relative (or absolute inside the root).
+    /// Root-relative host path.
     pub host: String,
-    /// Absolute path inside the instance.
+    /// Absolute guest path.
     pub guest: String,
-    /// `ro` (default) or `rw` (needs a writable mount of the server).
+    /// ro (default) or rw.
     #[serde(default)]
     pub mode: Option<MountMode>,
 }
@@ -63,13 +60,13 @@ pub struct MountParam {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourcesParam {
-    /// Memory limit in MiB (16 – the host's memory). Default --default-memory-mb (1024).
+    /// MiB (default 1024).
     #[serde(default)]
     pub memory_mb: Option<u64>,
-    /// CPU limit in cores (0.1 – the host's cores). Default: all cores.
+    /// Cores (default all).
     #[serde(default)]
     pub cpus: Option<f64>,
-    /// Process limit (16–65536). Default --default-pids (512).
+    /// Processes (default 512).
     #[serde(default)]
     pub pids: Option<u64>,
 }
@@ -77,13 +74,13 @@ pub struct ResourcesParam {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadyParam {
-    /// Wait until something accepts on this guest port (127.0.0.1 inside).
+    /// Guest port that must accept.
     #[serde(default)]
     pub port: Option<u16>,
-    /// Or until the main command's output matches this regular expression.
+    /// Regex the main output must match.
     #[serde(default)]
     pub log: Option<String>,
-    /// How long to wait (1–600, default 30). Past it the instance is stopped and removed.
+    /// Default 30; past it the instance is removed.
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
 }
@@ -91,49 +88,48 @@ pub struct ReadyParam {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnParams {
-    /// Unique name (lowercase letters, digits, '-'); usable wherever an instance id is.
+    /// Unique name [a-z0-9-], usable as the id.
     #[serde(default)]
     pub name: Option<String>,
-    /// Engine: `bwrap` (default; bubblewrap namespaces + cgroups).
+    /// bwrap (default).
     #[serde(default)]
     pub backend: Option<Backend>,
-    /// Main command as an argv array (["sh","-c","…"] for shell syntax); absent: an idle
-    /// environment driven by instance_exec.
+    /// Main command argv.
     #[serde(default)]
     pub command: Option<Vec<String>>,
-    /// Working directory of the main command (absolute; default /work).
+    /// Default /work.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Environment variables (names [A-Za-z_][A-Za-z0-9_]*; KITBAG_* reserved).
+    /// Environment (KITBAG_* reserved).
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// Root file system: `host` (default: the host's, read-only).
+    /// host (default).
     #[serde(default)]
     pub image: Option<String>,
-    /// Host directories or files bound into the instance.
+    /// Host paths bound in.
     #[serde(default)]
     pub mounts: Option<Vec<MountParam>>,
-    /// Guest ports to expose on 127.0.0.1 once running (see expose_port).
+    /// Guest ports to expose (see expose_port).
     #[serde(default)]
     pub ports: Option<Vec<u16>>,
-    /// `none` (default: loopback only) or `outbound`.
+    /// none (default) or outbound.
     #[serde(default)]
     pub network: Option<Network>,
     #[serde(default)]
     pub resources: Option<ResourcesParam>,
-    /// Hard lifetime in seconds (0 = none; at most --max-ttl). Leases do not extend it.
+    /// Hard lifetime, s (0 none).
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
-    /// Seconds without activity before `on_idle` (0 = never; default --default-idle-timeout, 900).
+    /// Default 900; 0 never.
     #[serde(default)]
     pub idle_timeout_seconds: Option<u64>,
-    /// `pause` (default: freeze, resumed on next use) or `stop`.
+    /// pause (default) or stop.
     #[serde(default)]
     pub on_idle: Option<OnIdle>,
-    /// Wait until the instance is ready before answering.
+    /// Answer once ready.
     #[serde(default)]
     pub ready: Option<ReadyParam>,
-    /// Up to 16 labels, for instance_list filters.
+    /// Up to 16.
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
 }

@@ -16,11 +16,7 @@ use crate::tools::validate;
 pub const DEF: ToolDef = ToolDef::write(
     "instance_stop",
     "Stop instance",
-    "Stop an instance: its exposed ports close, its leases are released, every process gets \
-     SIGTERM then SIGKILL after `grace_seconds` (default 5). `remove` (default true) also \
-     deletes its record and /work — copy out what you need first, or pass remove: false to keep \
-     them (and its logs) for a while. `pause: true` freezes it instead (resumed by the next \
-     exec, copy, connection or keepalive). Stopping a stopped instance succeeds.",
+    "Stop an instance (ports closed, leases released, SIGTERM then SIGKILL). remove (default true) deletes its record and /work; pause: true freezes it instead (the next use resumes it). Idempotent.",
 )
 .destructive()
 .idempotent();
@@ -28,15 +24,14 @@ pub const DEF: ToolDef = ToolDef::write(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StopParams {
-    /// Id or name.
     pub instance: String,
-    /// Seconds between SIGTERM and SIGKILL (0–60, default 5).
+    /// SIGTERM→SIGKILL, 0–60, default 5.
     #[serde(default)]
     pub grace_seconds: Option<u64>,
-    /// Freeze instead of stopping (default false).
+    /// Freeze instead.
     #[serde(default)]
     pub pause: Option<bool>,
-    /// Delete the record and /work (default true).
+    /// Delete record and /work (default true).
     #[serde(default)]
     pub remove: Option<bool>,
 }
