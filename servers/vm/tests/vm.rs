@@ -739,3 +739,103 @@ fn outbound_network_keeps_host_loopback_closed() {
     wait_until("slirp4netns to exit", 5, || !process_alive(slirp));
     drop(host_service);
 }
+
+/// The same essentials as an ordinary user (uid 65534 through setpriv when the tests run as
+/// root): no writable cgroups, so limits are reported unenforced and pause uses SIGSTOP.
+#[test]
+fn unprivileged_user() {
+    use std::os::unix::fs::PermissionsExt;
+    if !have_bwrap() {
+        return;
+    }
+    let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
+    if uid != 0 {
+        eprintln!("SKIP: not root; the other tests already run unprivileged");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // The binary where uid 65534 can run it (the build directory may be private).
+    let exe = dir.path().join("kitbag-vm");
+    std::fs::copy(bin(), &exe).unwrap();
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root = dir.path().join("root");
+    std::fs::create_dir(&root).unwrap();
+    std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+    let exe_s = exe.to_str().unwrap();
+    let mut c = McpClient::spawn(
+        Path::new("setpriv"),
+        &[
+            "--reuid=65534",
+            "--regid=65534",
+            "--clear-groups",
+            exe_s,
+            "--root",
+            root.to_str().unwrap(),
+        ],
+        &root,
+        Era::Handshake,
+    );
+    c.timeout = Duration::from_secs(60);
+    let info = c.call_ok("self_info", json!({})).structured;
+    assert_eq!(info["backends"][0]["available"], true, "{info}");
+    let i = spawn(
+        &mut c,
+        json!({"command": ["python3", "-m", "http.server", "8083", "--bind", "127.0.0.1"], "ports": [8083], "ready": {"port": 8083}}),
+    );
+    let id = i["id"].as_str().unwrap().to_string();
+    assert_eq!(i["resources"]["enforced"], false);
+    assert!(i["resources"]["note"].is_string());
+    assert_eq!(i["resources"]["pause"], "sigstop");
+    let r = sh(
+        &mut c,
+        &id,
+        "hostname; id -u; tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '; echo w > /work/w",
+    );
+    assert_eq!(r["stdout"], format!("{id}\n65534\nlo\n"));
+    assert!(
+        root.join(i["work_dir"].as_str().unwrap())
+            .join("w")
+            .exists()
+    );
+    let url = i["ports"][0]["url"].as_str().unwrap().to_string();
+    assert!(http_get(&url).unwrap().starts_with("HTTP/1.0 200"));
+    c.call_ok("instance_stop", json!({"instance": id, "pause": true}));
+    assert!(
+        http_get(&url).unwrap().starts_with("HTTP/1.0 200"),
+        "resume from the connection"
+    );
+    c.call_err(
+        "instance_exec",
+        json!({"instance": id, "command": ["sh", "-c", "sleep 39 & sleep 39"], "timeout_seconds": 1}),
+        "timeout",
+    );
+    wait_until("the timed-out group to die", 5, || {
+        sh(&mut c, &id, "ps -eo args | grep -c '^sleep 39' || true")["stdout"] == "0\n"
+    });
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(
+            root.join(".kitbag/vm/instances")
+                .join(&id)
+                .join("record.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let bwrap = record["processes"][0][0].as_u64().unwrap() as u32;
+    let inner = kitbag_testkit::child_pids(bwrap)[0];
+    let ns = std::fs::read_link(format!("/proc/{inner}/ns/pid"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    // setpriv execs the server: its pid is the client's child.
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = c.shutdown();
+    wait_until("every instance process to die", 5, || {
+        in_pid_ns(&ns).is_empty()
+    });
+}
