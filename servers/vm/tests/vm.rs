@@ -839,3 +839,84 @@ fn unprivileged_user() {
         in_pid_ns(&ns).is_empty()
     });
 }
+
+/// A cancelled spawn leaves nothing: no instance, no record, no sandbox process.
+#[test]
+fn a_cancelled_spawn_leaves_nothing() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let marker = format!("cancel-{}", std::process::id());
+    let id = c.send_request(
+        "tools/call",
+        json!({"name": "instance_spawn", "arguments": {
+            "command": ["sh", "-c", format!("sleep 100; : {marker}")],
+            "ready": {"port": 9, "timeout_seconds": 20}}}),
+    );
+    // The sandbox is up (its main command runs) while the spawn waits for readiness.
+    wait_until("the main command to start", 15, || {
+        !with_cmdline(&marker).is_empty()
+    });
+    c.notify(
+        "notifications/cancelled",
+        json!({"requestId": id, "reason": "test"}),
+    );
+    wait_until("the sandbox to go", 10, || with_cmdline(&marker).is_empty());
+    wait_until("the instance to be forgotten", 10, || {
+        c.call_ok("instance_list", json!({})).structured["total"] == 0
+    });
+    let instances = dir.path().join(".kitbag/vm/instances");
+    wait_until("its directory to go", 10, || {
+        let left: Vec<_> = std::fs::read_dir(&instances)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        if !left.is_empty() {
+            eprintln!("left: {left:?}");
+        }
+        left.is_empty()
+    });
+    c.shutdown();
+}
+
+/// bwrap's parent-death signal follows the thread that forked it: instances must survive the
+/// runtime's idle threads retiring (tokio's blocking pool keeps them 10 s).
+#[test]
+fn instances_outlive_idle_runtime_threads() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let i = spawn(&mut c, json!({"command": ["sleep", "1000"]}));
+    let id = i["id"].as_str().unwrap().to_string();
+    // Blocking-pool work (copies, logs) to make the runtime start threads that then retire.
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "in", "content": "x", "guest_path": "/tmp/x"}),
+    );
+    std::thread::sleep(Duration::from_secs(13));
+    assert_eq!(state_of(&mut c, &id), "running");
+    let r = exec(&mut c, &id, &["true"]);
+    assert_eq!(r["exit_code"], 0);
+    c.shutdown();
+}
+
+fn with_cmdline(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+            && process_alive(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}

@@ -383,11 +383,12 @@ impl Drop for Pending {
         if self.done {
             return;
         }
+        // Out of the list first, so no call finds a half-torn-down instance.
+        let dir = self.state.lock().remove(&self.id).map(|i| i.dir);
         if let Some(s) = self.sandbox.take() {
             s.kill();
             s.cleanup();
         }
-        let dir = self.state.lock().remove(&self.id).map(|i| i.dir);
         if let Some(dir) = dir {
             let _ = std::fs::remove_dir_all(dir);
         }
