@@ -88,6 +88,11 @@ pub struct Port {
 pub struct Instance {
     pub id: String,
     pub name: Option<String>,
+    /// The instance whose guest spawned this one (None: the top-level client did).
+    pub owner: Option<String>,
+    pub depth: u32,
+    /// Closes the instance's guest socket (`/run/kitbag/vm.sock`) when it ends.
+    pub guest_close: Option<CancellationToken>,
     pub state: State,
     pub created_at: SystemTime,
     pub started_at: Option<SystemTime>,
@@ -174,9 +179,9 @@ impl Instance {
             name: self.name.clone(),
             backend: "bwrap".into(),
             state: self.state,
-            owner: None,
-            parent: None,
-            depth: 0,
+            owner: self.owner.clone(),
+            parent: self.owner.clone(),
+            depth: self.depth,
             created_at: rfc3339(self.created_at),
             started_at: self.started_at.map(rfc3339),
             ended_at: self.ended_at.map(rfc3339),

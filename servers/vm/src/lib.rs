@@ -9,6 +9,7 @@
 pub mod agent;
 pub mod bwrap;
 pub mod cgroup;
+pub mod guest;
 pub mod instance;
 pub mod lifecycle;
 pub mod ports;
@@ -83,7 +84,27 @@ pub struct Args {
     /// Permit `expose_port` to bind addresses other than loopback.
     #[arg(long)]
     pub allow_non_loopback: bool,
+
+    /// How deep instances may nest (an instance's guest spawning its own).
+    #[arg(long, default_value_t = 2)]
+    pub max_depth: u32,
+
+    /// `host` (run instances), `guest` (forward every call to the kitbag-vm that runs this
+    /// instance, over $KITBAG_VM_SOCKET), or `auto`: guest when KITBAG_VM_SOCKET is set.
+    #[arg(long, value_enum, default_value_t = Mode::Auto)]
+    pub mode: Mode,
 }
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Mode {
+    Auto,
+    Host,
+    Guest,
+}
+
+/// Who is calling: the top-level client (`None`) or a guest inside instance `Some(id)`. A
+/// guest sees and acts on only its own instance's descendants.
+pub type Caller = Option<String>;
 
 pub const IDENTITY: Identity = Identity {
     name: "kitbag-vm",
@@ -104,11 +125,14 @@ pub struct Options {
     pub require_limits: bool,
     pub allow_network: bool,
     pub allow_non_loopback: bool,
+    pub max_depth: u32,
     pub read_only: bool,
 }
 
 pub struct VmState {
     pub root: PathBuf,
+    /// The server's path policy, for calls that arrive from guests (not through MCP).
+    pub policy: Arc<kitbag_shared::PathPolicy>,
     pub state_dir: PathBuf,
     /// This binary: mounted into every instance as its agent.
     pub exe: PathBuf,
@@ -153,16 +177,26 @@ impl VmState {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// The id of the instance `key` names (an id or a name).
-    pub fn find(map: &BTreeMap<String, Instance>, key: &str, field: &str) -> ToolResult<String> {
-        if map.contains_key(key) {
-            return Ok(key.to_string());
-        }
-        if let Some(i) = map.values().find(|i| i.name.as_deref() == Some(key)) {
-            return Ok(i.id.clone());
+    /// The id of the instance `key` names (an id or a name), among those `caller` may see.
+    pub fn find(
+        map: &BTreeMap<String, Instance>,
+        key: &str,
+        field: &str,
+        caller: &Caller,
+    ) -> ToolResult<String> {
+        let hit = match map.get(key) {
+            Some(i) => Some(i.id.clone()),
+            None => map
+                .values()
+                .find(|i| i.name.as_deref() == Some(key) && visible(map, &i.id, caller))
+                .map(|i| i.id.clone()),
+        };
+        if let Some(id) = hit.filter(|id| visible(map, id, caller)) {
+            return Ok(id);
         }
         let known: Vec<String> = map
             .values()
+            .filter(|i| visible(map, &i.id, caller))
             .map(|i| match &i.name {
                 Some(n) => format!("{} ({n})", i.id),
                 None => i.id.clone(),
@@ -182,15 +216,29 @@ impl VmState {
         .with_detail(json!({ "field": field, "instance": key, "known": known })))
     }
 
+    /// `key`, or the caller's own instance when a guest leaves it out.
+    pub fn key_or_own(key: Option<String>, caller: &Caller) -> ToolResult<String> {
+        match (key, caller) {
+            (Some(k), _) => Ok(k),
+            (None, Some(own)) => Ok(own.clone()),
+            (None, None) => Err(ToolError::new(
+                ErrorCode::Unsupported,
+                "instance: required — this server runs on the host itself, not inside an instance; for a port of this machine connect to 127.0.0.1:<port> directly",
+            )
+            .with_detail(json!({ "field": "instance" }))),
+        }
+    }
+
     /// The sandbox of a live instance, resumed if it was paused, with the use counted as
     /// activity. `busy` also holds the idle timer until the returned guard drops.
     pub fn sandbox(
         self: &Arc<Self>,
         key: &str,
         busy: bool,
+        caller: &Caller,
     ) -> ToolResult<(String, Arc<Sandbox>, Option<Busy>)> {
         let mut map = self.lock();
-        let id = Self::find(&map, key, "instance")?;
+        let id = Self::find(&map, key, "instance", caller)?;
         let Some(inst) = map.get_mut(&id) else {
             return Err(ToolError::internal("instance vanished"));
         };
@@ -247,6 +295,38 @@ impl VmState {
     }
 }
 
+/// Whether `caller` may see instance `id`: the top level sees all; a guest sees its own
+/// instance and the instances it spawned, and theirs (its descendants) — never its siblings
+/// or anything above it.
+pub fn visible(map: &BTreeMap<String, Instance>, id: &str, caller: &Caller) -> bool {
+    let Some(me) = caller else { return true };
+    if id == me {
+        return true; // its own instance: self_info, keepalive, expose_port without `instance`
+    }
+    let mut cur = map.get(id).and_then(|i| i.owner.clone());
+    let mut hops = 0;
+    while let Some(owner) = cur {
+        if &owner == me {
+            return true;
+        }
+        hops += 1;
+        if hops > 64 {
+            return false;
+        }
+        cur = map.get(&owner).and_then(|i| i.owner.clone());
+    }
+    false
+}
+
+/// Every instance below `id` (its children, theirs, …).
+pub fn descendants(map: &BTreeMap<String, Instance>, id: &str) -> Vec<String> {
+    let caller: Caller = Some(id.to_string());
+    map.keys()
+        .filter(|k| k.as_str() != id && visible(map, k, &caller))
+        .cloned()
+        .collect()
+}
+
 struct VmExtras;
 
 impl Extras<VmState> for VmExtras {
@@ -278,6 +358,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
     }
     let state = VmState {
         root,
+        policy: Arc::new(policy.clone()),
         state_dir,
         exe: std::env::current_exe()?,
         opts: Options {
@@ -291,6 +372,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
             require_limits: args.require_limits,
             allow_network: !args.no_network,
             allow_non_loopback: args.allow_non_loopback,
+            max_depth: args.max_depth,
             read_only,
         },
         instances: Mutex::new(BTreeMap::new()),
@@ -307,6 +389,17 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
+    let parent = std::env::var_os(guest::SOCKET_VAR).filter(|v| !v.is_empty());
+    match (args.mode, parent) {
+        (Mode::Guest, None) => anyhow::bail!(
+            "--mode guest needs {} (set inside kitbag-vm instances)",
+            guest::SOCKET_VAR
+        ),
+        (Mode::Guest | Mode::Auto, Some(socket)) => {
+            return guest::run_guest(&args, PathBuf::from(socket)).await;
+        }
+        _ => {}
+    }
     let server = build(&args)?;
     let state = server.state().clone();
     if !state.opts.read_only {

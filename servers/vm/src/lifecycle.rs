@@ -27,11 +27,31 @@ pub struct StopOutcome {
     /// Guest ports whose listeners were closed.
     pub closed_ports: Vec<u16>,
     pub released_leases: u64,
+    /// Instances it had spawned (nested use), stopped with it.
+    pub stopped_descendants: Vec<String>,
 }
 
-/// Stop an instance: listeners closed, leases released, processes stopped (SIGTERM, grace,
-/// SIGKILL), cgroups removed; with `remove`, its record and directory deleted too.
+/// Stop an instance and every instance below it (spawned by a guest inside it): listeners
+/// closed, leases released, processes stopped (SIGTERM, grace, SIGKILL), cgroups removed;
+/// with `remove`, records and directories deleted too.
 pub async fn stop_instance(
+    state: &Arc<VmState>,
+    id: &str,
+    grace: Duration,
+    reason: &str,
+    remove: bool,
+) -> StopOutcome {
+    let below = crate::descendants(&state.lock(), id);
+    let stops = below
+        .iter()
+        .map(|d| stop_one(state, d, grace, "owner_stopped", remove));
+    futures::future::join_all(stops).await;
+    let mut outcome = stop_one(state, id, grace, reason, remove).await;
+    outcome.stopped_descendants = below;
+    outcome
+}
+
+async fn stop_one(
     state: &Arc<VmState>,
     id: &str,
     grace: Duration,
@@ -47,6 +67,7 @@ pub async fn stop_instance(
                 removed: true,
                 closed_ports: Vec::new(),
                 released_leases: 0,
+                stopped_descendants: Vec::new(),
             };
         };
         let ports: Vec<u16> = inst.ports.keys().copied().collect();
@@ -56,6 +77,9 @@ pub async fn stop_instance(
         inst.ports.clear();
         let released = inst.leases.len() as u64;
         inst.leases.clear();
+        if let Some(close) = inst.guest_close.take() {
+            close.cancel();
+        }
         let sandbox = if inst.state.is_live() {
             inst.state = State::Stopping;
             inst.stop_reason.get_or_insert_with(|| reason.to_string());
@@ -76,6 +100,7 @@ pub async fn stop_instance(
         removed: false,
         closed_ports,
         released_leases: released,
+        stopped_descendants: Vec::new(),
     };
     if let Some(inst) = map.get_mut(id) {
         if inst.state == State::Stopping {
@@ -117,6 +142,9 @@ pub fn watch_exit(state: Arc<VmState>, id: String) {
                     }
                     inst.ports.clear();
                     inst.leases.clear();
+                    if let Some(close) = inst.guest_close.take() {
+                        close.cancel();
+                    }
                     true
                 }
                 _ => false,
@@ -125,6 +153,11 @@ pub fn watch_exit(state: Arc<VmState>, id: String) {
         if ended_by_itself {
             let s = sandbox.clone();
             let _ = tokio::task::spawn_blocking(move || s.cleanup()).await;
+            // What its guest spawned does not outlive it.
+            let below = crate::descendants(&state.lock(), &id);
+            for d in below {
+                stop_one(&state, &d, Duration::from_secs(1), "owner_stopped", false).await;
+            }
         }
     });
 }

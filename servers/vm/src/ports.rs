@@ -50,7 +50,7 @@ pub fn serve(
 async fn relay(state: &Arc<VmState>, id: &str, guest_port: u16, mut tcp: TcpStream) {
     // A connection to a paused instance resumes it before dialing (a dial into a frozen
     // instance would hang).
-    let Ok((_, sandbox, _)) = state.sandbox(id, false) else {
+    let Ok((_, sandbox, _)) = state.sandbox(id, false, &None) else {
         return;
     };
     let Ok(stream) = sandbox.agent().await else {

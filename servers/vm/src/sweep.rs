@@ -64,6 +64,9 @@ pub fn sweep(state: &Arc<VmState>) -> SweepReport {
             let inst = Instance {
                 id: record.id.clone(),
                 name: None,
+                owner: None,
+                depth: 0,
+                guest_close: None,
                 state: State::Lost,
                 created_at: std::fs::metadata(&dir)
                     .and_then(|m| m.modified())

@@ -920,3 +920,163 @@ fn with_cmdline(needle: &str) -> Vec<u32> {
     }
     out
 }
+
+/// Run a kitbag-vm inside `instance` as an MCP server over an exec's stdin (guest mode, auto
+/// from $KITBAG_VM_SOCKET), call `calls` in order, return each call's result.
+fn guest_session(c: &mut McpClient, instance: &str, calls: &[(&str, Value)]) -> Vec<Value> {
+    let mut input = String::new();
+    input.push_str(
+        &json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "guest-test", "version": "1"}}})
+        .to_string(),
+    );
+    input.push('\n');
+    input.push_str(&json!({"jsonrpc": "2.0", "method": "notifications/initialized"}).to_string());
+    input.push('\n');
+    for (i, (tool, args)) in calls.iter().enumerate() {
+        input.push_str(
+            &json!({"jsonrpc": "2.0", "id": i + 1, "method": "tools/call",
+                    "params": {"name": tool, "arguments": args}})
+            .to_string(),
+        );
+        input.push('\n');
+    }
+    // Keep stdin open a little after the last line, so every answer is written before EOF.
+    let r = c
+        .call_ok(
+            "instance_exec",
+            json!({"instance": instance, "stdin": input, "timeout_seconds": 60,
+                   "command": ["sh", "-c", "(cat; sleep 2) | /run/kitbag-bin/kitbag-vm"]}),
+        )
+        .structured;
+    let mut results = vec![Value::Null; calls.len()];
+    for line in r["stdout"].as_str().unwrap().lines() {
+        let v: Value = serde_json::from_str(line).unwrap_or(Value::Null);
+        if let Some(id) = v["id"].as_u64().filter(|id| *id >= 1) {
+            results[id as usize - 1] = v["result"].clone();
+        }
+    }
+    for (i, res) in results.iter().enumerate() {
+        assert!(res.is_object(), "no answer to {:?}: {r}", calls[i]);
+    }
+    results
+}
+
+#[test]
+fn nesting_guests_see_only_their_descendants() {
+    if !have_bwrap() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let a = spawn(
+        &mut c,
+        json!({"name": "outer", "command": ["sh", "-c", "echo $$ > /work/pid; exec sleep 1000"]}),
+    );
+    let aid = a["id"].as_str().unwrap().to_string();
+    let b = spawn(&mut c, json!({"name": "sibling"}));
+    let bid = b["id"].as_str().unwrap().to_string();
+    // Calls of one session run concurrently: dependent steps go in separate sessions.
+    let mut r = guest_session(
+        &mut c,
+        &aid,
+        &[
+            ("self_info", json!({})),
+            ("keepalive_acquire", json!({"reason": "guest"})),
+            ("instance_spawn", json!({"name": "inner"})),
+        ],
+    );
+    r.extend(guest_session(
+        &mut c,
+        &aid,
+        &[
+            ("instance_list", json!({})),
+            ("instance_stop", json!({"instance": bid})),
+            (
+                "instance_exec",
+                json!({"instance": "inner", "command": ["hostname"]}),
+            ),
+            ("instance_spawn", json!({"network": "outbound"})),
+        ],
+    ));
+    assert_eq!(r[0]["structuredContent"]["server"]["mode"], "guest");
+    assert_eq!(r[0]["structuredContent"]["instance"]["id"], aid);
+    assert_eq!(r[1]["isError"], false, "{}", r[1]);
+    let inner = r[2]["structuredContent"]["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert_eq!(r[2]["structuredContent"]["owner"], aid);
+    assert_eq!(r[2]["structuredContent"]["depth"], 1);
+    let listed: Vec<&str> = r[3]["structuredContent"]["instances"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|i| i["id"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        listed,
+        [inner.as_str()],
+        "a guest lists only its descendants"
+    );
+    assert_eq!(
+        r[4]["structuredContent"]["error"]["code"],
+        "instance_not_found"
+    );
+    assert_eq!(r[5]["structuredContent"]["stdout"], "inner\n", "{}", r[5]);
+    assert_eq!(
+        r[6]["structuredContent"]["error"]["code"],
+        "capability_denied"
+    );
+    // The parent sees the guest's lease and child.
+    let l = c
+        .call_ok("instance_list", json!({"instance": aid}))
+        .structured;
+    assert_eq!(l["instances"][0]["leases"].as_array().unwrap().len(), 1);
+    let l = c
+        .call_ok("instance_list", json!({"instance": inner}))
+        .structured;
+    assert_eq!(l["instances"][0]["owner"], aid);
+    // self_restart {scope: instance} restarts the main command; /work stays.
+    let pid_file = dir.path().join(a["work_dir"].as_str().unwrap()).join("pid");
+    let first = std::fs::read_to_string(&pid_file).unwrap();
+    std::fs::write(
+        dir.path()
+            .join(a["work_dir"].as_str().unwrap())
+            .join("keep"),
+        "x",
+    )
+    .unwrap();
+    let r = guest_session(
+        &mut c,
+        &aid,
+        &[("self_restart", json!({"scope": "instance"}))],
+    );
+    assert_eq!(
+        r[0]["structuredContent"]["action"], "restart_main",
+        "{}",
+        r[0]
+    );
+    wait_until("the main command to restart", 15, || {
+        std::fs::read_to_string(&pid_file).is_ok_and(|p| p != first)
+    });
+    assert!(
+        dir.path()
+            .join(a["work_dir"].as_str().unwrap())
+            .join("keep")
+            .exists()
+    );
+    assert_eq!(state_of(&mut c, &aid), "running");
+    // Stopping the guest's instance stops what it spawned.
+    let s = c
+        .call_ok("instance_stop", json!({"instance": aid}))
+        .structured;
+    assert_eq!(s["stopped_descendants"], json!([inner]));
+    c.call_err(
+        "instance_list",
+        json!({"instance": inner}),
+        "instance_not_found",
+    );
+    c.shutdown();
+}

@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
-use crate::VmState;
 use crate::proto::{self, Answer, Request};
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 /// Content returned inline at most.
 pub const MAX_INLINE: u64 = 256 * 1024;
@@ -78,14 +78,22 @@ pub async fn run(
     state: Arc<VmState>,
     p: CopyParams,
     ctx: CallCtx,
+    caller: Caller,
 ) -> ToolResult<Reply<CopyResult>> {
     validate::writable(&state)?;
     validate::guest_path("guest_path", &p.guest_path)?;
+    if caller.is_some() && p.host_path.is_some() {
+        return Err(ToolError::new(
+            ErrorCode::CapabilityDenied,
+            "host_path: a guest has no access to the host's files; copy content inline, or use your own instance's files",
+        )
+        .with_detail(json!({ "field": "host_path" })));
+    }
     let max = validate::range("max_bytes", p.max_bytes.unwrap_or(64 << 20), 1, 1 << 30)?;
     let overwrite = p.overwrite.unwrap_or(false);
     match p.direction {
-        Direction::In => copy_in(state, p, ctx, max, overwrite).await,
-        Direction::Out => copy_out(state, p, ctx, max, overwrite).await,
+        Direction::In => copy_in(state, p, ctx, max, overwrite, caller).await,
+        Direction::Out => copy_out(state, p, ctx, max, overwrite, caller).await,
     }
 }
 
@@ -95,6 +103,7 @@ async fn copy_in(
     ctx: CallCtx,
     max: u64,
     overwrite: bool,
+    caller: Caller,
 ) -> ToolResult<Reply<CopyResult>> {
     let bytes = match (&p.content, &p.host_path) {
         (Some(_), Some(_)) => {
@@ -160,7 +169,7 @@ async fn copy_in(
             ),
         ));
     }
-    let (id, sandbox, _busy) = state.sandbox(&p.instance, true)?;
+    let (id, sandbox, _busy) = state.sandbox(&p.instance, true, &caller)?;
     let answer = async {
         let stream = sandbox.agent().await?;
         let (read, mut write) = stream.into_split();
@@ -207,6 +216,7 @@ async fn copy_out(
     ctx: CallCtx,
     max: u64,
     overwrite: bool,
+    caller: Caller,
 ) -> ToolResult<Reply<CopyResult>> {
     if p.content.is_some() {
         return Err(ToolError::invalid_field(
@@ -224,7 +234,7 @@ async fn copy_out(
     } else {
         MAX_INLINE.min(max)
     };
-    let (id, sandbox, _busy) = state.sandbox(&p.instance, true)?;
+    let (id, sandbox, _busy) = state.sandbox(&p.instance, true, &caller)?;
     let stream = sandbox
         .agent()
         .await

@@ -5,15 +5,15 @@ use std::io::Write;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use crate::VmState;
 use crate::proto::{self, ExecRequest, Frame, Request};
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 pub const MAX_STDIN: usize = 1 << 20;
 /// The full output of one exec kept on disk (head of it).
@@ -123,7 +123,7 @@ impl HeadTail {
 pub async fn run(
     state: Arc<VmState>,
     p: ExecParams,
-    _ctx: CallCtx,
+    caller: Caller,
 ) -> ToolResult<Reply<ExecResult>> {
     validate::writable(&state)?;
     validate::argv("command", &p.command)?;
@@ -147,7 +147,7 @@ pub async fn run(
         1 << 20,
     )?;
     let background = p.background.unwrap_or(false);
-    let (id, sandbox, _busy) = state.sandbox(&p.instance, !background)?;
+    let (id, sandbox, _busy) = state.sandbox(&p.instance, !background, &caller)?;
     let seq = {
         let mut map = state.lock();
         map.get_mut(&id).map(|i| {

@@ -8,9 +8,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::VmState;
 use crate::instance::{Lease, rfc3339};
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 pub const ACQUIRE_DEF: ToolDef = ToolDef::write(
     "keepalive_acquire",
@@ -80,22 +80,20 @@ fn new_lease_id() -> String {
     format!("l-{:012x}", h.finish() & 0xffff_ffff_ffff)
 }
 
-pub fn acquire(state: &Arc<VmState>, p: AcquireParams) -> ToolResult<Reply<AcquireResult>> {
+pub fn acquire(
+    state: &Arc<VmState>,
+    p: AcquireParams,
+    caller: &Caller,
+) -> ToolResult<Reply<AcquireResult>> {
     validate::writable(state)?;
-    let key = p.instance.ok_or_else(|| {
-        ToolError::new(
-            ErrorCode::Unsupported,
-            "instance: required — this server runs on the host, not inside an instance",
-        )
-        .with_detail(json!({ "field": "instance" }))
-    })?;
+    let key = VmState::key_or_own(p.instance, caller)?;
     let reason = p.reason.unwrap_or_default();
     if reason.chars().count() > 200 {
         return Err(ToolError::invalid_field("reason", "at most 200 characters"));
     }
     let ttl = validate::range("ttl_seconds", p.ttl_seconds.unwrap_or(3600), 1, 86_400)?;
     // Resumes a paused instance and counts as activity.
-    let (id, _, _) = state.sandbox(&key, false)?;
+    let (id, _, _) = state.sandbox(&key, false, caller)?;
     let mut map = state.lock();
     let Some(inst) = map.get_mut(&id) else {
         return Err(ToolError::internal("instance vanished"));
@@ -142,10 +140,19 @@ pub fn acquire(state: &Arc<VmState>, p: AcquireParams) -> ToolResult<Reply<Acqui
     ))
 }
 
-pub fn release(state: &Arc<VmState>, p: ReleaseParams) -> ToolResult<Reply<ReleaseResult>> {
+pub fn release(
+    state: &Arc<VmState>,
+    p: ReleaseParams,
+    caller: &Caller,
+) -> ToolResult<Reply<ReleaseResult>> {
     validate::writable(state)?;
     let mut map = state.lock();
-    for inst in map.values_mut() {
+    let visible: Vec<String> = map
+        .keys()
+        .filter(|k| crate::visible(&map, k, caller))
+        .cloned()
+        .collect();
+    for inst in map.values_mut().filter(|i| visible.contains(&i.id)) {
         if inst.leases.remove(&p.lease_id).is_some() {
             inst.touch();
             let result = ReleaseResult {

@@ -6,9 +6,9 @@ use kitbag_shared::{Reply, ToolDef, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::VmState;
 use crate::instance::{InstanceInfo, State};
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 pub const DEF: ToolDef = ToolDef::read(
     "instance_list",
@@ -45,17 +45,18 @@ pub struct ListResult {
     pub next_offset: Option<u64>,
 }
 
-pub fn run(state: &VmState, p: ListParams) -> ToolResult<Reply<ListResult>> {
+pub fn run(state: &VmState, p: ListParams, caller: &Caller) -> ToolResult<Reply<ListResult>> {
     let limit = validate::range("limit", p.limit.unwrap_or(50), 1, 200)?;
     let offset = p.offset.unwrap_or(0);
     let map = state.lock();
     let only = match &p.instance {
-        Some(key) => Some(VmState::find(&map, key, "instance")?),
+        Some(key) => Some(VmState::find(&map, key, "instance", caller)?),
         None => None,
     };
     let include_ended = p.include_ended.unwrap_or(true);
     let matched: Vec<&crate::instance::Instance> = map
         .values()
+        .filter(|i| crate::visible(&map, &i.id, caller) && Some(&i.id) != caller.as_ref())
         .filter(|i| only.as_ref().is_none_or(|id| &i.id == id))
         .filter(|i| include_ended || i.state.is_live())
         .filter(|i| p.state.as_ref().is_none_or(|s| s.contains(&i.state)))

@@ -5,8 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::VmState;
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 pub const DEF: ToolDef = ToolDef::read(
     "instance_logs",
@@ -52,11 +52,11 @@ pub struct LogsResult {
     pub exit: Option<crate::proto::ExitStatus>,
 }
 
-pub fn run(state: &VmState, p: LogsParams) -> ToolResult<Reply<LogsResult>> {
+pub fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<Reply<LogsResult>> {
     let max = validate::range("max_bytes", p.max_bytes.unwrap_or(32 * 1024), 1, 256 * 1024)?;
     let (id, dir) = {
         let map = state.lock();
-        let id = VmState::find(&map, &p.instance, "instance")?;
+        let id = VmState::find(&map, &p.instance, "instance", caller)?;
         let dir = map.get(&id).map(|i| i.dir.clone()).unwrap_or_default();
         (id, dir)
     };

@@ -9,9 +9,9 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use crate::VmState;
 use crate::instance::{Port, PortInfo, State};
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 pub const EXPOSE_DEF: ToolDef = ToolDef::write(
     "expose_port",
@@ -66,16 +66,6 @@ pub struct UnexposeResult {
     pub guest_port: u16,
     pub host_port: u16,
     pub closed_connections: u64,
-}
-
-fn instance_key(v: Option<String>) -> ToolResult<String> {
-    v.ok_or_else(|| {
-        ToolError::new(
-            ErrorCode::Unsupported,
-            "instance: required — this server runs on the host itself (no instance of its own); for a port of this machine connect to 127.0.0.1:<port> directly",
-        )
-        .with_detail(json!({ "field": "instance" }))
-    })
 }
 
 /// Expose `guest_port` of instance `id` (shared with instance_spawn's `ports`).
@@ -158,9 +148,13 @@ fn port_info(guest_port: u16, p: &Port) -> PortInfo {
     }
 }
 
-pub async fn expose_tool(state: Arc<VmState>, p: ExposeParams) -> ToolResult<Reply<ExposeResult>> {
+pub async fn expose_tool(
+    state: Arc<VmState>,
+    p: ExposeParams,
+    caller: Caller,
+) -> ToolResult<Reply<ExposeResult>> {
     validate::writable(&state)?;
-    let key = instance_key(p.instance)?;
+    let key = VmState::key_or_own(p.instance, &caller)?;
     let guest = validate::range("port", p.port, 1, 65535)? as u16;
     let host_port = validate::range("host_port", p.host_port.unwrap_or(0), 0, 65535)? as u16;
     let bind = p.bind.unwrap_or_else(|| "127.0.0.1".into());
@@ -177,7 +171,7 @@ pub async fn expose_tool(state: Arc<VmState>, p: ExposeParams) -> ToolResult<Rep
         )
         .with_detail(json!({ "field": "bind" })));
     }
-    let (id, sandbox, _) = state.sandbox(&key, false)?;
+    let (id, sandbox, _) = state.sandbox(&key, false, &caller)?;
     let info = expose(&state, &id, guest, host_port, &bind).await?;
     let listening = crate::ports::guest_listening(&sandbox, guest).await;
     let text = format!(
@@ -199,12 +193,16 @@ pub async fn expose_tool(state: Arc<VmState>, p: ExposeParams) -> ToolResult<Rep
     ))
 }
 
-pub fn unexpose_tool(state: &Arc<VmState>, p: UnexposeParams) -> ToolResult<Reply<UnexposeResult>> {
+pub fn unexpose_tool(
+    state: &Arc<VmState>,
+    p: UnexposeParams,
+    caller: &Caller,
+) -> ToolResult<Reply<UnexposeResult>> {
     validate::writable(state)?;
-    let key = instance_key(p.instance)?;
+    let key = VmState::key_or_own(p.instance, caller)?;
     let guest = validate::range("port", p.port, 1, 65535)? as u16;
     let mut map = state.lock();
-    let id = VmState::find(&map, &key, "instance")?;
+    let id = VmState::find(&map, &key, "instance", caller)?;
     let Some(inst) = map.get_mut(&id) else {
         return Err(ToolError::internal("instance vanished"));
     };

@@ -8,8 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::VmState;
 use crate::instance::State;
+use crate::{Caller, VmState};
 
 pub const INFO_DEF: ToolDef = ToolDef::read(
     "self_info",
@@ -33,7 +33,8 @@ pub struct ServerInfo {
     pub version: String,
     pub pid: u32,
     pub uptime_seconds: u64,
-    /// `host`: this server runs on the host (not inside an instance).
+    /// `host`: the caller talks to this server directly; `guest`: the caller runs inside
+    /// `instance` and its calls are forwarded here (this describes the server running it).
     pub mode: String,
     pub root: String,
     pub state_dir: String,
@@ -73,6 +74,8 @@ pub struct Children {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct InfoResult {
     pub server: ServerInfo,
+    /// Guest mode: the instance this call came from (the caller's own).
+    pub instance: Option<crate::instance::InstanceInfo>,
     /// The kitbag host running this server, when there is one.
     pub host: Option<HostInfo>,
     pub machine: MachineInfo,
@@ -97,7 +100,11 @@ fn read_trim(path: &str) -> String {
         .unwrap_or_default()
 }
 
-pub fn info(state: &Arc<VmState>, _p: InfoParams) -> ToolResult<Reply<InfoResult>> {
+pub fn info(
+    state: &Arc<VmState>,
+    _p: InfoParams,
+    caller: &Caller,
+) -> ToolResult<Reply<InfoResult>> {
     let (ok, detail) = state.probe().clone();
     let not_built = |name: &str| BackendInfo {
         name: name.into(),
@@ -141,11 +148,14 @@ pub fn info(state: &Arc<VmState>, _p: InfoParams) -> ToolResult<Reply<InfoResult
             version: env!("CARGO_PKG_VERSION").into(),
             pid: std::process::id(),
             uptime_seconds: state.started.elapsed().as_secs(),
-            mode: "host".into(),
+            mode: if caller.is_some() { "guest" } else { "host" }.into(),
             root: state.root.display().to_string(),
             state_dir: crate::tools::exec::display(state, &state.state_dir),
         },
-        host: host(),
+        instance: caller
+            .as_ref()
+            .and_then(|me| state.lock().get(me).map(|i| i.info(&state.root))),
+        host: if caller.is_some() { None } else { host() },
         machine: MachineInfo {
             hostname: read_trim("/proc/sys/kernel/hostname"),
             kernel: read_trim("/proc/sys/kernel/osrelease"),
@@ -221,9 +231,22 @@ pub struct RestartResult {
 
 const RELOAD_DELAY: Duration = Duration::from_millis(250);
 
-pub async fn restart(state: Arc<VmState>, p: RestartParams) -> ToolResult<Reply<RestartResult>> {
-    let _ = &state;
+pub async fn restart(
+    state: Arc<VmState>,
+    p: RestartParams,
+    caller: Caller,
+) -> ToolResult<Reply<RestartResult>> {
     let scope = p.scope.unwrap_or_default();
+    if let Some(me) = &caller {
+        if scope == Scope::Host {
+            return Err(ToolError::new(
+                ErrorCode::Unsupported,
+                "scope: \"host\" — this server runs inside an instance, not under the kitbag host; use scope \"instance\" to restart this instance's main command",
+            )
+            .with_detail(json!({ "field": "scope" })));
+        }
+        return restart_instance(state, me.clone(), p.dry_run.unwrap_or(false)).await;
+    }
     let unsupported = |why: &str| {
         ToolError::new(ErrorCode::Unsupported, why.to_string())
             .with_detail(json!({ "field": "scope" }))
@@ -283,6 +306,48 @@ pub async fn restart(state: Arc<VmState>, p: RestartParams) -> ToolResult<Reply<
             "{} the host (pid {}) to reload its config in {} ms",
             if dry_run { "would ask" } else { "asked" },
             host.pid,
+            RELOAD_DELAY.as_millis()
+        ),
+    ))
+}
+
+/// Restart the caller's instance's main command (files, ports and leases stay), after the
+/// answer is on its way: the caller is often part of that main command.
+async fn restart_instance(
+    state: Arc<VmState>,
+    id: String,
+    dry_run: bool,
+) -> ToolResult<Reply<RestartResult>> {
+    let (_, sandbox, _) = state.sandbox(&id, false, &Some(id.clone()))?;
+    let has_main = state.lock().get(&id).is_some_and(|i| i.command.is_some());
+    if !has_main {
+        return Err(ToolError::new(
+            ErrorCode::Unsupported,
+            format!("instance {id} has no main command to restart (it is an idle environment)"),
+        ));
+    }
+    if !dry_run {
+        let target = sandbox.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(RELOAD_DELAY).await;
+            let req = crate::proto::Request::RestartMain { grace_ms: 5_000 };
+            if let Err(e) = target.request(&req).await {
+                tracing::warn!("restart of the main command failed: {e}");
+            }
+        });
+    }
+    Ok(Reply::new(
+        RestartResult {
+            scope: "instance".into(),
+            action: "restart_main".into(),
+            target_pid: sandbox.child_pid,
+            scheduled_in_ms: RELOAD_DELAY.as_millis() as u64,
+            dry_run,
+            note: "the main command gets SIGTERM (SIGKILL after 5 s) and starts again with the same command, environment and directory; /work, exposed ports and leases stay".into(),
+        },
+        format!(
+            "{} the main command of {id} in {} ms",
+            if dry_run { "would restart" } else { "restarting" },
             RELOAD_DELAY.as_millis()
         ),
     ))

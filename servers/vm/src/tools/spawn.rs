@@ -10,12 +10,12 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::VmState;
 use crate::bwrap::{Sandbox, SandboxSpec};
 use crate::cgroup::Limits;
 use crate::instance::{Instance, InstanceInfo, Network, OnIdle, State};
 use crate::lifecycle;
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 pub const DEF: ToolDef = ToolDef::write(
     "instance_spawn",
@@ -384,7 +384,11 @@ impl Drop for Pending {
             return;
         }
         // Out of the list first, so no call finds a half-torn-down instance.
-        let dir = self.state.lock().remove(&self.id).map(|i| i.dir);
+        let removed = self.state.lock().remove(&self.id);
+        if let Some(close) = removed.as_ref().and_then(|i| i.guest_close.clone()) {
+            close.cancel();
+        }
+        let dir = removed.map(|i| i.dir);
         if let Some(s) = self.sandbox.take() {
             s.kill();
             s.cleanup();
@@ -399,11 +403,47 @@ pub async fn run(
     state: Arc<VmState>,
     p: SpawnParams,
     ctx: CallCtx,
+    caller: Caller,
 ) -> ToolResult<Reply<SpawnResult>> {
     let started = Instant::now();
+    if caller.is_some() && p.mounts.as_ref().is_some_and(|m| !m.is_empty()) {
+        return Err(ToolError::new(
+            ErrorCode::CapabilityDenied,
+            "mounts: a guest has no access to the host's files; copy files in with instance_copy",
+        )
+        .with_detail(json!({ "field": "mounts" })));
+    }
     let c = check(&state, p, &ctx)?;
     let id = {
         let mut map = state.lock();
+        // A guest's children sit one level below it, within --max-depth, and get no more
+        // network than it has.
+        let (depth, parent_network) = match &caller {
+            Some(me) => match map.get(me) {
+                Some(i) => (i.depth + 1, i.network),
+                None => {
+                    return Err(ToolError::new(
+                        ErrorCode::InstanceNotRunning,
+                        "the calling instance is gone",
+                    ));
+                }
+            },
+            None => (0, Network::Outbound),
+        };
+        if depth > state.opts.max_depth {
+            return Err(ToolError::new(
+                ErrorCode::InstanceLimit,
+                format!("instances nest at most {} deep (--max-depth); this one would be at depth {depth}", state.opts.max_depth),
+            )
+            .with_detail(json!({ "max_depth": state.opts.max_depth })));
+        }
+        if c.network == Network::Outbound && parent_network == Network::None {
+            return Err(ToolError::new(
+                ErrorCode::CapabilityDenied,
+                "network: this instance has no outbound network, so the instances it spawns cannot have it either",
+            )
+            .with_detail(json!({ "field": "network" })));
+        }
         if let Some(n) = &c.name
             && let Some(other) = map.values().find(|i| i.name.as_deref() == Some(n))
         {
@@ -413,7 +453,10 @@ pub async fn run(
             )
             .with_detail(json!({ "field": "name", "instance": other.id })));
         }
-        let live = map.values().filter(|i| i.state.is_live()).count();
+        let live = map
+            .values()
+            .filter(|i| i.state.is_live() && i.owner == caller)
+            .count();
         if live >= state.opts.max_instances {
             return Err(ToolError::new(
                 ErrorCode::InstanceLimit,
@@ -431,6 +474,9 @@ pub async fn run(
             Instance {
                 id: id.clone(),
                 name: c.name.clone(),
+                owner: caller.clone(),
+                depth,
+                guest_close: None,
                 state: State::Starting,
                 created_at: now,
                 started_at: None,
@@ -467,6 +513,23 @@ pub async fn run(
         sandbox: None,
         done: false,
     };
+    // The instance's own line to this server, for a kitbag-vm started inside it.
+    let ctl = state.state_dir.join("instances").join(&id).join("ctl");
+    std::fs::create_dir_all(&ctl).map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
+    let guest_close = crate::guest::listen(state.clone(), id.clone(), &ctl).map_err(|e| {
+        ToolError::new(
+            ErrorCode::SpawnFailed,
+            format!("the instance's control socket: {e}"),
+        )
+    })?;
+    if let Some(inst) = state.lock().get_mut(&id) {
+        inst.guest_close = Some(guest_close);
+    }
+    let mut env = c.env.clone();
+    env.push((
+        crate::guest::SOCKET_VAR.to_string(),
+        format!("{}/{}", crate::proto::CTL_DIR, crate::guest::GUEST_SOCKET),
+    ));
     let spec = SandboxSpec {
         id: id.clone(),
         hostname: c.name.clone().unwrap_or_else(|| id.clone()),
@@ -474,7 +537,7 @@ pub async fn run(
         state_dir: state.state_dir.clone(),
         command: c.command.clone(),
         cwd: c.cwd.clone(),
-        env: c.env.clone(),
+        env,
         outbound: c.network == Network::Outbound,
         limits: c.limits,
         mounts: c.mounts.clone(),

@@ -7,11 +7,11 @@ use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::VmState;
 use crate::instance::State;
 use crate::lifecycle::{self, StopOutcome};
 use crate::proto::ExitStatus;
 use crate::tools::validate;
+use crate::{Caller, VmState};
 
 pub const DEF: ToolDef = ToolDef::write(
     "instance_stop",
@@ -44,13 +44,19 @@ pub struct StopResult {
     pub removed: bool,
     pub closed_ports: Vec<u16>,
     pub released_leases: u64,
+    /// Instances it had spawned (nested use), stopped with it.
+    pub stopped_descendants: Vec<String>,
 }
 
-pub async fn run(state: Arc<VmState>, p: StopParams) -> ToolResult<Reply<StopResult>> {
+pub async fn run(
+    state: Arc<VmState>,
+    p: StopParams,
+    caller: Caller,
+) -> ToolResult<Reply<StopResult>> {
     validate::writable(&state)?;
     let grace = validate::range("grace_seconds", p.grace_seconds.unwrap_or(5), 0, 60)?;
     let remove = p.remove.unwrap_or(true);
-    let id = VmState::find(&state.lock(), &p.instance, "instance")?;
+    let id = VmState::find(&state.lock(), &p.instance, "instance", &caller)?;
     if p.pause.unwrap_or(false) {
         return pause(&state, &id);
     }
@@ -72,6 +78,7 @@ pub async fn run(state: Arc<VmState>, p: StopParams) -> ToolResult<Reply<StopRes
             removed: out.removed,
             closed_ports: out.closed_ports,
             released_leases: out.released_leases,
+            stopped_descendants: out.stopped_descendants,
         },
         text,
     ))
@@ -107,6 +114,7 @@ fn pause(state: &Arc<VmState>, id: &str) -> ToolResult<Reply<StopResult>> {
             removed: false,
             closed_ports: Vec::new(),
             released_leases: 0,
+            stopped_descendants: Vec::new(),
         },
         format!("{id} paused; the next exec, copy, connection or keepalive resumes it"),
     ))
