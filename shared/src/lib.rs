@@ -16,7 +16,8 @@
 //! - [`budget`]: the bound on requests in flight per connection (backpressure);
 //! - [`contain`]: every process a shell or cron command starts, found and killed (cgroup,
 //!   else child subreaper + environment tag);
-//! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime).
+//! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime);
+//! - [`vmlink`]: a call from inside a kitbag-vm instance to the kitbag-vm running it.
 
 pub mod atomic;
 pub mod audit;
@@ -36,6 +37,7 @@ pub mod salvage;
 pub mod schema;
 pub mod server;
 pub mod transport;
+pub mod vmlink;
 
 /// Every kitbag binary allocates with mimalloc: glibc's allocator handed the pages of each
 /// large answer back to the kernel and faulted them in again on the next call (a 50 KB file

@@ -8,6 +8,7 @@
 pub mod clock;
 pub mod command;
 pub mod create;
+pub mod keepalive;
 pub mod list;
 pub mod manage;
 pub mod runs;
@@ -200,6 +201,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let state = server.state().clone();
     if state.writable {
         scheduler::watch_store(&state);
+    }
+    if let Some(socket) = kitbag_shared::vmlink::socket() {
+        tokio::spawn(keepalive::hold_while_enabled(state.clone(), socket));
     }
     tokio::spawn(scheduler::run(state));
     let result = kitbag_shared::serve(server, &args.common).await;

@@ -72,3 +72,61 @@ fn instances_through_the_host() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+/// Seed 001: kitbag-cron inside an instance holds a keepalive lease while it has enabled
+/// entries, so the instance does not pause between firings.
+#[test]
+fn cron_inside_an_instance_keeps_it_awake() {
+    if !have_bwrap() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Handshake);
+    c.timeout = Duration::from_secs(60);
+    let lines = [
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "t", "version": "1"}}}),
+        json!({"jsonrpc": "2.0", "method": "notifications/initialized"}),
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+            "name": "cron_create", "arguments": {"schedule": "0 0 1 1 *", "message": "new year"}}}),
+    ];
+    let script: String = lines.iter().map(|l| format!("'{l}' ")).collect::<String>();
+    // The agent inside is the kitbag binary: `server cron` runs kitbag-cron.
+    let main = format!(
+        "(printf '%s\\n' {script}; sleep 1000) | /run/kitbag-bin/kitbag-vm server cron --root /work"
+    );
+    let i = c.call_ok(
+        "instance_spawn",
+        json!({"command": ["sh", "-c", main], "idle_timeout_seconds": 2}),
+    );
+    let id = i.structured["id"].as_str().expect("id").to_string();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let l = c.call_ok("instance_list", json!({"instance": id}));
+        let leases = l.structured["instances"][0]["leases"].clone();
+        if leases.as_array().is_some_and(|a| !a.is_empty()) {
+            assert!(
+                leases[0]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.contains("kitbag-cron")),
+                "{leases}"
+            );
+            break;
+        }
+        assert_eq!(
+            l.structured["instances"][0]["state"], "running",
+            "paused before cron held it"
+        );
+        assert!(
+            Instant::now() < deadline,
+            "no lease from kitbag-cron: {}",
+            l.text
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::thread::sleep(Duration::from_secs(3));
+    let l = c.call_ok("instance_list", json!({"instance": id}));
+    assert_eq!(l.structured["instances"][0]["state"], "running");
+    c.shutdown();
+}

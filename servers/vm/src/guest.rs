@@ -15,27 +15,17 @@ use std::sync::Arc;
 
 use kitbag_shared::rmcp::model::{CallToolResult, JsonObject};
 use kitbag_shared::rustix::fs::{Mode, OFlags, openat};
+use kitbag_shared::vmlink::GuestCall;
 use kitbag_shared::{CallCtx, ErrorCode, McpServer, ToolError, ToolResult, ToolRouter};
-use serde::{Deserialize, Serialize};
-use tokio::io::{AsyncBufReadExt, AsyncReadExt, BufReader};
+use tokio::io::{AsyncReadExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
 use tokio_util::sync::CancellationToken;
 
 use crate::{Args, VmState};
 
-/// The environment variable naming the parent's socket inside an instance.
-pub const SOCKET_VAR: &str = "KITBAG_VM_SOCKET";
+pub use kitbag_shared::vmlink::SOCKET_VAR;
 /// The socket's name in the control directory (`/run/kitbag/vm.sock` inside).
 pub const GUEST_SOCKET: &str = "vm.sock";
-/// The largest answer relayed (an exec's two 1 MB previews, JSON-escaped, fit).
-const MAX_ANSWER_BYTES: u64 = 16 << 20;
-
-#[derive(Debug, Serialize, Deserialize)]
-struct GuestCall {
-    tool: String,
-    #[serde(default)]
-    arguments: JsonObject,
-}
 
 /// Parent side: listen on `<ctl>/vm.sock` for instance `id`'s guest. The socket is bound
 /// through the directory's descriptor, so a long state path cannot exceed the 108-byte limit.
@@ -89,32 +79,17 @@ async fn serve_guest(state: Arc<VmState>, id: String, stream: UnixStream) -> std
 
 /// Guest side: forward one call to the parent and return its answer as is.
 async fn forward(socket: &Path, tool: &str, arguments: JsonObject) -> ToolResult<CallToolResult> {
-    let unavailable = |e: std::io::Error| {
-        ToolError::new(
-            ErrorCode::ServerUnavailable,
-            format!(
-                "the kitbag-vm that runs this instance does not answer on {} ({e})",
-                socket.display()
-            ),
-        )
-    };
-    let stream = UnixStream::connect(socket).await.map_err(unavailable)?;
-    let (read, mut write) = stream.into_split();
-    let call = GuestCall {
-        tool: tool.to_string(),
-        arguments,
-    };
-    crate::proto::write_line(&mut write, &call)
+    kitbag_shared::vmlink::call(socket, tool, arguments)
         .await
-        .map_err(unavailable)?;
-    let mut line = Vec::new();
-    let mut limited = BufReader::new(read).take(MAX_ANSWER_BYTES);
-    limited
-        .read_until(b'\n', &mut line)
-        .await
-        .map_err(unavailable)?;
-    serde_json::from_slice(&line)
-        .map_err(|e| ToolError::internal(format!("the parent's answer could not be read: {e}")))
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::ServerUnavailable,
+                format!(
+                    "the kitbag-vm that runs this instance does not answer on {} ({e})",
+                    socket.display()
+                ),
+            )
+        })
 }
 
 /// What a guest-mode server holds: where its parent listens.

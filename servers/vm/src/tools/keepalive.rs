@@ -119,7 +119,10 @@ pub fn acquire(
             inst.leases.insert(
                 l.clone(),
                 Lease {
-                    holder: "client".into(),
+                    holder: match caller {
+                        Some(me) => format!("a process in {me}"),
+                        None => "client".into(),
+                    },
                     reason,
                     expires,
                 },
