@@ -367,7 +367,13 @@ async fn connect(
             proto::write_line(&mut write, &Answer::ok()).await?;
             let mut unix = read.into_inner().reunite(write)?;
             let mut tcp = tcp;
-            let _ = tokio::io::copy_bidirectional(&mut unix, &mut tcp).await;
+            let _ = tokio::io::copy_bidirectional_with_sizes(
+                &mut unix,
+                &mut tcp,
+                proto::RELAY_BUF,
+                proto::RELAY_BUF,
+            )
+            .await;
         }
         Err(e) => {
             let answer = Answer::fail("refused", format!("127.0.0.1:{port}: {e}"));

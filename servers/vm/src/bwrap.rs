@@ -354,7 +354,7 @@ impl Sandbox {
                 sandbox.kill();
                 return Err(msg);
             }
-            tokio::time::sleep(Duration::from_millis(2)).await;
+            tokio::time::sleep(Duration::from_micros(500)).await;
         }
         // bwrap binds mounts by path: a link swapped in after the server resolved a path
         // would bind something else. Compare what is mounted with what was resolved.

@@ -83,7 +83,13 @@ async fn relay(state: &Arc<VmState>, id: &str, guest_port: u16, mut tcp: TcpStre
             return;
         }
     }
-    let _ = tokio::io::copy_bidirectional(&mut tcp, &mut unix).await;
+    let _ = tokio::io::copy_bidirectional_with_sizes(
+        &mut tcp,
+        &mut unix,
+        proto::RELAY_BUF,
+        proto::RELAY_BUF,
+    )
+    .await;
 }
 
 /// Whether something accepts on the guest port now (asked through the agent).

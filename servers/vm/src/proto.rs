@@ -14,6 +14,9 @@ use tokio::io::{
 
 /// The longest header line accepted (argv and environment of an exec fit easily).
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
+/// Buffer per direction of a relayed port connection (tokio's default, 8 KiB, held relayed
+/// throughput to a tenth of loopback's).
+pub const RELAY_BUF: usize = 256 * 1024;
 /// The largest frame payload an agent sends.
 pub const MAX_FRAME_BYTES: usize = 64 * 1024;
 
