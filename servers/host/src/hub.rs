@@ -164,6 +164,9 @@ pub struct Hub {
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
     /// The merged prompts and resources, and resource subscriptions (catalog.rs).
     pub relay: crate::catalog::Relay,
+    /// `KITBAG_HOST_CONFIG` for children: the config file this host read (absolute), None
+    /// for the embedded default.
+    config_file: Option<std::path::PathBuf>,
     me: Weak<Hub>,
 }
 
@@ -241,7 +244,9 @@ fn glob_match(patterns: &[String], name: &str) -> bool {
 }
 
 impl Hub {
-    pub fn new(specs: Vec<ServerSpec>) -> Arc<Hub> {
+    /// `config_file`: the absolute path of the config the servers came from (None for the
+    /// embedded default), given to every child as `KITBAG_HOST_CONFIG`.
+    pub fn new(specs: Vec<ServerSpec>, config_file: Option<std::path::PathBuf>) -> Arc<Hub> {
         let next_id = std::sync::atomic::AtomicU64::new(0);
         let children = specs
             .into_iter()
@@ -264,6 +269,7 @@ impl Hub {
             last_notified: Mutex::new(None),
             listeners: Mutex::new(Vec::new()),
             relay: Default::default(),
+            config_file,
             me: me.clone(),
         })
     }
@@ -320,6 +326,7 @@ impl Hub {
                     name: name.clone(),
                     hub: self.me.clone(),
                 },
+                self.config_file.as_deref(),
             );
             let result = match tokio::time::timeout(timeout, connect).await {
                 Ok(r) => r,
@@ -918,9 +925,16 @@ impl Hub {
     }
 }
 
+/// The environment variables that tell a child which host started it (`self_info` and
+/// `self_restart` in kitbag-vm check `KITBAG_HOST_PID` against their parent pid before
+/// signalling it).
+pub const HOST_PID_VAR: &str = "KITBAG_HOST_PID";
+pub const HOST_CONFIG_VAR: &str = "KITBAG_HOST_CONFIG";
+
 async fn connect(
     entry: &ServerEntry,
     client: ChildClient,
+    config_file: Option<&std::path::Path>,
 ) -> Result<
     (
         RunningService<RoleClient, ChildClient>,
@@ -937,11 +951,20 @@ async fn connect(
             crate::recursion::DEPTH_VAR,
             (crate::recursion::depth() + 1).to_string(),
         )
+        // After the entry's own variables: which host started the child is this host's to
+        // say, not the config's.
+        .env(HOST_PID_VAR, std::process::id().to_string())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    match config_file {
+        Some(path) => cmd.env(HOST_CONFIG_VAR, path),
+        // The embedded default has no file; a value inherited from an outer environment
+        // would name someone else's.
+        None => cmd.env_remove(HOST_CONFIG_VAR),
+    };
     if let Some(cwd) = &entry.cwd {
         cmd.current_dir(cwd);
     }
