@@ -56,6 +56,10 @@ pub enum State {
 #[derive(Clone)]
 pub struct ChildClient {
     name: String,
+    /// The child's `Child::id`: progress is matched by it, not by name, because a reload
+    /// can run the old and the new incarnation of one server side by side (the old one
+    /// finishing its calls), and each numbers its progress tokens from 0.
+    id: u64,
     hub: Weak<Hub>,
 }
 
@@ -76,7 +80,7 @@ impl ClientHandler for ChildClient {
         _ctx: NotificationContext<RoleClient>,
     ) {
         if let Some(hub) = self.hub.upgrade() {
-            hub.forward_progress(&self.name, params).await;
+            hub.forward_progress(self.id, params).await;
         }
     }
 
@@ -324,6 +328,7 @@ impl Hub {
                 &entry,
                 ChildClient {
                     name: name.clone(),
+                    id,
                     hub: self.me.clone(),
                 },
                 self.config_file.as_deref(),
@@ -673,18 +678,17 @@ impl Hub {
         }
     }
 
-    async fn forward_progress(&self, child: &str, params: ProgressNotificationParam) {
+    async fn forward_progress(&self, child: u64, params: ProgressNotificationParam) {
         use std::sync::atomic::Ordering;
         self.progress_inflight.fetch_add(1, Ordering::AcqRel);
         self.forward_progress_now(child, params).await;
         self.progress_inflight.fetch_sub(1, Ordering::AcqRel);
     }
 
-    async fn forward_progress_now(&self, child: &str, mut params: ProgressNotificationParam) {
+    async fn forward_progress_now(&self, child: u64, mut params: ProgressNotificationParam) {
         let upstream_token = {
             let map = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-            map.get(&(child.to_string(), params.progress_token.clone()))
-                .cloned()
+            map.get(&(child, params.progress_token.clone())).cloned()
         };
         let peer = self
             .upstream
@@ -881,7 +885,7 @@ impl Hub {
             .send_cancellable_request(request, options)
             .await
             .map_err(|e| format!("server {name}: {e}"))?;
-        let key = (name.clone(), handle.progress_token.clone());
+        let key = (route.child_id, handle.progress_token.clone());
         if let Some(up) = upstream_progress {
             self.progress
                 .lock()
@@ -1038,11 +1042,11 @@ pub fn protocol_error(msg: impl Into<String>) -> McpError {
     McpError::invalid_params(msg.into(), None)
 }
 
-/// (child, child's token) → the caller's token and the peer of the request that made the call.
-type ProgressMap =
-    Mutex<HashMap<(String, ProgressToken), (ProgressToken, Option<Peer<RoleServer>>)>>;
+/// (child id, child's token) → the caller's token and the peer of the request that made the
+/// call.
+type ProgressMap = Mutex<HashMap<(u64, ProgressToken), (ProgressToken, Option<Peer<RoleServer>>)>>;
 
-fn upstream_progress_mapped(map: &ProgressMap, key: &(String, ProgressToken)) -> bool {
+fn upstream_progress_mapped(map: &ProgressMap, key: &(u64, ProgressToken)) -> bool {
     map.lock()
         .unwrap_or_else(|e| e.into_inner())
         .contains_key(key)
