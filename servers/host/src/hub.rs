@@ -270,6 +270,8 @@ pub struct Hub {
     /// Children a reload took out of the config that are still finishing their calls; here
     /// so that `stop_all` stops them too.
     retiring: Mutex<Vec<Child>>,
+    /// Bumped whenever a child leaves `Starting` (ready or failed); see `settle`.
+    settled: tokio::sync::watch::Sender<u64>,
     /// `KITBAG_HOST_CONFIG` for children: the config file this host read (absolute), None
     /// for the embedded default.
     config_file: Option<std::path::PathBuf>,
@@ -377,6 +379,7 @@ impl Hub {
             listeners: Mutex::new(Vec::new()),
             relay: Default::default(),
             retiring: Mutex::new(Vec::new()),
+            settled: tokio::sync::watch::Sender::new(0),
             config_file,
             me: me.clone(),
         })
@@ -476,6 +479,7 @@ impl Hub {
                         child.stop = Some(stop);
                         child.last_error = None;
                     }
+                    self.settled.send_modify(|n| *n += 1);
                     self.invalidate_flat();
                     tracing::info!(server = %name, "ready in {} ms", started.elapsed().as_millis());
                     let hub = self.clone();
@@ -499,6 +503,45 @@ impl Hub {
             tracing::warn!(server = %child.spec.name, "failed: {reason}");
             child.state = State::Failed;
             child.last_error = Some(reason);
+        }
+        drop(c);
+        self.settled.send_modify(|n| *n += 1);
+    }
+
+    /// Wait until no child is starting — at most the longest startup timeout among them.
+    /// A server a reload starts (or replaces) lists its tools only once it is ready: a call
+    /// that comes in meanwhile waits here, then goes to the new server if it has the tool,
+    /// or is an unknown tool. Outside a reload nothing is starting and this returns at once
+    /// (crash restarts are `Restarting`, answered at once with "try again").
+    pub async fn settle(&self) {
+        let mut rx = self.settled.subscribe();
+        let starting = |c: &Child| c.state == State::Starting;
+        let limit = self
+            .lock()
+            .iter()
+            .filter(|c| starting(c))
+            .map(|c| {
+                c.spec
+                    .entry
+                    .startup_timeout_sec
+                    .map(Duration::from_secs)
+                    .unwrap_or(DEFAULT_STARTUP_TIMEOUT)
+            })
+            .max();
+        let Some(limit) = limit else { return };
+        // Beyond the startup timeout: a child's first tools/list is not under it. Capped, so
+        // that a config's huge `startup_timeout_sec` cannot overflow the deadline.
+        let wait = limit
+            .saturating_add(Duration::from_secs(5))
+            .min(Duration::from_secs(24 * 3600));
+        let deadline = tokio::time::Instant::now() + wait;
+        // Subscribed before looking: a child that becomes ready in between still wakes us.
+        while self.lock().iter().any(starting) {
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                // Out of time, or no sender (the hub is going away): answer with what is.
+                _ => return,
+            }
         }
     }
 

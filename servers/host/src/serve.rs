@@ -487,7 +487,15 @@ impl ServerHandler for HostServer {
             }
             .into());
         }
-        let Some(route) = self.hub.route(&request.name) else {
+        let route = match self.hub.route(&request.name) {
+            Some(route) => Some(route),
+            // Perhaps the tool of a server a reload is (re)starting: known once it is ready.
+            None => {
+                self.hub.settle().await;
+                self.hub.route(&request.name)
+            }
+        };
+        let Some(route) = route else {
             return Err(protocol_error(format!(
                 "unknown tool `{}`; call tools/list for the available tools",
                 request.name

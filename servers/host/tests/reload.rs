@@ -267,6 +267,48 @@ fn calls_in_flight_when_sighup_replaces_their_server_get_their_real_answers() {
     c.shutdown();
 }
 
+/// A call that comes in while a reload is replacing its server — the new one not ready yet,
+/// so its tools not listed yet — waits for the new server instead of being an unknown tool.
+#[test]
+fn a_call_during_a_reload_goes_to_the_new_server_of_its_tool() {
+    let d = project();
+    let root = d.path();
+    let config = root.join("agent.json");
+    write_config(
+        &config,
+        json!({"shell": shell_entry(root, "1"), "files": files_entry(root)}),
+    );
+    let mut c = serve(root, &config);
+    let old_shell = pid_of(&mut c, "shell").expect("shell pid");
+    // The new shell takes 3 s to start: a window the test can see in host_status.
+    let slow = json!({"command": "sh",
+        "args": ["-c", "sleep 3; exec \"$0\" server shell --root \"$1\"", bin(), root],
+        "env": {"GEN": "2"}});
+    write_config(&config, json!({"shell": slow, "files": files_entry(root)}));
+    sighup(c.pid());
+    wait_until(
+        "the reload replaces the shell server",
+        Duration::from_secs(10),
+        || {
+            status(&mut c)["servers"]
+                .as_array()
+                .expect("servers")
+                .iter()
+                .any(|s| s["name"] == "shell" && s["state"] == "starting")
+        },
+    );
+    let r = c.call_ok("shell_bash", json!({"command": "echo now-gen-$GEN"}));
+    assert!(r.text.contains("now-gen-2"), "{}", r.text);
+    assert_ne!(pid_of(&mut c, "shell"), Some(old_shell));
+    // With no call in flight the old server was stopped at once.
+    wait_until(
+        "the replaced shell server exits",
+        Duration::from_secs(10),
+        || !process_alive(old_shell),
+    );
+    c.shutdown();
+}
+
 /// A call that outlasts the 5 s limit gets a typed error rather than hanging, the removed
 /// server is stopped (and what its command started with it), and a new call to its tool is
 /// an unknown tool. `host_reload` itself answers at once.
