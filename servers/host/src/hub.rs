@@ -463,12 +463,18 @@ impl Hub {
                     let stop = running.cancellation_token();
                     {
                         let mut c = self.lock();
-                        let Some(child) = c.iter_mut().find(|c| c.id == id) else {
+                        let current = c
+                            .iter_mut()
+                            .find(|c| c.id == id)
+                            .filter(|c| c.generation == generation && !c.stopping);
+                        let Some(child) = current else {
+                            // Removed or restarted while it was starting: nobody will ever
+                            // stop this process, so stop it now.
+                            if let Some(pid) = pid {
+                                kill_group(pid);
+                            }
                             return;
                         };
-                        if child.generation != generation || child.stopping {
-                            return; // removed or restarted meanwhile
-                        }
                         child.peer = Some(peer);
                         child.fast = Some(link);
                         child.tools = tools;

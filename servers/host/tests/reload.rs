@@ -309,6 +309,60 @@ fn a_call_during_a_reload_goes_to_the_new_server_of_its_tool() {
     c.shutdown();
 }
 
+/// A server a second reload removes while the first is still starting it is stopped, with
+/// everything in its process group, once its start completes — here a wrapper script that
+/// would outlive the server itself.
+#[test]
+fn a_server_removed_while_it_is_starting_is_stopped() {
+    let d = project();
+    let root = d.path();
+    let config = root.join("agent.json");
+    write_config(&config, json!({"files": files_entry(root)}));
+    let mut c = serve(root, &config);
+    let script = "sleep 2; \"$0\" server files --root \"$1\"; sleep 613";
+    let (kitbag, dir) = (bin().to_str().expect("utf8"), root.to_str().expect("utf8"));
+    let slow = json!({"command": "sh", "args": ["-c", script, kitbag, dir]});
+    write_config(&config, json!({"files": files_entry(root), "slow": slow}));
+    let first = c.send_request(
+        "tools/call",
+        json!({"name": "host_reload", "arguments": {}}),
+    );
+    wait_until(
+        "the first reload starts `slow`",
+        Duration::from_secs(10),
+        || {
+            status(&mut c)["servers"]
+                .as_array()
+                .expect("servers")
+                .iter()
+                .any(|s| s["name"] == "slow" && s["state"] == "starting")
+        },
+    );
+    // `starting` is reported from the reload on; the process follows a moment later.
+    let mut wrapper = Vec::new();
+    wait_until("the wrapper runs", Duration::from_secs(10), || {
+        wrapper = processes_running(&["sh", "-c", script, kitbag, dir]);
+        !wrapper.is_empty()
+    });
+    write_config(&config, json!({"files": files_entry(root)}));
+    let second = c.call_ok("host_reload", json!({}));
+    assert_eq!(
+        second.structured["stopped"],
+        json!(["slow"]),
+        "{}",
+        second.text
+    );
+    let first = McpClient::to_tool_call(c.wait_response(first));
+    assert!(!first.is_error, "{}", first.text);
+    // Left alone, the wrapper would sleep on after its server saw stdin close.
+    wait_until(
+        "the removed server's process group is gone",
+        Duration::from_secs(10),
+        || !process_alive(wrapper[0]) && processes_running(&["sleep", "613"]).is_empty(),
+    );
+    c.shutdown();
+}
+
 /// A call that outlasts the 5 s limit gets a typed error rather than hanging, the removed
 /// server is stopped (and what its command started with it), and a new call to its tool is
 /// an unknown tool. `host_reload` itself answers at once.
