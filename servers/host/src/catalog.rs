@@ -497,8 +497,12 @@ impl Hub {
         }
     }
 
-    /// A ready child's peer and its request timeout, or why there is none.
-    fn peer_of(&self, id: u64) -> Result<(Peer<RoleClient>, String, Duration), McpError> {
+    /// A ready child's peer, its name and request timeout, and the request's place among the
+    /// child's calls in flight (a reload waits for it); or why there is none.
+    fn peer_of(
+        &self,
+        id: u64,
+    ) -> Result<(Peer<RoleClient>, String, Duration, crate::hub::CallGuard), McpError> {
         let c = self.lock();
         let Some(child) = c.iter().find(|c| c.id == id) else {
             return Err(McpError::internal_error(
@@ -514,7 +518,7 @@ impl Hub {
             .map(Duration::from_secs)
             .unwrap_or(crate::hub::DEFAULT_TOOL_TIMEOUT);
         match (&child.peer, &child.state) {
-            (Some(p), _) => Ok((p.clone(), name, timeout)),
+            (Some(p), _) => Ok((p.clone(), name, timeout, child.calls.begin())),
             (None, State::Restarting | State::Starting) => Err(McpError::internal_error(
                 format!("server {name} is restarting; try again in a few seconds"),
                 None,
@@ -535,7 +539,7 @@ impl Hub {
         timeout: Option<Duration>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<ServerResult, McpError> {
-        let (peer, name, tool_timeout) = self.peer_of(id)?;
+        let (peer, name, tool_timeout, guard) = self.peer_of(id)?;
         let options =
             rmcp::service::PeerRequestOptions::with_timeout(timeout.unwrap_or(tool_timeout));
         let handle = peer
@@ -544,6 +548,8 @@ impl Hub {
             .map_err(|e| McpError::internal_error(format!("server {name}: {e}"), None))?;
         let request_id = handle.id.clone();
         let outcome = tokio::select! {
+            // An answer already in wins over a cut-off that comes at the same moment.
+            biased;
             r = handle.await_response() => r,
             _ = cancel.cancelled() => {
                 let _ = peer
@@ -554,10 +560,25 @@ impl Hub {
                     .await;
                 return Err(McpError::internal_error("the request was cancelled", None));
             }
+            _ = guard.cut_off() => {
+                let _ = peer
+                    .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
+                        Some(request_id),
+                        Some(crate::hub::CUT_OFF_REASON.into()),
+                    ))
+                    .await;
+                return Err(McpError::internal_error(
+                    crate::hub::stopped_by_reload_message(&name),
+                    None,
+                ));
+            }
         };
         match outcome {
             Ok(r) => Ok(r),
             Err(rmcp::service::ServiceError::McpError(e)) => Err(e),
+            Err(rmcp::service::ServiceError::TransportClosed) if guard.stopped_by_reload() => Err(
+                McpError::internal_error(crate::hub::stopped_by_reload_message(&name), None),
+            ),
             Err(rmcp::service::ServiceError::TransportClosed) => Err(McpError::internal_error(
                 format!(
                     "server {name} exited during the request; it is being restarted — try again"

@@ -22,6 +22,11 @@ pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_CRASHES: usize = 5;
 const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
+/// How long a reload lets a removed or changed child finish the calls it is answering before
+/// stopping it. A child may answer and then ask for the reload itself (kitbag-vm's
+/// `self_restart` sends SIGHUP right after its answer): that answer must not be lost. Bounded,
+/// so a call that never ends cannot keep a server the config no longer names alive.
+pub const RELOAD_DRAIN_LIMIT: Duration = Duration::from_secs(5);
 
 /// What list-changed notifications compare: the offered tools and prompts (names and
 /// descriptions, in order) and the resource URIs and templates.
@@ -56,6 +61,10 @@ pub enum State {
 #[derive(Clone)]
 pub struct ChildClient {
     name: String,
+    /// The child's `Child::id`: progress is matched by it, not by name, because a reload
+    /// can run the old and the new incarnation of one server side by side (the old one
+    /// finishing its calls), and each numbers its progress tokens from 0.
+    id: u64,
     hub: Weak<Hub>,
 }
 
@@ -76,7 +85,7 @@ impl ClientHandler for ChildClient {
         _ctx: NotificationContext<RoleClient>,
     ) {
         if let Some(hub) = self.hub.upgrade() {
-            hub.forward_progress(&self.name, params).await;
+            hub.forward_progress(self.id, params).await;
         }
     }
 
@@ -129,6 +138,90 @@ pub struct Child {
     generation: u64,
     stop: Option<rmcp::service::RunningServiceCancellationToken>,
     stopping: bool,
+    /// Calls in flight on this server (every incarnation), which a reload waits for.
+    pub(crate) calls: Arc<Calls>,
+}
+
+/// The calls in flight on one child. A call holds a [`CallGuard`] from the moment it is
+/// routed to the child until its answer is in; a reload that stops or replaces the child
+/// waits for the count to reach zero (at most [`RELOAD_DRAIN_LIMIT`]).
+pub struct Calls {
+    in_flight: tokio::sync::watch::Sender<usize>,
+    /// Set when a reload took the child out of the config: a call that then loses its
+    /// server says so instead of "being restarted".
+    retired: std::sync::atomic::AtomicBool,
+    /// Cancelled when the reload's wait ran out: the calls still in flight answer their
+    /// callers `server_unavailable` and tell the child to stop them, before the child is
+    /// stopped — so whatever a child says while it shuts down (kitbag servers answer
+    /// `cancelled`) cannot overtake that answer.
+    cut_off: tokio_util::sync::CancellationToken,
+}
+
+impl Default for Calls {
+    fn default() -> Self {
+        Calls {
+            in_flight: tokio::sync::watch::Sender::new(0),
+            retired: std::sync::atomic::AtomicBool::new(false),
+            cut_off: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+}
+
+impl Calls {
+    /// Count a call until the guard is dropped. Taken under the hub's lock while the child
+    /// is still in the list, so a reload that has taken it out sees every call it must wait
+    /// for, and no call starts on it afterwards.
+    pub(crate) fn begin(self: &Arc<Self>) -> CallGuard {
+        self.in_flight.send_modify(|n| *n += 1);
+        CallGuard(self.clone())
+    }
+
+    fn in_flight(&self) -> usize {
+        *self.in_flight.borrow()
+    }
+
+    /// Wait until no call is in flight; false when `limit` ran out first.
+    async fn idle_within(&self, limit: Duration) -> bool {
+        let mut rx = self.in_flight.subscribe();
+        matches!(
+            tokio::time::timeout(limit, rx.wait_for(|n| *n == 0)).await,
+            Ok(Ok(_))
+        )
+    }
+}
+
+/// One call in flight on a child (see [`Calls`]).
+pub struct CallGuard(Arc<Calls>);
+
+impl CallGuard {
+    /// Whether a reload removed or replaced the child this call is on.
+    pub fn stopped_by_reload(&self) -> bool {
+        self.0.retired.load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    /// Resolves when a reload gives up waiting for this call: stop waiting for the child's
+    /// answer, tell the child the call is cancelled, and answer with
+    /// [`stopped_by_reload_message`].
+    pub fn cut_off(&self) -> tokio_util::sync::WaitForCancellationFuture<'_> {
+        self.0.cut_off.cancelled()
+    }
+}
+
+impl Drop for CallGuard {
+    fn drop(&mut self) {
+        self.0.in_flight.send_modify(|n| *n = n.saturating_sub(1));
+    }
+}
+
+/// Why a call is cancelled at its child when a reload cut it off.
+pub const CUT_OFF_REASON: &str = "the server is being stopped by a configuration reload";
+
+/// What a call that lost its server says when a reload stopped it.
+pub fn stopped_by_reload_message(server: &str) -> String {
+    format!(
+        "server {server} was stopped by a configuration reload before this call finished (a removed or changed server gets {} s to finish its calls); the call did not complete",
+        RELOAD_DRAIN_LIMIT.as_secs()
+    )
 }
 
 /// A tool as offered upstream.
@@ -137,6 +230,16 @@ pub struct Route {
     pub child: usize,
     pub child_id: u64,
     pub original: String,
+}
+
+/// Where a byte-level call goes ([`Hub::fast_route`]).
+pub struct FastRoute {
+    pub link: Arc<crate::fastpath::FastLink>,
+    /// The tool's name at its server.
+    pub original: String,
+    pub server: String,
+    pub timeout: Duration,
+    pub guard: CallGuard,
 }
 
 #[derive(Default)]
@@ -164,6 +267,14 @@ pub struct Hub {
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
     /// The merged prompts and resources, and resource subscriptions (catalog.rs).
     pub relay: crate::catalog::Relay,
+    /// Children a reload took out of the config that are still finishing their calls; here
+    /// so that `stop_all` stops them too.
+    retiring: Mutex<Vec<Child>>,
+    /// Bumped whenever a child leaves `Starting` (ready or failed); see `settle`.
+    settled: tokio::sync::watch::Sender<u64>,
+    /// `KITBAG_HOST_CONFIG` for children: the config file this host read (absolute), None
+    /// for the embedded default.
+    config_file: Option<std::path::PathBuf>,
     me: Weak<Hub>,
 }
 
@@ -192,6 +303,7 @@ impl Child {
             generation: 0,
             stop: None,
             stopping: false,
+            calls: Arc::default(),
         }
     }
 
@@ -241,7 +353,9 @@ fn glob_match(patterns: &[String], name: &str) -> bool {
 }
 
 impl Hub {
-    pub fn new(specs: Vec<ServerSpec>) -> Arc<Hub> {
+    /// `config_file`: the absolute path of the config the servers came from (None for the
+    /// embedded default), given to every child as `KITBAG_HOST_CONFIG`.
+    pub fn new(specs: Vec<ServerSpec>, config_file: Option<std::path::PathBuf>) -> Arc<Hub> {
         let next_id = std::sync::atomic::AtomicU64::new(0);
         let children = specs
             .into_iter()
@@ -264,6 +378,9 @@ impl Hub {
             last_notified: Mutex::new(None),
             listeners: Mutex::new(Vec::new()),
             relay: Default::default(),
+            retiring: Mutex::new(Vec::new()),
+            settled: tokio::sync::watch::Sender::new(0),
+            config_file,
             me: me.clone(),
         })
     }
@@ -318,8 +435,10 @@ impl Hub {
                 &entry,
                 ChildClient {
                     name: name.clone(),
+                    id,
                     hub: self.me.clone(),
                 },
+                self.config_file.as_deref(),
             );
             let result = match tokio::time::timeout(timeout, connect).await {
                 Ok(r) => r,
@@ -344,12 +463,18 @@ impl Hub {
                     let stop = running.cancellation_token();
                     {
                         let mut c = self.lock();
-                        let Some(child) = c.iter_mut().find(|c| c.id == id) else {
+                        let current = c
+                            .iter_mut()
+                            .find(|c| c.id == id)
+                            .filter(|c| c.generation == generation && !c.stopping);
+                        let Some(child) = current else {
+                            // Removed or restarted while it was starting: nobody will ever
+                            // stop this process, so stop it now.
+                            if let Some(pid) = pid {
+                                kill_group(pid);
+                            }
                             return;
                         };
-                        if child.generation != generation || child.stopping {
-                            return; // removed or restarted meanwhile
-                        }
                         child.peer = Some(peer);
                         child.fast = Some(link);
                         child.tools = tools;
@@ -360,6 +485,7 @@ impl Hub {
                         child.stop = Some(stop);
                         child.last_error = None;
                     }
+                    self.settled.send_modify(|n| *n += 1);
                     self.invalidate_flat();
                     tracing::info!(server = %name, "ready in {} ms", started.elapsed().as_millis());
                     let hub = self.clone();
@@ -383,6 +509,45 @@ impl Hub {
             tracing::warn!(server = %child.spec.name, "failed: {reason}");
             child.state = State::Failed;
             child.last_error = Some(reason);
+        }
+        drop(c);
+        self.settled.send_modify(|n| *n += 1);
+    }
+
+    /// Wait until no child is starting — at most the longest startup timeout among them.
+    /// A server a reload starts (or replaces) lists its tools only once it is ready: a call
+    /// that comes in meanwhile waits here, then goes to the new server if it has the tool,
+    /// or is an unknown tool. Outside a reload nothing is starting and this returns at once
+    /// (crash restarts are `Restarting`, answered at once with "try again").
+    pub async fn settle(&self) {
+        let mut rx = self.settled.subscribe();
+        let starting = |c: &Child| c.state == State::Starting;
+        let limit = self
+            .lock()
+            .iter()
+            .filter(|c| starting(c))
+            .map(|c| {
+                c.spec
+                    .entry
+                    .startup_timeout_sec
+                    .map(Duration::from_secs)
+                    .unwrap_or(DEFAULT_STARTUP_TIMEOUT)
+            })
+            .max();
+        let Some(limit) = limit else { return };
+        // Beyond the startup timeout: a child's first tools/list is not under it. Capped, so
+        // that a config's huge `startup_timeout_sec` cannot overflow the deadline.
+        let wait = limit
+            .saturating_add(Duration::from_secs(5))
+            .min(Duration::from_secs(24 * 3600));
+        let deadline = tokio::time::Instant::now() + wait;
+        // Subscribed before looking: a child that becomes ready in between still wakes us.
+        while self.lock().iter().any(starting) {
+            match tokio::time::timeout_at(deadline, rx.changed()).await {
+                Ok(Ok(())) => {}
+                // Out of time, or no sender (the hub is going away): answer with what is.
+                _ => return,
+            }
         }
     }
 
@@ -433,13 +598,67 @@ impl Hub {
         for child in self.lock().iter_mut() {
             child.stop();
         }
+        let retiring =
+            std::mem::take(&mut *self.retiring.lock().unwrap_or_else(|e| e.into_inner()));
+        for mut child in retiring {
+            child.stop();
+        }
+    }
+
+    /// Stop a child a reload took out of the config, once the calls in flight on it have
+    /// finished (at most [`RELOAD_DRAIN_LIMIT`]; then it is stopped anyway and those calls
+    /// get `server_unavailable`). It is already out of the list, so no new call reaches it.
+    fn retire(self: &Arc<Self>, mut child: Child) {
+        child.stopping = true;
+        child
+            .calls
+            .retired
+            .store(true, std::sync::atomic::Ordering::Release);
+        let in_flight = child.calls.in_flight();
+        if in_flight == 0 {
+            child.stop();
+            return;
+        }
+        let (id, name, calls) = (child.id, child.spec.name.clone(), child.calls.clone());
+        tracing::info!(server = %name, "reload: stopping after its {in_flight} call(s) in flight");
+        self.retiring
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(child);
+        let hub = self.clone();
+        tokio::spawn(async move {
+            if !calls.idle_within(RELOAD_DRAIN_LIMIT).await {
+                tracing::warn!(
+                    server = %name,
+                    "reload: calls still in flight after {} s; stopping it anyway",
+                    RELOAD_DRAIN_LIMIT.as_secs()
+                );
+                // The calls answer and cancel themselves (see `Calls::cut_off`); they need
+                // no more than a turn of the runtime, the bound is for safety only.
+                calls.cut_off.cancel();
+                let _ = calls.idle_within(Duration::from_secs(1)).await;
+            }
+            let child = {
+                let mut r = hub.retiring.lock().unwrap_or_else(|e| e.into_inner());
+                r.iter().position(|c| c.id == id).map(|i| r.swap_remove(i))
+            };
+            // None: stop_all got there first.
+            if let Some(mut child) = child {
+                child.stop();
+            }
+        });
     }
 
     /// Apply a new config: unchanged servers keep running, changed and new ones start,
     /// removed ones stop. The client connection is kept; `list_changed` tells it.
+    ///
+    /// The new list is in force at once: a call that starts after this goes to the new
+    /// child of its tool, or is an unknown tool. A removed or changed child is stopped only
+    /// once its calls in flight are answered (see `retire`), so a step in progress keeps its
+    /// server while the next one sees the new catalog.
     pub async fn reload(self: &Arc<Self>, specs: Vec<ServerSpec>) -> ReloadReport {
         let mut report = ReloadReport::default();
-        let to_start: Vec<u64> = {
+        let (to_start, retired): (Vec<u64>, Vec<Child>) = {
             let mut c = self.lock();
             let mut old: Vec<Child> = std::mem::take(&mut *c);
             let mut new = Vec::with_capacity(specs.len());
@@ -465,14 +684,16 @@ impl Hub {
                     }
                 }
             }
-            for mut gone in old {
+            for gone in &old {
                 report.stopped.push(gone.spec.name.clone());
-                gone.stop();
             }
             *c = new;
-            to_start
+            (to_start, old)
         };
         self.invalidate_flat();
+        for gone in retired {
+            self.retire(gone);
+        }
         futures::future::join_all(to_start.into_iter().map(|id| self.clone().start(id))).await;
         self.notify_list_changed().await;
         report
@@ -666,18 +887,17 @@ impl Hub {
         }
     }
 
-    async fn forward_progress(&self, child: &str, params: ProgressNotificationParam) {
+    async fn forward_progress(&self, child: u64, params: ProgressNotificationParam) {
         use std::sync::atomic::Ordering;
         self.progress_inflight.fetch_add(1, Ordering::AcqRel);
         self.forward_progress_now(child, params).await;
         self.progress_inflight.fetch_sub(1, Ordering::AcqRel);
     }
 
-    async fn forward_progress_now(&self, child: &str, mut params: ProgressNotificationParam) {
+    async fn forward_progress_now(&self, child: u64, mut params: ProgressNotificationParam) {
         let upstream_token = {
             let map = self.progress.lock().unwrap_or_else(|e| e.into_inner());
-            map.get(&(child.to_string(), params.progress_token.clone()))
-                .cloned()
+            map.get(&(child, params.progress_token.clone())).cloned()
         };
         let peer = self
             .upstream
@@ -802,11 +1022,9 @@ impl Hub {
     }
 
     /// For the byte-level path: the link, original tool name, server name and tool timeout
-    /// of a tool whose server is ready.
-    pub fn fast_route(
-        &self,
-        name: &str,
-    ) -> Option<(Arc<crate::fastpath::FastLink>, String, String, Duration)> {
+    /// of a tool whose server is ready, and the call's place among the server's calls in
+    /// flight (hold it until the answer is in).
+    pub fn fast_route(&self, name: &str) -> Option<FastRoute> {
         let route = self.route(name)?;
         let c = self.lock();
         let child = c.iter().find(|c| c.id == route.child_id)?;
@@ -820,7 +1038,13 @@ impl Hub {
             .tool_timeout_sec
             .map(Duration::from_secs)
             .unwrap_or(DEFAULT_TOOL_TIMEOUT);
-        Some((link, route.original, child.spec.name.clone(), timeout))
+        Some(FastRoute {
+            link,
+            original: route.original,
+            server: child.spec.name.clone(),
+            timeout,
+            guard: child.calls.begin(),
+        })
     }
 
     /// Find the route for a tool name as offered, or as the child spells it (e.g. dotted).
@@ -840,13 +1064,14 @@ impl Hub {
         upstream_progress: Option<(ProgressToken, Option<Peer<RoleServer>>)>,
         cancel: tokio_util::sync::CancellationToken,
     ) -> Result<CallToolResult, String> {
-        let (peer, name, timeout, state) = {
+        let (connected, name, timeout, state) = {
             let c = self.lock();
             let Some(child) = c.iter().find(|c| c.id == route.child_id) else {
                 return Err("the server of this tool was removed by a reload".into());
             };
             (
-                child.peer.clone(),
+                // Counted from here, under the lock: a reload waits for this call.
+                child.peer.clone().map(|peer| (peer, child.calls.begin())),
                 child.spec.name.clone(),
                 child
                     .spec
@@ -857,7 +1082,7 @@ impl Hub {
                 child.state.clone(),
             )
         };
-        let Some(peer) = peer else {
+        let Some((peer, guard)) = connected else {
             return Err(match state {
                 State::Restarting | State::Starting => {
                     format!("server {name} is restarting; try again in a few seconds")
@@ -874,7 +1099,7 @@ impl Hub {
             .send_cancellable_request(request, options)
             .await
             .map_err(|e| format!("server {name}: {e}"))?;
-        let key = (name.clone(), handle.progress_token.clone());
+        let key = (route.child_id, handle.progress_token.clone());
         if let Some(up) = upstream_progress {
             self.progress
                 .lock()
@@ -882,9 +1107,14 @@ impl Hub {
                 .insert(key.clone(), up);
         }
         let id = handle.id.clone();
+        // Err: the call ends here, not at the child — the client cancelled it, or a reload
+        // stopped waiting for it.
         let outcome = tokio::select! {
-            r = handle.await_response() => Some(r),
-            _ = cancel.cancelled() => None,
+            // An answer already in wins over a cut-off that comes at the same moment.
+            biased;
+            r = handle.await_response() => Ok(r),
+            _ = cancel.cancelled() => Err(("cancelled by the client", "cancelled".to_string())),
+            _ = guard.cut_off() => Err((CUT_OFF_REASON, stopped_by_reload_message(&name))),
         };
         if upstream_progress_mapped(&self.progress, &key) {
             self.drain_progress().await;
@@ -894,33 +1124,43 @@ impl Hub {
             .unwrap_or_else(|e| e.into_inner())
             .remove(&key);
         match outcome {
-            None => {
+            Err((reason, answer)) => {
                 let _ = peer
                     .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
                         Some(id),
-                        Some("cancelled by the client".into()),
+                        Some(reason.into()),
                     ))
                     .await;
-                Err("cancelled".into())
+                Err(answer)
             }
-            Some(Ok(ServerResult::CallToolResult(mut r))) => {
+            Ok(Ok(ServerResult::CallToolResult(mut r))) => {
                 r.result_type = Some(rmcp::model::ResultType::COMPLETE);
                 Ok(r)
             }
-            Some(Ok(other)) => Err(format!(
+            Ok(Ok(other)) => Err(format!(
                 "server {name} answered with an unexpected result: {other:?}"
             )),
-            Some(Err(rmcp::service::ServiceError::TransportClosed)) => Err(format!(
+            Ok(Err(rmcp::service::ServiceError::TransportClosed)) if guard.stopped_by_reload() => {
+                Err(stopped_by_reload_message(&name))
+            }
+            Ok(Err(rmcp::service::ServiceError::TransportClosed)) => Err(format!(
                 "server {name} exited during the call; it is being restarted — the call did not complete"
             )),
-            Some(Err(e)) => Err(format!("server {name}: {e}")),
+            Ok(Err(e)) => Err(format!("server {name}: {e}")),
         }
     }
 }
 
+/// The environment variables that tell a child which host started it (`self_info` and
+/// `self_restart` in kitbag-vm check `KITBAG_HOST_PID` against their parent pid before
+/// signalling it).
+pub const HOST_PID_VAR: &str = "KITBAG_HOST_PID";
+pub const HOST_CONFIG_VAR: &str = "KITBAG_HOST_CONFIG";
+
 async fn connect(
     entry: &ServerEntry,
     client: ChildClient,
+    config_file: Option<&std::path::Path>,
 ) -> Result<
     (
         RunningService<RoleClient, ChildClient>,
@@ -937,11 +1177,20 @@ async fn connect(
             crate::recursion::DEPTH_VAR,
             (crate::recursion::depth() + 1).to_string(),
         )
+        // After the entry's own variables: which host started the child is this host's to
+        // say, not the config's.
+        .env(HOST_PID_VAR, std::process::id().to_string())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .process_group(0)
         .kill_on_drop(true);
+    match config_file {
+        Some(path) => cmd.env(HOST_CONFIG_VAR, path),
+        // The embedded default has no file; a value inherited from an outer environment
+        // would name someone else's.
+        None => cmd.env_remove(HOST_CONFIG_VAR),
+    };
     if let Some(cwd) = &entry.cwd {
         cmd.current_dir(cwd);
     }
@@ -1015,11 +1264,11 @@ pub fn protocol_error(msg: impl Into<String>) -> McpError {
     McpError::invalid_params(msg.into(), None)
 }
 
-/// (child, child's token) → the caller's token and the peer of the request that made the call.
-type ProgressMap =
-    Mutex<HashMap<(String, ProgressToken), (ProgressToken, Option<Peer<RoleServer>>)>>;
+/// (child id, child's token) → the caller's token and the peer of the request that made the
+/// call.
+type ProgressMap = Mutex<HashMap<(u64, ProgressToken), (ProgressToken, Option<Peer<RoleServer>>)>>;
 
-fn upstream_progress_mapped(map: &ProgressMap, key: &(String, ProgressToken)) -> bool {
+fn upstream_progress_mapped(map: &ProgressMap, key: &(u64, ProgressToken)) -> bool {
     map.lock()
         .unwrap_or_else(|e| e.into_inner())
         .contains_key(key)

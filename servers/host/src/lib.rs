@@ -116,7 +116,7 @@ type Started = (
 async fn start(cli: &Cli) -> anyhow::Result<Started> {
     let cfg = load_config(cli)?;
     let policy = policy::for_agent(&cfg, cli.agent.as_deref())?;
-    let hub = Hub::new(cfg.servers);
+    let hub = Hub::new(cfg.servers, config_file(cli));
     hub.start_all().await;
     Ok((hub, policy, cfg.settings))
 }
@@ -344,10 +344,21 @@ async fn call_with_progress_bar(
     result
 }
 
+/// The config file in force as an absolute path (None: the embedded default). Resolved
+/// once, at start: a reload re-reads this file even if the working directory changed, and
+/// children get it as `KITBAG_HOST_CONFIG`.
+fn config_file(cli: &Cli) -> Option<PathBuf> {
+    let path = config_path(cli)?;
+    Some(
+        std::fs::canonicalize(&path)
+            .or_else(|_| std::path::absolute(&path))
+            .unwrap_or(path),
+    )
+}
+
 /// How `host_reload` re-reads the configuration: the same file, found the same way.
 fn config_loader(cli: &Cli) -> Option<serve::ConfigLoader> {
-    let path = config_path(cli)?;
-    let path = std::fs::canonicalize(&path).unwrap_or(path);
+    let path = config_file(cli)?;
     Some(Arc::new(move || config::load(&path)))
 }
 

@@ -170,7 +170,7 @@ impl HostServer {
         let input = kitbag_shared::schema::input_schema::<StatusParams>().unwrap_or_default();
         Tool::new(
             RELOAD_TOOL,
-            "Re-read the host's configuration (the --config file, else agent.json) and apply it without dropping this connection: new and changed servers start, removed ones stop, unchanged ones keep running. Edit the config file first, then call this. SIGHUP does the same.",
+            "Re-read the host's configuration (the --config file, else agent.json) and apply it without dropping this connection: new and changed servers start and take every new call, unchanged ones keep running, and removed or changed ones stop once the calls they are answering finish (at most 5 s). A config that cannot be read changes nothing. Edit the config file first, then call this. SIGHUP does the same.",
             input,
         )
         .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema::<crate::hub::ReloadReport>()))
@@ -487,7 +487,15 @@ impl ServerHandler for HostServer {
             }
             .into());
         }
-        let Some(route) = self.hub.route(&request.name) else {
+        let route = match self.hub.route(&request.name) {
+            Some(route) => Some(route),
+            // Perhaps the tool of a server a reload is (re)starting: known once it is ready.
+            None => {
+                self.hub.settle().await;
+                self.hub.route(&request.name)
+            }
+        };
+        let Some(route) = route else {
             return Err(protocol_error(format!(
                 "unknown tool `{}`; call tools/list for the available tools",
                 request.name
@@ -747,6 +755,8 @@ pub struct FastPending {
     timeout: std::time::Duration,
     upstream_id: String,
     modern: bool,
+    /// Held until the answer is in: a reload stops this call's server only after that.
+    guard: crate::hub::CallGuard,
     audit: Option<(
         kitbag_shared::audit::AuditLog,
         serde_json::Value,
@@ -764,7 +774,13 @@ impl HostServer {
         if name == STATUS_TOOL || name == RELOAD_TOOL || self.permit(name).is_err() {
             return None;
         }
-        let (link, original, server, timeout) = self.hub.fast_route(name)?;
+        let crate::hub::FastRoute {
+            link,
+            original,
+            server,
+            timeout,
+            guard,
+        } = self.hub.fast_route(name)?;
         let (child_id, rx) = link.call(&original, call.arguments)?;
         let audit = self.audit.clone().map(|a| {
             let params = call
@@ -781,6 +797,7 @@ impl HostServer {
             timeout,
             upstream_id: call.id.get().to_string(),
             modern: call.modern,
+            guard,
             audit,
             started: Instant::now(),
         })
@@ -828,8 +845,28 @@ impl FastPending {
     /// regardless, and the child is told to stop.
     pub async fn answer(mut self, claim: impl FnOnce() -> bool) -> Option<fastpath::Line> {
         let (upstream_id, modern, server) = (&self.upstream_id, self.modern, &self.server);
-        let outcome = tokio::time::timeout(self.timeout, &mut self.rx).await;
+        // None: a reload stopped waiting for this call (see `Calls::cut_off`).
+        let outcome = tokio::select! {
+            // An answer already in wins over a cut-off that comes at the same moment.
+            biased;
+            r = tokio::time::timeout(self.timeout, &mut self.rx) => Some(r),
+            _ = self.guard.cut_off() => None,
+        };
         let wanted = claim();
+        let Some(outcome) = outcome else {
+            self.link.cancel(&self.child_id, crate::hub::CUT_OFF_REASON);
+            if !wanted {
+                return None;
+            }
+            let line = fastpath::error_line(
+                upstream_id,
+                "server_unavailable",
+                &crate::hub::stopped_by_reload_message(server),
+                modern,
+            );
+            self.audit_call(Some("server_unavailable".into()));
+            return Some(line);
+        };
         let (line, code) = match outcome {
             Ok(Ok(reply)) => {
                 if !wanted {
@@ -851,9 +888,13 @@ impl FastPending {
                 if !wanted {
                     return None;
                 }
-                let msg = format!(
-                    "server {server} exited during the call; it is being restarted — the call did not complete"
-                );
+                let msg = if self.guard.stopped_by_reload() {
+                    crate::hub::stopped_by_reload_message(server)
+                } else {
+                    format!(
+                        "server {server} exited during the call; it is being restarted — the call did not complete"
+                    )
+                };
                 (
                     fastpath::error_line(upstream_id, "server_unavailable", &msg, modern),
                     Some("server_unavailable".to_string()),
@@ -871,14 +912,20 @@ impl FastPending {
                 )
             }
         };
+        self.audit_call(code);
+        Some(line)
+    }
+
+    /// The call's audit line (`--audit-log`), with its error code if it failed.
+    fn audit_call(&mut self, code: Option<String>) {
         if let Some((a, params, agent, tool)) = self.audit.take() {
             a.event(
                 "tool.call",
                 json!({
                     "agent": agent,
-                    "server": server,
+                    "server": self.server,
                     "tool": tool,
-                    "request_id": upstream_id.trim_matches('"'),
+                    "request_id": self.upstream_id.trim_matches('"'),
                     "duration_ms": self.started.elapsed().as_secs_f64() * 1000.0,
                     "ok": code.is_none(),
                     "error_code": code,
@@ -886,6 +933,5 @@ impl FastPending {
                 }),
             );
         }
-        Some(line)
     }
 }

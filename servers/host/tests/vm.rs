@@ -130,3 +130,70 @@ fn cron_inside_an_instance_keeps_it_awake() {
     assert_eq!(l.structured["instances"][0]["state"], "running");
     c.shutdown();
 }
+
+/// vm.md §4 item 28: the agent edits agent.json and calls `self_restart`; the answer arrives,
+/// `tools/list_changed` follows, the new server's tools are listed, the vm server (and its
+/// instance) keep running. A config that does not parse changes nothing.
+#[test]
+fn self_restart_reloads_the_host() {
+    if !have_bwrap() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let config = d.path().join("agent.json");
+    let vm = json!({"command": bin(), "args": ["server", "vm", "--root", d.path()]});
+    std::fs::write(&config, json!({"mcp": {"vm": vm}}).to_string()).expect("config");
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", config.to_str().expect("utf8"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    c.timeout = Duration::from_secs(60);
+    let info = c.call_ok("self_info", json!({})).structured;
+    let vm_pid = info["server"]["pid"].clone();
+    assert_eq!(info["host"]["pid"], c.pid(), "{info}");
+    let i = c.call_ok("instance_spawn", json!({"command": ["sleep", "1000"]}));
+    let id = i.structured["id"].as_str().expect("id").to_string();
+    // A broken config: refused before anything is signalled.
+    std::fs::write(&config, "{ not json").expect("config");
+    c.call_err("self_restart", json!({}), "config_invalid");
+    // The edit the agent meant: add the files server.
+    let files = json!({"command": bin(), "args": ["server", "files", "--root", d.path()]});
+    std::fs::write(
+        &config,
+        json!({"mcp": {"vm": vm, "files": files}}).to_string(),
+    )
+    .expect("config");
+    c.take_notifications();
+    let r = c.call_ok("self_restart", json!({})).structured;
+    assert_eq!(r["action"], "host_reload");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let changed = c
+            .take_notifications()
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed");
+        let names: Vec<String> = c
+            .list_tools()
+            .iter()
+            .filter_map(|t| t["name"].as_str().map(str::to_string))
+            .collect();
+        if changed && names.iter().any(|n| n == "file_read") {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the reload did not bring file_read: {names:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let info = c.call_ok("self_info", json!({})).structured;
+    assert_eq!(info["server"]["pid"], vm_pid, "the vm server was restarted");
+    let l = c
+        .call_ok("instance_list", json!({"instance": id}))
+        .structured;
+    assert_eq!(l["instances"][0]["state"], "running");
+    c.call_ok("file_list", json!({}));
+    c.shutdown();
+}
