@@ -171,8 +171,18 @@ async fn serve(agent: Arc<Agent>, stream: UnixStream) -> anyhow::Result<()> {
             let answer = copy_in(Path::new(&path), size, overwrite, &mut read).await;
             proto::write_line(&mut write, &answer).await?;
         }
-        Request::CopyOut { path, max_bytes } => {
-            copy_out(Path::new(&path), max_bytes, write).await?
+        Request::CopyOut {
+            path,
+            max_bytes,
+            tree,
+        } => copy_out(Path::new(&path), max_bytes, tree, write).await?,
+        Request::CopyInTree {
+            path,
+            overwrite,
+            max_bytes,
+        } => {
+            let answer = copy_in_tree(Path::new(&path), overwrite, max_bytes, &mut read).await;
+            proto::write_line(&mut write, &answer).await?;
         }
         Request::Shutdown { grace_ms } => {
             stop_everything(Duration::from_millis(grace_ms)).await;
@@ -445,6 +455,7 @@ async fn copy_in(
 async fn copy_out(
     path: &Path,
     max_bytes: u64,
+    tree: bool,
     mut write: tokio::net::unix::OwnedWriteHalf,
 ) -> anyhow::Result<()> {
     let file = match tokio::fs::File::open(path).await {
@@ -460,6 +471,31 @@ async fn copy_out(
         }
     };
     let meta = file.metadata().await?;
+    if meta.is_dir() && tree {
+        let walked = {
+            let p = path.to_path_buf();
+            tokio::task::spawn_blocking(move || crate::tree::walk(&p, max_bytes)).await?
+        };
+        return match walked {
+            Ok((entries, total)) => {
+                let mut a = Answer::ok();
+                a.kind = Some("tree".into());
+                a.size = Some(total);
+                proto::write_line(&mut write, &a).await?;
+                crate::tree::send(&mut write, &entries, |p| std::fs::File::open(p)).await?;
+                Ok(())
+            }
+            Err(e) => {
+                let code = if e.kind() == std::io::ErrorKind::FileTooLarge {
+                    "too_large"
+                } else {
+                    "io"
+                };
+                let a = Answer::fail(code, format!("{}: {e}", path.display()));
+                Ok(proto::write_line(&mut write, &a).await?)
+            }
+        };
+    }
     if meta.is_dir() {
         let a = Answer::fail("is_dir", format!("{} is a directory", path.display()));
         return Ok(proto::write_line(&mut write, &a).await?);
@@ -478,6 +514,79 @@ async fn copy_out(
     tokio::io::copy(&mut file.take(meta.len()), &mut write).await?;
     write.shutdown().await?;
     Ok(())
+}
+
+/// Receive a directory's entries under `path` (made if missing). Without `overwrite` an
+/// existing file stops the copy before it is touched.
+async fn copy_in_tree(
+    path: &Path,
+    overwrite: bool,
+    max_bytes: u64,
+    read: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+) -> Answer {
+    use crate::tree::Kind;
+    if !path.is_absolute() {
+        return Answer::fail("invalid", "guest_path must be absolute");
+    }
+    if let Err(e) = std::fs::create_dir_all(path) {
+        return Answer::fail("io", format!("{}: {e}", path.display()));
+    }
+    let mut budget = max_bytes;
+    let mut total = 0u64;
+    loop {
+        let (entry, rel, bytes) = match crate::tree::next(read, &mut budget).await {
+            Ok(Some(e)) => e,
+            Ok(None) => break,
+            Err(e) if e.kind() == std::io::ErrorKind::FileTooLarge => {
+                return Answer::fail("too_large", e.to_string());
+            }
+            Err(e) => return Answer::fail("io", e.to_string()),
+        };
+        let dest = path.join(&rel);
+        let exists = std::fs::symlink_metadata(&dest).is_ok();
+        let done = match entry.kind {
+            Kind::Dir => std::fs::create_dir_all(&dest),
+            Kind::File if exists && !overwrite => {
+                return Answer::fail("exists", format!("{} exists", dest.display()));
+            }
+            Kind::File => {
+                total += bytes.len() as u64;
+                let tmp = dest.with_file_name(format!(
+                    ".{}.kitbag-copy",
+                    dest.file_name()
+                        .map(|n| n.to_string_lossy())
+                        .unwrap_or_default()
+                ));
+                std::fs::write(&tmp, &bytes).and_then(|()| {
+                    use std::os::unix::fs::PermissionsExt;
+                    let _ = std::fs::set_permissions(
+                        &tmp,
+                        std::fs::Permissions::from_mode(entry.mode & 0o777),
+                    );
+                    std::fs::rename(&tmp, &dest)
+                })
+            }
+            Kind::Symlink if exists && !overwrite => {
+                return Answer::fail("exists", format!("{} exists", dest.display()));
+            }
+            Kind::Symlink => {
+                if exists {
+                    let _ = std::fs::remove_file(&dest);
+                }
+                std::os::unix::fs::symlink(entry.target.unwrap_or_default(), &dest)
+            }
+            Kind::End => break,
+        };
+        if let Err(e) = done {
+            return Answer::fail("io", format!("{}: {e}", dest.display()));
+        }
+    }
+    Answer {
+        ok: true,
+        size: Some(total),
+        kind: Some("tree".into()),
+        ..Default::default()
+    }
 }
 
 /// SIGTERM every process of the instance but init and this agent, wait up to `grace` for

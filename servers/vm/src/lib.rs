@@ -17,6 +17,7 @@ pub mod proto;
 pub mod spawner;
 pub mod sweep;
 pub mod tools;
+pub mod tree;
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;

@@ -43,8 +43,18 @@ pub enum Request {
         size: u64,
         overwrite: bool,
     },
+    /// A file's bytes follow the answer; with `tree`, a directory's entries (see
+    /// [`crate::tree`]).
     CopyOut {
         path: String,
+        max_bytes: u64,
+        #[serde(default)]
+        tree: bool,
+    },
+    /// A directory's entries follow the header (see [`crate::tree`]); written under `path`.
+    CopyInTree {
+        path: String,
+        overwrite: bool,
         max_bytes: u64,
     },
     /// Stop the main command and every job: SIGTERM, `grace_ms`, SIGKILL; then the agent exits.
@@ -93,6 +103,9 @@ pub struct Answer {
     /// copy_out: bytes that follow; copy_in: bytes written.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub size: Option<u64>,
+    /// copy_out: `file` or `tree`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kind: Option<String>,
     /// ping / exec of a job: the pid inside the instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<i32>,

@@ -352,6 +352,67 @@ fn isolation_exec_and_files() {
         json!({"instance": id, "direction": "out", "guest_path": "/tmp/none"}),
         "file_not_found",
     );
+    // Directories, recursively, both ways; links travel as links into the instance and are
+    // not recreated on the host; a conflict writes nothing.
+    std::fs::create_dir_all(dir.path().join("tree/a")).unwrap();
+    std::fs::write(dir.path().join("tree/a/b.txt"), "bee").unwrap();
+    std::fs::write(dir.path().join("tree/c"), "sea").unwrap();
+    std::os::unix::fs::symlink("a/b.txt", dir.path().join("tree/link")).unwrap();
+    let r = c
+        .call_ok(
+            "instance_copy",
+            json!({"instance": id, "direction": "in", "host_path": "tree", "guest_path": "/tmp/t"}),
+        )
+        .structured;
+    assert_eq!(
+        (r["files"].as_u64(), r["bytes"].as_u64()),
+        (Some(2), Some(6))
+    );
+    let r = sh(
+        &mut c,
+        &id,
+        "cat /tmp/t/a/b.txt /tmp/t/c /tmp/t/link; readlink /tmp/t/link",
+    );
+    assert_eq!(r["stdout"], "beeseabeea/b.txt\n");
+    sh(&mut c, &id, "echo new > /tmp/t/a/new.txt");
+    c.call_err(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/tmp/t"}),
+        "not_a_file",
+    );
+    let r = c
+        .call_ok(
+            "instance_copy",
+            json!({"instance": id, "direction": "out", "guest_path": "/tmp/t", "host_path": "back"}),
+        )
+        .structured;
+    assert_eq!(
+        (r["files"].as_u64(), r["skipped_links"].as_u64()),
+        (Some(3), Some(1))
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("back/a/new.txt")).unwrap(),
+        "new\n"
+    );
+    std::fs::write(dir.path().join("back/c"), "mine").unwrap();
+    sh(&mut c, &id, "echo changed > /tmp/t/a/b.txt");
+    c.call_err(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/tmp/t", "host_path": "back"}),
+        "file_exists",
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("back/a/b.txt")).unwrap(),
+        "bee"
+    );
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/tmp/t", "host_path": "back", "overwrite": true}),
+    );
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("back/a/b.txt")).unwrap(),
+        "changed\n"
+    );
     // Host directories bound in: read-only by default, writable with mode rw.
     std::fs::create_dir_all(dir.path().join("data")).unwrap();
     std::fs::write(dir.path().join("data/in.txt"), "from host").unwrap();
@@ -520,6 +581,14 @@ fn idle_ttl_and_leases() {
     assert_eq!(state_of(&mut c, &id), "running");
     // Nothing running: paused after ~2 s.
     wait_until("the idle pause", 10, || state_of(&mut c, &id) == "paused");
+    // It was announced (a warning ahead of the idle action).
+    let warned = c.take_notifications().iter().any(|n| {
+        n["method"] == "notifications/message"
+            && n["params"]["data"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains(&id) && m.contains("paused"))
+    });
+    assert!(warned, "no warning before the idle pause");
     // A lease holds it (and acquiring resumes it); releasing lets it pause again.
     let lease = c
         .call_ok(

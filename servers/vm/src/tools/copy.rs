@@ -19,8 +19,8 @@ pub const MAX_INLINE: u64 = 256 * 1024;
 
 pub const DEF: ToolDef = ToolDef::write(
     "instance_copy",
-    "Copy file to or from instance",
-    "Copy one file into (in: from host_path or content) or out of (out: to host_path, or inline up to 256 KB) an instance. Atomic; keeps an existing target unless overwrite. Resumes a paused instance.",
+    "Copy files to or from instance",
+    "Copy a file or a directory (recursively) into (in: from host_path, or content) or out of (out: to host_path; a file also inline up to 256 KB) an instance. Atomic; keeps existing targets unless overwrite. Resumes a paused instance.",
 )
 .destructive();
 
@@ -72,6 +72,12 @@ pub struct CopyResult {
     pub content: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub encoding: Option<Encoding>,
+    /// Directory copies: files copied.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub files: Option<u64>,
+    /// Directory copies out: symbolic links found and not recreated on the host.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub skipped_links: Option<u64>,
 }
 
 pub async fn run(
@@ -105,6 +111,16 @@ async fn copy_in(
     overwrite: bool,
     caller: Caller,
 ) -> ToolResult<Reply<CopyResult>> {
+    if p.content.is_none()
+        && let Some(h) = &p.host_path
+        && ctx
+            .policy()
+            .resolve(h, "host_path", Access::Read)?
+            .abs
+            .is_dir()
+    {
+        return crate::tools::copy_tree::copy_in_dir(state, p, ctx, max, overwrite, caller).await;
+    }
     let bytes = match (&p.content, &p.host_path) {
         (Some(_), Some(_)) => {
             return Err(ToolError::invalid_field(
@@ -135,9 +151,7 @@ async fn copy_in(
                 if !meta.is_file() {
                     return Err(ToolError::new(
                         ErrorCode::NotAFile,
-                        format!(
-                            "host_path: {h} is not a regular file (directories: tar them first)"
-                        ),
+                        format!("host_path: {h} is neither a regular file nor a directory"),
                     )
                     .with_detail(json!({ "field": "host_path" })));
                 }
@@ -205,6 +219,8 @@ async fn copy_in(
             bytes: bytes.len() as u64,
             content: None,
             encoding: None,
+            files: None,
+            skipped_links: None,
         },
         format!("copied {} bytes into {id}:{}", bytes.len(), p.guest_path),
     ))
@@ -245,6 +261,7 @@ async fn copy_out(
         &Request::CopyOut {
             path: p.guest_path.clone(),
             max_bytes: limit,
+            tree: target.is_some(),
         },
     )
     .await
@@ -266,6 +283,35 @@ async fn copy_out(
             .with_detail(json!({ "field": "host_path", "size": answer.size })));
         }
         return Err(agent_error(&answer, "guest_path", &p.guest_path));
+    }
+    if answer.kind.as_deref() == Some("tree")
+        && let Some(h) = &p.host_path
+    {
+        let out =
+            crate::tools::copy_tree::receive_dir(&mut read, &ctx, h, limit, overwrite).await?;
+        return Ok(Reply::new(
+            CopyResult {
+                instance: id.clone(),
+                guest_path: p.guest_path.clone(),
+                host_path: Some(h.clone()),
+                bytes: out.bytes,
+                content: None,
+                encoding: None,
+                files: Some(out.files),
+                skipped_links: Some(out.skipped_links),
+            },
+            format!(
+                "copied {} files ({} bytes) from {id}:{} to {h}{}",
+                out.files,
+                out.bytes,
+                p.guest_path,
+                if out.skipped_links > 0 {
+                    format!("; {} symbolic links not copied", out.skipped_links)
+                } else {
+                    String::new()
+                }
+            ),
+        ));
     }
     let size = answer.size.unwrap_or(0);
     let mut bytes = Vec::with_capacity(size as usize);
@@ -310,6 +356,8 @@ async fn copy_out(
                     bytes: n,
                     content: None,
                     encoding: None,
+                    files: None,
+                    skipped_links: None,
                 },
                 format!("copied {n} bytes from {id}:{} to {h}", p.guest_path),
             ))
@@ -334,6 +382,8 @@ async fn copy_out(
                     bytes: size,
                     content: Some(content.clone()),
                     encoding: Some(encoding),
+                    files: None,
+                    skipped_links: None,
                 },
                 if encoding == Encoding::Utf8 {
                     content

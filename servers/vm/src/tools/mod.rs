@@ -1,6 +1,7 @@
 //! The tools, one module each (ports and keepalive pair their two tools).
 
 pub mod copy;
+pub mod copy_tree;
 pub mod exec;
 pub mod keepalive;
 pub mod list;
