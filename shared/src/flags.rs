@@ -50,8 +50,17 @@ impl CommonArgs {
 
     /// Set up tracing to stderr or `--log-file`. stdout is the protocol: never log there.
     pub fn init_logging(&self) -> anyhow::Result<()> {
-        let filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
+        let mut filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
             .map_err(|e| anyhow::anyhow!("--log-level {}: {e}", self.log_level))?;
+        // rmcp logs every JSON-RPC error answer (an unknown tool, bad params) as a warning: a
+        // client's mistake, already answered, filling the client's server log. Shown only when
+        // asked for by name (`--log-level rmcp=debug`) or at debug and below.
+        if !self.log_level.contains("rmcp")
+            && !["debug", "trace"].contains(&self.log_level.as_str())
+            && let Ok(quiet) = "rmcp::service=error".parse()
+        {
+            filter = filter.add_directive(quiet);
+        }
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(false);
