@@ -24,6 +24,8 @@ use crate::spawner::Spawner;
 /// Where the agent binary is mounted inside (outside the bound control directory, so the
 /// instance cannot replace it on the host).
 const AGENT_EXE: &str = "/run/kitbag-bin/kitbag-vm";
+/// Where the host's loader and C library are mounted for the agent in a foreign root.
+const AGENT_LIB: &str = "/run/kitbag-lib";
 /// The PATH every instance starts with.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -45,6 +47,8 @@ pub struct SandboxSpec {
     /// the (device, inode) the resolution found, checked inside before anything runs.
     pub mounts: Vec<(PathBuf, String, bool, (u64, u64))>,
     pub exe: PathBuf,
+    /// A root file system directory (`image` other than `host`); None: the host's root.
+    pub rootfs: Option<PathBuf>,
 }
 
 /// What a later server needs to clean up after this one died (`record.json`).
@@ -131,18 +135,28 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
         "ALL",
     ]);
     push(&["--hostname", &spec.hostname, "--clearenv"]);
-    // The host's root, read-only, entry by entry: the sandbox's own root stays a tmpfs where
-    // mount points such as /work can be made, and is made read-only at the end.
-    for (name, kind) in host_root_entries() {
+    // The host's root (or the image's), read-only, entry by entry: the sandbox's own root
+    // stays a tmpfs where mount points such as /work can be made, and is made read-only at
+    // the end.
+    let base = spec.rootfs.clone().unwrap_or_else(|| PathBuf::from("/"));
+    for (name, kind) in root_entries(&base) {
         let path = format!("/{name}");
+        let src = base.join(&name).to_string_lossy().into_owned();
         match kind {
-            RootEntry::Dir => push(&["--ro-bind", &path, &path]),
+            RootEntry::Dir | RootEntry::File => push(&["--ro-bind", &src, &path]),
             RootEntry::Symlink(target) => push(&["--symlink", &target, &path]),
-            RootEntry::File => push(&["--ro-bind", &path, &path]),
         }
     }
+    // A foreign root may have no C library our agent can use: bring the host's loader and
+    // libraries along, out of the way (vm.md §2.1, "host binary in any rootfs").
+    let loader = spec.rootfs.as_ref().and_then(|_| host_loader());
     push(&["--dev", "/dev", "--proc", "/proc"]);
-    push(&["--tmpfs", "/tmp", "--tmpfs", "/run", "--tmpfs", "/var/tmp"]);
+    push(&["--tmpfs", "/tmp", "--tmpfs", "/run"]);
+    // /var/tmp needs a mount point: there when /var is bound and has it, or made when the
+    // root has no /var at all.
+    if base.join("var/tmp").is_dir() || !base.join("var").exists() {
+        push(&["--tmpfs", "/var/tmp"]);
+    }
     // The state directory holds every instance's sockets and files: invisible inside.
     if spec.state_dir.is_dir() && !spec.state_dir.starts_with("/tmp") {
         let s = spec.state_dir.to_string_lossy().into_owned();
@@ -153,6 +167,10 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
     let exe = spec.exe.to_string_lossy().into_owned();
     push(&["--bind", &work, "/work", "--bind", &ctl, CTL_DIR]);
     push(&["--ro-bind", &exe, AGENT_EXE]);
+    if let Some((lib_dir, _)) = &loader {
+        let l = lib_dir.to_string_lossy().into_owned();
+        push(&["--ro-bind", &l, AGENT_LIB]);
+    }
     for (host, guest, rw, _) in &spec.mounts {
         let h = host.to_string_lossy().into_owned();
         push(&[if *rw { "--bind" } else { "--ro-bind" }, &h, guest]);
@@ -180,6 +198,10 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
         "--block-fd",
         "0",
     ]);
+    if let Some((_, loader_name)) = &loader {
+        let ld = format!("{AGENT_LIB}/{loader_name}");
+        push(&[&ld, "--library-path", AGENT_LIB]);
+    }
     push(&[AGENT_EXE, "__agent", "--ctl", CTL_DIR]);
     a
 }
@@ -190,11 +212,11 @@ enum RootEntry {
     Symlink(String),
 }
 
-/// The host's top-level entries to show inside, minus what the sandbox makes itself.
-fn host_root_entries() -> Vec<(String, RootEntry)> {
+/// A root's top-level entries to show inside, minus what the sandbox makes itself.
+fn root_entries(base: &Path) -> Vec<(String, RootEntry)> {
     const SKIP: [&str; 7] = ["proc", "dev", "tmp", "run", "work", "lost+found", "sys"];
     let mut out = Vec::new();
-    let Ok(rd) = std::fs::read_dir("/") else {
+    let Ok(rd) = std::fs::read_dir(base) else {
         return out;
     };
     for e in rd.flatten() {
@@ -223,6 +245,20 @@ fn host_root_entries() -> Vec<(String, RootEntry)> {
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// The host's dynamic loader: (the directory holding it and the C library, its file name).
+fn host_loader() -> Option<(PathBuf, String)> {
+    let candidates = [
+        "/lib64/ld-linux-x86-64.so.2",
+        "/lib/ld-linux-aarch64.so.1",
+        "/lib/ld-linux-x86-64.so.2",
+    ];
+    candidates.iter().find_map(|c| {
+        let real = std::fs::canonicalize(c).ok()?;
+        let name = real.file_name()?.to_string_lossy().into_owned();
+        Some((real.parent()?.to_path_buf(), name))
+    })
 }
 
 /// The tail of a log file, for error messages.

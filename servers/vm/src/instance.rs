@@ -102,6 +102,8 @@ pub struct Instance {
     pub stop_reason: Option<String>,
     pub command: Option<Vec<String>>,
     pub cwd: String,
+    /// `host` or the name of a root file system image.
+    pub image: String,
     pub network: Network,
     pub labels: BTreeMap<String, String>,
     pub limits: Limits,
@@ -190,7 +192,7 @@ impl Instance {
             stop_reason: self.stop_reason.clone(),
             command: self.command.clone(),
             cwd: self.cwd.clone(),
-            image: "host".into(),
+            image: self.image.clone(),
             work_dir: work
                 .strip_prefix(root)
                 .map(|p| p.display().to_string())
@@ -302,7 +304,7 @@ pub struct InstanceInfo {
     /// The main command; null for an idle environment driven by instance_exec.
     pub command: Option<Vec<String>>,
     pub cwd: String,
-    /// `host`: the host's root, read-only.
+    /// `host` (the host's root) or a named root file system; read-only either way.
     pub image: String,
     /// The instance's writable /work, as a path on the host (root-relative when inside the root).
     pub work_dir: String,

@@ -46,7 +46,12 @@ pub struct Args {
     #[arg(long, value_name = "DIR")]
     pub state_dir: Option<PathBuf>,
 
-    /// The most instances alive at once.
+    /// Where named root file systems live: `<DIR>/rootfs/<name>/` is image `<name>`.
+    /// Default: $XDG_CACHE_HOME/kitbag/vm (else ~/.cache/kitbag/vm).
+    #[arg(long, value_name = "DIR")]
+    pub images_dir: Option<PathBuf>,
+
+    /// The most instances alive at once (per owner: the client, or each nesting guest).
     #[arg(long, default_value_t = 8)]
     pub max_instances: usize,
 
@@ -132,6 +137,8 @@ pub struct Options {
 
 pub struct VmState {
     pub root: PathBuf,
+    /// Named root file systems: `<images_dir>/rootfs/<name>/`.
+    pub images_dir: PathBuf,
     /// The server's path policy, for calls that arrive from guests (not through MCP).
     pub policy: Arc<kitbag_shared::PathPolicy>,
     pub state_dir: PathBuf,
@@ -357,7 +364,15 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
             let _ = std::fs::write(ignore, "*\n");
         }
     }
+    let images_dir = args.images_dir.clone().unwrap_or_else(|| {
+        std::env::var_os("XDG_CACHE_HOME")
+            .map(PathBuf::from)
+            .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".cache")))
+            .unwrap_or_else(|| root.join(".kitbag/cache"))
+            .join("kitbag/vm")
+    });
     let state = VmState {
+        images_dir,
         root,
         policy: Arc::new(policy.clone()),
         state_dir,

@@ -81,6 +81,7 @@ pub fn sweep(state: &Arc<VmState>) -> SweepReport {
                 stop_reason: None,
                 command: None,
                 cwd: "/work".into(),
+                image: String::new(),
                 network: Network::None,
                 labels: BTreeMap::new(),
                 limits: Limits {

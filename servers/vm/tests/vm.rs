@@ -1149,3 +1149,59 @@ fn nesting_guests_see_only_their_descendants() {
     );
     c.shutdown();
 }
+
+/// A named root file system (a directory under --images-dir/rootfs): the instance sees it, not
+/// the host's root, read-only; the agent runs there with the host's loader brought along.
+#[test]
+fn a_named_root_file_system() {
+    if !have_bwrap() {
+        return;
+    }
+    let Some(busybox) = ["/bin/busybox", "/usr/bin/busybox"]
+        .iter()
+        .map(Path::new)
+        .find(|p| p.exists())
+    else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "busybox is required under CI=true (scripts/test installs busybox-static)"
+        );
+        eprintln!("SKIP: no busybox to build a root file system from");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let images = dir.path().join("images");
+    let rootfs = images.join("rootfs/mini");
+    std::fs::create_dir_all(rootfs.join("bin")).unwrap();
+    std::fs::create_dir_all(rootfs.join("etc")).unwrap();
+    std::fs::copy(busybox, rootfs.join("bin/busybox")).unwrap();
+    for tool in ["sh", "cat", "echo", "ls", "touch", "hostname"] {
+        std::os::unix::fs::symlink("busybox", rootfs.join("bin").join(tool)).unwrap();
+    }
+    std::fs::write(rootfs.join("etc/os-release"), "NAME=mini\n").unwrap();
+    let project = dir.path().join("project");
+    std::fs::create_dir(&project).unwrap();
+    let mut c = server(
+        &project,
+        &["--images-dir", images.to_str().unwrap()],
+        Era::Handshake,
+    );
+    c.call_err("instance_spawn", json!({"image": "nope"}), "invalid_params")
+        .expect_field("image");
+    let i = spawn(&mut c, json!({"image": "mini", "env": {"PATH": "/bin"}}));
+    assert_eq!(i["image"], "mini");
+    let id = i["id"].as_str().unwrap().to_string();
+    let r = sh(
+        &mut c,
+        &id,
+        "cat /etc/os-release; ls /usr 2>/dev/null || echo no-usr; touch /etc/z 2>/dev/null || echo ro; echo w > /work/w; hostname",
+    );
+    assert_eq!(r["stdout"], format!("NAME=mini\nno-usr\nro\n{id}\n"), "{r}");
+    assert!(
+        project
+            .join(i["work_dir"].as_str().unwrap())
+            .join("w")
+            .exists()
+    );
+    c.shutdown();
+}

@@ -155,6 +155,8 @@ struct Checked {
     on_idle: OnIdle,
     ready: Option<(Option<u16>, Option<regex::Regex>, Duration)>,
     labels: BTreeMap<String, String>,
+    image: String,
+    rootfs: Option<std::path::PathBuf>,
 }
 
 fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> {
@@ -181,17 +183,23 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
     let cwd = p.cwd.unwrap_or_else(|| "/work".into());
     validate::guest_path("cwd", &cwd)?;
     let env = validate::env("env", &p.env.unwrap_or_default())?;
-    match p.image.as_deref() {
-        None | Some("host") => {}
-        Some(other) => {
-            return Err(ToolError::invalid_field(
-                "image",
-                format!(
-                    "{other:?} is not available; images: \"host\" (the host's root, read-only)"
-                ),
-            ));
+    let image = p.image.clone().unwrap_or_else(|| "host".into());
+    let rootfs = match image.as_str() {
+        "host" => None,
+        name => {
+            let dir = state.images_dir.join("rootfs").join(name);
+            if validate::name("image", name).is_err() || !dir.is_dir() {
+                return Err(ToolError::invalid_field(
+                    "image",
+                    format!(
+                        "{name:?} is not available; images: \"host\" (the host's root){}",
+                        available_images(&state.images_dir)
+                    ),
+                ));
+            }
+            Some(dir)
         }
-    }
+    };
     let mut mounts = Vec::new();
     for (i, m) in p.mounts.unwrap_or_default().into_iter().enumerate() {
         let field = format!("mounts[{i}].host");
@@ -327,6 +335,8 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
         on_idle: p.on_idle.unwrap_or_default(),
         ready,
         labels,
+        image,
+        rootfs,
     })
 }
 
@@ -343,6 +353,28 @@ fn mount_point_possible(guest: &str) -> bool {
             .iter()
             .any(|p| guest.starts_with(p))
         || path.exists()
+}
+
+/// `, "a", "b" (under <dir>/rootfs)` — the names a spawn may pass as `image`.
+fn available_images(images_dir: &std::path::Path) -> String {
+    let dir = images_dir.join("rootfs");
+    let mut names: Vec<String> = std::fs::read_dir(&dir)
+        .map(|rd| {
+            rd.flatten()
+                .filter(|e| e.path().is_dir())
+                .filter_map(|e| e.file_name().to_str().map(|n| format!("{n:?}")))
+                .collect()
+        })
+        .unwrap_or_default();
+    names.sort();
+    if names.is_empty() {
+        format!(
+            "; no named images in {} (a root file system directory there, e.g. from mmdebstrap, becomes one)",
+            dir.display()
+        )
+    } else {
+        format!(", {} (in {})", names.join(", "), dir.display())
+    }
 }
 
 fn host_memory_mb() -> u64 {
@@ -486,6 +518,7 @@ pub async fn run(
                 stop_reason: None,
                 command: c.command.clone(),
                 cwd: c.cwd.clone(),
+                image: c.image.clone(),
                 network: c.network,
                 labels: c.labels.clone(),
                 limits: c.limits,
@@ -542,6 +575,7 @@ pub async fn run(
         limits: c.limits,
         mounts: c.mounts.clone(),
         exe: state.exe.clone(),
+        rootfs: c.rootfs.clone(),
     };
     let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
         .await
