@@ -605,6 +605,14 @@ pub async fn run(
                 "the instance was removed while starting",
             ));
         };
+        if inst.state != State::Starting {
+            // instance_stop (or its owner's stop) came while it started: honour it.
+            drop(map);
+            return Err(ToolError::new(
+                ErrorCode::Cancelled,
+                format!("instance {id} was stopped while it started"),
+            ));
+        }
         inst.sandbox = Some(sandbox.clone());
         inst.state = State::Running;
         inst.started_at = Some(SystemTime::now());
