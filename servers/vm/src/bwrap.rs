@@ -124,6 +124,23 @@ pub fn probe() -> (bool, String) {
     }
 }
 
+/// Where a named root is mounted copy-on-write for one instance (`<dir>/overlay/…`), when
+/// this server may mount: as root, in a private mount namespace that only bwrap inherits
+/// (so nothing is left mounted on the host, whatever happens to the server).
+pub fn overlay_dirs(spec: &SandboxSpec) -> Option<(PathBuf, PathBuf, PathBuf)> {
+    spec.rootfs.as_ref()?;
+    if !is_root() {
+        return None;
+    }
+    let o = spec.dir.join("overlay");
+    Some((o.join("upper"), o.join("work"), o.join("merged")))
+}
+
+fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
 fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
@@ -139,11 +156,17 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
     // stays a tmpfs where mount points such as /work can be made, and is made read-only at
     // the end.
     let base = spec.rootfs.clone().unwrap_or_else(|| PathBuf::from("/"));
+    // Copy-on-write: the entries of the image, bound writable from the overlay.
+    let overlay = overlay_dirs(spec);
+    let (from, bind) = match &overlay {
+        Some((_, _, merged)) => (merged.clone(), "--bind"),
+        None => (base.clone(), "--ro-bind"),
+    };
     for (name, kind) in root_entries(&base) {
         let path = format!("/{name}");
-        let src = base.join(&name).to_string_lossy().into_owned();
+        let src = from.join(&name).to_string_lossy().into_owned();
         match kind {
-            RootEntry::Dir | RootEntry::File => push(&["--ro-bind", &src, &path]),
+            RootEntry::Dir | RootEntry::File => push(&[bind, &src, &path]),
             RootEntry::Symlink(target) => push(&["--symlink", &target, &path]),
         }
     }
@@ -303,11 +326,29 @@ impl Sandbox {
         .map_err(|e| format!("{}: {e}", ctl.display()))?;
         let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
         let log = std::fs::File::create(backend_log(&spec.dir)).map_err(|e| e.to_string())?;
-        let mut cmd = Command::new("bwrap");
-        cmd.args(bwrap_args(&spec))
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(log);
+        let mut cmd = match (overlay_dirs(&spec), &spec.rootfs) {
+            (Some((upper, work, merged)), Some(lower)) => {
+                for d in [&upper, &work, &merged] {
+                    std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+                }
+                // The overlay is mounted in a mount namespace of bwrap's own: it goes away
+                // with the sandbox, and nothing is ever mounted on the host.
+                let mut c = Command::new("unshare");
+                c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                    .arg(r#"mount -t overlay kitbag-vm -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#)
+                    .arg("sh")
+                    .args([lower, &upper, &work, &merged])
+                    .arg("bwrap")
+                    .args(bwrap_args(&spec));
+                c
+            }
+            _ => {
+                let mut c = Command::new("bwrap");
+                c.args(bwrap_args(&spec));
+                c
+            }
+        };
+        cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
             cgroups.remove();
             format!("cannot run bwrap: {e}")
