@@ -723,7 +723,9 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Ch
         "--disable-host-loopback",
         "--exit-fd=0",
     ]);
-    if own_userns != their_userns {
+    // An unprivileged bwrap always makes a user namespace, and joining the network namespace
+    // needs it (as root it may have none: then our own would be refused).
+    if !is_root() || own_userns != their_userns {
         cmd.arg(format!("--userns-path=/proc/{child_pid}/ns/user"));
     }
     let log = std::fs::File::create(dir.join("slirp4netns.log")).map_err(|e| e.to_string())?;
@@ -751,10 +753,13 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Ch
             }
         }
         if let Ok(Some(st)) = child.try_wait() {
-            return Err(format!(
-                "slirp4netns exited ({st}): {}",
-                tail(&dir.join("slirp4netns.log"), 1024)
-            ));
+            let log = tail(&dir.join("slirp4netns.log"), 1024);
+            let hint = if log.contains("/dev/net/tun") && log.contains("Permission denied") {
+                " — an ordinary user needs /dev/net/tun readable and writable by all (mode 0666, the usual default) for network \"outbound\""
+            } else {
+                ""
+            };
+            return Err(format!("slirp4netns exited ({st}): {log}{hint}"));
         }
         if Instant::now() > deadline {
             let _ = child.kill();

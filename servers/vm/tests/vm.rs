@@ -30,8 +30,44 @@ fn have_bwrap() -> bool {
     ok
 }
 
+/// `KITBAG_VM_TEST_USER=<uid>` (scripts/test sets 65534 when it runs as root) runs every
+/// test's server as that user through setpriv: the whole suite again without privileges.
+fn test_user() -> Option<String> {
+    std::env::var("KITBAG_VM_TEST_USER")
+        .ok()
+        .filter(|u| !u.is_empty())
+}
+
+/// A project directory the server's user can write: with a test user, world-writable, and
+/// what the test creates in it too (umask 0).
+fn project() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    if test_user().is_some() {
+        use std::os::unix::fs::PermissionsExt;
+        nix::sys::stat::umask(nix::sys::stat::Mode::empty());
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    dir
+}
+
 fn server(dir: &Path, args: &[&str], era: Era) -> McpClient {
-    let mut c = McpClient::spawn(bin(), args, dir, era);
+    let mut c = match test_user() {
+        None => McpClient::spawn(bin(), args, dir, era),
+        Some(uid) => {
+            use std::os::unix::fs::PermissionsExt;
+            // The binary where that user can run it (the build directory may be private).
+            let exe = dir.join(".kitbag-vm-under-test");
+            if !exe.exists() {
+                std::fs::copy(bin(), &exe).unwrap();
+                std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+            }
+            let (reuid, regid) = (format!("--reuid={uid}"), format!("--regid={uid}"));
+            let mut full = vec![reuid.as_str(), regid.as_str(), "--clear-groups"];
+            full.push(exe.to_str().unwrap());
+            full.extend_from_slice(args);
+            McpClient::spawn(Path::new("setpriv"), &full, dir, era)
+        }
+    };
     c.timeout = Duration::from_secs(60);
     c
 }
@@ -111,7 +147,7 @@ fn procs_named(name: &str) -> Vec<u32> {
 
 #[test]
 fn catalog_and_bad_input() {
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     for era in [Era::Handshake, Era::Modern] {
         let mut c = server(dir.path(), &[], era);
         let tools = c.list_tools();
@@ -206,7 +242,7 @@ fn isolation_exec_and_files() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     // A host service on loopback the instance must not reach.
     let host_service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let host_port = host_service.local_addr().unwrap().port();
@@ -455,7 +491,7 @@ fn ports_pause_and_resume_from_a_connection() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let mut c = server(dir.path(), &[], Era::Modern);
     let inst = spawn(
         &mut c,
@@ -512,21 +548,27 @@ fn limits_pause_and_main_command_exit() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let mut c = server(dir.path(), &["--max-instances", "2"], Era::Handshake);
     let m = spawn(&mut c, json!({"resources": {"memory_mb": 64, "pids": 16}}));
     let id = m["id"].as_str().unwrap().to_string();
-    assert_eq!(m["resources"]["enforced"], true, "{m}");
-    let r = exec(&mut c, &id, &["python3", "-c", "bytearray(200*1024*1024)"]);
-    assert_eq!(
-        (r["exit_code"].as_i64(), r["signal"].as_i64()),
-        (Some(137), Some(9)),
-        "{r}"
-    );
-    let r = sh(&mut c, &id, "for i in $(seq 40); do sleep 3 & done; wait");
-    assert!(r["stderr"].as_str().unwrap().contains("fork"), "{r}");
-    // The sleeps that did start hold the pids limit for 3 s (dash exits when it cannot fork).
-    exec(&mut c, &id, &["sleep", "3.2"]);
+    if test_user().is_some() {
+        // No writable cgroup for that user: said, not pretended.
+        assert_eq!(m["resources"]["enforced"], false, "{m}");
+        assert!(m["resources"]["note"].is_string());
+    } else {
+        assert_eq!(m["resources"]["enforced"], true, "{m}");
+        let r = exec(&mut c, &id, &["python3", "-c", "bytearray(200*1024*1024)"]);
+        assert_eq!(
+            (r["exit_code"].as_i64(), r["signal"].as_i64()),
+            (Some(137), Some(9)),
+            "{r}"
+        );
+        let r = sh(&mut c, &id, "for i in $(seq 40); do sleep 3 & done; wait");
+        assert!(r["stderr"].as_str().unwrap().contains("fork"), "{r}");
+        // The sleeps that did start hold the pids limit for 3 s (dash exits when it cannot fork).
+        exec(&mut c, &id, &["sleep", "3.2"]);
+    }
     // Pause freezes a counter; exec resumes it.
     c.call_ok(
         "instance_exec",
@@ -572,7 +614,7 @@ fn idle_ttl_and_leases() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let mut c = server(dir.path(), &[], Era::Handshake);
     let i = spawn(&mut c, json!({"idle_timeout_seconds": 2}));
     let id = i["id"].as_str().unwrap().to_string();
@@ -659,7 +701,7 @@ fn no_orphans_after_kill_and_sweep_on_restart() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let mut c = server(dir.path(), &[], Era::Handshake);
     let a = spawn(&mut c, json!({"command": ["sleep", "1000"]}));
     let b = spawn(&mut c, json!({"ports": [8082]}));
@@ -769,10 +811,26 @@ fn outbound_network_keeps_host_loopback_closed() {
         eprintln!("SKIP: slirp4netns is not installed");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let host_service = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let port = host_service.local_addr().unwrap().port();
     let mut c = server(dir.path(), &[], Era::Handshake);
+    let tun_open_to_all = std::os::unix::fs::PermissionsExt::mode(
+        &std::fs::metadata("/dev/net/tun")
+            .map(|m| m.permissions())
+            .unwrap(),
+    ) & 0o006
+        == 0o006;
+    if test_user().is_some() && !tun_open_to_all {
+        // This machine keeps /dev/net/tun to root: an ordinary user gets a clear refusal.
+        let e = c.call_err(
+            "instance_spawn",
+            json!({"network": "outbound"}),
+            "spawn_failed",
+        );
+        assert!(e.text.contains("/dev/net/tun"), "{}", e.text);
+        return;
+    }
     let i = spawn(&mut c, json!({"network": "outbound"}));
     let id = i["id"].as_str().unwrap().to_string();
     let r = sh(
@@ -822,7 +880,7 @@ fn unprivileged_user() {
         eprintln!("SKIP: not root; the other tests already run unprivileged");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     // The binary where uid 65534 can run it (the build directory may be private).
     let exe = dir.path().join("kitbag-vm");
@@ -915,7 +973,7 @@ fn a_cancelled_spawn_leaves_nothing() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let mut c = server(dir.path(), &[], Era::Handshake);
     let marker = format!("cancel-{}", std::process::id());
     let id = c.send_request(
@@ -958,7 +1016,7 @@ fn instances_outlive_idle_runtime_threads() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let mut c = server(dir.path(), &[], Era::Handshake);
     let i = spawn(&mut c, json!({"command": ["sleep", "1000"]}));
     let id = i["id"].as_str().unwrap().to_string();
@@ -1037,7 +1095,7 @@ fn nesting_guests_see_only_their_descendants() {
     if !have_bwrap() {
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let mut c = server(dir.path(), &[], Era::Handshake);
     let a = spawn(
         &mut c,
@@ -1169,7 +1227,7 @@ fn a_named_root_file_system() {
         eprintln!("SKIP: no busybox to build a root file system from");
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
+    let dir = project();
     let images = dir.path().join("images");
     let rootfs = images.join("rootfs/mini");
     std::fs::create_dir_all(rootfs.join("bin")).unwrap();
@@ -1197,7 +1255,7 @@ fn a_named_root_file_system() {
         "cat /etc/os-release; ls /usr 2>/dev/null || echo no-usr; touch /etc/z 2>/dev/null || echo ro; echo w > /work/w; hostname",
     );
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
-    if uid == 0 {
+    if uid == 0 && test_user().is_none() {
         // As root the image is mounted copy-on-write: writes land in the instance's overlay.
         assert_eq!(r["stdout"], format!("NAME=mini\nno-usr\n{id}\n"), "{r}");
         let r = sh(
