@@ -639,6 +639,9 @@ fn idle_ttl_and_leases() {
         )
         .structured;
     assert_eq!(state_of(&mut c, &id), "running");
+    let info = c.call_ok("self_info", json!({})).structured;
+    assert_eq!(info["leases"][0]["instance"], id);
+    assert_eq!(info["leases"][0]["lease_id"], lease["lease_id"]);
     std::thread::sleep(Duration::from_secs(3));
     let l = c
         .call_ok("instance_list", json!({"instance": id}))

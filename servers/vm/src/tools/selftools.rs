@@ -81,6 +81,15 @@ pub struct InfoResult {
     pub machine: MachineInfo,
     pub backends: Vec<BackendInfo>,
     pub children: Children,
+    /// Live keepalive leases on the instances the caller sees.
+    pub leases: Vec<HeldLease>,
+}
+
+#[derive(Debug, Serialize, JsonSchema)]
+pub struct HeldLease {
+    pub instance: String,
+    #[serde(flatten)]
+    pub lease: crate::instance::LeaseInfo,
 }
 
 /// The kitbag host, when it is this process's parent (`KITBAG_HOST_PID` = parent pid).
@@ -111,11 +120,28 @@ pub fn info(
         available: false,
         detail: "not built into this version of kitbag-vm".into(),
     };
-    let (running, paused) = {
+    let (running, paused, leases) = {
         let map = state.lock();
+        let seen: Vec<&crate::instance::Instance> = map
+            .values()
+            .filter(|i| crate::visible(&map, &i.id, caller))
+            .collect();
+        let leases = seen
+            .iter()
+            .flat_map(|i| {
+                i.info(&state.root)
+                    .leases
+                    .into_iter()
+                    .map(|lease| HeldLease {
+                        instance: i.id.clone(),
+                        lease,
+                    })
+            })
+            .collect::<Vec<_>>();
         (
-            map.values().filter(|i| i.state == State::Running).count() as u64,
-            map.values().filter(|i| i.state == State::Paused).count() as u64,
+            seen.iter().filter(|i| i.state == State::Running).count() as u64,
+            seen.iter().filter(|i| i.state == State::Paused).count() as u64,
+            leases,
         )
     };
     let mounts = kitbag_shared::contain::cgroup_mounts();
@@ -175,6 +201,7 @@ pub fn info(
             not_built("docker"),
             not_built("kube"),
         ],
+        leases,
         children: Children {
             running,
             paused,
