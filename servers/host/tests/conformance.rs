@@ -37,8 +37,8 @@ const REAL: [(&str, &[&str]); 7] = [
     ("http-header-validation", &["2026-07-28"]),
 ];
 
-const FAMILIES: [&str; 9] = [
-    "files", "search", "shell", "web", "memory", "lsp", "dap", "issues", "cron",
+const FAMILIES: [&str; 10] = [
+    "files", "search", "shell", "web", "memory", "lsp", "dap", "issues", "cron", "vm",
 ];
 
 /// Scenario runs going at once (each is a Node process talking to a kitbag process; they
