@@ -550,3 +550,40 @@ pub fn process_alive(pid: u32) -> bool {
         Err(_) => false,
     }
 }
+
+/// Whether bubblewrap can make namespaces here. Under `CI=true` its absence fails the calling
+/// test (scripts/test installs it); elsewhere the test should return, and this says SKIP.
+pub fn bwrap_usable() -> bool {
+    let ok = Command::new("bwrap")
+        .args(["--ro-bind", "/", "/", "--unshare-all", "true"])
+        .status()
+        .is_ok_and(|s| s.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "bubblewrap is required under CI=true (scripts/test installs it)"
+        );
+        eprintln!("SKIP: bubblewrap cannot create namespaces here");
+    }
+    ok
+}
+
+/// Live processes whose command line contains `needle`.
+pub fn pids_with_cmdline(needle: &str) -> Vec<u32> {
+    let mut out = Vec::new();
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return out;
+    };
+    for e in entries.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+            continue;
+        };
+        if std::fs::read(e.path().join("cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+            && process_alive(pid)
+        {
+            out.push(pid);
+        }
+    }
+    out
+}

@@ -516,6 +516,30 @@ impl Sandbox {
         proto::read_line(&mut read).await
     }
 
+    /// A request whose bytes follow its header (`body` writes them), and its one-line
+    /// answer. The agent may refuse (a target exists) before reading the body: its answer then
+    /// matters more than the broken pipe that follows.
+    pub async fn request_with_body<F, Fut>(&self, req: &Request, body: F) -> std::io::Result<Answer>
+    where
+        F: FnOnce(tokio::net::unix::OwnedWriteHalf) -> Fut,
+        Fut: std::future::Future<Output = std::io::Result<tokio::net::unix::OwnedWriteHalf>>,
+    {
+        use tokio::io::AsyncWriteExt;
+        let stream = self.agent().await?;
+        let (read, mut write) = stream.into_split();
+        let sent = async {
+            proto::write_line(&mut write, req).await?;
+            let mut write = body(write).await?;
+            write.flush().await
+        }
+        .await;
+        let mut read = tokio::io::BufReader::new(read);
+        match proto::read_line::<_, Answer>(&mut read).await {
+            Ok(a) => Ok(a),
+            Err(e) => Err(sent.err().unwrap_or(e)),
+        }
+    }
+
     /// How the sandbox ended, once it has.
     pub fn exit_status(&self) -> Option<ExitStatus> {
         *self.exit.borrow()

@@ -125,6 +125,50 @@ pub struct Instance {
 }
 
 impl Instance {
+    /// A record in `state` with nothing running yet: no sandbox, ports, leases, timers or
+    /// limits; callers set what they know.
+    pub fn new(id: String, dir: PathBuf, state: State) -> Instance {
+        let now = SystemTime::now();
+        Instance {
+            id,
+            name: None,
+            owner: None,
+            depth: 0,
+            guest_close: None,
+            state,
+            created_at: now,
+            started_at: None,
+            ended_at: None,
+            exit: None,
+            error: None,
+            stop_reason: None,
+            command: None,
+            cwd: "/work".into(),
+            image: "host".into(),
+            network: Network::None,
+            labels: BTreeMap::new(),
+            limits: Limits {
+                memory_mb: 0,
+                cpus: 0.0,
+                pids: 0,
+            },
+            dir,
+            idle_timeout: 0,
+            on_idle: OnIdle::Pause,
+            last_activity: Instant::now(),
+            last_activity_at: now,
+            idle_warned: false,
+            ttl_seconds: 0,
+            ttl_deadline: None,
+            ttl_warned: false,
+            sandbox: None,
+            ports: BTreeMap::new(),
+            leases: BTreeMap::new(),
+            busy: 0,
+            job_seq: 0,
+        }
+    }
+
     pub fn touch(&mut self) {
         self.last_activity = Instant::now();
         self.last_activity_at = SystemTime::now();
@@ -193,10 +237,7 @@ impl Instance {
             command: self.command.clone(),
             cwd: self.cwd.clone(),
             image: self.image.clone(),
-            work_dir: work
-                .strip_prefix(root)
-                .map(|p| p.display().to_string())
-                .unwrap_or_else(|_| work.display().to_string()),
+            work_dir: shown(root, &work),
             network: self.network,
             ports: self
                 .ports
@@ -273,6 +314,13 @@ fn url_host(host: &str) -> String {
     } else {
         host.to_string()
     }
+}
+
+/// A host path as tools show it: root-relative when inside the root.
+pub fn shown(root: &std::path::Path, p: &std::path::Path) -> String {
+    p.strip_prefix(root)
+        .map(|r| r.display().to_string())
+        .unwrap_or_else(|_| p.display().to_string())
 }
 
 pub fn rfc3339(t: SystemTime) -> String {

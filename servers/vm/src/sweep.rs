@@ -3,15 +3,14 @@
 //! (slirp4netns, a PID reused since), at cgroup directories and sockets. Processes are killed
 //! only when their start time matches the record; records are marked `lost` and listed.
 
-use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::{Instant, SystemTime};
+use std::time::SystemTime;
 
 use crate::VmState;
 use crate::bwrap::{Record, start_time};
-use crate::cgroup::{self, Limits};
-use crate::instance::{Instance, Network, OnIdle, State};
+use crate::cgroup;
+use crate::instance::{Instance, State};
 
 #[derive(Debug, Default)]
 pub struct SweepReport {
@@ -60,50 +59,16 @@ pub fn sweep(state: &Arc<VmState>) -> SweepReport {
         }
         if record.lost {
             report.lost += 1;
-            let now = SystemTime::now();
-            let inst = Instance {
-                id: record.id.clone(),
-                name: None,
-                owner: None,
-                depth: 0,
-                guest_close: None,
-                state: State::Lost,
-                created_at: std::fs::metadata(&dir)
-                    .and_then(|m| m.modified())
-                    .unwrap_or(now),
-                started_at: None,
-                ended_at: Some(now),
-                exit: None,
-                error: Some(format!(
-                    "the kitbag-vm server (pid {}) that ran it ended without stopping it; its processes and cgroups were cleaned up, its files kept",
-                    record.server_pid
-                )),
-                stop_reason: None,
-                command: None,
-                cwd: "/work".into(),
-                image: String::new(),
-                network: Network::None,
-                labels: BTreeMap::new(),
-                limits: Limits {
-                    memory_mb: 0,
-                    cpus: 0.0,
-                    pids: 0,
-                },
-                dir: dir.clone(),
-                idle_timeout: 0,
-                on_idle: OnIdle::Pause,
-                last_activity: Instant::now(),
-                last_activity_at: now,
-                idle_warned: false,
-                ttl_seconds: 0,
-                ttl_deadline: None,
-                ttl_warned: false,
-                sandbox: None,
-                ports: BTreeMap::new(),
-                leases: BTreeMap::new(),
-                busy: 0,
-                job_seq: 0,
-            };
+            let mut inst = Instance::new(record.id.clone(), dir.clone(), State::Lost);
+            inst.created_at = std::fs::metadata(&dir)
+                .and_then(|m| m.modified())
+                .unwrap_or(inst.created_at);
+            inst.ended_at = Some(SystemTime::now());
+            inst.image = String::new();
+            inst.error = Some(format!(
+                "the kitbag-vm server (pid {}) that ran it ended without stopping it; its processes and cgroups were cleaned up, its files kept",
+                record.server_pid
+            ));
             state.lock().insert(inst.id.clone(), inst);
         }
     }

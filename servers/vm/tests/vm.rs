@@ -14,22 +14,6 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-vm"))
 }
 
-/// bwrap must be usable; under CI=true its absence fails the test.
-fn have_bwrap() -> bool {
-    let ok = std::process::Command::new("bwrap")
-        .args(["--ro-bind", "/", "/", "--unshare-all", "true"])
-        .status()
-        .is_ok_and(|s| s.success());
-    if !ok {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "bubblewrap is required under CI=true (scripts/test installs it)"
-        );
-        eprintln!("SKIP: bubblewrap cannot create namespaces here");
-    }
-    ok
-}
-
 /// `KITBAG_VM_TEST_USER=<uid>` (scripts/test sets 65534 when it runs as root) runs every
 /// test's server as that user through setpriv: the whole suite again without privileges.
 fn test_user() -> Option<String> {
@@ -239,7 +223,7 @@ fn catalog_and_bad_input() {
 
 #[test]
 fn isolation_exec_and_files() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -488,7 +472,7 @@ fn isolation_exec_and_files() {
 
 #[test]
 fn ports_pause_and_resume_from_a_connection() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -545,7 +529,7 @@ fn ports_pause_and_resume_from_a_connection() {
 
 #[test]
 fn limits_pause_and_main_command_exit() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -611,7 +595,7 @@ fn limits_pause_and_main_command_exit() {
 
 #[test]
 fn idle_ttl_and_leases() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -701,7 +685,7 @@ fn idle_ttl_and_leases() {
 
 #[test]
 fn no_orphans_after_kill_and_sweep_on_restart() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -799,7 +783,7 @@ fn walk_for(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
 
 #[test]
 fn outbound_network_keeps_host_loopback_closed() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     if std::process::Command::new("slirp4netns")
@@ -875,7 +859,7 @@ fn outbound_network_keeps_host_loopback_closed() {
 #[test]
 fn unprivileged_user() {
     use std::os::unix::fs::PermissionsExt;
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let uid = std::os::unix::fs::MetadataExt::uid(&std::fs::metadata("/proc/self").unwrap());
@@ -973,7 +957,7 @@ fn unprivileged_user() {
 /// A cancelled spawn leaves nothing: no instance, no record, no sandbox process.
 #[test]
 fn a_cancelled_spawn_leaves_nothing() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -987,13 +971,15 @@ fn a_cancelled_spawn_leaves_nothing() {
     );
     // The sandbox is up (its main command runs) while the spawn waits for readiness.
     wait_until("the main command to start", 15, || {
-        !with_cmdline(&marker).is_empty()
+        !kitbag_testkit::pids_with_cmdline(&marker).is_empty()
     });
     c.notify(
         "notifications/cancelled",
         json!({"requestId": id, "reason": "test"}),
     );
-    wait_until("the sandbox to go", 10, || with_cmdline(&marker).is_empty());
+    wait_until("the sandbox to go", 10, || {
+        kitbag_testkit::pids_with_cmdline(&marker).is_empty()
+    });
     wait_until("the instance to be forgotten", 10, || {
         c.call_ok("instance_list", json!({})).structured["total"] == 0
     });
@@ -1016,7 +1002,7 @@ fn a_cancelled_spawn_leaves_nothing() {
 /// runtime's idle threads retiring (tokio's blocking pool keeps them 10 s).
 #[test]
 fn instances_outlive_idle_runtime_threads() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -1033,22 +1019,6 @@ fn instances_outlive_idle_runtime_threads() {
     let r = exec(&mut c, &id, &["true"]);
     assert_eq!(r["exit_code"], 0);
     c.shutdown();
-}
-
-fn with_cmdline(needle: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if std::fs::read(e.path().join("cmdline"))
-            .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
-            && process_alive(pid)
-        {
-            out.push(pid);
-        }
-    }
-    out
 }
 
 /// Run a kitbag-vm inside `instance` as an MCP server over an exec's stdin (guest mode, auto
@@ -1095,7 +1065,7 @@ fn guest_session(c: &mut McpClient, instance: &str, calls: &[(&str, Value)]) -> 
 
 #[test]
 fn nesting_guests_see_only_their_descendants() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let dir = project();
@@ -1215,7 +1185,7 @@ fn nesting_guests_see_only_their_descendants() {
 /// the host's root, read-only; the agent runs there with the host's loader brought along.
 #[test]
 fn a_named_root_file_system() {
-    if !have_bwrap() {
+    if !kitbag_testkit::bwrap_usable() {
         return;
     }
     let Some(busybox) = ["/bin/busybox", "/usr/bin/busybox"]

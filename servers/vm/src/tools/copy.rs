@@ -184,30 +184,18 @@ async fn copy_in(
         ));
     }
     let (id, sandbox, _busy) = state.sandbox(&p.instance, true, &caller)?;
-    let answer = async {
-        let stream = sandbox.agent().await?;
-        let (read, mut write) = stream.into_split();
-        let req = Request::CopyIn {
-            path: p.guest_path.clone(),
-            size: bytes.len() as u64,
-            overwrite,
-        };
-        // The agent may refuse (target exists) before reading the content: its answer
-        // matters more than the broken pipe that follows.
-        let sent = async {
-            proto::write_line(&mut write, &req).await?;
-            write.write_all(&bytes).await?;
-            write.flush().await
-        }
-        .await;
-        let mut read = tokio::io::BufReader::new(read);
-        match proto::read_line::<_, Answer>(&mut read).await {
-            Ok(a) => Ok(a),
-            Err(e) => Err(sent.err().unwrap_or(e)),
-        }
-    }
-    .await
-    .map_err(|e| ToolError::internal(format!("instance {id}: the copy failed: {e}")))?;
+    let req = Request::CopyIn {
+        path: p.guest_path.clone(),
+        size: bytes.len() as u64,
+        overwrite,
+    };
+    let answer = sandbox
+        .request_with_body(&req, |mut w| async {
+            w.write_all(&bytes).await?;
+            Ok(w)
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("instance {id}: the copy failed: {e}")))?;
     if !answer.ok {
         return Err(agent_error(&answer, "guest_path", &p.guest_path));
     }

@@ -9,9 +9,8 @@ use std::sync::Arc;
 use kitbag_shared::paths::fd::open_dirs;
 use kitbag_shared::{Access, CallCtx, ErrorCode, Parents, Reply, ToolError, ToolResult};
 use serde_json::json;
-use tokio::io::AsyncWriteExt;
 
-use crate::proto::{self, Answer, Request};
+use crate::proto::Request;
 use crate::tools::copy::{CopyParams, CopyResult};
 use crate::tree::{self, Kind};
 use crate::{Caller, VmState};
@@ -34,29 +33,19 @@ pub async fn copy_in_dir(
             .await?;
     let files = entries.iter().filter(|(e, _)| e.kind == Kind::File).count() as u64;
     let (id, sandbox, _busy) = state.sandbox(&p.instance, true, &caller)?;
-    let answer = async {
-        let stream = sandbox.agent().await?;
-        let (read, mut write) = stream.into_split();
-        let req = Request::CopyInTree {
-            path: p.guest_path.clone(),
-            overwrite,
-            max_bytes: max,
-        };
-        let sent = async {
-            proto::write_line(&mut write, &req).await?;
+    let req = Request::CopyInTree {
+        path: p.guest_path.clone(),
+        overwrite,
+        max_bytes: max,
+    };
+    let answer = sandbox
+        .request_with_body(&req, |mut w| async {
             // Files are opened beneath the root, never by the path string the walk saw.
-            tree::send(&mut write, &entries, |abs| policy.open_real_read(abs)).await?;
-            write.flush().await
-        }
-        .await;
-        let mut read = tokio::io::BufReader::new(read);
-        match proto::read_line::<_, Answer>(&mut read).await {
-            Ok(a) => Ok(a),
-            Err(e) => Err(sent.err().unwrap_or(e)),
-        }
-    }
-    .await
-    .map_err(|e| ToolError::internal(format!("instance {id}: the copy failed: {e}")))?;
+            tree::send(&mut w, &entries, |abs| policy.open_real_read(abs)).await?;
+            Ok(w)
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("instance {id}: the copy failed: {e}")))?;
     if !answer.ok {
         let code = match answer.code.as_deref() {
             Some("exists") => ErrorCode::FileExists,

@@ -162,7 +162,7 @@ pub async fn run(
         Some(j) => logs.join(format!("job-{j}.log")),
         None => logs.join(format!("exec-{seq}.log")),
     };
-    let shown = display(&state, &log_path);
+    let shown = crate::instance::shown(&state.root, &log_path);
     let req = Request::Exec(ExecRequest {
         argv: p.command.clone(),
         env,
@@ -294,13 +294,6 @@ fn write_log(log: &mut Option<std::fs::File>, logged: &mut u64, bytes: &[u8]) {
             *logged += n as u64;
         }
     }
-}
-
-/// A host path as tools show it: root-relative when inside the root.
-pub fn display(state: &VmState, p: &std::path::Path) -> String {
-    p.strip_prefix(&state.root)
-        .map(|r| r.display().to_string())
-        .unwrap_or_else(|_| p.display().to_string())
 }
 
 #[cfg(test)]

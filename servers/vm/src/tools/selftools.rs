@@ -103,6 +103,20 @@ pub fn host() -> Option<HostInfo> {
     })
 }
 
+/// The machine's memory (`MemTotal` in /proc/meminfo), in MiB.
+pub fn memory_total_mb() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: u64 = info
+        .lines()
+        .find_map(|l| l.strip_prefix("MemTotal:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kb / 1024)
+}
+
 fn read_trim(path: &str) -> String {
     std::fs::read_to_string(path)
         .map(|s| s.trim().to_string())
@@ -161,14 +175,6 @@ pub fn info(
         (false, false) => format!("v1 ({})", v1.join(",")),
         (false, true) => "none mounted".to_string(),
     };
-    let mem_kb: u64 = std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
-        })
-        .unwrap_or(0);
     let result = InfoResult {
         server: ServerInfo {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -176,7 +182,7 @@ pub fn info(
             uptime_seconds: state.started.elapsed().as_secs(),
             mode: if caller.is_some() { "guest" } else { "host" }.into(),
             root: state.root.display().to_string(),
-            state_dir: crate::tools::exec::display(state, &state.state_dir),
+            state_dir: crate::instance::shown(&state.root, &state.state_dir),
         },
         instance: caller
             .as_ref()
@@ -188,7 +194,7 @@ pub fn info(
             cpus: std::thread::available_parallelism()
                 .map(|n| n.get() as u64)
                 .unwrap_or(1),
-            memory_total_mb: mem_kb / 1024,
+            memory_total_mb: memory_total_mb().unwrap_or(0),
             cgroups,
         },
         backends: vec![

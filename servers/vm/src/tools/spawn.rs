@@ -378,15 +378,7 @@ fn available_images(images_dir: &std::path::Path) -> String {
 }
 
 fn host_memory_mb() -> u64 {
-    std::fs::read_to_string("/proc/meminfo")
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find_map(|l| l.strip_prefix("MemTotal:"))
-                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        })
-        .map(|kb| kb / 1024)
-        .unwrap_or(1024)
+    crate::tools::selftools::memory_total_mb().unwrap_or(1024)
 }
 
 fn new_id() -> String {
@@ -500,44 +492,21 @@ pub async fn run(
         while map.contains_key(&id) {
             id = new_id();
         }
-        let now = SystemTime::now();
-        map.insert(
-            id.clone(),
-            Instance {
-                id: id.clone(),
-                name: c.name.clone(),
-                owner: caller.clone(),
-                depth,
-                guest_close: None,
-                state: State::Starting,
-                created_at: now,
-                started_at: None,
-                ended_at: None,
-                exit: None,
-                error: None,
-                stop_reason: None,
-                command: c.command.clone(),
-                cwd: c.cwd.clone(),
-                image: c.image.clone(),
-                network: c.network,
-                labels: c.labels.clone(),
-                limits: c.limits,
-                dir: state.state_dir.join("instances").join(&id),
-                idle_timeout: c.idle,
-                on_idle: c.on_idle,
-                last_activity: Instant::now(),
-                last_activity_at: now,
-                idle_warned: false,
-                ttl_seconds: c.ttl,
-                ttl_deadline: None,
-                ttl_warned: false,
-                sandbox: None,
-                ports: BTreeMap::new(),
-                leases: BTreeMap::new(),
-                busy: 0,
-                job_seq: 0,
-            },
-        );
+        let dir = state.state_dir.join("instances").join(&id);
+        let mut inst = Instance::new(id.clone(), dir, State::Starting);
+        inst.name = c.name.clone();
+        inst.owner = caller.clone();
+        inst.depth = depth;
+        inst.command = c.command.clone();
+        inst.cwd = c.cwd.clone();
+        inst.image = c.image.clone();
+        inst.network = c.network;
+        inst.labels = c.labels.clone();
+        inst.limits = c.limits;
+        inst.idle_timeout = c.idle;
+        inst.on_idle = c.on_idle;
+        inst.ttl_seconds = c.ttl;
+        map.insert(id.clone(), inst);
         id
     };
     let mut pending = Pending {
