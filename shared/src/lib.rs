@@ -36,6 +36,7 @@ pub mod runtime;
 pub mod salvage;
 pub mod schema;
 pub mod server;
+pub mod state;
 pub mod transport;
 pub mod vmlink;
 

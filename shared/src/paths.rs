@@ -439,6 +439,20 @@ impl PathPolicy {
         }
     }
 
+    /// `path` relative to the root (spelled through the real root or the root as given), when
+    /// it lies under it lexically; `.` for the root itself. Nothing is resolved on disk.
+    pub fn rel_in_root(&self, path: &Path) -> Option<PathBuf> {
+        let abs = lexical_normalize(path);
+        let rel = abs
+            .strip_prefix(&self.root)
+            .or_else(|_| abs.strip_prefix(&self.root_alias))
+            .ok()?;
+        if rel.as_os_str().is_empty() {
+            return Some(PathBuf::from("."));
+        }
+        Some(rel.to_path_buf())
+    }
+
     /// Root-relative spelling with `/` separators; the root itself is `.`.
     pub fn display(&self, abs: &Path) -> String {
         match abs.strip_prefix(&self.root) {

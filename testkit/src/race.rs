@@ -133,3 +133,149 @@ pub fn diff(
     }
     out
 }
+
+/// One short-lived server run: start `bin` in `cwd`, send `initialize`, then each call, then
+/// close stdin (a server answers what is in flight, then exits). Returns stdout and how many
+/// calls succeeded. A server that is still running after 15 s is killed (and that counts as
+/// no success), so a stuck run cannot hang the test.
+pub fn one_shot(
+    bin: &Path,
+    args: &[&str],
+    cwd: &Path,
+    calls: &[(&str, serde_json::Value)],
+) -> (String, usize) {
+    use std::io::{Read, Write};
+    use std::process::{Command, Stdio};
+    let mut input = String::new();
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {},
+        "clientInfo": {"name": "race", "version": "0"}}});
+    input.push_str(&format!("{init}\n"));
+    input.push_str("{\"jsonrpc\":\"2.0\",\"method\":\"notifications/initialized\"}\n");
+    for (i, (name, arguments)) in calls.iter().enumerate() {
+        let call = serde_json::json!({"jsonrpc": "2.0", "id": i + 2, "method": "tools/call",
+            "params": {"name": name, "arguments": arguments}});
+        input.push_str(&format!("{call}\n"));
+    }
+    let Ok(mut child) = Command::new(bin)
+        .args(args)
+        .current_dir(cwd)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+    else {
+        return (String::new(), 0);
+    };
+    if let Some(mut stdin) = child.stdin.take() {
+        let _ = stdin.write_all(input.as_bytes());
+    }
+    let mut stdout = child.stdout.take();
+    let reader = std::thread::spawn(move || {
+        let mut out = String::new();
+        if let Some(s) = stdout.as_mut() {
+            let _ = s.read_to_string(&mut out);
+        }
+        out
+    });
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while Instant::now() < deadline {
+        if let Ok(Some(_)) = child.try_wait() {
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+    let out = reader.join().unwrap_or_default();
+    let ok = out
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["id"].as_u64().is_some_and(|id| id >= 2))
+        .filter(|v| v["result"].is_object() && v["result"]["isError"] != true)
+        .count();
+    (out, ok)
+}
+
+/// What [`state_dir_race`] saw.
+#[derive(Debug, Default)]
+pub struct StateRace {
+    pub swaps: u64,
+    /// Server runs (each: start, the calls, exit).
+    pub runs: u64,
+    pub calls_ok: u64,
+    /// Runs whose output carried the outside sentinel.
+    pub leaks: u64,
+    /// How the outside directory differs from before (must be empty).
+    pub outside_changed: Vec<String>,
+}
+
+/// Issue #22 §1 for a server's own state (`.kitbag`): `root/.kitbag` is exchanged with a link
+/// to `outside` (state made elsewhere, holding `mark`) as fast as possible for `run`, while
+/// the server is started, called (`calls(i)` for run `i`) and stopped over and over — so the
+/// race covers opening the state at start, every call, and closing at exit (SQLite removes
+/// its WAL then). Nothing may read or change anything in `outside`.
+pub fn state_dir_race(
+    bin: &Path,
+    args: &[&str],
+    root: &Path,
+    outside: &Path,
+    mark: &str,
+    run: Duration,
+    calls: &dyn Fn(u64) -> Vec<(&'static str, serde_json::Value)>,
+) -> StateRace {
+    let before = snapshot(outside);
+    let state = root.join(".kitbag");
+    std::fs::create_dir_all(&state).expect("mkdir .kitbag");
+    let link = root.join("kitbag-link");
+    std::os::unix::fs::symlink(outside, &link).expect("ln");
+    let swapper = Swapper::start(&state, &link, run);
+    let mut out = StateRace::default();
+    while swapper.running() {
+        let calls = calls(out.runs);
+        let (stdout, ok) = one_shot(bin, args, root, &calls);
+        out.runs += 1;
+        out.calls_ok += ok as u64;
+        if stdout.contains(mark) {
+            out.leaks += 1;
+        }
+    }
+    out.swaps = swapper.finish();
+    out.outside_changed = diff(&before, &snapshot(outside));
+    out
+}
+
+impl StateRace {
+    /// Print the counts, then fail unless calls succeeded, nothing leaked and nothing
+    /// outside changed.
+    pub fn assert_clean(&self, server: &str) {
+        eprintln!(
+            "{server} state race: {} swaps, {} runs, {} calls succeeded, {} runs with the outside sentinel, {} outside entries changed",
+            self.swaps,
+            self.runs,
+            self.calls_ok,
+            self.leaks,
+            self.outside_changed.len()
+        );
+        assert!(self.swaps > 0 && self.calls_ok > 0, "no call succeeded");
+        assert_eq!(self.leaks, 0, "{server} read state outside the root");
+        assert!(
+            self.outside_changed.is_empty(),
+            "{server} changed the outside directory: {}",
+            self.outside_changed.join(", ")
+        );
+    }
+}
+
+/// State made by a real run of the server in a root of its own (`calls` store `mark`):
+/// returns that root; its `.kitbag` is the "outside" of [`state_dir_race`].
+pub fn seeded_state(
+    bin: &Path,
+    args: &[&str],
+    calls: &[(&str, serde_json::Value)],
+) -> tempfile::TempDir {
+    let seed = tempfile::tempdir().expect("tmp");
+    let (out, ok) = one_shot(bin, args, seed.path(), calls);
+    assert_eq!(ok, calls.len(), "seeding failed: {out}");
+    seed
+}

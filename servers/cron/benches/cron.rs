@@ -155,7 +155,10 @@ fn main() {
 
     // The same listing without MCP or a process boundary.
     let state = CronState::new(
-        Store::new(d.path(), 1 << 20),
+        Store::new(
+            &kitbag_shared::paths::PathPolicy::new(d.path(), &[], false).expect("policy"),
+            1 << 20,
+        ),
         d.path().to_path_buf(),
         Arc::new(SystemClock),
         Options {

@@ -167,7 +167,7 @@ fn clock_from(args: &Args) -> anyhow::Result<Arc<dyn Clock>> {
 pub fn build(args: &Args) -> anyhow::Result<McpServer<CronState>> {
     let policy = args.common.policy()?;
     let root = policy.root().to_path_buf();
-    let store = Store::new(&root, args.history_max_bytes);
+    let store = Store::new(&policy, args.history_max_bytes);
     let writable = !policy.is_read_only() && policy.allows(&store.dir, Access::Write);
     let store = store.read_only(!writable);
     let state = CronState::new(

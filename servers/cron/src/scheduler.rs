@@ -323,7 +323,9 @@ pub fn watch_store(state: &Arc<CronState>) {
         | AddWatchFlags::IN_MOVED_TO
         | AddWatchFlags::IN_CREATE
         | AddWatchFlags::IN_DELETE
-        | AddWatchFlags::IN_MOVED_FROM;
+        | AddWatchFlags::IN_MOVED_FROM
+        // A `.kitbag` replaced by a link is not followed out of the root.
+        | AddWatchFlags::IN_DONT_FOLLOW;
     if let Err(e) = inotify.add_watch(&dir, flags) {
         tracing::warn!("cannot watch {}: {e}", dir.display());
         return;

@@ -9,8 +9,8 @@
 //! kept as `cron.json.bak`; an entry in it that does not parse is kept as written and
 //! reported, never dropped.
 
-use std::fs::{File, OpenOptions};
-use std::io::{BufRead, BufReader, Write};
+use std::fs::File;
+use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -18,6 +18,9 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use fs4::fs_std::FileExt;
+use kitbag_shared::paths::PathPolicy;
+use kitbag_shared::state::sqlite::{self, StateDb};
+use kitbag_shared::state::{OFlags, Stat, StateDir};
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 use rusqlite::{
     Connection, OpenFlags, OptionalExtension, Transaction, TransactionBehavior, params,
@@ -32,6 +35,13 @@ pub const MAX_ENTRIES: usize = 10_000;
 const LOCK_WAIT: Duration = Duration::from_secs(10);
 /// Rotated history files kept beside the live one.
 const ROTATED_KEEP: usize = 2;
+
+// The store's files, all in `<root>/.kitbag`.
+const DB: &str = "cron.db";
+const LEGACY: &str = "cron.json";
+const IMPORTING: &str = "cron.json.importing";
+const LOCK: &str = "cron.lock";
+const RUNS: &str = "cron-runs.jsonl";
 
 fn yes() -> bool {
     true
@@ -300,8 +310,14 @@ END;
 ";
 
 /// The store: the entries database, the legacy file it imports, the history files.
+///
+/// The paths below are for messages. Every file is reached through `.kitbag` opened beneath
+/// the root's descriptor without following links, afresh for each operation (the SQLite
+/// connection keeps the directory it was opened through): a program renaming `.kitbag` and
+/// planting a link cannot make the store read or write outside the root (issue #22).
 #[derive(Clone)]
 pub struct Store {
+    policy: PathPolicy,
     pub dir: PathBuf,
     /// The entries database, `<root>/.kitbag/cron.db`.
     pub file: PathBuf,
@@ -330,7 +346,7 @@ type CacheKey = (FileIdent, i64, u64);
 type CachedDoc = (CacheKey, Arc<Doc>);
 
 struct Open {
-    conn: Connection,
+    conn: StateDb,
     ident: FileIdent,
 }
 
@@ -346,9 +362,9 @@ fn io_err(what: &str, path: &Path, e: &std::io::Error) -> ToolError {
     )
 }
 
-fn ident_of(m: &std::fs::Metadata) -> FileIdent {
-    use std::os::unix::fs::MetadataExt;
-    (m.dev(), m.ino())
+#[allow(clippy::unnecessary_cast)] // `st_dev`/`st_ino` widths differ between architectures
+fn ident_of(st: &Stat) -> FileIdent {
+    (st.st_dev as u64, st.st_ino as u64)
 }
 
 fn is_busy(e: &rusqlite::Error) -> bool {
@@ -492,13 +508,14 @@ impl Tx<'_> {
 }
 
 impl Store {
-    pub fn new(root: &Path, runs_max_bytes: u64) -> Self {
-        let dir = root.join(".kitbag");
+    pub fn new(policy: &PathPolicy, runs_max_bytes: u64) -> Self {
+        let dir = policy.root().join(".kitbag");
         Self {
-            file: dir.join("cron.db"),
-            legacy: dir.join("cron.json"),
-            lock: dir.join("cron.lock"),
-            runs: dir.join("cron-runs.jsonl"),
+            policy: policy.clone(),
+            file: dir.join(DB),
+            legacy: dir.join(LEGACY),
+            lock: dir.join(LOCK),
+            runs: dir.join(RUNS),
             dir,
             runs_max_bytes: runs_max_bytes.max(1024),
             writable: true,
@@ -517,7 +534,22 @@ impl Store {
 
     /// Where a `cron.json` is moved while it is being imported.
     fn importing(&self) -> PathBuf {
-        self.dir.join("cron.json.importing")
+        self.dir.join(IMPORTING)
+    }
+
+    /// `.kitbag`, opened beneath the root for one operation (made when `create`); `None` when
+    /// it does not exist and `create` is false.
+    fn state_dir(&self, create: bool) -> ToolResult<Option<StateDir>> {
+        match StateDir::open(&self.policy, &self.dir, create) {
+            Ok(d) => Ok(Some(d)),
+            Err(e) if !create && e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(io_err("cannot open", &self.dir, &e)),
+        }
+    }
+
+    fn made_dir(&self) -> ToolResult<StateDir> {
+        self.state_dir(true)?
+            .ok_or_else(|| ToolError::internal("the state directory could not be made"))
     }
 
     fn db_err(&self, e: rusqlite::Error) -> ToolError {
@@ -539,12 +571,9 @@ impl Store {
     /// Take the exclusive `cron.lock` (waits up to 10 s, then `file_busy`). Guards the run
     /// history and imports; entries are guarded by the database's own lock.
     pub fn lock(&self) -> ToolResult<StoreLock> {
-        std::fs::create_dir_all(&self.dir).map_err(|e| io_err("cannot create", &self.dir, &e))?;
-        let file = OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&self.lock)
+        let file = self
+            .made_dir()?
+            .open_file(LOCK, OFlags::WRONLY | OFlags::CREATE)
             .map_err(|e| io_err("cannot open", &self.lock, &e))?;
         let deadline = Instant::now() + LOCK_WAIT;
         loop {
@@ -566,8 +595,8 @@ impl Store {
         }
     }
 
-    /// Open the database (creating and preparing it when `create`).
-    fn open(&self, create: bool) -> ToolResult<Connection> {
+    /// Open the database in `dir` (creating and preparing it when `create`).
+    fn open(&self, dir: StateDir, create: bool) -> ToolResult<StateDb> {
         let fail = |e: rusqlite::Error| {
             ToolError::new(
                 ErrorCode::IoError,
@@ -577,17 +606,18 @@ impl Store {
                 ),
             )
         };
+        let dir = Arc::new(dir);
         if !create {
-            let conn = Connection::open_with_flags(
-                &self.file,
+            let conn = StateDb::open(
+                dir,
+                DB,
                 OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
             )
             .map_err(fail)?;
             conn.busy_timeout(LOCK_WAIT).map_err(fail)?;
             return Ok(conn);
         }
-        std::fs::create_dir_all(&self.dir).map_err(|e| io_err("cannot create", &self.dir, &e))?;
-        let conn = Connection::open(&self.file).map_err(fail)?;
+        let conn = StateDb::open(dir, DB, sqlite::read_write_create()).map_err(fail)?;
         conn.busy_timeout(LOCK_WAIT).map_err(fail)?;
         // Switching a new file to WAL takes a lock SQLite does not wait for (the busy timeout
         // is not consulted): a server starting beside another retries briefly.
@@ -665,23 +695,28 @@ impl Store {
         slot: &'a mut Option<Open>,
         create: bool,
     ) -> ToolResult<Option<&'a mut Open>> {
-        let current = match std::fs::metadata(&self.file) {
-            Ok(m) => Some(ident_of(&m)),
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => None,
-            Err(e) => return Err(io_err("cannot read", &self.file, &e)),
+        let Some(dir) = self.state_dir(create)? else {
+            *slot = None;
+            return Ok(None);
         };
+        let ident = |dir: &StateDir| match dir.stat(DB) {
+            Ok(st) => Ok(st.as_ref().map(ident_of)),
+            Err(e) => Err(io_err("cannot read", &self.file, &e)),
+        };
+        let current = ident(&dir)?;
         if slot.as_ref().map(|o| o.ident) != current || current.is_none() {
             *slot = None;
             if current.is_none() && !create {
                 return Ok(None);
             }
-            let conn = self.open(self.writable)?;
-            let m =
-                std::fs::metadata(&self.file).map_err(|e| io_err("cannot read", &self.file, &e))?;
-            *slot = Some(Open {
-                conn,
-                ident: ident_of(&m),
-            });
+            let conn = self.open(dir, self.writable)?;
+            let Some(ident) = ident(conn.dir())? else {
+                return Err(ToolError::internal(format!(
+                    "{} disappeared while it was being opened",
+                    self.file.display()
+                )));
+            };
+            *slot = Some(Open { conn, ident });
         }
         Ok(slot.as_mut())
     }
@@ -693,19 +728,25 @@ impl Store {
     /// as the entries, so it happens exactly once even when the process dies half-way.
     fn import_legacy(&self, slot: &mut Option<Open>) -> ToolResult<()> {
         let claimed = self.importing();
-        if !claimed.exists() {
-            match std::fs::metadata(&self.legacy) {
-                Ok(m) if m.len() > 0 => {}
-                Ok(_) => return Ok(()), // empty: being written, or nothing to import
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        let Some(dir) = self.state_dir(false)? else {
+            return Ok(());
+        };
+        let exists = |name: &str, shown: &Path| {
+            dir.exists(name)
+                .map_err(|e| io_err("cannot read", shown, &e))
+        };
+        if !exists(IMPORTING, &claimed)? {
+            match dir.stat(LEGACY) {
+                Ok(Some(st)) if st.st_size > 0 => {}
+                Ok(_) => return Ok(()), // missing, or empty: being written, nothing to import
                 Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
             }
         }
         let _lock = self.lock()?;
-        let leftover = claimed.exists();
+        let leftover = exists(IMPORTING, &claimed)?;
         if !leftover {
-            let text = match std::fs::read_to_string(&self.legacy) {
-                Ok(t) => t,
+            let text = match read_file(&dir, LEGACY) {
+                Ok(t) => String::from_utf8_lossy(&t.0).into_owned(),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
             };
@@ -714,16 +755,16 @@ impl Store {
             }
             // A broken file is left as it is, and reported on every call until it is fixed.
             Doc::parse(&text).map_err(|e| self.invalid_legacy(&e))?;
-            match std::fs::rename(&self.legacy, &claimed) {
+            match dir.rename(LEGACY, IMPORTING) {
                 Ok(()) => {}
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
                 Err(e) => return Err(io_err("cannot move", &self.legacy, &e)),
             }
         }
-        let bytes = std::fs::read(&claimed).map_err(|e| io_err("cannot read", &claimed, &e))?;
+        let (bytes, m) =
+            read_file(&dir, IMPORTING).map_err(|e| io_err("cannot read", &claimed, &e))?;
         let mark = {
             use std::os::unix::fs::MetadataExt;
-            let m = std::fs::metadata(&claimed).map_err(|e| io_err("cannot read", &claimed, &e))?;
             format!(
                 "{}:{}:{}:{}:{:016x}",
                 m.dev(),
@@ -758,7 +799,7 @@ impl Store {
                     Ok(d) => d,
                     Err(e) => {
                         drop(tx);
-                        self.unclaim(&claimed);
+                        self.unclaim(&dir);
                         return Err(self.invalid_legacy(&e));
                     }
                 };
@@ -782,7 +823,7 @@ impl Store {
             self.writes.fetch_add(1, Ordering::SeqCst);
             n
         };
-        let backup = self.keep_backup(&claimed)?;
+        let backup = self.keep_backup(&dir)?;
         tracing::info!(
             "imported {imported} entries from {} into {}; the file is kept as {}",
             self.legacy.display(),
@@ -803,29 +844,29 @@ impl Store {
     }
 
     /// Put a claimed file back (unless a new `cron.json` appeared meanwhile).
-    fn unclaim(&self, claimed: &Path) {
-        if std::fs::hard_link(claimed, &self.legacy).is_ok() {
-            let _ = std::fs::remove_file(claimed);
+    fn unclaim(&self, dir: &StateDir) {
+        if dir.hard_link(IMPORTING, LEGACY).is_ok() {
+            let _ = dir.remove(IMPORTING);
         }
     }
 
     /// Move an imported file to the first free `cron.json.bak[.N]`, never over another.
-    fn keep_backup(&self, claimed: &Path) -> ToolResult<PathBuf> {
+    fn keep_backup(&self, dir: &StateDir) -> ToolResult<PathBuf> {
+        let claimed = self.importing();
         for n in 1..10_000 {
             let name = if n == 1 {
                 "cron.json.bak".to_string()
             } else {
                 format!("cron.json.bak.{n}")
             };
-            let to = self.dir.join(name);
-            match std::fs::hard_link(claimed, &to) {
+            match dir.hard_link(IMPORTING, &name) {
                 Ok(()) => {
-                    std::fs::remove_file(claimed)
-                        .map_err(|e| io_err("cannot remove", claimed, &e))?;
-                    return Ok(to);
+                    dir.remove(IMPORTING)
+                        .map_err(|e| io_err("cannot remove", &claimed, &e))?;
+                    return Ok(self.dir.join(name));
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
-                Err(e) => return Err(io_err("cannot keep a backup of", claimed, &e)),
+                Err(e) => return Err(io_err("cannot keep a backup of", &claimed, &e)),
             }
         }
         Err(ToolError::new(
@@ -885,8 +926,11 @@ impl Store {
         if self.writable {
             return Ok(Doc::default());
         }
-        let text = match std::fs::read_to_string(&self.legacy) {
-            Ok(t) => t,
+        let Some(dir) = self.state_dir(false)? else {
+            return Ok(Doc::default());
+        };
+        let text = match read_file(&dir, LEGACY) {
+            Ok((t, _)) => String::from_utf8_lossy(&t).into_owned(),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(Doc::default()),
             Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
         };
@@ -938,28 +982,31 @@ impl Store {
         out.ok_or_else(|| ToolError::internal("the cron store could not be created"))
     }
 
-    fn rotated(&self, n: usize) -> PathBuf {
-        self.dir.join(format!("cron-runs.{n}.jsonl"))
+    fn rotated(n: usize) -> String {
+        format!("cron-runs.{n}.jsonl")
     }
 
     /// Append one run to the history, rotating first when the live file is full.
     /// Call with the store lock held.
     pub fn append_run(&self, rec: &RunRecord, _lock: &StoreLock) -> ToolResult<()> {
-        let size = std::fs::metadata(&self.runs).map(|m| m.len()).unwrap_or(0);
+        let dir = self.made_dir()?;
+        let size = dir
+            .stat(RUNS)
+            .ok()
+            .flatten()
+            .map_or(0, |st| st.st_size as u64);
         if size >= self.runs_max_bytes {
             for n in (1..ROTATED_KEEP).rev() {
-                let _ = std::fs::rename(self.rotated(n), self.rotated(n + 1));
+                let _ = dir.rename(Self::rotated(n), Self::rotated(n + 1));
             }
-            std::fs::rename(&self.runs, self.rotated(1))
+            dir.rename(RUNS, Self::rotated(1))
                 .map_err(|e| io_err("cannot rotate", &self.runs, &e))?;
         }
         let mut line = serde_json::to_string(rec)
             .map_err(|e| ToolError::internal(format!("run encoding: {e}")))?;
         line.push('\n');
-        let mut f = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.runs)
+        let mut f = dir
+            .open_file(RUNS, OFlags::WRONLY | OFlags::CREATE | OFlags::APPEND)
             .map_err(|e| io_err("cannot open", &self.runs, &e))?;
         f.write_all(line.as_bytes())
             .map_err(|e| io_err("cannot append to", &self.runs, &e))
@@ -972,15 +1019,18 @@ impl Store {
         offset: usize,
         limit: usize,
     ) -> ToolResult<(Vec<RunRecord>, usize)> {
+        let Some(dir) = self.state_dir(false)? else {
+            return Ok((Vec::new(), 0));
+        };
         // Oldest file first, so the concatenation is in time order.
-        let mut files: Vec<PathBuf> = (1..=ROTATED_KEEP).rev().map(|n| self.rotated(n)).collect();
-        files.push(self.runs.clone());
+        let mut files: Vec<String> = (1..=ROTATED_KEEP).rev().map(Self::rotated).collect();
+        files.push(RUNS.to_string());
         let mut all = Vec::new();
-        for path in files {
-            let f = match File::open(&path) {
+        for name in files {
+            let f = match dir.open_file(&name, OFlags::RDONLY) {
                 Ok(f) => f,
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_err("cannot read", &path, &e)),
+                Err(e) => return Err(io_err("cannot read", &self.dir.join(&name), &e)),
             };
             for line in BufReader::new(f).lines() {
                 let Ok(line) = line else { break };
@@ -1007,6 +1057,15 @@ impl From<rusqlite::Error> for MigrateError {
     fn from(e: rusqlite::Error) -> Self {
         MigrateError::Sql(e)
     }
+}
+
+/// Read the whole file `name` in `dir` (a link there is refused), with its metadata.
+fn read_file(dir: &StateDir, name: &str) -> std::io::Result<(Vec<u8>, std::fs::Metadata)> {
+    let mut f = dir.open_file(name, OFlags::RDONLY | OFlags::NONBLOCK)?;
+    let m = f.metadata()?;
+    let mut bytes = Vec::new();
+    f.read_to_end(&mut bytes)?;
+    Ok((bytes, m))
 }
 
 #[cfg(test)]
@@ -1053,6 +1112,10 @@ mod tests {
         assert_eq!(again.next_id, 4);
     }
 
+    fn store_at(root: &Path) -> Store {
+        Store::new(&PathPolicy::new(root, &[], false).unwrap(), 1 << 20)
+    }
+
     fn add(s: &Store, id: &str) {
         s.write(|tx| tx.insert(&entry(id))).unwrap();
     }
@@ -1060,7 +1123,7 @@ mod tests {
     #[test]
     fn writes_are_all_or_nothing_and_ids_are_never_reused() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20);
+        let s = store_at(d.path());
         assert!(!s.file.exists(), "reading creates nothing");
         assert_eq!(s.load().unwrap().slots.len(), 0);
         assert!(!s.file.exists());
@@ -1097,7 +1160,7 @@ mod tests {
     #[test]
     fn a_cron_json_is_imported_once_and_kept_as_a_backup() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20);
+        let s = store_at(d.path());
         std::fs::create_dir_all(&s.dir).unwrap();
         let text = r#"{"next_id": 40, "entries": [
           {"id": "cron-3", "schedule": "*/5 * * * *", "message": "Check", "owner": "me"},
@@ -1126,7 +1189,7 @@ mod tests {
         assert_eq!(s.write(|tx| tx.count()).unwrap(), 3);
 
         // Another store object (another connection, as another process) sees it too.
-        let other = Store::new(d.path(), 1 << 20);
+        let other = store_at(d.path());
         assert_eq!(other.load().unwrap().entries().count(), 2);
 
         // A later cron.json replaces entries by id and adds the others; the first backup stays.
@@ -1148,7 +1211,7 @@ mod tests {
     #[test]
     fn a_half_done_import_is_finished_exactly_once() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20);
+        let s = store_at(d.path());
         std::fs::create_dir_all(&s.dir).unwrap();
         std::fs::write(
             &s.legacy,
@@ -1165,7 +1228,7 @@ mod tests {
         .unwrap();
         // The importer died after its commit, before moving the file away.
         std::fs::rename(s.dir.join("cron.json.bak"), s.importing()).unwrap();
-        let fresh = Store::new(d.path(), 1 << 20);
+        let fresh = store_at(d.path());
         let doc = fresh.load().unwrap();
         assert_eq!(
             doc.get("cron-1").unwrap().message,
@@ -1188,7 +1251,7 @@ mod tests {
     #[test]
     fn a_broken_cron_json_is_reported_and_left_alone() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20);
+        let s = store_at(d.path());
         add(&s, "cron-1");
         std::fs::write(&s.legacy, "{ not json").unwrap();
         let e = s.write(|tx| tx.insert(&entry("cron-2"))).unwrap_err();
@@ -1207,7 +1270,7 @@ mod tests {
     #[test]
     fn cached_load_sees_every_commit() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20);
+        let s = store_at(d.path());
         assert_eq!(s.load_cached().unwrap().slots.len(), 0);
         add(&s, "cron-1");
         let a = s.load_cached().unwrap();
@@ -1217,7 +1280,7 @@ mod tests {
             "nothing committed: reused"
         );
         // A commit through another connection (another process).
-        let other = Store::new(d.path(), 1 << 20);
+        let other = store_at(d.path());
         add(&other, "cron-2");
         assert!(s.load_cached().unwrap().get("cron-2").is_some());
         // The database moved away (a reset by hand): a new one is started.
@@ -1227,20 +1290,13 @@ mod tests {
         let _ = std::fs::remove_file(s.dir.join("cron.db-shm"));
         assert_eq!(s.load_cached().unwrap().entries().count(), 0);
         add(&s, "cron-3");
-        assert_eq!(
-            Store::new(d.path(), 1 << 20)
-                .load()
-                .unwrap()
-                .entries()
-                .count(),
-            1
-        );
+        assert_eq!(store_at(d.path()).load().unwrap().entries().count(), 1);
     }
 
     #[test]
     fn a_read_only_store_reads_in_place_and_creates_nothing() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20).read_only(true);
+        let s = store_at(d.path()).read_only(true);
         std::fs::create_dir_all(&s.dir).unwrap();
         std::fs::write(
             &s.legacy,
@@ -1254,7 +1310,7 @@ mod tests {
         );
         assert!(s.legacy.exists() && !s.file.exists());
         // With a database, it is read (a cron.json is then not looked at).
-        Store::new(d.path(), 1 << 20).load().unwrap();
+        store_at(d.path()).load().unwrap();
         std::fs::write(
             &s.legacy,
             r#"[{"id": "cron-5", "schedule": "@daily", "message": "b"}]"#,
@@ -1271,7 +1327,7 @@ mod tests {
             .map(|_| {
                 let root = d.path().to_path_buf();
                 std::thread::spawn(move || {
-                    let s = Store::new(&root, 1 << 20);
+                    let s = store_at(&root);
                     (0..50)
                         .map(|_| {
                             s.write(|tx| {
@@ -1292,7 +1348,7 @@ mod tests {
         ids.sort();
         ids.dedup();
         assert_eq!(ids.len(), 200);
-        let s = Store::new(d.path(), 1 << 20);
+        let s = store_at(d.path());
         assert_eq!(s.load().unwrap().entries().count(), 200);
         assert_eq!(s.write(|tx| tx.count()).unwrap(), 200);
     }
@@ -1300,7 +1356,7 @@ mod tests {
     #[test]
     fn lock_excludes_a_second_holder() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1 << 20);
+        let s = store_at(d.path());
         let held = s.lock().unwrap();
         let s2 = s.clone();
         let t = std::thread::spawn(move || {
@@ -1317,7 +1373,7 @@ mod tests {
     #[test]
     fn history_rotates_and_reads_newest_first() {
         let d = tempfile::tempdir().unwrap();
-        let s = Store::new(d.path(), 1024);
+        let s = Store::new(&PathPolicy::new(d.path(), &[], false).unwrap(), 1024);
         let t0 = DateTime::parse_from_rfc3339("2026-01-01T00:00:00Z")
             .unwrap()
             .with_timezone(&Utc);
@@ -1335,8 +1391,11 @@ mod tests {
             };
             s.append_run(&rec, &lock).unwrap();
         }
-        assert!(s.rotated(1).exists() && s.rotated(2).exists());
-        assert!(!s.rotated(3).exists(), "only two rotated files are kept");
+        assert!(s.dir.join(Store::rotated(1)).exists() && s.dir.join(Store::rotated(2)).exists());
+        assert!(
+            !s.dir.join(Store::rotated(3)).exists(),
+            "only two rotated files are kept"
+        );
         assert!(std::fs::metadata(&s.runs).unwrap().len() <= 1024 + 300);
         let (page, total) = s.read_runs(None, 0, 5).unwrap();
         assert!(

@@ -67,8 +67,13 @@ impl Words {
     }
 }
 
+/// The policy the bench opens its temporary database under (root `/`).
+fn bench_policy() -> kitbag_shared::paths::PathPolicy {
+    kitbag_shared::paths::PathPolicy::new(Path::new("/"), &[], false).unwrap()
+}
+
 fn populate(path: &Path) -> (String, String) {
-    let mut conn = db::open(path).unwrap();
+    let mut conn = db::open(&bench_policy(), path).unwrap();
     let mut w = Words::new();
     let per_issue = (UPDATES - BIG_UPDATES) / (ISSUES as usize - 1);
     let mut extra = (UPDATES - BIG_UPDATES) % (ISSUES as usize - 1);
@@ -174,7 +179,7 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let conn = db::open(&path).unwrap();
+    let conn = db::open(&bench_policy(), &path).unwrap();
     let direct_hits = db::list(
         &conn,
         "bench",

@@ -8,6 +8,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use kitbag_shared::paths::PathPolicy;
+use kitbag_shared::state::sqlite::{self, StateDb};
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 use rusqlite::{Connection, OptionalExtension, Row, Transaction, TransactionBehavior, params};
 use serde_json::{Value, json};
@@ -125,13 +127,13 @@ pub fn sql(e: rusqlite::Error) -> ToolError {
 
 /// Open (creating if needed), check, and migrate the database. A file that is not a
 /// usable SQLite database is a clear error naming it.
-pub fn open(path: &Path) -> anyhow::Result<Connection> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)
-            .map_err(|e| anyhow::anyhow!("cannot create {}: {e}", dir.display()))?;
-    }
-    let conn = Connection::open(path)
-        .map_err(|e| anyhow::anyhow!("cannot open issues database {}: {e}", path.display()))?;
+///
+/// The directory is held by descriptor (walked beneath the root without links when it is
+/// inside the root): a program renaming `.kitbag` away and planting a link cannot redirect
+/// the database or its journal files (issue #22).
+pub fn open(policy: &PathPolicy, path: &Path) -> anyhow::Result<StateDb> {
+    let conn = StateDb::open_path(policy, path, sqlite::read_write_create())
+        .map_err(|e| anyhow::anyhow!("issues database: {e}"))?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     // Switching a new file to WAL takes an exclusive lock that SQLite does not wait for (the
     // busy timeout is not consulted): a server starting beside another retries briefly.
@@ -1124,9 +1126,13 @@ pub fn import(conn: &mut Connection, records: &[IssueRecord]) -> anyhow::Result<
 mod tests {
     use super::*;
 
-    fn db() -> (tempfile::TempDir, Connection) {
+    fn policy(root: &Path) -> PathPolicy {
+        PathPolicy::new(root, &[], false).unwrap()
+    }
+
+    fn db() -> (tempfile::TempDir, StateDb) {
         let d = tempfile::tempdir().unwrap();
-        let c = open(&d.path().join("x/issues.db")).unwrap();
+        let c = open(&policy(d.path()), &d.path().join("x/issues.db")).unwrap();
         (d, c)
     }
 
@@ -1176,14 +1182,14 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let junk = d.path().join("junk.db");
         std::fs::write(&junk, vec![0x42u8; 8192]).unwrap();
-        let e = open(&junk).unwrap_err().to_string();
+        let e = open(&policy(d.path()), &junk).unwrap_err().to_string();
         assert!(e.contains("not a usable SQLite database"), "{e}");
         let other = d.path().join("other.db");
         Connection::open(&other)
             .unwrap()
             .execute_batch("CREATE TABLE t (x)")
             .unwrap();
-        let e = open(&other).unwrap_err().to_string();
+        let e = open(&policy(d.path()), &other).unwrap_err().to_string();
         assert!(e.contains("not a kitbag-issues database"), "{e}");
     }
 }

@@ -190,7 +190,7 @@ fn check_principal(p: &str) -> anyhow::Result<String> {
 pub fn build(args: &Args) -> anyhow::Result<McpServer<IssuesState>> {
     let policy = args.common.policy()?;
     let path = db_path(args)?;
-    let conn = db::open(&path)?;
+    let conn = db::open(&policy, &path)?;
     let cursor = db::last_change(&conn).map_err(|e| anyhow::anyhow!(e.message))?;
     if let Some(n) = args.issue
         && n < 1
@@ -218,7 +218,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     match &args.command {
         Some(Command::Export) => {
-            let conn = db::open(&db_path(&args)?)?;
+            let conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
             let records = db::export(&conn).map_err(|e| anyhow::anyhow!(e.message))?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for r in records {
@@ -228,7 +228,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Import { file }) => {
-            let mut conn = db::open(&db_path(&args)?)?;
+            let mut conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
             let reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
                 Box::new(std::io::stdin().lock())
             } else {

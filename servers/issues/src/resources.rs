@@ -20,6 +20,7 @@ use kitbag_shared::rmcp::model::{
     ServerCapabilities, SubscriptionFilter,
 };
 use kitbag_shared::rmcp::service::{Peer, RoleServer, SubscriptionContext, SubscriptionSink};
+use kitbag_shared::state::sqlite::{self, StateDb};
 use rusqlite::Connection;
 
 use crate::db::{self, StatusFilter};
@@ -131,9 +132,19 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
     }
     let state = state.clone();
     tokio::spawn(async move {
-        let path = state.db_path.clone();
-        let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<Connection> {
-            let c = Connection::open(&path)?;
+        let dir = state
+            .conn
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .dir()
+            .clone();
+        let name = state
+            .db_path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned());
+        let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<StateDb> {
+            let name = name.ok_or_else(|| anyhow::anyhow!("the database path has no file name"))?;
+            let c = StateDb::open(dir, &name, sqlite::read_write_create())?;
             c.busy_timeout(db::BUSY_TIMEOUT)?;
             Ok(c)
         })

@@ -3,12 +3,12 @@
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use rusqlite::Connection;
+use kitbag_shared::state::sqlite::StateDb;
 
 use crate::resources::Notifier;
 
 pub struct IssuesState {
-    pub conn: Mutex<Connection>,
+    pub conn: Mutex<StateDb>,
     pub db_path: PathBuf,
     /// Issues are numbered per project.
     pub project: String,
@@ -22,7 +22,7 @@ pub struct IssuesState {
 
 impl IssuesState {
     pub fn new(
-        conn: Connection,
+        conn: StateDb,
         db_path: PathBuf,
         project: String,
         principal: String,

@@ -5,6 +5,9 @@
 
 use std::path::Path;
 
+use kitbag_shared::paths::PathPolicy;
+use kitbag_shared::state::sqlite::{self, StateDb};
+
 use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
 use serde::{Deserialize, Serialize};
 
@@ -29,12 +32,12 @@ pub fn open_raw(path: &Path) -> rusqlite::Result<Connection> {
     Connection::open(path)
 }
 
-pub fn open(path: &Path) -> anyhow::Result<Connection> {
-    if let Some(dir) = path.parent().filter(|d| !d.as_os_str().is_empty()) {
-        std::fs::create_dir_all(dir)?;
-    }
-    let conn = Connection::open(path)
-        .map_err(|e| anyhow::anyhow!("cannot open memory database {}: {e}", path.display()))?;
+/// Open (creating when missing) the database at `path`. Its directory is held by descriptor
+/// (walked beneath the root without links when it is inside the root): a program renaming
+/// `.kitbag` away and planting a link cannot redirect it (issue #22).
+pub fn open(policy: &PathPolicy, path: &Path) -> anyhow::Result<StateDb> {
+    let conn = StateDb::open_path(policy, path, sqlite::read_write_create())
+        .map_err(|e| anyhow::anyhow!("memory database: {e}"))?;
     conn.busy_timeout(std::time::Duration::from_secs(10))?;
     // Reading the schema is the first thing that fails on a file that is not a database.
     // Switching a new file to WAL takes an exclusive lock that SQLite does not wait for (the

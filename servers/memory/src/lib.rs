@@ -163,7 +163,7 @@ fn db_path(args: &Args) -> anyhow::Result<PathBuf> {
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<MemoryState>> {
     let policy = args.common.policy()?;
-    let conn = db::open(&db_path(args)?)?;
+    let conn = db::open(&policy, &db_path(args)?)?;
     let state = MemoryState {
         conn: Mutex::new(conn),
         cfg: tools::Config {
@@ -181,7 +181,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     match &args.command {
         Some(Command::Export) => {
-            let conn = db::open(&db_path(&args)?)?;
+            let conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for r in db::export(&conn)? {
                 writeln!(out, "{}", serde_json::to_string(&r)?)?;
@@ -190,7 +190,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Import { file }) => {
-            let mut conn = db::open(&db_path(&args)?)?;
+            let mut conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
             let reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
                 Box::new(std::io::stdin().lock())
             } else {

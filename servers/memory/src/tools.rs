@@ -3,6 +3,7 @@
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
+use kitbag_shared::state::sqlite::StateDb;
 use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use rusqlite::Connection;
 use schemars::JsonSchema;
@@ -78,7 +79,7 @@ pub struct Config {
 }
 
 pub struct MemoryState {
-    pub conn: Mutex<Connection>,
+    pub conn: Mutex<StateDb>,
     pub cfg: Config,
 }
 
@@ -646,6 +647,10 @@ mod tests {
         assert_eq!(query_arg(None).expect("none"), "");
     }
 
+    fn policy(root: &std::path::Path) -> kitbag_shared::paths::PathPolicy {
+        kitbag_shared::paths::PathPolicy::new(root, &[], false).unwrap()
+    }
+
     fn store(
         conn: &mut Connection,
         content: &str,
@@ -661,7 +666,7 @@ mod tests {
     #[test]
     fn filters_apply_before_the_candidate_limit() {
         let dir = tempfile::tempdir().unwrap();
-        let mut conn = db::open(&dir.path().join("m.db")).unwrap();
+        let mut conn = db::open(&policy(dir.path()), &dir.path().join("m.db")).unwrap();
         for i in 0..300 {
             store(
                 &mut conn,
@@ -730,7 +735,7 @@ mod tests {
     #[test]
     fn all_terms_first_then_any_term() {
         let dir = tempfile::tempdir().unwrap();
-        let mut conn = db::open(&dir.path().join("m.db")).unwrap();
+        let mut conn = db::open(&policy(dir.path()), &dir.path().join("m.db")).unwrap();
         for i in 0..40 {
             store(
                 &mut conn,

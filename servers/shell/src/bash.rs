@@ -214,7 +214,7 @@ pub async fn run(
     let policy = ctx.policy().clone();
     let cancel = ctx.cancel.clone();
     kitbag_shared::blocking(move || {
-        let log_path = state.next_log_path();
+        let (log_path, log_shown) = state.next_log_path();
         let running = process::spawn(SpawnSpec {
             command: &prepared.command,
             cwd: prepared.cwd.as_fd(),
@@ -265,7 +265,7 @@ pub async fn run(
         let capture = running.capture.lock().unwrap_or_else(|e| e.into_inner());
         let (bytes, truncated) = capture.preview();
         let stdout = render(&String::from_utf8_lossy(&bytes));
-        let log_shown = policy.display(&log_path);
+        let log_shown = policy.display(&log_shown);
         let mut text = stdout.trim_end_matches('\n').to_string();
         let mut footer = vec![format!("exit code {}", exit.code)];
         if timed_out {

@@ -192,7 +192,7 @@ pub fn start(
     policy: &PathPolicy,
     p: Prepared,
 ) -> ToolResult<Reply<BashResult>> {
-    let log_path = state.next_log_path();
+    let (log_path, log_shown) = state.next_log_path();
     let running = process::spawn(SpawnSpec {
         command: &p.command,
         cwd: p.cwd.as_fd(),
@@ -213,7 +213,7 @@ pub fn start(
         *n += 1;
         format!("job-{n}")
     };
-    let log_shown = policy.display(&log_path);
+    let log_shown = policy.display(&log_shown);
     let pid = running.pid;
     let containment = running.contain.kind().as_str().to_string();
     let containment_note = running.contain.note();

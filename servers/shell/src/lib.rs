@@ -12,6 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
+use kitbag_shared::state::{OFlags, StateDir};
 use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
 
 #[derive(Debug, Parser)]
@@ -61,7 +62,10 @@ pub struct ShellState {
     pub read_only: bool,
     pub preview_bytes: usize,
     pub kill_grace: Duration,
+    /// The logs directory as configured (for answers), and held by descriptor (for writing:
+    /// a `.kitbag` renamed and replaced by a link cannot redirect the logs; issue #22).
     pub log_dir: PathBuf,
+    pub log_held: Option<Arc<StateDir>>,
     /// Head and tail bytes kept of each log.
     pub log_caps: (u64, u64),
     pub logs: Arc<logs::LogDir>,
@@ -70,12 +74,16 @@ pub struct ShellState {
 }
 
 impl ShellState {
-    /// A fresh log file path. Old logs are pruned when a command's output ends
-    /// ([`logs::LogDir::prune`]).
-    pub fn next_log_path(&self) -> PathBuf {
+    /// A fresh log file: the path to write it by (through the held directory) and the path
+    /// to show. Old logs are pruned when a command's output ends ([`logs::LogDir::prune`]).
+    pub fn next_log_path(&self) -> (PathBuf, PathBuf) {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
-        self.log_dir
-            .join(format!("{}-{}-{n}.log", std::process::id(), unix_millis()))
+        let name = format!("{}-{}-{n}.log", std::process::id(), unix_millis());
+        let at = match &self.log_held {
+            Some(d) => d.path(&name),
+            None => self.log_dir.join(&name),
+        };
+        (at, self.log_dir.join(name))
     }
 }
 
@@ -109,25 +117,45 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         .clone()
         .unwrap_or_else(|| policy.root().join(".kitbag/shell"));
     let log_dir = state_dir.join("logs");
+    let held = if args.common.read_only {
+        None
+    } else {
+        let held = StateDir::open(&policy, &state_dir, true)
+            .map_err(|e| anyhow::anyhow!("state directory {}: {e}", state_dir.display()))?;
+        // Logs are working files, never project content.
+        if !held.exists(".gitignore")? {
+            use std::io::Write;
+            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
+            if let Ok(mut f) = held.open_file(".gitignore", flags) {
+                let _ = f.write_all(b"*\n");
+            }
+        }
+        Some(held)
+    };
+    let log_held = match &held {
+        Some(h) => Some(Arc::new(h.subdir("logs", true).map_err(|e| {
+            anyhow::anyhow!("logs directory {}: {e}", log_dir.display())
+        })?)),
+        None => None,
+    };
     let logs = Arc::new(logs::LogDir::new(
-        log_dir.clone(),
+        log_held
+            .as_ref()
+            .map_or_else(|| log_dir.clone(), |d| d.dir_path()),
         args.keep_logs.max(1),
         args.logs_max_total_bytes,
     ));
-    if !args.common.read_only {
-        std::fs::create_dir_all(&log_dir)?;
-        // Logs are working files, never project content.
-        let ignore = state_dir.join(".gitignore");
-        if !ignore.exists() {
-            let _ = std::fs::write(ignore, "*\n");
-        }
+    if let Some(held) = &held {
         // Logs of earlier servers beyond the limits, and temp files of writes that a kill
         // cut short in the state directories.
         logs.prune();
         let kitbag_dir = policy.root().join(".kitbag");
-        kitbag_shared::atomic::sweep_stale_temps(&kitbag_dir);
+        match StateDir::open(&policy, &kitbag_dir, false) {
+            Ok(k) => kitbag_shared::atomic::sweep_stale_temps(&k.dir_path()),
+            Err(_) => 0,
+        };
         if !state_dir.starts_with(&kitbag_dir) {
-            kitbag_shared::atomic::sweep_stale_temps(&state_dir);
+            kitbag_shared::atomic::sweep_stale_temps(&held.dir_path());
         }
     }
     let state = ShellState {
@@ -135,6 +163,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         preview_bytes: args.preview_bytes.max(1024),
         kill_grace: Duration::from_millis(args.kill_grace_ms),
         log_dir,
+        log_held,
         log_caps: logs::split_cap(args.log_max_bytes),
         logs,
         jobs: jobs::Jobs::default(),

@@ -72,7 +72,7 @@ pub struct CappedLog {
 impl CappedLog {
     /// Create `path` (truncating) with head and tail caps from [`split_cap`].
     pub fn create(path: &Path, head_cap: u64, tail_cap: u64) -> std::io::Result<Self> {
-        let head = File::create(path)?;
+        let head = create_no_follow(path)?;
         Ok(CappedLog {
             path: path.to_path_buf(),
             head_cap: head_cap.max(1),
@@ -115,7 +115,7 @@ impl CappedLog {
                 self.seg = Some(k);
                 self.seg_len = 0;
                 // Truncating the older segment drops its bytes.
-                self.seg_file = File::create(self.seg_path(k)).ok();
+                self.seg_file = create_no_follow(&self.seg_path(k)).ok();
             }
             let n = (self.seg_cap - self.seg_len).min(bytes.len() as u64) as usize;
             if let Some(f) = &mut self.seg_file {
@@ -264,6 +264,18 @@ impl CappedLog {
         self.head = None;
         self.consolidated = Some(off);
     }
+}
+
+/// Create (truncating) a log file; a link planted under its name is refused, not followed.
+fn create_no_follow(path: &Path) -> std::io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .custom_flags(kitbag_shared::state::OFlags::NOFOLLOW.bits() as i32)
+        .mode(0o600)
+        .open(path)
 }
 
 /// The logs directory: the logs being written, and the limits applied when pruning.
