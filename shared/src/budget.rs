@@ -68,6 +68,11 @@ impl RequestBudget {
         }
     }
 
+    /// Whether request `id` is in flight (holds a slot).
+    pub fn holds(&self, id: &str) -> bool {
+        self.lock().contains_key(id)
+    }
+
     /// Give back the slot of request `id` (answered or cancelled); unknown ids are ignored.
     pub fn end(&self, id: &str) {
         self.lock().remove(id);

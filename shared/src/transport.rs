@@ -319,6 +319,17 @@ where
                     match &*m {
                         JsonRpcMessage::Request(r) => {
                             let key = id_key(&r.id);
+                            // rmcp would replace the first request's entry and drop its
+                            // answer: the second is refused and the first goes on.
+                            if self.budget.holds(&key) {
+                                let message = format!(
+                                    "id {key} is already used by a request in flight; ids must \
+                                     be unique among requests in flight"
+                                );
+                                let refusal = Refusal::new(Some(&key), INVALID_REQUEST, message);
+                                self.pending = Some(Line::Refuse(refusal));
+                                continue;
+                            }
                             self.pending = Some(Line::Message(m));
                             self.budget.begin(key).await;
                             match self.pending.take() {
@@ -419,6 +430,9 @@ mod tests {
         let router = ToolRouter::new().tool(
             ToolDef::read("echo_text", "Echo", "Echo the text."),
             |_s: Arc<()>, p: P, _ctx: CallCtx| async move {
+                if p.text == "slow" {
+                    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+                }
                 if p.text == "fail" {
                     return Err(ToolError::invalid_field("text", "fail is refused"));
                 }
@@ -526,6 +540,28 @@ mod tests {
             e["result"]["structuredContent"]["error"]["code"],
             "invalid_params"
         );
+    }
+
+    #[tokio::test]
+    async fn a_second_request_with_an_id_in_flight_is_refused_and_the_first_answered() {
+        let mut peer = start().await;
+        peer.send(&call(7, "slow")).await;
+        peer.send(&call(7, "second")).await;
+        let refused = peer.answer().await;
+        assert_eq!(refused["id"], 7);
+        assert_eq!(refused["error"]["code"], -32600);
+        assert!(
+            refused["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("in flight")),
+            "{refused}"
+        );
+        let first = peer.answer().await;
+        assert_eq!(first["id"], 7);
+        assert_eq!(first["result"]["content"][0]["text"], "slow");
+        // Once answered, the id may be used again.
+        peer.send(&call(7, "again")).await;
+        assert_eq!(peer.answer().await["result"]["content"][0]["text"], "again");
     }
 
     #[tokio::test]
