@@ -1,4 +1,5 @@
-//! `shell_bash` round trips over stdio, and the server's cold start.
+//! `shell_bash` round trips over stdio, the server's cold start, and what each containment
+//! layer (issue #22 §4) costs per command.
 //!
 //! Run: `cargo bench -p kitbag-shell`. Prints medians; nothing here asserts on time.
 
@@ -43,6 +44,7 @@ fn main() {
         "shell_bash `true` round trip, median of 200: {}",
         ms(median(runs))
     );
+    containment(bin, dir.path());
     // The same command spawned directly, for scale.
     let mut direct = Vec::new();
     for _ in 0..200 {
@@ -58,4 +60,44 @@ fn main() {
         "/bin/sh -c true spawned directly (no PTY), median of 200: {}",
         ms(median(direct))
     );
+}
+
+/// `shell_bash true` under each containment layer the machine offers (`KITBAG_CONTAIN`), the
+/// servers called in turn so that load drifts hit every layer alike.
+fn containment(bin: &Path, dir: &Path) {
+    let modes = [
+        ("auto", "auto"),
+        ("cgroup-v1", "cgroup-v1"),
+        ("subreaper", "subreaper"),
+    ];
+    let mut clients: Vec<(String, McpClient, Vec<Duration>)> = Vec::new();
+    for (label, mode) in modes {
+        let mut c =
+            McpClient::spawn_with_env(bin, &[], dir, Era::Handshake, &[("KITBAG_CONTAIN", mode)]);
+        let r = c.call("shell_bash", json!({"command": "true"}));
+        let kind = r.structured["containment"]
+            .as_str()
+            .unwrap_or("?")
+            .to_string();
+        // Two settings may land on the same layer (no cgroup v1 here): measure it once.
+        if clients.iter().any(|(k, _, _)| k == &kind) {
+            continue;
+        }
+        eprintln!("KITBAG_CONTAIN={label}: {kind}");
+        clients.push((kind, c, Vec::new()));
+    }
+    for _ in 0..300 {
+        for (_, c, times) in clients.iter_mut() {
+            let t = Instant::now();
+            let r = c.call("shell_bash", json!({"command": "true"}));
+            times.push(t.elapsed());
+            assert_eq!(r.structured["exit_code"], 0);
+        }
+    }
+    for (kind, _, times) in clients {
+        println!(
+            "shell_bash `true` contained by {kind}, median of 300 (interleaved): {}",
+            ms(median(times))
+        );
+    }
 }
