@@ -170,26 +170,7 @@ pub async fn store(
             ),
         ));
     }
-    let tags = p.tags.unwrap_or_default();
-    if tags.len() > 20 {
-        return Err(ToolError::invalid_field(
-            "tags",
-            format!("{} tags; at most 20", tags.len()),
-        ));
-    }
-    let mut clean_tags = Vec::new();
-    for t in &tags {
-        let t = t.trim().to_lowercase();
-        if t.is_empty() || t.len() > 64 {
-            return Err(ToolError::invalid_field(
-                "tags",
-                "each tag must be 1–64 characters",
-            ));
-        }
-        if !clean_tags.contains(&t) {
-            clean_tags.push(t);
-        }
-    }
+    let clean_tags = tags_arg(p.tags.unwrap_or_default())?;
     let (scope, session) = check_scope(p.scope, &p.session)?;
     // Scan before anything touches disk; the message names the rule, never the value.
     let scanned = std::iter::once(content.as_str()).chain(clean_tags.iter().map(String::as_str));
@@ -400,6 +381,35 @@ fn limit_arg(field: &str, v: Option<i64>, default: i64, max: i64) -> ToolResult<
     }
 }
 
+/// Tags as stored and filtered by: trimmed, lower-case, 1–64 characters, at most 20, no
+/// repeats. Checked before any work, so a huge tag costs nothing.
+fn tags_arg(tags: Vec<String>) -> ToolResult<Vec<String>> {
+    if tags.len() > 20 {
+        return Err(ToolError::invalid_field(
+            "tags",
+            format!("{} tags; at most 20", tags.len()),
+        ));
+    }
+    let mut clean = Vec::new();
+    for t in &tags {
+        let t = t.trim();
+        if t.is_empty() || t.len() > 64 {
+            return Err(ToolError::invalid_field(
+                "tags",
+                "each tag must be 1–64 characters",
+            ));
+        }
+        let t = t.to_lowercase();
+        if !clean.contains(&t) {
+            clean.push(t);
+        }
+    }
+    Ok(clean)
+}
+
+/// The longest memory id accepted (ids are `mem-` and a few hex digits).
+const MAX_ID_BYTES: usize = 64;
+
 fn filter_from(
     tags: Option<Vec<String>>,
     scope: Option<Scope>,
@@ -412,11 +422,7 @@ fn filter_from(
         ));
     }
     Ok(Filter {
-        tags: tags
-            .unwrap_or_default()
-            .into_iter()
-            .map(|t| t.trim().to_lowercase())
-            .collect(),
+        tags: tags_arg(tags.unwrap_or_default())?,
         scope: scope.map(|s| s.as_str().to_string()),
         session,
     })
@@ -505,6 +511,7 @@ pub async fn delete(
     _ctx: CallCtx,
 ) -> ToolResult<Reply<DeleteResult>> {
     let mut ids: Vec<String> = p.ids.unwrap_or_default();
+    let field = if ids.is_empty() { "id" } else { "ids" };
     if let Some(id) = p.id {
         ids.insert(0, id);
     }
@@ -516,6 +523,13 @@ pub async fn delete(
     }
     if ids.len() > 1000 {
         return Err(ToolError::invalid_field("ids", "at most 1000 ids per call"));
+    }
+    if ids.iter().any(|id| id.len() > MAX_ID_BYTES) {
+        // Unknown ids are echoed in the answer: an id no memory can have is refused instead.
+        return Err(ToolError::invalid_field(
+            field,
+            format!("each id is at most {MAX_ID_BYTES} bytes"),
+        ));
     }
     let (deleted, unknown) = with_db(&state, move |conn, _| {
         db::delete(conn, &ids).map_err(db_err)
@@ -637,6 +651,16 @@ pub async fn context(
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn huge_tags_are_refused_and_tags_are_normalised() {
+        let e = tags_arg(vec!["x".repeat(20 << 20)]).expect_err("too long");
+        assert_eq!(e.detail["field"], "tags");
+        assert!(e.message.len() < 200, "{}", e.message);
+        let tags = tags_arg(vec![" Rust ".into(), "rust".into(), "db".into()]).expect("ok");
+        assert_eq!(tags, ["rust", "db"]);
+        assert!(tags_arg(vec![" ".into()]).is_err());
+    }
 
     #[test]
     fn long_queries_are_refused_before_any_work() {

@@ -289,6 +289,17 @@ fn bad_input_is_typed() {
         .expect_field("limit");
     c.call_err("memory_delete", json!({}), "invalid_params")
         .expect_field("ids");
+    // Unknown ids are echoed back: one no memory can have is refused, not echoed (20 MB in
+    // used to mean 40 MB out).
+    let huge = "x".repeat(20 << 20);
+    let r = c
+        .call_err("memory_delete", json!({"id": huge}), "invalid_params")
+        .expect_field("id");
+    assert!(r.raw.to_string().len() < 1000);
+    let r = c
+        .call_err("memory_search", json!({"tags": [huge]}), "invalid_params")
+        .expect_field("tags");
+    assert!(r.raw.to_string().len() < 1000);
     c.call_err("memory_context", json!({"mode": "loud"}), "invalid_params")
         .expect_field("mode");
     let r = c.call_ok("memory_search", json!({}));
