@@ -431,35 +431,37 @@ impl Hub {
                 .startup_timeout_sec
                 .map(Duration::from_secs)
                 .unwrap_or(DEFAULT_STARTUP_TIMEOUT);
-            let connect = connect(
-                &entry,
-                ChildClient {
-                    name: name.clone(),
-                    id,
-                    hub: self.me.clone(),
-                },
-                self.config_file.as_deref(),
-            );
-            let result = match tokio::time::timeout(timeout, connect).await {
+            let client = ChildClient {
+                name: name.clone(),
+                id,
+                hub: self.me.clone(),
+            };
+            let config_file = self.config_file.clone();
+            // Starting means: spawned, handshake done, tools listed, catalog read — all under
+            // the startup timeout. Until it is ready the child's process group is killed when
+            // this future ends any other way (error, timeout, drop).
+            let start = async {
+                let (running, guard, link) =
+                    connect(&entry, client, config_file.as_deref()).await?;
+                let peer = running.peer().clone();
+                peer.set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
+                    .await;
+                let tools = peer
+                    .list_all_tools()
+                    .await
+                    .map_err(|e| format!("tools/list failed: {e}"))?;
+                let catalog = crate::catalog::fetch(&name, &peer).await;
+                Ok::<_, String>((running, guard, link, peer, tools, catalog))
+            };
+            let result = match tokio::time::timeout(timeout, start).await {
                 Ok(r) => r,
                 Err(_) => Err(format!(
-                    "did not finish starting within {} s",
+                    "did not finish starting (handshake and tools/list) within {} s",
                     timeout.as_secs()
                 )),
             };
             match result {
-                Ok((running, pid, link)) => {
-                    let peer = running.peer().clone();
-                    peer.set_response_cache_config(rmcp::service::ClientCacheConfig::disabled())
-                        .await;
-                    let tools = match peer.list_all_tools().await {
-                        Ok(t) => t,
-                        Err(e) => {
-                            self.mark_failed(id, format!("tools/list failed: {e}"));
-                            return;
-                        }
-                    };
-                    let catalog = crate::catalog::fetch(&name, &peer).await;
+                Ok((running, guard, link, peer, tools, catalog)) => {
                     let stop = running.cancellation_token();
                     {
                         let mut c = self.lock();
@@ -469,12 +471,11 @@ impl Hub {
                             .filter(|c| c.generation == generation && !c.stopping);
                         let Some(child) = current else {
                             // Removed or restarted while it was starting: nobody will ever
-                            // stop this process, so stop it now.
-                            if let Some(pid) = pid {
-                                kill_group(pid);
-                            }
+                            // stop this process; dropping the guard stops it now.
+                            drop(guard);
                             return;
                         };
+                        let pid = guard.ready();
                         child.peer = Some(peer);
                         child.fast = Some(link);
                         child.tools = tools;
@@ -1157,6 +1158,26 @@ impl Hub {
 pub const HOST_PID_VAR: &str = "KITBAG_HOST_PID";
 pub const HOST_CONFIG_VAR: &str = "KITBAG_HOST_CONFIG";
 
+/// A starting child's process group, killed when the guard is dropped before the child is
+/// ready: a child that fails its handshake or tools/list, or overruns the startup timeout,
+/// must not outlive the attempt (with whatever it started in its group).
+pub struct StartGuard(Option<u32>);
+
+impl StartGuard {
+    /// The child is ready: its group is the hub's to stop from now on.
+    pub fn ready(mut self) -> Option<u32> {
+        self.0.take()
+    }
+}
+
+impl Drop for StartGuard {
+    fn drop(&mut self) {
+        if let Some(pid) = self.0.take() {
+            kill_group(pid);
+        }
+    }
+}
+
 async fn connect(
     entry: &ServerEntry,
     client: ChildClient,
@@ -1164,7 +1185,7 @@ async fn connect(
 ) -> Result<
     (
         RunningService<RoleClient, ChildClient>,
-        Option<u32>,
+        StartGuard,
         Arc<crate::fastpath::FastLink>,
     ),
     String,
@@ -1197,7 +1218,7 @@ async fn connect(
     let mut child = cmd
         .spawn()
         .map_err(|e| format!("cannot start `{}`: {e}", entry.command))?;
-    let pid = child.id();
+    let guard = StartGuard(child.id());
     let name = client.name.clone();
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
         return Err("the child's stdio could not be captured".into());
@@ -1244,7 +1265,7 @@ async fn connect(
             });
         }
     };
-    Ok((running, pid, link))
+    Ok((running, guard, link))
 }
 
 /// SIGTERM the child's process group, then SIGKILL shortly after.

@@ -1,0 +1,110 @@
+//! A child that fails to start — hangs before its handshake, never answers tools/list, or
+//! answers it with an error — is marked failed within its startup timeout, and its whole
+//! process group (whatever it started) is gone: nothing outlives a failed start.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient, pids_with_cmdline};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag"))
+}
+
+/// A Python stand-in for a broken server: starts `sleep <marker>` in its own process group,
+/// then behaves as `mode` says, and never exits by itself (not even at the end of input).
+fn broken_server(dir: &Path, mode: &str, marker: &str) -> PathBuf {
+    let script = format!(
+        r#"import json, subprocess, sys, time
+subprocess.Popen(["sleep", "{marker}"])
+mode = "{mode}"
+for line in sys.stdin:
+    msg = json.loads(line)
+    if mode == "hang" or "id" not in msg:
+        continue
+    if msg["method"] == "initialize":
+        result = {{"protocolVersion": msg["params"]["protocolVersion"], "capabilities": {{"tools": {{}}}},
+                  "serverInfo": {{"name": "broken", "version": "0"}}}}
+        print(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "result": result}}), flush=True)
+    elif msg["method"] == "tools/list" and mode == "list_error":
+        error = {{"code": -32603, "message": "cannot list"}}
+        print(json.dumps({{"jsonrpc": "2.0", "id": msg["id"], "error": error}}), flush=True)
+while True:
+    time.sleep(60)
+"#
+    );
+    let path = dir.join(format!("{mode}.py"));
+    std::fs::write(&path, script).expect("w");
+    path
+}
+
+#[test]
+fn children_that_fail_to_start_leave_nothing_behind() {
+    let d = tempfile::tempdir().expect("tmp");
+    // Unique per run: `sleep` takes fractional seconds.
+    let stamp = std::process::id() % 100_000;
+    let modes = ["hang", "no_list", "list_error"];
+    let mut mcp = serde_json::Map::new();
+    let mut markers = Vec::new();
+    for (i, mode) in modes.iter().enumerate() {
+        let marker = format!("3000.{stamp}{i}");
+        let script = broken_server(d.path(), mode, &marker);
+        mcp.insert(
+            (*mode).to_string(),
+            json!({"command": "python3", "args": [script], "startup_timeout_sec": 2}),
+        );
+        markers.push(marker);
+    }
+    mcp.insert(
+        "files".into(),
+        json!({"command": bin(), "args": ["server", "files", "--root", d.path()]}),
+    );
+    let cfg = d.path().join("agent.json");
+    std::fs::write(&cfg, json!({ "mcp": mcp }).to_string()).expect("w");
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("utf-8"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    // The working server's tools are served whatever the others do.
+    let r = c.call("host_status", json!({}));
+    assert!(!r.is_error, "{}", r.text);
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        let s: Value = c.call("host_status", json!({})).structured;
+        let servers = s["servers"].as_array().cloned().unwrap_or_default();
+        let settled = servers
+            .iter()
+            .filter(|v| v["name"] != "files")
+            .all(|v| v["state"] == "failed");
+        if settled {
+            break servers;
+        }
+        assert!(Instant::now() < deadline, "never settled: {s}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    for v in &status {
+        let name = v["name"].as_str().unwrap_or("");
+        let error = v["last_error"].as_str().unwrap_or("");
+        match name {
+            "hang" | "no_list" => assert!(error.contains("within 2 s"), "{name}: {error}"),
+            "list_error" => assert!(error.contains("tools/list failed"), "{name}: {error}"),
+            _ => assert_eq!(v["state"], "ready", "{v}"),
+        }
+    }
+    assert!(!c.call("file_read", json!({"path": "agent.json"})).is_error);
+    // SIGTERM to each failed child's group, SIGKILL 1.5 s later.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    for marker in &markers {
+        while !pids_with_cmdline(marker).is_empty() {
+            assert!(
+                Instant::now() < deadline,
+                "a failed child's process ({marker}) outlived its start"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+    c.shutdown();
+}
