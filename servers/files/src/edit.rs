@@ -22,7 +22,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "edit_text",
     "Edit text",
     "Replace text in a file and return a unified diff; the file must have been read with file_read \
-     in this session. Exact string: `old_string` must match exactly (whitespace included) and be \
+     in this session and be unchanged since (else file_changed_since_read: read it again). Exact string: `old_string` must match exactly (whitespace included) and be \
      unique unless `replace_all` or `occurrence` picks; on several matches the error lists their \
      lines, on none it points at the closest whitespace-insensitive match. Line range: `start_line`..\
      `end_line` (1-based, inclusive) → `new_string`. Replacement is literal (`$1` stays `$1`); CRLF, \
@@ -280,14 +280,8 @@ pub async fn run(
             format!("{}: is a directory", r.rel),
         ));
     }
-    if state.recorded(&r.abs).is_none() {
-        return Err(ToolError::new(
-            ErrorCode::FileNotRead,
-            format!("{}: read the file with file_read before editing it", r.rel),
-        )
-        .with_detail(json!({ "path": r.rel })));
-    }
-    let bytes = target.read().map_err(|e| ToolError::io(&r.rel, &e))?;
+    // Line numbers and matches computed on an older read must not land on newer content.
+    let bytes = state.check_read_and_unchanged(&r.abs, &r.rel, || target.read(), "editing")?;
     let decoded = decode(bytes, &r.rel)?;
     let multi = p.edits.is_some();
     let (new_text, replacements) = match mode {

@@ -5,6 +5,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use kitbag_shared::lock::PathLocks;
+use kitbag_shared::{ErrorCode, ToolError, ToolResult};
+use serde_json::json;
 
 pub struct FilesState {
     /// Content hash of each file as last read (or written) through this connection.
@@ -32,6 +34,36 @@ impl FilesState {
 
     pub fn recorded(&self, path: &Path) -> Option<u128> {
         self.hashes().get(path).copied()
+    }
+
+    /// The check before changing an existing file: it was read through this connection and
+    /// its bytes on disk (`current`) are still those of that read — else `file_not_read` or
+    /// `file_changed_since_read`, naming what to do. `doing`: "overwriting", "editing".
+    pub fn check_read_and_unchanged(
+        &self,
+        abs: &Path,
+        rel: &str,
+        current: impl FnOnce() -> std::io::Result<Vec<u8>>,
+        doing: &str,
+    ) -> ToolResult<Vec<u8>> {
+        let Some(recorded) = self.recorded(abs) else {
+            return Err(ToolError::new(
+                ErrorCode::FileNotRead,
+                format!("{rel}: read the file with file_read before {doing} it"),
+            )
+            .with_detail(json!({ "field": "path", "path": rel })));
+        };
+        let current = current().map_err(|e| ToolError::io(rel, &e))?;
+        if hash(&current) != recorded {
+            return Err(ToolError::new(
+                ErrorCode::FileChangedSinceRead,
+                format!(
+                    "{rel}: the file changed on disk since it was last read; read it again before {doing} it"
+                ),
+            )
+            .with_detail(json!({ "field": "path", "path": rel })));
+        }
+        Ok(current)
     }
 
     /// Carry read records over a move (a file moved into place keeps its read state).

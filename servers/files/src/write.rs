@@ -8,7 +8,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::state::{FilesState, hash};
+use crate::state::FilesState;
 
 pub const WRITE_DEF: ToolDef = ToolDef::write(
     "file_write",
@@ -76,27 +76,7 @@ pub async fn write(
             ));
         }
         Ok(Some(_)) => {
-            let Some(recorded) = state.recorded(&r.abs) else {
-                return Err(ToolError::new(
-                    ErrorCode::FileNotRead,
-                    format!(
-                        "{}: read the file with file_read before overwriting it",
-                        r.rel
-                    ),
-                )
-                .with_detail(json!({ "path": r.rel })));
-            };
-            let current = target.read().map_err(|e| ToolError::io(&r.rel, &e))?;
-            if hash(&current) != recorded {
-                return Err(ToolError::new(
-                    ErrorCode::FileChangedSinceRead,
-                    format!(
-                        "{}: the file changed on disk since it was last read; read it again before overwriting",
-                        r.rel
-                    ),
-                )
-                .with_detail(json!({ "path": r.rel })));
-            }
+            state.check_read_and_unchanged(&r.abs, &r.rel, || target.read(), "overwriting")?;
             false
         }
         Ok(None) => true,

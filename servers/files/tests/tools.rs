@@ -206,6 +206,40 @@ fn write_requires_read_and_detects_changes() {
 }
 
 #[test]
+fn edit_refuses_a_file_changed_since_it_was_read() {
+    let fx = Fx::new();
+    fx.write("a.txt", "one\ntwo\nthree\n");
+    let mut c = fx.client();
+    c.call_ok("file_read", json!({"path": "a.txt"}));
+    // Another program inserts a line: line 2 is no longer "two".
+    fx.write("a.txt", "zero\none\ntwo\nthree\n");
+    for edit in [
+        json!({"path": "a.txt", "start_line": 2, "new_string": "TWO"}),
+        json!({"path": "a.txt", "old_string": "two", "new_string": "TWO"}),
+        json!({"path": "a.txt", "start_line": 2, "new_string": "TWO", "dry_run": true}),
+    ] {
+        let r = c
+            .call_err("edit_text", edit, "file_changed_since_read")
+            .expect_field("path");
+        assert!(r.text.contains("read it again"), "{}", r.text);
+    }
+    assert_eq!(fx.read("a.txt"), b"zero\none\ntwo\nthree\n");
+    // Read again: the edit lands on the lines the caller saw.
+    c.call_ok("file_read", json!({"path": "a.txt"}));
+    c.call_ok(
+        "edit_text",
+        json!({"path": "a.txt", "start_line": 3, "new_string": "TWO"}),
+    );
+    assert_eq!(fx.read("a.txt"), b"zero\none\nTWO\nthree\n");
+    // Its own edit counts as a read: the next edit needs no new read.
+    c.call_ok(
+        "edit_text",
+        json!({"path": "a.txt", "old_string": "zero", "new_string": "ZERO"}),
+    );
+    assert_eq!(fx.read("a.txt"), b"ZERO\none\nTWO\nthree\n");
+}
+
+#[test]
 fn write_keeps_permissions() {
     let fx = Fx::new();
     fx.write("run.sh", "#!/bin/sh\necho hi\n");
