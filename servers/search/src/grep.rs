@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use grep_matcher::Matcher;
 use grep_regex::RegexMatcherBuilder;
 
 use crate::prefilter::{Literal, PrefilteredMatcher};
@@ -96,7 +97,7 @@ pub struct GrepParams {
     #[serde(default)]
     pub context: Option<i64>,
     /// `files_with_matches` (default: paths only), `content` (`path:line:text` lines) or `count`
-    /// (matches per file).
+    /// (matching lines per file; with multiline, matches — as `rg -c`).
     #[serde(default)]
     pub output_mode: Option<OutputMode>,
     /// Most entries to return (files, lines or counts).
@@ -224,12 +225,30 @@ impl Shared {
 
 struct FileSink<'a> {
     shared: &'a Shared,
+    /// Set in multiline count mode: every regex match in a matched block is counted, as
+    /// `rg -c -U` does (one block may hold several matches, or one match several lines).
+    count_each: Option<&'a PrefilteredMatcher>,
     mode: OutputMode,
     keep_text: bool,
     hits: Vec<Hit>,
     count: u64,
     pending_before: Vec<ContextLine>,
     binary: bool,
+}
+
+/// The regex matches that start inside a matched block, found in the searcher's buffer so
+/// that anchors and word boundaries see the block's surroundings.
+fn matches_in(matcher: &PrefilteredMatcher, mat: &SinkMatch<'_>) -> u64 {
+    let range = mat.bytes_range_in_buffer();
+    let mut n = 0u64;
+    let _ = matcher.find_iter_at(mat.buffer(), range.start, |m| {
+        if m.start() >= range.end {
+            return false;
+        }
+        n += 1;
+        true
+    });
+    n
 }
 
 fn line_text(bytes: &[u8]) -> String {
@@ -245,7 +264,10 @@ impl Sink for FileSink<'_> {
     type Error = std::io::Error;
 
     fn matched(&mut self, _s: &Searcher, mat: &SinkMatch<'_>) -> Result<bool, std::io::Error> {
-        self.count += 1;
+        self.count += match self.count_each {
+            Some(m) => matches_in(m, mat).max(1),
+            None => 1,
+        };
         if self.mode == OutputMode::FilesWithMatches {
             return Ok(false); // one match decides the file
         }
@@ -451,7 +473,15 @@ pub async fn run(
     let work_shared = shared.clone();
     let work_policy = policy.clone();
     let walked = kitbag_shared::blocking(move || {
-        walk(walker, sb, matcher, mode, &work_policy, &work_shared);
+        walk(
+            walker,
+            sb,
+            matcher,
+            mode,
+            multiline,
+            &work_policy,
+            &work_shared,
+        );
         Ok(())
     })
     .await;
@@ -486,6 +516,7 @@ fn walk(
     sb: SearcherBuilder,
     matcher: PrefilteredMatcher,
     mode: OutputMode,
+    multiline: bool,
     policy: &PathPolicy,
     shared: &Arc<Shared>,
 ) {
@@ -514,6 +545,7 @@ fn walk(
             let keep_text = policy.allows(path, Access::Read);
             let mut sink = FileSink {
                 shared: &shared,
+                count_each: (multiline && mode == OutputMode::Count).then_some(&matcher),
                 mode,
                 keep_text,
                 hits: Vec::new(),
