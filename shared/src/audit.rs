@@ -44,10 +44,12 @@ impl AuditLog {
         }
     }
 
-    pub fn called(&self, tool: &str, request_id: &str, args: &Value) {
+    /// A call began; `private` arguments are logged by size only ([`redact_private`]).
+    pub fn called(&self, tool: &str, request_id: &str, args: &Value, private: &[String]) {
+        let params = redact_private(args, private);
         self.event(
             "tool.called",
-            json!({ "tool": tool, "request_id": request_id, "params": redact(args) }),
+            json!({ "tool": tool, "request_id": request_id, "params": params }),
         );
     }
 
@@ -73,6 +75,38 @@ impl AuditLog {
             json!({ "tool": tool, "request_id": request_id, "code": code, "detail": detail }),
         );
     }
+}
+
+/// The `_meta` key of a tool listing the arguments whose values never reach a log (memory's
+/// `content`: a note refused as a secret must leave no trace). The host reads it from its
+/// children's tool lists, so its own audit log keeps them out too.
+pub const PRIVATE_ARGS_META: &str = "kitbag/private_args";
+
+/// The private arguments a tool's `_meta` names ([`PRIVATE_ARGS_META`]).
+pub fn private_args(meta: Option<&serde_json::Map<String, Value>>) -> Vec<String> {
+    meta.and_then(|m| m.get(PRIVATE_ARGS_META))
+        .and_then(Value::as_array)
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v.as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// [`redact`], with the values of the top-level arguments named in `private` replaced by
+/// their size: what was passed is visible, never what it said.
+pub fn redact_private(v: &Value, private: &[impl AsRef<str>]) -> Value {
+    let mut out = redact(v);
+    if let Value::Object(map) = &mut out {
+        for key in private {
+            if let Some(val) = map.get_mut(key.as_ref()) {
+                let bytes = serde_json::to_string(&v[key.as_ref()]).map_or(0, |s| s.len());
+                *val = Value::String(format!("[private: {bytes} bytes]"));
+            }
+        }
+    }
+    out
 }
 
 /// Copy of `v` with long strings cut (file contents must not bloat the log).
@@ -112,6 +146,13 @@ mod tests {
             "file_write",
             "7",
             &json!({"path": "a", "content": "x".repeat(10_000)}),
+            &[],
+        );
+        log.called(
+            "memory_store",
+            "8",
+            &json!({"content": "key ghp_0123", "tags": ["a"], "scope": "global"}),
+            &["content".to_string(), "tags".to_string()],
         );
         log.completed("file_write", "7", 1.5, None);
         let text = std::fs::read_to_string(&p).expect("read");
@@ -119,9 +160,13 @@ mod tests {
             .lines()
             .map(|l| serde_json::from_str(l).expect("json"))
             .collect();
-        assert_eq!(lines.len(), 2);
+        assert_eq!(lines.len(), 3);
         assert_eq!(lines[0]["event"], "tool.called");
         assert!(lines[0]["params"]["content"].as_str().expect("s").len() < 400);
-        assert_eq!(lines[1]["success"], true);
+        assert_eq!(lines[1]["params"]["content"], "[private: 14 bytes]");
+        assert_eq!(lines[1]["params"]["tags"], "[private: 5 bytes]");
+        assert_eq!(lines[1]["params"]["scope"], "global");
+        assert!(!text.contains("ghp_"));
+        assert_eq!(lines[2]["success"], true);
     }
 }

@@ -53,13 +53,19 @@ impl CommonArgs {
         let mut filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
             .map_err(|e| anyhow::anyhow!("--log-level {}: {e}", self.log_level))?;
         // rmcp logs every JSON-RPC error answer (an unknown tool, bad params) as a warning: a
-        // client's mistake, already answered, filling the client's server log. Shown only when
-        // asked for by name (`--log-level rmcp=debug`) or at debug and below.
-        if !self.log_level.contains("rmcp")
-            && !["debug", "trace"].contains(&self.log_level.as_str())
-            && let Ok(quiet) = "rmcp::service=error".parse()
-        {
-            filter = filter.add_directive(quiet);
+        // client's mistake, already answered, filling the client's server log — shown at debug
+        // and below. Its debug lines dump every request with its arguments (file contents, a
+        // memory refused as a secret): only when asked for by name (`--log-level rmcp=debug`).
+        if !self.log_level.contains("rmcp") {
+            let verbose = ["debug", "trace"].contains(&self.log_level.as_str());
+            let directive = if verbose {
+                "rmcp=info"
+            } else {
+                "rmcp::service=error"
+            };
+            if let Ok(quiet) = directive.parse() {
+                filter = filter.add_directive(quiet);
+            }
         }
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)

@@ -61,6 +61,8 @@ pub struct ToolDef {
     pub open_world: bool,
     /// Extra `_meta` entries (e.g. `kitbag/principal_scope`).
     pub meta: Option<JsonObject>,
+    /// Arguments whose values are never logged ([`crate::audit::PRIVATE_ARGS_META`]).
+    pub private_args: &'static [&'static str],
 }
 
 impl ToolDef {
@@ -75,6 +77,7 @@ impl ToolDef {
             idempotent: true,
             open_world: false,
             meta: None,
+            private_args: &[],
         }
     }
 
@@ -89,7 +92,15 @@ impl ToolDef {
             idempotent: false,
             open_world: false,
             meta: None,
+            private_args: &[],
         }
+    }
+
+    /// Arguments whose values must never reach a log (audit, debug): listed in the tool's
+    /// `_meta` so that a host relaying the call keeps them out of its log too.
+    pub const fn private_args(mut self, fields: &'static [&'static str]) -> Self {
+        self.private_args = fields;
+        self
     }
 
     pub const fn destructive(mut self) -> Self {
@@ -254,7 +265,14 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
             .with_raw_output_schema(Arc::new(output))
             .with_title(def.title)
             .with_annotations(annotations);
-        if let Some(meta) = def.meta.clone() {
+        let mut meta = def.meta.clone().unwrap_or_default();
+        if !def.private_args.is_empty() {
+            meta.insert(
+                crate::audit::PRIVATE_ARGS_META.into(),
+                json!(def.private_args),
+            );
+        }
+        if !meta.is_empty() {
             tool = tool.with_meta(rmcp::model::MetaObject(meta));
         }
         let f = Arc::new(f);
@@ -554,7 +572,12 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         let started = Instant::now();
         let args_value = Value::Object(args.clone());
         if let Some(a) = &self.audit {
-            a.called(name, &ctx.request_id, &args_value);
+            let private = self
+                .router
+                .get(name)
+                .map(|t| crate::audit::private_args(t.meta.as_ref().map(|m| &m.0)))
+                .unwrap_or_default();
+            a.called(name, &ctx.request_id, &args_value, &private);
         }
         let request_id = ctx.request_id.clone();
         let outcome = match self.router.call(self.state.clone(), name, args, ctx).await {

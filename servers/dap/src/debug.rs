@@ -36,6 +36,7 @@ pub const DEF: ToolDef = ToolDef {
     idempotent: false,
     open_world: true,
     meta: None,
+    private_args: &[],
 };
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq)]

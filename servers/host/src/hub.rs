@@ -230,11 +230,14 @@ pub struct Route {
     pub child: usize,
     pub child_id: u64,
     pub original: String,
+    /// Arguments the child marked private (`kitbag/private_args`): logged by size only.
+    pub private_args: Arc<[String]>,
 }
 
 /// Where a byte-level call goes ([`Hub::fast_route`]).
 pub struct FastRoute {
     pub link: Arc<crate::fastpath::FastLink>,
+    pub private_args: Arc<[String]>,
     /// The tool's name at its server.
     pub original: String,
     pub server: String,
@@ -998,6 +1001,8 @@ impl Hub {
                     continue;
                 }
                 owner.insert(offered.clone(), child.spec.name.clone());
+                let private_args =
+                    kitbag_shared::audit::private_args(tool.meta.as_ref().map(|m| &m.0)).into();
                 let mut t = tool.clone();
                 t.name = offered.clone().into();
                 flat.tools.push(t);
@@ -1007,6 +1012,7 @@ impl Hub {
                         child: i,
                         child_id: child.id,
                         original,
+                        private_args,
                     },
                 );
             }
@@ -1041,6 +1047,7 @@ impl Hub {
             .unwrap_or(DEFAULT_TOOL_TIMEOUT);
         Some(FastRoute {
             link,
+            private_args: route.private_args,
             original: route.original,
             server: child.spec.name.clone(),
             timeout,

@@ -552,7 +552,7 @@ impl ServerHandler for HostServer {
                     "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
                     "ok": code.is_none(),
                     "error_code": code,
-                    "params": kitbag_shared::audit::redact(&params),
+                    "params": kitbag_shared::audit::redact_private(&params, &route.private_args),
                 }),
             );
         }
@@ -776,6 +776,7 @@ impl HostServer {
         }
         let crate::hub::FastRoute {
             link,
+            private_args,
             original,
             server,
             timeout,
@@ -787,6 +788,7 @@ impl HostServer {
                 .arguments
                 .and_then(|a| serde_json::from_str::<serde_json::Value>(a.get()).ok())
                 .unwrap_or_else(|| json!({}));
+            let params = kitbag_shared::audit::redact_private(&params, &private_args);
             (a, params, self.agent_name(), name.to_string())
         });
         Some(FastPending {

@@ -29,6 +29,7 @@ pub const DEF: ToolDef = ToolDef {
     idempotent: false,
     open_world: false,
     meta: None,
+    private_args: &[],
 };
 
 #[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

@@ -20,7 +20,9 @@ pub const STORE_DEF: ToolDef = ToolDef::write(
      Identical content in the same scope is stored once (`duplicate: true`). Content that looks like \
      a credential (API keys, tokens, private keys, passwords, URLs with passwords) is refused with \
      `secret_detected` naming the rule.",
-);
+)
+// A refused secret must leave no trace: the content and tags never reach a log.
+.private_args(&["content", "tags"]);
 
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "memory_search",
@@ -170,10 +172,12 @@ pub async fn store(
             ),
         ));
     }
-    let clean_tags = tags_arg(p.tags.unwrap_or_default())?;
+    let raw_tags = p.tags.unwrap_or_default();
+    let clean_tags = tags_arg(raw_tags.clone())?;
     let (scope, session) = check_scope(p.scope, &p.session)?;
     // Scan before anything touches disk; the message names the rule, never the value.
-    let scanned = std::iter::once(content.as_str()).chain(clean_tags.iter().map(String::as_str));
+    // Tags as given: lower-casing first would hide case-sensitive formats (`AKIA…`).
+    let scanned = std::iter::once(content.as_str()).chain(raw_tags.iter().map(String::as_str));
     for (i, text) in scanned.enumerate() {
         if let Some(f) = secrets::scan(text) {
             let field = if i == 0 { "content" } else { "tags" };
