@@ -25,7 +25,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "Fetch an http(s) URL as text: HTML becomes clean markdown of the main content (navigation, \
      scripts, footers and cookie banners dropped), JSON is pretty-printed, text returned as is, other \
      types described (type, size). When `truncated` is true call again with `start_index` = \
-     `next_start_index`. Up to 10 redirects, 1 MB body. Private, loopback and link-local addresses \
+     `next_start_index`. Up to 10 redirects, 5 MB body. Private, loopback and link-local addresses \
      are refused. HTTP error statuses are data (`status`). Pages are cached for 15 minutes."
 )
 .open_world();

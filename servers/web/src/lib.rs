@@ -30,8 +30,9 @@ pub struct Args {
     #[arg(long = "allow-host", value_name = "HOST")]
     pub allow_hosts: Vec<String>,
 
-    /// Largest body read, in bytes (default 1 MB, at most 10 MB).
-    #[arg(long, default_value_t = 1 << 20)]
+    /// Largest body read, in bytes (default 5 MB, at most 10 MB). News pages carry 1–2 MB of
+    /// markup before their article; the text answer stays capped and pageable.
+    #[arg(long, default_value_t = 5 << 20)]
     pub max_body_bytes: usize,
 
     /// How long a fetched page stays cached, in seconds.

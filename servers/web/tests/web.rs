@@ -79,6 +79,16 @@ fn handle(mut stream: TcpStream, port: u16) {
             Some(format!("http://127.0.0.1:{port}/article")),
         ),
         "/big" => ("200 OK", "text/plain", vec![b'x'; 3 << 20], None),
+        // A news page: 2 MB of inline scripts and navigation before the article.
+        "/heavy" => {
+            let mut page = String::from("<html><head>");
+            while page.len() < 2 << 20 {
+                page.push_str("<script>window.__state = {\"k\": \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"};</script>\n");
+            }
+            page.push_str("</head><body><nav>Home News</nav><main><article><h1>Late headline</h1>");
+            page.push_str("<p>The article text arrives after two megabytes of markup.</p></article></main></body></html>");
+            ("200 OK", "text/html", page.into_bytes(), None)
+        }
         "/image" => (
             "200 OK",
             "image/png",
@@ -225,6 +235,19 @@ fn paging_reassembles_exactly() {
         joined, full,
         "pages (split inside multi-byte characters' neighbours) reassemble the text"
     );
+}
+
+#[test]
+fn a_page_with_megabytes_of_markup_before_its_article_is_read_whole() {
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    let r = c.call_ok(
+        "web_fetch",
+        json!({"url": format!("http://127.0.0.1:{port}/heavy")}),
+    );
+    let text = r.structured["text"].as_str().expect("text");
+    assert!(text.contains("after two megabytes of markup"), "{text}");
+    assert_ne!(r.structured["body_truncated"], true);
 }
 
 #[test]
