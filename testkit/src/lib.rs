@@ -17,6 +17,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 pub mod clients;
+pub mod fuzz;
 pub mod http;
 pub mod race;
 

@@ -19,13 +19,4 @@ pub fn serve_piped(dir: &Path) -> Child {
         .expect("spawn kitbag serve")
 }
 
-/// Peak resident memory of a live process, from /proc, in MB.
-pub fn peak_rss_mb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .unwrap_or_default()
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0)
-        / 1024
-}
+pub use kitbag_testkit::fuzz::peak_rss_mb;
