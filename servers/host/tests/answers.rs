@@ -188,7 +188,7 @@ fn pipelined_requests_are_bounded_by_backpressure() {
     done_rx
         .recv_timeout(std::time::Duration::from_secs(300))
         .expect("every call answered");
-    let peak_mb = common::peak_rss_mb(pid);
+    let peak_mb = kitbag_testkit::fuzz::peak_rss_mb(pid);
     drop(stdin);
     assert_eq!(reader.join().expect("reader"), CALLS + 1);
     let _ = child.wait();

@@ -18,5 +18,3 @@ pub fn serve_piped(dir: &Path) -> Child {
         .spawn()
         .expect("spawn kitbag serve")
 }
-
-pub use kitbag_testkit::fuzz::peak_rss_mb;
