@@ -49,7 +49,12 @@ where
     }
     .enable_all()
     .build()?;
-    runtime.block_on(body())
+    let result = runtime.block_on(body());
+    // Dropping the runtime would wait for every blocking task — among them a read of stdin
+    // that only ends when the client closes it: a server told to stop by SIGTERM while its
+    // client keeps stdin open would never exit. What is left is abandoned; the process ends.
+    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    result
 }
 
 #[cfg(test)]
