@@ -27,6 +27,9 @@ const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
 /// `self_restart` sends SIGHUP right after its answer): that answer must not be lost. Bounded,
 /// so a call that never ends cannot keep a server the config no longer names alive.
 pub const RELOAD_DRAIN_LIMIT: Duration = Duration::from_secs(5);
+/// How long the host waits at exit for its children to stop by themselves (after SIGTERM and
+/// the end of their input) before SIGKILL. A shell's job kill grace fits well inside.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
 
 /// What list-changed notifications compare: the offered tools and prompts (names and
 /// descriptions, in order) and the resource URIs and templates.
@@ -312,15 +315,21 @@ impl Child {
 
     /// Stop this child for good (reload removed it, or the host is exiting).
     fn stop(&mut self) {
+        if let Some(pid) = self.detach() {
+            kill_group(pid);
+        }
+    }
+
+    /// Close the child's connection (it sees the end of its input and begins to exit) and
+    /// hand back its process group for the caller to stop.
+    fn detach(&mut self) -> Option<u32> {
         self.stopping = true;
         if let Some(stop) = self.stop.take() {
             stop.cancel();
         }
-        if let Some(pid) = self.pid.take() {
-            kill_group(pid);
-        }
         self.peer = None;
         self.fast = None;
+        self.pid.take()
     }
 }
 
@@ -597,16 +606,15 @@ impl Hub {
         self.start(id).await;
     }
 
-    /// Stop every child and its process group.
-    pub fn stop_all(&self) {
-        for child in self.lock().iter_mut() {
-            child.stop();
-        }
+    /// Stop every child and its process group, and wait (at most `grace`) for them to be
+    /// gone: a child given time to exit stops what it started (a shell's contained jobs, a
+    /// language server) — killed mid-cleanup, those would outlive the host.
+    pub fn stop_all(&self, grace: Duration) {
+        let mut groups: Vec<u32> = self.lock().iter_mut().filter_map(Child::detach).collect();
         let retiring =
             std::mem::take(&mut *self.retiring.lock().unwrap_or_else(|e| e.into_inner()));
-        for mut child in retiring {
-            child.stop();
-        }
+        groups.extend(retiring.into_iter().filter_map(|mut c| c.detach()));
+        terminate_groups(&groups, grace);
     }
 
     /// Stop a child a reload took out of the config, once the calls in flight on it have
@@ -1273,6 +1281,34 @@ async fn connect(
         }
     };
     Ok((running, guard, link))
+}
+
+/// SIGTERM each process group, wait until every leader has exited (zombies count as exited)
+/// or `grace` has passed, then SIGKILL the groups still there.
+pub fn terminate_groups(groups: &[u32], grace: Duration) {
+    use nix::sys::signal::{Signal, killpg};
+    use nix::unistd::Pid;
+    for &pid in groups {
+        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGTERM);
+    }
+    let deadline = Instant::now() + grace;
+    while groups.iter().any(|&p| leader_running(p)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &pid in groups {
+        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+}
+
+/// Whether a process runs (exists and is not a zombie waiting to be reaped).
+fn leader_running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
 }
 
 /// SIGTERM the child's process group, then SIGKILL shortly after.

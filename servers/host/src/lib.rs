@@ -311,7 +311,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Server { .. } => 0,
     };
-    hub.stop_all();
+    hub.stop_all(hub::STOP_GRACE);
     Ok(code)
 }
 
