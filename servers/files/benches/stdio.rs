@@ -311,6 +311,7 @@ fn main() {
         limit: Some(1),
     };
     kitbag_files::read::run(&state, &policy, p).expect("read");
+    let (shared, policy_arc) = (std::sync::Arc::new(state), std::sync::Arc::new(policy));
     let mut inproc = Vec::new();
     for k in 0..100 {
         let (a, b) = if k % 2 == 0 {
@@ -322,7 +323,7 @@ fn main() {
         let p: kitbag_files::edit::EditParams = serde_json::from_value(args).expect("params");
         let t = Instant::now();
         let r = rt
-            .block_on(kitbag_files::edit::run(&state, &policy, p))
+            .block_on(kitbag_files::edit::run(shared.clone(), policy_arc.clone(), p))
             .expect("edit");
         inproc.push(t.elapsed());
         std::hint::black_box(r);

@@ -5,8 +5,11 @@
 //! result re-encoded exactly as the original (BOM, CRLF, final newline) and written atomically.
 
 use kitbag_shared::limits::truncate_str;
+use std::sync::Arc;
+
+use kitbag_shared::paths::{ParentDir, Resolved};
 use kitbag_shared::{
-    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult, blocking,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -244,8 +247,8 @@ fn classify(p: &EditParams) -> ToolResult<Mode> {
 }
 
 pub async fn run(
-    state: &FilesState,
-    policy: &PathPolicy,
+    state: Arc<FilesState>,
+    policy: Arc<PathPolicy>,
     p: EditParams,
 ) -> ToolResult<Reply<EditResult>> {
     let mode = classify(&p)?;
@@ -268,8 +271,22 @@ pub async fn run(
     }
     let access = if dry_run { Access::Read } else { Access::Write };
     // Read and written through the same open parent directory: the file edited is the one read.
-    let (r, target) = policy.parent(&p.path, "path", access, Parents::MustExist)?;
+    let path = p.path.clone();
+    let (r, target) =
+        blocking(move || policy.parent(&path, "path", access, Parents::MustExist)).await?;
     let _guard = state.locks.lock(&r.abs).await?;
+    // Reading, diffing, fsync and rename wait on the disk: off the async threads.
+    blocking(move || edit_locked(&state, r, target, p, mode, dry_run)).await
+}
+
+fn edit_locked(
+    state: &FilesState,
+    r: Resolved,
+    target: ParentDir,
+    p: EditParams,
+    mode: Mode,
+    dry_run: bool,
+) -> ToolResult<Reply<EditResult>> {
     let meta = target
         .stat()
         .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::NotFound.into()))

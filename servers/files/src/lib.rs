@@ -39,33 +39,54 @@ pub const IDENTITY: Identity = Identity {
 
 pub fn router() -> ToolRouter<FilesState> {
     ToolRouter::new()
-        .tool(read::DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            let target = read::open(ctx.policy(), p)?;
-            if target.is_quick() {
-                target.read(&s, ctx.policy())
-            } else {
-                let policy = ctx.policy().clone();
-                blocking(move || target.read(&s, &policy)).await
-            }
-        })
-        .tool(write::WRITE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            write::write(&s, ctx.policy(), p).await
-        })
-        .tool(write::CREATE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            write::create(&s, ctx.policy(), p).await
-        })
-        .tool(edit::DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            edit::run(&s, ctx.policy(), p).await
-        })
-        .tool(list::DEF, |_s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            blocking(move || list::run(ctx.policy(), p)).await
-        })
-        .tool(manage::MOVE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            manage::move_entry(&s, ctx.policy(), p).await
-        })
-        .tool(manage::DELETE_DEF, |s: Arc<FilesState>, p, ctx: CallCtx| async move {
-            manage::delete(&s, ctx.policy(), p).await
-        })
+        .tool(
+            read::DEF,
+            |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                let target = read::open(ctx.policy(), p)?;
+                if target.is_quick() {
+                    target.read(&s, ctx.policy())
+                } else {
+                    let policy = ctx.policy().clone();
+                    blocking(move || target.read(&s, &policy)).await
+                }
+            },
+        )
+        .tool(
+            write::WRITE_DEF,
+            |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                write::write(s, ctx.policy().clone(), p).await
+            },
+        )
+        .tool(
+            write::CREATE_DEF,
+            |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                write::create(s, ctx.policy().clone(), p).await
+            },
+        )
+        .tool(
+            edit::DEF,
+            |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                edit::run(s, ctx.policy().clone(), p).await
+            },
+        )
+        .tool(
+            list::DEF,
+            |_s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                blocking(move || list::run(ctx.policy(), p)).await
+            },
+        )
+        .tool(
+            manage::MOVE_DEF,
+            |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                manage::move_entry(s, ctx.policy().clone(), p).await
+            },
+        )
+        .tool(
+            manage::DELETE_DEF,
+            |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                manage::delete(s, ctx.policy().clone(), p).await
+            },
+        )
 }
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<FilesState>> {

@@ -4,9 +4,11 @@
 //! file it points to (the parent directory is resolved through the policy, the final name is not).
 //! They act through the open parent directories (`renameat2`, `unlinkat`), never by path.
 
-use kitbag_shared::paths::EntryKind;
+use std::sync::Arc;
+
+use kitbag_shared::paths::{EntryKind, ParentDir, Resolved};
 use kitbag_shared::{
-    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult, blocking,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -70,14 +72,20 @@ pub struct DeleteResult {
 }
 
 pub async fn move_entry(
-    state: &FilesState,
-    policy: &PathPolicy,
+    state: Arc<FilesState>,
+    policy: Arc<PathPolicy>,
     p: MoveParams,
 ) -> ToolResult<Reply<MoveResult>> {
-    let (src, src_entry) =
-        policy.entry_parent(&p.source, "source", Access::Write, Parents::MustExist)?;
-    // Checked before the destination's parents are made, so a refused move creates nothing.
-    let planned = policy.resolve_entry(&p.destination, "destination", Access::Write)?;
+    let (source, destination) = (p.source.clone(), p.destination.clone());
+    let pol = policy.clone();
+    let (src, src_entry, planned) = blocking(move || {
+        let (src, src_entry) =
+            pol.entry_parent(&source, "source", Access::Write, Parents::MustExist)?;
+        // Checked before the destination's parents are made, so a refused move creates nothing.
+        let planned = pol.resolve_entry(&destination, "destination", Access::Write)?;
+        Ok((src, src_entry, planned))
+    })
+    .await?;
     if planned.abs.starts_with(&src.abs) && planned.abs != src.abs {
         return Err(ToolError::invalid_field(
             "destination",
@@ -88,6 +96,17 @@ pub async fn move_entry(
         .locks
         .lock_many(&[src.abs.clone(), planned.abs.clone()])
         .await?;
+    // Stat, making parents and rename wait on the disk: off the async threads.
+    blocking(move || move_locked(&state, &policy, src, src_entry, p)).await
+}
+
+fn move_locked(
+    state: &FilesState,
+    policy: &PathPolicy,
+    src: Resolved,
+    src_entry: ParentDir,
+    p: MoveParams,
+) -> ToolResult<Reply<MoveResult>> {
     let src_meta = src_entry
         .stat()
         .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
@@ -151,12 +170,25 @@ fn exists(rel: &str) -> ToolError {
 }
 
 pub async fn delete(
-    state: &FilesState,
-    policy: &PathPolicy,
+    state: Arc<FilesState>,
+    policy: Arc<PathPolicy>,
     p: DeleteParams,
 ) -> ToolResult<Reply<DeleteResult>> {
-    let (r, entry) = policy.entry_parent(&p.path, "path", Access::Write, Parents::MustExist)?;
+    let path = p.path.clone();
+    let (r, entry) =
+        blocking(move || policy.entry_parent(&path, "path", Access::Write, Parents::MustExist))
+            .await?;
     let _guard = state.locks.lock(&r.abs).await?;
+    // A recursive delete can take long: off the async threads.
+    blocking(move || delete_locked(&state, r, entry, p)).await
+}
+
+fn delete_locked(
+    state: &FilesState,
+    r: Resolved,
+    entry: ParentDir,
+    p: DeleteParams,
+) -> ToolResult<Reply<DeleteResult>> {
     let meta = entry
         .stat()
         .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::NotFound.into()))

@@ -1,8 +1,11 @@
 //! `file_write` (overwrite after a read) and `file_create` (new files only).
 
 use kitbag_shared::atomic::{create_new_at, is_exists, write_atomic_at};
+use std::sync::Arc;
+
+use kitbag_shared::paths::{ParentDir, Resolved};
 use kitbag_shared::{
-    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+    Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult, blocking,
 };
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -59,15 +62,34 @@ fn check_content(state: &FilesState, content: &str) -> ToolResult<()> {
     Ok(())
 }
 
+/// Resolve `path`'s parent for writing (making missing directories) on the blocking pool.
+async fn writable_parent(
+    policy: &Arc<PathPolicy>,
+    path: &str,
+) -> ToolResult<(Resolved, ParentDir)> {
+    let (policy, path) = (policy.clone(), path.to_string());
+    blocking(move || policy.parent(&path, "path", Access::Write, Parents::Create)).await
+}
+
 pub async fn write(
-    state: &FilesState,
-    policy: &PathPolicy,
+    state: Arc<FilesState>,
+    policy: Arc<PathPolicy>,
     p: WriteParams,
 ) -> ToolResult<Reply<WriteResult>> {
-    check_content(state, &p.content)?;
+    check_content(&state, &p.content)?;
     // Missing parents are made now: a file under them cannot exist, so it is being created.
-    let (r, target) = policy.parent(&p.path, "path", Access::Write, Parents::Create)?;
+    let (r, target) = writable_parent(&policy, &p.path).await?;
     let _guard = state.locks.lock(&r.abs).await?;
+    // Reading, hashing, fsync and rename wait on the disk: off the async threads.
+    blocking(move || write_locked(&state, r, target, p.content)).await
+}
+
+fn write_locked(
+    state: &FilesState,
+    r: Resolved,
+    target: ParentDir,
+    content: String,
+) -> ToolResult<Reply<WriteResult>> {
     let created = match target.stat() {
         Ok(Some(meta)) if meta.is_dir() => {
             return Err(ToolError::new(
@@ -82,14 +104,14 @@ pub async fn write(
         Ok(None) => true,
         Err(e) => return Err(ToolError::io(&r.rel, &e)),
     };
-    write_atomic_at(&target, p.content.as_bytes()).map_err(|e| ToolError::io(&r.rel, &e))?;
-    state.record(&r.abs, p.content.as_bytes());
+    write_atomic_at(&target, content.as_bytes()).map_err(|e| ToolError::io(&r.rel, &e))?;
+    state.record(&r.abs, content.as_bytes());
     let verb = if created { "created" } else { "overwrote" };
-    let text = format!("{verb} {} ({} bytes)", r.rel, p.content.len());
+    let text = format!("{verb} {} ({} bytes)", r.rel, content.len());
     Ok(Reply::new(
         WriteResult {
             path: r.rel,
-            bytes_written: p.content.len() as u64,
+            bytes_written: content.len() as u64,
             created,
         },
         text,
@@ -97,13 +119,22 @@ pub async fn write(
 }
 
 pub async fn create(
-    state: &FilesState,
-    policy: &PathPolicy,
+    state: Arc<FilesState>,
+    policy: Arc<PathPolicy>,
     p: WriteParams,
 ) -> ToolResult<Reply<WriteResult>> {
-    check_content(state, &p.content)?;
-    let (r, target) = policy.parent(&p.path, "path", Access::Write, Parents::Create)?;
+    check_content(&state, &p.content)?;
+    let (r, target) = writable_parent(&policy, &p.path).await?;
     let _guard = state.locks.lock(&r.abs).await?;
+    blocking(move || create_locked(&state, r, target, p.content)).await
+}
+
+fn create_locked(
+    state: &FilesState,
+    r: Resolved,
+    target: ParentDir,
+    content: String,
+) -> ToolResult<Reply<WriteResult>> {
     let exists = || {
         ToolError::new(
             ErrorCode::FileExists,
@@ -119,19 +150,19 @@ pub async fn create(
         return Err(exists());
     }
     // Linked into place: a file created meanwhile by someone else is never clobbered.
-    create_new_at(&target, p.content.as_bytes()).map_err(|e| {
+    create_new_at(&target, content.as_bytes()).map_err(|e| {
         if is_exists(&e) {
             exists()
         } else {
             ToolError::io(&r.rel, &e)
         }
     })?;
-    state.record(&r.abs, p.content.as_bytes());
-    let text = format!("created {} ({} bytes)", r.rel, p.content.len());
+    state.record(&r.abs, content.as_bytes());
+    let text = format!("created {} ({} bytes)", r.rel, content.len());
     Ok(Reply::new(
         WriteResult {
             path: r.rel,
-            bytes_written: p.content.len() as u64,
+            bytes_written: content.len() as u64,
             created: true,
         },
         text,
