@@ -1,9 +1,71 @@
-//! Child-process trees: finding every descendant and killing them all.
+//! Stopping processes: process groups (the one implementation every server uses) and whole
+//! child-process trees.
 //!
-//! Language servers and debug adapters start helpers of their own (tsserver, the
-//! debuggee); killing only the direct child leaves orphans behind.
+//! Every process kitbag starts leads a process group of its own, so a group signal reaches
+//! what it started too. Language servers and debug adapters start helpers of their own
+//! (tsserver, the debuggee) that may leave the group: [`kill_tree`] finds those by parentage.
 
-use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{Signal, killpg};
+use nix::unistd::Pid;
+
+/// Send `signal` to process group `pgid`. A group that is already gone only makes this fail,
+/// which is not an error here; `pgid` ≤ 0 (never a group kitbag made) is ignored.
+pub fn signal_group(pgid: i32, signal: Signal) {
+    if pgid > 0 {
+        let _ = killpg(Pid::from_raw(pgid), signal);
+    }
+}
+
+/// Whether any process of group `pgid` is still there (zombies included).
+pub fn group_alive(pgid: i32) -> bool {
+    pgid > 0 && killpg(Pid::from_raw(pgid), None).is_ok()
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie waiting to be reaped.
+pub fn running(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().next())
+            .is_some_and(|state| state != "Z" && state != "X"),
+        Err(_) => false,
+    }
+}
+
+/// SIGTERM each group (and SIGCONT, so a stopped process can act on it), wait until every
+/// group leader has exited or `grace` has passed, then SIGKILL the groups. Blocks.
+pub fn terminate_groups(groups: &[i32], grace: Duration) {
+    for &g in groups {
+        signal_group(g, Signal::SIGTERM);
+        signal_group(g, Signal::SIGCONT);
+    }
+    let deadline = Instant::now() + grace;
+    while groups.iter().any(|&g| g > 0 && running(g as u32)) && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    for &g in groups {
+        signal_group(g, Signal::SIGKILL);
+    }
+}
+
+/// [`terminate_groups`] for one group without blocking the caller: SIGTERM now, SIGKILL from a
+/// helper thread after `grace` (for a child being restarted or retired while the process
+/// goes on).
+pub fn terminate_group_soon(pgid: i32, grace: Duration) {
+    if pgid <= 0 || killpg(Pid::from_raw(pgid), Signal::SIGTERM).is_err() {
+        return;
+    }
+    signal_group(pgid, Signal::SIGCONT);
+    std::thread::spawn(move || {
+        let deadline = Instant::now() + grace;
+        while running(pgid as u32) && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        signal_group(pgid, Signal::SIGKILL);
+    });
+}
 
 /// Set by the kitbag host on every server it starts: how many hosts are above that process.
 /// A host that finds it refuses to start (it would be one of its own children). Commands an
@@ -45,23 +107,68 @@ pub fn descendants(pid: u32) -> Vec<u32> {
 
 /// SIGKILL `pid`'s process group and every descendant (which may have left the group).
 pub fn kill_tree(pid: u32) {
-    let mut targets: Vec<String> = descendants(pid).iter().map(u32::to_string).collect();
-    targets.push(format!("-{pid}"));
-    targets.push(pid.to_string());
-    let _ = Command::new("kill")
-        .arg("-KILL")
-        .arg("--")
-        .args(&targets)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status();
+    let kill = |p: u32| {
+        if let Ok(p) = i32::try_from(p) {
+            let _ = nix::sys::signal::kill(Pid::from_raw(p), Signal::SIGKILL);
+        }
+    };
+    for d in descendants(pid) {
+        kill(d);
+    }
+    if let Ok(group) = i32::try_from(pid) {
+        signal_group(group, Signal::SIGKILL);
+    }
+    kill(pid);
 }
 
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use std::os::unix::process::CommandExt;
+    use std::process::Command;
+
+    #[test]
+    fn terminate_groups_waits_for_the_willing_and_kills_the_rest() {
+        // One group exits on SIGTERM; the other ignores it and is killed after the grace.
+        let mut polite = Command::new("sleep")
+            .arg("30")
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        let mut stubborn = Command::new("sh")
+            .args(["-c", "trap '' TERM; sleep 30 & wait; sleep 30"])
+            .process_group(0)
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let groups = [polite.id() as i32, stubborn.id() as i32];
+        let started = Instant::now();
+        terminate_groups(&groups, Duration::from_millis(500));
+        let took = started.elapsed();
+        assert!(took >= Duration::from_millis(450), "{took:?}");
+        assert!(polite.wait().is_ok() && stubborn.wait().is_ok());
+        std::thread::sleep(Duration::from_millis(50));
+        // Members still running (zombies aside: this test process may be a subreaper).
+        let survivors: Vec<u32> = std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+            .filter(|&p| {
+                let stat = std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default();
+                let fields: Vec<&str> = stat
+                    .rsplit_once(')')
+                    .map(|(_, r)| r.split_whitespace().collect())
+                    .unwrap_or_default();
+                fields
+                    .get(2)
+                    .and_then(|g| g.parse::<i32>().ok())
+                    .is_some_and(|g| groups.contains(&g))
+                    && running(p)
+            })
+            .collect();
+        assert!(survivors.is_empty(), "still running: {survivors:?}");
+    }
 
     #[test]
     fn kills_a_child_and_its_grandchild() {

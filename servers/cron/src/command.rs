@@ -15,6 +15,7 @@ use tokio::process::Command;
 use tokio::sync::Mutex;
 
 use kitbag_shared::contain::{self, ChildReg};
+use kitbag_shared::process::signal_group;
 
 use crate::store::CommandOutcome;
 
@@ -64,13 +65,6 @@ async fn pump(mut r: impl AsyncRead + Unpin, tail: Arc<Mutex<Tail>>) {
             Ok(0) | Err(_) => break,
             Ok(n) => tail.lock().await.push(&buf[..n]),
         }
-    }
-}
-
-fn kill_group(pgid: i32, sig: Signal) {
-    if pgid > 0 {
-        // A group that is already gone only makes this fail.
-        let _ = nix::sys::signal::killpg(nix::unistd::Pid::from_raw(pgid), sig);
     }
 }
 
@@ -145,12 +139,12 @@ pub async fn run(
         Ok(s) => s.ok(),
         Err(_) => {
             timed_out = true;
-            kill_group(pgid, Signal::SIGTERM);
+            signal_group(pgid, Signal::SIGTERM);
             signal_job(&job, Signal::SIGTERM).await;
             match tokio::time::timeout(TERM_GRACE, child.wait()).await {
                 Ok(s) => s.ok(),
                 Err(_) => {
-                    kill_group(pgid, Signal::SIGKILL);
+                    signal_group(pgid, Signal::SIGKILL);
                     kill_job(&job).await;
                     child.wait().await.ok()
                 }
@@ -162,13 +156,13 @@ pub async fn run(
     let drain = futures::future::join_all(pumps);
     tokio::pin!(drain);
     if tokio::time::timeout_at(deadline, &mut drain).await.is_err() {
-        kill_group(pgid, Signal::SIGKILL);
+        signal_group(pgid, Signal::SIGKILL);
         kill_job(&job).await;
         let _ = tokio::time::timeout(TERM_GRACE, &mut drain).await;
     }
     if timed_out {
         // Stragglers that ignored SIGTERM.
-        kill_group(pgid, Signal::SIGKILL);
+        signal_group(pgid, Signal::SIGKILL);
     }
     // Whatever the command left running — in its group or escaped from it — is stopped.
     if let Some(j) = job.clone() {

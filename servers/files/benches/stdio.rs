@@ -323,7 +323,11 @@ fn main() {
         let p: kitbag_files::edit::EditParams = serde_json::from_value(args).expect("params");
         let t = Instant::now();
         let r = rt
-            .block_on(kitbag_files::edit::run(shared.clone(), policy_arc.clone(), p))
+            .block_on(kitbag_files::edit::run(
+                shared.clone(),
+                policy_arc.clone(),
+                p,
+            ))
             .expect("edit");
         inproc.push(t.elapsed());
         std::hint::black_box(r);

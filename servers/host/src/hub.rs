@@ -614,7 +614,8 @@ impl Hub {
         let retiring =
             std::mem::take(&mut *self.retiring.lock().unwrap_or_else(|e| e.into_inner()));
         groups.extend(retiring.into_iter().filter_map(|mut c| c.detach()));
-        terminate_groups(&groups, grace);
+        let groups: Vec<i32> = groups.into_iter().map(|p| p as i32).collect();
+        kitbag_shared::process::terminate_groups(&groups, grace);
     }
 
     /// Stop a child a reload took out of the config, once the calls in flight on it have
@@ -1283,45 +1284,9 @@ async fn connect(
     Ok((running, guard, link))
 }
 
-/// SIGTERM each process group, wait until every leader has exited (zombies count as exited)
-/// or `grace` has passed, then SIGKILL the groups still there.
-pub fn terminate_groups(groups: &[u32], grace: Duration) {
-    use nix::sys::signal::{Signal, killpg};
-    use nix::unistd::Pid;
-    for &pid in groups {
-        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGTERM);
-    }
-    let deadline = Instant::now() + grace;
-    while groups.iter().any(|&p| leader_running(p)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for &pid in groups {
-        let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
-    }
-}
-
-/// Whether a process runs (exists and is not a zombie waiting to be reaped).
-fn leader_running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
-}
-
-/// SIGTERM the child's process group, then SIGKILL shortly after.
+/// SIGTERM the child's process group, then SIGKILL 1.5 s later if it has not exited.
 pub fn kill_group(pid: u32) {
-    use nix::sys::signal::{Signal, killpg};
-    use nix::unistd::Pid;
-    let pg = Pid::from_raw(pid as i32);
-    if killpg(pg, Signal::SIGTERM).is_ok() {
-        std::thread::spawn(move || {
-            std::thread::sleep(Duration::from_millis(1500));
-            let _ = killpg(pg, Signal::SIGKILL);
-        });
-    }
+    kitbag_shared::process::terminate_group_soon(pid as i32, Duration::from_millis(1500));
 }
 
 pub fn protocol_error(msg: impl Into<String>) -> McpError {

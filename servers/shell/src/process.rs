@@ -15,10 +15,10 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kitbag_shared::contain::{self, ChildReg};
+use kitbag_shared::process::signal_group;
 
 use crate::logs::{CappedLog, LogDir};
-use nix::sys::signal::{Signal, killpg};
-use nix::unistd::Pid;
+use nix::sys::signal::Signal;
 use portable_pty::{CommandBuilder, PtySize, native_pty_system};
 
 /// How a command ended.
@@ -315,17 +315,16 @@ impl Running {
     /// SIGTERM every process of the command, `grace` to exit, then SIGKILL what is left —
     /// the process group and everything the containment finds outside it.
     pub fn terminate(&self, grace: Duration) -> bool {
-        let pg = Pid::from_raw(self.pid);
-        let _ = killpg(pg, Signal::SIGTERM);
+        signal_group(self.pid, Signal::SIGTERM);
         self.contain.signal(Signal::SIGTERM);
         // A stopped process cannot act on SIGTERM until continued.
-        let _ = killpg(pg, Signal::SIGCONT);
+        signal_group(self.pid, Signal::SIGCONT);
         self.contain.signal(Signal::SIGCONT);
         let until = Instant::now() + grace;
         let mut killed = false;
         while self.alive() {
             if Instant::now() >= until {
-                let _ = killpg(pg, Signal::SIGKILL);
+                signal_group(self.pid, Signal::SIGKILL);
                 killed = true;
                 break;
             }
@@ -346,7 +345,4 @@ impl Running {
     }
 }
 
-/// Whether any process of group `pgid` is still alive.
-pub fn group_alive(pgid: i32) -> bool {
-    killpg(Pid::from_raw(pgid), None).is_ok()
-}
+pub use kitbag_shared::process::group_alive;

@@ -10,7 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use nix::sys::signal::{Signal, kill, killpg};
+use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{UnixListener, UnixStream};
@@ -342,9 +342,7 @@ fn spawn_error(program: &str, e: &std::io::Error) -> String {
 }
 
 fn kill_group(pgid: i32) {
-    if pgid > 0 {
-        let _ = killpg(Pid::from_raw(pgid), Signal::SIGKILL);
-    }
+    kitbag_shared::process::signal_group(pgid, Signal::SIGKILL);
 }
 
 fn pump<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
@@ -637,13 +635,13 @@ async fn restart_main(agent: &Arc<Agent>, grace: Duration) -> Answer {
         .generation
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if let Some(pgid) = agent.main_pgid.lock().await.take() {
-        let group = Pid::from_raw(pgid);
-        let _ = killpg(group, Signal::SIGTERM);
+        use kitbag_shared::process::{group_alive, signal_group};
+        signal_group(pgid, Signal::SIGTERM);
         let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && killpg(group, None).is_ok() {
+        while Instant::now() < deadline && group_alive(pgid) {
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        let _ = killpg(group, Signal::SIGKILL);
+        signal_group(pgid, Signal::SIGKILL);
     }
     let _ = std::fs::remove_file(agent.ctl.join(LOGS_DIR).join("main.exit"));
     start_main(agent, spec).await;
