@@ -1,5 +1,6 @@
 //! Audit events as JSON lines: `tool.called`, `tool.completed`, `tool.denied`.
 
+use crate::lock::LockExt;
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::path::Path;
@@ -38,7 +39,7 @@ impl AuditLog {
             return;
         };
         text.push('\n');
-        let mut f = self.file.lock().unwrap_or_else(|p| p.into_inner());
+        let mut f = self.file.locked();
         if let Err(e) = f.write_all(text.as_bytes()) {
             tracing::warn!("audit log write failed: {e}");
         }

@@ -6,6 +6,7 @@
 //! request is read and given back when its response is written, or when the client cancels
 //! it (a cancelled request gets no response).
 
+use crate::lock::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
@@ -84,7 +85,7 @@ impl RequestBudget {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, OwnedSemaphorePermit>> {
-        self.held.lock().unwrap_or_else(|e| e.into_inner())
+        self.held.locked()
     }
 }
 

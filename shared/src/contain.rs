@@ -17,6 +17,7 @@
 //! Zombies re-parented to the server are reaped here, only by pid and only when they are not
 //! a direct child that tokio or portable-pty waits on (see [`ChildReg`]).
 
+use crate::lock::LockExt;
 use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -512,7 +513,7 @@ impl Drop for Job {
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.locked()
 }
 
 /// Pids in a cgroup and its sub-cgroups.

@@ -1,5 +1,6 @@
 //! Per-path locks: tools that touch the same file serialize; a waiter gives up after a
-//! bounded time with `file_busy` rather than hanging the request.
+//! bounded time with `file_busy` rather than hanging the request. And [`LockExt`]: the one
+//! way kitbag takes a std lock.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -11,6 +12,45 @@ use tokio::sync::{Mutex as AsyncMutex, OwnedMutexGuard};
 use crate::error::{ErrorCode, ToolError};
 
 pub const DEFAULT_LOCK_WAIT: Duration = Duration::from_secs(5);
+
+/// Taking a std lock whose previous holder panicked: kitbag's locks guard plain data that a
+/// panic (caught per call, see `ToolRouter::call`) cannot leave half-changed in a way later
+/// callers must not see, so the data is used as it is instead of poisoning every later call.
+pub trait LockExt<T: ?Sized> {
+    type Guard<'a>
+    where
+        Self: 'a;
+    /// The guard, whether or not an earlier holder panicked.
+    fn locked(&self) -> Self::Guard<'_>;
+}
+
+impl<T: ?Sized> LockExt<T> for Mutex<T> {
+    type Guard<'a>
+        = std::sync::MutexGuard<'a, T>
+    where
+        T: 'a;
+    fn locked(&self) -> std::sync::MutexGuard<'_, T> {
+        self.lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
+
+/// [`LockExt`] for readers and writers of an `RwLock`.
+pub trait RwLockExt<T: ?Sized> {
+    fn read_locked(&self) -> std::sync::RwLockReadGuard<'_, T>;
+    fn write_locked(&self) -> std::sync::RwLockWriteGuard<'_, T>;
+}
+
+impl<T: ?Sized> RwLockExt<T> for std::sync::RwLock<T> {
+    fn read_locked(&self) -> std::sync::RwLockReadGuard<'_, T> {
+        self.read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+    fn write_locked(&self) -> std::sync::RwLockWriteGuard<'_, T> {
+        self.write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+}
 
 #[derive(Debug, Default, Clone)]
 pub struct PathLocks {
@@ -32,7 +72,7 @@ impl PathLocks {
     }
 
     fn slot(&self, path: &Path) -> Arc<AsyncMutex<()>> {
-        let mut map = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let mut map = self.inner.locked();
         // Forget entries nobody holds, so the map does not grow without bound.
         if map.len() > 1024 {
             map.retain(|_, m| Arc::strong_count(m) > 1);

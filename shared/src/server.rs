@@ -5,6 +5,7 @@
 //! function returning a [`Reply`] or a [`ToolError`]. [`McpServer`] implements rmcp's
 //! `ServerHandler` for any router, so a server's `lib.rs` only wires tools.
 
+use crate::lock::RwLockExt;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::future::Future;
@@ -561,10 +562,7 @@ impl<S: Send + Sync + 'static> McpServer<S> {
     }
 
     pub fn policy(&self) -> Arc<PathPolicy> {
-        self.policy
-            .read()
-            .unwrap_or_else(|p| p.into_inner())
-            .clone()
+        self.policy.read_locked().clone()
     }
 
     /// Run a tool with audit events, as a `tools/call` would.
@@ -641,7 +639,7 @@ impl<S: Send + Sync + 'static> McpServer<S> {
                 match current.with_root(&PathBuf::from(path)) {
                     Ok(p) => {
                         tracing::info!("adopted client root {path}");
-                        *self.policy.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(p);
+                        *self.policy.write_locked() = Arc::new(p);
                     }
                     Err(e) => tracing::warn!("client root {path} unusable: {e}"),
                 }

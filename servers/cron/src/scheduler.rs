@@ -10,6 +10,7 @@
 //! missed instant, recorded `caught_up`), never as a burst; `catch_up: false` skips it
 //! (recorded `missed`).
 
+use kitbag_shared::lock::LockExt;
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -68,7 +69,7 @@ struct Claimed {
 /// One pass: claim everything due; returns the claimed runs and when to wake next.
 fn tick(state: &CronState) -> (Vec<Claimed>, Option<DateTime<Utc>>) {
     // Changes made from now on wake the next pass (see `CronState::wake_for`).
-    *state.next_wake.lock().unwrap_or_else(|p| p.into_inner()) = None;
+    *state.next_wake.locked() = None;
     let doc = match state.store.load_cached() {
         Ok(d) => d,
         Err(e) => {
@@ -115,13 +116,7 @@ fn tick(state: &CronState) -> (Vec<Claimed>, Option<DateTime<Utc>>) {
 
 /// Claim the due runs in one transaction; returns those this process must deliver.
 fn claim(state: &CronState, due: &[(String, Due)]) -> kitbag_shared::ToolResult<Vec<Claimed>> {
-    let is_busy = |id: &str| {
-        state
-            .busy
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains(id)
-    };
+    let is_busy = |id: &str| state.busy.locked().contains(id);
     let out = state.store.write(|tx| {
         let fired_at = state.now();
         let mut out = Vec::new();
@@ -168,7 +163,7 @@ fn claim(state: &CronState, due: &[(String, Due)]) -> kitbag_shared::ToolResult<
         Ok(out)
     })?;
     // Committed: the command entries among them are running from now on.
-    let mut busy = state.busy.lock().unwrap_or_else(|p| p.into_inner());
+    let mut busy = state.busy.locked();
     for c in &out {
         if c.entry.command.is_some() && matches!(c.due.outcome, Outcome::Fired | Outcome::CaughtUp)
         {
@@ -197,18 +192,10 @@ async fn finish(state: Arc<CronState>, c: Claimed) {
                 &env,
             )
             .await;
-            state
-                .busy
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&e.id);
+            state.busy.locked().remove(&e.id);
             o
         } else {
-            state
-                .busy
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .remove(&e.id);
+            state.busy.locked().remove(&e.id);
             CommandOutcome {
                 status: "disabled".into(),
                 exit_code: None,
@@ -282,8 +269,7 @@ pub async fn run(state: Arc<CronState>) {
         for c in claimed {
             tokio::spawn(finish(state.clone(), c));
         }
-        *state.next_wake.lock().unwrap_or_else(|p| p.into_inner()) =
-            Some(next.unwrap_or(DateTime::<Utc>::MAX_UTC));
+        *state.next_wake.locked() = Some(next.unwrap_or(DateTime::<Utc>::MAX_UTC));
         let wait = match next {
             Some(t) => state.clock.real_wait(t).min(MAX_SLEEP),
             None => MAX_SLEEP,

@@ -1,6 +1,7 @@
 //! The server's shared state: the store, the clock, the connected client, the scheduler's
 //! wake-up signal and caches.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::{HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -100,7 +101,7 @@ impl CronState {
 
     /// Keep the client for server-initiated notifications.
     pub fn set_peer(&self, peer: Peer<RoleServer>) {
-        let mut slot = self.peer.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.peer.locked();
         if slot.is_none() {
             *slot = Some(peer);
             self.connected.notify_one();
@@ -108,17 +109,14 @@ impl CronState {
     }
 
     pub fn has_client(&self) -> bool {
-        self.peer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .is_some()
+        self.peer.locked().is_some()
     }
 
     /// The parsed schedule of an entry (cached), or why it cannot be scheduled.
     pub fn schedule_of(&self, e: &Entry) -> Parsed {
         let tz = e.timezone_or(&self.machine_tz).to_string();
         let key = (e.schedule.clone(), tz.clone());
-        let mut cache = self.schedules.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.schedules.locked();
         if let Some(s) = cache.get(&key) {
             return s.clone();
         }
@@ -138,7 +136,7 @@ impl CronState {
         if let Some(t) = e.last_scheduled_at.or(e.created_at) {
             return t;
         }
-        let mut seen = self.first_seen.lock().unwrap_or_else(|p| p.into_inner());
+        let mut seen = self.first_seen.locked();
         *seen.entry(e.id.clone()).or_insert_with(|| self.clock.now())
     }
 
@@ -150,7 +148,7 @@ impl CronState {
         let cursor = self.cursor_of(e);
         let tz = e.timezone_or(&self.machine_tz);
         {
-            let cache = self.next_cache.lock().unwrap_or_else(|p| p.into_inner());
+            let cache = self.next_cache.locked();
             if let Some(c) = cache.get(&e.id)
                 && c.next > now
                 && c.cursor == cursor
@@ -167,7 +165,7 @@ impl CronState {
             Some(owed) if e.catch_up || now - owed <= crate::scheduler::GRACE => Some(owed),
             _ => s.next_after(cursor.max(now)),
         }?;
-        let mut cache = self.next_cache.lock().unwrap_or_else(|p| p.into_inner());
+        let mut cache = self.next_cache.locked();
         if cache.len() > 50_000 {
             cache.clear();
         }
@@ -191,7 +189,7 @@ impl CronState {
         let Some(t) = self.next_fire(e, self.now()) else {
             return;
         };
-        let planned = *self.next_wake.lock().unwrap_or_else(|p| p.into_inner());
+        let planned = *self.next_wake.locked();
         if planned.is_none_or(|w| t < w) {
             self.wake.notify_one();
         }
@@ -214,7 +212,7 @@ impl CronState {
 
     /// Send a firing to the connected client; false when none is connected or sending failed.
     pub async fn deliver(&self, payload: Value, channel_meta: Value, message: &str) -> bool {
-        let peer = self.peer.lock().unwrap_or_else(|p| p.into_inner()).clone();
+        let peer = self.peer.locked().clone();
         let Some(peer) = peer else {
             return false;
         };

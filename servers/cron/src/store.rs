@@ -9,6 +9,7 @@
 //! kept as `cron.json.bak`; an entry in it that does not parse is kept as written and
 //! reported, never dropped.
 
+use kitbag_shared::lock::LockExt;
 use std::fs::File;
 use std::io::{BufRead, BufReader, Read, Write};
 use std::path::{Path, PathBuf};
@@ -679,7 +680,7 @@ impl Store {
         create: bool,
         f: impl FnOnce(&mut Connection, FileIdent) -> ToolResult<T>,
     ) -> ToolResult<Option<T>> {
-        let mut slot = self.db.lock().unwrap_or_else(|p| p.into_inner());
+        let mut slot = self.db.locked();
         if self.writable {
             self.import_legacy(&mut slot)?;
         }
@@ -945,13 +946,13 @@ impl Store {
                 .query_row("PRAGMA data_version", [], |r| r.get(0))
                 .map_err(|e| self.db_err(e))?;
             let key = (ident, dv, self.writes.load(Ordering::SeqCst));
-            if let Some((k, doc)) = &*self.cache.lock().unwrap_or_else(|p| p.into_inner())
+            if let Some((k, doc)) = &*self.cache.locked()
                 && *k == key
             {
                 return Ok(doc.clone());
             }
             let doc = Arc::new(self.read_doc(conn)?);
-            *self.cache.lock().unwrap_or_else(|p| p.into_inner()) = Some((key, doc.clone()));
+            *self.cache.locked() = Some((key, doc.clone()));
             Ok(doc)
         })?;
         match got {

@@ -1,5 +1,6 @@
 //! Per-connection state: which files were read, and their content hash at that read.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
@@ -88,7 +89,7 @@ impl FilesState {
     }
 
     fn hashes(&self) -> std::sync::MutexGuard<'_, HashMap<PathBuf, u128>> {
-        self.read_hashes.lock().unwrap_or_else(|p| p.into_inner())
+        self.read_hashes.locked()
     }
 }
 

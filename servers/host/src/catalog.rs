@@ -29,6 +29,7 @@
 //!   root-only tools guard), so a server the agent cannot use at all contributes nothing.
 //!   Hidden prompts and resources are absent from the lists and answer as unknown.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -413,7 +414,7 @@ pub struct Relay {
 }
 
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(|e| e.into_inner())
+    m.locked()
 }
 
 impl Relay {

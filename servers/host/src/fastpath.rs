@@ -12,6 +12,7 @@
 //! Both directions share one writer per pipe; rmcp's output is cut into whole lines so
 //! the two never interleave inside a message.
 
+use kitbag_shared::lock::LockExt;
 use std::borrow::Cow;
 use std::collections::HashMap;
 use std::pin::Pin;
@@ -212,15 +213,9 @@ impl FastLink {
         line.extend_from_slice(args.as_bytes());
         line.extend_from_slice(b"}}\n");
         let (tx, rx) = oneshot::channel();
-        self.pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id.clone(), tx);
+        self.pending.locked().insert(id.clone(), tx);
         if self.to_child.send(line).is_err() {
-            self.pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .remove(&id);
+            self.pending.locked().remove(&id);
             return None;
         }
         Some((id, rx))
@@ -228,12 +223,7 @@ impl FastLink {
 
     /// Give up on a call (timeout or the caller cancelled): tell the child.
     pub fn cancel(&self, id: &str, reason: &str) {
-        let known = self
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(id)
-            .is_some();
+        let known = self.pending.locked().remove(id).is_some();
         if known {
             let note = json!({"jsonrpc": "2.0", "method": "notifications/cancelled",
                 "params": {"requestId": id, "reason": reason}});
@@ -288,11 +278,7 @@ where
             }
             if let Some(reply) = fast_reply(&line) {
                 let (id, reply) = reply;
-                let tx = reader_link
-                    .pending
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .remove(&id);
+                let tx = reader_link.pending.locked().remove(&id);
                 if let Some(tx) = tx {
                     let _ = tx.send(reply);
                 }
@@ -304,11 +290,7 @@ where
         }
         // The child is gone: calls waiting on it see their sender dropped.
         reader_link.open.store(false, Ordering::SeqCst);
-        reader_link
-            .pending
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clear();
+        reader_link.pending.locked().clear();
     });
     (ChannelReader::new(rmcp_rx), LineWriter::new(in_tx), link)
 }
@@ -557,32 +539,20 @@ impl InFlight {
         // The reader waited for room before reading this request; should the rmcp side have
         // taken the last slot meanwhile, the call still goes ahead (the bound is soft by one).
         self.budget.try_begin(upstream_id.clone());
-        self.calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(upstream_id, (link, child_id));
+        self.calls.locked().insert(upstream_id, (link, child_id));
     }
 
     pub fn contains(&self, upstream_id: &str) -> bool {
-        self.calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .contains_key(upstream_id)
+        self.calls.locked().contains_key(upstream_id)
     }
 
     pub fn is_empty(&self) -> bool {
-        self.calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
+        self.calls.locked().is_empty()
     }
 
     pub fn remove(&self, upstream_id: &str) -> Option<(Arc<FastLink>, String)> {
         self.budget.end(upstream_id);
-        self.calls
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(upstream_id)
+        self.calls.locked().remove(upstream_id)
     }
 }
 

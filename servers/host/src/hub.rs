@@ -1,5 +1,6 @@
 //! The hub: the child servers, their tools, and the flat list the host offers.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::{Duration, Instant};
@@ -398,11 +399,11 @@ impl Hub {
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {
-        self.children.lock().unwrap_or_else(|e| e.into_inner())
+        self.children.locked()
     }
 
     pub fn set_upstream(&self, peer: Peer<RoleServer>) {
-        *self.upstream.lock().unwrap_or_else(|e| e.into_inner()) = Some(peer);
+        *self.upstream.locked() = Some(peer);
     }
 
     /// Start every enabled child in parallel; returns when each is ready or has failed.
@@ -411,7 +412,7 @@ impl Hub {
         let starts: Vec<_> = ids.into_iter().map(|id| self.clone().start(id)).collect();
         futures::future::join_all(starts).await;
         // The first list is what the client will fetch: nothing to announce.
-        *self.last_notified.lock().unwrap_or_else(|e| e.into_inner()) = Some(self.fingerprint());
+        *self.last_notified.locked() = Some(self.fingerprint());
     }
 
     /// Boxed with an explicit `Send` bound: start → crash → restart → start is recursive.
@@ -611,8 +612,7 @@ impl Hub {
     /// language server) — killed mid-cleanup, those would outlive the host.
     pub fn stop_all(&self, grace: Duration) {
         let mut groups: Vec<u32> = self.lock().iter_mut().filter_map(Child::detach).collect();
-        let retiring =
-            std::mem::take(&mut *self.retiring.lock().unwrap_or_else(|e| e.into_inner()));
+        let retiring = std::mem::take(&mut *self.retiring.locked());
         groups.extend(retiring.into_iter().filter_map(|mut c| c.detach()));
         let groups: Vec<i32> = groups.into_iter().map(|p| p as i32).collect();
         kitbag_shared::process::terminate_groups(&groups, grace);
@@ -634,10 +634,7 @@ impl Hub {
         }
         let (id, name, calls) = (child.id, child.spec.name.clone(), child.calls.clone());
         tracing::info!(server = %name, "reload: stopping after its {in_flight} call(s) in flight");
-        self.retiring
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push(child);
+        self.retiring.locked().push(child);
         let hub = self.clone();
         tokio::spawn(async move {
             if !calls.idle_within(RELOAD_DRAIN_LIMIT).await {
@@ -652,7 +649,7 @@ impl Hub {
                 let _ = calls.idle_within(Duration::from_secs(1)).await;
             }
             let child = {
-                let mut r = hub.retiring.lock().unwrap_or_else(|e| e.into_inner());
+                let mut r = hub.retiring.locked();
                 r.iter().position(|c| c.id == id).map(|i| r.swap_remove(i))
             };
             // None: stop_all got there first.
@@ -770,16 +767,12 @@ impl Hub {
     }
 
     pub(crate) fn upstream_peer(&self) -> Option<Peer<RoleServer>> {
-        self.upstream
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone()
+        self.upstream.locked().clone()
     }
 
     pub(crate) fn listener_sinks(&self) -> Vec<SubscriptionSink> {
         self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
+            .locked()
             .iter()
             .map(|(_, sink)| sink.clone())
             .collect()
@@ -830,25 +823,16 @@ impl Hub {
         let id = self
             .next_id
             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .push((id, context.sink().clone()));
+        self.listeners.locked().push((id, context.sink().clone()));
         context.cancelled().await;
-        self.listeners
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .retain(|(i, _)| *i != id);
+        self.listeners.locked().retain(|(i, _)| *i != id);
     }
 
     /// Tell the client the list changed — debounced (several children starting or a reload
     /// produce one notification) and only when the offered list really differs.
     pub(crate) async fn notify_list_changed(&self) {
         {
-            let mut pending = self
-                .notify_pending
-                .lock()
-                .unwrap_or_else(|e| e.into_inner());
+            let mut pending = self.notify_pending.locked();
             if *pending {
                 return; // a notification is already on its way and will see this change
             }
@@ -857,10 +841,10 @@ impl Hub {
         let Some(hub) = self.me.upgrade() else { return };
         tokio::spawn(async move {
             tokio::time::sleep(LIST_CHANGED_DEBOUNCE).await;
-            *hub.notify_pending.lock().unwrap_or_else(|e| e.into_inner()) = false;
+            *hub.notify_pending.locked() = false;
             let fingerprint = hub.fingerprint();
             let changed = {
-                let mut last = hub.last_notified.lock().unwrap_or_else(|e| e.into_inner());
+                let mut last = hub.last_notified.locked();
                 let before = last.clone().unwrap_or_default();
                 *last = Some(fingerprint.clone());
                 Changed {
@@ -909,14 +893,10 @@ impl Hub {
 
     async fn forward_progress_now(&self, child: u64, mut params: ProgressNotificationParam) {
         let upstream_token = {
-            let map = self.progress.lock().unwrap_or_else(|e| e.into_inner());
+            let map = self.progress.locked();
             map.get(&(child, params.progress_token.clone())).cloned()
         };
-        let peer = self
-            .upstream
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let peer = self.upstream.locked().clone();
         let Some((token, caller)) = upstream_token else {
             return;
         };
@@ -927,12 +907,7 @@ impl Hub {
         let peer = caller.or(peer);
         if let Some(peer) = peer {
             let _ = peer.notify_progress(params).await;
-        } else if let Some(sink) = self
-            .local_progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        } else if let Some(sink) = self.local_progress.locked().as_ref() {
             // No MCP client: the CLI (`kitbag call`) shows progress itself.
             let _ = sink.send(params);
         }
@@ -940,10 +915,7 @@ impl Hub {
 
     /// Stop delivering local progress (ends the receiver's stream).
     pub fn clear_local_progress(&self) {
-        *self
-            .local_progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = None;
+        *self.local_progress.locked() = None;
     }
 
     /// Receive progress of calls made without an MCP client (the CLI).
@@ -951,30 +923,22 @@ impl Hub {
         &self,
     ) -> tokio::sync::mpsc::UnboundedReceiver<ProgressNotificationParam> {
         let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
-        *self
-            .local_progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(tx);
+        *self.local_progress.locked() = Some(tx);
         rx
     }
 
     fn invalidate_flat(&self) {
-        *self.flat_cache.lock().unwrap_or_else(|e| e.into_inner()) = None;
+        *self.flat_cache.locked() = None;
         self.relay.invalidate();
     }
 
     /// The flat, sorted, deterministic list; collisions resolved by config order.
     pub fn flat(&self) -> Arc<FlatList> {
-        if let Some(f) = self
-            .flat_cache
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .as_ref()
-        {
+        if let Some(f) = self.flat_cache.locked().as_ref() {
             return f.clone();
         }
         let flat = Arc::new(self.build_flat());
-        *self.flat_cache.lock().unwrap_or_else(|e| e.into_inner()) = Some(flat.clone());
+        *self.flat_cache.locked() = Some(flat.clone());
         flat
     }
 
@@ -1118,10 +1082,7 @@ impl Hub {
             .map_err(|e| format!("server {name}: {e}"))?;
         let key = (route.child_id, handle.progress_token.clone());
         if let Some(up) = upstream_progress {
-            self.progress
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .insert(key.clone(), up);
+            self.progress.locked().insert(key.clone(), up);
         }
         let id = handle.id.clone();
         // Err: the call ends here, not at the child — the client cancelled it, or a reload
@@ -1136,10 +1097,7 @@ impl Hub {
         if upstream_progress_mapped(&self.progress, &key) {
             self.drain_progress().await;
         }
-        self.progress
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&key);
+        self.progress.locked().remove(&key);
         match outcome {
             Err((reason, answer)) => {
                 let _ = peer
@@ -1251,7 +1209,7 @@ async fn connect(
             while let Ok(Some(line)) = lines.next_line().await {
                 tracing::info!(target: "kitbag::child", server = %name, "{line}");
                 // The first lines: a panic or an error is said first, a backtrace follows.
-                let mut kept = last_words.lock().unwrap_or_else(|e| e.into_inner());
+                let mut kept = last_words.locked();
                 if kept.len() < 3 && !line.trim().is_empty() {
                     kept.push_back(
                         kitbag_shared::limits::truncate_str(&line, 500)
@@ -1272,7 +1230,7 @@ async fn connect(
         Err(e) => {
             // Give the stderr drain a moment to read what the child said before exiting.
             tokio::time::sleep(Duration::from_millis(50)).await;
-            let said = last_words.lock().unwrap_or_else(|e| e.into_inner()).clone();
+            let said = last_words.locked().clone();
             let said = Vec::from(said).join(" | ");
             return Err(if said.is_empty() {
                 format!("MCP handshake failed: {e}")
@@ -1298,7 +1256,5 @@ pub fn protocol_error(msg: impl Into<String>) -> McpError {
 type ProgressMap = Mutex<HashMap<(u64, ProgressToken), (ProgressToken, Option<Peer<RoleServer>>)>>;
 
 fn upstream_progress_mapped(map: &ProgressMap, key: &(u64, ProgressToken)) -> bool {
-    map.lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .contains_key(key)
+    map.locked().contains_key(key)
 }

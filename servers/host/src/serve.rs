@@ -1,5 +1,6 @@
 //! The host as an MCP server: the flat list of every child's tools plus `host_status`.
 
+use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -79,7 +80,7 @@ impl HostServer {
     pub fn status(&self) -> StatusResult {
         let flat = self.hub.flat();
         let catalog = self.hub.catalog();
-        let c = self.hub.children.lock().unwrap_or_else(|e| e.into_inner());
+        let c = self.hub.children.locked();
         let servers = c
             .iter()
             .map(|ch| ServerStatus {

@@ -1,6 +1,7 @@
 //! `issue_list`, `issue_get`, `issue_create`, `issue_update`, `issue_comment`,
 //! `issue_transition` and `issue_bind`.
 
+use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 
 use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
@@ -791,7 +792,7 @@ pub async fn with_conn<T: Send + 'static>(
 ) -> ToolResult<T> {
     ctx.check_cancelled()?;
     kitbag_shared::blocking(move || {
-        let mut conn = state.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conn = state.conn.locked();
         f(&state, &mut conn)
     })
     .await

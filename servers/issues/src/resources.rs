@@ -5,6 +5,7 @@
 //! process on the same database is announced too. Subscriptions come as `resources/subscribe`
 //! (handshake era) or `subscriptions/listen` (2026-07-28).
 
+use kitbag_shared::lock::LockExt;
 use std::collections::HashSet;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -65,16 +66,7 @@ pub struct Notifier {
 
 impl Notifier {
     fn has_subscribers(&self) -> bool {
-        !self
-            .legacy_uris
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .is_empty()
-            || !self
-                .streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .is_empty()
+        !self.legacy_uris.locked().is_empty() || !self.streams.locked().is_empty()
     }
 
     /// A change was committed by this process: look at the change log now.
@@ -83,13 +75,9 @@ impl Notifier {
     }
 
     async fn send(&self, uris: &[String]) {
-        let peer = self
-            .legacy_peer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .clone();
+        let peer = self.legacy_peer.locked().clone();
         let legacy: Vec<String> = {
-            let subs = self.legacy_uris.lock().unwrap_or_else(|e| e.into_inner());
+            let subs = self.legacy_uris.locked();
             uris.iter().filter(|u| subs.contains(*u)).cloned().collect()
         };
         if let Some(peer) = peer {
@@ -103,7 +91,7 @@ impl Notifier {
             }
         }
         let streams: Vec<(u64, SubscriptionSink, Vec<String>)> = {
-            let s = self.streams.lock().unwrap_or_else(|e| e.into_inner());
+            let s = self.streams.locked();
             s.iter()
                 .map(|st| {
                     let wanted = uris
@@ -132,12 +120,7 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
     }
     let state = state.clone();
     tokio::spawn(async move {
-        let dir = state
-            .conn
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .dir()
-            .clone();
+        let dir = state.conn.locked().dir().clone();
         let name = state
             .db_path
             .file_name()
@@ -175,7 +158,7 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
             let project = state.project.clone();
             let since = last;
             let found = tokio::task::spawn_blocking(move || {
-                let c = c.lock().unwrap_or_else(|e| e.into_inner());
+                let c = c.locked();
                 db::changes_since(&c, &project, since)
             })
             .await;
@@ -204,7 +187,7 @@ async fn with_db<T: Send + 'static>(
     f: impl FnOnce(&IssuesState, &Connection) -> Result<T, McpError> + Send + 'static,
 ) -> Result<T, McpError> {
     tokio::task::spawn_blocking(move || {
-        let conn = state.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let conn = state.conn.locked();
         f(&state, &conn)
     })
     .await
@@ -263,11 +246,7 @@ impl Extras<IssuesState> for IssuesExtras {
     }
 
     fn on_connected(&self, state: Arc<IssuesState>, peer: Peer<RoleServer>) {
-        *state
-            .notifier
-            .legacy_peer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(peer);
+        *state.notifier.legacy_peer.locked() = Some(peer);
     }
 
     fn list_resources(
@@ -373,28 +352,14 @@ impl Extras<IssuesState> for IssuesExtras {
                 None,
             ));
         }
-        *state
-            .notifier
-            .legacy_peer
-            .lock()
-            .unwrap_or_else(|e| e.into_inner()) = Some(peer);
-        state
-            .notifier
-            .legacy_uris
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(uri);
+        *state.notifier.legacy_peer.locked() = Some(peer);
+        state.notifier.legacy_uris.locked().insert(uri);
         ensure_watcher(&state);
         Ok(())
     }
 
     fn unsubscribe(&self, state: Arc<IssuesState>, uri: String) -> Result<(), McpError> {
-        state
-            .notifier
-            .legacy_uris
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .remove(&uri);
+        state.notifier.legacy_uris.locked().remove(&uri);
         Ok(())
     }
 
@@ -430,24 +395,14 @@ impl Extras<IssuesState> for IssuesExtras {
                 .cloned()
                 .collect();
             let id = state.notifier.next_stream.fetch_add(1, Ordering::SeqCst);
-            state
-                .notifier
-                .streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(Stream {
-                    id,
-                    sink: context.sink().clone(),
-                    uris,
-                });
+            state.notifier.streams.locked().push(Stream {
+                id,
+                sink: context.sink().clone(),
+                uris,
+            });
             ensure_watcher(&state);
             context.cancelled().await;
-            state
-                .notifier
-                .streams
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .retain(|s| s.id != id);
+            state.notifier.streams.locked().retain(|s| s.id != id);
             Ok(())
         })
     }

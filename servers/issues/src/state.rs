@@ -1,5 +1,6 @@
 //! What every tool call shares: the database, who acts, which project, the bound issue.
 
+use kitbag_shared::lock::LockExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
@@ -41,14 +42,11 @@ impl IssuesState {
     }
 
     pub fn bound(&self) -> Option<i64> {
-        *self.bound.lock().unwrap_or_else(|e| e.into_inner())
+        *self.bound.locked()
     }
 
     /// Set the bound issue; returns the previous one.
     pub fn set_bound(&self, n: Option<i64>) -> Option<i64> {
-        std::mem::replace(
-            &mut *self.bound.lock().unwrap_or_else(|e| e.into_inner()),
-            n,
-        )
+        std::mem::replace(&mut *self.bound.locked(), n)
     }
 }

@@ -5,6 +5,7 @@ pub mod db;
 pub mod secrets;
 pub mod tools;
 
+use kitbag_shared::lock::LockExt;
 use std::io::{BufRead, Write};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
@@ -135,7 +136,7 @@ impl Extras<MemoryState> for ContextPrompt {
                 serde_json::from_value(serde_json::Value::Object(args))
                     .map_err(|e| McpError::invalid_params(format!("arguments: {e}"), None))?;
             let result = tokio::task::spawn_blocking(move || {
-                let mut conn = state.conn.lock().unwrap_or_else(|e| e.into_inner());
+                let mut conn = state.conn.locked();
                 tools::context_block(&mut conn, &params)
             })
             .await

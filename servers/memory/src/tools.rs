@@ -1,5 +1,6 @@
 //! The memory tools: store, search, delete, context.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
@@ -91,7 +92,7 @@ async fn with_db<T: Send + 'static>(
 ) -> ToolResult<T> {
     let s = state.clone();
     kitbag_shared::blocking(move || {
-        let mut conn = s.conn.lock().unwrap_or_else(|e| e.into_inner());
+        let mut conn = s.conn.locked();
         f(&mut conn, &s.cfg)
     })
     .await

@@ -1,5 +1,6 @@
 //! `search_ast` and `edit_ast`: structural search and rewrite with ast-grep.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
 use std::io::Read;
 use std::path::{Path, PathBuf};
@@ -237,9 +238,7 @@ fn candidates(roots: &[PathBuf], opts: &WalkOptions) -> ToolResult<Vec<PathBuf>>
                 if let Ok(e) = entry
                     && e.file_type().is_some_and(|t| t.is_file())
                 {
-                    out.lock()
-                        .unwrap_or_else(|p| p.into_inner())
-                        .push(e.into_path());
+                    out.locked().push(e.into_path());
                 }
                 WalkState::Continue
             })

@@ -1,5 +1,6 @@
 //! `search_glob`: find files by name pattern, newest first.
 
+use kitbag_shared::lock::LockExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
@@ -114,7 +115,7 @@ struct Batch {
 
 impl Drop for Batch {
     fn drop(&mut self) {
-        let mut all = self.shared.lock().unwrap_or_else(|e| e.into_inner());
+        let mut all = self.shared.locked();
         all.append(&mut self.local);
     }
 }
@@ -225,7 +226,7 @@ pub async fn run(
     })
     .await?;
     ctx.check_cancelled()?;
-    let mut all = std::mem::take(&mut *found.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut all = std::mem::take(&mut *found.locked());
     match sort {
         SortBy::Mtime => all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0))),
         SortBy::Path => all.sort_by(|a, b| a.0.cmp(&b.0)),

@@ -4,6 +4,7 @@
 //! memory-mapped), results are collected per file and sorted by path so the answer is
 //! deterministic. A time budget, cancellation and an output cap bound every search.
 
+use kitbag_shared::lock::LockExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -491,7 +492,7 @@ pub async fn run(
     walked?;
     ctx.check_cancelled()?;
 
-    let mut files = std::mem::take(&mut *shared.results.lock().unwrap_or_else(|e| e.into_inner()));
+    let mut files = std::mem::take(&mut *shared.results.locked());
     files.sort_by(|a, b| a.path.cmp(&b.path));
     let stopped = if shared.timed_out.load(Ordering::Relaxed) {
         Some("time_budget")
@@ -565,11 +566,7 @@ fn walk(
                 hits: sink.hits,
                 count: sink.count,
             };
-            shared
-                .results
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .push(hits);
+            shared.results.locked().push(hits);
             WalkState::Continue
         })
     });

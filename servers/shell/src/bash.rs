@@ -1,5 +1,6 @@
 //! `shell_bash`: run a command through `/bin/sh -c` in a PTY and return what it printed.
 
+use kitbag_shared::lock::LockExt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
 use std::time::Duration;
@@ -262,7 +263,7 @@ pub async fn run(
             ));
         }
         let duration_ms = running.started.elapsed().as_millis() as u64;
-        let capture = running.capture.lock().unwrap_or_else(|e| e.into_inner());
+        let capture = running.capture.locked();
         let (bytes, truncated) = capture.preview();
         let stdout = render(&String::from_utf8_lossy(&bytes));
         let log_shown = policy.display(&log_shown);

@@ -1,5 +1,6 @@
 //! Background jobs: `shell_bash {background: true}`, `shell_output`, `shell_kill`, `shell_jobs`.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -136,7 +137,7 @@ pub struct Job {
 
 impl Job {
     fn exit(&self) -> Option<Exit> {
-        let mut slot = self.exit.lock().unwrap_or_else(|e| e.into_inner());
+        let mut slot = self.exit.locked();
         if slot.is_none()
             && let Some(e) = self.running.try_exit()
         {
@@ -154,29 +155,18 @@ pub struct Jobs {
 
 impl Jobs {
     fn get(&self, id: &str) -> ToolResult<Arc<Job>> {
-        self.table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .get(id)
-            .cloned()
-            .ok_or_else(|| {
-                ToolError::new(
-                    ErrorCode::JobNotFound,
-                    format!("job_id: no job {id}; shell_jobs lists the jobs"),
-                )
-                .with_detail(json!({ "field": "job_id" }))
-            })
+        self.table.locked().get(id).cloned().ok_or_else(|| {
+            ToolError::new(
+                ErrorCode::JobNotFound,
+                format!("job_id: no job {id}; shell_jobs lists the jobs"),
+            )
+            .with_detail(json!({ "field": "job_id" }))
+        })
     }
 
     /// Stop every job (server shutdown).
     pub fn stop_all(&self, grace: Duration) {
-        let jobs: Vec<Arc<Job>> = self
-            .table
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .values()
-            .cloned()
-            .collect();
+        let jobs: Vec<Arc<Job>> = self.table.locked().values().cloned().collect();
         for j in jobs {
             if j.running.alive() {
                 j.running.terminate(grace);
@@ -209,7 +199,7 @@ pub fn start(
         )
     })?;
     let id = {
-        let mut n = state.jobs.next.lock().unwrap_or_else(|e| e.into_inner());
+        let mut n = state.jobs.next.locked();
         *n += 1;
         format!("job-{n}")
     };
@@ -224,12 +214,7 @@ pub fn start(
         cursor: Mutex::new(0),
         log_shown: log_shown.clone(),
     });
-    state
-        .jobs
-        .table
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
-        .insert(id.clone(), job);
+    state.jobs.table.locked().insert(id.clone(), job);
     let mut text = format!(
         "started {id} (pid {pid}); read its output with shell_output, stop it with shell_kill"
     );
@@ -265,7 +250,7 @@ pub async fn output(
 ) -> ToolResult<Reply<OutputResult>> {
     let job = state.jobs.get(&p.job_id)?;
     let since = match p.since {
-        None => *job.cursor.lock().unwrap_or_else(|e| e.into_inner()),
+        None => *job.cursor.locked(),
         Some(n) if n >= 0 => n as u64,
         Some(n) => {
             return Err(ToolError::invalid_field(
@@ -277,11 +262,7 @@ pub async fn output(
     let cap = state.preview_bytes as u64;
     let exit = job.exit();
     let (total, read, log_dropped) = {
-        let c = job
-            .running
-            .capture
-            .lock()
-            .unwrap_or_else(|e| e.into_inner());
+        let c = job.running.capture.locked();
         let read = c
             .log
             .read(since, cap)
@@ -290,7 +271,7 @@ pub async fn output(
     };
     let bytes = read.bytes;
     let next = read.start + bytes.len() as u64;
-    *job.cursor.lock().unwrap_or_else(|e| e.into_inner()) = next;
+    *job.cursor.locked() = next;
     let output = render(&String::from_utf8_lossy(&bytes));
     let running = exit.is_none();
     let mut text = String::new();
@@ -356,7 +337,7 @@ pub async fn kill(
             kitbag_shared::blocking(move || {
                 let e = j.running.wait_exit(Duration::from_secs(10));
                 if let Some(e) = &e {
-                    *j.exit.lock().unwrap_or_else(|p| p.into_inner()) = Some(e.clone());
+                    *j.exit.locked() = Some(e.clone());
                 }
                 Ok(e)
             })
@@ -386,8 +367,7 @@ pub async fn list(
     let jobs: Vec<(String, Arc<Job>)> = state
         .jobs
         .table
-        .lock()
-        .unwrap_or_else(|e| e.into_inner())
+        .locked()
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
@@ -395,12 +375,7 @@ pub async fn list(
     let mut text = String::new();
     for (id, job) in jobs {
         let exit = job.exit();
-        let total = job
-            .running
-            .capture
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .total;
+        let total = job.running.capture.locked().total;
         let info = JobInfo {
             job_id: id.clone(),
             command: job.command.chars().take(200).collect(),

@@ -11,6 +11,7 @@
 //! Offsets are stream offsets (bytes since the command started); [`CappedLog::read`] maps them
 //! to whatever file holds them and reports a requested range that was dropped.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::HashSet;
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -308,7 +309,7 @@ impl LogDir {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
-        self.active.lock().unwrap_or_else(|e| e.into_inner())
+        self.active.locked()
     }
 
     /// Delete finished commands' logs, oldest first, while there are more than `keep` of them

@@ -6,6 +6,7 @@
 //! containment ([`kitbag_shared::contain`]: a cgroup where writable, else the subreaper and
 //! the `KITBAG_JOB` environment tag); [`Running::terminate`] stops both.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::VecDeque;
 use std::io::Read;
 use std::os::fd::{AsRawFd, BorrowedFd};
@@ -189,14 +190,11 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         loop {
             match reader.read(&mut buf) {
                 Ok(0) | Err(_) => break, // EOF, or EIO once every holder of the terminal closed it
-                Ok(n) => cap
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(&buf[..n]),
+                Ok(n) => cap.locked().push(&buf[..n]),
             }
         }
         {
-            let mut c = cap.lock().unwrap_or_else(|e| e.into_inner());
+            let mut c = cap.locked();
             c.log.finish();
             c.eof = true;
         }
@@ -267,12 +265,7 @@ impl Running {
                 return Waited::TimedOut;
             }
             let slice = (deadline - now).min(Duration::from_millis(50));
-            match self
-                .exit_rx
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
-                .recv_timeout(slice)
-            {
+            match self.exit_rx.locked().recv_timeout(slice) {
                 Ok(exit) => return Waited::Exited(exit),
                 Err(RecvTimeoutError::Disconnected) => {
                     return Waited::Exited(Exit {
@@ -291,20 +284,12 @@ impl Running {
 
     /// Non-blocking: the exit, if the shell has ended.
     pub fn try_exit(&self) -> Option<Exit> {
-        self.exit_rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .try_recv()
-            .ok()
+        self.exit_rx.locked().try_recv().ok()
     }
 
     /// Block until the shell's exit is known (after a kill).
     pub fn wait_exit(&self, limit: Duration) -> Option<Exit> {
-        self.exit_rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .recv_timeout(limit)
-            .ok()
+        self.exit_rx.locked().recv_timeout(limit).ok()
     }
 
     /// Whether any process of the command (shell, group, escaped descendants) is alive.
@@ -337,11 +322,7 @@ impl Running {
 
     /// Let the reader drain what the terminal still holds (bounded).
     pub fn drain(&self, limit: Duration) {
-        let _ = self
-            .reader_rx
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .recv_timeout(limit);
+        let _ = self.reader_rx.locked().recv_timeout(limit);
     }
 }
 

@@ -1,5 +1,6 @@
 //! `web_fetch`: one URL → readable text, paged by characters.
 
+use kitbag_shared::lock::LockExt;
 use std::num::NonZeroUsize;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -167,7 +168,7 @@ pub async fn run(
     check_url(&url, &state.cfg).map_err(refusal)?;
     let key = (url.to_string(), raw);
     let cached = {
-        let mut cache = state.cache.lock().unwrap_or_else(|e| e.into_inner());
+        let mut cache = state.cache.locked();
         match cache.get(&key) {
             Some((at, page)) if at.elapsed() < state.ttl => Some(page.clone()),
             _ => None,
@@ -193,8 +194,7 @@ pub async fn run(
             };
             state
                 .cache
-                .lock()
-                .unwrap_or_else(|e| e.into_inner())
+                .locked()
                 .put(key, (Instant::now(), page.clone()));
             (page, false)
         }
