@@ -740,6 +740,19 @@ fn monitor(
 async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Child, String> {
     let own_userns = std::fs::read_link("/proc/self/ns/user").ok();
     let their_userns = std::fs::read_link(format!("/proc/{child_pid}/ns/user")).ok();
+    // The user namespace that owns the sandbox's network namespace: the one slirp4netns must
+    // join. Not always the sandbox's own — bwrap mounting a devpts makes a second, nested
+    // user namespace late in its setup, and slirp4netns joining that one was refused the
+    // network namespace (setns: EPERM) whenever it started after that point. Held open until
+    // slirp4netns has configured the network.
+    let owner =
+        if !is_root() || own_userns != their_userns {
+            Some(crate::nsfd::owner_of_net_ns(child_pid).map_err(|e| {
+                format!("cannot find the user namespace of the sandbox's network: {e}")
+            })?)
+        } else {
+            None
+        };
     let mut cmd = Command::new("slirp4netns");
     cmd.args([
         "--configure",
@@ -748,9 +761,14 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Ch
         "--exit-fd=0",
     ]);
     // An unprivileged bwrap always makes a user namespace, and joining the network namespace
-    // needs it (as root it may have none: then our own would be refused).
-    if !is_root() || own_userns != their_userns {
-        cmd.arg(format!("--userns-path=/proc/{child_pid}/ns/user"));
+    // needs its owner (as root there may be none: then our own would be refused).
+    if let Some(owner) = &owner {
+        use std::os::fd::AsRawFd;
+        cmd.arg(format!(
+            "--userns-path=/proc/{}/fd/{}",
+            std::process::id(),
+            owner.as_raw_fd()
+        ));
     }
     let log = std::fs::File::create(dir.join("slirp4netns.log")).map_err(|e| e.to_string())?;
     cmd.arg(child_pid.to_string())

@@ -12,6 +12,7 @@ pub mod cgroup;
 pub mod guest;
 pub mod instance;
 pub mod lifecycle;
+pub mod nsfd;
 pub mod ports;
 pub mod proto;
 pub mod spawner;
