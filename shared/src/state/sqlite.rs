@@ -128,8 +128,8 @@ pub fn is_descriptor_path(path: &Path) -> bool {
     path.starts_with("/proc/self/fd/")
 }
 
-// Registering a VFS is a C interface: raw pointers and `extern "C"` callbacks. This module is
-// the only place kitbag uses `unsafe`, for exactly that.
+// Registering a VFS is a C interface: raw pointers and `extern "C"` callbacks. One of the two
+// places kitbag uses `unsafe` (the other: kitbag-vm's `nsfd.rs`), for exactly that.
 #[allow(unsafe_code)]
 mod vfs {
     use std::ffi::{CStr, c_char, c_int};
