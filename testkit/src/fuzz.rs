@@ -58,15 +58,24 @@ pub fn wrong_values(schema: &Value) -> Vec<Value> {
     out
 }
 
-/// Deterministic pseudo-random numbers (xorshift), so a failure replays exactly.
-struct Rng(u64);
+/// Deterministic pseudo-random numbers (xorshift), so a failure — or a generated corpus —
+/// replays exactly.
+pub struct Xorshift(pub u64);
 
-impl Rng {
-    fn next(&mut self) -> u64 {
+impl Xorshift {
+    pub fn next_u64(&mut self) -> u64 {
         self.0 ^= self.0 << 13;
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0
+    }
+
+    /// `n` characters drawn from `alphabet`.
+    pub fn pick(&mut self, alphabet: &str, n: usize) -> String {
+        let a: Vec<char> = alphabet.chars().collect();
+        (0..n)
+            .map(|_| a[(self.next_u64() % a.len() as u64) as usize])
+            .collect()
     }
 }
 
@@ -255,10 +264,10 @@ fn fuzz_tools(s: &mut Sender, f: &Fuzz) {
 /// Lines the decoder refuses, with ids that must still be answered, garbage without ids,
 /// and forbidden ids (answered with id null).
 fn fuzz_raw(s: &mut Sender, seed: u64, tool: &str) {
-    let mut rng = Rng(seed);
+    let mut rng = Xorshift(seed);
     for i in 0..40 {
         let id = format!("\"r{i}\"");
-        let line = match rng.next() % 6 {
+        let line = match rng.next_u64() % 6 {
             0 => format!(
                 r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"{tool}","arguments":{{"path":"\ud800"}}}}}}"#
             ),
@@ -281,7 +290,7 @@ fn fuzz_raw(s: &mut Sender, seed: u64, tool: &str) {
             ),
         };
         s.raw(&line, Some(id));
-        let junk = match rng.next() % 4 {
+        let junk = match rng.next_u64() % 4 {
             0 => "this is not json",
             1 => "{\"jsonrpc\":\"2.0\",\"method\":",
             2 => "[1,2,3]",

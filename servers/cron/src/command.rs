@@ -208,13 +208,7 @@ mod tests {
     use super::*;
 
     fn alive(pid: i32) -> bool {
-        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-            Ok(s) => s
-                .rsplit_once(')')
-                .and_then(|(_, r)| r.split_whitespace().next())
-                .is_some_and(|st| st != "Z" && st != "X"),
-            Err(_) => false,
-        }
+        kitbag_shared::process::running(pid as u32)
     }
 
     #[tokio::test]

@@ -5,23 +5,7 @@
 
 use kitbag_memory::secrets::scan;
 
-/// Deterministic pseudo-random characters (xorshift), so the corpus is the same every run.
-struct Gen(u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    fn pick(&mut self, alphabet: &str, n: usize) -> String {
-        let a: Vec<char> = alphabet.chars().collect();
-        (0..n)
-            .map(|_| a[(self.next() % a.len() as u64) as usize])
-            .collect()
-    }
-}
+use kitbag_testkit::fuzz::Xorshift as Gen;
 
 const UP: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ";
 const UPNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";

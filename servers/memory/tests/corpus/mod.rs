@@ -8,23 +8,7 @@
 
 #![allow(dead_code)]
 
-/// Deterministic pseudo-random characters, so the corpus is the same every run.
-pub struct Gen(pub u64);
-
-impl Gen {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-    pub fn pick(&mut self, alphabet: &str, n: usize) -> String {
-        let a: Vec<char> = alphabet.chars().collect();
-        (0..n)
-            .map(|_| a[(self.next() % a.len() as u64) as usize])
-            .collect()
-    }
-}
+pub use kitbag_testkit::fuzz::Xorshift as Gen;
 
 pub const UPNUM: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789";
 pub const B32: &str = "ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
@@ -125,7 +109,7 @@ pub const PROVIDERS: &[(&str, Maker)] = &[
         )
     }),
     ("mailchimp", |g| {
-        format!("{}-us{}", g.pick(HEX, 32), 1 + g.next() % 20)
+        format!("{}-us{}", g.pick(HEX, 32), 1 + g.next_u64() % 20)
     }),
     ("npm", |g| format!("npm_{}", g.pick(ALNUM, 36))),
     ("pypi", |g| {
