@@ -16,14 +16,16 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use rustix::fs::{CWD, RenameFlags, renameat_with};
 
-/// A marker unlikely to occur anywhere else: `OUTSIDE_SENTINEL_<hex>` (a valid identifier in
+/// A marker unlikely to occur anywhere else: `OUTSIDE_SENTINEL_<pid>_<nanos>` (a valid identifier in
 /// most languages, so AST tools can match it too).
 pub fn sentinel() -> String {
     let nanos = SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("OUTSIDE_SENTINEL_{:x}{:x}", std::process::id(), nanos)
+    // Decimal and upper case only: a mixed-case hex tail sometimes looked like a random
+    // credential to kitbag-memory's secret detector, which then refused to store it.
+    format!("OUTSIDE_SENTINEL_{}_{}", std::process::id(), nanos)
 }
 
 /// A running swapper; it stops by itself at its deadline (or when dropped).
