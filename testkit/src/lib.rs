@@ -19,6 +19,7 @@ use serde_json::{Value, json};
 pub mod clients;
 pub mod fuzz;
 pub mod http;
+pub mod llm_mock;
 pub mod race;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,0 +1,251 @@
+//! A loopback model server for tests: it answers each POST with the next scripted reply (a
+//! recorded SSE stream, an HTTP error, a stall, a cut connection) and keeps every request it
+//! received, so tests can check what a client sent.
+
+use std::collections::VecDeque;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::{self, JoinHandle};
+use std::time::Duration;
+
+use serde_json::Value;
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub struct Reply {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    /// The body is written in pieces of this many bytes, flushed one by one.
+    pub piece: usize,
+    /// After the body (or after `cut_after` bytes of it), hold the connection open this long
+    /// without a byte: a stalled stream.
+    pub stall: Duration,
+    /// Write only this many bytes of the body (its whole length is announced), then stall if
+    /// `stall` says so, then close the connection: a broken stream.
+    pub cut_after: Option<usize>,
+}
+
+impl Reply {
+    /// A 200 event stream with this body.
+    pub fn sse(body: impl Into<Vec<u8>>) -> Self {
+        Self {
+            status: 200,
+            headers: vec![("content-type".into(), "text/event-stream".into())],
+            body: body.into(),
+            piece: 29,
+            stall: Duration::ZERO,
+            cut_after: None,
+        }
+    }
+
+    /// An error status with a JSON body.
+    pub fn error(status: u16, body: &str) -> Self {
+        Self {
+            status,
+            headers: vec![("content-type".into(), "application/json".into())],
+            body: body.as_bytes().to_vec(),
+            piece: usize::MAX,
+            stall: Duration::ZERO,
+            cut_after: None,
+        }
+    }
+
+    pub fn header(mut self, name: &str, value: &str) -> Self {
+        self.headers.push((name.into(), value.into()));
+        self
+    }
+}
+
+/// What a client sent.
+#[derive(Debug, Clone)]
+pub struct Received {
+    pub method: String,
+    pub path: String,
+    /// Lower-cased names.
+    pub headers: Vec<(String, String)>,
+    pub body: Value,
+}
+
+impl Received {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+pub struct MockLlm {
+    port: u16,
+    replies: Arc<Mutex<VecDeque<Reply>>>,
+    received: Arc<Mutex<Vec<Received>>>,
+    /// Connections whose client hung up before the reply was written in full.
+    hangups: Arc<Mutex<u32>>,
+    stop: Arc<AtomicBool>,
+    handle: Option<JoinHandle<()>>,
+}
+
+impl MockLlm {
+    pub fn start(replies: Vec<Reply>) -> Self {
+        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        let port = listener.local_addr().expect("addr").port();
+        let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let received = Arc::new(Mutex::new(Vec::new()));
+        let hangups = Arc::new(Mutex::new(0));
+        let stop = Arc::new(AtomicBool::new(false));
+        let (r, rc, h, s) = (
+            replies.clone(),
+            received.clone(),
+            hangups.clone(),
+            stop.clone(),
+        );
+        let handle = thread::spawn(move || {
+            for conn in listener.incoming() {
+                if s.load(Ordering::SeqCst) {
+                    break;
+                }
+                let Ok(conn) = conn else { continue };
+                let (r, rc, h) = (r.clone(), rc.clone(), h.clone());
+                thread::spawn(move || serve(conn, &r, &rc, &h));
+            }
+        });
+        Self {
+            port,
+            replies,
+            received,
+            hangups,
+            stop,
+            handle: Some(handle),
+        }
+    }
+
+    /// `http://127.0.0.1:PORT` (no path).
+    pub fn url(&self) -> String {
+        format!("http://127.0.0.1:{}", self.port)
+    }
+
+    pub fn push(&self, reply: Reply) {
+        self.replies.lock().expect("lock").push_back(reply);
+    }
+
+    pub fn received(&self) -> Vec<Received> {
+        self.received.lock().expect("lock").clone()
+    }
+
+    pub fn hangups(&self) -> u32 {
+        *self.hangups.lock().expect("lock")
+    }
+}
+
+impl Drop for MockLlm {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::SeqCst);
+        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        if let Some(h) = self.handle.take() {
+            let _ = h.join();
+        }
+    }
+}
+
+fn serve(
+    conn: TcpStream,
+    replies: &Mutex<VecDeque<Reply>>,
+    received: &Mutex<Vec<Received>>,
+    hangups: &Mutex<u32>,
+) {
+    let mut reader = BufReader::new(conn.try_clone().expect("clone"));
+    let mut conn = conn;
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).unwrap_or(0) == 0 {
+            return;
+        }
+        let mut parts = line.split_whitespace();
+        let method = parts.next().unwrap_or_default().to_owned();
+        let path = parts.next().unwrap_or_default().to_owned();
+        let mut headers = Vec::new();
+        loop {
+            let mut h = String::new();
+            if reader.read_line(&mut h).unwrap_or(0) == 0 {
+                return;
+            }
+            let h = h.trim_end();
+            if h.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = h.split_once(':') {
+                headers.push((k.trim().to_ascii_lowercase(), v.trim().to_owned()));
+            }
+        }
+        let length = headers
+            .iter()
+            .find(|(k, _)| k == "content-length")
+            .and_then(|(_, v)| v.parse::<usize>().ok())
+            .unwrap_or(0);
+        let mut body = vec![0; length];
+        if reader.read_exact(&mut body).is_err() {
+            return;
+        }
+        received.lock().expect("lock").push(Received {
+            method,
+            path,
+            headers,
+            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+        });
+        let reply = replies
+            .lock()
+            .expect("lock")
+            .pop_front()
+            .unwrap_or_else(|| {
+                Reply::error(
+                    500,
+                    r#"{"error":{"type":"mock_exhausted","message":"no scripted reply left"}}"#,
+                )
+            });
+        if write_reply(&mut conn, &reply).is_err() {
+            *hangups.lock().expect("lock") += 1;
+            return;
+        }
+        if reply.cut_after.is_some() {
+            return;
+        }
+    }
+}
+
+fn write_reply(conn: &mut TcpStream, reply: &Reply) -> std::io::Result<()> {
+    let mut head = format!("HTTP/1.1 {} X\r\n", reply.status);
+    for (k, v) in &reply.headers {
+        head.push_str(&format!("{k}: {v}\r\n"));
+    }
+    head.push_str(&format!("content-length: {}\r\n\r\n", reply.body.len()));
+    conn.write_all(head.as_bytes())?;
+    let body = match reply.cut_after {
+        Some(n) => &reply.body[..n.min(reply.body.len())],
+        None => &reply.body[..],
+    };
+    for piece in body.chunks(reply.piece.max(1)) {
+        conn.write_all(piece)?;
+        conn.flush()?;
+    }
+    if !reply.stall.is_zero() {
+        // Hold the connection, noticing a client that gives up.
+        let deadline = std::time::Instant::now() + reply.stall;
+        conn.set_read_timeout(Some(Duration::from_millis(20)))?;
+        let mut buf = [0u8; 1];
+        while std::time::Instant::now() < deadline {
+            match conn.read(&mut buf) {
+                Ok(0) => return Err(std::io::ErrorKind::ConnectionAborted.into()),
+                Ok(_) => {}
+                Err(e)
+                    if e.kind() == std::io::ErrorKind::WouldBlock
+                        || e.kind() == std::io::ErrorKind::TimedOut => {}
+                Err(e) => return Err(e),
+            }
+        }
+        conn.set_read_timeout(None)?;
+    }
+    Ok(())
+}
