@@ -3,8 +3,10 @@
 //! progress and cancellation. It is also the CLI: `serve`, `tools`, `call`, `doctor`,
 //! and `server <family>` (the embedded servers, re-executed as child processes).
 
+pub mod agent;
 pub mod catalog;
 pub mod config;
+pub mod dispatch;
 pub mod families;
 pub mod fastpath;
 pub mod http;
@@ -83,6 +85,20 @@ pub enum Command {
     Call { tool: String, args: Option<String> },
     /// Start every server and report: started or why not, time to ready, tools, collisions.
     Doctor,
+    /// Run one agent turn: send PROMPT to the model (the `model` setting, or the API key that
+    /// is set) with every tool, run the tools it asks for, print its answer. Progress goes to
+    /// stderr; the conversation to .kitbag/sessions/SESSION.jsonl.
+    Run {
+        /// The session to continue (created if new).
+        #[arg(long, default_value = "default")]
+        session: String,
+        /// An image to send with the prompt (.png, .jpg, .gif, .webp); repeatable.
+        #[arg(long, value_name = "FILE")]
+        image: Vec<PathBuf>,
+        prompt: String,
+    },
+    /// List the sessions with turns and token totals, or show one as text.
+    Sessions { name: Option<String> },
     /// Run one embedded kitbag server on stdio (used as a child process).
     Server {
         family: String,
@@ -126,6 +142,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         families::run(family, args.clone()).await?;
         return Ok(0);
     }
+    if let Some(Command::Sessions { name }) = &cli.command {
+        return agent::sessions_command(name.as_deref());
+    }
     let filter = tracing_subscriber_filter(&cli.log_level);
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
@@ -153,6 +172,19 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         _ => None,
     };
     recursion::refuse_nested_host()?;
+    let prepared_run = match command {
+        Command::Run {
+            session,
+            image,
+            prompt,
+        } => Some(agent::prepare_run(
+            &load_config(&cli)?.settings,
+            session,
+            prompt,
+            image,
+        )?),
+        _ => None,
+    };
     let started = Instant::now();
     let (hub, policy, settings) = start(&cli).await?;
     let host = HostServer {
@@ -309,7 +341,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             i32::from(problems > 0)
         }
-        Command::Server { .. } => 0,
+        Command::Run { .. } => match prepared_run {
+            Some(run) => agent::run_command(&host, run).await?,
+            None => 1,
+        },
+        Command::Server { .. } | Command::Sessions { .. } => 0,
     };
     hub.stop_all(hub::STOP_GRACE);
     Ok(code)

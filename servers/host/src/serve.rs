@@ -16,7 +16,7 @@ use serde::Serialize;
 use serde_json::json;
 
 use crate::fastpath;
-use crate::hub::{Hub, State, protocol_error};
+use crate::hub::{Hub, State};
 
 pub const STATUS_TOOL: &str = "host_status";
 pub const RELOAD_TOOL: &str = "host_reload";
@@ -146,7 +146,7 @@ impl HostServer {
         self.policy.read().map(|p| p.clone()).unwrap_or_default()
     }
 
-    fn agent_name(&self) -> Option<String> {
+    pub(crate) fn agent_name(&self) -> Option<String> {
         self.policy().map(|p| p.agent.clone())
     }
 
@@ -167,7 +167,7 @@ impl HostServer {
         }
     }
 
-    fn reload_tool() -> Tool {
+    pub(crate) fn reload_tool() -> Tool {
         let input = kitbag_shared::schema::input_schema::<StatusParams>().unwrap_or_default();
         Tool::new(
             RELOAD_TOOL,
@@ -446,118 +446,19 @@ impl ServerHandler for HostServer {
             request.name = p.name.into();
             request.arguments = p.arguments;
         }
-        if request.name == STATUS_TOOL {
-            let status = self.status();
-            let mut text = String::new();
-            for s in &status.servers {
-                text.push_str(&format!(
-                    "{}: {:?}, {} tools, {} restarts{}\n",
-                    s.name,
-                    s.state,
-                    s.tools,
-                    s.restarts,
-                    s.last_error
-                        .as_ref()
-                        .map(|e| format!(" — {e}"))
-                        .unwrap_or_default()
-                ));
-            }
-            let mut r =
-                CallToolResult::success(vec![ContentBlock::text(text.trim_end().to_string())]);
-            r.structured_content = serde_json::to_value(&status).ok();
-            return Ok(r.into());
-        }
-        if request.name == RELOAD_TOOL && self.loader.is_some() {
-            if let Some(Err((code, message))) = self.policy().map(|p| p.check(&Self::reload_tool()))
-            {
-                return Ok(error_result(code, message).into());
-            }
-            return Ok(match self.reload().await {
-                Ok(report) => {
-                    let text = format!(
-                        "reloaded: started [{}], stopped [{}], unchanged [{}]",
-                        report.started.join(", "),
-                        report.stopped.join(", "),
-                        report.unchanged.join(", ")
-                    );
-                    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                    r.structured_content = serde_json::to_value(&report).ok();
-                    r
-                }
-                Err(msg) => error_result("invalid_params", msg),
-            }
-            .into());
-        }
-        let route = match self.hub.route(&request.name) {
-            Some(route) => Some(route),
-            // Perhaps the tool of a server a reload is (re)starting: known once it is ready.
-            None => {
-                self.hub.settle().await;
-                self.hub.route(&request.name)
-            }
+        // Progress goes back to this request's own peer: over HTTP every request has its
+        // own (the hub's upstream peer is just the latest one).
+        let meta = crate::dispatch::CallMeta {
+            request_id: request_id(&context.id),
+            progress: context
+                .meta
+                .get_progress_token()
+                .map(|t| (t, Some(context.peer.clone()))),
+            ct: context.ct.clone(),
         };
-        let Some(route) = route else {
-            return Err(protocol_error(format!(
-                "unknown tool `{}`; call tools/list for the available tools",
-                request.name
-            )));
-        };
-        let started = Instant::now();
-        let params = serde_json::Value::Object(request.arguments.clone().unwrap_or_default());
-        // The agent policy is enforced on calls as well as on the list.
-        let result = match self.permit(&request.name) {
-            Err((code, message)) => {
-                if let Some(a) = &self.audit {
-                    a.denied(
-                        &request.name,
-                        &request_id(&context.id),
-                        code,
-                        &json!({"agent": self.agent_name()}),
-                    );
-                }
-                error_result(code, message)
-            }
-            Ok(()) => {
-                // Progress goes back to this request's own peer: over HTTP every request
-                // has its own (the hub's upstream peer is just the latest one).
-                let token = context
-                    .meta
-                    .get_progress_token()
-                    .map(|t| (t, Some(context.peer.clone())));
-                match self
-                    .hub
-                    .call(&route, request.arguments, token, context.ct.clone())
-                    .await
-                {
-                    Ok(r) => r,
-                    Err(msg) if msg == "cancelled" => {
-                        error_result("cancelled", "the request was cancelled".into())
-                    }
-                    Err(msg) => error_result("server_unavailable", msg),
-                }
-            }
-        };
-        if let Some(a) = &self.audit {
-            let code = result
-                .structured_content
-                .as_ref()
-                .and_then(|s| s["error"]["code"].as_str().map(str::to_string))
-                .filter(|_| result.is_error == Some(true));
-            a.event(
-                "tool.call",
-                json!({
-                    "agent": self.agent_name(),
-                    "server": self.hub.server_name(route.child),
-                    "tool": request.name,
-                    "request_id": request_id(&context.id),
-                    "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
-                    "ok": code.is_none(),
-                    "error_code": code,
-                    "params": kitbag_shared::audit::redact_private(&params, &route.private_args),
-                }),
-            );
-        }
-        Ok(result.into())
+        self.dispatch(&request.name, request.arguments, meta)
+            .await
+            .map(Into::into)
     }
 }
 

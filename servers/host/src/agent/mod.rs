@@ -1,0 +1,354 @@
+//! The host as an agent (issue #18): `kitbag run` sends a prompt to a model with every tool of
+//! the hub, runs the tools it asks for in process, and prints its answer; `kitbag sessions`
+//! shows what sessions hold.
+
+pub mod convert;
+pub mod session;
+pub mod turn;
+
+use std::io::IsTerminal;
+use std::path::{Path, PathBuf};
+
+use base64::Engine;
+use kitbag_llm::{Block, Client, Endpoint, Limits, StreamEvent};
+use tokio_util::sync::CancellationToken;
+
+use crate::serve::HostServer;
+use crate::settings::{Setting, get};
+use session::{Record, Session, Window};
+use turn::{Note, TurnConfig, run_turn};
+
+/// The system prompt when `system_prompt` is not set.
+pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a capable software agent working in the user's project through the tools you are given. Use the tools to look before you answer; keep changes minimal and say what you changed. The project root is the current directory.";
+
+/// Safety stop: model calls in one turn.
+pub const MAX_STEPS: u32 = 100;
+
+fn count(settings: &[Setting], key: &str, default: u64) -> u64 {
+    get(settings, key)
+        .and_then(|s| s.value.as_u64())
+        .unwrap_or(default)
+}
+
+pub fn turn_config(settings: &[Setting]) -> TurnConfig {
+    TurnConfig {
+        system: get(settings, "system_prompt")
+            .and_then(|s| s.value.as_str())
+            .filter(|s| !s.trim().is_empty())
+            .unwrap_or(DEFAULT_SYSTEM_PROMPT)
+            .to_owned(),
+        max_tokens: count(settings, "max_tokens", 4096),
+        window: Window {
+            turns: count(settings, "context_turns", 50) as usize,
+            chars: count(settings, "context_chars", 24_000) as usize,
+        },
+        max_steps: MAX_STEPS,
+    }
+}
+
+/// The model client for the `model` setting (or the key that is set).
+pub fn client(settings: &[Setting]) -> anyhow::Result<Client> {
+    let model = get(settings, "model").and_then(|s| s.value.as_str());
+    let endpoint = Endpoint::resolve(model, &|k| std::env::var(k).ok())?;
+    Ok(Client::new(endpoint, Limits::default())?)
+}
+
+/// An image given with `--image`, as a content block.
+pub fn image_block(path: &Path) -> anyhow::Result<Block> {
+    let ext = path
+        .extension()
+        .and_then(|e| e.to_str())
+        .map(str::to_ascii_lowercase)
+        .unwrap_or_default();
+    let media_type = match ext.as_str() {
+        "png" => "image/png",
+        "jpg" | "jpeg" => "image/jpeg",
+        "gif" => "image/gif",
+        "webp" => "image/webp",
+        _ => anyhow::bail!(
+            "--image {}: not an image this host sends; accepted: .png, .jpg, .jpeg, .gif, .webp",
+            path.display()
+        ),
+    };
+    let bytes =
+        std::fs::read(path).map_err(|e| anyhow::anyhow!("--image {}: {e}", path.display()))?;
+    // The providers' own limit is about 5 MB per image.
+    if bytes.len() > 5 << 20 {
+        anyhow::bail!(
+            "--image {}: {} bytes; at most 5 MiB",
+            path.display(),
+            bytes.len()
+        );
+    }
+    Ok(Block::Image {
+        media_type: media_type.into(),
+        data: base64::engine::general_purpose::STANDARD.encode(bytes),
+    })
+}
+
+/// A `kitbag run` checked before any server starts: a bad session name, image or model
+/// setting must not cost a fleet of children.
+pub struct PreparedRun {
+    llm: Client,
+    cfg: TurnConfig,
+    content: Vec<Block>,
+    session: String,
+}
+
+pub fn prepare_run(
+    settings: &[Setting],
+    session_name: &str,
+    prompt: &str,
+    images: &[PathBuf],
+) -> anyhow::Result<PreparedRun> {
+    session::check_name(session_name).map_err(anyhow::Error::msg)?;
+    if prompt.trim().is_empty() && images.is_empty() {
+        anyhow::bail!("PROMPT: empty; say what the agent should do");
+    }
+    let mut content = Vec::new();
+    for p in images {
+        content.push(image_block(p)?);
+    }
+    if !prompt.trim().is_empty() {
+        content.push(Block::text(prompt));
+    }
+    Ok(PreparedRun {
+        llm: client(settings)?,
+        cfg: turn_config(settings),
+        content,
+        session: session_name.to_owned(),
+    })
+}
+
+/// `kitbag run`: one turn, the answer on stdout, progress on stderr. The exit code is 0 for
+/// an answer, 1 for an error.
+pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<i32> {
+    let PreparedRun {
+        llm,
+        cfg,
+        content,
+        session: session_name,
+    } = run;
+    let root = std::env::current_dir()?;
+    let mut session = Session::open(&root, &session_name)?;
+    let cancel = CancellationToken::new();
+    let on_signal = cancel.clone();
+    tokio::spawn(async move {
+        if tokio::signal::ctrl_c().await.is_ok() {
+            on_signal.cancel();
+        }
+    });
+    let live = std::io::stderr().is_terminal();
+    let started = std::time::Instant::now();
+    let mut streamed_text = false;
+    let mut note = |n: Note<'_>| match n {
+        Note::Model(StreamEvent::TextDelta(t)) if live => {
+            eprint!("{t}");
+            streamed_text = true;
+        }
+        Note::Model(StreamEvent::Retry {
+            attempt,
+            wait_ms,
+            reason,
+        }) => eprintln!("[model] attempt {attempt} failed ({reason}); retrying in {wait_ms} ms"),
+        Note::ToolStart { name, input } => {
+            if streamed_text {
+                eprintln!();
+                streamed_text = false;
+            }
+            let args = input.to_string();
+            let shown: String = args.chars().take(160).collect();
+            eprintln!("[tool] {name} {shown}");
+        }
+        Note::ToolDone { name, ok, elapsed } => eprintln!(
+            "[tool] {name} {} in {} ms",
+            if ok { "ok" } else { "failed" },
+            elapsed.as_millis()
+        ),
+        _ => {}
+    };
+    let outcome = run_turn(
+        host,
+        &llm,
+        &cfg,
+        &mut session,
+        content,
+        None,
+        &cancel,
+        &mut note,
+    )
+    .await;
+    if streamed_text {
+        eprintln!();
+    }
+    match outcome {
+        Ok(o) => {
+            println!("{}", o.text);
+            let (total, calls) = session.totals();
+            eprintln!(
+                "[done] {} model calls, {} tool calls, {:.1} s; tokens in {} (+{} cache read, +{} cache write) out {}; session {} ({} calls, {} tokens in all)",
+                o.model_calls,
+                o.tool_calls,
+                started.elapsed().as_secs_f64(),
+                o.usage.input_tokens,
+                o.usage.cache_read,
+                o.usage.cache_creation,
+                o.usage.output_tokens,
+                session.name,
+                calls,
+                total.prompt_tokens() + total.output_tokens
+            );
+            Ok(0)
+        }
+        Err(e) => {
+            eprintln!("kitbag run: {e:#}");
+            Ok(1)
+        }
+    }
+}
+
+/// `kitbag sessions [NAME]`: every session with its turns and tokens, or one as text.
+pub fn sessions_command(name: Option<&str>) -> anyhow::Result<i32> {
+    let root = std::env::current_dir()?;
+    match name {
+        None => {
+            let dir = root.join(".kitbag").join("sessions");
+            let mut names: Vec<String> = match std::fs::read_dir(&dir) {
+                Ok(rd) => rd
+                    .filter_map(Result::ok)
+                    .filter_map(|e| {
+                        e.file_name()
+                            .to_str()
+                            .and_then(|n| n.strip_suffix(".jsonl"))
+                            .map(str::to_owned)
+                    })
+                    .filter(|n| session::check_name(n).is_ok())
+                    .collect(),
+                Err(_) => Vec::new(),
+            };
+            names.sort();
+            if names.is_empty() {
+                println!("no sessions in {}", dir.display());
+            }
+            for n in names {
+                let s = Session::open(&root, &n)?;
+                let turns = s
+                    .records
+                    .iter()
+                    .filter(|r| matches!(r, Record::User { .. }))
+                    .count();
+                let (u, calls) = s.totals();
+                let last = s.records.iter().rev().find_map(|r| match r {
+                    Record::User { ts, .. } | Record::Assistant { ts, .. } => Some(ts.clone()),
+                    _ => None,
+                });
+                println!(
+                    "{n:<24} {turns:>4} turns {calls:>5} model calls  in {:>9} (cache read {:>9}, write {:>8})  out {:>8}  last {}",
+                    u.input_tokens,
+                    u.cache_read,
+                    u.cache_creation,
+                    u.output_tokens,
+                    last.unwrap_or_else(|| "-".into())
+                );
+            }
+            Ok(0)
+        }
+        Some(n) => {
+            session::check_name(n).map_err(anyhow::Error::msg)?;
+            let path = root.join(".kitbag/sessions").join(format!("{n}.jsonl"));
+            if !path.exists() {
+                anyhow::bail!("session {n}: no such session ({})", path.display());
+            }
+            let s = Session::open(&root, n)?;
+            print!("{}", show(&s.records));
+            Ok(0)
+        }
+    }
+}
+
+/// A session as readable text.
+pub fn show(records: &[Record]) -> String {
+    let mut out = String::new();
+    for r in records {
+        match r {
+            Record::User {
+                content,
+                ts,
+                origin,
+            } => {
+                let from = origin
+                    .as_deref()
+                    .map(|o| format!(" ({o})"))
+                    .unwrap_or_default();
+                out.push_str(&format!("\n## user{from} · {ts}\n"));
+                push_blocks(&mut out, content);
+            }
+            Record::Assistant {
+                content, model, ts, ..
+            } => {
+                out.push_str(&format!("\n## assistant · {model} · {ts}\n"));
+                push_blocks(&mut out, content);
+            }
+            Record::ToolResult { content, .. } => push_blocks(&mut out, content),
+            Record::Usage {
+                input_tokens,
+                output_tokens,
+                cache_read,
+                cache_creation,
+                ..
+            } => out.push_str(&format!(
+                "  (tokens: in {input_tokens}, cache read {cache_read}, cache write {cache_creation}, out {output_tokens})\n"
+            )),
+            Record::Compaction {
+                content,
+                covers_through_ts,
+                ..
+            } => out.push_str(&format!(
+                "\n## summary of the conversation through {covers_through_ts}\n{content}\n"
+            )),
+        }
+    }
+    out
+}
+
+fn push_blocks(out: &mut String, blocks: &[Block]) {
+    for b in blocks {
+        match b {
+            Block::Text { text } => {
+                out.push_str(text);
+                out.push('\n');
+            }
+            Block::Image { media_type, .. } => out.push_str(&format!("[image {media_type}]\n")),
+            Block::ToolUse { name, input, .. } => {
+                out.push_str(&format!("→ {name} {input}\n"));
+            }
+            Block::ToolResult {
+                content, is_error, ..
+            } => {
+                let text: String = content
+                    .iter()
+                    .map(|p| match p {
+                        kitbag_llm::ResultPart::Text { text } => text.clone(),
+                        kitbag_llm::ResultPart::Image { media_type, .. } => {
+                            format!("[image {media_type}]")
+                        }
+                    })
+                    .collect::<Vec<_>>()
+                    .join("\n");
+                let shown: String = text.chars().take(400).collect();
+                let more = if text.chars().count() > 400 {
+                    " …"
+                } else {
+                    ""
+                };
+                out.push_str(&format!(
+                    "← {}{shown}{more}\n",
+                    if *is_error { "error: " } else { "" }
+                ));
+            }
+            Block::Thinking { .. } | Block::RedactedThinking { .. } => {
+                out.push_str("[thinking]\n");
+            }
+        }
+    }
+}

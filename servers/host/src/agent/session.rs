@@ -1,0 +1,466 @@
+//! Sessions: `.kitbag/sessions/<name>.jsonl`, append-only and never rewritten (seed 000). One
+//! record per line — `user`, `assistant`, `tool_result`, `usage`, `compaction` — each written
+//! with a single `write` to a file opened with `O_APPEND`, so a crash leaves at worst a torn
+//! last line, which loading skips.
+
+use std::io::Write;
+use std::path::Path;
+
+use kitbag_llm::{Block, Message, Role, StopReason, Usage};
+use kitbag_shared::paths::PathPolicy;
+use kitbag_shared::state::{OFlags, StateDir};
+use serde::{Deserialize, Serialize};
+
+/// One line of a session file.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "role", rename_all = "snake_case")]
+pub enum Record {
+    /// A user turn: a person's prompt, or a synthetic one (`origin`: e.g. `cron:<id>`).
+    User {
+        content: Vec<Block>,
+        ts: String,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        origin: Option<String>,
+    },
+    Assistant {
+        content: Vec<Block>,
+        stop: StopReason,
+        model: String,
+        ts: String,
+    },
+    /// The results of one assistant message's tool calls (`tool_result` blocks).
+    ToolResult { content: Vec<Block>, ts: String },
+    /// One model call's token counts (seed 000 phase 3b).
+    Usage {
+        input_tokens: u64,
+        output_tokens: u64,
+        cache_read: u64,
+        cache_creation: u64,
+        model: String,
+        ts: String,
+        /// What the call was for when it was not a turn step (`compaction`).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        purpose: Option<String>,
+    },
+    /// A summary of the turns before `covers_through_ts` (seed 000 phase 3).
+    Compaction {
+        content: String,
+        covers_through_ts: String,
+        source_hash: String,
+        ts: String,
+    },
+}
+
+pub fn now() -> String {
+    chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+}
+
+/// A session name becomes a file name: letters, digits, `.`, `_`, `-`, at most 64, not
+/// starting with a dot.
+pub fn check_name(name: &str) -> Result<(), String> {
+    let ok = !name.is_empty()
+        && name.len() <= 64
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!(
+            "session: {name:?} is not a session name; use 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'"
+        ))
+    }
+}
+
+pub struct Session {
+    pub name: String,
+    dir: StateDir,
+    file: std::fs::File,
+    pub records: Vec<Record>,
+    /// Lines that could not be read (a torn last line after a crash, or damage).
+    pub skipped_lines: usize,
+}
+
+impl Session {
+    /// Open (creating if needed) `<root>/.kitbag/sessions/<name>.jsonl` and read it.
+    pub fn open(root: &Path, name: &str) -> anyhow::Result<Self> {
+        check_name(name).map_err(anyhow::Error::msg)?;
+        let dir = sessions_dir(root, true)?;
+        let file_name = format!("{name}.jsonl");
+        let file = dir
+            .open_file(
+                &file_name,
+                OFlags::RDWR | OFlags::CREATE | OFlags::APPEND | OFlags::CLOEXEC,
+            )
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.shown_path(&file_name).display()))?;
+        let text = std::io::read_to_string(&file)?;
+        let (records, skipped_lines) = parse(&text);
+        if skipped_lines > 0 {
+            tracing::warn!(
+                session = name,
+                skipped_lines,
+                "unreadable session lines skipped"
+            );
+        }
+        Ok(Self {
+            name: name.to_owned(),
+            dir,
+            file,
+            records,
+            skipped_lines,
+        })
+    }
+
+    pub fn shown_path(&self) -> std::path::PathBuf {
+        self.dir.shown_path(format!("{}.jsonl", self.name))
+    }
+
+    /// Append one record: one `write` of the whole line.
+    pub fn append(&mut self, record: Record) -> anyhow::Result<()> {
+        let mut line = serde_json::to_vec(&record)?;
+        line.push(b'\n');
+        self.file.write_all(&line).map_err(|e| {
+            anyhow::anyhow!(
+                "session {}: could not append: {e}",
+                self.shown_path().display()
+            )
+        })?;
+        self.records.push(record);
+        Ok(())
+    }
+
+    /// Token totals of every model call in the session.
+    pub fn totals(&self) -> (Usage, usize) {
+        totals(&self.records)
+    }
+}
+
+pub fn totals(records: &[Record]) -> (Usage, usize) {
+    let mut u = Usage::default();
+    let mut calls = 0;
+    for r in records {
+        if let Record::Usage {
+            input_tokens,
+            output_tokens,
+            cache_read,
+            cache_creation,
+            ..
+        } = r
+        {
+            u.add(&Usage {
+                input_tokens: *input_tokens,
+                output_tokens: *output_tokens,
+                cache_read: *cache_read,
+                cache_creation: *cache_creation,
+            });
+            calls += 1;
+        }
+    }
+    (u, calls)
+}
+
+pub fn sessions_dir(root: &Path, create: bool) -> anyhow::Result<StateDir> {
+    let policy = PathPolicy::new(root, &[], false)?;
+    let path = root.join(".kitbag").join("sessions");
+    StateDir::open(&policy, &path, create).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+/// Every readable line, and how many were not.
+pub fn parse(text: &str) -> (Vec<Record>, usize) {
+    let mut records = Vec::new();
+    let mut skipped = 0;
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        match serde_json::from_str(line) {
+            Ok(r) => records.push(r),
+            Err(_) => skipped += 1,
+        }
+    }
+    (records, skipped)
+}
+
+/// How much of the history a model call sees (seed 000: `context_turns`, `context_chars`).
+#[derive(Debug, Clone, Copy)]
+pub struct Window {
+    pub turns: usize,
+    pub chars: usize,
+}
+
+/// The conversation a model call sees: the most recent whole turns (a turn runs from one user
+/// record to the next, so an assistant → tool_use → tool_result chain is never split) within
+/// the window; the current turn always. Tool calls that never got a result (a crash while
+/// they ran) are answered with an error result so that the history stays valid.
+pub fn context(records: &[Record], window: Window) -> Vec<Message> {
+    let starts: Vec<usize> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r, Record::User { .. }))
+        .map(|(i, _)| i)
+        .collect();
+    let Some(&last) = starts.last() else {
+        return Vec::new();
+    };
+    let mut from = last;
+    let mut chars = weight(&records[last..]);
+    // The current turn counts as the first; each earlier one is taken whole or not at all.
+    for (turns, &start) in (2..).zip(starts.iter().rev().skip(1)) {
+        let w = weight(&records[start..from]);
+        if turns > window.turns || chars + w > window.chars {
+            break;
+        }
+        chars += w;
+        from = start;
+    }
+    messages(&records[from..])
+}
+
+/// The characters a stretch of records costs in the context (text and arguments).
+fn weight(records: &[Record]) -> usize {
+    records
+        .iter()
+        .map(|r| match r {
+            Record::User { content, .. }
+            | Record::Assistant { content, .. }
+            | Record::ToolResult { content, .. } => content.iter().map(block_weight).sum(),
+            _ => 0,
+        })
+        .sum()
+}
+
+fn block_weight(b: &Block) -> usize {
+    match b {
+        Block::Text { text } => text.len(),
+        Block::ToolUse { input, .. } => input.to_string().len(),
+        Block::ToolResult { content, .. } => content
+            .iter()
+            .map(|p| match p {
+                kitbag_llm::ResultPart::Text { text } => text.len(),
+                kitbag_llm::ResultPart::Image { .. } => 1000,
+            })
+            .sum(),
+        Block::Thinking { thinking, .. } => thinking.len(),
+        Block::Image { .. } => 1000,
+        Block::RedactedThinking { .. } => 100,
+    }
+}
+
+/// Records to messages, repairing unanswered tool calls.
+fn messages(records: &[Record]) -> Vec<Message> {
+    let mut out: Vec<Message> = Vec::new();
+    let mut pending: Vec<String> = Vec::new();
+    let close_pending = |pending: &mut Vec<String>, out: &mut Vec<Message>| {
+        if pending.is_empty() {
+            return;
+        }
+        let content = pending
+            .drain(..)
+            .map(|id| Block::ToolResult {
+                tool_use_id: id,
+                content: vec![kitbag_llm::ResultPart::Text {
+                    text: "error [interrupted]: this call did not finish (the agent stopped while it ran); its effects are unknown".into(),
+                }],
+                is_error: true,
+            })
+            .collect();
+        out.push(Message {
+            role: Role::User,
+            content,
+        });
+    };
+    for r in records {
+        match r {
+            Record::User { content, .. } => {
+                close_pending(&mut pending, &mut out);
+                out.push(Message {
+                    role: Role::User,
+                    content: content.clone(),
+                });
+            }
+            Record::Assistant { content, .. } => {
+                close_pending(&mut pending, &mut out);
+                pending = content
+                    .iter()
+                    .filter_map(|b| match b {
+                        Block::ToolUse { id, .. } => Some(id.clone()),
+                        _ => None,
+                    })
+                    .collect();
+                out.push(Message {
+                    role: Role::Assistant,
+                    content: content.clone(),
+                });
+            }
+            Record::ToolResult { content, .. } => {
+                let mut content = content.clone();
+                // Results for calls that were not asked for are dropped (the API refuses them).
+                content.retain(|b| match b {
+                    Block::ToolResult { tool_use_id, .. } => pending.contains(tool_use_id),
+                    _ => true,
+                });
+                pending.retain(|id| {
+                    !content.iter().any(
+                        |b| matches!(b, Block::ToolResult { tool_use_id, .. } if tool_use_id == id),
+                    )
+                });
+                close_pending_into(&mut pending, &mut content);
+                out.push(Message {
+                    role: Role::User,
+                    content,
+                });
+            }
+            Record::Usage { .. } | Record::Compaction { .. } => {}
+        }
+    }
+    close_pending(&mut pending, &mut out);
+    out
+}
+
+/// Calls still unanswered after a result record get their error result in the same message.
+fn close_pending_into(pending: &mut Vec<String>, content: &mut Vec<Block>) {
+    for id in pending.drain(..) {
+        content.push(Block::ToolResult {
+            tool_use_id: id,
+            content: vec![kitbag_llm::ResultPart::Text {
+                text: "error [interrupted]: this call did not finish; its effects are unknown"
+                    .into(),
+            }],
+            is_error: true,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn user(t: &str) -> Record {
+        Record::User {
+            content: vec![Block::text(t)],
+            ts: now(),
+            origin: None,
+        }
+    }
+
+    fn call(id: &str) -> Record {
+        Record::Assistant {
+            content: vec![Block::ToolUse {
+                id: id.into(),
+                name: "file_read".into(),
+                input: json!({"path": "a"}),
+                invalid_input: None,
+            }],
+            stop: StopReason::ToolUse,
+            model: "m".into(),
+            ts: now(),
+        }
+    }
+
+    fn result(id: &str, text: &str) -> Record {
+        Record::ToolResult {
+            content: vec![Block::ToolResult {
+                tool_use_id: id.into(),
+                content: vec![kitbag_llm::ResultPart::Text { text: text.into() }],
+                is_error: false,
+            }],
+            ts: now(),
+        }
+    }
+
+    fn answer(t: &str) -> Record {
+        Record::Assistant {
+            content: vec![Block::text(t)],
+            stop: StopReason::EndTurn,
+            model: "m".into(),
+            ts: now(),
+        }
+    }
+
+    const WIDE: Window = Window {
+        turns: 100,
+        chars: 1_000_000,
+    };
+
+    #[test]
+    fn records_round_trip_one_per_line_and_torn_lines_are_skipped() {
+        let records = vec![user("hi"), call("t1"), result("t1", "x"), answer("done")];
+        let mut text = String::new();
+        for r in &records {
+            text.push_str(&serde_json::to_string(r).expect("json"));
+            text.push('\n');
+        }
+        text.push_str("{\"role\":\"assistant\",\"content\":[{\"ty");
+        let (back, skipped) = parse(&text);
+        assert_eq!(back, records);
+        assert_eq!(skipped, 1);
+        assert!(
+            text.starts_with(
+                "{\"role\":\"user\",\"content\":[{\"type\":\"text\",\"text\":\"hi\"}]"
+            )
+        );
+    }
+
+    #[test]
+    fn the_window_keeps_whole_recent_turns() {
+        let records = vec![
+            user("first"),
+            call("t1"),
+            result("t1", &"x".repeat(500)),
+            answer("one"),
+            user("second"),
+            answer("two"),
+            user("third"),
+        ];
+        let all = context(&records, WIDE);
+        assert_eq!(all.len(), 7);
+        let two = context(
+            &records,
+            Window {
+                turns: 2,
+                chars: 1_000_000,
+            },
+        );
+        assert_eq!(two[0].text(), "second");
+        assert_eq!(two.len(), 3);
+        // The first turn's 500-char tool result does not fit 100 chars: it goes whole.
+        let small = context(
+            &records,
+            Window {
+                turns: 100,
+                chars: 100,
+            },
+        );
+        assert_eq!(small[0].text(), "second");
+        // The current turn stays even when it alone is over the limit.
+        let tiny = context(&records, Window { turns: 1, chars: 1 });
+        assert_eq!(tiny.len(), 1);
+        assert_eq!(tiny[0].text(), "third");
+    }
+
+    #[test]
+    fn calls_cut_off_by_a_crash_get_an_error_result() {
+        let records = vec![user("go"), call("t1"), user("again")];
+        let m = context(&records, WIDE);
+        assert_eq!(m.len(), 4);
+        match &m[2].content[0] {
+            Block::ToolResult {
+                tool_use_id,
+                is_error,
+                ..
+            } => {
+                assert_eq!(tool_use_id, "t1");
+                assert!(*is_error);
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(m[3].text(), "again");
+    }
+
+    #[test]
+    fn session_names_are_file_names() {
+        assert!(check_name("daily-report_2.v1").is_ok());
+        for bad in ["", ".hidden", "a/b", "../x", "sp ace", &"x".repeat(65)] {
+            assert!(check_name(bad).is_err(), "{bad}");
+        }
+    }
+}

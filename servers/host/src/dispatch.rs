@@ -1,0 +1,140 @@
+//! One tool call through the host, whoever asked: an MCP client (`call_tool`) or the agent
+//! loop (`kitbag run`). The same routes, agent policy and audit either way.
+
+use std::time::Instant;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ProgressToken};
+use rmcp::service::{Peer, RoleServer};
+use serde_json::json;
+
+use crate::hub::protocol_error;
+use crate::serve::{HostServer, RELOAD_TOOL, STATUS_TOOL, error_result};
+
+/// Who asked, for the audit log, progress and cancellation.
+pub struct CallMeta {
+    /// The JSON-RPC id as text (served calls) or the loop's own call id.
+    pub request_id: String,
+    /// Where progress notifications go: the requesting peer, or `None` for the host's own
+    /// local listener (`Hub::local_progress`).
+    pub progress: Option<(ProgressToken, Option<Peer<RoleServer>>)>,
+    pub ct: tokio_util::sync::CancellationToken,
+}
+
+impl HostServer {
+    /// Run the tool `name`: the host's own tools, else the child that offers it. An unknown
+    /// name is a protocol error (the caller decides how to show it); everything else is a
+    /// result, with errors typed in it.
+    pub async fn dispatch(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        meta: CallMeta,
+    ) -> Result<CallToolResult, McpError> {
+        if name == STATUS_TOOL {
+            let status = self.status();
+            let mut text = String::new();
+            for s in &status.servers {
+                text.push_str(&format!(
+                    "{}: {:?}, {} tools, {} restarts{}\n",
+                    s.name,
+                    s.state,
+                    s.tools,
+                    s.restarts,
+                    s.last_error
+                        .as_ref()
+                        .map(|e| format!(" — {e}"))
+                        .unwrap_or_default()
+                ));
+            }
+            let mut r =
+                CallToolResult::success(vec![ContentBlock::text(text.trim_end().to_string())]);
+            r.structured_content = serde_json::to_value(&status).ok();
+            return Ok(r);
+        }
+        if name == RELOAD_TOOL && self.loader.is_some() {
+            if let Some(Err((code, message))) = self.policy().map(|p| p.check(&Self::reload_tool()))
+            {
+                return Ok(error_result(code, message));
+            }
+            return Ok(match self.reload().await {
+                Ok(report) => {
+                    let text = format!(
+                        "reloaded: started [{}], stopped [{}], unchanged [{}]",
+                        report.started.join(", "),
+                        report.stopped.join(", "),
+                        report.unchanged.join(", ")
+                    );
+                    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                    r.structured_content = serde_json::to_value(&report).ok();
+                    r
+                }
+                Err(msg) => error_result("invalid_params", msg),
+            });
+        }
+        let route = match self.hub.route(name) {
+            Some(route) => Some(route),
+            // Perhaps the tool of a server a reload is (re)starting: known once it is ready.
+            None => {
+                self.hub.settle().await;
+                self.hub.route(name)
+            }
+        };
+        let Some(route) = route else {
+            return Err(protocol_error(format!(
+                "unknown tool `{}`; call tools/list for the available tools",
+                name
+            )));
+        };
+        let started = Instant::now();
+        let params = serde_json::Value::Object(arguments.clone().unwrap_or_default());
+        // The agent policy is enforced on calls as well as on the list.
+        let result = match self.permit(name) {
+            Err((code, message)) => {
+                if let Some(a) = &self.audit {
+                    a.denied(
+                        name,
+                        &meta.request_id,
+                        code,
+                        &json!({"agent": self.agent_name()}),
+                    );
+                }
+                error_result(code, message)
+            }
+            Ok(()) => {
+                match self
+                    .hub
+                    .call(&route, arguments, meta.progress, meta.ct.clone())
+                    .await
+                {
+                    Ok(r) => r,
+                    Err(msg) if msg == "cancelled" => {
+                        error_result("cancelled", "the request was cancelled".into())
+                    }
+                    Err(msg) => error_result("server_unavailable", msg),
+                }
+            }
+        };
+        if let Some(a) = &self.audit {
+            let code = result
+                .structured_content
+                .as_ref()
+                .and_then(|s| s["error"]["code"].as_str().map(str::to_string))
+                .filter(|_| result.is_error == Some(true));
+            a.event(
+                "tool.call",
+                json!({
+                    "agent": self.agent_name(),
+                    "server": self.hub.server_name(route.child),
+                    "tool": name,
+                    "request_id": meta.request_id,
+                    "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+                    "ok": code.is_none(),
+                    "error_code": code,
+                    "params": kitbag_shared::audit::redact_private(&params, &route.private_args),
+                }),
+            );
+        }
+        Ok(result)
+    }
+}

@@ -1,0 +1,361 @@
+//! `kitbag run` end to end: a real host with a real kitbag-files child, a loopback model server
+//! replaying recorded streams (the fixtures the official SDKs parse in llm/tests/wire.rs), and
+//! the session file checked record by record.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use kitbag_testkit::llm_mock::{MockLlm, Received, Reply};
+use serde_json::{Value, json};
+
+const A_TOOL_USE: &str = include_str!("../../../llm/tests/fixtures/anthropic/tool_use.sse");
+const A_PARALLEL: &str = include_str!("../../../llm/tests/fixtures/anthropic/parallel_tools.sse");
+const A_TEXT: &str = include_str!("../../../llm/tests/fixtures/anthropic/text.sse");
+const O_TOOL_CALLS: &str = include_str!("../../../llm/tests/fixtures/openai/tool_calls.sse");
+const O_TEXT: &str = include_str!("../../../llm/tests/fixtures/openai/text.sse");
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag"))
+}
+
+/// A project with a.txt and an agent.json running kitbag-files on it.
+fn project() -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::write(d.path().join("a.txt"), "alpha\nbeta\n").expect("w");
+    let cfg = json!({"mcp": {"files": {"command": bin(), "args": ["server", "files", "--root", d.path()]}}});
+    std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("w");
+    d
+}
+
+fn kitbag(dir: &Path, env: &[(&str, String)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir)
+        .args(args)
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .env_remove("KITBAG_MODEL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("ANTHROPIC_BASE_URL")
+        .env_remove("OPENAI_API_KEY")
+        .env_remove("OPENAI_BASE_URL");
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run kitbag")
+}
+
+fn anthropic_env(mock: &MockLlm) -> Vec<(&'static str, String)> {
+    vec![
+        ("ANTHROPIC_API_KEY", "test-key".into()),
+        ("ANTHROPIC_BASE_URL", mock.url()),
+        ("KITBAG_MODEL", "anthropic/claude-test".into()),
+    ]
+}
+
+fn openai_env(mock: &MockLlm) -> Vec<(&'static str, String)> {
+    vec![
+        ("OPENAI_API_KEY", "test-key".into()),
+        ("OPENAI_BASE_URL", format!("{}/v1", mock.url())),
+        ("KITBAG_MODEL", "openai/gpt-test".into()),
+    ]
+}
+
+fn session(dir: &Path, name: &str) -> Vec<Value> {
+    let p: PathBuf = dir.join(".kitbag/sessions").join(format!("{name}.jsonl"));
+    std::fs::read_to_string(&p)
+        .expect("session file")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect()
+}
+
+fn roles(records: &[Value]) -> Vec<&str> {
+    records
+        .iter()
+        .map(|r| r["role"].as_str().expect("role"))
+        .collect()
+}
+
+fn text(o: &Output) -> (String, String) {
+    (
+        String::from_utf8_lossy(&o.stdout).into_owned(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+fn tool_names(r: &Received) -> Vec<String> {
+    r.body["tools"]
+        .as_array()
+        .expect("tools")
+        .iter()
+        .map(|t| {
+            t.get("name")
+                .or_else(|| t["function"].get("name"))
+                .and_then(Value::as_str)
+                .expect("name")
+                .to_owned()
+        })
+        .collect()
+}
+
+#[test]
+fn anthropic_a_prompt_reads_a_file_through_the_hub_and_answers() {
+    let d = project();
+    let mock = MockLlm::start(vec![Reply::sse(A_TOOL_USE), Reply::sse(A_TEXT)]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["run", "--session", "t1", "What is in a.txt?"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "Hello — wörld! 👋\n");
+    assert!(
+        stderr.contains("[tool] file_read {\"path\":\"a.txt\"}"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("[tool] file_read ok"), "{stderr}");
+
+    let sent = mock.received();
+    assert_eq!(sent.len(), 2);
+    let first = &sent[0].body;
+    assert_eq!(sent[0].path, "/v1/messages");
+    assert_eq!(first["model"], "claude-test");
+    assert_eq!(first["stream"], true);
+    assert_eq!(
+        first["messages"],
+        json!([{"role": "user", "content": [{"type": "text", "text": "What is in a.txt?"}]}])
+    );
+    let names = tool_names(&sent[0]);
+    assert!(names.iter().any(|n| n == "file_read"), "{names:?}");
+    assert!(names.iter().any(|n| n == "host_status"), "{names:?}");
+    // The second call carries the model's tool call and the real file's content.
+    let second = &sent[1].body["messages"];
+    assert_eq!(second.as_array().expect("messages").len(), 3);
+    assert_eq!(second[1]["content"][1]["type"], "tool_use");
+    assert_eq!(
+        second[1]["content"][1]["id"],
+        "toolu_01A09q90qw90lq917835lq9"
+    );
+    let result = &second[2]["content"][0];
+    assert_eq!(result["type"], "tool_result");
+    assert_eq!(result["tool_use_id"], "toolu_01A09q90qw90lq917835lq9");
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .expect("text")
+            .contains("alpha"),
+        "{result}"
+    );
+    assert!(result.get("is_error").is_none(), "{result}");
+
+    let records = session(d.path(), "t1");
+    assert_eq!(
+        roles(&records),
+        [
+            "user",
+            "assistant",
+            "usage",
+            "tool_result",
+            "assistant",
+            "usage"
+        ]
+    );
+    assert_eq!(records[1]["stop"], "tool_use");
+    assert_eq!(records[1]["model"], "claude-sonnet-4-5-20250929");
+    let usage = |r: &Value| {
+        json!([
+            r["input_tokens"],
+            r["output_tokens"],
+            r["cache_read"],
+            r["cache_creation"]
+        ])
+    };
+    assert_eq!(usage(&records[2]), json!([812, 37, 640, 0]));
+    assert_eq!(usage(&records[5]), json!([25, 12, 0, 0]));
+    assert_eq!(records[4]["content"][0]["text"], "Hello — wörld! 👋");
+
+    // `kitbag sessions` lists it with its totals; `kitbag sessions t1` shows it.
+    let out = kitbag(d.path(), &[], &["sessions"]);
+    let (list, _) = text(&out);
+    assert!(list.starts_with("t1 "), "{list}");
+    assert!(
+        list.contains("1 turns") && list.contains("2 model calls"),
+        "{list}"
+    );
+    assert!(
+        list.contains("in       837") && list.contains("out       49"),
+        "{list}"
+    );
+    let out = kitbag(d.path(), &[], &["sessions", "t1"]);
+    let (shown, _) = text(&out);
+    assert!(
+        shown.contains("→ file_read {\"path\":\"a.txt\"}"),
+        "{shown}"
+    );
+    assert!(shown.contains("← ") && shown.contains("alpha"), "{shown}");
+}
+
+#[test]
+fn openai_the_same_turn_with_tool_messages_and_cached_tokens() {
+    let d = project();
+    let mock = MockLlm::start(vec![Reply::sse(O_TOOL_CALLS), Reply::sse(O_TEXT)]);
+    let out = kitbag(
+        d.path(),
+        &openai_env(&mock),
+        &["run", "--session", "o", "What is in a.txt?"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "Hello — wörld! 👋\n");
+    let sent = mock.received();
+    assert_eq!(sent[0].path, "/v1/chat/completions");
+    assert_eq!(sent[0].header("authorization"), Some("Bearer test-key"));
+    assert_eq!(
+        sent[0].body["stream_options"],
+        json!({"include_usage": true})
+    );
+    let m = &sent[1].body["messages"];
+    assert_eq!(m[0]["role"], "system");
+    assert_eq!(m[2]["tool_calls"][0]["id"], "call_abc123");
+    assert_eq!(m[3]["role"], "tool");
+    assert_eq!(m[3]["tool_call_id"], "call_abc123");
+    assert!(
+        m[3]["content"].as_str().expect("text").contains("alpha"),
+        "{m}"
+    );
+    let records = session(d.path(), "o");
+    // prompt_tokens 900 of which 640 cached: 260 uncached.
+    assert_eq!(records[2]["input_tokens"], 260);
+    assert_eq!(records[2]["cache_read"], 640);
+    assert_eq!(records[2]["output_tokens"], 21);
+}
+
+#[test]
+fn parallel_calls_run_and_answer_in_the_order_asked_errors_included() {
+    let d = project();
+    let mock = MockLlm::start(vec![Reply::sse(A_PARALLEL), Reply::sse(A_TEXT)]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["run", "--session", "p", "Look around"],
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let sent = mock.received();
+    let results = sent[1].body["messages"][2]["content"]
+        .as_array()
+        .expect("results")
+        .clone();
+    let ids: Vec<&str> = results
+        .iter()
+        .map(|r| r["tool_use_id"].as_str().expect("id"))
+        .collect();
+    assert_eq!(ids, ["toolu_01First", "toolu_01Second", "toolu_01Third"]);
+    // src/main.rs does not exist; search_grep is not offered by this host; host_status works.
+    assert_eq!(results[0]["is_error"], true);
+    assert!(
+        results[0]["content"][0]["text"]
+            .as_str()
+            .expect("t")
+            .contains("not_found"),
+        "{results:?}"
+    );
+    assert_eq!(results[1]["is_error"], true);
+    assert!(
+        results[1]["content"][0]["text"]
+            .as_str()
+            .expect("t")
+            .contains("unknown tool `search_grep`"),
+        "{results:?}"
+    );
+    assert!(results[2].get("is_error").is_none(), "{results:?}");
+    assert!(
+        results[2]["content"][0]["text"]
+            .as_str()
+            .expect("t")
+            .contains("files: Ready"),
+        "{results:?}"
+    );
+}
+
+#[test]
+fn a_session_resumes_and_a_call_cut_off_by_a_crash_is_answered() {
+    let d = project();
+    let mock = MockLlm::start(vec![
+        Reply::sse(A_TOOL_USE),
+        Reply::sse(A_TEXT),
+        Reply::sse(A_TEXT),
+    ]);
+    let env = anthropic_env(&mock);
+    let out = kitbag(d.path(), &env, &["run", "--session", "r", "first"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let out = kitbag(d.path(), &env, &["run", "--session", "r", "second"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let third = &mock.received()[2].body["messages"];
+    let texts: Vec<String> = third
+        .as_array()
+        .expect("m")
+        .iter()
+        .map(|m| m["role"].as_str().expect("role").to_owned())
+        .collect();
+    assert_eq!(texts, ["user", "assistant", "user", "assistant", "user"]);
+    assert_eq!(third[4]["content"][0]["text"], "second");
+
+    // A crash while a tool ran: the session ends with the call and no result, plus a torn line.
+    let dir = d.path().join(".kitbag/sessions");
+    let crashed = [
+        json!({"role": "user", "content": [{"type": "text", "text": "go"}], "ts": "2026-11-25T00:00:00.000Z"}),
+        json!({"role": "assistant", "content": [{"type": "tool_use", "id": "toolu_X", "name": "file_write", "input": {"path": "b.txt", "content": "x"}}], "stop": "tool_use", "model": "m", "ts": "2026-11-25T00:00:01.000Z"}),
+    ];
+    let mut body: String = crashed.iter().map(|r| format!("{r}\n")).collect();
+    body.push_str("{\"role\":\"usage\",\"input_tok");
+    std::fs::write(dir.join("c.jsonl"), body).expect("w");
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT)]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["run", "--session", "c", "what happened?"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let m = &mock.received()[0].body["messages"];
+    assert_eq!(m[2]["content"][0]["tool_use_id"], "toolu_X");
+    assert_eq!(m[2]["content"][0]["is_error"], true);
+    assert_eq!(m[3]["content"][0]["text"], "what happened?");
+}
+
+#[test]
+fn failures_exit_non_zero_with_a_message_to_act_on() {
+    let d = project();
+    // No model and no key.
+    let out = kitbag(d.path(), &[], &["run", "hello"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        stderr.contains("KITBAG_MODEL") && stderr.contains("ANTHROPIC_API_KEY"),
+        "{stderr}"
+    );
+    // A refused key: one request, the variable named, exit 1.
+    let mock = MockLlm::start(vec![Reply::error(
+        401,
+        r#"{"type":"error","error":{"type":"authentication_error","message":"invalid x-api-key"}}"#,
+    )]);
+    let out = kitbag(d.path(), &anthropic_env(&mock), &["run", "hello"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(
+        stderr.contains("ANTHROPIC_API_KEY") && stderr.contains("HTTP 401"),
+        "{stderr}"
+    );
+    assert_eq!(mock.received().len(), 1);
+    // A bad session name changes nothing.
+    let out = kitbag(d.path(), &[], &["run", "--session", "../x", "hello"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).1.contains("session: \"../x\""),
+        "{}",
+        text(&out).1
+    );
+    assert!(!d.path().join(".kitbag/x.jsonl").exists());
+}
