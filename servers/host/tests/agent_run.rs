@@ -359,3 +359,119 @@ fn failures_exit_non_zero_with_a_message_to_act_on() {
     );
     assert!(!d.path().join(".kitbag/x.jsonl").exists());
 }
+
+/// A session of `turns` question/answer turns written as a crashed-free history would be.
+fn write_history(dir: &Path, name: &str, turns: usize) {
+    let d = dir.join(".kitbag/sessions");
+    std::fs::create_dir_all(&d).expect("mkdir");
+    let mut body = String::new();
+    for i in 0..turns {
+        body.push_str(&format!(
+            "{}\n{}\n",
+            json!({"role": "user", "content": [{"type": "text", "text": format!("question {i}")}], "ts": format!("2026-11-25T00:{i:02}:00.000Z")}),
+            json!({"role": "assistant", "content": [{"type": "text", "text": format!("answer {i}")}], "stop": "end_turn", "model": "m", "ts": format!("2026-11-25T00:{i:02}:30.000Z")})
+        ));
+    }
+    std::fs::write(d.join(format!("{name}.jsonl")), body).expect("w");
+}
+
+fn system_text(r: &Received) -> String {
+    r.body["system"].as_str().unwrap_or_default().to_owned()
+}
+
+#[test]
+fn a_long_session_is_summarized_once_reused_and_resummarized_when_history_changes() {
+    let d = project();
+    write_history(d.path(), "long", 10);
+    let mut env_base = vec![("KITBAG_CONTEXT_TURNS", "4".to_string())];
+    // Run 1: 11 turns with a window of 4 drop 7 (> 5): one summary call, then the answer.
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT), Reply::sse(A_TEXT)]);
+    let mut env = anthropic_env(&mock);
+    env.append(&mut env_base.clone());
+    let out = kitbag(d.path(), &env, &["run", "--session", "long", "next"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("turns were summarized"), "{stderr}");
+    let sent = mock.received();
+    assert_eq!(sent.len(), 2);
+    let ask = sent[0].body["messages"][0]["content"][0]["text"]
+        .as_str()
+        .expect("summary prompt")
+        .to_owned();
+    assert!(
+        ask.contains("question 0") && ask.contains("answer 8"),
+        "{ask}"
+    );
+    assert!(ask.ends_with("Focus on decisions made, files modified, and current task state."));
+    assert!(sent[0].body.get("tools").is_none());
+    assert!(
+        system_text(&sent[1])
+            .ends_with("[Context summary from earlier in this conversation: Hello — wörld! 👋]"),
+        "{}",
+        system_text(&sent[1])
+    );
+    // Down to half the window: the answer call sees turns 9 and 10 ("next").
+    let m = sent[1].body["messages"].as_array().expect("m");
+    assert_eq!(m.len(), 3);
+    assert_eq!(m[0]["content"][0]["text"], "question 9");
+    let records = session(d.path(), "long");
+    let compactions: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["role"] == "compaction")
+        .collect();
+    assert_eq!(compactions.len(), 1);
+    assert_eq!(
+        compactions[0]["covers_through_ts"],
+        "2026-11-25T00:08:30.000Z"
+    );
+    assert_eq!(
+        compactions[0]["source_hash"].as_str().expect("hash").len(),
+        64
+    );
+    let purposes: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["role"] == "usage")
+        .map(|r| &r["purpose"])
+        .collect();
+    assert_eq!(purposes, [&json!("compaction"), &Value::Null]);
+
+    // Run 2: the summary is reused, no second summary call.
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT)]);
+    let mut env = anthropic_env(&mock);
+    env.append(&mut env_base.clone());
+    let out = kitbag(d.path(), &env, &["run", "--session", "long", "again"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert_eq!(sent.len(), 1);
+    assert!(system_text(&sent[0]).contains("[Context summary from earlier"));
+    let count = |d: &Path| {
+        session(d, "long")
+            .iter()
+            .filter(|r| r["role"] == "compaction")
+            .count()
+    };
+    assert_eq!(count(d.path()), 1);
+
+    // The covered history changes (an early line edited): the stale summary is not used; a
+    // new one is made.
+    let file = d.path().join(".kitbag/sessions/long.jsonl");
+    let edited =
+        std::fs::read_to_string(&file)
+            .expect("r")
+            .replacen("question 3", "question three", 1);
+    std::fs::write(&file, edited).expect("w");
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT), Reply::sse(A_TEXT)]);
+    let mut env = anthropic_env(&mock);
+    env.append(&mut env_base);
+    let out = kitbag(d.path(), &env, &["run", "--session", "long", "third"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert_eq!(sent.len(), 2, "a new summary call, then the answer");
+    assert!(
+        sent[0].body["messages"][0]["content"][0]["text"]
+            .as_str()
+            .expect("t")
+            .contains("question three")
+    );
+    assert_eq!(count(d.path()), 2);
+}

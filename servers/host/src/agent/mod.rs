@@ -2,6 +2,7 @@
 //! the hub, runs the tools it asks for in process, and prints its answer; `kitbag sessions`
 //! shows what sessions hold.
 
+pub mod compaction;
 pub mod convert;
 pub mod session;
 pub mod turn;
@@ -159,6 +160,9 @@ pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<
             let args = input.to_string();
             let shown: String = args.chars().take(160).collect();
             eprintln!("[tool] {name} {shown}");
+        }
+        Note::Compacted { turns } => {
+            eprintln!("[context] the {turns} earliest turns were summarized (compaction)")
         }
         Note::ToolDone { name, ok, elapsed } => eprintln!(
             "[tool] {name} {} in {} ms",

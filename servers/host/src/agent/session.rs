@@ -191,14 +191,15 @@ pub struct Window {
 /// the window; the current turn always. Tool calls that never got a result (a crash while
 /// they ran) are answered with an error result so that the history stays valid.
 pub fn context(records: &[Record], window: Window) -> Vec<Message> {
-    let starts: Vec<usize> = records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| matches!(r, Record::User { .. }))
-        .map(|(i, _)| i)
-        .collect();
+    messages(&records[fit(records, window)..])
+}
+
+/// Where the turns a model call sees begin: the index of the earliest user record whose turn
+/// and every later one fit the window (the current turn always fits). 0 for no records.
+pub fn fit(records: &[Record], window: Window) -> usize {
+    let starts = turn_starts(records);
     let Some(&last) = starts.last() else {
-        return Vec::new();
+        return 0;
     };
     let mut from = last;
     let mut chars = weight(&records[last..]);
@@ -211,7 +212,22 @@ pub fn context(records: &[Record], window: Window) -> Vec<Message> {
         chars += w;
         from = start;
     }
-    messages(&records[from..])
+    from
+}
+
+/// Whether `records` (a suffix of a session) fit the window as they are.
+pub fn fits(records: &[Record], window: Window) -> bool {
+    turn_starts(records).len() <= window.turns && weight(records) <= window.chars
+}
+
+/// The index of every user record: where turns begin.
+pub fn turn_starts(records: &[Record]) -> Vec<usize> {
+    records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| matches!(r, Record::User { .. }))
+        .map(|(i, _)| i)
+        .collect()
 }
 
 /// The characters a stretch of records costs in the context (text and arguments).
@@ -245,7 +261,7 @@ fn block_weight(b: &Block) -> usize {
 }
 
 /// Records to messages, repairing unanswered tool calls.
-fn messages(records: &[Record]) -> Vec<Message> {
+pub fn messages(records: &[Record]) -> Vec<Message> {
     let mut out: Vec<Message> = Vec::new();
     let mut pending: Vec<String> = Vec::new();
     let close_pending = |pending: &mut Vec<String>, out: &mut Vec<Message>| {

@@ -9,8 +9,9 @@ use kitbag_llm::{Block, Client, Request, ResultPart, StopReason, StreamEvent, Us
 use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
+use super::compaction::{Plan, SUMMARY_PROMPT, inject, last_ts, plan, source_hash, transcript};
 use super::convert::{result_parts, tool_spec};
-use super::session::{Record, Session, Window, context, now};
+use super::session::{Record, Session, Window, now};
 use crate::dispatch::CallMeta;
 use crate::serve::HostServer;
 
@@ -39,6 +40,10 @@ pub enum Note<'a> {
         elapsed: Duration,
     },
     Usage(&'a Usage),
+    /// A summary of `turns` earlier turns was made (compaction).
+    Compacted {
+        turns: usize,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -79,10 +84,32 @@ pub async fn run_turn(
         // The tool list is read at every step: a host_reload during the turn is seen by the
         // next step.
         let tools = host.tools().iter().map(tool_spec).collect();
+        let mut summarized = false;
+        let (messages, summary) = loop {
+            match plan(&session.records, cfg.window, !summarized) {
+                Plan::Ready { messages, summary } => break (messages, summary),
+                Plan::Summarize { boundary, previous } => {
+                    summarize(
+                        llm,
+                        session,
+                        boundary,
+                        previous.as_ref(),
+                        &mut out,
+                        cancel,
+                        note,
+                    )
+                    .await?;
+                    summarized = true;
+                }
+            }
+        };
         let request = Request {
             model: llm.endpoint().spec.model.clone(),
-            system: cfg.system.clone(),
-            messages: context(&session.records, cfg.window),
+            system: match &summary {
+                Some(s) => inject(&cfg.system, s),
+                None => cfg.system.clone(),
+            },
+            messages,
             tools,
             max_tokens: cfg.max_tokens,
             temperature: None,
@@ -149,6 +176,70 @@ pub async fn run_turn(
         "the model was still calling tools after {} model calls; the turn was stopped (the session keeps every step)",
         cfg.max_steps
     )
+}
+
+/// One model call that summarizes `records[..boundary]` (from `previous` on), appended as a
+/// `compaction` record with its own `usage` record.
+async fn summarize(
+    llm: &Client,
+    session: &mut Session,
+    boundary: usize,
+    previous: Option<&(usize, String)>,
+    out: &mut TurnOutcome,
+    cancel: &CancellationToken,
+    note: &mut (dyn FnMut(Note<'_>) + Send),
+) -> anyhow::Result<()> {
+    let records = &session.records;
+    let text = transcript(records, boundary, previous);
+    let request = Request {
+        model: llm.endpoint().spec.model.clone(),
+        system: "You write short, faithful summaries of an agent's conversation with its user, for the agent to continue from.".into(),
+        messages: vec![kitbag_llm::Message::user_text(format!(
+            "{text}\n\n{SUMMARY_PROMPT}"
+        ))],
+        tools: Vec::new(),
+        max_tokens: 1024,
+        temperature: None,
+    };
+    let covers_through_ts = last_ts(&records[..boundary]).unwrap_or_default().to_owned();
+    let hash = source_hash(&records[..boundary]);
+    let turns = super::session::turn_starts(&records[..boundary]).len();
+    let mut on_event = |e: StreamEvent<'_>| {
+        if matches!(e, StreamEvent::Retry { .. }) {
+            note(Note::Model(e));
+        }
+    };
+    let response = tokio::select! {
+        r = llm.stream(&request, &mut on_event) => r?,
+        _ = cancel.cancelled() => anyhow::bail!("cancelled"),
+    };
+    out.model_calls += 1;
+    out.usage.add(&response.usage);
+    let summary = kitbag_llm::types::blocks_text(&response.content);
+    if summary.trim().is_empty() {
+        anyhow::bail!("the model returned an empty summary of the earlier turns");
+    }
+    session.append(Record::Compaction {
+        content: summary,
+        covers_through_ts,
+        source_hash: hash,
+        ts: now(),
+    })?;
+    session.append(Record::Usage {
+        input_tokens: response.usage.input_tokens,
+        output_tokens: response.usage.output_tokens,
+        cache_read: response.usage.cache_read,
+        cache_creation: response.usage.cache_creation,
+        model: if response.model.is_empty() {
+            request.model
+        } else {
+            response.model
+        },
+        ts: now(),
+        purpose: Some("compaction".into()),
+    })?;
+    note(Note::Compacted { turns });
+    Ok(())
 }
 
 /// Run the calls concurrently; results come back in the order the model asked.

@@ -1,0 +1,286 @@
+//! Context compaction (seed 000 phase 3). When more than 5 turns fall out of the window and
+//! no summary covers them, one model call summarizes them; the summary is appended to the
+//! session as a `compaction` record (the raw records are never rewritten) and goes into the
+//! system prompt as `[Context summary from earlier in this conversation: …]`.
+//!
+//! A summary is reused while it is valid: the record it ends at still carries its
+//! `covers_through_ts` and the records it covers still hash to its `source_hash` — a changed
+//! history is never summarized by a stale text. When a new summary is needed it covers the
+//! history down to half the window, so the next turns reuse it instead of summarizing again
+//! at every turn; it is built from the previous summary plus the turns after it.
+
+use sha2::{Digest, Sha256};
+
+use super::session::{Record, Window, fit, fits, messages, turn_starts};
+use kitbag_llm::Message;
+
+/// Summaries are made only when more than this many turns would be dropped.
+pub const MAX_DROPPED_WITHOUT_SUMMARY: usize = 5;
+
+pub const SUMMARY_PROMPT: &str = "Summarize the key points from this conversation so far in 2-3 paragraphs. Focus on decisions made, files modified, and current task state.";
+
+/// The longest transcript a summary call is given (its tail is kept).
+const MAX_TRANSCRIPT_CHARS: usize = 120_000;
+
+/// What the next model call sees, or the summary that must be made first.
+#[derive(Debug, PartialEq)]
+pub enum Plan {
+    Ready {
+        messages: Vec<Message>,
+        summary: Option<String>,
+    },
+    Summarize {
+        /// Summarize `records[..boundary]` (a turn start).
+        boundary: usize,
+        /// A valid earlier summary of `records[..end]`, `end <= boundary`, to build on.
+        previous: Option<(usize, String)>,
+    },
+}
+
+/// A compaction record that still describes the session, and where its coverage ends.
+struct Valid {
+    boundary: usize,
+    content: String,
+}
+
+/// The hash of the records before `boundary` (compaction records left out: they are
+/// appended later and are not part of the conversation).
+pub fn source_hash(records: &[Record]) -> String {
+    let mut h = Sha256::new();
+    for r in records {
+        if matches!(r, Record::Compaction { .. }) {
+            continue;
+        }
+        if let Ok(line) = serde_json::to_string(r) {
+            h.update(line.as_bytes());
+            h.update(b"\n");
+        }
+    }
+    hex::encode(h.finalize())
+}
+
+/// The `ts` of the last conversation record before `boundary`.
+pub fn last_ts(records: &[Record]) -> Option<&str> {
+    records.iter().rev().find_map(|r| match r {
+        Record::User { ts, .. }
+        | Record::Assistant { ts, .. }
+        | Record::ToolResult { ts, .. }
+        | Record::Usage { ts, .. } => Some(ts.as_str()),
+        Record::Compaction { .. } => None,
+    })
+}
+
+/// The newest compaction record whose coverage still matches the records.
+fn latest_valid(records: &[Record]) -> Option<Valid> {
+    let starts = turn_starts(records);
+    for r in records.iter().rev() {
+        let Record::Compaction {
+            content,
+            covers_through_ts,
+            source_hash: hash,
+            ..
+        } = r
+        else {
+            continue;
+        };
+        let hit = starts.iter().find(|&&b| {
+            last_ts(&records[..b]) == Some(covers_through_ts.as_str())
+                && source_hash(&records[..b]) == *hash
+        });
+        if let Some(&boundary) = hit {
+            return Some(Valid {
+                boundary,
+                content: content.clone(),
+            });
+        }
+        // A stale summary is skipped; an older one may still be valid.
+    }
+    None
+}
+
+/// Decide what the next call sees. `may_summarize` is false right after a summary was made
+/// in this step (never loop on summaries).
+pub fn plan(records: &[Record], window: Window, may_summarize: bool) -> Plan {
+    let valid = latest_valid(records);
+    if let Some(v) = &valid
+        && fits(&records[v.boundary..], window)
+    {
+        return Plan::Ready {
+            messages: messages(&records[v.boundary..]),
+            summary: Some(v.content.clone()),
+        };
+    }
+    let from = fit(records, window);
+    let dropped = turn_starts(&records[..from]).len();
+    let covered = valid.as_ref().filter(|v| v.boundary <= from);
+    if dropped <= MAX_DROPPED_WITHOUT_SUMMARY || !may_summarize {
+        // Drop without a new summary; an earlier valid summary still says what it covers.
+        let start = covered.map_or(from, |v| v.boundary.max(from));
+        return Plan::Ready {
+            messages: messages(&records[start..]),
+            summary: covered.map(|v| v.content.clone()),
+        };
+    }
+    let headroom = Window {
+        turns: (window.turns / 2).max(1),
+        chars: window.chars / 2,
+    };
+    let boundary = fit(records, headroom).max(from);
+    Plan::Summarize {
+        boundary,
+        previous: valid
+            .filter(|v| v.boundary <= boundary)
+            .map(|v| (v.boundary, v.content)),
+    }
+}
+
+/// The text a summary call is given: the previous summary, then the turns after it.
+pub fn transcript(
+    records: &[Record],
+    boundary: usize,
+    previous: Option<&(usize, String)>,
+) -> String {
+    let (start, mut out) = match previous {
+        Some((end, text)) => (
+            *end,
+            format!("Summary of the conversation before this part:\n{text}\n"),
+        ),
+        None => (0, String::new()),
+    };
+    out.push_str(&super::show(&records[start..boundary]));
+    if out.len() > MAX_TRANSCRIPT_CHARS {
+        let mut cut = out.len() - MAX_TRANSCRIPT_CHARS;
+        while !out.is_char_boundary(cut) {
+            cut += 1;
+        }
+        out = format!("[… earlier part omitted …]\n{}", &out[cut..]);
+    }
+    out
+}
+
+/// How a summary goes into the system prompt (seed 000's wording).
+pub fn inject(system: &str, summary: &str) -> String {
+    format!("{system}\n\n[Context summary from earlier in this conversation: {summary}]")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use kitbag_llm::{Block, StopReason};
+
+    fn turn(records: &mut Vec<Record>, i: usize) {
+        records.push(Record::User {
+            content: vec![Block::text(format!("question {i}"))],
+            ts: format!("2026-11-25T00:{i:02}:00.000Z"),
+            origin: None,
+        });
+        records.push(Record::Assistant {
+            content: vec![Block::text(format!("answer {i}"))],
+            stop: StopReason::EndTurn,
+            model: "m".into(),
+            ts: format!("2026-11-25T00:{i:02}:30.000Z"),
+        });
+    }
+
+    fn session(turns: usize) -> Vec<Record> {
+        let mut r = Vec::new();
+        for i in 0..turns {
+            turn(&mut r, i);
+        }
+        r
+    }
+
+    const W4: Window = Window {
+        turns: 4,
+        chars: 1_000_000,
+    };
+
+    fn compaction(records: &[Record], boundary: usize, text: &str) -> Record {
+        Record::Compaction {
+            content: text.into(),
+            covers_through_ts: last_ts(&records[..boundary]).expect("ts").into(),
+            source_hash: source_hash(&records[..boundary]),
+            ts: "2026-11-25T01:00:00.000Z".into(),
+        }
+    }
+
+    #[test]
+    fn five_dropped_turns_are_dropped_and_six_are_summarized() {
+        let r = session(9); // 5 dropped with a window of 4
+        match plan(&r, W4, true) {
+            Plan::Ready { messages, summary } => {
+                assert_eq!(messages.len(), 8);
+                assert!(summary.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+        let r = session(10); // 6 dropped
+        match plan(&r, W4, true) {
+            // Down to half the window: the two newest turns stay.
+            Plan::Summarize { boundary, previous } => {
+                assert_eq!(boundary, 16);
+                assert!(previous.is_none());
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_summary_is_reused_until_the_window_fills_then_built_on() {
+        let mut r = session(10);
+        let c = compaction(&r, 16, "S1");
+        r.push(c);
+        // Reused, with the two newest turns, then with each new turn up to four.
+        for extra in 0..3 {
+            match plan(&r, W4, true) {
+                Plan::Ready { messages, summary } => {
+                    assert_eq!(summary.as_deref(), Some("S1"));
+                    assert_eq!(messages.len(), 4 + 2 * extra);
+                }
+                other => panic!("{extra}: {other:?}"),
+            }
+            turn(&mut r, 10 + extra);
+        }
+        // Five turns after the summary: a new one, built on S1.
+        match plan(&r, W4, true) {
+            Plan::Summarize { previous, .. } => {
+                assert_eq!(previous, Some((16, "S1".to_string())));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_summary_of_a_changed_history_is_never_used() {
+        let mut r = session(10);
+        let c = compaction(&r, 16, "S1");
+        r.push(c);
+        // An early record changed after the summary was made.
+        r[2] = Record::User {
+            content: vec![Block::text("edited")],
+            ts: "2026-11-25T00:01:00.000Z".into(),
+            origin: None,
+        };
+        assert!(matches!(
+            plan(&r, W4, true),
+            Plan::Summarize { previous: None, .. }
+        ));
+        // Right after a summary no second one is asked for.
+        assert!(matches!(
+            plan(&r, W4, false),
+            Plan::Ready { summary: None, .. }
+        ));
+    }
+
+    #[test]
+    fn the_transcript_starts_from_the_previous_summary() {
+        let r = session(10);
+        let t = transcript(&r, 16, Some(&(8, "S1".into())));
+        assert!(t.starts_with("Summary of the conversation before this part:\nS1\n"));
+        assert!(t.contains("question 4") && t.contains("answer 7"));
+        assert!(!t.contains("question 3") && !t.contains("question 8"));
+        assert!(
+            inject("sys", "S").ends_with("[Context summary from earlier in this conversation: S]")
+        );
+    }
+}
