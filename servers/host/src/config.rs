@@ -81,6 +81,8 @@ struct AgentFile {
     startup_timeout_sec: Option<u64>,
     #[serde(default)]
     tool_timeout_sec: Option<u64>,
+    #[serde(default)]
+    memory: Option<crate::settings::MemorySettings>,
 }
 
 /// What one agent may use (`kitbag serve --agent NAME`).
@@ -175,6 +177,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
             system_prompt: file.system_prompt,
             startup_timeout_sec: file.startup_timeout_sec,
             tool_timeout_sec: file.tool_timeout_sec,
+            memory: file.memory,
         };
         for (name, v) in file.mcp {
             let entry: ServerEntry = serde_json::from_value(v)
@@ -211,9 +214,18 @@ pub fn with_env(mut cfg: Config, env: impl Fn(&str) -> Option<String>) -> anyhow
             .and_then(|s| s.value.as_u64())
     };
     let (startup, tool) = (secs("startup_timeout_sec"), secs("tool_timeout_sec"));
+    // kitbag-memory reads its limit from the environment: `memory.max_total` reaches every
+    // child that does not set its own.
+    let max_total = secs("memory.max_total");
     for spec in &mut cfg.servers {
         spec.entry.startup_timeout_sec = spec.entry.startup_timeout_sec.or(startup);
         spec.entry.tool_timeout_sec = spec.entry.tool_timeout_sec.or(tool);
+        if let Some(n) = max_total {
+            spec.entry
+                .env
+                .entry("KITBAG_MEMORY_MAX_TOTAL".into())
+                .or_insert_with(|| n.to_string());
+        }
     }
     Ok(cfg)
 }

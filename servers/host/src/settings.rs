@@ -20,7 +20,24 @@ pub struct FileSettings {
     pub startup_timeout_sec: Option<u64>,
     /// Default for every server without its own `tool_timeout_sec`.
     pub tool_timeout_sec: Option<u64>,
+    /// Memory injection and limits (seed 001).
+    pub memory: Option<MemorySettings>,
 }
+
+/// The `memory` block of `agent.json` (seed 001 §1): what the agent loop injects before each
+/// model call, and how many memories kitbag-memory keeps.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct MemorySettings {
+    /// relevant | recent_only | off.
+    pub inject_mode: Option<String>,
+    pub max_inject_chars: Option<u64>,
+    pub max_inject_count: Option<u64>,
+    pub max_total: Option<u64>,
+}
+
+/// The values `memory.inject_mode` takes.
+pub const INJECT_MODES: &[&str] = &["relevant", "recent_only", "off"];
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
@@ -44,6 +61,8 @@ pub struct Setting {
 enum Kind {
     Text,
     Count,
+    /// One of these words.
+    Choice(&'static [&'static str]),
 }
 
 struct Spec {
@@ -96,6 +115,30 @@ const SPECS: &[Spec] = &[
         kind: Kind::Count,
         default: || json!(crate::hub::DEFAULT_TOOL_TIMEOUT.as_secs()),
     },
+    Spec {
+        key: "memory.inject_mode",
+        env: "KITBAG_MEMORY_INJECT_MODE",
+        kind: Kind::Choice(INJECT_MODES),
+        default: || json!("relevant"),
+    },
+    Spec {
+        key: "memory.max_inject_chars",
+        env: "KITBAG_MEMORY_MAX_INJECT_CHARS",
+        kind: Kind::Count,
+        default: || json!(2048),
+    },
+    Spec {
+        key: "memory.max_inject_count",
+        env: "KITBAG_MEMORY_MAX_INJECT_COUNT",
+        kind: Kind::Count,
+        default: || json!(10),
+    },
+    Spec {
+        key: "memory.max_total",
+        env: "KITBAG_MEMORY_MAX_TOTAL",
+        kind: Kind::Count,
+        default: || json!(500),
+    },
 ];
 
 /// Every setting, resolved. `env` looks a variable up (the process environment in
@@ -111,6 +154,17 @@ pub fn resolve(
             Some(raw) => {
                 let v = match spec.kind {
                     Kind::Text => Value::String(raw),
+                    Kind::Choice(words) => {
+                        if !words.contains(&raw.trim()) {
+                            return Err(format!(
+                                "{}={raw}: must be one of {} (it overrides agent.json `{}`)",
+                                spec.env,
+                                words.join(", "),
+                                spec.key
+                            ));
+                        }
+                        Value::String(raw.trim().to_owned())
+                    }
                     Kind::Count => match raw.trim().parse::<u64>() {
                         Ok(n) if n > 0 => json!(n),
                         _ => {
@@ -123,8 +177,20 @@ pub fn resolve(
                 };
                 (v, Source::Env)
             }
-            None => match from_file.get(spec.key) {
-                Some(v) if !v.is_null() => (v.clone(), Source::File),
+            // `memory.max_total` is `max_total` inside the `memory` block.
+            None => match from_file.pointer(&format!("/{}", spec.key.replace('.', "/"))) {
+                Some(v) if !v.is_null() => {
+                    if let (Kind::Choice(words), Some(w)) = (spec.kind, v.as_str())
+                        && !words.contains(&w)
+                    {
+                        return Err(format!(
+                            "agent.json `{}`: {w:?} is not accepted; use one of {}",
+                            spec.key,
+                            words.join(", ")
+                        ));
+                    }
+                    (v.clone(), Source::File)
+                }
                 _ => ((spec.default)(), Source::Default),
             },
         };
@@ -199,5 +265,36 @@ mod tests {
         // An empty variable counts as unset.
         let s = resolve(&FileSettings::default(), env(&[("KITBAG_MODEL", "")])).unwrap();
         assert_eq!(get(&s, "model").unwrap().source, Source::Default);
+    }
+
+    #[test]
+    fn the_memory_block_is_read_nested_and_checked() {
+        let file = FileSettings {
+            memory: Some(MemorySettings {
+                inject_mode: Some("recent_only".into()),
+                max_total: Some(3),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let s = resolve(&file, env(&[("KITBAG_MEMORY_MAX_INJECT_COUNT", "4")])).unwrap();
+        let v = |k| get(&s, k).unwrap().clone();
+        assert_eq!(v("memory.inject_mode").value, json!("recent_only"));
+        assert_eq!(v("memory.inject_mode").source, Source::File);
+        assert_eq!(v("memory.max_total").value, json!(3));
+        assert_eq!(v("memory.max_inject_count").value, json!(4));
+        assert_eq!(v("memory.max_inject_chars").value, json!(2048));
+        let bad = FileSettings {
+            memory: Some(MemorySettings {
+                inject_mode: Some("always".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let e = resolve(&bad, env(&[])).unwrap_err();
+        assert!(
+            e.contains("memory.inject_mode") && e.contains("relevant, recent_only, off"),
+            "{e}"
+        );
     }
 }

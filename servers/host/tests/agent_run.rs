@@ -475,3 +475,103 @@ fn a_long_session_is_summarized_once_reused_and_resummarized_when_history_change
     );
     assert_eq!(count(d.path()), 2);
 }
+
+/// A project whose agent.json runs kitbag-files and kitbag-memory, with a `memory` block.
+fn memory_project(memory: Value) -> tempfile::TempDir {
+    let d = project();
+    let cfg = json!({
+        "mcp": {
+            "files": {"command": bin(), "args": ["server", "files", "--root", d.path()]},
+            "memory": {"command": bin(), "args": ["server", "memory", "--root", d.path()]}
+        },
+        "memory": memory
+    });
+    std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("w");
+    d
+}
+
+fn store(dir: &Path, content: &str) {
+    let out = kitbag(
+        dir,
+        &[],
+        &[
+            "call",
+            "memory_store",
+            &json!({"content": content}).to_string(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out).1);
+}
+
+#[test]
+fn memories_are_injected_in_each_mode_and_the_memory_block_configures_the_store() {
+    let d =
+        memory_project(json!({"inject_mode": "relevant", "max_inject_count": 2, "max_total": 3}));
+    store(d.path(), "The staging database is reset every Sunday.");
+    store(d.path(), "Deploys go out from the release branch only.");
+    store(
+        d.path(),
+        "The Postgres replica lags during the nightly vacuum.",
+    );
+    // max_total 3 from agent.json reached kitbag-memory: a fourth evicts the oldest.
+    store(d.path(), "Lunch is at noon.");
+    let run = |env_extra: &[(&'static str, String)], prompt: &str| {
+        let mock = MockLlm::start(vec![Reply::sse(A_TEXT)]);
+        let mut env = anthropic_env(&mock);
+        env.extend_from_slice(env_extra);
+        let out = kitbag(d.path(), &env, &["run", "--session", "m", prompt]);
+        assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+        system_text(&mock.received()[0])
+    };
+    let relevant = run(&[], "Why is the Postgres replica slow at night?");
+    assert!(relevant.contains("<memories>"), "{relevant}");
+    assert!(relevant.contains("replica lags"), "{relevant}");
+    assert!(
+        !relevant.contains("staging database"),
+        "evicted by max_total: {relevant}"
+    );
+    assert!(
+        relevant.matches("\n- [").count() <= 2,
+        "max_inject_count: {relevant}"
+    );
+
+    // Every memory kept, newest first: three, the oldest gone.
+    let recent = run(
+        &[
+            ("KITBAG_MEMORY_INJECT_MODE", "recent_only".into()),
+            ("KITBAG_MEMORY_MAX_INJECT_COUNT", "10".into()),
+        ],
+        "Why is the Postgres replica slow at night?",
+    );
+    assert!(recent.contains("Lunch is at noon"), "{recent}");
+    assert_eq!(recent.matches("\n- [").count(), 3, "{recent}");
+    assert!(!recent.contains("staging database"), "{recent}");
+
+    let off = run(
+        &[("KITBAG_MEMORY_INJECT_MODE", "off".into())],
+        "Why is the Postgres replica slow at night?",
+    );
+    assert!(!off.contains("<memories>"), "{off}");
+
+    let bad = kitbag(
+        d.path(),
+        &[("KITBAG_MEMORY_INJECT_MODE", "always".into())],
+        &["run", "x"],
+    );
+    assert_eq!(bad.status.code(), Some(1));
+    assert!(
+        text(&bad).1.contains(
+            "KITBAG_MEMORY_INJECT_MODE=always: must be one of relevant, recent_only, off"
+        ),
+        "{}",
+        text(&bad).1
+    );
+    let d2 = memory_project(json!({"inject_mode": "sometimes"}));
+    let out = kitbag(d2.path(), &[], &["doctor"]);
+    assert!(!out.status.success());
+    assert!(
+        text(&out).1.contains("memory.inject_mode"),
+        "{}",
+        text(&out).1
+    );
+}

@@ -47,8 +47,9 @@ pub struct Args {
     #[arg(long, default_value_t = 4096)]
     pub max_content_bytes: usize,
 
-    /// Most memories kept.
-    #[arg(long, default_value_t = 500)]
+    /// Most memories kept (the `memory.max_total` of a kitbag host's agent.json arrives as
+    /// KITBAG_MEMORY_MAX_TOTAL).
+    #[arg(long, default_value_t = 500, env = "KITBAG_MEMORY_MAX_TOTAL")]
     pub max_total: i64,
 
     /// What to do when `max_total` is reached.

@@ -44,6 +44,14 @@ pub fn turn_config(settings: &[Setting]) -> TurnConfig {
             chars: count(settings, "context_chars", 24_000) as usize,
         },
         max_steps: MAX_STEPS,
+        memory: turn::MemoryInjection {
+            mode: get(settings, "memory.inject_mode")
+                .and_then(|s| s.value.as_str())
+                .unwrap_or("relevant")
+                .to_owned(),
+            max_chars: count(settings, "memory.max_inject_chars", 2048),
+            max_count: count(settings, "memory.max_inject_count", 10),
+        },
     }
 }
 

@@ -23,6 +23,16 @@ pub struct TurnConfig {
     pub window: Window,
     /// Model calls per turn before the loop gives up (a model that never stops calling tools).
     pub max_steps: u32,
+    pub memory: MemoryInjection,
+}
+
+/// What kitbag-memory's `memory_context` block adds to the system prompt (seed 001).
+#[derive(Debug, Clone)]
+pub struct MemoryInjection {
+    /// relevant | recent_only | off.
+    pub mode: String,
+    pub max_chars: u64,
+    pub max_count: u64,
 }
 
 /// What happened, for progress output.
@@ -73,6 +83,7 @@ pub async fn run_turn(
         ts: now(),
         origin,
     })?;
+    let memory = memory_block(host, cfg, session).await;
     let mut out = TurnOutcome {
         text: String::new(),
         stop: StopReason::Other,
@@ -103,11 +114,16 @@ pub async fn run_turn(
                 }
             }
         };
+        let mut system = cfg.system.clone();
+        if let Some(m) = &memory {
+            system.push_str("\n\n");
+            system.push_str(m);
+        }
         let request = Request {
             model: llm.endpoint().spec.model.clone(),
             system: match &summary {
-                Some(s) => inject(&cfg.system, s),
-                None => cfg.system.clone(),
+                Some(s) => inject(&system, s),
+                None => system,
             },
             messages,
             tools,
@@ -176,6 +192,48 @@ pub async fn run_turn(
         "the model was still calling tools after {} model calls; the turn was stopped (the session keeps every step)",
         cfg.max_steps
     )
+}
+
+/// The memories block for this turn, from kitbag-memory's `memory_context` when the host
+/// offers it (and the policy allows it). Made once per turn, not per step: a system prompt
+/// that changed between the steps of a tool loop would void the provider's prompt cache.
+async fn memory_block(host: &HostServer, cfg: &TurnConfig, session: &Session) -> Option<String> {
+    const TOOL: &str = "memory_context";
+    if cfg.memory.mode == "off" || !host.tools().iter().any(|t| t.name == TOOL) {
+        return None;
+    }
+    let query = session.records.iter().rev().find_map(|r| match r {
+        Record::User { content, .. } => Some(kitbag_llm::types::blocks_text(content)),
+        _ => None,
+    })?;
+    let mode = if query.trim().is_empty() {
+        "recent_only"
+    } else {
+        cfg.memory.mode.as_str()
+    };
+    let args = serde_json::json!({
+        "query": query.chars().take(1000).collect::<String>(),
+        "mode": mode,
+        "max_inject_chars": cfg.memory.max_chars,
+        "max_inject_count": cfg.memory.max_count,
+    });
+    let meta = CallMeta {
+        request_id: format!("{}/memory_context", session.name),
+        progress: None,
+        ct: CancellationToken::new(),
+    };
+    let r = host
+        .dispatch(TOOL, args.as_object().cloned(), meta)
+        .await
+        .ok()?;
+    if r.is_error == Some(true) {
+        tracing::warn!(result = ?r.content, "memory_context failed; the turn runs without memories");
+        return None;
+    }
+    r.structured_content?["block"]
+        .as_str()
+        .filter(|b| !b.is_empty())
+        .map(str::to_owned)
 }
 
 /// One model call that summarizes `records[..boundary]` (from `previous` on), appended as a
