@@ -35,6 +35,9 @@ pub fn request_body(req: &Request) -> Value {
             .map(|t| json!({"name": t.name, "description": t.description, "input_schema": t.input_schema}))
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+        if req.no_tool_calls {
+            body.insert("tool_choice".into(), json!({"type": "none"}));
+        }
     }
     body.insert("cache_control".into(), json!({"type": "ephemeral"}));
     body.insert("stream".into(), json!(true));

@@ -43,6 +43,9 @@ pub fn request_body(req: &Request, dialect: Dialect) -> Value {
             })
             .collect();
         body.insert("tools".into(), Value::Array(tools));
+        if req.no_tool_calls {
+            body.insert("tool_choice".into(), json!("none"));
+        }
     }
     let limit = match dialect {
         Dialect::OpenAi => "max_completion_tokens",

@@ -116,6 +116,10 @@ pub struct Request {
     pub max_tokens: u64,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub temperature: Option<f64>,
+    /// Offer the tools but forbid calling them (`tool_choice: none`): for the last call of a
+    /// turn whose tool budget is spent — a history with tool calls needs its tools defined.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub no_tool_calls: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]

@@ -8,7 +8,7 @@ use std::net::{TcpListener, TcpStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use serde_json::Value;
 
@@ -67,6 +67,8 @@ pub struct Received {
     /// Lower-cased names.
     pub headers: Vec<(String, String)>,
     pub body: Value,
+    /// When the whole request had arrived.
+    pub at: Instant,
 }
 
 impl Received {
@@ -84,6 +86,8 @@ pub struct MockLlm {
     received: Arc<Mutex<Vec<Received>>>,
     /// Connections whose client hung up before the reply was written in full.
     hangups: Arc<Mutex<u32>>,
+    /// When each reply had been written in full, in order.
+    replied: Arc<Mutex<Vec<Instant>>>,
     stop: Arc<AtomicBool>,
     handle: Option<JoinHandle<()>>,
 }
@@ -95,11 +99,13 @@ impl MockLlm {
         let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
         let received = Arc::new(Mutex::new(Vec::new()));
         let hangups = Arc::new(Mutex::new(0));
+        let replied = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, rc, h, s) = (
+        let (r, rc, h, rp, s) = (
             replies.clone(),
             received.clone(),
             hangups.clone(),
+            replied.clone(),
             stop.clone(),
         );
         let handle = thread::spawn(move || {
@@ -108,8 +114,8 @@ impl MockLlm {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let (r, rc, h) = (r.clone(), rc.clone(), h.clone());
-                thread::spawn(move || serve(conn, &r, &rc, &h));
+                let (r, rc, h, rp) = (r.clone(), rc.clone(), h.clone(), rp.clone());
+                thread::spawn(move || serve(conn, &r, &rc, &h, &rp));
             }
         });
         Self {
@@ -117,6 +123,7 @@ impl MockLlm {
             replies,
             received,
             hangups,
+            replied,
             stop,
             handle: Some(handle),
         }
@@ -138,6 +145,11 @@ impl MockLlm {
     pub fn hangups(&self) -> u32 {
         *self.hangups.lock().expect("lock")
     }
+
+    /// When each reply had been written in full, in the order written.
+    pub fn replied(&self) -> Vec<Instant> {
+        self.replied.lock().expect("lock").clone()
+    }
 }
 
 impl Drop for MockLlm {
@@ -155,7 +167,11 @@ fn serve(
     replies: &Mutex<VecDeque<Reply>>,
     received: &Mutex<Vec<Received>>,
     hangups: &Mutex<u32>,
+    replied: &Mutex<Vec<Instant>>,
 ) {
+    // Small writes go out at once, as a streaming server's do (with Nagle's algorithm a piece
+    // would wait for the client's delayed ACK: ~40 ms that no real model server adds).
+    let _ = conn.set_nodelay(true);
     let mut reader = BufReader::new(conn.try_clone().expect("clone"));
     let mut conn = conn;
     loop {
@@ -194,6 +210,7 @@ fn serve(
             path,
             headers,
             body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            at: Instant::now(),
         });
         let reply = replies
             .lock()
@@ -209,6 +226,7 @@ fn serve(
             *hangups.lock().expect("lock") += 1;
             return;
         }
+        replied.lock().expect("lock").push(Instant::now());
         if reply.cut_after.is_some() {
             return;
         }
@@ -232,10 +250,10 @@ fn write_reply(conn: &mut TcpStream, reply: &Reply) -> std::io::Result<()> {
     }
     if !reply.stall.is_zero() {
         // Hold the connection, noticing a client that gives up.
-        let deadline = std::time::Instant::now() + reply.stall;
+        let deadline = Instant::now() + reply.stall;
         conn.set_read_timeout(Some(Duration::from_millis(20)))?;
         let mut buf = [0u8; 1];
-        while std::time::Instant::now() < deadline {
+        while Instant::now() < deadline {
             match conn.read(&mut buf) {
                 Ok(0) => return Err(std::io::ErrorKind::ConnectionAborted.into()),
                 Ok(_) => {}

@@ -42,6 +42,7 @@ pub struct Cli {
     pub config: Option<PathBuf>,
 
     /// Serve as this agent of the config's `agents` block (allowlist, privilege groups, root).
+    /// For `run`: also the agent pack .kitbag/agents/NAME.md, or `auto` to pick one.
     #[arg(long, global = true, env = "KITBAG_AGENT")]
     pub agent: Option<String>,
 
@@ -129,9 +130,9 @@ type Started = (
     Vec<settings::Setting>,
 );
 
-async fn start(cli: &Cli) -> anyhow::Result<Started> {
+async fn start(cli: &Cli, agent: Option<&str>) -> anyhow::Result<Started> {
     let cfg = load_config(cli)?;
-    let policy = policy::for_agent(&cfg, cli.agent.as_deref())?;
+    let policy = policy::for_agent(&cfg, agent)?;
     let hub = Hub::new(cfg.servers, config_file(cli));
     hub.start_all().await;
     Ok((hub, policy, cfg.settings))
@@ -178,15 +179,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             image,
             prompt,
         } => Some(agent::prepare_run(
-            &load_config(&cli)?.settings,
+            &load_config(&cli)?,
+            cli.agent.as_deref(),
             session,
             prompt,
             image,
         )?),
         _ => None,
     };
+    // For `run`, --agent names a pack; the config's profile of that name applies if there is one.
+    let policy_agent = match &prepared_run {
+        Some(run) => run.policy_agent.clone(),
+        None => cli.agent.clone(),
+    };
     let started = Instant::now();
-    let (hub, policy, settings) = start(&cli).await?;
+    let (hub, policy, settings) = start(&cli, policy_agent.as_deref()).await?;
     let host = HostServer {
         hub: hub.clone(),
         started,

@@ -575,3 +575,225 @@ fn memories_are_injected_in_each_mode_and_the_memory_block_configures_the_store(
         text(&out).1
     );
 }
+
+fn write(dir: &Path, rel: &str, text: &str) {
+    let p = dir.join(rel);
+    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
+    std::fs::write(p, text).expect("w");
+}
+
+fn audit_events(path: &Path) -> Vec<Value> {
+    std::fs::read_to_string(path)
+        .expect("audit log")
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json line"))
+        .collect()
+}
+
+#[test]
+fn an_agent_pack_limits_tools_spends_its_budget_then_answers() {
+    let d = project();
+    write(
+        d.path(),
+        ".kitbag/agents/reader.md",
+        "---\nname: reader\ntemperature: 0.3\ntools: [file_read, host_*]\nmax_tool_calls: 1\n---\nYou only read files.\n",
+    );
+    write(
+        d.path(),
+        ".kitbag/prompt.md",
+        "This repository is a test fixture.",
+    );
+    // OpenAI: the temperature reaches it. One call spends the budget; the next request offers
+    // the tools with tool_choice none and gets the answer.
+    let mock = MockLlm::start(vec![Reply::sse(O_TOOL_CALLS), Reply::sse(O_TEXT)]);
+    let audit = d.path().join("audit.jsonl");
+    let out = kitbag(
+        d.path(),
+        &openai_env(&mock),
+        &[
+            "--audit-log",
+            audit.to_str().expect("utf-8"),
+            "--agent",
+            "reader",
+            "run",
+            "What is in a.txt?",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "Hello — wörld! 👋\n");
+    let sent = mock.received();
+    assert_eq!(sent.len(), 2);
+    let mut names = tool_names(&sent[0]);
+    names.sort();
+    assert_eq!(
+        names,
+        ["file_read", "host_reload", "host_status"],
+        "only the pack's tools"
+    );
+    assert_eq!(sent[0].body["temperature"], json!(0.3));
+    let system = sent[0].body["messages"][0]["content"]
+        .as_str()
+        .expect("system");
+    let core = system
+        .find("You are a capable software agent")
+        .expect("core prompt");
+    let pack = system.find("You only read files.").expect("pack prompt");
+    let workspace = system
+        .find("This repository is a test fixture.")
+        .expect("workspace prompt");
+    assert!(
+        core < pack && pack < workspace,
+        "seed 002's order: {system}"
+    );
+    assert!(sent[0].body.get("tool_choice").is_none());
+    assert_eq!(sent[1].body["tool_choice"], "none");
+    assert!(
+        sent[1].body["messages"][0]["content"]
+            .as_str()
+            .expect("system")
+            .contains("tool-call budget of this agent (1 calls) is spent")
+    );
+    // Seed 002's events: llm.request per model call, tool.call and tool.result per tool call,
+    // perf.first_token, perf.complete once.
+    let events = audit_events(&audit);
+    let kinds = |k: &str| events.iter().filter(|e| e["event"] == k).count();
+    assert_eq!(kinds("llm.request"), 2, "{events:?}");
+    assert_eq!(kinds("tool.call"), 1);
+    assert_eq!(kinds("tool.result"), 1);
+    assert_eq!(kinds("perf.first_token"), 2);
+    assert_eq!(kinds("perf.complete"), 1);
+    let llm = events
+        .iter()
+        .find(|e| e["event"] == "llm.request")
+        .expect("llm.request");
+    assert_eq!(llm["agent"], "reader");
+    assert_eq!(llm["usage"]["cache_read"], 640);
+    let result = events
+        .iter()
+        .find(|e| e["event"] == "tool.result")
+        .expect("tool.result");
+    assert_eq!(result["ok"], true);
+    assert!(
+        result["summary"].as_str().expect("s").contains("alpha"),
+        "{result}"
+    );
+}
+
+#[test]
+fn a_call_outside_the_pack_is_refused_and_auto_routes_by_the_seed_rules() {
+    let d = project();
+    write(
+        d.path(),
+        ".kitbag/agents/chat.quick.md",
+        "---\ntools: [host_status]\n---\nBe brief.\n",
+    );
+    // The model asks for file_read, which the pack does not offer: refused, not run.
+    let mock = MockLlm::start(vec![Reply::sse(A_TOOL_USE), Reply::sse(A_TEXT)]);
+    let audit = d.path().join("audit.jsonl");
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &[
+            "--audit-log",
+            audit.to_str().expect("u"),
+            "--agent",
+            "auto",
+            "run",
+            "hi there",
+        ],
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr.contains("[router] chat.quick (short and conversational)"),
+        "{stderr}"
+    );
+    let result = &mock.received()[1].body["messages"][2]["content"][0];
+    assert_eq!(result["is_error"], true);
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .expect("t")
+            .contains("capability_denied"),
+        "{result}"
+    );
+    let events = audit_events(&audit);
+    let decision = events
+        .iter()
+        .find(|e| e["event"] == "router.decision")
+        .expect("router.decision");
+    assert_eq!(decision["agent"], "chat.quick");
+    assert!(
+        events.iter().all(|e| e["event"] != "tool.call"),
+        "nothing ran: {events:?}"
+    );
+    // An unknown pack (and no such profile) stops before any server starts.
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["--agent", "nope", "run", "hi"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(text(&out).1.contains("no pack"), "{}", text(&out).1);
+    // A broken pack names its file and key.
+    write(
+        d.path(),
+        ".kitbag/agents/bad.md",
+        "---\nmax_tool_calls: lots\n---\n",
+    );
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["--agent", "bad", "run", "hi"],
+    );
+    assert!(
+        text(&out).1.contains("bad.md: `max_tool_calls`"),
+        "{}",
+        text(&out).1
+    );
+}
+
+#[test]
+fn relevant_skills_are_injected_and_others_load_by_name() {
+    let d = project();
+    write(
+        d.path(),
+        ".kitbag/skills/release.md",
+        "---\nname: release\ndescription: Cut a release, bump versions and publish the crates\n---\nRun cargo publish for each crate in dependency order.\n",
+    );
+    write(
+        d.path(),
+        ".kitbag/skills/triage.md",
+        "---\nname: triage\ndescription: Triage a failing CI run\n---\nRead the log tail first.\n",
+    );
+    let load = "event: message_start\ndata: {\"type\":\"message_start\",\"message\":{\"id\":\"m1\",\"type\":\"message\",\"role\":\"assistant\",\"model\":\"m\",\"content\":[],\"stop_reason\":null,\"stop_sequence\":null,\"usage\":{\"input_tokens\":5,\"output_tokens\":1}}}\n\nevent: content_block_start\ndata: {\"type\":\"content_block_start\",\"index\":0,\"content_block\":{\"type\":\"tool_use\",\"id\":\"toolu_s\",\"name\":\"skill_load\",\"input\":{}}}\n\nevent: content_block_delta\ndata: {\"type\":\"content_block_delta\",\"index\":0,\"delta\":{\"type\":\"input_json_delta\",\"partial_json\":\"{\\\"name\\\": \\\"triage\\\"}\"}}\n\nevent: content_block_stop\ndata: {\"type\":\"content_block_stop\",\"index\":0}\n\nevent: message_delta\ndata: {\"type\":\"message_delta\",\"delta\":{\"stop_reason\":\"tool_use\",\"stop_sequence\":null},\"usage\":{\"output_tokens\":9}}\n\nevent: message_stop\ndata: {\"type\":\"message_stop\"}\n\n";
+    let mock = MockLlm::start(vec![Reply::sse(load), Reply::sse(A_TEXT)]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["run", "Publish the crates for the new release"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    let system = system_text(&sent[0]);
+    assert!(system.contains("- release: Cut a release"), "{system}");
+    assert!(
+        system.contains("- triage: Triage a failing CI run"),
+        "{system}"
+    );
+    assert!(
+        system.contains("<skill name=\"release\">\nRun cargo publish"),
+        "{system}"
+    );
+    assert!(!system.contains("Read the log tail first."), "{system}");
+    assert!(tool_names(&sent[0]).iter().any(|n| n == "skill_load"));
+    let result = &sent[1].body["messages"][2]["content"][0];
+    assert!(
+        result["content"][0]["text"]
+            .as_str()
+            .expect("t")
+            .contains("Read the log tail first."),
+        "{result}"
+    );
+}

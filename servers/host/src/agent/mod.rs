@@ -4,7 +4,10 @@
 
 pub mod compaction;
 pub mod convert;
+pub mod frontmatter;
+pub mod packs;
 pub mod session;
+pub mod skills;
 pub mod turn;
 
 use std::io::IsTerminal;
@@ -31,7 +34,15 @@ fn count(settings: &[Setting], key: &str, default: u64) -> u64 {
         .unwrap_or(default)
 }
 
-pub fn turn_config(settings: &[Setting]) -> TurnConfig {
+pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path) -> TurnConfig {
+    let (skills, problems) = skills::load_all(root);
+    for p in problems {
+        eprintln!("[skills] skipped: {p}");
+    }
+    let workspace_prompt = std::fs::read_to_string(root.join(".kitbag").join("prompt.md"))
+        .ok()
+        .filter(|p| !p.trim().is_empty());
+    let history_turns = pack.as_ref().and_then(|p| p.max_history_turns);
     TurnConfig {
         system: get(settings, "system_prompt")
             .and_then(|s| s.value.as_str())
@@ -40,7 +51,7 @@ pub fn turn_config(settings: &[Setting]) -> TurnConfig {
             .to_owned(),
         max_tokens: count(settings, "max_tokens", 4096),
         window: Window {
-            turns: count(settings, "context_turns", 50) as usize,
+            turns: history_turns.unwrap_or_else(|| count(settings, "context_turns", 50)) as usize,
             chars: count(settings, "context_chars", 24_000) as usize,
         },
         max_steps: MAX_STEPS,
@@ -52,12 +63,17 @@ pub fn turn_config(settings: &[Setting]) -> TurnConfig {
             max_chars: count(settings, "memory.max_inject_chars", 2048),
             max_count: count(settings, "memory.max_inject_count", 10),
         },
+        pack,
+        workspace_prompt,
+        skills,
     }
 }
 
-/// The model client for the `model` setting (or the key that is set).
-pub fn client(settings: &[Setting]) -> anyhow::Result<Client> {
-    let model = get(settings, "model").and_then(|s| s.value.as_str());
+/// The model client for the pack's model, else the `model` setting, else the key that is set.
+pub fn client(settings: &[Setting], pack: Option<&packs::Pack>) -> anyhow::Result<Client> {
+    let model = pack
+        .and_then(|p| p.model.as_deref())
+        .or_else(|| get(settings, "model").and_then(|s| s.value.as_str()));
     let endpoint = Endpoint::resolve(model, &|k| std::env::var(k).ok())?;
     Ok(Client::new(endpoint, Limits::default())?)
 }
@@ -95,17 +111,24 @@ pub fn image_block(path: &Path) -> anyhow::Result<Block> {
     })
 }
 
-/// A `kitbag run` checked before any server starts: a bad session name, image or model
+/// A `kitbag run` checked before any server starts: a bad session name, image, pack or model
 /// setting must not cost a fleet of children.
 pub struct PreparedRun {
     llm: Client,
     cfg: TurnConfig,
     content: Vec<Block>,
     session: String,
+    /// The agent profile of agent.json whose policy applies (the pack's name when the config
+    /// has a profile of that name).
+    pub policy_agent: Option<String>,
+    decision: Option<packs::Decision>,
 }
 
+/// `--agent NAME`: the pack `.kitbag/agents/NAME.md` and/or the config's agent profile NAME
+/// (its policy); `--agent auto`: a pack chosen by seed 002's heuristics.
 pub fn prepare_run(
-    settings: &[Setting],
+    config: &crate::config::Config,
+    agent: Option<&str>,
     session_name: &str,
     prompt: &str,
     images: &[PathBuf],
@@ -114,6 +137,7 @@ pub fn prepare_run(
     if prompt.trim().is_empty() && images.is_empty() {
         anyhow::bail!("PROMPT: empty; say what the agent should do");
     }
+    let root = std::env::current_dir()?;
     let mut content = Vec::new();
     for p in images {
         content.push(image_block(p)?);
@@ -121,11 +145,43 @@ pub fn prepare_run(
     if !prompt.trim().is_empty() {
         content.push(Block::text(prompt));
     }
+    let started = std::time::Instant::now();
+    let (pack_name, decision) = match agent {
+        Some("auto") => {
+            let d = packs::route(prompt, &|n| {
+                packs::dir(&root).join(format!("{n}.md")).exists()
+            });
+            (d.agent.clone(), Some((d, started.elapsed())))
+        }
+        other => (other.map(str::to_owned), None),
+    };
+    let pack = match &pack_name {
+        Some(n) => packs::load(&root, n)?,
+        None => None,
+    };
+    let policy_agent = match (&pack_name, &pack) {
+        // A pack alone is enough; a profile of the same name adds its policy.
+        (Some(n), Some(_)) => config.agents.contains_key(n).then(|| n.clone()),
+        // No pack: the profile must exist (the host says so if not).
+        (Some(n), None) if agent != Some("auto") => Some(n.clone()),
+        _ => None,
+    };
+    if let (Some(n), None, None) = (&pack_name, &pack, &decision)
+        && !config.agents.contains_key(n)
+    {
+        anyhow::bail!(
+            "--agent {n}: no pack {} and no such agent in the config",
+            packs::dir(&root).join(format!("{n}.md")).display()
+        );
+    }
+    let settings = &config.settings;
     Ok(PreparedRun {
-        llm: client(settings)?,
-        cfg: turn_config(settings),
+        llm: client(settings, pack.as_ref())?,
+        cfg: turn_config(settings, pack, &root),
         content,
         session: session_name.to_owned(),
+        policy_agent,
+        decision: decision.map(|(d, _)| d),
     })
 }
 
@@ -137,7 +193,26 @@ pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<
         cfg,
         content,
         session: session_name,
+        decision,
+        ..
     } = run;
+    if let Some(d) = &decision {
+        eprintln!(
+            "[router] {} ({}){}",
+            d.wanted,
+            d.reason,
+            if d.agent.is_none() {
+                "; no such pack here, running without one"
+            } else {
+                ""
+            }
+        );
+        turn::audit(
+            host,
+            "router.decision",
+            serde_json::json!({"agent": d.agent, "wanted": d.wanted, "reason": d.reason, "tools_allowed": cfg.pack.as_ref().and_then(|p| p.tools.clone())}),
+        );
+    }
     let root = std::env::current_dir()?;
     let mut session = Session::open(&root, &session_name)?;
     let cancel = CancellationToken::new();

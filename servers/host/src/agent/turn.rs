@@ -5,13 +5,15 @@
 
 use std::time::{Duration, Instant};
 
-use kitbag_llm::{Block, Client, Request, ResultPart, StopReason, StreamEvent, Usage};
-use serde_json::Value;
+use kitbag_llm::{Block, Client, Request, ResultPart, StopReason, StreamEvent, ToolSpec, Usage};
+use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::compaction::{Plan, SUMMARY_PROMPT, inject, last_ts, plan, source_hash, transcript};
 use super::convert::{result_parts, tool_spec};
+use super::packs::Pack;
 use super::session::{Record, Session, Window, now};
+use super::skills::{self, Skill};
 use crate::dispatch::CallMeta;
 use crate::serve::HostServer;
 
@@ -24,6 +26,11 @@ pub struct TurnConfig {
     /// Model calls per turn before the loop gives up (a model that never stops calling tools).
     pub max_steps: u32,
     pub memory: MemoryInjection,
+    /// The agent pack in force (`--agent`), if any.
+    pub pack: Option<Pack>,
+    /// `.kitbag/prompt.md`: the workspace's own instructions.
+    pub workspace_prompt: Option<String>,
+    pub skills: Vec<Skill>,
 }
 
 /// What kitbag-memory's `memory_context` block adds to the system prompt (seed 001).
@@ -78,12 +85,32 @@ pub async fn run_turn(
     cancel: &CancellationToken,
     note: &mut (dyn FnMut(Note<'_>) + Send),
 ) -> anyhow::Result<TurnOutcome> {
+    let turn_started = Instant::now();
+    let prompt = kitbag_llm::types::blocks_text(&user);
     session.append(Record::User {
         content: user,
         ts: now(),
         origin,
     })?;
-    let memory = memory_block(host, cfg, session).await;
+    // Made once per turn, not per step: a system prompt that changed between the steps of a
+    // tool loop would void the provider's prompt cache.
+    let mut system = cfg.system.clone();
+    for part in [
+        cfg.pack.as_ref().map(|p| p.prompt.clone()),
+        cfg.workspace_prompt.clone(),
+        (!cfg.skills.is_empty()).then(|| {
+            let injected = skills::relevant(&cfg.skills, &prompt);
+            skills::block(&cfg.skills, &injected)
+        }),
+        memory_block(host, cfg, session).await,
+    ]
+    .into_iter()
+    .flatten()
+    .filter(|p| !p.trim().is_empty())
+    {
+        system.push_str("\n\n");
+        system.push_str(&part);
+    }
     let mut out = TurnOutcome {
         text: String::new(),
         stop: StopReason::Other,
@@ -91,95 +118,42 @@ pub async fn run_turn(
         tool_calls: 0,
         usage: Usage::default(),
     };
+    let budget = cfg.pack.as_ref().and_then(|p| p.max_tool_calls);
     for _ in 0..cfg.max_steps {
-        // The tool list is read at every step: a host_reload during the turn is seen by the
-        // next step.
-        let tools = host.tools().iter().map(tool_spec).collect();
-        let mut summarized = false;
-        let (messages, summary) = loop {
-            match plan(&session.records, cfg.window, !summarized) {
-                Plan::Ready { messages, summary } => break (messages, summary),
-                Plan::Summarize { boundary, previous } => {
-                    summarize(
-                        llm,
-                        session,
-                        boundary,
-                        previous.as_ref(),
-                        &mut out,
-                        cancel,
-                        note,
-                    )
-                    .await?;
-                    summarized = true;
-                }
-            }
-        };
-        let mut system = cfg.system.clone();
-        if let Some(m) = &memory {
-            system.push_str("\n\n");
-            system.push_str(m);
-        }
-        let request = Request {
-            model: llm.endpoint().spec.model.clone(),
-            system: match &summary {
-                Some(s) => inject(&system, s),
-                None => system,
-            },
-            messages,
-            tools,
-            max_tokens: cfg.max_tokens,
-            temperature: None,
-        };
-        let asked = Instant::now();
-        let mut first = true;
-        let mut on_event = |e: StreamEvent<'_>| {
-            if first
-                && matches!(
-                    e,
-                    StreamEvent::TextDelta(_) | StreamEvent::ToolUseStart { .. }
-                )
-            {
-                first = false;
-                note(Note::FirstToken(asked.elapsed()));
-            }
-            note(Note::Model(e));
-        };
-        let streamed = llm.stream(&request, &mut on_event);
-        let response = tokio::select! {
-            r = streamed => r?,
-            _ = cancel.cancelled() => anyhow::bail!("cancelled"),
-        };
+        let spent = budget.is_some_and(|b| out.tool_calls >= b);
+        let request = build_request(
+            host, llm, cfg, session, &system, spent, &mut out, cancel, note,
+        )
+        .await?;
+        let response = call_model(host, llm, cfg, &request, cancel, note).await?;
         out.model_calls += 1;
         out.usage.add(&response.usage);
         note(Note::Usage(&response.usage));
-        let model = if response.model.is_empty() {
-            request.model.clone()
-        } else {
-            response.model.clone()
-        };
-        session.append(Record::Assistant {
-            content: response.content.clone(),
-            stop: response.stop,
-            model: model.clone(),
-            ts: now(),
-        })?;
-        session.append(Record::Usage {
-            input_tokens: response.usage.input_tokens,
-            output_tokens: response.usage.output_tokens,
-            cache_read: response.usage.cache_read,
-            cache_creation: response.usage.cache_creation,
-            model,
-            ts: now(),
-            purpose: None,
-        })?;
+        record_response(session, &request, &response)?;
         out.stop = response.stop;
         out.text = kitbag_llm::types::blocks_text(&response.content);
         let calls: Vec<&Block> = response.tool_uses().collect();
-        if calls.is_empty() {
+        // With the budget spent the model was told not to call tools; if it still did, its
+        // text is the best answer there is.
+        if calls.is_empty() || spent {
+            audit(
+                host,
+                "perf.complete",
+                json!({
+                    "session": session.name,
+                    "duration_ms": turn_started.elapsed().as_secs_f64() * 1000.0,
+                    "model_calls": out.model_calls,
+                    "tool_calls": out.tool_calls,
+                    "input_tokens": out.usage.input_tokens,
+                    "output_tokens": out.usage.output_tokens,
+                    "cache_read": out.usage.cache_read,
+                    "cache_creation": out.usage.cache_creation,
+                }),
+            );
             return Ok(out);
         }
         out.tool_calls += calls.len() as u32;
-        let results = run_calls(host, &session.name, &calls, cancel, note).await;
+        let results = run_calls(host, cfg, &session.name, &calls, cancel, note).await;
         session.append(Record::ToolResult {
             content: results,
             ts: now(),
@@ -192,6 +166,159 @@ pub async fn run_turn(
         "the model was still calling tools after {} model calls; the turn was stopped (the session keeps every step)",
         cfg.max_steps
     )
+}
+
+/// The next request: the window of the session (summarizing first when the window needs it),
+/// the tools the policy and the pack allow, and — with the tool budget spent — tools offered
+/// but not callable, with a note to answer.
+#[allow(clippy::too_many_arguments)]
+async fn build_request(
+    host: &HostServer,
+    llm: &Client,
+    cfg: &TurnConfig,
+    session: &mut Session,
+    system: &str,
+    budget_spent: bool,
+    out: &mut TurnOutcome,
+    cancel: &CancellationToken,
+    note: &mut (dyn FnMut(Note<'_>) + Send),
+) -> anyhow::Result<Request> {
+    // The tool list is read at every step: a host_reload during the turn is seen by the next
+    // step.
+    let mut tools: Vec<ToolSpec> = host
+        .tools()
+        .iter()
+        .filter(|t| cfg.pack.as_ref().is_none_or(|p| p.allows(&t.name)))
+        .map(tool_spec)
+        .collect();
+    if !cfg.skills.is_empty() {
+        tools.push(skills::tool(&cfg.skills));
+    }
+    let mut summarized = false;
+    let (messages, summary) = loop {
+        match plan(&session.records, cfg.window, !summarized) {
+            Plan::Ready { messages, summary } => break (messages, summary),
+            Plan::Summarize { boundary, previous } => {
+                summarize(llm, session, boundary, previous.as_ref(), out, cancel, note).await?;
+                summarized = true;
+            }
+        }
+    };
+    let mut system = match &summary {
+        Some(s) => inject(system, s),
+        None => system.to_owned(),
+    };
+    if budget_spent {
+        system.push_str(&format!(
+            "\n\nThe tool-call budget of this agent ({} calls) is spent: answer now with what you have, without calling tools.",
+            out.tool_calls
+        ));
+    }
+    Ok(Request {
+        model: llm.endpoint().spec.model.clone(),
+        system,
+        messages,
+        tools,
+        max_tokens: cfg.max_tokens,
+        temperature: cfg.pack.as_ref().and_then(|p| p.temperature),
+        no_tool_calls: budget_spent,
+    })
+}
+
+/// One streamed model call, cancellable, logged as `llm.request` and `perf.first_token`.
+async fn call_model(
+    host: &HostServer,
+    llm: &Client,
+    cfg: &TurnConfig,
+    request: &Request,
+    cancel: &CancellationToken,
+    note: &mut (dyn FnMut(Note<'_>) + Send),
+) -> anyhow::Result<kitbag_llm::Response> {
+    let asked = Instant::now();
+    let mut first = None;
+    let mut on_event = |e: StreamEvent<'_>| {
+        if first.is_none()
+            && matches!(
+                e,
+                StreamEvent::TextDelta(_) | StreamEvent::ToolUseStart { .. }
+            )
+        {
+            first = Some(asked.elapsed());
+            note(Note::FirstToken(asked.elapsed()));
+        }
+        note(Note::Model(e));
+    };
+    let streamed = llm.stream(request, &mut on_event);
+    let result = tokio::select! {
+        r = streamed => r,
+        _ = cancel.cancelled() => anyhow::bail!("cancelled"),
+    };
+    let agent = cfg.pack.as_ref().map(|p| p.name.clone());
+    if let Some(t) = first {
+        audit(
+            host,
+            "perf.first_token",
+            json!({"agent": agent, "model": request.model, "ms": t.as_secs_f64() * 1000.0}),
+        );
+    }
+    let chars: usize = request.messages.iter().map(|m| m.text().len()).sum();
+    let mut fields = json!({
+        "agent": agent,
+        "model": request.model,
+        "messages": request.messages.len(),
+        "message_chars": chars,
+        "system_chars": request.system.len(),
+        "tools": request.tools.len(),
+        "duration_ms": asked.elapsed().as_secs_f64() * 1000.0,
+    });
+    match &result {
+        Ok(r) => {
+            fields["ok"] = json!(true);
+            fields["stop"] = json!(r.stop);
+            fields["usage"] = json!(r.usage);
+        }
+        Err(e) => {
+            fields["ok"] = json!(false);
+            fields["error_code"] = json!(e.code());
+            fields["error"] = json!(e.to_string());
+        }
+    }
+    audit(host, "llm.request", fields);
+    Ok(result?)
+}
+
+fn record_response(
+    session: &mut Session,
+    request: &Request,
+    response: &kitbag_llm::Response,
+) -> anyhow::Result<()> {
+    let model = if response.model.is_empty() {
+        request.model.clone()
+    } else {
+        response.model.clone()
+    };
+    session.append(Record::Assistant {
+        content: response.content.clone(),
+        stop: response.stop,
+        model: model.clone(),
+        ts: now(),
+    })?;
+    session.append(Record::Usage {
+        input_tokens: response.usage.input_tokens,
+        output_tokens: response.usage.output_tokens,
+        cache_read: response.usage.cache_read,
+        cache_creation: response.usage.cache_creation,
+        model,
+        ts: now(),
+        purpose: None,
+    })
+}
+
+/// One line in the host's audit log, when it keeps one (seed 002's logging events).
+pub(crate) fn audit(host: &HostServer, event: &str, fields: serde_json::Value) {
+    if let Some(a) = &host.audit {
+        a.event(event, fields);
+    }
 }
 
 /// The memories block for this turn, from kitbag-memory's `memory_context` when the host
@@ -258,6 +385,7 @@ async fn summarize(
         tools: Vec::new(),
         max_tokens: 1024,
         temperature: None,
+        no_tool_calls: false,
     };
     let covers_through_ts = last_ts(&records[..boundary]).unwrap_or_default().to_owned();
     let hash = source_hash(&records[..boundary]);
@@ -303,6 +431,7 @@ async fn summarize(
 /// Run the calls concurrently; results come back in the order the model asked.
 async fn run_calls(
     host: &HostServer,
+    cfg: &TurnConfig,
     session: &str,
     calls: &[&Block],
     cancel: &CancellationToken,
@@ -324,7 +453,21 @@ async fn run_calls(
         else {
             unreachable!("only tool_use blocks are passed")
         };
+        let denied = cfg.pack.as_ref().filter(|p| !p.allows(name) && name != skills::LOAD_TOOL);
         let (parts, is_error) = match invalid_input {
+            _ if name == skills::LOAD_TOOL && invalid_input.is_none() && !cfg.skills.is_empty() => {
+                let (text, is_error) = skills::load(&cfg.skills, input);
+                (vec![ResultPart::Text { text }], is_error)
+            }
+            _ if denied.is_some() => (
+                vec![ResultPart::Text {
+                    text: format!(
+                        "error [capability_denied]: {name} is not in agent pack `{}`'s tools",
+                        denied.map(|p| p.name.as_str()).unwrap_or_default()
+                    ),
+                }],
+                true,
+            ),
             Some(raw) => (
                 vec![ResultPart::Text {
                     text: format!(
@@ -355,6 +498,30 @@ async fn run_calls(
                 ok: !is_error,
                 elapsed,
             });
+            if let Block::ToolResult { content, .. } = &block {
+                let summary: String = content
+                    .iter()
+                    .map(|p| match p {
+                        ResultPart::Text { text } => text.as_str(),
+                        ResultPart::Image { .. } => "[image]",
+                    })
+                    .collect::<Vec<_>>()
+                    .join(" ")
+                    .chars()
+                    .take(200)
+                    .collect();
+                audit(
+                    host,
+                    "tool.result",
+                    json!({
+                        "session": session,
+                        "tool": name,
+                        "ok": !is_error,
+                        "duration_ms": elapsed.as_secs_f64() * 1000.0,
+                        "summary": summary,
+                    }),
+                );
+            }
             block
         })
         .collect()

@@ -1,0 +1,218 @@
+//! Agent packs (seed 002): `.kitbag/agents/<name>.md`, a prompt with frontmatter — `model`,
+//! `temperature`, `tools` (an allowlist of globs), `max_tool_calls`, `max_history_turns` — and
+//! `--agent auto`, which picks one with seed 002's heuristic-first rules.
+
+use std::path::Path;
+
+use super::frontmatter;
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub struct Pack {
+    pub name: String,
+    pub model: Option<String>,
+    pub temperature: Option<f64>,
+    /// Globs; `None` = every tool the host's policy allows.
+    pub tools: Option<Vec<String>>,
+    pub max_tool_calls: Option<u32>,
+    pub max_history_turns: Option<u64>,
+    pub prompt: String,
+}
+
+const KEYS: &[&str] = &[
+    "name",
+    "description",
+    "model",
+    "temperature",
+    "tools",
+    "max_tool_calls",
+    "max_history_turns",
+];
+
+pub fn dir(root: &Path) -> std::path::PathBuf {
+    root.join(".kitbag").join("agents")
+}
+
+/// Load `.kitbag/agents/<name>.md`; `Ok(None)` when there is no such file.
+pub fn load(root: &Path, name: &str) -> anyhow::Result<Option<Pack>> {
+    super::session::check_name(name)
+        .map_err(|e| anyhow::anyhow!("--agent: {}", e.trim_start_matches("session: ")))?;
+    let path = dir(root).join(format!("{name}.md"));
+    let text = match std::fs::read_to_string(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => anyhow::bail!("{}: {e}", path.display()),
+    };
+    parse(name, &text)
+        .map(Some)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
+}
+
+pub fn parse(name: &str, text: &str) -> Result<Pack, String> {
+    let d = frontmatter::parse(text)?;
+    let unknown = d.unknown_keys(KEYS);
+    if !unknown.is_empty() {
+        return Err(format!(
+            "unknown keys {}; a pack takes {}",
+            unknown.join(", "),
+            KEYS.join(", ")
+        ));
+    }
+    let temperature = d.number::<f64>("temperature", "a number from 0 to 2")?;
+    if let Some(t) = temperature
+        && !(0.0..=2.0).contains(&t)
+    {
+        return Err(format!("`temperature`: {t} is not from 0 to 2"));
+    }
+    let max_tool_calls = d.number::<u32>("max_tool_calls", "a whole number")?;
+    let max_history_turns = d.number::<u64>("max_history_turns", "a whole number")?;
+    if max_history_turns == Some(0) {
+        return Err("`max_history_turns`: must be at least 1".into());
+    }
+    let tools = d.list("tools")?;
+    if let Some(globs) = &tools {
+        for g in globs {
+            globset::Glob::new(g).map_err(|e| format!("`tools`: {g:?} is not a glob: {e}"))?;
+        }
+    }
+    Ok(Pack {
+        name: d.scalar("name")?.unwrap_or(name).to_owned(),
+        model: d.scalar("model")?.map(str::to_owned),
+        temperature,
+        tools,
+        max_tool_calls,
+        max_history_turns,
+        prompt: d.body,
+    })
+}
+
+impl Pack {
+    /// Whether the pack lets the model use `tool`.
+    pub fn allows(&self, tool: &str) -> bool {
+        match &self.tools {
+            None => true,
+            Some(globs) => globs.iter().any(|g| {
+                globset::Glob::new(g)
+                    .map(|g| g.compile_matcher().is_match(tool))
+                    .unwrap_or(false)
+            }),
+        }
+    }
+}
+
+/// What `--agent auto` chose and why (logged as `router.decision`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decision {
+    /// The pack's name; `None` when the chosen pack does not exist here (no pack is used).
+    pub agent: Option<String>,
+    pub wanted: &'static str,
+    pub reason: &'static str,
+}
+
+/// Seed 002's heuristic-first router over the packs that exist. No router model is called:
+/// when no rule decides, `chat.quick` for short messages and `tool.use` otherwise.
+pub fn route(prompt: &str, exists: &dyn Fn(&str) -> bool) -> Decision {
+    let p = prompt.to_lowercase();
+    let words = p.split_whitespace().count();
+    let has = |needles: &[&str]| needles.iter().any(|n| p.contains(n));
+    let mentions_file = p.split_whitespace().any(|w| {
+        let w = w.trim_matches(|c: char| !c.is_alphanumeric() && c != '.' && c != '/');
+        w.contains('/')
+            || w.rsplit_once('.').is_some_and(|(a, b)| {
+                !a.is_empty()
+                    && (1..=5).contains(&b.len())
+                    && b.chars().all(|c| c.is_ascii_alphanumeric())
+            })
+    });
+    let (wanted, reason) = if has(&[
+        "error",
+        "stack trace",
+        "traceback",
+        "panic",
+        "hang",
+        "why doesn't",
+        "why does not",
+        "crash",
+    ]) {
+        ("debug.triage", "mentions an error, a crash or a hang")
+    } else if has(&["design", "architecture", "tradeoff", "trade-off"]) {
+        ("code.arch", "asks about design or architecture")
+    } else if has(&[
+        "add ",
+        "fix ",
+        "refactor",
+        "implement",
+        "rename ",
+        "change ",
+    ]) && mentions_file
+    {
+        ("code.change", "asks for an edit and names a file")
+    } else if words <= 8 {
+        ("chat.quick", "short and conversational")
+    } else {
+        ("tool.use", "no rule matched; a general tool loop")
+    };
+    Decision {
+        agent: exists(wanted).then(|| wanted.to_owned()),
+        wanted,
+        reason,
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn packs_parse_with_typed_errors() {
+        let p = parse(
+            "change",
+            "---\nname: code.change\ntemperature: 0.1\ntools: [file_*, search_grep]\nmax_tool_calls: 3\nmax_history_turns: 20\n---\nSmall patches.",
+        )
+        .expect("ok");
+        assert_eq!(p.name, "code.change");
+        assert!(p.allows("file_read") && p.allows("search_grep") && !p.allows("shell_bash"));
+        assert_eq!((p.max_tool_calls, p.max_history_turns), (Some(3), Some(20)));
+        assert_eq!(p.prompt, "Small patches.");
+        assert!(
+            parse("x", "---\ntemprature: 1\n---\n")
+                .unwrap_err()
+                .contains("temprature")
+        );
+        assert!(
+            parse("x", "---\ntemperature: 7\n---\n")
+                .unwrap_err()
+                .contains("0 to 2")
+        );
+        assert!(
+            parse("x", "---\ntools: ['[']\n---\n")
+                .unwrap_err()
+                .contains("glob")
+        );
+        assert!(parse("x", "no frontmatter").expect("ok").allows("anything"));
+    }
+
+    #[test]
+    fn the_router_follows_the_seed_heuristics() {
+        let all = |_: &str| true;
+        let r = |p: &str| route(p, &all).wanted;
+        assert_eq!(
+            r("Why does the server crash with this stack trace?"),
+            "debug.triage"
+        );
+        assert_eq!(
+            r("What are the tradeoffs of moving cron to SQLite?"),
+            "code.arch"
+        );
+        assert_eq!(
+            r("Please fix the off-by-one in src/paths.rs where the root is compared"),
+            "code.change"
+        );
+        assert_eq!(r("thanks, that helps"), "chat.quick");
+        assert_eq!(
+            r("Look through the repository and tell me which crates depend on rusqlite and why"),
+            "tool.use"
+        );
+        assert_eq!(route("thanks", &|_| false).agent, None);
+    }
+}
