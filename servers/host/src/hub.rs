@@ -120,6 +120,30 @@ impl ClientHandler for ChildClient {
             hub.relay_updated(&self.name, params.uri).await;
         }
     }
+
+    /// kitbag-cron's `notifications/kitbag/cron_fired` (and Claude Code's `claude/channel`):
+    /// to in-process listeners, and on to the client like any other notification.
+    async fn on_custom_notification(
+        &self,
+        notification: rmcp::model::CustomNotification,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        let Some(hub) = self.hub.upgrade() else {
+            return;
+        };
+        let _ = hub.child_events.send(ChildEvent {
+            server: self.name.clone(),
+            method: notification.method.clone(),
+            params: notification.params.clone().unwrap_or_default(),
+        });
+        if let Some(peer) = hub.upstream_peer() {
+            let _ = peer
+                .send_notification(rmcp::model::ServerNotification::CustomNotification(
+                    notification,
+                ))
+                .await;
+        }
+    }
 }
 
 pub struct Child {
@@ -282,7 +306,18 @@ pub struct Hub {
     /// `KITBAG_HOST_CONFIG` for children: the config file this host read (absolute), None
     /// for the embedded default.
     config_file: Option<std::path::PathBuf>,
+    /// Custom notifications from children (e.g. kitbag-cron's `cron_fired`), for in-process
+    /// listeners such as `kitbag daemon`; they also go to the upstream client.
+    child_events: tokio::sync::broadcast::Sender<ChildEvent>,
     me: Weak<Hub>,
+}
+
+/// A custom notification a child sent.
+#[derive(Debug, Clone)]
+pub struct ChildEvent {
+    pub server: String,
+    pub method: String,
+    pub params: serde_json::Value,
 }
 
 impl Child {
@@ -394,12 +429,18 @@ impl Hub {
             retiring: Mutex::new(Vec::new()),
             settled: tokio::sync::watch::Sender::new(0),
             config_file,
+            child_events: tokio::sync::broadcast::Sender::new(256),
             me: me.clone(),
         })
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {
         self.children.locked()
+    }
+
+    /// Children's custom notifications from now on.
+    pub fn child_events(&self) -> tokio::sync::broadcast::Receiver<ChildEvent> {
+        self.child_events.subscribe()
     }
 
     pub fn set_upstream(&self, peer: Peer<RoleServer>) {

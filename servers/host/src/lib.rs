@@ -100,6 +100,9 @@ pub enum Command {
     },
     /// List the sessions with turns and token totals, or show one as text.
     Sessions { name: Option<String> },
+    /// Keep every server and the agent running: each kitbag-cron firing becomes a user
+    /// message in its entry's session and runs a turn there. SIGTERM or Ctrl-C stops.
+    Daemon,
     /// Run one embedded kitbag server on stdio (used as a child process).
     Server {
         family: String,
@@ -187,10 +190,20 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         )?),
         _ => None,
     };
-    // For `run`, --agent names a pack; the config's profile of that name applies if there is one.
-    let policy_agent = match &prepared_run {
-        Some(run) => run.policy_agent.clone(),
-        None => cli.agent.clone(),
+    let prepared_daemon = match command {
+        Command::Daemon => Some(agent::prepare_agent(
+            &load_config(&cli)?,
+            cli.agent.as_deref(),
+            None,
+        )?),
+        _ => None,
+    };
+    // For the agent, --agent names a pack; the config's profile of that name applies if there
+    // is one.
+    let policy_agent = match (&prepared_run, &prepared_daemon) {
+        (Some(run), _) => run.agent.policy_agent.clone(),
+        (_, Some(d)) => d.policy_agent.clone(),
+        _ => cli.agent.clone(),
     };
     let started = Instant::now();
     let (hub, policy, settings) = start(&cli, policy_agent.as_deref()).await?;
@@ -350,6 +363,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         }
         Command::Run { .. } => match prepared_run {
             Some(run) => agent::run_command(&host, run).await?,
+            None => 1,
+        },
+        Command::Daemon => match prepared_daemon {
+            Some(d) => agent::daemon::run(&host, d).await?,
             None => 1,
         },
         Command::Server { .. } | Command::Sessions { .. } => 0,

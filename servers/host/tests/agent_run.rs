@@ -797,3 +797,99 @@ fn relevant_skills_are_injected_and_others_load_by_name() {
         "{result}"
     );
 }
+
+/// Processes whose command line mentions `needle` (this test's temporary directory).
+fn processes_mentioning(needle: &str) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc")
+        .expect("/proc")
+        .filter_map(Result::ok)
+    {
+        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
+            continue;
+        };
+        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
+        if cmd.contains(needle) {
+            found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
+        }
+    }
+    found
+}
+
+#[test]
+fn the_daemon_turns_cron_firings_into_turns_in_their_sessions() {
+    let d = project();
+    // kitbag-cron on a test clock: a minute passes every real second.
+    let cfg = json!({"mcp": {
+        "files": {"command": bin(), "args": ["server", "files", "--root", d.path()]},
+        "cron": {"command": bin(), "args": ["server", "cron", "--root", d.path(),
+            "--test-clock-start", "2026-03-08T06:58:58Z", "--test-clock-rate", "60"]}
+    }});
+    std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("w");
+    let out = kitbag(
+        d.path(),
+        &[],
+        &[
+            "call",
+            "cron_create",
+            &json!({"schedule": "* * * * *", "message": "check the logs", "session": "nightly", "catch_up": false}).to_string(),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out).1);
+    let mock = MockLlm::start((0..20).map(|_| Reply::sse(A_TEXT)).collect());
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(d.path())
+        .arg("daemon")
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in anthropic_env(&mock) {
+        cmd.env(k, v);
+    }
+    let mut daemon = cmd.spawn().expect("daemon");
+    let file = d.path().join(".kitbag/sessions/nightly.jsonl");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    let answered = loop {
+        let records: Vec<Value> = std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect();
+        if records.iter().any(|r| r["role"] == "assistant") || std::time::Instant::now() > deadline
+        {
+            break records;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = daemon.wait().expect("wait");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(daemon.stderr.as_mut().expect("stderr"), &mut stderr)
+        .expect("read");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("fired into session nightly"), "{stderr}");
+    assert_eq!(answered[0]["role"], "user", "{answered:?}\n{stderr}");
+    assert_eq!(answered[0]["origin"], "cron:cron-1");
+    assert_eq!(answered[0]["content"][0]["text"], "check the logs");
+    let reply = answered
+        .iter()
+        .find(|r| r["role"] == "assistant")
+        .expect("an answer");
+    assert_eq!(reply["content"][0]["text"], "Hello — wörld! 👋");
+    assert_eq!(
+        mock.received()[0].body["messages"][0]["content"][0]["text"],
+        "check the logs"
+    );
+    // Nothing the daemon started outlives it.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let needle = d.path().to_string_lossy().to_string();
+    while !processes_mentioning(&needle).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(processes_mentioning(&needle), Vec::<String>::new());
+}

@@ -4,6 +4,7 @@
 
 pub mod compaction;
 pub mod convert;
+pub mod daemon;
 pub mod frontmatter;
 pub mod packs;
 pub mod session;
@@ -111,21 +112,68 @@ pub fn image_block(path: &Path) -> anyhow::Result<Block> {
     })
 }
 
-/// A `kitbag run` checked before any server starts: a bad session name, image, pack or model
+/// The model client and turn settings, checked before any server starts: a bad pack or model
 /// setting must not cost a fleet of children.
-pub struct PreparedRun {
+pub struct PreparedAgent {
     llm: Client,
     cfg: TurnConfig,
-    content: Vec<Block>,
-    session: String,
     /// The agent profile of agent.json whose policy applies (the pack's name when the config
     /// has a profile of that name).
     pub policy_agent: Option<String>,
     decision: Option<packs::Decision>,
 }
 
+/// A `kitbag run`: the agent, the first message and the session.
+pub struct PreparedRun {
+    pub agent: PreparedAgent,
+    content: Vec<Block>,
+    session: String,
+}
+
 /// `--agent NAME`: the pack `.kitbag/agents/NAME.md` and/or the config's agent profile NAME
-/// (its policy); `--agent auto`: a pack chosen by seed 002's heuristics.
+/// (its policy); `--agent auto`: a pack chosen for `prompt` by seed 002's heuristics.
+pub fn prepare_agent(
+    config: &crate::config::Config,
+    agent: Option<&str>,
+    prompt: Option<&str>,
+) -> anyhow::Result<PreparedAgent> {
+    let root = std::env::current_dir()?;
+    let (pack_name, decision) = match (agent, prompt) {
+        (Some("auto"), Some(prompt)) => {
+            let d = packs::route(prompt, &|n| {
+                packs::dir(&root).join(format!("{n}.md")).exists()
+            });
+            (d.agent.clone(), Some(d))
+        }
+        (Some("auto"), None) => anyhow::bail!(
+            "--agent auto picks a pack for one prompt; name a pack for the daemon (--agent NAME)"
+        ),
+        (other, _) => (other.map(str::to_owned), None),
+    };
+    let pack = match &pack_name {
+        Some(n) => packs::load(&root, n)?,
+        None => None,
+    };
+    if let (Some(n), None, None) = (&pack_name, &pack, &decision)
+        && !config.agents.contains_key(n)
+    {
+        anyhow::bail!(
+            "--agent {n}: no pack {} and no such agent in the config",
+            packs::dir(&root).join(format!("{n}.md")).display()
+        );
+    }
+    // A pack alone is enough; a profile of the same name adds its policy. Without a pack the
+    // profile is the agent.
+    let policy_agent = pack_name.filter(|n| config.agents.contains_key(n));
+    let settings = &config.settings;
+    Ok(PreparedAgent {
+        llm: client(settings, pack.as_ref())?,
+        cfg: turn_config(settings, pack, &root),
+        policy_agent,
+        decision,
+    })
+}
+
 pub fn prepare_run(
     config: &crate::config::Config,
     agent: Option<&str>,
@@ -137,7 +185,6 @@ pub fn prepare_run(
     if prompt.trim().is_empty() && images.is_empty() {
         anyhow::bail!("PROMPT: empty; say what the agent should do");
     }
-    let root = std::env::current_dir()?;
     let mut content = Vec::new();
     for p in images {
         content.push(image_block(p)?);
@@ -145,56 +192,35 @@ pub fn prepare_run(
     if !prompt.trim().is_empty() {
         content.push(Block::text(prompt));
     }
-    let started = std::time::Instant::now();
-    let (pack_name, decision) = match agent {
-        Some("auto") => {
-            let d = packs::route(prompt, &|n| {
-                packs::dir(&root).join(format!("{n}.md")).exists()
-            });
-            (d.agent.clone(), Some((d, started.elapsed())))
-        }
-        other => (other.map(str::to_owned), None),
-    };
-    let pack = match &pack_name {
-        Some(n) => packs::load(&root, n)?,
-        None => None,
-    };
-    let policy_agent = match (&pack_name, &pack) {
-        // A pack alone is enough; a profile of the same name adds its policy.
-        (Some(n), Some(_)) => config.agents.contains_key(n).then(|| n.clone()),
-        // No pack: the profile must exist (the host says so if not).
-        (Some(n), None) if agent != Some("auto") => Some(n.clone()),
-        _ => None,
-    };
-    if let (Some(n), None, None) = (&pack_name, &pack, &decision)
-        && !config.agents.contains_key(n)
-    {
-        anyhow::bail!(
-            "--agent {n}: no pack {} and no such agent in the config",
-            packs::dir(&root).join(format!("{n}.md")).display()
-        );
-    }
-    let settings = &config.settings;
     Ok(PreparedRun {
-        llm: client(settings, pack.as_ref())?,
-        cfg: turn_config(settings, pack, &root),
+        agent: prepare_agent(config, agent, Some(prompt))?,
         content,
         session: session_name.to_owned(),
-        policy_agent,
-        decision: decision.map(|(d, _)| d),
     })
+}
+
+/// SIGTERM or SIGINT (Ctrl-C), whichever comes first.
+pub async fn wait_for_stop_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let Ok(mut term) = signal(SignalKind::terminate()) else {
+        let _ = tokio::signal::ctrl_c().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {}
+        _ = tokio::signal::ctrl_c() => {}
+    }
 }
 
 /// `kitbag run`: one turn, the answer on stdout, progress on stderr. The exit code is 0 for
 /// an answer, 1 for an error.
 pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<i32> {
     let PreparedRun {
-        llm,
-        cfg,
+        agent: PreparedAgent {
+            llm, cfg, decision, ..
+        },
         content,
         session: session_name,
-        decision,
-        ..
     } = run;
     if let Some(d) = &decision {
         eprintln!(
@@ -217,10 +243,10 @@ pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<
     let mut session = Session::open(&root, &session_name)?;
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
+    // Ctrl-C or SIGTERM cancels the turn and its tool calls; the host then stops its servers.
     tokio::spawn(async move {
-        if tokio::signal::ctrl_c().await.is_ok() {
-            on_signal.cancel();
-        }
+        wait_for_stop_signal().await;
+        on_signal.cancel();
     });
     let live = std::io::stderr().is_terminal();
     let started = std::time::Instant::now();

@@ -55,20 +55,20 @@ pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
-/// A session name becomes a file name: letters, digits, `.`, `_`, `-`, at most 64, not
-/// starting with a dot.
+/// A session name becomes a file name: letters, digits, `.`, `_`, `-`, `:` (kitbag-cron's
+/// session names), at most 128, not starting with a dot.
 pub fn check_name(name: &str) -> Result<(), String> {
     let ok = !name.is_empty()
-        && name.len() <= 64
+        && name.len() <= 128
         && !name.starts_with('.')
         && name
             .chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'));
     if ok {
         Ok(())
     } else {
         Err(format!(
-            "session: {name:?} is not a session name; use 1 to 64 letters, digits, '.', '_' or '-', not starting with '.'"
+            "session: {name:?} is not a session name; use 1 to 128 letters, digits, '.', '_', '-' or ':', not starting with '.'"
         ))
     }
 }
@@ -475,7 +475,8 @@ mod tests {
     #[test]
     fn session_names_are_file_names() {
         assert!(check_name("daily-report_2.v1").is_ok());
-        for bad in ["", ".hidden", "a/b", "../x", "sp ace", &"x".repeat(65)] {
+        assert!(check_name("cron-3").is_ok() && check_name("team:nightly").is_ok());
+        for bad in ["", ".hidden", "a/b", "../x", "sp ace", &"x".repeat(129)] {
             assert!(check_name(bad).is_err(), "{bad}");
         }
     }

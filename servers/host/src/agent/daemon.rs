@@ -1,0 +1,185 @@
+//! `kitbag daemon`: the hub and the loop kept running; every kitbag-cron firing
+//! (`notifications/kitbag/cron_fired`) becomes a synthetic user message in the entry's session
+//! and runs a turn there, whose answer is appended to that session (seed 001 §4). Firings are
+//! taken one at a time, in order. SIGTERM or SIGINT cancels the turn in flight and stops.
+//!
+//! Inside a kitbag-vm instance kitbag-cron itself holds the keepalive lease while enabled
+//! entries exist, so the daemon needs no lease of its own.
+
+use serde::Deserialize;
+use tokio::sync::broadcast::error::RecvError;
+use tokio_util::sync::CancellationToken;
+
+use super::PreparedAgent;
+use super::session::{Session, check_name};
+use super::turn::{Note, audit, run_turn};
+use crate::serve::HostServer;
+
+pub const CRON_FIRED: &str = "notifications/kitbag/cron_fired";
+
+/// The part of a `cron_fired` notification the daemon uses.
+#[derive(Debug, Deserialize)]
+pub struct Firing {
+    pub id: String,
+    pub session: String,
+    pub message: String,
+    #[serde(default)]
+    pub command: Option<CommandOutcome>,
+}
+
+#[derive(Debug, Deserialize)]
+pub struct CommandOutcome {
+    pub status: String,
+    #[serde(default)]
+    pub exit_code: Option<i64>,
+    #[serde(default)]
+    pub output_tail: String,
+}
+
+/// The user message a firing becomes: the entry's message, and its command's outcome when it
+/// ran one.
+pub fn message(f: &Firing) -> String {
+    let mut text = f.message.clone();
+    if let Some(c) = &f.command {
+        text.push_str(&format!(
+            "\n\n[the scheduled command finished: {}{}]",
+            c.status,
+            c.exit_code
+                .map(|e| format!(", exit code {e}"))
+                .unwrap_or_default()
+        ));
+        if !c.output_tail.trim().is_empty() {
+            text.push_str(&format!(
+                "\nOutput (tail):\n```\n{}\n```",
+                c.output_tail.trim_end()
+            ));
+        }
+    }
+    text
+}
+
+pub async fn run(host: &HostServer, agent: PreparedAgent) -> anyhow::Result<i32> {
+    let PreparedAgent { llm, cfg, .. } = agent;
+    let root = std::env::current_dir()?;
+    let mut events = host.hub.child_events();
+    let stop = CancellationToken::new();
+    let on_signal = stop.clone();
+    tokio::spawn(async move {
+        super::wait_for_stop_signal().await;
+        on_signal.cancel();
+    });
+    eprintln!(
+        "[daemon] waiting for cron firings (model {}); SIGTERM or Ctrl-C stops",
+        llm.endpoint().spec.display()
+    );
+    loop {
+        let event = tokio::select! {
+            e = events.recv() => e,
+            _ = stop.cancelled() => break,
+        };
+        let event = match event {
+            Ok(e) => e,
+            Err(RecvError::Lagged(n)) => {
+                eprintln!("[daemon] {n} notifications were missed while a turn ran");
+                continue;
+            }
+            Err(RecvError::Closed) => break,
+        };
+        if event.method != CRON_FIRED {
+            continue;
+        }
+        let firing: Firing = match serde_json::from_value(event.params) {
+            Ok(f) => f,
+            Err(e) => {
+                eprintln!(
+                    "[daemon] a cron_fired notification from {} was not understood: {e}",
+                    event.server
+                );
+                continue;
+            }
+        };
+        if let Err(e) = check_name(&firing.session) {
+            eprintln!("[daemon] cron entry {}: {e}; skipped", firing.id);
+            continue;
+        }
+        eprintln!(
+            "[daemon] {} fired into session {}",
+            firing.id, firing.session
+        );
+        audit(
+            host,
+            "cron.turn",
+            serde_json::json!({"cron_id": firing.id, "session": firing.session}),
+        );
+        let mut session = match Session::open(&root, &firing.session) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("[daemon] session {}: {e:#}", firing.session);
+                continue;
+            }
+        };
+        let started = std::time::Instant::now();
+        let mut note = |n: Note<'_>| {
+            if let Note::ToolDone { name, ok, elapsed } = n {
+                eprintln!(
+                    "[daemon] {name} {} in {} ms",
+                    if ok { "ok" } else { "failed" },
+                    elapsed.as_millis()
+                );
+            }
+        };
+        let content = vec![kitbag_llm::Block::text(message(&firing))];
+        let origin = Some(format!("cron:{}", firing.id));
+        match run_turn(
+            host,
+            &llm,
+            &cfg,
+            &mut session,
+            content,
+            origin,
+            &stop,
+            &mut note,
+        )
+        .await
+        {
+            Ok(o) => eprintln!(
+                "[daemon] {} answered in {:.1} s ({} model calls, {} tool calls): {}",
+                firing.id,
+                started.elapsed().as_secs_f64(),
+                o.model_calls,
+                o.tool_calls,
+                o.text.lines().next().unwrap_or("")
+            ),
+            Err(e) if stop.is_cancelled() => {
+                eprintln!("[daemon] {}: stopped mid-turn ({e:#})", firing.id);
+                break;
+            }
+            Err(e) => eprintln!("[daemon] {}: {e:#}", firing.id),
+        }
+    }
+    eprintln!("[daemon] stopping");
+    Ok(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_firing_with_a_command_carries_its_outcome() {
+        let f: Firing = serde_json::from_value(serde_json::json!({
+            "id": "cron-1", "session": "nightly", "message": "Check the build.",
+            "command": {"status": "exited", "exit_code": 2, "output_tail": "error: 3 tests failed\n"},
+            "fired_at": "2026-11-25T00:00:00Z"
+        }))
+        .expect("firing");
+        let m = message(&f);
+        assert!(
+            m.starts_with(
+                "Check the build.\n\n[the scheduled command finished: exited, exit code 2]"
+            ),
+            "{m}"
+        );
+        assert!(m.ends_with("```\nerror: 3 tests failed\n```"), "{m}");
+    }
+}
