@@ -100,6 +100,13 @@ pub enum Command {
     },
     /// List the sessions with turns and token totals, or show one as text.
     Sessions { name: Option<String> },
+    /// Talk with the agent: one turn per line of input, in one session. Ctrl-C cancels the
+    /// turn in flight; Ctrl-D or /exit leaves.
+    Chat {
+        /// The session to continue (created if new).
+        #[arg(long, default_value = "default")]
+        session: String,
+    },
     /// Keep every server and the agent running: each kitbag-cron firing becomes a user
     /// message in its entry's session and runs a turn there. SIGTERM or Ctrl-C stops.
     Daemon,
@@ -190,8 +197,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         )?),
         _ => None,
     };
-    let prepared_daemon = match command {
-        Command::Daemon => Some(agent::prepare_agent(
+    if let Command::Chat { session } = command {
+        agent::session::check_name(session).map_err(anyhow::Error::msg)?;
+    }
+    let prepared_agent = match command {
+        Command::Daemon | Command::Chat { .. } => Some(agent::prepare_agent(
             &load_config(&cli)?,
             cli.agent.as_deref(),
             None,
@@ -200,7 +210,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     // For the agent, --agent names a pack; the config's profile of that name applies if there
     // is one.
-    let policy_agent = match (&prepared_run, &prepared_daemon) {
+    let policy_agent = match (&prepared_run, &prepared_agent) {
         (Some(run), _) => run.agent.policy_agent.clone(),
         (_, Some(d)) => d.policy_agent.clone(),
         _ => cli.agent.clone(),
@@ -365,8 +375,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Some(run) => agent::run_command(&host, run).await?,
             None => 1,
         },
-        Command::Daemon => match prepared_daemon {
+        Command::Daemon => match prepared_agent {
             Some(d) => agent::daemon::run(&host, d).await?,
+            None => 1,
+        },
+        Command::Chat { session } => match prepared_agent {
+            Some(a) => agent::chat::run(&host, a, session).await?,
             None => 1,
         },
         Command::Server { .. } | Command::Sessions { .. } => 0,

@@ -893,3 +893,115 @@ fn the_daemon_turns_cron_firings_into_turns_in_their_sessions() {
     }
     assert_eq!(processes_mentioning(&needle), Vec::<String>::new());
 }
+
+#[test]
+fn ctrl_c_cancels_the_turn_and_leaves_no_tool_running() {
+    let d = project();
+    let cfg = json!({"mcp": {
+        "shell": {"command": bin(), "args": ["server", "shell", "--root", d.path()]}
+    }});
+    std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("w");
+    let marker = format!("sleep 31.{}", std::process::id());
+    let call = A_TOOL_USE
+        .replace("file_read", "shell_bash")
+        .replace(
+            r#"{\"path\": \"a."#,
+            &format!(r#"{{\"command\": \"{marker}"#),
+        )
+        .replace(r#"txt\"}"#, r#"\"}"#);
+    let mock = MockLlm::start(vec![Reply::sse(call), Reply::sse(A_TEXT)]);
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(d.path())
+        .args(["run", "--session", "cancel", "sleep please"])
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in anthropic_env(&mock) {
+        cmd.env(k, v);
+    }
+    let run = cmd.spawn().expect("run");
+    // Wait for the command to be running, then Ctrl-C.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while processes_mentioning(&marker).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert!(
+        !processes_mentioning(&marker).is_empty(),
+        "the tool never started"
+    );
+    let started = std::time::Instant::now();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(run.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .expect("SIGINT");
+    let out = run.wait_with_output().expect("wait");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("cancelled"), "{stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(10));
+    // The model was not asked again, and the command is gone.
+    assert_eq!(mock.received().len(), 1);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !processes_mentioning(&marker).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    assert_eq!(processes_mentioning(&marker), Vec::<String>::new());
+    // The session keeps the call and its (cancelled) result: the next run resumes from it.
+    let records = session(d.path(), "cancel");
+    assert_eq!(
+        roles(&records),
+        ["user", "assistant", "usage", "tool_result"]
+    );
+    assert_eq!(records[3]["content"][0]["is_error"], true);
+}
+
+#[test]
+fn chat_runs_a_turn_per_line_in_one_session() {
+    let d = project();
+    let mock = MockLlm::start(vec![
+        Reply::sse(A_TOOL_USE),
+        Reply::sse(A_TEXT),
+        Reply::sse(A_TEXT),
+    ]);
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(d.path())
+        .args(["chat", "--session", "talk"])
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in anthropic_env(&mock) {
+        cmd.env(k, v);
+    }
+    let mut chat = cmd.spawn().expect("chat");
+    {
+        let mut stdin = chat.stdin.take().expect("stdin");
+        std::io::Write::write_all(
+            &mut stdin,
+            b"What is in a.txt?\n\n   \nAnd now?\n/exit\nnever sent\n",
+        )
+        .expect("write");
+    }
+    let out = chat.wait_with_output().expect("wait");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert_eq!(stdout, "Hello — wörld! 👋\nHello — wörld! 👋\n");
+    assert!(stderr.contains("[tool] file_read"), "{stderr}");
+    assert_eq!(mock.received().len(), 3);
+    // The second turn sees the first.
+    assert_eq!(
+        mock.received()[2].body["messages"]
+            .as_array()
+            .expect("m")
+            .len(),
+        5
+    );
+    let records = session(d.path(), "talk");
+    let users: Vec<&Value> = records.iter().filter(|r| r["role"] == "user").collect();
+    assert_eq!(users.len(), 2);
+    assert_eq!(users[1]["content"][0]["text"], "And now?");
+}

@@ -2,6 +2,7 @@
 //! the hub, runs the tools it asks for in process, and prints its answer; `kitbag sessions`
 //! shows what sessions hold.
 
+pub mod chat;
 pub mod compaction;
 pub mod convert;
 pub mod daemon;
@@ -146,7 +147,7 @@ pub fn prepare_agent(
             (d.agent.clone(), Some(d))
         }
         (Some("auto"), None) => anyhow::bail!(
-            "--agent auto picks a pack for one prompt; name a pack for the daemon (--agent NAME)"
+            "--agent auto picks a pack for one prompt (kitbag run); name a pack for chat and daemon (--agent NAME)"
         ),
         (other, _) => (other.map(str::to_owned), None),
     };
