@@ -1005,3 +1005,80 @@ fn chat_runs_a_turn_per_line_in_one_session() {
     assert_eq!(users.len(), 2);
     assert_eq!(users[1]["content"][0]["text"], "And now?");
 }
+
+/// One Anthropic stream asking for one tool call.
+fn tool_call_sse(id: &str, name: &str, input: &Value) -> String {
+    let events = [
+        json!({"type":"message_start","message":{"id":format!("msg_{id}"),"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
+        json!({"type":"message_stop"}),
+    ];
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+#[test]
+fn the_agent_edits_its_config_reloads_and_the_next_step_has_the_new_tools() {
+    let d = project();
+    let new_cfg = json!({"mcp": {
+        "files": {"command": bin(), "args": ["server", "files", "--root", d.path()]},
+        "shell": {"command": bin(), "args": ["server", "shell", "--root", d.path()]}
+    }})
+    .to_string();
+    let mock = MockLlm::start(vec![
+        Reply::sse(tool_call_sse(
+            "t1",
+            "file_read",
+            &json!({"path": "agent.json"}),
+        )),
+        Reply::sse(tool_call_sse(
+            "t2",
+            "file_write",
+            &json!({"path": "agent.json", "content": new_cfg}),
+        )),
+        Reply::sse(tool_call_sse("t3", "host_reload", &json!({}))),
+        Reply::sse(A_TEXT),
+    ]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &[
+            "run",
+            "--session",
+            "self",
+            "add a shell server to your config",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert_eq!(sent.len(), 4);
+    let has_shell = |i: usize| tool_names(&sent[i]).iter().any(|n| n == "shell_bash");
+    assert!(!has_shell(0) && !has_shell(2), "no shell before the reload");
+    assert!(
+        has_shell(3),
+        "the step after host_reload sees the new server's tools"
+    );
+    let reload = &sent[3].body["messages"][6]["content"][0];
+    assert!(
+        reload["content"][0]["text"]
+            .as_str()
+            .expect("t")
+            .contains("started [shell]"),
+        "{reload}"
+    );
+    // The session went on intact: one turn, every step in it.
+    let records = session(d.path(), "self");
+    assert_eq!(records.iter().filter(|r| r["role"] == "user").count(), 1);
+    assert_eq!(
+        records
+            .iter()
+            .filter(|r| r["role"] == "tool_result")
+            .count(),
+        3
+    );
+}
