@@ -92,7 +92,7 @@ impl Client {
                 Ok(r) => return Ok(r),
                 Err(f) if f.retry && attempt < self.limits.max_attempts => {
                     let wait = self.backoff(attempt, f.retry_after);
-                    let reason = f.error.to_string();
+                    let reason = with_attempts(f.error, attempt).to_string();
                     tracing::warn!(attempt, wait_ms = wait.as_millis() as u64, %reason, "model call failed; retrying");
                     on_event(StreamEvent::Retry {
                         attempt,

@@ -76,6 +76,8 @@ struct AgentFile {
     #[serde(default)]
     context_turns: Option<u64>,
     #[serde(default)]
+    context_window: Option<u64>,
+    #[serde(default)]
     system_prompt: Option<String>,
     #[serde(default)]
     startup_timeout_sec: Option<u64>,
@@ -174,6 +176,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
             max_tokens: file.max_tokens,
             context_chars: file.context_chars,
             context_turns: file.context_turns,
+            context_window: file.context_window,
             system_prompt: file.system_prompt,
             startup_timeout_sec: file.startup_timeout_sec,
             tool_timeout_sec: file.tool_timeout_sec,

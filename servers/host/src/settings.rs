@@ -15,6 +15,8 @@ pub struct FileSettings {
     pub max_tokens: Option<u64>,
     pub context_chars: Option<u64>,
     pub context_turns: Option<u64>,
+    /// The model's context window in tokens (default: 200,000 for Anthropic, 128,000 for OpenAI).
+    pub context_window: Option<u64>,
     pub system_prompt: Option<String>,
     /// Default for every server without its own `startup_timeout_sec`.
     pub startup_timeout_sec: Option<u64>,
@@ -96,6 +98,12 @@ const SPECS: &[Spec] = &[
         env: "KITBAG_CONTEXT_TURNS",
         kind: Kind::Count,
         default: || json!(50),
+    },
+    Spec {
+        key: "context_window",
+        env: "KITBAG_CONTEXT_WINDOW",
+        kind: Kind::Count,
+        default: || Value::Null,
     },
     Spec {
         key: "system_prompt",

@@ -1082,3 +1082,108 @@ fn the_agent_edits_its_config_reloads_and_the_next_step_has_the_new_tools() {
         3
     );
 }
+
+/// A history of `turns` turns, each with a tool call whose result is `result_chars` long, and
+/// a last usage record of `last_tokens` prompt tokens.
+fn write_heavy_history(
+    dir: &Path,
+    name: &str,
+    turns: usize,
+    result_chars: usize,
+    last_tokens: u64,
+) {
+    let d = dir.join(".kitbag/sessions");
+    std::fs::create_dir_all(&d).expect("mkdir");
+    let mut body = String::new();
+    for i in 0..turns {
+        let ts = |s: u32| format!("2026-11-25T01:{i:02}:{s:02}.000Z");
+        for r in [
+            json!({"role": "user", "content": [{"type": "text", "text": format!("question {i}")}], "ts": ts(0)}),
+            json!({"role": "assistant", "content": [{"type": "tool_use", "id": format!("t{i}"), "name": "file_read", "input": {"path": "a.txt"}}], "stop": "tool_use", "model": "m", "ts": ts(1)}),
+            json!({"role": "tool_result", "content": [{"type": "tool_result", "tool_use_id": format!("t{i}"), "content": [{"type": "text", "text": format!("result {i} {}", "x".repeat(result_chars))}]}], "ts": ts(2)}),
+            json!({"role": "assistant", "content": [{"type": "text", "text": format!("answer {i}")}], "stop": "end_turn", "model": "m", "ts": ts(3)}),
+        ] {
+            body.push_str(&format!("{r}\n"));
+        }
+    }
+    body.push_str(&format!(
+        "{}\n",
+        json!({"role": "usage", "input_tokens": last_tokens, "output_tokens": 10, "cache_read": 0, "cache_creation": 0, "model": "m", "ts": "2026-11-25T02:00:00.000Z"})
+    ));
+    std::fs::write(d.join(format!("{name}.jsonl")), body).expect("w");
+}
+
+fn result_texts(r: &Received) -> Vec<String> {
+    r.body["messages"]
+        .as_array()
+        .expect("m")
+        .iter()
+        .flat_map(|m| m["content"].as_array().cloned().unwrap_or_default())
+        .filter(|b| b["type"] == "tool_result")
+        .map(|b| {
+            b["content"][0]["text"]
+                .as_str()
+                .unwrap_or("")
+                .chars()
+                .take(20)
+                .collect()
+        })
+        .collect()
+}
+
+#[test]
+fn near_the_token_window_old_tool_outputs_are_cleared_then_earlier_turns_summarized() {
+    let d = project();
+    let env_extra = [
+        ("KITBAG_CONTEXT_WINDOW", "6000".to_string()),
+        ("KITBAG_MAX_TOKENS", "1000".to_string()),
+        ("KITBAG_CONTEXT_CHARS", "1000000".to_string()),
+    ];
+    // 5,500 tokens used against a limit of 5,000: clearing the oldest of three 8,000-character
+    // results (~2,000 tokens) is enough — no summary call.
+    write_heavy_history(d.path(), "heavy", 3, 8000, 5500);
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT)]);
+    let mut env = anthropic_env(&mock);
+    env.extend_from_slice(&env_extra);
+    let out = kitbag(d.path(), &env, &["run", "--session", "heavy", "next"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.contains("old tool outputs cleared"), "{stderr}");
+    let sent = mock.received();
+    assert_eq!(sent.len(), 1, "no summary call");
+    assert_eq!(
+        result_texts(&sent[0]),
+        [
+            "[Old tool result con",
+            "result 1 xxxxxxxxxxx",
+            "result 2 xxxxxxxxxxx"
+        ]
+    );
+    // The file keeps every result whole.
+    assert!(
+        std::fs::read_to_string(d.path().join(".kitbag/sessions/heavy.jsonl"))
+            .expect("r")
+            .contains("result 0 xxxx")
+    );
+
+    // 50,000 tokens: clearing is not enough, the earlier turns are summarized and the call
+    // carries the current turn with the summary.
+    write_heavy_history(d.path(), "full", 3, 100, 50_000);
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT), Reply::sse(A_TEXT)]);
+    let mut env = anthropic_env(&mock);
+    env.extend_from_slice(&env_extra);
+    let out = kitbag(d.path(), &env, &["run", "--session", "full", "next"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert_eq!(sent.len(), 2, "a summary call, then the answer");
+    assert!(sent[0].body.get("tools").is_none());
+    assert!(system_text(&sent[1]).contains("[Context summary from earlier in this conversation:"));
+    let m = sent[1].body["messages"].as_array().expect("m");
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0]["content"][0]["text"], "next");
+    let records = session(d.path(), "full");
+    assert_eq!(
+        records.iter().filter(|r| r["role"] == "compaction").count(),
+        1
+    );
+}

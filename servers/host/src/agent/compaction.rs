@@ -19,6 +19,63 @@ pub const MAX_DROPPED_WITHOUT_SUMMARY: usize = 5;
 
 pub const SUMMARY_PROMPT: &str = "Summarize the key points from this conversation so far in 2-3 paragraphs. Focus on decisions made, files modified, and current task state.";
 
+/// What an old tool result's text becomes under token pressure (opencode's wording).
+pub const CLEARED: &str = "[Old tool result content cleared]";
+
+/// Tool-result messages kept whole under pressure: the most recent ones.
+pub const KEEP_RECENT_RESULTS: usize = 2;
+
+/// Under token pressure, the first tier: clear the text of every tool result except those in
+/// the most recent `KEEP_RECENT_RESULTS` messages carrying results. Returns the characters
+/// removed. The session file keeps everything; only this call's context is pruned.
+pub fn prune_tool_outputs(messages: &mut [Message]) -> usize {
+    let carrying: Vec<usize> = messages
+        .iter()
+        .enumerate()
+        .filter(|(_, m)| {
+            m.content
+                .iter()
+                .any(|b| matches!(b, kitbag_llm::Block::ToolResult { .. }))
+        })
+        .map(|(i, _)| i)
+        .collect();
+    let old = carrying.len().saturating_sub(KEEP_RECENT_RESULTS);
+    let mut saved = 0;
+    for &i in &carrying[..old] {
+        for b in &mut messages[i].content {
+            if let kitbag_llm::Block::ToolResult { content, .. } = b {
+                for part in content.iter_mut() {
+                    if let kitbag_llm::ResultPart::Text { text } = part
+                        && text.len() > CLEARED.len()
+                    {
+                        saved += text.len() - CLEARED.len();
+                        *text = CLEARED.to_owned();
+                    }
+                }
+                let before = content.len();
+                content.retain(|p| !matches!(p, kitbag_llm::ResultPart::Image { .. }));
+                saved += (before - content.len()) * 1000;
+            }
+        }
+    }
+    saved
+}
+
+/// Under token pressure that pruning did not relieve, the second tier: a summary of every turn
+/// before the current one (`None` when there is no earlier turn).
+pub fn plan_pressed(records: &[Record]) -> Option<Plan> {
+    let starts = turn_starts(records);
+    let &boundary = starts.last().filter(|&&b| b > 0)?;
+    let previous = latest_valid(records)
+        .filter(|v| v.boundary <= boundary && v.boundary < boundary)
+        .map(|v| (v.boundary, v.content));
+    // Already summarized up to the current turn: nothing more to summarize.
+    if latest_valid(records).is_some_and(|v| v.boundary == boundary) {
+        return None;
+    }
+    Some(Plan::Summarize { boundary, previous })
+}
+
 /// The longest transcript a summary call is given (its tail is kept).
 const MAX_TRANSCRIPT_CHARS: usize = 120_000;
 
@@ -282,5 +339,63 @@ mod tests {
         assert!(
             inject("sys", "S").ends_with("[Context summary from earlier in this conversation: S]")
         );
+    }
+
+    #[test]
+    fn pruning_clears_all_but_the_two_newest_results() {
+        let mut r = Vec::new();
+        for i in 0..4 {
+            r.push(Record::User {
+                content: vec![Block::text(format!("q{i}"))],
+                ts: format!("2026-11-25T00:0{i}:00.000Z"),
+                origin: None,
+            });
+            r.push(Record::Assistant {
+                content: vec![Block::ToolUse {
+                    id: format!("t{i}"),
+                    name: "file_read".into(),
+                    input: serde_json::json!({}),
+                    invalid_input: None,
+                }],
+                stop: StopReason::ToolUse,
+                model: "m".into(),
+                ts: format!("2026-11-25T00:0{i}:01.000Z"),
+            });
+            r.push(Record::ToolResult {
+                content: vec![Block::ToolResult {
+                    tool_use_id: format!("t{i}"),
+                    content: vec![kitbag_llm::ResultPart::Text {
+                        text: "y".repeat(100),
+                    }],
+                    is_error: false,
+                }],
+                ts: format!("2026-11-25T00:0{i}:02.000Z"),
+            });
+        }
+        let mut m = messages(&r);
+        let saved = prune_tool_outputs(&mut m);
+        assert_eq!(saved, 2 * (100 - CLEARED.len()));
+        let texts: Vec<String> = m
+            .iter()
+            .filter_map(|m| match &m.content[0] {
+                Block::ToolResult { content, .. } => match &content[0] {
+                    kitbag_llm::ResultPart::Text { text } => Some(text.clone()),
+                    _ => None,
+                },
+                _ => None,
+            })
+            .collect();
+        assert_eq!(texts[..2], [CLEARED.to_string(), CLEARED.to_string()]);
+        assert_eq!(texts[3].len(), 100);
+        // Under pressure, everything before the current turn is summarized; with one turn
+        // there is nothing to summarize.
+        assert!(matches!(
+            plan_pressed(&r),
+            Some(Plan::Summarize {
+                boundary: 9,
+                previous: None
+            })
+        ));
+        assert!(plan_pressed(&r[..3]).is_none());
     }
 }

@@ -65,6 +65,7 @@ pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path)
             max_chars: count(settings, "memory.max_inject_chars", 2048),
             max_count: count(settings, "memory.max_inject_count", 10),
         },
+        context_window: get(settings, "context_window").and_then(|s| s.value.as_u64()),
         pack,
         workspace_prompt,
         skills,
@@ -167,9 +168,17 @@ pub fn prepare_agent(
     // profile is the agent.
     let policy_agent = pack_name.filter(|n| config.agents.contains_key(n));
     let settings = &config.settings;
+    let llm = client(settings, pack.as_ref())?;
+    let mut cfg = turn_config(settings, pack, &root);
+    // Without a setting, the provider's usual window.
+    cfg.context_window
+        .get_or_insert(match llm.endpoint().spec.provider {
+            kitbag_llm::Provider::Anthropic => 200_000,
+            kitbag_llm::Provider::OpenAi => 128_000,
+        });
     Ok(PreparedAgent {
-        llm: client(settings, pack.as_ref())?,
-        cfg: turn_config(settings, pack, &root),
+        llm,
+        cfg,
         policy_agent,
         decision,
     })
@@ -274,6 +283,12 @@ pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<
         Note::Compacted { turns } => {
             eprintln!("[context] the {turns} earliest turns were summarized (compaction)")
         }
+        Note::Pruned {
+            saved_tokens,
+            last_tokens,
+        } => eprintln!(
+            "[context] the last call used {last_tokens} tokens, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
+        ),
         Note::ToolDone { name, ok, elapsed } => eprintln!(
             "[tool] {name} {} in {} ms",
             if ok { "ok" } else { "failed" },

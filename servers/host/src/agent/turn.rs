@@ -9,7 +9,10 @@ use kitbag_llm::{Block, Client, Request, ResultPart, StopReason, StreamEvent, To
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::compaction::{Plan, SUMMARY_PROMPT, inject, last_ts, plan, source_hash, transcript};
+use super::compaction::{
+    Plan, SUMMARY_PROMPT, inject, last_ts, plan, plan_pressed, prune_tool_outputs, source_hash,
+    transcript,
+};
 use super::convert::{result_parts, tool_spec};
 use super::packs::Pack;
 use super::session::{Record, Session, Window, now};
@@ -26,6 +29,9 @@ pub struct TurnConfig {
     /// Model calls per turn before the loop gives up (a model that never stops calling tools).
     pub max_steps: u32,
     pub memory: MemoryInjection,
+    /// The model's context window in tokens: when the last call used more than the window less
+    /// `max_tokens`, old tool outputs are cleared, then earlier turns summarized.
+    pub context_window: Option<u64>,
     /// The agent pack in force (`--agent`), if any.
     pub pack: Option<Pack>,
     /// `.kitbag/prompt.md`: the workspace's own instructions.
@@ -60,6 +66,11 @@ pub enum Note<'a> {
     /// A summary of `turns` earlier turns was made (compaction).
     Compacted {
         turns: usize,
+    },
+    /// Token pressure: old tool outputs were cleared from this call's context.
+    Pruned {
+        saved_tokens: u64,
+        last_tokens: u64,
     },
 }
 
@@ -119,15 +130,19 @@ pub async fn run_turn(
         usage: Usage::default(),
     };
     let budget = cfg.pack.as_ref().and_then(|p| p.max_tool_calls);
+    let mut last_tokens = last_call_tokens(&session.records);
     for _ in 0..cfg.max_steps {
         let spent = budget.is_some_and(|b| out.tool_calls >= b);
-        let request = build_request(
-            host, llm, cfg, session, &system, spent, &mut out, cancel, note,
-        )
-        .await?;
+        let step = Step {
+            system: &system,
+            budget_spent: spent,
+            last_tokens,
+        };
+        let request = build_request(host, llm, cfg, session, step, &mut out, cancel, note).await?;
         let response = call_model(host, llm, cfg, &request, cancel, note).await?;
         out.model_calls += 1;
         out.usage.add(&response.usage);
+        last_tokens = response.usage.prompt_tokens() + response.usage.output_tokens;
         note(Note::Usage(&response.usage));
         record_response(session, &request, &response)?;
         out.stop = response.stop;
@@ -168,7 +183,35 @@ pub async fn run_turn(
     )
 }
 
-/// The next request: the window of the session (summarizing first when the window needs it),
+/// What one step of the loop carries into its request.
+struct Step<'a> {
+    system: &'a str,
+    budget_spent: bool,
+    /// Prompt + output tokens of the last model call in this session (0: none yet).
+    last_tokens: u64,
+}
+
+/// Prompt + output tokens of the session's last turn-step call.
+fn last_call_tokens(records: &[Record]) -> u64 {
+    records
+        .iter()
+        .rev()
+        .find_map(|r| match r {
+            Record::Usage {
+                input_tokens,
+                output_tokens,
+                cache_read,
+                cache_creation,
+                purpose: None,
+                ..
+            } => Some(input_tokens + output_tokens + cache_read + cache_creation),
+            _ => None,
+        })
+        .unwrap_or(0)
+}
+
+/// The next request: the window of the session (summarizing first when the window needs it,
+/// and under token pressure clearing old tool outputs, then summarizing the earlier turns),
 /// the tools the policy and the pack allow, and — with the tool budget spent — tools offered
 /// but not callable, with a note to answer.
 #[allow(clippy::too_many_arguments)]
@@ -177,8 +220,7 @@ async fn build_request(
     llm: &Client,
     cfg: &TurnConfig,
     session: &mut Session,
-    system: &str,
-    budget_spent: bool,
+    step: Step<'_>,
     out: &mut TurnOutcome,
     cancel: &CancellationToken,
     note: &mut (dyn FnMut(Note<'_>) + Send),
@@ -195,7 +237,7 @@ async fn build_request(
         tools.push(skills::tool(&cfg.skills));
     }
     let mut summarized = false;
-    let (messages, summary) = loop {
+    let (mut messages, mut summary) = loop {
         match plan(&session.records, cfg.window, !summarized) {
             Plan::Ready { messages, summary } => break (messages, summary),
             Plan::Summarize { boundary, previous } => {
@@ -204,11 +246,35 @@ async fn build_request(
             }
         }
     };
+    let limit = cfg.context_window.map(|w| w.saturating_sub(cfg.max_tokens));
+    if let Some(limit) = limit.filter(|l| step.last_tokens > *l) {
+        // About four characters per token: enough to decide whether pruning was enough.
+        let saved_tokens = prune_tool_outputs(&mut messages) as u64 / 4;
+        note(Note::Pruned {
+            saved_tokens,
+            last_tokens: step.last_tokens,
+        });
+        if step.last_tokens.saturating_sub(saved_tokens) > limit
+            && !summarized
+            && let Some(Plan::Summarize { boundary, previous }) = plan_pressed(&session.records)
+        {
+            summarize(llm, session, boundary, previous.as_ref(), out, cancel, note).await?;
+            if let Plan::Ready {
+                messages: m,
+                summary: s,
+            } = plan(&session.records, cfg.window, false)
+            {
+                messages = m;
+                summary = s;
+                prune_tool_outputs(&mut messages);
+            }
+        }
+    }
     let mut system = match &summary {
-        Some(s) => inject(system, s),
-        None => system.to_owned(),
+        Some(s) => inject(step.system, s),
+        None => step.system.to_owned(),
     };
-    if budget_spent {
+    if step.budget_spent {
         system.push_str(&format!(
             "\n\nThe tool-call budget of this agent ({} calls) is spent: answer now with what you have, without calling tools.",
             out.tool_calls
@@ -221,7 +287,7 @@ async fn build_request(
         tools,
         max_tokens: cfg.max_tokens,
         temperature: cfg.pack.as_ref().and_then(|p| p.temperature),
-        no_tool_calls: budget_spent,
+        no_tool_calls: step.budget_spent,
     })
 }
 
