@@ -10,10 +10,10 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::PreparedAgent;
+use super::progress::Progress;
 use super::session::Session;
 use super::turn::{Note, run_turn};
 use crate::serve::HostServer;
-use kitbag_llm::StreamEvent;
 
 pub async fn run(
     host: &HostServer,
@@ -58,22 +58,8 @@ pub async fn run(
             break;
         }
         let cancel = CancellationToken::new();
-        let mut streamed = false;
-        let mut note = |n: Note<'_>| match n {
-            Note::Model(StreamEvent::TextDelta(t)) if live => {
-                eprint!("{t}");
-                streamed = true;
-            }
-            Note::ToolStart { name, .. } => {
-                if streamed {
-                    eprintln!();
-                    streamed = false;
-                }
-                eprintln!("[tool] {name}");
-            }
-            Note::Compacted { turns } => eprintln!("[context] {turns} earlier turns summarized"),
-            _ => {}
-        };
+        let mut progress = Progress::new(live);
+        let mut note = |n: Note<'_>| progress.note(n);
         let content = vec![kitbag_llm::Block::text(prompt)];
         let mut stop = false;
         let outcome = {
@@ -99,9 +85,7 @@ pub async fn run(
                 }
             }
         };
-        if streamed {
-            eprintln!();
-        }
+        progress.end_line();
         match outcome {
             Ok(o) => {
                 println!("{}", o.text);

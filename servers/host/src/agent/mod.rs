@@ -8,6 +8,7 @@ pub mod convert;
 pub mod daemon;
 pub mod frontmatter;
 pub mod packs;
+pub mod progress;
 pub mod session;
 pub mod skills;
 pub mod turn;
@@ -16,7 +17,7 @@ use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
 
 use base64::Engine;
-use kitbag_llm::{Block, Client, Endpoint, Limits, StreamEvent};
+use kitbag_llm::{Block, Client, Endpoint, Limits};
 use tokio_util::sync::CancellationToken;
 
 use crate::serve::HostServer;
@@ -258,44 +259,9 @@ pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<
         wait_for_stop_signal().await;
         on_signal.cancel();
     });
-    let live = std::io::stderr().is_terminal();
     let started = std::time::Instant::now();
-    let mut streamed_text = false;
-    let mut note = |n: Note<'_>| match n {
-        Note::Model(StreamEvent::TextDelta(t)) if live => {
-            eprint!("{t}");
-            streamed_text = true;
-        }
-        Note::Model(StreamEvent::Retry {
-            attempt,
-            wait_ms,
-            reason,
-        }) => eprintln!("[model] attempt {attempt} failed ({reason}); retrying in {wait_ms} ms"),
-        Note::ToolStart { name, input } => {
-            if streamed_text {
-                eprintln!();
-                streamed_text = false;
-            }
-            let args = input.to_string();
-            let shown: String = args.chars().take(160).collect();
-            eprintln!("[tool] {name} {shown}");
-        }
-        Note::Compacted { turns } => {
-            eprintln!("[context] the {turns} earliest turns were summarized (compaction)")
-        }
-        Note::Pruned {
-            saved_tokens,
-            last_tokens,
-        } => eprintln!(
-            "[context] the last call used {last_tokens} tokens, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
-        ),
-        Note::ToolDone { name, ok, elapsed } => eprintln!(
-            "[tool] {name} {} in {} ms",
-            if ok { "ok" } else { "failed" },
-            elapsed.as_millis()
-        ),
-        _ => {}
-    };
+    let mut progress = progress::Progress::new(std::io::stderr().is_terminal());
+    let mut note = |n: Note<'_>| progress.note(n);
     let outcome = run_turn(
         host,
         &llm,
@@ -307,9 +273,7 @@ pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<
         &mut note,
     )
     .await;
-    if streamed_text {
-        eprintln!();
-    }
+    progress.end_line();
     match outcome {
         Ok(o) => {
             println!("{}", o.text);

@@ -369,15 +369,20 @@ fn record_response(
         model: model.clone(),
         ts: now(),
     })?;
-    session.append(Record::Usage {
-        input_tokens: response.usage.input_tokens,
-        output_tokens: response.usage.output_tokens,
-        cache_read: response.usage.cache_read,
-        cache_creation: response.usage.cache_creation,
+    session.append(usage_record(&response.usage, model, None))
+}
+
+/// A model call's `usage` record (`purpose` for calls that were not turn steps).
+fn usage_record(u: &Usage, model: String, purpose: Option<&str>) -> Record {
+    Record::Usage {
+        input_tokens: u.input_tokens,
+        output_tokens: u.output_tokens,
+        cache_read: u.cache_read,
+        cache_creation: u.cache_creation,
         model,
         ts: now(),
-        purpose: None,
-    })
+        purpose: purpose.map(str::to_owned),
+    }
 }
 
 /// One line in the host's audit log, when it keeps one (seed 002's logging events).
@@ -477,19 +482,12 @@ async fn summarize(
         source_hash: hash,
         ts: now(),
     })?;
-    session.append(Record::Usage {
-        input_tokens: response.usage.input_tokens,
-        output_tokens: response.usage.output_tokens,
-        cache_read: response.usage.cache_read,
-        cache_creation: response.usage.cache_creation,
-        model: if response.model.is_empty() {
-            request.model
-        } else {
-            response.model
-        },
-        ts: now(),
-        purpose: Some("compaction".into()),
-    })?;
+    let model = if response.model.is_empty() {
+        request.model
+    } else {
+        response.model
+    };
+    session.append(usage_record(&response.usage, model, Some("compaction")))?;
     note(Note::Compacted { turns });
     Ok(())
 }
