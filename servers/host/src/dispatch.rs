@@ -47,6 +47,18 @@ impl HostServer {
                         .unwrap_or_default()
                 ));
             }
+            for s in &status.sessions {
+                text.push_str(&format!(
+                    "session {}: {} turns, {} model calls, tokens in {} (cache read {}, write {}) out {}\n",
+                    s.name,
+                    s.turns,
+                    s.model_calls,
+                    s.input_tokens,
+                    s.cache_read,
+                    s.cache_creation,
+                    s.output_tokens
+                ));
+            }
             let mut r =
                 CallToolResult::success(vec![ContentBlock::text(text.trim_end().to_string())]);
             r.structured_content = serde_json::to_value(&status).ok();

@@ -287,31 +287,21 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             let Some(obj) = args.as_object().cloned() else {
                 anyhow::bail!("arguments: must be a JSON object");
             };
-            match hub.route(tool) {
-                None => {
-                    eprintln!("unknown tool `{tool}`; `kitbag tools` lists them");
+            // Through dispatch, as an MCP client's call goes: the host's own tools too, the
+            // agent policy, the audit log.
+            match call_with_progress_bar(&host, tool, obj).await {
+                Ok(r) => {
+                    for c in &r.content {
+                        if let Some(t) = c.as_text() {
+                            println!("{}", t.text);
+                        }
+                    }
+                    i32::from(r.is_error.unwrap_or(false))
+                }
+                Err(e) => {
+                    eprintln!("{}; `kitbag tools` lists them", e.message);
                     2
                 }
-                Some(_) if host.permit(tool).is_err() => {
-                    if let Err((code, message)) = host.permit(tool) {
-                        eprintln!("error [{code}]: {message}");
-                    }
-                    1
-                }
-                Some(route) => match call_with_progress_bar(&hub, &route, obj).await {
-                    Ok(r) => {
-                        for c in &r.content {
-                            if let Some(t) = c.as_text() {
-                                println!("{}", t.text);
-                            }
-                        }
-                        i32::from(r.is_error.unwrap_or(false))
-                    }
-                    Err(e) => {
-                        eprintln!("{e}");
-                        1
-                    }
-                },
             }
         }
         Command::Doctor => {
@@ -391,10 +381,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
 
 /// `kitbag call`: forward the call with a progress token and draw the progress on stderr.
 async fn call_with_progress_bar(
-    hub: &Arc<Hub>,
-    route: &hub::Route,
+    host: &HostServer,
+    tool: &str,
     args: serde_json::Map<String, serde_json::Value>,
-) -> Result<rmcp::model::CallToolResult, String> {
+) -> Result<rmcp::model::CallToolResult, rmcp::ErrorData> {
+    let hub = &host.hub;
     let mut rx = hub.local_progress();
     let bar = tokio::spawn(async move {
         let mut drew = false;
@@ -410,9 +401,12 @@ async fn call_with_progress_bar(
     });
     let token =
         rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("kitbag-cli".into()));
-    let result = hub
-        .call(route, Some(args), Some((token, None)), Default::default())
-        .await;
+    let meta = dispatch::CallMeta {
+        request_id: "kitbag-call".into(),
+        progress: Some((token, None)),
+        ct: Default::default(),
+    };
+    let result = host.dispatch(tool, Some(args), meta).await;
     hub.clear_local_progress(); // the bar task ends with the stream
     let _ = bar.await;
     result

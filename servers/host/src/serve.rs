@@ -70,6 +70,9 @@ pub struct StatusResult {
     pub settings: Vec<crate::settings::Setting>,
     /// Calls forwarded at the byte level (fastpath.rs) since start.
     pub byte_level_calls: u64,
+    /// The agent's sessions in `.kitbag/sessions` of the working directory, with their token
+    /// totals (`kitbag run`, `chat`, `daemon`).
+    pub sessions: Vec<crate::agent::session::SessionTotals>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -128,6 +131,9 @@ impl HostServer {
                 .collect(),
             settings: self.settings.lock().map(|s| s.clone()).unwrap_or_default(),
             byte_level_calls: fastpath::forwarded(),
+            sessions: std::env::current_dir()
+                .map(|d| crate::agent::session::all_totals(&d))
+                .unwrap_or_default(),
         }
     }
 

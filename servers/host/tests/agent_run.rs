@@ -187,6 +187,15 @@ fn anthropic_a_prompt_reads_a_file_through_the_hub_and_answers() {
         list.contains("in       837") && list.contains("out       49"),
         "{list}"
     );
+    // host_status carries the same totals.
+    let out = kitbag(d.path(), &[], &["call", "host_status"]);
+    let (status, _) = text(&out);
+    assert!(
+        status.contains(
+            "session t1: 1 turns, 2 model calls, tokens in 837 (cache read 640, write 0) out 49"
+        ),
+        "{status}"
+    );
     let out = kitbag(d.path(), &[], &["sessions", "t1"]);
     let (shown, _) = text(&out);
     assert!(

@@ -305,43 +305,20 @@ pub fn sessions_command(name: Option<&str>) -> anyhow::Result<i32> {
     let root = std::env::current_dir()?;
     match name {
         None => {
-            let dir = root.join(".kitbag").join("sessions");
-            let mut names: Vec<String> = match std::fs::read_dir(&dir) {
-                Ok(rd) => rd
-                    .filter_map(Result::ok)
-                    .filter_map(|e| {
-                        e.file_name()
-                            .to_str()
-                            .and_then(|n| n.strip_suffix(".jsonl"))
-                            .map(str::to_owned)
-                    })
-                    .filter(|n| session::check_name(n).is_ok())
-                    .collect(),
-                Err(_) => Vec::new(),
-            };
-            names.sort();
-            if names.is_empty() {
-                println!("no sessions in {}", dir.display());
+            let all = session::all_totals(&root);
+            if all.is_empty() {
+                println!("no sessions in {}", root.join(".kitbag/sessions").display());
             }
-            for n in names {
-                let s = Session::open(&root, &n)?;
-                let turns = s
-                    .records
-                    .iter()
-                    .filter(|r| matches!(r, Record::User { .. }))
-                    .count();
-                let (u, calls) = s.totals();
-                let last = s.records.iter().rev().find_map(|r| match r {
-                    Record::User { ts, .. } | Record::Assistant { ts, .. } => Some(ts.clone()),
-                    _ => None,
-                });
+            for s in all {
                 println!(
-                    "{n:<24} {turns:>4} turns {calls:>5} model calls  in {:>9} (cache read {:>9}, write {:>8})  out {:>8}  last {}",
-                    u.input_tokens,
-                    u.cache_read,
-                    u.cache_creation,
-                    u.output_tokens,
-                    last.unwrap_or_else(|| "-".into())
+                    "{:<24} {:>4} turns {:>5} model calls  in {:>9} (cache read {:>9}, write {:>8})  out {:>8}",
+                    s.name,
+                    s.turns,
+                    s.model_calls,
+                    s.input_tokens,
+                    s.cache_read,
+                    s.cache_creation,
+                    s.output_tokens
                 );
             }
             Ok(0)

@@ -136,6 +136,56 @@ impl Session {
     }
 }
 
+/// One session's size and token totals (`host_status`, `kitbag sessions`).
+#[derive(Debug, Clone, Serialize, schemars::JsonSchema)]
+pub struct SessionTotals {
+    pub name: String,
+    pub turns: usize,
+    pub model_calls: usize,
+    pub input_tokens: u64,
+    pub output_tokens: u64,
+    pub cache_read: u64,
+    pub cache_creation: u64,
+}
+
+impl SessionTotals {
+    pub fn of(name: &str, records: &[Record]) -> Self {
+        let (u, calls) = totals(records);
+        Self {
+            name: name.to_owned(),
+            turns: records
+                .iter()
+                .filter(|r| matches!(r, Record::User { .. }))
+                .count(),
+            model_calls: calls,
+            input_tokens: u.input_tokens,
+            output_tokens: u.output_tokens,
+            cache_read: u.cache_read,
+            cache_creation: u.cache_creation,
+        }
+    }
+}
+
+/// Every session under `root`, sorted by name, read without creating anything.
+pub fn all_totals(root: &Path) -> Vec<SessionTotals> {
+    let dir = root.join(".kitbag").join("sessions");
+    let Ok(entries) = std::fs::read_dir(&dir) else {
+        return Vec::new();
+    };
+    let mut out: Vec<SessionTotals> = entries
+        .filter_map(Result::ok)
+        .filter_map(|e| {
+            let file = e.file_name();
+            let name = file.to_str()?.strip_suffix(".jsonl")?.to_owned();
+            check_name(&name).ok()?;
+            let text = std::fs::read_to_string(e.path()).ok()?;
+            Some(SessionTotals::of(&name, &parse(&text).0))
+        })
+        .collect();
+    out.sort_by(|a, b| a.name.cmp(&b.name));
+    out
+}
+
 pub fn totals(records: &[Record]) -> (Usage, usize) {
     let mut u = Usage::default();
     let mut calls = 0;
