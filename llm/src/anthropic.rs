@@ -5,6 +5,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
+use crate::decode::{ErrorBody, StreamError, prefix, tool_input};
 use crate::error::LlmError;
 use crate::types::{
     Block, Message, Request, Response, ResultPart, Role, StopReason, StreamEvent, Usage,
@@ -118,7 +119,7 @@ enum Event {
     MessageStop,
     Ping,
     Error {
-        error: ApiError,
+        error: ErrorBody,
     },
     /// Event types added after this client was written are ignored, as the API's versioning
     /// policy asks.
@@ -195,14 +196,6 @@ struct WireUsage {
     cache_creation_input_tokens: Option<u64>,
 }
 
-#[derive(Deserialize)]
-pub(crate) struct ApiError {
-    #[serde(rename = "type", default)]
-    pub kind: String,
-    #[serde(default)]
-    pub message: String,
-}
-
 /// A block being assembled from its deltas.
 enum Partial {
     Text(String),
@@ -231,18 +224,8 @@ pub struct Decoder {
     stopped: bool,
 }
 
-/// A decoded `error` event, kept apart so that the transport can decide whether to retry.
-#[derive(Debug, Clone, PartialEq)]
-pub struct StreamError {
-    pub kind: String,
-    pub message: String,
-}
-
 fn protocol(message: impl Into<String>) -> LlmError {
-    LlmError::Protocol {
-        provider: PROVIDER,
-        message: message.into(),
-    }
+    crate::decode::protocol(PROVIDER, message)
 }
 
 impl Decoder {
@@ -363,10 +346,7 @@ impl Decoder {
             Event::MessageStop => self.stopped = true,
             Event::Ping | Event::Unknown => {}
             Event::Error { error } => {
-                return Ok(Some(StreamError {
-                    kind: error.kind,
-                    message: error.message,
-                }));
+                return Ok(Some(error.into_stream_error()));
             }
         }
         Ok(None)
@@ -434,18 +414,6 @@ fn finish_block(partial: Partial) -> Option<Block> {
     })
 }
 
-/// The assembled argument text as a JSON object; anything else is kept as text for the loop
-/// to report back to the model. No text at all means no arguments.
-pub(crate) fn tool_input(json: &str) -> (Value, Option<String>) {
-    if json.trim().is_empty() {
-        return (json!({}), None);
-    }
-    match serde_json::from_str::<Value>(json) {
-        Ok(v @ Value::Object(_)) => (v, None),
-        _ => (json!({}), Some(json.to_owned())),
-    }
-}
-
 fn stop_reason(r: &str) -> StopReason {
     match r {
         "end_turn" => StopReason::EndTurn,
@@ -456,13 +424,4 @@ fn stop_reason(r: &str) -> StopReason {
         "refusal" => StopReason::Refusal,
         _ => StopReason::Other,
     }
-}
-
-/// At most 200 bytes of a payload, for error messages.
-pub(crate) fn prefix(s: &str) -> &str {
-    let mut end = s.len().min(200);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }

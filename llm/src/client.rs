@@ -8,8 +8,9 @@ use futures::StreamExt;
 use serde::Deserialize;
 use serde_json::Value;
 
-use crate::anthropic::{self, StreamError, prefix};
+use crate::anthropic;
 use crate::config::{Endpoint, Limits, Provider};
+use crate::decode::{ErrorBody, StreamError, prefix};
 use crate::error::LlmError;
 use crate::openai;
 use crate::sse::SseParser;
@@ -379,29 +380,11 @@ struct ErrorEnvelope {
     error: ErrorBody,
 }
 
-#[derive(Deserialize)]
-struct ErrorBody {
-    #[serde(rename = "type", default)]
-    kind: Option<String>,
-    #[serde(default)]
-    code: Option<Value>,
-    #[serde(default)]
-    message: String,
-}
-
-/// The error's type and message from either vendor's error body (`{"type":"error","error":
+/// The error's kind and message from either vendor's error body (`{"type":"error","error":
 /// {"type","message"}}` or `{"error":{"message","type","code"}}`); anything else is quoted.
 fn error_body(text: &str) -> (String, String) {
     match serde_json::from_str::<ErrorEnvelope>(text) {
-        Ok(env) => {
-            let kind = env
-                .error
-                .kind
-                .filter(|k| !k.is_empty())
-                .or_else(|| env.error.code.and_then(|c| c.as_str().map(str::to_owned)))
-                .unwrap_or_else(|| "error".into());
-            (kind, env.error.message)
-        }
+        Ok(env) => (env.error.kind(), env.error.message),
         Err(_) => ("error".into(), prefix(text.trim()).to_owned()),
     }
 }

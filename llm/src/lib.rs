@@ -7,6 +7,7 @@
 pub mod anthropic;
 pub mod client;
 pub mod config;
+pub mod decode;
 pub mod error;
 pub mod openai;
 pub mod sse;

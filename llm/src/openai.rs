@@ -5,7 +5,7 @@
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 
-use crate::anthropic::{prefix, tool_input};
+use crate::decode::{ErrorBody, StreamError, prefix, tool_input};
 use crate::error::LlmError;
 use crate::types::{
     Block, Message, Request, Response, ResultPart, Role, StopReason, StreamEvent, Usage,
@@ -159,7 +159,7 @@ struct Chunk {
     #[serde(default)]
     usage: Option<WireUsage>,
     #[serde(default)]
-    error: Option<WireError>,
+    error: Option<ErrorBody>,
 }
 
 #[derive(Deserialize)]
@@ -216,27 +216,6 @@ struct PromptDetails {
     cached_tokens: Option<u64>,
 }
 
-#[derive(Deserialize)]
-pub(crate) struct WireError {
-    #[serde(default)]
-    pub message: String,
-    #[serde(rename = "type", default)]
-    pub kind: Option<String>,
-    #[serde(default)]
-    pub code: Option<Value>,
-}
-
-impl WireError {
-    pub(crate) fn kind(&self) -> String {
-        match (&self.kind, &self.code) {
-            (Some(k), _) if !k.is_empty() => k.clone(),
-            (_, Some(Value::String(c))) => c.clone(),
-            (_, Some(c)) if !c.is_null() => c.to_string(),
-            _ => "error".into(),
-        }
-    }
-}
-
 #[derive(Default)]
 struct CallPartial {
     id: String,
@@ -255,14 +234,8 @@ pub struct Decoder {
     usage: Option<Usage>,
 }
 
-/// A decoded in-stream error, kept apart so that the transport can decide whether to retry.
-pub use crate::anthropic::StreamError;
-
 fn protocol(message: impl Into<String>) -> LlmError {
-    LlmError::Protocol {
-        provider: PROVIDER,
-        message: message.into(),
-    }
+    crate::decode::protocol(PROVIDER, message)
 }
 
 impl Decoder {
@@ -281,10 +254,7 @@ impl Decoder {
         let chunk: Chunk = serde_json::from_str(data)
             .map_err(|e| protocol(format!("chunk is not valid JSON ({e}): {}", prefix(data))))?;
         if let Some(e) = chunk.error {
-            return Ok(Some(StreamError {
-                kind: e.kind(),
-                message: e.message,
-            }));
+            return Ok(Some(e.into_stream_error()));
         }
         if let Some(id) = chunk.id.filter(|s| !s.is_empty()) {
             self.id = id;

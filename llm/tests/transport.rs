@@ -2,8 +2,11 @@
 //! overloaded and rate-limited answers, refused keys, streams that stall, break or end early.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::time::{Duration, Instant};
 
+use common::client;
 use kitbag_llm::config::{Endpoint, Limits, ModelSpec, Provider};
 use kitbag_llm::openai::Dialect;
 use kitbag_llm::{Client, LlmError, Message, Request, Response, StopReason, StreamEvent};
@@ -23,26 +26,6 @@ fn limits() -> Limits {
         response_timeout: Duration::from_secs(5),
         ..Limits::default()
     }
-}
-
-fn client(provider: Provider, mock: &MockLlm, limits: Limits) -> Client {
-    let base_url = match provider {
-        Provider::Anthropic => mock.url(),
-        Provider::OpenAi => format!("{}/v1", mock.url()),
-    };
-    Client::new(
-        Endpoint {
-            spec: ModelSpec {
-                provider,
-                model: "m".into(),
-            },
-            base_url,
-            api_key: Some("test-key".into()),
-            dialect: Dialect::OpenAi,
-        },
-        limits,
-    )
-    .unwrap()
 }
 
 fn request() -> Request {

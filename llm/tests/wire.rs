@@ -6,11 +6,12 @@
 //!   parameters) and by kitbag-llm (from the neutral form), and the requests must be equal.
 #![allow(clippy::unwrap_used)]
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kitbag_llm::config::{Endpoint, Limits, ModelSpec, Provider};
-use kitbag_llm::openai::Dialect;
+use kitbag_llm::config::{Limits, Provider};
 use kitbag_llm::{Block, Client, LlmError, Request, Response, StopReason};
 use kitbag_testkit::clients::{require, testkit_dir};
 use kitbag_testkit::llm_mock::{MockLlm, Reply};
@@ -61,24 +62,11 @@ fn fixtures(dir: &str) -> Vec<PathBuf> {
 }
 
 fn client(provider: Provider, mock: &MockLlm) -> Client {
-    let base_url = match provider {
-        Provider::Anthropic => mock.url(),
-        Provider::OpenAi => format!("{}/v1", mock.url()),
-    };
-    let endpoint = Endpoint {
-        spec: ModelSpec {
-            provider,
-            model: "m".into(),
-        },
-        base_url,
-        api_key: Some("test-key".into()),
-        dialect: Dialect::OpenAi,
-    };
     let limits = Limits {
         max_attempts: 1,
         ..Limits::default()
     };
-    Client::new(endpoint, limits).expect("client")
+    common::client(provider, mock, limits)
 }
 
 fn run(client: &Client, req: &Request) -> Result<Response, LlmError> {

@@ -66,13 +66,14 @@ pub fn prune_tool_outputs(messages: &mut [Message]) -> usize {
 pub fn plan_pressed(records: &[Record]) -> Option<Plan> {
     let starts = turn_starts(records);
     let &boundary = starts.last().filter(|&&b| b > 0)?;
-    let previous = latest_valid(records)
-        .filter(|v| v.boundary <= boundary && v.boundary < boundary)
-        .map(|v| (v.boundary, v.content));
+    let valid = latest_valid(records);
     // Already summarized up to the current turn: nothing more to summarize.
-    if latest_valid(records).is_some_and(|v| v.boundary == boundary) {
+    if valid.as_ref().is_some_and(|v| v.boundary == boundary) {
         return None;
     }
+    let previous = valid
+        .filter(|v| v.boundary < boundary)
+        .map(|v| (v.boundary, v.content));
     Some(Plan::Summarize { boundary, previous })
 }
 

@@ -236,10 +236,12 @@ pub struct Window {
     pub chars: usize,
 }
 
-/// The conversation a model call sees: the most recent whole turns (a turn runs from one user
-/// record to the next, so an assistant → tool_use → tool_result chain is never split) within
-/// the window; the current turn always. Tool calls that never got a result (a crash while
-/// they ran) are answered with an error result so that the history stays valid.
+/// The conversation a model call sees without compaction (compaction.rs's `plan` is what the
+/// loop uses): the most recent whole turns (a turn runs from one user record to the next, so an
+/// assistant → tool_use → tool_result chain is never split) within the window; the current
+/// turn always. Tool calls that never got a result (a crash while they ran) are answered with
+/// an error result so that the history stays valid.
+#[cfg(test)]
 pub fn context(records: &[Record], window: Window) -> Vec<Message> {
     messages(&records[fit(records, window)..])
 }
