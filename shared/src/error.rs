@@ -67,6 +67,11 @@ pub enum ErrorCode {
     DapSessionEnded,
     SessionActive,
     UnsupportedByAdapter,
+    /// The adapter refused a request (bad frame, bad expression, unsupported request); the
+    /// session is still usable.
+    AdapterError,
+    /// The program is running: nothing to inspect until it stops.
+    NotStopped,
     // host
     ServerUnavailable,
     UnknownTool,

@@ -15,7 +15,7 @@ use serde_json::json;
 const PROG: &str = "x = 1\nfor i in range(100000):\n    x = x + 1\n    x = x - 1\nprint(x)\n";
 const C_PROG: &str = "#include <stdio.h>\n\nint main(void) {\n    for (long i = 0; i < 100000; i++) {\n        volatile long x = i;\n        x = x + 1;\n    }\n    puts(\"done\");\n    return 0;\n}\n";
 const GO_PROG: &str = "package main\n\nfunc main() {\n\tx := 0\n\tfor i := 0; i < 100000; i++ {\n\t\tx = x + i\n\t\tx = x - i\n\t}\n\tprintln(x)\n}\n";
-const LLDB_DAP: &str = "/usr/bin/lldb-dap-19";
+const LLDB_DAP: &str = "/usr/bin/lldb-dap-22";
 const RUNS: usize = 11;
 const STEPS: usize = 10;
 
@@ -143,10 +143,10 @@ fn kitbag(dir: &Path, case: &Case) -> (f64, Vec<f64>) {
     assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call(
         "debug",
-        json!({"action": "launch", "runtime": case.runtime, "program": case.program}),
+        json!({"action": "launch", "runtime": case.runtime, "script": case.program, "stop_on_entry": false}),
     );
     assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
-    assert_eq!(r.structured["stop"]["line"], case.line, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], case.line, "{:?}", r.raw);
     let launch = t.elapsed().as_secs_f64() * 1000.0;
     c.call(
         "debug",

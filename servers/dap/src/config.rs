@@ -4,7 +4,7 @@
 //! [dap.adapters.python]
 //! command = ["python3", "-m", "debugpy.adapter"]
 //! [dap.adapters.lldb]
-//! command = ["/usr/bin/lldb-dap-19"]
+//! command = ["/usr/bin/lldb-dap-22"]
 //! ```
 //!
 //! A configured runtime replaces the built-in adapter command; a new runtime name adds one
@@ -155,7 +155,7 @@ mod tests {
     fn parses_the_seed_shape() {
         let c = Config::parse(
             "[dap.adapters.python]\ncommand = [\"python3\", \"-m\", \"debugpy.adapter\"]\n\
-             [dap.adapters.lldb]\ncommand = [\"/usr/bin/lldb-dap-19\"]\n",
+             [dap.adapters.lldb]\ncommand = [\"/usr/bin/lldb-dap-22\"]\n",
         )
         .unwrap();
         assert_eq!(c.adapters.len(), 2);
@@ -163,7 +163,7 @@ mod tests {
             c.adapters["python"].command,
             ["python3", "-m", "debugpy.adapter"]
         );
-        assert_eq!(c.adapters["lldb"].command, ["/usr/bin/lldb-dap-19"]);
+        assert_eq!(c.adapters["lldb"].command, ["/usr/bin/lldb-dap-22"]);
         assert_eq!(c.adapters["lldb"].adapter_id, None);
     }
 

@@ -307,6 +307,11 @@ impl Client {
         }
     }
 
+    /// Whether the adapter's stream has ended: no answer will ever come.
+    pub fn is_closed(&self) -> bool {
+        self.events.lock().map(|e| e.closed).unwrap_or(true)
+    }
+
     /// Kill the adapter's whole process group (adapter and debuggee).
     pub fn kill(&self) {
         if let Ok(mut c) = self.child.lock()

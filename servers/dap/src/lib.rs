@@ -1,5 +1,6 @@
 //! kitbag-dap: one `debug` tool over real debug adapters (debugpy first).
 
+pub mod cdp;
 pub mod config;
 pub mod dap;
 pub mod debug;
@@ -41,7 +42,14 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<DapState>> {
         Some(path) => config::Config::load(path)?,
         None => config::Config::default(),
     };
-    McpServer::new(IDENTITY, DapState::new(cfg), router(), policy).with_common_args(&args.common)
+    let audit = match &args.common.audit_log {
+        Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
+        None => None,
+    };
+    let state = DapState::new(cfg).with_audit(audit.clone());
+    Ok(McpServer::new(IDENTITY, state, router(), policy)
+        .with_common_args(&args.common)?
+        .with_audit(audit))
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

@@ -45,22 +45,16 @@ fn attach(era: Era) {
     assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "threads"}));
     assert!(
-        !r.structured["data"]["threads"]
-            .as_array()
-            .unwrap()
-            .is_empty(),
+        !r.structured["threads"].as_array().unwrap().is_empty(),
         "{:?}",
         r.raw
     );
     let r = c.call("debug", json!({"action": "pause"}));
     assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
-    assert_eq!(r.structured["stop"]["reason"], "pause");
+    assert_eq!(r.structured["stopped_reason"], "pause");
     let r = c.call("debug", json!({"action": "scopes"}));
     assert!(
-        !r.structured["data"]["scopes"]
-            .as_array()
-            .unwrap()
-            .is_empty(),
+        !r.structured["scopes"].as_array().unwrap().is_empty(),
         "{:?}",
         r.raw
     );
@@ -70,7 +64,7 @@ fn attach(era: Era) {
         "debug",
         json!({"action": "evaluate", "expression": "2 + 3"}),
     );
-    assert_eq!(r.structured["data"]["result"], "5", "{:?}", r.raw);
+    assert_eq!(r.structured["result"], "5", "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "disconnect"}));
     assert!(!r.is_error, "{:?}", r.raw);
     assert!(r.text.contains("detached"), "{}", r.text);

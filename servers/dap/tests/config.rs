@@ -135,15 +135,19 @@ fn configured_adapters_are_the_ones_launched() {
     for runtime in ["python", "py3"] {
         let r = c.call(
             "debug",
-            json!({"action": "launch", "runtime": runtime, "program": "app.py"}),
+            json!({"action": "launch", "runtime": runtime, "program": "app.py", "stop_on_entry": false}),
         );
         assert_eq!(r.structured["status"], "stopped", "{runtime}: {:?}", r.raw);
-        assert_eq!(r.structured["stop"]["line"], 2, "{runtime}: {:?}", r.raw);
+        assert_eq!(
+            r.structured["location"]["line"], 2,
+            "{runtime}: {:?}",
+            r.raw
+        );
         let r = c.call(
             "debug",
             json!({"action": "evaluate", "expression": "a + 40"}),
         );
-        assert_eq!(r.structured["data"]["result"], "41", "{:?}", r.raw);
+        assert_eq!(r.structured["result"], "41", "{:?}", r.raw);
         let r = c.call("debug", json!({"action": "continue"}));
         assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
         let r = c.call("debug", json!({"action": "disconnect"}));

@@ -1,4 +1,5 @@
-//! Drive the real `kitbag-dap` binary over stdio against the real debugpy adapter.
+//! Drive the real `kitbag-dap` binary over stdio against the real debugpy adapter, with seed
+//! 004's parameter names and examples as written.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -6,9 +7,9 @@ mod common;
 use kitbag_testkit::{Era, McpClient, process_alive};
 use serde_json::json;
 
-use common::{bin, descendants, disconnect_leaves_nothing, have_debugpy};
+use common::{bin, descendants, disconnect_leaves_nothing, have_debugpy, names, var};
 
-const PROG: &str = "def add(a, b):\n    total = a + b\n    return total\n\n\ncfg = {\"name\": \"kit\", \"size\": 3}\ncount = 41\nlabel = \"hello\"\nprint(\"start\", flush=True)\nresult = add(count, 1)\nprint(\"result\", result, flush=True)\n";
+const PROG: &str = "import os\n\ndef add(a, b):\n    total = a + b\n    return total\n\ncfg = {\"name\": \"kit\", \"size\": 3}\ncount = 41\nlabel = \"hello\"\nprint(\"start\", os.environ.get(\"APP_MODE\"), flush=True)\nresult = add(count, 1)\nprint(\"result\", result, flush=True)\n";
 
 fn session(era: Era) {
     if !have_debugpy() {
@@ -20,7 +21,7 @@ fn session(era: Era) {
     // No session yet.
     let r = c.call("debug", json!({"action": "continue"}));
     assert_eq!(r.error_code(), Some("dap_session_ended"), "{:?}", r.raw);
-    // Bad input.
+    // Bad input names the field.
     let r = c.call(
         "debug",
         json!({"action": "set_breakpoint", "path": "app.py", "line": 999}),
@@ -29,129 +30,188 @@ fn session(era: Era) {
     assert_eq!(r.structured["error"]["detail"]["field"], "line");
     let r = c.call(
         "debug",
-        json!({"action": "launch", "runtime": "cobol", "program": "app.py"}),
+        json!({"action": "launch", "runtime": "cobol", "script": "app.py"}),
     );
     assert_eq!(r.structured["error"]["detail"]["field"], "runtime");
     let r = c.call(
         "debug",
-        json!({"action": "launch", "program": "/etc/passwd"}),
+        json!({"action": "launch", "script": "app.py", "env": {"BAD-NAME": "1"}}),
+    );
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "env",
+        "{:?}",
+        r.raw
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "script": "/etc/passwd"}),
     );
     assert!(r.is_error);
     let r = c.call("debug", json!({"action": "fly"}));
     assert_eq!(r.error_code(), Some("invalid_params"));
 
+    // The seed's launch, verbatim in shape: it stops on entry by default.
     let r = c.call(
         "debug",
-        json!({"action": "set_breakpoint", "path": "app.py", "line": 10}),
+        json!({"action": "launch", "runtime": "python", "script": "app.py",
+            "args": ["--port", "3000"], "env": {"APP_MODE": "test"}, "stop_on_entry": true}),
     );
     assert!(!r.is_error, "{:?}", r.raw);
-    let r = c.call(
-        "debug",
-        json!({"action": "launch", "runtime": "python", "program": "app.py"}),
-    );
-    assert!(!r.is_error, "{:?}", r.raw);
-    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
-    assert_eq!(r.structured["stop"]["reason"], "breakpoint");
-    assert_eq!(r.structured["stop"]["line"], 10);
-    assert_eq!(r.structured["stop"]["path"], "app.py");
-    assert_eq!(r.structured["stop"]["preview"], "result = add(count, 1)");
-
-    let r = c.call("debug", json!({"action": "launch", "program": "app.py"}));
+    let s = &r.structured;
+    assert_eq!(s["action"], "launch");
+    assert_eq!(s["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(s["stopped_reason"], "entry", "{:?}", r.raw);
+    assert_eq!(s["location"]["path"], "app.py");
+    assert_eq!(s["location"]["line"], 1);
+    assert_eq!(s["location"]["source_preview"], "import os");
+    assert!(s["debug_session_id"].as_str().unwrap().starts_with("dap_"));
+    let thread = s["threads"][0]["id"].as_i64().unwrap();
+    assert_eq!(s["thread_id"], thread);
+    let r = c.call("debug", json!({"action": "launch", "script": "app.py"}));
     assert_eq!(r.error_code(), Some("session_active"));
 
-    let r = c.call("debug", json!({"action": "variables"}));
-    assert!(!r.is_error, "{:?}", r.raw);
-    let vars = r.structured["data"]["variables"]
-        .as_array()
-        .unwrap()
-        .clone();
-    let find = |n: &str| {
-        vars.iter()
-            .find(|v| v["name"] == n)
-            .cloned()
-            .unwrap_or_else(|| panic!("{n} in {vars:?}"))
-    };
-    assert_eq!(find("count")["value"], "41");
-    assert_eq!(find("count")["type"], "int");
-    assert_eq!(find("label")["value"], "'hello'");
-    assert_eq!(find("label")["type"], "str");
-    let cfg = find("cfg");
-    assert_eq!(cfg["type"], "dict");
-    let reference = cfg["variables_reference"].as_i64().unwrap();
-    assert!(reference > 0);
-    let r = c.call("debug", json!({"action": "variables", "expand": reference}));
-    let inner = r.structured["data"]["variables"].as_array().unwrap();
-    assert!(
-        inner
-            .iter()
-            .any(|v| v["name"] == "'name'" && v["value"] == "'kit'"),
-        "{inner:?}"
-    );
-
+    // A breakpoint set in the live session is verified at once.
     let r = c.call(
         "debug",
-        json!({"action": "evaluate", "expression": "count * 2"}),
+        json!({"action": "set_breakpoint", "path": "app.py", "line": 11}),
     );
-    assert_eq!(r.structured["data"]["result"], "82", "{:?}", r.raw);
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["verified"], true, "{:?}", r.raw);
+    assert_eq!(r.structured["actual_line"], 11);
+    assert_eq!(r.structured["path"], "app.py");
+    let bp = r.structured["breakpoint_id"].as_i64().unwrap();
+    let r = c.call("debug", json!({"action": "list_breakpoints"}));
+    assert_eq!(r.structured["breakpoints"][0]["id"], bp);
+    assert_eq!(r.structured["breakpoints"][0]["verified"], true);
+    assert_eq!(r.structured["breakpoints"][0]["line"], 11);
+    let r = c.call("debug", json!({"action": "continue", "thread_id": thread}));
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stopped_reason"], "breakpoint");
+    assert_eq!(r.structured["breakpoint_id"], bp, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], 11);
+    assert_eq!(
+        r.structured["location"]["source_preview"],
+        "result = add(count, 1)"
+    );
+
+    // The seed's variables call; values, types, expandable.
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "frame_id": 0, "scope": "local"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(var(&r.structured, "count")["value"], "41");
+    assert_eq!(var(&r.structured, "count")["type"], "int");
+    assert_eq!(var(&r.structured, "count")["expandable"], false);
+    assert_eq!(var(&r.structured, "label")["value"], "'hello'");
+    assert_eq!(var(&r.structured, "cfg")["expandable"], true);
+    // expand by name: the children are named by their path.
+    let r = c.call("debug", json!({"action": "variables", "expand": "cfg"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(var(&r.structured, "cfg.name")["value"], "'kit'");
+    assert_eq!(var(&r.structured, "cfg.size")["value"], "3");
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "expand": "cfg.name"}),
+    );
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "expand",
+        "{:?}",
+        r.raw
+    );
+    assert!(r.text.contains("no children"), "{}", r.text);
+    let r = c.call("debug", json!({"action": "variables", "expand": "nope"}));
+    assert_eq!(r.structured["error"]["detail"]["field"], "expand");
+
+    // The seed's evaluate.
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "count * 2", "frame_id": 0, "context": "watch"}),
+    );
+    assert_eq!(r.structured["result"], "82", "{:?}", r.raw);
+    assert_eq!(r.structured["type"], "int");
+    // A bad expression is the adapter's refusal, not the end of the session.
     let r = c.call(
         "debug",
         json!({"action": "evaluate", "expression": "nope_name"}),
     );
-    assert!(
-        r.structured["data"]["error"]
-            .as_str()
-            .unwrap()
-            .contains("NameError"),
-        "{:?}",
-        r.raw
-    );
-
+    assert_eq!(r.error_code(), Some("adapter_error"), "{:?}", r.raw);
+    assert!(r.text.contains("NameError"), "{}", r.text);
+    // A frame that does not exist names the field; the session lives on.
+    let r = c.call("debug", json!({"action": "variables", "frame_id": 7}));
+    assert_eq!(r.error_code(), Some("invalid_params"), "{:?}", r.raw);
+    assert_eq!(r.structured["error"]["detail"]["field"], "frame_id");
     // The repl context runs statements; watch would refuse an assignment.
     let r = c.call(
         "debug",
         json!({"action": "evaluate", "expression": "zz = count + 1", "context": "repl"}),
     );
-    assert!(r.structured["data"]["error"].is_null(), "{:?}", r.raw);
+    assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "evaluate", "expression": "zz"}));
-    assert_eq!(r.structured["data"]["result"], "42", "{:?}", r.raw);
+    assert_eq!(r.structured["result"], "42", "{:?}", r.raw);
 
-    let r = c.call("debug", json!({"action": "step_into"}));
-    assert_eq!(r.structured["stop"]["line"], 2, "{:?}", r.raw);
-    assert_eq!(r.structured["stop"]["function"], "add");
-    // Inside add(): locals by default, the module's names under `scope: globals`.
-    let r = c.call("debug", json!({"action": "variables"}));
-    let names = |r: &kitbag_testkit::ToolCall| -> Vec<String> {
-        r.structured["data"]["variables"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|v| v["name"].as_str().unwrap().to_string())
-            .collect()
-    };
-    assert!(names(&r).contains(&"a".to_string()), "{:?}", r.raw);
-    assert!(!names(&r).contains(&"cfg".to_string()), "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "variables", "scope": "globals"}));
-    assert!(names(&r).contains(&"cfg".to_string()), "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_into", "thread_id": thread}));
+    assert_eq!(r.structured["stopped_reason"], "step", "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], 4, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["function"], "add");
+    assert_eq!(
+        r.structured["location"]["source_preview"],
+        "    total = a + b"
+    );
+    // The seed's stack_trace: frame ids count from the top.
     let r = c.call(
         "debug",
-        json!({"action": "variables", "scope": "registers"}),
+        json!({"action": "stack_trace", "thread_id": thread, "levels": 10}),
     );
-    assert_eq!(r.error_code(), Some("invalid_params"), "{}", r.text);
-    assert_eq!(r.structured["error"]["detail"]["field"], "scope");
-    let r = c.call("debug", json!({"action": "step_over"}));
-    assert_eq!(r.structured["stop"]["line"], 3, "{:?}", r.raw);
+    let frames = r.structured["frames"].as_array().unwrap();
+    assert_eq!(frames[0]["id"], 0, "{:?}", r.raw);
+    assert_eq!(frames[0]["name"], "add");
+    assert_eq!(frames[0]["line"], 4);
+    assert_eq!(frames[1]["id"], 1);
+    assert_eq!(frames[1]["name"], "<module>");
+    assert_eq!(frames[1]["path"], "app.py");
+    assert_eq!(r.structured["total_frames"], frames.len());
+    let r = c.call("debug", json!({"action": "stack_trace", "levels": 1}));
+    assert_eq!(r.structured["frames"].as_array().unwrap().len(), 1);
+    assert_eq!(r.structured["total_frames"], 2, "{:?}", r.raw);
+    // frame_id 1 is the caller: the module's names.
+    let r = c.call("debug", json!({"action": "variables", "frame_id": 1}));
+    assert_eq!(var(&r.structured, "count")["value"], "41", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "label", "frame_id": 1}),
+    );
+    assert_eq!(r.structured["result"], "'hello'", "{:?}", r.raw);
+    // Inside add(): locals by default, the module's names under `scope: global`.
+    let r = c.call("debug", json!({"action": "variables"}));
+    assert!(names(&r).contains(&"a".to_string()), "{:?}", r.raw);
+    assert!(!names(&r).contains(&"cfg".to_string()), "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "variables", "scope": "global"}));
+    assert!(names(&r).contains(&"cfg".to_string()), "{:?}", r.raw);
+    // A global expands by name from inside a function.
+    let r = c.call("debug", json!({"action": "variables", "expand": "cfg"}));
+    assert_eq!(var(&r.structured, "cfg.size")["value"], "3", "{:?}", r.raw);
+    for scope in ["closure", "registers"] {
+        let r = c.call("debug", json!({"action": "variables", "scope": scope}));
+        assert_eq!(r.error_code(), Some("invalid_params"), "{}", r.text);
+        assert_eq!(r.structured["error"]["detail"]["field"], "scope");
+    }
+    let r = c.call("debug", json!({"action": "step_over", "thread_id": thread}));
+    assert_eq!(r.structured["location"]["line"], 5, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "step_out"}));
-    assert_eq!(r.structured["stop"]["line"], 10, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], 11, "{:?}", r.raw);
 
     let r = c.call("debug", json!({"action": "continue"}));
     assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
     assert_eq!(r.structured["exit_code"], 0);
     let r = c.call("debug", json!({"action": "output"}));
     assert!(
-        r.text.contains("start") && r.text.contains("result 42"),
+        r.text.contains("start test") && r.text.contains("result 42"),
         "{}",
         r.text
     );
+    let r = c.call("debug", json!({"action": "step_over"}));
+    assert_eq!(r.error_code(), Some("dap_session_ended"), "{:?}", r.raw);
 
     disconnect_leaves_nothing(&mut c);
     assert!(c.stdout_garbage().is_empty());
@@ -166,6 +226,74 @@ fn python_session_modern() {
 #[test]
 fn python_session_handshake() {
     session(Era::Handshake);
+}
+
+/// Breakpoints set before launch, `stop_on_entry: false`, the seed's disconnect answer, and
+/// the audit events.
+#[test]
+fn breakpoints_before_launch_and_audit_events() {
+    if !have_debugpy() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.py"), PROG).unwrap();
+    let log = d.path().join("audit.jsonl");
+    let log_s = log.to_string_lossy().to_string();
+    let mut c = McpClient::spawn(bin(), &["--audit-log", &log_s], d.path(), Era::Modern);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "app.py", "line": 4}),
+    );
+    // No session yet: kept, sent at launch.
+    assert_eq!(r.structured["verified"], false, "{:?}", r.raw);
+    let bp = r.structured["breakpoint_id"].as_i64().unwrap();
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "script": "app.py", "stop_on_entry": false, "cwd": "."}),
+    );
+    assert_eq!(r.structured["stopped_reason"], "breakpoint", "{:?}", r.raw);
+    assert_eq!(r.structured["breakpoint_id"], bp);
+    assert_eq!(r.structured["location"]["line"], 4);
+    let session = r.structured["debug_session_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let r = c.call("debug", json!({"action": "list_breakpoints"}));
+    assert_eq!(
+        r.structured["breakpoints"][0]["verified"], true,
+        "{:?}",
+        r.raw
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "disconnect", "terminate_debuggee": true}),
+    );
+    assert_eq!(r.structured["disconnected"], true, "{:?}", r.raw);
+    assert_eq!(r.structured["debuggee_terminated"], true);
+    c.shutdown();
+    let events: Vec<serde_json::Value> = std::fs::read_to_string(&log)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|e: &serde_json::Value| e["event"].as_str().unwrap().starts_with("debug."))
+        .collect();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| e["event"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        [
+            "debug.session_started",
+            "debug.breakpoint_hit",
+            "debug.session_ended"
+        ],
+        "{events:?}"
+    );
+    assert!(events.iter().all(|e| e["debug_session_id"] == session));
+    assert_eq!(events[1]["breakpoint_id"], bp);
+    assert_eq!(events[1]["line"], 4);
+    assert_eq!(events[2]["reason"], "disconnect");
 }
 
 #[test]
@@ -187,8 +315,11 @@ fn conditional_logpoint_exception_and_client_disconnect() {
     assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "set_breakpoint", "path": "loop.py", "line": 2, "log_message": "LOG i={i}"}));
     assert!(!r.is_error, "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "launch", "program": "loop.py"}));
-    assert_eq!(r.structured["stop"]["line"], 3, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "program": "loop.py", "stop_on_entry": false}),
+    );
+    assert_eq!(r.structured["location"]["line"], 3, "{:?}", r.raw);
     let r = c.call(
         "debug",
         json!({"action": "disassemble", "memory_reference": "0x0"}),
@@ -203,12 +334,28 @@ fn conditional_logpoint_exception_and_client_disconnect() {
         r.structured["error"]["detail"]["capability"],
         "supportsDisassembleRequest"
     );
+    for action in [
+        "set_instruction_breakpoint",
+        "write_memory",
+        "data_breakpoint_info",
+    ] {
+        let r = c.call(
+            "debug",
+            json!({"action": action, "memory_reference": "0x0", "name": "i", "data": "AA=="}),
+        );
+        assert_eq!(
+            r.error_code(),
+            Some("unsupported_by_adapter"),
+            "{action}: {:?}",
+            r.raw
+        );
+    }
     let r = c.call(
         "debug",
         json!({"action": "custom_request", "command": "threads"}),
     );
     assert!(
-        r.structured["data"]["threads"]
+        r.structured["body"]["threads"]
             .as_array()
             .is_some_and(|t| !t.is_empty()),
         "{:?}",
@@ -216,18 +363,33 @@ fn conditional_logpoint_exception_and_client_disconnect() {
     );
     let r = c.call(
         "debug",
+        json!({"action": "custom_request", "command": "noSuchRequest"}),
+    );
+    assert_eq!(r.error_code(), Some("adapter_error"), "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_exception_breakpoints", "filters": ["nope"]}),
+    );
+    assert_eq!(r.structured["error"]["detail"]["field"], "filters");
+    let r = c.call(
+        "debug",
         json!({"action": "set_exception_breakpoints", "filters": ["uncaught"]}),
     );
     assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "evaluate", "expression": "i"}));
-    assert_eq!(r.structured["data"]["result"], "7");
+    assert_eq!(r.structured["result"], "7");
     let r = c.call(
         "debug",
         json!({"action": "remove_breakpoint", "path": "loop.py", "line": 3}),
     );
     assert!(!r.is_error);
+    let r = c.call(
+        "debug",
+        json!({"action": "remove_breakpoint", "path": "loop.py", "line": 3}),
+    );
+    assert_eq!(r.structured["error"]["detail"]["field"], "line");
     let r = c.call("debug", json!({"action": "continue"}));
-    assert_eq!(r.structured["stop"]["reason"], "exception", "{:?}", r.raw);
+    assert_eq!(r.structured["stopped_reason"], "exception", "{:?}", r.raw);
     assert!(r.text.contains("boom"), "{}", r.text);
     let r = c.call("debug", json!({"action": "output"}));
     assert!(r.text.contains("LOG i=5"), "{}", r.text);
@@ -271,28 +433,30 @@ fn hit_count_and_nested_variables() {
         );
         assert!(r.text.contains("hit count"), "{bad}: {}", r.text);
     }
+    // The seed's hit_count: break after N hits — on the 3rd and every later one.
     let r = c.call(
         "debug",
-        json!({"action": "set_breakpoint", "path": "nested.py", "line": 4, "hit_count": "3"}),
+        json!({"action": "set_breakpoint", "path": "nested.py", "line": 4, "hit_count": 3}),
     );
     assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "list_breakpoints"}));
-    assert_eq!(r.structured["data"]["breakpoints"][0]["hit_count"], "3");
-    let r = c.call("debug", json!({"action": "launch", "program": "nested.py"}));
+    assert_eq!(r.structured["breakpoints"][0]["hit_count"], "3");
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "script": "nested.py", "stop_on_entry": false}),
+    );
     assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
-    assert_eq!(r.structured["stop"]["line"], 4, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], 4, "{:?}", r.raw);
     // The third pass through the loop body: i == 2, total == 0 + 1.
     let r = c.call("debug", json!({"action": "variables", "filter": "i"}));
-    let vars = r.structured["data"]["variables"].as_array().unwrap();
-    let i = vars.iter().find(|v| v["name"] == "i").unwrap();
-    assert_eq!(i["value"], "2", "{vars:?}");
+    assert_eq!(var(&r.structured, "i")["value"], "2", "{:?}", r.raw);
     let r = c.call(
         "debug",
         json!({"action": "evaluate", "expression": "total"}),
     );
-    assert_eq!(r.structured["data"]["result"], "1");
+    assert_eq!(r.structured["result"], "1");
 
-    // Nested values in one call.
+    // Nested values in one call, named by their paths.
     for bad in [0, 5, 99] {
         let r = c.call("debug", json!({"action": "variables", "depth": bad}));
         assert_eq!(r.error_code(), Some("invalid_params"), "{bad}");
@@ -303,52 +467,73 @@ fn hit_count_and_nested_variables() {
         json!({"action": "variables", "filter": "data", "depth": 3}),
     );
     assert!(!r.is_error, "{:?}", r.raw);
-    let vars = r.structured["data"]["variables"].as_array().unwrap();
-    let data = vars.iter().find(|v| v["name"] == "data").unwrap();
+    let data = var(&r.structured, "data");
     assert_eq!(data["type"], "dict");
-    assert_eq!(child(data, "'n'")["value"], "1");
-    let user = child(data, "'user'");
+    assert_eq!(child(data, "data.n")["value"], "1");
+    let user = child(data, "data.user");
     assert_eq!(user["type"], "dict");
-    assert_eq!(child(user, "'name'")["value"], "'kit'");
-    let tags = child(user, "'tags'");
+    assert_eq!(child(user, "data.user.name")["value"], "'kit'");
+    let tags = child(user, "data.user.tags");
     assert_eq!(tags["type"], "list");
     // Level 3 is the last: its values are listed, not expanded.
     assert!(tags.get("children").is_none(), "{tags}");
-    assert!(child(user, "'address'").get("children").is_none());
-    assert!(r.text.contains("    'name': str = 'kit'"), "{}", r.text);
-    assert_eq!(r.structured["data"]["nested_truncated"], false);
-    // One more level reaches the address's fields and the list's items.
+    assert!(
+        r.text.contains("    data.user.name: str = 'kit'"),
+        "{}",
+        r.text
+    );
+    assert_eq!(r.structured["nested_truncated"], false);
     let r = c.call(
         "debug",
         json!({"action": "variables", "filter": "data", "depth": 4}),
     );
-    let vars = r.structured["data"]["variables"].as_array().unwrap();
-    let data = vars.iter().find(|v| v["name"] == "data").unwrap();
-    let user = child(data, "'user'");
-    assert_eq!(child(child(user, "'address'"), "'city'")["value"], "'Oslo'");
-    assert_eq!(child(child(user, "'tags'"), "1")["value"], "'b'");
-    let geo = child(child(user, "'address'"), "'geo'");
-    assert!(geo.get("children").is_none(), "{geo}");
+    let user = child(var(&r.structured, "data"), "data.user");
+    assert_eq!(
+        child(child(user, "data.user.address"), "data.user.address.city")["value"],
+        "'Oslo'"
+    );
+    assert_eq!(
+        child(child(user, "data.user.tags"), "data.user.tags[1]")["value"],
+        "'b'"
+    );
+    // expand by dotted path, with depth.
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "expand": "data.user.address", "depth": 2}),
+    );
+    assert_eq!(
+        var(&r.structured, "data.user.address.city")["value"],
+        "'Oslo'",
+        "{:?}",
+        r.raw
+    );
+    let geo = var(&r.structured, "data.user.address.geo");
+    assert_eq!(child(geo, "data.user.address.geo.lat")["value"], "59");
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "expand": "data['user'].tags"}),
+    );
+    assert_eq!(
+        var(&r.structured, "data.user.tags[0]")["value"],
+        "'a'",
+        "{:?}",
+        r.raw
+    );
     // Bounds: at most 50 children per value, 500 nested values in all.
     let r = c.call(
         "debug",
         json!({"action": "variables", "filter": "big", "depth": 2}),
     );
-    let big = &r.structured["data"]["variables"][0];
+    let big = &r.structured["variables"][0];
     assert_eq!(big["name"], "big", "{:?}", r.raw);
     assert_eq!(big["children"].as_array().unwrap().len(), 50, "{big}");
     assert!(big["children_omitted"].as_u64().unwrap() >= 30, "{big}");
-    assert!(r.text.contains("more"), "{}", r.text);
     let r = c.call(
         "debug",
         json!({"action": "variables", "filter": "grid", "depth": 3}),
     );
-    assert_eq!(
-        r.structured["data"]["nested_truncated"], true,
-        "{:?}",
-        r.raw
-    );
-    let rows = r.structured["data"]["variables"][0]["children"]
+    assert_eq!(r.structured["nested_truncated"], true, "{:?}", r.raw);
+    let rows = r.structured["variables"][0]["children"]
         .as_array()
         .unwrap()
         .clone();
@@ -358,12 +543,25 @@ fn hit_count_and_nested_variables() {
             .map(|row| row["children"].as_array().map_or(0, Vec::len))
             .sum::<usize>();
     assert_eq!(nested, 500, "{rows:?}");
-    // Depth 1 is the old flat answer.
-    let r = c.call("debug", json!({"action": "variables", "filter": "data"}));
-    let vars = r.structured["data"]["variables"].as_array().unwrap();
-    assert!(vars[0].get("children").is_none());
+    // Paging.
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "expand": "big", "limit": 30}),
+    );
+    assert_eq!(r.structured["variables"].as_array().unwrap().len(), 30);
+    assert_eq!(r.structured["next_offset"], 30, "{:?}", r.raw);
+    assert!(r.structured["total"].as_u64().unwrap() >= 80);
 
-    // hit_count "3" stops once: the rest of the loop runs to the end.
+    // From the 3rd hit on: the 4th pass stops too.
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["stopped_reason"], "breakpoint", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "evaluate", "expression": "i"}));
+    assert_eq!(r.structured["result"], "3", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "remove_breakpoint", "path": "nested.py", "line": 4}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "continue"}));
     assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "output"}));

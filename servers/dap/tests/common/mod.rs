@@ -27,6 +27,19 @@ pub fn have_debugpy() -> bool {
     ok
 }
 
+/// Whether lldb-dap is installed; under CI its absence is a failure, elsewhere a skip.
+pub fn have_lldb_dap() -> bool {
+    let ok = kitbag_dap::debug::runtime::find_lldb_dap().is_some();
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "lldb-dap missing under CI"
+        );
+        eprintln!("SKIP: lldb-dap not installed");
+    }
+    ok
+}
+
 /// Every process below `pid`.
 pub fn descendants(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -67,10 +80,22 @@ pub fn disconnect_leaves_nothing(c: &mut kitbag_testkit::McpClient) {
 
 /// The variable called `name` in a `variables` result.
 pub fn var<'a>(r: &'a serde_json::Value, name: &str) -> &'a serde_json::Value {
-    r["data"]["variables"]
+    r["variables"]
         .as_array()
         .and_then(|vars| vars.iter().find(|v| v["name"] == name))
         .unwrap_or_else(|| panic!("no variable {name} in {r}"))
+}
+
+/// The variable names of a `variables` call.
+pub fn names(r: &kitbag_testkit::ToolCall) -> Vec<String> {
+    r.structured["variables"]
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|v| v["name"].as_str().map(String::from))
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// Whether Delve is installed; under CI its absence is a failure, elsewhere a skip.

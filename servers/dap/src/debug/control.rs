@@ -1,0 +1,285 @@
+//! Execution control: continue, the steps and pause, and waiting (bounded) for the program
+//! to stop or exit.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolError, ToolResult};
+use serde_json::{Value, json};
+
+use super::params::{Action, DebugParams};
+use super::result::{DebugResult, Location};
+use super::session::{read_source, shown_path};
+use super::{Core, DEFAULT_WAIT_MS, DapState, REQUEST_TIMEOUT, adapter_failure, cap};
+
+/// The longest `wait_ms`.
+const MAX_WAIT_MS: u64 = 60_000;
+
+/// continue, step_over, step_into, step_out, pause.
+pub async fn resume(
+    state: &DapState,
+    policy: &PathPolicy,
+    p: &DebugParams,
+) -> ToolResult<Reply<DebugResult>> {
+    let core = state.live().await?;
+    let client = &core.client;
+    if client.is_closed() {
+        return Err(ToolError::new(
+            ErrorCode::DapSessionEnded,
+            "the debug adapter has ended; disconnect and launch again",
+        ));
+    }
+    let (stopped, exited) = {
+        let e = client.events.lock().map_err(|_| super::no_session())?;
+        (e.stopped.is_some(), e.exited.is_some() || e.terminated)
+    };
+    if exited {
+        return Err(ToolError::new(
+            ErrorCode::DapSessionEnded,
+            "the program has exited; disconnect and launch again",
+        ));
+    }
+    let command = match p.action {
+        Action::Continue => "continue",
+        Action::StepOver => "next",
+        Action::StepInto => "stepIn",
+        Action::StepOut => "stepOut",
+        _ => "pause",
+    };
+    if p.action != Action::Pause && !stopped {
+        return Err(ToolError::new(
+            ErrorCode::NotStopped,
+            format!(
+                "{}: the program is running; pause it or wait for a breakpoint (status)",
+                p.action.name()
+            ),
+        ));
+    }
+    let thread = match p.thread_id {
+        Some(t) => t,
+        None if p.action == Action::Pause => first_thread(&core).await?,
+        None => stopped_thread(&core).unwrap_or(1),
+    };
+    let before = client.events.lock().map(|e| e.stop_count).unwrap_or(0);
+    client
+        .request(command, json!({"threadId": thread}), REQUEST_TIMEOUT)
+        .await
+        .map_err(|m| {
+            let e = adapter_failure(client, m);
+            if p.thread_id.is_some() && e.code == ErrorCode::AdapterError {
+                ToolError::invalid_field("thread_id", format!("thread {thread}: {}", e.message))
+            } else {
+                e
+            }
+        })?;
+    if p.action != Action::Pause
+        && let Ok(mut e) = client.events.lock()
+        && e.stop_count == before
+    {
+        e.stopped = None;
+    }
+    settle(state, &core, policy, p.action, p.wait_ms).await
+}
+
+/// The thread the program stopped in.
+pub fn stopped_thread(core: &Core) -> Option<i64> {
+    core.client
+        .events
+        .lock()
+        .ok()
+        .and_then(|e| e.stopped.as_ref().and_then(|s| s["threadId"].as_i64()))
+}
+
+async fn first_thread(core: &Core) -> ToolResult<i64> {
+    let threads = core
+        .client
+        .request("threads", json!({}), REQUEST_TIMEOUT)
+        .await
+        .map_err(|m| adapter_failure(&core.client, m))?;
+    Ok(threads["threads"]
+        .as_array()
+        .and_then(|a| a.first())
+        .and_then(|t| t["id"].as_i64())
+        .unwrap_or(1))
+}
+
+/// Wait (bounded) for a stop or exit and describe where the program is.
+pub async fn settle(
+    state: &DapState,
+    core: &Core,
+    policy: &PathPolicy,
+    action: Action,
+    wait_ms: Option<u64>,
+) -> ToolResult<Reply<DebugResult>> {
+    let client = &core.client;
+    let wait = Duration::from_millis(wait_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS));
+    let deadline = Instant::now() + wait;
+    loop {
+        let notified = client.notify.notified();
+        tokio::pin!(notified);
+        notified.as_mut().enable();
+        let (stopped, exited, terminated, stop_count) = {
+            let e = client.events.lock().map_err(|_| super::no_session())?;
+            (e.stopped.clone(), e.exited, e.terminated, e.stop_count)
+        };
+        if let Some(stop) = stopped {
+            return stopped_reply(state, core, policy, action, &stop, stop_count).await;
+        }
+        if exited.is_some() || terminated {
+            let mut r = DebugResult::new(action, "exited");
+            r.exit_code = exited;
+            let text = match exited {
+                Some(c) => format!("program exited with code {c}"),
+                None => "program terminated".to_string(),
+            };
+            return Ok(Reply::new(r, text));
+        }
+        if Instant::now() >= deadline {
+            return Ok(Reply::new(
+                DebugResult::new(action, "running"),
+                "program is still running; call status later".to_string(),
+            ));
+        }
+        let _ = tokio::time::timeout(Duration::from_millis(100).min(wait), notified).await;
+    }
+}
+
+/// Describe a stop: reason, breakpoint, location with its source line, exception text.
+async fn stopped_reply(
+    state: &DapState,
+    core: &Core,
+    policy: &PathPolicy,
+    action: Action,
+    stop: &Value,
+    stop_count: u64,
+) -> ToolResult<Reply<DebugResult>> {
+    let client = &core.client;
+    let thread = stop["threadId"].as_i64();
+    let top = super::inspect::frames(core, thread, 0, 1)
+        .await
+        .ok()
+        .and_then(|(f, _)| f.into_iter().next())
+        .unwrap_or(Value::Null);
+    let location = location_of(policy, &top);
+    let mut reason = stop["reason"].as_str().unwrap_or("").to_string();
+    let hit_ids: Vec<i64> = stop["hitBreakpointIds"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_i64).collect())
+        .unwrap_or_default();
+    let (pending, reached) = entry_check(core, &reason, &hit_ids, &location.function);
+    if reached {
+        reason = "entry".into();
+    }
+    if pending {
+        // The entry breakpoint has done its work (or was overtaken): take it out.
+        let _ = super::breakpoints::resend_functions(state, core).await;
+    }
+    let breakpoint_id = if reason.contains("breakpoint") {
+        let bps = state.breakpoints.lock().await;
+        hit_ids
+            .iter()
+            .find_map(|&a| bps.by_adapter_id(a))
+            .or_else(|| {
+                top["source"]["path"]
+                    .as_str()
+                    .and_then(|p| bps.at(Path::new(p), location.line))
+            })
+    } else {
+        None
+    };
+    let mut description = stop["text"]
+        .as_str()
+        .or(stop["description"].as_str())
+        .unwrap_or("")
+        .to_string();
+    if reason == "exception"
+        && let Ok(info) = client
+            .request(
+                "exceptionInfo",
+                json!({"threadId": stop["threadId"]}),
+                REQUEST_TIMEOUT,
+            )
+            .await
+    {
+        description = format!(
+            "{}: {}",
+            info["exceptionId"].as_str().unwrap_or(""),
+            info["description"].as_str().unwrap_or("")
+        );
+    }
+    if reason.contains("breakpoint")
+        && core
+            .reported_stop
+            .swap(stop_count, std::sync::atomic::Ordering::SeqCst)
+            != stop_count
+    {
+        core.audit(
+            "debug.breakpoint_hit",
+            json!({"breakpoint_id": breakpoint_id, "path": location.path, "line": location.line, "reason": reason}),
+        );
+    }
+    let text = format!(
+        "stopped ({reason}{}) thread {} at {}:{} in {}\n{}: {}{}",
+        breakpoint_id.map(|b| format!(" #{b}")).unwrap_or_default(),
+        thread.map_or_else(|| "?".to_string(), |t| t.to_string()),
+        location.path,
+        location.line,
+        location.function,
+        location.line,
+        location.source_preview,
+        if description.is_empty() {
+            String::new()
+        } else {
+            format!("\n{}", cap(&description))
+        }
+    );
+    let mut r = DebugResult::new(action, "stopped");
+    r.stopped_reason = Some(reason);
+    r.breakpoint_id = breakpoint_id;
+    r.thread_id = thread;
+    r.location = Some(location);
+    r.description = (!description.is_empty()).then(|| cap(&description));
+    Ok(Reply::new(r, text))
+}
+
+/// Whether an entry breakpoint was pending, and whether this stop is its. It is dropped at
+/// the first stop, whatever the stop was.
+fn entry_check(core: &Core, reason: &str, hit_ids: &[i64], function: &str) -> (bool, bool) {
+    let Ok(mut slot) = core.entry.lock() else {
+        return (false, false);
+    };
+    let Some(entry) = slot.take() else {
+        return (false, false);
+    };
+    let reached = match entry.adapter_id {
+        Some(id) if !hit_ids.is_empty() => hit_ids.contains(&id),
+        _ => {
+            reason.contains("function")
+                && (function == entry.function
+                    || function.ends_with(&format!("::{}", entry.function)))
+        }
+    };
+    (true, reached)
+}
+
+/// A frame's place: path as the model sees it, line, column, the line's text, function.
+pub fn location_of(policy: &PathPolicy, frame: &Value) -> Location {
+    let line = frame["line"].as_i64().unwrap_or(0);
+    let raw = frame["source"]["path"].as_str();
+    let preview = raw
+        .filter(|p| policy.allows(Path::new(p), Access::Read))
+        .and_then(|p| read_source(policy, Path::new(p)).ok())
+        .and_then(|t| {
+            t.lines()
+                .nth((line.max(1) - 1) as usize)
+                .map(|l| l.trim_end().to_string())
+        })
+        .unwrap_or_default();
+    Location {
+        path: shown_path(policy, raw),
+        line,
+        column: frame["column"].as_i64().unwrap_or(0),
+        source_preview: cap(&preview),
+        function: frame["name"].as_str().unwrap_or("").to_string(),
+    }
+}

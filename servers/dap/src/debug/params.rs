@@ -1,0 +1,359 @@
+//! The `debug` tool's input: seed 004's parameter names, plus kitbag's additions.
+
+use std::collections::BTreeMap;
+
+use kitbag_shared::{ToolError, ToolResult};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+#[derive(Debug, Clone, Copy, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Action {
+    Launch,
+    Attach,
+    SetBreakpoint,
+    RemoveBreakpoint,
+    ListBreakpoints,
+    SetFunctionBreakpoint,
+    SetExceptionBreakpoints,
+    SetInstructionBreakpoint,
+    RemoveInstructionBreakpoint,
+    DataBreakpointInfo,
+    SetDataBreakpoint,
+    RemoveDataBreakpoint,
+    Continue,
+    StepOver,
+    StepInto,
+    StepOut,
+    Pause,
+    Threads,
+    StackTrace,
+    Scopes,
+    Variables,
+    Evaluate,
+    Disassemble,
+    ReadMemory,
+    WriteMemory,
+    Modules,
+    LoadedSources,
+    CustomRequest,
+    Output,
+    Status,
+    Disconnect,
+}
+
+impl Action {
+    /// The action as the client wrote it (snake_case), echoed in results.
+    pub fn name(self) -> String {
+        serde_json::to_value(self)
+            .ok()
+            .and_then(|v| v.as_str().map(String::from))
+            .unwrap_or_default()
+    }
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum EvalContext {
+    Watch,
+    Repl,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub enum AccessType {
+    Read,
+    Write,
+    ReadWrite,
+}
+
+impl AccessType {
+    pub fn dap(self) -> &'static str {
+        match self {
+            AccessType::Read => "read",
+            AccessType::Write => "write",
+            AccessType::ReadWrite => "readWrite",
+        }
+    }
+}
+
+#[derive(Debug, Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct DebugParams {
+    pub action: Action,
+    /// launch/attach: python (default), node, bun, lldb (C/C++/Rust), go, or a --config runtime.
+    #[serde(default)]
+    pub runtime: Option<String>,
+    /// launch: root-relative entry point (alias `program`).
+    #[serde(default, alias = "program")]
+    pub script: Option<String>,
+    /// launch: program arguments.
+    #[serde(default)]
+    pub args: Option<Vec<String>>,
+    /// launch: environment variables merged into the program's.
+    #[serde(default)]
+    pub env: Option<BTreeMap<String, String>>,
+    /// launch: pause on the first line (default true).
+    #[serde(default)]
+    pub stop_on_entry: Option<bool>,
+    /// launch: root-relative working directory (default the root).
+    #[serde(default)]
+    pub cwd: Option<String>,
+    /// attach: host (default 127.0.0.1).
+    #[serde(default)]
+    pub host: Option<String>,
+    /// attach: debug port.
+    #[serde(default)]
+    pub port: Option<u16>,
+    /// disconnect: kill the debuggee (default true after launch, false after attach).
+    #[serde(default)]
+    pub terminate_debuggee: Option<bool>,
+    /// set/remove_breakpoint: root-relative source file.
+    #[serde(default)]
+    pub path: Option<String>,
+    /// set/remove_breakpoint: 1-based line.
+    #[serde(default)]
+    pub line: Option<i64>,
+    /// set_*breakpoint: break only when this expression is true.
+    #[serde(default)]
+    pub condition: Option<String>,
+    /// set_breakpoint: log this ({expr} interpolated) instead of breaking.
+    #[serde(default)]
+    pub log_message: Option<String>,
+    /// set_*breakpoint: break from the Nth hit on; or the adapter's syntax, e.g. "%2".
+    #[serde(default)]
+    pub hit_count: Option<HitCount>,
+    /// set_function_breakpoint: function; data_breakpoint_info: variable.
+    #[serde(default)]
+    pub name: Option<String>,
+    /// set_exception_breakpoints: filter ids, e.g. uncaught, raised, all.
+    #[serde(default)]
+    pub filters: Option<Vec<String>>,
+    /// steps, continue, pause, stack_trace: thread (default the stopped one).
+    #[serde(default)]
+    pub thread_id: Option<i64>,
+    /// stack_trace: most frames (default 20).
+    #[serde(default)]
+    pub levels: Option<u64>,
+    /// scopes, variables, evaluate: 0 = top frame of this stop, 1 = its caller, ...
+    #[serde(default)]
+    pub frame_id: Option<i64>,
+    /// variables: local (default), closure, global, or an adapter scope such as registers.
+    #[serde(default)]
+    pub scope: Option<String>,
+    /// variables: a name or dotted path to expand ("user.address"), or a variables_reference.
+    #[serde(default)]
+    pub expand: Option<Expand>,
+    /// variables: nesting levels in one call (1-4, default 1).
+    #[serde(default)]
+    pub depth: Option<u64>,
+    /// variables: keep names containing this.
+    #[serde(default)]
+    pub filter: Option<String>,
+    /// evaluate: the expression.
+    #[serde(default)]
+    pub expression: Option<String>,
+    /// evaluate: watch (default, side-effect-free) or repl (may change state).
+    #[serde(default)]
+    pub context: Option<EvalContext>,
+    /// variables: skip this many; output: the cursor; memory: byte offset.
+    #[serde(default)]
+    pub offset: Option<i64>,
+    /// variables: most to return (default 100).
+    #[serde(default)]
+    pub limit: Option<u64>,
+    /// memory and instruction actions: a memoryReference (address).
+    #[serde(default)]
+    pub memory_reference: Option<String>,
+    /// disassemble: instructions; read_memory: bytes (default 32, max 4096).
+    #[serde(default)]
+    pub count: Option<u64>,
+    /// write_memory: bytes, base64.
+    #[serde(default)]
+    pub data: Option<String>,
+    /// set/remove_data_breakpoint: data_id from data_breakpoint_info.
+    #[serde(default)]
+    pub data_id: Option<String>,
+    /// set_data_breakpoint: read, write (default) or readWrite.
+    #[serde(default)]
+    pub access_type: Option<AccessType>,
+    /// custom_request: the DAP command.
+    #[serde(default)]
+    pub command: Option<String>,
+    /// custom_request: its arguments.
+    #[serde(default)]
+    pub arguments: Option<serde_json::Map<String, Value>>,
+    /// launch, continue, steps: longest wait for a stop, ms (default 10000, max 60000).
+    #[serde(default)]
+    pub wait_ms: Option<u64>,
+}
+
+/// A hit count: a number, or a string in the adapter's hitCondition syntax.
+#[derive(Debug, Clone, Serialize, Deserialize, JsonSchema, PartialEq)]
+#[serde(
+    untagged,
+    expecting = "a hit count: a number such as 3, or a string such as \">=3\" or \"%2\""
+)]
+pub enum HitCount {
+    Number(i64),
+    Text(String),
+}
+
+/// How an adapter writes "break from the Nth hit on" (seed: "break after N hits").
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HitSyntax {
+    /// Python-style operators: debugpy takes `>=N`.
+    Operators,
+    /// A bare number means "from the Nth hit on" already (lldb-dap ignores the first N-1
+    /// hits; Delve's bare number means `>= N` too).
+    Number,
+}
+
+impl HitCount {
+    /// The hitCondition string for an adapter, or an error naming `hit_count`. A number N
+    /// means "break on the Nth hit and every later one"; a string is passed through.
+    pub fn condition(&self, syntax: HitSyntax) -> ToolResult<String> {
+        match self {
+            HitCount::Number(n) if *n >= 1 => Ok(match syntax {
+                HitSyntax::Operators => format!(">={n}"),
+                HitSyntax::Number => n.to_string(),
+            }),
+            HitCount::Number(_) => Err(ToolError::invalid_field(
+                "hit_count",
+                "a hit count of at least 1",
+            )),
+            HitCount::Text(t) if t.trim().is_empty() => Err(ToolError::invalid_field(
+                "hit_count",
+                "a hit count such as 3, \">=3\" or \"%2\" (it is empty)",
+            )),
+            HitCount::Text(t) if t.chars().count() > 100 => Err(ToolError::invalid_field(
+                "hit_count",
+                "a hit count of at most 100 characters",
+            )),
+            HitCount::Text(t) => Ok(t.trim().to_string()),
+        }
+    }
+}
+
+/// What `variables` expands: a variable by name or dotted path, or an adapter reference.
+#[derive(Debug, Clone, Deserialize, JsonSchema, PartialEq)]
+#[serde(
+    untagged,
+    expecting = "a variable name or dotted path such as \"user.address\", or a variables_reference number"
+)]
+pub enum Expand {
+    Reference(i64),
+    Path(String),
+}
+
+/// The scope a `variables` call reads.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ScopeWanted {
+    Local,
+    Closure,
+    Global,
+    /// An adapter's own scope name (e.g. `registers`), matched case-insensitively.
+    Named(String),
+}
+
+impl ScopeWanted {
+    pub fn parse(s: Option<&str>) -> ScopeWanted {
+        match s.map(|s| s.trim().to_lowercase()).as_deref() {
+            None | Some("") | Some("local") | Some("locals") => ScopeWanted::Local,
+            Some("closure") => ScopeWanted::Closure,
+            Some("global") | Some("globals") => ScopeWanted::Global,
+            Some(other) => ScopeWanted::Named(other.to_string()),
+        }
+    }
+}
+
+/// Environment variable names a program may be given: POSIX portable names.
+pub fn check_env(env: &BTreeMap<String, String>) -> ToolResult<()> {
+    for (name, value) in env {
+        let mut chars = name.chars();
+        let ok = chars
+            .next()
+            .is_some_and(|c| c.is_ascii_alphabetic() || c == '_')
+            && chars.all(|c| c.is_ascii_alphanumeric() || c == '_');
+        if !ok {
+            return Err(ToolError::invalid_field(
+                "env",
+                format!(
+                    "variable names of letters, digits and _ not starting with a digit (`{name}` is not)"
+                ),
+            ));
+        }
+        if value.contains('\0') {
+            return Err(ToolError::invalid_field(
+                "env",
+                format!("values without NUL bytes (`{name}` has one)"),
+            ));
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn hit_count_means_from_the_nth_hit_on() {
+        let three = HitCount::Number(3);
+        assert_eq!(three.condition(HitSyntax::Operators).unwrap(), ">=3");
+        assert_eq!(three.condition(HitSyntax::Number).unwrap(), "3");
+        let raw = HitCount::Text(" %2 ".into());
+        assert_eq!(raw.condition(HitSyntax::Operators).unwrap(), "%2");
+        for bad in [
+            HitCount::Number(0),
+            HitCount::Number(-1),
+            HitCount::Text("  ".into()),
+        ] {
+            let e = bad.condition(HitSyntax::Number).unwrap_err();
+            assert_eq!(e.detail["field"], "hit_count");
+        }
+        let long = HitCount::Text("9".repeat(101));
+        assert!(long.condition(HitSyntax::Number).is_err());
+    }
+
+    #[test]
+    fn seed_examples_decode() {
+        let p: DebugParams = serde_json::from_value(serde_json::json!({
+            "action": "launch", "runtime": "bun", "script": "./src/main.ts",
+            "args": ["--port", "3000"], "env": {"NODE_ENV": "test"}, "stop_on_entry": true
+        }))
+        .unwrap();
+        assert_eq!(p.script.as_deref(), Some("./src/main.ts"));
+        let alias: DebugParams =
+            serde_json::from_value(serde_json::json!({"action": "launch", "program": "a.py"}))
+                .unwrap();
+        assert_eq!(alias.script.as_deref(), Some("a.py"));
+        let e: DebugParams =
+            serde_json::from_value(serde_json::json!({"action": "variables", "expand": "user"}))
+                .unwrap();
+        assert_eq!(e.expand, Some(Expand::Path("user".into())));
+        let n: DebugParams =
+            serde_json::from_value(serde_json::json!({"action": "variables", "expand": 7}))
+                .unwrap();
+        assert_eq!(n.expand, Some(Expand::Reference(7)));
+        assert_eq!(Action::StepOver.name(), "step_over");
+    }
+
+    #[test]
+    fn scopes_and_env_names() {
+        assert_eq!(ScopeWanted::parse(None), ScopeWanted::Local);
+        assert_eq!(ScopeWanted::parse(Some("Globals")), ScopeWanted::Global);
+        assert_eq!(
+            ScopeWanted::parse(Some("Registers")),
+            ScopeWanted::Named("registers".into())
+        );
+        let ok: BTreeMap<String, String> = [("NODE_ENV".to_string(), "test".to_string())].into();
+        assert!(check_env(&ok).is_ok());
+        for bad in ["1X", "A-B", "", "A=B"] {
+            let env: BTreeMap<String, String> = [(bad.to_string(), "v".to_string())].into();
+            assert_eq!(check_env(&env).unwrap_err().detail["field"], "env", "{bad}");
+        }
+    }
+}
