@@ -25,6 +25,8 @@ pub struct Events {
     pub stop_count: u64,
     /// The adapter's capabilities from the `initialize` response.
     pub caps: Value,
+    /// `breakpoint` events: the adapter's breakpoint id → (verified, line) as last told.
+    pub breakpoint_changes: HashMap<i64, (bool, Option<i64>)>,
 }
 
 type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Value>>>>;
@@ -36,6 +38,8 @@ pub struct Client {
     pub events: Arc<Mutex<Events>>,
     pub notify: Arc<Notify>,
     pub child: Mutex<Option<Child>>,
+    /// Processes an in-process adapter started (Node.js, Bun): killed with the client.
+    owned: Arc<Mutex<Vec<u32>>>,
 }
 
 impl Client {
@@ -61,7 +65,12 @@ impl Client {
             .stdout
             .take()
             .ok_or_else(|| std::io::Error::other("no stdout"))?;
-        Ok(Self::over(Box::new(stdin), stdout, Some(child)))
+        Ok(Self::over(
+            Box::new(stdin),
+            stdout,
+            Some(child),
+            Arc::default(),
+        ))
     }
 
     /// Start an adapter that dials in (`--client-addr=127.0.0.1:PORT` appended, Delve's
@@ -106,7 +115,7 @@ impl Client {
         })??;
         let _ = stream.set_nodelay(true);
         let (r, w) = stream.into_split();
-        let client = Self::over(Box::new(w), r, Some(child));
+        let client = Self::over(Box::new(w), r, Some(child), Arc::default());
         if let Some(out) = streams.0 {
             client.keep_output("stdout", out);
         }
@@ -145,17 +154,28 @@ impl Client {
         });
     }
 
+    /// A client of an adapter running in this process (kitbag's inspector bridge), over
+    /// `stream`; the pids it records in `owned` are killed with the client.
+    pub fn in_process<S>(stream: S, owned: Arc<Mutex<Vec<u32>>>) -> Arc<Client>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Send + 'static,
+    {
+        let (r, w) = tokio::io::split(stream);
+        Self::over(Box::new(w), r, None, owned)
+    }
+
     /// A client over a TCP connection to an adapter (e.g. `python -m debugpy --listen`).
     pub async fn connect(host: &str, port: u16) -> std::io::Result<Arc<Client>> {
         let stream = tokio::net::TcpStream::connect((host, port)).await?;
         let (r, w) = stream.into_split();
-        Ok(Self::over(Box::new(w), r, None))
+        Ok(Self::over(Box::new(w), r, None, Arc::default()))
     }
 
     fn over<R: tokio::io::AsyncRead + Send + Unpin + 'static>(
         stdin: Box<dyn tokio::io::AsyncWrite + Send + Unpin>,
         stdout: R,
         child: Option<Child>,
+        owned: Arc<Mutex<Vec<u32>>>,
     ) -> Arc<Client> {
         let client = Arc::new(Client {
             stdin: tokio::sync::Mutex::new(stdin),
@@ -164,6 +184,7 @@ impl Client {
             events: Arc::default(),
             notify: Arc::new(Notify::new()),
             child: Mutex::new(child),
+            owned,
         });
         let weak = Arc::downgrade(&client);
         tokio::spawn(async move {
@@ -189,6 +210,7 @@ impl Client {
     }
 
     async fn dispatch(&self, msg: Value) {
+        tracing::trace!(target: "kitbag_dap::dap", "<- {}", msg.to_string().chars().take(1500).collect::<String>());
         match msg["type"].as_str() {
             Some("response") => {
                 let id = msg["request_seq"].as_i64().unwrap_or(-1);
@@ -207,6 +229,15 @@ impl Client {
                 if let Ok(mut e) = self.events.lock() {
                     match msg["event"].as_str().unwrap_or("") {
                         "initialized" => e.initialized = true,
+                        "breakpoint" => {
+                            let b = &body["breakpoint"];
+                            if let Some(id) = b["id"].as_i64() {
+                                e.breakpoint_changes.insert(
+                                    id,
+                                    (b["verified"].as_bool().unwrap_or(false), b["line"].as_i64()),
+                                );
+                            }
+                        }
                         "stopped" => {
                             e.stopped = Some(body.clone());
                             e.stop_count += 1;
@@ -279,6 +310,7 @@ impl Client {
             return Err(std::io::Error::other("debug adapter ended"));
         }
         let msg = json!({"seq": seq, "type": "request", "command": command, "arguments": args});
+        tracing::trace!(target: "kitbag_dap::dap", "-> {msg}");
         let mut w = self.stdin.lock().await;
         w.write_all(&encode(&msg)).await?;
         w.flush().await?;
@@ -314,6 +346,11 @@ impl Client {
 
     /// Kill the adapter's whole process group (adapter and debuggee).
     pub fn kill(&self) {
+        if let Ok(mut owned) = self.owned.lock() {
+            for pid in owned.drain(..) {
+                kitbag_shared::process::kill_tree(pid);
+            }
+        }
         if let Ok(mut c) = self.child.lock()
             && let Some(mut child) = c.take()
         {

@@ -1,17 +1,39 @@
-//! Node.js and Bun through their inspectors: a DAP adapter of kitbag's own, speaking the V8
-//! inspector protocol (CDP over WebSocket) to the runtime.
+//! Node.js and Bun through their inspectors: a DAP adapter of kitbag's own (`adapter`),
+//! speaking the inspector protocol (CDP over WebSocket, `ws`) to the runtime it starts
+//! (`process`), with source maps for TypeScript builds (`sourcemap`). The rest of kitbag-dap
+//! drives it over an in-process stream exactly as it drives an adapter process.
 
-use std::sync::Arc;
+mod adapter;
+mod process;
+pub mod sourcemap;
+mod values;
+mod ws;
+
+use std::sync::{Arc, Mutex};
 
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 
 use crate::dap::Client;
 use crate::debug::runtime::Runtime;
 
-/// Start the in-process adapter for `runtime`.
+/// The in-process stream's buffer: DAP messages are small; output lines are capped.
+const STREAM_BUFFER: usize = 1 << 20;
+
+/// Start the inspector bridge for `runtime` and a client of it. The runtime itself starts on
+/// `launch` (or is reached on `attach`).
 pub fn spawn(runtime: &Runtime) -> ToolResult<Arc<Client>> {
-    Err(ToolError::new(
-        ErrorCode::DapAdapterNotFound,
-        format!("runtime `{}` is not available yet", runtime.name()),
-    ))
+    if !runtime.is_inspector() {
+        return Err(ToolError::internal(format!(
+            "runtime `{}` has no inspector",
+            runtime.name()
+        )));
+    }
+    if let Err(message) = process::binary(runtime) {
+        return Err(ToolError::new(ErrorCode::DapAdapterNotFound, message)
+            .with_detail(serde_json::json!({"runtime": runtime.name()})));
+    }
+    let (client_side, adapter_side) = tokio::io::duplex(STREAM_BUFFER);
+    let owned: Arc<Mutex<Vec<u32>>> = Arc::default();
+    tokio::spawn(adapter::run(runtime.clone(), adapter_side, owned.clone()));
+    Ok(Client::in_process(client_side, owned))
 }

@@ -103,6 +103,22 @@ impl Breakpoints {
         }
     }
 
+    /// What the adapter has said since in `breakpoint` events (a pending breakpoint bound
+    /// when its script loaded).
+    pub fn absorb(&mut self, changes: &std::collections::HashMap<i64, (bool, Option<i64>)>) {
+        for list in self.source.values_mut() {
+            for b in list.iter_mut() {
+                if let Some((verified, line)) = b.common.adapter_id.and_then(|id| changes.get(&id))
+                {
+                    b.common.verified = *verified;
+                    if line.is_some() {
+                        b.actual_line = *line;
+                    }
+                }
+            }
+        }
+    }
+
     fn entries(&self, policy: &PathPolicy) -> Vec<BreakpointEntry> {
         let mut out = Vec::new();
         for (file, list) in &self.source {
@@ -400,7 +416,19 @@ pub async fn source(
     p: &DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
     if p.action == Action::ListBreakpoints {
-        let list = state.breakpoints.lock().await.entries(policy);
+        let changes = match state.live().await {
+            Ok(core) => core
+                .client
+                .events
+                .lock()
+                .map(|e| e.breakpoint_changes.clone())
+                .unwrap_or_default(),
+            Err(_) => Default::default(),
+        };
+        let mut bps = state.breakpoints.lock().await;
+        bps.absorb(&changes);
+        let list = bps.entries(policy);
+        drop(bps);
         let text = list
             .iter()
             .map(|b| match (&b.path, b.line, &b.target) {

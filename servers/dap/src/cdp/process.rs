@@ -1,0 +1,245 @@
+//! Starting Node.js or Bun with its inspector on a loopback port of its own choosing, and
+//! finding an already running one's WebSocket address for attach.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::time::Duration;
+
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::process::{Child, ChildStderr, Command};
+
+use crate::config;
+use crate::debug::runtime::Runtime;
+
+/// How long a runtime may take to print its inspector address.
+const START_TIMEOUT: Duration = Duration::from_secs(15);
+
+/// The runtime binary: `KITBAG_DAP_NODE` / `KITBAG_DAP_BUN`, else `node` / `bun` on PATH.
+pub fn binary(runtime: &Runtime) -> Result<PathBuf, String> {
+    let (var, name, install) = match runtime {
+        Runtime::Bun => ("KITBAG_DAP_BUN", "bun", "npm install -g bun"),
+        _ => ("KITBAG_DAP_NODE", "node", "install Node.js 22 or later"),
+    };
+    if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
+        let p = PathBuf::from(p);
+        return if p.is_file() {
+            Ok(p)
+        } else {
+            Err(format!("{var}={} is not a file", p.display()))
+        };
+    }
+    config::locate(name).ok_or_else(|| format!("{name} is not installed ({install})"))
+}
+
+/// A started runtime, paused before the program's first line, and its inspector address.
+pub struct Started {
+    pub child: Child,
+    pub ws_url: String,
+    /// The rest of its stderr (the program's), after the inspector's banner.
+    pub stderr: BufReader<ChildStderr>,
+}
+
+/// Whether `script` needs TypeScript support from the runtime.
+fn is_typescript(script: &Path) -> bool {
+    matches!(
+        script.extension().and_then(|e| e.to_str()),
+        Some("ts" | "mts" | "cts")
+    )
+}
+
+/// `node --version` as (major, minor), read once per binary.
+fn node_version(node: &Path) -> Option<(u32, u32)> {
+    static SEEN: std::sync::Mutex<BTreeMap<PathBuf, (u32, u32)>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    if let Some(v) = SEEN.lock().ok().and_then(|m| m.get(node).copied()) {
+        return Some(v);
+    }
+    let out = std::process::Command::new(node)
+        .arg("--version")
+        .output()
+        .ok()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let mut parts = text.trim().trim_start_matches('v').split('.');
+    let major = parts.next()?.parse().ok()?;
+    let minor = parts.next()?.parse().ok()?;
+    if let Ok(mut m) = SEEN.lock() {
+        m.insert(node.to_path_buf(), (major, minor));
+    }
+    Some((major, minor))
+}
+
+/// The runtime's own flags for a script: the inspector paused at start, and TypeScript type
+/// stripping where this Node needs asking (22.6–22.17; later versions strip by default).
+fn flags(runtime: &Runtime, bin: &Path, script: &Path) -> Result<Vec<String>, String> {
+    let mut flags = Vec::new();
+    match runtime {
+        Runtime::Bun => flags.push("--inspect-brk=127.0.0.1:0".to_string()),
+        _ => {
+            flags.push("--inspect-brk=127.0.0.1:0".to_string());
+            if is_typescript(script) {
+                match node_version(bin) {
+                    Some((major, minor)) if major < 22 || (major == 22 && minor < 6) => {
+                        return Err(format!(
+                            "{} is Node {major}.{minor}, which cannot run TypeScript; Node 22.6 or later strips types (set KITBAG_DAP_NODE to one)",
+                            bin.display()
+                        ));
+                    }
+                    Some((22, minor)) if minor < 18 => {
+                        flags.push("--experimental-strip-types".into());
+                    }
+                    _ => {}
+                }
+            }
+        }
+    }
+    Ok(flags)
+}
+
+/// Start `script` under the runtime's inspector, paused, and read its WebSocket address.
+/// The runtime gets a parent-death signal (through `setpriv`, when installed) so it cannot
+/// outlive this server even when the server is killed outright.
+pub async fn start(
+    runtime: &Runtime,
+    script: &Path,
+    args: &[String],
+    cwd: &Path,
+    env: &BTreeMap<String, String>,
+) -> Result<Started, String> {
+    let bin = binary(runtime)?;
+    let flags = flags(runtime, &bin, script)?;
+    let mut cmd = match config::locate("setpriv") {
+        Some(setpriv) => {
+            let mut c = Command::new(setpriv);
+            c.args(["--pdeathsig", "KILL", "--"]).arg(&bin);
+            c
+        }
+        None => Command::new(&bin),
+    };
+    cmd.args(&flags)
+        .arg(script)
+        .args(args)
+        .current_dir(cwd)
+        .envs(env)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .process_group(0);
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let Some(stderr) = child.stderr.take() else {
+        return Err("no stderr".into());
+    };
+    let mut stderr = BufReader::new(stderr);
+    let mut seen = String::new();
+    let found = tokio::time::timeout(START_TIMEOUT, async {
+        let mut line = String::new();
+        loop {
+            line.clear();
+            match stderr.read_line(&mut line).await {
+                Ok(0) | Err(_) => return None,
+                Ok(_) => {}
+            }
+            if let Some(url) = line
+                .split_whitespace()
+                .find(|w| w.starts_with("ws://"))
+                .map(String::from)
+            {
+                return Some(url);
+            }
+            if seen.len() < 8000 {
+                seen.push_str(&line);
+            }
+        }
+    })
+    .await;
+    match found {
+        Ok(Some(ws_url)) => Ok(Started {
+            child,
+            ws_url,
+            stderr,
+        }),
+        Ok(None) => {
+            let status = child
+                .wait()
+                .await
+                .map(|s| s.to_string())
+                .unwrap_or_default();
+            Err(format!(
+                "{} exited ({status}) before its inspector listened: {}",
+                bin.display(),
+                seen.trim()
+            ))
+        }
+        Err(_) => Err(format!(
+            "{} did not open its inspector within {}s",
+            bin.display(),
+            START_TIMEOUT.as_secs()
+        )),
+    }
+}
+
+/// Lines the inspector prints on the program's stderr: not program output.
+pub fn inspector_chatter(line: &str) -> bool {
+    let l = line.trim();
+    l.starts_with("Debugger listening on ")
+        || l.starts_with("For help, see: https://nodejs.org")
+        || l == "Debugger attached."
+        || l == "Waiting for the debugger to disconnect..."
+        || l == "Debugger ending on ws://"
+}
+
+/// The WebSocket address of the inspector listening on `host:port` (`/json/list`).
+pub async fn discover(host: &str, port: u16) -> Result<String, String> {
+    let mut stream = tokio::time::timeout(
+        Duration::from_secs(5),
+        tokio::net::TcpStream::connect((host, port)),
+    )
+    .await
+    .map_err(|_| "no answer".to_string())?
+    .map_err(|e| e.to_string())?;
+    let request =
+        format!("GET /json/list HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
+    stream
+        .write_all(request.as_bytes())
+        .await
+        .map_err(|e| e.to_string())?;
+    // Read the headers, then Content-Length bytes of body: the inspector keeps the
+    // connection open.
+    let read = async {
+        let mut buf = Vec::new();
+        let mut chunk = [0u8; 4096];
+        loop {
+            let n = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+            if n == 0 {
+                return Ok::<Vec<u8>, String>(buf);
+            }
+            buf.extend_from_slice(&chunk[..n]);
+            let text = String::from_utf8_lossy(&buf);
+            if let Some((head, body)) = text.split_once("\r\n\r\n") {
+                let length = head.lines().find_map(|l| {
+                    let (k, v) = l.split_once(':')?;
+                    k.trim()
+                        .eq_ignore_ascii_case("content-length")
+                        .then(|| v.trim().parse::<usize>().ok())?
+                });
+                if length.is_some_and(|n| body.len() >= n) {
+                    return Ok(buf);
+                }
+            }
+        }
+    };
+    let body = tokio::time::timeout(Duration::from_secs(5), read)
+        .await
+        .map_err(|_| "no answer to /json/list".to_string())??;
+    let text = String::from_utf8_lossy(&body);
+    let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
+    let list: serde_json::Value = serde_json::from_str(json.trim())
+        .map_err(|_| "no inspector there (/json/list is not JSON)".to_string())?;
+    list.as_array()
+        .and_then(|a| a.iter().find_map(|t| t["webSocketDebuggerUrl"].as_str()))
+        .map(String::from)
+        .ok_or_else(|| "the inspector lists no target".to_string())
+}

@@ -1,0 +1,127 @@
+//! One inspector connection: CDP commands over a WebSocket, answers correlated by `id`,
+//! events handed to the adapter in order.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicI64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use futures::{SinkExt, StreamExt};
+use serde_json::{Value, json};
+use tokio::sync::{mpsc, oneshot};
+use tokio_tungstenite::tungstenite::Message;
+
+/// How long one inspector command may take.
+pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
+
+type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Result<Value, String>>>>>;
+
+/// A CDP event: method and params.
+pub type Event = (String, Value);
+
+pub struct Cdp {
+    next_id: AtomicI64,
+    pending: Pending,
+    out: mpsc::UnboundedSender<Message>,
+}
+
+impl Cdp {
+    /// Connect to `ws_url`; events arrive on the returned receiver until the socket closes
+    /// (then the receiver ends).
+    pub async fn connect(
+        ws_url: &str,
+    ) -> Result<(Arc<Cdp>, mpsc::UnboundedReceiver<Event>), String> {
+        let (socket, _) =
+            tokio::time::timeout(COMMAND_TIMEOUT, tokio_tungstenite::connect_async(ws_url))
+                .await
+                .map_err(|_| format!("the inspector at {ws_url} did not answer"))?
+                .map_err(|e| format!("cannot connect to the inspector at {ws_url}: {e}"))?;
+        let (mut sink, mut stream) = socket.split();
+        let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
+        let (events_tx, events) = mpsc::unbounded_channel::<Event>();
+        let pending: Pending = Arc::default();
+        tokio::spawn(async move {
+            while let Some(m) = out_rx.recv().await {
+                let closing = matches!(m, Message::Close(_));
+                if sink.send(m).await.is_err() || closing {
+                    break;
+                }
+            }
+            let _ = sink.close().await;
+        });
+        let reader_pending = pending.clone();
+        tokio::spawn(async move {
+            while let Some(Ok(m)) = stream.next().await {
+                let text = match m {
+                    Message::Text(t) => t.to_string(),
+                    Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+                    Message::Close(_) => break,
+                    _ => continue,
+                };
+                let Ok(v) = serde_json::from_str::<Value>(&text) else {
+                    continue;
+                };
+                tracing::trace!(target: "kitbag_dap::cdp", "<- {}", text.chars().take(2000).collect::<String>());
+                if let Some(id) = v["id"].as_i64() {
+                    let tx = reader_pending.lock().ok().and_then(|mut p| p.remove(&id));
+                    if let Some(tx) = tx {
+                        let answer = match v.get("error") {
+                            Some(e) => Err(e["message"]
+                                .as_str()
+                                .unwrap_or("the inspector refused the command")
+                                .to_string()),
+                            None => Ok(v["result"].clone()),
+                        };
+                        let _ = tx.send(answer);
+                    }
+                } else if let Some(method) = v["method"].as_str() {
+                    let _ = events_tx.send((method.to_string(), v["params"].clone()));
+                }
+            }
+            // The socket is gone: every waiting command fails now.
+            if let Ok(mut p) = reader_pending.lock() {
+                p.clear();
+            }
+        });
+        Ok((
+            Arc::new(Cdp {
+                next_id: AtomicI64::new(1),
+                pending,
+                out,
+            }),
+            events,
+        ))
+    }
+
+    /// Send a command without waiting for its answer.
+    pub fn send(&self, method: &str, params: Value) -> oneshot::Receiver<Result<Value, String>> {
+        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut p) = self.pending.lock() {
+            p.insert(id, tx);
+        }
+        let msg = json!({"id": id, "method": method, "params": params});
+        tracing::trace!(target: "kitbag_dap::cdp", "-> {msg}");
+        if self.out.send(Message::text(msg.to_string())).is_err()
+            && let Ok(mut p) = self.pending.lock()
+        {
+            p.remove(&id);
+        }
+        rx
+    }
+
+    /// Send a command and wait for its answer.
+    pub async fn call(&self, method: &str, params: Value) -> Result<Value, String> {
+        let rx = self.send(method, params);
+        match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
+            Ok(Ok(answer)) => answer,
+            Ok(Err(_)) => Err("the inspector connection closed".into()),
+            Err(_) => Err(format!("the inspector did not answer {method}")),
+        }
+    }
+
+    /// Close the socket (the runtime then sees the debugger detach).
+    pub fn close(&self) {
+        let _ = self.out.send(Message::Close(None));
+    }
+}

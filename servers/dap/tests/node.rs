@@ -1,0 +1,379 @@
+//! Node.js through its own inspector (kitbag's CDP bridge): JavaScript, TypeScript run
+//! through Node 22's type stripping, a tsc build with source maps, attach — with the seed's
+//! parameter names.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use kitbag_testkit::{Era, McpClient};
+use serde_json::json;
+
+use common::{KillOnDrop, bin, disconnect_leaves_nothing, free_port, names, node22, var};
+
+const APP: &str = "function add(a, b) {\n  const total = a + b;\n  return total;\n}\n\nconst user = { name: \"alice\", role: \"admin\", address: { city: \"Oslo\" } };\nlet count = 41;\nconsole.log(\"start\", process.env.APP_MODE);\nconst result = add(count, 1);\nconsole.log(\"result\", result);\n";
+
+fn client(dir: &std::path::Path, era: Era, node: &str) -> McpClient {
+    McpClient::spawn_with_env(bin(), &[], dir, era, &[("KITBAG_DAP_NODE", node)])
+}
+
+fn javascript(era: Era) {
+    let Some(node) = node22() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.js"), APP).unwrap();
+    let mut c = client(d.path(), era, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "app.js",
+            "env": {"APP_MODE": "test"}, "stop_on_entry": true}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stopped_reason"], "entry", "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["path"], "app.js", "{:?}", r.raw);
+    assert_eq!(r.structured["threads"][0]["id"], 1);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "app.js", "line": 9}),
+    );
+    assert_eq!(r.structured["verified"], true, "{:?}", r.raw);
+    let bp = r.structured["breakpoint_id"].as_i64().unwrap();
+    let r = c.call("debug", json!({"action": "continue", "thread_id": 1}));
+    assert_eq!(r.structured["stopped_reason"], "breakpoint", "{:?}", r.raw);
+    assert_eq!(r.structured["breakpoint_id"], bp, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], 9);
+    assert_eq!(
+        r.structured["location"]["source_preview"],
+        "const result = add(count, 1);"
+    );
+
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "frame_id": 0, "scope": "local"}),
+    );
+    assert_eq!(var(&r.structured, "count")["value"], "41", "{:?}", r.raw);
+    assert_eq!(var(&r.structured, "count")["type"], "number");
+    let u = var(&r.structured, "user");
+    assert_eq!(u["expandable"], true);
+    assert!(
+        u["value"]
+            .as_str()
+            .unwrap()
+            .starts_with("{name: \"alice\", role: \"admin\""),
+        "{u}"
+    );
+    let r = c.call("debug", json!({"action": "variables", "expand": "user"}));
+    assert_eq!(
+        var(&r.structured, "user.name")["value"],
+        "\"alice\"",
+        "{:?}",
+        r.raw
+    );
+    assert_eq!(var(&r.structured, "user.name")["type"], "string");
+    assert_eq!(var(&r.structured, "user.address")["expandable"], true);
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "expand": "user.address"}),
+    );
+    assert_eq!(var(&r.structured, "user.address.city")["value"], "\"Oslo\"");
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "scope": "global", "filter": "process"}),
+    );
+    assert!(names(&r).contains(&"process".to_string()), "{:?}", r.raw);
+
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "user.role === 'admin'", "frame_id": 0, "context": "watch"}),
+    );
+    assert_eq!(r.structured["result"], "true", "{:?}", r.raw);
+    assert_eq!(r.structured["type"], "boolean");
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "count * 2"}),
+    );
+    assert_eq!(r.structured["result"], "82");
+    // watch is side-effect-free: an assignment is refused (the session lives on) ...
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "count = 5"}),
+    );
+    assert_eq!(r.error_code(), Some("adapter_error"), "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "nope + 1"}),
+    );
+    assert_eq!(r.error_code(), Some("adapter_error"), "{:?}", r.raw);
+    assert!(r.text.contains("ReferenceError"), "{}", r.text);
+    // ... repl may change state.
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "count = 41", "context": "repl"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+
+    let r = c.call("debug", json!({"action": "step_into", "thread_id": 1}));
+    assert_eq!(r.structured["stopped_reason"], "step", "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], 2, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["function"], "add");
+    let r = c.call(
+        "debug",
+        json!({"action": "stack_trace", "thread_id": 1, "levels": 10}),
+    );
+    let frames = r.structured["frames"].as_array().unwrap();
+    assert_eq!(frames[0]["id"], 0);
+    assert_eq!(frames[0]["name"], "add");
+    assert_eq!(frames[1]["line"], 9, "{:?}", r.raw);
+    assert_eq!(frames[1]["path"], "app.js");
+    let r = c.call("debug", json!({"action": "variables"}));
+    assert_eq!(var(&r.structured, "a")["value"], "41", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "variables", "frame_id": 1}));
+    assert_eq!(var(&r.structured, "count")["value"], "41", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_over"}));
+    assert_eq!(r.structured["location"]["line"], 3, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_out"}));
+    assert_eq!(r.structured["location"]["path"], "app.js", "{:?}", r.raw);
+    assert!(
+        r.structured["location"]["line"].as_i64().unwrap() >= 9,
+        "{:?}",
+        r.raw
+    );
+    // Node runs in-process-adapter mode: the program is the only child.
+    let kids = common::descendants(c.pid());
+    assert!(!kids.is_empty());
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    assert_eq!(r.structured["exit_code"], 0);
+    let r = c.call("debug", json!({"action": "output"}));
+    assert!(
+        r.text.contains("start test") && r.text.contains("result 42"),
+        "{}",
+        r.text
+    );
+    assert!(!r.text.contains("Debugger"), "{}", r.text);
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert_eq!(r.structured["disconnected"], true);
+    common::all_gone(&kids);
+    assert!(c.stdout_garbage().is_empty());
+    c.shutdown();
+}
+
+#[test]
+fn node_javascript_modern() {
+    javascript(Era::Modern);
+}
+
+#[test]
+fn node_javascript_handshake() {
+    javascript(Era::Handshake);
+}
+
+const TS: &str = "interface Point {\n  x: number;\n  y: number;\n}\n\nfunction area(p: Point): number {\n  return p.x * p.y;\n}\n\nlet total: number = 0;\nfor (let i = 0; i < 6; i++) {\n  total += area({ x: i, y: 2 });\n}\nconsole.log(\"total\", total);\nthrow new Error(\"boom \" + total);\n";
+
+/// TypeScript run by Node 22's type stripping: breakpoints set before launch, a condition,
+/// a hit count, a logpoint, an uncaught exception.
+#[test]
+fn node_typescript_breakpoints_and_exception() {
+    let Some(node) = node22() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.ts"), TS).unwrap();
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "app.ts", "line": 7, "condition": "p.x === 3"}),
+    );
+    let cond = r.structured["breakpoint_id"].as_i64().unwrap();
+    c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "app.ts", "line": 12, "log_message": "i={i} total={total}"}),
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "app.ts", "stop_on_entry": false}),
+    );
+    assert_eq!(r.structured["stopped_reason"], "breakpoint", "{:?}", r.raw);
+    assert_eq!(r.structured["breakpoint_id"], cond, "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["path"], "app.ts");
+    assert_eq!(r.structured["location"]["line"], 7);
+    assert_eq!(r.structured["location"]["function"], "area");
+    let r = c.call("debug", json!({"action": "variables", "expand": "p"}));
+    assert_eq!(var(&r.structured, "p.x")["value"], "3", "{:?}", r.raw);
+    // Swap the condition for a hit count: from its 2nd hit on (x = 4 is the 1st, x = 5).
+    c.call(
+        "debug",
+        json!({"action": "remove_breakpoint", "path": "app.ts", "line": 7}),
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "app.ts", "line": 7, "hit_count": 2}),
+    );
+    assert_eq!(r.structured["verified"], true, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["stopped_reason"], "breakpoint", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "evaluate", "expression": "p.x"}));
+    assert_eq!(r.structured["result"], "5", "{:?}", r.raw);
+    c.call(
+        "debug",
+        json!({"action": "remove_breakpoint", "path": "app.ts", "line": 7}),
+    );
+    // The uncaught throw stops the program with its message.
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["stopped_reason"], "exception", "{:?}", r.raw);
+    assert!(r.text.contains("boom 30"), "{}", r.text);
+    assert_eq!(r.structured["location"]["line"], 15, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "output"}));
+    assert!(r.text.contains("i=0 total=0"), "{}", r.text);
+    assert!(r.text.contains("i=5 total=20"), "{}", r.text);
+    disconnect_leaves_nothing(&mut c);
+    c.shutdown();
+}
+
+/// A tsc build with source maps: breakpoints in the TypeScript source bind in the built
+/// JavaScript, and stops are shown in the source.
+#[test]
+fn node_source_mapped_build() {
+    let Some(node) = node22() else { return };
+    let Some(tsc) = kitbag_dap::config::locate("tsc") else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "tsc missing under CI"
+        );
+        eprintln!("SKIP: tsc not installed");
+        return;
+    };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("src")).unwrap();
+    std::fs::write(
+        d.path().join("src/app.ts"),
+        TS.replace("throw new Error(\"boom \" + total);\n", ""),
+    )
+    .unwrap();
+    let st = std::process::Command::new(tsc)
+        .args([
+            "--sourceMap",
+            "--outDir",
+            "dist",
+            "--target",
+            "es2020",
+            "--module",
+            "commonjs",
+            "src/app.ts",
+        ])
+        .current_dir(d.path())
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "dist/app.js"}),
+    );
+    assert_eq!(r.structured["stopped_reason"], "entry", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "src/app.ts", "line": 7}),
+    );
+    assert_eq!(r.structured["verified"], true, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["stopped_reason"], "breakpoint", "{:?}", r.raw);
+    assert_eq!(
+        r.structured["location"]["path"], "src/app.ts",
+        "{:?}",
+        r.raw
+    );
+    assert_eq!(r.structured["location"]["line"], 7);
+    assert_eq!(
+        r.structured["location"]["source_preview"],
+        "  return p.x * p.y;"
+    );
+    let r = c.call("debug", json!({"action": "stack_trace"}));
+    assert_eq!(
+        r.structured["frames"][1]["path"], "src/app.ts",
+        "{:?}",
+        r.raw
+    );
+    assert_eq!(r.structured["frames"][1]["line"], 12);
+    let r = c.call("debug", json!({"action": "loaded_sources"}));
+    assert!(
+        r.structured["sources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["path"] == "src/app.ts"),
+        "{:?}",
+        r.raw
+    );
+    disconnect_leaves_nothing(&mut c);
+    c.shutdown();
+}
+
+/// Attach to `node --inspect`, break in, detach: the program keeps running.
+#[test]
+fn node_attach() {
+    let Some(node) = node22() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("spin.js"),
+        "let n = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
+    )
+    .unwrap();
+    let port = free_port();
+    let mut target = KillOnDrop(
+        std::process::Command::new(&node)
+            .arg(format!("--inspect=127.0.0.1:{port}"))
+            .arg("spin.js")
+            .current_dir(d.path())
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    common::wait_listening(&mut target, port, Duration::from_secs(15));
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "attach", "runtime": "node", "port": port, "host": "localhost"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "pause"}));
+    assert_eq!(r.structured["stopped_reason"], "pause", "{:?}", r.raw);
+    // The pause lands wherever the event loop runs JavaScript next (timers' internals
+    // included): the expression must not depend on the frame.
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "typeof setInterval"}),
+    );
+    assert_eq!(r.structured["result"], "\"function\"", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert_eq!(r.structured["debuggee_terminated"], false, "{:?}", r.raw);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        target.0.try_wait().unwrap().is_none(),
+        "the attach target should keep running"
+    );
+    c.shutdown();
+}
+
+/// The server killed outright (SIGKILL, no cleanup of its own): Node, paused under the
+/// inspector, dies with it (parent-death signal) instead of waiting forever.
+#[test]
+fn node_dies_with_a_killed_server() {
+    let Some(node) = node22() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.js"), APP).unwrap();
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "app.js"}),
+    );
+    assert_eq!(r.structured["stopped_reason"], "entry", "{:?}", r.raw);
+    let kids = common::descendants(c.pid());
+    assert!(!kids.is_empty());
+    let _ = std::process::Command::new("kill")
+        .args(["-KILL", &c.pid().to_string()])
+        .status();
+    common::all_gone(&kids);
+}
