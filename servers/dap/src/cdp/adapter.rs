@@ -17,7 +17,7 @@ use crate::debug::runtime::Runtime;
 
 use super::process;
 use super::sourcemap::{self, SourceMap};
-use super::values::{HitCondition, logpoint_condition, type_text, value_text};
+use super::values::{HitCondition, logpoint_condition, top_level_names, type_text, value_text};
 use super::ws::{Cdp, Event};
 
 /// DAP messages to the client, from the adapter loop and the output readers alike.
@@ -70,6 +70,18 @@ struct Paused {
     exception: Option<Value>,
 }
 
+/// What a variablesReference lists.
+enum Handle {
+    /// An object's (or a scope object's) properties.
+    Object(String),
+    /// A module's top-level bindings, read one by one on its frame: JavaScriptCore shows a
+    /// module's scope as empty.
+    Module {
+        call_frame: Value,
+        names: Vec<String>,
+    },
+}
+
 /// Why the next pause happens, when kitbag asked for it.
 #[derive(Clone, Copy, PartialEq)]
 enum Expect {
@@ -78,8 +90,16 @@ enum Expect {
     Pause,
 }
 
+/// The inspector protocol's flavour: V8's (Node.js) or WebKit's (Bun, on JavaScriptCore).
+#[derive(Clone, Copy, PartialEq)]
+enum Dialect {
+    V8,
+    WebKit,
+}
+
 struct Adapter {
     runtime: Runtime,
+    dialect: Dialect,
     out: Arc<Out>,
     owned: Arc<Mutex<Vec<u32>>>,
     cdp: Option<Arc<Cdp>>,
@@ -93,8 +113,8 @@ struct Adapter {
     next_bp: i64,
     paused: Option<Paused>,
     expect: Expect,
-    /// variablesReference → objectId, for this stop.
-    handles: Vec<String>,
+    /// variablesReference → what it lists, for this stop.
+    handles: Vec<Handle>,
     main_context: Option<i64>,
     exited: bool,
 }
@@ -110,8 +130,14 @@ pub async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
         w: tokio::sync::Mutex::new(Box::new(w)),
         seq: Default::default(),
     });
+    let dialect = if runtime == Runtime::Bun {
+        Dialect::WebKit
+    } else {
+        Dialect::V8
+    };
     let mut a = Adapter {
         runtime,
+        dialect,
         out,
         owned,
         cdp: None,
@@ -262,7 +288,7 @@ impl Adapter {
             "configurationDone" => self.configuration_done().await,
             "threads" => Ok(json!({"threads": [{"id": 1, "name": "main"}]})),
             "stackTrace" => self.stack_trace(&args),
-            "scopes" => self.scopes(&args),
+            "scopes" => self.scopes(&args).await,
             "variables" => self.variables(&args).await,
             "evaluate" => self.evaluate(&args).await,
             "continue" => self.resume("Debugger.resume", Expect::Nothing).await,
@@ -335,21 +361,37 @@ impl Adapter {
         let (cdp, events) = Cdp::connect(ws_url).await?;
         self.cdp = Some(cdp.clone());
         self.events = Some(events);
-        let enables = [
+        let mut enables = vec![
             cdp.send("Runtime.enable", json!({})),
             cdp.send("Debugger.enable", json!({})),
         ];
+        if self.dialect == Dialect::WebKit {
+            enables.insert(0, cdp.send("Inspector.enable", json!({})));
+            enables.push(cdp.send("Debugger.setBreakpointsActive", json!({"active": true})));
+        }
         for rx in enables {
             rx.await
                 .map_err(|_| "the inspector connection closed".to_string())??;
         }
-        let _ = cdp
-            .call(
-                "Debugger.setBlackboxPatterns",
-                json!({"patterns": ["^node:", "/node_modules/"]}),
-            )
-            .await;
-        let _ = cdp.call("Runtime.runIfWaitingForDebugger", json!({})).await;
+        match self.dialect {
+            Dialect::V8 => {
+                let _ = cdp
+                    .call(
+                        "Debugger.setBlackboxPatterns",
+                        json!({"patterns": ["^node:", "/node_modules/"]}),
+                    )
+                    .await;
+                let _ = cdp.call("Runtime.runIfWaitingForDebugger", json!({})).await;
+            }
+            // Bun waits for `Inspector.initialized` before it runs the program; asked to
+            // pause first, it stops on the program's first statement.
+            Dialect::WebKit => {
+                if launched {
+                    let _ = cdp.call("Debugger.pause", json!({})).await;
+                }
+                let _ = cdp.call("Inspector.initialized", json!({})).await;
+            }
+        }
         if launched {
             // --inspect-brk pauses before the first line: wait for it (loading scripts
             // meanwhile), so breakpoints are in place before anything runs.
@@ -500,7 +542,8 @@ impl Adapter {
 
     async fn on_paused(&mut self, p: Value) {
         let frames = p["callFrames"].as_array().cloned().unwrap_or_default();
-        let hit_cdp: Vec<String> = p["hitBreakpoints"]
+        // V8 lists the breakpoints hit; WebKit names one in the pause's data.
+        let mut hit_cdp: Vec<String> = p["hitBreakpoints"]
             .as_array()
             .map(|a| {
                 a.iter()
@@ -508,6 +551,11 @@ impl Adapter {
                     .collect()
             })
             .unwrap_or_default();
+        if p["reason"] == "Breakpoint"
+            && let Some(id) = p["data"]["breakpointId"].as_str()
+        {
+            hit_cdp.push(id.to_string());
+        }
         let mut hit = Vec::new();
         let mut counted_out = false;
         for list in self.bps.values_mut() {
@@ -670,24 +718,78 @@ impl Adapter {
     }
 
     fn handle(&mut self, object_id: &str) -> i64 {
-        self.handles.push(object_id.to_string());
+        self.handles.push(Handle::Object(object_id.to_string()));
         self.handles.len() as i64
     }
 
-    fn scopes(&mut self, args: &Value) -> Result<Value, String> {
+    /// A module frame's top-level names (WebKit), from the script's source.
+    async fn module_names(&self, frame: &Value) -> Vec<String> {
+        let Some(cdp) = &self.cdp else {
+            return Vec::new();
+        };
+        let script = frame["location"]["scriptId"].clone();
+        match cdp
+            .call("Debugger.getScriptSource", json!({"scriptId": script}))
+            .await
+        {
+            Ok(r) => top_level_names(r["scriptSource"].as_str().unwrap_or("")),
+            Err(_) => Vec::new(),
+        }
+    }
+
+    async fn scopes(&mut self, args: &Value) -> Result<Value, String> {
         let frame = self.frame(args["frameId"].as_i64().unwrap_or(0))?.clone();
         let mut scopes = Vec::new();
+        let mut first_closure = true;
+        let mut own: Option<(&Value, &Value)> = None;
         for s in frame["scopeChain"].as_array().into_iter().flatten() {
             let kind = s["type"].as_str().unwrap_or("");
             let Some(object) = s["object"]["objectId"].as_str() else {
                 continue;
             };
-            let mut name: String = kind.chars().take(1).flat_map(char::to_uppercase).collect();
-            name.push_str(kind.get(1..).unwrap_or(""));
+            if self.dialect == Dialect::WebKit
+                && kind == "closure"
+                && first_closure
+                && s["empty"].as_bool() == Some(true)
+                && frame["functionName"] == "module code"
+            {
+                first_closure = false;
+                let names = self.module_names(&frame).await;
+                self.handles.push(Handle::Module {
+                    call_frame: frame["callFrameId"].clone(),
+                    names,
+                });
+                scopes.push(json!({"name": "Local", "presentationHint": "locals",
+                    "variablesReference": self.handles.len(), "expensive": false}));
+                continue;
+            }
+            let name = match (self.dialect, kind) {
+                // JavaScriptCore calls the function's own scopes closures (the first, and
+                // any more of the same function: parameters and body apart) and a block's
+                // `nestedLexical`.
+                (Dialect::WebKit, "closure")
+                    if first_closure
+                        || (own.is_some() && own == Some((&s["name"], &s["location"]))) =>
+                {
+                    if first_closure {
+                        own = s.get("name").map(|n| (n, &s["location"]));
+                    }
+                    first_closure = false;
+                    "Local".to_string()
+                }
+                (Dialect::WebKit, "nestedLexical") => "Block".into(),
+                (Dialect::WebKit, "globalLexicalEnvironment") => "Script".into(),
+                (Dialect::WebKit, "functionName") => continue,
+                _ => {
+                    let mut n: String = kind.chars().take(1).flat_map(char::to_uppercase).collect();
+                    n.push_str(kind.get(1..).unwrap_or(""));
+                    n
+                }
+            };
             let reference = self.handle(object);
             let mut scope = json!({"name": name, "variablesReference": reference,
                 "expensive": kind == "global"});
-            if kind == "local" {
+            if name == "Local" {
                 scope["presentationHint"] = json!("locals");
             }
             scopes.push(scope);
@@ -697,20 +799,40 @@ impl Adapter {
 
     async fn variables(&mut self, args: &Value) -> Result<Value, String> {
         let reference = args["variablesReference"].as_i64().unwrap_or(0);
-        let object = usize::try_from(reference - 1)
+        let handle = usize::try_from(reference - 1)
             .ok()
             .and_then(|i| self.handles.get(i))
-            .cloned()
             .ok_or_else(|| format!("no variables reference {reference} in this stop"))?;
+        let object = match handle {
+            Handle::Object(id) => id.clone(),
+            Handle::Module { call_frame, names } => {
+                let (call_frame, names) = (call_frame.clone(), names.clone());
+                return self.module_variables(call_frame, &names).await;
+            }
+        };
         let cdp = self.cdp()?;
-        let props = cdp
-            .call(
-                "Runtime.getProperties",
-                json!({"objectId": object, "ownProperties": true, "generatePreview": true}),
-            )
-            .await?;
+        // WebKit's scope objects answer only `getDisplayableProperties` (Web Inspector's
+        // own call for them); it works for plain objects too.
+        let props = match self.dialect {
+            Dialect::V8 => {
+                cdp.call(
+                    "Runtime.getProperties",
+                    json!({"objectId": object, "ownProperties": true, "generatePreview": true}),
+                )
+                .await?
+            }
+            Dialect::WebKit => {
+                cdp.call(
+                    "Runtime.getDisplayableProperties",
+                    json!({"objectId": object, "generatePreview": true}),
+                )
+                .await?
+            }
+        };
         let mut vars = Vec::new();
-        for p in props["result"].as_array().into_iter().flatten() {
+        // V8 answers `result`, WebKit `properties`.
+        let list = props.get("result").or(props.get("properties"));
+        for p in list.and_then(Value::as_array).into_iter().flatten() {
             let name = p["name"].as_str().unwrap_or("").to_string();
             let Some(value) = p.get("value") else {
                 // An accessor (Node's `process` on the global object): reading it runs code,
@@ -733,35 +855,90 @@ impl Adapter {
         Ok(json!({"variables": vars}))
     }
 
+    /// A module's bindings, each read on its frame (one still in its temporal dead zone is
+    /// left out).
+    async fn module_variables(
+        &mut self,
+        call_frame: Value,
+        names: &[String],
+    ) -> Result<Value, String> {
+        let cdp = self.cdp()?;
+        let pending: Vec<_> = names
+            .iter()
+            .map(|n| {
+                cdp.send(
+                    "Debugger.evaluateOnCallFrame",
+                    json!({"callFrameId": call_frame, "expression": n, "generatePreview": true,
+                        "doNotPauseOnExceptionsAndMuteConsole": true, "objectGroup": "kitbag"}),
+                )
+            })
+            .collect();
+        let mut vars = Vec::new();
+        for (name, rx) in names.iter().zip(pending) {
+            let Ok(Ok(answer)) = rx.await else { continue };
+            if answer["wasThrown"].as_bool() == Some(true) {
+                continue;
+            }
+            let value = &answer["result"];
+            let reference = match value["objectId"].as_str() {
+                Some(id) if value["type"] == "object" && value["subtype"] != "null" => {
+                    self.handle(id)
+                }
+                _ => 0,
+            };
+            vars.push(json!({"name": name, "value": value_text(value),
+                "type": type_text(value), "variablesReference": reference}));
+        }
+        Ok(json!({"variables": vars}))
+    }
+
     async fn evaluate(&mut self, args: &Value) -> Result<Value, String> {
         let cdp = self.cdp()?;
         let expression = args["expression"].as_str().unwrap_or("");
         let watch = args["context"].as_str() != Some("repl");
+        let mut params = json!({"expression": expression, "generatePreview": true});
+        match self.dialect {
+            Dialect::V8 => {
+                params["throwOnSideEffect"] = json!(watch);
+            }
+            // JavaScriptCore has no side-effect check: a watch expression is evaluated as
+            // it is, without pausing on its exceptions or printing.
+            Dialect::WebKit => {
+                params["doNotPauseOnExceptionsAndMuteConsole"] = json!(watch);
+                params["objectGroup"] = json!("kitbag");
+            }
+        }
         let answer = match args["frameId"].as_i64() {
             Some(f) => {
-                let call_frame = self.frame(f)?["callFrameId"].clone();
-                cdp.call(
-                    "Debugger.evaluateOnCallFrame",
-                    json!({"callFrameId": call_frame, "expression": expression,
-                        "throwOnSideEffect": watch, "generatePreview": true}),
-                )
-                .await?
+                params["callFrameId"] = self.frame(f)?["callFrameId"].clone();
+                cdp.call("Debugger.evaluateOnCallFrame", params).await?
             }
             None => {
-                cdp.call(
-                    "Runtime.evaluate",
-                    json!({"expression": expression, "throwOnSideEffect": watch,
-                        "generatePreview": true, "replMode": !watch}),
-                )
-                .await?
+                if self.dialect == Dialect::V8 {
+                    params["replMode"] = json!(!watch);
+                }
+                cdp.call("Runtime.evaluate", params).await?
             }
         };
-        if let Some(ex) = answer.get("exceptionDetails") {
-            let text = ex["exception"]["description"]
-                .as_str()
-                .or(ex["text"].as_str())
-                .unwrap_or("the expression threw");
-            return Err(text.lines().next().unwrap_or(text).to_string());
+        let thrown = answer
+            .get("exceptionDetails")
+            .map(|ex| {
+                ex["exception"]["description"]
+                    .as_str()
+                    .or(ex["text"].as_str())
+                    .unwrap_or("the expression threw")
+                    .to_string()
+            })
+            .or_else(|| {
+                (answer["wasThrown"].as_bool() == Some(true)).then(|| {
+                    answer["result"]["description"]
+                        .as_str()
+                        .unwrap_or("the expression threw")
+                        .to_string()
+                })
+            });
+        if let Some(text) = thrown {
+            return Err(text.lines().next().unwrap_or(&text).to_string());
         }
         let result = &answer["result"];
         let reference = match result["objectId"].as_str() {
@@ -905,14 +1082,13 @@ impl Adapter {
     async fn bind_by_url(&mut self, file: &Path) {
         let Some(cdp) = self.cdp.clone() else { return };
         let pattern = url_pattern(file);
+        let self_dialect = self.dialect;
         let Some(list) = self.bps.get_mut(file) else {
             return;
         };
         for b in list.iter_mut() {
             let mut params = json!({"lineNumber": b.line - 1, "urlRegex": pattern});
-            if let Some(c) = &b.condition {
-                params["condition"] = json!(c);
-            }
+            set_condition(&mut params, self_dialect, b.condition.as_deref());
             if let Ok(r) = cdp.call("Debugger.setBreakpointByUrl", params).await {
                 if let Some(id) = r["breakpointId"].as_str() {
                     b.cdp_ids.push(id.to_string());
@@ -929,6 +1105,7 @@ impl Adapter {
     async fn bind_mapped(&mut self, file: &Path, script_id: &str, map: &SourceMap) {
         let Some(cdp) = self.cdp.clone() else { return };
         let mut resolved = Vec::new();
+        let self_dialect = self.dialect;
         let Some(list) = self.bps.get_mut(file) else {
             return;
         };
@@ -938,9 +1115,7 @@ impl Adapter {
             };
             let mut params = json!({"location": {"scriptId": script_id,
                 "lineNumber": line, "columnNumber": column}});
-            if let Some(c) = &b.condition {
-                params["condition"] = json!(c);
-            }
+            set_condition(&mut params, self_dialect, b.condition.as_deref());
             if let Ok(r) = cdp.call("Debugger.setBreakpoint", params).await
                 && let Some(id) = r["breakpointId"].as_str()
             {
@@ -955,6 +1130,16 @@ impl Adapter {
             self.out
                 .event("breakpoint", json!({"reason": "changed", "breakpoint": bp}))
                 .await;
+        }
+    }
+}
+
+/// A breakpoint's condition: V8 takes it as `condition`, WebKit inside `options`.
+fn set_condition(params: &mut Value, dialect: Dialect, condition: Option<&str>) {
+    if let Some(c) = condition {
+        match dialect {
+            Dialect::V8 => params["condition"] = json!(c),
+            Dialect::WebKit => params["options"] = json!({"condition": c}),
         }
     }
 }

@@ -188,7 +188,13 @@ pub fn inspector_chatter(line: &str) -> bool {
         || l.starts_with("For help, see: https://nodejs.org")
         || l == "Debugger attached."
         || l == "Waiting for the debugger to disconnect..."
-        || l == "Debugger ending on ws://"
+        || l.starts_with("Debugger ending on ws://")
+        // Bun's banner.
+        || l.contains("Bun Inspector")
+        || l == "Listening:"
+        || l == "Inspect in browser:"
+        || l.starts_with("https://debug.bun.sh/")
+        || (l.starts_with("ws://") && !l.contains(' '))
 }
 
 /// The WebSocket address of the inspector listening on `host:port` (`/json/list`).

@@ -71,7 +71,17 @@ pub fn load(source_map_url: &str, script: &Path) -> Option<SourceMap> {
         let text = std::fs::read_to_string(&path).ok()?;
         (text, path.parent()?.to_path_buf())
     };
-    parse(&text, &map_dir)
+    let mut map = parse(&text, &map_dir)?;
+    // Bun names its own TypeScript source root-relative with a leading slash ("/src/a.ts"
+    // for the script /project/src/a.ts): a source that is not there but ends the script's
+    // path is the script itself.
+    let script_text = script.to_string_lossy();
+    for s in map.sources.iter_mut().flatten() {
+        if !s.exists() && script_text.ends_with(&*s.to_string_lossy()) {
+            *s = script.to_path_buf();
+        }
+    }
+    Some(map)
 }
 
 /// Parse a map whose relative sources are relative to `map_dir`.

@@ -170,6 +170,41 @@ impl HitCondition {
     }
 }
 
+/// The names a script declares at its top level (`var`/`let`/`const`, `function`, `class`,
+/// `export`ed or not), in order: a plain scan of unindented lines, enough for a module's
+/// bindings. Destructuring patterns are skipped.
+pub fn top_level_names(source: &str) -> Vec<String> {
+    let mut names: Vec<String> = Vec::new();
+    for line in source.lines() {
+        if line.starts_with(char::is_whitespace) {
+            continue;
+        }
+        let rest = line.strip_prefix("export ").unwrap_or(line);
+        let rest = rest.strip_prefix("default ").unwrap_or(rest);
+        let rest = rest.strip_prefix("async ").unwrap_or(rest);
+        let after = [
+            "var ",
+            "let ",
+            "const ",
+            "function* ",
+            "function ",
+            "class ",
+        ]
+        .iter()
+        .find_map(|k| rest.strip_prefix(k));
+        let Some(after) = after else { continue };
+        let name: String = after
+            .trim_start()
+            .chars()
+            .take_while(|c| c.is_alphanumeric() || *c == '_' || *c == '$')
+            .collect();
+        if !name.is_empty() && !names.contains(&name) {
+            names.push(name);
+        }
+    }
+    names
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -227,6 +262,15 @@ mod tests {
         assert_eq!(
             logpoint_condition("obj={ {a: 1}.a }", None),
             "(console.log(`obj=${ {a: 1}.a }`), false)"
+        );
+    }
+
+    #[test]
+    fn top_level_names_of_a_module() {
+        let src = "function add(a, b) {\n  const inner = 1;\n}\nconst user = { a: 1 };\nlet count = 41, other = 2;\nexport class Shape {}\nexport async function go() {}\nconst { x } = obj;\nvar $v = 1;\n";
+        assert_eq!(
+            top_level_names(src),
+            ["add", "user", "count", "Shape", "go", "$v"]
         );
     }
 

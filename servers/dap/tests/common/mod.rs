@@ -57,6 +57,22 @@ pub fn node22() -> Option<String> {
     None
 }
 
+/// Bun from the npm registry (`testkit/bun`, installed by the test command). Under CI its
+/// absence is a failure, elsewhere a skip.
+pub fn bun() -> Option<String> {
+    let bun = kitbag_testkit::workspace_root(env!("CARGO_MANIFEST_DIR"))
+        .join("testkit/bun/node_modules/@oven/bun-linux-x64/bin/bun");
+    if bun.is_file() {
+        return Some(bun.to_string_lossy().into_owned());
+    }
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "Bun (testkit/bun) missing under CI"
+    );
+    eprintln!("SKIP: Bun not installed (npm ci in testkit/bun)");
+    None
+}
+
 /// Every process below `pid`.
 pub fn descendants(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();
