@@ -121,6 +121,23 @@ pub fn kill_tree(pid: u32) {
     kill(pid);
 }
 
+/// Have the child started by `cmd` get SIGKILL when the thread that starts it ends — with
+/// the server, since a tokio worker thread lives as long as the runtime (start it from a
+/// task, not from `spawn_blocking`, whose threads retire). For a child that would otherwise
+/// outlive a server killed outright (a runtime paused under its debugger).
+pub fn die_with_parent(cmd: &mut tokio::process::Command) {
+    // One of the three places kitbag uses `unsafe` (the others: the SQLite VFS in
+    // state/sqlite.rs and kitbag-vm's nsfd.rs): `pre_exec` runs between fork and exec, where
+    // only async-signal-safe calls are allowed; prctl(PR_SET_PDEATHSIG) is one, and nothing
+    // is allocated or locked.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(|| {
+            nix::sys::prctl::set_pdeathsig(Signal::SIGKILL).map_err(std::io::Error::from)
+        });
+    }
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -128,8 +128,9 @@ pub fn is_descriptor_path(path: &Path) -> bool {
     path.starts_with("/proc/self/fd/")
 }
 
-// Registering a VFS is a C interface: raw pointers and `extern "C"` callbacks. One of the two
-// places kitbag uses `unsafe` (the other: kitbag-vm's `nsfd.rs`), for exactly that.
+// Registering a VFS is a C interface: raw pointers and `extern "C"` callbacks. One of the three
+// places kitbag uses `unsafe` (the others: kitbag-vm's `nsfd.rs`, the parent-death signal in
+// `process.rs`), for exactly that.
 #[allow(unsafe_code)]
 mod vfs {
     use std::ffi::{CStr, c_char, c_int};

@@ -7,7 +7,7 @@ mod adapter;
 mod process;
 pub mod sourcemap;
 mod values;
-mod ws;
+pub mod ws;
 
 use std::sync::{Arc, Mutex};
 

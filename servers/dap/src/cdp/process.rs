@@ -97,8 +97,8 @@ fn flags(runtime: &Runtime, bin: &Path, script: &Path) -> Result<Vec<String>, St
 }
 
 /// Start `script` under the runtime's inspector, paused, and read its WebSocket address.
-/// The runtime gets a parent-death signal (through `setpriv`, when installed) so it cannot
-/// outlive this server even when the server is killed outright.
+/// The runtime gets a parent-death signal so it cannot outlive this server even when the
+/// server is killed outright.
 pub async fn start(
     runtime: &Runtime,
     script: &Path,
@@ -108,14 +108,8 @@ pub async fn start(
 ) -> Result<Started, String> {
     let bin = binary(runtime)?;
     let flags = flags(runtime, &bin, script)?;
-    let mut cmd = match config::locate("setpriv") {
-        Some(setpriv) => {
-            let mut c = Command::new(setpriv);
-            c.args(["--pdeathsig", "KILL", "--"]).arg(&bin);
-            c
-        }
-        None => Command::new(&bin),
-    };
+    let mut cmd = Command::new(&bin);
+    kitbag_shared::process::die_with_parent(&mut cmd);
     cmd.args(&flags)
         .arg(script)
         .args(args)

@@ -3,9 +3,10 @@
 //!
 //! One module per concern: `params` / `result` (the tool's shape), `runtime` (what differs
 //! per adapter), `session` (launch, attach, disconnect), `breakpoints`, `control` (continue,
-//! steps, pause, and waiting for a stop), `inspect` (threads, frames, scopes, variables,
+//! steps, pause, and waiting for a stop), `breakpoint_actions`, `inspect` (threads, frames, scopes, variables,
 //! evaluate), `memory` (instructions and memory), `expand` (variable paths).
 
+mod breakpoint_actions;
 mod breakpoints;
 mod control;
 mod expand;
@@ -155,15 +156,15 @@ pub async fn run(
         A::Status => session::status(state, &policy, &p).await,
         A::Output => session::output(state, &p).await,
         A::SetBreakpoint | A::RemoveBreakpoint | A::ListBreakpoints => {
-            breakpoints::source(state, &policy, &p).await
+            breakpoint_actions::source(state, &policy, &p).await
         }
-        A::SetFunctionBreakpoint => breakpoints::function(state, &p).await,
-        A::SetExceptionBreakpoints => breakpoints::exceptions(state, &p).await,
+        A::SetFunctionBreakpoint => breakpoint_actions::function(state, &p).await,
+        A::SetExceptionBreakpoints => breakpoint_actions::exceptions(state, &p).await,
         A::SetInstructionBreakpoint | A::RemoveInstructionBreakpoint => {
-            breakpoints::instruction(state, &p).await
+            breakpoint_actions::instruction(state, &p).await
         }
-        A::DataBreakpointInfo => breakpoints::data_info(state, &p).await,
-        A::SetDataBreakpoint | A::RemoveDataBreakpoint => breakpoints::data(state, &p).await,
+        A::DataBreakpointInfo => breakpoint_actions::data_info(state, &p).await,
+        A::SetDataBreakpoint | A::RemoveDataBreakpoint => breakpoint_actions::data(state, &p).await,
         A::Continue | A::StepOver | A::StepInto | A::StepOut | A::Pause => {
             control::resume(state, &policy, &p).await
         }
