@@ -50,6 +50,23 @@ fn c_session(era: Era) {
         json!({"action": "evaluate", "expression": "count * 3"}),
     );
     assert_eq!(r.structured["result"], "21", "{:?}", r.raw);
+    // The adapter's refusals are its own errors; the session lives on.
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "no_such_name"}),
+    );
+    assert_eq!(r.error_code(), Some("adapter_error"), "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "scopes", "frame_id": 40}));
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "frame_id",
+        "{:?}",
+        r.raw
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "scope": "registers"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "step_into"}));
     assert_eq!(r.structured["location"]["line"], 4, "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "step_over"}));

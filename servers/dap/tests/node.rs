@@ -106,6 +106,22 @@ fn javascript(era: Era) {
     );
     assert_eq!(r.error_code(), Some("adapter_error"), "{:?}", r.raw);
     assert!(r.text.contains("ReferenceError"), "{}", r.text);
+    // A frame past the stack names the field; the session lives on.
+    let r = c.call("debug", json!({"action": "variables", "frame_id": 99}));
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "frame_id",
+        "{:?}",
+        r.raw
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "expand": "user.nope"}),
+    );
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "expand",
+        "{:?}",
+        r.raw
+    );
     // ... repl may change state.
     let r = c.call(
         "debug",
