@@ -196,8 +196,19 @@ fn session(era: Era) {
         assert_eq!(r.error_code(), Some("invalid_params"), "{}", r.text);
         assert_eq!(r.structured["error"]["detail"]["field"], "scope");
     }
-    let r = c.call("debug", json!({"action": "step_over", "thread_id": thread}));
+    // The seed's example verbatim: thread 1 is the main thread, whatever debugpy numbers it.
+    let r = c.call("debug", json!({"action": "step_over", "thread_id": 1}));
     assert_eq!(r.structured["location"]["line"], 5, "{:?}", r.raw);
+    assert_eq!(r.structured["thread_id"], thread, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "stack_trace", "thread_id": 424242}),
+    );
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "thread_id",
+        "{:?}",
+        r.raw
+    );
     let r = c.call("debug", json!({"action": "step_out"}));
     assert_eq!(r.structured["location"]["line"], 11, "{:?}", r.raw);
 

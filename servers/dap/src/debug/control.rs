@@ -55,7 +55,7 @@ pub async fn resume(
             ),
         ));
     }
-    let thread = match p.thread_id {
+    let thread = match super::inspect::thread_of(&core, p.thread_id).await? {
         Some(t) => t,
         None if p.action == Action::Pause => first_thread(&core).await?,
         None => stopped_thread(&core).unwrap_or(1),

@@ -48,6 +48,23 @@ pub async fn threads(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debu
     Ok(Reply::new(r, text))
 }
 
+/// The adapter's thread for a `thread_id` argument. The seed's examples say `thread_id: 1` for
+/// "the main thread"; where the adapter numbers threads otherwise (debugpy and lldb-dap use
+/// large ids), 1 means its first thread, the main one.
+pub async fn thread_of(core: &Core, asked: Option<i64>) -> ToolResult<Option<i64>> {
+    match asked {
+        Some(1) => {
+            let list = thread_list(&core.client).await?;
+            if list.iter().any(|t| t.id == 1) {
+                Ok(Some(1))
+            } else {
+                Ok(list.first().map(|t| t.id).or(Some(1)))
+            }
+        }
+        other => Ok(other),
+    }
+}
+
 fn not_stopped() -> ToolError {
     ToolError::new(
         ErrorCode::NotStopped,
@@ -96,13 +113,14 @@ pub async fn frame_ref(core: &Core, p: &DebugParams) -> ToolResult<i64> {
             "a frame index: 0 is the top frame, 1 its caller, ...",
         ));
     }
-    let (list, total) = frames(core, p.thread_id, index, 1).await?;
+    let thread = thread_of(core, p.thread_id).await?;
+    let (list, total) = frames(core, thread, index, 1).await?;
     match list.first().and_then(|f| f["id"].as_i64()) {
         Some(id) => Ok(id),
         None => {
             let depth = match total {
                 Some(t) => t,
-                None => frames(core, p.thread_id, 0, MAX_LEVELS as i64)
+                None => frames(core, thread, 0, MAX_LEVELS as i64)
                     .await
                     .map(|(l, _)| l.len() as i64)
                     .unwrap_or(0),
@@ -131,7 +149,8 @@ pub async fn stack_trace(
             format!("a number of frames from 1 to {MAX_LEVELS}"),
         ));
     }
-    let (list, total) = frames(&core, p.thread_id, 0, levels as i64)
+    let thread = thread_of(&core, p.thread_id).await?;
+    let (list, total) = frames(&core, thread, 0, levels as i64)
         .await
         .map_err(|e| thread_field(e, p))?;
     let frames: Vec<Frame> = list
