@@ -166,6 +166,62 @@ impl SessionTotals {
     }
 }
 
+impl SessionTotals {
+    /// Add what more records say (a session only grows).
+    fn add(&mut self, records: &[Record]) {
+        let more = SessionTotals::of(&self.name, records);
+        self.turns += more.turns;
+        self.model_calls += more.model_calls;
+        self.input_tokens += more.input_tokens;
+        self.output_tokens += more.output_tokens;
+        self.cache_read += more.cache_read;
+        self.cache_creation += more.cache_creation;
+    }
+}
+
+/// A session file's totals as of its first `len` bytes (whole lines only).
+struct Counted {
+    len: u64,
+    totals: SessionTotals,
+}
+
+/// Totals already counted, per session file: sessions are append-only, so a later count reads
+/// only the lines appended since (`host_status` and `kitbag sessions` no longer re-read every
+/// session in full on every call). Keyed by length, which only an append changes; a file that
+/// shrank is counted again from the start.
+static COUNTED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<std::path::PathBuf, Counted>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// One session file's totals, reading only what was appended since the last count.
+fn file_totals(path: &Path, name: &str) -> Option<SessionTotals> {
+    use std::io::{Read, Seek, SeekFrom};
+    let mut file = std::fs::File::open(path).ok()?;
+    let len = file.metadata().ok()?.len();
+    let mut counted = COUNTED
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let (from, mut totals) = match counted.get(path) {
+        Some(c) if c.len == len => return Some(c.totals.clone()),
+        Some(c) if c.len < len => (c.len, c.totals.clone()),
+        _ => (0, SessionTotals::of(name, &[])),
+    };
+    file.seek(SeekFrom::Start(from)).ok()?;
+    let mut tail = Vec::new();
+    file.take(len - from).read_to_end(&mut tail).ok()?;
+    // Whole lines only: a line still being written is counted next time.
+    let whole = tail.iter().rposition(|b| *b == b'\n').map_or(0, |i| i + 1);
+    totals.add(&parse(&String::from_utf8_lossy(&tail[..whole])).0);
+    counted.insert(
+        path.to_path_buf(),
+        Counted {
+            len: from + whole as u64,
+            totals: totals.clone(),
+        },
+    );
+    Some(totals)
+}
+
 /// Every session under `root`, sorted by name, read without creating anything.
 pub fn all_totals(root: &Path) -> Vec<SessionTotals> {
     let dir = root.join(".kitbag").join("sessions");
@@ -178,8 +234,7 @@ pub fn all_totals(root: &Path) -> Vec<SessionTotals> {
             let file = e.file_name();
             let name = file.to_str()?.strip_suffix(".jsonl")?.to_owned();
             check_name(&name).ok()?;
-            let text = std::fs::read_to_string(e.path()).ok()?;
-            Some(SessionTotals::of(&name, &parse(&text).0))
+            file_totals(&e.path(), &name)
         })
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
@@ -401,6 +456,61 @@ fn close_pending_into(pending: &mut Vec<String>, content: &mut Vec<Block>) {
 mod tests {
     use super::*;
     use serde_json::json;
+
+    /// Counting what was appended since gives what a full count gives, a line still being
+    /// written is left for later, and a file that shrank is counted again.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn totals_count_only_what_was_appended() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join(".kitbag/sessions");
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("s.jsonl");
+        let usage = |n: u64| {
+            serde_json::to_string(&Record::Usage {
+                input_tokens: n,
+                output_tokens: 1,
+                cache_read: 0,
+                cache_creation: 0,
+                model: "m".into(),
+                ts: "t".into(),
+                purpose: None,
+            })
+            .unwrap()
+        };
+        let line = |r: &Record| serde_json::to_string(r).unwrap() + "\n";
+        std::fs::write(&file, line(&user("a")) + &usage(10) + "\n").unwrap();
+        let first = all_totals(d.path());
+        assert_eq!((first[0].turns, first[0].input_tokens), (1, 10));
+        // An append and a torn, unfinished line.
+        let mut f = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&file)
+            .unwrap();
+        f.write_all((line(&user("b")) + &usage(5) + "\n" + &usage(7)[..9]).as_bytes())
+            .unwrap();
+        let second = all_totals(d.path());
+        assert_eq!(
+            (
+                second[0].turns,
+                second[0].input_tokens,
+                second[0].model_calls
+            ),
+            (2, 15, 2)
+        );
+        // The line finished: counted now, exactly once.
+        f.write_all(&usage(7).as_bytes()[9..]).unwrap();
+        f.write_all(b"\n").unwrap();
+        let third = all_totals(d.path());
+        assert_eq!((third[0].input_tokens, third[0].model_calls), (22, 3));
+        let full = SessionTotals::of("s", &parse(&std::fs::read_to_string(&file).unwrap()).0);
+        assert_eq!(third[0].input_tokens, full.input_tokens);
+        assert_eq!(third[0].turns, full.turns);
+        // A shorter file (replaced): counted from the start.
+        std::fs::write(&file, line(&user("c")) + &usage(3) + "\n").unwrap();
+        let fourth = all_totals(d.path());
+        assert_eq!((fourth[0].turns, fourth[0].input_tokens), (1, 3));
+    }
 
     fn user(t: &str) -> Record {
         Record::User {
