@@ -82,7 +82,15 @@ fn session(era: Era) {
     // disconnect ends it.
     let r = c.call("debug", json!({"action": "continue", "wait_ms": 1500}));
     assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "output"}));
+    // The output arrives through the program's pipe: give a loaded machine a moment.
+    let mut r = c.call("debug", json!({"action": "output"}));
+    for _ in 0..50 {
+        if r.text.contains("result 42") {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        r = c.call("debug", json!({"action": "output"}));
+    }
     assert!(
         r.text.contains("start test --port 3000") && r.text.contains("result 42"),
         "{}",

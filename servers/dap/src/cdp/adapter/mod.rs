@@ -121,6 +121,8 @@ struct Adapter {
     handles: Vec<Handle>,
     main_context: Option<i64>,
     exited: bool,
+    /// The tasks forwarding the program's stdout and stderr.
+    readers: Vec<tokio::task::JoinHandle<()>>,
 }
 
 /// Run the adapter over `io` until the client hangs up or disconnects.
@@ -158,6 +160,7 @@ pub async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
         handles: Vec::new(),
         main_context: None,
         exited: false,
+        readers: Vec::new(),
     };
     let mut reader = BufReader::new(r);
     loop {
@@ -180,6 +183,11 @@ pub async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
             },
             status = wait_child(&mut a.child) => {
                 a.child = None;
+                // What the program printed last is told before its exit (bounded: a
+                // grandchild may hold the pipes open).
+                for reader in a.readers.drain(..) {
+                    let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+                }
                 a.finish(status).await;
             }
         }
@@ -322,9 +330,11 @@ impl Adapter {
             owned.push(pid);
         }
         if let Some(stdout) = child.stdout.take() {
-            forward(self.out.clone(), "stdout", BufReader::new(stdout));
+            self.readers
+                .push(forward(self.out.clone(), "stdout", BufReader::new(stdout)));
         }
-        forward(self.out.clone(), "stderr", started.stderr);
+        self.readers
+            .push(forward(self.out.clone(), "stderr", started.stderr));
         self.child = Some(child);
         self.connect(&started.ws_url, true).await?;
         Ok(json!({}))
@@ -465,7 +475,7 @@ fn forward<R: AsyncRead + Send + Unpin + 'static>(
     out: Arc<Out>,
     category: &'static str,
     mut reader: BufReader<R>,
-) {
+) -> tokio::task::JoinHandle<()> {
     tokio::spawn(async move {
         let mut line = String::new();
         loop {
@@ -479,7 +489,7 @@ fn forward<R: AsyncRead + Send + Unpin + 'static>(
             }
             out.output(category, line.clone()).await;
         }
-    });
+    })
 }
 
 fn capabilities() -> Value {
