@@ -74,6 +74,13 @@ impl<W: AsyncWrite + Unpin> Output<W> {
     async fn send(&mut self, message: &impl serde::Serialize) -> io::Result<()> {
         // A previous send cancelled mid-line finishes first.
         self.drain().await?;
+        self.start(message)?;
+        self.drain().await
+    }
+
+    /// Put `message` in the (drained) buffer — no await, so a message taken from somewhere
+    /// is never lost to a cancellation before its bytes are here; `drain` sends them.
+    fn start(&mut self, message: &impl serde::Serialize) -> io::Result<()> {
         self.line.clear();
         self.written = 0;
         if self.line.capacity() > KEEP_BUFFER_BYTES {
@@ -84,7 +91,7 @@ impl<W: AsyncWrite + Unpin> Output<W> {
             return Err(io::Error::new(io::ErrorKind::InvalidData, e));
         }
         self.line.push(b'\n');
-        self.drain().await
+        Ok(())
     }
 }
 
@@ -357,11 +364,23 @@ where
                     let output = self.output.clone();
                     self.pending = Some(Line::Refuse(answer));
                     let mut output = output.lock().await;
-                    // From here a cancelled write is finished by the next send.
+                    // An earlier write still going out (a slow reader) finishes first, while
+                    // the refusal waits in `pending`: `receive` is raced against rmcp's
+                    // outgoing queue, and a refusal taken before this await was lost when
+                    // the race dropped this future.
+                    if let Err(e) = output.drain().await {
+                        tracing::error!("writing to the client failed: {e}");
+                        return None;
+                    }
                     let Some(Line::Refuse(answer)) = self.pending.take() else {
                         continue;
                     };
-                    if let Err(e) = output.send(&answer).await {
+                    // From here a cancelled write is finished by the next send.
+                    let sent = match output.start(&answer) {
+                        Ok(()) => output.drain().await,
+                        Err(e) => Err(e),
+                    };
+                    if let Err(e) = sent {
                         tracing::error!("writing to the client failed: {e}");
                         return None;
                     }
@@ -474,6 +493,43 @@ mod tests {
         let mut v = serde_json::to_vec(&json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": {"name": "echo_text", "arguments": {"text": text}}})).expect("json");
         v.push(b'\n');
         v
+    }
+
+    /// A refusal must survive `receive` being dropped while an earlier answer is still going
+    /// out to a slow reader (rmcp races `receive` against its outgoing queue): each bad
+    /// request is answered exactly once, in order.
+    #[tokio::test]
+    async fn refusals_survive_a_dropped_receive_while_output_is_blocked() {
+        let (mut to_server, server_in) = tokio::io::duplex(1 << 16);
+        // A tiny output pipe nobody reads yet: the first refusal's write blocks.
+        let (server_out, mut from_server) = tokio::io::duplex(32);
+        let mut t = LineTransport::new(server_in, server_out);
+        for id in ["a", "b"] {
+            let line = format!(
+                "{{\"jsonrpc\":\"2.0\",\"id\":\"{id}\",\"method\":\"tools/call\",\"params\":{{\"name\":\"x\",\"arguments\":{{\"path\":\"\\ud800\"}}}}}}\n"
+            );
+            to_server.write_all(line.as_bytes()).await.expect("write");
+        }
+        drop(to_server);
+        let short = std::time::Duration::from_millis(50);
+        // "a" goes into the output and blocks; the race drops `receive`.
+        assert!(tokio::time::timeout(short, t.receive()).await.is_err());
+        // "b" is read while "a" is still going out; dropped again.
+        assert!(tokio::time::timeout(short, t.receive()).await.is_err());
+        // Now the reader drains; the transport runs to the end of its input.
+        let reader = tokio::spawn(async move {
+            let mut all = String::new();
+            let _ = from_server.read_to_string(&mut all).await;
+            all
+        });
+        assert!(t.receive().await.is_none());
+        t.close().await.expect("close");
+        let all = reader.await.expect("reader");
+        let ids: Vec<String> = all
+            .lines()
+            .map(|l| serde_json::from_str::<Value>(l).expect("json")["id"].to_string())
+            .collect();
+        assert_eq!(ids, ["\"a\"", "\"b\""], "{all}");
     }
 
     #[tokio::test]

@@ -67,6 +67,16 @@ impl Adapter {
         Ok(json!({"stackFrames": frames, "totalFrames": paused.frames.len()}))
     }
 
+    /// A DAP variable for a RemoteObject: its text, type, and a handle to expand an object.
+    fn variable(&mut self, name: &str, value: &Value) -> Value {
+        let reference = match value["objectId"].as_str() {
+            Some(id) if value["type"] == "object" && value["subtype"] != "null" => self.handle(id),
+            _ => 0,
+        };
+        json!({"name": name, "value": value_text(value), "type": type_text(value),
+            "variablesReference": reference})
+    }
+
     pub(super) fn handle(&mut self, object_id: &str) -> i64 {
         self.handles.push(Handle::Object(object_id.to_string()));
         self.handles.len() as i64
@@ -193,14 +203,7 @@ impl Adapter {
                 }
                 continue;
             };
-            let reference = match value["objectId"].as_str() {
-                Some(id) if value["type"] == "object" && value["subtype"] != "null" => {
-                    self.handle(id)
-                }
-                _ => 0,
-            };
-            vars.push(json!({"name": name, "value": value_text(value),
-                "type": type_text(value), "variablesReference": reference}));
+            vars.push(self.variable(&name, value));
         }
         Ok(json!({"variables": vars}))
     }
@@ -230,14 +233,7 @@ impl Adapter {
                 continue;
             }
             let value = &answer["result"];
-            let reference = match value["objectId"].as_str() {
-                Some(id) if value["type"] == "object" && value["subtype"] != "null" => {
-                    self.handle(id)
-                }
-                _ => 0,
-            };
-            vars.push(json!({"name": name, "value": value_text(value),
-                "type": type_text(value), "variablesReference": reference}));
+            vars.push(self.variable(name, value));
         }
         Ok(json!({"variables": vars}))
     }
