@@ -114,21 +114,6 @@ fn in_pid_ns(ns: &str) -> Vec<u32> {
     out
 }
 
-fn procs_named(name: &str) -> Vec<u32> {
-    let mut out = Vec::new();
-    for e in std::fs::read_dir("/proc").unwrap().flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
-            continue;
-        };
-        if std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name)
-            && process_alive(pid)
-        {
-            out.push(pid);
-        }
-    }
-    out
-}
-
 #[test]
 fn catalog_and_bad_input() {
     let dir = project();
@@ -693,29 +678,10 @@ fn no_orphans_after_kill_and_sweep_on_restart() {
     let a = spawn(&mut c, json!({"command": ["sleep", "1000"]}));
     let b = spawn(&mut c, json!({"ports": [8082]}));
     let url = b["ports"][0]["url"].as_str().unwrap().to_string();
-    let mut namespaces = Vec::new();
-    for inst in [&a, &b] {
-        let id = inst["id"].as_str().unwrap();
-        let record: Value = serde_json::from_slice(
-            &std::fs::read(
-                dir.path()
-                    .join(".kitbag/vm/instances")
-                    .join(id)
-                    .join("record.json"),
-            )
-            .unwrap(),
-        )
-        .unwrap();
-        let bwrap = record["processes"][0][0].as_u64().unwrap();
-        // The sandbox's first process is bwrap's child; its pid namespace is the instance's.
-        let inner = kitbag_testkit::child_pids(bwrap as u32)[0];
-        namespaces.push(
-            std::fs::read_link(format!("/proc/{inner}/ns/pid"))
-                .unwrap()
-                .to_string_lossy()
-                .into_owned(),
-        );
-    }
+    let namespaces: Vec<String> = [&a, &b]
+        .iter()
+        .map(|inst| instance_ns(dir.path(), inst["id"].as_str().unwrap()))
+        .collect();
     for ns in &namespaces {
         assert!(!in_pid_ns(ns).is_empty(), "the instances run");
     }
@@ -755,13 +721,35 @@ fn no_orphans_after_kill_and_sweep_on_restart() {
         .path()
         .join(".kitbag/vm/instances")
         .join(g["id"].as_str().unwrap());
-    let before = procs_named("sleep").len();
+    // The instance's own processes (its pid namespace), not every `sleep` on a machine
+    // running other tests.
+    let gns = instance_ns(dir.path(), g["id"].as_str().unwrap());
+    assert!(!in_pid_ns(&gns).is_empty(), "the instance runs");
     c.shutdown();
     assert!(!gdir.join("ctl/agent.sock").exists());
-    assert!(
-        procs_named("sleep").len() < before,
-        "the instance's sleep survived a clean exit"
-    );
+    wait_until("the instance's sleep to die with a clean exit", 5, || {
+        in_pid_ns(&gns).is_empty()
+    });
+}
+
+/// An instance's pid namespace: its sandbox's first process is bwrap's child.
+fn instance_ns(project: &Path, id: &str) -> String {
+    let record: Value = serde_json::from_slice(
+        &std::fs::read(
+            project
+                .join(".kitbag/vm/instances")
+                .join(id)
+                .join("record.json"),
+        )
+        .unwrap(),
+    )
+    .unwrap();
+    let bwrap = record["processes"][0][0].as_u64().unwrap();
+    let inner = kitbag_testkit::child_pids(bwrap as u32)[0];
+    std::fs::read_link(format!("/proc/{inner}/ns/pid"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
 }
 
 fn walk_for(dir: &Path, name: &str, depth: usize) -> Option<PathBuf> {
