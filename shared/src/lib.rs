@@ -19,6 +19,7 @@
 //! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime);
 //! - [`vmlink`]: a call from inside a kitbag-vm instance to the kitbag-vm running it.
 
+pub mod args;
 pub mod atomic;
 pub mod audit;
 pub mod budget;

@@ -6,7 +6,7 @@ use serde_json::{Value, json};
 
 use crate::dap::Client;
 
-use super::control::{location_of, stopped_thread};
+use super::control::location_of;
 use super::expand;
 use super::params::{DebugParams, EvalContext, Expand, ScopeWanted};
 use super::result::{DebugResult, Frame, Scope, Thread};
@@ -80,16 +80,16 @@ pub async fn frames(
     start: i64,
     levels: i64,
 ) -> ToolResult<(Vec<Value>, Option<i64>)> {
-    let stopped = stopped_thread(core);
-    let running = core
+    // One look at the stop: whether there is one, and its thread.
+    let stop = core
         .client
         .events
         .lock()
-        .map(|e| e.stopped.is_none())
-        .unwrap_or(true);
-    if running {
+        .ok()
+        .and_then(|e| e.stopped.as_ref().map(|s| s["threadId"].as_i64()));
+    let Some(stopped) = stop else {
         return Err(not_stopped());
-    }
+    };
     let thread = thread.or(stopped).unwrap_or(1);
     let body = core
         .client

@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use crate::config::Transport;
 use crate::dap::{Client, error_message};
 
-use super::params::{Action, DebugParams, check_env};
+use super::params::{Action, DebugParams};
 use super::result::{DebugResult, OutputChunk};
 use super::runtime::{self, EntryStop, LaunchPlan, Runtime};
 use super::{Core, DapState, REQUEST_TIMEOUT, Session, cap, control, need, no_session};
@@ -65,7 +65,7 @@ pub async fn launch(
         None => policy.root().to_path_buf(),
     };
     let env = p.env.clone().unwrap_or_default();
-    check_env(&env)?;
+    kitbag_shared::args::env("env", &env)?;
     let build_dir = match runtime {
         Runtime::Go => Some(
             tempfile::Builder::new()

@@ -26,42 +26,7 @@ pub fn name(field: &str, v: &str) -> ToolResult<()> {
     }
 }
 
-/// Environment variables: names `^[A-Za-z_][A-Za-z0-9_]*$`, no `KITBAG_*`, no NUL in values.
-pub fn env(field: &str, env: &BTreeMap<String, String>) -> ToolResult<Vec<(String, String)>> {
-    if env.len() > 256 {
-        return Err(ToolError::invalid_field(field, "at most 256 variables"));
-    }
-    let mut out = Vec::new();
-    for (k, v) in env {
-        let ok = k
-            .bytes()
-            .next()
-            .is_some_and(|b| b.is_ascii_alphabetic() || b == b'_')
-            && k.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-        if !ok {
-            return Err(ToolError::invalid_field(
-                field,
-                format!(
-                    "{k:?} is not a valid variable name (letters, digits and '_', not starting with a digit)"
-                ),
-            ));
-        }
-        if k.starts_with("KITBAG_") {
-            return Err(ToolError::invalid_field(
-                field,
-                format!("{k}: names starting with KITBAG_ are reserved for kitbag"),
-            ));
-        }
-        if v.contains('\0') {
-            return Err(ToolError::invalid_field(
-                field,
-                format!("{k}: the value contains a NUL byte"),
-            ));
-        }
-        out.push((k.clone(), v.clone()));
-    }
-    Ok(out)
-}
+pub use kitbag_shared::args::env;
 
 /// An argv: non-empty, no NUL bytes, bounded.
 pub fn argv(field: &str, argv: &[String]) -> ToolResult<()> {
@@ -162,18 +127,6 @@ mod tests {
             let e = name("name", bad).expect_err(bad);
             assert_eq!(e.code, ErrorCode::InvalidParams);
             assert!(e.message.starts_with("name:"));
-        }
-    }
-
-    #[test]
-    fn env_names() {
-        let mut m = BTreeMap::new();
-        m.insert("GOOD_1".to_string(), "v".to_string());
-        assert!(env("env", &m).is_ok());
-        for bad in ["1X", "A-B", "KITBAG_INSTANCE_ID", ""] {
-            let mut m = BTreeMap::new();
-            m.insert(bad.to_string(), "v".to_string());
-            assert!(env("env", &m).is_err(), "{bad}");
         }
     }
 
