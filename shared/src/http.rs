@@ -4,11 +4,15 @@
 //! rmcp's `StreamableHttpService` speaks the protocol (both eras: handshake-era sessions when
 //! `--http-sessions`, else stateless; 2026-07-28 always stateless, with its header checks).
 //! In front of it, this module owns what is ours to decide: which paths exist, the
-//! `Host`/`Origin` guard and bearer token ([`guard`]), the body cap (413), refusing a
-//! non-loopback bind without a token, and an [`Intercept`] hook through which the host
-//! answers plain tool calls at the byte level, as it does on stdio.
+//! `Host`/`Origin` guard ([`guard`]), who is calling ([`auth`]: the static bearer token or an
+//! OAuth JWT, [`oauth`], [`jwt`]) and the tiers their token grants, the body cap (413),
+//! refusing a non-loopback bind without authentication, and an [`Intercept`] hook through
+//! which the host answers plain tool calls at the byte level, as it does on stdio.
 
+pub mod auth;
 pub mod guard;
+pub mod jwt;
+pub mod oauth;
 pub mod token;
 
 use std::convert::Infallible;
@@ -31,7 +35,11 @@ use rmcp::transport::streamable_http_server::{
 };
 use tokio_util::sync::CancellationToken;
 
+pub use auth::{Auth, Principal, principal_of};
 use guard::{Guard, Refusal};
+use oauth::{OAuthConfig, ResourceServer};
+
+use crate::tier::Tier;
 
 pub type HttpResponse = Response<BoxBody<Bytes, Infallible>>;
 
@@ -53,14 +61,63 @@ pub struct HttpArgs {
     #[arg(long, value_name = "PATH")]
     pub unix: Option<PathBuf>,
 
-    /// Require `Authorization: Bearer <token>`, the token read from FILE. Needed to --http on
-    /// an address other than loopback.
+    /// Require `Authorization: Bearer <token>`, the token read from FILE (the token, or its
+    /// digest as `sha256:<hex>`). Needed to --http on an address other than loopback, unless
+    /// --oauth-issuer is given.
     #[arg(long, value_name = "FILE")]
     pub auth_token_file: Option<PathBuf>,
 
     /// Create --auth-token-file with a new random token (mode 0600) when it does not exist.
     #[arg(long, requires = "auth_token_file")]
     pub generate_auth_token: bool,
+
+    /// Accept OAuth 2.1 bearer JWTs issued by this authorization server (its issuer URL);
+    /// their signature is checked against its published keys.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "KITBAG_OAUTH_ISSUER",
+        requires = "oauth_resource"
+    )]
+    pub oauth_issuer: Option<String>,
+
+    /// This server's canonical URL as clients reach it (`https://host/mcp`): the audience
+    /// tokens must name, published in /.well-known/oauth-protected-resource.
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "KITBAG_OAUTH_RESOURCE",
+        requires = "oauth_issuer"
+    )]
+    pub oauth_resource: Option<String>,
+
+    /// The issuer's JWK set (default: found through its metadata).
+    #[arg(
+        long,
+        value_name = "URL",
+        env = "KITBAG_OAUTH_JWKS_URL",
+        requires = "oauth_issuer"
+    )]
+    pub oauth_jwks_url: Option<String>,
+
+    /// Prefix of the scopes that grant the tiers read, write, exec and external
+    /// (`kitbag:` → `kitbag:read`, …).
+    #[arg(long, value_name = "PREFIX", default_value = "")]
+    pub oauth_scope_prefix: String,
+
+    /// The token claim naming the agent profile that applies to its calls (the host's
+    /// `agents`).
+    #[arg(long, value_name = "CLAIM", default_value = "kitbag_agent")]
+    pub oauth_agent_claim: String,
+
+    /// A scope every token must carry (repeatable); without it, 403 insufficient_scope.
+    #[arg(long = "oauth-required-scope", value_name = "SCOPE")]
+    pub oauth_required_scopes: Vec<String>,
+
+    /// A token naming a key not yet seen fetches the issuer's keys again at most once per
+    /// this many seconds (the issuer rotated its keys).
+    #[arg(long, value_name = "SECS", default_value_t = 30)]
+    pub oauth_key_refresh_secs: u64,
 
     /// Also answer requests naming this Host, `name` or `name:port` (repeatable).
     #[arg(long = "allowed-host", value_name = "HOST")]
@@ -89,6 +146,13 @@ impl Default for HttpArgs {
             unix: None,
             auth_token_file: None,
             generate_auth_token: false,
+            oauth_issuer: None,
+            oauth_resource: None,
+            oauth_jwks_url: None,
+            oauth_scope_prefix: String::new(),
+            oauth_agent_claim: "kitbag_agent".into(),
+            oauth_required_scopes: Vec::new(),
+            oauth_key_refresh_secs: 30,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             http_sessions: false,
@@ -109,6 +173,7 @@ pub enum Listen {
 pub struct HttpOptions {
     pub listen: Listen,
     pub guard: Guard,
+    pub auth: Auth,
     pub sessions: bool,
     pub max_request_bytes: usize,
 }
@@ -120,24 +185,22 @@ impl HttpArgs {
             (Some(addr), _) => Listen::Tcp(parse_addr(addr)?),
             (None, Some(path)) => Listen::Unix(path.clone()),
             (None, None) => {
-                if self.auth_token_file.is_some() {
-                    anyhow::bail!("--auth-token-file applies to --http or --unix serving");
+                if self.auth_token_file.is_some() || self.oauth_issuer.is_some() {
+                    anyhow::bail!(
+                        "--auth-token-file and --oauth-issuer apply to --http or --unix serving"
+                    );
                 }
                 return Ok(None);
             }
         };
-        let token = match &self.auth_token_file {
-            Some(path) if self.generate_auth_token => Some(token::generate(path)?),
-            Some(path) => Some(token::read(path)?),
-            None => None,
-        };
+        let auth = self.auth()?;
         let loopback = match &listen {
             Listen::Tcp(addr) => addr.ip().is_loopback(),
             Listen::Unix(_) => true,
         };
-        if !loopback && token.is_none() {
+        if !loopback && !auth.required() {
             anyhow::bail!(
-                "--http {}: that address is reachable from other machines; serve it with --auth-token-file FILE (add --generate-auth-token to make one), or bind 127.0.0.1",
+                "--http {}: that address is reachable from other machines; serve it with --auth-token-file FILE (add --generate-auth-token to make one) or --oauth-issuer, or bind 127.0.0.1",
                 self.http.as_deref().unwrap_or_default()
             );
         }
@@ -152,14 +215,39 @@ impl HttpArgs {
         origins.extend(self.allowed_origins.iter().cloned());
         Ok(Some(HttpOptions {
             listen,
-            guard: Guard {
-                hosts,
-                origins,
-                token,
-            },
+            guard: Guard { hosts, origins },
+            auth,
             sessions: self.http_sessions,
             max_request_bytes: self.max_request_bytes,
         }))
+    }
+}
+
+impl HttpArgs {
+    /// The static token and the OAuth resource server these flags configure.
+    fn auth(&self) -> anyhow::Result<Auth> {
+        let token = match &self.auth_token_file {
+            Some(path) if self.generate_auth_token => Some(token::generate(path)?),
+            Some(path) => Some(token::read(path)?),
+            None => None,
+        };
+        let oauth = match (&self.oauth_issuer, &self.oauth_resource) {
+            (Some(issuer), Some(resource)) => Some(Arc::new(ResourceServer::new(OAuthConfig {
+                issuer: issuer.clone(),
+                resource: resource.clone(),
+                jwks_url: self.oauth_jwks_url.clone(),
+                scope_prefix: self.oauth_scope_prefix.clone(),
+                agent_claim: self.oauth_agent_claim.clone(),
+                required_scopes: self.oauth_required_scopes.clone(),
+                min_refresh: std::time::Duration::from_secs(self.oauth_key_refresh_secs),
+            })?)),
+            (None, None) => None,
+            _ => anyhow::bail!("--oauth-issuer and --oauth-resource go together"),
+        };
+        Ok(Auth {
+            token: token.map(|t| token::parse(&t)),
+            oauth,
+        })
     }
 }
 
@@ -183,8 +271,20 @@ fn parse_addr(text: &str) -> anyhow::Result<SocketAddr> {
 /// A POST answered before rmcp sees it (the host's byte-level calls). The future yields
 /// the JSON-RPC response body.
 pub trait Intercept: Send + Sync + 'static {
-    fn intercept(&self, headers: &HeaderMap, body: &Bytes) -> Option<BoxFuture<'static, Vec<u8>>>;
+    fn intercept(
+        &self,
+        headers: &HeaderMap,
+        body: &Bytes,
+        principal: Option<&Principal>,
+    ) -> Option<BoxFuture<'static, Vec<u8>>>;
+
+    /// The tier `tool` needs (None: no such tool), for the scope check in front of every
+    /// call: the host's tools are not the handler's to look up by name.
+    fn tier_of(&self, tool: &str) -> Option<Tier>;
 }
+
+/// The tier a tool needs (None: no such tool; MCP answers that).
+type TierOf = Arc<dyn Fn(&str) -> Option<Tier> + Send + Sync>;
 
 type McpService =
     Arc<dyn Fn(Request<Full<Bytes>>) -> BoxFuture<'static, HttpResponse> + Send + Sync>;
@@ -208,13 +308,28 @@ where
         .disable_allowed_origins()
         .with_max_request_body_bytes(options.max_request_bytes);
     let mcp = if options.sessions {
-        mcp_service(handler, LocalSessionManager::default(), config)
+        mcp_service(handler.clone(), LocalSessionManager::default(), config)
     } else {
-        mcp_service(handler, NeverSessionManager::default(), config)
+        mcp_service(handler.clone(), NeverSessionManager::default(), config)
+    };
+    if let Some(rs) = &options.auth.oauth {
+        rs.warm().await;
+    }
+    let tier_of: TierOf = match &intercept {
+        Some(intercept) => {
+            let intercept = intercept.clone();
+            Arc::new(move |name| intercept.tier_of(name))
+        }
+        None => {
+            let handler = handler.clone();
+            Arc::new(move |name| handler.get_tool(name).map(|t| crate::tier::of_tool(&t)))
+        }
     };
     let front = Arc::new(Front {
         mcp,
         guard: options.guard.clone(),
+        auth: options.auth.clone(),
+        tier_of,
         max_request_bytes: options.max_request_bytes,
         intercept,
     });
@@ -237,32 +352,45 @@ where
 struct Front {
     mcp: McpService,
     guard: Guard,
+    auth: Auth,
+    tier_of: TierOf,
     max_request_bytes: usize,
     intercept: Option<Arc<dyn Intercept>>,
 }
 
 impl Front {
     async fn handle(&self, request: Request<Incoming>) -> HttpResponse {
-        match request.uri().path() {
+        let path = request.uri().path();
+        let oauth = self.auth.oauth.as_ref();
+        match path {
             "/healthz" if request.method() == Method::GET => {
                 return text(StatusCode::OK, "ok\n");
             }
             MCP_PATH => {}
+            _ if oauth.is_some_and(|rs| path == rs.metadata_path || path == oauth::WELL_KNOWN) => {}
             _ => return text(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n"),
         }
-        match self.guard.check(request.headers()) {
-            Ok(()) => {}
-            Err(Refusal::Forbidden(why)) => return text(StatusCode::FORBIDDEN, why),
-            Err(Refusal::Unauthorized(why)) => {
-                let mut response = text(StatusCode::UNAUTHORIZED, why);
-                response.headers_mut().insert(
-                    http::header::WWW_AUTHENTICATE,
-                    http::HeaderValue::from_static("Bearer realm=\"kitbag\""),
-                );
-                return response;
-            }
+        if let Err(refusal) = self.guard.check(request.headers()) {
+            return self.refuse(refusal);
         }
-        let (parts, body) = request.into_parts();
+        if path != MCP_PATH
+            && let Some(rs) = oauth
+        {
+            // The protected-resource metadata: public, so clients learn where to log in.
+            let mut response = text(StatusCode::OK, rs.metadata().to_string());
+            response.headers_mut().insert(
+                CONTENT_TYPE,
+                http::HeaderValue::from_static("application/json"),
+            );
+            return response;
+        }
+        let principal = match self.auth.principal(request.headers()).await {
+            Ok(p) => p,
+            Err(refusal) => return self.refuse(refusal),
+        };
+        let (mut parts, body) = request.into_parts();
+        // The credential stops here: nothing handed on (children, logs) can see it.
+        parts.headers.remove(http::header::AUTHORIZATION);
         let body = if parts.method == Method::POST {
             match self.read_body(&parts.headers, body).await {
                 Ok(bytes) => bytes,
@@ -271,10 +399,22 @@ impl Front {
         } else {
             Bytes::new()
         };
+        if let Some(p) = &principal
+            && p.tiers.is_some()
+            && let Some(name) = called_tool(&body)
+            && let Some(tier) = (self.tier_of)(&name)
+            && !p.allows(tier)
+        {
+            let scope = oauth.map_or_else(|| tier.to_string(), |rs| rs.config.scope_of(tier));
+            return self.refuse(Refusal::InsufficientScope {
+                description: format!("{name} needs the `{tier}` tier: scope {scope}"),
+                scope,
+            });
+        }
         if parts.method == Method::POST
             && let Some(intercept) = &self.intercept
             && plain_post(&parts.headers)
-            && let Some(answer) = intercept.intercept(&parts.headers, &body)
+            && let Some(answer) = intercept.intercept(&parts.headers, &body, principal.as_ref())
         {
             let body = answer.await;
             return Response::builder()
@@ -283,7 +423,61 @@ impl Front {
                 .body(Full::new(Bytes::from(body)).boxed())
                 .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "response"));
         }
+        if let Some(p) = principal {
+            parts.extensions.insert(p);
+        }
         (self.mcp)(Request::from_parts(parts, Full::new(body))).await
+    }
+
+    /// The answer to a refused request, with the challenge RFC 6750 / RFC 9728 ask for.
+    fn refuse(&self, refusal: Refusal) -> HttpResponse {
+        let metadata = self
+            .auth
+            .oauth
+            .as_ref()
+            .map(|rs| format!(", resource_metadata=\"{}\"", rs.metadata_url))
+            .unwrap_or_default();
+        let (status, challenge, body) = match refusal {
+            Refusal::Forbidden(why) => return text(StatusCode::FORBIDDEN, why),
+            Refusal::Unavailable(why) => {
+                let mut response = text(
+                    StatusCode::SERVICE_UNAVAILABLE,
+                    format!("Service Unavailable: {why}"),
+                );
+                response.headers_mut().insert(
+                    http::header::RETRY_AFTER,
+                    http::HeaderValue::from_static("5"),
+                );
+                return response;
+            }
+            Refusal::Unauthorized { error, description } => (
+                StatusCode::UNAUTHORIZED,
+                match error {
+                    Some(code) => format!(
+                        "Bearer realm=\"kitbag\"{metadata}, error=\"{code}\", error_description=\"{}\"",
+                        quoted(&description)
+                    ),
+                    None => format!("Bearer realm=\"kitbag\"{metadata}"),
+                },
+                format!("Unauthorized: {description}"),
+            ),
+            Refusal::InsufficientScope { scope, description } => (
+                StatusCode::FORBIDDEN,
+                format!(
+                    "Bearer realm=\"kitbag\"{metadata}, error=\"insufficient_scope\", scope=\"{}\", error_description=\"{}\"",
+                    quoted(&scope),
+                    quoted(&description)
+                ),
+                format!("Forbidden: {description}"),
+            ),
+        };
+        let mut response = text(status, body);
+        if let Ok(value) = http::HeaderValue::from_str(&challenge) {
+            response
+                .headers_mut()
+                .insert(http::header::WWW_AUTHENTICATE, value);
+        }
+        response
     }
 
     /// The whole body, or 413 past the cap (checked before reading when announced).
@@ -313,6 +507,36 @@ impl Front {
             )),
         }
     }
+}
+
+/// The tool a `tools/call` body names (one request object; a batch is left to MCP, which
+/// refuses it, and to the tool-level check).
+fn called_tool(body: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Call<'a> {
+        #[serde(borrow)]
+        method: std::borrow::Cow<'a, str>,
+        params: Option<Params<'a>>,
+    }
+    #[derive(serde::Deserialize)]
+    struct Params<'a> {
+        #[serde(borrow)]
+        name: std::borrow::Cow<'a, str>,
+    }
+    let call: Call<'_> = serde_json::from_slice(body).ok()?;
+    (call.method == "tools/call").then(|| call.params.map(|p| p.name.into_owned()))?
+}
+
+/// Text for a quoted-string of a challenge: no quotes, backslashes or control characters.
+fn quoted(text: &str) -> String {
+    text.chars()
+        .map(|c| match c {
+            '"' | '\\' => '\'',
+            c if c.is_control() || !c.is_ascii() => ' ',
+            c => c,
+        })
+        .take(300)
+        .collect()
 }
 
 /// A POST rmcp would take as it is: JSON in, JSON and SSE accepted, no session to check.
@@ -490,7 +714,7 @@ mod tests {
         assert!(err.contains("--auth-token-file"), "{err}");
         let local = args("127.0.0.1:0").options().expect("ok").expect("http");
         assert!(local.guard.hosts.iter().any(|h| h == "localhost"));
-        assert!(local.guard.token.is_none());
+        assert!(!local.auth.required());
     }
 
     #[test]

@@ -38,6 +38,7 @@ pub mod salvage;
 pub mod schema;
 pub mod server;
 pub mod state;
+pub mod tier;
 pub mod transport;
 pub mod vmlink;
 

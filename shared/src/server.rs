@@ -60,6 +60,8 @@ pub struct ToolDef {
     pub destructive: bool,
     pub idempotent: bool,
     pub open_world: bool,
+    /// Runs programs (a shell command, a debuggee, an instance): tier `exec`.
+    pub exec: bool,
     /// Extra `_meta` entries (e.g. `kitbag/principal_scope`).
     pub meta: Option<JsonObject>,
     /// Arguments whose values are never logged ([`crate::audit::PRIVATE_ARGS_META`]).
@@ -77,6 +79,7 @@ impl ToolDef {
             destructive: false,
             idempotent: true,
             open_world: false,
+            exec: false,
             meta: None,
             private_args: &[],
         }
@@ -92,6 +95,7 @@ impl ToolDef {
             destructive: false,
             idempotent: false,
             open_world: false,
+            exec: false,
             meta: None,
             private_args: &[],
         }
@@ -115,6 +119,25 @@ impl ToolDef {
     pub const fn open_world(mut self) -> Self {
         self.open_world = true;
         self
+    }
+    /// The tool runs programs: it needs the `exec` tier.
+    pub const fn exec(mut self) -> Self {
+        self.exec = true;
+        self
+    }
+
+    /// What the tool can do to the world ([`crate::tier`]), declared in its `_meta`.
+    pub const fn tier(&self) -> crate::tier::Tier {
+        use crate::tier::Tier;
+        if self.exec {
+            Tier::Exec
+        } else if self.open_world {
+            Tier::External
+        } else if self.read_only {
+            Tier::Read
+        } else {
+            Tier::Write
+        }
     }
     pub fn with_meta(mut self, meta: Value) -> Self {
         if let Value::Object(m) = meta {
@@ -267,6 +290,7 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
             .with_title(def.title)
             .with_annotations(annotations);
         let mut meta = def.meta.clone().unwrap_or_default();
+        meta.insert(crate::tier::TIER_META.into(), json!(def.tier().as_str()));
         if !def.private_args.is_empty() {
             meta.insert(
                 crate::audit::PRIVATE_ARGS_META.into(),
@@ -693,9 +717,14 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
     async fn list_tools(
         &self,
         _request: Option<PaginatedRequestParams>,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
-        Ok(ListToolsResult::with_all_items(self.router.list()))
+        let mut tools = self.router.list();
+        // Over HTTP, a token lists only the tools its tiers grant.
+        if let Some(caller) = crate::http::principal_of(&context.extensions) {
+            tools.retain(|t| caller.allows(crate::tier::of_tool(t)));
+        }
+        Ok(ListToolsResult::with_all_items(tools))
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
@@ -713,6 +742,18 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
                 format!("unknown tool `{name}`; call tools/list for the available tools"),
                 None,
             ));
+        }
+        if let Some(caller) = crate::http::principal_of(&context.extensions)
+            && let Some(tool) = self.router.get(&name)
+            && let tier = crate::tier::of_tool(tool)
+            && !caller.allows(tier)
+        {
+            return Ok(ToolError::new(
+                ErrorCode::CapabilityDenied,
+                format!("{name} needs the `{tier}` tier, which the caller's token does not grant"),
+            )
+            .into_call_result()
+            .into());
         }
         let ctx = self.ctx_for(&context);
         let args = request.arguments.unwrap_or_default();

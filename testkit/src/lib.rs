@@ -20,6 +20,7 @@ pub mod clients;
 pub mod fuzz;
 pub mod http;
 pub mod llm_mock;
+pub mod oauth;
 pub mod race;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -22,7 +22,8 @@ pub const DEF: ToolDef = ToolDef::write(
      with `*`, `*/N`, `N`, `N-M`, `N,M`, names (`mon`, `jan`) or `@hourly`/`@daily`/`@weekly`/\
      `@monthly`/`@yearly`; no seconds field; read in `timezone`, daylight-saving handled. A \
      command's exit code and output tail go to cron_runs and the delivered message.",
-);
+)
+.exec();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -13,7 +13,17 @@ use crate::settings::{FileSettings, Setting, Source};
 #[derive(Debug, Clone, Deserialize, Default, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct ServerEntry {
+    /// A local server: the program to run (stdio). Empty for a remote one.
+    #[serde(default)]
     pub command: String,
+    /// A remote server: its MCP Streamable HTTP endpoint (`https://…/mcp`), instead of
+    /// `command`.
+    #[serde(default)]
+    pub url: Option<String>,
+    /// HTTP headers sent to a remote server (`${VAR}` expanded): an `Authorization: Bearer
+    /// ${TOKEN}`, a tenant header, ….
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
     #[serde(default)]
     pub args: Vec<String>,
     #[serde(default)]
@@ -44,10 +54,18 @@ fn yes() -> bool {
     true
 }
 
-/// Foreign entries: extra fields (type, description, ...) are ignored.
+/// Foreign entries: extra fields (description, ...) are ignored.
 #[derive(Debug, Clone, Deserialize)]
 struct ForeignEntry {
+    #[serde(default)]
     command: String,
+    #[serde(default)]
+    url: Option<String>,
+    #[serde(default)]
+    headers: BTreeMap<String, String>,
+    /// `stdio`, `http` (Streamable HTTP) or `sse` (the retired HTTP+SSE transport).
+    #[serde(default, rename = "type")]
+    kind: Option<String>,
     #[serde(default)]
     args: Vec<String>,
     #[serde(default)]
@@ -146,15 +164,24 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         for (name, v) in map {
             let f: ForeignEntry = serde_json::from_value(v)
                 .map_err(|e| anyhow::anyhow!("{}: mcpServers.{name}: {e}", path.display()))?;
+            let sse = f.kind.as_deref() == Some("sse");
             let entry = ServerEntry {
                 command: f.command,
+                url: f.url,
+                headers: f.headers,
                 args: f.args,
                 env: f.env,
                 cwd: f.cwd,
                 enabled: true,
                 ..Default::default()
             };
-            servers.push(expand_spec(name, entry));
+            let mut spec = expand_spec(name, entry);
+            if sse {
+                spec.error.get_or_insert_with(|| {
+                    "type `sse`: the retired HTTP+SSE transport is not spoken; give the server's Streamable HTTP endpoint (usually …/mcp)".into()
+                });
+            }
+            servers.push(spec);
         }
     } else {
         let file: AgentFile = serde_json::from_value(value)
@@ -252,11 +279,56 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
         .map(|(k, v)| (k.clone(), exp(v, &format!("env.{k}"))))
         .collect();
     entry.cwd = entry.cwd.as_ref().map(|c| exp(c, "cwd"));
+    entry.url = entry.url.as_ref().map(|u| exp(u, "url"));
+    entry.headers = entry
+        .headers
+        .iter()
+        .map(|(k, v)| (k.clone(), exp(v, &format!("headers.{k}"))))
+        .collect();
+    if error.is_none() {
+        error = check_transport(&entry).err();
+    }
     ServerSpec {
         name,
         entry,
         error,
         skipped: None,
+    }
+}
+
+/// A local server names a `command`, a remote one a `url` (http or https) — never both.
+fn check_transport(entry: &ServerEntry) -> Result<(), String> {
+    match (&entry.url, entry.command.is_empty()) {
+        (None, true) => Err("give `command` (a local server) or `url` (a remote one)".into()),
+        (Some(_), false) => {
+            Err("`command` and `url` both given: one server is one or the other".into())
+        }
+        (None, false) => {
+            if !entry.headers.is_empty() {
+                return Err("`headers` apply to a remote server (`url`), not a command".into());
+            }
+            Ok(())
+        }
+        (Some(url), true) => {
+            let parsed = url::Url::parse(url).map_err(|e| format!("url `{url}`: {e}"))?;
+            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+                return Err(format!(
+                    "url `{url}`: expected http:// or https://HOST/PATH"
+                ));
+            }
+            if !entry.args.is_empty() || !entry.env.is_empty() || entry.cwd.is_some() {
+                return Err(
+                    "`args`, `env` and `cwd` apply to a command, not a remote `url`".into(),
+                );
+            }
+            for (name, value) in &entry.headers {
+                http::HeaderName::from_bytes(name.as_bytes())
+                    .map_err(|_| format!("headers: `{name}` is not a header name"))?;
+                http::HeaderValue::from_str(value)
+                    .map_err(|_| format!("headers.{name}: not a valid header value"))?;
+            }
+            Ok(())
+        }
     }
 }
 

@@ -32,6 +32,9 @@ impl HostServer {
         meta: CallMeta,
     ) -> Result<CallToolResult, McpError> {
         if name == STATUS_TOOL {
+            if let Err((code, message)) = self.permit_own(&Self::status_tool(), true) {
+                return Ok(error_result(code, message));
+            }
             let status = self.status();
             let mut text = String::new();
             for s in &status.servers {
@@ -65,8 +68,7 @@ impl HostServer {
             return Ok(r);
         }
         if name == RELOAD_TOOL && self.loader.is_some() {
-            if let Some(Err((code, message))) = self.policy().map(|p| p.check(&Self::reload_tool()))
-            {
+            if let Err((code, message)) = self.permit_own(&Self::reload_tool(), false) {
                 return Ok(error_result(code, message));
             }
             return Ok(match self.reload().await {

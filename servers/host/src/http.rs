@@ -6,7 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::HeaderMap;
-use kitbag_shared::http::{HttpOptions, Intercept};
+use kitbag_shared::http::{HttpOptions, Intercept, Principal};
+use kitbag_shared::tier::Tier;
 
 use crate::fastpath;
 use crate::serve::HostServer;
@@ -24,7 +25,16 @@ struct ByteCalls {
 }
 
 impl Intercept for ByteCalls {
-    fn intercept(&self, headers: &HeaderMap, body: &Bytes) -> Option<BoxFuture<'static, Vec<u8>>> {
+    fn tier_of(&self, tool: &str) -> Option<Tier> {
+        self.host.tier_of(tool)
+    }
+
+    fn intercept(
+        &self,
+        headers: &HeaderMap,
+        body: &Bytes,
+        principal: Option<&Principal>,
+    ) -> Option<BoxFuture<'static, Vec<u8>>> {
         let text = std::str::from_utf8(body).ok()?;
         let fastpath::Upstream::Call(call) = fastpath::classify(text.trim()) else {
             return None;
@@ -33,7 +43,10 @@ impl Intercept for ByteCalls {
             // rmcp checks these headers and answers with the exact error.
             return None;
         }
-        let pending = self.host.start_fast(&call)?;
+        // The caller's agent and tiers apply (a call they forbid is left to the full path,
+        // which answers it with the typed error).
+        let pending =
+            crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(&call))?;
         Some(Box::pin(async move {
             // The client hanging up drops this future: the child is told to stop.
             let _stop = StopOnDrop {

@@ -531,7 +531,7 @@ impl Hub {
                         };
                         let pid = guard.ready();
                         child.peer = Some(peer);
-                        child.fast = Some(link);
+                        child.fast = link;
                         child.tools = tools;
                         child.catalog = catalog;
                         child.pid = pid;
@@ -1201,10 +1201,15 @@ async fn connect(
     (
         RunningService<RoleClient, ChildClient>,
         StartGuard,
-        Arc<crate::fastpath::FastLink>,
+        Option<Arc<crate::fastpath::FastLink>>,
     ),
     String,
 > {
+    if let Some(url) = &entry.url {
+        // Remote: no process of ours, no byte-level link.
+        let running = crate::remote::connect(url, &entry.headers, client).await?;
+        return Ok((running, StartGuard(None), None));
+    }
     let mut cmd = tokio::process::Command::new(&entry.command);
     cmd.args(&entry.args)
         .envs(&entry.env)
@@ -1280,7 +1285,7 @@ async fn connect(
             });
         }
     };
-    Ok((running, guard, link))
+    Ok((running, guard, Some(link)))
 }
 
 /// SIGTERM the child's process group, then SIGKILL 1.5 s later if it has not exited.

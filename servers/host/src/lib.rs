@@ -14,6 +14,7 @@ pub mod hub;
 pub mod lazy;
 pub mod policy;
 pub mod recursion;
+pub mod remote;
 pub mod serve;
 pub mod settings;
 
@@ -137,15 +138,17 @@ pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
 type Started = (
     Arc<Hub>,
     Option<Arc<policy::Policy>>,
+    policy::Agents,
     Vec<settings::Setting>,
 );
 
 async fn start(cli: &Cli, agent: Option<&str>) -> anyhow::Result<Started> {
     let cfg = load_config(cli)?;
     let policy = policy::for_agent(&cfg, agent)?;
+    let agents = policy::Agents::new(&cfg);
     let hub = Hub::new(cfg.servers, config_file(cli));
     hub.start_all().await;
-    Ok((hub, policy, cfg.settings))
+    Ok((hub, policy, agents, cfg.settings))
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
@@ -216,11 +219,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         _ => cli.agent.clone(),
     };
     let started = Instant::now();
-    let (hub, policy, settings) = start(&cli, policy_agent.as_deref()).await?;
+    let (hub, policy, agents, settings) = start(&cli, policy_agent.as_deref()).await?;
     let host = HostServer {
         hub: hub.clone(),
         started,
         policy: Arc::new(std::sync::RwLock::new(policy)),
+        agents: Arc::new(std::sync::RwLock::new(agents)),
         audit: match &cli.audit_log {
             Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
             None => None,

@@ -15,6 +15,47 @@ pub struct Policy {
     pub agent: String,
     profile: AgentProfile,
     privileges: BTreeMap<String, Vec<String>>,
+    /// Named by a token but absent from the config: every tool refused, with the names
+    /// that exist.
+    unknown: Option<String>,
+}
+
+/// Every agent profile of the config as a policy, for tokens that name their agent
+/// (`--oauth-agent-claim`). Rebuilt on reload.
+#[derive(Debug, Clone, Default)]
+pub struct Agents {
+    policies: BTreeMap<String, std::sync::Arc<Policy>>,
+}
+
+impl Agents {
+    pub fn new(cfg: &crate::config::Config) -> Self {
+        let policies = cfg
+            .agents
+            .iter()
+            .map(|(name, profile)| {
+                let policy = Policy::new(name, profile.clone(), cfg.tool_privileges.clone());
+                (name.clone(), std::sync::Arc::new(policy))
+            })
+            .collect();
+        Self { policies }
+    }
+
+    /// The policy of `agent`; an agent the config does not define may call nothing.
+    pub fn policy(&self, agent: &str) -> std::sync::Arc<Policy> {
+        match self.policies.get(agent) {
+            Some(p) => p.clone(),
+            None => std::sync::Arc::new(Policy {
+                agent: agent.to_string(),
+                profile: AgentProfile::default(),
+                privileges: BTreeMap::new(),
+                unknown: Some(if self.policies.is_empty() {
+                    "none".to_string()
+                } else {
+                    self.policies.keys().cloned().collect::<Vec<_>>().join(", ")
+                }),
+            }),
+        }
+    }
 }
 
 /// Why a tool is refused: the error code and a sentence.
@@ -38,12 +79,27 @@ impl Policy {
             agent: agent.to_string(),
             profile,
             privileges,
+            unknown: None,
         }
+    }
+
+    /// Named by a token but not defined by the config.
+    pub fn is_unknown(&self) -> bool {
+        self.unknown.is_some()
     }
 
     /// Ok when this agent may see and call `tool`.
     pub fn check(&self, tool: &Tool) -> Result<(), Denial> {
         let name = tool.name.as_ref();
+        if let Some(known) = &self.unknown {
+            return Err((
+                "capability_denied",
+                format!(
+                    "the caller's token names agent `{}`, which this host's config does not define (agents: {known})",
+                    self.agent
+                ),
+            ));
+        }
         let root_only = tool
             .meta
             .as_ref()
@@ -189,6 +245,20 @@ mod tests {
         assert!(
             narrow.check(&tool("search_root", true)).is_ok(),
             "root may use root-only tools"
+        );
+    }
+
+    #[test]
+    fn a_token_naming_an_undefined_agent_may_call_nothing() {
+        let agents = Agents::default();
+        let (code, message) = agents
+            .policy("ghost")
+            .check(&tool("file_read", false))
+            .expect_err("denied");
+        assert_eq!(code, "capability_denied");
+        assert!(
+            message.contains("`ghost`") && message.contains("agents: none"),
+            "{message}"
         );
     }
 }

@@ -58,6 +58,9 @@ fn this_executable() -> Option<PathBuf> {
 
 /// Why `entry` would start this executable as a host, or `None` when it would not.
 pub fn runs_host(entry: &ServerEntry, me: &Path) -> Option<String> {
+    if entry.url.is_some() {
+        return None; // remote: not a process of ours
+    }
     let command = resolve_command(entry)?;
     if std::fs::canonicalize(&command).ok()? != me {
         return None;

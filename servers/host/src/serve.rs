@@ -1,6 +1,6 @@
 //! The host as an MCP server: the flat list of every child's tools plus `host_status`.
 
-use kitbag_shared::lock::LockExt;
+use kitbag_shared::lock::{LockExt, RwLockExt};
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -17,6 +17,8 @@ use serde_json::json;
 
 use crate::fastpath;
 use crate::hub::{Hub, State};
+use kitbag_shared::http::Principal;
+use kitbag_shared::tier::{self, Tier};
 
 pub const STATUS_TOOL: &str = "host_status";
 pub const RELOAD_TOOL: &str = "host_reload";
@@ -24,12 +26,34 @@ pub const RELOAD_TOOL: &str = "host_reload";
 /// Re-reads the configuration (for `host_reload` and SIGHUP).
 pub type ConfigLoader = Arc<dyn Fn() -> anyhow::Result<crate::config::Config> + Send + Sync>;
 
+tokio::task_local! {
+    /// The caller of the HTTP request being served: its token's agent and tiers decide what
+    /// it may list and call (`kitbag_shared::http::auth`). Unset over stdio and for the loop.
+    static CALLER: Option<Principal>;
+}
+
+/// Run `work` as `caller`'s request.
+pub async fn as_caller<F: std::future::Future>(caller: Option<Principal>, work: F) -> F::Output {
+    CALLER.scope(caller, work).await
+}
+
+/// [`as_caller`] for synchronous work (the byte path's start).
+pub fn as_caller_sync<R>(caller: Option<Principal>, work: impl FnOnce() -> R) -> R {
+    CALLER.sync_scope(caller, work)
+}
+
+fn caller() -> Option<Principal> {
+    CALLER.try_with(Clone::clone).ok().flatten()
+}
+
 #[derive(Clone)]
 pub struct HostServer {
     pub hub: Arc<Hub>,
     pub started: Instant,
     /// The agent profile in force (`--agent`); None = every tool. Replaced on reload.
     pub policy: Arc<std::sync::RwLock<Option<Arc<crate::policy::Policy>>>>,
+    /// Every profile of the config, for HTTP callers whose token names their agent.
+    pub agents: Arc<std::sync::RwLock<crate::policy::Agents>>,
     /// One JSON line per call (`--audit-log`).
     pub audit: Option<kitbag_shared::audit::AuditLog>,
     pub loader: Option<ConfigLoader>,
@@ -137,7 +161,7 @@ impl HostServer {
         }
     }
 
-    fn status_tool() -> Tool {
+    pub(crate) fn status_tool() -> Tool {
         let input = kitbag_shared::schema::input_schema::<StatusParams>().unwrap_or_default();
         Tool::new(
             STATUS_TOOL,
@@ -148,8 +172,61 @@ impl HostServer {
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
     }
 
+    /// The agent policy of this call: the caller's token's agent, else `--agent`'s.
     pub(crate) fn policy(&self) -> Option<Arc<crate::policy::Policy>> {
+        if let Some(agent) = caller().and_then(|c| c.agent) {
+            return Some(self.agents.read_locked().policy(&agent));
+        }
         self.policy.read().map(|p| p.clone()).unwrap_or_default()
+    }
+
+    /// Ok when the caller's token grants the tier `tool` needs (always over stdio).
+    pub(crate) fn tier_permits(
+        tool: &Tool,
+        caller: Option<&Principal>,
+    ) -> Result<(), crate::policy::Denial> {
+        let Some(caller) = caller else { return Ok(()) };
+        let tier = tier::of_tool(tool);
+        if caller.allows(tier) {
+            return Ok(());
+        }
+        let granted: Vec<&str> = caller
+            .tiers
+            .iter()
+            .flatten()
+            .map(|t: &Tier| t.as_str())
+            .collect();
+        Err((
+            "capability_denied",
+            format!(
+                "{} needs the `{tier}` tier; the caller's token grants {}",
+                tool.name,
+                if granted.is_empty() {
+                    "none".to_string()
+                } else {
+                    granted.join(", ")
+                }
+            ),
+        ))
+    }
+
+    /// The tier the tool offered as `name` needs (None: no such tool).
+    pub fn tier_of(&self, name: &str) -> Option<Tier> {
+        match name {
+            STATUS_TOOL => return Some(tier::of_tool(&Self::status_tool())),
+            RELOAD_TOOL => return Some(tier::of_tool(&Self::reload_tool())),
+            _ => {}
+        }
+        let flat = self.hub.flat();
+        let offered = if flat.routes.contains_key(name) {
+            name.to_string()
+        } else {
+            crate::hub::sanitize(name)
+        };
+        flat.tools
+            .iter()
+            .find(|t| t.name == offered)
+            .map(tier::of_tool)
     }
 
     pub(crate) fn agent_name(&self) -> Option<String> {
@@ -158,9 +235,11 @@ impl HostServer {
 
     /// Check a call against the agent policy; Err is the error result to return.
     pub fn permit(&self, name: &str) -> Result<(), crate::policy::Denial> {
-        let Some(policy) = self.policy() else {
+        let policy = self.policy();
+        let caller = caller();
+        if policy.is_none() && caller.is_none() {
             return Ok(());
-        };
+        }
         let flat = self.hub.flat();
         let offered = if flat.routes.contains_key(name) {
             name.to_string()
@@ -168,9 +247,32 @@ impl HostServer {
             crate::hub::sanitize(name)
         };
         match flat.tools.iter().find(|t| t.name == offered) {
-            Some(tool) => policy.check(tool),
+            Some(tool) => {
+                Self::tier_permits(tool, caller.as_ref())?;
+                policy.map_or(Ok(()), |p| p.check(tool))
+            }
             None => Ok(()),
         }
+    }
+
+    /// A host tool (`host_status`, `host_reload`) for this call's caller: the tier its token
+    /// grants, and the agent policy unless `policy_exempt`.
+    pub(crate) fn permit_own(
+        &self,
+        tool: &Tool,
+        policy_exempt: bool,
+    ) -> Result<(), crate::policy::Denial> {
+        Self::tier_permits(tool, caller().as_ref())?;
+        match self.policy() {
+            Some(p) if !policy_exempt || p.is_unknown() => p.check(tool),
+            _ => Ok(()),
+        }
+    }
+
+    /// Whether this call's caller may see and call `tool` (agent policy and tiers).
+    pub(crate) fn visible(&self, tool: &Tool) -> bool {
+        self.policy().is_none_or(|p| p.check(tool).is_ok())
+            && Self::tier_permits(tool, caller().as_ref()).is_ok()
     }
 
     pub(crate) fn reload_tool() -> Tool {
@@ -192,9 +294,10 @@ impl HostServer {
         let cfg = loader()
             .map_err(|e| format!("the configuration could not be read; nothing changed: {e}"))?;
         // The agent's profile is re-read too; an agent removed from the file is an error.
-        let agent = self.agent_name();
+        let agent = self.policy.read_locked().as_ref().map(|p| p.agent.clone());
         let policy = crate::policy::for_agent(&cfg, agent.as_deref())
             .map_err(|e| format!("{e}; nothing changed"))?;
+        *self.agents.write_locked() = crate::policy::Agents::new(&cfg);
         if let Ok(mut s) = self.settings.lock() {
             *s = cfg.settings.clone();
         }
@@ -285,18 +388,20 @@ impl HostServer {
     }
 
     pub fn tools(&self) -> Vec<Tool> {
-        let policy = self.policy();
         let mut tools: Vec<Tool> = self
             .hub
             .flat()
             .tools
             .iter()
-            .filter(|t| policy.as_ref().is_none_or(|p| p.check(t).is_ok()))
+            .filter(|t| self.visible(t))
             .cloned()
             .collect();
-        tools.push(Self::status_tool());
+        let status = Self::status_tool();
+        if self.permit_own(&status, true).is_ok() {
+            tools.push(status);
+        }
         let reload = Self::reload_tool();
-        if self.loader.is_some() && policy.as_ref().is_none_or(|p| p.check(&reload).is_ok()) {
+        if self.loader.is_some() && self.visible(&reload) {
             tools.push(reload);
         }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
@@ -421,10 +526,24 @@ impl ServerHandler for HostServer {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, McpError> {
         self.hub.set_upstream(context.peer.clone());
-        Ok(ListToolsResult::with_all_items(self.listed_tools()))
+        let caller = kitbag_shared::http::principal_of(&context.extensions).cloned();
+        Ok(as_caller_sync(caller, || {
+            ListToolsResult::with_all_items(self.listed_tools())
+        }))
     }
 
     async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, McpError> {
+        let caller = kitbag_shared::http::principal_of(&context.extensions).cloned();
+        as_caller(caller, self.call_tool_as_caller(request, context)).await
+    }
+}
+
+impl HostServer {
+    async fn call_tool_as_caller(
         &self,
         mut request: CallToolRequestParams,
         context: RequestContext<RoleServer>,

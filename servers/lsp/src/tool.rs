@@ -28,6 +28,7 @@ pub const DEF: ToolDef = ToolDef {
     destructive: false,
     idempotent: false,
     open_world: false,
+    exec: false,
     meta: None,
     private_args: &[],
 };

@@ -35,7 +35,8 @@ pub const DEF: ToolDef = ToolDef::write(
      tracked): for servers and watchers use `background: true`, then shell_output and shell_kill."
 )
 .destructive()
-.open_world();
+.open_world()
+.exec();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

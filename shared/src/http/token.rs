@@ -7,6 +7,13 @@ use std::path::Path;
 /// Shortest token accepted: anything shorter is guessable.
 const MIN_TOKEN_CHARS: usize = 16;
 
+/// The token of a token file: the secret itself, or its digest written `sha256:<hex>` (so a
+/// server's disk need not hold the secret: `printf %s TOKEN | sha256sum`).
+pub fn parse(text: &str) -> super::auth::StaticToken {
+    super::auth::StaticToken::from_digest_text(text)
+        .unwrap_or_else(|| super::auth::StaticToken::from_secret(text))
+}
+
 /// The token in `path` (surrounding whitespace removed).
 pub fn read(path: &Path) -> anyhow::Result<String> {
     let mut text = String::new();

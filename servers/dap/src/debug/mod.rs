@@ -51,6 +51,7 @@ pub const DEF: ToolDef = ToolDef {
     destructive: true,
     idempotent: false,
     open_world: true,
+    exec: true,
     meta: None,
     private_args: &[],
 };

@@ -27,7 +27,8 @@ pub const DEF: ToolDef = ToolDef::write(
      killed (error `timeout`, partial output). Resumes a paused instance; holds the idle timer \
      while it runs. `background: true` returns a `job_id` (output: instance_logs job:<id>).",
 )
-.destructive();
+.destructive()
+.exec();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -22,7 +22,8 @@ pub const RESTART_DEF: ToolDef = ToolDef::write(
     "Restart host or instance",
     "Under the kitbag host: answer, then have the host reload its config (edit agent.json first; the conversation stays). A config that does not parse changes nothing (config_invalid). Elsewhere: unsupported.",
 )
-.destructive();
+.destructive()
+.exec();
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]

@@ -27,7 +27,8 @@ pub const DEF: ToolDef = ToolDef::write(
      not its own processes) unless an exec, connection or keepalive lease holds it; \
      `ttl_seconds` is a hard cap. Instances end with this server. Example: \
      {\"command\":[\"python3\",\"-m\",\"http.server\",\"8080\"],\"ports\":[8080],\"ready\":{\"port\":8080}}",
-);
+)
+.exec();
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

@@ -1,0 +1,108 @@
+//! Remote servers: a config entry with `url` instead of `command` is an MCP server reached
+//! over Streamable HTTP (either protocol era; rmcp's client). It joins the flat list, policy,
+//! audit and restart rules like a local child; only the byte-level path is local-only.
+//!
+//! This is how a laptop's `kitbag serve` reaches a team's workspace runner
+//! (`kitbag serve --http` elsewhere): `{"url": "https://runner/mcp",
+//! "headers": {"Authorization": "Bearer ${RUNNER_TOKEN}"}}`.
+
+use std::collections::{BTreeMap, HashMap};
+
+use http::{HeaderName, HeaderValue};
+use rmcp::ServiceExt;
+use rmcp::service::{RoleClient, RunningService};
+use rmcp::transport::StreamableHttpClientTransport;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+
+use crate::hub::ChildClient;
+
+/// Up to this many calls to one remote server are in flight at once (rmcp queues the rest).
+const MAX_CONCURRENT_POSTS: usize = 32;
+
+/// Handshake with the server at `url`, sending `headers` with every request.
+pub async fn connect(
+    url: &str,
+    headers: &BTreeMap<String, String>,
+    client: ChildClient,
+) -> Result<RunningService<RoleClient, ChildClient>, String> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let (bearer, custom) = split_headers(headers)?;
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string())
+        .max_concurrent_requests(MAX_CONCURRENT_POSTS)
+        .reinit_on_expired_session(true)
+        .custom_headers(custom);
+    if let Some(token) = bearer {
+        config = config.auth_header(token);
+    }
+    let transport = StreamableHttpClientTransport::from_config(config);
+    client
+        .serve(transport)
+        .await
+        .map_err(|e| format!("MCP handshake with {} failed: {e}", redact(url)))
+}
+
+/// The bearer token (rmcp sends it itself) and the other headers, checked.
+fn split_headers(
+    headers: &BTreeMap<String, String>,
+) -> Result<(Option<String>, HashMap<HeaderName, HeaderValue>), String> {
+    let mut bearer = None;
+    let mut custom = HashMap::new();
+    for (name, value) in headers {
+        let header = HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("headers: `{name}` is not a header name"))?;
+        if header == http::header::AUTHORIZATION {
+            match value.split_once(' ') {
+                Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
+                    bearer = Some(token.trim().to_string());
+                    continue;
+                }
+                _ => {
+                    return Err(
+                        "headers.Authorization: only `Bearer <token>` is sent to a remote server"
+                            .into(),
+                    );
+                }
+            }
+        }
+        let value = HeaderValue::from_str(value)
+            .map_err(|_| format!("headers.{name}: not a valid header value"))?;
+        custom.insert(header, value);
+    }
+    Ok((bearer, custom))
+}
+
+/// A URL for messages: credentials in it (`https://user:pass@…`) are not repeated.
+pub fn redact(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_bearer_goes_to_rmcp_and_other_headers_are_checked() {
+        let headers = BTreeMap::from([
+            ("Authorization".to_string(), "Bearer abc.def".to_string()),
+            ("X-Tenant".to_string(), "team-a".to_string()),
+        ]);
+        let (bearer, custom) = split_headers(&headers).expect("ok");
+        assert_eq!(bearer.as_deref(), Some("abc.def"));
+        assert_eq!(custom.len(), 1);
+        let basic = BTreeMap::from([("authorization".to_string(), "Basic eDp5".to_string())]);
+        assert!(split_headers(&basic).is_err());
+        let bad = BTreeMap::from([("bad header".to_string(), "x".to_string())]);
+        assert!(split_headers(&bad).is_err());
+        assert_eq!(
+            redact("https://u:p@runner.example/mcp"),
+            "https://runner.example/mcp"
+        );
+    }
+}
