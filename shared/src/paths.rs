@@ -60,19 +60,30 @@ pub struct MountSpec {
     pub path: String,
 }
 
+/// Why an `--allow` entry was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum MountSpecError {
+    #[error("`{0}`: expected ro:PATH or rw:PATH")]
+    NoMode(String),
+    #[error("`{0}`: mode must be ro or rw")]
+    BadMode(String),
+    #[error("empty PATH in --allow; use . for the whole root")]
+    EmptyPath,
+}
+
 impl std::str::FromStr for MountSpec {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
+    type Err = MountSpecError;
+    fn from_str(s: &str) -> Result<Self, MountSpecError> {
         let (mode, path) = s
             .split_once(':')
-            .ok_or_else(|| format!("`{s}`: expected ro:PATH or rw:PATH"))?;
+            .ok_or_else(|| MountSpecError::NoMode(s.to_string()))?;
         let mode = match mode {
             "ro" => Mode::Ro,
             "rw" => Mode::Rw,
-            other => return Err(format!("`{other}`: mode must be ro or rw")),
+            other => return Err(MountSpecError::BadMode(other.to_string())),
         };
         if path.is_empty() {
-            return Err("empty PATH in --allow; use . for the whole root".into());
+            return Err(MountSpecError::EmptyPath);
         }
         Ok(MountSpec {
             mode,

@@ -1,6 +1,6 @@
 //! `cron_create`: add a scheduled entry.
 
-use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult, args};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -61,11 +61,16 @@ pub struct CreateResult {
     pub entry: EntryView,
 }
 
-fn valid_session(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 128
-        && s.chars()
-            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':'))
+/// A session id an entry is delivered to.
+const SESSION: args::NameRules = args::NameRules {
+    max_len: 128,
+    first: session_byte,
+    rest: session_byte,
+    describe: "use 1–128 letters, digits, `.`, `_`, `-` or `:`",
+};
+
+fn session_byte(b: u8) -> bool {
+    b.is_ascii_alphanumeric() || matches!(b, b'.' | b'_' | b'-' | b':')
 }
 
 /// Check every argument; returns the entry to store (id filled in later).
@@ -78,29 +83,14 @@ pub fn validate(state: &CronState, p: &CreateParams) -> ToolResult<Entry> {
         None => state.machine_tz.clone(),
     };
     Schedule::new(&p.schedule, &tz)?;
-    if p.message.trim().is_empty() {
-        return Err(ToolError::invalid_field(
-            "message",
-            "empty; give the text to deliver when the entry fires",
-        ));
-    }
-    if p.message.len() > MAX_MESSAGE_BYTES {
-        return Err(ToolError::invalid_field(
-            "message",
-            format!(
-                "{} bytes; at most {MAX_MESSAGE_BYTES} are accepted",
-                p.message.len()
-            ),
-        ));
-    }
+    args::non_empty(
+        "message",
+        p.message.trim(),
+        "give the text to deliver when the entry fires",
+    )?;
+    args::max_bytes("message", &p.message, MAX_MESSAGE_BYTES)?;
     let session = match &p.session {
-        Some(s) if !valid_session(s) => {
-            return Err(ToolError::invalid_field(
-                "session",
-                format!("`{s}` is not accepted; use 1–128 letters, digits, `.`, `_`, `-` or `:`"),
-            ));
-        }
-        Some(s) => s.clone(),
+        Some(s) => args::name("session", s, &SESSION)?.to_string(),
         None => String::new(),
     };
     let command = match &p.command {
@@ -114,21 +104,8 @@ pub fn validate(state: &CronState, p: &CreateParams) -> ToolResult<Entry> {
             None
         }
         Some(c) => {
-            if c.trim().is_empty() {
-                return Err(ToolError::invalid_field(
-                    "command",
-                    "empty; omit it for a message-only entry",
-                ));
-            }
-            if c.len() > MAX_COMMAND_BYTES {
-                return Err(ToolError::invalid_field(
-                    "command",
-                    format!(
-                        "{} bytes; at most {MAX_COMMAND_BYTES} are accepted",
-                        c.len()
-                    ),
-                ));
-            }
+            args::non_empty("command", c.trim(), "omit it for a message-only entry")?;
+            args::max_bytes("command", c, MAX_COMMAND_BYTES)?;
             if !state.commands_enabled {
                 return Err(ToolError::new(
                     ErrorCode::CapabilityDenied,
@@ -136,16 +113,13 @@ pub fn validate(state: &CronState, p: &CreateParams) -> ToolResult<Entry> {
                 )
                 .with_detail(serde_json::json!({"field": "command"})));
             }
-            let timeout = match p.command_timeout_secs {
-                None => DEFAULT_COMMAND_TIMEOUT,
-                Some(t) if (1..=MAX_COMMAND_TIMEOUT).contains(&t) => t as u64,
-                Some(t) => {
-                    return Err(ToolError::invalid_field(
-                        "command_timeout_secs",
-                        format!("{t} is out of range; 1 to {MAX_COMMAND_TIMEOUT} seconds"),
-                    ));
-                }
-            };
+            let timeout = args::opt_range(
+                "command_timeout_secs",
+                p.command_timeout_secs,
+                1,
+                MAX_COMMAND_TIMEOUT,
+            )?
+            .map_or(DEFAULT_COMMAND_TIMEOUT, |t| t as u64);
             Some(CommandAction {
                 run: c.clone(),
                 timeout_secs: timeout,

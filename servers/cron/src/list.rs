@@ -1,6 +1,7 @@
 //! `cron_list` and `cron_status`.
 
-use kitbag_shared::{Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::args;
+use kitbag_shared::{Reply, ToolDef, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
@@ -60,15 +61,15 @@ pub struct ListResult {
     pub problems: Vec<Problem>,
 }
 
-fn bounded(field: &str, v: Option<i64>, default: i64, min: i64, max: i64) -> ToolResult<usize> {
-    match v {
-        None => Ok(default as usize),
-        Some(n) if (min..=max).contains(&n) => Ok(n as usize),
-        Some(n) => Err(ToolError::invalid_field(
-            field,
-            format!("{n} is out of range; {min} to {max}"),
-        )),
-    }
+/// `v` in `min..=max`, `default` when absent.
+pub(crate) fn bounded(
+    field: &str,
+    v: Option<i64>,
+    default: i64,
+    min: i64,
+    max: i64,
+) -> ToolResult<usize> {
+    Ok(args::opt_range(field, v, min, max)?.unwrap_or(default) as usize)
 }
 
 pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {

@@ -6,6 +6,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::list::bounded;
 use crate::state::CronState;
 use crate::store::RunRecord;
 
@@ -46,26 +47,8 @@ pub struct RunsResult {
 }
 
 pub fn run(state: &CronState, p: RunsParams) -> ToolResult<Reply<RunsResult>> {
-    let limit = match p.limit {
-        None => DEFAULT_LIMIT as usize,
-        Some(n) if (1..=MAX_LIMIT).contains(&n) => n as usize,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "limit",
-                format!("{n} is out of range; 1 to {MAX_LIMIT}"),
-            ));
-        }
-    };
-    let offset = match p.offset {
-        None => 0,
-        Some(n) if n >= 0 => n as usize,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "offset",
-                format!("{n} is not accepted; 0 or more"),
-            ));
-        }
-    };
+    let limit = bounded("limit", p.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    let offset = bounded("offset", p.offset, 0, 0, i64::MAX)?;
     let (runs, total) = state.store.read_runs(p.id.as_deref(), offset, limit)?;
     if let Some(id) = &p.id
         && total == 0

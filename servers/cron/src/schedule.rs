@@ -18,7 +18,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
-use kitbag_shared::{ToolError, ToolResult};
+use kitbag_shared::{ToolError, ToolResult, args};
 
 /// A parsed schedule in its time zone.
 #[derive(Debug, Clone)]
@@ -57,12 +57,7 @@ pub fn parse_cron(expr: &str) -> ToolResult<Cron> {
             format!("empty; expected {SCHEDULE_HELP}"),
         ));
     }
-    if expr.len() > 256 {
-        return Err(ToolError::invalid_field(
-            "schedule",
-            "longer than 256 characters",
-        ));
-    }
+    args::max_bytes("schedule", &expr, 256)?;
     if expr.starts_with('@') {
         let known = [
             "@hourly",

@@ -54,7 +54,7 @@ pub struct CronState {
 }
 
 /// A parsed schedule, or why an entry's schedule or zone cannot be used.
-pub type Parsed = Result<Arc<Schedule>, String>;
+pub type Parsed = ToolResult<Arc<Schedule>>;
 
 struct NextCache {
     schedule: String,
@@ -120,9 +120,7 @@ impl CronState {
         if let Some(s) = cache.get(&key) {
             return s.clone();
         }
-        let parsed = Schedule::new(&e.schedule, &tz)
-            .map(Arc::new)
-            .map_err(|err| err.message);
+        let parsed = Schedule::new(&e.schedule, &tz).map(Arc::new);
         if cache.len() > 50_000 {
             cache.clear();
         }

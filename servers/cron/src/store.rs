@@ -162,12 +162,34 @@ pub struct Doc {
     pub slots: Vec<Slot>,
 }
 
+/// Why a `cron.json` cannot be read as a store.
+#[derive(Debug)]
+pub enum DocError {
+    Json(serde_json::Error),
+    EntriesNotArray,
+    NotAStore,
+}
+
+impl std::fmt::Display for DocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            DocError::Json(e) => e.fmt(f),
+            DocError::EntriesNotArray => f.write_str("`entries` must be an array"),
+            DocError::NotAStore => {
+                f.write_str("the file must hold an object with `entries` (or an array)")
+            }
+        }
+    }
+}
+
+impl std::error::Error for DocError {}
+
 impl Doc {
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, DocError> {
         if text.trim().is_empty() {
             return Ok(Doc::default());
         }
-        let v: Value = serde_json::from_str(text).map_err(|e| e.to_string())?;
+        let v: Value = serde_json::from_str(text).map_err(DocError::Json)?;
         let (next_id, items) = match v {
             Value::Array(items) => (0, items),
             Value::Object(mut m) => {
@@ -175,10 +197,10 @@ impl Doc {
                 match m.remove("entries") {
                     Some(Value::Array(items)) => (next, items),
                     None => (next, Vec::new()),
-                    Some(_) => return Err("`entries` must be an array".into()),
+                    Some(_) => return Err(DocError::EntriesNotArray),
                 }
             }
-            _ => return Err("the file must hold an object with `entries` (or an array)".into()),
+            _ => return Err(DocError::NotAStore),
         };
         let slots = items
             .into_iter()
@@ -834,7 +856,7 @@ impl Store {
         Ok(())
     }
 
-    fn invalid_legacy(&self, e: &str) -> ToolError {
+    fn invalid_legacy(&self, e: &DocError) -> ToolError {
         ToolError::new(
             ErrorCode::IoError,
             format!(

@@ -69,7 +69,7 @@ impl EntryView {
             created_at: e.created_at,
             next_fire,
             last_run: e.last_run.clone(),
-            error: schedule.err(),
+            error: schedule.err().map(|e| e.message),
         }
     }
 

@@ -1,6 +1,7 @@
 //! `issue_list`, `issue_get`, `issue_create`, `issue_update`, `issue_comment`,
 //! `issue_transition` and `issue_bind`.
 
+use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 
@@ -40,20 +41,8 @@ pub fn number(field: &str, n: i64) -> ToolResult<i64> {
 
 pub fn title(field: &str, t: &str) -> ToolResult<String> {
     let t = t.trim();
-    if t.is_empty() {
-        return Err(ToolError::invalid_field(
-            field,
-            "empty; give a one-line title of 1 to 200 characters",
-        ));
-    }
-    let n = t.chars().count();
-    if n > MAX_TITLE_CHARS {
-        return Err(ToolError::invalid_field(
-            field,
-            format!("{n} characters; at most {MAX_TITLE_CHARS} are accepted"),
-        )
-        .with_detail(json!({"length": n, "max": MAX_TITLE_CHARS})));
-    }
+    args::non_empty(field, t, "give a one-line title of 1 to 200 characters")?;
+    args::max_chars(field, t, MAX_TITLE_CHARS)?;
     if t.contains(['\n', '\r']) {
         return Err(ToolError::invalid_field(
             field,
@@ -64,31 +53,14 @@ pub fn title(field: &str, t: &str) -> ToolResult<String> {
 }
 
 pub fn body(field: &str, b: &str, allow_empty: bool) -> ToolResult<()> {
-    if !allow_empty && b.trim().is_empty() {
-        return Err(ToolError::invalid_field(field, "empty; write some text"));
+    if !allow_empty {
+        args::non_empty(field, b.trim(), "write some text")?;
     }
-    if b.len() > MAX_BODY_BYTES {
-        return Err(ToolError::invalid_field(
-            field,
-            format!(
-                "{} bytes; at most {MAX_BODY_BYTES} (16 KB) are accepted",
-                b.len()
-            ),
-        )
-        .with_detail(json!({"length": b.len(), "max": MAX_BODY_BYTES})));
-    }
-    Ok(())
+    args::max_bytes(field, b, MAX_BODY_BYTES)
 }
 
 fn range(field: &str, v: Option<i64>, default: i64, min: i64, max: i64) -> ToolResult<i64> {
-    match v {
-        None => Ok(default),
-        Some(n) if (min..=max).contains(&n) => Ok(n),
-        Some(n) => Err(ToolError::invalid_field(
-            field,
-            format!("{n} is not accepted; give {min} to {max}"),
-        )),
-    }
+    Ok(args::opt_range(field, v, min, max)?.unwrap_or(default))
 }
 
 /// `primary`, `workflow:<name>` (a workflow given with `--workflow`), `session:<sid>`.
@@ -201,19 +173,11 @@ pub fn list(
     let offset = range("offset", p.offset, 0, 0, i64::MAX / 2)?;
     let search = match p.search.as_deref().map(str::trim) {
         None => None,
-        Some("") => {
-            return Err(ToolError::invalid_field(
-                "search",
-                "empty; give some words, or omit search",
-            ));
+        Some(s) => {
+            args::non_empty("search", s, "give some words, or omit search")?;
+            args::max_chars("search", s, MAX_SEARCH_CHARS)?;
+            Some(s.to_string())
         }
-        Some(s) if s.chars().count() > MAX_SEARCH_CHARS => {
-            return Err(ToolError::invalid_field(
-                "search",
-                format!("longer than {MAX_SEARCH_CHARS} characters"),
-            ));
-        }
-        Some(s) => Some(s.to_string()),
     };
     let filter = match p.status {
         None => StatusFilter::NonTerminal,

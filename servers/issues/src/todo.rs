@@ -5,6 +5,7 @@
 //! Steps are the agent's plan; criteria are the acceptance criteria, which only an
 //! operator may drop or replace.
 
+use kitbag_shared::args;
 use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use rusqlite::Connection;
 use schemars::JsonSchema;
@@ -299,12 +300,7 @@ fn items(
             "empty; give at least one todo text",
         ));
     }
-    if items.len() > MAX_TODO_ITEMS {
-        return Err(ToolError::invalid_field(
-            "items",
-            format!("{} items; at most {MAX_TODO_ITEMS} per call", items.len()),
-        ));
-    }
+    args::max_count("items", items.len(), MAX_TODO_ITEMS, "items")?;
     let mut out: Vec<String> = Vec::with_capacity(items.len());
     let mut seen: Vec<String> = live
         .iter()
@@ -314,16 +310,8 @@ fn items(
     for (i, item) in items.iter().enumerate() {
         let field = format!("items[{i}]");
         let t = item.trim();
-        if t.is_empty() {
-            return Err(ToolError::invalid_field(&field, "empty"));
-        }
-        let n = t.chars().count();
-        if n > MAX_TODO_CHARS {
-            return Err(ToolError::invalid_field(
-                &field,
-                format!("{n} characters; at most {MAX_TODO_CHARS}"),
-            ));
-        }
+        args::non_empty(&field, t, "")?;
+        args::max_chars(&field, t, MAX_TODO_CHARS)?;
         if is_id_like(t) {
             return Err(ToolError::new(
                 ErrorCode::ContentAddressingHint,
@@ -376,14 +364,7 @@ pub fn run(
     };
     let note = if p.action == Action::Note {
         let t = required(&p.text, "text", p.action)?;
-        let n = t.chars().count();
-        if n > MAX_NOTE_CHARS {
-            return Err(ToolError::invalid_field(
-                "text",
-                format!("{n} characters; a note holds at most {MAX_NOTE_CHARS}"),
-            )
-            .with_detail(json!({"length": n, "max": MAX_NOTE_CHARS})));
-        }
+        args::max_chars("text", t, MAX_NOTE_CHARS)?;
         Some(t.trim().to_string())
     } else {
         None
@@ -482,49 +463,13 @@ pub fn run(
             }
         };
         // Re-check under the write lock: another process may have changed the list.
-        let expect_id = op_id.clone();
-        let action = p.action;
-        let items_now = new_items.clone();
         db::todo_change(
             conn,
             &state.project,
             &state.principal,
             number,
             &op,
-            |current| match action {
-                Action::Set | Action::Add => {
-                    let live: Vec<String> = current
-                        .iter()
-                        .filter(|t| {
-                            t.status != TodoStatus::Abandoned
-                                && !(action == Action::Set && t.kind == kind)
-                        })
-                        .map(|t| normalize(&t.content))
-                        .collect();
-                    if let Some(dup) = items_now.iter().find(|i| live.contains(&normalize(i))) {
-                        return Err(ToolError::invalid_field(
-                            "items",
-                            format!(
-                                "{dup:?} was just added by someone else; view the list and retry"
-                            ),
-                        ));
-                    }
-                    Ok(())
-                }
-                _ => {
-                    if current
-                        .iter()
-                        .any(|t| t.id == expect_id && t.status != TodoStatus::Abandoned)
-                    {
-                        Ok(())
-                    } else {
-                        Err(ToolError::new(
-                            ErrorCode::TodoNotFound,
-                            "that todo was dropped or replaced meanwhile; view the list and retry",
-                        ))
-                    }
-                }
-            },
+            |current| still_applies(current, p.action, kind, &new_items, &op_id),
         )?;
     }
 
@@ -536,6 +481,48 @@ pub fn run(
         target,
         p.include_abandoned.unwrap_or(false),
     )
+}
+
+/// Whether a change checked against the list read earlier still applies to `current`, the
+/// list under the write lock: new items are still distinct, the todo acted on is still live.
+fn still_applies(
+    current: &[Todo],
+    action: Action,
+    kind: TodoKind,
+    new_items: &[String],
+    op_id: &str,
+) -> ToolResult<()> {
+    match action {
+        Action::Set | Action::Add => {
+            let live: Vec<String> = current
+                .iter()
+                .filter(|t| {
+                    t.status != TodoStatus::Abandoned && !(action == Action::Set && t.kind == kind)
+                })
+                .map(|t| normalize(&t.content))
+                .collect();
+            if let Some(dup) = new_items.iter().find(|i| live.contains(&normalize(i))) {
+                return Err(ToolError::invalid_field(
+                    "items",
+                    format!("{dup:?} was just added by someone else; view the list and retry"),
+                ));
+            }
+            Ok(())
+        }
+        _ => {
+            if current
+                .iter()
+                .any(|t| t.id == op_id && t.status != TodoStatus::Abandoned)
+            {
+                Ok(())
+            } else {
+                Err(ToolError::new(
+                    ErrorCode::TodoNotFound,
+                    "that todo was dropped or replaced meanwhile; view the list and retry",
+                ))
+            }
+        }
+    }
 }
 
 fn view(

@@ -1,5 +1,6 @@
 //! The memory tools: store, search, delete, context.
 
+use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -157,22 +158,8 @@ pub async fn store(
     _ctx: CallCtx,
 ) -> ToolResult<Reply<StoreResult>> {
     let content = p.content.trim().to_string();
-    if content.is_empty() {
-        return Err(ToolError::invalid_field(
-            "content",
-            "is required and must not be empty",
-        ));
-    }
-    if content.len() > state.cfg.max_content {
-        return Err(ToolError::invalid_field(
-            "content",
-            format!(
-                "is {} bytes; at most {} bytes are accepted",
-                content.len(),
-                state.cfg.max_content
-            ),
-        ));
-    }
+    args::non_empty("content", &content, "it is required")?;
+    args::max_bytes("content", &content, state.cfg.max_content)?;
     let raw_tags = p.tags.unwrap_or_default();
     let clean_tags = tags_arg(raw_tags.clone())?;
     let (scope, session) = check_scope(p.scope, &p.session)?;
@@ -376,25 +363,13 @@ fn hit(r: Record, score: f64) -> Hit {
 }
 
 fn limit_arg(field: &str, v: Option<i64>, default: i64, max: i64) -> ToolResult<usize> {
-    match v {
-        None => Ok(default as usize),
-        Some(n) if (1..=max).contains(&n) => Ok(n as usize),
-        Some(n) => Err(ToolError::invalid_field(
-            field,
-            format!("{n} is not accepted; 1..={max}"),
-        )),
-    }
+    Ok(args::opt_range(field, v, 1, max)?.unwrap_or(default) as usize)
 }
 
 /// Tags as stored and filtered by: trimmed, lower-case, 1–64 characters, at most 20, no
 /// repeats. Checked before any work, so a huge tag costs nothing.
 fn tags_arg(tags: Vec<String>) -> ToolResult<Vec<String>> {
-    if tags.len() > 20 {
-        return Err(ToolError::invalid_field(
-            "tags",
-            format!("{} tags; at most 20", tags.len()),
-        ));
-    }
+    args::max_count("tags", tags.len(), 20, "tags")?;
     let mut clean = Vec::new();
     for t in &tags {
         let t = t.trim();
@@ -439,15 +414,7 @@ pub const MAX_QUERY_BYTES: usize = 4096;
 /// A search text, refused before any work when it is longer than a query can usefully be.
 fn query_arg(query: Option<String>) -> ToolResult<String> {
     let query = query.unwrap_or_default();
-    if query.len() > MAX_QUERY_BYTES {
-        return Err(ToolError::invalid_field(
-            "query",
-            format!(
-                "is {} bytes long; at most {MAX_QUERY_BYTES} bytes are accepted",
-                query.len()
-            ),
-        ));
-    }
+    args::max_bytes("query", &query, MAX_QUERY_BYTES)?;
     Ok(query)
 }
 
@@ -526,9 +493,7 @@ pub async fn delete(
             "give `id` or a non-empty `ids` list",
         ));
     }
-    if ids.len() > 1000 {
-        return Err(ToolError::invalid_field("ids", "at most 1000 ids per call"));
-    }
+    args::max_count("ids", ids.len(), 1000, "ids")?;
     if ids.iter().any(|id| id.len() > MAX_ID_BYTES) {
         // Unknown ids are echoed in the answer: an id no memory can have is refused instead.
         return Err(ToolError::invalid_field(

@@ -1,0 +1,161 @@
+//! An issue's todos: the row, the list, and every change to it in one write transaction.
+
+use rusqlite::{Connection, Row, params};
+
+use super::{find, log_change, new_id, now, sql, write_tx};
+use crate::model::{Note, Todo, TodoKind, TodoStatus};
+use kitbag_shared::{ToolError, ToolResult};
+
+pub(super) const TODO_COLS: &str = "id, content, status, kind, phase, position, notes, origin_agent, created_by, created_at, updated_at, started_at, completed_at";
+
+fn todo_row(r: &Row<'_>) -> rusqlite::Result<Todo> {
+    let status: String = r.get(2)?;
+    let kind: String = r.get(3)?;
+    let notes: String = r.get(6)?;
+    Ok(Todo {
+        id: r.get(0)?,
+        content: r.get(1)?,
+        status: TodoStatus::parse(&status).unwrap_or(TodoStatus::Pending),
+        kind: TodoKind::parse(&kind).unwrap_or(TodoKind::Step),
+        phase: r.get(4)?,
+        position: r.get(5)?,
+        notes: serde_json::from_str::<Vec<Note>>(&notes).unwrap_or_default(),
+        origin_agent: r.get(7)?,
+        created_by: r.get(8)?,
+        created_at: r.get(9)?,
+        updated_at: r.get(10)?,
+        started_at: r.get(11)?,
+        completed_at: r.get(12)?,
+    })
+}
+
+/// Every todo of an issue in list order (abandoned ones included).
+pub fn todos(conn: &Connection, issue_seq: i64) -> ToolResult<Vec<Todo>> {
+    conn.prepare_cached(&format!(
+        "SELECT {TODO_COLS} FROM issue_todos WHERE issue_seq = ?1 ORDER BY position, seq"
+    ))
+    .map_err(sql)?
+    .query_map([issue_seq], todo_row)
+    .map_err(sql)?
+    .collect::<rusqlite::Result<Vec<_>>>()
+    .map_err(sql)
+}
+
+/// New todos to append.
+pub struct NewTodos<'a> {
+    pub items: &'a [String],
+    pub kind: TodoKind,
+    pub phase: Option<&'a str>,
+    pub origin_agent: Option<&'a str>,
+}
+
+/// A todo mutation, run in one write transaction by [`todo_change`].
+pub enum TodoOp<'a> {
+    /// Abandon the live todos of `new.kind`, then append `new`.
+    Set(NewTodos<'a>),
+    Add(NewTodos<'a>),
+    Start(String),
+    Done(String),
+    Drop(String),
+    Note(String, &'a str),
+}
+
+/// Apply a todo change to issue `number` after `check` approves it against the current
+/// list (so lookups and invariants see exactly what the change applies to).
+pub fn todo_change(
+    conn: &mut Connection,
+    project: &str,
+    author: &str,
+    number: i64,
+    op: &TodoOp<'_>,
+    check: impl FnOnce(&[Todo]) -> ToolResult<()>,
+) -> ToolResult<()> {
+    let tx = write_tx(conn)?;
+    let row = find(&tx, project, number)?;
+    let current = todos(&tx, row.seq)?;
+    check(&current)?;
+    let at = now();
+    let next_position = current.iter().map(|t| t.position + 1).max().unwrap_or(0);
+    match op {
+        TodoOp::Set(new) | TodoOp::Add(new) => {
+            if matches!(op, TodoOp::Set(_)) {
+                tx.execute(
+                    "UPDATE issue_todos SET status = 'abandoned', updated_at = ?1
+                     WHERE issue_seq = ?2 AND kind = ?3 AND status != 'abandoned'",
+                    params![at, row.seq, new.kind.as_str()],
+                )
+                .map_err(sql)?;
+            }
+            let mut stmt = tx
+                .prepare_cached(
+                    "INSERT INTO issue_todos (id, issue_seq, content, status, kind, phase, position, origin_agent, created_by, created_at, updated_at)
+                     VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
+                )
+                .map_err(sql)?;
+            for (i, item) in new.items.iter().enumerate() {
+                stmt.execute(params![
+                    new_id(),
+                    row.seq,
+                    item,
+                    new.kind.as_str(),
+                    new.phase,
+                    next_position + i as i64,
+                    new.origin_agent,
+                    author,
+                    at
+                ])
+                .map_err(sql)?;
+            }
+        }
+        TodoOp::Start(id) => {
+            tx.execute(
+                "UPDATE issue_todos SET status = 'pending', updated_at = ?1
+                 WHERE issue_seq = ?2 AND status = 'in_progress' AND id != ?3",
+                params![at, row.seq, id],
+            )
+            .map_err(sql)?;
+            tx.execute(
+                "UPDATE issue_todos SET status = 'in_progress', updated_at = ?1, started_at = ?1, completed_at = NULL
+                 WHERE id = ?2 AND status != 'in_progress'",
+                params![at, id],
+            )
+            .map_err(sql)?;
+        }
+        TodoOp::Done(id) => {
+            tx.execute(
+                "UPDATE issue_todos SET status = 'completed', updated_at = ?1, completed_at = ?1
+                 WHERE id = ?2 AND status != 'completed'",
+                params![at, id],
+            )
+            .map_err(sql)?;
+        }
+        TodoOp::Drop(id) => {
+            tx.execute(
+                "UPDATE issue_todos SET status = 'abandoned', updated_at = ?1 WHERE id = ?2",
+                params![at, id],
+            )
+            .map_err(sql)?;
+        }
+        TodoOp::Note(id, text) => {
+            let todo = current
+                .iter()
+                .find(|t| &t.id == id)
+                .ok_or_else(|| ToolError::internal("todo vanished"))?;
+            let mut notes = todo.notes.clone();
+            notes.push(Note {
+                text: (*text).to_string(),
+                author: author.to_string(),
+                created_at: at,
+            });
+            let notes = serde_json::to_string(&notes)
+                .map_err(|e| ToolError::internal(format!("notes: {e}")))?;
+            tx.execute(
+                "UPDATE issue_todos SET notes = ?1, updated_at = ?2 WHERE id = ?3",
+                params![notes, at, id],
+            )
+            .map_err(sql)?;
+        }
+    }
+    log_change(&tx, project, number)?;
+    tx.commit().map_err(sql)
+}
