@@ -76,7 +76,7 @@ pub enum Command {
     /// HTTP with --http / --unix.
     Serve {
         #[command(flatten)]
-        serving: kitbag_shared::http::HttpArgs,
+        serving: Box<kitbag_shared::http::HttpArgs>,
     },
     /// Print the flat tool list.
     Tools {
@@ -166,7 +166,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         .with_ansi(false)
         .try_init();
     let serve_stdio = Command::Serve {
-        serving: kitbag_shared::http::HttpArgs::default(),
+        serving: Box::default(),
     };
     let command = match &cli.command {
         Some(c) => c,
