@@ -275,7 +275,7 @@ fn holes(s: &Value, path: &str, out: &mut Vec<String>) {
 /// typed must leave the list.
 #[test]
 fn output_schemas_have_no_unconstrained_holes() {
-    let known: [(&str, &str); 4] = [
+    let known: [(&str, &str); 5] = [
         // custom_request answers the adapter's own response body, whatever the request.
         (
             "debug/properties/body: open object",
@@ -291,8 +291,13 @@ fn output_schemas_have_no_unconstrained_holes() {
             "host_status/$defs/Setting/properties/value: {}",
             "any JSON scalar",
         ),
-        // code_lsp's actions still answer untyped JSON under `action` (issue #21).
-        ("code_lsp: open object", "to be typed (#21)"),
+        // capabilities answers the language server's own ServerCapabilities object.
+        (
+            "code_lsp/properties/capabilities: open object",
+            "a language server's raw capabilities",
+        ),
+        // request answers whatever JSON the LSP method returns.
+        ("code_lsp/properties/result: {}", "a raw LSP result"),
     ];
     let mut found = Vec::new();
     for t in all_tools() {

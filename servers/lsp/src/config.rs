@@ -90,6 +90,33 @@ pub fn builtin() -> Vec<LanguageConfig> {
     ]
 }
 
+/// Why a config file or a `--server` flag was refused; the message names the table or flag.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// Not TOML, or a field kitbag-lsp does not know (the parser's message names it).
+    #[error("{0}")]
+    Toml(#[from] toml::de::Error),
+    #[error("lsp.servers.{0}: a new language needs `extensions` (e.g. [\"{0}\"])")]
+    NeedsExtensions(String),
+    #[error("lsp.servers.{0}.command: must not be empty")]
+    EmptyCommand(String),
+    #[error("lsp.servers.{0}: `command` is required")]
+    NoCommand(String),
+    #[error("--server {0}: expected LANGUAGE=COMMAND [ARGS...]")]
+    ServerFlag(String),
+}
+
+/// A duration flag that is not one (`--idle-timeout`, `--request-timeout`).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum DurationError {
+    #[error("`{0}` is not a duration (e.g. 600, 90s, 1500ms, 10m)")]
+    NotANumber(String),
+    #[error("`{0}` must be a non-negative duration")]
+    Negative(String),
+    #[error("`{0}`: unit must be ms, s, m or h")]
+    Unit(String),
+}
+
 /// Runtime settings of the pool.
 #[derive(Debug, Clone)]
 pub struct Config {
@@ -126,8 +153,8 @@ impl Config {
     }
 
     /// Merge a TOML config file's `[lsp.servers.*]` tables over the current entries.
-    pub fn apply_toml(&mut self, text: &str) -> Result<(), String> {
-        let file: FileConfig = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn apply_toml(&mut self, text: &str) -> Result<(), ConfigError> {
+        let file: FileConfig = toml::from_str(text)?;
         let Some(lsp) = file.lsp else { return Ok(()) };
         if let Some(secs) = lsp.idle_timeout_secs {
             self.idle_timeout = Duration::from_secs_f64(secs.max(0.0));
@@ -141,16 +168,14 @@ impl Config {
                 Some(i) => self.languages[i].clone(),
                 None => {
                     if entry.extensions.is_none() {
-                        return Err(format!(
-                            "lsp.servers.{name}: a new language needs `extensions` (e.g. [\"{name}\"])"
-                        ));
+                        return Err(ConfigError::NeedsExtensions(name));
                     }
                     lang(&name, &[], &[], "see the language server's documentation")
                 }
             };
             if let Some(cmd) = entry.command {
                 if cmd.is_empty() {
-                    return Err(format!("lsp.servers.{name}.command: must not be empty"));
+                    return Err(ConfigError::EmptyCommand(name));
                 }
                 cfg.command = cmd;
             }
@@ -167,7 +192,7 @@ impl Config {
                 cfg.settings = toml_to_json(s);
             }
             if cfg.command.is_empty() {
-                return Err(format!("lsp.servers.{name}: `command` is required"));
+                return Err(ConfigError::NoCommand(name));
             }
             match existing {
                 Some(i) => self.languages[i] = cfg,
@@ -178,16 +203,14 @@ impl Config {
     }
 
     /// Apply one `--server LANG=COMMAND ARGS...` flag.
-    pub fn apply_flag(&mut self, flag: &str) -> Result<(), String> {
+    pub fn apply_flag(&mut self, flag: &str) -> Result<(), ConfigError> {
         let (name, cmd) = flag
             .split_once('=')
-            .ok_or_else(|| format!("--server {flag}: expected LANGUAGE=COMMAND [ARGS...]"))?;
+            .ok_or_else(|| ConfigError::ServerFlag(flag.to_string()))?;
         let name = name.trim();
         let command: Vec<String> = cmd.split_whitespace().map(str::to_string).collect();
         if name.is_empty() || command.is_empty() {
-            return Err(format!(
-                "--server {flag}: expected LANGUAGE=COMMAND [ARGS...]"
-            ));
+            return Err(ConfigError::ServerFlag(flag.to_string()));
         }
         match self.languages.iter_mut().find(|l| l.name == name) {
             Some(l) => l.command = command,
@@ -242,7 +265,7 @@ fn toml_to_json(v: toml::Value) -> Value {
 }
 
 /// Parse a duration flag: `600`, `90s`, `1500ms`, `10m`.
-pub fn parse_duration(s: &str) -> Result<Duration, String> {
+pub fn parse_duration(s: &str) -> Result<Duration, DurationError> {
     let s = s.trim();
     let (num, unit) = match s.find(|c: char| c.is_ascii_alphabetic()) {
         Some(i) => (&s[..i], &s[i..]),
@@ -250,16 +273,16 @@ pub fn parse_duration(s: &str) -> Result<Duration, String> {
     };
     let n: f64 = num
         .parse()
-        .map_err(|_| format!("`{s}` is not a duration (e.g. 600, 90s, 1500ms, 10m)"))?;
+        .map_err(|_| DurationError::NotANumber(s.to_string()))?;
     if !n.is_finite() || n < 0.0 {
-        return Err(format!("`{s}` must be a non-negative duration"));
+        return Err(DurationError::Negative(s.to_string()));
     }
     let secs = match unit {
         "ms" => n / 1000.0,
         "s" => n,
         "m" => n * 60.0,
         "h" => n * 3600.0,
-        _ => return Err(format!("`{s}`: unit must be ms, s, m or h")),
+        _ => return Err(DurationError::Unit(s.to_string())),
     };
     Ok(Duration::from_secs_f64(secs))
 }
@@ -334,15 +357,23 @@ mod tests {
         let e = c
             .apply_toml("[lsp.servers.python]\ncomand = [\"x\"]\n")
             .unwrap_err();
-        assert!(e.contains("comand"), "{e}");
+        assert!(matches!(e, ConfigError::Toml(_)), "{e}");
+        assert!(e.to_string().contains("comand"), "{e}");
         let e = c
             .apply_toml("[lsp.servers.zig]\ncommand = [\"zls\"]\n")
             .unwrap_err();
-        assert!(e.contains("extensions"), "{e}");
+        assert!(
+            matches!(&e, ConfigError::NeedsExtensions(n) if n == "zig"),
+            "{e}"
+        );
+        assert!(e.to_string().contains("extensions"), "{e}");
         let e = c
             .apply_toml("[lsp.servers.python]\ncommand = []\n")
             .unwrap_err();
-        assert!(e.contains("command"), "{e}");
+        assert!(
+            matches!(&e, ConfigError::EmptyCommand(n) if n == "python"),
+            "{e}"
+        );
     }
 
     #[test]
@@ -366,9 +397,15 @@ mod tests {
             Duration::from_millis(1500)
         );
         assert_eq!(parse_duration("10m").unwrap(), Duration::from_secs(600));
-        assert!(parse_duration("soon").is_err());
-        assert!(parse_duration("-1").is_err());
-        assert!(parse_duration("5y").is_err());
+        assert_eq!(
+            parse_duration("soon"),
+            Err(DurationError::NotANumber("soon".into()))
+        );
+        assert_eq!(
+            parse_duration("-1"),
+            Err(DurationError::Negative("-1".into()))
+        );
+        assert_eq!(parse_duration("5y"), Err(DurationError::Unit("5y".into())));
     }
 
     #[test]

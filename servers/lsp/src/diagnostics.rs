@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 use serde_json::{Value, json};
 
 use crate::pool::Server;
+use crate::rpc::Published;
 use crate::text::{Lines, path_to_uri};
 
 /// A server counts as quiet after this long without any notification.
@@ -22,64 +23,124 @@ pub struct Collected {
     pub waited_ms: u64,
 }
 
-/// Collect diagnostics for `files` (already synced and open in `server`).
+/// Collect diagnostics for `files` (already synced and open in `server`): pull them where
+/// the server offers it, wait (within `wait`) until every file's pushed diagnostics describe
+/// its current text and the server is quiet, then merge the two.
 pub async fn collect(
     server: &Server,
     files: &[(PathBuf, Arc<Lines>)],
     wait: Duration,
 ) -> Collected {
     let start = Instant::now();
-    let deadline = start + wait;
-    let mut pulled: HashMap<PathBuf, Vec<Value>> = HashMap::new();
-    let pull = server.has("diagnosticProvider");
-    if pull {
-        for (path, _) in files {
-            let r = server
-                .request(
-                    "textDocument/diagnostic",
-                    json!({"textDocument": {"uri": path_to_uri(path)}}),
-                )
-                .await;
-            if let Ok(v) = r
-                && v["kind"] == "full"
-            {
-                pulled.insert(
-                    path.clone(),
-                    v["items"].as_array().cloned().unwrap_or_default(),
-                );
-            }
-        }
-    }
+    let mut pulled = pull(server, files).await;
     // What each document looked like when we last changed it.
-    let marks: HashMap<PathBuf, (i64, u64)> = {
+    let marks: HashMap<PathBuf, Mark> = {
         let docs = server.docs.lock().await;
         files
             .iter()
-            .filter_map(|(p, _)| docs.get(p).map(|d| (p.clone(), (d.version, d.changed_at))))
+            .filter_map(|(p, _)| {
+                docs.get(p).map(|d| {
+                    let mark = Mark {
+                        version: d.version,
+                        changed_at: d.changed_at,
+                    };
+                    (p.clone(), mark)
+                })
+            })
             .collect()
     };
-    let uris: Vec<(PathBuf, String)> = files
-        .iter()
-        .map(|(p, _)| (p.clone(), path_to_uri(p)))
-        .collect();
-    let settled = loop {
+    let settled = wait_until_settled(server, files, &pulled, &marks, start + wait).await;
+    let ev = server.rpc.events.lock().ok();
+    let mut by_file = Vec::new();
+    for (path, lines) in files {
+        let mut items = pulled.remove(path).unwrap_or_default();
+        if let Some(ev) = &ev
+            && let Some(pubd) = ev.diagnostics.get(&path_to_uri(path))
+            && is_current(pubd, marks.get(path))
+        {
+            for d in &pubd.items {
+                let dup = items
+                    .iter()
+                    .any(|x| x["range"] == d["range"] && x["message"] == d["message"]);
+                if !dup {
+                    items.push(d.clone());
+                }
+            }
+        }
+        by_file.push((path.clone(), lines.clone(), items));
+    }
+    Collected {
+        by_file,
+        settled,
+        waited_ms: start.elapsed().as_millis() as u64,
+    }
+}
+
+/// A document's version and the event counter when we last opened or changed it.
+struct Mark {
+    version: i64,
+    changed_at: u64,
+}
+
+/// Whether pushed diagnostics describe the document's current text: by version when the
+/// server gives one, else by arriving after our last change.
+fn is_current(pubd: &Published, mark: Option<&Mark>) -> bool {
+    match (pubd.version, mark) {
+        (Some(v), Some(m)) => v == m.version,
+        (None, Some(m)) => pubd.seq > m.changed_at,
+        (_, None) => true,
+    }
+}
+
+/// Pulled diagnostics (`textDocument/diagnostic`, full reports) per file, where the
+/// server supports pulling.
+async fn pull(server: &Server, files: &[(PathBuf, Arc<Lines>)]) -> HashMap<PathBuf, Vec<Value>> {
+    let mut pulled = HashMap::new();
+    if !server.has("diagnosticProvider") {
+        return pulled;
+    }
+    for (path, _) in files {
+        let r = server
+            .request(
+                "textDocument/diagnostic",
+                json!({"textDocument": {"uri": path_to_uri(path)}}),
+            )
+            .await;
+        if let Ok(v) = r
+            && v["kind"] == "full"
+        {
+            pulled.insert(
+                path.clone(),
+                v["items"].as_array().cloned().unwrap_or_default(),
+            );
+        }
+    }
+    pulled
+}
+
+/// Wait until every file not pulled has current pushed diagnostics and the server has
+/// been quiet (no progress running, no event) for [`QUIET`]. False when the deadline or
+/// the server's exit came first.
+async fn wait_until_settled(
+    server: &Server,
+    files: &[(PathBuf, Arc<Lines>)],
+    pulled: &HashMap<PathBuf, Vec<Value>>,
+    marks: &HashMap<PathBuf, Mark>,
+    deadline: Instant,
+) -> bool {
+    let uris: Vec<(&PathBuf, String)> = files.iter().map(|(p, _)| (p, path_to_uri(p))).collect();
+    loop {
         let notified = server.rpc.changed.notified();
         let (fresh, quiet_for) = {
             let Ok(ev) = server.rpc.events.lock() else {
-                break false;
+                return false;
             };
             let fresh = uris.iter().all(|(p, uri)| {
-                if pulled.contains_key(p) {
-                    return true;
-                }
-                let Some(pubd) = ev.diagnostics.get(uri) else {
-                    return false;
-                };
-                match (pubd.version, marks.get(p)) {
-                    (Some(v), Some((ver, _))) => v == *ver,
-                    (None, Some((_, at))) => pubd.seq > *at,
-                    (_, None) => true,
-                }
+                pulled.contains_key(*p)
+                    || ev
+                        .diagnostics
+                        .get(uri)
+                        .is_some_and(|pubd| is_current(pubd, marks.get(*p)))
             });
             let quiet_for = if ev.active_progress.is_empty() {
                 ev.last_event.map(|t| t.elapsed()).unwrap_or(QUIET)
@@ -89,14 +150,14 @@ pub async fn collect(
             (fresh, quiet_for)
         };
         if fresh && quiet_for >= QUIET {
-            break true;
+            return true;
         }
         if !server.rpc.is_alive() {
-            break false;
+            return false;
         }
         let now = Instant::now();
         if now >= deadline {
-            break false;
+            return false;
         }
         let nap = if fresh {
             (QUIET - quiet_for).min(deadline - now)
@@ -107,37 +168,6 @@ pub async fn collect(
             _ = notified => {}
             _ = tokio::time::sleep(nap) => {}
         }
-    };
-    let ev = server.rpc.events.lock().ok();
-    let mut by_file = Vec::new();
-    for (path, lines) in files {
-        let uri = path_to_uri(path);
-        let mut items = pulled.remove(path).unwrap_or_default();
-        if let Some(ev) = &ev
-            && let Some(pubd) = ev.diagnostics.get(&uri)
-        {
-            let current = match (pubd.version, marks.get(path)) {
-                (Some(v), Some((ver, _))) => v == *ver,
-                (None, Some((_, at))) => pubd.seq > *at,
-                (_, None) => true,
-            };
-            if current {
-                for d in &pubd.items {
-                    let dup = items
-                        .iter()
-                        .any(|x| x["range"] == d["range"] && x["message"] == d["message"]);
-                    if !dup {
-                        items.push(d.clone());
-                    }
-                }
-            }
-        }
-        by_file.push((path.clone(), lines.clone(), items));
-    }
-    Collected {
-        by_file,
-        settled,
-        waited_ms: start.elapsed().as_millis() as u64,
     }
 }
 

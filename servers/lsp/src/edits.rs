@@ -31,34 +31,52 @@ fn text_edit(v: &Value) -> Option<TextEdit> {
     })
 }
 
+/// Why a workspace edit cannot be read or applied.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum EditError {
+    #[error("edit targets a non-file URI: {0}")]
+    NonFileUri(String),
+    /// The text edit, as JSON.
+    #[error("malformed text edit: {0}")]
+    Malformed(String),
+    #[error("documentChanges entry without textDocument.uri")]
+    MissingUri,
+    /// A resource operation (`kind`: create, rename, delete) on `uri`.
+    #[error("the server wants to {kind} a file ({uri}); kitbag-lsp applies text edits only")]
+    ResourceOperation { kind: String, uri: String },
+    #[error("the server sent overlapping edits")]
+    Overlapping,
+}
+
 /// The text edits of a `WorkspaceEdit`, per file. Resource operations (create, rename,
 /// delete files) are refused: a rename of a symbol must not move files behind the
 /// caller's back.
-pub fn files_of(edit: &Value) -> Result<BTreeMap<PathBuf, Vec<TextEdit>>, String> {
+pub fn files_of(edit: &Value) -> Result<BTreeMap<PathBuf, Vec<TextEdit>>, EditError> {
     let mut out: BTreeMap<PathBuf, Vec<TextEdit>> = BTreeMap::new();
-    let mut add = |uri: &str, edits: &Value| -> Result<(), String> {
-        let path = uri_to_path(uri).ok_or_else(|| format!("edit targets a non-file URI: {uri}"))?;
-        let list = edits.as_array().cloned().unwrap_or_default();
+    let mut add = |uri: &str, edits: &Value| -> Result<(), EditError> {
+        let path = uri_to_path(uri).ok_or_else(|| EditError::NonFileUri(uri.to_string()))?;
+        let list = edits.as_array().map(Vec::as_slice).unwrap_or_default();
         let entry = out.entry(path).or_default();
-        for e in &list {
-            entry.push(text_edit(e).ok_or_else(|| format!("malformed text edit: {e}"))?);
+        for e in list {
+            entry.push(text_edit(e).ok_or_else(|| EditError::Malformed(e.to_string()))?);
         }
         Ok(())
     };
     if let Some(changes) = edit.get("documentChanges").and_then(Value::as_array) {
         for change in changes {
             if let Some(kind) = change.get("kind").and_then(Value::as_str) {
-                return Err(format!(
-                    "the server wants to {kind} a file ({}); kitbag-lsp applies text edits only",
-                    change["uri"]
+                return Err(EditError::ResourceOperation {
+                    kind: kind.to_string(),
+                    uri: change["uri"]
                         .as_str()
                         .or(change["oldUri"].as_str())
                         .unwrap_or("?")
-                ));
+                        .to_string(),
+                });
             }
             let uri = change["textDocument"]["uri"]
                 .as_str()
-                .ok_or("documentChanges entry without textDocument.uri")?;
+                .ok_or(EditError::MissingUri)?;
             add(uri, &change["edits"])?;
         }
     } else if let Some(changes) = edit.get("changes").and_then(Value::as_object) {
@@ -71,7 +89,7 @@ pub fn files_of(edit: &Value) -> Result<BTreeMap<PathBuf, Vec<TextEdit>>, String
 }
 
 /// Apply edits (server coordinates) to a text. Overlapping edits are an error.
-pub fn apply(lines: &Lines, edits: &[TextEdit], enc: Encoding) -> Result<String, String> {
+pub fn apply(lines: &Lines, edits: &[TextEdit], enc: Encoding) -> Result<String, EditError> {
     let mut spans: Vec<(usize, usize, &str)> = edits
         .iter()
         .map(|e| {
@@ -81,10 +99,8 @@ pub fn apply(lines: &Lines, edits: &[TextEdit], enc: Encoding) -> Result<String,
         })
         .collect();
     spans.sort_by_key(|s| (s.0, s.1));
-    for w in spans.windows(2) {
-        if w[1].0 < w[0].1 {
-            return Err("the server sent overlapping edits".into());
-        }
+    if spans.windows(2).any(|w| w[1].0 < w[0].1) {
+        return Err(EditError::Overlapping);
     }
     let text = &lines.text;
     let mut out = String::with_capacity(text.len());
@@ -126,7 +142,13 @@ mod tests {
             }
         );
         let c = json!({"documentChanges": [{"kind": "rename", "oldUri": "file:///a", "newUri": "file:///b"}]});
-        assert!(files_of(&c).unwrap_err().contains("rename"));
+        assert_eq!(
+            files_of(&c).unwrap_err(),
+            EditError::ResourceOperation {
+                kind: "rename".into(),
+                uri: "file:///a".into()
+            }
+        );
     }
 
     #[test]
@@ -155,6 +177,9 @@ mod tests {
             "é😀 new = new\nnew\n"
         );
         let overlapping = vec![edits[1].clone(), edits[1].clone()];
-        assert!(apply(&l, &overlapping, Encoding::Utf16).is_err());
+        assert_eq!(
+            apply(&l, &overlapping, Encoding::Utf16),
+            Err(EditError::Overlapping)
+        );
     }
 }

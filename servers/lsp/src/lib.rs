@@ -1,7 +1,9 @@
 //! kitbag-lsp: one `code_lsp` tool over a pool of real language servers.
 //!
-//! - [`tool`]: the tool's parameters, validation and dispatch;
+//! - [`tool`]: the tool's definition and dispatch; its parameters (`tool::params`), their
+//!   validation (`tool::validate`) and the steps every action shares (`tool::open`);
 //! - [`actions`], [`rename`]: what each action asks the server and how answers are shown;
+//! - [`result`]: the one typed result every action fills; [`edits`]: workspace edits;
 //! - [`pool`]: spawning, sharing, idle-stopping and restarting servers, file sync;
 //! - [`rpc`]: JSON-RPC over the server's stdio; [`diagnostics`]: waiting for fresh ones;
 //! - [`text`]: lines, position encodings, symbol lookup; [`config`]: the registry.
@@ -12,6 +14,7 @@ pub mod diagnostics;
 pub mod edits;
 pub mod pool;
 pub mod rename;
+pub mod result;
 pub mod rpc;
 pub mod stamp;
 pub mod text;
@@ -75,7 +78,7 @@ pub fn config_from(args: &Args) -> anyhow::Result<config::Config> {
             .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
     }
     for s in &args.servers {
-        cfg.apply_flag(s).map_err(anyhow::Error::msg)?;
+        cfg.apply_flag(s)?;
     }
     if let Some(d) = args.idle_timeout {
         cfg.idle_timeout = d;

@@ -505,16 +505,36 @@ impl Server {
     pub async fn sync(&self, open: &[PathBuf]) -> ToolResult<Vec<Arc<Lines>>> {
         self.touch();
         let mut docs = self.docs.lock().await;
-        let closed = |_: RpcError| {
-            ToolError::new(
-                ErrorCode::LspServerUnavailable,
-                format!(
-                    "the {} language server exited; the next call restarts it",
-                    self.lang.name
-                ),
-            )
-        };
-        // Everything already open: compare with the disk.
+        self.refresh_open(&mut docs).await?;
+        let mut out = Vec::with_capacity(open.len());
+        for path in open {
+            let lines = match docs.get_mut(path) {
+                Some(doc) => {
+                    doc.last_used = Instant::now();
+                    doc.lines.clone()
+                }
+                None => self.open_new(&mut docs, path).await?,
+            };
+            out.push(lines);
+        }
+        self.close_oldest(&mut docs, open).await;
+        Ok(out)
+    }
+
+    /// The error of a notification that could not be written: the server is gone.
+    fn exited(&self, _: RpcError) -> ToolError {
+        ToolError::new(
+            ErrorCode::LspServerUnavailable,
+            format!(
+                "the {} language server exited; the next call restarts it",
+                self.lang.name
+            ),
+        )
+    }
+
+    /// Compare every open document with the disk: a changed one gets `didChange` +
+    /// `didSave`, one that is gone (or no longer opens beneath the root) `didClose`.
+    async fn refresh_open(&self, docs: &mut HashMap<PathBuf, Doc>) -> ToolResult<()> {
         let paths: Vec<PathBuf> = docs.keys().cloned().collect();
         for path in paths {
             let uri = path_to_uri(&path);
@@ -533,7 +553,8 @@ impl Server {
             }
             // Taken before the read: a write in between shows up as a new stamp next time.
             let stamp = meta.as_ref().map(Stamp::of);
-            match file.and_then(read_all) {
+            let bytes = match file.and_then(read_all) {
+                Ok(bytes) => bytes,
                 Err(_) => {
                     docs.remove(&path);
                     self.rpc
@@ -542,87 +563,91 @@ impl Server {
                             json!({"textDocument": {"uri": uri}}),
                         )
                         .await
-                        .map_err(closed)?;
+                        .map_err(|e| self.exited(e))?;
+                    continue;
                 }
-                Ok(bytes) => {
-                    let hash = xxh3_64(&bytes);
-                    let Some(doc) = docs.get_mut(&path) else {
-                        continue;
-                    };
-                    doc.stamp = stamp;
-                    if doc.hash == hash {
-                        continue;
-                    }
-                    let text = String::from_utf8_lossy(&bytes).into_owned();
-                    doc.version += 1;
-                    doc.hash = hash;
-                    doc.changed_at = self.rpc.event_seq();
-                    self.rpc
-                        .notify(
-                            "textDocument/didChange",
-                            json!({"textDocument": {"uri": uri, "version": doc.version},
-                                "contentChanges": [{"text": text}]}),
-                        )
-                        .await
-                        .map_err(closed)?;
-                    // The text is what is on disk, so it is saved: servers that check on
-                    // save (rust-analyzer's cargo check) rerun.
-                    self.rpc
-                        .notify(
-                            "textDocument/didSave",
-                            json!({"textDocument": {"uri": uri}}),
-                        )
-                        .await
-                        .map_err(closed)?;
-                    doc.lines = Arc::new(Lines::new(text));
-                }
-            }
-        }
-        let mut out = Vec::with_capacity(open.len());
-        for path in open {
-            if let Some(doc) = docs.get_mut(path) {
-                doc.last_used = Instant::now();
-                out.push(doc.lines.clone());
+            };
+            let hash = xxh3_64(&bytes);
+            let Some(doc) = docs.get_mut(&path) else {
+                continue;
+            };
+            doc.stamp = stamp;
+            if doc.hash == hash {
                 continue;
             }
-            let io_err = |e: std::io::Error| ToolError::io(&path.to_string_lossy(), &e);
-            let file = self.open_doc(path).map_err(io_err)?;
-            let stamp = file.metadata().ok().map(|m| Stamp::of(&m));
-            let bytes = read_all(file).map_err(io_err)?;
-            let hash = xxh3_64(&bytes);
             let text = String::from_utf8_lossy(&bytes).into_owned();
-            let ext = path
-                .extension()
-                .and_then(|e| e.to_str())
-                .unwrap_or("")
-                .to_ascii_lowercase();
+            doc.version += 1;
+            doc.hash = hash;
+            doc.changed_at = self.rpc.event_seq();
             self.rpc
                 .notify(
-                    "textDocument/didOpen",
-                    json!({"textDocument": {"uri": path_to_uri(path),
-                        "languageId": self.lang.language_id(&ext), "version": 1, "text": text}}),
+                    "textDocument/didChange",
+                    json!({"textDocument": {"uri": uri, "version": doc.version},
+                        "contentChanges": [{"text": text}]}),
                 )
                 .await
-                .map_err(closed)?;
-            let lines = Arc::new(Lines::new(text));
-            docs.insert(
-                path.clone(),
-                Doc {
-                    version: 1,
-                    hash,
-                    stamp,
-                    lines: lines.clone(),
-                    changed_at: self.rpc.event_seq(),
-                    last_used: Instant::now(),
-                },
-            );
-            out.push(lines);
+                .map_err(|e| self.exited(e))?;
+            // The text is what is on disk, so it is saved: servers that check on
+            // save (rust-analyzer's cargo check) rerun.
+            self.rpc
+                .notify(
+                    "textDocument/didSave",
+                    json!({"textDocument": {"uri": uri}}),
+                )
+                .await
+                .map_err(|e| self.exited(e))?;
+            doc.lines = Arc::new(Lines::new(text));
         }
-        // Keep the server's working set bounded.
+        Ok(())
+    }
+
+    /// Read a document not open yet and `didOpen` it; its text.
+    async fn open_new(
+        &self,
+        docs: &mut HashMap<PathBuf, Doc>,
+        path: &Path,
+    ) -> ToolResult<Arc<Lines>> {
+        let io_err = |e: std::io::Error| ToolError::io(&path.to_string_lossy(), &e);
+        let file = self.open_doc(path).map_err(io_err)?;
+        let stamp = file.metadata().ok().map(|m| Stamp::of(&m));
+        let bytes = read_all(file).map_err(io_err)?;
+        let hash = xxh3_64(&bytes);
+        let text = String::from_utf8_lossy(&bytes).into_owned();
+        let ext = path
+            .extension()
+            .and_then(|e| e.to_str())
+            .unwrap_or("")
+            .to_ascii_lowercase();
+        self.rpc
+            .notify(
+                "textDocument/didOpen",
+                json!({"textDocument": {"uri": path_to_uri(path),
+                    "languageId": self.lang.language_id(&ext), "version": 1, "text": text}}),
+            )
+            .await
+            .map_err(|e| self.exited(e))?;
+        let lines = Arc::new(Lines::new(text));
+        docs.insert(
+            path.to_path_buf(),
+            Doc {
+                version: 1,
+                hash,
+                stamp,
+                lines: lines.clone(),
+                changed_at: self.rpc.event_seq(),
+                last_used: Instant::now(),
+            },
+        );
+        Ok(lines)
+    }
+
+    /// Keep the server's working set bounded: close the least recently used documents
+    /// (never one of `keep`) beyond [`MAX_OPEN_DOCS`].
+    async fn close_oldest(&self, docs: &mut HashMap<PathBuf, Doc>, keep: &[PathBuf]) {
         while docs.len() > MAX_OPEN_DOCS {
             let Some(oldest) = docs
                 .iter()
-                .filter(|(p, _)| !open.contains(p))
+                .filter(|(p, _)| !keep.contains(p))
                 .min_by_key(|(_, d)| d.last_used)
                 .map(|(p, _)| p.clone())
             else {
@@ -637,7 +662,6 @@ impl Server {
                 )
                 .await;
         }
-        Ok(out)
     }
 
     /// The text of a file the way the server sees it (open documents) or on disk.

@@ -1,15 +1,20 @@
 //! `rename`: ask the server for the workspace edit, check every target file is writable
-//! for the caller, then write them all atomically (or none).
+//! for the caller, then write them all atomically (or none). `rename_file`: the same for
+//! the edits a file move asks for, with the move itself in the same all-or-nothing step.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kitbag_shared::{Access, ErrorCode, Parents, PathPolicy, ToolError, ToolResult};
+use kitbag_shared::{Access, ErrorCode, Parents, PathPolicy, Resolved, ToolError, ToolResult};
 use serde_json::{Value, json};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::actions::Answer;
-use crate::pool::Pool;
+use crate::edits::TextEdit;
+use crate::pool::{Pool, Server};
+use crate::result::{FileChange, LspResult};
+use crate::rpc::RpcError;
 use crate::text::{Lines, path_to_uri};
 use crate::tool::{LspParams, need, open, position, rpc_error};
 
@@ -44,7 +49,7 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
                 return Err(not_possible("there is no renameable symbol here".into()));
             }
             Ok(_) => {}
-            Err(crate::rpc::RpcError::Server { message, .. }) => return Err(not_possible(message)),
+            Err(RpcError::Server { message, .. }) => return Err(not_possible(message)),
             Err(e) => return Err(rpc_error(pool, server, "textDocument/prepareRename", e).await),
         }
     }
@@ -53,20 +58,48 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
     let edit = match server.request("textDocument/rename", params).await {
         Ok(Value::Null) => return Err(not_possible("the server found nothing to rename".into())),
         Ok(v) => v,
-        Err(crate::rpc::RpcError::Server { message, .. }) => return Err(not_possible(message)),
+        Err(RpcError::Server { message, .. }) => return Err(not_possible(message)),
         Err(e) => return Err(rpc_error(pool, server, "textDocument/rename", e).await),
     };
-    let files = crate::edits::files_of(&edit).map_err(not_possible)?;
+    let files = crate::edits::files_of(&edit).map_err(|e| not_possible(e.to_string()))?;
     if files.is_empty() {
         return Err(not_possible("the server returned no edits".into()));
     }
     let planned = plan(server, policy, &files, "the rename").await?;
     let total: usize = planned.iter().map(|p| p.edits).sum();
-    let changes: Vec<Value> = planned
+    let changes: Vec<FileChange> = planned
         .iter()
-        .map(|p| json!({"path": policy.display(&p.file), "edits": p.edits}))
+        .map(|p| FileChange {
+            path: policy.display(&p.file),
+            edits: p.edits,
+        })
         .collect();
     let writes: Vec<(PathBuf, Vec<u8>)> = planned.into_iter().map(|p| (p.file, p.new)).collect();
+    write_all(policy, writes).await?;
+    // Tell the server about the new text right away.
+    server.sync(&[]).await?;
+    let text = format!(
+        "renamed to `{new_name}`: {total} edits in {} files\n{}",
+        changes.len(),
+        changes
+            .iter()
+            .map(|c| format!("  {} ({} edits)", c.path, c.edits))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    let result = LspResult {
+        changes: Some(changes),
+        total_edits: Some(total),
+        files_changed: Some(files.len()),
+        ..LspResult::new(p.action)
+    };
+    Ok((result, text))
+}
+
+/// Write every file of a rename all-or-nothing, each through its directory opened beneath
+/// the root — never by its path string again: a directory swapped for a link meanwhile is
+/// refused, not followed.
+async fn write_all(policy: &PathPolicy, writes: Vec<(PathBuf, Vec<u8>)>) -> ToolResult<()> {
     let beneath = policy.clone();
     kitbag_shared::blocking(move || {
         let not_applied = |e: std::io::Error| {
@@ -75,37 +108,16 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
                 format!("rename not applied (no file changed): {e}"),
             )
         };
-        // Each file is written through its directory opened beneath the root, never by its
-        // path string again: a directory swapped for a link meanwhile is refused, not followed.
         let mut targets = Vec::with_capacity(writes.len());
         for (file, bytes) in writes {
             let dir = beneath
-                .parent_real(&file, kitbag_shared::paths::Parents::MustExist)
+                .parent_real(&file, Parents::MustExist)
                 .map_err(not_applied)?;
             targets.push((dir, bytes));
         }
         kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(not_applied)
     })
-    .await?;
-    // Tell the server about the new text right away.
-    server.sync(&[]).await?;
-    let text = format!(
-        "renamed to `{new_name}`: {total} edits in {} files\n{}",
-        changes.len(),
-        changes
-            .iter()
-            .map(|c| format!(
-                "  {} ({} edits)",
-                c["path"].as_str().unwrap_or(""),
-                c["edits"]
-            ))
-            .collect::<Vec<_>>()
-            .join("\n")
-    );
-    Ok((
-        json!({"changes": changes, "total_edits": total, "files_changed": files.len()}),
-        text,
-    ))
+    .await
 }
 
 /// `rename_file`: move a file and apply the edits the server asks for on the way
@@ -120,119 +132,21 @@ pub async fn rename_file(
     let new_path = need(&p.new_path, "new_path", "required")?;
     let from = policy.resolve(path, "path", Access::Write)?;
     let to = policy.resolve(new_path, "new_path", Access::Write)?;
-    // Looked up through the destination's directory opened beneath the root; the move
-    // itself refuses to replace whatever appears there later (`RENAME_NOREPLACE`-like
-    // `linkat`), so this check only gives the early, clear answer.
-    let exists = match policy.parent_real(&to.abs, Parents::MustExist) {
-        Ok(dir) => dir
-            .stat()
-            .map_err(|e| ToolError::io(&to.rel, &e))?
-            .is_some(),
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
-        Err(e) => return Err(ToolError::io(&to.rel, &e)),
-    };
-    if exists {
-        return Err(ToolError::new(
-            ErrorCode::FileExists,
-            format!("new_path: `{}` already exists; nothing was changed", to.rel),
-        )
-        .with_detail(json!({"field": "new_path"})));
-    }
+    refuse_existing(policy, &to)?;
     let o = open(pool, policy, path).await?;
     let server = &o.server;
     let (old_uri, new_uri) = (path_to_uri(&from.abs), path_to_uri(&to.abs));
     let supports = !server.capabilities["workspace"]["fileOperations"]["willRename"].is_null();
-    let mut files = std::collections::BTreeMap::new();
-    if supports {
-        let params = json!({"files": [{"oldUri": old_uri, "newUri": new_uri}]});
-        match server.request("workspace/willRenameFiles", params).await {
-            Ok(Value::Null) => {}
-            Ok(edit) => {
-                files = crate::edits::files_of(&edit).map_err(|why| {
-                    ToolError::new(
-                        ErrorCode::RenameNotPossible,
-                        format!("cannot rename {}: {why}", from.rel),
-                    )
-                })?;
-            }
-            Err(e) => {
-                return Err(rpc_error(pool, server, "workspace/willRenameFiles", e).await);
-            }
-        }
-    }
-    let planned = plan(server, policy, &files, &format!("moving {}", from.rel)).await?;
-    // New contents: edited files in place, and the moved file (edited or not) at its
-    // new path. Originals are kept to put back if removing the old file fails.
-    let total: usize = planned.iter().map(|p| p.edits).sum();
-    let mut writes: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    let mut originals: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-    let mut changes = Vec::new();
-    let mut moved_bytes = None;
-    for p in planned {
-        if p.file == from.abs {
-            changes.push(json!({"path": to.rel, "edits": p.edits}));
-            moved_bytes = Some(p.new);
-        } else {
-            changes.push(json!({"path": policy.display(&p.file), "edits": p.edits}));
-            originals.push((p.file.clone(), p.old));
-            writes.push((p.file, p.new));
-        }
-    }
-    let moved = match moved_bytes {
-        Some(b) => b,
-        None => policy
-            .open_real_read(&from.abs)
-            .and_then(crate::pool::read_all)
-            .map_err(|e| ToolError::io(&from.rel, &e))?,
+    let files = if supports {
+        will_rename_edits(pool, server, &from, &old_uri, &new_uri).await?
+    } else {
+        BTreeMap::new()
     };
-    let (src, dest) = (from.abs.clone(), to.abs.clone());
-    let beneath = policy.clone();
-    kitbag_shared::blocking(move || {
-        let not_applied = |e: std::io::Error| {
-            ToolError::new(
-                ErrorCode::IoError,
-                format!("rename_file not applied (no file changed): {e}"),
-            )
-        };
-        // Every file is acted on through its directory opened beneath the root, never by its
-        // path string again: a directory swapped for a link meanwhile is refused, not followed.
-        let src_dir = beneath
-            .parent_real(&src, Parents::MustExist)
-            .map_err(not_applied)?;
-        let dest_dir = beneath
-            .parent_real(&dest, Parents::Create)
-            .map_err(not_applied)?;
-        let mut targets = Vec::with_capacity(writes.len());
-        let mut undo = Vec::with_capacity(originals.len());
-        for (file, bytes) in writes {
-            let dir = beneath
-                .parent_real(&file, Parents::MustExist)
-                .map_err(not_applied)?;
-            targets.push((dir, bytes));
-        }
-        for (file, bytes) in originals {
-            let dir = beneath
-                .parent_real(&file, Parents::MustExist)
-                .map_err(not_applied)?;
-            undo.push((dir, bytes));
-        }
-        kitbag_shared::atomic::create_new_at(&dest_dir, &moved).map_err(not_applied)?;
-        if let Err(e) = kitbag_shared::atomic::write_all_atomic_at(&targets) {
-            let _ = dest_dir.remove_file();
-            return Err(not_applied(e));
-        }
-        if let Err(e) = src_dir.remove_file() {
-            // Undo: the new file goes, the edited files get their old text back.
-            let _ = dest_dir.remove_file();
-            let _ = kitbag_shared::atomic::write_all_atomic_at(&undo);
-            return Err(ToolError::new(
-                ErrorCode::IoError,
-                format!("could not remove the old file, so nothing was changed: {e}"),
-            ));
-        }
-        Ok(())
-    })
-    .await?;
+    let planned = plan(server, policy, &files, &format!("moving {}", from.rel)).await?;
+    let total: usize = planned.iter().map(|p| p.edits).sum();
+    let mv = Move::new(policy, &from, &to, planned)?;
+    let changes = mv.changes.clone();
+    apply_move(policy, mv).await?;
     let _ = server
         .rpc
         .notify(
@@ -249,11 +163,7 @@ pub async fn rename_file(
             changes.len(),
             changes
                 .iter()
-                .map(|c| format!(
-                    "\n  {} ({} edits)",
-                    c["path"].as_str().unwrap_or(""),
-                    c["edits"]
-                ))
+                .map(|c| format!("\n  {} ({} edits)", c.path, c.edits))
                 .collect::<String>()
         ));
     } else {
@@ -262,11 +172,167 @@ pub async fn rename_file(
             server.lang.name
         ));
     }
-    Ok((
-        json!({"from": from.rel, "to": to.rel, "changes": changes, "total_edits": total,
-            "files_changed": changes.len(), "references_updated": supports}),
-        text,
-    ))
+    let result = LspResult {
+        from: Some(from.rel),
+        to: Some(to.rel),
+        files_changed: Some(changes.len()),
+        changes: Some(changes),
+        total_edits: Some(total),
+        references_updated: Some(supports),
+        ..LspResult::new(p.action)
+    };
+    Ok((result, text))
+}
+
+/// `file_exists` when the destination is taken. Looked up through the destination's
+/// directory opened beneath the root; the move itself refuses to replace whatever appears
+/// there later (`RENAME_NOREPLACE`-like `linkat`), so this check only gives the early,
+/// clear answer.
+fn refuse_existing(policy: &PathPolicy, to: &Resolved) -> ToolResult<()> {
+    let exists = match policy.parent_real(&to.abs, Parents::MustExist) {
+        Ok(dir) => dir
+            .stat()
+            .map_err(|e| ToolError::io(&to.rel, &e))?
+            .is_some(),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => false,
+        Err(e) => return Err(ToolError::io(&to.rel, &e)),
+    };
+    if exists {
+        return Err(ToolError::new(
+            ErrorCode::FileExists,
+            format!("new_path: `{}` already exists; nothing was changed", to.rel),
+        )
+        .with_detail(json!({"field": "new_path"})));
+    }
+    Ok(())
+}
+
+/// The edits the server asks for when a file moves (`workspace/willRenameFiles`).
+async fn will_rename_edits(
+    pool: &Pool,
+    server: &Arc<Server>,
+    from: &Resolved,
+    old_uri: &str,
+    new_uri: &str,
+) -> ToolResult<BTreeMap<PathBuf, Vec<TextEdit>>> {
+    let params = json!({"files": [{"oldUri": old_uri, "newUri": new_uri}]});
+    match server.request("workspace/willRenameFiles", params).await {
+        Ok(Value::Null) => Ok(BTreeMap::new()),
+        Ok(edit) => crate::edits::files_of(&edit).map_err(|why| {
+            ToolError::new(
+                ErrorCode::RenameNotPossible,
+                format!("cannot rename {}: {why}", from.rel),
+            )
+        }),
+        Err(e) => Err(rpc_error(pool, server, "workspace/willRenameFiles", e).await),
+    }
+}
+
+/// What a file move writes: the moved file's bytes (edited or not) for its new path, the
+/// other edited files in place, and their originals to put back if removing the old file
+/// fails.
+struct Move {
+    src: PathBuf,
+    dest: PathBuf,
+    moved: Vec<u8>,
+    writes: Vec<(PathBuf, Vec<u8>)>,
+    originals: Vec<(PathBuf, Vec<u8>)>,
+    changes: Vec<FileChange>,
+}
+
+impl Move {
+    fn new(
+        policy: &PathPolicy,
+        from: &Resolved,
+        to: &Resolved,
+        planned: Vec<Planned>,
+    ) -> ToolResult<Move> {
+        let mut mv = Move {
+            src: from.abs.clone(),
+            dest: to.abs.clone(),
+            moved: Vec::new(),
+            writes: Vec::new(),
+            originals: Vec::new(),
+            changes: Vec::new(),
+        };
+        let mut moved_bytes = None;
+        for p in planned {
+            if p.file == from.abs {
+                mv.changes.push(FileChange {
+                    path: to.rel.clone(),
+                    edits: p.edits,
+                });
+                moved_bytes = Some(p.new);
+            } else {
+                mv.changes.push(FileChange {
+                    path: policy.display(&p.file),
+                    edits: p.edits,
+                });
+                mv.originals.push((p.file.clone(), p.old));
+                mv.writes.push((p.file, p.new));
+            }
+        }
+        mv.moved = match moved_bytes {
+            Some(b) => b,
+            None => policy
+                .open_real_read(&from.abs)
+                .and_then(crate::pool::read_all)
+                .map_err(|e| ToolError::io(&from.rel, &e))?,
+        };
+        Ok(mv)
+    }
+}
+
+/// Create the new file (never clobbering), write the edited files all-or-nothing, then
+/// remove the old file — undoing the first two if that fails. Every file is acted on
+/// through its directory opened beneath the root, never by its path string again: a
+/// directory swapped for a link meanwhile is refused, not followed.
+async fn apply_move(policy: &PathPolicy, mv: Move) -> ToolResult<()> {
+    let beneath = policy.clone();
+    kitbag_shared::blocking(move || {
+        let not_applied = |e: std::io::Error| {
+            ToolError::new(
+                ErrorCode::IoError,
+                format!("rename_file not applied (no file changed): {e}"),
+            )
+        };
+        let src_dir = beneath
+            .parent_real(&mv.src, Parents::MustExist)
+            .map_err(not_applied)?;
+        let dest_dir = beneath
+            .parent_real(&mv.dest, Parents::Create)
+            .map_err(not_applied)?;
+        let mut targets = Vec::with_capacity(mv.writes.len());
+        let mut undo = Vec::with_capacity(mv.originals.len());
+        for (file, bytes) in mv.writes {
+            let dir = beneath
+                .parent_real(&file, Parents::MustExist)
+                .map_err(not_applied)?;
+            targets.push((dir, bytes));
+        }
+        for (file, bytes) in mv.originals {
+            let dir = beneath
+                .parent_real(&file, Parents::MustExist)
+                .map_err(not_applied)?;
+            undo.push((dir, bytes));
+        }
+        kitbag_shared::atomic::create_new_at(&dest_dir, &mv.moved).map_err(not_applied)?;
+        if let Err(e) = kitbag_shared::atomic::write_all_atomic_at(&targets) {
+            let _ = dest_dir.remove_file();
+            return Err(not_applied(e));
+        }
+        if let Err(e) = src_dir.remove_file() {
+            // Undo: the new file goes, the edited files get their old text back.
+            let _ = dest_dir.remove_file();
+            let _ = kitbag_shared::atomic::write_all_atomic_at(&undo);
+            return Err(ToolError::new(
+                ErrorCode::IoError,
+                format!("could not remove the old file, so nothing was changed: {e}"),
+            ));
+        }
+        Ok(())
+    })
+    .await
 }
 
 /// One file of a workspace edit: its text now and after the edit.
@@ -280,9 +346,9 @@ struct Planned {
 /// Check every target is writable for the caller and unchanged since the server saw it,
 /// then compute each file's new text. Nothing is written here.
 async fn plan(
-    server: &crate::pool::Server,
+    server: &Server,
     policy: &PathPolicy,
-    files: &std::collections::BTreeMap<PathBuf, Vec<crate::edits::TextEdit>>,
+    files: &BTreeMap<PathBuf, Vec<TextEdit>>,
     what: &str,
 ) -> ToolResult<Vec<Planned>> {
     let outside: Vec<String> = files

@@ -206,9 +206,9 @@ impl Rpc {
             (Some(method), Some(id)) => {
                 let reply = self.answer(method, msg.get("params").unwrap_or(&Value::Null));
                 let out = match reply {
-                    Ok(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
-                    Err(message) => json!({"jsonrpc": "2.0", "id": id,
-                        "error": {"code": -32601, "message": message}}),
+                    Some(result) => json!({"jsonrpc": "2.0", "id": id, "result": result}),
+                    None => json!({"jsonrpc": "2.0", "id": id, "error": {"code": -32601,
+                        "message": format!("{method} is not supported by kitbag-lsp")}}),
                 };
                 let _ = self.write(&out).await;
             }
@@ -217,12 +217,13 @@ impl Rpc {
         }
     }
 
-    /// Answer a request the server sent us.
-    fn answer(&self, method: &str, params: &Value) -> Result<Value, String> {
+    /// Answer a request the server sent us; `None` for a method kitbag-lsp does not
+    /// support (answered "method not found").
+    fn answer(&self, method: &str, params: &Value) -> Option<Value> {
         match method {
             "workspace/configuration" => {
                 let items = params["items"].as_array().cloned().unwrap_or_default();
-                Ok(Value::Array(
+                Some(Value::Array(
                     items
                         .iter()
                         .map(|item| match item["section"].as_str() {
@@ -233,9 +234,9 @@ impl Rpc {
                 ))
             }
             "workspace/workspaceFolders" => {
-                Ok(json!([{"uri": self.root_uri, "name": self.root_name}]))
+                Some(json!([{"uri": self.root_uri, "name": self.root_name}]))
             }
-            "workspace/applyEdit" => Ok(json!({
+            "workspace/applyEdit" => Some(json!({
                 "applied": false,
                 "failureReason": "kitbag-lsp applies edits only through its rename action"
             })),
@@ -244,7 +245,7 @@ impl Rpc {
                     e.refresh_requested = true;
                 }
                 self.changed.notify_waiters();
-                Ok(Value::Null)
+                Some(Value::Null)
             }
             "window/workDoneProgress/create"
             | "client/registerCapability"
@@ -255,8 +256,8 @@ impl Rpc {
             | "workspace/semanticTokens/refresh"
             | "workspace/inlayHint/refresh"
             | "workspace/inlineValue/refresh"
-            | "workspace/foldingRange/refresh" => Ok(Value::Null),
-            other => Err(format!("{other} is not supported by kitbag-lsp")),
+            | "workspace/foldingRange/refresh" => Some(Value::Null),
+            _ => None,
         }
     }
 

@@ -1,0 +1,107 @@
+//! hover: the server's text at a position (markdown, capped) and the span it is about.
+
+use std::sync::Arc;
+
+use kitbag_shared::{PathPolicy, ToolResult};
+use serde_json::Value;
+
+use super::{Answer, ask, at_position, lsp_position, unsupported_unless};
+use crate::pool::Pool;
+use crate::result::{LspResult, Position, Range};
+use crate::text::{Encoding, Lines};
+use crate::tool::LspParams;
+
+/// Hover text beyond this is cut with a marker.
+pub const MAX_HOVER_CHARS: usize = 4000;
+
+fn hover_text(contents: &Value) -> String {
+    match contents {
+        Value::String(s) => s.clone(),
+        Value::Array(items) => items
+            .iter()
+            .map(hover_text)
+            .filter(|s| !s.is_empty())
+            .collect::<Vec<_>>()
+            .join("\n\n"),
+        Value::Object(o) => match (o.get("kind"), o.get("language"), o.get("value")) {
+            (Some(_), _, Some(Value::String(v))) => v.clone(),
+            (None, Some(Value::String(lang)), Some(Value::String(v))) => {
+                format!("```{lang}\n{v}\n```")
+            }
+            (_, _, Some(Value::String(v))) => v.clone(),
+            _ => String::new(),
+        },
+        _ => String::new(),
+    }
+}
+
+/// An LSP range in caller coordinates (1-based lines, characters).
+fn caller_range(lines: &Lines, r: &Value, enc: Encoding) -> Range {
+    let point = |v: &Value| {
+        let (line, units) = lsp_position(v);
+        Position {
+            line: line + 1,
+            character: lines.to_chars(line, units, enc).1,
+        }
+    };
+    Range {
+        start: point(&r["start"]),
+        end: point(&r["end"]),
+    }
+}
+
+pub async fn hover(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolResult<Answer> {
+    let (o, tdp, (line, ch)) = at_position(pool, policy, p).await?;
+    unsupported_unless(&o.server, "hoverProvider", p.action)?;
+    let answer = ask(pool, &o.server, "textDocument/hover", tdp).await?;
+    if answer.is_null() {
+        let result = LspResult {
+            found: Some(false),
+            content: Some(None),
+            ..LspResult::new(p.action)
+        };
+        return Ok((
+            result,
+            format!("nothing to show at {}:{}:{}", o.rel, line + 1, ch),
+        ));
+    }
+    let full = hover_text(&answer["contents"]);
+    let (content, truncated) = if full.chars().count() > MAX_HOVER_CHARS {
+        let cut: String = full.chars().take(MAX_HOVER_CHARS).collect();
+        (format!("{cut}… [truncated]"), true)
+    } else {
+        (full, false)
+    };
+    let range = answer
+        .get("range")
+        .filter(|r| r.is_object())
+        .map(|r| caller_range(&o.lines, r, o.server.encoding));
+    let result = LspResult {
+        found: Some(true),
+        content: Some(Some(content.clone())),
+        truncated: truncated.then_some(true),
+        range,
+        ..LspResult::new(p.action)
+    };
+    Ok((result, content))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn hover_contents_in_every_shape() {
+        assert_eq!(hover_text(&json!("plain")), "plain");
+        assert_eq!(
+            hover_text(&json!({"kind": "markdown", "value": "**x**"})),
+            "**x**"
+        );
+        assert_eq!(
+            hover_text(&json!([{"language": "python", "value": "def f()"}, "doc"])),
+            "```python\ndef f()\n```\n\ndoc"
+        );
+        assert_eq!(hover_text(&Value::Null), "");
+    }
+}

@@ -1,0 +1,153 @@
+//! definition, type_definition, implementation and references: locations as
+//! root-relative paths, 1-based lines, characters and the line's text.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use kitbag_shared::{Access, PathPolicy, ToolResult};
+use serde_json::{Value, json};
+
+use super::{Answer, ask, at_position, lsp_position, unsupported_unless};
+use crate::pool::{Pool, Server};
+use crate::result::{Location, LspResult, page};
+use crate::text::{Lines, uri_to_path};
+use crate::tool::{Action, LspParams};
+
+/// Turn Location / Location[] / LocationLink[] into caller-facing entries.
+pub async fn locations(server: &Server, policy: &PathPolicy, result: &Value) -> Vec<Location> {
+    let items: Vec<Value> = match result {
+        Value::Null => Vec::new(),
+        Value::Array(a) => a.clone(),
+        other => vec![other.clone()],
+    };
+    let mut texts: HashMap<PathBuf, Option<Arc<Lines>>> = HashMap::new();
+    let mut out = Vec::new();
+    let mut seen = std::collections::HashSet::new();
+    for item in items {
+        let (uri, range) = if let Some(u) = item["targetUri"].as_str() {
+            let range = if item["targetSelectionRange"].is_object() {
+                &item["targetSelectionRange"]
+            } else {
+                &item["targetRange"]
+            };
+            (u, range)
+        } else {
+            (item["uri"].as_str().unwrap_or(""), &item["range"])
+        };
+        let Some(path) = uri_to_path(uri) else {
+            continue;
+        };
+        let (line, units) = lsp_position(&range["start"]);
+        if !seen.insert((path.clone(), line, units)) {
+            continue;
+        }
+        if !policy.allows(&path, Access::Read) {
+            out.push(Location {
+                path: policy.display(&path),
+                line: line + 1,
+                character: None,
+                preview: None,
+                outside_cage: Some(true),
+            });
+            continue;
+        }
+        if !texts.contains_key(&path) {
+            let t = server.text_of(&path).await;
+            texts.insert(path.clone(), t);
+        }
+        let (character, preview) = match texts.get(&path).cloned().flatten() {
+            Some(l) => (l.to_chars(line, units, server.encoding).1, l.preview(line)),
+            None => (units, String::new()),
+        };
+        out.push(Location {
+            path: policy.display(&path),
+            line: line + 1,
+            character: Some(character),
+            preview: Some(preview),
+            outside_cage: None,
+        });
+    }
+    out.sort_by(|a, b| (&a.path, a.line, a.character).cmp(&(&b.path, b.line, b.character)));
+    out
+}
+
+fn location_text(entries: &[Location]) -> Vec<String> {
+    entries
+        .iter()
+        .map(|e| {
+            if e.outside_cage == Some(true) {
+                format!("{}:{} (outside your mounts)", e.path, e.line)
+            } else {
+                format!(
+                    "{}:{}:{}: {}",
+                    e.path,
+                    e.line,
+                    e.character.unwrap_or(0),
+                    e.preview.as_deref().unwrap_or("")
+                )
+            }
+        })
+        .collect()
+}
+
+pub async fn goto(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolResult<Answer> {
+    let (method, cap, what) = match p.action {
+        Action::TypeDefinition => (
+            "textDocument/typeDefinition",
+            "typeDefinitionProvider",
+            "type definitions",
+        ),
+        Action::Implementation => (
+            "textDocument/implementation",
+            "implementationProvider",
+            "implementations",
+        ),
+        _ => (
+            "textDocument/definition",
+            "definitionProvider",
+            "definitions",
+        ),
+    };
+    let (o, tdp, (line, ch)) = at_position(pool, policy, p).await?;
+    unsupported_unless(&o.server, cap, p.action)?;
+    let answer = ask(pool, &o.server, method, tdp).await?;
+    let entries = locations(&o.server, policy, &answer).await;
+    let mut text = location_text(&entries);
+    if text.is_empty() {
+        text.push(format!("no {what} found at {}:{}:{}", o.rel, line + 1, ch));
+    }
+    let mut result = LspResult {
+        count: Some(entries.len()),
+        ..LspResult::new(p.action)
+    };
+    match p.action {
+        Action::TypeDefinition => result.type_definitions = Some(entries),
+        Action::Implementation => result.implementations = Some(entries),
+        _ => result.definitions = Some(entries),
+    }
+    Ok((result, text.join("\n")))
+}
+
+pub async fn references(
+    pool: &Arc<Pool>,
+    policy: &PathPolicy,
+    p: &LspParams,
+) -> ToolResult<Answer> {
+    let (o, mut tdp, _) = at_position(pool, policy, p).await?;
+    unsupported_unless(&o.server, "referencesProvider", p.action)?;
+    tdp["context"] = json!({"includeDeclaration": p.include_declaration.unwrap_or(false)});
+    let answer = ask(pool, &o.server, "textDocument/references", tdp).await?;
+    let all = locations(&o.server, policy, &answer).await;
+    let (shown, pg) = page(all, p, 100);
+    let mut text = location_text(&shown);
+    let mut result = LspResult {
+        references: Some(shown),
+        ..LspResult::new(p.action)
+    };
+    pg.mark(&mut result, &mut text);
+    if pg.total == 0 {
+        text.push("no references found".into());
+    }
+    Ok((result, text.join("\n")))
+}

@@ -1,0 +1,147 @@
+//! The actions about the servers themselves: status, reload, capabilities, and raw
+//! requests.
+
+use std::sync::Arc;
+
+use kitbag_shared::{ErrorCode, PathPolicy, ToolError, ToolResult};
+use serde_json::Value;
+
+use super::{Answer, language_of, server_of};
+use crate::pool::{Pool, Server};
+use crate::result::{LspResult, ServerInfo, Supports};
+use crate::tool::{Action, LspParams, need};
+
+/// A raw `request` answer beyond this is cut.
+pub const MAX_RAW_BYTES: usize = 256 * 1024;
+
+pub async fn status(pool: &Arc<Pool>) -> ToolResult<Answer> {
+    let servers = pool.status().await;
+    let text = servers
+        .iter()
+        .map(|s| {
+            format!(
+                "{}: {}{}{} (restarts {}, {} open files){}",
+                s.language,
+                s.state,
+                s.pid.map(|p| format!(" pid {p}")).unwrap_or_default(),
+                s.uptime_ms
+                    .map(|u| format!(" up {:.1}s", u as f64 / 1000.0))
+                    .unwrap_or_default(),
+                s.restarts,
+                s.open_files.len(),
+                if s.installed { "" } else { " [not installed]" }
+            )
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let result = LspResult {
+        servers: Some(servers),
+        ..LspResult::new(Action::Status)
+    };
+    Ok((result, text))
+}
+
+pub async fn reload(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolResult<Answer> {
+    let lang = language_of(pool, policy, p)?;
+    let server = pool.reload(lang).await?;
+    let result = LspResult {
+        language: Some(lang.name.clone()),
+        pid: Some(server.pid),
+        state: Some("running".into()),
+        ..LspResult::new(p.action)
+    };
+    let text = format!(
+        "restarted the {} language server (pid {})",
+        lang.name, server.pid
+    );
+    Ok((result, text))
+}
+
+/// What a server supports, read from its capabilities.
+fn supports(server: &Server) -> Supports {
+    let has = |k: &str| server.has(k);
+    Supports {
+        diagnostics_pull: has("diagnosticProvider"),
+        definition: has("definitionProvider"),
+        type_definition: has("typeDefinitionProvider"),
+        implementation: has("implementationProvider"),
+        references: has("referencesProvider"),
+        hover: has("hoverProvider"),
+        document_symbols: has("documentSymbolProvider"),
+        workspace_symbols: has("workspaceSymbolProvider"),
+        rename: has("renameProvider"),
+        prepare_rename: server.capabilities["renameProvider"]["prepareProvider"].as_bool()
+            == Some(true),
+        code_actions: has("codeActionProvider"),
+    }
+}
+
+pub async fn capabilities(
+    pool: &Arc<Pool>,
+    policy: &PathPolicy,
+    p: &LspParams,
+) -> ToolResult<Answer> {
+    let lang = language_of(pool, policy, p)?;
+    let server = pool.get(lang).await?;
+    let supports = supports(&server);
+    let server_info: Option<ServerInfo> = serde_json::from_value(server.server_info.clone()).ok();
+    let text = format!(
+        "{} ({}) supports: {}; positions in {}",
+        lang.name,
+        server_info
+            .as_ref()
+            .map_or(lang.command[0].as_str(), |i| i.name.as_str()),
+        supports.names().join(", "),
+        server.encoding.as_str()
+    );
+    let result = LspResult {
+        language: Some(lang.name.clone()),
+        command: Some(lang.command.clone()),
+        server_info: Some(server_info),
+        position_encoding: Some(server.encoding.as_str().to_string()),
+        supports: Some(supports),
+        capabilities: Some(server.capabilities.as_object().cloned().unwrap_or_default()),
+        ..LspResult::new(p.action)
+    };
+    Ok((result, text))
+}
+
+pub async fn raw_request(
+    pool: &Arc<Pool>,
+    policy: &PathPolicy,
+    p: &LspParams,
+) -> ToolResult<Answer> {
+    let method = need(&p.method, "method", "required")?;
+    let server = server_of(pool, policy, p).await?;
+    server.sync(&[]).await?;
+    let params = p.params.clone().unwrap_or(Value::Null);
+    let answer = server.request(method, params).await.map_err(raw_error)?;
+    let text = answer.to_string();
+    let mut result = LspResult {
+        method: Some(method.clone()),
+        ..LspResult::new(p.action)
+    };
+    if text.len() > MAX_RAW_BYTES {
+        let (cut, _) = kitbag_shared::limits::truncate_str(&text, MAX_RAW_BYTES);
+        let text = format!("{cut}… [truncated at {MAX_RAW_BYTES} bytes]");
+        result.truncated = Some(true);
+        result.result_text = Some(cut.to_string());
+        return Ok((result, text));
+    }
+    result.result = Some(answer);
+    Ok((result, text))
+}
+
+fn raw_error(e: crate::rpc::RpcError) -> ToolError {
+    use crate::rpc::RpcError;
+    // Raw requests do not kill the server on timeout: the method may simply be slow.
+    ToolError::new(
+        match e {
+            RpcError::Timeout => ErrorCode::Timeout,
+            RpcError::Closed => ErrorCode::LspServerUnavailable,
+            RpcError::Server { code: -32601, .. } => ErrorCode::UnsupportedByAdapter,
+            RpcError::Server { .. } => ErrorCode::InvalidParams,
+        },
+        format!("request failed: {e}"),
+    )
+}
