@@ -164,7 +164,12 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         for (name, v) in map {
             let f: ForeignEntry = serde_json::from_value(v)
                 .map_err(|e| anyhow::anyhow!("{}: mcpServers.{name}: {e}", path.display()))?;
-            let sse = f.kind.as_deref() == Some("sse");
+            if f.kind.as_deref() == Some("sse") {
+                anyhow::bail!(
+                    "{}: mcpServers.{name}: type `sse`: the retired HTTP+SSE transport is not spoken; give the server's Streamable HTTP endpoint (usually …/mcp)",
+                    path.display()
+                );
+            }
             let entry = ServerEntry {
                 command: f.command,
                 url: f.url,
@@ -175,13 +180,9 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
                 enabled: true,
                 ..Default::default()
             };
-            let mut spec = expand_spec(name, entry);
-            if sse {
-                spec.error.get_or_insert_with(|| {
-                    "type `sse`: the retired HTTP+SSE transport is not spoken; give the server's Streamable HTTP endpoint (usually …/mcp)".into()
-                });
-            }
-            servers.push(spec);
+            check_shape(&entry)
+                .map_err(|e| anyhow::anyhow!("{}: mcpServers.{name}: {e}", path.display()))?;
+            servers.push(expand_spec(name, entry));
         }
     } else {
         let file: AgentFile = serde_json::from_value(value)
@@ -211,6 +212,8 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         };
         for (name, v) in file.mcp {
             let entry: ServerEntry = serde_json::from_value(v)
+                .map_err(|e| anyhow::anyhow!("{}: mcp.{name}: {e}", path.display()))?;
+            check_shape(&entry)
                 .map_err(|e| anyhow::anyhow!("{}: mcp.{name}: {e}", path.display()))?;
             servers.push(expand_spec(name, entry));
         }
@@ -286,7 +289,7 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
         .map(|(k, v)| (k.clone(), exp(v, &format!("headers.{k}"))))
         .collect();
     if error.is_none() {
-        error = check_transport(&entry).err();
+        error = check_remote(&entry).err();
     }
     ServerSpec {
         name,
@@ -296,40 +299,43 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
     }
 }
 
-/// A local server names a `command`, a remote one a `url` (http or https) — never both.
-fn check_transport(entry: &ServerEntry) -> Result<(), String> {
+/// A local server names a `command`, a remote one a `url` — never both, never neither — and
+/// each takes only its own fields. A config breaking this is refused whole (a reload changes
+/// nothing), like one with an unknown field.
+fn check_shape(entry: &ServerEntry) -> Result<(), String> {
     match (&entry.url, entry.command.is_empty()) {
         (None, true) => Err("give `command` (a local server) or `url` (a remote one)".into()),
         (Some(_), false) => {
             Err("`command` and `url` both given: one server is one or the other".into())
         }
-        (None, false) => {
-            if !entry.headers.is_empty() {
-                return Err("`headers` apply to a remote server (`url`), not a command".into());
-            }
-            Ok(())
+        (None, false) if !entry.headers.is_empty() => {
+            Err("`headers` apply to a remote server (`url`), not a command".into())
         }
-        (Some(url), true) => {
-            let parsed = url::Url::parse(url).map_err(|e| format!("url `{url}`: {e}"))?;
-            if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-                return Err(format!(
-                    "url `{url}`: expected http:// or https://HOST/PATH"
-                ));
-            }
-            if !entry.args.is_empty() || !entry.env.is_empty() || entry.cwd.is_some() {
-                return Err(
-                    "`args`, `env` and `cwd` apply to a command, not a remote `url`".into(),
-                );
-            }
-            for (name, value) in &entry.headers {
-                http::HeaderName::from_bytes(name.as_bytes())
-                    .map_err(|_| format!("headers: `{name}` is not a header name"))?;
-                http::HeaderValue::from_str(value)
-                    .map_err(|_| format!("headers.{name}: not a valid header value"))?;
-            }
-            Ok(())
+        (Some(_), true)
+            if !entry.args.is_empty() || !entry.env.is_empty() || entry.cwd.is_some() =>
+        {
+            Err("`args`, `env` and `cwd` apply to a command, not a remote `url`".into())
         }
+        _ => Ok(()),
     }
+}
+
+/// A remote entry's URL and headers, once expanded: http(s) with a host, valid headers.
+fn check_remote(entry: &ServerEntry) -> Result<(), String> {
+    let Some(url) = &entry.url else { return Ok(()) };
+    let parsed = url::Url::parse(url).map_err(|e| format!("url `{url}`: {e}"))?;
+    if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
+        return Err(format!(
+            "url `{url}`: expected http:// or https://HOST/PATH"
+        ));
+    }
+    for (name, value) in &entry.headers {
+        http::HeaderName::from_bytes(name.as_bytes())
+            .map_err(|_| format!("headers: `{name}` is not a header name"))?;
+        http::HeaderValue::from_str(value)
+            .map_err(|_| format!("headers.{name}: not a valid header value"))?;
+    }
+    Ok(())
 }
 
 /// Expand `${VAR}` and `${VAR:-default}`; `Err(var)` names an unset variable without default.

@@ -143,26 +143,38 @@ fn a_refused_token_and_a_bad_entry_are_reported_not_fatal() {
         "the token is not repeated: {error}"
     );
 
-    // Entries that cannot work are refused with the reason, before any connection.
-    let config = json!({"mcp": {
-        "both": {"command": "kitbag-files", "url": "http://127.0.0.1:1/mcp"},
-        "ftp": {"url": "ftp://example.com/mcp"},
-        "sse": {"url": "http://127.0.0.1:1/mcp", "args": ["x"]},
-    }});
-    std::fs::write(laptop.path().join("agent.json"), config.to_string()).expect("config");
-    let doctor = std::process::Command::new(kitbag())
-        .arg("doctor")
-        .current_dir(laptop.path())
-        .env_remove("KITBAG_CONFIG")
-        .output()
-        .expect("doctor");
-    let said = String::from_utf8_lossy(&doctor.stdout).to_string()
-        + &String::from_utf8_lossy(&doctor.stderr);
-    for why in [
-        "both given",
-        "expected http:// or https://",
-        "apply to a command",
-    ] {
+    // Entries that cannot work: the config is refused whole, naming the entry and why; a bad
+    // URL fails that server only (it may come from a variable).
+    let cases = [
+        (
+            json!({"both": {"command": "kitbag-files", "url": "http://127.0.0.1:1/mcp"}}),
+            "both given",
+        ),
+        (json!({"neither": {"args": ["x"]}}), "give `command`"),
+        (
+            json!({"argv": {"url": "http://127.0.0.1:1/mcp", "args": ["x"]}}),
+            "apply to a command",
+        ),
+        (
+            json!({"ftp": {"url": "ftp://example.com/mcp"}}),
+            "expected http:// or https://",
+        ),
+    ];
+    for (servers, why) in cases {
+        std::fs::write(
+            laptop.path().join("agent.json"),
+            json!({"mcp": servers}).to_string(),
+        )
+        .expect("config");
+        let doctor = std::process::Command::new(kitbag())
+            .arg("doctor")
+            .current_dir(laptop.path())
+            .env_remove("KITBAG_CONFIG")
+            .output()
+            .expect("doctor");
+        let said = String::from_utf8_lossy(&doctor.stdout).to_string()
+            + &String::from_utf8_lossy(&doctor.stderr);
+        assert!(!doctor.status.success(), "{why}: {said}");
         assert!(said.contains(why), "doctor should say `{why}`: {said}");
     }
 }
