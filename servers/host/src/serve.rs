@@ -217,16 +217,7 @@ impl HostServer {
             RELOAD_TOOL => return Some(tier::of_tool(&Self::reload_tool())),
             _ => {}
         }
-        let flat = self.hub.flat();
-        let offered = if flat.routes.contains_key(name) {
-            name.to_string()
-        } else {
-            crate::hub::sanitize(name)
-        };
-        flat.tools
-            .iter()
-            .find(|t| t.name == offered)
-            .map(tier::of_tool)
+        self.offered(name, tier::of_tool)
     }
 
     pub(crate) fn agent_name(&self) -> Option<String> {
@@ -240,19 +231,23 @@ impl HostServer {
         if policy.is_none() && caller.is_none() {
             return Ok(());
         }
+        self.offered(name, |tool| {
+            Self::tier_permits(tool, caller.as_ref())?;
+            policy.map_or(Ok(()), |p| p.check(tool))
+        })
+        .unwrap_or(Ok(()))
+    }
+
+    /// `look` at the child tool a call names (its offered name, or the name sanitized as
+    /// the flat list offers it); None when no child offers it.
+    fn offered<R>(&self, name: &str, look: impl FnOnce(&Tool) -> R) -> Option<R> {
         let flat = self.hub.flat();
         let offered = if flat.routes.contains_key(name) {
             name.to_string()
         } else {
             crate::hub::sanitize(name)
         };
-        match flat.tools.iter().find(|t| t.name == offered) {
-            Some(tool) => {
-                Self::tier_permits(tool, caller.as_ref())?;
-                policy.map_or(Ok(()), |p| p.check(tool))
-            }
-            None => Ok(()),
-        }
+        flat.tools.iter().find(|t| t.name == offered).map(look)
     }
 
     /// A host tool (`host_status`, `host_reload`) for this call's caller: the tier its token

@@ -56,34 +56,37 @@ pub struct OAuthConfig {
 impl OAuthConfig {
     /// Checks that the URLs are usable: https, or http on a loopback address only.
     pub fn check(&self) -> anyhow::Result<()> {
-        for (flag, url) in [
-            ("--oauth-issuer", Some(&self.issuer)),
-            ("--oauth-resource", Some(&self.resource)),
-            ("--oauth-jwks-url", self.jwks_url.as_ref()),
-        ] {
-            let Some(url) = url else { continue };
-            let parsed = url::Url::parse(url)
-                .map_err(|e| anyhow::anyhow!("{flag} {url}: not a URL ({e})"))?;
-            let loopback = match parsed.host() {
-                Some(url::Host::Domain(d)) => d == "localhost",
-                Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
-                Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
-                None => false,
-            };
-            let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback);
-            if !secure || parsed.fragment().is_some() {
-                anyhow::bail!(
-                    "{flag} {url}: expected an https:// URL without a fragment (http:// only on a loopback address)"
-                );
-            }
+        check_url("--oauth-issuer", &self.issuer)?;
+        check_url("--oauth-resource", &self.resource)?;
+        match &self.jwks_url {
+            Some(url) => check_url("--oauth-jwks-url", url),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     /// The scope that grants `tier`.
     pub fn scope_of(&self, tier: Tier) -> String {
         format!("{}{}", self.scope_prefix, tier.as_str())
     }
+}
+
+/// `url` is https, or http on a loopback address; `what` names it in the error.
+fn check_url(what: &str, url: &str) -> anyhow::Result<()> {
+    let parsed =
+        url::Url::parse(url).map_err(|e| anyhow::anyhow!("{what} {url}: not a URL ({e})"))?;
+    let loopback = match parsed.host() {
+        Some(url::Host::Domain(d)) => d == "localhost",
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback(),
+        Some(url::Host::Ipv6(ip)) => ip.is_loopback(),
+        None => false,
+    };
+    let secure = parsed.scheme() == "https" || (parsed.scheme() == "http" && loopback);
+    if !secure || parsed.fragment().is_some() {
+        anyhow::bail!(
+            "{what} {url}: expected an https:// URL without a fragment (http:// only on a loopback address)"
+        );
+    }
+    Ok(())
 }
 
 /// Where the protected-resource metadata is served (RFC 9728 §3.1: the well-known prefix
@@ -333,11 +336,7 @@ impl ResourceServer {
                     let jwks = meta
                         .jwks_uri
                         .ok_or_else(|| anyhow::anyhow!("{url}: no jwks_uri"))?;
-                    let config = OAuthConfig {
-                        jwks_url: Some(jwks.clone()),
-                        ..self.config.clone()
-                    };
-                    config.check()?;
+                    check_url(&format!("{url}: jwks_uri"), &jwks)?;
                     return Ok(jwks);
                 }
                 Err(e) => errors.push(e.to_string()),
