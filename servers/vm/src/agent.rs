@@ -13,13 +13,13 @@ use std::time::{Duration, Instant};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{UnixListener, UnixStream};
+use tokio::net::{TcpListener, UnixListener};
 use tokio::process::Command;
-use tokio::sync::{Mutex, mpsc};
+use tokio::sync::{Mutex, mpsc, watch};
 
 use crate::proto::{
-    self, AGENT_SOCKET, Answer, ExecRequest, ExitStatus, Frame, LOGS_DIR, MAIN_SPEC, MainSpec,
-    Request,
+    self, AGENT_SOCKET, Answer, ExecRequest, ExitStatus, Frame, Hello, LOGS_DIR, MAIN_SPEC,
+    MainSpec, ReadHalf, Request, Stream, WriteHalf,
 };
 
 struct Agent {
@@ -28,48 +28,135 @@ struct Agent {
     main_pgid: Mutex<Option<i32>>,
     /// Bumped by each restart, so the old main's end does not end the instance.
     generation: std::sync::atomic::AtomicU64,
+    /// Inside a VM (`--listen`): the agent outlives the main command (the server collects
+    /// its logs, then shuts the VM down) and takes its environment from `setup`.
+    vm: bool,
+    /// The environment every command starts with, when `setup` gave one.
+    env: std::sync::Mutex<Option<Vec<(String, String)>>>,
+    /// How the main command ended, for `wait_main`.
+    main_exit: watch::Sender<Option<ExitStatus>>,
+}
+
+impl Agent {
+    /// `setup`'s environment in place of the agent's own (a VM's init has next to none).
+    fn apply_env(&self, cmd: &mut Command) {
+        if let Ok(guard) = self.env.lock()
+            && let Some(env) = guard.as_ref()
+        {
+            cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+        }
+    }
+}
+
+/// Where the agent serves.
+enum Listen {
+    /// `<ctl>/agent.sock` (bubblewrap).
+    Unix,
+    /// A TCP address inside a VM, and the token every connection must present first.
+    Tcp(std::net::SocketAddr, String),
 }
 
 /// Entry point: `args` are the words after `__agent`.
 pub fn main(args: &[String]) -> anyhow::Result<()> {
     let mut ctl = PathBuf::from(proto::CTL_DIR);
+    let mut listen_addr = None;
+    let mut token = None;
     let mut it = args.iter();
     while let Some(a) = it.next() {
+        let mut value = |what: &str| {
+            it.next()
+                .cloned()
+                .ok_or_else(|| anyhow::anyhow!("{a} needs {what}"))
+        };
         match a.as_str() {
-            "--ctl" => {
-                ctl = PathBuf::from(
-                    it.next()
-                        .ok_or_else(|| anyhow::anyhow!("--ctl needs a directory"))?,
-                )
-            }
+            "--ctl" => ctl = PathBuf::from(value("a directory")?),
+            "--listen" => listen_addr = Some(value("an address")?.parse()?),
+            "--token" => token = Some(value("a token")?),
             other => anyhow::bail!("kitbag-vm __agent: unknown argument {other}"),
         }
     }
+    let listen = match (listen_addr, token) {
+        (None, None) => Listen::Unix,
+        (Some(addr), Some(token)) if token.len() >= 16 => Listen::Tcp(addr, token),
+        _ => anyhow::bail!("kitbag-vm __agent: --listen needs --token (16 characters or more)"),
+    };
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
-    rt.block_on(run(ctl))
+    rt.block_on(run(ctl, listen))
 }
 
-async fn run(ctl: PathBuf) -> anyhow::Result<()> {
+async fn run(ctl: PathBuf, listen: Listen) -> anyhow::Result<()> {
     std::fs::create_dir_all(ctl.join(LOGS_DIR))?;
-    let sock = ctl.join(AGENT_SOCKET);
-    let _ = std::fs::remove_file(&sock);
-    let listener = UnixListener::bind(&sock)?;
     let agent = Arc::new(Agent {
         ctl: ctl.clone(),
         main_pgid: Mutex::new(None),
         generation: std::sync::atomic::AtomicU64::new(0),
+        vm: matches!(listen, Listen::Tcp(..)),
+        env: std::sync::Mutex::new(None),
+        main_exit: watch::channel(None).0,
     });
-    loop {
-        let (stream, _) = listener.accept().await?;
-        let agent = agent.clone();
+    let serve_one = |agent: Arc<Agent>, stream: Stream| {
         tokio::spawn(async move {
             if let Err(e) = serve(agent, stream).await {
                 eprintln!("kitbag-vm agent: {e}");
             }
         });
+    };
+    match listen {
+        Listen::Unix => {
+            let sock = ctl.join(AGENT_SOCKET);
+            let _ = std::fs::remove_file(&sock);
+            let listener = UnixListener::bind(&sock)?;
+            loop {
+                let (stream, _) = listener.accept().await?;
+                serve_one(agent.clone(), Box::new(stream));
+            }
+        }
+        Listen::Tcp(addr, token) => {
+            let listener = TcpListener::bind(addr).await?;
+            let token = Arc::new(token);
+            loop {
+                let (stream, _) = listener.accept().await?;
+                let _ = stream.set_nodelay(true);
+                let (agent, token) = (agent.clone(), token.clone());
+                tokio::spawn(async move {
+                    if let Some(stream) = greeted(stream, &token).await {
+                        serve_one(agent, stream);
+                    }
+                });
+            }
+        }
     }
+}
+
+/// A TCP connection that presented the token, byte by byte so nothing after the line is
+/// read ahead. Anything else is dropped without an answer.
+async fn greeted(mut stream: tokio::net::TcpStream, token: &str) -> Option<Stream> {
+    let mut line = Vec::with_capacity(96);
+    let read = async {
+        let mut byte = [0u8; 1];
+        while line.len() < 1024 {
+            stream.read_exact(&mut byte).await.ok()?;
+            if byte[0] == b'\n' {
+                return Some(());
+            }
+            line.push(byte[0]);
+        }
+        None
+    };
+    tokio::time::timeout(Duration::from_secs(10), read)
+        .await
+        .ok()??;
+    let hello: Hello = serde_json::from_slice(&line).ok()?;
+    let same = hello.token.len() == token.len()
+        && hello
+            .token
+            .bytes()
+            .zip(token.bytes())
+            .fold(0u8, |acc, (a, b)| acc | (a ^ b))
+            == 0;
+    same.then(|| Box::new(stream) as Stream)
 }
 
 fn read_main_spec(ctl: &Path) -> anyhow::Result<Option<MainSpec>> {
@@ -87,8 +174,9 @@ async fn start_main(agent: &Arc<Agent>, spec: MainSpec) {
     let logs = agent.ctl.join(LOGS_DIR);
     let spawned = log_file(&logs.join("main.log")).and_then(|out| {
         let err = out.try_clone()?;
-        Command::new(&spec.argv[0])
-            .args(&spec.argv[1..])
+        let mut cmd = Command::new(&spec.argv[0]);
+        agent.apply_env(&mut cmd);
+        cmd.args(&spec.argv[1..])
             .current_dir(&spec.cwd)
             .stdin(std::process::Stdio::null())
             .stdout(out)
@@ -106,7 +194,8 @@ async fn start_main(agent: &Arc<Agent>, spec: MainSpec) {
                 signal: None,
             };
             write_exit(&logs.join("main.exit"), &status);
-            std::process::exit(127);
+            main_ended(agent, status);
+            return;
         }
     };
     let pid = child.id().map(|p| p as i32);
@@ -128,8 +217,17 @@ async fn start_main(agent: &Arc<Agent>, spec: MainSpec) {
             return; // restarted: the new main owns the instance now
         }
         write_exit(&logs.join("main.exit"), &status);
-        std::process::exit(status.code.clamp(0, 255));
+        main_ended(&agent, status);
     });
+}
+
+/// The instance ends with its main command: a sandbox's agent exits with its status; a VM's
+/// tells the server (`wait_main`), which collects the logs and shuts the VM down.
+fn main_ended(agent: &Agent, status: ExitStatus) {
+    if !agent.vm {
+        std::process::exit(status.code.clamp(0, 255));
+    }
+    agent.main_exit.send_replace(Some(status));
 }
 
 fn log_file(path: &Path) -> std::io::Result<std::fs::File> {
@@ -151,8 +249,8 @@ fn write_exit(path: &Path, status: &ExitStatus) {
     }
 }
 
-async fn serve(agent: Arc<Agent>, stream: UnixStream) -> anyhow::Result<()> {
-    let (read, mut write) = stream.into_split();
+async fn serve(agent: Arc<Agent>, stream: Stream) -> anyhow::Result<()> {
+    let (read, mut write) = tokio::io::split(stream);
     let mut read = BufReader::new(read);
     let req: Request = proto::read_line(&mut read).await?;
     match req {
@@ -161,7 +259,7 @@ async fn serve(agent: Arc<Agent>, stream: UnixStream) -> anyhow::Result<()> {
             a.pid = Some(std::process::id() as i32);
             proto::write_line(&mut write, &a).await?;
         }
-        Request::Exec(req) => exec(req, read, write).await?,
+        Request::Exec(req) => exec(&agent, req, read, write).await?,
         Request::Connect { port } => connect(port, read, write).await?,
         Request::CopyIn {
             path,
@@ -208,6 +306,20 @@ async fn serve(agent: Arc<Agent>, stream: UnixStream) -> anyhow::Result<()> {
             let answer = restart_main(&agent, Duration::from_millis(grace_ms)).await;
             proto::write_line(&mut write, &answer).await?;
         }
+        Request::Setup { env, main } => {
+            let answer = setup(&agent, env, main);
+            proto::write_line(&mut write, &answer).await?;
+        }
+        Request::WaitMain => {
+            let mut rx = agent.main_exit.subscribe();
+            let status = match rx.wait_for(|s| s.is_some()).await {
+                Ok(s) => *s,
+                Err(_) => None,
+            };
+            let mut a = Answer::ok();
+            a.exit = status;
+            proto::write_line(&mut write, &a).await?;
+        }
     }
     Ok(())
 }
@@ -215,10 +327,32 @@ async fn serve(agent: Arc<Agent>, stream: UnixStream) -> anyhow::Result<()> {
 /// Run one command. Foreground: stream its output as frames; when the client goes away
 /// (timeout, cancellation) its whole process group is killed. Background (`job`): output to
 /// the job's log, status to its `.exit` file, and the answer is just `Started`.
+/// A VM's environment and main command (a sandbox has both from bwrap and its control
+/// directory). Only once: a later `setup` could swap what `restart_main` runs.
+fn setup(agent: &Agent, env: Vec<(String, String)>, main: Option<MainSpec>) -> Answer {
+    let Ok(mut guard) = agent.env.lock() else {
+        return Answer::fail("io", "the agent's state is poisoned");
+    };
+    if !agent.vm || guard.is_some() {
+        return Answer::fail("refused", "setup is for a VM's agent, once");
+    }
+    if let Some(main) = main {
+        let written = serde_json::to_vec(&main)
+            .map_err(std::io::Error::other)
+            .and_then(|bytes| std::fs::write(agent.ctl.join(MAIN_SPEC), bytes));
+        if let Err(e) = written {
+            return Answer::fail("io", format!("main.json: {e}"));
+        }
+    }
+    *guard = Some(env);
+    Answer::ok()
+}
+
 async fn exec(
+    agent: &Agent,
     req: ExecRequest,
-    mut read: BufReader<tokio::net::unix::OwnedReadHalf>,
-    mut write: tokio::net::unix::OwnedWriteHalf,
+    mut read: BufReader<ReadHalf>,
+    mut write: WriteHalf,
 ) -> anyhow::Result<()> {
     let mut stdin_bytes = vec![0u8; req.stdin_len.min(16 << 20) as usize];
     read.read_exact(&mut stdin_bytes).await?;
@@ -227,13 +361,14 @@ async fn exec(
         return Ok(());
     };
     let mut cmd = Command::new(program);
+    agent.apply_env(&mut cmd);
     cmd.args(&req.argv[1..])
         .envs(&req.env)
         .current_dir(&req.cwd)
         .process_group(0)
         .kill_on_drop(false);
     if let Some(job) = &req.job {
-        let logs = Path::new(proto::CTL_DIR).join(LOGS_DIR);
+        let logs = agent.ctl.join(LOGS_DIR);
         let out = log_file(&logs.join(format!("job-{job}.log")))?;
         cmd.stdin(std::process::Stdio::null())
             .stdout(out.try_clone()?)
@@ -365,15 +500,11 @@ fn pump<R: tokio::io::AsyncRead + Unpin + Send + 'static>(
     })
 }
 
-async fn connect(
-    port: u16,
-    read: BufReader<tokio::net::unix::OwnedReadHalf>,
-    mut write: tokio::net::unix::OwnedWriteHalf,
-) -> anyhow::Result<()> {
+async fn connect(port: u16, read: BufReader<ReadHalf>, mut write: WriteHalf) -> anyhow::Result<()> {
     match tokio::net::TcpStream::connect(("127.0.0.1", port)).await {
         Ok(tcp) => {
             proto::write_line(&mut write, &Answer::ok()).await?;
-            let mut unix = read.into_inner().reunite(write)?;
+            let mut unix = read.into_inner().unsplit(write);
             let mut tcp = tcp;
             let _ = tokio::io::copy_bidirectional_with_sizes(
                 &mut unix,
@@ -395,7 +526,7 @@ async fn copy_in(
     path: &Path,
     size: u64,
     overwrite: bool,
-    read: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    read: &mut BufReader<ReadHalf>,
 ) -> Answer {
     if !path.is_absolute() {
         return Answer::fail("invalid", "guest_path must be absolute");
@@ -454,7 +585,7 @@ async fn copy_out(
     path: &Path,
     max_bytes: u64,
     tree: bool,
-    mut write: tokio::net::unix::OwnedWriteHalf,
+    mut write: WriteHalf,
 ) -> anyhow::Result<()> {
     let file = match tokio::fs::File::open(path).await {
         Ok(f) => f,
@@ -520,7 +651,7 @@ async fn copy_in_tree(
     path: &Path,
     overwrite: bool,
     max_bytes: u64,
-    read: &mut BufReader<tokio::net::unix::OwnedReadHalf>,
+    read: &mut BufReader<ReadHalf>,
 ) -> Answer {
     use crate::tree::Kind;
     if !path.is_absolute() {

@@ -18,7 +18,9 @@ use tokio::net::UnixStream;
 use tokio::sync::watch;
 
 use crate::cgroup::{InstanceCgroups, Limits};
-use crate::proto::{self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request};
+use crate::proto::{
+    self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request, Stream,
+};
 use crate::spawner::Spawner;
 
 /// Where the agent binary is mounted inside (outside the bound control directory, so the
@@ -199,18 +201,7 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
         push(&[if *rw { "--bind" } else { "--ro-bind" }, &h, guest]);
     }
     push(&["--remount-ro", "/"]);
-    let mut env: Vec<(String, String)> = vec![
-        ("PATH".into(), DEFAULT_PATH.into()),
-        ("HOME".into(), "/work".into()),
-        ("LANG".into(), "C.UTF-8".into()),
-        ("HOSTNAME".into(), spec.hostname.clone()),
-        ("KITBAG_INSTANCE_ID".into(), spec.id.clone()),
-    ];
-    for (k, v) in &spec.env {
-        env.retain(|(e, _)| e != k);
-        env.push((k.clone(), v.clone()));
-    }
-    for (k, v) in &env {
+    for (k, v) in &instance_env(&spec.id, &spec.hostname, &spec.env) {
         push(&["--setenv", k, v]);
     }
     push(&[
@@ -282,6 +273,23 @@ fn host_loader() -> Option<(PathBuf, String)> {
         let name = real.file_name()?.to_string_lossy().into_owned();
         Some((real.parent()?.to_path_buf(), name))
     })
+}
+
+/// The environment every instance's commands start with (any engine): a PATH, HOME=/work,
+/// its identity, then the caller's variables over those.
+pub fn instance_env(id: &str, hostname: &str, extra: &[(String, String)]) -> Vec<(String, String)> {
+    let mut env: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOME".into(), "/work".into()),
+        ("LANG".into(), "C.UTF-8".into()),
+        ("HOSTNAME".into(), hostname.to_string()),
+        ("KITBAG_INSTANCE_ID".into(), id.to_string()),
+    ];
+    for (k, v) in extra {
+        env.retain(|(e, _)| e != k);
+        env.push((k.clone(), v.clone()));
+    }
+    env
 }
 
 /// The tail of a log file, for error messages.
@@ -487,7 +495,7 @@ impl Sandbox {
     /// A connection to the agent. The socket is opened without following links and must be
     /// a socket: the instance can write its control directory and must not be able to point
     /// the server at another socket on the host.
-    pub async fn agent(&self) -> std::io::Result<UnixStream> {
+    pub async fn agent(&self) -> std::io::Result<Stream> {
         let fd = openat(
             &self.ctl_fd,
             AGENT_SOCKET,
@@ -504,40 +512,11 @@ impl Sandbox {
         let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
         let stream = UnixStream::connect(&path).await;
         drop(fd);
-        stream
+        Ok(Box::new(stream?))
     }
 
-    /// A one-line request and its one-line answer.
     pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
-        let stream = self.agent().await?;
-        let (read, mut write) = stream.into_split();
-        proto::write_line(&mut write, req).await?;
-        let mut read = tokio::io::BufReader::new(read);
-        proto::read_line(&mut read).await
-    }
-
-    /// A request whose bytes follow its header (`body` writes them), and its one-line
-    /// answer. The agent may refuse (a target exists) before reading the body: its answer then
-    /// matters more than the broken pipe that follows.
-    pub async fn request_with_body<F, Fut>(&self, req: &Request, body: F) -> std::io::Result<Answer>
-    where
-        F: FnOnce(tokio::net::unix::OwnedWriteHalf) -> Fut,
-        Fut: std::future::Future<Output = std::io::Result<tokio::net::unix::OwnedWriteHalf>>,
-    {
-        use tokio::io::AsyncWriteExt;
-        let stream = self.agent().await?;
-        let (read, mut write) = stream.into_split();
-        let sent = async {
-            proto::write_line(&mut write, req).await?;
-            let mut write = body(write).await?;
-            write.flush().await
-        }
-        .await;
-        let mut read = tokio::io::BufReader::new(read);
-        match proto::read_line::<_, Answer>(&mut read).await {
-            Ok(a) => Ok(a),
-            Err(e) => Err(sent.err().unwrap_or(e)),
-        }
+        proto::request(self.agent().await?, req).await
     }
 
     /// How the sandbox ended, once it has.

@@ -10,8 +10,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use tokio_util::sync::CancellationToken;
 
-use crate::bwrap::Sandbox;
 use crate::cgroup::{Limits, Usage};
+use crate::engine::Engine;
 use crate::proto::ExitStatus;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
@@ -116,7 +116,9 @@ pub struct Instance {
     pub ttl_seconds: u64,
     pub ttl_deadline: Option<(Instant, SystemTime)>,
     pub ttl_warned: bool,
-    pub sandbox: Option<Arc<Sandbox>>,
+    pub sandbox: Option<Arc<Engine>>,
+    /// The engine: `bwrap` or `qemu`.
+    pub backend: &'static str,
     pub ports: BTreeMap<u16, Port>,
     pub leases: BTreeMap<String, Lease>,
     /// Foreground execs and copies in progress: they block the idle timer.
@@ -162,6 +164,7 @@ impl Instance {
             ttl_deadline: None,
             ttl_warned: false,
             sandbox: None,
+            backend: "bwrap",
             ports: BTreeMap::new(),
             leases: BTreeMap::new(),
             busy: 0,
@@ -219,11 +222,11 @@ impl Instance {
             Some(s) => s.limits_enforced(),
             None => (false, None),
         };
-        let work = crate::bwrap::work_dir(&self.dir);
+        let work = (self.backend == "bwrap").then(|| crate::bwrap::work_dir(&self.dir));
         InstanceInfo {
             id: self.id.clone(),
             name: self.name.clone(),
-            backend: "bwrap".into(),
+            backend: self.backend.into(),
             state: self.state,
             owner: self.owner.clone(),
             parent: self.owner.clone(),
@@ -237,7 +240,7 @@ impl Instance {
             command: self.command.clone(),
             cwd: self.cwd.clone(),
             image: self.image.clone(),
-            work_dir: shown(root, &work),
+            work_dir: work.map(|w| shown(root, &w)),
             network: self.network,
             ports: self
                 .ports
@@ -290,7 +293,7 @@ impl Instance {
         if let Some(n) = &self.name {
             s.push_str(&format!(" \"{n}\""));
         }
-        s.push_str(&format!(" (bwrap) {}", self.state.as_str()));
+        s.push_str(&format!(" ({}) {}", self.backend, self.state.as_str()));
         if let Some(e) = &self.exit {
             s.push_str(&format!(" exit {}", e.code));
         }
@@ -354,8 +357,9 @@ pub struct InstanceInfo {
     pub cwd: String,
     /// `host` (the host's root) or a named root file system; read-only either way.
     pub image: String,
-    /// The instance's writable /work, as a path on the host (root-relative when inside the root).
-    pub work_dir: String,
+    /// The instance's writable /work, as a path on the host (root-relative when inside the
+    /// root); null for a QEMU VM, whose /work is inside the guest (use instance_copy).
+    pub work_dir: Option<String>,
     pub network: Network,
     pub ports: Vec<PortInfo>,
     pub leases: Vec<LeaseInfo>,

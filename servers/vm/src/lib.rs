@@ -2,19 +2,22 @@
 //!
 //! The embedded backend is bubblewrap ([`bwrap`]): namespaces for isolation, cgroups for
 //! limits and pause ([`cgroup`]), and the same binary as an agent inside each instance
-//! ([`agent`], over [`proto`]). Everything generic — records, ports, leases, idle and TTL
+//! ([`agent`], over [`proto`]). [`qemu`] boots a virtual machine with that agent inside
+//! instead; [`engine`] is the one face both show the tools. Everything generic — records, ports, leases, idle and TTL
 //! timers — lives here and in [`instance`], [`lifecycle`] and [`ports`]; each tool has its
 //! module under [`tools`].
 
 pub mod agent;
 pub mod bwrap;
 pub mod cgroup;
+pub mod engine;
 pub mod guest;
 pub mod instance;
 pub mod lifecycle;
 pub mod nsfd;
 pub mod ports;
 pub mod proto;
+pub mod qemu;
 pub mod spawner;
 pub mod sweep;
 pub mod tools;
@@ -30,14 +33,14 @@ use kitbag_shared::rmcp::{Peer, RoleServer};
 use kitbag_shared::{CommonArgs, ErrorCode, Extras, Identity, McpServer, ToolError, ToolResult};
 use serde_json::json;
 
-use crate::bwrap::Sandbox;
+use crate::engine::Engine;
 use crate::instance::{Instance, State};
 
 #[derive(Debug, Parser)]
 #[command(
     name = "kitbag-vm",
     version,
-    about = "MCP server: child instances (bubblewrap sandboxes) an agent can spawn, reach, keep alive and restart"
+    about = "MCP server: child instances (bubblewrap sandboxes, QEMU virtual machines) an agent can spawn, reach, keep alive and restart"
 )]
 pub struct Args {
     #[command(flatten)]
@@ -154,6 +157,7 @@ pub struct VmState {
     pub peer: Mutex<Option<Peer<RoleServer>>>,
     pub started: Instant,
     probe: OnceLock<(bool, String)>,
+    qemu_probe: OnceLock<qemu::Probe>,
 }
 
 /// A guard that marks an instance busy (a foreground exec or copy): the idle timer waits for
@@ -178,6 +182,11 @@ impl VmState {
     /// bubblewrap's availability, probed once.
     pub fn probe(&self) -> &(bool, String) {
         self.probe.get_or_init(bwrap::probe)
+    }
+
+    /// QEMU's availability and accelerator, probed once.
+    pub fn qemu_probe(&self) -> &qemu::Probe {
+        self.qemu_probe.get_or_init(qemu::probe)
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instance>> {
@@ -245,7 +254,7 @@ impl VmState {
         key: &str,
         busy: bool,
         caller: &Caller,
-    ) -> ToolResult<(String, Arc<Sandbox>, Option<Busy>)> {
+    ) -> ToolResult<(String, Arc<Engine>, Option<Busy>)> {
         let mut map = self.lock();
         let id = Self::find(&map, key, "instance", caller)?;
         let Some(inst) = map.get_mut(&id) else {
@@ -398,6 +407,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
         peer: Mutex::new(None),
         started: Instant::now(),
         probe: OnceLock::new(),
+        qemu_probe: OnceLock::new(),
     };
     McpServer::new(IDENTITY, state, router(), policy)
         .with_common_args(&args.common)

@@ -56,15 +56,16 @@ async fn relay(state: &Arc<VmState>, id: &str, guest_port: u16, mut tcp: TcpStre
     let Ok(stream) = sandbox.agent().await else {
         return;
     };
-    let (read, mut write) = stream.into_split();
-    if proto::write_line(&mut write, &Request::Connect { port: guest_port })
+    // One buffered stream both ways: bytes read ahead past the answer belong to the guest
+    // stream, and the relay below starts with them.
+    let mut agent = tokio::io::BufReader::new(stream);
+    if proto::write_line(&mut agent, &Request::Connect { port: guest_port })
         .await
         .is_err()
     {
         return;
     }
-    let mut read = tokio::io::BufReader::new(read);
-    let answer: Answer = match proto::read_line(&mut read).await {
+    let answer: Answer = match proto::read_line(&mut agent).await {
         Ok(a) => a,
         Err(_) => return,
     };
@@ -72,20 +73,9 @@ async fn relay(state: &Arc<VmState>, id: &str, guest_port: u16, mut tcp: TcpStre
         // Nothing listens on the guest port: the client sees the connection close.
         return;
     }
-    // Bytes the BufReader already holds belong to the guest stream.
-    let buffered = read.buffer().to_vec();
-    let Ok(mut unix) = read.into_inner().reunite(write) else {
-        return;
-    };
-    if !buffered.is_empty() {
-        use tokio::io::AsyncWriteExt;
-        if tcp.write_all(&buffered).await.is_err() {
-            return;
-        }
-    }
     let _ = tokio::io::copy_bidirectional_with_sizes(
         &mut tcp,
-        &mut unix,
+        &mut agent,
         proto::RELAY_BUF,
         proto::RELAY_BUF,
     )
@@ -93,17 +83,9 @@ async fn relay(state: &Arc<VmState>, id: &str, guest_port: u16, mut tcp: TcpStre
 }
 
 /// Whether something accepts on the guest port now (asked through the agent).
-pub async fn guest_listening(sandbox: &crate::bwrap::Sandbox, guest_port: u16) -> bool {
+pub async fn guest_listening(sandbox: &crate::engine::Engine, guest_port: u16) -> bool {
     let Ok(stream) = sandbox.agent().await else {
         return false;
     };
-    let (read, mut write) = stream.into_split();
-    if proto::write_line(&mut write, &Request::Connect { port: guest_port })
-        .await
-        .is_err()
-    {
-        return false;
-    }
-    let mut read = tokio::io::BufReader::new(read);
-    matches!(proto::read_line::<_, Answer>(&mut read).await, Ok(a) if a.ok)
+    matches!(proto::request(stream, &Request::Connect { port: guest_port }).await, Ok(a) if a.ok)
 }

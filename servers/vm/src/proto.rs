@@ -12,6 +12,22 @@ use tokio::io::{
     AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt,
 };
 
+/// A connection to the agent: a unix socket (bubblewrap) or a TCP stream through QEMU's
+/// forwarded port. One type, so every operation is written once.
+pub trait Duplex: AsyncRead + AsyncWrite + Unpin + Send {}
+impl<T: AsyncRead + AsyncWrite + Unpin + Send> Duplex for T {}
+pub type Stream = Box<dyn Duplex>;
+pub type ReadHalf = tokio::io::ReadHalf<Stream>;
+pub type WriteHalf = tokio::io::WriteHalf<Stream>;
+
+/// The first line on a TCP connection to an agent (QEMU): the instance's secret, given to the
+/// guest on its kernel command line. Anyone on the host can dial the forwarded port; only
+/// this server knows the token.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Hello {
+    pub token: String,
+}
+
 /// The longest header line accepted (argv and environment of an exec fit easily).
 pub const MAX_HEADER_BYTES: usize = 1 << 20;
 /// Buffer per direction of a relayed port connection (tokio's default, 8 KiB, held relayed
@@ -68,6 +84,17 @@ pub enum Request {
     RestartMain {
         grace_ms: u64,
     },
+    /// A VM's agent only: the environment every command starts with and the main command,
+    /// sent once after boot (a bubblewrap sandbox gets both from bwrap and its control
+    /// directory).
+    Setup {
+        env: Vec<(String, String)>,
+        #[serde(default)]
+        main: Option<MainSpec>,
+    },
+    /// A VM's agent only: answer (with `exit`) once the main command has ended. A VM's agent
+    /// outlives its main command so the server can collect its logs first.
+    WaitMain,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -109,6 +136,9 @@ pub struct Answer {
     /// ping / exec of a job: the pid inside the instance.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pid: Option<i32>,
+    /// wait_main: how the main command ended.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub exit: Option<ExitStatus>,
 }
 
 impl Answer {
@@ -247,6 +277,53 @@ pub async fn read_line<R: AsyncBufRead + Unpin, T: for<'de> Deserialize<'de>>(
         return Err(invalid("header line too long or unterminated"));
     }
     serde_json::from_slice(&line).map_err(|e| invalid(format!("bad header: {e}")))
+}
+
+/// A one-line request and its one-line answer.
+pub async fn request(stream: Stream, req: &Request) -> std::io::Result<Answer> {
+    let mut s = tokio::io::BufReader::new(stream);
+    write_line(&mut s, req).await?;
+    read_line(&mut s).await
+}
+
+/// A request whose bytes follow its header (`body` writes them), and its one-line answer.
+/// The agent may refuse (a target exists) before reading the body: its answer then matters
+/// more than the broken pipe that follows.
+pub async fn request_with_body<F, Fut>(
+    stream: Stream,
+    req: &Request,
+    body: F,
+) -> std::io::Result<Answer>
+where
+    F: FnOnce(WriteHalf) -> Fut,
+    Fut: std::future::Future<Output = std::io::Result<WriteHalf>>,
+{
+    let (read, mut write) = tokio::io::split(stream);
+    let sent = async {
+        write_line(&mut write, req).await?;
+        let mut write = body(write).await?;
+        write.flush().await
+    }
+    .await;
+    // Failing here (a host file that could not be read) leaves the agent waiting for the
+    // rest of the body: dropping both halves closes the connection. Only a closed connection
+    // (the agent refused and hung up) sends us on to read its answer.
+    let sent = match sent {
+        Err(e)
+            if !matches!(
+                e.kind(),
+                std::io::ErrorKind::BrokenPipe | std::io::ErrorKind::ConnectionReset
+            ) =>
+        {
+            return Err(e);
+        }
+        other => other,
+    };
+    let mut read = tokio::io::BufReader::new(read);
+    match read_line::<_, Answer>(&mut read).await {
+        Ok(a) => Ok(a),
+        Err(e) => Err(sent.err().unwrap_or(e)),
+    }
 }
 
 #[cfg(test)]

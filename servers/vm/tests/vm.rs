@@ -174,7 +174,7 @@ fn catalog_and_bad_input() {
         .expect_field("resources.memory_mb");
         c.call_err(
             "instance_spawn",
-            json!({"backend": "qemu"}),
+            json!({"backend": "docker"}),
             "backend_unavailable",
         );
         c.call_err(

@@ -243,7 +243,7 @@ async fn copy_out(
         .agent()
         .await
         .map_err(|e| ToolError::internal(format!("instance {id}: {e}")))?;
-    let (read, mut write) = stream.into_split();
+    let (read, mut write) = tokio::io::split(stream);
     proto::write_line(
         &mut write,
         &Request::CopyOut {

@@ -157,7 +157,7 @@ pub async fn run(
         })
     }
     .unwrap_or(0);
-    let logs = crate::bwrap::logs_dir(&sandbox.dir);
+    let logs = crate::bwrap::logs_dir(sandbox.dir());
     let job = background.then(|| format!("j{seq}"));
     let log_path = match &job {
         Some(j) => logs.join(format!("job-{j}.log")),
@@ -178,7 +178,7 @@ pub async fn run(
             format!("instance {id}: its agent does not answer ({e})"),
         )
     })?;
-    let (read, mut write) = stream.into_split();
+    let (read, mut write) = tokio::io::split(stream);
     let sent = async {
         proto::write_line(&mut write, &req).await?;
         write.write_all(stdin.as_bytes()).await?;

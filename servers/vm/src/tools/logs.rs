@@ -52,14 +52,23 @@ pub struct LogsResult {
     pub exit: Option<crate::proto::ExitStatus>,
 }
 
-pub fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<Reply<LogsResult>> {
+pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<Reply<LogsResult>> {
     let max = validate::range("max_bytes", p.max_bytes.unwrap_or(32 * 1024), 1, 256 * 1024)?;
-    let (id, dir) = {
+    let (id, dir, engine) = {
         let map = state.lock();
         let id = VmState::find(&map, &p.instance, "instance", caller)?;
-        let dir = map.get(&id).map(|i| i.dir.clone()).unwrap_or_default();
-        (id, dir)
+        let inst = map.get(&id);
+        let dir = inst.map(|i| i.dir.clone()).unwrap_or_default();
+        // A paused VM is not woken for its logs (reading is not activity): it shows what was
+        // collected before it paused.
+        let engine = inst
+            .filter(|i| i.state == crate::instance::State::Running)
+            .and_then(|i| i.sandbox.clone());
+        (id, dir, engine)
     };
+    if let Some(engine) = engine {
+        engine.sync_logs().await;
+    }
     let source = p.source.unwrap_or_else(|| "main".into());
     let logs = crate::bwrap::logs_dir(&dir);
     let (path, exit_file) = match source.as_str() {

@@ -37,7 +37,7 @@ pub fn router() -> ToolRouter<VmState> {
             exec::run(s, p, None)
         })
         .tool(logs::DEF, |s: Arc<VmState>, p, _ctx: CallCtx| async move {
-            logs::run(&s, p, &None)
+            logs::run(&s, p, &None).await
         })
         .tool(copy::DEF, |s: Arc<VmState>, p, ctx: CallCtx| {
             copy::run(s, p, ctx, None)
@@ -83,7 +83,7 @@ pub async fn call_as(
         "instance_list" => finish(decode_args(args).and_then(|p| list::run(&s, p, &caller))),
         "instance_stop" => finish(async { stop::run(s, decode_args(args)?, caller).await }.await),
         "instance_exec" => finish(async { exec::run(s, decode_args(args)?, caller).await }.await),
-        "instance_logs" => finish(decode_args(args).and_then(|p| logs::run(&s, p, &caller))),
+        "instance_logs" => finish(async { logs::run(&s, decode_args(args)?, &caller).await }.await),
         "instance_copy" => {
             finish(async { copy::run(s, decode_args(args)?, ctx, caller).await }.await)
         }

@@ -204,7 +204,14 @@ pub fn info(
                 available: ok,
                 detail,
             },
-            not_built("qemu"),
+            {
+                let q = state.qemu_probe();
+                BackendInfo {
+                    name: "qemu".into(),
+                    available: q.available,
+                    detail: q.detail.clone(),
+                }
+            },
             not_built("docker"),
             not_built("kube"),
         ],
@@ -374,7 +381,7 @@ async fn restart_instance(
         RestartResult {
             scope: "instance".into(),
             action: "restart_main".into(),
-            target_pid: sandbox.child_pid,
+            target_pid: sandbox.pid(),
             scheduled_in_ms: RELOAD_DELAY.as_millis() as u64,
             dry_run,
             note: "the main command gets SIGTERM (SIGKILL after 5 s) and starts again with the same command, environment and directory; /work, exposed ports and leases stay".into(),

@@ -12,16 +12,20 @@ use serde_json::json;
 
 use crate::bwrap::{Sandbox, SandboxSpec};
 use crate::cgroup::Limits;
+use crate::engine::Engine;
 use crate::instance::{Instance, InstanceInfo, Network, OnIdle, State};
 use crate::lifecycle;
+use crate::qemu::{QemuVm, VmSpec};
 use crate::tools::validate;
 use crate::{Caller, VmState};
 
 pub const DEF: ToolDef = ToolDef::write(
     "instance_spawn",
     "Spawn instance",
-    "Start an isolated instance (bubblewrap sandbox): host files read-only, writable /work (on the \
-     host at `work_dir`), no network unless `network: \"outbound\"`, cgroup limits. Without \
+    "Start an isolated instance: a bubblewrap sandbox (default: host files read-only, writable \
+     /work on the host at `work_dir`, cgroup limits) or, with `backend: \"qemu\"`, a virtual \
+     machine (its own kernel; /work inside it; no mounts). No network unless `network: \
+     \"outbound\"`. Without \
      `command` it is an idle environment for instance_exec; with one it ends with the command. \
      Pauses after `idle_timeout_seconds` without activity (tool calls on it, relayed connections; \
      not its own processes) unless an exec, connection or keepalive lease holds it; \
@@ -30,7 +34,7 @@ pub const DEF: ToolDef = ToolDef::write(
 )
 .exec();
 
-#[derive(Debug, Clone, Copy, Deserialize, JsonSchema)]
+#[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Backend {
     Bwrap,
@@ -92,7 +96,7 @@ pub struct SpawnParams {
     /// Unique name [a-z0-9-], usable as the id.
     #[serde(default)]
     pub name: Option<String>,
-    /// bwrap (default).
+    /// bwrap (default) or qemu (a VM; self_info says if it runs here).
     #[serde(default)]
     pub backend: Option<Backend>,
     /// Main command argv.
@@ -104,7 +108,7 @@ pub struct SpawnParams {
     /// Environment (KITBAG_* reserved).
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// host (default).
+    /// bwrap: host (default) or a rootfs name; qemu: default.
     #[serde(default)]
     pub image: Option<String>,
     /// Host paths bound in.
@@ -143,6 +147,7 @@ pub struct SpawnResult {
 }
 
 struct Checked {
+    backend: Backend,
     name: Option<String>,
     command: Option<Vec<String>>,
     cwd: String,
@@ -162,18 +167,45 @@ struct Checked {
 
 fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> {
     validate::writable(state)?;
-    match p.backend.unwrap_or(Backend::Bwrap) {
-        Backend::Bwrap => {}
+    let backend = p.backend.unwrap_or(Backend::Bwrap);
+    match backend {
+        Backend::Bwrap => {
+            let (ok, detail) = state.probe().clone();
+            if !ok {
+                return Err(ToolError::new(
+                    ErrorCode::BackendUnavailable,
+                    format!("bwrap: {detail}"),
+                )
+                .with_detail(json!({ "field": "backend", "backend": "bwrap" })));
+            }
+        }
+        Backend::Qemu => {
+            let probe = state.qemu_probe();
+            if !probe.available {
+                return Err(ToolError::new(
+                    ErrorCode::BackendUnavailable,
+                    format!("backend: qemu is not available here: {}", probe.detail),
+                )
+                .with_detail(json!({ "field": "backend", "backend": "qemu" })));
+            }
+        }
         other => {
             return Err(ToolError::new(
                 ErrorCode::BackendUnavailable,
                 format!(
-                    "backend: {} is not available in this build of kitbag-vm; use \"bwrap\" (self_info lists the backends)",
+                    "backend: {} is not available in this build of kitbag-vm; use \"bwrap\" or \"qemu\" (self_info lists the backends)",
                     format!("{other:?}").to_lowercase()
                 ),
             )
-            .with_detail(json!({ "field": "backend", "available": ["bwrap"] })));
+            .with_detail(json!({ "field": "backend", "available": ["bwrap", "qemu"] })));
         }
+    }
+    if backend == Backend::Qemu && p.mounts.as_ref().is_some_and(|m| !m.is_empty()) {
+        return Err(ToolError::new(
+            ErrorCode::Unsupported,
+            "mounts: backend qemu cannot mount host paths (Debian's cloud kernel has no 9p and bookworm no virtiofsd); copy files in with instance_copy",
+        )
+        .with_detail(json!({ "field": "mounts", "backend": "qemu" })));
     }
     if let Some(n) = &p.name {
         validate::name("name", n)?;
@@ -184,8 +216,23 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
     let cwd = p.cwd.unwrap_or_else(|| "/work".into());
     validate::guest_path("cwd", &cwd)?;
     let env = validate::env("env", &p.env.unwrap_or_default())?;
-    let image = p.image.clone().unwrap_or_else(|| "host".into());
+    let image = p.image.clone().unwrap_or_else(|| {
+        if backend == Backend::Qemu {
+            "default".into()
+        } else {
+            "host".into()
+        }
+    });
     let rootfs = match image.as_str() {
+        "default" if backend == Backend::Qemu => None,
+        other if backend == Backend::Qemu => {
+            return Err(ToolError::invalid_field(
+                "image",
+                format!(
+                    "{other:?} is not a QEMU image; backend qemu boots \"default\" (Debian's cloud kernel, busybox, the kitbag agent)"
+                ),
+            ));
+        }
         "host" => None,
         name => {
             let dir = state.images_dir.join("rootfs").join(name);
@@ -315,14 +362,8 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
     };
     let labels = p.labels.unwrap_or_default();
     validate::labels("labels", &labels)?;
-    let (ok, detail) = state.probe().clone();
-    if !ok {
-        return Err(
-            ToolError::new(ErrorCode::BackendUnavailable, format!("bwrap: {detail}"))
-                .with_detail(json!({ "backend": "bwrap" })),
-        );
-    }
     Ok(Checked {
+        backend,
         name: p.name,
         command: p.command,
         cwd,
@@ -399,7 +440,7 @@ fn new_id() -> String {
 struct Pending {
     state: Arc<VmState>,
     id: String,
-    sandbox: Option<Arc<Sandbox>>,
+    sandbox: Option<Arc<Engine>>,
     done: bool,
 }
 
@@ -507,6 +548,10 @@ pub async fn run(
         inst.idle_timeout = c.idle;
         inst.on_idle = c.on_idle;
         inst.ttl_seconds = c.ttl;
+        inst.backend = match c.backend {
+            Backend::Qemu => "qemu",
+            _ => "bwrap",
+        };
         map.insert(id.clone(), inst);
         id
     };
@@ -516,46 +561,10 @@ pub async fn run(
         sandbox: None,
         done: false,
     };
-    // The instance's own line to this server, for a kitbag-vm started inside it.
-    let ctl = state.state_dir.join("instances").join(&id).join("ctl");
-    std::fs::create_dir_all(&ctl).map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
-    let guest_close = crate::guest::listen(state.clone(), id.clone(), &ctl).map_err(|e| {
-        ToolError::new(
-            ErrorCode::SpawnFailed,
-            format!("the instance's control socket: {e}"),
-        )
-    })?;
-    if let Some(inst) = state.lock().get_mut(&id) {
-        inst.guest_close = Some(guest_close);
-    }
-    let mut env = c.env.clone();
-    env.push((
-        crate::guest::SOCKET_VAR.to_string(),
-        format!("{}/{}", crate::proto::CTL_DIR, crate::guest::GUEST_SOCKET),
-    ));
-    let spec = SandboxSpec {
-        id: id.clone(),
-        hostname: c.name.clone().unwrap_or_else(|| id.clone()),
-        dir: state.state_dir.join("instances").join(&id),
-        state_dir: state.state_dir.clone(),
-        command: c.command.clone(),
-        cwd: c.cwd.clone(),
-        env,
-        outbound: c.network == Network::Outbound,
-        limits: c.limits,
-        mounts: c.mounts.clone(),
-        exe: state.exe.clone(),
-        rootfs: c.rootfs.clone(),
+    let sandbox = match c.backend {
+        Backend::Qemu => start_vm(&state, &id, &c, &ctx).await?,
+        _ => start_sandbox(&state, &id, &c).await?,
     };
-    let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
-        .await
-        .map_err(|e| {
-            ToolError::new(
-                ErrorCode::SpawnFailed,
-                format!("the sandbox did not start: {e}"),
-            )
-            .with_detail(json!({ "backend": "bwrap" }))
-        })?;
     pending.sandbox = Some(sandbox.clone());
     let (enforced, note) = sandbox.limits_enforced();
     if state.opts.require_limits && !enforced {
@@ -606,7 +615,10 @@ pub async fn run(
     };
     let info = inst.info(&state.root);
     let mut text = inst.line();
-    text.push_str(&format!("; /work = {}", info.work_dir));
+    match &info.work_dir {
+        Some(w) => text.push_str(&format!("; /work = {w}")),
+        None => text.push_str(&format!("; {}", crate::qemu::guest_note())),
+    }
     if inst.idle_timeout > 0 {
         text.push_str(&format!(
             "; {} after {} s idle",
@@ -626,16 +638,117 @@ pub async fn run(
     ))
 }
 
+/// A bubblewrap sandbox, with its own line to this server for a kitbag-vm started inside.
+async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResult<Arc<Engine>> {
+    let ctl = state.state_dir.join("instances").join(id).join("ctl");
+    std::fs::create_dir_all(&ctl).map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
+    let guest_close = crate::guest::listen(state.clone(), id.to_string(), &ctl).map_err(|e| {
+        ToolError::new(
+            ErrorCode::SpawnFailed,
+            format!("the instance's control socket: {e}"),
+        )
+    })?;
+    if let Some(inst) = state.lock().get_mut(id) {
+        inst.guest_close = Some(guest_close);
+    }
+    let mut env = c.env.clone();
+    env.push((
+        crate::guest::SOCKET_VAR.to_string(),
+        format!("{}/{}", crate::proto::CTL_DIR, crate::guest::GUEST_SOCKET),
+    ));
+    let spec = SandboxSpec {
+        id: id.to_string(),
+        hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
+        dir: state.state_dir.join("instances").join(id),
+        state_dir: state.state_dir.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env,
+        outbound: c.network == Network::Outbound,
+        limits: c.limits,
+        mounts: c.mounts.clone(),
+        exe: state.exe.clone(),
+        rootfs: c.rootfs.clone(),
+    };
+    let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
+        .await
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::SpawnFailed,
+                format!("the sandbox did not start: {e}"),
+            )
+            .with_detail(json!({ "backend": "bwrap" }))
+        })?;
+    Ok(Arc::new(Engine::Bwrap(sandbox)))
+}
+
+/// How long a VM may take to boot: TCG emulation on a loaded machine is slow (vm.md §2.2:
+/// 2 s idle, 3.5 s under a build).
+const VM_BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A QEMU virtual machine; boot stages go out as progress notifications when the caller
+/// asked for them.
+async fn start_vm(
+    state: &Arc<VmState>,
+    id: &str,
+    c: &Checked,
+    ctx: &CallCtx,
+) -> ToolResult<Arc<Engine>> {
+    let probe = state.qemu_probe().clone();
+    let spec = VmSpec {
+        id: id.to_string(),
+        hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
+        dir: state.state_dir.join("instances").join(id),
+        images_dir: state.images_dir.clone(),
+        exe: state.exe.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env: c.env.clone(),
+        outbound: c.network == Network::Outbound,
+        memory_mb: c.limits.memory_mb,
+        cpus: c.limits.cpus,
+        kvm: probe.kvm,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let forward = {
+        let ctx = ctx.clone();
+        async move {
+            let mut step = 0.0;
+            while let Some(stage) = rx.recv().await {
+                step += 1.0;
+                ctx.progress(step, None, Some(stage)).await;
+            }
+        }
+    };
+    let report = move |stage: &str| {
+        let _ = tx.send(stage.to_string());
+    };
+    let started = async {
+        let vm = QemuVm::start(spec, &state.spawner, VM_BOOT_TIMEOUT, &report).await;
+        drop(report);
+        vm
+    };
+    let (vm, ()) = tokio::join!(started, forward);
+    let vm = vm.map_err(|e| {
+        ToolError::new(ErrorCode::SpawnFailed, format!("the VM did not start: {e}"))
+            .with_detail(json!({ "backend": "qemu" }))
+    })?;
+    Ok(Arc::new(Engine::Qemu(vm)))
+}
+
 async fn wait_ready(
-    sandbox: &Sandbox,
+    sandbox: &Engine,
     port: Option<u16>,
     re: Option<&regex::Regex>,
     timeout: Duration,
     ctx: &CallCtx,
 ) -> ToolResult<()> {
     let deadline = Instant::now() + timeout;
-    let log = crate::bwrap::logs_dir(&sandbox.dir).join("main.log");
+    let log = crate::bwrap::logs_dir(sandbox.dir()).join("main.log");
     loop {
+        if re.is_some() {
+            sandbox.sync_logs().await;
+        }
         let port_ok = match port {
             Some(p) => crate::ports::guest_listening(sandbox, p).await,
             None => true,

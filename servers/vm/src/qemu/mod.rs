@@ -1,0 +1,603 @@
+//! The QEMU backend: each instance a real virtual machine (vm.md §3.6).
+//!
+//! The guest boots Debian's cloud kernel with an initramfs holding busybox and this binary,
+//! which runs as the agent and listens on a TCP port that QEMU's user-mode network forwards
+//! from the host's loopback; every connection first presents the instance's token. QEMU is
+//! this server's direct child (never `-daemonize`), started from the spawner thread with a
+//! parent-death signal, its monitor (QMP) on a socket pair. When the main command ends the
+//! agent says so (`wait_main`); the server copies the logs out, then the guest powers off.
+
+pub mod cpio;
+pub mod image;
+pub mod qmp;
+
+use std::path::PathBuf;
+use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::io::AsyncWriteExt;
+use tokio::sync::watch;
+
+use crate::bwrap::{Record, start_time, tail};
+use crate::proto::{self, Answer, ExitStatus, Hello, LOGS_DIR, MainSpec, Request, Stream};
+use crate::spawner::Spawner;
+
+/// How guests run: hardware virtualisation or QEMU's emulator.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Probe {
+    pub available: bool,
+    pub kvm: bool,
+    pub detail: String,
+}
+
+/// Whether QEMU runs here and with which accelerator. KVM needs `/dev/kvm` to open and the
+/// CPU to advertise virtualisation; on a machine where `/dev/kvm` opens but the CPU has no
+/// vmx/svm flags a KVM guest never reaches init (vm.md §2.2), so that case is TCG. A KVM
+/// candidate must still boot a guest within 20 s the first time (see [`QemuVm::start`]).
+pub fn probe() -> Probe {
+    let version = match Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .stderr(Stdio::null())
+        .output()
+    {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .next()
+            .unwrap_or("QEMU")
+            .trim()
+            .to_string(),
+        _ => {
+            return Probe {
+                available: false,
+                kvm: false,
+                detail: "qemu-system-x86_64 is not installed (apt-get install --no-install-recommends qemu-system-x86)".into(),
+            };
+        }
+    };
+    let kvm_opens = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    let cpu_flags = std::fs::read_to_string("/proc/cpuinfo")
+        .map(|c| {
+            c.lines()
+                .filter(|l| l.starts_with("flags"))
+                .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"))
+        })
+        .unwrap_or(false);
+    let (kvm, why) = match (kvm_opens, cpu_flags) {
+        (true, true) => (true, "KVM (/dev/kvm opens, the CPU has vmx/svm)".to_string()),
+        (true, false) => (
+            false,
+            "TCG emulation: /dev/kvm opens but /proc/cpuinfo has no vmx/svm flag (a KVM guest would never boot)".to_string(),
+        ),
+        (false, _) => (false, "TCG emulation: /dev/kvm cannot be opened".to_string()),
+    };
+    Probe {
+        available: true,
+        kvm,
+        detail: format!("{version}; {why}"),
+    }
+}
+
+/// What to boot.
+#[derive(Debug, Clone)]
+pub struct VmSpec {
+    pub id: String,
+    pub hostname: String,
+    pub dir: PathBuf,
+    pub images_dir: PathBuf,
+    pub exe: PathBuf,
+    pub command: Option<Vec<String>>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub outbound: bool,
+    pub memory_mb: u64,
+    pub cpus: f64,
+    pub kvm: bool,
+}
+
+/// A running VM.
+pub struct QemuVm {
+    pub id: String,
+    pub dir: PathBuf,
+    pub pid: i32,
+    /// The host's loopback port QEMU forwards to the agent.
+    port: u16,
+    token: String,
+    qmp: qmp::Qmp,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    /// The main command's end, as the agent reported it (the VM's own exit says nothing).
+    main_exit: Arc<Mutex<Option<ExitStatus>>>,
+    paused: Mutex<bool>,
+    pub accel: &'static str,
+}
+
+/// One build of the image at a time (two first spawns would both download the kernel).
+static IMAGE_BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+impl QemuVm {
+    /// Build the image if needed, boot, wait for the agent (at most `timeout`), hand it the
+    /// environment and the main command. `progress` hears each stage.
+    pub async fn start(
+        spec: VmSpec,
+        spawner: &Spawner,
+        timeout: Duration,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Arc<QemuVm>, String> {
+        std::fs::create_dir_all(spec.dir.join("ctl").join(LOGS_DIR))
+            .map_err(|e| format!("{}: {e}", spec.dir.display()))?;
+        let image = {
+            let _one = IMAGE_BUILD.lock().await;
+            let (images, exe) = (spec.images_dir.clone(), spec.exe.clone());
+            if !image::dir(&images).join("vmlinuz").is_file() {
+                progress("building the QEMU image (kernel download, once)");
+            }
+            tokio::task::spawn_blocking(move || image::ensure(&images, &exe))
+                .await
+                .map_err(|e| e.to_string())??
+        };
+        progress("booting");
+        let token = random_token()?;
+        // The forwarded port is picked free, then bound by QEMU: another process may take
+        // it in between, so a refused bind is retried with a new one.
+        let mut last = String::new();
+        for _ in 0..3 {
+            let port = free_port().map_err(|e| format!("no free loopback port: {e}"))?;
+            match Self::boot(&spec, &image, spawner, port, &token).await {
+                Ok(vm) => return vm.until_ready(&spec, timeout, progress).await,
+                Err(e) if e.contains("hostfwd") || e.contains("host forwarding") => last = e,
+                Err(e) => return Err(e),
+            }
+        }
+        Err(last)
+    }
+
+    async fn boot(
+        spec: &VmSpec,
+        image: &image::Image,
+        spawner: &Spawner,
+        port: u16,
+        token: &str,
+    ) -> Result<QemuVm, String> {
+        let log_path = crate::bwrap::backend_log(&spec.dir);
+        let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
+        let log2 = log.try_clone().map_err(|e| e.to_string())?;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+        let accel = if spec.kvm { "kvm" } else { "tcg" };
+        let mut cmd = Command::new("qemu-system-x86_64");
+        cmd.args(qemu_args(spec, image, accel, port, token))
+            .stdin(Stdio::null())
+            .stdout(log)
+            .stderr(log2);
+        let theirs = std::os::fd::OwnedFd::from(theirs);
+        pass_monitor_and_die_with_parent(&mut cmd, &theirs);
+        let spawned = spawner.spawn(cmd).await;
+        drop(theirs); // QEMU has its copy as fd 3
+        let mut child = spawned.map_err(|e| format!("cannot run qemu-system-x86_64: {e}"))?;
+        let pid = child.id() as i32;
+        let main_exit: Arc<Mutex<Option<ExitStatus>>> = Arc::default();
+        let (exit_tx, exit_rx) = watch::channel(None);
+        let main_seen = main_exit.clone();
+        std::thread::Builder::new()
+            .name(format!("vm-{}", spec.id))
+            .spawn(move || {
+                let waited = child
+                    .wait()
+                    .map(ExitStatus::from_std)
+                    .unwrap_or(ExitStatus {
+                        code: -1,
+                        signal: None,
+                    });
+                let main = main_seen.lock().ok().and_then(|m| *m);
+                let _ = exit_tx.send(Some(main.unwrap_or(waited)));
+            })
+            .map_err(|e| e.to_string())?;
+        let kill = || {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        };
+        let qmp = match tokio::task::spawn_blocking(move || {
+            qmp::Qmp::open(ours, Duration::from_secs(15))
+        })
+        .await
+        {
+            Ok(Ok(q)) => q,
+            Ok(Err(e)) => {
+                kill();
+                std::thread::sleep(Duration::from_millis(50));
+                return Err(format!("QEMU's monitor: {e}: {}", tail(&log_path, 2048)));
+            }
+            Err(e) => {
+                kill();
+                return Err(e.to_string());
+            }
+        };
+        let vm = QemuVm {
+            id: spec.id.clone(),
+            dir: spec.dir.clone(),
+            pid,
+            port,
+            token: token.to_string(),
+            qmp,
+            exit: exit_rx,
+            main_exit,
+            paused: Mutex::new(false),
+            accel: if spec.kvm { "kvm" } else { "tcg" },
+        };
+        vm.write_record();
+        Ok(vm)
+    }
+
+    /// Wait for the agent, then set the guest up and start its main command.
+    async fn until_ready(
+        self,
+        spec: &VmSpec,
+        timeout: Duration,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Arc<QemuVm>, String> {
+        let vm = Arc::new(self);
+        let deadline = Instant::now() + timeout;
+        let fail = |vm: &QemuVm, why: String| {
+            vm.kill();
+            vm.cleanup();
+            let log = tail(&crate::bwrap::backend_log(&vm.dir), 2048);
+            format!("{why}; console: {log}")
+        };
+        loop {
+            if let Ok(Ok(a)) =
+                tokio::time::timeout(Duration::from_secs(2), vm.request(&Request::Ping)).await
+                && a.ok
+            {
+                break;
+            }
+            if vm.exit_status().is_some() {
+                return Err(fail(&vm, "the VM ended while it booted".into()));
+            }
+            if Instant::now() > deadline {
+                return Err(fail(
+                    &vm,
+                    format!(
+                        "the guest's agent did not answer within {} s",
+                        timeout.as_secs()
+                    ),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        progress("agent ready");
+        let main = spec.command.as_ref().map(|argv| MainSpec {
+            argv: argv.clone(),
+            cwd: spec.cwd.clone(),
+        });
+        let setup = Request::Setup {
+            env: crate::bwrap::instance_env(&spec.id, &spec.hostname, &spec.env),
+            main: main.clone(),
+        };
+        match vm.request(&setup).await {
+            Ok(a) if a.ok => {}
+            other => {
+                return Err(fail(
+                    &vm,
+                    format!("the guest's agent refused setup: {other:?}"),
+                ));
+            }
+        }
+        if main.is_some() {
+            match vm.request(&Request::StartMain).await {
+                Ok(a) if a.ok => {}
+                other => {
+                    return Err(fail(
+                        &vm,
+                        format!("the main command did not start: {other:?}"),
+                    ));
+                }
+            }
+            tokio::spawn(watch_main(vm.clone()));
+        }
+        Ok(vm)
+    }
+
+    fn write_record(&self) {
+        let record = Record {
+            id: self.id.clone(),
+            server_pid: std::process::id(),
+            processes: vec![(self.pid, start_time(self.pid).unwrap_or(0))],
+            cgroups: Vec::new(),
+            lost: false,
+        };
+        if let Ok(bytes) = serde_json::to_vec_pretty(&record) {
+            let _ =
+                kitbag_shared::atomic::write_atomic(&self.dir.join("record.json"), &bytes, false);
+        }
+    }
+
+    /// A connection to the agent, past its token check.
+    pub async fn agent(&self) -> std::io::Result<Stream> {
+        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+        tcp.set_nodelay(true)?;
+        let mut hello = serde_json::to_vec(&Hello {
+            token: self.token.clone(),
+        })
+        .map_err(std::io::Error::other)?;
+        hello.push(b'\n');
+        tcp.write_all(&hello).await?;
+        Ok(Box::new(tcp))
+    }
+
+    pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
+        proto::request(self.agent().await?, req).await
+    }
+
+    /// Copy the guest's logs to the instance's directory on the host, where instance_logs
+    /// reads them (and finds them after the VM is gone).
+    pub async fn sync_logs(&self) -> std::io::Result<()> {
+        if self.exit_status().is_some() {
+            return Ok(());
+        }
+        let stream = self.agent().await?;
+        let mut s = tokio::io::BufReader::new(stream);
+        let req = Request::CopyOut {
+            path: format!("{}/{LOGS_DIR}", proto::CTL_DIR),
+            max_bytes: 256 << 20,
+            tree: true,
+        };
+        proto::write_line(&mut s, &req).await?;
+        let answer: Answer = proto::read_line(&mut s).await?;
+        if !answer.ok {
+            return Err(std::io::Error::other(answer.error.unwrap_or_default()));
+        }
+        let logs = crate::bwrap::logs_dir(&self.dir);
+        let mut budget = 256 << 20;
+        while let Some((entry, rel, bytes)) = crate::tree::next(&mut s, &mut budget).await? {
+            // Logs are flat files; anything else the guest put there is not ours to copy.
+            if entry.kind == crate::tree::Kind::File && rel.components().count() == 1 {
+                kitbag_shared::atomic::write_atomic(&logs.join(&rel), &bytes, false)?;
+            }
+        }
+        Ok(())
+    }
+
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *self.exit.borrow()
+    }
+
+    pub async fn wait(&self) -> ExitStatus {
+        let mut rx = self.exit.clone();
+        match rx.wait_for(|s| s.is_some()).await {
+            Ok(s) => s.unwrap_or(ExitStatus {
+                code: -1,
+                signal: None,
+            }),
+            Err(_) => ExitStatus {
+                code: -1,
+                signal: None,
+            },
+        }
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        self.paused.lock().map(|p| *p).unwrap_or(false)
+    }
+
+    /// QMP `stop`: the virtual CPUs halt, and with them everything in the guest.
+    pub fn pause(&self) -> Result<(), String> {
+        self.qmp.execute("stop", None).map_err(|e| e.to_string())?;
+        if let Ok(mut p) = self.paused.lock() {
+            *p = true;
+        }
+        Ok(())
+    }
+
+    pub fn resume(&self) -> Result<(), String> {
+        self.qmp.execute("cont", None).map_err(|e| e.to_string())?;
+        if let Ok(mut p) = self.paused.lock() {
+            *p = false;
+        }
+        Ok(())
+    }
+
+    /// QEMU's own use: resident memory and CPU time of its process.
+    pub fn usage(&self) -> crate::cgroup::Usage {
+        let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmRSS:"))
+                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
+            });
+        let cpu_ticks = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
+            .ok()
+            .and_then(|s| {
+                let after = s.rsplit_once(')')?.1.to_string();
+                let f: Vec<&str> = after.split_whitespace().collect();
+                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
+            });
+        crate::cgroup::Usage {
+            memory_bytes: rss_kb.map(|k| k * 1024),
+            cpu_seconds: cpu_ticks.map(|t| t as f64 / 100.0),
+            pids: None,
+        }
+    }
+
+    /// Stop: the agent stops every process in the guest (SIGTERM, `grace`, SIGKILL) and the
+    /// guest powers off; QMP `quit`, then SIGKILL, if it does not.
+    pub async fn stop(&self, grace: Duration) -> ExitStatus {
+        if self.exit_status().is_none() {
+            if self.is_frozen() {
+                let _ = self.resume();
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(10), self.sync_logs()).await;
+            let shutdown = Request::Shutdown {
+                grace_ms: grace.as_millis() as u64,
+            };
+            let _ =
+                tokio::time::timeout(grace + Duration::from_secs(2), self.request(&shutdown)).await;
+            if tokio::time::timeout(Duration::from_secs(5), self.wait())
+                .await
+                .is_err()
+            {
+                let _ = self.qmp.execute("quit", None);
+                if tokio::time::timeout(Duration::from_secs(2), self.wait())
+                    .await
+                    .is_err()
+                {
+                    self.kill();
+                }
+            }
+        }
+        let status = tokio::time::timeout(Duration::from_secs(5), self.wait())
+            .await
+            .unwrap_or(ExitStatus {
+                code: -1,
+                signal: Some(9),
+            });
+        self.cleanup();
+        status
+    }
+
+    pub fn kill(&self) {
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+
+    pub fn cleanup(&self) {
+        let _ = std::fs::remove_file(self.dir.join("record.json"));
+    }
+}
+
+/// A VM nobody holds any more (a spawn abandoned mid-boot, an instance removed) must not
+/// keep running.
+impl Drop for QemuVm {
+    fn drop(&mut self) {
+        if self.exit_status().is_none() {
+            self.kill();
+        }
+    }
+}
+
+/// Wait for the main command to end; then collect the logs and let the guest power off, so
+/// the instance ends with its command as a sandbox does.
+async fn watch_main(vm: Arc<QemuVm>) {
+    let answer = match vm.agent().await {
+        Ok(stream) => proto::request(stream, &Request::WaitMain).await,
+        Err(e) => Err(e),
+    };
+    let Ok(Answer {
+        ok: true,
+        exit: Some(status),
+        ..
+    }) = answer
+    else {
+        return; // the VM went away first (stopped or killed): nothing to report
+    };
+    if let Ok(mut m) = vm.main_exit.lock() {
+        *m = Some(status);
+    }
+    let _ = tokio::time::timeout(Duration::from_secs(10), vm.sync_logs()).await;
+    let _ = vm.stop(Duration::from_secs(2)).await;
+}
+
+fn qemu_args(
+    spec: &VmSpec,
+    image: &image::Image,
+    accel: &str,
+    port: u16,
+    token: &str,
+) -> Vec<String> {
+    let cpus = (spec.cpus.ceil() as u64).max(1);
+    let restrict = if spec.outbound { "off" } else { "on" };
+    let mut args: Vec<String> = vec![
+        "-M".into(),
+        format!("q35,accel={accel}"),
+        "-cpu".into(),
+        if accel == "kvm" { "host" } else { "max" }.into(),
+        "-m".into(),
+        spec.memory_mb.to_string(),
+        "-smp".into(),
+        cpus.to_string(),
+        "-nodefaults".into(),
+        "-no-user-config".into(),
+        "-display".into(),
+        "none".into(),
+        "-no-reboot".into(),
+        "-kernel".into(),
+        image.kernel.display().to_string(),
+        "-initrd".into(),
+        image.initrd.display().to_string(),
+        "-append".into(),
+        format!(
+            "console=ttyS0 panic=-1 loglevel=4 kitbag.token={token} kitbag.hostname={}",
+            spec.hostname
+        ),
+        "-serial".into(),
+        "stdio".into(),
+        "-netdev".into(),
+        format!(
+            "user,id=n0,restrict={restrict},hostfwd=tcp:127.0.0.1:{port}-:{}",
+            image::AGENT_PORT
+        ),
+        "-device".into(),
+        "virtio-net-pci,netdev=n0,romfile=".into(),
+        "-chardev".into(),
+        "socket,id=qmp,fd=3".into(),
+        "-mon".into(),
+        "chardev=qmp,mode=control".into(),
+    ];
+    args.shrink_to_fit();
+    args
+}
+
+/// In the child, between fork and exec: the monitor's end of the socket pair becomes fd 3,
+/// and the child gets SIGKILL when the spawner thread (which lives as long as the server)
+/// ends — QEMU never outlives kitbag-vm.
+/// The caller keeps `monitor` open until the command has been spawned.
+fn pass_monitor_and_die_with_parent(cmd: &mut Command, monitor: &std::os::fd::OwnedFd) {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::process::CommandExt;
+    let fd = monitor.as_raw_fd();
+    // kitbag-vm's other `unsafe` besides nsfd.rs: `pre_exec` runs between fork and exec, where
+    // only async-signal-safe calls are allowed; prctl and dup2 are, and nothing is allocated.
+    #[allow(unsafe_code)]
+    unsafe {
+        cmd.pre_exec(move || {
+            nix::sys::prctl::set_pdeathsig(nix::sys::signal::Signal::SIGKILL)
+                .map_err(std::io::Error::from)?;
+            // dup2 onto itself would keep close-on-exec: clear the flag instead.
+            let done = if fd == 3 {
+                libc::fcntl(3, libc::F_SETFD, 0)
+            } else {
+                libc::dup2(fd, 3)
+            };
+            if done < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+}
+
+fn random_token() -> Result<String, String> {
+    use std::io::Read;
+    let mut bytes = [0u8; 16];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .map_err(|e| format!("/dev/urandom: {e}"))?;
+    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+pub fn guest_note() -> &'static str {
+    "a QEMU virtual machine: /work is inside the guest (copy files with instance_copy)"
+}

@@ -1,0 +1,258 @@
+//! kitbag-vm's QEMU backend end to end: the real binary over stdio booting real virtual
+//! machines (TCG here: vm.md §2.2) from the default image built from Debian's packages.
+//! Skips loudly without qemu-system-x86_64 unless CI=true.
+#![allow(clippy::unwrap_used)]
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use kitbag_testkit::{Era, McpClient, pids_with_cmdline, process_alive};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag-vm"))
+}
+
+/// Whether QEMU runs here. Under `CI=true` its absence fails (scripts/test installs it).
+fn qemu_usable() -> bool {
+    let ok = std::process::Command::new("qemu-system-x86_64")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "qemu-system-x86_64 is required under CI=true (scripts/test installs it)"
+        );
+        eprintln!("SKIP: qemu-system-x86_64 is not installed");
+    }
+    ok
+}
+
+fn server(dir: &Path) -> McpClient {
+    let mut c = McpClient::spawn(bin(), &[], dir, Era::Handshake);
+    // A first boot builds the image (a kernel download) and boots under emulation.
+    c.timeout = Duration::from_secs(240);
+    c
+}
+
+fn sh(c: &mut McpClient, instance: &str, script: &str) -> Value {
+    c.call_ok(
+        "instance_exec",
+        json!({"instance": instance, "command": ["sh", "-c", script]}),
+    )
+    .structured
+}
+
+fn http_get(url: &str) -> std::io::Result<String> {
+    let addr = url.trim_start_matches("http://");
+    let mut s = TcpStream::connect(addr)?;
+    s.set_read_timeout(Some(Duration::from_secs(20)))?;
+    write!(s, "GET /hello.txt HTTP/1.0\r\nHost: x\r\n\r\n")?;
+    let mut out = String::new();
+    s.read_to_string(&mut out)?;
+    Ok(out)
+}
+
+fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(secs);
+    while !f() {
+        assert!(Instant::now() < deadline, "timed out waiting for {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// The QEMU processes this test's server started: its direct children (never daemonized).
+fn qemus_of(c: &McpClient) -> Vec<u32> {
+    pids_with_cmdline("qemu-system-x86_64")
+        .into_iter()
+        .filter(|p| {
+            std::fs::read_to_string(format!("/proc/{p}/stat")).is_ok_and(|s| {
+                s.rsplit_once(')')
+                    .and_then(|(_, r)| r.split_whitespace().nth(1)?.parse::<u32>().ok())
+                    == Some(c.pid())
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
+    if !qemu_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = server(dir.path());
+
+    let info = c.call_ok("self_info", json!({})).structured;
+    let q = info["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "qemu")
+        .unwrap()
+        .clone();
+    assert_eq!(q["available"], true, "{q}");
+    assert!(q["detail"].as_str().unwrap().contains("QEMU"), "{q}");
+
+    // Bad input changes nothing and names the field.
+    let r = c.call_err(
+        "instance_spawn",
+        json!({"backend": "qemu", "mounts": [{"host": ".", "guest": "/mnt/x"}]}),
+        "unsupported",
+    );
+    assert!(r.text.contains("instance_copy"), "{}", r.text);
+    let r = c.call_err(
+        "instance_spawn",
+        json!({"backend": "qemu", "image": "host"}),
+        "invalid_params",
+    );
+    assert!(r.text.contains("image"), "{}", r.text);
+    assert_eq!(c.call_ok("instance_list", json!({})).structured["total"], 0);
+
+    // A VM serving its /work over HTTP: the main command is the guest's busybox httpd.
+    let vm = c
+        .call_ok(
+            "instance_spawn",
+            json!({
+                "backend": "qemu",
+                "name": "web",
+                "command": ["httpd", "-f", "-p", "8080", "-h", "/work"],
+                "env": {"GREETING": "hello from the guest"},
+                "ports": [8080],
+                "resources": {"memory_mb": 512, "cpus": 1},
+                "ready": {"port": 8080, "timeout_seconds": 200}
+            }),
+        )
+        .structured;
+    let id = vm["id"].as_str().unwrap().to_string();
+    assert_eq!(vm["backend"], "qemu");
+    assert!(vm["work_dir"].is_null(), "{vm}");
+    assert_eq!(vm["resources"]["pause"], "qmp_stop");
+    assert_eq!(qemus_of(&c).len(), 1, "one QEMU process");
+
+    // It is a different kernel: the guest's own, not the host's.
+    let uname = sh(
+        &mut c,
+        &id,
+        "uname -r; echo $GREETING; hostname; cat /proc/1/comm",
+    );
+    let out = uname["stdout"].as_str().unwrap();
+    let host_kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap();
+    assert!(out.contains("cloud-amd64"), "{out}");
+    assert_ne!(out.lines().next().unwrap(), host_kernel.trim());
+    assert!(out.contains("hello from the guest"), "{out}");
+    assert!(out.contains("web"), "hostname: {out}");
+
+    // Files in and out, over the agent.
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "in", "guest_path": "/work/hello.txt", "content": "served by a VM\n"}),
+    );
+    let url = vm["ports"][0]["url"].as_str().unwrap().to_string();
+    let page = http_get(&url).unwrap();
+    assert!(page.contains("served by a VM"), "{page}");
+    let back = c
+        .call_ok(
+            "instance_copy",
+            json!({"instance": id, "direction": "out", "guest_path": "/work/hello.txt"}),
+        )
+        .structured;
+    assert_eq!(back["content"], "served by a VM\n");
+
+    // A failing command's exit code and stderr come back as they are.
+    let bad = sh(&mut c, &id, "echo oops >&2; exit 3");
+    assert_eq!(bad["exit_code"], 3);
+    assert_eq!(bad["stderr"], "oops\n");
+
+    // Pause halts the VM's CPUs; a connection to the port resumes it first.
+    c.call_ok("instance_stop", json!({"instance": id, "pause": true}));
+    let l = c
+        .call_ok("instance_list", json!({"instance": id}))
+        .structured;
+    assert_eq!(l["instances"][0]["state"], "paused");
+    let page = http_get(&url).unwrap();
+    assert!(page.contains("served by a VM"), "{page}");
+    let l = c
+        .call_ok("instance_list", json!({"instance": id}))
+        .structured;
+    assert_eq!(l["instances"][0]["state"], "running");
+
+    // Background jobs and their logs, read back through the agent.
+    let job = c
+        .call_ok(
+            "instance_exec",
+            json!({"instance": id, "command": ["sh", "-c", "echo job says hi; exit 4"], "background": true}),
+        )
+        .structured;
+    let job_id = job["job_id"].as_str().unwrap().to_string();
+    wait_until("the job's log", 30, || {
+        let l = c
+            .call_ok(
+                "instance_logs",
+                json!({"instance": id, "source": format!("job:{job_id}")}),
+            )
+            .structured;
+        l["text"] == "job says hi\n" && l["exit"]["code"] == 4
+    });
+
+    // Stop: the guest powers off and QEMU is gone.
+    let qemu = qemus_of(&c);
+    c.call_ok("instance_stop", json!({"instance": id}));
+    wait_until("QEMU to exit", 15, || {
+        qemu.iter().all(|p| !process_alive(*p))
+    });
+
+    // A VM whose main command ends by itself ends with it; its log outlives it.
+    let short = c
+        .call_ok(
+            "instance_spawn",
+            json!({"backend": "qemu", "command": ["sh", "-c", "echo bye from $(uname -m); exit 7"]}),
+        )
+        .structured;
+    let sid = short["id"].as_str().unwrap().to_string();
+    wait_until("the short VM to end", 60, || {
+        let l = c
+            .call_ok("instance_list", json!({"instance": sid}))
+            .structured;
+        l["instances"][0]["state"] == "exited"
+    });
+    let l = c
+        .call_ok("instance_list", json!({"instance": sid}))
+        .structured;
+    assert_eq!(l["instances"][0]["exit"]["code"], 7, "{l}");
+    let log = c
+        .call_ok("instance_logs", json!({"instance": sid}))
+        .structured;
+    assert_eq!(log["text"], "bye from x86_64\n", "{log}");
+    let backend = c
+        .call_ok(
+            "instance_logs",
+            json!({"instance": sid, "source": "backend"}),
+        )
+        .structured;
+    assert!(
+        backend["text"]
+            .as_str()
+            .unwrap()
+            .contains("kitbag: starting the agent"),
+        "the console is the backend log: {backend}"
+    );
+    assert!(qemus_of(&c).is_empty());
+
+    // No orphans: a VM whose server is SIGKILLed dies with it.
+    c.call_ok("instance_spawn", json!({"backend": "qemu"}));
+    let left = qemus_of(&c);
+    assert_eq!(left.len(), 1);
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = c.shutdown();
+    wait_until("QEMU to die with its server", 10, || {
+        left.iter().all(|p| !process_alive(*p))
+    });
+}
