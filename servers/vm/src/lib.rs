@@ -99,6 +99,12 @@ pub struct Args {
     #[arg(long, default_value_t = 2)]
     pub max_depth: u32,
 
+    /// QEMU's accelerator: `auto` (KVM when /dev/kvm opens and the CPU has vmx/svm), `kvm`
+    /// (try KVM whenever /dev/kvm opens), `tcg` (always emulate). A KVM guest that does not
+    /// reach its agent within 20 s (the boot probe, on the first VM) means TCG from then on.
+    #[arg(long, value_enum, default_value_t = qemu::Accel::Auto)]
+    pub qemu_accel: qemu::Accel,
+
     /// `host` (run instances), `guest` (forward every call to the kitbag-vm that runs this
     /// instance, over $KITBAG_VM_SOCKET), or `auto`: guest when KITBAG_VM_SOCKET is set.
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
@@ -136,6 +142,7 @@ pub struct Options {
     pub allow_network: bool,
     pub allow_non_loopback: bool,
     pub max_depth: u32,
+    pub qemu_accel: qemu::Accel,
     pub read_only: bool,
 }
 
@@ -186,7 +193,8 @@ impl VmState {
 
     /// QEMU's availability and accelerator, probed once.
     pub fn qemu_probe(&self) -> &qemu::Probe {
-        self.qemu_probe.get_or_init(qemu::probe)
+        self.qemu_probe
+            .get_or_init(|| qemu::probe(self.opts.qemu_accel))
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instance>> {
@@ -399,6 +407,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
             allow_network: !args.no_network,
             allow_non_loopback: args.allow_non_loopback,
             max_depth: args.max_depth,
+            qemu_accel: args.qemu_accel,
             read_only,
         },
         instances: Mutex::new(BTreeMap::new()),

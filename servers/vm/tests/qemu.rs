@@ -256,3 +256,54 @@ fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
         left.iter().all(|p| !process_alive(*p))
     });
 }
+
+/// `--qemu-accel kvm` on a machine whose /dev/kvm opens but whose CPU has no vmx/svm (this
+/// kind of machine: a KVM guest never reaches init, vm.md §2.2): the first VM is the boot
+/// probe, it fails within its deadline, and the VM boots under TCG instead. Where KVM works
+/// the probe passes; where /dev/kvm does not open there is nothing to probe.
+#[test]
+fn the_kvm_boot_probe_falls_back_to_tcg() {
+    if !qemu_usable() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = McpClient::spawn(bin(), &["--qemu-accel", "kvm"], dir.path(), Era::Handshake);
+    c.timeout = Duration::from_secs(240);
+    let kvm_opens = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok();
+    let vm = c
+        .call_ok("instance_spawn", json!({"backend": "qemu"}))
+        .structured;
+    let note = vm["resources"]["note"].as_str().unwrap().to_string();
+    let info = c.call_ok("self_info", json!({})).structured;
+    let detail = info["backends"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|b| b["name"] == "qemu")
+        .unwrap()["detail"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let cpu_virt = std::fs::read_to_string("/proc/cpuinfo")
+        .unwrap()
+        .split_whitespace()
+        .any(|f| f == "vmx" || f == "svm");
+    eprintln!("qemu: {detail}; instance: {note}");
+    match (kvm_opens, cpu_virt) {
+        (true, false) => {
+            assert!(detail.contains("boot probe failed"), "{detail}");
+            assert!(note.contains("TCG"), "{note}");
+        }
+        (true, true) if detail.contains("reached the guest") => assert!(note.contains("KVM")),
+        (true, true) => assert!(note.contains("TCG"), "{detail} / {note}"),
+        (false, _) => assert!(detail.contains("cannot be opened") && note.contains("TCG")),
+    }
+    let id = vm["id"].as_str().unwrap();
+    let r = sh(&mut c, id, "echo up");
+    assert_eq!(r["stdout"], "up\n");
+    c.shutdown();
+}

@@ -23,6 +23,14 @@ use crate::bwrap::{Record, start_time, tail};
 use crate::proto::{self, Answer, ExitStatus, Hello, LOGS_DIR, MainSpec, Request, Stream};
 use crate::spawner::Spawner;
 
+/// The accelerator a server asks for (`--qemu-accel`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Accel {
+    Auto,
+    Kvm,
+    Tcg,
+}
+
 /// How guests run: hardware virtualisation or QEMU's emulator.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Probe {
@@ -35,7 +43,7 @@ pub struct Probe {
 /// CPU to advertise virtualisation; on a machine where `/dev/kvm` opens but the CPU has no
 /// vmx/svm flags a KVM guest never reaches init (vm.md §2.2), so that case is TCG. A KVM
 /// candidate must still boot a guest within 20 s the first time (see [`QemuVm::start`]).
-pub fn probe() -> Probe {
+pub fn probe(want: Accel) -> Probe {
     let version = match Command::new("qemu-system-x86_64")
         .arg("--version")
         .stderr(Stdio::null())
@@ -67,13 +75,18 @@ pub fn probe() -> Probe {
                 .any(|l| l.split_whitespace().any(|f| f == "vmx" || f == "svm"))
         })
         .unwrap_or(false);
-    let (kvm, why) = match (kvm_opens, cpu_flags) {
-        (true, true) => (true, "KVM (/dev/kvm opens, the CPU has vmx/svm)".to_string()),
-        (true, false) => (
+    let (kvm, why) = match (want, kvm_opens, cpu_flags) {
+        (Accel::Tcg, _, _) => (false, "TCG emulation (--qemu-accel tcg)".to_string()),
+        (_, true, true) => (true, "KVM (/dev/kvm opens, the CPU has vmx/svm)".to_string()),
+        (Accel::Kvm, true, false) => (
+            true,
+            "KVM asked for (--qemu-accel kvm) though /proc/cpuinfo has no vmx/svm flag".to_string(),
+        ),
+        (_, true, false) => (
             false,
             "TCG emulation: /dev/kvm opens but /proc/cpuinfo has no vmx/svm flag (a KVM guest would never boot)".to_string(),
         ),
-        (false, _) => (false, "TCG emulation: /dev/kvm cannot be opened".to_string()),
+        (_, false, _) => (false, "TCG emulation: /dev/kvm cannot be opened".to_string()),
     };
     Probe {
         available: true,
@@ -118,6 +131,22 @@ pub struct QemuVm {
 /// One build of the image at a time (two first spawns would both download the kernel).
 static IMAGE_BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
+/// The boot probe's verdict on KVM, once a first VM has tried it: `Ok` it booted, `Err` why
+/// not. Held across that first boot so concurrent spawns wait for the verdict.
+static KVM_BOOT: tokio::sync::Mutex<Option<Result<(), String>>> =
+    tokio::sync::Mutex::const_new(None);
+/// How long a KVM guest may take to reach its agent before KVM is judged unusable.
+const KVM_PROBE_DEADLINE: Duration = Duration::from_secs(20);
+
+/// What the boot probe found, for self_info: empty until a VM has tried KVM.
+pub fn kvm_boot_note() -> String {
+    match KVM_BOOT.try_lock().ok().and_then(|g| g.clone()) {
+        Some(Ok(())) => "; the KVM boot probe reached the guest's agent".into(),
+        Some(Err(e)) => format!("; the KVM boot probe failed ({e}): guests run under TCG"),
+        None => String::new(),
+    }
+}
+
 impl QemuVm {
     /// Build the image if needed, boot, wait for the agent (at most `timeout`), hand it the
     /// environment and the main command. `progress` hears each stage.
@@ -139,15 +168,56 @@ impl QemuVm {
                 .await
                 .map_err(|e| e.to_string())??
         };
+        let mut spec = spec;
+        if spec.kvm {
+            let mut verdict = KVM_BOOT.lock().await;
+            match verdict.clone() {
+                Some(Ok(())) => {}
+                Some(Err(_)) => spec.kvm = false,
+                None => {
+                    // The boot probe: this first VM itself, under KVM, with a short deadline.
+                    progress("booting (KVM boot probe)");
+                    match Self::boot_with_retries(
+                        &spec,
+                        &image,
+                        spawner,
+                        KVM_PROBE_DEADLINE,
+                        progress,
+                    )
+                    .await
+                    {
+                        Ok(vm) => {
+                            *verdict = Some(Ok(()));
+                            return Ok(vm);
+                        }
+                        Err(e) => {
+                            tracing::warn!("KVM did not boot a guest: {e}; falling back to TCG");
+                            *verdict = Some(Err(first_line(&e)));
+                            spec.kvm = false;
+                        }
+                    }
+                }
+            }
+        }
         progress("booting");
+        Self::boot_with_retries(&spec, &image, spawner, timeout, progress).await
+    }
+
+    async fn boot_with_retries(
+        spec: &VmSpec,
+        image: &image::Image,
+        spawner: &Spawner,
+        timeout: Duration,
+        progress: &(dyn Fn(&str) + Send + Sync),
+    ) -> Result<Arc<QemuVm>, String> {
         let token = random_token()?;
         // The forwarded port is picked free, then bound by QEMU: another process may take
         // it in between, so a refused bind is retried with a new one.
         let mut last = String::new();
         for _ in 0..3 {
             let port = free_port().map_err(|e| format!("no free loopback port: {e}"))?;
-            match Self::boot(&spec, &image, spawner, port, &token).await {
-                Ok(vm) => return vm.until_ready(&spec, timeout, progress).await,
+            match Self::boot(spec, image, spawner, port, &token).await {
+                Ok(vm) => return vm.until_ready(spec, timeout, progress).await,
                 Err(e) if e.contains("hostfwd") || e.contains("host forwarding") => last = e,
                 Err(e) => return Err(e),
             }
@@ -581,6 +651,10 @@ fn pass_monitor_and_die_with_parent(cmd: &mut Command, monitor: &std::os::fd::Ow
             Ok(())
         });
     }
+}
+
+fn first_line(s: &str) -> String {
+    s.lines().next().unwrap_or(s).chars().take(200).collect()
 }
 
 fn random_token() -> Result<String, String> {

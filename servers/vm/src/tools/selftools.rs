@@ -209,7 +209,7 @@ pub fn info(
                 BackendInfo {
                     name: "qemu".into(),
                     available: q.available,
-                    detail: q.detail.clone(),
+                    detail: format!("{}{}", q.detail, crate::qemu::kvm_boot_note()),
                 }
             },
             not_built("docker"),
