@@ -126,8 +126,8 @@ pub fn kill_tree(pid: u32) {
 /// task, not from `spawn_blocking`, whose threads retire). For a child that would otherwise
 /// outlive a server killed outright (a runtime paused under its debugger).
 pub fn die_with_parent(cmd: &mut tokio::process::Command) {
-    // One of the three places kitbag uses `unsafe` (the others: the SQLite VFS in
-    // state/sqlite.rs and kitbag-vm's nsfd.rs): `pre_exec` runs between fork and exec, where
+    // One of the four places kitbag uses `unsafe` (the others: the SQLite VFS in
+    // state/sqlite.rs, kitbag-vm's nsfd.rs and its QEMU launch in qemu/mod.rs): `pre_exec` runs between fork and exec, where
     // only async-signal-safe calls are allowed; prctl(PR_SET_PDEATHSIG) is one, and nothing
     // is allocated or locked.
     #[allow(unsafe_code)]
