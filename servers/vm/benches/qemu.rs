@@ -50,8 +50,23 @@ fn bare_boot(kernel: &Path, initrd: &Path) -> Duration {
     let token = "0123456789abcdef0123456789abcdef";
     let t = Instant::now();
     let mut qemu = std::process::Command::new("qemu-system-x86_64")
-        .args(["-M", "q35,accel=tcg", "-cpu", "max", "-m", "1024", "-smp", "2"])
-        .args(["-nodefaults", "-no-user-config", "-display", "none", "-no-reboot"])
+        .args([
+            "-M",
+            "q35,accel=tcg",
+            "-cpu",
+            "max",
+            "-m",
+            "1024",
+            "-smp",
+            "2",
+        ])
+        .args([
+            "-nodefaults",
+            "-no-user-config",
+            "-display",
+            "none",
+            "-no-reboot",
+        ])
         .arg("-kernel")
         .arg(kernel)
         .arg("-initrd")
@@ -143,7 +158,9 @@ fn main() {
     );
 
     for backend in ["qemu", "bwrap"] {
-        let id = c.call_ok("instance_spawn", json!({"backend": backend})).structured["id"]
+        let id = c
+            .call_ok("instance_spawn", json!({"backend": backend}))
+            .structured["id"]
             .as_str()
             .unwrap()
             .to_string();
@@ -165,7 +182,10 @@ fn main() {
         for _ in 0..10 {
             let t = Instant::now();
             c.call_ok("instance_stop", json!({"instance": id, "pause": true}));
-            c.call_ok("instance_exec", json!({"instance": id, "command": ["true"]}));
+            c.call_ok(
+                "instance_exec",
+                json!({"instance": id, "command": ["true"]}),
+            );
             pauses.push(t.elapsed());
         }
         println!(

@@ -310,6 +310,15 @@ async fn serve(agent: Arc<Agent>, stream: Stream) -> anyhow::Result<()> {
             let answer = setup(&agent, env, main);
             proto::write_line(&mut write, &answer).await?;
         }
+        Request::Hold => {
+            proto::write_line(&mut write, &Answer::ok()).await?;
+            let mut sink = [0u8; 64];
+            // Anything but more bytes — EOF or an error — means the server is gone.
+            while matches!(read.read(&mut sink).await, Ok(n) if n > 0) {}
+            eprintln!("kitbag-vm agent: the server's line closed; stopping the instance");
+            stop_everything(Duration::from_secs(1)).await;
+            std::process::exit(137);
+        }
         Request::WaitMain => {
             let mut rx = agent.main_exit.subscribe();
             let status = match rx.wait_for(|s| s.is_some()).await {

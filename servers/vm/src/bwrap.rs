@@ -25,9 +25,9 @@ use crate::spawner::Spawner;
 
 /// Where the agent binary is mounted inside (outside the bound control directory, so the
 /// instance cannot replace it on the host).
-const AGENT_EXE: &str = "/run/kitbag-bin/kitbag-vm";
+pub const AGENT_EXE: &str = "/run/kitbag-bin/kitbag-vm";
 /// Where the host's loader and C library are mounted for the agent in a foreign root.
-const AGENT_LIB: &str = "/run/kitbag-lib";
+pub const AGENT_LIB: &str = "/run/kitbag-lib";
 /// The PATH every instance starts with.
 const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
 
@@ -262,7 +262,7 @@ fn root_entries(base: &Path) -> Vec<(String, RootEntry)> {
 }
 
 /// The host's dynamic loader: (the directory holding it and the C library, its file name).
-fn host_loader() -> Option<(PathBuf, String)> {
+pub fn host_loader() -> Option<(PathBuf, String)> {
     let candidates = [
         "/lib64/ld-linux-x86-64.so.2",
         "/lib/ld-linux-aarch64.so.1",
@@ -325,13 +325,7 @@ impl Sandbox {
             let bytes = serde_json::to_vec(&main).map_err(|e| e.to_string())?;
             std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| e.to_string())?;
         }
-        let ctl_fd = openat(
-            kitbag_shared::rustix::fs::CWD,
-            &ctl,
-            OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-            Mode::empty(),
-        )
-        .map_err(|e| format!("{}: {e}", ctl.display()))?;
+        let ctl_fd = open_ctl(&ctl)?;
         let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
         let log = std::fs::File::create(backend_log(&spec.dir)).map_err(|e| e.to_string())?;
         let mut cmd = match (overlay_dirs(&spec), &spec.rootfs) {
@@ -496,23 +490,7 @@ impl Sandbox {
     /// a socket: the instance can write its control directory and must not be able to point
     /// the server at another socket on the host.
     pub async fn agent(&self) -> std::io::Result<Stream> {
-        let fd = openat(
-            &self.ctl_fd,
-            AGENT_SOCKET,
-            OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-            Mode::empty(),
-        )?;
-        let st = fstat(&fd)?;
-        if (st.st_mode & libc_s_ifmt()) != libc_s_ifsock() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::PermissionDenied,
-                "the agent socket was replaced by something else",
-            ));
-        }
-        let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-        let stream = UnixStream::connect(&path).await;
-        drop(fd);
-        Ok(Box::new(stream?))
+        connect_agent(&self.ctl_fd).await
     }
 
     pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
@@ -664,6 +642,40 @@ impl Sandbox {
         let _ = std::fs::remove_file(self.dir.join("ctl").join(AGENT_SOCKET));
         let _ = std::fs::remove_file(self.dir.join("record.json"));
     }
+}
+
+/// The agent socket in a control directory held open by descriptor. The socket is opened
+/// without following links and must be a socket: the instance can write its control
+/// directory and must not be able to point the server at another socket on the host.
+pub async fn connect_agent(ctl_fd: &OwnedFd) -> std::io::Result<Stream> {
+    let fd = openat(
+        ctl_fd,
+        AGENT_SOCKET,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = fstat(&fd)?;
+    if (st.st_mode & libc_s_ifmt()) != libc_s_ifsock() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the agent socket was replaced by something else",
+        ));
+    }
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let stream = UnixStream::connect(&path).await;
+    drop(fd);
+    Ok(Box::new(stream?))
+}
+
+/// The control directory, opened once by descriptor (the agent socket is reached through it).
+pub fn open_ctl(ctl: &Path) -> Result<OwnedFd, String> {
+    openat(
+        kitbag_shared::rustix::fs::CWD,
+        ctl,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| format!("{}: {e}", ctl.display()))
 }
 
 fn libc_s_ifmt() -> u32 {

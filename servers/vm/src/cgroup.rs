@@ -256,33 +256,7 @@ impl InstanceCgroups {
     }
 
     pub fn usage(&self) -> Usage {
-        let read =
-            |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
-        match &self.layout {
-            Some(Layout::V2(d)) => Usage {
-                memory_bytes: read(d.join("memory.current")),
-                pids: read(d.join("pids.current")),
-                cpu_seconds: std::fs::read_to_string(d.join("cpu.stat"))
-                    .ok()
-                    .and_then(|s| {
-                        s.lines()
-                            .find_map(|l| l.strip_prefix("usage_usec "))
-                            .and_then(|v| v.trim().parse::<f64>().ok())
-                            .map(|us| us / 1e6)
-                    }),
-            },
-            Some(Layout::V1(dirs)) => {
-                let dir = |ctl: &str| dirs.iter().find(|(c, _)| *c == ctl).map(|(_, d)| d.clone());
-                Usage {
-                    memory_bytes: dir("memory").and_then(|d| read(d.join("memory.usage_in_bytes"))),
-                    pids: dir("pids").and_then(|d| read(d.join("pids.current"))),
-                    cpu_seconds: dir("cpuacct")
-                        .and_then(|d| read(d.join("cpuacct.usage")))
-                        .map(|ns| ns as f64 / 1e9),
-                }
-            }
-            None => Usage::default(),
-        }
+        layout_usage(self.layout.as_ref())
     }
 
     /// The pids in the instance's cgroup (for the sweep and for checks).
@@ -389,4 +363,74 @@ pub fn sweep_stale() -> usize {
         }
     }
     removed
+}
+
+/// What the processes in a layout's cgroups use.
+fn layout_usage(layout: Option<&Layout>) -> Usage {
+    let read = |p: PathBuf| -> Option<u64> { std::fs::read_to_string(p).ok()?.trim().parse().ok() };
+    match layout {
+        Some(Layout::V2(d)) => Usage {
+            memory_bytes: read(d.join("memory.current")),
+            pids: read(d.join("pids.current")),
+            cpu_seconds: std::fs::read_to_string(d.join("cpu.stat"))
+                .ok()
+                .and_then(|s| {
+                    s.lines()
+                        .find_map(|l| l.strip_prefix("usage_usec "))
+                        .and_then(|v| v.trim().parse::<f64>().ok())
+                        .map(|us| us / 1e6)
+                }),
+        },
+        Some(Layout::V1(dirs)) => {
+            let dir = |ctl: &str| dirs.iter().find(|(c, _)| *c == ctl).map(|(_, d)| d.clone());
+            Usage {
+                memory_bytes: dir("memory").and_then(|d| read(d.join("memory.usage_in_bytes"))),
+                pids: dir("pids").and_then(|d| read(d.join("pids.current"))),
+                cpu_seconds: dir("cpuacct")
+                    .and_then(|d| read(d.join("cpuacct.usage")))
+                    .map(|ns| ns as f64 / 1e9),
+            }
+        }
+        None => Usage::default(),
+    }
+}
+
+/// What the cgroups of another process (a container's first process) use: its cgroup paths
+/// from `/proc/<pid>/cgroup` under this namespace's mounts. Read only; nothing is created or
+/// removed.
+pub fn usage_of(pid: i32) -> Usage {
+    let Ok(own) = std::fs::read_to_string(format!("/proc/{pid}/cgroup")) else {
+        return Usage::default();
+    };
+    let mounts = cgroup_mounts();
+    let path_of = |want: Option<&str>| {
+        own.lines().find_map(|l| {
+            let mut it = l.splitn(3, ':');
+            let (id, ctl, path) = (it.next()?, it.next()?, it.next()?);
+            let hit = match want {
+                None => id == "0" && ctl.is_empty(),
+                Some(c) => ctl.split(',').any(|x| x == c),
+            };
+            hit.then(|| path.trim_start_matches('/').to_string())
+        })
+    };
+    let v2 = mounts.iter().find(|m| m.v2).and_then(|m| {
+        let dir = m.mount_point.join(path_of(None)?);
+        dir.join("memory.current").exists().then_some(dir)
+    });
+    let layout = match v2 {
+        Some(d) => Layout::V2(d),
+        None => Layout::V1(
+            ["memory", "pids", "cpuacct"]
+                .into_iter()
+                .filter_map(|ctl| {
+                    let m = mounts
+                        .iter()
+                        .find(|m| !m.v2 && m.controllers.iter().any(|c| c == ctl))?;
+                    Some((ctl, m.mount_point.join(path_of(Some(ctl))?)))
+                })
+                .collect(),
+        ),
+    };
+    layout_usage(Some(&layout))
 }

@@ -12,6 +12,8 @@ use crate::qemu::QemuVm;
 pub enum Engine {
     Bwrap(Arc<Sandbox>),
     Qemu(Arc<QemuVm>),
+    #[cfg(feature = "backend-docker")]
+    Docker(Arc<crate::docker::Container>),
 }
 
 impl Engine {
@@ -19,6 +21,8 @@ impl Engine {
         match self {
             Engine::Bwrap(_) => "bwrap",
             Engine::Qemu(_) => "qemu",
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(_) => "docker",
         }
     }
 
@@ -27,6 +31,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => &s.dir,
             Engine::Qemu(v) => &v.dir,
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => &d.dir,
         }
     }
 
@@ -35,18 +41,17 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.child_pid,
             Engine::Qemu(v) => v.pid,
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.pid,
         }
-    }
-
-    /// Whether the instance's /work is a directory on the host (a VM's is inside the guest).
-    pub fn work_on_host(&self) -> bool {
-        matches!(self, Engine::Bwrap(_))
     }
 
     pub async fn agent(&self) -> std::io::Result<Stream> {
         match self {
             Engine::Bwrap(s) => s.agent().await,
             Engine::Qemu(v) => v.agent().await,
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.agent().await,
         }
     }
 
@@ -76,6 +81,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.exit_status(),
             Engine::Qemu(v) => v.exit_status(),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.exit_status(),
         }
     }
 
@@ -83,6 +90,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.wait().await,
             Engine::Qemu(v) => v.wait().await,
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.wait().await,
         }
     }
 
@@ -90,6 +99,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.is_frozen(),
             Engine::Qemu(v) => v.is_frozen(),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.is_frozen(),
         }
     }
 
@@ -98,6 +109,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.pause_method(),
             Engine::Qemu(_) => "qmp_stop",
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(_) => "engine_pause",
         }
     }
 
@@ -105,6 +118,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.pause(),
             Engine::Qemu(v) => v.pause(),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.pause(),
         }
     }
 
@@ -112,6 +127,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.resume(),
             Engine::Qemu(v) => v.resume(),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.resume(),
         }
     }
 
@@ -119,6 +136,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.usage(),
             Engine::Qemu(v) => v.usage(),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.usage(),
         }
     }
 
@@ -132,6 +151,11 @@ impl Engine {
                     v.accel.to_uppercase()
                 )),
             ),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(_) => (
+                true,
+                Some("the engine's cgroups (Memory, NanoCpus, PidsLimit)".into()),
+            ),
         }
     }
 
@@ -139,6 +163,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.stop(grace).await,
             Engine::Qemu(v) => v.stop(grace).await,
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.stop(grace).await,
         }
     }
 
@@ -146,6 +172,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.kill(),
             Engine::Qemu(v) => v.kill(),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.kill(),
         }
     }
 
@@ -153,6 +181,8 @@ impl Engine {
         match self {
             Engine::Bwrap(s) => s.cleanup(),
             Engine::Qemu(v) => v.cleanup(),
+            #[cfg(feature = "backend-docker")]
+            Engine::Docker(d) => d.cleanup(),
         }
     }
 }

@@ -10,6 +10,8 @@
 pub mod agent;
 pub mod bwrap;
 pub mod cgroup;
+#[cfg(feature = "backend-docker")]
+pub mod docker;
 pub mod engine;
 pub mod guest;
 pub mod instance;
@@ -105,6 +107,12 @@ pub struct Args {
     #[arg(long, value_enum, default_value_t = qemu::Accel::Auto)]
     pub qemu_accel: qemu::Accel,
 
+    /// The Docker Engine API for `backend: "docker"` (dockerd, or `podman system service`):
+    /// `unix:///path`. Default: $DOCKER_HOST, else unix:///var/run/docker.sock.
+    #[cfg(feature = "backend-docker")]
+    #[arg(long, value_name = "URL")]
+    pub docker_host: Option<String>,
+
     /// `host` (run instances), `guest` (forward every call to the kitbag-vm that runs this
     /// instance, over $KITBAG_VM_SOCKET), or `auto`: guest when KITBAG_VM_SOCKET is set.
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
@@ -165,6 +173,8 @@ pub struct VmState {
     pub started: Instant,
     probe: OnceLock<(bool, String)>,
     qemu_probe: OnceLock<qemu::Probe>,
+    #[cfg(feature = "backend-docker")]
+    pub docker: Option<docker::DockerEngine>,
 }
 
 /// A guard that marks an instance busy (a foreground exec or copy): the idle timer waits for
@@ -417,6 +427,10 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
         started: Instant::now(),
         probe: OnceLock::new(),
         qemu_probe: OnceLock::new(),
+        #[cfg(feature = "backend-docker")]
+        docker: docker::DockerEngine::new(&docker::api::default_host(args.docker_host.as_deref()))
+            .map_err(|e| tracing::warn!("--docker-host: {e}"))
+            .ok(),
     };
     McpServer::new(IDENTITY, state, router(), policy)
         .with_common_args(&args.common)
@@ -447,6 +461,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 report.cgroups
             );
         }
+    }
+    #[cfg(feature = "backend-docker")]
+    {
+        // Probe the engine early (self_info shows it; leftovers of dead servers go now).
+        let s = state.clone();
+        tokio::spawn(async move {
+            if let Some(d) = &s.docker {
+                d.probe().await;
+            }
+        });
     }
     let ticker = tokio::spawn(lifecycle::tick_forever(state.clone()));
     let result = kitbag_shared::serve(server, &args.common).await;

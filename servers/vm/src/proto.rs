@@ -92,6 +92,10 @@ pub enum Request {
         #[serde(default)]
         main: Option<MainSpec>,
     },
+    /// Hold the connection open: when it closes (the server ended, however it ended) the
+    /// agent stops every process and exits. For engines whose instances are not the server's
+    /// children (a container belongs to its engine's daemon).
+    Hold,
     /// A VM's agent only: answer (with `exit`) once the main command has ended. A VM's agent
     /// outlives its main command so the server can collect its logs first.
     WaitMain,

@@ -367,7 +367,7 @@ fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>, String> {
         .collect())
 }
 
-fn which(program: &str) -> Option<PathBuf> {
+pub fn which(program: &str) -> Option<PathBuf> {
     let path = std::env::var_os("PATH")?;
     std::env::split_paths(&path)
         .map(|d| d.join(program))

@@ -212,7 +212,7 @@ pub fn info(
                     detail: format!("{}{}", q.detail, crate::qemu::kvm_boot_note()),
                 }
             },
-            not_built("docker"),
+            docker_info(state).unwrap_or_else(|| not_built("docker")),
             not_built("kube"),
         ],
         leases,
@@ -392,4 +392,29 @@ async fn restart_instance(
             RELOAD_DELAY.as_millis()
         ),
     ))
+}
+
+#[cfg(feature = "backend-docker")]
+fn docker_info(state: &VmState) -> Option<BackendInfo> {
+    let engine = state.docker.as_ref()?;
+    Some(match engine.probed() {
+        Some(p) => BackendInfo {
+            name: "docker".into(),
+            available: p.available,
+            detail: p.detail.clone(),
+        },
+        None => BackendInfo {
+            name: "docker".into(),
+            available: false,
+            detail: format!(
+                "not probed yet ({}); a docker spawn probes it",
+                engine.api.socket.display()
+            ),
+        },
+    })
+}
+
+#[cfg(not(feature = "backend-docker"))]
+fn docker_info(_: &VmState) -> Option<BackendInfo> {
+    None
 }

@@ -179,6 +179,27 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
                 .with_detail(json!({ "field": "backend", "backend": "bwrap" })));
             }
         }
+        #[cfg(feature = "backend-docker")]
+        Backend::Docker => {
+            // The engine was probed before this check (run awaits it).
+            match state.docker.as_ref().and_then(|d| d.probed()) {
+                Some(p) if p.available => {}
+                Some(p) => {
+                    return Err(ToolError::new(
+                        ErrorCode::BackendUnavailable,
+                        format!("backend: docker is not available here: {}", p.detail),
+                    )
+                    .with_detail(json!({ "field": "backend", "backend": "docker" })));
+                }
+                None => {
+                    return Err(ToolError::new(
+                        ErrorCode::BackendUnavailable,
+                        "backend: docker has no engine address (--docker-host)",
+                    )
+                    .with_detail(json!({ "field": "backend", "backend": "docker" })));
+                }
+            }
+        }
         Backend::Qemu => {
             let probe = state.qemu_probe();
             if !probe.available {
@@ -200,12 +221,29 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
             .with_detail(json!({ "field": "backend", "available": ["bwrap", "qemu"] })));
         }
     }
-    if backend == Backend::Qemu && p.mounts.as_ref().is_some_and(|m| !m.is_empty()) {
+    if backend == Backend::Docker && p.network == Some(Network::Outbound) && !docker_bridge(state) {
         return Err(ToolError::new(
             ErrorCode::Unsupported,
-            "mounts: backend qemu cannot mount host paths (Debian's cloud kernel has no 9p and bookworm no virtiofsd); copy files in with instance_copy",
+            "network: \"outbound\" needs the engine's bridge network, which it does not have",
         )
-        .with_detail(json!({ "field": "mounts", "backend": "qemu" })));
+        .with_detail(json!({ "field": "network", "backend": "docker" })));
+    }
+    if backend != Backend::Bwrap && p.mounts.as_ref().is_some_and(|m| !m.is_empty()) {
+        return Err(ToolError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "mounts: backend {} cannot mount host paths{}; copy files in with instance_copy",
+                format!("{backend:?}").to_lowercase(),
+                if backend == Backend::Qemu {
+                    " (Debian's cloud kernel has no 9p and bookworm no virtiofsd)"
+                } else {
+                    ""
+                }
+            ),
+        )
+        .with_detail(
+            json!({ "field": "mounts", "backend": format!("{backend:?}").to_lowercase() }),
+        ));
     }
     if let Some(n) = &p.name {
         validate::name("name", n)?;
@@ -216,14 +254,25 @@ fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> 
     let cwd = p.cwd.unwrap_or_else(|| "/work".into());
     validate::guest_path("cwd", &cwd)?;
     let env = validate::env("env", &p.env.unwrap_or_default())?;
-    let image = p.image.clone().unwrap_or_else(|| {
-        if backend == Backend::Qemu {
-            "default".into()
-        } else {
-            "host".into()
-        }
+    let image = p.image.clone().unwrap_or_else(|| match backend {
+        Backend::Qemu => "default".into(),
+        Backend::Docker => default_docker_image().into(),
+        _ => "host".into(),
     });
     let rootfs = match image.as_str() {
+        _ if backend == Backend::Docker => {
+            // An engine's image name; whether it exists is the engine's to say at start.
+            if image.is_empty()
+                || image.len() > 255
+                || image.chars().any(|c| c.is_whitespace() || c.is_control())
+            {
+                return Err(ToolError::invalid_field(
+                    "image",
+                    format!("{image:?} is not an image name"),
+                ));
+            }
+            None
+        }
         "default" if backend == Backend::Qemu => None,
         other if backend == Backend::Qemu => {
             return Err(ToolError::invalid_field(
@@ -479,6 +528,12 @@ pub async fn run(
         )
         .with_detail(json!({ "field": "mounts" })));
     }
+    #[cfg(feature = "backend-docker")]
+    if p.backend == Some(Backend::Docker)
+        && let Some(engine) = &state.docker
+    {
+        engine.probe().await;
+    }
     let c = check(&state, p, &ctx)?;
     let id = {
         let mut map = state.lock();
@@ -550,6 +605,7 @@ pub async fn run(
         inst.ttl_seconds = c.ttl;
         inst.backend = match c.backend {
             Backend::Qemu => "qemu",
+            Backend::Docker => "docker",
             _ => "bwrap",
         };
         map.insert(id.clone(), inst);
@@ -563,6 +619,8 @@ pub async fn run(
     };
     let sandbox = match c.backend {
         Backend::Qemu => start_vm(&state, &id, &c, &ctx).await?,
+        #[cfg(feature = "backend-docker")]
+        Backend::Docker => start_container(&state, &id, &c).await?,
         _ => start_sandbox(&state, &id, &c).await?,
     };
     pending.sandbox = Some(sandbox.clone());
@@ -680,6 +738,75 @@ async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResul
             .with_detail(json!({ "backend": "bwrap" }))
         })?;
     Ok(Arc::new(Engine::Bwrap(sandbox)))
+}
+
+#[cfg(feature = "backend-docker")]
+fn default_docker_image() -> &'static str {
+    crate::docker::DEFAULT_IMAGE
+}
+#[cfg(not(feature = "backend-docker"))]
+fn default_docker_image() -> &'static str {
+    ""
+}
+
+#[cfg(feature = "backend-docker")]
+fn docker_bridge(state: &VmState) -> bool {
+    state
+        .docker
+        .as_ref()
+        .and_then(|d| d.probed())
+        .is_some_and(|p| p.bridge)
+}
+#[cfg(not(feature = "backend-docker"))]
+fn docker_bridge(_: &VmState) -> bool {
+    false
+}
+
+/// A container of the Docker engine.
+#[cfg(feature = "backend-docker")]
+async fn start_container(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResult<Arc<Engine>> {
+    let Some(engine) = &state.docker else {
+        return Err(ToolError::new(
+            ErrorCode::BackendUnavailable,
+            "backend: docker has no engine",
+        ));
+    };
+    let spec = crate::docker::BoxSpec {
+        id: id.to_string(),
+        hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
+        dir: state.state_dir.join("instances").join(id),
+        exe: state.exe.clone(),
+        image: c.image.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env: c.env.clone(),
+        outbound: c.network == Network::Outbound,
+        limits: c.limits,
+        deadline: (c.ttl > 0).then(|| SystemTime::now() + Duration::from_secs(c.ttl)),
+    };
+    let container = crate::docker::Container::start(engine, spec, Duration::from_secs(60))
+        .await
+        .map_err(|e| {
+            let field = e.contains("is not an image of this engine");
+            let err = ToolError::new(
+                if field {
+                    ErrorCode::InvalidParams
+                } else {
+                    ErrorCode::SpawnFailed
+                },
+                if field {
+                    format!("image: {e}")
+                } else {
+                    format!("the container did not start: {e}")
+                },
+            );
+            if field {
+                err.with_detail(json!({ "field": "image", "backend": "docker" }))
+            } else {
+                err.with_detail(json!({ "backend": "docker" }))
+            }
+        })?;
+    Ok(Arc::new(Engine::Docker(container)))
 }
 
 /// How long a VM may take to boot: TCG emulation on a loaded machine is slow (vm.md §2.2:
