@@ -227,6 +227,7 @@ impl Instance {
             id: self.id.clone(),
             name: self.name.clone(),
             backend: self.backend.into(),
+            capabilities: capabilities(self.backend),
             state: self.state,
             owner: self.owner.clone(),
             parent: self.owner.clone(),
@@ -336,8 +337,11 @@ pub struct InstanceInfo {
     /// `i-` and 8 hex digits.
     pub id: String,
     pub name: Option<String>,
-    /// The engine: `bwrap` (bubblewrap namespaces and cgroups).
+    /// The engine: `bwrap` (bubblewrap namespaces and cgroups), `qemu` (a virtual machine)
+    /// or `docker` (a container of a Docker engine).
     pub backend: String,
+    /// What this engine can do; an operation it cannot answers `unsupported` naming it.
+    pub capabilities: Capabilities,
     pub state: State,
     /// The instance that spawned this one (nested use), or null when the top-level client did.
     pub owner: Option<String>,
@@ -367,6 +371,53 @@ pub struct InstanceInfo {
     pub ttl: TtlInfo,
     pub resources: ResourcesInfo,
     pub labels: BTreeMap<String, String>,
+}
+
+/// What an instance's engine can do.
+#[derive(Debug, Clone, Copy, Serialize, JsonSchema)]
+pub struct Capabilities {
+    /// Host paths can be bound in (`mounts`).
+    pub mounts: bool,
+    /// `/work` is a directory on the host (`work_dir`); otherwise reach it with instance_copy.
+    pub work_on_host: bool,
+    /// A kitbag-vm inside can spawn instances of its own (the control socket).
+    pub nesting: bool,
+    /// Paused processes resume where they were (frozen or halted, not lost).
+    pub pause_keeps_processes: bool,
+    /// `resources.pids` is enforced.
+    pub pids_limit: bool,
+    /// It runs its own kernel.
+    pub own_kernel: bool,
+}
+
+/// The capabilities of an engine by name.
+pub fn capabilities(backend: &str) -> Capabilities {
+    match backend {
+        "qemu" => Capabilities {
+            mounts: false,
+            work_on_host: false,
+            nesting: false,
+            pause_keeps_processes: true,
+            pids_limit: false,
+            own_kernel: true,
+        },
+        "docker" => Capabilities {
+            mounts: false,
+            work_on_host: true,
+            nesting: false,
+            pause_keeps_processes: true,
+            pids_limit: true,
+            own_kernel: false,
+        },
+        _ => Capabilities {
+            mounts: true,
+            work_on_host: true,
+            nesting: true,
+            pause_keeps_processes: true,
+            pids_limit: true,
+            own_kernel: false,
+        },
+    }
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -416,7 +467,8 @@ pub struct ResourcesInfo {
     /// Why they are not (fully) enforced.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
-    /// How pause works: `freezer` (cgroup) or `sigstop`.
+    /// How pause works: `freezer` (cgroup), `sigstop`, `qmp_stop` (a VM's CPUs halt) or
+    /// `engine_pause` (the container engine's).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pause: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]

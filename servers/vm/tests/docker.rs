@@ -180,6 +180,8 @@ fn containers_run_commands_serve_ports_pause_and_end_with_their_server() {
     let id = vm["id"].as_str().unwrap().to_string();
     assert_eq!(vm["backend"], "docker");
     assert_eq!(vm["resources"]["pause"], "engine_pause");
+    assert_eq!(vm["capabilities"]["work_on_host"], true);
+    assert_eq!(vm["capabilities"]["mounts"], false);
     let info = c.call_ok("self_info", json!({})).structured;
     let d = info["backends"]
         .as_array()

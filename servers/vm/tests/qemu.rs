@@ -131,6 +131,8 @@ fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
     assert_eq!(vm["backend"], "qemu");
     assert!(vm["work_dir"].is_null(), "{vm}");
     assert_eq!(vm["resources"]["pause"], "qmp_stop");
+    assert_eq!(vm["capabilities"]["own_kernel"], true);
+    assert_eq!(vm["capabilities"]["mounts"], false);
     assert_eq!(qemus_of(&c).len(), 1, "one QEMU process");
 
     // It is a different kernel: the guest's own, not the host's.
