@@ -1,0 +1,243 @@
+//! Starting an instance on its engine: a bubblewrap sandbox, a QEMU VM or a container; and
+//! waiting until it is ready.
+
+use std::sync::Arc;
+#[cfg(feature = "backend-docker")]
+use std::time::SystemTime;
+use std::time::{Duration, Instant};
+
+use kitbag_shared::{CallCtx, ErrorCode, ToolError, ToolResult};
+use serde_json::json;
+
+use super::check::Checked;
+use crate::VmState;
+use crate::bwrap::{Sandbox, SandboxSpec};
+use crate::engine::Engine;
+use crate::instance::Network;
+use crate::qemu::{QemuVm, VmSpec};
+
+/// A bubblewrap sandbox, with its own line to this server for a kitbag-vm started inside.
+pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResult<Arc<Engine>> {
+    let ctl = state.state_dir.join("instances").join(id).join("ctl");
+    std::fs::create_dir_all(&ctl).map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
+    let guest_close = crate::guest::listen(state.clone(), id.to_string(), &ctl).map_err(|e| {
+        ToolError::new(
+            ErrorCode::SpawnFailed,
+            format!("the instance's control socket: {e}"),
+        )
+    })?;
+    if let Some(inst) = state.lock().get_mut(id) {
+        inst.guest_close = Some(guest_close);
+    }
+    let mut env = c.env.clone();
+    env.push((
+        crate::guest::SOCKET_VAR.to_string(),
+        format!("{}/{}", crate::proto::CTL_DIR, crate::guest::GUEST_SOCKET),
+    ));
+    let spec = SandboxSpec {
+        id: id.to_string(),
+        hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
+        dir: state.state_dir.join("instances").join(id),
+        state_dir: state.state_dir.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env,
+        outbound: c.network == Network::Outbound,
+        limits: c.limits,
+        mounts: c.mounts.clone(),
+        exe: state.exe.clone(),
+        rootfs: c.rootfs.clone(),
+    };
+    let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
+        .await
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::SpawnFailed,
+                format!("the sandbox did not start: {e}"),
+            )
+            .with_detail(json!({ "backend": "bwrap" }))
+        })?;
+    Ok(Arc::new(Engine::Bwrap(sandbox)))
+}
+
+#[cfg(feature = "backend-docker")]
+pub fn default_docker_image() -> &'static str {
+    crate::docker::DEFAULT_IMAGE
+}
+#[cfg(not(feature = "backend-docker"))]
+pub fn default_docker_image() -> &'static str {
+    ""
+}
+
+#[cfg(feature = "backend-docker")]
+pub fn docker_bridge(state: &VmState) -> bool {
+    state
+        .docker
+        .as_ref()
+        .and_then(|d| d.probed())
+        .is_some_and(|p| p.bridge)
+}
+#[cfg(not(feature = "backend-docker"))]
+pub fn docker_bridge(_: &VmState) -> bool {
+    false
+}
+
+/// A container of the Docker engine.
+#[cfg(feature = "backend-docker")]
+pub async fn start_container(
+    state: &Arc<VmState>,
+    id: &str,
+    c: &Checked,
+) -> ToolResult<Arc<Engine>> {
+    let Some(engine) = &state.docker else {
+        return Err(ToolError::new(
+            ErrorCode::BackendUnavailable,
+            "backend: docker has no engine",
+        ));
+    };
+    let spec = crate::docker::BoxSpec {
+        id: id.to_string(),
+        hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
+        dir: state.state_dir.join("instances").join(id),
+        exe: state.exe.clone(),
+        image: c.image.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env: c.env.clone(),
+        outbound: c.network == Network::Outbound,
+        limits: c.limits,
+        deadline: (c.ttl > 0).then(|| SystemTime::now() + Duration::from_secs(c.ttl)),
+    };
+    let container = crate::docker::Container::start(engine, spec, Duration::from_secs(60))
+        .await
+        .map_err(|e| {
+            let field = e.contains("is not an image of this engine");
+            let err = ToolError::new(
+                if field {
+                    ErrorCode::InvalidParams
+                } else {
+                    ErrorCode::SpawnFailed
+                },
+                if field {
+                    format!("image: {e}")
+                } else {
+                    format!("the container did not start: {e}")
+                },
+            );
+            if field {
+                err.with_detail(json!({ "field": "image", "backend": "docker" }))
+            } else {
+                err.with_detail(json!({ "backend": "docker" }))
+            }
+        })?;
+    Ok(Arc::new(Engine::Docker(container)))
+}
+
+/// How long a VM may take to boot: TCG emulation on a loaded machine is slow (vm.md §2.2:
+/// 2 s idle, 3.5 s under a build).
+const VM_BOOT_TIMEOUT: Duration = Duration::from_secs(120);
+
+/// A QEMU virtual machine; boot stages go out as progress notifications when the caller
+/// asked for them.
+pub async fn start_vm(
+    state: &Arc<VmState>,
+    id: &str,
+    c: &Checked,
+    ctx: &CallCtx,
+) -> ToolResult<Arc<Engine>> {
+    let probe = state.qemu_probe().clone();
+    let spec = VmSpec {
+        id: id.to_string(),
+        hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
+        dir: state.state_dir.join("instances").join(id),
+        images_dir: state.images_dir.clone(),
+        exe: state.exe.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env: c.env.clone(),
+        outbound: c.network == Network::Outbound,
+        memory_mb: c.limits.memory_mb,
+        cpus: c.limits.cpus,
+        kvm: probe.kvm,
+    };
+    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
+    let forward = {
+        let ctx = ctx.clone();
+        async move {
+            let mut step = 0.0;
+            while let Some(stage) = rx.recv().await {
+                step += 1.0;
+                ctx.progress(step, None, Some(stage)).await;
+            }
+        }
+    };
+    let report = move |stage: &str| {
+        let _ = tx.send(stage.to_string());
+    };
+    let started = async {
+        let vm = QemuVm::start(spec, &state.spawner, VM_BOOT_TIMEOUT, &report).await;
+        drop(report);
+        vm
+    };
+    let (vm, ()) = tokio::join!(started, forward);
+    let vm = vm.map_err(|e| {
+        ToolError::new(ErrorCode::SpawnFailed, format!("the VM did not start: {e}"))
+            .with_detail(json!({ "backend": "qemu" }))
+    })?;
+    Ok(Arc::new(Engine::Qemu(vm)))
+}
+
+pub async fn wait_ready(
+    sandbox: &Engine,
+    port: Option<u16>,
+    re: Option<&regex::Regex>,
+    timeout: Duration,
+    ctx: &CallCtx,
+) -> ToolResult<()> {
+    let deadline = Instant::now() + timeout;
+    let log = crate::bwrap::logs_dir(sandbox.dir()).join("main.log");
+    loop {
+        if re.is_some() {
+            sandbox.sync_logs().await;
+        }
+        let port_ok = match port {
+            Some(p) => crate::ports::guest_listening(sandbox, p).await,
+            None => true,
+        };
+        let log_ok = match re {
+            Some(re) => re.is_match(&String::from_utf8_lossy(
+                &std::fs::read(&log).unwrap_or_default(),
+            )),
+            None => true,
+        };
+        if port_ok && log_ok {
+            return Ok(());
+        }
+        if let Some(exit) = sandbox.exit_status() {
+            return Err(ToolError::new(
+                ErrorCode::SpawnFailed,
+                format!(
+                    "the main command ended (exit code {}) before the instance was ready: {}",
+                    exit.code,
+                    crate::bwrap::tail(&log, 2048)
+                ),
+            ));
+        }
+        ctx.check_cancelled()?;
+        if Instant::now() > deadline {
+            return Err(ToolError::new(
+                ErrorCode::Timeout,
+                format!(
+                    "the instance was not ready within {} s ({}); it was stopped and removed. Output: {}",
+                    timeout.as_secs(),
+                    match (port, re) {
+                        (Some(p), _) => format!("nothing accepted on guest port {p}"),
+                        _ => "the log did not match".to_string(),
+                    },
+                    crate::bwrap::tail(&log, 2048)
+                ),
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
