@@ -276,9 +276,22 @@ fn the_kvm_boot_probe_falls_back_to_tcg() {
         .write(true)
         .open("/dev/kvm")
         .is_ok();
-    let vm = c
-        .call_ok("instance_spawn", json!({"backend": "qemu"}))
-        .structured;
+    // Boot stages go out as progress notifications when the call carries a token.
+    let r = c.call_with_progress("instance_spawn", json!({"backend": "qemu"}), "boot-1");
+    assert!(!r.is_error, "{}", r.text);
+    let vm = r.structured;
+    let stages: Vec<Value> = c
+        .take_notifications()
+        .into_iter()
+        .filter(|n| n["method"] == "notifications/progress")
+        .map(|n| n["params"].clone())
+        .collect();
+    assert!(stages.iter().all(|p| p["progressToken"] == "boot-1"), "{stages:?}");
+    let messages: Vec<&str> = stages.iter().filter_map(|p| p["message"].as_str()).collect();
+    assert!(messages.contains(&"booting"), "{messages:?}");
+    assert_eq!(messages.last(), Some(&"agent ready"), "{messages:?}");
+    let steps: Vec<f64> = stages.iter().filter_map(|p| p["progress"].as_f64()).collect();
+    assert!(steps.windows(2).all(|w| w[0] < w[1]), "progress only grows: {steps:?}");
     let note = vm["resources"]["note"].as_str().unwrap().to_string();
     let info = c.call_ok("self_info", json!({})).structured;
     let detail = info["backends"]

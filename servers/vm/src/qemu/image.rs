@@ -41,15 +41,42 @@ pub fn ensure(images_dir: &Path, exe: &Path) -> Result<Image, String> {
     if !dir.join("vmlinuz").is_file() || !dir.join("modules").join("order").is_file() {
         fetch_kernel(&dir)?;
     }
-    let key = agent_key(exe)?;
+    let agent = agent_binary(exe);
+    let key = agent_key(&agent)?;
     let initrd = dir.join(format!("initrd-{key}.cpio"));
     if !initrd.is_file() {
-        build_initrd(&dir, exe, &initrd)?;
+        build_initrd(&dir, &agent, &initrd)?;
+        remove_other_initrds(&dir, &initrd);
     }
     Ok(Image {
         kernel: dir.join("vmlinuz"),
         initrd,
     })
+}
+
+/// The agent to put in the guest: `kitbag-vm-agent` beside the server when it was installed
+/// with it (ten times smaller, so the guest boots faster), else the server itself
+/// (`__agent`).
+fn agent_binary(exe: &Path) -> PathBuf {
+    exe.parent()
+        .map(|d| d.join("kitbag-vm-agent"))
+        .filter(|a| a.is_file())
+        .unwrap_or_else(|| exe.to_path_buf())
+}
+
+/// Initramfs files of earlier builds (~2–30 MB each). A VM that booted one keeps running
+/// without it (QEMU reads it once); a server of an older build would build its own again.
+fn remove_other_initrds(dir: &Path, keep: &Path) {
+    let Ok(rd) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in rd.flatten() {
+        let p = e.path();
+        let name = e.file_name().to_string_lossy().into_owned();
+        if p != keep && name.starts_with("initrd-") && name.ends_with(".cpio") {
+            let _ = std::fs::remove_file(p);
+        }
+    }
 }
 
 /// Identifies a kitbag-vm build without reading all of it: size, modification time, inode.

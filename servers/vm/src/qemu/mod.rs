@@ -337,7 +337,9 @@ impl QemuVm {
                     ),
                 ));
             }
-            tokio::time::sleep(Duration::from_millis(100)).await;
+            // Until the guest listens, user-mode networking accepts and then drops each
+            // connection at once: polling often costs little.
+            tokio::time::sleep(Duration::from_millis(25)).await;
         }
         progress("agent ready");
         let main = spec.command.as_ref().map(|argv| MainSpec {
