@@ -286,12 +286,24 @@ fn the_kvm_boot_probe_falls_back_to_tcg() {
         .filter(|n| n["method"] == "notifications/progress")
         .map(|n| n["params"].clone())
         .collect();
-    assert!(stages.iter().all(|p| p["progressToken"] == "boot-1"), "{stages:?}");
-    let messages: Vec<&str> = stages.iter().filter_map(|p| p["message"].as_str()).collect();
+    assert!(
+        stages.iter().all(|p| p["progressToken"] == "boot-1"),
+        "{stages:?}"
+    );
+    let messages: Vec<&str> = stages
+        .iter()
+        .filter_map(|p| p["message"].as_str())
+        .collect();
     assert!(messages.contains(&"booting"), "{messages:?}");
     assert_eq!(messages.last(), Some(&"agent ready"), "{messages:?}");
-    let steps: Vec<f64> = stages.iter().filter_map(|p| p["progress"].as_f64()).collect();
-    assert!(steps.windows(2).all(|w| w[0] < w[1]), "progress only grows: {steps:?}");
+    let steps: Vec<f64> = stages
+        .iter()
+        .filter_map(|p| p["progress"].as_f64())
+        .collect();
+    assert!(
+        steps.windows(2).all(|w| w[0] < w[1]),
+        "progress only grows: {steps:?}"
+    );
     let note = vm["resources"]["note"].as_str().unwrap().to_string();
     let info = c.call_ok("self_info", json!({})).structured;
     let detail = info["backends"]
@@ -320,5 +332,40 @@ fn the_kvm_boot_probe_falls_back_to_tcg() {
     let id = vm["id"].as_str().unwrap();
     let r = sh(&mut c, id, "echo up");
     assert_eq!(r["stdout"], "up\n");
+
+    // Network "none": the host's loopback (10.0.2.2 in user-mode networking) is out of reach.
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.set_nonblocking(true).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let probe =
+        format!("wget -q -T 3 -O - http://10.0.2.2:{port}/ && echo REACHED || echo refused");
+    let r = sh(&mut c, id, &probe);
+    assert!(r["stdout"].as_str().unwrap().contains("refused"), "{r}");
+    assert!(
+        listener.accept().is_err(),
+        "a connection reached the host's loopback"
+    );
+
+    // Network "outbound": the guest resolves names through user-mode networking's DNS; the
+    // host's loopback stays closed here too (QEMU 7.2's slirp does not forward 10.0.2.2 to it).
+    let out = c
+        .call_ok(
+            "instance_spawn",
+            json!({"backend": "qemu", "network": "outbound"}),
+        )
+        .structured;
+    let oid = out["id"].as_str().unwrap();
+    let r = sh(&mut c, oid, &probe);
+    assert!(r["stdout"].as_str().unwrap().contains("refused"), "{r}");
+    assert!(
+        listener.accept().is_err(),
+        "a connection reached the host's loopback"
+    );
+    let r = sh(
+        &mut c,
+        oid,
+        "nslookup deb.debian.org 10.0.2.3 >/dev/null 2>&1 && echo resolved",
+    );
+    assert!(r["stdout"].as_str().unwrap().contains("resolved"), "{r}");
     c.shutdown();
 }
