@@ -18,6 +18,7 @@ use tokio::net::UnixStream;
 use tokio::sync::watch;
 
 use crate::cgroup::{InstanceCgroups, Limits};
+use crate::error::{VmError, VmResult};
 use crate::proto::{
     self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request, Stream,
 };
@@ -312,26 +313,27 @@ impl Sandbox {
         spec: SandboxSpec,
         spawner: &Spawner,
         timeout: Duration,
-    ) -> Result<Arc<Sandbox>, String> {
+    ) -> VmResult<Arc<Sandbox>> {
         let ctl = spec.dir.join("ctl");
         for d in [work_dir(&spec.dir), ctl.join(LOGS_DIR)] {
-            std::fs::create_dir_all(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+            std::fs::create_dir_all(&d).map_err(|e| VmError::io(d.display(), e))?;
         }
         if let Some(argv) = &spec.command {
             let main = proto::MainSpec {
                 argv: argv.clone(),
                 cwd: spec.cwd.clone(),
             };
-            let bytes = serde_json::to_vec(&main).map_err(|e| e.to_string())?;
-            std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| e.to_string())?;
+            let bytes = serde_json::to_vec(&main)?;
+            std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| VmError::io(MAIN_SPEC, e))?;
         }
         let ctl_fd = open_ctl(&ctl)?;
         let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
-        let log = std::fs::File::create(backend_log(&spec.dir)).map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(backend_log(&spec.dir))
+            .map_err(|e| VmError::io("backend.log", e))?;
         let mut cmd = match (overlay_dirs(&spec), &spec.rootfs) {
             (Some((upper, work, merged)), Some(lower)) => {
                 for d in [&upper, &work, &merged] {
-                    std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+                    std::fs::create_dir_all(d).map_err(|e| VmError::io(d.display(), e))?;
                 }
                 // The overlay is mounted in a mount namespace of bwrap's own: it goes away
                 // with the sandbox, and nothing is ever mounted on the host.
@@ -353,11 +355,15 @@ impl Sandbox {
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
             cgroups.remove();
-            format!("cannot run bwrap: {e}")
+            if e.kind() == std::io::ErrorKind::NotFound {
+                VmError::missing("bwrap is not installed (apt-get install bubblewrap)")
+            } else {
+                VmError::io("cannot run bwrap", e)
+            }
         })?;
         let bwrap_pid = child.id() as i32;
         let (Some(mut block), Some(status)) = (child.stdin.take(), child.stdout.take()) else {
-            return Err("bwrap's pipes were not set up".into());
+            return Err(VmError::engine("bwrap's pipes were not set up"));
         };
         // The monitor thread reads bwrap's status lines and waits for it; it is not the
         // spawning thread, so its lifetime does not matter to --die-with-parent.
@@ -367,20 +373,21 @@ impl Sandbox {
         std::thread::Builder::new()
             .name(format!("vm-{}", spec.id))
             .spawn(move || monitor(child, status, pid_tx, exit_tx, logs))
-            .map_err(|e| e.to_string())?;
-        let sandbox_fail = |msg: String, spec: &SandboxSpec, cgroups: &InstanceCgroups| {
-            let _ = nix::sys::signal::kill(
-                nix::unistd::Pid::from_raw(bwrap_pid),
-                nix::sys::signal::Signal::SIGKILL,
-            );
-            cgroups.remove();
-            let log = tail(&backend_log(&spec.dir), 2048);
-            if log.is_empty() {
-                msg
-            } else {
-                format!("{msg}: {log}")
-            }
-        };
+            .map_err(|e| VmError::io("the monitor thread", e))?;
+        let sandbox_fail =
+            |msg: String, spec: &SandboxSpec, cgroups: &InstanceCgroups| -> VmError {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(bwrap_pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+                cgroups.remove();
+                let log = tail(&backend_log(&spec.dir), 2048);
+                VmError::Engine(if log.is_empty() {
+                    msg
+                } else {
+                    format!("{msg}: {log}")
+                })
+            };
         let child_pid = match tokio::time::timeout(timeout, pid_rx).await {
             Ok(Ok(Some(pid))) => pid,
             _ => return Err(sandbox_fail("bwrap did not start".into(), &spec, &cgroups)),
@@ -391,7 +398,7 @@ impl Sandbox {
         let slirp = if spec.outbound {
             match start_slirp(spawner, child_pid, &spec.dir).await {
                 Ok(c) => Some(c),
-                Err(e) => return Err(sandbox_fail(e, &spec, &cgroups)),
+                Err(e) => return Err(sandbox_fail(e.to_string(), &spec, &cgroups)),
             }
         } else {
             None
@@ -446,10 +453,10 @@ impl Sandbox {
             if got.as_ref().ok() != Some(want) {
                 sandbox.kill();
                 sandbox.cleanup();
-                return Err(format!(
+                return Err(VmError::engine(format!(
                     "{} changed while the instance started (is it being replaced?); nothing ran",
                     host.display()
-                ));
+                )));
             }
         }
         if spec.command.is_some() {
@@ -458,7 +465,9 @@ impl Sandbox {
                 other => {
                     sandbox.kill();
                     sandbox.cleanup();
-                    return Err(format!("the main command did not start: {other:?}"));
+                    return Err(VmError::engine(format!(
+                        "the main command did not start: {other:?}"
+                    )));
                 }
             }
         }
@@ -532,7 +541,7 @@ impl Sandbox {
     }
 
     /// Freeze every process of the instance (agent included).
-    pub fn pause(&self) -> Result<(), String> {
+    pub fn pause(&self) -> VmResult<()> {
         if self.cgroups.has_freezer() {
             self.cgroups.set_frozen(true)?;
         } else {
@@ -544,7 +553,7 @@ impl Sandbox {
         Ok(())
     }
 
-    pub fn resume(&self) -> Result<(), String> {
+    pub fn resume(&self) -> VmResult<()> {
         if self.cgroups.has_freezer() {
             self.cgroups.set_frozen(false)?;
         } else {
@@ -668,14 +677,14 @@ pub async fn connect_agent(ctl_fd: &OwnedFd) -> std::io::Result<Stream> {
 }
 
 /// The control directory, opened once by descriptor (the agent socket is reached through it).
-pub fn open_ctl(ctl: &Path) -> Result<OwnedFd, String> {
+pub fn open_ctl(ctl: &Path) -> VmResult<OwnedFd> {
     openat(
         kitbag_shared::rustix::fs::CWD,
         ctl,
         OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
         Mode::empty(),
     )
-    .map_err(|e| format!("{}: {e}", ctl.display()))
+    .map_err(|e| VmError::io(ctl.display(), e.into()))
 }
 
 fn libc_s_ifmt() -> u32 {
@@ -728,7 +737,7 @@ fn monitor(
 
 /// slirp4netns into the sandbox's network namespace (host loopback unreachable), told to exit
 /// when its stdin — a pipe only this server holds — closes, so it never outlives the server.
-async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Child, String> {
+async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> VmResult<Child> {
     let own_userns = std::fs::read_link("/proc/self/ns/user").ok();
     let their_userns = std::fs::read_link(format!("/proc/{child_pid}/ns/user")).ok();
     // The user namespace that owns the sandbox's network namespace: the one slirp4netns must
@@ -736,14 +745,13 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Ch
     // user namespace late in its setup, and slirp4netns joining that one was refused the
     // network namespace (setns: EPERM) whenever it started after that point. Held open until
     // slirp4netns has configured the network.
-    let owner =
-        if !is_root() || own_userns != their_userns {
-            Some(crate::nsfd::owner_of_net_ns(child_pid).map_err(|e| {
-                format!("cannot find the user namespace of the sandbox's network: {e}")
-            })?)
-        } else {
-            None
-        };
+    let owner = if !is_root() || own_userns != their_userns {
+        Some(crate::nsfd::owner_of_net_ns(child_pid).map_err(|e| {
+            VmError::io("cannot find the user namespace of the sandbox's network", e)
+        })?)
+    } else {
+        None
+    };
     let mut cmd = Command::new("slirp4netns");
     cmd.args([
         "--configure",
@@ -761,7 +769,8 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Ch
             owner.as_raw_fd()
         ));
     }
-    let log = std::fs::File::create(dir.join("slirp4netns.log")).map_err(|e| e.to_string())?;
+    let log = std::fs::File::create(dir.join("slirp4netns.log"))
+        .map_err(|e| VmError::io("slirp4netns.log", e))?;
     cmd.arg(child_pid.to_string())
         .arg("tap0")
         .stdin(Stdio::piped())
@@ -769,9 +778,9 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Ch
         .stderr(log);
     let mut child = spawner.spawn(cmd).await.map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
-            "network \"outbound\" needs slirp4netns: apt-get install slirp4netns".to_string()
+            VmError::missing("network \"outbound\" needs slirp4netns: apt-get install slirp4netns")
         } else {
-            format!("cannot run slirp4netns: {e}")
+            VmError::io("cannot run slirp4netns", e)
         }
     })?;
     // Ready once tap0 is up with its address in the sandbox.
@@ -792,15 +801,17 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> Result<Ch
             } else {
                 ""
             };
-            return Err(format!("slirp4netns exited ({st}): {log}{hint}"));
+            return Err(VmError::engine(format!(
+                "slirp4netns exited ({st}): {log}{hint}"
+            )));
         }
         if Instant::now() > deadline {
             let _ = child.kill();
             let _ = child.wait();
-            return Err(format!(
+            return Err(VmError::engine(format!(
                 "slirp4netns did not configure the network in 5 s: {}",
                 tail(&dir.join("slirp4netns.log"), 1024)
-            ));
+            )));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;
     }

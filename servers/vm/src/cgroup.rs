@@ -10,6 +10,8 @@ use std::time::{Duration, Instant};
 
 use kitbag_shared::contain::{cgroup_mounts, own_cgroup_path};
 
+use crate::error::{VmError, VmResult};
+
 /// The limits asked for.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Limits {
@@ -188,7 +190,7 @@ impl InstanceCgroups {
     }
 
     /// Move a process (the sandbox's first process, before it runs anything) into every cgroup.
-    pub fn attach(&self, pid: i32) -> Result<(), String> {
+    pub fn attach(&self, pid: i32) -> VmResult<()> {
         let mut errors = Vec::new();
         for dir in self.dirs() {
             if let Err(e) = std::fs::write(dir.join("cgroup.procs"), pid.to_string()) {
@@ -198,7 +200,7 @@ impl InstanceCgroups {
         if errors.is_empty() {
             Ok(())
         } else {
-            Err(errors.join("; "))
+            Err(VmError::engine(errors.join("; ")))
         }
     }
 
@@ -222,7 +224,7 @@ impl InstanceCgroups {
     }
 
     /// Freeze (`true`) or thaw every process, waiting until the kernel reports it done.
-    pub fn set_frozen(&self, frozen: bool) -> Result<(), String> {
+    pub fn set_frozen(&self, frozen: bool) -> VmResult<()> {
         let (file, value, state_file, want): (PathBuf, &str, PathBuf, &str) = match &self.layout {
             Some(Layout::V2(d)) => (
                 d.join("cgroup.freeze"),
@@ -232,14 +234,14 @@ impl InstanceCgroups {
             ),
             Some(Layout::V1(dirs)) => {
                 let Some((_, d)) = dirs.iter().find(|(c, _)| *c == "freezer") else {
-                    return Err("no freezer cgroup".into());
+                    return Err(VmError::engine("no freezer cgroup"));
                 };
                 let v = if frozen { "FROZEN" } else { "THAWED" };
                 (d.join("freezer.state"), v, d.join("freezer.state"), v)
             }
-            None => return Err("no freezer cgroup".into()),
+            None => return Err(VmError::engine("no freezer cgroup")),
         };
-        std::fs::write(&file, value).map_err(|e| format!("{}: {e}", file.display()))?;
+        std::fs::write(&file, value).map_err(|e| VmError::io(file.display(), e))?;
         let deadline = Instant::now() + Duration::from_secs(5);
         loop {
             let now = std::fs::read_to_string(&state_file).unwrap_or_default();
@@ -247,7 +249,10 @@ impl InstanceCgroups {
                 return Ok(());
             }
             if Instant::now() > deadline {
-                return Err(format!("{} did not reach {want}", state_file.display()));
+                return Err(VmError::engine(format!(
+                    "{} did not reach {want}",
+                    state_file.display()
+                )));
             }
             // v1 FREEZING → FROZEN needs the write repeated when tasks were busy.
             let _ = std::fs::write(&file, value);

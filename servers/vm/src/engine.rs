@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use crate::bwrap::Sandbox;
+use crate::error::VmResult;
 use crate::proto::{self, Answer, ExitStatus, Request, Stream, WriteHalf};
 use crate::qemu::QemuVm;
 
@@ -114,7 +115,7 @@ impl Engine {
         }
     }
 
-    pub fn pause(&self) -> Result<(), String> {
+    pub fn pause(&self) -> VmResult<()> {
         match self {
             Engine::Bwrap(s) => s.pause(),
             Engine::Qemu(v) => v.pause(),
@@ -123,7 +124,7 @@ impl Engine {
         }
     }
 
-    pub fn resume(&self) -> Result<(), String> {
+    pub fn resume(&self) -> VmResult<()> {
         match self {
             Engine::Bwrap(s) => s.resume(),
             Engine::Qemu(v) => v.resume(),

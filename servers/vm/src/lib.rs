@@ -13,6 +13,7 @@ pub mod cgroup;
 #[cfg(feature = "backend-docker")]
 pub mod docker;
 pub mod engine;
+pub mod error;
 pub mod guest;
 pub mod instance;
 pub mod lifecycle;

@@ -41,12 +41,12 @@ fn io(e: impl std::fmt::Display) -> ApiError {
 
 impl Docker {
     /// `unix:///path` (DOCKER_HOST's form) or a plain path.
-    pub fn from_host(host: &str) -> Result<Docker, String> {
+    pub fn from_host(host: &str) -> Result<Docker, ApiError> {
         let path = host.strip_prefix("unix://").unwrap_or(host);
         if host.contains("://") && !host.starts_with("unix://") {
-            return Err(format!(
+            return Err(io(format!(
                 "{host}: only a unix socket is supported (unix:///var/run/docker.sock)"
-            ));
+            )));
         }
         Ok(Docker {
             socket: PathBuf::from(path),
@@ -108,7 +108,7 @@ impl Docker {
             .map_err(io)?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).await.map_err(io)?;
-        parse_response(&response).map_err(io)
+        parse_response(&response)
     }
 
     /// The same call, blocking, with a 10 s timeout: for pause and resume, which run where
@@ -125,7 +125,7 @@ impl Docker {
             .map_err(io)?;
         let mut response = Vec::new();
         stream.read_to_end(&mut response).map_err(io)?;
-        let (status, bytes) = parse_response(&response).map_err(io)?;
+        let (status, bytes) = parse_response(&response)?;
         if (200..300).contains(&status) {
             return Ok(bytes);
         }
@@ -157,11 +157,11 @@ fn request_bytes(method: &str, path: &str, body: Option<(&str, &[u8])>) -> Vec<u
 }
 
 /// Status and decoded body of a whole HTTP/1.1 response.
-fn parse_response(r: &[u8]) -> Result<(u16, Vec<u8>), String> {
+fn parse_response(r: &[u8]) -> ApiResult<(u16, Vec<u8>)> {
     let end = r
         .windows(4)
         .position(|w| w == b"\r\n\r\n")
-        .ok_or("the engine's answer has no header end")?;
+        .ok_or_else(|| io("the engine's answer has no header end"))?;
     let head = String::from_utf8_lossy(&r[..end]);
     let body = &r[end + 4..];
     let mut lines = head.lines();
@@ -169,7 +169,7 @@ fn parse_response(r: &[u8]) -> Result<(u16, Vec<u8>), String> {
         .next()
         .and_then(|l| l.split_whitespace().nth(1))
         .and_then(|s| s.parse().ok())
-        .ok_or("the engine's answer has no status")?;
+        .ok_or_else(|| io("the engine's answer has no status"))?;
     let mut chunked = false;
     let mut length = None;
     for l in lines {
@@ -193,22 +193,22 @@ fn parse_response(r: &[u8]) -> Result<(u16, Vec<u8>), String> {
     Ok((status, body.to_vec()))
 }
 
-fn dechunk(mut b: &[u8]) -> Result<Vec<u8>, String> {
+fn dechunk(mut b: &[u8]) -> ApiResult<Vec<u8>> {
     let mut out = Vec::new();
     loop {
         let nl = b
             .windows(2)
             .position(|w| w == b"\r\n")
-            .ok_or("a chunk without its size line")?;
+            .ok_or_else(|| io("a chunk without its size line"))?;
         let size_text = String::from_utf8_lossy(&b[..nl]);
         let size = usize::from_str_radix(size_text.split(';').next().unwrap_or("").trim(), 16)
-            .map_err(|_| format!("a bad chunk size {size_text:?}"))?;
+            .map_err(|_| io(format!("a bad chunk size {size_text:?}")))?;
         b = &b[nl + 2..];
         if size == 0 {
             return Ok(out);
         }
         if b.len() < size {
-            return Err("the answer ended inside a chunk".into());
+            return Err(io("the answer ended inside a chunk"));
         }
         out.extend_from_slice(&b[..size]);
         b = b.get(size + 2..).unwrap_or(&[]);

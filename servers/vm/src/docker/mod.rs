@@ -25,6 +25,7 @@ use tokio::sync::watch;
 
 use crate::bwrap::{AGENT_EXE, AGENT_LIB, connect_agent, host_loader, open_ctl};
 use crate::cgroup::Limits;
+use crate::error::{VmError, VmResult};
 use crate::proto::{self, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request, Stream};
 use api::{ApiResult, Docker, query};
 
@@ -73,9 +74,12 @@ fn owner_alive(label: &str) -> bool {
 }
 
 impl DockerEngine {
-    pub fn new(host: &str) -> Result<DockerEngine, String> {
+    pub fn new(host: &str) -> VmResult<DockerEngine> {
         Ok(DockerEngine {
-            api: Docker::from_host(host)?,
+            api: Docker::from_host(host).map_err(|e| VmError::Invalid {
+                field: "--docker-host",
+                message: e.to_string(),
+            })?,
             probe: tokio::sync::OnceCell::new(),
             import: tokio::sync::Mutex::new(()),
         })
@@ -192,23 +196,26 @@ impl DockerEngine {
 
     /// The image, imported first when it is the default one and missing. Another missing
     /// image is an error naming the local images (no registry is assumed).
-    pub async fn ensure_image(&self, image: &str) -> Result<(), String> {
+    pub async fn ensure_image(&self, image: &str) -> VmResult<()> {
         let _one = self.import.lock().await;
         let path = format!("/images/{}/json", image);
         match self.api.call("GET", &path, None).await {
             Ok(_) => return Ok(()),
-            Err(e) if e.status != 404 => return Err(e.to_string()),
+            Err(e) if e.status != 404 => return Err(VmError::engine(e.to_string())),
             Err(_) => {}
         }
         if image != DEFAULT_IMAGE {
-            return Err(format!(
-                "{image:?} is not an image of this engine (no registry is used: import one with `docker import rootfs.tar NAME`); local images: {}",
-                self.local_images().await.join(", ")
-            ));
+            return Err(VmError::Invalid {
+                field: "image",
+                message: format!(
+                    "{image:?} is not an image of this engine (no registry is used: import one with `docker import rootfs.tar NAME`); local images: {}",
+                    self.local_images().await.join(", ")
+                ),
+            });
         }
         let tarball = tokio::task::spawn_blocking(default_image_tar)
             .await
-            .map_err(|e| e.to_string())??;
+            .map_err(|e| VmError::engine(e.to_string()))??;
         let (repo, tag) = DEFAULT_IMAGE
             .split_once(':')
             .unwrap_or((DEFAULT_IMAGE, "latest"));
@@ -220,10 +227,12 @@ impl DockerEngine {
                 Some(("application/x-tar", &tarball)),
             )
             .await
-            .map_err(|e| format!("importing {DEFAULT_IMAGE}: {e}"))?;
+            .map_err(|e| VmError::engine(format!("importing {DEFAULT_IMAGE}: {e}")))?;
         let text = String::from_utf8_lossy(&out);
         if text.contains("\"error\"") {
-            return Err(format!("importing {DEFAULT_IMAGE}: {text}"));
+            return Err(VmError::engine(format!(
+                "importing {DEFAULT_IMAGE}: {text}"
+            )));
         }
         Ok(())
     }
@@ -261,15 +270,17 @@ fn unix_now() -> u64 {
 
 /// The default image: the host's static busybox with a link per applet, and the directories
 /// an instance expects.
-fn default_image_tar() -> Result<Vec<u8>, String> {
-    let busybox = crate::qemu::image::which("busybox").ok_or(
-        "busybox is needed for the default container image (apt-get install busybox-static)",
-    )?;
-    let bytes = std::fs::read(&busybox).map_err(|e| format!("{}: {e}", busybox.display()))?;
+fn default_image_tar() -> VmResult<Vec<u8>> {
+    let busybox = crate::qemu::image::which("busybox").ok_or_else(|| {
+        VmError::missing(
+            "busybox is needed for the default container image (apt-get install busybox-static)",
+        )
+    })?;
+    let bytes = std::fs::read(&busybox).map_err(|e| VmError::io(busybox.display(), e))?;
     let list = std::process::Command::new(&busybox)
         .arg("--list")
         .output()
-        .map_err(|e| format!("busybox --list: {e}"))?;
+        .map_err(|e| VmError::io("busybox --list", e))?;
     let mut t = tar::Tar::default();
     for (d, mode) in [
         ("bin", 0o755),
@@ -334,19 +345,19 @@ impl Container {
         engine: &DockerEngine,
         spec: BoxSpec,
         timeout: Duration,
-    ) -> Result<Arc<Container>, String> {
+    ) -> VmResult<Arc<Container>> {
         let ctl = spec.dir.join("ctl");
         let work = crate::bwrap::work_dir(&spec.dir);
         for d in [&work, &ctl.join(LOGS_DIR)] {
-            std::fs::create_dir_all(d).map_err(|e| format!("{}: {e}", d.display()))?;
+            std::fs::create_dir_all(d).map_err(|e| VmError::io(d.display(), e))?;
         }
         if let Some(argv) = &spec.command {
             let main = proto::MainSpec {
                 argv: argv.clone(),
                 cwd: spec.cwd.clone(),
             };
-            let bytes = serde_json::to_vec(&main).map_err(|e| e.to_string())?;
-            std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| e.to_string())?;
+            let bytes = serde_json::to_vec(&main)?;
+            std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| VmError::io(MAIN_SPEC, e))?;
         }
         let ctl_fd = open_ctl(&ctl)?;
         engine.ensure_image(&spec.image).await?;
@@ -359,10 +370,10 @@ impl Container {
                 Some(&body),
             )
             .await
-            .map_err(|e| format!("creating the container: {e}"))?;
+            .map_err(|e| VmError::engine(format!("creating the container: {e}")))?;
         let container = created["Id"]
             .as_str()
-            .ok_or("the engine answered no container id")?
+            .ok_or_else(|| VmError::engine("the engine answered no container id"))?
             .to_string();
         let api = engine.api.clone();
         let remove = |api: Docker, c: String| async move {
@@ -375,7 +386,7 @@ impl Container {
             .await
         {
             remove(api.clone(), container.clone()).await;
-            return Err(format!("starting the container: {e}"));
+            return Err(VmError::engine(format!("starting the container: {e}")));
         }
         let inspected: Value = api
             .json("GET", &format!("/containers/{container}/json"), None)
@@ -396,10 +407,10 @@ impl Container {
             }
             if Instant::now() > deadline {
                 remove(api.clone(), container.clone()).await;
-                return Err(format!(
+                return Err(VmError::engine(format!(
                     "the agent did not answer within {} s",
                     timeout.as_secs()
-                ));
+                )));
             }
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
@@ -421,7 +432,9 @@ impl Container {
                 Ok(a) if a.ok => {}
                 other => {
                     c.kill();
-                    return Err(format!("the main command did not start: {other:?}"));
+                    return Err(VmError::engine(format!(
+                        "the main command did not start: {other:?}"
+                    )));
                 }
             }
         }
@@ -457,20 +470,20 @@ impl Container {
     }
 
     /// The engine's pause (its freezer).
-    pub fn pause(&self) -> Result<(), String> {
+    pub fn pause(&self) -> VmResult<()> {
         self.api
             .call_blocking("POST", &format!("/containers/{}/pause", self.container))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| VmError::engine(e.to_string()))?;
         if let Ok(mut p) = self.paused.lock() {
             *p = true;
         }
         Ok(())
     }
 
-    pub fn resume(&self) -> Result<(), String> {
+    pub fn resume(&self) -> VmResult<()> {
         self.api
             .call_blocking("POST", &format!("/containers/{}/unpause", self.container))
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| VmError::engine(e.to_string()))?;
         if let Ok(mut p) = self.paused.lock() {
             *p = false;
         }
@@ -549,12 +562,9 @@ async fn watch_exit(
 
 /// The engine's container: the agent as its command through the host's loader, the binary,
 /// the loader's directory, the control directory and /work bound in; limits; labels.
-fn create_body(
-    spec: &BoxSpec,
-    ctl: &std::path::Path,
-    work: &std::path::Path,
-) -> Result<Value, String> {
-    let (lib_dir, loader) = host_loader().ok_or("the host's dynamic loader was not found")?;
+fn create_body(spec: &BoxSpec, ctl: &std::path::Path, work: &std::path::Path) -> VmResult<Value> {
+    let (lib_dir, loader) =
+        host_loader().ok_or_else(|| VmError::missing("the host's dynamic loader was not found"))?;
     let env: Vec<String> = crate::bwrap::instance_env(&spec.id, &spec.hostname, &spec.env)
         .into_iter()
         .map(|(k, v)| format!("{k}={v}"))

@@ -8,7 +8,7 @@ pub struct Tar {
 }
 
 impl Tar {
-    pub fn dir(&mut self, name: &str, mode: u32) -> Result<(), String> {
+    pub fn dir(&mut self, name: &str, mode: u32) -> std::io::Result<()> {
         self.entry(
             &format!("{}/", name.trim_end_matches('/')),
             mode,
@@ -18,11 +18,11 @@ impl Tar {
         )
     }
 
-    pub fn file(&mut self, name: &str, mode: u32, data: &[u8]) -> Result<(), String> {
+    pub fn file(&mut self, name: &str, mode: u32, data: &[u8]) -> std::io::Result<()> {
         self.entry(name, mode, b'0', "", data)
     }
 
-    pub fn symlink(&mut self, name: &str, target: &str) -> Result<(), String> {
+    pub fn symlink(&mut self, name: &str, target: &str) -> std::io::Result<()> {
         self.entry(name, 0o777, b'2', target, &[])
     }
 
@@ -39,7 +39,7 @@ impl Tar {
         kind: u8,
         link: &str,
         data: &[u8],
-    ) -> Result<(), String> {
+    ) -> std::io::Result<()> {
         let name = name.trim_start_matches('/');
         // ustar: a name of up to 100 bytes, or a prefix of up to 155 and a name of 100.
         let (prefix, base) = if name.len() <= 100 {
@@ -48,11 +48,11 @@ impl Tar {
             let split = name[..name.len().min(156)]
                 .rfind('/')
                 .filter(|&i| name.len() - i - 1 <= 100)
-                .ok_or_else(|| format!("{name}: too long for a tar header"))?;
+                .ok_or_else(|| invalid(format!("{name}: too long for a tar header")))?;
             (&name[..split], &name[split + 1..])
         };
         if link.len() > 100 {
-            return Err(format!("{name}: link target too long"));
+            return Err(invalid(format!("{name}: link target too long")));
         }
         let mut h = [0u8; 512];
         let put = |h: &mut [u8; 512], at: usize, bytes: &[u8]| {
@@ -80,6 +80,10 @@ impl Tar {
         self.out.extend(std::iter::repeat_n(0u8, pad));
         Ok(())
     }
+}
+
+fn invalid(message: String) -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::InvalidInput, message)
 }
 
 #[cfg(test)]

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use super::cpio::Cpio;
+use crate::error::{VmError, VmResult};
 
 /// Boot files for one VM.
 #[derive(Debug, Clone)]
@@ -36,7 +37,7 @@ pub fn dir(images_dir: &Path) -> PathBuf {
 
 /// The boot files, building what is missing. Slow only the first time (a kernel download,
 /// ~2 s) and after kitbag-vm was rebuilt (a new initramfs, ~0.3 s).
-pub fn ensure(images_dir: &Path, exe: &Path) -> Result<Image, String> {
+pub fn ensure(images_dir: &Path, exe: &Path) -> VmResult<Image> {
     let dir = dir(images_dir);
     if !dir.join("vmlinuz").is_file() || !dir.join("modules").join("order").is_file() {
         fetch_kernel(&dir)?;
@@ -80,37 +81,37 @@ fn remove_other_initrds(dir: &Path, keep: &Path) {
 }
 
 /// Identifies a kitbag-vm build without reading all of it: size, modification time, inode.
-fn agent_key(exe: &Path) -> Result<String, String> {
+fn agent_key(exe: &Path) -> VmResult<String> {
     use std::hash::{Hash, Hasher};
     use std::os::unix::fs::MetadataExt;
-    let m = std::fs::metadata(exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    let m = std::fs::metadata(exe).map_err(|e| VmError::io(exe.display(), e))?;
     let mut h = std::collections::hash_map::DefaultHasher::new();
     (m.len(), m.mtime(), m.mtime_nsec(), m.ino(), m.dev()).hash(&mut h);
     Ok(format!("{:016x}", h.finish()))
 }
 
-fn run(cmd: &mut Command, what: &str) -> Result<String, String> {
-    let out = cmd
-        .output()
-        .map_err(|e| format!("{what}: cannot run {:?}: {e}", cmd.get_program()))?;
+fn run(cmd: &mut Command, what: &str) -> VmResult<String> {
+    let out = cmd.output().map_err(|e| {
+        VmError::missing(format!("{what}: cannot run {:?}: {e}", cmd.get_program()))
+    })?;
     if !out.status.success() {
-        return Err(format!(
+        return Err(VmError::missing(format!(
             "{what} failed ({}): {}",
             out.status,
             String::from_utf8_lossy(&out.stderr).trim()
-        ));
+        )));
     }
     Ok(String::from_utf8_lossy(&out.stdout).into_owned())
 }
 
 /// Download Debian's cloud kernel package and keep the kernel and the modules the guest needs.
-fn fetch_kernel(dir: &Path) -> Result<(), String> {
+fn fetch_kernel(dir: &Path) -> VmResult<()> {
     let parent = dir.parent().unwrap_or(dir);
-    std::fs::create_dir_all(parent).map_err(|e| format!("{}: {e}", parent.display()))?;
+    std::fs::create_dir_all(parent).map_err(|e| VmError::io(parent.display(), e))?;
     let work = tempfile::Builder::new()
         .prefix(".build-")
         .tempdir_in(parent)
-        .map_err(|e| format!("{}: {e}", parent.display()))?;
+        .map_err(|e| VmError::io(parent.display(), e))?;
     let deps = run(
         Command::new("apt-cache").args(["depends", KERNEL_META]),
         "apt-cache depends",
@@ -120,7 +121,11 @@ fn fetch_kernel(dir: &Path) -> Result<(), String> {
         .filter_map(|l| l.trim().strip_prefix("Depends: "))
         .map(str::trim)
         .find(|p| p.starts_with("linux-image-"))
-        .ok_or_else(|| format!("{KERNEL_META} names no kernel package (apt-get update?)"))?
+        .ok_or_else(|| {
+            VmError::missing(format!(
+                "{KERNEL_META} names no kernel package (apt-get update?)"
+            ))
+        })?
         .to_string();
     run(
         Command::new("apt-get")
@@ -128,12 +133,11 @@ fn fetch_kernel(dir: &Path) -> Result<(), String> {
             .current_dir(work.path()),
         "apt-get download of the kernel",
     )?;
-    let deb = std::fs::read_dir(work.path())
-        .map_err(|e| e.to_string())?
+    let deb = std::fs::read_dir(work.path())?
         .flatten()
         .map(|e| e.path())
         .find(|p| p.extension().is_some_and(|x| x == "deb"))
-        .ok_or("apt-get download left no .deb")?;
+        .ok_or_else(|| VmError::missing("apt-get download left no .deb"))?;
     let tree = work.path().join("x");
     run(
         Command::new("dpkg-deb").arg("-x").arg(&deb).arg(&tree),
@@ -142,35 +146,35 @@ fn fetch_kernel(dir: &Path) -> Result<(), String> {
     let abi = package.trim_start_matches("linux-image-");
     let staged = work.path().join("image");
     let modules = staged.join("modules");
-    std::fs::create_dir_all(&modules).map_err(|e| e.to_string())?;
+    std::fs::create_dir_all(&modules)?;
     std::fs::copy(
         tree.join("boot").join(format!("vmlinuz-{abi}")),
         staged.join("vmlinuz"),
     )
-    .map_err(|e| format!("the kernel image in {package}: {e}"))?;
+    .map_err(|e| VmError::io(format!("the kernel image in {package}"), e))?;
     let found = index_modules(&tree.join("lib/modules").join(abi))?;
     let order = load_order(&found, WANTED_MODULES)?;
     for name in &order {
         std::fs::copy(&found[name].0, modules.join(format!("{name}.ko")))
-            .map_err(|e| format!("{name}.ko: {e}"))?;
+            .map_err(|e| VmError::io(format!("{name}.ko"), e))?;
     }
-    std::fs::write(modules.join("order"), order.join("\n") + "\n").map_err(|e| e.to_string())?;
-    std::fs::write(staged.join("kernel-package"), format!("{package}\n"))
-        .map_err(|e| e.to_string())?;
+    std::fs::write(modules.join("order"), order.join("\n") + "\n")?;
+    std::fs::write(staged.join("kernel-package"), format!("{package}\n"))?;
     // Into place in one step; a concurrent builder that won keeps its copy.
     let _ = std::fs::remove_dir_all(dir);
-    std::fs::rename(&staged, dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    std::fs::rename(&staged, dir).map_err(|e| VmError::io(dir.display(), e))?;
     Ok(())
 }
 
 /// Every module under a kernel's module tree: name → (path, its `depends=`).
-fn index_modules(
-    root: &Path,
-) -> Result<std::collections::BTreeMap<String, (PathBuf, Vec<String>)>, String> {
+/// Module name → (its file, the modules it depends on).
+type Modules = std::collections::BTreeMap<String, (PathBuf, Vec<String>)>;
+
+fn index_modules(root: &Path) -> VmResult<Modules> {
     let mut found = std::collections::BTreeMap::new();
     let mut stack = vec![root.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let rd = std::fs::read_dir(&d).map_err(|e| format!("{}: {e}", d.display()))?;
+        let rd = std::fs::read_dir(&d).map_err(|e| VmError::io(d.display(), e))?;
         for e in rd.flatten() {
             let p = e.path();
             if p.is_dir() {
@@ -180,16 +184,16 @@ fn index_modules(
                 .and_then(|n| n.to_str())
                 .and_then(|n| n.strip_suffix(".ko"))
             {
-                let bytes = std::fs::read(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let bytes = std::fs::read(&p).map_err(|e| VmError::io(p.display(), e))?;
                 found.insert(name.replace('-', "_"), (p.clone(), depends(&bytes)));
             }
         }
     }
     if found.is_empty() {
-        return Err(format!(
+        return Err(VmError::missing(format!(
             "no kernel modules under {} (compressed modules are not supported)",
             root.display()
-        ));
+        )));
     }
     Ok(found)
 }
@@ -209,27 +213,24 @@ fn depends(ko: &[u8]) -> Vec<String> {
 }
 
 /// `wanted` and everything they depend on, dependencies first.
-fn load_order(
-    found: &std::collections::BTreeMap<String, (PathBuf, Vec<String>)>,
-    wanted: &[&str],
-) -> Result<Vec<String>, String> {
+fn load_order(found: &Modules, wanted: &[&str]) -> VmResult<Vec<String>> {
     fn visit(
         name: &str,
-        found: &std::collections::BTreeMap<String, (PathBuf, Vec<String>)>,
+        found: &Modules,
         order: &mut Vec<String>,
         path: &mut Vec<String>,
-    ) -> Result<(), String> {
+    ) -> VmResult<()> {
         if order.iter().any(|o| o == name) {
             return Ok(());
         }
         if path.iter().any(|p| p == name) {
-            return Err(format!(
+            return Err(VmError::engine(format!(
                 "modules depend on each other in a circle: {path:?}"
-            ));
+            )));
         }
-        let (_, deps) = found
-            .get(name)
-            .ok_or_else(|| format!("the kernel has no module {name} (built in?)"))?;
+        let (_, deps) = found.get(name).ok_or_else(|| {
+            VmError::missing(format!("the kernel has no module {name} (built in?)"))
+        })?;
         path.push(name.to_string());
         for d in deps {
             visit(d, found, order, path)?;
@@ -284,15 +285,17 @@ poweroff -f
 }
 
 /// The initramfs: busybox, the modules, the agent with its libraries, `/init`.
-fn build_initrd(dir: &Path, exe: &Path, initrd: &Path) -> Result<(), String> {
-    let busybox = which("busybox").ok_or(
-        "busybox is needed for the QEMU image's userland (apt-get install busybox-static)",
-    )?;
+fn build_initrd(dir: &Path, exe: &Path, initrd: &Path) -> VmResult<()> {
+    let busybox = which("busybox").ok_or_else(|| {
+        VmError::missing(
+            "busybox is needed for the QEMU image's userland (apt-get install busybox-static)",
+        )
+    })?;
     let tmp = initrd.with_extension(format!("tmp{}", std::process::id()));
-    let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
-    let result = (|| -> Result<(), String> {
+    let file = std::fs::File::create(&tmp).map_err(|e| VmError::io(tmp.display(), e))?;
+    let result = (|| -> VmResult<()> {
         let mut c = Cpio::new(std::io::BufWriter::new(file));
-        let io = |e: std::io::Error| e.to_string();
+        let io = |e: std::io::Error| VmError::io("the initramfs", e);
         for d in [
             "bin",
             "etc",
@@ -312,18 +315,18 @@ fn build_initrd(dir: &Path, exe: &Path, initrd: &Path) -> Result<(), String> {
         c.file("etc/hosts", 0o644, b"127.0.0.1 localhost\n")
             .map_err(io)?;
         let modules = dir.join("modules");
-        let order = std::fs::read_to_string(modules.join("order")).map_err(|e| e.to_string())?;
+        let order = std::fs::read_to_string(modules.join("order"))?;
         c.file("lib/modules/kitbag/order", 0o644, order.as_bytes())
             .map_err(io)?;
         for m in order.lines().filter(|l| !l.is_empty()) {
-            let bytes =
-                std::fs::read(modules.join(format!("{m}.ko"))).map_err(|e| format!("{m}: {e}"))?;
+            let bytes = std::fs::read(modules.join(format!("{m}.ko")))
+                .map_err(|e| VmError::io(format!("{m}.ko"), e))?;
             c.file(&format!("lib/modules/kitbag/{m}.ko"), 0o644, &bytes)
                 .map_err(io)?;
         }
         let agent = stripped(exe)?;
         c.file(GUEST_AGENT, 0o755, &agent).map_err(io)?;
-        let bb = std::fs::read(&busybox).map_err(|e| format!("{}: {e}", busybox.display()))?;
+        let bb = std::fs::read(&busybox).map_err(|e| VmError::io(busybox.display(), e))?;
         c.file("bin/busybox", 0o755, &bb).map_err(io)?;
         // The dynamic libraries of both, at the paths they were linked against.
         let mut libs = std::collections::BTreeSet::new();
@@ -343,7 +346,7 @@ fn build_initrd(dir: &Path, exe: &Path, initrd: &Path) -> Result<(), String> {
                     }
                 }
             }
-            let bytes = std::fs::read(lib).map_err(|e| format!("{}: {e}", lib.display()))?;
+            let bytes = std::fs::read(lib).map_err(|e| VmError::io(lib.display(), e))?;
             c.file(&lib.to_string_lossy(), 0o755, &bytes).map_err(io)?;
         }
         let mut out = c.finish().map_err(io)?;
@@ -352,18 +355,18 @@ fn build_initrd(dir: &Path, exe: &Path, initrd: &Path) -> Result<(), String> {
         out.get_ref().sync_all().map_err(io)
     })();
     match result {
-        Ok(()) => std::fs::rename(&tmp, initrd).map_err(|e| format!("{}: {e}", initrd.display())),
+        Ok(()) => std::fs::rename(&tmp, initrd).map_err(|e| VmError::io(initrd.display(), e)),
         Err(e) => {
             let _ = std::fs::remove_file(&tmp);
-            Err(format!("building the QEMU initramfs: {e}"))
+            Err(e)
         }
     }
 }
 
 /// The agent without its debug information (a debug build is ten times larger), or as it is
 /// when `strip` is missing.
-fn stripped(exe: &Path) -> Result<Vec<u8>, String> {
-    let tmp = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
+fn stripped(exe: &Path) -> VmResult<Vec<u8>> {
+    let tmp = tempfile::NamedTempFile::new()?;
     let ok = Command::new("strip")
         .arg("-o")
         .arg(tmp.path())
@@ -371,15 +374,15 @@ fn stripped(exe: &Path) -> Result<Vec<u8>, String> {
         .output()
         .is_ok_and(|o| o.status.success());
     let from = if ok { tmp.path() } else { exe };
-    std::fs::read(from).map_err(|e| format!("{}: {e}", from.display()))
+    std::fs::read(from).map_err(|e| VmError::io(from.display(), e))
 }
 
 /// The libraries (and loader) `ldd` lists for a binary; none for a static one.
-fn shared_libraries(bin: &Path) -> Result<Vec<PathBuf>, String> {
+fn shared_libraries(bin: &Path) -> VmResult<Vec<PathBuf>> {
     let out = Command::new("ldd")
         .arg(bin)
         .output()
-        .map_err(|e| format!("ldd: {e}"))?;
+        .map_err(|e| VmError::missing(format!("ldd: {e}")))?;
     let text = String::from_utf8_lossy(&out.stdout);
     Ok(text
         .lines()
@@ -430,7 +433,12 @@ mod tests {
         assert!(pos("failover") < pos("net_failover"));
         assert!(pos("net_failover") < pos("virtio_net"));
         assert_eq!(order.len(), 6);
-        assert!(load_order(&found, &["nope"]).unwrap_err().contains("nope"));
+        assert!(
+            load_order(&found, &["nope"])
+                .unwrap_err()
+                .to_string()
+                .contains("nope")
+        );
     }
 
     #[test]

@@ -20,6 +20,7 @@ use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::bwrap::{Record, start_time, tail};
+use crate::error::{VmError, VmResult};
 use crate::proto::{self, Answer, ExitStatus, Hello, LOGS_DIR, MainSpec, Request, Stream};
 use crate::spawner::Spawner;
 
@@ -133,16 +134,24 @@ static IMAGE_BUILD: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// The boot probe's verdict on KVM, once a first VM has tried it: `Ok` it booted, `Err` why
 /// not. Held across that first boot so concurrent spawns wait for the verdict.
-static KVM_BOOT: tokio::sync::Mutex<Option<Result<(), String>>> =
-    tokio::sync::Mutex::const_new(None);
+static KVM_BOOT: tokio::sync::Mutex<Option<KvmVerdict>> = tokio::sync::Mutex::const_new(None);
+
+#[derive(Debug, Clone)]
+enum KvmVerdict {
+    Boots,
+    /// Why the probe's guest did not reach its agent.
+    Fails(String),
+}
 /// How long a KVM guest may take to reach its agent before KVM is judged unusable.
 const KVM_PROBE_DEADLINE: Duration = Duration::from_secs(20);
 
 /// What the boot probe found, for self_info: empty until a VM has tried KVM.
 pub fn kvm_boot_note() -> String {
     match KVM_BOOT.try_lock().ok().and_then(|g| g.clone()) {
-        Some(Ok(())) => "; the KVM boot probe reached the guest's agent".into(),
-        Some(Err(e)) => format!("; the KVM boot probe failed ({e}): guests run under TCG"),
+        Some(KvmVerdict::Boots) => "; the KVM boot probe reached the guest's agent".into(),
+        Some(KvmVerdict::Fails(e)) => {
+            format!("; the KVM boot probe failed ({e}): guests run under TCG")
+        }
         None => String::new(),
     }
 }
@@ -155,9 +164,9 @@ impl QemuVm {
         spawner: &Spawner,
         timeout: Duration,
         progress: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Arc<QemuVm>, String> {
+    ) -> VmResult<Arc<QemuVm>> {
         std::fs::create_dir_all(spec.dir.join("ctl").join(LOGS_DIR))
-            .map_err(|e| format!("{}: {e}", spec.dir.display()))?;
+            .map_err(|e| VmError::io(spec.dir.display(), e))?;
         let image = {
             let _one = IMAGE_BUILD.lock().await;
             let (images, exe) = (spec.images_dir.clone(), spec.exe.clone());
@@ -166,14 +175,14 @@ impl QemuVm {
             }
             tokio::task::spawn_blocking(move || image::ensure(&images, &exe))
                 .await
-                .map_err(|e| e.to_string())??
+                .map_err(|e| VmError::engine(format!("the image build: {e}")))??
         };
         let mut spec = spec;
         if spec.kvm {
             let mut verdict = KVM_BOOT.lock().await;
             match verdict.clone() {
-                Some(Ok(())) => {}
-                Some(Err(_)) => spec.kvm = false,
+                Some(KvmVerdict::Boots) => {}
+                Some(KvmVerdict::Fails(_)) => spec.kvm = false,
                 None => {
                     // The boot probe: this first VM itself, under KVM, with a short deadline.
                     progress("booting (KVM boot probe)");
@@ -187,12 +196,12 @@ impl QemuVm {
                     .await
                     {
                         Ok(vm) => {
-                            *verdict = Some(Ok(()));
+                            *verdict = Some(KvmVerdict::Boots);
                             return Ok(vm);
                         }
                         Err(e) => {
                             tracing::warn!("KVM did not boot a guest: {e}; falling back to TCG");
-                            *verdict = Some(Err(first_line(&e)));
+                            *verdict = Some(KvmVerdict::Fails(first_line(&e.to_string())));
                             spec.kvm = false;
                         }
                     }
@@ -209,20 +218,20 @@ impl QemuVm {
         spawner: &Spawner,
         timeout: Duration,
         progress: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Arc<QemuVm>, String> {
+    ) -> VmResult<Arc<QemuVm>> {
         let token = random_token()?;
         // The forwarded port is picked free, then bound by QEMU: another process may take
         // it in between, so a refused bind is retried with a new one.
-        let mut last = String::new();
+        let mut last = None;
         for _ in 0..3 {
-            let port = free_port().map_err(|e| format!("no free loopback port: {e}"))?;
+            let port = free_port().map_err(|e| VmError::io("no free loopback port", e))?;
             match Self::boot(spec, image, spawner, port, &token).await {
                 Ok(vm) => return vm.until_ready(spec, timeout, progress).await,
-                Err(e) if e.contains("hostfwd") || e.contains("host forwarding") => last = e,
+                Err(e) if e.to_string().contains("host forwarding") => last = Some(e),
                 Err(e) => return Err(e),
             }
         }
-        Err(last)
+        Err(last.unwrap_or_else(|| VmError::engine("no port could be forwarded")))
     }
 
     async fn boot(
@@ -231,11 +240,12 @@ impl QemuVm {
         spawner: &Spawner,
         port: u16,
         token: &str,
-    ) -> Result<QemuVm, String> {
+    ) -> VmResult<QemuVm> {
         let log_path = crate::bwrap::backend_log(&spec.dir);
-        let log = std::fs::File::create(&log_path).map_err(|e| e.to_string())?;
-        let log2 = log.try_clone().map_err(|e| e.to_string())?;
-        let (ours, theirs) = std::os::unix::net::UnixStream::pair().map_err(|e| e.to_string())?;
+        let log = std::fs::File::create(&log_path).map_err(|e| VmError::io("backend.log", e))?;
+        let log2 = log.try_clone()?;
+        let (ours, theirs) = std::os::unix::net::UnixStream::pair()
+            .map_err(|e| VmError::io("the monitor's socket pair", e))?;
         let accel = if spec.kvm { "kvm" } else { "tcg" };
         let mut cmd = Command::new("qemu-system-x86_64");
         cmd.args(qemu_args(spec, image, accel, port, token))
@@ -246,7 +256,13 @@ impl QemuVm {
         pass_monitor_and_die_with_parent(&mut cmd, &theirs);
         let spawned = spawner.spawn(cmd).await;
         drop(theirs); // QEMU has its copy as fd 3
-        let mut child = spawned.map_err(|e| format!("cannot run qemu-system-x86_64: {e}"))?;
+        let mut child = spawned.map_err(|e| {
+            if e.kind() == std::io::ErrorKind::NotFound {
+                VmError::missing("qemu-system-x86_64 is not installed")
+            } else {
+                VmError::io("cannot run qemu-system-x86_64", e)
+            }
+        })?;
         let pid = child.id() as i32;
         let main_exit: Arc<Mutex<Option<ExitStatus>>> = Arc::default();
         let (exit_tx, exit_rx) = watch::channel(None);
@@ -264,7 +280,7 @@ impl QemuVm {
                 let main = main_seen.lock().ok().and_then(|m| *m);
                 let _ = exit_tx.send(Some(main.unwrap_or(waited)));
             })
-            .map_err(|e| e.to_string())?;
+            .map_err(|e| VmError::io("the monitor thread", e))?;
         let kill = || {
             let _ = nix::sys::signal::kill(
                 nix::unistd::Pid::from_raw(pid),
@@ -280,11 +296,14 @@ impl QemuVm {
             Ok(Err(e)) => {
                 kill();
                 std::thread::sleep(Duration::from_millis(50));
-                return Err(format!("QEMU's monitor: {e}: {}", tail(&log_path, 2048)));
+                return Err(VmError::engine(format!(
+                    "QEMU's monitor: {e}: {}",
+                    tail(&log_path, 2048)
+                )));
             }
             Err(e) => {
                 kill();
-                return Err(e.to_string());
+                return Err(VmError::engine(e.to_string()));
             }
         };
         let vm = QemuVm {
@@ -309,14 +328,14 @@ impl QemuVm {
         spec: &VmSpec,
         timeout: Duration,
         progress: &(dyn Fn(&str) + Send + Sync),
-    ) -> Result<Arc<QemuVm>, String> {
+    ) -> VmResult<Arc<QemuVm>> {
         let vm = Arc::new(self);
         let deadline = Instant::now() + timeout;
         let fail = |vm: &QemuVm, why: String| {
             vm.kill();
             vm.cleanup();
             let log = tail(&crate::bwrap::backend_log(&vm.dir), 2048);
-            format!("{why}; console: {log}")
+            VmError::Engine(format!("{why}; console: {log}"))
         };
         loop {
             if let Ok(Ok(a)) =
@@ -457,16 +476,20 @@ impl QemuVm {
     }
 
     /// QMP `stop`: the virtual CPUs halt, and with them everything in the guest.
-    pub fn pause(&self) -> Result<(), String> {
-        self.qmp.execute("stop", None).map_err(|e| e.to_string())?;
+    pub fn pause(&self) -> VmResult<()> {
+        self.qmp
+            .execute("stop", None)
+            .map_err(|e| VmError::io("QMP stop", e))?;
         if let Ok(mut p) = self.paused.lock() {
             *p = true;
         }
         Ok(())
     }
 
-    pub fn resume(&self) -> Result<(), String> {
-        self.qmp.execute("cont", None).map_err(|e| e.to_string())?;
+    pub fn resume(&self) -> VmResult<()> {
+        self.qmp
+            .execute("cont", None)
+            .map_err(|e| VmError::io("QMP cont", e))?;
         if let Ok(mut p) = self.paused.lock() {
             *p = false;
         }
@@ -659,12 +682,12 @@ fn first_line(s: &str) -> String {
     s.lines().next().unwrap_or(s).chars().take(200).collect()
 }
 
-fn random_token() -> Result<String, String> {
+fn random_token() -> VmResult<String> {
     use std::io::Read;
     let mut bytes = [0u8; 16];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| format!("/dev/urandom: {e}"))?;
+        .map_err(|e| VmError::io("/dev/urandom", e))?;
     Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
 }
 

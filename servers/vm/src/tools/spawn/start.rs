@@ -7,7 +7,6 @@ use std::time::SystemTime;
 use std::time::{Duration, Instant};
 
 use kitbag_shared::{CallCtx, ErrorCode, ToolError, ToolResult};
-use serde_json::json;
 
 use super::check::Checked;
 use crate::VmState;
@@ -50,13 +49,7 @@ pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolR
     };
     let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
         .await
-        .map_err(|e| {
-            ToolError::new(
-                ErrorCode::SpawnFailed,
-                format!("the sandbox did not start: {e}"),
-            )
-            .with_detail(json!({ "backend": "bwrap" }))
-        })?;
+        .map_err(|e| e.spawn_error("bwrap", "the sandbox"))?;
     Ok(Arc::new(Engine::Bwrap(sandbox)))
 }
 
@@ -110,26 +103,7 @@ pub async fn start_container(
     };
     let container = crate::docker::Container::start(engine, spec, Duration::from_secs(60))
         .await
-        .map_err(|e| {
-            let field = e.contains("is not an image of this engine");
-            let err = ToolError::new(
-                if field {
-                    ErrorCode::InvalidParams
-                } else {
-                    ErrorCode::SpawnFailed
-                },
-                if field {
-                    format!("image: {e}")
-                } else {
-                    format!("the container did not start: {e}")
-                },
-            );
-            if field {
-                err.with_detail(json!({ "field": "image", "backend": "docker" }))
-            } else {
-                err.with_detail(json!({ "backend": "docker" }))
-            }
-        })?;
+        .map_err(|e| e.spawn_error("docker", "the container"))?;
     Ok(Arc::new(Engine::Docker(container)))
 }
 
@@ -180,10 +154,7 @@ pub async fn start_vm(
         vm
     };
     let (vm, ()) = tokio::join!(started, forward);
-    let vm = vm.map_err(|e| {
-        ToolError::new(ErrorCode::SpawnFailed, format!("the VM did not start: {e}"))
-            .with_detail(json!({ "backend": "qemu" }))
-    })?;
+    let vm = vm.map_err(|e| e.spawn_error("qemu", "the VM"))?;
     Ok(Arc::new(Engine::Qemu(vm)))
 }
 
