@@ -12,6 +12,7 @@
 pub mod auth;
 pub mod guard;
 pub mod jwt;
+pub mod metrics;
 pub mod oauth;
 pub mod token;
 
@@ -43,8 +44,9 @@ use crate::tier::Tier;
 
 pub type HttpResponse = Response<BoxBody<Bytes, Infallible>>;
 
-/// The one path MCP is served at (`/healthz` answers `ok` for probes).
+/// The one path MCP is served at (`/healthz` answers `ok` for probes, `/metrics` counts).
 pub const MCP_PATH: &str = "/mcp";
+pub const METRICS_PATH: &str = "/metrics";
 const SESSION_HEADER: &str = "mcp-session-id";
 /// How long open requests get to finish after SIGTERM.
 const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
@@ -327,6 +329,7 @@ where
     };
     let front = Arc::new(Front {
         mcp,
+        metrics: Arc::default(),
         guard: options.guard.clone(),
         auth: options.auth.clone(),
         tier_of,
@@ -351,6 +354,7 @@ where
 
 struct Front {
     mcp: McpService,
+    metrics: Arc<metrics::Metrics>,
     guard: Guard,
     auth: Auth,
     tier_of: TierOf,
@@ -359,19 +363,52 @@ struct Front {
 }
 
 impl Front {
+    /// One request, counted: by path and status, in flight, and a tool call's latency until
+    /// its answer's last byte.
     async fn handle(&self, request: Request<Incoming>) -> HttpResponse {
+        let started = std::time::Instant::now();
+        let _in_flight = self.metrics.begin();
+        let path = match request.uri().path() {
+            MCP_PATH => MCP_PATH,
+            "/healthz" => "/healthz",
+            METRICS_PATH => METRICS_PATH,
+            p if p.starts_with("/.well-known/") => "/.well-known",
+            _ => "other",
+        };
+        let (response, tool) = self.answer(request).await;
+        self.metrics.request(path, response.status().as_u16());
+        match tool {
+            Some(tool) if response.status().is_success() => {
+                let (parts, body) = response.into_parts();
+                let body = metrics::Timed::wrap(body, self.metrics.clone(), tool, started);
+                Response::from_parts(parts, body)
+            }
+            _ => response,
+        }
+    }
+
+    /// The answer, and the tool it called when it was a `tools/call`.
+    async fn answer(&self, request: Request<Incoming>) -> (HttpResponse, Option<String>) {
         let path = request.uri().path();
         let oauth = self.auth.oauth.as_ref();
         match path {
             "/healthz" if request.method() == Method::GET => {
-                return text(StatusCode::OK, "ok\n");
+                return (text(StatusCode::OK, "ok\n"), None);
+            }
+            METRICS_PATH if request.method() == Method::GET => {
+                return (self.metrics_page(request.headers()).await, None);
             }
             MCP_PATH => {}
             _ if oauth.is_some_and(|rs| path == rs.metadata_path || path == oauth::WELL_KNOWN) => {}
-            _ => return text(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n"),
+            _ => {
+                return (
+                    text(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n"),
+                    None,
+                );
+            }
         }
         if let Err(refusal) = self.guard.check(request.headers()) {
-            return self.refuse(refusal);
+            return (self.refuse(refusal), None);
         }
         if path != MCP_PATH
             && let Some(rs) = oauth
@@ -382,11 +419,11 @@ impl Front {
                 CONTENT_TYPE,
                 http::HeaderValue::from_static("application/json"),
             );
-            return response;
+            return (response, None);
         }
         let principal = match self.auth.principal(request.headers()).await {
             Ok(p) => p,
-            Err(refusal) => return self.refuse(refusal),
+            Err(refusal) => return (self.refuse(refusal), None),
         };
         let (mut parts, body) = request.into_parts();
         // The credential stops here: nothing handed on (children, logs) can see it.
@@ -394,22 +431,24 @@ impl Front {
         let body = if parts.method == Method::POST {
             match self.read_body(&parts.headers, body).await {
                 Ok(bytes) => bytes,
-                Err(response) => return response,
+                Err(response) => return (response, None),
             }
         } else {
             Bytes::new()
         };
+        let tool = called_tool(&body);
         if let Some(p) = &principal
             && p.tiers.is_some()
-            && let Some(name) = called_tool(&body)
-            && let Some(tier) = (self.tier_of)(&name)
+            && let Some(name) = &tool
+            && let Some(tier) = (self.tier_of)(name)
             && !p.allows(tier)
         {
             let scope = oauth.map_or_else(|| tier.to_string(), |rs| rs.config.scope_of(tier));
-            return self.refuse(Refusal::InsufficientScope {
+            let refusal = Refusal::InsufficientScope {
                 description: format!("{name} needs the `{tier}` tier: scope {scope}"),
                 scope,
-            });
+            };
+            return (self.refuse(refusal), None);
         }
         if parts.method == Method::POST
             && let Some(intercept) = &self.intercept
@@ -417,20 +456,45 @@ impl Front {
             && let Some(answer) = intercept.intercept(&parts.headers, &body, principal.as_ref())
         {
             let body = answer.await;
-            return Response::builder()
+            let response = Response::builder()
                 .status(StatusCode::OK)
                 .header(CONTENT_TYPE, "application/json")
                 .body(Full::new(Bytes::from(body)).boxed())
                 .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "response"));
+            return (response, tool);
         }
         if let Some(p) = principal {
             parts.extensions.insert(p);
         }
-        (self.mcp)(Request::from_parts(parts, Full::new(body))).await
+        let response = (self.mcp)(Request::from_parts(parts, Full::new(body))).await;
+        (response, tool)
+    }
+
+    /// `/metrics`: the same guard and authentication as `/mcp` (a scraper presents the
+    /// bearer token).
+    async fn metrics_page(&self, headers: &HeaderMap) -> HttpResponse {
+        if let Err(refusal) = self.guard.check(headers) {
+            return self.refuse(refusal);
+        }
+        if let Err(refusal) = self.auth.principal(headers).await {
+            return self.refuse(refusal);
+        }
+        let mut response = text(StatusCode::OK, self.metrics.render());
+        response.headers_mut().insert(
+            CONTENT_TYPE,
+            http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
+        );
+        response
     }
 
     /// The answer to a refused request, with the challenge RFC 6750 / RFC 9728 ask for.
     fn refuse(&self, refusal: Refusal) -> HttpResponse {
+        self.metrics.refusal(match &refusal {
+            Refusal::Forbidden(_) => "forbidden",
+            Refusal::Unavailable(_) => "unavailable",
+            Refusal::Unauthorized { .. } => "unauthorized",
+            Refusal::InsufficientScope { .. } => "insufficient_scope",
+        });
         let metadata = self
             .auth
             .oauth
@@ -483,6 +547,7 @@ impl Front {
     /// The whole body, or 413 past the cap (checked before reading when announced).
     async fn read_body(&self, headers: &HeaderMap, body: Incoming) -> Result<Bytes, HttpResponse> {
         let too_large = || {
+            self.metrics.refusal("too_large");
             text(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 format!(

@@ -388,3 +388,175 @@ fn a_unix_socket_is_private_and_serves_mcp() {
     assert!(server.stop().is_some_and(|s| s.success()));
     assert!(!socket.exists(), "the socket file is removed at exit");
 }
+
+/// One parsed sample: name, labels, value.
+type Sample = (String, serde_json::Map<String, Value>, f64);
+
+/// The Prometheus parser (prometheus-client, pinned in testkit/py) reads `/metrics`: every
+/// sample as (name, labels, value). None when it is not installed (a loud skip elsewhere
+/// than under CI=true).
+fn parse_metrics(text: &str) -> Option<Vec<Sample>> {
+    use std::io::Write;
+    let py = kitbag_testkit::clients::testkit_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("py/.venv/bin/python");
+    let have = py.exists()
+        && std::process::Command::new(&py)
+            .args(["-c", "import prometheus_client"])
+            .output()
+            .is_ok_and(|o| o.status.success());
+    if !kitbag_testkit::clients::require(
+        have,
+        "prometheus-client is not installed in testkit/py/.venv (run scripts/test)",
+    ) {
+        return None;
+    }
+    let script = "import sys, json\nfrom prometheus_client.parser import text_string_to_metric_families\nout = []\nfor f in text_string_to_metric_families(sys.stdin.read()):\n    for s in f.samples:\n        out.append([s.name, s.labels, s.value])\nprint(json.dumps(out))\n";
+    let mut child = std::process::Command::new(&py)
+        .args(["-c", script])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("python");
+    child
+        .stdin
+        .take()
+        .expect("stdin")
+        .write_all(text.as_bytes())
+        .expect("write");
+    let out = child.wait_with_output().expect("python");
+    assert!(
+        out.status.success(),
+        "the Prometheus parser refused /metrics: {}\n{text}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let samples: Vec<Sample> = serde_json::from_slice(&out.stdout).expect("samples");
+    Some(samples)
+}
+
+fn sample(
+    samples: &[(String, serde_json::Map<String, Value>, f64)],
+    name: &str,
+    labels: &[(&str, &str)],
+) -> f64 {
+    samples
+        .iter()
+        .find(|(n, l, _)| {
+            n == name
+                && labels
+                    .iter()
+                    .all(|(k, v)| l.get(*k).and_then(Value::as_str) == Some(v))
+        })
+        .map(|(_, _, v)| *v)
+        .unwrap_or(0.0)
+}
+
+/// `/metrics` on the host (tool calls answered at the byte level) and on a single server
+/// (rmcp's path): behind the token, counting requests, refusals and each tool's latency.
+#[test]
+fn metrics_count_requests_refusals_and_tool_calls() {
+    let dir = project();
+    for args in [["serve"].as_slice(), ["server", "files"].as_slice()] {
+        let token_file = dir.path().join(format!("token-{}", args.len()));
+        let token_arg = token_file.to_str().expect("utf-8");
+        let mut full: Vec<&str> = args.to_vec();
+        full.extend([
+            "--http",
+            "127.0.0.1:0",
+            "--auth-token-file",
+            token_arg,
+            "--generate-auth-token",
+        ]);
+        let server = HttpServer::start(kitbag(), &full, dir.path(), &[]);
+        let token = std::fs::read_to_string(&token_file).expect("token");
+        let bearer = format!("Bearer {}", token.trim());
+        let auth = [("authorization", bearer.as_str())];
+        let mut conn = server.connect();
+        // Without the token: refused like /mcp, and counted.
+        let r = conn.send("GET", "/metrics", &[], b"").expect("GET");
+        assert_eq!(r.status, 401);
+        let r = conn.post_mcp(&initialize(), &auth);
+        assert_eq!(r.status, 200, "{}", r.text());
+        for id in 2..5 {
+            let call = legacy(
+                id,
+                "tools/call",
+                json!({"name": "file_read", "arguments": {"path": "hello.txt"}}),
+            );
+            let r = conn.post_mcp(&call, &[auth[0], LEGACY]);
+            assert!(r.text().contains("hello over http"), "{}", r.text());
+        }
+        let r = conn.send("GET", "/metrics", &auth, b"").expect("GET");
+        assert_eq!(r.status, 200);
+        assert_eq!(
+            r.header("content-type"),
+            Some("text/plain; version=0.0.4; charset=utf-8")
+        );
+        let text = r.text();
+        let Some(samples) = parse_metrics(&text) else {
+            return;
+        };
+        let what = format!("{args:?}:\n{text}");
+        assert_eq!(
+            sample(
+                &samples,
+                "kitbag_tool_call_duration_seconds_count",
+                &[("tool", "file_read")]
+            ),
+            3.0,
+            "{what}"
+        );
+        assert_eq!(
+            sample(
+                &samples,
+                "kitbag_tool_call_duration_seconds_bucket",
+                &[("tool", "file_read"), ("le", "+Inf")]
+            ),
+            3.0,
+            "{what}"
+        );
+        assert!(
+            sample(
+                &samples,
+                "kitbag_tool_call_duration_seconds_sum",
+                &[("tool", "file_read")]
+            ) > 0.0,
+            "{what}"
+        );
+        assert!(
+            sample(
+                &samples,
+                "kitbag_http_requests_total",
+                &[("path", "/mcp"), ("status", "200")]
+            ) >= 4.0,
+            "{what}"
+        );
+        assert_eq!(
+            sample(
+                &samples,
+                "kitbag_http_requests_total",
+                &[("path", "/metrics"), ("status", "401")]
+            ),
+            1.0,
+            "{what}"
+        );
+        assert!(
+            sample(
+                &samples,
+                "kitbag_http_refusals_total",
+                &[("reason", "unauthorized")]
+            ) >= 1.0,
+            "{what}"
+        );
+        assert!(
+            sample(&samples, "process_resident_memory_bytes", &[]) > 0.0,
+            "{what}"
+        );
+        // This very request is in flight while the page is rendered.
+        assert_eq!(
+            sample(&samples, "kitbag_http_requests_in_flight", &[]),
+            1.0,
+            "{what}"
+        );
+    }
+}
