@@ -6,6 +6,7 @@
 pub mod agent;
 pub mod catalog;
 pub mod config;
+pub mod deploy;
 pub mod dispatch;
 pub mod families;
 pub mod fastpath;
@@ -111,12 +112,23 @@ pub enum Command {
     /// Keep every server and the agent running: each kitbag-cron firing becomes a user
     /// message in its entry's session and runs a turn there. SIGTERM or Ctrl-C stops.
     Daemon,
+    /// Kubernetes manifests: `kitbag deploy render --profile team|single`.
+    Deploy {
+        #[command(subcommand)]
+        action: DeployCommand,
+    },
     /// Run one embedded kitbag server on stdio (used as a child process).
     Server {
         family: String,
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
     },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum DeployCommand {
+    /// Write the manifests (stdout, or one file per object with --output DIR).
+    Render(Box<deploy::RenderArgs>),
 }
 
 /// The config file to read: `--config` / `$KITBAG_CONFIG`, else `./agent.json`. Never
@@ -158,6 +170,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     }
     if let Some(Command::Sessions { name }) = &cli.command {
         return agent::sessions_command(name.as_deref());
+    }
+    if let Some(Command::Deploy {
+        action: DeployCommand::Render(args),
+    }) = &cli.command
+    {
+        return deploy::render_command(args);
     }
     let filter = tracing_subscriber_filter(&cli.log_level);
     let _ = tracing_subscriber::fmt()
@@ -377,7 +395,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             Some(a) => agent::chat::run(&host, a, session).await?,
             None => 1,
         },
-        Command::Server { .. } | Command::Sessions { .. } => 0,
+        Command::Server { .. } | Command::Sessions { .. } | Command::Deploy { .. } => 0,
     };
     hub.stop_all(hub::STOP_GRACE);
     Ok(code)

@@ -1,0 +1,456 @@
+//! `kitbag deploy render`: Kubernetes manifests for a team (or one person) running kitbag
+//! over HTTP. Written from what kitbag does today — the static bearer token or OAuth, remote
+//! servers in agent.json, `/healthz` — and validated offline with kubernetes-validate in the
+//! tests.
+//!
+//! `team`: a gateway Deployment (≥ 2 stateless replicas of `kitbag serve --http`, probes on
+//! `/healthz`, a PodDisruptionBudget, a HorizontalPodAutoscaler) behind a Service without
+//! session affinity; its agent.json (a ConfigMap) reaches a per-workspace runner — a
+//! StatefulSet running `kitbag serve --http` with every local family over a persistent
+//! volume — as a remote server with the runner's token; NetworkPolicies let only the gateway
+//! reach the runner. `single`: one Deployment with its workspace volume and a Service.
+
+mod yaml;
+
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+/// `kitbag deploy render` flags.
+#[derive(Debug, Clone, clap::Args)]
+pub struct RenderArgs {
+    /// `team` (gateway replicas and a workspace runner) or `single` (one pod).
+    #[arg(long, value_enum, default_value_t = Profile::Team)]
+    pub profile: Profile,
+    /// The namespace every object goes in (create it first).
+    #[arg(long, default_value = "kitbag")]
+    pub namespace: String,
+    /// The gateway's container image (one with the kitbag binary).
+    #[arg(long, default_value = concat!("kitbag:", env!("CARGO_PKG_VERSION")))]
+    pub image: String,
+    /// The runner's image (the kitbag binary plus the language servers and debuggers the
+    /// workspace needs); default: --image.
+    #[arg(long)]
+    pub runner_image: Option<String>,
+    /// Gateway replicas (team: at least 2).
+    #[arg(long, default_value_t = 2)]
+    pub replicas: u32,
+    /// The most replicas the autoscaler may run.
+    #[arg(long, default_value_t = 6)]
+    pub max_replicas: u32,
+    /// The workspace runner's name (one StatefulSet per workspace).
+    #[arg(long, default_value = "default")]
+    pub workspace: String,
+    /// The workspace volume's size.
+    #[arg(long, default_value = "10Gi")]
+    pub workspace_size: String,
+    /// Clients authenticate with OAuth tokens of this issuer (else a static bearer token,
+    /// generated into the Secret).
+    #[arg(long, requires = "oauth_resource")]
+    pub oauth_issuer: Option<String>,
+    /// The gateway's canonical URL (the tokens' audience), with --oauth-issuer.
+    #[arg(long)]
+    pub oauth_resource: Option<String>,
+    /// Write one file per object into DIR instead of one stream to stdout.
+    #[arg(long, value_name = "DIR")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Profile {
+    Single,
+    Team,
+}
+
+const PORT: u16 = 8080;
+
+/// Render, then print or write. Returns the exit code.
+pub fn render_command(args: &RenderArgs) -> anyhow::Result<i32> {
+    let objects = render(args)?;
+    match &args.output {
+        None => {
+            for o in &objects {
+                print!("---\n{}", yaml::document(o));
+            }
+        }
+        Some(dir) => {
+            std::fs::create_dir_all(dir)?;
+            for (i, o) in objects.iter().enumerate() {
+                let kind = o["kind"].as_str().unwrap_or("object").to_lowercase();
+                let name = o["metadata"]["name"].as_str().unwrap_or("unnamed");
+                let path = dir.join(format!("{i:02}-{kind}-{name}.yaml"));
+                std::fs::write(&path, yaml::document(o))?;
+            }
+            eprintln!("wrote {} manifests to {}", objects.len(), dir.display());
+        }
+    }
+    if args.oauth_issuer.is_none() {
+        eprintln!(
+            "the Secret holds freshly generated bearer tokens: keep these manifests private (or replace the Secret's values before applying)"
+        );
+    }
+    Ok(0)
+}
+
+/// The objects, in apply order.
+pub fn render(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
+    check(args)?;
+    Ok(match args.profile {
+        Profile::Team => team(args),
+        Profile::Single => single(args),
+    })
+}
+
+fn check(args: &RenderArgs) -> anyhow::Result<()> {
+    let dns_label = |what: &str, v: &str| -> anyhow::Result<()> {
+        let ok = !v.is_empty()
+            && v.len() <= 40
+            && v.bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+            && !v.starts_with('-')
+            && !v.ends_with('-');
+        anyhow::ensure!(
+            ok,
+            "--{what} {v:?}: lowercase letters, digits and '-', at most 40 characters"
+        );
+        Ok(())
+    };
+    dns_label("namespace", &args.namespace)?;
+    dns_label("workspace", &args.workspace)?;
+    if args.profile == Profile::Team {
+        anyhow::ensure!(
+            args.replicas >= 2,
+            "--replicas {}: a team gateway runs at least 2 replicas (so one can restart while the other serves)",
+            args.replicas
+        );
+        anyhow::ensure!(
+            args.max_replicas >= args.replicas,
+            "--max-replicas {} is below --replicas {}",
+            args.max_replicas,
+            args.replicas
+        );
+    }
+    if let Some(r) = &args.oauth_resource {
+        anyhow::ensure!(
+            r.starts_with("https://"),
+            "--oauth-resource {r:?}: the gateway's canonical https:// URL"
+        );
+    }
+    Ok(())
+}
+
+fn token() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 32];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut bytes);
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn meta(args: &RenderArgs, name: &str, component: &str) -> Value {
+    json!({
+        "name": name,
+        "namespace": args.namespace,
+        "labels": labels(component),
+    })
+}
+
+fn labels(component: &str) -> Value {
+    json!({
+        "app.kubernetes.io/name": "kitbag",
+        "app.kubernetes.io/component": component,
+    })
+}
+
+fn probe() -> Value {
+    json!({
+        "httpGet": {"path": "/healthz", "port": "http"},
+        "periodSeconds": 10,
+        "timeoutSeconds": 2,
+    })
+}
+
+/// What every kitbag container shares: no privilege escalation, the port, the probes.
+fn container(image: &str, args: Vec<String>, mounts: Value) -> Value {
+    json!({
+        "name": "kitbag",
+        "image": image,
+        "args": args,
+        "ports": [{"name": "http", "containerPort": PORT, "protocol": "TCP"}],
+        "readinessProbe": probe(),
+        "livenessProbe": probe(),
+        "securityContext": {"allowPrivilegeEscalation": false},
+        "volumeMounts": mounts,
+    })
+}
+
+/// `base` with `extra`'s fields added (a container's shared fields and its own).
+fn with(mut base: Value, extra: Value) -> Value {
+    if let (Some(b), Value::Object(e)) = (base.as_object_mut(), extra) {
+        b.extend(e);
+    }
+    base
+}
+
+/// `kitbag serve --http` flags for a pod: every address, the client authentication.
+fn serve_args(args: &RenderArgs, token_file: &str, config: Option<&str>) -> Vec<String> {
+    let mut a: Vec<String> = vec![];
+    if let Some(c) = config {
+        a.extend(["--config".into(), c.into()]);
+    }
+    a.extend(["serve".into(), "--http".into(), format!("0.0.0.0:{PORT}")]);
+    match (&args.oauth_issuer, &args.oauth_resource) {
+        (Some(issuer), Some(resource)) => a.extend([
+            "--oauth-issuer".into(),
+            issuer.clone(),
+            "--oauth-resource".into(),
+            resource.clone(),
+        ]),
+        _ => a.extend(["--auth-token-file".into(), token_file.into()]),
+    }
+    a
+}
+
+fn secret(args: &RenderArgs, keys: &[&str]) -> Value {
+    let data: serde_json::Map<String, Value> = keys
+        .iter()
+        .map(|k| (k.to_string(), Value::String(token())))
+        .collect();
+    json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta(args, "kitbag-auth", "auth"),
+        "type": "Opaque",
+        "stringData": data,
+    })
+}
+
+fn service(args: &RenderArgs, name: &str, component: &str, headless: bool) -> Value {
+    let mut spec = json!({
+        "selector": labels(component),
+        "ports": [{"name": "http", "port": if headless { PORT } else { 80 }, "targetPort": "http", "protocol": "TCP"}],
+    });
+    if headless {
+        spec["clusterIP"] = json!("None");
+    }
+    // No sessionAffinity: any replica answers any request (kitbag serves statelessly).
+    json!({
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": meta(args, name, component),
+        "spec": spec,
+    })
+}
+
+fn team(args: &RenderArgs) -> Vec<Value> {
+    let ns = &args.namespace;
+    let runner = format!("kitbag-runner-{}", args.workspace);
+    let runner_url = format!("http://{runner}-0.{runner}.{ns}.svc.cluster.local:{PORT}/mcp");
+    let agent_json = serde_json::to_string_pretty(&json!({
+        "mcp": {
+            "web": {"command": "kitbag", "args": ["server", "web"]},
+            "workspace": {
+                "url": runner_url,
+                "headers": {"Authorization": "Bearer ${KITBAG_RUNNER_TOKEN}"},
+            },
+        },
+    }))
+    .unwrap_or_default();
+    let auth_mount = json!({"name": "auth", "mountPath": "/var/run/kitbag", "readOnly": true});
+    let gateway = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(args, "kitbag-gateway", "gateway"),
+            "spec": {
+                "replicas": args.replicas,
+                "selector": {"matchLabels": labels("gateway")},
+                "strategy": {"type": "RollingUpdate", "rollingUpdate": {"maxUnavailable": 0, "maxSurge": 1}},
+                "template": {
+                    "metadata": {"labels": labels("gateway")},
+                    "spec": {
+                        "containers": [with(
+    container(
+                                &args.image,
+                                serve_args(args, "/var/run/kitbag/token", Some("/etc/kitbag/agent.json")),
+                                json!([
+                                    auth_mount,
+                                    {"name": "config", "mountPath": "/etc/kitbag", "readOnly": true},
+                                    {"name": "state", "mountPath": "/var/lib/kitbag"},
+                                ]),
+                            ),
+     json!({"env": [
+                                {"name": "KITBAG_RUNNER_TOKEN", "valueFrom": {"secretKeyRef": {"name": "kitbag-auth", "key": "runner-token"}}},
+                            ],
+                            "workingDir": "/var/lib/kitbag",
+                            "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}}),
+     )],
+                        "volumes": [
+                            {"name": "auth", "secret": {"secretName": "kitbag-auth"}},
+                            {"name": "config", "configMap": {"name": "kitbag-config"}},
+                            {"name": "state", "emptyDir": {}},
+                        ],
+                    },
+                },
+            },
+        });
+    let runner_set = json!({
+            "apiVersion": "apps/v1",
+            "kind": "StatefulSet",
+            "metadata": meta(args, &runner, "runner"),
+            "spec": {
+                "serviceName": runner,
+                "replicas": 1,
+                "selector": {"matchLabels": labels("runner")},
+                "template": {
+                    "metadata": {"labels": labels("runner")},
+                    "spec": {
+                        "containers": [with(
+    container(
+                                args.runner_image.as_deref().unwrap_or(&args.image),
+                                runner_args(),
+                                json!([
+                                    {"name": "auth", "mountPath": "/var/run/kitbag", "readOnly": true},
+                                    {"name": "workspace", "mountPath": "/workspace"},
+                                ]),
+                            ),
+     json!({"workingDir": "/workspace",
+                            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}}}),
+     )],
+                        "volumes": [{"name": "auth", "secret": {"secretName": "kitbag-auth"}}],
+                    },
+                },
+                "volumeClaimTemplates": [{
+                    "metadata": {"name": "workspace"},
+                    "spec": {
+                        "accessModes": ["ReadWriteOnce"],
+                        "resources": {"requests": {"storage": args.workspace_size}},
+                    },
+                }],
+            },
+        });
+    let mut keys = vec!["runner-token"];
+    if args.oauth_issuer.is_none() {
+        keys.insert(0, "token");
+    }
+    vec![
+        secret(args, &keys),
+        json!({
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": meta(args, "kitbag-config", "gateway"),
+            "data": {"agent.json": agent_json},
+        }),
+        gateway,
+        service(args, "kitbag", "gateway", false),
+        json!({
+            "apiVersion": "policy/v1",
+            "kind": "PodDisruptionBudget",
+            "metadata": meta(args, "kitbag-gateway", "gateway"),
+            "spec": {"minAvailable": 1, "selector": {"matchLabels": labels("gateway")}},
+        }),
+        json!({
+            "apiVersion": "autoscaling/v2",
+            "kind": "HorizontalPodAutoscaler",
+            "metadata": meta(args, "kitbag-gateway", "gateway"),
+            "spec": {
+                "scaleTargetRef": {"apiVersion": "apps/v1", "kind": "Deployment", "name": "kitbag-gateway"},
+                "minReplicas": args.replicas,
+                "maxReplicas": args.max_replicas,
+                "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}],
+            },
+        }),
+        runner_set,
+        service(args, &runner, "runner", true),
+        json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta(args, "kitbag-runner-from-gateway", "runner"),
+            "spec": {
+                "podSelector": {"matchLabels": labels("runner")},
+                "policyTypes": ["Ingress"],
+                "ingress": [{
+                    "from": [{"podSelector": {"matchLabels": labels("gateway")}}],
+                    "ports": [{"protocol": "TCP", "port": PORT}],
+                }],
+            },
+        }),
+        json!({
+            "apiVersion": "networking.k8s.io/v1",
+            "kind": "NetworkPolicy",
+            "metadata": meta(args, "kitbag-gateway-http", "gateway"),
+            "spec": {
+                "podSelector": {"matchLabels": labels("gateway")},
+                "policyTypes": ["Ingress"],
+                "ingress": [{"ports": [{"protocol": "TCP", "port": PORT}]}],
+            },
+        }),
+    ]
+}
+
+/// The runner serves every local family (the embedded default) to the gateway only, with
+/// the runner token.
+fn runner_args() -> Vec<String> {
+    [
+        "serve",
+        "--http",
+        &format!("0.0.0.0:{PORT}"),
+        "--auth-token-file",
+        "/var/run/kitbag/runner-token",
+    ]
+    .map(String::from)
+    .to_vec()
+}
+
+fn single(args: &RenderArgs) -> Vec<Value> {
+    let one = json!({
+            "apiVersion": "apps/v1",
+            "kind": "Deployment",
+            "metadata": meta(args, "kitbag", "single"),
+            "spec": {
+                "replicas": 1,
+                // One pod owns the workspace volume: the old one goes before the new one starts.
+                "strategy": {"type": "Recreate"},
+                "selector": {"matchLabels": labels("single")},
+                "template": {
+                    "metadata": {"labels": labels("single")},
+                    "spec": {
+                        "containers": [with(
+    container(
+                                &args.image,
+                                serve_args(args, "/var/run/kitbag/token", None),
+                                json!([
+                                    {"name": "auth", "mountPath": "/var/run/kitbag", "readOnly": true},
+                                    {"name": "workspace", "mountPath": "/workspace"},
+                                ]),
+                            ),
+     json!({"workingDir": "/workspace",
+                            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}}}),
+     )],
+                        "volumes": [
+                            {"name": "auth", "secret": {"secretName": "kitbag-auth"}},
+                            {"name": "workspace", "persistentVolumeClaim": {"claimName": "kitbag-workspace"}},
+                        ],
+                    },
+                },
+            },
+        });
+    let mut objects = Vec::new();
+    if args.oauth_issuer.is_none() {
+        objects.push(secret(args, &["token"]));
+    }
+    objects.extend([
+        json!({
+            "apiVersion": "v1",
+            "kind": "PersistentVolumeClaim",
+            "metadata": meta(args, "kitbag-workspace", "single"),
+            "spec": {
+                "accessModes": ["ReadWriteOnce"],
+                "resources": {"requests": {"storage": args.workspace_size}},
+            },
+        }),
+        one,
+        service(args, "kitbag", "single", false),
+    ]);
+    objects
+}

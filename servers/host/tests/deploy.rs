@@ -1,0 +1,319 @@
+//! `kitbag deploy render`: the manifests pass kubernetes-validate --strict (offline, Kubernetes
+//! 1.32 schemas), read back with PyYAML, hold the team invariants (≥ 2 gateway replicas, no
+//! session affinity, only the gateway reaches the runner), and their command lines, env and
+//! agent.json really wire a gateway to a runner: both are started here as rendered (addresses
+//! and file paths swapped for local ones) and a tool call goes through.
+//! The Python tools come from testkit/py/.venv (scripts/test); absent, a loud skip unless
+//! CI=true.
+
+use std::path::{Path, PathBuf};
+
+use kitbag_testkit::clients::{require, testkit_dir};
+use kitbag_testkit::http::HttpServer;
+use serde_json::{Value, json};
+
+fn kitbag() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag"))
+}
+
+fn venv_bin(name: &str) -> Option<PathBuf> {
+    let p = testkit_dir(env!("CARGO_MANIFEST_DIR"))
+        .join("py/.venv/bin")
+        .join(name);
+    p.exists().then_some(p)
+}
+
+fn render(dir: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(kitbag())
+        .args(["deploy", "render"])
+        .args(args)
+        .arg("--output")
+        .arg(dir)
+        .output()
+        .expect("kitbag deploy render")
+}
+
+/// Every manifest in `dir`, parsed by PyYAML.
+fn load(python: &Path, dir: &Path) -> Vec<Value> {
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let script = "import sys, json, yaml\nprint(json.dumps([d for f in sys.argv[1:] for d in yaml.safe_load_all(open(f))]))";
+    let out = std::process::Command::new(python)
+        .arg("-c")
+        .arg(script)
+        .args(&files)
+        .output()
+        .expect("python");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).expect("json")
+}
+
+fn find<'a>(objects: &'a [Value], kind: &str, name_prefix: &str) -> &'a Value {
+    objects
+        .iter()
+        .find(|o| {
+            o["kind"] == kind
+                && o["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with(name_prefix))
+        })
+        .unwrap_or_else(|| panic!("no {kind} {name_prefix}*"))
+}
+
+fn container(o: &Value) -> &Value {
+    &o["spec"]["template"]["spec"]["containers"][0]
+}
+
+/// A rendered command line run here: the pod's address and files swapped for local ones.
+fn local_args(rendered: &Value, files: &[(&str, &Path)]) -> Vec<String> {
+    rendered
+        .as_array()
+        .expect("args")
+        .iter()
+        .map(|a| {
+            let a = a.as_str().expect("string arg");
+            if a == "0.0.0.0:8080" {
+                return "127.0.0.1:0".to_string();
+            }
+            files
+                .iter()
+                .find(|(pod, _)| *pod == a)
+                .map_or_else(|| a.to_string(), |(_, local)| local.display().to_string())
+        })
+        .collect()
+}
+
+#[test]
+fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
+    let (Some(python), Some(validate)) = (venv_bin("python"), venv_bin("kubernetes-validate"))
+    else {
+        require(
+            false,
+            "kubernetes-validate is not installed in testkit/py/.venv (run scripts/test)",
+        );
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let out_dir = tmp.path().join("manifests");
+    let out = render(
+        &out_dir,
+        &[
+            "--profile",
+            "team",
+            "--namespace",
+            "agents",
+            "--replicas",
+            "3",
+        ],
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
+    // Offline schema validation, strict (unknown fields refused).
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&out_dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    files.sort();
+    let checked = std::process::Command::new(&validate)
+        .args(["--strict", "-k", "1.32.0"])
+        .args(&files)
+        .output()
+        .expect("kubernetes-validate");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
+    assert!(checked.status.success(), "{report}");
+    assert_eq!(report.matches("passed").count(), files.len(), "{report}");
+
+    let objects = load(&python, &out_dir);
+    for o in &objects {
+        assert_eq!(o["metadata"]["namespace"], "agents", "{o}");
+        if o["kind"] == "Service" {
+            assert!(
+                o["spec"].get("sessionAffinity").is_none(),
+                "no session affinity: {o}"
+            );
+        }
+    }
+    let gateway = find(&objects, "Deployment", "kitbag-gateway");
+    assert_eq!(gateway["spec"]["replicas"], 3);
+    assert_eq!(
+        find(&objects, "HorizontalPodAutoscaler", "kitbag-gateway")["spec"]["minReplicas"],
+        3
+    );
+    assert_eq!(
+        container(gateway)["readinessProbe"]["httpGet"]["path"],
+        "/healthz"
+    );
+    let policy = find(&objects, "NetworkPolicy", "kitbag-runner-from-gateway");
+    assert_eq!(
+        policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
+        "gateway"
+    );
+    let runner = find(&objects, "StatefulSet", "kitbag-runner-default");
+    let secret = &find(&objects, "Secret", "kitbag-auth")["stringData"];
+    let config: Value = serde_json::from_str(
+        find(&objects, "ConfigMap", "kitbag-config")["data"]["agent.json"]
+            .as_str()
+            .expect("agent.json"),
+    )
+    .expect("agent.json parses");
+
+    // The runner as rendered: its token file, every local family, the workspace.
+    let workspace = tmp.path().join("workspace");
+    std::fs::create_dir_all(&workspace).expect("workspace");
+    std::fs::write(workspace.join("hello.txt"), "hello from the runner\n").expect("write");
+    let runner_token = tmp.path().join("runner-token");
+    std::fs::write(
+        &runner_token,
+        secret["runner-token"].as_str().expect("runner token"),
+    )
+    .expect("write");
+    let runner_args = local_args(
+        &container(runner)["args"],
+        &[("/var/run/kitbag/runner-token", &runner_token)],
+    );
+    let runner_args: Vec<&str> = runner_args.iter().map(String::as_str).collect();
+    let runner_server = HttpServer::start(kitbag(), &runner_args, &workspace, &[]);
+
+    // The gateway as rendered: its agent.json (the runner's URL made local), the runner token
+    // in the env variable the manifest names, the client token file.
+    let mut config = config;
+    config["mcp"]["workspace"]["url"] = json!(runner_server.url());
+    let config_file = tmp.path().join("agent.json");
+    std::fs::write(&config_file, config.to_string()).expect("write");
+    let client_token = tmp.path().join("token");
+    std::fs::write(&client_token, secret["token"].as_str().expect("token")).expect("write");
+    let gateway_args = local_args(
+        &container(gateway)["args"],
+        &[
+            ("/etc/kitbag/agent.json", &config_file),
+            ("/var/run/kitbag/token", &client_token),
+        ],
+    );
+    let gateway_args: Vec<&str> = gateway_args.iter().map(String::as_str).collect();
+    let env_name = container(gateway)["env"][0]["name"].as_str().expect("env");
+    let state = tmp.path().join("gateway");
+    std::fs::create_dir_all(&state).expect("state");
+    let runner_secret = secret["runner-token"].as_str().expect("runner token");
+    let gateway_server = HttpServer::start(
+        kitbag(),
+        &gateway_args,
+        &state,
+        &[(env_name, runner_secret)],
+    );
+
+    let bearer = format!("Bearer {}", secret["token"].as_str().expect("token"));
+    let auth = ("authorization", bearer.as_str());
+    let mut conn = gateway_server.connect();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "deploy-test", "version": "1"}}});
+    assert_eq!(conn.post_mcp(&init, &[auth]).status, 200);
+    let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "file_read", "arguments": {"path": "hello.txt"}}});
+    let r = conn.post_mcp(&call, &[auth, ("mcp-protocol-version", "2025-11-25")]);
+    assert!(
+        r.text().contains("hello from the runner"),
+        "a call through the gateway reaches the runner's workspace: {}\ngateway: {}\nrunner: {}",
+        r.text(),
+        gateway_server.stderr(),
+        runner_server.stderr()
+    );
+    // Without the client token the gateway refuses.
+    assert_eq!(conn.post_mcp(&init, &[]).status, 401);
+}
+
+#[test]
+fn single_and_oauth_profiles_validate_and_bad_flags_are_refused() {
+    let (Some(_), Some(validate)) = (venv_bin("python"), venv_bin("kubernetes-validate")) else {
+        require(
+            false,
+            "kubernetes-validate is not installed in testkit/py/.venv (run scripts/test)",
+        );
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    for (name, args) in [
+        ("single", vec!["--profile", "single"]),
+        (
+            "oauth",
+            vec![
+                "--oauth-issuer",
+                "https://login.example.com",
+                "--oauth-resource",
+                "https://kitbag.example.com/mcp",
+            ],
+        ),
+    ] {
+        let dir = tmp.path().join(name);
+        let out = render(&dir, &args);
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let files: Vec<PathBuf> = std::fs::read_dir(&dir)
+            .expect("dir")
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        let checked = std::process::Command::new(&validate)
+            .args(["--strict", "-k", "1.32.0"])
+            .args(&files)
+            .output()
+            .expect("kubernetes-validate");
+        assert!(
+            checked.status.success(),
+            "{name}: {}",
+            String::from_utf8_lossy(&checked.stdout)
+        );
+        let all: String = files
+            .iter()
+            .map(|f| std::fs::read_to_string(f).expect("read"))
+            .collect();
+        if name == "oauth" {
+            assert!(
+                all.contains("--oauth-issuer")
+                    && !all.contains("--auth-token-file\"\n        - \"/var/run/kitbag/token"),
+                "{all}"
+            );
+        }
+    }
+    for (args, want) in [
+        (vec!["--replicas", "1"], "at least 2"),
+        (vec!["--namespace", "Bad_Name"], "--namespace"),
+        (
+            vec![
+                "--oauth-issuer",
+                "https://i",
+                "--oauth-resource",
+                "http://plain/mcp",
+            ],
+            "https://",
+        ),
+    ] {
+        let out = render(&tmp.path().join("bad"), &args);
+        assert!(!out.status.success());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(want), "{args:?}: {err}");
+        assert!(
+            !tmp.path().join("bad").exists(),
+            "nothing is written when refused"
+        );
+    }
+}
