@@ -513,18 +513,7 @@ impl Sandbox {
 
     /// Wait until the sandbox ends.
     pub async fn wait(&self) -> ExitStatus {
-        let mut rx = self.exit.clone();
-        loop {
-            if let Some(s) = *rx.borrow_and_update() {
-                return s;
-            }
-            if rx.changed().await.is_err() {
-                return ExitStatus {
-                    code: -1,
-                    signal: None,
-                };
-            }
-        }
+        proto::wait_exit(&self.exit).await
     }
 
     pub fn is_frozen(&self) -> bool {
@@ -591,35 +580,6 @@ impl Sandbox {
 
     pub fn limits_enforced(&self) -> (bool, Option<String>) {
         (self.cgroups.enforced, self.cgroups.note.clone())
-    }
-
-    /// Stop: the agent stops every process (SIGTERM, `grace`, SIGKILL) and exits; whatever
-    /// is left after that is killed. Returns how the sandbox ended.
-    pub async fn stop(&self, grace: Duration) -> ExitStatus {
-        if self.exit_status().is_none() {
-            if self.is_frozen() {
-                let _ = self.resume();
-            }
-            let shutdown = Request::Shutdown {
-                grace_ms: grace.as_millis() as u64,
-            };
-            let ask = self.request(&shutdown);
-            let _ = tokio::time::timeout(grace + Duration::from_secs(2), ask).await;
-            if tokio::time::timeout(Duration::from_secs(2), self.wait())
-                .await
-                .is_err()
-            {
-                self.kill();
-            }
-        }
-        let status = tokio::time::timeout(Duration::from_secs(5), self.wait())
-            .await
-            .unwrap_or(ExitStatus {
-                code: -1,
-                signal: Some(9),
-            });
-        self.cleanup();
-        status
     }
 
     /// SIGKILL the sandbox: bwrap's --die-with-parent chain takes every process with it.

@@ -160,13 +160,40 @@ impl Engine {
         }
     }
 
+    /// Stop, the same way for every engine: resumed if paused, its logs collected, then the
+    /// agent stops every process (SIGTERM, `grace`, SIGKILL) and exits, which ends the
+    /// instance; an instance that does not end within 5 s more is ended by its engine.
     pub async fn stop(&self, grace: Duration) -> ExitStatus {
-        match self {
-            Engine::Bwrap(s) => s.stop(grace).await,
-            Engine::Qemu(v) => v.stop(grace).await,
-            #[cfg(feature = "backend-docker")]
-            Engine::Docker(d) => d.stop(grace).await,
+        if self.exit_status().is_none() {
+            if self.is_frozen() {
+                let _ = self.resume();
+            }
+            let _ = tokio::time::timeout(Duration::from_secs(10), self.sync_logs()).await;
+            let shutdown = Request::Shutdown {
+                grace_ms: grace.as_millis() as u64,
+            };
+            let _ =
+                tokio::time::timeout(grace + Duration::from_secs(2), self.request(&shutdown)).await;
+            if tokio::time::timeout(Duration::from_secs(5), self.wait())
+                .await
+                .is_err()
+            {
+                match self {
+                    Engine::Bwrap(s) => s.kill(),
+                    Engine::Qemu(v) => v.force_end().await,
+                    #[cfg(feature = "backend-docker")]
+                    Engine::Docker(d) => d.force_end().await,
+                }
+            }
         }
+        let status = tokio::time::timeout(Duration::from_secs(5), self.wait())
+            .await
+            .unwrap_or(ExitStatus {
+                code: -1,
+                signal: Some(9),
+            });
+        self.cleanup();
+        status
     }
 
     pub fn kill(&self) {

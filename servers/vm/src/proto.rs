@@ -283,6 +283,19 @@ pub async fn read_line<R: AsyncBufRead + Unpin, T: for<'de> Deserialize<'de>>(
     serde_json::from_slice(&line).map_err(|e| invalid(format!("bad header: {e}")))
 }
 
+/// How an instance ended, once its engine publishes it (any engine's exit watch).
+pub async fn wait_exit(exit: &tokio::sync::watch::Receiver<Option<ExitStatus>>) -> ExitStatus {
+    let mut rx = exit.clone();
+    let lost = ExitStatus {
+        code: -1,
+        signal: None,
+    };
+    match rx.wait_for(|s| s.is_some()).await {
+        Ok(s) => s.unwrap_or(lost),
+        Err(_) => lost,
+    }
+}
+
 /// A one-line request and its one-line answer.
 pub async fn request(stream: Stream, req: &Request) -> std::io::Result<Answer> {
     let mut s = tokio::io::BufReader::new(stream);

@@ -454,15 +454,7 @@ impl Container {
     }
 
     pub async fn wait(&self) -> ExitStatus {
-        let mut rx = self.exit.clone();
-        let lost = ExitStatus {
-            code: -1,
-            signal: None,
-        };
-        match rx.wait_for(|s| s.is_some()).await {
-            Ok(s) => s.unwrap_or(lost),
-            Err(_) => lost,
-        }
+        proto::wait_exit(&self.exit).await
     }
 
     pub fn is_frozen(&self) -> bool {
@@ -494,40 +486,16 @@ impl Container {
         crate::cgroup::usage_of(self.pid)
     }
 
-    /// Stop: the agent stops every process and exits, ending the container (which the engine
-    /// then removes); the engine kills and removes it if that does not happen in time.
-    pub async fn stop(&self, grace: Duration) -> ExitStatus {
-        if self.exit_status().is_none() {
-            if self.is_frozen() {
-                let _ = self.resume();
-            }
-            let shutdown = Request::Shutdown {
-                grace_ms: grace.as_millis() as u64,
-            };
-            let _ =
-                tokio::time::timeout(grace + Duration::from_secs(2), self.request(&shutdown)).await;
-            if tokio::time::timeout(Duration::from_secs(3), self.wait())
-                .await
-                .is_err()
-            {
-                let _ = self
-                    .api
-                    .call(
-                        "DELETE",
-                        &format!("/containers/{}?force=1", self.container),
-                        None,
-                    )
-                    .await;
-            }
-        }
-        let status = tokio::time::timeout(Duration::from_secs(5), self.wait())
-            .await
-            .unwrap_or(ExitStatus {
-                code: -1,
-                signal: Some(9),
-            });
-        self.cleanup();
-        status
+    /// When the agent did not end it: the engine kills and removes it.
+    pub async fn force_end(&self) {
+        let _ = self
+            .api
+            .call(
+                "DELETE",
+                &format!("/containers/{}?force=1", self.container),
+                None,
+            )
+            .await;
     }
 
     /// Kill and remove at once (the engine does both).

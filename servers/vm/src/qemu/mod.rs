@@ -458,17 +458,7 @@ impl QemuVm {
     }
 
     pub async fn wait(&self) -> ExitStatus {
-        let mut rx = self.exit.clone();
-        match rx.wait_for(|s| s.is_some()).await {
-            Ok(s) => s.unwrap_or(ExitStatus {
-                code: -1,
-                signal: None,
-            }),
-            Err(_) => ExitStatus {
-                code: -1,
-                signal: None,
-            },
-        }
+        proto::wait_exit(&self.exit).await
     }
 
     pub fn is_frozen(&self) -> bool {
@@ -519,40 +509,15 @@ impl QemuVm {
         }
     }
 
-    /// Stop: the agent stops every process in the guest (SIGTERM, `grace`, SIGKILL) and the
-    /// guest powers off; QMP `quit`, then SIGKILL, if it does not.
-    pub async fn stop(&self, grace: Duration) -> ExitStatus {
-        if self.exit_status().is_none() {
-            if self.is_frozen() {
-                let _ = self.resume();
-            }
-            let _ = tokio::time::timeout(Duration::from_secs(10), self.sync_logs()).await;
-            let shutdown = Request::Shutdown {
-                grace_ms: grace.as_millis() as u64,
-            };
-            let _ =
-                tokio::time::timeout(grace + Duration::from_secs(2), self.request(&shutdown)).await;
-            if tokio::time::timeout(Duration::from_secs(5), self.wait())
-                .await
-                .is_err()
-            {
-                let _ = self.qmp.execute("quit", None);
-                if tokio::time::timeout(Duration::from_secs(2), self.wait())
-                    .await
-                    .is_err()
-                {
-                    self.kill();
-                }
-            }
-        }
-        let status = tokio::time::timeout(Duration::from_secs(5), self.wait())
+    /// When the guest did not power off by itself: QMP `quit`, then SIGKILL.
+    pub async fn force_end(&self) {
+        let _ = self.qmp.execute("quit", None);
+        if tokio::time::timeout(Duration::from_secs(2), self.wait())
             .await
-            .unwrap_or(ExitStatus {
-                code: -1,
-                signal: Some(9),
-            });
-        self.cleanup();
-        status
+            .is_err()
+        {
+            self.kill();
+        }
     }
 
     pub fn kill(&self) {
@@ -595,8 +560,9 @@ async fn watch_main(vm: Arc<QemuVm>) {
     if let Ok(mut m) = vm.main_exit.lock() {
         *m = Some(status);
     }
-    let _ = tokio::time::timeout(Duration::from_secs(10), vm.sync_logs()).await;
-    let _ = vm.stop(Duration::from_secs(2)).await;
+    let _ = crate::engine::Engine::Qemu(vm)
+        .stop(Duration::from_secs(2))
+        .await;
 }
 
 fn qemu_args(
