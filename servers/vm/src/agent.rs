@@ -310,6 +310,7 @@ async fn serve(agent: Arc<Agent>, stream: Stream) -> anyhow::Result<()> {
             let answer = setup(&agent, env, main);
             proto::write_line(&mut write, &answer).await?;
         }
+        Request::LogsSince { has } => logs_since(&agent.ctl.join(LOGS_DIR), &has, write).await?,
         Request::Hold => {
             proto::write_line(&mut write, &Answer::ok()).await?;
             let mut sink = [0u8; 64];
@@ -336,6 +337,39 @@ async fn serve(agent: Arc<Agent>, stream: Stream) -> anyhow::Result<()> {
 /// Run one command. Foreground: stream its output as frames; when the client goes away
 /// (timeout, cancellation) its whole process group is killed. Background (`job`): output to
 /// the job's log, status to its `.exit` file, and the answer is just `Started`.
+/// Each log file's bytes past what the server has (all of it when new or shorter).
+async fn logs_since(
+    dir: &Path,
+    has: &std::collections::BTreeMap<String, u64>,
+    mut write: WriteHalf,
+) -> anyhow::Result<()> {
+    let mut names: Vec<(String, u64)> = std::fs::read_dir(dir)?
+        .flatten()
+        .filter_map(|e| {
+            let meta = e.metadata().ok().filter(|m| m.is_file())?;
+            Some((e.file_name().to_str()?.to_string(), meta.len()))
+        })
+        .collect();
+    names.sort();
+    for (name, size) in names {
+        let offset = has.get(&name).copied().filter(|&h| h <= size).unwrap_or(0);
+        if offset == size && has.contains_key(&name) {
+            continue;
+        }
+        let mut file = tokio::fs::File::open(dir.join(&name)).await?;
+        use tokio::io::AsyncSeekExt;
+        file.seek(std::io::SeekFrom::Start(offset)).await?;
+        let len = size - offset;
+        proto::write_line(&mut write, &proto::LogChunk { name, offset, len }).await?;
+        // The file may grow meanwhile: exactly `len` bytes go, the rest next time.
+        let sent = tokio::io::copy(&mut file.take(len), &mut write).await?;
+        anyhow::ensure!(sent == len, "a log shrank while it was read");
+    }
+    proto::write_line(&mut write, &proto::LogChunk::default()).await?;
+    write.flush().await?;
+    Ok(())
+}
+
 /// A VM's environment and main command (a sandbox has both from bwrap and its control
 /// directory). Only once: a later `setup` could swap what `restart_main` runs.
 fn setup(agent: &Agent, env: Vec<(String, String)>, main: Option<MainSpec>) -> Answer {

@@ -92,6 +92,14 @@ pub enum Request {
         #[serde(default)]
         main: Option<MainSpec>,
     },
+    /// The logs' new bytes: for each file of the logs directory, what lies past the size the
+    /// server already `has` of it (from 0 when the file is new or shorter than that), as
+    /// [`LogChunk`] lines each followed by its bytes, ended by a chunk with an empty name.
+    /// Logs only grow, so the server keeps a copy without moving it all again.
+    LogsSince {
+        #[serde(default)]
+        has: BTreeMap<String, u64>,
+    },
     /// Hold the connection open: when it closes (the server ended, however it ended) the
     /// agent stops every process and exits. For engines whose instances are not the server's
     /// children (a container belongs to its engine's daemon).
@@ -120,6 +128,14 @@ pub struct ExecRequest {
 pub struct MainSpec {
     pub argv: Vec<String>,
     pub cwd: String,
+}
+
+/// One file's new bytes in a `logs_since` answer (`len` bytes follow the line).
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+pub struct LogChunk {
+    pub name: String,
+    pub offset: u64,
+    pub len: u64,
 }
 
 /// A one-line answer.

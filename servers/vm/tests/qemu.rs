@@ -186,7 +186,7 @@ fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
     let job = c
         .call_ok(
             "instance_exec",
-            json!({"instance": id, "command": ["sh", "-c", "echo job says hi; exit 4"], "background": true}),
+            json!({"instance": id, "command": ["sh", "-c", "for i in 1 2 3 4 5; do echo line $i; sleep 0.2; done; exit 4"], "background": true}),
         )
         .structured;
     let job_id = job["job_id"].as_str().unwrap().to_string();
@@ -197,7 +197,12 @@ fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
                 json!({"instance": id, "source": format!("job:{job_id}")}),
             )
             .structured;
-        l["text"] == "job says hi\n" && l["exit"]["code"] == 4
+        // Each read copies only the log's new bytes: read while it grows, it must still come
+        // back whole and once.
+        l["exit"]["code"] == 4 && {
+            assert_eq!(l["text"], "line 1\nline 2\nline 3\nline 4\nline 5\n", "{l}");
+            true
+        }
     });
 
     // Stop: the guest powers off and QEMU is gone.

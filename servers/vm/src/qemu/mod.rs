@@ -126,6 +126,8 @@ pub struct QemuVm {
     /// The main command's end, as the agent reported it (the VM's own exit says nothing).
     main_exit: Arc<Mutex<Option<ExitStatus>>>,
     paused: Mutex<bool>,
+    /// Held while the guest's logs are copied.
+    log_sync: tokio::sync::Mutex<()>,
     pub accel: &'static str,
 }
 
@@ -316,6 +318,7 @@ impl QemuVm {
             exit: exit_rx,
             main_exit,
             paused: Mutex::new(false),
+            log_sync: tokio::sync::Mutex::new(()),
             accel: if spec.kvm { "kvm" } else { "tcg" },
         };
         vm.write_record();
@@ -430,27 +433,45 @@ impl QemuVm {
         if self.exit_status().is_some() {
             return Ok(());
         }
-        let stream = self.agent().await?;
-        let mut s = tokio::io::BufReader::new(stream);
-        let req = Request::CopyOut {
-            path: format!("{}/{LOGS_DIR}", proto::CTL_DIR),
-            max_bytes: 256 << 20,
-            tree: true,
-        };
-        proto::write_line(&mut s, &req).await?;
-        let answer: Answer = proto::read_line(&mut s).await?;
-        if !answer.ok {
-            return Err(std::io::Error::other(answer.error.unwrap_or_default()));
-        }
+        // One sync at a time: two would append the same bytes twice.
+        let _one = self.log_sync.lock().await;
         let logs = crate::bwrap::logs_dir(&self.dir);
-        let mut budget = 256 << 20;
-        while let Some((entry, rel, bytes)) = crate::tree::next(&mut s, &mut budget).await? {
-            // Logs are flat files; anything else the guest put there is not ours to copy.
-            if entry.kind == crate::tree::Kind::File && rel.components().count() == 1 {
-                kitbag_shared::atomic::write_atomic(&logs.join(&rel), &bytes, false)?;
+        let mut has = std::collections::BTreeMap::new();
+        for e in std::fs::read_dir(&logs)?.flatten() {
+            if let (Some(name), Ok(meta)) = (e.file_name().to_str(), e.metadata()) {
+                has.insert(name.to_string(), meta.len());
             }
         }
-        Ok(())
+        let mut s = tokio::io::BufReader::new(self.agent().await?);
+        proto::write_line(&mut s, &Request::LogsSince { has }).await?;
+        loop {
+            let chunk: proto::LogChunk = proto::read_line(&mut s).await?;
+            if chunk.name.is_empty() {
+                return Ok(());
+            }
+            // A plain file name: the guest names it, the host writes it.
+            if crate::tree::safe_rel(&chunk.name).is_none_or(|p| p.components().count() != 1) {
+                return Err(std::io::Error::new(
+                    std::io::ErrorKind::InvalidData,
+                    format!("a log named {:?}", chunk.name),
+                ));
+            }
+            let mut file = std::fs::OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(false)
+                .open(logs.join(&chunk.name))?;
+            file.set_len(chunk.offset)?;
+            use std::io::{Seek, Write};
+            file.seek(std::io::SeekFrom::Start(chunk.offset))?;
+            let mut bytes = Vec::with_capacity(chunk.len.min(1 << 20) as usize);
+            use tokio::io::AsyncReadExt;
+            (&mut s).take(chunk.len).read_to_end(&mut bytes).await?;
+            if bytes.len() as u64 != chunk.len {
+                return Err(std::io::ErrorKind::UnexpectedEof.into());
+            }
+            file.write_all(&bytes)?;
+        }
     }
 
     pub fn exit_status(&self) -> Option<ExitStatus> {
