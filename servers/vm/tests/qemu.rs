@@ -6,9 +6,9 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kitbag_testkit::{Era, McpClient, pids_with_cmdline, process_alive};
+use kitbag_testkit::{Era, McpClient, pids_with_cmdline, process_alive, wait_until};
 use serde_json::{Value, json};
 
 fn bin() -> &'static Path {
@@ -54,14 +54,6 @@ fn http_get(url: &str) -> std::io::Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(100));
-    }
 }
 
 /// The QEMU processes this test's server started: its direct children (never daemonized).

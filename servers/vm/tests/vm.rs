@@ -5,9 +5,11 @@
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::{Path, PathBuf};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use kitbag_testkit::{Era, McpClient, assert_catalog_matches, process_alive, workspace_root};
+use kitbag_testkit::{
+    Era, McpClient, assert_catalog_matches, process_alive, wait_until, workspace_root,
+};
 use serde_json::{Value, json};
 
 fn bin() -> &'static Path {
@@ -80,14 +82,6 @@ fn http_get(url: &str) -> std::io::Result<String> {
     let mut out = String::new();
     s.read_to_string(&mut out)?;
     Ok(out)
-}
-
-fn wait_until(what: &str, secs: u64, mut f: impl FnMut() -> bool) {
-    let deadline = Instant::now() + Duration::from_secs(secs);
-    while !f() {
-        assert!(Instant::now() < deadline, "timed out waiting for {what}");
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 fn state_of(c: &mut McpClient, instance: &str) -> String {
