@@ -296,8 +296,16 @@ pub fn cgroup_mounts() -> Vec<CgroupMount> {
 /// This process's path in a hierarchy (no leading `/`): v2 when `controller` is `None`,
 /// else the v1 hierarchy carrying that controller.
 pub fn own_cgroup_path(controller: Option<&str>) -> Option<String> {
-    let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
-    own.lines().find_map(|l| {
+    cgroup_path_in(
+        &std::fs::read_to_string("/proc/self/cgroup").ok()?,
+        controller,
+    )
+}
+
+/// A process's path in a hierarchy, from its `/proc/<pid>/cgroup` text (no leading `/`): v2
+/// when `controller` is `None`, else the v1 hierarchy carrying that controller.
+pub fn cgroup_path_in(proc_cgroup: &str, controller: Option<&str>) -> Option<String> {
+    proc_cgroup.lines().find_map(|l| {
         let mut it = l.splitn(3, ':');
         let (id, ctl, path) = (it.next()?, it.next()?, it.next()?);
         let hit = match controller {

@@ -287,10 +287,22 @@ fn single_and_oauth_profiles_validate_and_bad_flags_are_refused() {
             .map(|f| std::fs::read_to_string(f).expect("read"))
             .collect();
         if name == "oauth" {
+            // The gateway takes OAuth tokens and no static token (the runner keeps its own).
+            let gateway = std::fs::read_to_string(
+                files
+                    .iter()
+                    .find(|f| {
+                        f.to_string_lossy()
+                            .ends_with("deployment-kitbag-gateway.yaml")
+                    })
+                    .expect("gateway manifest"),
+            )
+            .expect("read");
+            assert!(gateway.contains("\"--oauth-issuer\""), "{gateway}");
+            assert!(!gateway.contains("--auth-token-file"), "{gateway}");
             assert!(
-                all.contains("--oauth-issuer")
-                    && !all.contains("--auth-token-file\"\n        - \"/var/run/kitbag/token"),
-                "{all}"
+                !all.contains("  token: "),
+                "no client token in the Secret: {all}"
             );
         }
     }

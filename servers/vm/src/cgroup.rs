@@ -408,17 +408,7 @@ pub fn usage_of(pid: i32) -> Usage {
         return Usage::default();
     };
     let mounts = cgroup_mounts();
-    let path_of = |want: Option<&str>| {
-        own.lines().find_map(|l| {
-            let mut it = l.splitn(3, ':');
-            let (id, ctl, path) = (it.next()?, it.next()?, it.next()?);
-            let hit = match want {
-                None => id == "0" && ctl.is_empty(),
-                Some(c) => ctl.split(',').any(|x| x == c),
-            };
-            hit.then(|| path.trim_start_matches('/').to_string())
-        })
-    };
+    let path_of = |want: Option<&str>| kitbag_shared::contain::cgroup_path_in(&own, want);
     let v2 = mounts.iter().find(|m| m.v2).and_then(|m| {
         let dir = m.mount_point.join(path_of(None)?);
         dir.join("memory.current").exists().then_some(dir)

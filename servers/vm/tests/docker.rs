@@ -208,7 +208,7 @@ fn containers_run_commands_serve_ports_pause_and_end_with_their_server() {
         out.contains("docker-init"),
         "the engine's init is PID 1: {out}"
     );
-    assert!(out.contains("64"), "the pids limit: {out}");
+    assert_eq!(out.lines().last(), Some("64"), "the pids limit: {out}");
 
     // Pause through the engine; a connection to the port resumes it.
     c.call_ok("instance_stop", json!({"instance": id, "pause": true}));

@@ -334,17 +334,35 @@ fn the_kvm_boot_probe_falls_back_to_tcg() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     listener.set_nonblocking(true).unwrap();
     let port = listener.local_addr().unwrap().port();
-    let probe =
-        format!("wget -q -T 3 -O - http://10.0.2.2:{port}/ && echo REACHED || echo refused");
+    // busybox nc exits 1 when refused; a dropped connection is cut by `timeout` (143); 0
+    // would be a connection, 127 no nc. (Debian's busybox-static 1.35 wget segfaults here,
+    // which a `wget … || echo refused` probe once mistook for isolation.) The control: nc
+    // does connect to the agent's own port inside the guest.
+    let control = sh(
+        &mut c,
+        id,
+        "nc -w 3 127.0.0.1 1023 </dev/null; echo \"nc exit $?\"",
+    );
+    assert_eq!(control["stdout"], "nc exit 0\n", "{control}");
+    let probe = format!("timeout 5 nc 10.0.2.2 {port} </dev/null; echo \"nc exit $?\"");
+    let cut_off = |r: &Value| {
+        let out = r["stdout"].as_str().unwrap_or("");
+        ["nc exit 1\n", "nc exit 143\n"]
+            .iter()
+            .any(|e| out.ends_with(e))
+    };
     let r = sh(&mut c, id, &probe);
-    assert!(r["stdout"].as_str().unwrap().contains("refused"), "{r}");
+    assert!(cut_off(&r), "{r}");
     assert!(
         listener.accept().is_err(),
         "a connection reached the host's loopback"
     );
 
-    // Network "outbound": the guest resolves names through user-mode networking's DNS; the
-    // host's loopback stays closed here too (QEMU 7.2's slirp does not forward 10.0.2.2 to it).
+    // Network "outbound": the guest resolves names through user-mode networking's DNS. A known
+    // gap, stated in the README and the tool's description: QEMU 7.2's user networking maps
+    // 10.0.2.2 to the host's loopback and has no switch against it (slirp4netns has
+    // --disable-host-loopback, QEMU does not expose it), so an outbound VM reaches host
+    // loopback services. Asserted as it is, so a fix has to update what users are told.
     let out = c
         .call_ok(
             "instance_spawn",
@@ -353,10 +371,13 @@ fn the_kvm_boot_probe_falls_back_to_tcg() {
         .structured;
     let oid = out["id"].as_str().unwrap();
     let r = sh(&mut c, oid, &probe);
-    assert!(r["stdout"].as_str().unwrap().contains("refused"), "{r}");
     assert!(
-        listener.accept().is_err(),
-        "a connection reached the host's loopback"
+        !r["stdout"].as_str().unwrap().contains("nc exit 127"),
+        "{r}"
+    );
+    assert!(
+        listener.accept().is_ok(),
+        "an outbound VM no longer reaches the host's loopback: update the README and DEF"
     );
     let r = sh(
         &mut c,

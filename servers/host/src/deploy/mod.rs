@@ -95,10 +95,10 @@ pub fn render_command(args: &RenderArgs) -> anyhow::Result<i32> {
 /// The objects, in apply order.
 pub fn render(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
     check(args)?;
-    Ok(match args.profile {
+    match args.profile {
         Profile::Team => team(args),
         Profile::Single => single(args),
-    })
+    }
 }
 
 fn check(args: &RenderArgs) -> anyhow::Result<()> {
@@ -137,15 +137,6 @@ fn check(args: &RenderArgs) -> anyhow::Result<()> {
         );
     }
     Ok(())
-}
-
-fn token() -> String {
-    use std::io::Read;
-    let mut bytes = [0u8; 32];
-    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
-        let _ = f.read_exact(&mut bytes);
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
 }
 
 fn meta(args: &RenderArgs, name: &str, component: &str) -> Value {
@@ -212,18 +203,20 @@ fn serve_args(args: &RenderArgs, token_file: &str, config: Option<&str>) -> Vec<
     a
 }
 
-fn secret(args: &RenderArgs, keys: &[&str]) -> Value {
-    let data: serde_json::Map<String, Value> = keys
-        .iter()
-        .map(|k| (k.to_string(), Value::String(token())))
-        .collect();
-    json!({
+fn secret(args: &RenderArgs, keys: &[&str]) -> anyhow::Result<Value> {
+    let mut data = serde_json::Map::new();
+    for k in keys {
+        let token = kitbag_shared::http::token::random_hex(32)
+            .map_err(|e| anyhow::anyhow!("reading /dev/urandom for a token: {e}"))?;
+        data.insert(k.to_string(), Value::String(token));
+    }
+    Ok(json!({
         "apiVersion": "v1",
         "kind": "Secret",
         "metadata": meta(args, "kitbag-auth", "auth"),
         "type": "Opaque",
         "stringData": data,
-    })
+    }))
 }
 
 fn service(args: &RenderArgs, name: &str, component: &str, headless: bool) -> Value {
@@ -243,7 +236,7 @@ fn service(args: &RenderArgs, name: &str, component: &str, headless: bool) -> Va
     })
 }
 
-fn team(args: &RenderArgs) -> Vec<Value> {
+fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
     let ns = &args.namespace;
     let runner = format!("kitbag-runner-{}", args.workspace);
     let runner_url = format!("http://{runner}-0.{runner}.{ns}.svc.cluster.local:{PORT}/mcp");
@@ -333,8 +326,8 @@ fn team(args: &RenderArgs) -> Vec<Value> {
     if args.oauth_issuer.is_none() {
         keys.insert(0, "token");
     }
-    vec![
-        secret(args, &keys),
+    Ok(vec![
+        secret(args, &keys)?,
         json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -385,7 +378,7 @@ fn team(args: &RenderArgs) -> Vec<Value> {
                 "ingress": [{"ports": [{"protocol": "TCP", "port": PORT}]}],
             },
         }),
-    ]
+    ])
 }
 
 /// The runner serves every local family (the embedded default) to the gateway only, with
@@ -402,7 +395,7 @@ fn runner_args() -> Vec<String> {
     .to_vec()
 }
 
-fn single(args: &RenderArgs) -> Vec<Value> {
+fn single(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
     let one = json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -437,7 +430,7 @@ fn single(args: &RenderArgs) -> Vec<Value> {
         });
     let mut objects = Vec::new();
     if args.oauth_issuer.is_none() {
-        objects.push(secret(args, &["token"]));
+        objects.push(secret(args, &["token"])?);
     }
     objects.extend([
         json!({
@@ -452,5 +445,5 @@ fn single(args: &RenderArgs) -> Vec<Value> {
         one,
         service(args, "kitbag", "single", false),
     ]);
-    objects
+    Ok(objects)
 }

@@ -111,6 +111,11 @@ impl Docker {
         parse_response(&response)
     }
 
+    /// Kill and remove a container at once.
+    pub async fn remove(&self, container: &str) -> ApiResult<Vec<u8>> {
+        self.call("DELETE", &remove_path(container), None).await
+    }
+
     /// The same call, blocking, with a 10 s timeout: for pause and resume, which run where
     /// the instance table is locked (a sandbox's freezer write is as quick).
     pub fn call_blocking(&self, method: &str, path: &str) -> ApiResult<Vec<u8>> {
@@ -213,6 +218,11 @@ fn dechunk(mut b: &[u8]) -> ApiResult<Vec<u8>> {
         out.extend_from_slice(&b[..size]);
         b = b.get(size + 2..).unwrap_or(&[]);
     }
+}
+
+/// The path that kills and removes a container.
+pub fn remove_path(container: &str) -> String {
+    format!("/containers/{}?force=1", query(container))
 }
 
 /// Percent-encoding for a query value (image names carry `/` and `:`).

@@ -182,11 +182,7 @@ impl DockerEngine {
                 .is_some_and(|d| d > 0 && d < now);
             if (dead || expired)
                 && let Some(id) = c["Id"].as_str()
-                && self
-                    .api
-                    .call("DELETE", &format!("/containers/{id}?force=1"), None)
-                    .await
-                    .is_ok()
+                && self.api.remove(id).await.is_ok()
             {
                 removed += 1;
             }
@@ -376,16 +372,11 @@ impl Container {
             .ok_or_else(|| VmError::engine("the engine answered no container id"))?
             .to_string();
         let api = engine.api.clone();
-        let remove = |api: Docker, c: String| async move {
-            let _ = api
-                .call("DELETE", &format!("/containers/{c}?force=1"), None)
-                .await;
-        };
         if let Err(e) = api
             .call("POST", &format!("/containers/{container}/start"), None)
             .await
         {
-            remove(api.clone(), container.clone()).await;
+            let _ = api.remove(&container).await;
             return Err(VmError::engine(format!("starting the container: {e}")));
         }
         let inspected: Value = api
@@ -406,7 +397,7 @@ impl Container {
                 }
             }
             if Instant::now() > deadline {
-                remove(api.clone(), container.clone()).await;
+                let _ = api.remove(&container).await;
                 return Err(VmError::engine(format!(
                     "the agent did not answer within {} s",
                     timeout.as_secs()
@@ -488,21 +479,14 @@ impl Container {
 
     /// When the agent did not end it: the engine kills and removes it.
     pub async fn force_end(&self) {
-        let _ = self
-            .api
-            .call(
-                "DELETE",
-                &format!("/containers/{}?force=1", self.container),
-                None,
-            )
-            .await;
+        let _ = self.api.remove(&self.container).await;
     }
 
-    /// Kill and remove at once (the engine does both).
+    /// Kill and remove at once (the engine does both), blocking: for the synchronous paths.
     pub fn kill(&self) {
         let _ = self
             .api
-            .call_blocking("DELETE", &format!("/containers/{}?force=1", self.container));
+            .call_blocking("DELETE", &api::remove_path(&self.container));
     }
 
     pub fn cleanup(&self) {

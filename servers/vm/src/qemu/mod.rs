@@ -670,12 +670,7 @@ fn first_line(s: &str) -> String {
 }
 
 fn random_token() -> VmResult<String> {
-    use std::io::Read;
-    let mut bytes = [0u8; 16];
-    std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .map_err(|e| VmError::io("/dev/urandom", e))?;
-    Ok(bytes.iter().map(|b| format!("{b:02x}")).collect())
+    kitbag_shared::http::token::random_hex(16).map_err(|e| VmError::io("/dev/urandom", e))
 }
 
 fn free_port() -> std::io::Result<u16> {

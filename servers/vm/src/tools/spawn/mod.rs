@@ -22,8 +22,8 @@ pub const DEF: ToolDef = ToolDef::write(
     "Spawn instance",
     "Start an isolated instance: a bubblewrap sandbox (default: host files read-only, writable \
      /work on the host at `work_dir`, cgroup limits) or, with `backend: \"qemu\"`, a virtual \
-     machine (its own kernel; /work inside it; no mounts). No network unless `network: \
-     \"outbound\"`. Without \
+     machine (its own kernel; /work inside it; no mounts; with outbound network it can reach \
+     the host's loopback). No network unless `network: \"outbound\"`. Without \
      `command` it is an idle environment for instance_exec; with one it ends with the command. \
      Pauses after `idle_timeout_seconds` without activity (tool calls on it, relayed connections; \
      not its own processes) unless an exec, connection or keepalive lease holds it; \
