@@ -86,6 +86,19 @@ struct DapSection {
     adapters: BTreeMap<String, AdapterConfig>,
 }
 
+/// What is wrong with a `--config` file.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{0}")]
+    Toml(toml::de::Error),
+    #[error("dap.adapters.{0}: a runtime name is letters, digits, `_` or `-`")]
+    RuntimeName(String),
+    #[error("dap.adapters.{0}.command: must name a program (it is empty)")]
+    NoProgram(String),
+    #[error("dap.adapters.{0}.command: the program name is blank")]
+    BlankProgram(String),
+}
+
 /// Configured adapters by runtime name.
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Config {
@@ -94,28 +107,22 @@ pub struct Config {
 
 impl Config {
     /// Parse the TOML text; errors name the offending field or runtime.
-    pub fn parse(text: &str) -> Result<Config, String> {
-        let shape: FileShape = toml::from_str(text).map_err(|e| e.to_string())?;
+    pub fn parse(text: &str) -> Result<Config, ConfigError> {
+        let shape: FileShape = toml::from_str(text).map_err(ConfigError::Toml)?;
         for (runtime, a) in &shape.dap.adapters {
             if runtime.is_empty()
                 || !runtime
                     .chars()
                     .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
             {
-                return Err(format!(
-                    "dap.adapters.{runtime}: a runtime name is letters, digits, `_` or `-`"
-                ));
+                return Err(ConfigError::RuntimeName(runtime.clone()));
             }
             match a.command.first() {
                 None => {
-                    return Err(format!(
-                        "dap.adapters.{runtime}.command: must name a program (it is empty)"
-                    ));
+                    return Err(ConfigError::NoProgram(runtime.clone()));
                 }
                 Some(c) if c.trim().is_empty() => {
-                    return Err(format!(
-                        "dap.adapters.{runtime}.command: the program name is blank"
-                    ));
+                    return Err(ConfigError::BlankProgram(runtime.clone()));
                 }
                 _ => {}
             }
@@ -193,7 +200,8 @@ mod tests {
         assert_eq!(Transport::default_for("python"), Transport::Stdio);
         assert_eq!(c.adapters["x"].transport, Some(Transport::ClientAddr));
         let e = Config::parse("[dap.adapters.x]\ncommand = [\"x\"]\ntransport = \"tcp\"\n")
-            .unwrap_err();
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("transport") && e.contains("client-addr"), "{e}");
     }
 
@@ -205,25 +213,39 @@ mod tests {
 
     #[test]
     fn unknown_fields_are_named() {
-        let e = Config::parse("[dap.adapters.python]\ncomand = [\"x\"]\n").unwrap_err();
+        let e = Config::parse("[dap.adapters.python]\ncomand = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("comand"), "{e}");
-        let e = Config::parse("[dap.adapter.python]\ncommand = [\"x\"]\n").unwrap_err();
+        let e = Config::parse("[dap.adapter.python]\ncommand = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("adapter"), "{e}");
-        let e = Config::parse("[lsp]\n").unwrap_err();
+        let e = Config::parse("[lsp]\n").unwrap_err().to_string();
         assert!(e.contains("lsp"), "{e}");
     }
 
     #[test]
     fn bad_values_are_named() {
-        let e = Config::parse("[dap.adapters.python]\ncommand = []\n").unwrap_err();
+        let e = Config::parse("[dap.adapters.python]\ncommand = []\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("dap.adapters.python.command"), "{e}");
-        let e = Config::parse("[dap.adapters.python]\ncommand = [\" \"]\n").unwrap_err();
+        let e = Config::parse("[dap.adapters.python]\ncommand = [\" \"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("dap.adapters.python.command"), "{e}");
-        let e = Config::parse("[dap.adapters.python]\ncommand = \"python3\"\n").unwrap_err();
+        let e = Config::parse("[dap.adapters.python]\ncommand = \"python3\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("command"), "{e}");
-        let e = Config::parse("[dap.adapters.python]\nadapter_id = \"x\"\n").unwrap_err();
+        let e = Config::parse("[dap.adapters.python]\nadapter_id = \"x\"\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("command"), "{e}");
-        let e = Config::parse("[dap.adapters.\"a b\"]\ncommand = [\"x\"]\n").unwrap_err();
+        let e = Config::parse("[dap.adapters.\"a b\"]\ncommand = [\"x\"]\n")
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("a b"), "{e}");
         assert!(Config::parse("not toml [").is_err());
     }

@@ -317,25 +317,28 @@ impl Client {
         Ok(rx)
     }
 
-    /// Send a request and wait for its response; Err(message) on failure or timeout.
+    /// Send a request and wait for its response's body.
     pub async fn request(
         &self,
         command: &str,
         args: Value,
         timeout: Duration,
-    ) -> Result<Value, String> {
+    ) -> Result<Value, RequestError> {
         let rx = self
             .start(command, args)
             .await
-            .map_err(|e| format!("adapter write failed: {e}"))?;
+            .map_err(RequestError::Write)?;
         match tokio::time::timeout(timeout, rx).await {
-            Err(_) => Err(format!(
-                "adapter did not answer `{command}` within {}s",
-                timeout.as_secs()
-            )),
-            Ok(Err(_)) => Err("debug adapter ended".into()),
+            Err(_) => Err(RequestError::Timeout {
+                command: command.to_string(),
+                secs: timeout.as_secs(),
+            }),
+            Ok(Err(_)) => Err(RequestError::Ended),
             Ok(Ok(resp)) if resp["success"].as_bool() == Some(true) => Ok(resp["body"].clone()),
-            Ok(Ok(resp)) => Err(error_message(&resp, "request failed")),
+            Ok(Ok(resp)) => Err(RequestError::Refused(error_message(
+                &resp,
+                "request failed",
+            ))),
         }
     }
 
@@ -371,6 +374,27 @@ impl Drop for Client {
 
 /// What a failed response says: the detailed `body.error.format` (its `{name}` variables
 /// filled in) when the adapter gave one — Delve puts a build error there — else `message`.
+/// Why a request to the adapter got no usable answer; the text is what the client is told.
+#[derive(Debug, thiserror::Error)]
+pub enum RequestError {
+    #[error("adapter write failed: {0}")]
+    Write(std::io::Error),
+    /// A start-up request could not be sent (the adapter had ended, or its input closed).
+    #[error("{0}")]
+    Unsent(std::io::Error),
+    #[error("adapter did not answer `{command}` within {secs}s")]
+    Timeout { command: String, secs: u64 },
+    #[error("adapter did not answer `{0}`")]
+    NoAnswer(String),
+    #[error("adapter never sent `initialized`")]
+    NoInitialized,
+    #[error("debug adapter ended")]
+    Ended,
+    /// The adapter answered `success: false`: its message (see [`error_message`]).
+    #[error("{0}")]
+    Refused(String),
+}
+
 pub fn error_message(resp: &Value, default: &str) -> String {
     let error = &resp["body"]["error"];
     if let Some(format) = error["format"].as_str() {

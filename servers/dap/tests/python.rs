@@ -442,7 +442,7 @@ fn hit_count_and_nested_variables() {
             r.structured["error"]["detail"]["field"], "hit_count",
             "{bad}"
         );
-        assert!(r.text.contains("hit count"), "{bad}: {}", r.text);
+        assert!(r.text.contains("hit_count"), "{bad}: {}", r.text);
     }
     // The seed's hit_count: break after N hits — on the 3rd and every later one.
     let r = c.call(

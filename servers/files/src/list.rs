@@ -2,6 +2,7 @@
 
 use std::time::SystemTime;
 
+use kitbag_shared::args;
 use kitbag_shared::paths::EntryKind;
 use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
@@ -78,37 +79,11 @@ pub struct ListResult {
 }
 
 pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> {
-    let limit = match p.limit {
-        None => DEFAULT_LIMIT,
-        Some(n) if (1..=MAX_LIMIT as i64).contains(&n) => n as u64,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "limit",
-                format!("{n} is not accepted; 1..={MAX_LIMIT}"),
-            ));
-        }
-    };
-    let offset = match p.offset {
-        None => 0,
-        Some(n) if n >= 0 => n as u64,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "offset",
-                format!("{n} is not accepted; 0 or more"),
-            ));
-        }
-    };
+    let limit =
+        args::opt_range("limit", p.limit, 1, MAX_LIMIT as i64)?.map_or(DEFAULT_LIMIT, |n| n as u64);
+    let offset = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as u64;
     let recursive = p.recursive.unwrap_or(false);
-    let max_depth = match p.max_depth {
-        None => None,
-        Some(n) if n >= 1 => Some(n as usize),
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "max_depth",
-                format!("{n} is not accepted; 1 or more"),
-            ));
-        }
-    };
+    let max_depth = args::opt_at_least("max_depth", p.max_depth, 1)?.map(|n| n as usize);
     let path = p.path.as_deref().unwrap_or(".");
     let (r, dir) = policy.open_file(path, "path", Access::Read)?;
     let meta = dir.metadata().map_err(|e| ToolError::io(&r.rel, &e))?;

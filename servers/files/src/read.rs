@@ -5,6 +5,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::os::fd::AsFd;
 use std::path::Path;
 
+use kitbag_shared::args;
 use kitbag_shared::limits::truncate_line;
 use kitbag_shared::paths::{EntryKind as FsKind, Resolved, fd};
 use kitbag_shared::rustix::fs::OFlags;
@@ -113,18 +114,6 @@ impl ReadResult {
     }
 }
 
-/// Validate a 1-based positive integer argument.
-pub fn positive(field: &str, v: Option<i64>, default: u64) -> ToolResult<u64> {
-    match v {
-        None => Ok(default),
-        Some(n) if n >= 1 => Ok(n as u64),
-        Some(n) => Err(ToolError::invalid_field(
-            field,
-            format!("{n} is not accepted; it must be 1 or more"),
-        )),
-    }
-}
-
 /// Files up to this size are read on the async thread itself: a hand-off to the blocking pool
 /// cost more than the read.
 const QUICK_READ_BYTES: u64 = 1 << 20;
@@ -142,8 +131,8 @@ pub struct Target {
 
 /// Check the arguments, resolve and open the path, and stat the open file.
 pub fn open(policy: &PathPolicy, p: ReadParams) -> ToolResult<Target> {
-    let offset = positive("offset", p.offset, 1)?;
-    let limit = positive("limit", p.limit, DEFAULT_LIMIT)?;
+    let offset = args::opt_at_least("offset", p.offset, 1)?.map_or(1, |n| n as u64);
+    let limit = args::opt_at_least("limit", p.limit, 1)?.map_or(DEFAULT_LIMIT, |n| n as u64);
     let (resolved, file) = policy.open_file(&p.path, "path", Access::Read)?;
     let meta = file.metadata().map_err(|e| ToolError::io(&p.path, &e))?;
     Ok(Target {

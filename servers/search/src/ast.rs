@@ -1,5 +1,6 @@
 //! `search_ast` and `edit_ast`: structural search and rewrite with ast-grep.
 
+use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -300,9 +301,7 @@ fn select_language(
 }
 
 fn compile(pattern: &str, lang: SupportLang, field: &str) -> ToolResult<Pattern> {
-    if pattern.trim().is_empty() {
-        return Err(ToolError::invalid_field(field, "must not be empty"));
-    }
+    args::non_empty(field, pattern.trim(), "")?;
     let invalid = |why: String| {
         ToolError::new(
             ErrorCode::InvalidPattern,
@@ -378,7 +377,7 @@ fn par_map<T: Send>(files: &[PathBuf], f: impl Fn(&Path) -> T + Sync) -> Vec<T> 
 /// Read a file the walker found, beneath the root without following links. `Ok(None)`: it is
 /// not (or no longer) there — e.g. reached through a directory swapped for a link — and is
 /// skipped without a word, since even its name may come from outside the root.
-fn read_source(policy: &PathPolicy, path: &Path) -> Result<Option<String>, String> {
+fn read_source(policy: &PathPolicy, path: &Path) -> Result<Option<String>, SourceError> {
     let mut bytes = Vec::new();
     let read = policy
         .beneath()
@@ -387,11 +386,27 @@ fn read_source(policy: &PathPolicy, path: &Path) -> Result<Option<String>, Strin
     match read {
         Ok(_) => {}
         Err(e) if fd::is_gone(&e) => return Ok(None),
-        Err(e) => return Err(e.to_string()),
+        Err(e) => return Err(SourceError::Io(e)),
     }
     String::from_utf8(bytes)
         .map(Some)
-        .map_err(|_| "not valid UTF-8".to_string())
+        .map_err(|_| SourceError::NotUtf8)
+}
+
+/// Why a file the walker found could not be parsed: reported per file, the search goes on.
+#[derive(Debug)]
+enum SourceError {
+    Io(std::io::Error),
+    NotUtf8,
+}
+
+impl std::fmt::Display for SourceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            SourceError::Io(e) => e.fmt(f),
+            SourceError::NotUtf8 => f.write_str("not valid UTF-8"),
+        }
+    }
 }
 
 /// 1-based line and column (in characters) of byte `offset` in `src`.
@@ -447,26 +462,8 @@ pub async fn search(
     p: SearchParams,
     ctx: CallCtx,
 ) -> ToolResult<Reply<SearchResult>> {
-    let limit = match p.limit {
-        None => DEFAULT_LIMIT,
-        Some(n) if (1..=MAX_LIMIT).contains(&n) => n,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "limit",
-                format!("{n} is not accepted; 1..={MAX_LIMIT}"),
-            ));
-        }
-    } as usize;
-    let context = match p.context {
-        None => 0,
-        Some(n) if (0..=MAX_CONTEXT).contains(&n) => n as usize,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "context",
-                format!("{n} is not accepted; 0..={MAX_CONTEXT}"),
-            ));
-        }
-    };
+    let limit = args::opt_range("limit", p.limit, 1, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT) as usize;
+    let context = args::opt_range("context", p.context, 0, MAX_CONTEXT)?.unwrap_or(0) as usize;
     if let Some(l) = &p.lang {
         parse_lang(l)?;
     }
@@ -520,12 +517,12 @@ pub async fn search(
                         error: None,
                     };
                 }
-                Err(message) => {
+                Err(e) => {
                     return FileMatches {
                         matches: Vec::new(),
                         error: Some(ParseError {
                             path: shown,
-                            message,
+                            message: e.to_string(),
                         }),
                     };
                 }
@@ -679,17 +676,6 @@ struct Planned {
     error: Option<ParseError>,
 }
 
-fn positive(field: &str, v: Option<i64>) -> ToolResult<Option<u64>> {
-    match v {
-        None => Ok(None),
-        Some(n) if n >= 1 => Ok(Some(n as u64)),
-        Some(n) => Err(ToolError::invalid_field(
-            field,
-            format!("{n} is not accepted; 1 or more"),
-        )),
-    }
-}
-
 pub async fn edit(
     policy: Arc<PathPolicy>,
     p: EditParams,
@@ -711,8 +697,9 @@ pub async fn edit(
         };
         rules.push((pattern.clone(), t.to_string()));
     }
-    let max_replacements = positive("max_replacements", p.max_replacements)?;
-    let max_files = positive("max_files", p.max_files)?;
+    let max_replacements =
+        args::opt_at_least("max_replacements", p.max_replacements, 1)?.map(|n| n as u64);
+    let max_files = args::opt_at_least("max_files", p.max_files, 1)?.map(|n| n as u64);
     if let Some(l) = &p.lang {
         parse_lang(l)?;
     }
@@ -784,41 +771,9 @@ pub async fn edit(
             if take == 0 {
                 break;
             }
-            let edits = &plan.edits[..take];
-            let mut out = String::with_capacity(plan.src.len());
-            let mut at = 0;
-            for (start, end, replacement) in edits {
-                out.push_str(&plan.src[at..*start]);
-                out.push_str(replacement);
-                at = *end;
-                if changes.len() < MAX_CHANGES_LISTED {
-                    let (sl, sc) = line_col(&plan.src, *start);
-                    let (el, ec) = line_col(&plan.src, *end);
-                    changes.push(Change {
-                        path: plan.shown.clone(),
-                        before: plan.src[*start..*end].to_string(),
-                        after: replacement.clone(),
-                        byte_start: *start as u64,
-                        byte_end: *end as u64,
-                        start_line: sl,
-                        start_column: sc,
-                        end_line: el,
-                        end_column: ec,
-                    });
-                }
-            }
-            out.push_str(&plan.src[at..]);
-            let diff = similar::TextDiff::from_lines(&plan.src, &out)
-                .unified_diff()
-                .context_radius(3)
-                .header(&format!("a/{}", plan.shown), &format!("b/{}", plan.shown))
-                .to_string();
+            let (out, change) = rewrite(&plan, take, &mut changes);
             total += take as u64;
-            file_changes.push(FileChange {
-                path: plan.shown.clone(),
-                count: take as u64,
-                diff,
-            });
+            file_changes.push(change);
             writes.push((plan.path, out.into_bytes()));
             if limit_reached {
                 break;
@@ -834,37 +789,7 @@ pub async fn edit(
         }
         let applied = !dry_run && !writes.is_empty();
         if !dry_run {
-            let denied: Vec<String> = writes
-                .iter()
-                .filter(|(p, _)| !policy.allows(p, Access::Write))
-                .map(|(p, _)| policy.display(p))
-                .collect();
-            if !denied.is_empty() {
-                return Err(ToolError::new(
-                    ErrorCode::CapabilityDenied,
-                    format!(
-                        "applying needs rw access to every touched file; not writable: {}",
-                        denied.join(", ")
-                    ),
-                )
-                .with_detail(json!({ "field": "path", "needed": "rw", "files": denied })));
-            }
-            let failed = |e: std::io::Error| {
-                ToolError::new(
-                    ErrorCode::IoError,
-                    format!("writing the rewritten files failed; no file was changed: {e}"),
-                )
-            };
-            // Each file is replaced in its directory opened beneath the root without links:
-            // a directory swapped for a link since the read fails the whole edit instead.
-            let mut targets = Vec::with_capacity(writes.len());
-            for (path, bytes) in writes.iter_mut() {
-                let parent = policy
-                    .parent_real(path, Parents::MustExist)
-                    .map_err(failed)?;
-                targets.push((parent, std::mem::take(bytes)));
-            }
-            kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(failed)?;
+            write_rewrites(&policy, &mut writes)?;
         }
         let mut text = format!(
             "{} {} replacement(s) in {} file(s) ({} {} files searched){}\n",
@@ -919,6 +844,80 @@ pub async fn edit(
     .await
 }
 
+/// The first `take` edits of a planned file applied to its text: the new text and the file's
+/// change (with its diff); each edit is also listed in `changes` while there is room.
+fn rewrite(plan: &Planned, take: usize, changes: &mut Vec<Change>) -> (String, FileChange) {
+    let mut out = String::with_capacity(plan.src.len());
+    let mut at = 0;
+    for (start, end, replacement) in &plan.edits[..take] {
+        out.push_str(&plan.src[at..*start]);
+        out.push_str(replacement);
+        at = *end;
+        if changes.len() < MAX_CHANGES_LISTED {
+            let (sl, sc) = line_col(&plan.src, *start);
+            let (el, ec) = line_col(&plan.src, *end);
+            changes.push(Change {
+                path: plan.shown.clone(),
+                before: plan.src[*start..*end].to_string(),
+                after: replacement.clone(),
+                byte_start: *start as u64,
+                byte_end: *end as u64,
+                start_line: sl,
+                start_column: sc,
+                end_line: el,
+                end_column: ec,
+            });
+        }
+    }
+    out.push_str(&plan.src[at..]);
+    let diff = similar::TextDiff::from_lines(&plan.src, &out)
+        .unified_diff()
+        .context_radius(3)
+        .header(&format!("a/{}", plan.shown), &format!("b/{}", plan.shown))
+        .to_string();
+    let change = FileChange {
+        path: plan.shown.clone(),
+        count: take as u64,
+        diff,
+    };
+    (out, change)
+}
+
+/// Write every rewritten file, all or nothing, once each is known to be writable.
+fn write_rewrites(policy: &PathPolicy, writes: &mut [(PathBuf, Vec<u8>)]) -> ToolResult<()> {
+    let denied: Vec<String> = writes
+        .iter()
+        .filter(|(p, _)| !policy.allows(p, Access::Write))
+        .map(|(p, _)| policy.display(p))
+        .collect();
+    if !denied.is_empty() {
+        return Err(ToolError::new(
+            ErrorCode::CapabilityDenied,
+            format!(
+                "applying needs rw access to every touched file; not writable: {}",
+                denied.join(", ")
+            ),
+        )
+        .with_detail(json!({ "field": "path", "needed": "rw", "files": denied })));
+    }
+    let failed = |e: std::io::Error| {
+        ToolError::new(
+            ErrorCode::IoError,
+            format!("writing the rewritten files failed; no file was changed: {e}"),
+        )
+    };
+    // Each file is replaced in its directory opened beneath the root without links:
+    // a directory swapped for a link since the read fails the whole edit instead.
+    let mut targets = Vec::with_capacity(writes.len());
+    for (path, bytes) in writes.iter_mut() {
+        let parent = policy
+            .parent_real(path, Parents::MustExist)
+            .map_err(failed)?;
+        targets.push((parent, std::mem::take(bytes)));
+    }
+    kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(failed)
+}
+
 fn plan_file(
     path: &Path,
     policy: &PathPolicy,
@@ -940,10 +939,10 @@ fn plan_file(
     let src = match read_source(policy, path) {
         Ok(Some(s)) => s,
         Ok(None) => return empty(None),
-        Err(message) => {
+        Err(e) => {
             return empty(Some(ParseError {
                 path: shown.clone(),
-                message,
+                message: e.to_string(),
             }));
         }
     };

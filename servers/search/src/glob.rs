@@ -1,5 +1,6 @@
 //! `search_glob`: find files by name pattern, newest first.
 
+use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -79,18 +80,8 @@ pub struct GlobResult {
 pub const MAX_GLOB_BYTES: usize = 4096;
 
 pub fn compile(pattern: &str) -> ToolResult<(GlobMatcher, bool)> {
-    if pattern.is_empty() {
-        return Err(ToolError::invalid_field("pattern", "must not be empty"));
-    }
-    if pattern.len() > MAX_GLOB_BYTES {
-        return Err(ToolError::invalid_field(
-            "pattern",
-            format!(
-                "is {} bytes long; at most {MAX_GLOB_BYTES} bytes are accepted",
-                pattern.len()
-            ),
-        ));
-    }
+    args::non_empty("pattern", pattern, "")?;
+    args::max_bytes("pattern", pattern, MAX_GLOB_BYTES)?;
     let glob = GlobBuilder::new(pattern)
         .literal_separator(true)
         .backslash_escape(true)
@@ -126,16 +117,7 @@ pub async fn run(
     p: GlobParams,
     ctx: CallCtx,
 ) -> ToolResult<Reply<GlobResult>> {
-    let limit = match p.limit {
-        None => DEFAULT_LIMIT,
-        Some(n) if (1..=MAX_LIMIT).contains(&n) => n,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "limit",
-                format!("{n} is not accepted; 1..={MAX_LIMIT}"),
-            ));
-        }
-    } as usize;
+    let limit = args::opt_range("limit", p.limit, 1, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT) as usize;
     let (matcher, basename_only) = compile(&p.pattern)?;
     let path = p.path.as_deref().unwrap_or(".");
     let root = policy.resolve_in_root(path, "path")?;

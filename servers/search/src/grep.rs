@@ -4,6 +4,7 @@
 //! memory-mapped), results are collected per file and sorted by path so the answer is
 //! deterministic. A time budget, cancellation and an output cap bound every search.
 
+use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -323,17 +324,6 @@ impl Sink for FileSink<'_> {
     }
 }
 
-fn range_arg(field: &str, v: Option<i64>, min: i64, max: i64) -> ToolResult<Option<u64>> {
-    match v {
-        None => Ok(None),
-        Some(n) if (min..=max).contains(&n) => Ok(Some(n as u64)),
-        Some(n) => Err(ToolError::invalid_field(
-            field,
-            format!("{n} is not accepted; {min}..={max}"),
-        )),
-    }
-}
-
 /// The longest search pattern accepted (a long alternation of identifiers fits easily).
 pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
 
@@ -347,25 +337,16 @@ pub async fn run(
     p: GrepParams,
     ctx: CallCtx,
 ) -> ToolResult<Reply<GrepResult>> {
-    if p.pattern.is_empty() {
-        return Err(ToolError::invalid_field("pattern", "must not be empty"));
-    }
+    args::non_empty("pattern", &p.pattern, "")?;
     // Checked before compiling: a 50 MB pattern reached 5.2 GB before the regex engine refused it.
-    if p.pattern.len() > MAX_PATTERN_BYTES {
-        return Err(ToolError::invalid_field(
-            "pattern",
-            format!(
-                "is {} bytes long; at most {MAX_PATTERN_BYTES} bytes are accepted",
-                p.pattern.len()
-            ),
-        ));
-    }
+    args::max_bytes("pattern", &p.pattern, MAX_PATTERN_BYTES)?;
     let mode = p.output_mode.unwrap_or_default();
-    let head_limit = range_arg("head_limit", p.head_limit, 1, i64::MAX)?;
-    let offset = range_arg("offset", p.offset, 0, i64::MAX)?.unwrap_or(0);
-    let context = range_arg("context", p.context, 0, MAX_CONTEXT)?;
-    let before = range_arg("before", p.before, 0, MAX_CONTEXT)?;
-    let after = range_arg("after", p.after, 0, MAX_CONTEXT)?;
+    let count = |n: i64| n as u64;
+    let head_limit = args::opt_at_least("head_limit", p.head_limit, 1)?.map(count);
+    let offset = args::opt_at_least("offset", p.offset, 0)?.map_or(0, count);
+    let context = args::opt_range("context", p.context, 0, MAX_CONTEXT)?.map(count);
+    let before = args::opt_range("before", p.before, 0, MAX_CONTEXT)?.map(count);
+    let after = args::opt_range("after", p.after, 0, MAX_CONTEXT)?.map(count);
     if context.is_some() && (before.is_some() || after.is_some()) {
         return Err(ToolError::invalid_field(
             "context",

@@ -1,5 +1,6 @@
 //! `shell_bash`: run a command through `/bin/sh -c` in a PTY and return what it printed.
 
+use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
@@ -115,21 +116,8 @@ pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolR
         )
         .with_detail(json!({ "needed": "shell" })));
     }
-    if p.command.trim().is_empty() {
-        return Err(ToolError::invalid_field(
-            "command",
-            "is required and must not be empty",
-        ));
-    }
-    if p.command.len() > MAX_COMMAND_BYTES {
-        return Err(ToolError::invalid_field(
-            "command",
-            format!(
-                "is {} bytes; at most {MAX_COMMAND_BYTES} bytes are accepted",
-                p.command.len()
-            ),
-        ));
-    }
+    args::non_empty("command", p.command.trim(), "it is required")?;
+    args::max_bytes("command", &p.command, MAX_COMMAND_BYTES)?;
     if p.command.contains('\0') {
         return Err(ToolError::invalid_field(
             "command",
@@ -166,12 +154,7 @@ pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolR
         .clamp(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS) as u64;
     let mut env = Vec::new();
     if let Some(map) = &p.env {
-        if map.len() > MAX_ENV_ENTRIES {
-            return Err(ToolError::invalid_field(
-                "env",
-                format!("{} entries; at most {MAX_ENV_ENTRIES}", map.len()),
-            ));
-        }
+        args::max_count("env", map.len(), MAX_ENV_ENTRIES, "entries")?;
         for (k, v) in map {
             if k.is_empty() || k.contains('=') || k.contains('\0') {
                 return Err(ToolError::invalid_field(

@@ -1,5 +1,6 @@
 //! Background jobs: `shell_bash {background: true}`, `shell_output`, `shell_kill`, `shell_jobs`.
 
+use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
@@ -249,15 +250,9 @@ pub async fn output(
     _ctx: CallCtx,
 ) -> ToolResult<Reply<OutputResult>> {
     let job = state.jobs.get(&p.job_id)?;
-    let since = match p.since {
+    let since = match args::opt_at_least("since", p.since, 0)? {
         None => *job.cursor.locked(),
-        Some(n) if n >= 0 => n as u64,
-        Some(n) => {
-            return Err(ToolError::invalid_field(
-                "since",
-                format!("{n} is not accepted; 0 or more"),
-            ));
-        }
+        Some(n) => n as u64,
     };
     let cap = state.preview_bytes as u64;
     let exit = job.exit();

@@ -4,6 +4,7 @@
 //! drives it over an in-process stream exactly as it drives an adapter process.
 
 mod adapter;
+pub mod failure;
 mod process;
 pub mod sourcemap;
 mod values;
@@ -28,8 +29,8 @@ pub fn spawn(runtime: &Runtime) -> ToolResult<Arc<Client>> {
             runtime.name()
         )));
     }
-    if let Err(message) = process::binary(runtime) {
-        return Err(ToolError::new(ErrorCode::DapAdapterNotFound, message)
+    if let Err(e) = process::binary(runtime) {
+        return Err(ToolError::new(ErrorCode::DapAdapterNotFound, e.to_string())
             .with_detail(serde_json::json!({"runtime": runtime.name()})));
     }
     let (client_side, adapter_side) = tokio::io::duplex(STREAM_BUFFER);

@@ -9,6 +9,7 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 
+use super::failure::{AdapterFailure, AdapterResult};
 use crate::config;
 use crate::debug::runtime::Runtime;
 
@@ -16,7 +17,7 @@ use crate::debug::runtime::Runtime;
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The runtime binary: `KITBAG_DAP_NODE` / `KITBAG_DAP_BUN`, else `node` / `bun` on PATH.
-pub fn binary(runtime: &Runtime) -> Result<PathBuf, String> {
+pub fn binary(runtime: &Runtime) -> AdapterResult<PathBuf> {
     let (var, name, install) = match runtime {
         Runtime::Bun => ("KITBAG_DAP_BUN", "bun", "npm install -g bun"),
         _ => ("KITBAG_DAP_NODE", "node", "install Node.js 22 or later"),
@@ -26,10 +27,10 @@ pub fn binary(runtime: &Runtime) -> Result<PathBuf, String> {
         return if p.is_file() {
             Ok(p)
         } else {
-            Err(format!("{var}={} is not a file", p.display()))
+            Err(AdapterFailure::NotAFile { var, path: p })
         };
     }
-    config::locate(name).ok_or_else(|| format!("{name} is not installed ({install})"))
+    config::locate(name).ok_or(AdapterFailure::NotInstalled { name, install })
 }
 
 /// A started runtime, paused before the program's first line, and its inspector address.
@@ -71,7 +72,7 @@ fn node_version(node: &Path) -> Option<(u32, u32)> {
 
 /// The runtime's own flags for a script: the inspector paused at start, and TypeScript type
 /// stripping where this Node needs asking (22.6–22.17; later versions strip by default).
-fn flags(runtime: &Runtime, bin: &Path, script: &Path) -> Result<Vec<String>, String> {
+fn flags(runtime: &Runtime, bin: &Path, script: &Path) -> AdapterResult<Vec<String>> {
     let mut flags = Vec::new();
     match runtime {
         Runtime::Bun => flags.push("--inspect-brk=127.0.0.1:0".to_string()),
@@ -80,10 +81,11 @@ fn flags(runtime: &Runtime, bin: &Path, script: &Path) -> Result<Vec<String>, St
             if is_typescript(script) {
                 match node_version(bin) {
                     Some((major, minor)) if major < 22 || (major == 22 && minor < 6) => {
-                        return Err(format!(
-                            "{} is Node {major}.{minor}, which cannot run TypeScript; Node 22.6 or later strips types (set KITBAG_DAP_NODE to one)",
-                            bin.display()
-                        ));
+                        return Err(AdapterFailure::NoTypeScript {
+                            bin: bin.to_path_buf(),
+                            major,
+                            minor,
+                        });
                     }
                     Some((22, minor)) if minor < 18 => {
                         flags.push("--experimental-strip-types".into());
@@ -105,7 +107,7 @@ pub async fn start(
     args: &[String],
     cwd: &Path,
     env: &BTreeMap<String, String>,
-) -> Result<Started, String> {
+) -> AdapterResult<Started> {
     let bin = binary(runtime)?;
     let flags = flags(runtime, &bin, script)?;
     let mut cmd = Command::new(&bin);
@@ -120,11 +122,12 @@ pub async fn start(
         .stderr(Stdio::piped())
         .kill_on_drop(true)
         .process_group(0);
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start {}: {e}", bin.display()))?;
+    let mut child = cmd.spawn().map_err(|source| AdapterFailure::Spawn {
+        bin: bin.clone(),
+        source,
+    })?;
     let Some(stderr) = child.stderr.take() else {
-        return Err("no stderr".into());
+        return Err(AdapterFailure::NoStderr);
     };
     let mut stderr = BufReader::new(stderr);
     let mut seen = String::new();
@@ -161,17 +164,16 @@ pub async fn start(
                 .await
                 .map(|s| s.to_string())
                 .unwrap_or_default();
-            Err(format!(
-                "{} exited ({status}) before its inspector listened: {}",
-                bin.display(),
-                seen.trim()
-            ))
+            Err(AdapterFailure::ExitedEarly {
+                bin,
+                status,
+                output: seen.trim().to_string(),
+            })
         }
-        Err(_) => Err(format!(
-            "{} did not open its inspector within {}s",
-            bin.display(),
-            START_TIMEOUT.as_secs()
-        )),
+        Err(_) => Err(AdapterFailure::NoInspector {
+            bin,
+            secs: START_TIMEOUT.as_secs(),
+        }),
     }
 }
 
@@ -192,29 +194,25 @@ pub fn inspector_chatter(line: &str) -> bool {
 }
 
 /// The WebSocket address of the inspector listening on `host:port` (`/json/list`).
-pub async fn discover(host: &str, port: u16) -> Result<String, String> {
+pub async fn discover(host: &str, port: u16) -> AdapterResult<String> {
     let mut stream = tokio::time::timeout(
         Duration::from_secs(5),
         tokio::net::TcpStream::connect((host, port)),
     )
     .await
-    .map_err(|_| "no answer".to_string())?
-    .map_err(|e| e.to_string())?;
+    .map_err(|_| AdapterFailure::NoAnswer)??;
     let request =
         format!("GET /json/list HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
-    stream
-        .write_all(request.as_bytes())
-        .await
-        .map_err(|e| e.to_string())?;
+    stream.write_all(request.as_bytes()).await?;
     // Read the headers, then Content-Length bytes of body: the inspector keeps the
     // connection open.
     let read = async {
         let mut buf = Vec::new();
         let mut chunk = [0u8; 4096];
         loop {
-            let n = stream.read(&mut chunk).await.map_err(|e| e.to_string())?;
+            let n = stream.read(&mut chunk).await?;
             if n == 0 {
-                return Ok::<Vec<u8>, String>(buf);
+                return Ok::<Vec<u8>, AdapterFailure>(buf);
             }
             buf.extend_from_slice(&chunk[..n]);
             let text = String::from_utf8_lossy(&buf);
@@ -233,13 +231,13 @@ pub async fn discover(host: &str, port: u16) -> Result<String, String> {
     };
     let body = tokio::time::timeout(Duration::from_secs(5), read)
         .await
-        .map_err(|_| "no answer to /json/list".to_string())??;
+        .map_err(|_| AdapterFailure::NoListAnswer)??;
     let text = String::from_utf8_lossy(&body);
     let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
-    let list: serde_json::Value = serde_json::from_str(json.trim())
-        .map_err(|_| "no inspector there (/json/list is not JSON)".to_string())?;
+    let list: serde_json::Value =
+        serde_json::from_str(json.trim()).map_err(|_| AdapterFailure::NotAnInspector)?;
     list.as_array()
         .and_then(|a| a.iter().find_map(|t| t["webSocketDebuggerUrl"].as_str()))
         .map(String::from)
-        .ok_or_else(|| "the inspector lists no target".to_string())
+        .ok_or(AdapterFailure::NoTarget)
 }

@@ -11,10 +11,12 @@ use serde_json::{Value, json};
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
+use super::failure::{AdapterFailure, AdapterResult};
+
 /// How long one inspector command may take.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
 
-type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Result<Value, String>>>>>;
+type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<AdapterResult<Value>>>>>;
 
 /// A CDP event: method and params.
 pub type Event = (String, Value);
@@ -30,13 +32,13 @@ impl Cdp {
     /// (then the receiver ends).
     pub async fn connect(
         ws_url: &str,
-    ) -> Result<(Arc<Cdp>, mpsc::UnboundedReceiver<Event>), String> {
+    ) -> AdapterResult<(Arc<Cdp>, mpsc::UnboundedReceiver<Event>)> {
         let (socket, _) =
             // Nagle off: each command is one small frame awaiting its answer.
             tokio::time::timeout(COMMAND_TIMEOUT, tokio_tungstenite::connect_async_with_config(ws_url, None, true))
                 .await
-                .map_err(|_| format!("the inspector at {ws_url} did not answer"))?
-                .map_err(|e| format!("cannot connect to the inspector at {ws_url}: {e}"))?;
+                .map_err(|_| AdapterFailure::ConnectTimeout(ws_url.to_string()))?
+                .map_err(|source| AdapterFailure::Connect { url: ws_url.to_string(), source })?;
         // Inspector servers write an answer and then an event (`resumed`, then `paused`)
         // with Nagle on: the event waits for our ACK, which the kernel delays ~40 ms. A quick
         // ACK after each message read lets it through at once. (A duplicate of the socket's
@@ -80,10 +82,12 @@ impl Cdp {
                     let tx = reader_pending.lock().ok().and_then(|mut p| p.remove(&id));
                     if let Some(tx) = tx {
                         let answer = match v.get("error") {
-                            Some(e) => Err(e["message"]
-                                .as_str()
-                                .unwrap_or("the inspector refused the command")
-                                .to_string()),
+                            Some(e) => Err(AdapterFailure::Refused(
+                                e["message"]
+                                    .as_str()
+                                    .unwrap_or("the inspector refused the command")
+                                    .to_string(),
+                            )),
                             None => Ok(v["result"].clone()),
                         };
                         let _ = tx.send(answer);
@@ -108,7 +112,7 @@ impl Cdp {
     }
 
     /// Send a command without waiting for its answer.
-    pub fn send(&self, method: &str, params: Value) -> oneshot::Receiver<Result<Value, String>> {
+    pub fn send(&self, method: &str, params: Value) -> oneshot::Receiver<AdapterResult<Value>> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
         if let Ok(mut p) = self.pending.lock() {
@@ -125,12 +129,12 @@ impl Cdp {
     }
 
     /// Send a command and wait for its answer.
-    pub async fn call(&self, method: &str, params: Value) -> Result<Value, String> {
+    pub async fn call(&self, method: &str, params: Value) -> AdapterResult<Value> {
         let rx = self.send(method, params);
         match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
             Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err("the inspector connection closed".into()),
-            Err(_) => Err(format!("the inspector did not answer {method}")),
+            Ok(Err(_)) => Err(AdapterFailure::Closed),
+            Err(_) => Err(AdapterFailure::NoReply(method.to_string())),
         }
     }
 

@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use kitbag_shared::{PathPolicy, ToolResult};
 use serde_json::{Value, json};
 
-use crate::dap::error_message;
+use crate::dap::{RequestError, error_message};
 
 use super::params::{AccessType, HitCount, HitSyntax};
 use super::result::BreakpointEntry;
@@ -281,7 +281,7 @@ pub(super) fn apply_source(answer: &Value, list: &mut [SourceBp]) {
 
 /// Send every breakpoint list at configuration time, all requests in flight at once, and
 /// record the answers. After a launch with no filters set, stop on uncaught exceptions.
-pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<(), String> {
+pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<(), RequestError> {
     let client = &core.client;
     let syntax = core.runtime.hit_syntax();
     let entry = core
@@ -291,13 +291,12 @@ pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<
         .and_then(|e| e.as_ref().map(|e| e.function));
     let mut bps = state.breakpoints.lock().await;
     bps.reset_for_session();
-    let write_failed = |e: std::io::Error| format!("adapter write failed: {e}");
     let mut files = Vec::new();
     for (file, list) in &bps.source {
         let rx = client
             .start("setBreakpoints", source_args(file, list, syntax))
             .await
-            .map_err(write_failed)?;
+            .map_err(RequestError::Write)?;
         files.push((file.clone(), rx));
     }
     let functions = if !bps.functions.is_empty() || entry.is_some() {
@@ -306,7 +305,7 @@ pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<
             client
                 .start("setFunctionBreakpoints", args)
                 .await
-                .map_err(write_failed)?,
+                .map_err(RequestError::Write)?,
         )
     } else {
         None
@@ -321,14 +320,17 @@ pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<
             client
                 .start("setExceptionBreakpoints", json!({"filters": f}))
                 .await
-                .map_err(write_failed)?,
+                .map_err(RequestError::Write)?,
         ),
         None => None,
     };
     for (file, rx) in files {
         let resp = answer(rx, "setBreakpoints").await?;
         if resp["success"].as_bool() != Some(true) {
-            return Err(error_message(&resp, "setBreakpoints failed"));
+            return Err(RequestError::Refused(error_message(
+                &resp,
+                "setBreakpoints failed",
+            )));
         }
         if let Some(list) = bps.source.get_mut(&file) {
             apply_source(&resp["body"], list);
@@ -358,11 +360,14 @@ pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<
     Ok(())
 }
 
-async fn answer(rx: tokio::sync::oneshot::Receiver<Value>, what: &str) -> Result<Value, String> {
+async fn answer(
+    rx: tokio::sync::oneshot::Receiver<Value>,
+    what: &str,
+) -> Result<Value, RequestError> {
     match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
         Ok(Ok(resp)) => Ok(resp),
-        Ok(Err(_)) => Err("debug adapter ended".into()),
-        Err(_) => Err(format!("adapter did not answer `{what}`")),
+        Ok(Err(_)) => Err(RequestError::Ended),
+        Err(_) => Err(RequestError::NoAnswer(what.to_string())),
     }
 }
 

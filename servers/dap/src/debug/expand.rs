@@ -2,8 +2,21 @@
 //! `"cfg['key']"`, matched against the child names each adapter uses (debugpy quotes dict
 //! keys, lldb brackets array items, V8 names indices bare).
 
+/// What is wrong with an `expand` path.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PathError {
+    #[error("a path does not start with `.`")]
+    LeadingDot,
+    #[error("`[` without `]` in `{0}`")]
+    Unclosed(String),
+    #[error("an empty `[]` in `{0}`")]
+    EmptyBrackets(String),
+    #[error("an empty path")]
+    Empty,
+}
+
 /// The segments of a path, or what is wrong with it.
-pub fn parse_path(path: &str) -> Result<Vec<String>, String> {
+pub fn parse_path(path: &str) -> Result<Vec<String>, PathError> {
     let mut out = Vec::new();
     let mut cur = String::new();
     let mut chars = path.trim().chars().peekable();
@@ -11,7 +24,7 @@ pub fn parse_path(path: &str) -> Result<Vec<String>, String> {
         match c {
             '.' => {
                 if cur.is_empty() && out.is_empty() {
-                    return Err("a path does not start with `.`".into());
+                    return Err(PathError::LeadingDot);
                 }
                 if !cur.is_empty() {
                     out.push(std::mem::take(&mut cur));
@@ -43,10 +56,10 @@ pub fn parse_path(path: &str) -> Result<Vec<String>, String> {
                     }
                 }
                 if !closed {
-                    return Err(format!("`[` without `]` in `{path}`"));
+                    return Err(PathError::Unclosed(path.to_string()));
                 }
                 if inner.trim().is_empty() && quote.is_none() {
-                    return Err(format!("an empty `[]` in `{path}`"));
+                    return Err(PathError::EmptyBrackets(path.to_string()));
                 }
                 out.push(inner.trim().to_string());
             }
@@ -57,7 +70,7 @@ pub fn parse_path(path: &str) -> Result<Vec<String>, String> {
         out.push(cur);
     }
     if out.is_empty() {
-        return Err("an empty path".into());
+        return Err(PathError::Empty);
     }
     Ok(out)
 }

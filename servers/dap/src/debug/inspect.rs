@@ -1,7 +1,7 @@
 //! Inspection while stopped: threads, frames (the seed's numbering: 0 is the top frame of the
 //! current stop), scopes, variables (by scope kind, by name path, nested), evaluate.
 
-use kitbag_shared::{ErrorCode, PathPolicy, Reply, ToolError, ToolResult};
+use kitbag_shared::{ErrorCode, PathPolicy, Reply, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
 use crate::dap::Client;
@@ -142,13 +142,7 @@ pub async fn stack_trace(
     p: &DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
     let core = state.live().await?;
-    let levels = p.levels.unwrap_or(DEFAULT_LEVELS);
-    if !(1..=MAX_LEVELS).contains(&levels) {
-        return Err(ToolError::invalid_field(
-            "levels",
-            format!("a number of frames from 1 to {MAX_LEVELS}"),
-        ));
-    }
+    let levels = args::range("levels", p.levels.unwrap_or(DEFAULT_LEVELS), 1, MAX_LEVELS)?;
     let thread = thread_of(&core, p.thread_id).await?;
     let (list, total) = frames(&core, thread, 0, levels as i64)
         .await
@@ -324,7 +318,8 @@ async fn children(core: &Core, refs: &[i64]) -> ToolResult<Vec<Value>> {
 
 /// Follow a name path from a scope's variables: the container's reference and its full path.
 async fn follow(core: &Core, start: Vec<Value>, path: &str) -> ToolResult<(i64, String)> {
-    let segments = expand::parse_path(path).map_err(|m| ToolError::invalid_field("expand", m))?;
+    let segments =
+        expand::parse_path(path).map_err(|e| ToolError::invalid_field("expand", e.to_string()))?;
     let mut level = start;
     let mut shown_path = String::new();
     let mut reference = 0;
@@ -373,18 +368,8 @@ async fn follow(core: &Core, start: Vec<Value>, path: &str) -> ToolResult<(i64, 
 }
 
 pub async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
-    let depth = p.depth.unwrap_or(1);
-    if !(1..=MAX_DEPTH).contains(&depth) {
-        return Err(ToolError::invalid_field(
-            "depth",
-            format!("a number of levels from 1 to {MAX_DEPTH}"),
-        ));
-    }
-    let offset = match p.offset {
-        None => 0,
-        Some(n) if n >= 0 => n as usize,
-        Some(_) => return Err(ToolError::invalid_field("offset", "0 or more")),
-    };
+    let depth = args::range("depth", p.depth.unwrap_or(1), 1, MAX_DEPTH)?;
+    let offset = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let limit = p.limit.unwrap_or(100).clamp(1, 1000) as usize;
     let core = state.live().await?;
     // What to list, and the path its children are named under (none: their own names).

@@ -2,7 +2,7 @@
 //! (disassemble, read_memory, write_memory), modules, loaded sources, and raw DAP requests.
 
 use base64::Engine;
-use kitbag_shared::{PathPolicy, Reply, ToolError, ToolResult};
+use kitbag_shared::{PathPolicy, Reply, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
 use super::params::{Action, DebugParams};
@@ -64,13 +64,7 @@ pub async fn memory(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debug
         }
         Action::ReadMemory => {
             require_capability(client, "supportsReadMemoryRequest", "read_memory")?;
-            let count = p.count.unwrap_or(32);
-            if !(1..=MAX_MEMORY_BYTES).contains(&count) {
-                return Err(ToolError::invalid_field(
-                    "count",
-                    format!("a byte count from 1 to {MAX_MEMORY_BYTES}"),
-                ));
-            }
+            let count = args::range("count", p.count.unwrap_or(32), 1, MAX_MEMORY_BYTES)?;
             let body = client
                 .request(
                     "readMemory",

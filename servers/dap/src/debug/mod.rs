@@ -191,14 +191,14 @@ fn no_session() -> ToolError {
 
 /// A failed adapter request. Only a gone adapter ends the session; a refusal (bad frame,
 /// bad expression, unsupported request) is the adapter's message and the session lives on.
-pub fn adapter_failure(client: &Client, message: String) -> ToolError {
+pub fn adapter_failure(client: &Client, message: impl std::fmt::Display) -> ToolError {
     if client.is_closed() {
         ToolError::new(
             ErrorCode::DapSessionEnded,
             format!("the debug adapter has ended: {message}"),
         )
     } else {
-        ToolError::new(ErrorCode::AdapterError, message)
+        ToolError::new(ErrorCode::AdapterError, message.to_string())
     }
 }
 

@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use kitbag_shared::{ToolError, ToolResult};
+use kitbag_shared::{ToolError, ToolResult, args};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
@@ -215,23 +215,21 @@ impl HitCount {
     /// means "break on the Nth hit and every later one"; a string is passed through.
     pub fn condition(&self, syntax: HitSyntax) -> ToolResult<String> {
         match self {
-            HitCount::Number(n) if *n >= 1 => Ok(match syntax {
-                HitSyntax::Operators => format!(">={n}"),
-                HitSyntax::Number => n.to_string(),
-            }),
-            HitCount::Number(_) => Err(ToolError::invalid_field(
-                "hit_count",
-                "a hit count of at least 1",
-            )),
+            HitCount::Number(n) => {
+                let n = args::at_least("hit_count", *n, 1)?;
+                Ok(match syntax {
+                    HitSyntax::Operators => format!(">={n}"),
+                    HitSyntax::Number => n.to_string(),
+                })
+            }
             HitCount::Text(t) if t.trim().is_empty() => Err(ToolError::invalid_field(
                 "hit_count",
                 "a hit count such as 3, \">=3\" or \"%2\" (it is empty)",
             )),
-            HitCount::Text(t) if t.chars().count() > 100 => Err(ToolError::invalid_field(
-                "hit_count",
-                "a hit count of at most 100 characters",
-            )),
-            HitCount::Text(t) => Ok(t.trim().to_string()),
+            HitCount::Text(t) => {
+                args::max_chars("hit_count", t, 100)?;
+                Ok(t.trim().to_string())
+            }
         }
     }
 }

@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use kitbag_shared::{ErrorCode, ToolError, ToolResult};
+use kitbag_shared::{ErrorCode, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
 use crate::config::{self, AdapterConfig, Config, Transport};
@@ -66,10 +66,7 @@ impl Runtime {
                 .map(String::as_str)
                 .filter(|k| !BUILTIN.contains(k)),
         );
-        Err(ToolError::invalid_field(
-            "runtime",
-            format!("one of: {} (got `{name}`)", names.join(", ")),
-        ))
+        Err(args::not_one_of("runtime", name, &names))
     }
 
     pub fn name(&self) -> &str {

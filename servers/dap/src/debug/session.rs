@@ -6,11 +6,11 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolError, ToolResult};
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
 use crate::config::Transport;
-use crate::dap::{Client, error_message};
+use crate::dap::{Client, RequestError, error_message};
 
 use super::params::{Action, DebugParams};
 use super::result::{DebugResult, OutputChunk};
@@ -106,7 +106,7 @@ pub async fn launch(
                 return Err(runtime::debugpy_missing(Some(&python)));
             }
         }
-        return Err(ToolError::new(ErrorCode::DapSessionEnded, m));
+        return Err(ToolError::new(ErrorCode::DapSessionEnded, m.to_string()));
     }
     tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialize answered");
     let entry = match runtime.entry_stop() {
@@ -152,7 +152,7 @@ pub async fn attach(
     } else {
         host
     };
-    let unreachable = |e: String| {
+    let unreachable = |e: &dyn std::fmt::Display| {
         ToolError::invalid_field(
             "port",
             format!("cannot connect to {host}:{port}: {e}; start the program with {how_to_start}"),
@@ -163,19 +163,19 @@ pub async fn attach(
     } else {
         tokio::time::timeout(REQUEST_TIMEOUT, Client::connect(&host, port))
             .await
-            .map_err(|_| unreachable("no answer".into()))?
-            .map_err(|e| unreachable(e.to_string()))?
+            .map_err(|_| unreachable(&"no answer"))?
+            .map_err(|e| unreachable(&e))?
     };
     if let Err(m) = initialize(&client, &runtime, &state.config).await {
         client.kill();
-        return Err(ToolError::new(ErrorCode::DapSessionEnded, m));
+        return Err(ToolError::new(ErrorCode::DapSessionEnded, m.to_string()));
     }
     let core = new_core(state, client, runtime.clone(), true, None);
     let args = runtime::attach_arguments(&runtime, &host, port);
     if let Err(m) = start(state, &core, "attach", args).await {
         core.client.kill();
         if runtime.is_inspector() {
-            return Err(unreachable(m));
+            return Err(unreachable(&m));
         }
         let message = with_start_output(&core.client, m);
         return Err(ToolError::new(ErrorCode::DapSessionEnded, message));
@@ -271,7 +271,7 @@ async fn initialize(
     client: &Client,
     runtime: &Runtime,
     config: &crate::config::Config,
-) -> Result<(), String> {
+) -> Result<(), RequestError> {
     let adapter_id = config
         .adapters
         .get(runtime.name())
@@ -291,14 +291,19 @@ async fn initialize(
 /// `initialized` before answering it, others after), wait for `initialized` or a refusal, send
 /// the breakpoints and exception filters and `configurationDone`, then take the answer —
 /// never deadlocking on either order.
-async fn start(state: &DapState, core: &Core, command: &str, args: Value) -> Result<(), String> {
+async fn start(
+    state: &DapState,
+    core: &Core,
+    command: &str,
+    args: Value,
+) -> Result<(), RequestError> {
     let client = &core.client;
     let t0 = Instant::now();
     let mut answer = StartAnswer::new(
         client
             .start(command, args)
             .await
-            .map_err(|e| e.to_string())?,
+            .map_err(RequestError::Unsent)?,
     );
     await_initialized(client, &mut answer).await?;
     let configured = match super::breakpoints::configure(state, core, command == "launch").await {
@@ -314,23 +319,26 @@ async fn start(state: &DapState, core: &Core, command: &str, args: Value) -> Res
         // configurationDone with "Expected process to be stopped"): the launch's own answer
         // says why, so prefer it when it comes.
         return match answer.wait(Duration::from_secs(1)).await {
-            Some(resp) if resp["success"].as_bool() != Some(true) => {
-                Err(error_message(&resp, &format!("{command} failed")))
-            }
+            Some(resp) if resp["success"].as_bool() != Some(true) => Err(RequestError::Refused(
+                error_message(&resp, &format!("{command} failed")),
+            )),
             _ => Err(e),
         };
     }
     tracing::debug!(ms = t0.elapsed().as_millis() as u64, command, "configured");
     match answer.wait(REQUEST_TIMEOUT).await {
         Some(resp) if resp["success"].as_bool() == Some(true) => Ok(()),
-        Some(resp) => Err(error_message(&resp, &format!("{command} failed"))),
-        None => Err(format!("adapter did not answer `{command}`")),
+        Some(resp) => Err(RequestError::Refused(error_message(
+            &resp,
+            &format!("{command} failed"),
+        ))),
+        None => Err(RequestError::NoAnswer(command.to_string())),
     }
 }
 
 /// Wait for the adapter's `initialized` event (or the end of its stream), at most the
 /// request timeout: adapters send it before or after answering launch/attach.
-async fn await_initialized(client: &Client, answer: &mut StartAnswer) -> Result<(), String> {
+async fn await_initialized(client: &Client, answer: &mut StartAnswer) -> Result<(), RequestError> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     loop {
         let notified = client.notify.notified();
@@ -345,7 +353,7 @@ async fn await_initialized(client: &Client, answer: &mut StartAnswer) -> Result<
             return Ok(());
         }
         if Instant::now() >= deadline {
-            return Err("adapter never sent `initialized`".into());
+            return Err(RequestError::NoInitialized);
         }
         tokio::select! {
             _ = tokio::time::timeout(Duration::from_millis(200), notified) => {}
@@ -355,7 +363,10 @@ async fn await_initialized(client: &Client, answer: &mut StartAnswer) -> Result<
                 if let Some(resp) = early
                     && resp["success"].as_bool() != Some(true)
                 {
-                    return Err(error_message(resp, "the adapter refused to start"));
+                    return Err(RequestError::Refused(error_message(
+                        resp,
+                        "the adapter refused to start",
+                    )));
                 }
             }
         }
@@ -400,7 +411,8 @@ impl StartAnswer {
 
 /// A failed start's message with what the adapter printed meanwhile (its tail): the reason
 /// is often only there (Delve: "Build error: Check the debug console for details").
-fn with_start_output(client: &Client, message: String) -> String {
+fn with_start_output(client: &Client, failure: RequestError) -> String {
+    let message = failure.to_string();
     let printed: String = client
         .events
         .lock()
@@ -469,16 +481,8 @@ const OUTPUT_PAGE: usize = 500;
 
 pub async fn output(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
     let core = state.live().await?;
-    let since = match p.offset {
-        None => 0,
-        Some(n) if n >= 0 => n as usize,
-        Some(_) => {
-            return Err(ToolError::invalid_field(
-                "offset",
-                "the cursor from the last output call (0 or more)",
-            ));
-        }
-    };
+    // The cursor from the last output call.
+    let since = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let items: Vec<(String, String)> = {
         let e = core.client.events.lock().map_err(|_| no_session())?;
         e.output

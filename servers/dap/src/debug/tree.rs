@@ -4,7 +4,7 @@
 use kitbag_shared::ToolResult;
 use serde_json::{Value, json};
 
-use crate::dap::Client;
+use crate::dap::{Client, RequestError};
 
 use super::result::Variable;
 use super::{REQUEST_TIMEOUT, adapter_failure, cap};
@@ -81,12 +81,12 @@ impl Tree {
                 let resp = match tokio::time::timeout(REQUEST_TIMEOUT, rx).await {
                     Ok(Ok(resp)) => resp,
                     Ok(Err(_)) => {
-                        return Err(adapter_failure(client, "debug adapter ended".into()));
+                        return Err(adapter_failure(client, RequestError::Ended));
                     }
                     Err(_) => {
                         return Err(adapter_failure(
                             client,
-                            "adapter did not answer `variables`".into(),
+                            RequestError::NoAnswer("variables".into()),
                         ));
                     }
                 };

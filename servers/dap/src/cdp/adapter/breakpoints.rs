@@ -7,11 +7,12 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{Adapter, Bp, Dialect};
+use crate::cdp::failure::{AdapterFailure, AdapterResult};
 use crate::cdp::sourcemap::SourceMap;
 use crate::cdp::values::{HitCondition, logpoint_condition};
 
 impl Adapter {
-    pub(super) async fn set_exceptions(&mut self, args: &Value) -> Result<Value, String> {
+    pub(super) async fn set_exceptions(&mut self, args: &Value) -> AdapterResult<Value> {
         let filters: Vec<&str> = args["filters"]
             .as_array()
             .map(|a| a.iter().filter_map(Value::as_str).collect())
@@ -29,7 +30,7 @@ impl Adapter {
         Ok(json!({}))
     }
 
-    pub(super) async fn set_breakpoints(&mut self, args: &Value) -> Result<Value, String> {
+    pub(super) async fn set_breakpoints(&mut self, args: &Value) -> AdapterResult<Value> {
         let cdp = self.cdp()?;
         let file = PathBuf::from(args["source"]["path"].as_str().unwrap_or(""));
         if let Some(old) = self.bps.remove(&file) {
@@ -49,9 +50,10 @@ impl Adapter {
                 None => condition.map(String::from),
             };
             let hit = match b["hitCondition"].as_str() {
-                Some(h) if log.is_none() => Some(HitCondition::parse(h).ok_or_else(|| {
-                    format!("hit condition `{h}`: use >=N, >N, ==N, <N, <=N or %N")
-                })?),
+                Some(h) if log.is_none() => Some(
+                    HitCondition::parse(h)
+                        .ok_or_else(|| AdapterFailure::BadHitCondition(h.to_string()))?,
+                ),
                 _ => None,
             };
             list.push(Bp {

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use serde_json::{Value, json};
 
 use super::{Adapter, Expect, Paused, Script, url_path};
+use crate::cdp::failure::{AdapterFailure, AdapterResult};
 use crate::cdp::sourcemap;
 
 impl Adapter {
@@ -172,17 +173,17 @@ impl Adapter {
         self.stopped(reason, &hit, text).await;
     }
 
-    pub(super) async fn resume(&mut self, method: &str, expect: Expect) -> Result<Value, String> {
+    pub(super) async fn resume(&mut self, method: &str, expect: Expect) -> AdapterResult<Value> {
         let cdp = self.cdp()?;
         if self.paused.is_none() {
-            return Err("the program is not paused".into());
+            return Err(AdapterFailure::NotPaused);
         }
         self.expect = expect;
         cdp.call(method, json!({})).await?;
         Ok(json!({"allThreadsContinued": true}))
     }
 
-    pub(super) async fn pause(&mut self) -> Result<Value, String> {
+    pub(super) async fn pause(&mut self) -> AdapterResult<Value> {
         let cdp = self.cdp()?;
         if self.paused.is_some() {
             return Ok(json!({}));

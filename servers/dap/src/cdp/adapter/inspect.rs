@@ -4,15 +4,16 @@
 use serde_json::{Value, json};
 
 use super::{Adapter, Dialect, Handle};
+use crate::cdp::failure::{AdapterFailure, AdapterResult};
 use crate::cdp::values::{top_level_names, type_text, value_text};
 
 impl Adapter {
-    pub(super) fn frame(&self, frame_id: i64) -> Result<&Value, String> {
-        let paused = self.paused.as_ref().ok_or("the program is not paused")?;
+    pub(super) fn frame(&self, frame_id: i64) -> AdapterResult<&Value> {
+        let paused = self.paused.as_ref().ok_or(AdapterFailure::NotPaused)?;
         usize::try_from(frame_id - 1)
             .ok()
             .and_then(|i| paused.frames.get(i))
-            .ok_or_else(|| format!("no frame {frame_id}"))
+            .ok_or(AdapterFailure::NoFrame(frame_id))
     }
 
     /// A V8 location (0-based) as (path, 1-based line, 1-based column), through the
@@ -41,8 +42,8 @@ impl Adapter {
         (None, line + 1, column + 1)
     }
 
-    pub(super) fn stack_trace(&self, args: &Value) -> Result<Value, String> {
-        let paused = self.paused.as_ref().ok_or("the program is not paused")?;
+    pub(super) fn stack_trace(&self, args: &Value) -> AdapterResult<Value> {
+        let paused = self.paused.as_ref().ok_or(AdapterFailure::NotPaused)?;
         let start = args["startFrame"].as_u64().unwrap_or(0) as usize;
         let levels = args["levels"].as_u64().filter(|l| *l > 0).unwrap_or(1000) as usize;
         let frames: Vec<Value> = paused
@@ -97,7 +98,7 @@ impl Adapter {
         }
     }
 
-    pub(super) async fn scopes(&mut self, args: &Value) -> Result<Value, String> {
+    pub(super) async fn scopes(&mut self, args: &Value) -> AdapterResult<Value> {
         let frame = self.frame(args["frameId"].as_i64().unwrap_or(0))?.clone();
         let mut scopes = Vec::new();
         let mut first_closure = true;
@@ -157,12 +158,12 @@ impl Adapter {
         Ok(json!({"scopes": scopes}))
     }
 
-    pub(super) async fn variables(&mut self, args: &Value) -> Result<Value, String> {
+    pub(super) async fn variables(&mut self, args: &Value) -> AdapterResult<Value> {
         let reference = args["variablesReference"].as_i64().unwrap_or(0);
         let handle = usize::try_from(reference - 1)
             .ok()
             .and_then(|i| self.handles.get(i))
-            .ok_or_else(|| format!("no variables reference {reference} in this stop"))?;
+            .ok_or(AdapterFailure::NoReference(reference))?;
         let object = match handle {
             Handle::Object(id) => id.clone(),
             Handle::Module { call_frame, names } => {
@@ -214,7 +215,7 @@ impl Adapter {
         &mut self,
         call_frame: Value,
         names: &[String],
-    ) -> Result<Value, String> {
+    ) -> AdapterResult<Value> {
         let cdp = self.cdp()?;
         let pending: Vec<_> = names
             .iter()
@@ -238,7 +239,7 @@ impl Adapter {
         Ok(json!({"variables": vars}))
     }
 
-    pub(super) async fn evaluate(&mut self, args: &Value) -> Result<Value, String> {
+    pub(super) async fn evaluate(&mut self, args: &Value) -> AdapterResult<Value> {
         let cdp = self.cdp()?;
         let expression = args["expression"].as_str().unwrap_or("");
         let watch = args["context"].as_str() != Some("repl");
@@ -284,7 +285,9 @@ impl Adapter {
                 })
             });
         if let Some(text) = thrown {
-            return Err(text.lines().next().unwrap_or(&text).to_string());
+            return Err(AdapterFailure::Threw(
+                text.lines().next().unwrap_or(&text).to_string(),
+            ));
         }
         let result = &answer["result"];
         let reference = match result["objectId"].as_str() {
@@ -297,12 +300,12 @@ impl Adapter {
         )
     }
 
-    pub(super) fn exception_info(&self) -> Result<Value, String> {
+    pub(super) fn exception_info(&self) -> AdapterResult<Value> {
         let ex = self
             .paused
             .as_ref()
             .and_then(|p| p.exception.as_ref())
-            .ok_or("the program is not stopped on an exception")?;
+            .ok_or(AdapterFailure::NoException)?;
         let description = ex["description"].as_str().unwrap_or("");
         Ok(
             json!({"exceptionId": ex["className"].as_str().unwrap_or("Error"),

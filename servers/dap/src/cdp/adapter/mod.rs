@@ -19,6 +19,7 @@ mod breakpoints;
 mod events;
 mod inspect;
 
+use super::failure::{AdapterFailure, AdapterResult};
 use super::process;
 use super::sourcemap::SourceMap;
 use super::values::HitCondition;
@@ -221,10 +222,8 @@ fn url_path(url: &str) -> Option<PathBuf> {
 }
 
 impl Adapter {
-    fn cdp(&self) -> Result<Arc<Cdp>, String> {
-        self.cdp
-            .clone()
-            .ok_or_else(|| "the program is not running under the inspector".to_string())
+    fn cdp(&self) -> AdapterResult<Arc<Cdp>> {
+        self.cdp.clone().ok_or(AdapterFailure::NotRunning)
     }
 
     fn kill(&mut self) {
@@ -250,7 +249,7 @@ impl Adapter {
         self.out.event("terminated", json!({})).await;
     }
 
-    async fn respond(&self, req: &Value, result: Result<Value, String>) {
+    async fn respond(&self, req: &Value, result: AdapterResult<Value>) {
         let mut msg = json!({"type": "response", "request_seq": req["seq"],
             "command": req["command"]});
         match result {
@@ -258,9 +257,9 @@ impl Adapter {
                 msg["success"] = json!(true);
                 msg["body"] = body;
             }
-            Err(message) => {
+            Err(failure) => {
                 msg["success"] = json!(false);
-                msg["message"] = json!(message);
+                msg["message"] = json!(failure.to_string());
             }
         }
         self.out.send(msg).await;
@@ -295,15 +294,13 @@ impl Adapter {
                 self.respond(&req, Ok(json!({}))).await;
                 return command != "disconnect";
             }
-            other => Err(format!(
-                "{other} is not supported by kitbag's inspector bridge"
-            )),
+            other => Err(AdapterFailure::Unsupported(other.to_string())),
         };
         self.respond(&req, result).await;
         true
     }
 
-    async fn launch(&mut self, args: &Value) -> Result<Value, String> {
+    async fn launch(&mut self, args: &Value) -> AdapterResult<Value> {
         let program = PathBuf::from(args["program"].as_str().unwrap_or(""));
         let cwd = PathBuf::from(args["cwd"].as_str().unwrap_or("."));
         let argv: Vec<String> = args["args"]
@@ -340,7 +337,7 @@ impl Adapter {
         Ok(json!({}))
     }
 
-    async fn attach(&mut self, args: &Value) -> Result<Value, String> {
+    async fn attach(&mut self, args: &Value) -> AdapterResult<Value> {
         let host = args["connect"]["host"].as_str().unwrap_or("127.0.0.1");
         let port = args["connect"]["port"].as_u64().unwrap_or(9229) as u16;
         let ws = process::discover(host, port).await?;
@@ -350,7 +347,7 @@ impl Adapter {
 
     /// Connect, enable the domains, let a waiting runtime run to its first-line pause, then
     /// tell the client it may configure.
-    async fn connect(&mut self, ws_url: &str, launched: bool) -> Result<(), String> {
+    async fn connect(&mut self, ws_url: &str, launched: bool) -> AdapterResult<()> {
         let (cdp, events) = Cdp::connect(ws_url).await?;
         self.cdp = Some(cdp.clone());
         self.events = Some(events);
@@ -363,8 +360,7 @@ impl Adapter {
             enables.push(cdp.send("Debugger.setBreakpointsActive", json!({"active": true})));
         }
         for rx in enables {
-            rx.await
-                .map_err(|_| "the inspector connection closed".to_string())??;
+            rx.await.map_err(|_| AdapterFailure::Closed)??;
         }
         match self.dialect {
             Dialect::V8 => {
@@ -401,22 +397,22 @@ impl Adapter {
         &mut self,
         done: impl Fn(&Adapter) -> bool,
         within: Duration,
-    ) -> Result<(), String> {
+    ) -> AdapterResult<()> {
         let deadline = Instant::now() + within;
         while !done(self) {
             let left = deadline.saturating_duration_since(Instant::now());
             let ev = tokio::time::timeout(left, next_event(&mut self.events))
                 .await
-                .map_err(|_| "the runtime did not pause at its first line".to_string())?;
+                .map_err(|_| AdapterFailure::NoFirstPause)?;
             match ev {
                 Some((m, p)) => self.event_quiet(&m, p).await,
-                None => return Err("the inspector connection closed".into()),
+                None => return Err(AdapterFailure::Closed),
             }
         }
         Ok(())
     }
 
-    async fn configuration_done(&mut self) -> Result<Value, String> {
+    async fn configuration_done(&mut self) -> AdapterResult<Value> {
         self.configured = true;
         if self.launched && self.paused.is_some() {
             if self.stop_on_entry {
