@@ -1,10 +1,6 @@
-//! HTML → clean markdown of the main content.
-//!
-//! The page is parsed once (html5ever into an rcdom tree, parse errors not recorded); the tree is
-//! flattened below [`MAX_DEPTH`] levels of nesting; the main content root is chosen (`<main>`,
-//! `<article>`, `[role=main]`, else `<body>`), boilerplate subtrees (scripts, styles, navigation,
-//! footers, asides, forms, cookie and consent banners, share widgets) are cut out of the tree, and
-//! the rest is converted with htmd.
+//! Parsing: html5ever into an rcdom tree without a parse-error log, with start tags past
+//! [`PARSE_DEPTH`] levels kept from the tree builder, then [`flatten_deep`] unwrapping what is
+//! nested deeper than [`MAX_DEPTH`]. Also the small tree helpers the other modules use.
 //!
 //! Every walk here uses an explicit stack. htmd's converter recurses once per level of nesting,
 //! which is why the tree is flattened before it gets there: no page, however deep, can overflow the
@@ -15,7 +11,6 @@ use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::rc::Rc;
 
-use htmd::HtmlToMarkdown;
 use html5ever::interface::{ElementFlags, NodeOrText, QuirksMode, TreeSink};
 use html5ever::tendril::StrTendril;
 use html5ever::tokenizer::{
@@ -35,61 +30,21 @@ pub const MAX_DEPTH: usize = 256;
 /// at all. html5ever scans its stack of open elements for most start tags (`<div>` looks for an
 /// open `<p>` down to the bottom), which is quadratic in the depth: 50,000 nested `<div>` took
 /// minutes. Kept above [`MAX_DEPTH`] so that [`flatten_deep`] decides what a deep page keeps.
-const PARSE_DEPTH: usize = 2 * MAX_DEPTH;
+pub(crate) const PARSE_DEPTH: usize = 2 * MAX_DEPTH;
 
 const VOID_TAGS: &[&str] = &[
     "area", "base", "br", "col", "embed", "hr", "img", "input", "link", "meta", "source", "track",
     "wbr",
 ];
 
-const DROP_TAGS: &[&str] = &[
-    "script", "style", "noscript", "template", "iframe", "svg", "canvas", "nav", "footer", "aside",
-    "form", "button", "dialog", "select", "input", "object", "embed",
-];
-
-/// Class/id fragments of boilerplate blocks.
-const DROP_MARKERS: &[&str] = &[
-    "cookie",
-    "consent",
-    "gdpr",
-    "banner",
-    "advert",
-    "ads-",
-    "-ads",
-    "promo",
-    "newsletter",
-    "subscribe",
-    "share",
-    "social",
-    "popup",
-    "modal",
-    "sidebar",
-    "breadcrumb",
-    "navbar",
-    "menu",
-    "related",
-    "comments",
-    "skip-link",
-];
-
-const DROP_ROLES: &[&str] = &[
-    "navigation",
-    "banner",
-    "contentinfo",
-    "complementary",
-    "dialog",
-    "alertdialog",
-    "search",
-];
-
-fn tag(h: &Handle) -> Option<String> {
+pub(crate) fn tag(h: &Handle) -> Option<String> {
     match &h.data {
         NodeData::Element { name, .. } => Some(name.local.to_string()),
         _ => None,
     }
 }
 
-fn attr(h: &Handle, key: &str) -> Option<String> {
+pub(crate) fn attr(h: &Handle, key: &str) -> Option<String> {
     match &h.data {
         NodeData::Element { attrs, .. } => attrs
             .borrow()
@@ -101,7 +56,7 @@ fn attr(h: &Handle, key: &str) -> Option<String> {
 }
 
 /// The first node in document order matching `pred`.
-fn find(h: &Handle, pred: &dyn Fn(&Handle) -> bool) -> Option<Handle> {
+pub(crate) fn find(h: &Handle, pred: &dyn Fn(&Handle) -> bool) -> Option<Handle> {
     let mut stack = vec![Rc::clone(h)];
     while let Some(n) = stack.pop() {
         if pred(&n) {
@@ -112,7 +67,7 @@ fn find(h: &Handle, pred: &dyn Fn(&Handle) -> bool) -> Option<Handle> {
     None
 }
 
-fn text_of(h: &Handle, out: &mut String) {
+pub(crate) fn text_of(h: &Handle, out: &mut String) {
     let mut stack = vec![Rc::clone(h)];
     while let Some(n) = stack.pop() {
         if let NodeData::Text { contents } = &n.data {
@@ -122,39 +77,8 @@ fn text_of(h: &Handle, out: &mut String) {
     }
 }
 
-fn is_boilerplate(h: &Handle, root_is_body: bool) -> bool {
-    let Some(t) = tag(h) else { return false };
-    if DROP_TAGS.contains(&t.as_str()) || (root_is_body && t == "header") {
-        return true;
-    }
-    if attr(h, "hidden").is_some() || attr(h, "aria-hidden").is_some_and(|v| v == "true") {
-        return true;
-    }
-    if attr(h, "role").is_some_and(|r| DROP_ROLES.contains(&r.to_ascii_lowercase().as_str())) {
-        return true;
-    }
-    let marks = format!(
-        "{} {}",
-        attr(h, "class").unwrap_or_default().to_ascii_lowercase(),
-        attr(h, "id").unwrap_or_default().to_ascii_lowercase()
-    );
-    // Never drop the page's main wrappers by marker alone.
-    !matches!(t.as_str(), "main" | "article" | "body" | "html")
-        && DROP_MARKERS.iter().any(|m| marks.contains(m))
-}
-
-fn prune(h: &Handle, root_is_body: bool) {
-    let mut stack = vec![Rc::clone(h)];
-    while let Some(n) = stack.pop() {
-        n.children
-            .borrow_mut()
-            .retain(|c| !is_boilerplate(c, root_is_body));
-        stack.extend(n.children.borrow().iter().cloned());
-    }
-}
-
 /// Elements whose end separates words: when one is unwrapped a space takes its place.
-fn is_block(h: &Handle) -> bool {
+pub(crate) fn is_block(h: &Handle) -> bool {
     tag(h).is_some_and(|t| {
         matches!(
             t.as_str(),
@@ -392,7 +316,7 @@ impl TokenSink for DepthGuard {
 }
 
 /// Parse a whole document; no recursion, no error log, no quadratic depth.
-fn parse(html: &str) -> Handle {
+pub(crate) fn parse(html: &str) -> Handle {
     let sink = QuietDom(RcDom::default(), Cell::new(0));
     let doc = Rc::clone(&sink.0.document);
     let guard = DepthGuard {
@@ -407,148 +331,4 @@ fn parse(html: &str) -> Handle {
     while !matches!(tokenizer.feed(&input), TokenizerResult::Done) {}
     tokenizer.end();
     doc
-}
-
-/// The page title and its main content as markdown.
-///
-/// The third value counts the elements unwrapped because they were nested deeper than
-/// [`MAX_DEPTH`] (0 for any ordinary page).
-pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
-    let converter = HtmlToMarkdown::builder()
-        .skip_tags(DROP_TAGS.to_vec())
-        .build();
-    let doc = parse(html);
-    let unwrapped = flatten_deep(&doc, MAX_DEPTH);
-    let title = find(&doc, &|h| tag(h).as_deref() == Some("title")).map(|t| {
-        let mut s = String::new();
-        text_of(&t, &mut s);
-        s.split_whitespace().collect::<Vec<_>>().join(" ")
-    });
-    let main = find(&doc, &|h| tag(h).as_deref() == Some("main"))
-        .or_else(|| find(&doc, &|h| attr(h, "role").is_some_and(|r| r == "main")))
-        .or_else(|| find(&doc, &|h| tag(h).as_deref() == Some("article")));
-    let (root, root_is_body) = match main {
-        Some(m) => (m, false),
-        None => (
-            find(&doc, &|h| tag(h).as_deref() == Some("body")).unwrap_or_else(|| Rc::clone(&doc)),
-            true,
-        ),
-    };
-    prune(&root, root_is_body);
-    let mut md = converter.tree_to_markdown(&root);
-    // Collapse runs of blank lines left by removed blocks.
-    while md.contains("\n\n\n") {
-        md = md.replace("\n\n\n", "\n\n");
-    }
-    let title = title.filter(|t| !t.is_empty());
-    if let Some(t) = &title
-        && !md.trim_start().starts_with('#')
-    {
-        md = format!("# {t}\n\n{md}");
-    }
-    (title, md.trim().to_string(), unwrapped)
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn keeps_content_drops_boilerplate() {
-        let html = r#"<html><head><title>Rust 2026 Roadmap</title><style>body{}</style></head><body>
-            <nav><a href="/">Home</a><a href="/blog">Blog</a></nav>
-            <div class="cookie-banner">We use cookies. <button>Accept</button></div>
-            <main><h1>The Roadmap</h1><p>Three goals: <a href="https://example.org/a">faster builds</a> and more.</p>
-            <ul><li>one</li><li>two</li></ul><pre><code>fn main() {}</code></pre>
-            <table><tr><th>Area</th><th>Owner</th></tr><tr><td>Compiler</td><td>T-compiler</td></tr></table>
-            <div class="share-buttons">Share on X</div></main>
-            <script>track()</script><footer>© 2026 Example</footer></body></html>"#;
-        let (title, md, unwrapped) = to_markdown(html);
-        assert_eq!(unwrapped, 0);
-        assert_eq!(title.as_deref(), Some("Rust 2026 Roadmap"));
-        assert!(md.starts_with("# The Roadmap"), "{md}");
-        assert!(
-            md.contains("[faster builds](https://example.org/a)"),
-            "{md}"
-        );
-        assert!(md.contains("one") && md.contains("fn main() {}"), "{md}");
-        assert!(md.contains("Compiler") && md.contains("T-compiler"), "{md}");
-        for gone in [
-            "Home",
-            "cookies",
-            "Share on X",
-            "track()",
-            "© 2026",
-            "body{}",
-        ] {
-            assert!(!md.contains(gone), "{gone} should be dropped: {md}");
-        }
-    }
-
-    /// Far deeper than htmd could walk on a 2 MB stack (the test thread's), each kind of element.
-    #[test]
-    fn deep_nesting_is_flattened_not_recursed() {
-        let kinds = [
-            "b",
-            "div",
-            "span",
-            "i",
-            "a href=\"/x\"",
-            "blockquote",
-            "ul><li",
-            "em",
-            "section",
-            "code",
-            "p",
-            "table><tr><td",
-            "strong",
-        ];
-        for open in kinds {
-            let html = format!(
-                "<html><head><title>t</title></head><body>{}innermost words</body></html>",
-                format!("<{open}>").repeat(5_000)
-            );
-            let (_, md, unwrapped) = to_markdown(&html);
-            assert!(md.contains("innermost words"), "<{open}>: {md:.200}");
-            // A new <a> or <p> closes the open one, so those never nest.
-            assert_eq!(unwrapped > 0, !open.starts_with(['a', 'p']), "<{open}>");
-        }
-        let mixed: String = (0..6000)
-            .map(|i| format!("<div><span>level {i} </span><b>"))
-            .collect();
-        let (_, md, unwrapped) = to_markdown(&format!("<body>{mixed}bottom text</body>"));
-        assert!(unwrapped > 0);
-        assert!(md.contains("bottom text"), "{md:.200}");
-        assert!(md.contains("level 5999"), "deep text kept in order");
-        let five = md.find("level 5").unwrap_or(usize::MAX);
-        assert!(five < md.find("level 5999").unwrap_or(0));
-    }
-
-    #[test]
-    fn flattening_keeps_text_order_and_separates_blocks() {
-        let html = format!(
-            "<body>{}<p>one</p><p>two<b>three</b></p>four</body>",
-            "<div>".repeat(MAX_DEPTH)
-        );
-        let (_, md, unwrapped) = to_markdown(&html);
-        assert!(unwrapped > 0);
-        assert!(md.contains("one two"), "{md:.400}");
-        assert!(md.contains("twothree") && md.contains("four"), "{md:.400}");
-        // Just under the limit nothing is unwrapped.
-        let html = format!("<body>{}<p>x</p></body>", "<div>".repeat(MAX_DEPTH - 5));
-        assert_eq!(to_markdown(&html).2, 0);
-    }
-
-    #[test]
-    fn meta_charset_and_scripts_do_not_stop_the_parse() {
-        let html = "<html><head><meta charset=\"utf-8\"><title>t</title><script>x()</script></head><body><p>after</p></body></html>";
-        assert_eq!(to_markdown(html).1, "# t\n\nafter");
-    }
-
-    #[test]
-    fn nul_bytes_do_not_break_the_text() {
-        let html = format!("<body><p>a{}b</p></body>", "\0".repeat(10_000));
-        let (_, md, _) = to_markdown(&html);
-        assert_eq!(md, "ab");
-    }
 }

@@ -1,0 +1,719 @@
+//! Finding the main content of a parsed page.
+//!
+//! 1. [`strip_hard`]: what is never content goes first — scripts, styles, embedded objects,
+//!    controls, hidden elements.
+//! 2. [`strip_soft`]: boilerplate by tag, ARIA role or class/id marker (navigation, headers and
+//!    footers, asides, cookie banners, share widgets, related links…) is cut out, unless the block
+//!    holds most of the page's text and little of it is links — a `<div class="has-sidebar">`
+//!    wrapping the whole page stays — or is a boxed note inside the text (a DocBook `sidebar`
+//!    `div` of paragraphs with almost no links).
+//! 3. [`choose`]: every paragraph-like element (`p`, `pre`, `td`, `blockquote`, a `div` holding
+//!    only inline content, a list item that is not mostly a link, …) of 25 characters or more
+//!    gives points to its ancestors — one, plus
+//!    one per comma, plus one per 100 characters up to three; the parent gets them whole, the
+//!    grandparent half, further ancestors a third per level. A candidate's score starts from its
+//!    tag and its class/id hints (`content`, `article`, `post`, `body`… up; `comment`, `sidebar`,
+//!    `related`, `promo`… down) and is scaled by the share of its text that is not link text. The
+//!    best candidate is joined by its siblings that score well, share its kind of class (`post
+//!    bg1` beside `post bg2`) or read as prose. Then it climbs: through wrappers that add
+//!    nothing, and — when several blocks were picked (a manual's sections) — to a parent they
+//!    make 80% of (headings, an introduction). Semantic wrappers (`[itemprop=articleBody]`,
+//!    `[role=main]` — Sphinx's `div.body` —, `<main>`, `<article>`) win when they agree with the
+//!    scores: one around the chosen part that is not much larger than it and brings no
+//!    comment-like block of any size, or one inside it that holds most of its text.
+//! 4. [`clean`]: inside the chosen root, blocks that are mostly links (related-story lists, tag
+//!    clouds, pagers) or carry a negative hint and links are dropped, unless they hold prose.
+//!
+//! Every walk uses an explicit stack; the statistics are one post-order pass, kept in a map.
+
+use std::collections::HashMap;
+use std::rc::Rc;
+
+use html5ever::{QualName, ns};
+use markup5ever_rcdom::{Handle, Node, NodeData};
+
+/// Subtrees that are never content.
+pub(crate) const HARD_DROP: &[&str] = &[
+    "script", "style", "noscript", "template", "iframe", "svg", "canvas", "button", "dialog",
+    "select", "input", "textarea", "object", "embed", "link", "meta", "head",
+];
+
+/// Subtrees that are boilerplate unless they hold the page's text (see [`strip_soft`]).
+const SOFT_DROP: &[&str] = &["nav", "footer", "aside", "header", "form", "menu"];
+
+/// Class/id fragments of boilerplate blocks.
+const DROP_MARKERS: &[&str] = &[
+    "cookie",
+    "consent",
+    "gdpr",
+    "banner",
+    "advert",
+    "ads-",
+    "-ads",
+    "promo",
+    "newsletter",
+    "subscribe",
+    "share",
+    "social",
+    "popup",
+    "modal",
+    "sidebar",
+    "breadcrumb",
+    "crumbs",
+    "navbar",
+    "menu",
+    "related",
+    "comments",
+    "skip-link",
+    "masthead",
+    "footer",
+    "trending",
+    "right-rail",
+    "more-videos",
+    "more-topics",
+    "jumpbox",
+    "feedback",
+    "signature",
+    "postprofile",
+];
+
+const DROP_ROLES: &[&str] = &[
+    "navigation",
+    "banner",
+    "contentinfo",
+    "complementary",
+    "dialog",
+    "alertdialog",
+    "search",
+    "menu",
+    "menubar",
+];
+
+/// Class/id fragments that mark content.
+const POSITIVE: &[&str] = &[
+    "article",
+    "body",
+    "content",
+    "entry",
+    "hentry",
+    "h-entry",
+    "main",
+    "page",
+    "post",
+    "text",
+    "blog",
+    "story",
+    "prose",
+    "markdown",
+    "cooked",
+    "document",
+    "description",
+];
+
+/// Class/id fragments that mark boilerplate (scoring only; see [`DROP_MARKERS`] for removal).
+const NEGATIVE: &[&str] = &[
+    "hidden",
+    "banner",
+    "combx",
+    "comment",
+    "com-",
+    "contact",
+    "foot",
+    "masthead",
+    "media",
+    "meta",
+    "outbrain",
+    "promo",
+    "related",
+    "scroll",
+    "share",
+    "shoutbox",
+    "sidebar",
+    "skyscraper",
+    "sponsor",
+    "shopping",
+    "tags",
+    "tool",
+    "widget",
+    "nav",
+    "menu",
+    "breadcrumb",
+    "rail",
+    "trending",
+    "teaser",
+    "social",
+    "card",
+    "carousel",
+    "recommend",
+    "byline",
+    "profile",
+    "signature",
+];
+
+/// Elements that start a new block: a `div` without any of these below it reads as a paragraph.
+const BLOCKS: &[&str] = &[
+    "address",
+    "article",
+    "aside",
+    "blockquote",
+    "dd",
+    "div",
+    "dl",
+    "dt",
+    "figure",
+    "footer",
+    "form",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "h5",
+    "h6",
+    "header",
+    "hr",
+    "li",
+    "main",
+    "nav",
+    "ol",
+    "p",
+    "pre",
+    "section",
+    "table",
+    "ul",
+];
+
+/// The local name of an element ("" for other nodes).
+pub(crate) fn name(n: &Node) -> &str {
+    match &n.data {
+        NodeData::Element { name, .. } => &name.local,
+        _ => "",
+    }
+}
+
+fn attr_lc(n: &Node, key: &str) -> Option<String> {
+    match &n.data {
+        NodeData::Element { attrs, .. } => attrs
+            .borrow()
+            .iter()
+            .find(|a| a.name.local.as_ref() == key)
+            .map(|a| a.value.to_ascii_lowercase()),
+        _ => None,
+    }
+}
+
+/// `class` and `id`, lower-cased, space-separated.
+fn marks(n: &Node) -> String {
+    let mut s = attr_lc(n, "class").unwrap_or_default();
+    if let Some(id) = attr_lc(n, "id") {
+        s.push(' ');
+        s.push_str(&id);
+    }
+    s
+}
+
+/// Points for class/id hints: +25 for a content hint, −25 for a boilerplate hint (both may apply).
+pub(crate) fn class_weight(marks: &str) -> i32 {
+    let mut w = 0;
+    if NEGATIVE.iter().any(|m| marks.contains(m)) {
+        w -= 25;
+    }
+    if POSITIVE.iter().any(|m| marks.contains(m)) {
+        w += 25;
+    }
+    w
+}
+
+fn is_hidden(n: &Node) -> bool {
+    let NodeData::Element { attrs, .. } = &n.data else {
+        return false;
+    };
+    attrs.borrow().iter().any(|a| match a.name.local.as_ref() {
+        "hidden" => true,
+        "aria-hidden" => a.value.as_ref() == "true",
+        "style" => {
+            let v: String = a
+                .value
+                .chars()
+                .filter(|c| !c.is_whitespace())
+                .collect::<String>()
+                .to_ascii_lowercase();
+            v.contains("display:none") || v.contains("visibility:hidden")
+        }
+        _ => false,
+    })
+}
+
+/// Remove every child matching `drop`, anywhere under `root`.
+fn remove_where(root: &Handle, drop: &mut dyn FnMut(&Handle) -> bool) {
+    let mut stack = vec![Rc::clone(root)];
+    while let Some(n) = stack.pop() {
+        n.children.borrow_mut().retain(|c| !drop(c));
+        stack.extend(n.children.borrow().iter().cloned());
+    }
+}
+
+/// Step 1: scripts, styles, objects, controls, comments and hidden elements.
+pub(crate) fn strip_hard(root: &Handle) {
+    remove_where(root, &mut |c| match &c.data {
+        NodeData::Comment { .. } | NodeData::ProcessingInstruction { .. } => true,
+        NodeData::Element { .. } => HARD_DROP.contains(&name(c)) || is_hidden(c),
+        _ => false,
+    });
+}
+
+/// What one element's subtree holds.
+#[derive(Clone, Copy, Default, Debug)]
+pub(crate) struct Stats {
+    /// Characters of text, whitespace not counted.
+    pub text: usize,
+    /// Of which inside links.
+    pub link: usize,
+    /// Commas (Latin, CJK and Arabic).
+    pub commas: usize,
+    /// Paragraph-like elements of 25 characters or more.
+    pub paras: usize,
+    /// Whether a block element is below (or is) this one.
+    pub has_block: bool,
+}
+
+impl Stats {
+    pub fn link_density(&self) -> f64 {
+        if self.text == 0 {
+            0.0
+        } else {
+            self.link as f64 / self.text as f64
+        }
+    }
+    fn prose(&self) -> usize {
+        self.text.saturating_sub(self.link)
+    }
+}
+
+type Key = *const Node;
+
+fn key(h: &Handle) -> Key {
+    Rc::as_ptr(h)
+}
+
+fn is_para_like(n: &Node, st: &Stats, block_below: bool) -> bool {
+    match name(n) {
+        "p" | "pre" | "td" | "blockquote" | "dd" | "li" | "article" => true,
+        "div" | "section" | "span" | "font" | "center" => !block_below && st.text > 0,
+        _ => false,
+    }
+}
+
+/// Step 2's and 3's statistics: one post-order pass over `root`.
+pub(crate) fn stats(root: &Handle) -> HashMap<Key, Stats> {
+    let mut map: HashMap<Key, Stats> = HashMap::new();
+    let mut stack = vec![(Rc::clone(root), false)];
+    while let Some((n, done)) = stack.pop() {
+        if !done {
+            stack.push((Rc::clone(&n), true));
+            stack.extend(n.children.borrow().iter().map(|c| (Rc::clone(c), false)));
+            continue;
+        }
+        let mut st = Stats::default();
+        let mut block_below = false;
+        for c in n.children.borrow().iter() {
+            match &c.data {
+                NodeData::Text { contents } => {
+                    let t = contents.borrow();
+                    st.text += t.chars().filter(|c| !c.is_whitespace()).count();
+                    st.commas += t.matches([',', '，', '、', '،']).count();
+                }
+                NodeData::Element { .. } => {
+                    if let Some(cs) = map.get(&key(c)) {
+                        st.text += cs.text;
+                        st.link += cs.link;
+                        st.commas += cs.commas;
+                        st.paras += cs.paras;
+                        block_below |= cs.has_block;
+                    }
+                }
+                _ => {}
+            }
+        }
+        let tag = name(&n);
+        if tag == "a" {
+            st.link = st.text;
+        }
+        if is_para_like(&n, &st, block_below) && st.text >= 25 {
+            st.paras += 1;
+        }
+        st.has_block = block_below || BLOCKS.contains(&tag);
+        map.insert(key(&n), st);
+    }
+    map
+}
+
+/// Step 2: boilerplate blocks out, unless one holds at least 40% of the text under `root` with
+/// less than a third of it in links.
+pub(crate) fn strip_soft(root: &Handle) {
+    let map = stats(root);
+    let total = map.get(&key(root)).map_or(0, |s| s.text);
+    remove_where(root, &mut |c| {
+        let tag = name(c);
+        if tag.is_empty() || matches!(tag, "main" | "article" | "body" | "html") {
+            return false;
+        }
+        let role = attr_lc(c, "role").unwrap_or_default();
+        if role == "main" || attr_lc(c, "itemprop").is_some_and(|v| v.contains("articlebody")) {
+            return false;
+        }
+        let boiler = SOFT_DROP.contains(&tag)
+            || DROP_ROLES.contains(&role.as_str())
+            || DROP_MARKERS.iter().any(|m| marks(c).contains(m));
+        if !boiler {
+            return false;
+        }
+        let st = map.get(&key(c)).copied().unwrap_or_default();
+        let dominant = st.text * 10 >= total * 4 && st.link_density() < 0.33;
+        // A DocBook/AsciiDoc `sidebar` is a boxed note inside the text: paragraphs, few links.
+        let boxed_note = tag == "div"
+            && marks(c).contains("sidebar")
+            && st.paras >= 2
+            && st.link_density() < 0.1;
+        !dominant && !boxed_note
+    });
+}
+
+/// A candidate's starting points from its tag.
+fn tag_base(tag: &str) -> f64 {
+    match tag {
+        "div" | "article" | "main" => 5.0,
+        "pre" | "td" | "blockquote" | "section" => 3.0,
+        "address" | "ol" | "ul" | "dl" | "dd" | "dt" | "li" | "form" => -3.0,
+        "h1" | "h2" | "h3" | "h4" | "h5" | "h6" | "th" => -5.0,
+        _ => 0.0,
+    }
+}
+
+fn parent_of(h: &Handle) -> Option<Handle> {
+    let w = h.parent.take();
+    h.parent.set(w.clone());
+    w.and_then(|w| w.upgrade())
+}
+
+fn contains(outer: &Handle, inner: &Handle) -> bool {
+    let mut cur = Some(Rc::clone(inner));
+    while let Some(n) = cur {
+        if Rc::ptr_eq(&n, outer) {
+            return true;
+        }
+        cur = parent_of(&n);
+    }
+    false
+}
+
+/// Every element under `root` in document order.
+fn elements(root: &Handle) -> Vec<Handle> {
+    let mut out = Vec::new();
+    let mut stack = vec![Rc::clone(root)];
+    while let Some(n) = stack.pop() {
+        if matches!(n.data, NodeData::Element { .. }) {
+            out.push(Rc::clone(&n));
+        }
+        stack.extend(n.children.borrow().iter().rev().cloned());
+    }
+    out
+}
+
+/// What [`choose`] picked.
+pub(crate) struct Choice {
+    /// The content root: an element of the page, or a new `div` holding the chosen siblings.
+    pub root: Handle,
+    /// Characters of non-link text in it.
+    pub prose: usize,
+    /// Whether any paragraph scored at all (false: the page has no prose to speak of).
+    pub scored: bool,
+}
+
+type Scores = HashMap<Key, (f64, Handle)>;
+
+/// Step 3: the main content under `body` (already stripped).
+pub(crate) fn choose(body: &Handle) -> Choice {
+    let map = stats(body);
+    let st = |h: &Handle| map.get(&key(h)).copied().unwrap_or_default();
+    let all = elements(body);
+    let (score, seen_para) = score_paragraphs(&all, &map);
+    let final_score = |h: &Handle| {
+        score.get(&key(h)).map(|(raw, _)| {
+            let ld = map.get(&key(h)).map_or(0.0, |s| s.link_density());
+            raw * (1.0 - ld)
+        })
+    };
+    let best = score
+        .values()
+        .filter_map(|(_, h)| final_score(h).map(|sc| (sc, h)))
+        .max_by(|a, b| a.0.total_cmp(&b.0));
+    let Some((best_score, best)) = best.map(|(s, h)| (s, Rc::clone(h))) else {
+        return Choice {
+            prose: st(body).prose(),
+            root: Rc::clone(body),
+            scored: false,
+        };
+    };
+    // Climb while the chosen part is most of its parent (a manual's sections, a section's
+    // sub-sections): the parent adds only glue — headings, an introduction, a title page.
+    let mut anchor = best;
+    let mut picked = pick_siblings(&anchor, best_score, body, &map, &final_score);
+    loop {
+        let Some(parent) =
+            parent_of(&anchor).filter(|p| !Rc::ptr_eq(&anchor, body) && !Rc::ptr_eq(p, body))
+        else {
+            break;
+        };
+        // A wrapper that adds (almost) nothing is climbed; otherwise only a body split into
+        // several blocks climbs — a single block's parent is where headlines, bylines and
+        // teasers live.
+        let blocks = picked
+            .iter()
+            .filter(|h| score.contains_key(&key(h)))
+            .count();
+        let picked_text: usize = picked.iter().map(|h| st(h).text).sum();
+        let parent_text = st(&parent).text;
+        let wrapper = picked_text * 100 >= parent_text * 97;
+        if !wrapper && (blocks < 2 || picked_text * 10 < parent_text * 8) {
+            break;
+        }
+        anchor = parent;
+        picked = pick_siblings(&anchor, best_score, body, &map, &final_score);
+    }
+    let picked_prose: usize = picked.iter().map(|h| st(h).prose()).sum();
+    // Semantic wrappers that agree with the scores.
+    for s in semantic_roots(&all) {
+        let sp = st(&s).prose();
+        let around = contains(&s, &anchor)
+            && sp * 2 <= picked_prose.max(1) * 5
+            && hinted_away(&s, &anchor, &map) * 4 <= picked_prose;
+        let inside = !Rc::ptr_eq(&s, &anchor)
+            && contains(&anchor, &s)
+            && sp * 10 >= picked_prose * 6
+            && picked.len() == 1;
+        if around || inside {
+            return Choice {
+                root: s,
+                prose: sp,
+                scored: true,
+            };
+        }
+    }
+    let root = if picked.len() == 1 {
+        Rc::clone(&picked[0])
+    } else {
+        let div = Node::new(NodeData::Element {
+            name: QualName::new(None, ns!(html), "div".into()),
+            attrs: Default::default(),
+            template_contents: Default::default(),
+            mathml_annotation_xml_integration_point: false,
+        });
+        *div.children.borrow_mut() = picked;
+        div
+    };
+    Choice {
+        root,
+        prose: picked_prose,
+        scored: seen_para,
+    }
+}
+
+/// Every paragraph-like element's points, given to its ancestors (see the module's step 3);
+/// and whether there was any paragraph at all.
+fn score_paragraphs(all: &[Handle], map: &HashMap<Key, Stats>) -> (Scores, bool) {
+    let st = |h: &Handle| map.get(&key(h)).copied().unwrap_or_default();
+    let mut score: Scores = HashMap::new();
+    let mut seen_para = false;
+    for el in all {
+        let s = st(el);
+        let block_below = el
+            .children
+            .borrow()
+            .iter()
+            .any(|c| map.get(&key(c)).is_some_and(|cs| cs.has_block));
+        // List items count when they read as prose (not a list of links: navigation, teasers).
+        let para = is_para_like(el, &s, block_below)
+            && s.text >= 25
+            && name(el) != "article"
+            && !(name(el) == "li" && s.link_density() >= 0.5);
+        // Loose text straight in a container that also holds blocks (an article written as text
+        // and `<br>`s beside a share bar) reads as a paragraph of that container.
+        let (points, first) = if para {
+            let points = 1.0 + s.commas as f64 + (s.text as f64 / 100.0).floor().min(3.0);
+            (points, parent_of(el))
+        } else if block_below {
+            let (mut len, mut commas) = (0usize, 0usize);
+            for c in el.children.borrow().iter() {
+                if let NodeData::Text { contents } = &c.data {
+                    let t = contents.borrow();
+                    len += t.chars().filter(|c| !c.is_whitespace()).count();
+                    commas += t.matches([',', '，', '、', '،']).count();
+                }
+            }
+            if len < 25 {
+                continue;
+            }
+            (
+                1.0 + commas as f64 + (len as f64 / 100.0).floor().min(3.0),
+                Some(Rc::clone(el)),
+            )
+        } else {
+            continue;
+        };
+        seen_para = true;
+        let mut cur = first;
+        let mut level = 0;
+        while let Some(anc) = cur {
+            if level >= 5 || matches!(anc.data, NodeData::Document) || name(&anc) == "html" {
+                break;
+            }
+            let entry = score.entry(key(&anc)).or_insert_with(|| {
+                (
+                    tag_base(name(&anc)) + class_weight(&marks(&anc)) as f64,
+                    Rc::clone(&anc),
+                )
+            });
+            let div = match level {
+                0 => 1.0,
+                1 => 2.0,
+                l => l as f64 * 3.0,
+            };
+            entry.0 += points / div;
+            level += 1;
+            cur = parent_of(&anc);
+        }
+    }
+    (score, seen_para)
+}
+
+/// `anchor` and the siblings that belong with it: those that score at least a fifth of the best
+/// candidate (with a bonus for sharing its class) and paragraphs that read as prose.
+fn pick_siblings(
+    anchor: &Handle,
+    best_score: f64,
+    body: &Handle,
+    map: &HashMap<Key, Stats>,
+    final_score: &dyn Fn(&Handle) -> Option<f64>,
+) -> Vec<Handle> {
+    let Some(parent) = parent_of(anchor).filter(|_| !Rc::ptr_eq(anchor, body)) else {
+        return vec![Rc::clone(anchor)];
+    };
+    let st = |h: &Handle| map.get(&key(h)).copied().unwrap_or_default();
+    let threshold = (best_score * 0.2).max(10.0);
+    let anchor_class = attr_lc(anchor, "class");
+    let mut picked = Vec::new();
+    for sib in parent.children.borrow().iter() {
+        let keep = if Rc::ptr_eq(sib, anchor) {
+            true
+        } else if !matches!(sib.data, NodeData::Element { .. }) {
+            false
+        } else {
+            let s = st(sib);
+            let mut sc = final_score(sib).unwrap_or(f64::MIN);
+            if name(sib) == name(anchor)
+                && alike(anchor_class.as_deref(), attr_lc(sib, "class").as_deref())
+            {
+                sc += best_score * 0.2;
+            }
+            let ld = s.link_density();
+            sc >= threshold
+                || (name(sib) == "p" && s.text > 80 && ld < 0.25)
+                || (name(sib) == "p" && s.text > 0 && ld == 0.0 && {
+                    let mut t = String::new();
+                    super::parse::text_of(sib, &mut t);
+                    t.trim_end().ends_with(['.', '!', '?', '。'])
+                })
+        };
+        if keep {
+            picked.push(Rc::clone(sib));
+        }
+    }
+    picked
+}
+
+/// Text under `wrapper`, outside `anchor`, in blocks whose class or id hints at boilerplate
+/// (comments, related links…): what taking the wrapper instead of the anchor would bring in.
+fn hinted_away(wrapper: &Handle, anchor: &Handle, map: &HashMap<Key, Stats>) -> usize {
+    let mut total = 0;
+    let mut stack: Vec<Handle> = wrapper.children.borrow().iter().cloned().collect();
+    while let Some(n) = stack.pop() {
+        if Rc::ptr_eq(&n, anchor) || !matches!(n.data, NodeData::Element { .. }) {
+            continue;
+        }
+        if class_weight(&marks(&n)) < 0 && !contains(&n, anchor) {
+            total += map.get(&key(&n)).map_or(0, |s| s.text);
+            continue;
+        }
+        stack.extend(n.children.borrow().iter().cloned());
+    }
+    total
+}
+
+/// Whether two class lists mark the same kind of block: at least half of the longer one's
+/// classes in common (`post bg1` and `post bg2`: a thread's posts in alternating colours).
+fn alike(a: Option<&str>, b: Option<&str>) -> bool {
+    let (Some(a), Some(b)) = (a, b) else {
+        return false;
+    };
+    let a: Vec<&str> = a.split_whitespace().collect();
+    let b: Vec<&str> = b.split_whitespace().collect();
+    let common = a.iter().filter(|c| b.contains(c)).count();
+    common > 0 && common * 2 >= a.len().max(b.len())
+}
+
+/// Semantic content wrappers, most specific first: `[itemprop=articleBody]`, `[role=main]`,
+/// `<main>`, then `<article>`s by size.
+fn semantic_roots(all: &[Handle]) -> Vec<Handle> {
+    let mut body = Vec::new();
+    let mut role = Vec::new();
+    let mut main = Vec::new();
+    let mut article = Vec::new();
+    for el in all {
+        if attr_lc(el, "itemprop").is_some_and(|v| v.split_whitespace().any(|t| t == "articlebody"))
+        {
+            body.push(Rc::clone(el));
+        } else if attr_lc(el, "role").is_some_and(|r| r == "main") {
+            role.push(Rc::clone(el));
+        } else {
+            match name(el) {
+                "main" => main.push(Rc::clone(el)),
+                "article" => article.push(Rc::clone(el)),
+                _ => {}
+            }
+        }
+    }
+    body.into_iter()
+        .chain(role)
+        .chain(main)
+        .chain(article)
+        .collect()
+}
+
+/// Step 4: link lists and hinted boilerplate out of the chosen root.
+pub(crate) fn clean(root: &Handle) {
+    let map = stats(root);
+    let rk = key(root);
+    remove_where(root, &mut |c| {
+        let tag = name(c);
+        if !matches!(
+            tag,
+            "div" | "section" | "ul" | "ol" | "dl" | "table" | "figure" | "aside" | "header" | "p"
+        ) || key(c) == rk
+        {
+            return false;
+        }
+        let Some(s) = map.get(&key(c)) else {
+            return false;
+        };
+        if s.text == 0 {
+            // Images, spacers: htmd keeps images; keep figures, drop empty wrappers' noise.
+            return false;
+        }
+        if s.commas >= 10 {
+            return false;
+        }
+        let ld = s.link_density();
+        let w = class_weight(&marks(c));
+        (ld > 0.5 && s.prose() < 400) || (w < 0 && ld > 0.2) || (w < 0 && s.paras == 0)
+    });
+}

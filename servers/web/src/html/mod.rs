@@ -1,0 +1,412 @@
+//! HTML → clean markdown of the main content.
+//!
+//! The page is parsed once ([`parse`]: html5ever into an rcdom tree, parse errors not recorded,
+//! the tree flattened below [`MAX_DEPTH`] levels of nesting); the main content is found by
+//! [`content`] (boilerplate stripped, paragraphs scored into their containers, semantic wrappers
+//! checked against the scores, link lists cleaned out) and converted with htmd. A page whose body
+//! holds no prose (a video or a script-rendered page) falls back to its metadata: schema.org
+//! JSON-LD `articleBody` / `description`, `og:description`, `<meta name=description>`.
+
+mod content;
+mod parse;
+
+use std::rc::Rc;
+
+use htmd::HtmlToMarkdown;
+use markup5ever_rcdom::Handle;
+
+pub use parse::{MAX_DEPTH, flatten_deep};
+use parse::{attr, find, tag, text_of};
+
+/// Largest JSON-LD block read for metadata.
+const MAX_JSON_LD: usize = 1 << 20;
+
+/// Prose (non-link characters) under which the body is taken to hold no article of its own.
+const THIN_PROSE: usize = 250;
+
+/// Text found in the page's metadata.
+#[derive(Default, Debug)]
+struct Meta {
+    /// schema.org `articleBody` (the whole text of an article, when a site puts it there).
+    article_body: Option<String>,
+    /// The longest of JSON-LD `description`, `og:description`, `<meta name=description>`.
+    description: Option<String>,
+}
+
+fn squash(s: &str) -> String {
+    s.split_whitespace().collect::<Vec<_>>().join(" ")
+}
+
+fn longer(a: Option<String>, b: String) -> Option<String> {
+    match a {
+        Some(a) if a.len() >= b.len() => Some(a),
+        _ if b.is_empty() => None,
+        _ => Some(b),
+    }
+}
+
+/// `articleBody` and `description` strings anywhere in a JSON-LD value (iteratively).
+fn json_ld(v: serde_json::Value, meta: &mut Meta) {
+    let mut stack = vec![v];
+    while let Some(v) = stack.pop() {
+        match v {
+            serde_json::Value::Array(a) => stack.extend(a),
+            serde_json::Value::Object(o) => {
+                for (k, v) in o {
+                    match (k.as_str(), v) {
+                        ("articleBody", serde_json::Value::String(s)) => {
+                            meta.article_body = longer(meta.article_body.take(), squash(&s));
+                        }
+                        ("description", serde_json::Value::String(s)) => {
+                            meta.description = longer(meta.description.take(), squash(&s));
+                        }
+                        (_, v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
+                            stack.push(v)
+                        }
+                        _ => {}
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+}
+
+/// Metadata text, read before scripts are stripped.
+fn metadata(doc: &Handle) -> Meta {
+    let mut meta = Meta::default();
+    let mut stack = vec![Rc::clone(doc)];
+    while let Some(n) = stack.pop() {
+        match tag(&n).as_deref() {
+            Some("meta") => {
+                let key = attr(&n, "property")
+                    .or_else(|| attr(&n, "name"))
+                    .unwrap_or_default()
+                    .to_ascii_lowercase();
+                if matches!(
+                    key.as_str(),
+                    "og:description" | "description" | "twitter:description"
+                ) {
+                    let content: Option<String> = attr(&n, "content");
+                    if let Some(c) = content {
+                        meta.description = longer(meta.description.take(), squash(&c));
+                    }
+                }
+            }
+            Some("script")
+                if attr(&n, "type")
+                    .is_some_and(|t| t.eq_ignore_ascii_case("application/ld+json")) =>
+            {
+                let mut s = String::new();
+                text_of(&n, &mut s);
+                if s.len() <= MAX_JSON_LD
+                    && let Ok(v) = serde_json::from_str::<serde_json::Value>(s.trim())
+                {
+                    json_ld(v, &mut meta);
+                }
+            }
+            _ => {}
+        }
+        stack.extend(n.children.borrow().iter().cloned());
+    }
+    meta
+}
+
+/// The page title and its main content as markdown.
+///
+/// The third value counts the elements unwrapped because they were nested deeper than
+/// [`MAX_DEPTH`] (0 for any ordinary page).
+pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
+    let converter = HtmlToMarkdown::builder()
+        .skip_tags(content::HARD_DROP.to_vec())
+        .build();
+    let doc = parse::parse(html);
+    let unwrapped = flatten_deep(&doc, MAX_DEPTH);
+    let title = find(&doc, &|h| tag(h).as_deref() == Some("title")).map(|t| {
+        let mut s = String::new();
+        text_of(&t, &mut s);
+        squash(&s)
+    });
+    let meta = metadata(&doc);
+    let body =
+        find(&doc, &|h| tag(h).as_deref() == Some("body")).unwrap_or_else(|| Rc::clone(&doc));
+    content::strip_hard(&body);
+    content::strip_soft(&body);
+    let choice = content::choose(&body);
+    content::clean(&choice.root);
+    let mut md = converter.tree_to_markdown(&choice.root);
+    // A body without prose of its own: the metadata's text, when it says more.
+    let fallback = match (&meta.article_body, &meta.description) {
+        (Some(b), _) if b.len() > 2 * choice.prose.max(THIN_PROSE / 2) => Some(b),
+        (_, Some(d)) if (!choice.scored || choice.prose < THIN_PROSE) && d.len() > choice.prose => {
+            Some(d)
+        }
+        _ => None,
+    };
+    if let Some(text) = fallback {
+        let heading = find(&choice.root, &|h| tag(h).as_deref() == Some("h1"))
+            .or_else(|| find(&body, &|h| tag(h).as_deref() == Some("h1")))
+            .map(|h| {
+                let mut s = String::new();
+                text_of(&h, &mut s);
+                squash(&s)
+            })
+            .filter(|h| !h.is_empty());
+        md = match heading {
+            Some(h) => format!("# {h}\n\n{text}"),
+            None => text.clone(),
+        };
+    }
+    // Collapse runs of blank lines left by removed blocks.
+    while md.contains("\n\n\n") {
+        md = md.replace("\n\n\n", "\n\n");
+    }
+    let title = title.filter(|t| !t.is_empty());
+    if let Some(t) = &title
+        && !md.trim_start().starts_with('#')
+    {
+        md = format!("# {t}\n\n{md}");
+    }
+    (title, md.trim().to_string(), unwrapped)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keeps_content_drops_boilerplate() {
+        let html = r#"<html><head><title>Rust 2026 Roadmap</title><style>body{}</style></head><body>
+            <nav><a href="/">Home</a><a href="/blog">Blog</a></nav>
+            <div class="cookie-banner">We use cookies. <button>Accept</button></div>
+            <main><h1>The Roadmap</h1><p>Three goals: <a href="https://example.org/a">faster builds</a> and more.</p>
+            <ul><li>one</li><li>two</li></ul><pre><code>fn main() {}</code></pre>
+            <table><tr><th>Area</th><th>Owner</th></tr><tr><td>Compiler</td><td>T-compiler</td></tr></table>
+            <div class="share-buttons">Share on X</div></main>
+            <script>track()</script><footer>© 2026 Example</footer></body></html>"#;
+        let (title, md, unwrapped) = to_markdown(html);
+        assert_eq!(unwrapped, 0);
+        assert_eq!(title.as_deref(), Some("Rust 2026 Roadmap"));
+        assert!(md.starts_with("# The Roadmap"), "{md}");
+        assert!(
+            md.contains("[faster builds](https://example.org/a)"),
+            "{md}"
+        );
+        assert!(md.contains("one") && md.contains("fn main() {}"), "{md}");
+        assert!(md.contains("Compiler") && md.contains("T-compiler"), "{md}");
+        for gone in [
+            "Home",
+            "cookies",
+            "Share on X",
+            "track()",
+            "© 2026",
+            "body{}",
+        ] {
+            assert!(!md.contains(gone), "{gone} should be dropped: {md}");
+        }
+    }
+
+    /// Far deeper than htmd could walk on a 2 MB stack (the test thread's), each kind of element.
+    #[test]
+    fn deep_nesting_is_flattened_not_recursed() {
+        let kinds = [
+            "b",
+            "div",
+            "span",
+            "i",
+            "a href=\"/x\"",
+            "blockquote",
+            "ul><li",
+            "em",
+            "section",
+            "code",
+            "p",
+            "table><tr><td",
+            "strong",
+        ];
+        for open in kinds {
+            let html = format!(
+                "<html><head><title>t</title></head><body>{}innermost words</body></html>",
+                format!("<{open}>").repeat(5_000)
+            );
+            let (_, md, unwrapped) = to_markdown(&html);
+            assert!(md.contains("innermost words"), "<{open}>: {md:.200}");
+            // A new <a> or <p> closes the open one, so those never nest.
+            assert_eq!(unwrapped > 0, !open.starts_with(['a', 'p']), "<{open}>");
+        }
+        let mixed: String = (0..6000)
+            .map(|i| format!("<div><span>level {i} </span><b>"))
+            .collect();
+        let (_, md, unwrapped) = to_markdown(&format!("<body>{mixed}bottom text</body>"));
+        assert!(unwrapped > 0);
+        assert!(md.contains("bottom text"), "{md:.200}");
+        assert!(md.contains("level 5999"), "deep text kept in order");
+        let five = md.find("level 5").unwrap_or(usize::MAX);
+        assert!(five < md.find("level 5999").unwrap_or(0));
+    }
+
+    #[test]
+    fn flattening_keeps_text_order_and_separates_blocks() {
+        let html = format!(
+            "<body>{}<p>one</p><p>two<b>three</b></p>four</body>",
+            "<div>".repeat(MAX_DEPTH)
+        );
+        let (_, md, unwrapped) = to_markdown(&html);
+        assert!(unwrapped > 0);
+        assert!(md.contains("one two"), "{md:.400}");
+        assert!(md.contains("twothree") && md.contains("four"), "{md:.400}");
+        // Just under the limit nothing is unwrapped.
+        let html = format!("<body>{}<p>x</p></body>", "<div>".repeat(MAX_DEPTH - 5));
+        assert_eq!(to_markdown(&html).2, 0);
+    }
+
+    #[test]
+    fn meta_charset_and_scripts_do_not_stop_the_parse() {
+        let html = "<html><head><meta charset=\"utf-8\"><title>t</title><script>x()</script></head><body><p>after</p></body></html>";
+        assert_eq!(to_markdown(html).1, "# t\n\nafter");
+    }
+
+    #[test]
+    fn nul_bytes_do_not_break_the_text() {
+        let html = format!("<body><p>a{}b</p></body>", "\0".repeat(10_000));
+        let (_, md, _) = to_markdown(&html);
+        assert_eq!(md, "ab");
+    }
+
+    fn para(n: usize, words: &str) -> String {
+        (0..n)
+            .map(|i| format!("<p>{words} number {i}, with commas, and enough words to count.</p>"))
+            .collect()
+    }
+
+    #[test]
+    fn sphinx_body_beats_a_long_sidebar() {
+        let links: String = (0..200)
+            .map(|i| format!("<li><a href=\"/m{i}.html\">module {i}</a></li>"))
+            .collect();
+        let html = format!(
+            "<body><div class=\"document\"><div class=\"documentwrapper\"><div class=\"body\" role=\"main\"><h1>json</h1>{}</div></div></div><div class=\"sphinxsidebar\" role=\"navigation\"><ul>{links}</ul></div></body>",
+            para(6, "Encoding basic Python object hierarchies")
+        );
+        let (_, md, _) = to_markdown(&html);
+        assert!(
+            md.contains("Encoding basic Python object hierarchies number 5"),
+            "{md}"
+        );
+        assert!(!md.contains("module 7"), "{md}");
+    }
+
+    #[test]
+    fn a_teaser_article_does_not_hide_the_story() {
+        let html = format!(
+            "<body><article class=\"card\"><a href=\"/x\"><h3>Watch live now</h3></a></article><div class=\"story-body\"><h1>Storm</h1>{}</div><div class=\"more\"><a href=\"/1\">One more story</a> <a href=\"/2\">Another story</a></div></body>",
+            para(5, "The storm closed the coast road")
+        );
+        let (_, md, _) = to_markdown(&html);
+        assert!(md.contains("closed the coast road number 4"), "{md}");
+        assert!(
+            !md.contains("Watch live") && !md.contains("Another story"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn loose_text_beside_blocks_is_a_paragraph() {
+        let text = "The council registered two break-ins overnight, the vans were damaged, and the police came. ".repeat(3);
+        let html = format!(
+            "<body><div class=\"col\"><ul>{}</ul></div><div class=\"col\"><p class=\"title\">Break-ins</p>{text}<br><br><div class=\"row\"><a href=\"/s\">Share</a></div></div></body>",
+            "<li><a href=\"/a\">Archive month</a></li>".repeat(30)
+        );
+        let (_, md, _) = to_markdown(&html);
+        assert!(md.contains("registered two break-ins"), "{md}");
+        assert!(!md.contains("Archive month"), "{md}");
+    }
+
+    #[test]
+    fn a_page_without_prose_falls_back_to_its_metadata() {
+        let desc = "In this talk we follow one request through the kernel, from the interrupt to the read call, and look at where the time goes.";
+        let html = format!(
+            "<html><head><title>Packets - Video</title><script type=\"application/ld+json\">{{\"@type\":\"VideoObject\",\"description\":\"{desc}\"}}</script></head><body><nav><a href=\"/\">Home</a></nav><h1>Packets</h1><ul><li><a href=\"/v1\">Up next: ray tracing</a></li></ul></body></html>"
+        );
+        let (_, md, _) = to_markdown(&html);
+        assert_eq!(md, format!("# Packets\n\n{desc}"));
+    }
+
+    #[test]
+    fn a_manual_split_in_sections_comes_whole() {
+        // AsciiDoc: every section is its own block; the best one alone is a fraction of the page.
+        let sections: String = (0..6)
+            .map(|i| {
+                format!(
+                    "<div class=\"sect1\"><h2>Part {i}</h2><div class=\"sectionbody\"><div class=\"paragraph\">{}</div></div></div>",
+                    para(2 + i % 3, &format!("Section {i} explains the workflow"))
+                )
+            })
+            .collect();
+        let html = format!(
+            "<body><div id=\"header\"><h1>gitworkflows(7)</h1></div><div id=\"content\">{sections}</div><div id=\"footer\"><a href=\"/\">Last updated</a></div></body>"
+        );
+        let (_, md, _) = to_markdown(&html);
+        for i in 0..6 {
+            assert!(md.contains(&format!("Section {i} explains")), "{md}");
+            assert!(md.contains(&format!("Part {i}")), "{md}");
+        }
+    }
+
+    #[test]
+    fn posts_in_alternating_colours_are_one_thread() {
+        let post = |bg: u8, text: &str| {
+            format!(
+                "<div class=\"post has-profile bg{bg}\"><div class=\"postbody\"><div class=\"content\">{text}</div></div></div><hr>"
+            )
+        };
+        let html = format!(
+            "<body><div id=\"page-body\"><h2>Boot fails</h2>{}{}{}</div></body>",
+            post(2, &"After the update the board never boots from the drive, only from the card, and the log is empty. ".repeat(4)),
+            post(1, "Add the retries setting to the bootloader configuration and it will find the drive."),
+            post(2, "That fixed it, thank you, boot time is back to eight seconds.")
+        );
+        let (_, md, _) = to_markdown(&html);
+        assert!(
+            md.contains("retries setting") && md.contains("That fixed it"),
+            "{md}"
+        );
+    }
+
+    #[test]
+    fn an_article_wrapper_that_brings_comments_is_not_taken() {
+        let comments = para(3, "I disagree with the prosecutor, said a reader");
+        let html = format!(
+            "<body><article><h3>Prosecutor weighs appeal</h3><div class=\"cuerpo\">{}</div><div id=\"comment_form_container\"><h2>Comment</h2>{comments}</div></article></body>",
+            para(8, "The prosecutor met his superior in Madrid")
+        );
+        let (_, md, _) = to_markdown(&html);
+        assert!(md.contains("met his superior in Madrid number 7"), "{md}");
+        assert!(!md.contains("said a reader"), "{md}");
+    }
+
+    #[test]
+    fn a_boxed_note_inside_the_text_stays() {
+        let html = format!(
+            "<body><div class=\"section\"><h2>6.2. apt-get</h2>{}<div class=\"sidebar\"><p class=\"title\">TIP</p>{}</div>{}</div><div class=\"sidebar\"><ul>{}</ul></div></body>",
+            para(3, "APT is a vast project"),
+            para(2, "Incremental index updates save bandwidth"),
+            para(2, "The sources list names the repositories"),
+            "<li><a href=\"/x\">Another chapter</a></li>".repeat(20)
+        );
+        let (_, md, _) = to_markdown(&html);
+        assert!(
+            md.contains("Incremental index updates save bandwidth number 1"),
+            "{md}"
+        );
+        assert!(!md.contains("Another chapter"), "{md}");
+    }
+
+    #[test]
+    fn class_hints_weigh_both_ways() {
+        assert_eq!(content::class_weight("entry-content"), 25);
+        assert_eq!(content::class_weight("sidebar widget"), -25);
+        assert_eq!(content::class_weight("post-comments"), 0);
+        assert_eq!(content::class_weight("row col-md-9"), 0);
+    }
+}
