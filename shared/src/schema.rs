@@ -36,9 +36,15 @@ pub const STANDARD_FORMATS: [&str; 19] = [
     "regex",
 ];
 
+/// A params type whose schema is not an object (an enum or a newtype at the root): a
+/// programming error, found when the tool is registered.
+#[derive(Debug, thiserror::Error)]
+#[error("the input schema is not an object: {0}")]
+pub struct NotAnObject(String);
+
 /// The input schema of a params type (root `type: object`), cleaned for every client.
-pub fn input_schema<P: JsonSchema + 'static>() -> Result<JsonObject, String> {
-    let generated = rmcp::handler::server::common::schema_for_input::<P>()?;
+pub fn input_schema<P: JsonSchema + 'static>() -> Result<JsonObject, NotAnObject> {
+    let generated = rmcp::handler::server::common::schema_for_input::<P>().map_err(NotAnObject)?;
     let mut schema = Value::Object(std::sync::Arc::unwrap_or_clone(generated));
     clean(&mut schema);
     drop_optional_nulls(&mut schema);

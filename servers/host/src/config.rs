@@ -240,7 +240,7 @@ pub fn load(path: &Path) -> anyhow::Result<Config> {
 /// Resolve the settings (environment > file > default) and give every server without
 /// its own timeouts the resolved ones.
 pub fn with_env(mut cfg: Config, env: impl Fn(&str) -> Option<String>) -> anyhow::Result<Config> {
-    cfg.settings = crate::settings::resolve(&cfg.file_settings, env).map_err(anyhow::Error::msg)?;
+    cfg.settings = crate::settings::resolve(&cfg.file_settings, env)?;
     let secs = |key: &str| {
         crate::settings::get(&cfg.settings, key)
             .filter(|s| s.source != Source::Default)
@@ -267,10 +267,14 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
     let mut error = None;
     let mut exp = |s: &str, what: &str| match expand(s) {
         Ok(v) => v,
-        Err(var) => {
-            error.get_or_insert(format!(
-                "{what}: ${{{var}}} is not set and has no default (write ${{{var}:-default}})"
-            ));
+        Err(UnsetVar(var)) => {
+            error.get_or_insert(
+                EntryError::Unset {
+                    field: what.to_owned(),
+                    var,
+                }
+                .to_string(),
+            );
             s.to_string()
         }
     };
@@ -289,7 +293,7 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
         .map(|(k, v)| (k.clone(), exp(v, &format!("headers.{k}"))))
         .collect();
     if error.is_none() {
-        error = check_remote(&entry).err();
+        error = check_remote(&entry).err().map(|e| e.to_string());
     }
     ServerSpec {
         name,
@@ -299,47 +303,72 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
     }
 }
 
+/// Why a server entry is refused (its shape) or cannot start (its expanded fields).
+#[derive(Debug, thiserror::Error, PartialEq)]
+pub enum EntryError {
+    #[error("give `command` (a local server) or `url` (a remote one)")]
+    Neither,
+    #[error("`command` and `url` both given: one server is one or the other")]
+    Both,
+    #[error("`headers` apply to a remote server (`url`), not a command")]
+    HeadersOnCommand,
+    #[error("`args`, `env` and `cwd` apply to a command, not a remote `url`")]
+    CommandFieldsOnUrl,
+    #[error("url `{url}`: {reason}")]
+    BadUrl { url: String, reason: String },
+    #[error("url `{url}`: expected http:// or https://HOST/PATH")]
+    NotHttp { url: String },
+    #[error("headers: `{name}` is not a header name")]
+    BadHeaderName { name: String },
+    #[error("headers.{name}: not a valid header value")]
+    BadHeaderValue { name: String },
+    #[error("{field}: ${{{var}}} is not set and has no default (write ${{{var}:-default}})")]
+    Unset { field: String, var: String },
+}
+
+/// `${VAR}` without a default, and `VAR` unset: [`expand`]'s refusal, naming the variable.
+#[derive(Debug, thiserror::Error, PartialEq)]
+#[error("${{{0}}} is not set")]
+pub struct UnsetVar(pub String);
+
 /// A local server names a `command`, a remote one a `url` — never both, never neither — and
 /// each takes only its own fields. A config breaking this is refused whole (a reload changes
 /// nothing), like one with an unknown field.
-fn check_shape(entry: &ServerEntry) -> Result<(), String> {
+fn check_shape(entry: &ServerEntry) -> Result<(), EntryError> {
     match (&entry.url, entry.command.is_empty()) {
-        (None, true) => Err("give `command` (a local server) or `url` (a remote one)".into()),
-        (Some(_), false) => {
-            Err("`command` and `url` both given: one server is one or the other".into())
-        }
-        (None, false) if !entry.headers.is_empty() => {
-            Err("`headers` apply to a remote server (`url`), not a command".into())
-        }
+        (None, true) => Err(EntryError::Neither),
+        (Some(_), false) => Err(EntryError::Both),
+        (None, false) if !entry.headers.is_empty() => Err(EntryError::HeadersOnCommand),
         (Some(_), true)
             if !entry.args.is_empty() || !entry.env.is_empty() || entry.cwd.is_some() =>
         {
-            Err("`args`, `env` and `cwd` apply to a command, not a remote `url`".into())
+            Err(EntryError::CommandFieldsOnUrl)
         }
         _ => Ok(()),
     }
 }
 
 /// A remote entry's URL and headers, once expanded: http(s) with a host, valid headers.
-fn check_remote(entry: &ServerEntry) -> Result<(), String> {
+fn check_remote(entry: &ServerEntry) -> Result<(), EntryError> {
     let Some(url) = &entry.url else { return Ok(()) };
-    let parsed = url::Url::parse(url).map_err(|e| format!("url `{url}`: {e}"))?;
+    let parsed = url::Url::parse(url).map_err(|e| EntryError::BadUrl {
+        url: url.clone(),
+        reason: e.to_string(),
+    })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
-        return Err(format!(
-            "url `{url}`: expected http:// or https://HOST/PATH"
-        ));
+        return Err(EntryError::NotHttp { url: url.clone() });
     }
     for (name, value) in &entry.headers {
         http::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("headers: `{name}` is not a header name"))?;
+            .map_err(|_| EntryError::BadHeaderName { name: name.clone() })?;
         http::HeaderValue::from_str(value)
-            .map_err(|_| format!("headers.{name}: not a valid header value"))?;
+            .map_err(|_| EntryError::BadHeaderValue { name: name.clone() })?;
     }
     Ok(())
 }
 
-/// Expand `${VAR}` and `${VAR:-default}`; `Err(var)` names an unset variable without default.
-pub fn expand(s: &str) -> Result<String, String> {
+/// Expand `${VAR}` and `${VAR:-default}`; an unset variable without default is refused.
+pub fn expand(s: &str) -> Result<String, UnsetVar> {
     let mut out = String::with_capacity(s.len());
     let mut rest = s;
     while let Some(start) = rest.find("${") {
@@ -357,7 +386,7 @@ pub fn expand(s: &str) -> Result<String, String> {
         match (std::env::var(var), default) {
             (Ok(v), _) if !v.is_empty() || default.is_none() => out.push_str(&v),
             (_, Some(d)) => out.push_str(d),
-            (Err(_), None) => return Err(var.to_string()),
+            (Err(_), None) => return Err(UnsetVar(var.to_string())),
             (Ok(v), None) => out.push_str(&v),
         }
         rest = &after[end + 1..];
@@ -379,7 +408,7 @@ mod tests {
         );
         assert_eq!(
             expand("${KITBAG_TEST_UNSET_2}"),
-            Err("KITBAG_TEST_UNSET_2".into())
+            Err(UnsetVar("KITBAG_TEST_UNSET_2".into()))
         );
         assert_eq!(expand("no vars"), Ok("no vars".into()));
         assert_eq!(expand("${PATH}").map(|p| !p.is_empty()), Ok(true));

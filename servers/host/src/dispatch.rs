@@ -83,7 +83,7 @@ impl HostServer {
                     r.structured_content = serde_json::to_value(&report).ok();
                     r
                 }
-                Err(msg) => error_result("invalid_params", msg),
+                Err(e) => error_result("invalid_params", e.to_string()),
             });
         }
         let route = match self.hub.route(name) {
@@ -122,10 +122,7 @@ impl HostServer {
                     .await
                 {
                     Ok(r) => r,
-                    Err(msg) if msg == "cancelled" => {
-                        error_result("cancelled", "the request was cancelled".into())
-                    }
-                    Err(msg) => error_result("server_unavailable", msg),
+                    Err(failure) => error_result(failure.code(), failure.to_string()),
                 }
             }
         };

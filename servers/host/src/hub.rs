@@ -17,6 +17,7 @@ use rmcp::service::{
 use rmcp::{ClientHandler, ErrorData as McpError};
 
 use crate::config::{ServerEntry, ServerSpec};
+use crate::failure::{CallFailure, StartFailure};
 
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
@@ -503,16 +504,15 @@ impl Hub {
                 let tools = peer
                     .list_all_tools()
                     .await
-                    .map_err(|e| format!("tools/list failed: {e}"))?;
+                    .map_err(|e| StartFailure::ToolsList(e.to_string()))?;
                 let catalog = crate::catalog::fetch(&name, &peer).await;
-                Ok::<_, String>((running, guard, link, peer, tools, catalog))
+                Ok::<_, StartFailure>((running, guard, link, peer, tools, catalog))
             };
             let result = match tokio::time::timeout(timeout, start).await {
                 Ok(r) => r,
-                Err(_) => Err(format!(
-                    "did not finish starting (handshake and tools/list) within {} s",
-                    timeout.as_secs()
-                )),
+                Err(_) => Err(StartFailure::Timeout {
+                    secs: timeout.as_secs(),
+                }),
             };
             match result {
                 Ok((running, guard, link, peer, tools, catalog)) => {
@@ -553,7 +553,7 @@ impl Hub {
                     tokio::spawn(async move { hub.resubscribe(id).await });
                     self.notify_list_changed().await;
                 }
-                Err(e) => self.mark_failed(id, e),
+                Err(e) => self.mark_failed(id, e.to_string()),
             }
         })
     }
@@ -1085,11 +1085,11 @@ impl Hub {
         arguments: Option<rmcp::model::JsonObject>,
         upstream_progress: Option<(ProgressToken, Option<Peer<RoleServer>>)>,
         cancel: tokio_util::sync::CancellationToken,
-    ) -> Result<CallToolResult, String> {
+    ) -> Result<CallToolResult, CallFailure> {
         let (connected, name, timeout, state) = {
             let c = self.lock();
             let Some(child) = c.iter().find(|c| c.id == route.child_id) else {
-                return Err("the server of this tool was removed by a reload".into());
+                return Err(CallFailure::Removed);
             };
             (
                 // Counted from here, under the lock: a reload waits for this call.
@@ -1106,10 +1106,8 @@ impl Hub {
         };
         let Some((peer, guard)) = connected else {
             return Err(match state {
-                State::Restarting | State::Starting => {
-                    format!("server {name} is restarting; try again in a few seconds")
-                }
-                _ => format!("server {name} is not running"),
+                State::Restarting | State::Starting => CallFailure::Restarting { name },
+                _ => CallFailure::NotRunning { name },
             });
         };
         let mut params = CallToolRequestParams::new(route.original.clone());
@@ -1120,7 +1118,10 @@ impl Hub {
         let handle = peer
             .send_cancellable_request(request, options)
             .await
-            .map_err(|e| format!("server {name}: {e}"))?;
+            .map_err(|e| CallFailure::Service {
+                name: name.clone(),
+                reason: e.to_string(),
+            })?;
         let key = (route.child_id, handle.progress_token.clone());
         if let Some(up) = upstream_progress {
             self.progress.locked().insert(key.clone(), up);
@@ -1132,8 +1133,8 @@ impl Hub {
             // An answer already in wins over a cut-off that comes at the same moment.
             biased;
             r = handle.await_response() => Ok(r),
-            _ = cancel.cancelled() => Err(("cancelled by the client", "cancelled".to_string())),
-            _ = guard.cut_off() => Err((CUT_OFF_REASON, stopped_by_reload_message(&name))),
+            _ = cancel.cancelled() => Err(("cancelled by the client", CallFailure::Cancelled)),
+            _ = guard.cut_off() => Err((CUT_OFF_REASON, CallFailure::StoppedByReload { name: name.clone() })),
         };
         if upstream_progress_mapped(&self.progress, &key) {
             self.drain_progress().await;
@@ -1153,16 +1154,20 @@ impl Hub {
                 r.result_type = Some(rmcp::model::ResultType::COMPLETE);
                 Ok(r)
             }
-            Ok(Ok(other)) => Err(format!(
-                "server {name} answered with an unexpected result: {other:?}"
-            )),
+            Ok(Ok(other)) => Err(CallFailure::Unexpected {
+                name,
+                result: format!("{other:?}"),
+            }),
             Ok(Err(rmcp::service::ServiceError::TransportClosed)) if guard.stopped_by_reload() => {
-                Err(stopped_by_reload_message(&name))
+                Err(CallFailure::StoppedByReload { name })
             }
-            Ok(Err(rmcp::service::ServiceError::TransportClosed)) => Err(format!(
-                "server {name} exited during the call; it is being restarted — the call did not complete"
-            )),
-            Ok(Err(e)) => Err(format!("server {name}: {e}")),
+            Ok(Err(rmcp::service::ServiceError::TransportClosed)) => {
+                Err(CallFailure::Exited { name })
+            }
+            Ok(Err(e)) => Err(CallFailure::Service {
+                name,
+                reason: e.to_string(),
+            }),
         }
     }
 }
@@ -1203,7 +1208,7 @@ async fn connect(
         StartGuard,
         Option<Arc<crate::fastpath::FastLink>>,
     ),
-    String,
+    StartFailure,
 > {
     if let Some(url) = &entry.url {
         // Remote: no process of ours, no byte-level link.
@@ -1235,13 +1240,14 @@ async fn connect(
     if let Some(cwd) = &entry.cwd {
         cmd.current_dir(cwd);
     }
-    let mut child = cmd
-        .spawn()
-        .map_err(|e| format!("cannot start `{}`: {e}", entry.command))?;
+    let mut child = cmd.spawn().map_err(|source| StartFailure::Spawn {
+        command: entry.command.clone(),
+        source,
+    })?;
     let guard = StartGuard(child.id());
     let name = client.name.clone();
     let (Some(stdin), Some(stdout)) = (child.stdin.take(), child.stdout.take()) else {
-        return Err("the child's stdio could not be captured".into());
+        return Err(StartFailure::NoStdio);
     };
     // The child's first stderr lines: a child that exits before the handshake said why there.
     let last_words = Arc::new(std::sync::Mutex::new(VecDeque::<String>::new()));
@@ -1278,10 +1284,9 @@ async fn connect(
             tokio::time::sleep(Duration::from_millis(50)).await;
             let said = last_words.locked().clone();
             let said = Vec::from(said).join(" | ");
-            return Err(if said.is_empty() {
-                format!("MCP handshake failed: {e}")
-            } else {
-                format!("MCP handshake failed: {e}; the server said: {said}")
+            return Err(StartFailure::Handshake {
+                reason: e.to_string(),
+                said: (!said.is_empty()).then_some(said),
             });
         }
     };

@@ -82,7 +82,7 @@ pub fn tools() -> Vec<Tool> {
             .read_only(true)
             .open_world(false)
     };
-    let schema = |s: Result<JsonObject, String>| s.unwrap_or_default();
+    let schema = |s: Result<JsonObject, kitbag_shared::schema::NotAnObject>| s.unwrap_or_default();
     vec![
         Tool::new(
             SEARCH_TOOL,

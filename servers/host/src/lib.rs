@@ -8,6 +8,7 @@ pub mod catalog;
 pub mod config;
 pub mod deploy;
 pub mod dispatch;
+pub mod failure;
 pub mod families;
 pub mod fastpath;
 pub mod http;
@@ -219,7 +220,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         _ => None,
     };
     if let Command::Chat { session } = command {
-        agent::session::check_name(session).map_err(anyhow::Error::msg)?;
+        agent::session::check_name(session)?;
     }
     let prepared_agent = match command {
         Command::Daemon | Command::Chat { .. } => Some(agent::prepare_agent(

@@ -14,17 +14,30 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
+use crate::config::EntryError;
 use crate::hub::ChildClient;
 
 /// Up to this many calls to one remote server are in flight at once (rmcp queues the rest).
 const MAX_CONCURRENT_POSTS: usize = 32;
+
+/// Why a remote server could not be reached.
+#[derive(Debug, thiserror::Error)]
+pub enum RemoteError {
+    #[error(transparent)]
+    Entry(#[from] EntryError),
+    #[error("headers.Authorization: only `Bearer <token>` is sent to a remote server")]
+    NotBearer,
+    /// `url` with any credentials in it removed.
+    #[error("MCP handshake with {url} failed: {reason}")]
+    Handshake { url: String, reason: String },
+}
 
 /// Handshake with the server at `url`, sending `headers` with every request.
 pub async fn connect(
     url: &str,
     headers: &BTreeMap<String, String>,
     client: ChildClient,
-) -> Result<RunningService<RoleClient, ChildClient>, String> {
+) -> Result<RunningService<RoleClient, ChildClient>, RemoteError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (bearer, custom) = split_headers(headers)?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string())
@@ -38,18 +51,21 @@ pub async fn connect(
     client
         .serve(transport)
         .await
-        .map_err(|e| format!("MCP handshake with {} failed: {e}", redact(url)))
+        .map_err(|e| RemoteError::Handshake {
+            url: redact(url),
+            reason: e.to_string(),
+        })
 }
 
 /// The bearer token (rmcp sends it itself) and the other headers, checked.
 fn split_headers(
     headers: &BTreeMap<String, String>,
-) -> Result<(Option<String>, HashMap<HeaderName, HeaderValue>), String> {
+) -> Result<(Option<String>, HashMap<HeaderName, HeaderValue>), RemoteError> {
     let mut bearer = None;
     let mut custom = HashMap::new();
     for (name, value) in headers {
         let header = HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| format!("headers: `{name}` is not a header name"))?;
+            .map_err(|_| EntryError::BadHeaderName { name: name.clone() })?;
         if header == http::header::AUTHORIZATION {
             match value.split_once(' ') {
                 Some((scheme, token)) if scheme.eq_ignore_ascii_case("bearer") => {
@@ -57,15 +73,12 @@ fn split_headers(
                     continue;
                 }
                 _ => {
-                    return Err(
-                        "headers.Authorization: only `Bearer <token>` is sent to a remote server"
-                            .into(),
-                    );
+                    return Err(RemoteError::NotBearer);
                 }
             }
         }
         let value = HeaderValue::from_str(value)
-            .map_err(|_| format!("headers.{name}: not a valid header value"))?;
+            .map_err(|_| EntryError::BadHeaderValue { name: name.clone() })?;
         custom.insert(header, value);
     }
     Ok((bearer, custom))

@@ -282,16 +282,16 @@ impl HostServer {
     }
 
     /// Re-read the config and apply it.
-    pub async fn reload(&self) -> Result<crate::hub::ReloadReport, String> {
+    pub async fn reload(&self) -> Result<crate::hub::ReloadReport, crate::failure::ReloadFailure> {
+        use crate::failure::ReloadFailure;
         let Some(loader) = &self.loader else {
-            return Err("this host has no configuration to reload".into());
+            return Err(ReloadFailure::NoConfig);
         };
-        let cfg = loader()
-            .map_err(|e| format!("the configuration could not be read; nothing changed: {e}"))?;
+        let cfg = loader().map_err(ReloadFailure::Unreadable)?;
         // The agent's profile is re-read too; an agent removed from the file is an error.
         let agent = self.policy.read_locked().as_ref().map(|p| p.agent.clone());
-        let policy = crate::policy::for_agent(&cfg, agent.as_deref())
-            .map_err(|e| format!("{e}; nothing changed"))?;
+        let policy =
+            crate::policy::for_agent(&cfg, agent.as_deref()).map_err(ReloadFailure::Agent)?;
         *self.agents.write_locked() = crate::policy::Agents::new(&cfg);
         if let Ok(mut s) = self.settings.lock() {
             *s = cfg.settings.clone();

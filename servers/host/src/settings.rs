@@ -149,12 +149,30 @@ const SPECS: &[Spec] = &[
     },
 ];
 
+/// A setting's value that is not accepted, from the environment or from agent.json.
+#[derive(Debug, thiserror::Error)]
+pub enum SettingError {
+    #[error("{var}={raw}: must be {accepted} (it overrides agent.json `{key}`)")]
+    Env {
+        var: &'static str,
+        raw: String,
+        accepted: String,
+        key: &'static str,
+    },
+    #[error("agent.json `{key}`: {value:?} is not accepted; use one of {accepted}")]
+    File {
+        key: &'static str,
+        value: String,
+        accepted: String,
+    },
+}
+
 /// Every setting, resolved. `env` looks a variable up (the process environment in
 /// production; a map in tests). A malformed variable is an error naming it.
 pub fn resolve(
     file: &FileSettings,
     env: impl Fn(&str) -> Option<String>,
-) -> Result<Vec<Setting>, String> {
+) -> Result<Vec<Setting>, SettingError> {
     let from_file = serde_json::to_value(file).unwrap_or(Value::Null);
     let mut out = Vec::with_capacity(SPECS.len());
     for spec in SPECS {
@@ -164,22 +182,24 @@ pub fn resolve(
                     Kind::Text => Value::String(raw),
                     Kind::Choice(words) => {
                         if !words.contains(&raw.trim()) {
-                            return Err(format!(
-                                "{}={raw}: must be one of {} (it overrides agent.json `{}`)",
-                                spec.env,
-                                words.join(", "),
-                                spec.key
-                            ));
+                            return Err(SettingError::Env {
+                                var: spec.env,
+                                raw,
+                                accepted: format!("one of {}", words.join(", ")),
+                                key: spec.key,
+                            });
                         }
                         Value::String(raw.trim().to_owned())
                     }
                     Kind::Count => match raw.trim().parse::<u64>() {
                         Ok(n) if n > 0 => json!(n),
                         _ => {
-                            return Err(format!(
-                                "{}={raw}: must be a positive whole number (it overrides agent.json `{}`)",
-                                spec.env, spec.key
-                            ));
+                            return Err(SettingError::Env {
+                                var: spec.env,
+                                raw,
+                                accepted: "a positive whole number".into(),
+                                key: spec.key,
+                            });
                         }
                     },
                 };
@@ -191,11 +211,11 @@ pub fn resolve(
                     if let (Kind::Choice(words), Some(w)) = (spec.kind, v.as_str())
                         && !words.contains(&w)
                     {
-                        return Err(format!(
-                            "agent.json `{}`: {w:?} is not accepted; use one of {}",
-                            spec.key,
-                            words.join(", ")
-                        ));
+                        return Err(SettingError::File {
+                            key: spec.key,
+                            value: w.to_owned(),
+                            accepted: words.join(", "),
+                        });
                     }
                     (v.clone(), Source::File)
                 }
@@ -262,13 +282,15 @@ mod tests {
             &FileSettings::default(),
             env(&[("KITBAG_MAX_TOKENS", "lots")]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("KITBAG_MAX_TOKENS=lots"), "{e}");
         let e = resolve(
             &FileSettings::default(),
             env(&[("KITBAG_TOOL_TIMEOUT_SEC", "0")]),
         )
-        .unwrap_err();
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("KITBAG_TOOL_TIMEOUT_SEC"), "{e}");
         // An empty variable counts as unset.
         let s = resolve(&FileSettings::default(), env(&[("KITBAG_MODEL", "")])).unwrap();
@@ -299,7 +321,7 @@ mod tests {
             }),
             ..Default::default()
         };
-        let e = resolve(&bad, env(&[])).unwrap_err();
+        let e = resolve(&bad, env(&[])).unwrap_err().to_string();
         assert!(
             e.contains("memory.inject_mode") && e.contains("relevant, recent_only, off"),
             "{e}"

@@ -38,8 +38,40 @@ fn unquote(s: &str) -> String {
     s.to_owned()
 }
 
+/// Why a skill's or a pack's file was refused: its frontmatter's syntax, or a field's value.
+#[derive(Debug, thiserror::Error)]
+pub enum DocError {
+    #[error("line {line}: a list item outside a list")]
+    ItemOutsideList { line: usize },
+    #[error("line {line}: expected `key: value`, found {found:?}")]
+    NotKeyValue { line: usize, found: String },
+    #[error("line {line}: {key:?} is not a key")]
+    BadKey { line: usize, key: String },
+    #[error("line {line}: `{key}` is given twice")]
+    Duplicate { line: usize, key: String },
+    #[error("the frontmatter has no closing `---`")]
+    Unclosed,
+    #[error("`{key}` must be a single value, not a list")]
+    NotScalar { key: String },
+    /// `value` as the file gave it; `accepted` what the field takes.
+    #[error("`{key}`: {value} is not {accepted}")]
+    Invalid {
+        key: String,
+        value: String,
+        accepted: String,
+    },
+    /// `why`: what the field is for, so that the fix is obvious.
+    #[error("`{key}` is missing{why}")]
+    Missing {
+        key: &'static str,
+        why: &'static str,
+    },
+    #[error("unknown keys {unknown}; {accepted}")]
+    UnknownKeys { unknown: String, accepted: String },
+}
+
 /// Parse a document. A file without frontmatter is all body.
-pub fn parse(text: &str) -> Result<Document, String> {
+pub fn parse(text: &str) -> Result<Document, DocError> {
     let text = text.strip_prefix('\u{feff}').unwrap_or(text);
     let mut lines = text.lines().enumerate();
     match lines.next() {
@@ -69,7 +101,7 @@ pub fn parse(text: &str) -> Result<Document, String> {
             .or(trimmed.strip_prefix("-").filter(|r| r.is_empty()))
         {
             let Some(key) = &open_list else {
-                return Err(format!("line {n}: a list item outside a list"));
+                return Err(DocError::ItemOutsideList { line: n });
             };
             if let Some(Value::List(items)) = fields.get_mut(key) {
                 items.push(unquote(item));
@@ -77,13 +109,14 @@ pub fn parse(text: &str) -> Result<Document, String> {
             continue;
         }
         let Some((key, value)) = trimmed.split_once(':') else {
-            return Err(format!(
-                "line {n}: expected `key: value`, found {trimmed:?}"
-            ));
+            return Err(DocError::NotKeyValue {
+                line: n,
+                found: trimmed.to_owned(),
+            });
         };
         let key = key.trim().to_owned();
         if key.is_empty() || key.contains(char::is_whitespace) {
-            return Err(format!("line {n}: {key:?} is not a key"));
+            return Err(DocError::BadKey { line: n, key });
         }
         let value = value.trim();
         open_list = None;
@@ -102,11 +135,11 @@ pub fn parse(text: &str) -> Result<Document, String> {
             Value::Scalar(unquote(value))
         };
         if fields.insert(key.clone(), parsed).is_some() {
-            return Err(format!("line {n}: `{key}` is given twice"));
+            return Err(DocError::Duplicate { line: n, key });
         }
     }
     let Some(start) = body_start else {
-        return Err("the frontmatter has no closing `---`".into());
+        return Err(DocError::Unclosed);
     };
     let body: Vec<&str> = text.lines().skip(start).collect();
     Ok(Document {
@@ -116,15 +149,17 @@ pub fn parse(text: &str) -> Result<Document, String> {
 }
 
 impl Document {
-    pub fn scalar(&self, key: &str) -> Result<Option<&str>, String> {
+    pub fn scalar(&self, key: &str) -> Result<Option<&str>, DocError> {
         match self.fields.get(key) {
             None => Ok(None),
             Some(Value::Scalar(s)) => Ok(Some(s)),
-            Some(Value::List(_)) => Err(format!("`{key}` must be a single value, not a list")),
+            Some(Value::List(_)) => Err(DocError::NotScalar {
+                key: key.to_owned(),
+            }),
         }
     }
 
-    pub fn list(&self, key: &str) -> Result<Option<Vec<String>>, String> {
+    pub fn list(&self, key: &str) -> Result<Option<Vec<String>>, DocError> {
         match self.fields.get(key) {
             None => Ok(None),
             Some(Value::List(l)) => Ok(Some(l.clone())),
@@ -133,13 +168,18 @@ impl Document {
         }
     }
 
-    pub fn number<T: std::str::FromStr>(&self, key: &str, what: &str) -> Result<Option<T>, String> {
+    pub fn number<T: std::str::FromStr>(
+        &self,
+        key: &str,
+        what: &str,
+    ) -> Result<Option<T>, DocError> {
         match self.scalar(key)? {
             None => Ok(None),
-            Some(s) => s
-                .parse()
-                .map(Some)
-                .map_err(|_| format!("`{key}`: {s:?} is not {what}")),
+            Some(s) => s.parse().map(Some).map_err(|_| DocError::Invalid {
+                key: key.to_owned(),
+                value: format!("{s:?}"),
+                accepted: what.to_owned(),
+            }),
         }
     }
 
@@ -194,18 +234,35 @@ mod tests {
 
     #[test]
     fn mistakes_name_the_line() {
-        assert!(parse("---\nname x\n---\n").unwrap_err().contains("line 2"));
-        assert!(parse("---\n- a\n---\n").unwrap_err().contains("line 2"));
+        assert!(
+            parse("---\nname x\n---\n")
+                .unwrap_err()
+                .to_string()
+                .contains("line 2")
+        );
+        assert!(
+            parse("---\n- a\n---\n")
+                .unwrap_err()
+                .to_string()
+                .contains("line 2")
+        );
         assert!(
             parse("---\nname: a\nname: b\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("twice")
         );
-        assert!(parse("---\nname: a\n").unwrap_err().contains("closing"));
+        assert!(
+            parse("---\nname: a\n")
+                .unwrap_err()
+                .to_string()
+                .contains("closing")
+        );
         let d = parse("---\nmax_tool_calls: many\n---\n").expect("ok");
         assert!(
             d.number::<u32>("max_tool_calls", "a count")
                 .unwrap_err()
+                .to_string()
                 .contains("\"many\"")
         );
     }

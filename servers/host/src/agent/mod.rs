@@ -192,7 +192,7 @@ pub fn prepare_run(
     prompt: &str,
     images: &[PathBuf],
 ) -> anyhow::Result<PreparedRun> {
-    session::check_name(session_name).map_err(anyhow::Error::msg)?;
+    session::check_name(session_name)?;
     if prompt.trim().is_empty() && images.is_empty() {
         anyhow::bail!("PROMPT: empty; say what the agent should do");
     }
@@ -324,7 +324,7 @@ pub fn sessions_command(name: Option<&str>) -> anyhow::Result<i32> {
             Ok(0)
         }
         Some(n) => {
-            session::check_name(n).map_err(anyhow::Error::msg)?;
+            session::check_name(n)?;
             let path = root.join(".kitbag/sessions").join(format!("{n}.jsonl"));
             if !path.exists() {
                 anyhow::bail!("session {n}: no such session ({})", path.display());

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use super::frontmatter;
+use super::frontmatter::{self, DocError};
 
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Pack {
@@ -34,8 +34,7 @@ pub fn dir(root: &Path) -> std::path::PathBuf {
 
 /// Load `.kitbag/agents/<name>.md`; `Ok(None)` when there is no such file.
 pub fn load(root: &Path, name: &str) -> anyhow::Result<Option<Pack>> {
-    super::session::check_name(name)
-        .map_err(|e| anyhow::anyhow!("--agent: {}", e.trim_start_matches("session: ")))?;
+    super::session::check_name_as("--agent", name)?;
     let path = dir(root).join(format!("{name}.md"));
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,
@@ -47,31 +46,42 @@ pub fn load(root: &Path, name: &str) -> anyhow::Result<Option<Pack>> {
         .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))
 }
 
-pub fn parse(name: &str, text: &str) -> Result<Pack, String> {
+pub fn parse(name: &str, text: &str) -> Result<Pack, DocError> {
     let d = frontmatter::parse(text)?;
     let unknown = d.unknown_keys(KEYS);
     if !unknown.is_empty() {
-        return Err(format!(
-            "unknown keys {}; a pack takes {}",
-            unknown.join(", "),
-            KEYS.join(", ")
-        ));
+        return Err(DocError::UnknownKeys {
+            unknown: unknown.join(", "),
+            accepted: format!("a pack takes {}", KEYS.join(", ")),
+        });
     }
     let temperature = d.number::<f64>("temperature", "a number from 0 to 2")?;
     if let Some(t) = temperature
         && !(0.0..=2.0).contains(&t)
     {
-        return Err(format!("`temperature`: {t} is not from 0 to 2"));
+        return Err(DocError::Invalid {
+            key: "temperature".into(),
+            value: t.to_string(),
+            accepted: "from 0 to 2".into(),
+        });
     }
     let max_tool_calls = d.number::<u32>("max_tool_calls", "a whole number")?;
     let max_history_turns = d.number::<u64>("max_history_turns", "a whole number")?;
     if max_history_turns == Some(0) {
-        return Err("`max_history_turns`: must be at least 1".into());
+        return Err(DocError::Invalid {
+            key: "max_history_turns".into(),
+            value: "0".into(),
+            accepted: "at least 1".into(),
+        });
     }
     let tools = d.list("tools")?;
     if let Some(globs) = &tools {
         for g in globs {
-            globset::Glob::new(g).map_err(|e| format!("`tools`: {g:?} is not a glob: {e}"))?;
+            globset::Glob::new(g).map_err(|e| DocError::Invalid {
+                key: "tools".into(),
+                value: format!("{g:?}"),
+                accepted: format!("a glob ({e})"),
+            })?;
         }
     }
     Ok(Pack {
@@ -177,16 +187,19 @@ mod tests {
         assert!(
             parse("x", "---\ntemprature: 1\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("temprature")
         );
         assert!(
             parse("x", "---\ntemperature: 7\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("0 to 2")
         );
         assert!(
             parse("x", "---\ntools: ['[']\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("glob")
         );
         assert!(parse("x", "no frontmatter").expect("ok").allows("anything"));

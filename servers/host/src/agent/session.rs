@@ -55,9 +55,24 @@ pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+/// A name that cannot be a session's (see [`check_name`]); `field` is what named it.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{field}: {name:?} is not a session name; use 1 to 128 letters, digits, '.', '_', '-' or ':', not starting with '.'"
+)]
+pub struct NameError {
+    pub field: &'static str,
+    pub name: String,
+}
+
 /// A session name becomes a file name: letters, digits, `.`, `_`, `-`, `:` (kitbag-cron's
 /// session names), at most 128, not starting with a dot.
-pub fn check_name(name: &str) -> Result<(), String> {
+pub fn check_name(name: &str) -> Result<(), NameError> {
+    check_name_as("session", name)
+}
+
+/// [`check_name`] for a name given as `field` (`--agent`: a pack's file name).
+pub fn check_name_as(field: &'static str, name: &str) -> Result<(), NameError> {
     let ok = !name.is_empty()
         && name.len() <= 128
         && !name.starts_with('.')
@@ -67,9 +82,10 @@ pub fn check_name(name: &str) -> Result<(), String> {
     if ok {
         Ok(())
     } else {
-        Err(format!(
-            "session: {name:?} is not a session name; use 1 to 128 letters, digits, '.', '_', '-' or ':', not starting with '.'"
-        ))
+        Err(NameError {
+            field,
+            name: name.to_owned(),
+        })
     }
 }
 
@@ -85,7 +101,7 @@ pub struct Session {
 impl Session {
     /// Open (creating if needed) `<root>/.kitbag/sessions/<name>.jsonl` and read it.
     pub fn open(root: &Path, name: &str) -> anyhow::Result<Self> {
-        check_name(name).map_err(anyhow::Error::msg)?;
+        check_name(name)?;
         let dir = sessions_dir(root, true)?;
         let file_name = format!("{name}.jsonl");
         let file = dir

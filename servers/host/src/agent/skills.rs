@@ -8,7 +8,7 @@ use std::path::Path;
 use kitbag_llm::ToolSpec;
 use serde_json::json;
 
-use super::frontmatter;
+use super::frontmatter::{self, DocError};
 
 pub const LOAD_TOOL: &str = "skill_load";
 
@@ -35,9 +35,10 @@ pub fn load_all(root: &Path) -> (Vec<Skill>, Vec<String>) {
         if path.extension().and_then(|x| x.to_str()) != Some("md") {
             continue;
         }
+        // A problem is reported as text beside the others: unreadable or malformed.
         let parsed = std::fs::read_to_string(&path)
             .map_err(|e| e.to_string())
-            .and_then(|t| parse(&t));
+            .and_then(|t| parse(&t).map_err(|e| e.to_string()));
         match parsed {
             Ok(s) if skills.iter().any(|o: &Skill| o.name == s.name) => {
                 problems.push(format!(
@@ -54,16 +55,22 @@ pub fn load_all(root: &Path) -> (Vec<Skill>, Vec<String>) {
     (skills, problems)
 }
 
-pub fn parse(text: &str) -> Result<Skill, String> {
+pub fn parse(text: &str) -> Result<Skill, DocError> {
     let d = frontmatter::parse(text)?;
     let name = d
         .scalar("name")?
         .filter(|n| !n.is_empty())
-        .ok_or("`name` is missing")?;
-    let description = d
-        .scalar("description")?
-        .filter(|n| !n.is_empty())
-        .ok_or("`description` is missing (it is how the skill is found)")?;
+        .ok_or(DocError::Missing {
+            key: "name",
+            why: "",
+        })?;
+    let description =
+        d.scalar("description")?
+            .filter(|n| !n.is_empty())
+            .ok_or(DocError::Missing {
+                key: "description",
+                why: " (it is how the skill is found)",
+            })?;
     Ok(Skill {
         name: name.to_owned(),
         description: description.to_owned(),
@@ -191,9 +198,15 @@ mod tests {
         assert!(
             parse("---\nname: x\n---\n")
                 .unwrap_err()
+                .to_string()
                 .contains("description")
         );
-        assert!(parse("no frontmatter").unwrap_err().contains("name"));
+        assert!(
+            parse("no frontmatter")
+                .unwrap_err()
+                .to_string()
+                .contains("name")
+        );
     }
 
     #[test]
