@@ -110,6 +110,19 @@ pub fn redact_private(v: &Value, private: &[impl AsRef<str>]) -> Value {
     out
 }
 
+/// A URL for messages and logs: credentials in it (`https://user:pass@…`,
+/// `postgres://user:pass@…`) are not repeated.
+pub fn redact_url(url: &str) -> String {
+    match url::Url::parse(url) {
+        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.to_string()
+        }
+        _ => url.to_string(),
+    }
+}
+
 /// Copy of `v` with long strings cut (file contents must not bloat the log).
 pub fn redact(v: &Value) -> Value {
     match v {

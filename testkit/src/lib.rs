@@ -21,6 +21,7 @@ pub mod fuzz;
 pub mod http;
 pub mod llm_mock;
 pub mod oauth;
+pub mod pg;
 pub mod race;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -84,17 +84,7 @@ fn split_headers(
     Ok((bearer, custom))
 }
 
-/// A URL for messages: credentials in it (`https://user:pass@…`) are not repeated.
-pub fn redact(url: &str) -> String {
-    match url::Url::parse(url) {
-        Ok(mut u) if !u.username().is_empty() || u.password().is_some() => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.to_string()
-        }
-        _ => url.to_string(),
-    }
-}
+pub use kitbag_shared::audit::redact_url as redact;
 
 #[cfg(test)]
 mod tests {

@@ -1,4 +1,5 @@
-//! The memory store: SQLite (WAL, busy timeout) with an FTS5 index, versioned migrations.
+//! The memory store on one machine: SQLite (WAL, busy timeout) with an FTS5 index, versioned
+//! migrations. (`pg.rs` is the same store on a shared PostgreSQL.)
 //!
 //! Several server processes may share one database: every write runs in an IMMEDIATE
 //! transaction, so the duplicate check, the capacity check and the insert are one step.
@@ -267,7 +268,7 @@ impl Filter {
         self.tags.is_empty() && self.scope.is_none() && self.session.is_none()
     }
 
-    fn keeps(&self, r: &Record) -> bool {
+    pub(crate) fn keeps(&self, r: &Record) -> bool {
         self.scope.as_ref().is_none_or(|s| *s == r.scope)
             && self
                 .session
@@ -278,6 +279,38 @@ impl Filter {
                 .iter()
                 .all(|t| r.tags.iter().any(|x| x.eq_ignore_ascii_case(t)))
     }
+}
+
+/// FTS5 candidates for `words`, best first, relevance = −bm25 (higher is better). Memories
+/// holding every word come first: when there are enough of them, ranking only those is both the
+/// better answer and far cheaper than scoring every memory that holds any one common word.
+/// Otherwise any word. A word no memory holds would empty the AND query: it is left out.
+pub fn candidates(
+    conn: &Connection,
+    words: &[String],
+    filter: &Filter,
+    limit: usize,
+    want: usize,
+) -> rusqlite::Result<Vec<(Record, f64)>> {
+    let mut present = Vec::with_capacity(words.len());
+    for w in words {
+        let quoted = format!("\"{w}\"");
+        if fts_has(conn, &quoted)? {
+            present.push(quoted);
+        }
+    }
+    if present.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut found = Vec::new();
+    if present.len() > 1 {
+        found = fts_candidates(conn, &present.join(" AND "), filter, want)?;
+    }
+    if found.len() < limit {
+        found = fts_candidates(conn, &present.join(" OR "), filter, want)?;
+    }
+    // bm25() is negative, more negative = better.
+    Ok(found.into_iter().map(|(r, bm25)| (r, -bm25)).collect())
 }
 
 /// Whether any memory matches `fts_query` (cheap: stops at the first hit).

@@ -1,8 +1,10 @@
-//! kitbag-memory: persistent agent memory over MCP (SQLite + FTS5), with secret rejection
-//! and a context block for injection before LLM calls.
+//! kitbag-memory: persistent agent memory over MCP (SQLite + FTS5 on one machine, or a shared
+//! PostgreSQL), with secret rejection and a context block for injection before LLM calls.
 
 pub mod db;
+pub mod pg;
 pub mod secrets;
+pub mod store;
 pub mod tools;
 
 use kitbag_shared::lock::LockExt;
@@ -29,7 +31,7 @@ pub enum OnFull {
     Reject,
 }
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "kitbag-memory",
     version,
@@ -40,8 +42,19 @@ pub struct Args {
     pub common: CommonArgs,
 
     /// Database file. Default: <root>/.kitbag/memory.db.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        conflicts_with = "database_url"
+    )]
     pub db: Option<PathBuf>,
+
+    /// A shared PostgreSQL instead of the file (`postgres://USER@HOST/DB`, or a Unix socket
+    /// directory as host: `postgres://USER@%2Frun%2Fpostgresql/DB`). Schema created and
+    /// migrated on start; many servers may share it.
+    #[arg(long, global = true, value_name = "URL", env = "KITBAG_DATABASE_URL")]
+    pub database_url: Option<String>,
 
     /// Largest memory, in bytes.
     #[arg(long, default_value_t = 4096)]
@@ -60,7 +73,7 @@ pub struct Args {
     pub command: Option<Command>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Write every memory as JSON lines to stdout.
     Export,
@@ -163,9 +176,25 @@ fn db_path(args: &Args) -> anyhow::Result<PathBuf> {
     }
 }
 
-pub fn build(args: &Args) -> anyhow::Result<McpServer<MemoryState>> {
+/// The store the arguments name: PostgreSQL with a database URL (an empty one counts as
+/// unset), else the SQLite file.
+pub fn open_store(args: &Args) -> anyhow::Result<store::Store> {
+    match args
+        .database_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+    {
+        Some(url) => Ok(store::Store::Postgres(Box::new(pg::open(url)?))),
+        None => Ok(store::Store::Sqlite(db::open(
+            &args.common.policy()?,
+            &db_path(args)?,
+        )?)),
+    }
+}
+
+/// The server over an open store.
+pub fn build(args: &Args, conn: store::Store) -> anyhow::Result<McpServer<MemoryState>> {
     let policy = args.common.policy()?;
-    let conn = db::open(&policy, &db_path(args)?)?;
     let state = MemoryState {
         conn: Mutex::new(conn),
         cfg: tools::Config {
@@ -181,18 +210,37 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<MemoryState>> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
+    // The PostgreSQL client blocks (it drives its own small runtime): stores are opened and
+    // batch commands run on a blocking thread, never on the runtime's.
+    let batch = args.clone();
+    match &args.command {
+        Some(_) => tokio::task::spawn_blocking(move || run_command(&batch))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => {
+            let conn = tokio::task::spawn_blocking(move || open_store(&batch))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))??;
+            let server = build(&args, conn)?;
+            kitbag_shared::serve(server, &args.common).await
+        }
+    }
+}
+
+/// `export` and `import`.
+fn run_command(args: &Args) -> anyhow::Result<()> {
     match &args.command {
         Some(Command::Export) => {
-            let conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
+            let mut conn = open_store(args)?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
-            for r in db::export(&conn)? {
+            for r in conn.export()? {
                 writeln!(out, "{}", serde_json::to_string(&r)?)?;
             }
             out.flush()?;
             Ok(())
         }
         Some(Command::Import { file }) => {
-            let mut conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
+            let mut conn = open_store(args)?;
             let reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
                 Box::new(std::io::stdin().lock())
             } else {
@@ -215,13 +263,10 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
                 }
                 records.push(r);
             }
-            let added = db::import(&mut conn, &records)?;
+            let added = conn.import(&records)?;
             eprintln!("imported {added} of {} memories", records.len());
             Ok(())
         }
-        None => {
-            let server = build(&args)?;
-            kitbag_shared::serve(server, &args.common).await
-        }
+        None => Ok(()),
     }
 }

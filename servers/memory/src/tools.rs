@@ -5,15 +5,14 @@ use kitbag_shared::lock::LockExt;
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
 
-use kitbag_shared::state::sqlite::StateDb;
 use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
-use rusqlite::Connection;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::db::{self, Filter, Record, Stored};
+use crate::db::{Filter, Record, Stored};
 use crate::secrets;
+use crate::store::{self as backend, Store, StoreError};
 
 pub const STORE_DEF: ToolDef = ToolDef::write(
     "memory_store",
@@ -83,13 +82,13 @@ pub struct Config {
 }
 
 pub struct MemoryState {
-    pub conn: Mutex<StateDb>,
+    pub conn: Mutex<Store>,
     pub cfg: Config,
 }
 
 async fn with_db<T: Send + 'static>(
     state: &Arc<MemoryState>,
-    f: impl FnOnce(&mut Connection, &Config) -> ToolResult<T> + Send + 'static,
+    f: impl FnOnce(&mut Store, &Config) -> ToolResult<T> + Send + 'static,
 ) -> ToolResult<T> {
     let s = state.clone();
     kitbag_shared::blocking(move || {
@@ -99,7 +98,7 @@ async fn with_db<T: Send + 'static>(
     .await
 }
 
-fn db_err(e: rusqlite::Error) -> ToolError {
+fn db_err(e: StoreError) -> ToolError {
     ToolError::new(ErrorCode::IoError, format!("memory database error: {e}"))
 }
 
@@ -180,8 +179,7 @@ pub async fn store(
         }
     }
     let outcome = with_db(&state, move |conn, cfg| {
-        db::store(
-            conn,
+        conn.store(
             &content,
             &clean_tags,
             scope.as_str(),
@@ -295,48 +293,30 @@ fn age_days(created_at: &str) -> f64 {
     }
 }
 
-/// Rank memories for `query`: BM25 relevance with a small bonus for recent entries.
+/// Rank memories for `query`: full-text relevance (BM25 on SQLite, `ts_rank_cd` on
+/// PostgreSQL) with a small bonus for recent entries.
 pub fn rank(
-    conn: &Connection,
+    store: &mut Store,
     query: &str,
     filter: &Filter,
     limit: usize,
-) -> rusqlite::Result<Vec<Hit>> {
+) -> backend::Backend<Vec<Hit>> {
     let words = terms(query);
     if words.is_empty() {
-        return Ok(db::recent(conn, filter, limit)?
+        return Ok(store
+            .recent(filter, limit)?
             .into_iter()
             .map(|r| hit(r, 0.0))
             .collect());
     }
-    let quoted: Vec<String> = words.iter().map(|w| format!("\"{w}\"")).collect();
     let want = (limit * 5).max(50);
-    // Memories holding every term come first: when there are enough of them, ranking only
-    // those is both the better answer and far cheaper than scoring every memory that holds
-    // any one common term. Otherwise fall back to any term.
-    // A term no memory holds would empty the AND query: leave such terms out.
-    let mut present = Vec::with_capacity(quoted.len());
-    for q in quoted {
-        if db::fts_has(conn, &q)? {
-            present.push(q);
-        }
-    }
-    if present.is_empty() {
-        return Ok(Vec::new());
-    }
-    let mut candidates = Vec::new();
-    if present.len() > 1 {
-        candidates = db::fts_candidates(conn, &present.join(" AND "), filter, want)?;
-    }
-    if candidates.len() < limit {
-        candidates = db::fts_candidates(conn, &present.join(" OR "), filter, want)?;
-    }
-    let mut hits: Vec<Hit> = candidates
+    let mut hits: Vec<Hit> = store
+        .candidates(&words, filter, limit, want)?
         .into_iter()
-        .map(|(r, bm25)| {
-            // bm25() is negative, more negative = better; recency adds up to 20%.
+        .map(|(r, relevance)| {
+            // Recency adds up to 20%.
             let recency = 0.2 * (-age_days(&r.created_at) / 30.0).exp();
-            let score = (-bm25) * (1.0 + recency);
+            let score = relevance * (1.0 + recency);
             hit(r, (score * 1000.0).round() / 1000.0)
         })
         .collect();
@@ -429,7 +409,7 @@ pub async fn search(
     let hits = with_db(&state, move |conn, _| {
         let hits = rank(conn, &query, &filter, limit).map_err(db_err)?;
         let ids: Vec<String> = hits.iter().map(|h| h.id.clone()).collect();
-        db::touch(conn, &ids).map_err(db_err)?;
+        conn.touch(&ids).map_err(db_err)?;
         Ok(hits)
     })
     .await?;
@@ -501,10 +481,8 @@ pub async fn delete(
             format!("each id is at most {MAX_ID_BYTES} bytes"),
         ));
     }
-    let (deleted, unknown) = with_db(&state, move |conn, _| {
-        db::delete(conn, &ids).map_err(db_err)
-    })
-    .await?;
+    let (deleted, unknown) =
+        with_db(&state, move |conn, _| conn.delete(&ids).map_err(db_err)).await?;
     let mut text = format!("deleted {}", deleted.len());
     if !unknown.is_empty() {
         text.push_str(&format!("; unknown: {}", unknown.join(", ")));
@@ -551,7 +529,7 @@ pub struct ContextResult {
 }
 
 /// Build the injection block (used by the tool and the MCP prompt).
-pub fn context_block(conn: &mut Connection, p: &ContextParams) -> ToolResult<ContextResult> {
+pub fn context_block(conn: &mut Store, p: &ContextParams) -> ToolResult<ContextResult> {
     let mode = p.mode.unwrap_or_default();
     let max_chars = limit_arg("max_inject_chars", p.max_inject_chars, 2048, 65536)?;
     let max_count = limit_arg("max_inject_count", p.max_inject_count, 10, 100)?;
@@ -569,7 +547,8 @@ pub fn context_block(conn: &mut Connection, p: &ContextParams) -> ToolResult<Con
         _ => Vec::new(),
     };
     if hits.is_empty() {
-        hits = db::recent(conn, &filter, max_count)
+        hits = conn
+            .recent(&filter, max_count)
             .map_err(db_err)?
             .into_iter()
             .map(|r| hit(r, 0.0))
@@ -599,7 +578,7 @@ pub fn context_block(conn: &mut Connection, p: &ContextParams) -> ToolResult<Con
         });
     }
     block.push_str(footer);
-    db::touch(conn, &ids).map_err(db_err)?;
+    conn.touch(&ids).map_err(db_err)?;
     Ok(ContextResult { block, ids, mode })
 }
 
@@ -645,118 +624,124 @@ mod tests {
         kitbag_shared::paths::PathPolicy::new(root, &[], false).unwrap()
     }
 
-    fn store(
-        conn: &mut Connection,
-        content: &str,
-        tags: &[&str],
-        scope: &str,
-        session: Option<&str>,
-    ) {
+    /// Run `check` on a SQLite store and on a PostgreSQL one (a private server; skipped
+    /// with a SKIP line where PostgreSQL is not installed, required under CI=true).
+    fn on_each_store(check: impl Fn(&mut Store)) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sqlite =
+            Store::Sqlite(crate::db::open(&policy(dir.path()), &dir.path().join("m.db")).unwrap());
+        check(&mut sqlite);
+        if let Some(server) = kitbag_testkit::pg::PgServer::start() {
+            let mut pg = Store::Postgres(Box::new(crate::pg::open(&server.url).unwrap()));
+            check(&mut pg);
+        }
+    }
+
+    fn store(conn: &mut Store, content: &str, tags: &[&str], scope: &str, session: Option<&str>) {
         let tags: Vec<String> = tags.iter().map(|t| t.to_string()).collect();
-        db::store(conn, content, &tags, scope, session, 100_000, true).unwrap();
+        conn.store(content, &tags, scope, session, 100_000, true)
+            .unwrap();
     }
 
     /// A filtered search must not lose its hits behind better unfiltered ones.
     #[test]
     fn filters_apply_before_the_candidate_limit() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = db::open(&policy(dir.path()), &dir.path().join("m.db")).unwrap();
-        for i in 0..300 {
+        on_each_store(|conn| {
+            for i in 0..300 {
+                store(
+                    conn,
+                    &format!("deploy deploy deploy note {i}"),
+                    &["ops"],
+                    "project",
+                    None,
+                );
+            }
             store(
-                &mut conn,
-                &format!("deploy deploy deploy note {i}"),
-                &["ops"],
-                "project",
+                conn,
+                "the deploy key rotation runbook lives in the wiki",
+                &["runbook"],
+                "session",
+                Some("s1"),
+            );
+            store(
+                conn,
+                "a user note about how to deploy on fridays",
+                &["habits"],
+                "user",
                 None,
             );
-        }
-        store(
-            &mut conn,
-            "the deploy key rotation runbook lives in the wiki",
-            &["runbook"],
-            "session",
-            Some("s1"),
-        );
-        store(
-            &mut conn,
-            "a user note about how to deploy on fridays",
-            &["habits"],
-            "user",
-            None,
-        );
 
-        let by_session = Filter {
-            session: Some("s1".into()),
-            scope: Some("session".into()),
-            ..Default::default()
-        };
-        let hits = rank(&conn, "deploy", &by_session, 10).unwrap();
-        assert_eq!(hits.len(), 1);
-        assert!(hits[0].content.contains("runbook"));
+            let by_session = Filter {
+                session: Some("s1".into()),
+                scope: Some("session".into()),
+                ..Default::default()
+            };
+            let hits = rank(conn, "deploy", &by_session, 10).unwrap();
+            assert_eq!(hits.len(), 1);
+            assert!(hits[0].content.contains("runbook"));
 
-        let by_scope = Filter {
-            scope: Some("user".into()),
-            ..Default::default()
-        };
-        let hits = rank(&conn, "deploy", &by_scope, 10).unwrap();
-        assert_eq!(hits.len(), 1);
-        assert!(hits[0].content.contains("fridays"));
+            let by_scope = Filter {
+                scope: Some("user".into()),
+                ..Default::default()
+            };
+            let hits = rank(conn, "deploy", &by_scope, 10).unwrap();
+            assert_eq!(hits.len(), 1);
+            assert!(hits[0].content.contains("fridays"));
 
-        let by_tag = Filter {
-            tags: vec!["runbook".into()],
-            ..Default::default()
-        };
-        let hits = rank(&conn, "deploy", &by_tag, 10).unwrap();
-        assert_eq!(hits.len(), 1);
+            let by_tag = Filter {
+                tags: vec!["runbook".into()],
+                ..Default::default()
+            };
+            let hits = rank(conn, "deploy", &by_tag, 10).unwrap();
+            assert_eq!(hits.len(), 1);
 
-        let unfiltered = rank(&conn, "deploy", &Filter::default(), 10).unwrap();
-        assert_eq!(unfiltered.len(), 10);
-        // Searching records usage in one transaction.
-        let ids: Vec<String> = unfiltered.iter().map(|h| h.id.clone()).collect();
-        db::touch(&mut conn, &ids).unwrap();
-        let used: i64 = conn
-            .query_row(
-                "SELECT count(*) FROM memories WHERE use_count = 1",
-                [],
-                |r| r.get(0),
-            )
-            .unwrap();
-        assert_eq!(used, 10);
+            let unfiltered = rank(conn, "deploy", &Filter::default(), 10).unwrap();
+            assert_eq!(unfiltered.len(), 10);
+            let ids: Vec<String> = unfiltered.iter().map(|h| h.id.clone()).collect();
+            conn.touch(&ids).unwrap();
+            let used = conn
+                .export()
+                .unwrap()
+                .iter()
+                .filter(|r| r.use_count == 1)
+                .count();
+            assert_eq!(used, 10);
+        });
     }
 
     /// Memories holding every query term outrank ones holding a single term many times;
     /// with too few of those, any term counts.
     #[test]
     fn all_terms_first_then_any_term() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut conn = db::open(&policy(dir.path()), &dir.path().join("m.db")).unwrap();
-        for i in 0..40 {
-            store(
-                &mut conn,
-                &format!("cache cache cache {i}"),
-                &[],
-                "project",
-                None,
+        on_each_store(|conn| {
+            for i in 0..40 {
+                store(
+                    conn,
+                    &format!("cache cache cache {i}"),
+                    &[],
+                    "project",
+                    None,
+                );
+            }
+            for i in 0..3 {
+                store(
+                    conn,
+                    &format!("invalidate the cache after deploy {i}"),
+                    &[],
+                    "project",
+                    None,
+                );
+            }
+            let hits = rank(conn, "cache deploy", &Filter::default(), 3).unwrap();
+            assert_eq!(hits.len(), 3);
+            assert!(
+                hits.iter().all(|h| h.content.contains("deploy")),
+                "{hits:?}"
             );
-        }
-        for i in 0..3 {
-            store(
-                &mut conn,
-                &format!("invalidate the cache after deploy {i}"),
-                &[],
-                "project",
-                None,
-            );
-        }
-        let hits = rank(&conn, "cache deploy", &Filter::default(), 3).unwrap();
-        assert_eq!(hits.len(), 3);
-        assert!(
-            hits.iter().all(|h| h.content.contains("deploy")),
-            "{hits:?}"
-        );
-        // Asking for more than hold both terms: the single-term ones fill the rest.
-        let hits = rank(&conn, "cache deploy", &Filter::default(), 10).unwrap();
-        assert_eq!(hits.len(), 10);
-        assert!(hits.iter().any(|h| !h.content.contains("deploy")));
+            // Asking for more than hold both terms: the single-term ones fill the rest.
+            let hits = rank(conn, "cache deploy", &Filter::default(), 10).unwrap();
+            assert_eq!(hits.len(), 10);
+            assert!(hits.iter().any(|h| !h.content.contains("deploy")));
+        });
     }
 }

@@ -1,8 +1,13 @@
-//! kitbag-memory over stdio: storing, ranking, filters, limits, concurrency, migration.
+//! kitbag-memory over stdio: storing, ranking, filters, limits, concurrency, migration — every
+//! store-level test runs twice, on a SQLite file and on a private PostgreSQL (a fresh cluster on
+//! a Unix socket per test; skipped where PostgreSQL is not installed, required under CI=true).
 
+use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::Mutex;
 
+use kitbag_testkit::pg::PgServer;
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 use serde_json::json;
 
@@ -10,23 +15,119 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-memory"))
 }
 
-fn client(db: &Path, extra: &[&str]) -> McpClient {
+/// Where a test's servers keep memories. `store` names one store: servers given the same
+/// name share it, different names are separate stores (files, or databases of one cluster).
+struct Backend {
+    dir: tempfile::TempDir,
+    pg: Option<PgServer>,
+    made: Mutex<HashSet<String>>,
+}
+
+impl Backend {
+    fn sqlite() -> Backend {
+        Backend {
+            dir: tempfile::tempdir().expect("tmp"),
+            pg: None,
+            made: Mutex::new(HashSet::new()),
+        }
+    }
+
+    fn postgres() -> Option<Backend> {
+        Some(Backend {
+            dir: tempfile::tempdir().expect("tmp"),
+            pg: Some(PgServer::start()?),
+            made: Mutex::new(HashSet::new()),
+        })
+    }
+
+    fn args(&self, store: &str) -> Vec<String> {
+        match &self.pg {
+            None => {
+                let db = self.dir.path().join(store).join("memory.db");
+                std::fs::create_dir_all(db.parent().expect("dir")).expect("mkdir");
+                vec!["--db".into(), db.to_str().expect("utf8").into()]
+            }
+            Some(server) => {
+                let name = format!("mem_{store}");
+                let mut made = self.made.lock().expect("lock");
+                if made.insert(name.clone()) {
+                    server.database(&name);
+                }
+                let url = format!("{}{name}", server.url.trim_end_matches("postgres"));
+                vec!["--database-url".into(), url]
+            }
+        }
+    }
+
+    fn client(&self, store: &str, extra: &[&str], era: Era) -> McpClient {
+        let mut args = self.args(store);
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        McpClient::spawn(bin(), &args, self.dir.path(), era)
+    }
+
+    /// `kitbag-memory … export` of `store`.
+    fn export(&self, store: &str) -> String {
+        let out = Command::new(bin())
+            .args(self.args(store))
+            .arg("export")
+            .current_dir(self.dir.path())
+            .output()
+            .expect("export");
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8(out.stdout).expect("utf8")
+    }
+}
+
+fn client(b: &Backend, extra: &[&str]) -> McpClient {
+    b.client("main", extra, Era::Handshake)
+}
+
+/// The SQLite-only tests' database file.
+fn db_in(d: &tempfile::TempDir) -> PathBuf {
+    d.path().join("mem/memory.db")
+}
+
+fn sqlite_client(db: &Path, extra: &[&str]) -> McpClient {
     std::fs::create_dir_all(db.parent().expect("dir")).expect("mkdir");
     let mut args = vec!["--db", db.to_str().expect("utf8")];
     args.extend_from_slice(extra);
     McpClient::spawn(bin(), &args, db.parent().expect("dir"), Era::Handshake)
 }
 
-fn db_in(d: &tempfile::TempDir) -> PathBuf {
-    d.path().join("mem/memory.db")
+/// Each named test, once per backend: `sqlite::name` and `postgres::name`.
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::$name(&super::Backend::sqlite()); })*
+        }
+        mod postgres {
+            $(#[test] fn $name() {
+                if let Some(b) = super::Backend::postgres() { super::$name(&b); }
+            })*
+        }
+    };
 }
 
-#[test]
-fn eras_prompt_and_catalog() {
-    let d = tempfile::tempdir().expect("tmp");
-    let db = db_in(&d);
+on_both_backends!(
+    eras_prompt_and_catalog,
+    store_search_delete_dedupe_and_filters,
+    ranking_puts_the_relevant_memory_first_and_recency_breaks_ties,
+    eviction_and_full_store,
+    secrets_are_refused_without_echo,
+    bad_input_is_typed,
+    two_processes_lose_nothing,
+    export_import_round_trips,
+    servers_starting_together_on_a_new_store_all_start,
+);
+
+fn eras_prompt_and_catalog(b: &Backend) {
     for era in [Era::Handshake, Era::Modern] {
-        let mut c = McpClient::spawn(bin(), &["--db", db.to_str().expect("u")], d.path(), era);
+        let mut c = b.client("main", &[], era);
         c.call_ok(
             "memory_store",
             json!({"content": format!("era test note {era:?}")}),
@@ -56,10 +157,8 @@ fn eras_prompt_and_catalog() {
     }
 }
 
-#[test]
-fn store_search_delete_dedupe_and_filters() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = client(&db_in(&d), &[]);
+fn store_search_delete_dedupe_and_filters(b: &Backend) {
+    let mut c = client(b, &[]);
     let a = c.call_ok("memory_store", json!({"content": "The staging database is reset every Sunday.", "tags": ["staging", "DB"]}));
     let id = a.structured["id"].as_str().expect("id").to_string();
     assert_eq!(a.structured["duplicate"], false);
@@ -116,10 +215,8 @@ fn store_search_delete_dedupe_and_filters() {
     assert_eq!(r.structured["count"], 0);
 }
 
-#[test]
-fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = client(&db_in(&d), &[]);
+fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties(b: &Backend) {
+    let mut c = client(b, &[]);
     let topics = [
         "frontend build",
         "python packaging",
@@ -204,10 +301,8 @@ fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties() {
     assert_eq!(r.structured["ids"], json!([new.structured["id"]]));
 }
 
-#[test]
-fn eviction_and_full_store() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = client(&db_in(&d), &["--max-total", "3"]);
+fn eviction_and_full_store(b: &Backend) {
+    let mut c = client(b, &["--max-total", "3"]);
     let first = c.call_ok("memory_store", json!({"content": "one"}));
     c.call_ok("memory_store", json!({"content": "two"}));
     c.call_ok("memory_store", json!({"content": "three"}));
@@ -224,18 +319,17 @@ fn eviction_and_full_store() {
         "the recalled memory is kept"
     );
     assert!(r.text.contains("evicted"));
-    let mut rej = client(
-        &d.path().join("other.db"),
+    let mut rej = b.client(
+        "other",
         &["--max-total", "1", "--on-full", "reject"],
+        Era::Handshake,
     );
     rej.call_ok("memory_store", json!({"content": "only"}));
     rej.call_err("memory_store", json!({"content": "another"}), "memory_full");
 }
 
-#[test]
-fn secrets_are_refused_without_echo() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = client(&db_in(&d), &[]);
+fn secrets_are_refused_without_echo(b: &Backend) {
+    let mut c = client(b, &[]);
     let key = "ghp_0123456789abcdefghijABCDEFGHIJklmnop";
     let r = c
         .call_err(
@@ -253,10 +347,8 @@ fn secrets_are_refused_without_echo() {
     assert_eq!(r.structured["count"], 0, "nothing stored");
 }
 
-#[test]
-fn bad_input_is_typed() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = client(&db_in(&d), &[]);
+fn bad_input_is_typed(b: &Backend) {
+    let mut c = client(b, &[]);
     c.call_err("memory_store", json!({"content": "  "}), "invalid_params")
         .expect_field("content");
     c.call_err(
@@ -306,17 +398,13 @@ fn bad_input_is_typed() {
     assert_eq!(r.structured["count"], 0);
 }
 
-#[test]
-fn two_processes_lose_nothing() {
-    let d = tempfile::tempdir().expect("tmp");
-    let db = db_in(&d);
-    // Create the schema once so both writers start from the same file.
-    drop(client(&db, &[]));
-    let writers: Vec<_> = (0..2)
-        .map(|w| {
-            let db = db.clone();
-            std::thread::spawn(move || {
-                let mut c = client(&db, &["--max-total", "5000"]);
+fn two_processes_lose_nothing(b: &Backend) {
+    // Create the schema once so both writers start from the same store.
+    drop(client(b, &[]));
+    std::thread::scope(|scope| {
+        for w in 0..2 {
+            scope.spawn(move || {
+                let mut c = client(b, &["--max-total", "5000"]);
                 for i in 0..500 {
                     let r = c.call(
                         "memory_store",
@@ -324,18 +412,39 @@ fn two_processes_lose_nothing() {
                     );
                     assert!(!r.is_error, "{}", r.text);
                 }
-            })
-        })
-        .collect();
-    for w in writers {
-        w.join().expect("writer");
+            });
+        }
+    });
+    assert_eq!(b.export("main").lines().count(), 1000);
+}
+
+/// Export, import into an empty store, export again: the same bytes.
+fn export_import_round_trips(b: &Backend) {
+    let mut c = client(b, &[]);
+    for (i, tags) in [json!([]), json!(["ops", "db"]), json!(["x"])]
+        .iter()
+        .enumerate()
+    {
+        c.call_ok(
+            "memory_store",
+            json!({"content": format!("round trip note {i}"), "tags": tags}),
+        );
     }
-    let out = Command::new(bin())
-        .args(["--db", db.to_str().expect("u"), "export"])
-        .output()
-        .expect("export");
-    assert!(out.status.success());
-    assert_eq!(String::from_utf8_lossy(&out.stdout).lines().count(), 1000);
+    c.call_ok("memory_search", json!({"query": "round trip"}));
+    drop(c);
+    let first = b.export("main");
+    assert_eq!(first.lines().count(), 3);
+    let file = b.dir.path().join("dump.jsonl");
+    std::fs::write(&file, &first).expect("w");
+    let st = Command::new(bin())
+        .args(b.args("copy"))
+        .arg("import")
+        .arg(&file)
+        .current_dir(b.dir.path())
+        .status()
+        .expect("import");
+    assert!(st.success());
+    assert_eq!(b.export("copy"), first, "export → import → export is exact");
 }
 
 #[test]
@@ -347,7 +456,7 @@ fn older_schema_migrates_and_export_import_round_trips() {
         let conn = rusqlite_like_v1(&db);
         assert!(conn, "could not write the v1 fixture");
     }
-    let mut c = client(&db, &[]);
+    let mut c = sqlite_client(&db, &[]);
     let r = c.call_ok("memory_search", json!({"query": "legacy deploy"}));
     assert_eq!(
         r.structured["count"], 1,
@@ -425,23 +534,69 @@ fn corrupted_database_is_a_clear_start_up_error() {
 /// Several servers starting at once on a new store (a host and a client each starting one, or
 /// two hosts): one migrates it, the others wait and find it done — none fails with "database
 /// is locked" (a deferred migration transaction used to).
-#[test]
-fn servers_starting_together_on_a_new_store_all_start() {
-    for _ in 0..3 {
-        let d = tempfile::tempdir().expect("tmp");
-        let db = d.path().join(".kitbag/memory.db");
-        let db_s = db.to_str().expect("u").to_string();
-        let starts: Vec<_> = (0..4)
-            .map(|_| {
-                let (db_s, dir) = (db_s.clone(), d.path().to_path_buf());
-                std::thread::spawn(move || {
-                    let mut c = McpClient::spawn(bin(), &["--db", &db_s], &dir, Era::Handshake);
+fn servers_starting_together_on_a_new_store_all_start(b: &Backend) {
+    for round in 0..3 {
+        let store = format!("fresh{round}");
+        // The database exists (PostgreSQL) or its directory does (SQLite); the schema does not.
+        let args = b.args(&store);
+        std::thread::scope(|scope| {
+            for _ in 0..4 {
+                let args = args.clone();
+                scope.spawn(move || {
+                    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                    let mut c = McpClient::spawn(bin(), &args, b.dir.path(), Era::Handshake);
                     c.call_ok("memory_search", json!({"query": "x"}));
-                })
-            })
-            .collect();
-        for s in starts {
-            s.join().expect("every server started and answered");
-        }
+                });
+            }
+        });
     }
+}
+
+/// The test's PostgreSQL leaves nothing behind: the postmaster and its workers are gone once
+/// the server value drops (they share its process group).
+#[test]
+fn the_test_postgres_is_gone_after_the_test() {
+    let Some(server) = PgServer::start() else {
+        return;
+    };
+    let pid = server.pid().expect("pid");
+    let workers = kitbag_testkit::pids_with_cmdline("postgres: ");
+    assert!(kitbag_testkit::process_alive(pid));
+    drop(server);
+    assert!(
+        !kitbag_testkit::process_alive(pid),
+        "postmaster {pid} outlived its test"
+    );
+    let left: Vec<u32> = workers
+        .into_iter()
+        .filter(|p| {
+            kitbag_testkit::process_alive(*p)
+                && std::fs::read_to_string(format!("/proc/{p}/stat"))
+                    .is_ok_and(|s| s.split_whitespace().nth(4) == Some(&pid.to_string()))
+        })
+        .collect();
+    assert!(left.is_empty(), "workers of {pid} left: {left:?}");
+}
+
+/// The database drops the server's connection (a restart, a failover): at most the call that
+/// meets it fails, and the server reconnects for the next.
+#[test]
+fn a_dropped_database_connection_is_reopened() {
+    let Some(b) = Backend::postgres() else {
+        return;
+    };
+    let mut c = client(&b, &[]);
+    c.call_ok("memory_store", json!({"content": "before the drop"}));
+    let server = b.pg.as_ref().expect("pg");
+    let killed = server
+        .psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'mem_main'")
+        .expect("terminate");
+    assert_eq!(killed, "1", "the server's one connection");
+    let first = c.call("memory_search", json!({"query": "drop"}));
+    if first.is_error {
+        assert_eq!(first.error_code(), Some("io_error"), "{}", first.text);
+    }
+    let r = c.call_ok("memory_search", json!({"query": "drop"}));
+    assert_eq!(r.structured["count"], 1, "{}", r.text);
+    c.call_ok("memory_store", json!({"content": "after the drop"}));
 }

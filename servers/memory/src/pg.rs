@@ -1,0 +1,371 @@
+//! The memory store on PostgreSQL (`--database-url` / `KITBAG_DATABASE_URL`), for many server
+//! processes on many machines sharing one store.
+//!
+//! Same records and the same rules as the SQLite store (`db.rs`): a duplicate is found by its
+//! content hash, a full store evicts the least used memory or refuses. Every write takes one
+//! transaction-scoped advisory lock, so the duplicate check, the capacity check and the insert
+//! are one step across all processes. Full-text search is a generated, stemmed `tsvector`
+//! (content weighted above tags) with a GIN index, ranked with `ts_rank_cd`: the same words
+//! match as with SQLite's FTS5 (porter stemming both), but the scores are on another scale and
+//! the order of near-equal matches can differ.
+
+use postgres::{Client, NoTls, Row, Transaction};
+
+use crate::db::{Filter, Record, Stored, content_hash, now};
+
+/// The version of the schema below; kept per family in `kitbag_migrations`.
+pub const SCHEMA_VERSION: i32 = 1;
+
+/// Advisory lock keys (one per purpose, fixed: they are shared by every process).
+const MIGRATE_LOCK: i64 = 0x6b69_7462_6167_0001;
+const WRITE_LOCK: i64 = 0x6b69_7462_6167_0002;
+
+const V1_SCHEMA: &str = "
+CREATE TABLE memories (
+    id TEXT PRIMARY KEY,
+    content TEXT NOT NULL,
+    tags TEXT NOT NULL DEFAULT '[]',
+    scope TEXT NOT NULL,
+    session TEXT,
+    created_at TEXT NOT NULL,
+    last_used_at TEXT NOT NULL,
+    use_count BIGINT NOT NULL DEFAULT 0,
+    content_hash TEXT NOT NULL UNIQUE,
+    search tsvector GENERATED ALWAYS AS (
+        setweight(to_tsvector('english', content), 'A') ||
+        setweight(to_tsvector('english', tags), 'B')
+    ) STORED
+);
+CREATE INDEX memories_search ON memories USING GIN (search);
+CREATE INDEX memories_created ON memories (created_at);
+";
+
+const COLUMNS: &str = "id, content, tags, scope, session, created_at, last_used_at, use_count";
+
+pub struct PgStore {
+    client: Client,
+    url: String,
+    /// The last call failed below SQL (I/O, a closed connection): reconnect before the next.
+    broken: bool,
+}
+
+/// Connect to `url` and bring the schema up to [`SCHEMA_VERSION`].
+pub fn open(url: &str) -> anyhow::Result<PgStore> {
+    let client = connect(url)?;
+    let mut store = PgStore {
+        client,
+        url: url.to_owned(),
+        broken: false,
+    };
+    migrate(&mut store.client).map_err(|e| anyhow::anyhow!("migrating the memory store: {e}"))?;
+    Ok(store)
+}
+
+fn connect(url: &str) -> anyhow::Result<Client> {
+    Client::connect(url, NoTls).map_err(|e| {
+        anyhow::anyhow!(
+            "memory database {}: {e}",
+            kitbag_shared::audit::redact_url(url)
+        )
+    })
+}
+
+/// Versioned migrations, one process at a time (the others wait on the lock, then see the
+/// version already current).
+pub fn migrate(client: &mut Client) -> Result<(), MigrateError> {
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS kitbag_migrations (family TEXT PRIMARY KEY, version INTEGER NOT NULL)",
+    )?;
+    let version: i32 = tx
+        .query_opt(
+            "SELECT version FROM kitbag_migrations WHERE family = 'memory'",
+            &[],
+        )?
+        .map_or(0, |r| r.get(0));
+    if version > SCHEMA_VERSION {
+        return Err(MigrateError::Newer { version });
+    }
+    if version < 1 {
+        tx.batch_execute(V1_SCHEMA)?;
+    }
+    tx.execute(
+        "INSERT INTO kitbag_migrations (family, version) VALUES ('memory', $1)
+         ON CONFLICT (family) DO UPDATE SET version = EXCLUDED.version",
+        &[&SCHEMA_VERSION],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(
+        "schema version {version} is newer than this kitbag-memory understands ({SCHEMA_VERSION})"
+    )]
+    Newer { version: i32 },
+    #[error("{0}")]
+    Db(#[from] postgres::Error),
+}
+
+fn record(r: &Row) -> Record {
+    let tags: String = r.get(2);
+    Record {
+        id: r.get(0),
+        content: r.get(1),
+        tags: serde_json::from_str(&tags).unwrap_or_default(),
+        scope: r.get(3),
+        session: r.get(4),
+        created_at: r.get(5),
+        last_used_at: r.get(6),
+        use_count: r.get(7),
+    }
+}
+
+/// The write lock every process takes before changing memories.
+fn lock_writes(tx: &mut Transaction<'_>) -> Result<(), postgres::Error> {
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
+        .map(drop)
+}
+
+impl PgStore {
+    /// The client, reconnected first when the connection was lost (a restart, a failover): at
+    /// most one failed call, not a dead server.
+    fn client(&mut self) -> Result<&mut Client, postgres::Error> {
+        if self.broken || self.client.is_closed() {
+            self.client = Client::connect(&self.url, NoTls)?;
+            self.broken = false;
+        }
+        Ok(&mut self.client)
+    }
+
+    /// Note a failed call: an error the server did not answer with (I/O, a closed
+    /// connection) means the connection is not to be trusted again.
+    pub fn failed(&mut self, e: &postgres::Error) {
+        if e.as_db_error().is_none() {
+            self.broken = true;
+        }
+    }
+
+    pub fn store(
+        &mut self,
+        content: &str,
+        tags: &[String],
+        scope: &str,
+        session: Option<&str>,
+        max_total: i64,
+        evict_when_full: bool,
+    ) -> Result<Stored, postgres::Error> {
+        let mut tx = self.client()?.transaction()?;
+        lock_writes(&mut tx)?;
+        let hash = content_hash(content, scope, session);
+        if let Some(r) = tx.query_opt(
+            "SELECT id, created_at FROM memories WHERE content_hash = $1",
+            &[&hash],
+        )? {
+            tx.commit()?;
+            return Ok(Stored::Duplicate {
+                id: r.get(0),
+                created_at: r.get(1),
+            });
+        }
+        let count: i64 = tx.query_one("SELECT count(*) FROM memories", &[])?.get(0);
+        let mut evicted = None;
+        if count >= max_total {
+            if !evict_when_full {
+                return Ok(Stored::Full);
+            }
+            // Least valuable: never or rarely recalled, then least recently used.
+            evicted = tx
+                .query_opt(
+                    "DELETE FROM memories WHERE id = (SELECT id FROM memories
+                       ORDER BY use_count ASC, last_used_at ASC, created_at ASC LIMIT 1)
+                     RETURNING id",
+                    &[],
+                )?
+                .map(|r| r.get(0));
+        }
+        let id = ulid::Ulid::generate().to_string();
+        let created_at = now();
+        let tags_json = serde_json::to_string(tags).unwrap_or_else(|_| "[]".into());
+        tx.execute(
+            "INSERT INTO memories (id, content, tags, scope, session, created_at, last_used_at, use_count, content_hash)
+             VALUES ($1, $2, $3, $4, $5, $6, $6, 0, $7)",
+            &[&id, &content, &tags_json, &scope, &session, &created_at, &hash],
+        )?;
+        tx.commit()?;
+        Ok(Stored::New {
+            id,
+            created_at,
+            evicted,
+        })
+    }
+
+    /// Whether any memory matches the tsquery text `q`.
+    fn matches_any(&mut self, q: &str) -> Result<bool, postgres::Error> {
+        let row = self.client()?.query_one(
+            "SELECT EXISTS (SELECT 1 FROM memories WHERE search @@ to_tsquery('english', $1))",
+            &[&q],
+        )?;
+        Ok(row.get(0))
+    }
+
+    /// Candidates for `words` passing `filter`, best first, with a relevance (higher is
+    /// better): memories holding every word first, when there are enough of them; else any.
+    pub fn candidates(
+        &mut self,
+        words: &[String],
+        filter: &Filter,
+        limit: usize,
+        want: usize,
+    ) -> Result<Vec<(Record, f64)>, postgres::Error> {
+        // `words` are runs of letters and digits: nothing in them is tsquery syntax.
+        let mut present = Vec::with_capacity(words.len());
+        for w in words {
+            // A word the dictionary drops (a stopword) or no memory holds would empty the AND.
+            if self.matches_any(w)? {
+                present.push(w.as_str());
+            }
+        }
+        if present.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut found = Vec::new();
+        if present.len() > 1 {
+            found = self.ranked(&present.join(" & "), filter, want)?;
+        }
+        if found.len() < limit {
+            found = self.ranked(&present.join(" | "), filter, want)?;
+        }
+        Ok(found)
+    }
+
+    fn ranked(
+        &mut self,
+        q: &str,
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<(Record, f64)>, postgres::Error> {
+        // Scope and session in SQL; tags on the rows as they come (case-insensitive, like the
+        // SQLite store), so the limit applies after every filter.
+        let sql = format!(
+            "SELECT {COLUMNS}, ts_rank_cd(search, q, 1)::float8 AS rank
+             FROM memories, to_tsquery('english', $1) q
+             WHERE search @@ q AND ($2::text IS NULL OR scope = $2)
+               AND ($3::text IS NULL OR session = $3)
+             ORDER BY rank DESC, created_at DESC, id DESC"
+        );
+        let client = self.client()?;
+        let mut out = Vec::new();
+        let params: [&(dyn postgres::types::ToSql + Sync); 3] =
+            [&q, &filter.scope, &filter.session];
+        let mut rows = client.query_raw(sql.as_str(), params)?;
+        use postgres::fallible_iterator::FallibleIterator;
+        while let Some(row) = rows.next()? {
+            let r = record(&row);
+            if filter.keeps(&r) {
+                // ts_rank_cd is a fraction; ×10 puts it near BM25's range for the blend.
+                out.push((r, row.get::<_, f64>(8) * 10.0));
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn recent(
+        &mut self,
+        filter: &Filter,
+        limit: usize,
+    ) -> Result<Vec<Record>, postgres::Error> {
+        let sql = format!(
+            "SELECT {COLUMNS} FROM memories
+             WHERE ($1::text IS NULL OR scope = $1) AND ($2::text IS NULL OR session = $2)
+             ORDER BY created_at DESC, id DESC"
+        );
+        let client = self.client()?;
+        let params: [&(dyn postgres::types::ToSql + Sync); 2] = [&filter.scope, &filter.session];
+        let mut rows = client.query_raw(sql.as_str(), params)?;
+        use postgres::fallible_iterator::FallibleIterator;
+        let mut out = Vec::new();
+        while let Some(row) = rows.next()? {
+            let r = record(&row);
+            if filter.keeps(&r) {
+                out.push(r);
+                if out.len() >= limit {
+                    break;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    pub fn touch(&mut self, ids: &[String]) -> Result<(), postgres::Error> {
+        if ids.is_empty() {
+            return Ok(());
+        }
+        let now = now();
+        self.client()?.execute(
+            "UPDATE memories SET use_count = use_count + 1, last_used_at = $1 WHERE id = ANY($2)",
+            &[&now, &ids],
+        )?;
+        Ok(())
+    }
+
+    pub fn delete(
+        &mut self,
+        ids: &[String],
+    ) -> Result<(Vec<String>, Vec<String>), postgres::Error> {
+        let mut tx = self.client()?.transaction()?;
+        lock_writes(&mut tx)?;
+        let gone: Vec<String> = tx
+            .query(
+                "DELETE FROM memories WHERE id = ANY($1) RETURNING id",
+                &[&ids],
+            )?
+            .iter()
+            .map(|r| r.get(0))
+            .collect();
+        tx.commit()?;
+        // In the order asked, like the SQLite store.
+        let (deleted, unknown) = ids.iter().cloned().partition(|id| gone.contains(id));
+        Ok((deleted, unknown))
+    }
+
+    pub fn count(&mut self) -> Result<i64, postgres::Error> {
+        Ok(self
+            .client()?
+            .query_one("SELECT count(*) FROM memories", &[])?
+            .get(0))
+    }
+
+    pub fn export(&mut self) -> Result<Vec<Record>, postgres::Error> {
+        let sql = format!("SELECT {COLUMNS} FROM memories ORDER BY created_at, id");
+        Ok(self
+            .client()?
+            .query(sql.as_str(), &[])?
+            .iter()
+            .map(record)
+            .collect())
+    }
+
+    /// Insert records as they are; ids (or contents) already present are skipped.
+    pub fn import(&mut self, records: &[Record]) -> Result<usize, postgres::Error> {
+        let mut tx = self.client()?.transaction()?;
+        lock_writes(&mut tx)?;
+        let mut added = 0;
+        for r in records {
+            let tags = serde_json::to_string(&r.tags).unwrap_or_else(|_| "[]".into());
+            let hash = content_hash(&r.content, &r.scope, r.session.as_deref());
+            added += tx.execute(
+                "INSERT INTO memories (id, content, tags, scope, session, created_at, last_used_at, use_count, content_hash)
+                 VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9) ON CONFLICT DO NOTHING",
+                &[&r.id, &r.content, &tags, &r.scope, &r.session, &r.created_at, &r.last_used_at, &r.use_count, &hash],
+            )? as usize;
+        }
+        tx.commit()?;
+        Ok(added)
+    }
+}

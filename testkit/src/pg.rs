@@ -1,0 +1,217 @@
+//! A private PostgreSQL for one test: Debian's server binaries, a fresh cluster in a temporary
+//! directory, reached only through a Unix socket in that directory (no TCP), stopped when the
+//! value drops. Run as the `postgres` user when the tests run as root (the server refuses
+//! root).
+
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+pub struct PgServer {
+    dir: tempfile::TempDir,
+    child: Option<Child>,
+    /// `postgresql://kitbag@%2Ftmp%2F…/postgres`: user `kitbag`, the socket directory as host.
+    pub url: String,
+}
+
+/// Where Debian keeps the server binaries (`/usr/lib/postgresql/<major>/bin`), newest first.
+fn bin_dir() -> Option<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .ok()?
+        .flatten()
+        .map(|e| e.path().join("bin"))
+        .filter(|b| b.join("initdb").is_file() && b.join("postgres").is_file())
+        .collect();
+    dirs.sort_by_key(|d| {
+        d.parent()
+            .and_then(|v| v.file_name())
+            .and_then(|v| v.to_str())
+            .and_then(|v| v.parse::<u32>().ok())
+            .unwrap_or(0)
+    });
+    dirs.pop()
+}
+
+/// The uid and gid of the `postgres` account, when running as root.
+fn run_as() -> Option<(u32, u32)> {
+    use std::os::unix::fs::MetadataExt;
+    // /proc/self belongs to the effective user.
+    if std::fs::metadata("/proc/self").ok()?.uid() != 0 {
+        return None;
+    }
+    let passwd = std::fs::read_to_string("/etc/passwd").ok()?;
+    passwd.lines().find_map(|l| {
+        let f: Vec<&str> = l.split(':').collect();
+        (f.first() == Some(&"postgres") && f.len() > 3)
+            .then(|| Some((f[2].parse().ok()?, f[3].parse().ok()?)))
+            .flatten()
+    })
+}
+
+fn command(bin: &Path, who: Option<(u32, u32)>) -> Command {
+    let mut cmd = Command::new(bin);
+    if let Some((uid, gid)) = who {
+        cmd.uid(uid).gid(gid);
+    }
+    cmd
+}
+
+/// Percent-encode a socket directory for the host part of a URL.
+fn encode(path: &Path) -> String {
+    path.to_string_lossy()
+        .bytes()
+        .map(|b| match b {
+            b'a'..=b'z' | b'A'..=b'Z' | b'0'..=b'9' | b'-' | b'_' | b'.' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+impl PgServer {
+    /// A new cluster, started. `None` (with a SKIP line) when PostgreSQL is not installed here;
+    /// under `CI=true` its absence fails the calling test (scripts/test installs it).
+    pub fn start() -> Option<PgServer> {
+        let Some(bin) = bin_dir() else {
+            assert!(
+                std::env::var("CI").as_deref() != Ok("true"),
+                "PostgreSQL is required under CI=true (scripts/test installs postgresql)"
+            );
+            eprintln!("SKIP: no PostgreSQL server under /usr/lib/postgresql");
+            return None;
+        };
+        let who = run_as();
+        let dir = tempfile::Builder::new()
+            .prefix("kb-pg")
+            .tempdir()
+            .expect("tempdir");
+        let data = dir.path().join("data");
+        if let Some((uid, gid)) = who {
+            std::os::unix::fs::chown(dir.path(), Some(uid), Some(gid))
+                .expect("chown the cluster directory");
+        }
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700))
+            .expect("chmod");
+        let out = command(&bin.join("initdb"), who)
+            .args(["-D"])
+            .arg(&data)
+            .args([
+                "-A",
+                "trust",
+                "-U",
+                "kitbag",
+                "-E",
+                "UTF8",
+                "--locale=C.UTF-8",
+                "--no-sync",
+            ])
+            .output()
+            .expect("run initdb");
+        assert!(
+            out.status.success(),
+            "initdb failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
+        if let Some((uid, gid)) = who {
+            let _ = std::os::unix::fs::chown(dir.path().join("server.log"), Some(uid), Some(gid));
+        }
+        let child = command(&bin.join("postgres"), who)
+            .arg("-D")
+            .arg(&data)
+            .arg("-k")
+            .arg(dir.path())
+            // No TCP at all; durability is not what a test needs.
+            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
+            .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(log)
+            .process_group(0)
+            .spawn()
+            .expect("start postgres");
+        let url = format!("postgresql://kitbag@{}/postgres", encode(dir.path()));
+        let server = PgServer {
+            dir,
+            child: Some(child),
+            url,
+        };
+        server.wait_ready();
+        Some(server)
+    }
+
+    /// The server listens once its socket file exists and a client gets an answer.
+    fn wait_ready(&self) {
+        let deadline = Instant::now() + Duration::from_secs(30);
+        let socket = self.dir.path().join(".s.PGSQL.5432");
+        while Instant::now() < deadline {
+            if socket.exists() && self.psql("SELECT 1").is_ok() {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(30));
+        }
+        panic!("postgres did not start: {}", self.log());
+    }
+
+    /// Run one SQL command with `psql` (the client binary beside the server's).
+    pub fn psql(&self, sql: &str) -> Result<String, String> {
+        let bin = bin_dir().ok_or("no PostgreSQL binaries")?;
+        let out = Command::new(bin.join("psql"))
+            .args([
+                "-X",
+                "-A",
+                "-t",
+                "-v",
+                "ON_ERROR_STOP=1",
+                "-d",
+                &self.url,
+                "-c",
+                sql,
+            ])
+            .output()
+            .map_err(|e| e.to_string())?;
+        if out.status.success() {
+            Ok(String::from_utf8_lossy(&out.stdout).trim().to_string())
+        } else {
+            Err(String::from_utf8_lossy(&out.stderr).into_owned())
+        }
+    }
+
+    /// A new empty database in this cluster, and its URL.
+    pub fn database(&self, name: &str) -> String {
+        self.psql(&format!("CREATE DATABASE \"{name}\""))
+            .unwrap_or_else(|e| panic!("create database {name}: {e}"));
+        format!("{}{name}", self.url.trim_end_matches("postgres"))
+    }
+
+    /// The postmaster's pid (its children share its process group).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.dir.path().join("server.log")).unwrap_or_default()
+    }
+}
+
+impl Drop for PgServer {
+    fn drop(&mut self) {
+        let Some(mut child) = self.child.take() else {
+            return;
+        };
+        // SIGQUIT: immediate shutdown, the postmaster ends its children first.
+        use nix::sys::signal::{Signal, kill, killpg};
+        let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+        let _ = kill(pid, Signal::SIGQUIT);
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(_)) = child.try_wait() {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        let _ = killpg(pid, Signal::SIGKILL);
+        let _ = child.wait();
+    }
+}
