@@ -126,6 +126,15 @@ impl HttpConn {
 
     /// A JSON POST to `/mcp` with the headers every MCP client sends, plus `extra`.
     pub fn post_mcp(&mut self, message: &Value, extra: &[(&str, &str)]) -> HttpResponse {
+        self.try_post_mcp(message, extra).expect("POST /mcp")
+    }
+
+    /// [`post_mcp`](Self::post_mcp), with a broken connection as an error instead of a panic.
+    pub fn try_post_mcp(
+        &mut self,
+        message: &Value,
+        extra: &[(&str, &str)],
+    ) -> std::io::Result<HttpResponse> {
         let body = message.to_string();
         let mut headers = vec![
             ("content-type", "application/json"),
@@ -133,7 +142,6 @@ impl HttpConn {
         ];
         headers.extend_from_slice(extra);
         self.send("POST", "/mcp", &headers, body.as_bytes())
-            .expect("POST /mcp")
     }
 
     pub fn write_request(

@@ -695,6 +695,7 @@ mod tests {
             let hits = rank(conn, "deploy", &by_tag, 10).unwrap();
             assert_eq!(hits.len(), 1);
 
+            assert_eq!(conn.count().unwrap(), 302);
             let unfiltered = rank(conn, "deploy", &Filter::default(), 10).unwrap();
             assert_eq!(unfiltered.len(), 10);
             let ids: Vec<String> = unfiltered.iter().map(|h| h.id.clone()).collect();
@@ -706,6 +707,10 @@ mod tests {
                 .filter(|r| r.use_count == 1)
                 .count();
             assert_eq!(used, 10);
+            let (gone, unknown) = conn.delete(&[ids[0].clone(), "nope".into()]).unwrap();
+            assert_eq!((gone.len(), unknown.len()), (1, 1));
+            assert_eq!(conn.count().unwrap(), 301);
+            assert_eq!(conn.export().unwrap().len(), 301);
         });
     }
 
