@@ -154,9 +154,16 @@ impl PgServer {
         panic!("postgres did not start: {}", self.log());
     }
 
-    /// Run one SQL command with `psql` (the client binary beside the server's).
+    /// Run one SQL command with `psql` (the client binary beside the server's) in the
+    /// `postgres` database.
     pub fn psql(&self, sql: &str) -> Result<String, String> {
+        self.psql_in("postgres", sql)
+    }
+
+    /// Run one SQL command in `database`; its output unaligned, without headers.
+    pub fn psql_in(&self, database: &str, sql: &str) -> Result<String, String> {
         let bin = bin_dir().ok_or("no PostgreSQL binaries")?;
+        let url = format!("{}{database}", self.url.trim_end_matches("postgres"));
         let out = Command::new(bin.join("psql"))
             .args([
                 "-X",
@@ -165,7 +172,7 @@ impl PgServer {
                 "-v",
                 "ON_ERROR_STOP=1",
                 "-d",
-                &self.url,
+                &url,
                 "-c",
                 sql,
             ])

@@ -112,6 +112,8 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
             "agents",
             "--replicas",
             "3",
+            "--database-secret",
+            "kitbag-db",
         ],
     );
     assert!(
@@ -174,6 +176,24 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
     )
     .expect("agent.json parses");
 
+    // Shared memory: served by the gateways, on the database the named Secret points at.
+    assert_eq!(config["mcp"]["memory"]["args"], json!(["server", "memory"]));
+    assert_eq!(
+        config["mcp"]["workspace"]["disabled_tools"],
+        json!(["memory_*"]),
+        "one memory_store: the gateway's"
+    );
+    let db_env = container(gateway)["env"]
+        .as_array()
+        .expect("env")
+        .iter()
+        .find(|e| e["name"] == "KITBAG_DATABASE_URL")
+        .expect("KITBAG_DATABASE_URL");
+    assert_eq!(
+        db_env["valueFrom"]["secretKeyRef"],
+        json!({"name": "kitbag-db", "key": "url"})
+    );
+
     // The runner as rendered: its token file, every local family, the workspace.
     let workspace = tmp.path().join("workspace");
     std::fs::create_dir_all(&workspace).expect("workspace");
@@ -195,6 +215,12 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
     // in the env variable the manifest names, the client token file.
     let mut config = config;
     config["mcp"]["workspace"]["url"] = json!(runner_server.url());
+    // The image's `kitbag` is this build's.
+    for entry in config["mcp"].as_object_mut().expect("mcp").values_mut() {
+        if entry["command"] == "kitbag" {
+            entry["command"] = json!(kitbag().to_str().expect("utf8"));
+        }
+    }
     let config_file = tmp.path().join("agent.json");
     std::fs::write(&config_file, config.to_string()).expect("write");
     let client_token = tmp.path().join("token");
@@ -211,11 +237,17 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
     let state = tmp.path().join("gateway");
     std::fs::create_dir_all(&state).expect("state");
     let runner_secret = secret["runner-token"].as_str().expect("runner token");
+    // The database the Secret would name: a private PostgreSQL here (when installed).
+    let pg = kitbag_testkit::pg::PgServer::start();
+    let db_url = pg
+        .as_ref()
+        .map(|p| p.database("kitbag"))
+        .unwrap_or_default();
     let gateway_server = HttpServer::start(
         kitbag(),
         &gateway_args,
         &state,
-        &[(env_name, runner_secret)],
+        &[(env_name, runner_secret), ("KITBAG_DATABASE_URL", &db_url)],
     );
 
     let bearer = format!("Bearer {}", secret["token"].as_str().expect("token"));
@@ -234,6 +266,23 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
         gateway_server.stderr(),
         runner_server.stderr()
     );
+    // A memory stored through the gateway lands in the shared database.
+    let store = json!({"jsonrpc": "2.0", "id": 3, "method": "tools/call",
+        "params": {"name": "memory_store", "arguments": {"content": "stored through the gateway"}}});
+    let r = conn.post_mcp(&store, &[auth, ("mcp-protocol-version", "2025-11-25")]);
+    assert!(
+        r.text().contains("\"duplicate\":false"),
+        "{}\n{}",
+        r.text(),
+        gateway_server.stderr()
+    );
+    if let Some(pg) = &pg {
+        assert_eq!(
+            pg.psql_in("kitbag", "SELECT content FROM memories")
+                .as_deref(),
+            Ok("stored through the gateway")
+        );
+    }
     // Without the client token the gateway refuses.
     assert_eq!(conn.post_mcp(&init, &[]).status, 401);
 }

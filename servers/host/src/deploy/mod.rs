@@ -51,6 +51,11 @@ pub struct RenderArgs {
     /// The gateway's canonical URL (the tokens' audience), with --oauth-issuer.
     #[arg(long)]
     pub oauth_resource: Option<String>,
+    /// team: the Secret (in --namespace, made by you) whose key `url` is a shared PostgreSQL's
+    /// URL; the gateways then serve kitbag-memory on it (`KITBAG_DATABASE_URL`), one store for
+    /// every replica.
+    #[arg(long, value_name = "SECRET")]
+    pub database_secret: Option<String>,
     /// Write one file per object into DIR instead of one stream to stdout.
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
@@ -240,16 +245,24 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
     let ns = &args.namespace;
     let runner = format!("kitbag-runner-{}", args.workspace);
     let runner_url = format!("http://{runner}-0.{runner}.{ns}.svc.cluster.local:{PORT}/mcp");
-    let agent_json = serde_json::to_string_pretty(&json!({
-        "mcp": {
-            "web": {"command": "kitbag", "args": ["server", "web"]},
-            "workspace": {
-                "url": runner_url,
-                "headers": {"Authorization": "Bearer ${KITBAG_RUNNER_TOKEN}"},
-            },
+    let mut servers = json!({
+        "web": {"command": "kitbag", "args": ["server", "web"]},
+        "workspace": {
+            "url": runner_url,
+            "headers": {"Authorization": "Bearer ${KITBAG_RUNNER_TOKEN}"},
         },
-    }))
-    .unwrap_or_default();
+    });
+    let mut env = vec![
+        json!({"name": "KITBAG_RUNNER_TOKEN", "valueFrom": {"secretKeyRef": {"name": "kitbag-auth", "key": "runner-token"}}}),
+    ];
+    // Shared state lives in PostgreSQL, so any gateway replica answers for it.
+    if let Some(db) = &args.database_secret {
+        servers["memory"] = json!({"command": "kitbag", "args": ["server", "memory"]});
+        // The runner's own memory (a file on its volume) would offer the same tools.
+        servers["workspace"]["disabled_tools"] = json!(["memory_*"]);
+        env.push(json!({"name": "KITBAG_DATABASE_URL", "valueFrom": {"secretKeyRef": {"name": db, "key": "url"}}}));
+    }
+    let agent_json = serde_json::to_string_pretty(&json!({ "mcp": servers })).unwrap_or_default();
     let auth_mount = json!({"name": "auth", "mountPath": "/var/run/kitbag", "readOnly": true});
     let gateway = json!({
             "apiVersion": "apps/v1",
@@ -272,9 +285,7 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
                                     {"name": "state", "mountPath": "/var/lib/kitbag"},
                                 ]),
                             ),
-     json!({"env": [
-                                {"name": "KITBAG_RUNNER_TOKEN", "valueFrom": {"secretKeyRef": {"name": "kitbag-auth", "key": "runner-token"}}},
-                            ],
+     json!({"env": env,
                             "workingDir": "/var/lib/kitbag",
                             "resources": {"requests": {"cpu": "250m", "memory": "256Mi"}, "limits": {"memory": "1Gi"}}}),
      )],
