@@ -49,6 +49,7 @@ pub fn input_schema<P: JsonSchema + 'static>() -> Result<JsonObject, NotAnObject
     clean(&mut schema);
     drop_optional_nulls(&mut schema);
     inline_defs(&mut schema);
+    split_type_lists(&mut schema);
     Ok(into_object(schema))
 }
 
@@ -57,6 +58,7 @@ pub fn output_schema<O: JsonSchema + 'static>() -> JsonObject {
     let generated = rmcp::handler::server::common::schema_for_output::<O>();
     let mut schema = Value::Object(std::sync::Arc::unwrap_or_clone(generated));
     clean(&mut schema);
+    split_type_lists(&mut schema);
     admit_error(&mut schema);
     into_object(schema)
 }
@@ -315,6 +317,58 @@ fn refers_to(v: &Value, target: &str) -> bool {
     }
 }
 
+/// `type: [X, "null"]` becomes `anyOf: [{type: X, …}, {type: "null"}]`: the same values, in the
+/// spelling that single-type dialects (Gemini's function declarations, OpenAPI-style mappers)
+/// take and that the MCP Inspector's portability check asks for. Annotations stay outside;
+/// every other keyword goes with each non-null type (a validator ignores the ones that do not
+/// apply to it).
+fn split_type_lists(node: &mut Value) {
+    match node {
+        Value::Object(map) => {
+            for (key, child) in map.iter_mut() {
+                if !is_data(key) {
+                    split_type_lists(child);
+                }
+            }
+            let Some(Value::Array(types)) = map.get("type") else {
+                return;
+            };
+            if types.len() < 2 {
+                if let Some(only) = types.first().cloned() {
+                    map.insert("type".into(), only);
+                }
+                return;
+            }
+            let types = types.clone();
+            map.remove("type");
+            let (mut outer, mut inner) = (serde_json::Map::new(), serde_json::Map::new());
+            for (key, value) in std::mem::take(map) {
+                if ANNOTATIONS.contains(&key.as_str()) {
+                    outer.insert(key, value);
+                } else {
+                    inner.insert(key, value);
+                }
+            }
+            let branches: Vec<Value> = types
+                .into_iter()
+                .map(|t| {
+                    if t == "null" {
+                        json!({"type": "null"})
+                    } else {
+                        let mut branch = inner.clone();
+                        branch.insert("type".into(), t);
+                        Value::Object(branch)
+                    }
+                })
+                .collect();
+            outer.insert("anyOf".into(), Value::Array(branches));
+            *map = outer;
+        }
+        Value::Array(items) => items.iter_mut().for_each(split_type_lists),
+        _ => {}
+    }
+}
+
 /// Keywords whose value is instance data, never a schema.
 fn is_data(key: &str) -> bool {
     matches!(key, "enum" | "const" | "default" | "examples")
@@ -445,7 +499,10 @@ mod tests {
     #[test]
     fn a_null_that_means_something_is_kept() {
         let s = Value::Object(input_schema::<Unassign>().expect("schema"));
-        assert_eq!(s["properties"]["who"]["type"], json!(["string", "null"]));
+        assert_eq!(
+            s["properties"]["who"]["anyOf"],
+            json!([{"type": "string"}, {"type": "null"}])
+        );
         assert!(
             s["properties"]["who"].get(NULL_MEANS).is_none(),
             "marker removed"
@@ -526,8 +583,40 @@ mod tests {
         assert!(s["properties"]["error"].is_object());
         assert!(s.get("required").is_none());
         assert_eq!(s["anyOf"][1], json!({"required": ["error"]}));
-        // Nullable outputs keep their null: the result may carry one.
-        assert_eq!(s["properties"]["maybe"]["type"], json!(["integer", "null"]));
+        // Nullable outputs keep their null (the result may carry one), spelled as anyOf.
+        assert_eq!(
+            s["properties"]["maybe"]["anyOf"],
+            json!([{"type": "integer", "minimum": 0}, {"type": "null"}]),
+            "{s}"
+        );
+    }
+
+    #[test]
+    fn type_lists_become_single_type_branches() {
+        let mut s = json!({
+            "type": "object",
+            "properties": {
+                "a": {"description": "d", "type": ["string", "null"], "maxLength": 5},
+                "b": {"type": "array", "items": {"type": ["integer", "null"], "minimum": 1}},
+                "c": {"type": ["string"], "enum": ["x"], "default": {"type": ["not", "a schema"]}},
+            }
+        });
+        split_type_lists(&mut s);
+        assert_eq!(
+            s["properties"]["a"],
+            json!({"description": "d", "anyOf": [{"type": "string", "maxLength": 5}, {"type": "null"}]})
+        );
+        assert_eq!(
+            s["properties"]["b"]["items"],
+            json!({"anyOf": [{"type": "integer", "minimum": 1}, {"type": "null"}]})
+        );
+        // A list of one is its type; instance data is never rewritten.
+        assert_eq!(s["properties"]["c"]["type"], "string");
+        assert_eq!(
+            s["properties"]["c"]["default"]["type"],
+            json!(["not", "a schema"])
+        );
+        assert_eq!(s["type"], "object");
     }
 
     #[test]

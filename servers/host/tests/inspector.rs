@@ -69,6 +69,12 @@ fn check(cwd: &Path, target: &[&str], min_tools: usize) {
             !stderr.lines().any(|l| l.starts_with("Error")),
             "{what}: error-severity schema problems:\n{stderr}"
         );
+        // Nullable values are spelled as anyOf branches (kitbag_shared::schema), never as a
+        // type list: the portability warning the Inspector gives for that is gone.
+        assert!(
+            !stderr.contains("`type` is an array"),
+            "{what}: a type list is back:\n{stderr}"
+        );
         let summary = stderr
             .lines()
             .find(|l| l.contains(" across "))
