@@ -767,34 +767,7 @@ pub async fn edit(
         if !dry_run {
             write_rewrites(&policy, &mut chosen.writes)?;
         }
-        let text = edit_text(&mut chosen, applied, dry_run, files_searched, lang);
-        let Chosen {
-            parse_errors,
-            changes,
-            file_changes,
-            writes,
-            total,
-            limit_reached,
-        } = chosen;
-        Ok(Reply::new(
-            EditResult {
-                changes_truncated: total as usize > changes.len(),
-                changes,
-                file_changes,
-                total_replacements: total,
-                files_touched: if applied || dry_run {
-                    writes.len() as u64
-                } else {
-                    0
-                },
-                files_searched,
-                applied,
-                limit_reached,
-                parse_errors,
-                lang: lang.to_string().to_lowercase(),
-            },
-            text,
-        ))
+        Ok(edit_reply(chosen, applied, dry_run, files_searched, lang))
     })
     .await
 }
@@ -873,6 +846,44 @@ fn choose(planned: Vec<Planned>, max_files: Option<u64>, max_replacements: Optio
         }
     }
     chosen
+}
+
+/// The answer: the structured result and its text (see [`edit_text`]).
+fn edit_reply(
+    mut chosen: Chosen,
+    applied: bool,
+    dry_run: bool,
+    files_searched: u64,
+    lang: SupportLang,
+) -> Reply<EditResult> {
+    let text = edit_text(&mut chosen, applied, dry_run, files_searched, lang);
+    let Chosen {
+        parse_errors,
+        changes,
+        file_changes,
+        writes,
+        total,
+        limit_reached,
+    } = chosen;
+    Reply::new(
+        EditResult {
+            changes_truncated: total as usize > changes.len(),
+            changes,
+            file_changes,
+            total_replacements: total,
+            files_touched: if applied || dry_run {
+                writes.len() as u64
+            } else {
+                0
+            },
+            files_searched,
+            applied,
+            limit_reached,
+            parse_errors,
+            lang: lang.to_string().to_lowercase(),
+        },
+        text,
+    )
 }
 
 /// The text answer: a summary line, the diffs (those past the cap replaced by a note, in the
