@@ -252,78 +252,9 @@ impl Decoder {
             Event::ContentBlockStart {
                 index,
                 content_block,
-            } => {
-                let partial = match content_block {
-                    StartBlock::Text { text } => {
-                        if !text.is_empty() {
-                            on_event(StreamEvent::TextDelta(&text));
-                        }
-                        Partial::Text(text)
-                    }
-                    StartBlock::ToolUse { id, name } => {
-                        on_event(StreamEvent::ToolUseStart {
-                            id: &id,
-                            name: &name,
-                        });
-                        Partial::ToolUse {
-                            id,
-                            name,
-                            json: String::new(),
-                        }
-                    }
-                    StartBlock::Thinking {
-                        thinking,
-                        signature,
-                    } => Partial::Thinking {
-                        thinking,
-                        signature,
-                    },
-                    StartBlock::RedactedThinking { data } => Partial::Redacted(data),
-                    StartBlock::Unknown => Partial::Skipped,
-                };
-                if self.blocks.len() <= index {
-                    self.blocks.resize_with(index + 1, || None);
-                }
-                if self.blocks[index].is_some() {
-                    return Err(protocol(format!("content block {index} started twice")));
-                }
-                self.blocks[index] = Some(partial);
-            }
+            } => self.block_start(index, content_block, on_event)?,
             Event::ContentBlockDelta { index, delta } => {
-                let Some(Some(partial)) = self.blocks.get_mut(index) else {
-                    return Err(protocol(format!(
-                        "delta for content block {index}, which was not started"
-                    )));
-                };
-                match (partial, delta) {
-                    (Partial::Text(t), WireDelta::TextDelta { text }) => {
-                        on_event(StreamEvent::TextDelta(&text));
-                        t.push_str(&text);
-                    }
-                    (Partial::ToolUse { json, .. }, WireDelta::InputJsonDelta { partial_json }) => {
-                        on_event(StreamEvent::ToolInputDelta(&partial_json));
-                        json.push_str(&partial_json);
-                    }
-                    (
-                        Partial::Thinking { thinking: t, .. },
-                        WireDelta::ThinkingDelta { thinking },
-                    ) => {
-                        on_event(StreamEvent::ThinkingDelta(&thinking));
-                        t.push_str(&thinking);
-                    }
-                    (
-                        Partial::Thinking { signature: s, .. },
-                        WireDelta::SignatureDelta { signature },
-                    ) => {
-                        s.push_str(&signature);
-                    }
-                    (Partial::Skipped, _) | (_, WireDelta::Unknown) => {}
-                    _ => {
-                        return Err(protocol(format!(
-                            "delta of the wrong kind for content block {index}"
-                        )));
-                    }
-                }
+                self.block_delta(index, delta, on_event)?
             }
             Event::ContentBlockStop { index } => {
                 let Some(partial) = self.blocks.get_mut(index).and_then(Option::take) else {
@@ -350,6 +281,88 @@ impl Decoder {
             }
         }
         Ok(None)
+    }
+
+    fn block_start(
+        &mut self,
+        index: usize,
+        content_block: StartBlock,
+        on_event: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<(), LlmError> {
+        let partial = match content_block {
+            StartBlock::Text { text } => {
+                if !text.is_empty() {
+                    on_event(StreamEvent::TextDelta(&text));
+                }
+                Partial::Text(text)
+            }
+            StartBlock::ToolUse { id, name } => {
+                on_event(StreamEvent::ToolUseStart {
+                    id: &id,
+                    name: &name,
+                });
+                Partial::ToolUse {
+                    id,
+                    name,
+                    json: String::new(),
+                }
+            }
+            StartBlock::Thinking {
+                thinking,
+                signature,
+            } => Partial::Thinking {
+                thinking,
+                signature,
+            },
+            StartBlock::RedactedThinking { data } => Partial::Redacted(data),
+            StartBlock::Unknown => Partial::Skipped,
+        };
+        if self.blocks.len() <= index {
+            self.blocks.resize_with(index + 1, || None);
+        }
+        if self.blocks[index].is_some() {
+            return Err(protocol(format!("content block {index} started twice")));
+        }
+        self.blocks[index] = Some(partial);
+        Ok(())
+    }
+
+    /// A delta must match its block's kind; unknown deltas and skipped blocks are ignored.
+    fn block_delta(
+        &mut self,
+        index: usize,
+        delta: WireDelta,
+        on_event: &mut dyn FnMut(StreamEvent<'_>),
+    ) -> Result<(), LlmError> {
+        let Some(Some(partial)) = self.blocks.get_mut(index) else {
+            return Err(protocol(format!(
+                "delta for content block {index}, which was not started"
+            )));
+        };
+        match (partial, delta) {
+            (Partial::Text(t), WireDelta::TextDelta { text }) => {
+                on_event(StreamEvent::TextDelta(&text));
+                t.push_str(&text);
+            }
+            (Partial::ToolUse { json, .. }, WireDelta::InputJsonDelta { partial_json }) => {
+                on_event(StreamEvent::ToolInputDelta(&partial_json));
+                json.push_str(&partial_json);
+            }
+            (Partial::Thinking { thinking: t, .. }, WireDelta::ThinkingDelta { thinking }) => {
+                on_event(StreamEvent::ThinkingDelta(&thinking));
+                t.push_str(&thinking);
+            }
+            (Partial::Thinking { signature: s, .. }, WireDelta::SignatureDelta { signature }) => {
+                s.push_str(&signature);
+            }
+            (Partial::Skipped, _) | (_, WireDelta::Unknown) => {}
+            _ => {
+                return Err(protocol(format!(
+                    "delta of the wrong kind for content block {index}"
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn take_usage(&mut self, u: &WireUsage) {

@@ -78,24 +78,7 @@ pub async fn run(
     let started = Instant::now();
     // None when no server set containment up (unit tests, library use): the group alone.
     let job = contain::current().map(|c| Arc::new(c.job()));
-    let prefix = job.as_ref().map(|j| j.shell_prefix()).unwrap_or_default();
-    let mut cmd = Command::new("/bin/sh");
-    cmd.arg("-c")
-        .arg(format!("{prefix}{script}"))
-        .current_dir(cwd)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0)
-        .kill_on_drop(true)
-        .env_remove(kitbag_shared::process::HOST_DEPTH_VAR);
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    if let Some(j) = &job {
-        let (k, v) = j.env();
-        cmd.env(k, v);
-    }
+    let mut cmd = shell(script, cwd, env, job.as_deref());
     // Registered under the reaper's lock: the orphan reaper never takes this child's status.
     let (spawned, _reg) = {
         let mut children = ChildReg::lock();
@@ -134,40 +117,8 @@ pub async fn run(
         pumps.push(tokio::spawn(pump(err, tail.clone())));
     }
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut timed_out = false;
-    let status = match tokio::time::timeout_at(deadline, child.wait()).await {
-        Ok(s) => s.ok(),
-        Err(_) => {
-            timed_out = true;
-            signal_group(pgid, Signal::SIGTERM);
-            signal_job(&job, Signal::SIGTERM).await;
-            match tokio::time::timeout(TERM_GRACE, child.wait()).await {
-                Ok(s) => s.ok(),
-                Err(_) => {
-                    signal_group(pgid, Signal::SIGKILL);
-                    kill_job(&job).await;
-                    child.wait().await.ok()
-                }
-            }
-        }
-    };
-    // The shell is gone; anything it left in its group still holding the pipes is killed
-    // at the deadline (or right away when the deadline already passed).
-    let drain = futures::future::join_all(pumps);
-    tokio::pin!(drain);
-    if tokio::time::timeout_at(deadline, &mut drain).await.is_err() {
-        signal_group(pgid, Signal::SIGKILL);
-        kill_job(&job).await;
-        let _ = tokio::time::timeout(TERM_GRACE, &mut drain).await;
-    }
-    if timed_out {
-        // Stragglers that ignored SIGTERM.
-        signal_group(pgid, Signal::SIGKILL);
-    }
-    // Whatever the command left running — in its group or escaped from it — is stopped.
-    if let Some(j) = job.clone() {
-        let _ = tokio::task::spawn_blocking(move || j.terminate(TERM_GRACE)).await;
-    }
+    let (status, timed_out) = wait_or_kill(&mut child, pgid, &job, deadline).await;
+    stop_leftovers(pumps, pgid, &job, deadline, timed_out).await;
     let (output_tail, output_truncated) = tail.lock().await.finish();
     use std::os::unix::process::ExitStatusExt;
     let exit_code = status.and_then(|s| s.code());
@@ -187,6 +138,82 @@ pub async fn run(
         output_tail,
         output_truncated,
         containment: job.map(|j| j.kind().as_str().to_string()),
+    }
+}
+
+/// `sh -c script` in its own process group, tagged with the containment job when there is one.
+fn shell(script: &str, cwd: &Path, env: &[(&str, String)], job: Option<&contain::Job>) -> Command {
+    let prefix = job.map(|j| j.shell_prefix()).unwrap_or_default();
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(format!("{prefix}{script}"))
+        .current_dir(cwd)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0)
+        .kill_on_drop(true)
+        .env_remove(kitbag_shared::process::HOST_DEPTH_VAR);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    if let Some(j) = job {
+        let (k, v) = j.env();
+        cmd.env(k, v);
+    }
+    cmd
+}
+
+/// Wait for the shell until `deadline`; past it, SIGTERM, then SIGKILL after a grace.
+/// Returns its status and whether the deadline ended it.
+async fn wait_or_kill(
+    child: &mut tokio::process::Child,
+    pgid: i32,
+    job: &Option<Arc<contain::Job>>,
+    deadline: tokio::time::Instant,
+) -> (Option<std::process::ExitStatus>, bool) {
+    match tokio::time::timeout_at(deadline, child.wait()).await {
+        Ok(s) => (s.ok(), false),
+        Err(_) => {
+            signal_group(pgid, Signal::SIGTERM);
+            signal_job(job, Signal::SIGTERM).await;
+            let status = match tokio::time::timeout(TERM_GRACE, child.wait()).await {
+                Ok(s) => s.ok(),
+                Err(_) => {
+                    signal_group(pgid, Signal::SIGKILL);
+                    kill_job(job).await;
+                    child.wait().await.ok()
+                }
+            };
+            (status, true)
+        }
+    }
+}
+
+/// After the shell ended: let the output pumps finish, and stop what the command left behind.
+async fn stop_leftovers(
+    pumps: Vec<tokio::task::JoinHandle<()>>,
+    pgid: i32,
+    job: &Option<Arc<contain::Job>>,
+    deadline: tokio::time::Instant,
+    timed_out: bool,
+) {
+    // The shell is gone; anything it left in its group still holding the pipes is killed
+    // at the deadline (or right away when the deadline already passed).
+    let drain = futures::future::join_all(pumps);
+    tokio::pin!(drain);
+    if tokio::time::timeout_at(deadline, &mut drain).await.is_err() {
+        signal_group(pgid, Signal::SIGKILL);
+        kill_job(job).await;
+        let _ = tokio::time::timeout(TERM_GRACE, &mut drain).await;
+    }
+    if timed_out {
+        // Stragglers that ignored SIGTERM.
+        signal_group(pgid, Signal::SIGKILL);
+    }
+    // Whatever the command left running — in its group or escaped from it — is stopped.
+    if let Some(j) = job.clone() {
+        let _ = tokio::task::spawn_blocking(move || j.terminate(TERM_GRACE)).await;
     }
 }
 

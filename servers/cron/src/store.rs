@@ -767,85 +767,13 @@ impl Store {
         }
         let _lock = self.lock()?;
         let leftover = exists(IMPORTING, &claimed)?;
-        if !leftover {
-            let text = match read_file(&dir, LEGACY) {
-                Ok(t) => String::from_utf8_lossy(&t.0).into_owned(),
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
-            };
-            if text.trim().is_empty() {
-                return Ok(());
-            }
-            // A broken file is left as it is, and reported on every call until it is fixed.
-            Doc::parse(&text).map_err(|e| self.invalid_legacy(&e))?;
-            match dir.rename(LEGACY, IMPORTING) {
-                Ok(()) => {}
-                Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-                Err(e) => return Err(io_err("cannot move", &self.legacy, &e)),
-            }
+        if !leftover && !self.claim_legacy(&dir)? {
+            return Ok(());
         }
         let (bytes, m) =
             read_file(&dir, IMPORTING).map_err(|e| io_err("cannot read", &claimed, &e))?;
-        let mark = {
-            use std::os::unix::fs::MetadataExt;
-            format!(
-                "{}:{}:{}:{}:{:016x}",
-                m.dev(),
-                m.ino(),
-                m.len(),
-                m.mtime_nsec() + m.mtime() * 1_000_000_000,
-                xxhash_rust::xxh3::xxh3_64(&bytes)
-            )
-        };
-        let imported = {
-            let Some(open) = self.ensure_open(slot, true)? else {
-                return Err(ToolError::internal("the cron store could not be created"));
-            };
-            let tx = open
-                .conn
-                .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map_err(|e| self.db_err(e))?;
-            let tx = Tx { tx, store: self };
-            let done: String = tx
-                .tx
-                .query_row("SELECT v FROM meta WHERE k = 'import'", [], |r| r.get(0))
-                .optional()
-                .map_err(|e| self.db_err(e))?
-                .unwrap_or_default();
-            // A leftover claim whose import was committed: the process died before moving
-            // the file away. Do not import it twice.
-            let already = leftover && done == mark;
-            let mut n = 0;
-            if !already {
-                let text = String::from_utf8_lossy(&bytes);
-                let doc = match Doc::parse(&text) {
-                    Ok(d) => d,
-                    Err(e) => {
-                        drop(tx);
-                        self.unclaim(&dir);
-                        return Err(self.invalid_legacy(&e));
-                    }
-                };
-                for s in &doc.slots {
-                    match s {
-                        Slot::Entry(e) => {
-                            if !tx.put(e)? {
-                                tx.insert(e)?;
-                            }
-                        }
-                        Slot::Invalid { raw, error } => tx.insert_invalid(raw, error)?,
-                    }
-                    n += 1;
-                }
-                tx.set_next_id(doc.next_id)?;
-            }
-            tx.tx
-                .execute("UPDATE meta SET v = ?1 WHERE k = 'import'", [&mark])
-                .map_err(|e| self.db_err(e))?;
-            tx.tx.commit().map_err(|e| self.db_err(e))?;
-            self.writes.fetch_add(1, Ordering::SeqCst);
-            n
-        };
+        let mark = import_mark(&bytes, &m);
+        let imported = self.import_claimed(slot, &dir, &bytes, &mark, leftover)?;
         let backup = self.keep_backup(&dir)?;
         tracing::info!(
             "imported {imported} entries from {} into {}; the file is kept as {}",
@@ -854,6 +782,85 @@ impl Store {
             backup.display()
         );
         Ok(())
+    }
+
+    /// Check the legacy file and claim it by renaming it to `IMPORTING`; false when there is
+    /// nothing to import (gone, or empty).
+    fn claim_legacy(&self, dir: &StateDir) -> ToolResult<bool> {
+        let text = match read_file(dir, LEGACY) {
+            Ok(t) => String::from_utf8_lossy(&t.0).into_owned(),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(false),
+            Err(e) => return Err(io_err("cannot read", &self.legacy, &e)),
+        };
+        if text.trim().is_empty() {
+            return Ok(false);
+        }
+        // A broken file is left as it is, and reported on every call until it is fixed.
+        Doc::parse(&text).map_err(|e| self.invalid_legacy(&e))?;
+        match dir.rename(LEGACY, IMPORTING) {
+            Ok(()) => Ok(true),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(false),
+            Err(e) => Err(io_err("cannot move", &self.legacy, &e)),
+        }
+    }
+
+    /// Import the claimed file's entries in one transaction that also records `mark`, unless
+    /// that mark shows a leftover claim was imported already. Returns the entries imported.
+    fn import_claimed(
+        &self,
+        slot: &mut Option<Open>,
+        dir: &StateDir,
+        bytes: &[u8],
+        mark: &str,
+        leftover: bool,
+    ) -> ToolResult<usize> {
+        let Some(open) = self.ensure_open(slot, true)? else {
+            return Err(ToolError::internal("the cron store could not be created"));
+        };
+        let tx = open
+            .conn
+            .transaction_with_behavior(TransactionBehavior::Immediate)
+            .map_err(|e| self.db_err(e))?;
+        let tx = Tx { tx, store: self };
+        let done: String = tx
+            .tx
+            .query_row("SELECT v FROM meta WHERE k = 'import'", [], |r| r.get(0))
+            .optional()
+            .map_err(|e| self.db_err(e))?
+            .unwrap_or_default();
+        // A leftover claim whose import was committed: the process died before moving
+        // the file away. Do not import it twice.
+        let already = leftover && done == mark;
+        let mut n = 0;
+        if !already {
+            let text = String::from_utf8_lossy(bytes);
+            let doc = match Doc::parse(&text) {
+                Ok(d) => d,
+                Err(e) => {
+                    drop(tx);
+                    self.unclaim(dir);
+                    return Err(self.invalid_legacy(&e));
+                }
+            };
+            for s in &doc.slots {
+                match s {
+                    Slot::Entry(e) => {
+                        if !tx.put(e)? {
+                            tx.insert(e)?;
+                        }
+                    }
+                    Slot::Invalid { raw, error } => tx.insert_invalid(raw, error)?,
+                }
+                n += 1;
+            }
+            tx.set_next_id(doc.next_id)?;
+        }
+        tx.tx
+            .execute("UPDATE meta SET v = ?1 WHERE k = 'import'", [mark])
+            .map_err(|e| self.db_err(e))?;
+        tx.tx.commit().map_err(|e| self.db_err(e))?;
+        self.writes.fetch_add(1, Ordering::SeqCst);
+        Ok(n)
     }
 
     fn invalid_legacy(&self, e: &DocError) -> ToolError {
@@ -1080,6 +1087,19 @@ impl From<rusqlite::Error> for MigrateError {
     fn from(e: rusqlite::Error) -> Self {
         MigrateError::Sql(e)
     }
+}
+
+/// What identifies one claimed file's content: device, inode, size, mtime and a hash.
+fn import_mark(bytes: &[u8], m: &std::fs::Metadata) -> String {
+    use std::os::unix::fs::MetadataExt;
+    format!(
+        "{}:{}:{}:{}:{:016x}",
+        m.dev(),
+        m.ino(),
+        m.len(),
+        m.mtime_nsec() + m.mtime() * 1_000_000_000,
+        xxhash_rust::xxh3::xxh3_64(bytes)
+    )
 }
 
 /// Read the whole file `name` in `dir` (a link there is refused), with its metadata.

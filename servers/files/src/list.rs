@@ -1,5 +1,6 @@
 //! `file_list`: a directory's entries, or a recursive gitignore-aware listing.
 
+use std::path::Path;
 use std::time::SystemTime;
 
 use kitbag_shared::args;
@@ -82,7 +83,6 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
     let limit =
         args::opt_range("limit", p.limit, 1, MAX_LIMIT as i64)?.map_or(DEFAULT_LIMIT, |n| n as u64);
     let offset = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as u64;
-    let recursive = p.recursive.unwrap_or(false);
     let max_depth = args::opt_at_least("max_depth", p.max_depth, 1)?.map(|n| n as usize);
     let path = p.path.as_deref().unwrap_or(".");
     let (r, dir) = policy.open_file(path, "path", Access::Read)?;
@@ -93,8 +93,43 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
             format!("{}: not a directory; use file_read for files", r.rel),
         ));
     }
+    let mut entries = collect(policy, walker(&r.abs, &p, max_depth));
+    entries.sort_by(|a, b| a.path.cmp(&b.path));
+    let total = entries.len() as u64;
+    let page: Vec<Entry> = entries
+        .into_iter()
+        .skip(offset as usize)
+        .take(limit as usize)
+        .collect();
+    let next = offset + page.len() as u64;
+    let truncated = next < total;
+    let mut text: String = page.iter().map(entry_line).collect();
+    if page.is_empty() {
+        text = format!("{}: no entries\n", r.rel);
+    }
+    if truncated {
+        text.push_str(&format!(
+            "[truncated: {total} entries; continue with offset={next}]\n"
+        ));
+    }
+    text.pop();
+    Ok(Reply::new(
+        ListResult {
+            path: r.rel,
+            entries: page,
+            total,
+            truncated,
+            next_offset: truncated.then_some(next),
+        },
+        text,
+    ))
+}
+
+/// The walk over `dir`: one level, or down to `max_depth` when recursive.
+fn walker(dir: &Path, p: &ListParams, max_depth: Option<usize>) -> ignore::WalkBuilder {
+    let recursive = p.recursive.unwrap_or(false);
     let no_ignore = p.no_ignore.unwrap_or(false);
-    let mut walker = ignore::WalkBuilder::new(&r.abs);
+    let mut walker = ignore::WalkBuilder::new(dir);
     walker
         .hidden(!p.hidden.unwrap_or(false))
         .git_ignore(!no_ignore)
@@ -105,6 +140,11 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
         .require_git(false)
         .follow_links(false)
         .max_depth(if recursive { max_depth } else { Some(1) });
+    walker
+}
+
+/// The entries the caller may read, unsorted.
+fn collect(policy: &PathPolicy, walker: ignore::WalkBuilder) -> Vec<Entry> {
     let mut entries: Vec<Entry> = Vec::new();
     // The walker lists by path; each entry is then checked beneath the root without links,
     // so names seen through a directory swapped for a link meanwhile are dropped.
@@ -134,50 +174,21 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
             modified: rfc3339(Some(m.modified)),
         });
     }
-    entries.sort_by(|a, b| a.path.cmp(&b.path));
-    let total = entries.len() as u64;
-    let page: Vec<Entry> = entries
-        .into_iter()
-        .skip(offset as usize)
-        .take(limit as usize)
-        .collect();
-    let next = offset + page.len() as u64;
-    let truncated = next < total;
-    let mut text = String::new();
-    for e in &page {
-        let suffix = match e.kind {
-            Kind::Dir => "/",
-            Kind::Symlink => "@",
-            _ => "",
-        };
-        if e.kind == Kind::Dir {
-            text.push_str(&format!("{}{suffix}\n", e.path));
-        } else {
-            text.push_str(&format!(
-                "{}{suffix}  {} B  {}\n",
-                e.path, e.size, e.modified
-            ));
-        }
+    entries
+}
+
+/// `path/` for a directory, `path[@]  size B  modified` for the rest.
+fn entry_line(e: &Entry) -> String {
+    let suffix = match e.kind {
+        Kind::Dir => "/",
+        Kind::Symlink => "@",
+        _ => "",
+    };
+    if e.kind == Kind::Dir {
+        format!("{}{suffix}\n", e.path)
+    } else {
+        format!("{}{suffix}  {} B  {}\n", e.path, e.size, e.modified)
     }
-    if page.is_empty() {
-        text = format!("{}: no entries\n", r.rel);
-    }
-    if truncated {
-        text.push_str(&format!(
-            "[truncated: {total} entries; continue with offset={next}]\n"
-        ));
-    }
-    text.pop();
-    Ok(Reply::new(
-        ListResult {
-            path: r.rel,
-            entries: page,
-            total,
-            truncated,
-            next_offset: truncated.then_some(next),
-        },
-        text,
-    ))
 }
 
 pub fn rfc3339(t: Option<SystemTime>) -> String {

@@ -32,59 +32,10 @@ impl HostServer {
         meta: CallMeta,
     ) -> Result<CallToolResult, McpError> {
         if name == STATUS_TOOL {
-            if let Err((code, message)) = self.permit_own(&Self::status_tool(), true) {
-                return Ok(error_result(code, message));
-            }
-            let status = self.status();
-            let mut text = String::new();
-            for s in &status.servers {
-                text.push_str(&format!(
-                    "{}: {:?}, {} tools, {} restarts{}\n",
-                    s.name,
-                    s.state,
-                    s.tools,
-                    s.restarts,
-                    s.last_error
-                        .as_ref()
-                        .map(|e| format!(" — {e}"))
-                        .unwrap_or_default()
-                ));
-            }
-            for s in &status.sessions {
-                text.push_str(&format!(
-                    "session {}: {} turns, {} model calls, tokens in {} (cache read {}, write {}) out {}\n",
-                    s.name,
-                    s.turns,
-                    s.model_calls,
-                    s.input_tokens,
-                    s.cache_read,
-                    s.cache_creation,
-                    s.output_tokens
-                ));
-            }
-            let mut r =
-                CallToolResult::success(vec![ContentBlock::text(text.trim_end().to_string())]);
-            r.structured_content = serde_json::to_value(&status).ok();
-            return Ok(r);
+            return Ok(self.status_call());
         }
         if name == RELOAD_TOOL && self.loader.is_some() {
-            if let Err((code, message)) = self.permit_own(&Self::reload_tool(), false) {
-                return Ok(error_result(code, message));
-            }
-            return Ok(match self.reload().await {
-                Ok(report) => {
-                    let text = format!(
-                        "reloaded: started [{}], stopped [{}], unchanged [{}]",
-                        report.started.join(", "),
-                        report.stopped.join(", "),
-                        report.unchanged.join(", ")
-                    );
-                    let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                    r.structured_content = serde_json::to_value(&report).ok();
-                    r
-                }
-                Err(e) => error_result("invalid_params", e.to_string()),
-            });
+            return Ok(self.reload_call().await);
         }
         let route = match self.hub.route(name) {
             Some(route) => Some(route),
@@ -147,5 +98,63 @@ impl HostServer {
             );
         }
         Ok(result)
+    }
+
+    /// host_status: each server's state and each agent session's use, as text and structured.
+    fn status_call(&self) -> CallToolResult {
+        if let Err((code, message)) = self.permit_own(&Self::status_tool(), true) {
+            return error_result(code, message);
+        }
+        let status = self.status();
+        let mut text = String::new();
+        for s in &status.servers {
+            text.push_str(&format!(
+                "{}: {:?}, {} tools, {} restarts{}\n",
+                s.name,
+                s.state,
+                s.tools,
+                s.restarts,
+                s.last_error
+                    .as_ref()
+                    .map(|e| format!(" — {e}"))
+                    .unwrap_or_default()
+            ));
+        }
+        for s in &status.sessions {
+            text.push_str(&format!(
+                "session {}: {} turns, {} model calls, tokens in {} (cache read {}, write {}) out {}\n",
+                s.name,
+                s.turns,
+                s.model_calls,
+                s.input_tokens,
+                s.cache_read,
+                s.cache_creation,
+                s.output_tokens
+            ));
+        }
+        let mut r = CallToolResult::success(vec![ContentBlock::text(text.trim_end().to_string())]);
+        r.structured_content = serde_json::to_value(&status).ok();
+        r
+    }
+
+    /// host_reload: re-read the configuration and say what started, stopped or stayed.
+    async fn reload_call(&self) -> CallToolResult {
+        if let Err((code, message)) = self.permit_own(&Self::reload_tool(), false) {
+            return error_result(code, message);
+        }
+        match self.reload().await {
+            Ok(report) => {
+                let text = format!(
+                    "reloaded: started [{}], stopped [{}], unchanged [{}]",
+                    report.started.join(", "),
+                    report.stopped.join(", "),
+                    report.unchanged.join(", ")
+                );
+                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
+                r.structured_content = serde_json::to_value(&report).ok();
+                r
+            }
+            Err(e) => error_result("invalid_params", e.to_string()),
+        }
     }
 }

@@ -165,18 +165,8 @@ async fn start(cli: &Cli, agent: Option<&str>) -> anyhow::Result<Started> {
 }
 
 pub async fn run(cli: Cli) -> anyhow::Result<i32> {
-    if let Some(Command::Server { family, args }) = &cli.command {
-        families::run(family, args.clone()).await?;
-        return Ok(0);
-    }
-    if let Some(Command::Sessions { name }) = &cli.command {
-        return agent::sessions_command(name.as_deref());
-    }
-    if let Some(Command::Deploy {
-        action: DeployCommand::Render(args),
-    }) = &cli.command
-    {
-        return deploy::render_command(args);
+    if let Some(code) = run_without_hub(&cli).await {
+        return code;
     }
     let filter = tracing_subscriber_filter(&cli.log_level);
     let _ = tracing_subscriber::fmt()
@@ -205,31 +195,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         _ => None,
     };
     recursion::refuse_nested_host()?;
-    let prepared_run = match command {
-        Command::Run {
-            session,
-            image,
-            prompt,
-        } => Some(agent::prepare_run(
-            &load_config(&cli)?,
-            cli.agent.as_deref(),
-            session,
-            prompt,
-            image,
-        )?),
-        _ => None,
-    };
-    if let Command::Chat { session } = command {
-        agent::session::check_name(session)?;
-    }
-    let prepared_agent = match command {
-        Command::Daemon | Command::Chat { .. } => Some(agent::prepare_agent(
-            &load_config(&cli)?,
-            cli.agent.as_deref(),
-            None,
-        )?),
-        _ => None,
-    };
+    let (prepared_run, prepared_agent) = prepare_agent(&cli, command)?;
     // For the agent, --agent names a pack; the config's profile of that name applies if there
     // is one.
     let policy_agent = match (&prepared_run, &prepared_agent) {
@@ -253,137 +219,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         tools_mode: cli.tools,
     };
     let code = match command {
-        Command::Serve { .. } => {
-            // SIGHUP re-reads the configuration, like host_reload.
-            let on_hup = host.clone();
-            tokio::spawn(async move {
-                use tokio::signal::unix::{SignalKind, signal};
-                let Ok(mut hup) = signal(SignalKind::hangup()) else {
-                    return;
-                };
-                while hup.recv().await.is_some() {
-                    match on_hup.reload().await {
-                        Ok(r) => tracing::warn!(
-                            "SIGHUP reload: started {:?}, stopped {:?}",
-                            r.started,
-                            r.stopped
-                        ),
-                        Err(e) => tracing::warn!("SIGHUP reload failed: {e}"),
-                    }
-                }
-            });
-            match http_options {
-                Some(options) => http::serve_http(host, options).await?,
-                None => serve::serve_stdio(host).await?,
-            }
-            0
-        }
-        Command::Tools { json } => {
-            let tools = host.tools();
-            if *json {
-                println!(
-                    "{}",
-                    serde_json::to_string_pretty(&serde_json::json!({ "tools": tools }))?
-                );
-            } else {
-                for t in tools {
-                    println!(
-                        "{:<28} {}",
-                        t.name,
-                        t.description
-                            .as_deref()
-                            .unwrap_or("")
-                            .lines()
-                            .next()
-                            .unwrap_or("")
-                    );
-                }
-            }
-            0
-        }
-        Command::Call { tool, args } => {
-            let args: serde_json::Value = match args {
-                Some(a) => serde_json::from_str(a)
-                    .map_err(|e| anyhow::anyhow!("arguments: not JSON: {e}"))?,
-                None => serde_json::json!({}),
-            };
-            let Some(obj) = args.as_object().cloned() else {
-                anyhow::bail!("arguments: must be a JSON object");
-            };
-            // Through dispatch, as an MCP client's call goes: the host's own tools too, the
-            // agent policy, the audit log.
-            match call_with_progress_bar(&host, tool, obj).await {
-                Ok(r) => {
-                    for c in &r.content {
-                        if let Some(t) = c.as_text() {
-                            println!("{}", t.text);
-                        }
-                    }
-                    i32::from(r.is_error.unwrap_or(false))
-                }
-                Err(e) => {
-                    eprintln!("{}; `kitbag tools` lists them", e.message);
-                    2
-                }
-            }
-        }
-        Command::Doctor => {
-            let status = host.status();
-            let mut problems = 0;
-            for s in &status.servers {
-                let ok = matches!(
-                    s.state,
-                    hub::State::Ready | hub::State::Disabled | hub::State::Skipped
-                );
-                problems += usize::from(!ok);
-                println!(
-                    "{} {:<12} {:<10} {:>4} tools  {}",
-                    match s.state {
-                        hub::State::Skipped => "skip",
-                        _ if ok => "ok  ",
-                        _ => "FAIL",
-                    },
-                    s.name,
-                    format!("{:?}", s.state).to_lowercase(),
-                    s.tools,
-                    match (&s.ready_ms, &s.last_error) {
-                        (_, Some(e)) => e.clone(),
-                        (Some(ms), None) => format!("ready in {ms} ms"),
-                        _ => String::new(),
-                    }
-                );
-            }
-            for c in &status.collisions {
-                problems += 1;
-                println!("collision: {c}");
-            }
-            println!(
-                "{} tools from {} servers in {} ms",
-                status.tools,
-                status.servers.len(),
-                started.elapsed().as_millis()
-            );
-            let overridden: Vec<String> = status
-                .settings
-                .iter()
-                .filter(|s| s.source != settings::Source::Default)
-                .map(|s| {
-                    let from = match s.source {
-                        settings::Source::Env => s.env.to_string(),
-                        _ => "config".to_string(),
-                    };
-                    format!("{} = {} (from {from})", s.key, s.value)
-                })
-                .collect();
-            if !overridden.is_empty() {
-                println!("settings: {}", overridden.join(", "));
-            }
-            if cli.command.is_none() {
-                println!("\nAdd it to Claude Code:  claude mcp add kitbag -- kitbag serve");
-                println!("More: kitbag tools · kitbag call TOOL '{{...}}' · kitbag doctor");
-            }
-            i32::from(problems > 0)
-        }
+        Command::Serve { .. } => serve(host, http_options).await?,
+        Command::Tools { json } => print_tools(&host, *json)?,
+        Command::Call { tool, args } => call(&host, tool, args.as_deref()).await?,
+        Command::Doctor => doctor(&host, started, cli.command.is_none()),
         Command::Run { .. } => match prepared_run {
             Some(run) => agent::run_command(&host, run).await?,
             None => 1,
@@ -400,6 +239,199 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     hub.stop_all(hub::STOP_GRACE);
     Ok(code)
+}
+
+/// The subcommands that need no hub (and no logging set up): a server family, the session
+/// list, rendering a deployment. `None` for the others.
+async fn run_without_hub(cli: &Cli) -> Option<anyhow::Result<i32>> {
+    match &cli.command {
+        Some(Command::Server { family, args }) => {
+            Some(families::run(family, args.clone()).await.map(|()| 0))
+        }
+        Some(Command::Sessions { name }) => Some(agent::sessions_command(name.as_deref())),
+        Some(Command::Deploy {
+            action: DeployCommand::Render(args),
+        }) => Some(deploy::render_command(args)),
+        _ => None,
+    }
+}
+
+/// The agent commands check their arguments and build their model client before any child
+/// starts: `run` its prompt and session, `daemon` and `chat` their agent.
+fn prepare_agent(
+    cli: &Cli,
+    command: &Command,
+) -> anyhow::Result<(Option<agent::PreparedRun>, Option<agent::PreparedAgent>)> {
+    let prepared_run = match command {
+        Command::Run {
+            session,
+            image,
+            prompt,
+        } => Some(agent::prepare_run(
+            &load_config(cli)?,
+            cli.agent.as_deref(),
+            session,
+            prompt,
+            image,
+        )?),
+        _ => None,
+    };
+    if let Command::Chat { session } = command {
+        agent::session::check_name(session)?;
+    }
+    let prepared_agent = match command {
+        Command::Daemon | Command::Chat { .. } => Some(agent::prepare_agent(
+            &load_config(cli)?,
+            cli.agent.as_deref(),
+            None,
+        )?),
+        _ => None,
+    };
+    Ok((prepared_run, prepared_agent))
+}
+
+/// `kitbag serve`: MCP over stdio, or HTTP when asked; SIGHUP re-reads the configuration,
+/// like host_reload.
+async fn serve(
+    host: HostServer,
+    http_options: Option<kitbag_shared::http::HttpOptions>,
+) -> anyhow::Result<i32> {
+    let on_hup = host.clone();
+    tokio::spawn(async move {
+        use tokio::signal::unix::{SignalKind, signal};
+        let Ok(mut hup) = signal(SignalKind::hangup()) else {
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match on_hup.reload().await {
+                Ok(r) => tracing::warn!(
+                    "SIGHUP reload: started {:?}, stopped {:?}",
+                    r.started,
+                    r.stopped
+                ),
+                Err(e) => tracing::warn!("SIGHUP reload failed: {e}"),
+            }
+        }
+    });
+    match http_options {
+        Some(options) => http::serve_http(host, options).await?,
+        None => serve::serve_stdio(host).await?,
+    }
+    Ok(0)
+}
+
+/// `kitbag tools`: one line per tool (its description's first line), or JSON.
+fn print_tools(host: &HostServer, json: bool) -> anyhow::Result<i32> {
+    let tools = host.tools();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({ "tools": tools }))?
+        );
+    } else {
+        for t in tools {
+            println!(
+                "{:<28} {}",
+                t.name,
+                t.description
+                    .as_deref()
+                    .unwrap_or("")
+                    .lines()
+                    .next()
+                    .unwrap_or("")
+            );
+        }
+    }
+    Ok(0)
+}
+
+/// `kitbag call TOOL ARGS`: exit 0 on success, 1 for a tool error, 2 for no such tool.
+async fn call(host: &HostServer, tool: &str, args: Option<&str>) -> anyhow::Result<i32> {
+    let args: serde_json::Value = match args {
+        Some(a) => {
+            serde_json::from_str(a).map_err(|e| anyhow::anyhow!("arguments: not JSON: {e}"))?
+        }
+        None => serde_json::json!({}),
+    };
+    let Some(obj) = args.as_object().cloned() else {
+        anyhow::bail!("arguments: must be a JSON object");
+    };
+    // Through dispatch, as an MCP client's call goes: the host's own tools too, the
+    // agent policy, the audit log.
+    Ok(match call_with_progress_bar(host, tool, obj).await {
+        Ok(r) => {
+            for c in &r.content {
+                if let Some(t) = c.as_text() {
+                    println!("{}", t.text);
+                }
+            }
+            i32::from(r.is_error.unwrap_or(false))
+        }
+        Err(e) => {
+            eprintln!("{}; `kitbag tools` lists them", e.message);
+            2
+        }
+    })
+}
+
+/// `kitbag doctor` (and a bare `kitbag` on a terminal, `first_look`): each server's state,
+/// collisions and overridden settings. Exit 1 when something is wrong.
+fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
+    let status = host.status();
+    let mut problems = 0;
+    for s in &status.servers {
+        let ok = matches!(
+            s.state,
+            hub::State::Ready | hub::State::Disabled | hub::State::Skipped
+        );
+        problems += usize::from(!ok);
+        println!(
+            "{} {:<12} {:<10} {:>4} tools  {}",
+            match s.state {
+                hub::State::Skipped => "skip",
+                _ if ok => "ok  ",
+                _ => "FAIL",
+            },
+            s.name,
+            format!("{:?}", s.state).to_lowercase(),
+            s.tools,
+            match (&s.ready_ms, &s.last_error) {
+                (_, Some(e)) => e.clone(),
+                (Some(ms), None) => format!("ready in {ms} ms"),
+                _ => String::new(),
+            }
+        );
+    }
+    for c in &status.collisions {
+        problems += 1;
+        println!("collision: {c}");
+    }
+    println!(
+        "{} tools from {} servers in {} ms",
+        status.tools,
+        status.servers.len(),
+        started.elapsed().as_millis()
+    );
+    let overridden: Vec<String> = status
+        .settings
+        .iter()
+        .filter(|s| s.source != settings::Source::Default)
+        .map(|s| {
+            let from = match s.source {
+                settings::Source::Env => s.env.to_string(),
+                _ => "config".to_string(),
+            };
+            format!("{} = {} (from {from})", s.key, s.value)
+        })
+        .collect();
+    if !overridden.is_empty() {
+        println!("settings: {}", overridden.join(", "));
+    }
+    if first_look {
+        println!("\nAdd it to Claude Code:  claude mcp add kitbag -- kitbag serve");
+        println!("More: kitbag tools · kitbag call TOOL '{{...}}' · kitbag doctor");
+    }
+    i32::from(problems > 0)
 }
 
 /// `kitbag call`: forward the call with a progress token and draw the progress on stderr.

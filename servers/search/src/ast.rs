@@ -457,6 +457,23 @@ struct FileMatches {
     error: Option<ParseError>,
 }
 
+impl FileMatches {
+    /// Nothing to report: cancelled, or the file is gone.
+    fn none() -> Self {
+        Self {
+            matches: Vec::new(),
+            error: None,
+        }
+    }
+
+    fn failed(path: String, message: String) -> Self {
+        Self {
+            matches: Vec::new(),
+            error: Some(ParseError { path, message }),
+        }
+    }
+}
+
 pub async fn search(
     policy: Arc<PathPolicy>,
     p: SearchParams,
@@ -467,6 +484,32 @@ pub async fn search(
     if let Some(l) = &p.lang {
         parse_lang(l)?;
     }
+    let roots = search_roots(&policy, &p)?;
+    let opts = WalkOptions {
+        hidden: p.hidden.unwrap_or(false),
+        no_ignore: p.no_ignore.unwrap_or(false),
+        globs: p.globs.as_ref().map(OneOrMany::to_vec).unwrap_or_default(),
+        globs_field: "globs",
+        ..Default::default()
+    };
+    let cancel = ctx.cancel.clone();
+    kitbag_shared::blocking(move || {
+        let files = candidates(&roots, &opts)?;
+        let (lang, files) = select_language(p.lang.as_deref(), files)?;
+        let pattern = compile(&p.pattern, lang, "pattern")?;
+        let per_file = par_map(&files, |path| {
+            if cancel.is_cancelled() {
+                return FileMatches::none();
+            }
+            search_file(&policy, path, lang, &pattern, context)
+        });
+        Ok(search_reply(per_file, files.len() as u64, limit, lang))
+    })
+    .await
+}
+
+/// The `paths` argument resolved: each must exist inside the root.
+fn search_roots(policy: &PathPolicy, p: &SearchParams) -> ToolResult<Vec<PathBuf>> {
     let paths = p
         .paths
         .as_ref()
@@ -489,182 +532,165 @@ pub async fn search(
         }
         roots.push(r.abs);
     }
-    let opts = WalkOptions {
-        hidden: p.hidden.unwrap_or(false),
-        no_ignore: p.no_ignore.unwrap_or(false),
-        globs: p.globs.as_ref().map(OneOrMany::to_vec).unwrap_or_default(),
-        globs_field: "globs",
-        ..Default::default()
+    Ok(roots)
+}
+
+/// Every match of `pattern` in one file; a file that cannot be read or parsed is reported.
+fn search_file(
+    policy: &PathPolicy,
+    path: &Path,
+    lang: SupportLang,
+    pattern: &Pattern,
+    context: usize,
+) -> FileMatches {
+    let shown = policy.display(path);
+    let src = match read_source(policy, path) {
+        Ok(Some(s)) => s,
+        Ok(None) => return FileMatches::none(),
+        Err(e) => return FileMatches::failed(shown, e.to_string()),
     };
-    let cancel = ctx.cancel.clone();
-    kitbag_shared::blocking(move || {
-        let files = candidates(&roots, &opts)?;
-        let (lang, files) = select_language(p.lang.as_deref(), files)?;
-        let pattern = compile(&p.pattern, lang, "pattern")?;
-        let per_file = par_map(&files, |path| {
-            let shown = policy.display(path);
-            if cancel.is_cancelled() {
-                return FileMatches {
-                    matches: Vec::new(),
-                    error: None,
-                };
-            }
-            let src = match read_source(&policy, path) {
-                Ok(Some(s)) => s,
-                Ok(None) => {
-                    return FileMatches {
-                        matches: Vec::new(),
-                        error: None,
-                    };
-                }
-                Err(e) => {
-                    return FileMatches {
-                        matches: Vec::new(),
-                        error: Some(ParseError {
-                            path: shown,
-                            message: e.to_string(),
-                        }),
-                    };
-                }
-            };
-            let grep = match AstGrep::try_new(&src, lang) {
-                Ok(g) => g,
-                Err(message) => {
-                    return FileMatches {
-                        matches: Vec::new(),
-                        error: Some(ParseError {
-                            path: shown,
-                            message,
-                        }),
-                    };
-                }
-            };
-            let outside = !policy.allows(path, Access::Read);
-            let lines: Vec<&str> = if context > 0 {
-                src.lines().collect()
+    let grep = match AstGrep::try_new(&src, lang) {
+        Ok(g) => g,
+        Err(message) => return FileMatches::failed(shown, message),
+    };
+    // Outside the readable mounts only the position is told: no text, captures or context.
+    let outside = !policy.allows(path, Access::Read);
+    let lines: Vec<&str> = if context > 0 {
+        src.lines().collect()
+    } else {
+        Vec::new()
+    };
+    let matches = grep
+        .root()
+        .find_all(pattern)
+        .map(|nm| {
+            let range = nm.range();
+            let (sl, sc) = line_col(&src, range.start);
+            let (el, ec) = line_col(&src, range.end);
+            let (before, after) = if context > 0 && !outside {
+                let s0 = sl as usize - 1;
+                (
+                    context_lines(&lines, s0.saturating_sub(context), s0),
+                    context_lines(&lines, el as usize, el as usize + context),
+                )
             } else {
-                Vec::new()
+                (Vec::new(), Vec::new())
             };
-            let matches = grep
-                .root()
-                .find_all(&pattern)
-                .map(|nm| {
-                    let range = nm.range();
-                    let (sl, sc) = line_col(&src, range.start);
-                    let (el, ec) = line_col(&src, range.end);
-                    let ctx_lines = |from: usize, to: usize| -> Vec<String> {
-                        lines
-                            .get(from..to.min(lines.len()))
-                            .unwrap_or_default()
-                            .iter()
-                            .map(|l| cut(l, MAX_CONTEXT_LINE_CHARS))
-                            .collect()
-                    };
-                    let (before, after) = if context > 0 && !outside {
-                        let s0 = sl as usize - 1;
-                        (
-                            ctx_lines(s0.saturating_sub(context), s0),
-                            ctx_lines(el as usize, el as usize + context),
-                        )
-                    } else {
-                        (Vec::new(), Vec::new())
-                    };
-                    AstMatch {
-                        file: shown.clone(),
-                        start_line: sl,
-                        start_column: sc,
-                        end_line: el,
-                        end_column: ec,
-                        text: (!outside).then(|| cut(&nm.text(), MAX_MATCH_CHARS)),
-                        meta_variables: if outside {
-                            BTreeMap::new()
-                        } else {
-                            capture_vars(&nm)
-                        },
-                        context_before: before,
-                        context_after: after,
-                        outside_cage: outside,
-                    }
-                })
-                .collect();
-            FileMatches {
-                matches,
-                error: None,
+            AstMatch {
+                file: shown.clone(),
+                start_line: sl,
+                start_column: sc,
+                end_line: el,
+                end_column: ec,
+                text: (!outside).then(|| cut(&nm.text(), MAX_MATCH_CHARS)),
+                meta_variables: if outside {
+                    BTreeMap::new()
+                } else {
+                    capture_vars(&nm)
+                },
+                context_before: before,
+                context_after: after,
+                outside_cage: outside,
             }
-        });
-        let files_searched = files.len() as u64;
-        let mut all = Vec::new();
-        let mut parse_errors = Vec::new();
-        for fm in per_file {
-            all.extend(fm.matches);
-            parse_errors.extend(fm.error);
-        }
-        let total = all.len() as u64;
-        let truncated = all.len() > limit;
-        all.truncate(limit);
-        let mut text = String::new();
-        for m in &all {
-            for c in &m.context_before {
-                text.push_str(&format!("  {c}\n"));
-            }
-            match &m.text {
-                Some(t) => text.push_str(&format!(
-                    "{}:{}:{}: {}\n",
-                    m.file,
-                    m.start_line,
-                    m.start_column,
-                    t.lines().next().unwrap_or("")
-                )),
-                None => text.push_str(&format!(
-                    "{}:{}:{}: [outside the readable mounts]\n",
-                    m.file, m.start_line, m.start_column
-                )),
-            }
-            if !m.meta_variables.is_empty() {
-                let vars: Vec<String> = m
-                    .meta_variables
-                    .iter()
-                    .map(|(k, v)| match v {
-                        Captured::One(s) => format!("${k}={}", s.lines().next().unwrap_or("")),
-                        Captured::Many(items) => format!("$$${k}=[{}]", items.join(", ")),
-                    })
-                    .collect();
-                text.push_str(&format!("    {}\n", vars.join("  ")));
-            }
-            for c in &m.context_after {
-                text.push_str(&format!("  {c}\n"));
-            }
-        }
-        if all.is_empty() {
-            text = format!(
-                "no matches ({files_searched} {} files searched)\n",
-                lang.to_string().to_lowercase()
-            );
-        }
-        if truncated {
-            text.push_str(&format!(
-                "[truncated: {} of {total} matches shown; raise limit or narrow paths/globs]\n",
-                all.len()
-            ));
-        }
-        for e in &parse_errors {
-            text.push_str(&format!("[skipped {}: {}]\n", e.path, e.message));
-        }
-        text.pop();
-        Ok(Reply::new(
-            SearchResult {
-                count: all.len() as u64,
-                matches: all,
-                total,
-                truncated,
-                files_searched,
-                lang: lang.to_string().to_lowercase(),
-                parse_errors,
-            },
-            text,
-        ))
-    })
-    .await
+        })
+        .collect();
+    FileMatches {
+        matches,
+        error: None,
+    }
+}
+
+/// Lines `from..to` (0-based, clipped to the file), each cut for the answer.
+fn context_lines(lines: &[&str], from: usize, to: usize) -> Vec<String> {
+    lines
+        .get(from..to.min(lines.len()))
+        .unwrap_or_default()
+        .iter()
+        .map(|l| cut(l, MAX_CONTEXT_LINE_CHARS))
+        .collect()
+}
+
+/// Gather the per-file results in file order, keep the first `limit` matches, and render.
+fn search_reply(
+    per_file: Vec<FileMatches>,
+    files_searched: u64,
+    limit: usize,
+    lang: SupportLang,
+) -> Reply<SearchResult> {
+    let mut all = Vec::new();
+    let mut parse_errors = Vec::new();
+    for fm in per_file {
+        all.extend(fm.matches);
+        parse_errors.extend(fm.error);
+    }
+    let total = all.len() as u64;
+    let truncated = all.len() > limit;
+    all.truncate(limit);
+    let mut text: String = all.iter().map(match_text).collect();
+    if all.is_empty() {
+        text = format!(
+            "no matches ({files_searched} {} files searched)\n",
+            lang.to_string().to_lowercase()
+        );
+    }
+    if truncated {
+        text.push_str(&format!(
+            "[truncated: {} of {total} matches shown; raise limit or narrow paths/globs]\n",
+            all.len()
+        ));
+    }
+    for e in &parse_errors {
+        text.push_str(&format!("[skipped {}: {}]\n", e.path, e.message));
+    }
+    text.pop();
+    Reply::new(
+        SearchResult {
+            count: all.len() as u64,
+            matches: all,
+            total,
+            truncated,
+            files_searched,
+            lang: lang.to_string().to_lowercase(),
+            parse_errors,
+        },
+        text,
+    )
+}
+
+/// One match in the text answer: context, `file:line:col: first line`, captured variables.
+fn match_text(m: &AstMatch) -> String {
+    let mut text = String::new();
+    for c in &m.context_before {
+        text.push_str(&format!("  {c}\n"));
+    }
+    match &m.text {
+        Some(t) => text.push_str(&format!(
+            "{}:{}:{}: {}\n",
+            m.file,
+            m.start_line,
+            m.start_column,
+            t.lines().next().unwrap_or("")
+        )),
+        None => text.push_str(&format!(
+            "{}:{}:{}: [outside the readable mounts]\n",
+            m.file, m.start_line, m.start_column
+        )),
+    }
+    if !m.meta_variables.is_empty() {
+        let vars: Vec<String> = m
+            .meta_variables
+            .iter()
+            .map(|(k, v)| match v {
+                Captured::One(s) => format!("${k}={}", s.lines().next().unwrap_or("")),
+                Captured::Many(items) => format!("$$${k}=[{}]", items.join(", ")),
+            })
+            .collect();
+        text.push_str(&format!("    {}\n", vars.join("  ")));
+    }
+    for c in &m.context_after {
+        text.push_str(&format!("  {c}\n"));
+    }
+    text
 }
 
 struct Planned {
@@ -681,22 +707,7 @@ pub async fn edit(
     p: EditParams,
     ctx: CallCtx,
 ) -> ToolResult<Reply<EditResult>> {
-    if p.rewrites.is_empty() {
-        return Err(ToolError::invalid_field(
-            "rewrites",
-            "give at least one pattern → template pair",
-        ));
-    }
-    let mut rules: Vec<(String, String)> = Vec::new();
-    for (pattern, template) in &p.rewrites {
-        let Some(t) = template.as_str() else {
-            return Err(ToolError::invalid_field(
-                &format!("rewrites.{pattern}"),
-                "the template must be a string",
-            ));
-        };
-        rules.push((pattern.clone(), t.to_string()));
-    }
+    let rules = rewrite_rules(&p)?;
     let max_replacements =
         args::opt_at_least("max_replacements", p.max_replacements, 1)?.map(|n| n as u64);
     let max_files = args::opt_at_least("max_files", p.max_files, 1)?.map(|n| n as u64);
@@ -742,106 +753,179 @@ pub async fn edit(
             ));
         }
         let files_searched = files.len() as u64;
-        let mut parse_errors = Vec::new();
-        let mut changes = Vec::new();
-        let mut file_changes = Vec::new();
-        let mut writes: Vec<(PathBuf, Vec<u8>)> = Vec::new();
-        let mut total = 0u64;
-        let mut limit_reached = false;
-        for plan in planned {
-            if let Some(e) = plan.error {
-                parse_errors.push(e);
-                continue;
-            }
-            if plan.edits.is_empty() {
-                continue;
-            }
-            if max_files.is_some_and(|m| file_changes.len() as u64 >= m) {
-                limit_reached = true;
-                break;
-            }
-            let mut take = plan.edits.len();
-            if let Some(m) = max_replacements {
-                let left = m.saturating_sub(total) as usize;
-                if left < take {
-                    take = left;
-                    limit_reached = true;
-                }
-            }
-            if take == 0 {
-                break;
-            }
-            let (out, change) = rewrite(&plan, take, &mut changes);
-            total += take as u64;
-            file_changes.push(change);
-            writes.push((plan.path, out.into_bytes()));
-            if limit_reached {
-                break;
-            }
-        }
-        if single_file && !parse_errors.is_empty() && writes.is_empty() {
-            let e = &parse_errors[0];
+        let mut chosen = choose(planned, max_files, max_replacements);
+        // A single file the caller named that does not parse is an error, not an empty edit.
+        if single_file && !chosen.parse_errors.is_empty() && chosen.writes.is_empty() {
+            let e = &chosen.parse_errors[0];
             return Err(ToolError::new(
                 ErrorCode::InvalidParams,
                 format!("path: {} could not be parsed: {}", e.path, e.message),
             )
             .with_detail(json!({ "field": "path" })));
         }
-        let applied = !dry_run && !writes.is_empty();
+        let applied = !dry_run && !chosen.writes.is_empty();
         if !dry_run {
-            write_rewrites(&policy, &mut writes)?;
+            write_rewrites(&policy, &mut chosen.writes)?;
         }
-        let mut text = format!(
-            "{} {} replacement(s) in {} file(s) ({} {} files searched){}\n",
-            if applied { "applied" } else { "dry run:" },
-            total,
-            file_changes.len(),
-            files_searched,
-            lang.to_string().to_lowercase(),
-            if limit_reached {
-                "; a limit stopped further changes"
-            } else {
-                ""
-            }
-        );
-        let mut diff_bytes = 0;
-        for fc in &mut file_changes {
-            diff_bytes += fc.diff.len();
-            if diff_bytes > MAX_DIFF_BYTES {
-                fc.diff = "[diff omitted: answer cap reached]".into();
-            }
-            text.push_str(&fc.diff);
-        }
-        for e in &parse_errors {
-            text.push_str(&format!("[skipped {}: {}]\n", e.path, e.message));
-        }
-        if !applied && !dry_run {
-            text.push_str("nothing to apply\n");
-        } else if dry_run && total > 0 {
-            text.push_str("(dry run: nothing written; call again with dry_run: false to apply)\n");
-        }
-        text.pop();
-        Ok(Reply::new(
-            EditResult {
-                changes_truncated: total as usize > changes.len(),
-                changes,
-                file_changes,
-                total_replacements: total,
-                files_touched: if applied || dry_run {
-                    writes.len() as u64
-                } else {
-                    0
-                },
-                files_searched,
-                applied,
-                limit_reached,
-                parse_errors,
-                lang: lang.to_string().to_lowercase(),
-            },
-            text,
-        ))
+        Ok(edit_reply(chosen, applied, dry_run, files_searched, lang))
     })
     .await
+}
+
+/// The `rewrites` argument as (pattern, template) pairs, in the given order.
+fn rewrite_rules(p: &EditParams) -> ToolResult<Vec<(String, String)>> {
+    if p.rewrites.is_empty() {
+        return Err(ToolError::invalid_field(
+            "rewrites",
+            "give at least one pattern → template pair",
+        ));
+    }
+    let mut rules: Vec<(String, String)> = Vec::new();
+    for (pattern, template) in &p.rewrites {
+        let Some(t) = template.as_str() else {
+            return Err(ToolError::invalid_field(
+                &format!("rewrites.{pattern}"),
+                "the template must be a string",
+            ));
+        };
+        rules.push((pattern.clone(), t.to_string()));
+    }
+    Ok(rules)
+}
+
+/// The planned rewrites that fit within `max_files` and `max_replacements`.
+struct Chosen {
+    parse_errors: Vec<ParseError>,
+    changes: Vec<Change>,
+    file_changes: Vec<FileChange>,
+    /// The new content of each touched file.
+    writes: Vec<(PathBuf, Vec<u8>)>,
+    total: u64,
+    limit_reached: bool,
+}
+
+/// Take the planned files in order until a limit stops it; the last file may be taken in part.
+fn choose(planned: Vec<Planned>, max_files: Option<u64>, max_replacements: Option<u64>) -> Chosen {
+    let mut chosen = Chosen {
+        parse_errors: Vec::new(),
+        changes: Vec::new(),
+        file_changes: Vec::new(),
+        writes: Vec::new(),
+        total: 0,
+        limit_reached: false,
+    };
+    for plan in planned {
+        if let Some(e) = plan.error {
+            chosen.parse_errors.push(e);
+            continue;
+        }
+        if plan.edits.is_empty() {
+            continue;
+        }
+        if max_files.is_some_and(|m| chosen.file_changes.len() as u64 >= m) {
+            chosen.limit_reached = true;
+            break;
+        }
+        let mut take = plan.edits.len();
+        if let Some(m) = max_replacements {
+            let left = m.saturating_sub(chosen.total) as usize;
+            if left < take {
+                take = left;
+                chosen.limit_reached = true;
+            }
+        }
+        if take == 0 {
+            break;
+        }
+        let (out, change) = rewrite(&plan, take, &mut chosen.changes);
+        chosen.total += take as u64;
+        chosen.file_changes.push(change);
+        chosen.writes.push((plan.path, out.into_bytes()));
+        if chosen.limit_reached {
+            break;
+        }
+    }
+    chosen
+}
+
+/// The answer: the structured result and its text (see [`edit_text`]).
+fn edit_reply(
+    mut chosen: Chosen,
+    applied: bool,
+    dry_run: bool,
+    files_searched: u64,
+    lang: SupportLang,
+) -> Reply<EditResult> {
+    let text = edit_text(&mut chosen, applied, dry_run, files_searched, lang);
+    let Chosen {
+        parse_errors,
+        changes,
+        file_changes,
+        writes,
+        total,
+        limit_reached,
+    } = chosen;
+    Reply::new(
+        EditResult {
+            changes_truncated: total as usize > changes.len(),
+            changes,
+            file_changes,
+            total_replacements: total,
+            files_touched: if applied || dry_run {
+                writes.len() as u64
+            } else {
+                0
+            },
+            files_searched,
+            applied,
+            limit_reached,
+            parse_errors,
+            lang: lang.to_string().to_lowercase(),
+        },
+        text,
+    )
+}
+
+/// The text answer: a summary line, the diffs (those past the cap replaced by a note, in the
+/// structured result too), skipped files and what to do next.
+fn edit_text(
+    chosen: &mut Chosen,
+    applied: bool,
+    dry_run: bool,
+    files_searched: u64,
+    lang: SupportLang,
+) -> String {
+    let mut text = format!(
+        "{} {} replacement(s) in {} file(s) ({} {} files searched){}\n",
+        if applied { "applied" } else { "dry run:" },
+        chosen.total,
+        chosen.file_changes.len(),
+        files_searched,
+        lang.to_string().to_lowercase(),
+        if chosen.limit_reached {
+            "; a limit stopped further changes"
+        } else {
+            ""
+        }
+    );
+    let mut diff_bytes = 0;
+    for fc in &mut chosen.file_changes {
+        diff_bytes += fc.diff.len();
+        if diff_bytes > MAX_DIFF_BYTES {
+            fc.diff = "[diff omitted: answer cap reached]".into();
+        }
+        text.push_str(&fc.diff);
+    }
+    for e in &chosen.parse_errors {
+        text.push_str(&format!("[skipped {}: {}]\n", e.path, e.message));
+    }
+    if !applied && !dry_run {
+        text.push_str("nothing to apply\n");
+    } else if dry_run && chosen.total > 0 {
+        text.push_str("(dry run: nothing written; call again with dry_run: false to apply)\n");
+    }
+    text.pop();
+    text
 }
 
 /// The first `take` edits of a planned file applied to its text: the new text and the file's

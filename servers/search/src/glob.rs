@@ -2,6 +2,7 @@
 
 use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Instant, SystemTime};
@@ -14,6 +15,7 @@ use kitbag_shared::{
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
+use tokio_util::sync::CancellationToken;
 
 use crate::grep::GrepLimits;
 use crate::walk::{WalkOptions, builder};
@@ -135,95 +137,131 @@ pub async fn run(
     };
     let walker = builder(&root.abs, &opts)?;
     let sort = p.sort.unwrap_or_default();
-    let found: Arc<Mutex<Vec<Hit>>> = Arc::default();
-    let timed_out = Arc::new(AtomicBool::new(false));
-    let deadline = Instant::now() + limits.budget;
-    let (f2, t2, pol, cancel, base) = (
-        found.clone(),
-        timed_out.clone(),
-        policy.clone(),
-        ctx.cancel.clone(),
-        root.abs.clone(),
-    );
+    let visit = Visit {
+        matcher,
+        basename_only,
+        base: root.abs.clone(),
+        want_mtime: sort == SortBy::Mtime,
+        deadline: Instant::now() + limits.budget,
+        cancel: ctx.cancel.clone(),
+        found: Arc::default(),
+        timed_out: Arc::new(AtomicBool::new(false)),
+    };
+    let (found, timed_out) = (visit.found.clone(), visit.timed_out.clone());
     kitbag_shared::blocking(move || {
-        let policy: &PathPolicy = &pol;
-        walker.build_parallel().run(|| {
-            let (found, timed_out, cancel, base, matcher) = (
-                f2.clone(),
-                t2.clone(),
-                cancel.clone(),
-                base.clone(),
-                matcher.clone(),
-            );
-            // Each hit is checked beneath the root without links: a name the walker saw
-            // through a directory swapped for a link meanwhile is dropped, never shown.
-            let mut beneath = policy.beneath();
-            let mut seen = 0u32;
-            // Hits gather per walker thread and join the shared list once, when the
-            // thread's visitor is dropped: no lock per hit.
-            let mut batch = Batch {
-                local: Vec::new(),
-                shared: found,
-            };
-            let want_mtime = sort == SortBy::Mtime;
-            Box::new(move |entry| {
-                seen += 1;
-                if seen.is_multiple_of(512) && (cancel.is_cancelled() || Instant::now() > deadline)
-                {
-                    timed_out.store(!cancel.is_cancelled(), Ordering::Relaxed);
-                    return WalkState::Quit;
-                }
-                let Ok(entry) = entry else {
-                    return WalkState::Continue;
-                };
-                if !entry.file_type().is_some_and(|t| t.is_file()) {
-                    return WalkState::Continue;
-                }
-                let hit = if basename_only {
-                    matcher.is_match(entry.file_name())
-                } else {
-                    entry
-                        .path()
-                        .strip_prefix(&base)
-                        .is_ok_and(|rel| matcher.is_match(rel))
-                };
-                if hit {
-                    let Ok(meta) = beneath.lstat(entry.path()) else {
-                        return WalkState::Continue;
-                    };
-                    let mtime = if want_mtime {
-                        meta.modified
-                    } else {
-                        SystemTime::UNIX_EPOCH
-                    };
-                    let outside = !policy.allows(entry.path(), Access::Read);
-                    batch
-                        .local
-                        .push((policy.display(entry.path()), mtime, outside));
-                }
-                WalkState::Continue
-            })
-        });
+        walk(walker, &policy, &visit);
         Ok(())
     })
     .await?;
     ctx.check_cancelled()?;
-    let mut all = std::mem::take(&mut *found.locked());
+    let all = std::mem::take(&mut *found.locked());
+    Ok(reply(
+        all,
+        sort,
+        limit,
+        timed_out.load(Ordering::Relaxed),
+        &p.pattern,
+    ))
+}
+
+/// What every walker thread needs to judge an entry and record a hit.
+#[derive(Clone)]
+struct Visit {
+    matcher: GlobMatcher,
+    /// A pattern without `/` matches the file name; with one, the path below `base`.
+    basename_only: bool,
+    base: PathBuf,
+    want_mtime: bool,
+    deadline: Instant,
+    cancel: CancellationToken,
+    found: Arc<Mutex<Vec<Hit>>>,
+    timed_out: Arc<AtomicBool>,
+}
+
+impl Visit {
+    fn matches(&self, entry: &ignore::DirEntry) -> bool {
+        if self.basename_only {
+            self.matcher.is_match(entry.file_name())
+        } else {
+            entry
+                .path()
+                .strip_prefix(&self.base)
+                .is_ok_and(|rel| self.matcher.is_match(rel))
+        }
+    }
+}
+
+fn walk(walker: ignore::WalkBuilder, policy: &PathPolicy, visit: &Visit) {
+    walker.build_parallel().run(|| {
+        let visit = visit.clone();
+        // Each hit is checked beneath the root without links: a name the walker saw
+        // through a directory swapped for a link meanwhile is dropped, never shown.
+        let mut beneath = policy.beneath();
+        let mut seen = 0u32;
+        // Hits gather per walker thread and join the shared list once, when the
+        // thread's visitor is dropped: no lock per hit.
+        let mut batch = Batch {
+            local: Vec::new(),
+            shared: visit.found.clone(),
+        };
+        Box::new(move |entry| {
+            seen += 1;
+            if seen.is_multiple_of(512)
+                && (visit.cancel.is_cancelled() || Instant::now() > visit.deadline)
+            {
+                visit
+                    .timed_out
+                    .store(!visit.cancel.is_cancelled(), Ordering::Relaxed);
+                return WalkState::Quit;
+            }
+            let Ok(entry) = entry else {
+                return WalkState::Continue;
+            };
+            if !entry.file_type().is_some_and(|t| t.is_file()) {
+                return WalkState::Continue;
+            }
+            if visit.matches(&entry) {
+                let Ok(meta) = beneath.lstat(entry.path()) else {
+                    return WalkState::Continue;
+                };
+                let mtime = if visit.want_mtime {
+                    meta.modified
+                } else {
+                    SystemTime::UNIX_EPOCH
+                };
+                let outside = !policy.allows(entry.path(), Access::Read);
+                batch
+                    .local
+                    .push((policy.display(entry.path()), mtime, outside));
+            }
+            WalkState::Continue
+        })
+    });
+}
+
+/// Sort the hits, keep the first `limit`, and render.
+fn reply(
+    mut all: Vec<Hit>,
+    sort: SortBy,
+    limit: usize,
+    timed_out: bool,
+    pattern: &str,
+) -> Reply<GlobResult> {
     match sort {
         SortBy::Mtime => all.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0))),
         SortBy::Path => all.sort_by(|a, b| a.0.cmp(&b.0)),
     }
     let total = all.len() as u64;
-    let truncated = all.len() > limit || timed_out.load(Ordering::Relaxed);
+    let truncated = all.len() > limit || timed_out;
     all.truncate(limit);
     let outside_cage: Vec<String> = all.iter().filter(|f| f.2).map(|f| f.0.clone()).collect();
     let files: Vec<String> = all.into_iter().map(|f| f.0).collect();
     let mut text = files.join("\n");
     if files.is_empty() {
-        text = format!("no files match {}", p.pattern);
+        text = format!("no files match {pattern}");
     }
     if truncated {
-        if timed_out.load(Ordering::Relaxed) {
+        if timed_out {
             text.push_str("\n[partial: the search budget ran out; narrow with path]");
         } else {
             text.push_str(&format!(
@@ -232,7 +270,7 @@ pub async fn run(
             ));
         }
     }
-    Ok(Reply::new(
+    Reply::new(
         GlobResult {
             count: files.len() as u64,
             files,
@@ -241,5 +279,5 @@ pub async fn run(
             outside_cage,
         },
         text,
-    ))
+    )
 }

@@ -213,6 +213,29 @@ struct Shared {
 }
 
 impl Shared {
+    fn new(deadline: Instant, cancel: CancellationToken) -> Self {
+        Self {
+            results: Mutex::new(Vec::new()),
+            files_searched: AtomicU64::new(0),
+            bytes_held: AtomicUsize::new(0),
+            timed_out: AtomicBool::new(false),
+            memory_out: AtomicBool::new(false),
+            deadline,
+            cancel,
+        }
+    }
+
+    /// Why the walk stopped before its end, if a budget ran out.
+    fn stopped(&self) -> Option<&'static str> {
+        if self.timed_out.load(Ordering::Relaxed) {
+            Some("time_budget")
+        } else if self.memory_out.load(Ordering::Relaxed) {
+            Some("memory_budget")
+        } else {
+            None
+        }
+    }
+
     fn should_stop(&self) -> bool {
         if self.cancel.is_cancelled() || self.memory_out.load(Ordering::Relaxed) {
             return true;
@@ -337,6 +360,76 @@ pub async fn run(
     p: GrepParams,
     ctx: CallCtx,
 ) -> ToolResult<Reply<GrepResult>> {
+    let plan = plan(&p)?;
+    let matcher = matcher(&p, plan.multiline)?;
+    let path = p.path.as_deref().unwrap_or(".");
+    let root = policy.resolve_in_root(path, "path")?;
+    if !root.abs.exists() {
+        return Err(ToolError::new(
+            ErrorCode::FileNotFound,
+            format!("{path}: no such file or directory"),
+        )
+        .with_detail(json!({ "field": "path" })));
+    }
+    let walker = builder(&root.abs, &walk_options(&p))?;
+    let mut searcher = SearcherBuilder::new();
+    searcher
+        .line_number(true)
+        .multi_line(plan.multiline)
+        .before_context(plan.before as usize)
+        .after_context(plan.after as usize)
+        .binary_detection(BinaryDetection::quit(0))
+        .memory_map(MmapChoice::never());
+    let search = Search {
+        walker,
+        searcher,
+        matcher,
+        mode: plan.mode,
+        multiline: plan.multiline,
+    };
+    let shared = Arc::new(Shared::new(
+        Instant::now() + limits.budget,
+        ctx.cancel.clone(),
+    ));
+
+    let progress = report_progress(&ctx, limits.progress_interval, &shared);
+    let work_shared = shared.clone();
+    let walked = kitbag_shared::blocking(move || {
+        walk(search, &policy, &work_shared);
+        Ok(())
+    })
+    .await;
+    if let Some(task) = progress {
+        task.abort();
+    }
+    walked?;
+    ctx.check_cancelled()?;
+
+    let mut files = std::mem::take(&mut *shared.results.locked());
+    files.sort_by(|a, b| a.path.cmp(&b.path));
+    Ok(render(
+        files,
+        plan.mode,
+        plan.offset,
+        plan.head_limit,
+        limits,
+        shared.files_searched.load(Ordering::Relaxed),
+        shared.stopped(),
+    ))
+}
+
+/// The checked arguments that shape the search and the answer's paging.
+struct Plan {
+    mode: OutputMode,
+    head_limit: Option<u64>,
+    offset: u64,
+    before: u64,
+    after: u64,
+    multiline: bool,
+}
+
+/// Check the arguments (before anything is compiled or walked).
+fn plan(p: &GrepParams) -> ToolResult<Plan> {
     args::non_empty("pattern", &p.pattern, "")?;
     // Checked before compiling: a 50 MB pattern reached 5.2 GB before the regex engine refused it.
     args::max_bytes("pattern", &p.pattern, MAX_PATTERN_BYTES)?;
@@ -363,7 +456,18 @@ pub async fn run(
             "context lines are only shown with output_mode: \"content\"",
         ));
     }
-    let multiline = p.multiline.unwrap_or(false);
+    Ok(Plan {
+        mode,
+        head_limit,
+        offset,
+        before,
+        after,
+        multiline: p.multiline.unwrap_or(false),
+    })
+}
+
+/// Compile the pattern, with the literal prefilter when one can be extracted.
+fn matcher(p: &GrepParams, multiline: bool) -> ToolResult<PrefilteredMatcher> {
     let mut mb = RegexMatcherBuilder::new();
     match p.case.unwrap_or_default() {
         CaseMode::Smart => mb.case_smart(true),
@@ -396,17 +500,11 @@ pub async fn run(
     } else {
         Literal::extract(&p.pattern, case_insensitive)
     };
-    let matcher = PrefilteredMatcher::new(regex, literal);
-    let path = p.path.as_deref().unwrap_or(".");
-    let root = policy.resolve_in_root(path, "path")?;
-    if !root.abs.exists() {
-        return Err(ToolError::new(
-            ErrorCode::FileNotFound,
-            format!("{path}: no such file or directory"),
-        )
-        .with_detail(json!({ "field": "path" })));
-    }
-    let opts = WalkOptions {
+    Ok(PrefilteredMatcher::new(regex, literal))
+}
+
+fn walk_options(p: &GrepParams) -> WalkOptions {
+    WalkOptions {
         hidden: p.hidden.unwrap_or(false),
         no_ignore: p.no_ignore.unwrap_or(false),
         globs: p
@@ -420,88 +518,45 @@ pub async fn run(
             .map(OneOrMany::to_vec)
             .unwrap_or_default(),
         globs_field: "include",
-    };
-    let walker = builder(&root.abs, &opts)?;
-    let mut sb = SearcherBuilder::new();
-    sb.line_number(true)
-        .multi_line(multiline)
-        .before_context(before as usize)
-        .after_context(after as usize)
-        .binary_detection(BinaryDetection::quit(0))
-        .memory_map(MmapChoice::never());
-    let shared = Arc::new(Shared {
-        results: Mutex::new(Vec::new()),
-        files_searched: AtomicU64::new(0),
-        bytes_held: AtomicUsize::new(0),
-        timed_out: AtomicBool::new(false),
-        memory_out: AtomicBool::new(false),
-        deadline: Instant::now() + limits.budget,
-        cancel: ctx.cancel.clone(),
-    });
+    }
+}
 
-    // Progress while walking, when the client asked for it.
-    let progress = ctx.wants_progress().then(|| {
+/// Progress while walking, when the client asked for it; the caller aborts the task.
+fn report_progress(
+    ctx: &CallCtx,
+    interval: Duration,
+    shared: &Arc<Shared>,
+) -> Option<tokio::task::JoinHandle<()>> {
+    ctx.wants_progress().then(|| {
         let (ctx, shared) = (ctx.clone(), shared.clone());
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(limits.progress_interval).await;
+                tokio::time::sleep(interval).await;
                 let n = shared.files_searched.load(Ordering::Relaxed);
                 ctx.progress(n as f64, None, Some(format!("{n} files searched")))
                     .await;
             }
         })
-    });
-
-    let work_shared = shared.clone();
-    let work_policy = policy.clone();
-    let walked = kitbag_shared::blocking(move || {
-        walk(
-            walker,
-            sb,
-            matcher,
-            mode,
-            multiline,
-            &work_policy,
-            &work_shared,
-        );
-        Ok(())
     })
-    .await;
-    if let Some(task) = progress {
-        task.abort();
-    }
-    walked?;
-    ctx.check_cancelled()?;
-
-    let mut files = std::mem::take(&mut *shared.results.locked());
-    files.sort_by(|a, b| a.path.cmp(&b.path));
-    let stopped = if shared.timed_out.load(Ordering::Relaxed) {
-        Some("time_budget")
-    } else if shared.memory_out.load(Ordering::Relaxed) {
-        Some("memory_budget")
-    } else {
-        None
-    };
-    Ok(render(
-        files,
-        mode,
-        offset,
-        head_limit,
-        limits,
-        shared.files_searched.load(Ordering::Relaxed),
-        stopped,
-    ))
 }
 
-fn walk(
+/// What the walker threads share read-only: built before the walk, consumed by it.
+struct Search {
     walker: ignore::WalkBuilder,
-    sb: SearcherBuilder,
+    searcher: SearcherBuilder,
     matcher: PrefilteredMatcher,
     mode: OutputMode,
     multiline: bool,
-    policy: &PathPolicy,
-    shared: &Arc<Shared>,
-) {
+}
+
+fn walk(search: Search, policy: &PathPolicy, shared: &Arc<Shared>) {
+    let Search {
+        walker,
+        searcher: sb,
+        matcher,
+        mode,
+        multiline,
+    } = search;
     walker.build_parallel().run(|| {
         let mut searcher = sb.build();
         let matcher = matcher.clone();
@@ -564,13 +619,7 @@ fn render(
 ) -> Reply<GrepResult> {
     let total_files = files.len() as u64;
     let total_matches: u64 = files.iter().map(|f| f.count).sum();
-    let limit = head_limit.unwrap_or(u64::MAX);
-    let cap = limits.max_output_bytes;
-    let mut text = String::new();
-    let mut returned = 0u64;
-    let mut cut_by: Option<&str> = None;
-    let mut index = 0u64; // position in the full ordered list of entries
-    let mut charged = 0usize; // against `cap`, as the structured result will carry it
+    let mut page = Page::new(offset, head_limit, limits.max_output_bytes);
     let mut result = GrepResult {
         output_mode: mode,
         files: None,
@@ -584,120 +633,17 @@ fn render(
         truncated_reason: None,
         next_offset: None,
     };
-    // Push one rendered entry unless a bound stops it; returns false to stop.
-    let charged = &mut charged;
-    let mut admit =
-        |entry: &str, text: &mut String, returned: &mut u64, index: &mut u64| -> Option<bool> {
-            let i = *index;
-            *index += 1;
-            if i < offset {
-                return Some(false);
-            }
-            if *returned >= limit {
-                cut_by.get_or_insert("head_limit");
-                return None;
-            }
-            // Charged as the structured result carries it: the entry, its object's keys and
-            // punctuation, and up to 5 more bytes per byte JSON escapes.
-            let escapes = entry
-                .bytes()
-                .filter(|&b| b == b'"' || b == b'\\' || (b < 0x20 && b != b'\n'))
-                .count();
-            let cost = entry.len() + ENTRY_OVERHEAD + 5 * escapes;
-            if *charged + cost > cap {
-                cut_by.get_or_insert("output_cap");
-                return None;
-            }
-            *charged += cost;
-            text.push_str(entry);
-            *returned += 1;
-            Some(true)
-        };
     match mode {
-        OutputMode::FilesWithMatches => {
-            let mut out = Vec::new();
-            for f in &files {
-                match admit(
-                    &format!("{}\n", f.path),
-                    &mut text,
-                    &mut returned,
-                    &mut index,
-                ) {
-                    Some(true) => out.push(f.path.clone()),
-                    Some(false) => {}
-                    None => break,
-                }
-            }
-            result.files = Some(out);
-        }
-        OutputMode::Count => {
-            let mut out = Vec::new();
-            for f in &files {
-                match admit(
-                    &format!("{}:{}\n", f.path, f.count),
-                    &mut text,
-                    &mut returned,
-                    &mut index,
-                ) {
-                    Some(true) => out.push(FileCount {
-                        file: f.path.clone(),
-                        count: f.count,
-                        outside_cage: f.outside,
-                    }),
-                    Some(false) => {}
-                    None => break,
-                }
-            }
-            result.counts = Some(out);
-        }
-        OutputMode::Content => {
-            let mut out = Vec::new();
-            let mut last: Option<(String, u64)> = None;
-            'files: for f in &files {
-                for h in &f.hits {
-                    let mut entry = String::new();
-                    let first = h.before.first().map_or(h.line, |c| c.line);
-                    if let Some((lp, ll)) = &last
-                        && (lp != &f.path || first > ll + 1)
-                        && (!h.before.is_empty() || !h.after.is_empty())
-                    {
-                        entry.push_str("--\n");
-                    }
-                    for c in &h.before {
-                        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
-                    }
-                    if f.outside {
-                        entry.push_str(&format!(
-                            "{}:{}: [outside the readable mounts: path and line only]\n",
-                            f.path, h.line
-                        ));
-                    } else {
-                        entry.push_str(&format!("{}:{}:{}\n", f.path, h.line, h.text));
-                    }
-                    for c in &h.after {
-                        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
-                    }
-                    match admit(&entry, &mut text, &mut returned, &mut index) {
-                        Some(true) => {
-                            last =
-                                Some((f.path.clone(), h.after.last().map_or(h.line, |c| c.line)));
-                            out.push(GrepMatch {
-                                file: f.path.clone(),
-                                line: h.line,
-                                text: (!f.outside).then(|| h.text.clone()),
-                                before: h.before.clone(),
-                                after: h.after.clone(),
-                                outside_cage: f.outside,
-                            });
-                        }
-                        Some(false) => {}
-                        None => break 'files,
-                    }
-                }
-            }
-            result.matches = Some(out);
-        }
+        OutputMode::FilesWithMatches => result.files = Some(page_files(&files, &mut page)),
+        OutputMode::Count => result.counts = Some(page_counts(&files, &mut page)),
+        OutputMode::Content => result.matches = Some(page_matches(&files, &mut page)),
     }
+    let Page {
+        returned,
+        cut_by,
+        mut text,
+        ..
+    } = page;
     result.returned = returned;
     let reason = cut_by.or(stopped);
     result.truncated = reason.is_some();
@@ -728,4 +674,145 @@ fn render(
         _ => {}
     }
     Reply::new(result, text)
+}
+
+/// One page of the ordered entries: skips `offset` entries, then takes them until
+/// `head_limit` or the output cap stops it, building the text answer as it goes.
+struct Page {
+    offset: u64,
+    limit: u64,
+    cap: usize,
+    /// Position in the full ordered list of entries.
+    index: u64,
+    /// Bytes charged against `cap`, as the structured result will carry them.
+    charged: usize,
+    returned: u64,
+    text: String,
+    cut_by: Option<&'static str>,
+}
+
+impl Page {
+    fn new(offset: u64, head_limit: Option<u64>, cap: usize) -> Self {
+        Self {
+            offset,
+            limit: head_limit.unwrap_or(u64::MAX),
+            cap,
+            index: 0,
+            charged: 0,
+            returned: 0,
+            text: String::new(),
+            cut_by: None,
+        }
+    }
+
+    /// Push one rendered entry unless a bound stops it: `Some(true)` when taken,
+    /// `Some(false)` when before the offset, `None` to stop.
+    fn admit(&mut self, entry: &str) -> Option<bool> {
+        let i = self.index;
+        self.index += 1;
+        if i < self.offset {
+            return Some(false);
+        }
+        if self.returned >= self.limit {
+            self.cut_by.get_or_insert("head_limit");
+            return None;
+        }
+        // Charged as the structured result carries it: the entry, its object's keys and
+        // punctuation, and up to 5 more bytes per byte JSON escapes.
+        let escapes = entry
+            .bytes()
+            .filter(|&b| b == b'"' || b == b'\\' || (b < 0x20 && b != b'\n'))
+            .count();
+        let cost = entry.len() + ENTRY_OVERHEAD + 5 * escapes;
+        if self.charged + cost > self.cap {
+            self.cut_by.get_or_insert("output_cap");
+            return None;
+        }
+        self.charged += cost;
+        self.text.push_str(entry);
+        self.returned += 1;
+        Some(true)
+    }
+}
+
+fn page_files(files: &[FileHits], page: &mut Page) -> Vec<String> {
+    let mut out = Vec::new();
+    for f in files {
+        match page.admit(&format!("{}\n", f.path)) {
+            Some(true) => out.push(f.path.clone()),
+            Some(false) => {}
+            None => break,
+        }
+    }
+    out
+}
+
+fn page_counts(files: &[FileHits], page: &mut Page) -> Vec<FileCount> {
+    let mut out = Vec::new();
+    for f in files {
+        match page.admit(&format!("{}:{}\n", f.path, f.count)) {
+            Some(true) => out.push(FileCount {
+                file: f.path.clone(),
+                count: f.count,
+                outside_cage: f.outside,
+            }),
+            Some(false) => {}
+            None => break,
+        }
+    }
+    out
+}
+
+fn page_matches(files: &[FileHits], page: &mut Page) -> Vec<GrepMatch> {
+    let mut out = Vec::new();
+    // The file and last line of the previous entry taken, to place `--` between groups.
+    let mut last: Option<(String, u64)> = None;
+    for f in files {
+        for h in &f.hits {
+            match page.admit(&content_entry(f, h, last.as_ref())) {
+                Some(true) => {
+                    last = Some((f.path.clone(), h.after.last().map_or(h.line, |c| c.line)));
+                    out.push(GrepMatch {
+                        file: f.path.clone(),
+                        line: h.line,
+                        text: (!f.outside).then(|| h.text.clone()),
+                        before: h.before.clone(),
+                        after: h.after.clone(),
+                        outside_cage: f.outside,
+                    });
+                }
+                Some(false) => {}
+                None => return out,
+            }
+        }
+    }
+    out
+}
+
+/// One match as `rg` prints it: context lines `path-N-text`, the match `path:N:text`, and a
+/// `--` separator when context is shown and this group does not continue the previous one.
+fn content_entry(f: &FileHits, h: &Hit, last: Option<&(String, u64)>) -> String {
+    let mut entry = String::new();
+    let first = h.before.first().map_or(h.line, |c| c.line);
+    if let Some((lp, ll)) = last
+        && (lp != &f.path || first > ll + 1)
+        && (!h.before.is_empty() || !h.after.is_empty())
+    {
+        entry.push_str("--\n");
+    }
+    for c in &h.before {
+        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
+    }
+    if f.outside {
+        entry.push_str(&format!(
+            "{}:{}: [outside the readable mounts: path and line only]\n",
+            f.path, h.line
+        ));
+    } else {
+        entry.push_str(&format!("{}:{}:{}\n", f.path, h.line, h.text));
+    }
+    for c in &h.after {
+        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
+    }
+    entry
 }

@@ -215,92 +215,120 @@ pub async fn run(
                 format!("could not start /bin/sh: {e}"),
             )
         })?;
-        let deadline = running.started + Duration::from_millis(prepared.timeout_ms);
-        let waited = running.wait(deadline, &|| cancel.is_cancelled());
-        let (exit, timed_out) = match waited {
-            Waited::Exited(exit) => {
-                // Output still in the terminal, then anything the command left running.
-                running.drain(Duration::from_millis(200));
-                if running.alive() {
-                    running.terminate(state.kill_grace);
-                    running.drain(Duration::from_millis(200));
-                }
-                (exit, false)
-            }
-            Waited::TimedOut | Waited::Cancelled => {
-                running.terminate(state.kill_grace);
-                let exit = running.wait_exit(Duration::from_secs(5));
-                running.drain(Duration::from_millis(500));
-                let signal = exit
-                    .and_then(|e| e.signal)
-                    .or_else(|| Some("Killed".into()));
-                (
-                    process::Exit { code: 137, signal },
-                    matches!(waited, Waited::TimedOut),
-                )
-            }
-        };
+        let cancelled = || cancel.is_cancelled();
+        let (exit, timed_out) = wait_and_stop(&running, &state, prepared.timeout_ms, &cancelled);
         if cancel.is_cancelled() {
             return Err(ToolError::new(
                 ErrorCode::Cancelled,
                 "cancelled; the command and its processes were stopped",
             ));
         }
-        let duration_ms = running.started.elapsed().as_millis() as u64;
-        let capture = running.capture.locked();
-        let (bytes, truncated) = capture.preview();
-        let stdout = render(&String::from_utf8_lossy(&bytes));
-        let log_shown = policy.display(&log_shown);
-        let mut text = stdout.trim_end_matches('\n').to_string();
-        let mut footer = vec![format!("exit code {}", exit.code)];
-        if timed_out {
-            footer.push(format!(
-                "timed out after {} ms; the process tree was stopped",
-                prepared.timeout_ms
-            ));
-        }
-        let containment_note = running.contain.note();
-        if let Some(n) = &containment_note {
-            footer.push(n.clone());
-        }
-        if truncated {
-            let dropped = capture.log.dropped();
-            if dropped > 0 {
-                footer.push(format!(
-                    "{} bytes of output; log (head and tail, {dropped} bytes dropped): {log_shown}",
-                    capture.total
-                ));
-            } else {
-                footer.push(format!(
-                    "{} bytes of output; full log: {log_shown}",
-                    capture.total
-                ));
-            }
-        }
-        if !text.is_empty() {
-            text.push('\n');
-        }
-        text.push_str(&format!("[{}]", footer.join("; ")));
-        Ok(Reply::new(
-            BashResult {
-                stdout,
-                stderr: String::new(),
-                exit_code: exit.code,
-                signal: exit.signal,
-                timed_out,
-                truncated,
-                duration_ms,
-                timeout_ms: prepared.timeout_ms,
-                output_bytes: capture.total,
-                log_path: log_shown,
-                log_dropped_bytes: capture.log.dropped(),
-                job_id: None,
-                running: None,
-                containment: running.contain.kind().as_str().into(),
-                containment_note,
-            },
-            text,
+        Ok(finished(
+            &running,
+            exit,
+            timed_out,
+            prepared.timeout_ms,
+            policy.display(&log_shown),
         ))
     })
     .await
+}
+
+/// Wait for the command until it exits, times out or is cancelled; then stop whatever it
+/// left running. Returns how it ended and whether the timeout ended it.
+fn wait_and_stop(
+    running: &process::Running,
+    state: &ShellState,
+    timeout_ms: u64,
+    cancelled: &dyn Fn() -> bool,
+) -> (process::Exit, bool) {
+    let deadline = running.started + Duration::from_millis(timeout_ms);
+    let waited = running.wait(deadline, cancelled);
+    match waited {
+        Waited::Exited(exit) => {
+            // Output still in the terminal, then anything the command left running.
+            running.drain(Duration::from_millis(200));
+            if running.alive() {
+                running.terminate(state.kill_grace);
+                running.drain(Duration::from_millis(200));
+            }
+            (exit, false)
+        }
+        Waited::TimedOut | Waited::Cancelled => {
+            running.terminate(state.kill_grace);
+            let exit = running.wait_exit(Duration::from_secs(5));
+            running.drain(Duration::from_millis(500));
+            let signal = exit
+                .and_then(|e| e.signal)
+                .or_else(|| Some("Killed".into()));
+            (
+                process::Exit { code: 137, signal },
+                matches!(waited, Waited::TimedOut),
+            )
+        }
+    }
+}
+
+/// The answer: the rendered output preview and a footer with the exit, timeout,
+/// containment and where the log is.
+fn finished(
+    running: &process::Running,
+    exit: process::Exit,
+    timed_out: bool,
+    timeout_ms: u64,
+    log_shown: String,
+) -> Reply<BashResult> {
+    let duration_ms = running.started.elapsed().as_millis() as u64;
+    let capture = running.capture.locked();
+    let (bytes, truncated) = capture.preview();
+    let stdout = render(&String::from_utf8_lossy(&bytes));
+    let mut text = stdout.trim_end_matches('\n').to_string();
+    let mut footer = vec![format!("exit code {}", exit.code)];
+    if timed_out {
+        footer.push(format!(
+            "timed out after {timeout_ms} ms; the process tree was stopped"
+        ));
+    }
+    let containment_note = running.contain.note();
+    if let Some(n) = &containment_note {
+        footer.push(n.clone());
+    }
+    if truncated {
+        let dropped = capture.log.dropped();
+        if dropped > 0 {
+            footer.push(format!(
+                "{} bytes of output; log (head and tail, {dropped} bytes dropped): {log_shown}",
+                capture.total
+            ));
+        } else {
+            footer.push(format!(
+                "{} bytes of output; full log: {log_shown}",
+                capture.total
+            ));
+        }
+    }
+    if !text.is_empty() {
+        text.push('\n');
+    }
+    text.push_str(&format!("[{}]", footer.join("; ")));
+    Reply::new(
+        BashResult {
+            stdout,
+            stderr: String::new(),
+            exit_code: exit.code,
+            signal: exit.signal,
+            timed_out,
+            truncated,
+            duration_ms,
+            timeout_ms,
+            output_bytes: capture.total,
+            log_path: log_shown,
+            log_dropped_bytes: capture.log.dropped(),
+            job_id: None,
+            running: None,
+            containment: running.contain.kind().as_str().into(),
+            containment_note,
+        },
+        text,
+    )
 }

@@ -119,6 +119,51 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         pixel_height: 0,
     })?;
     let job = contain::container("shell").job();
+    let cmd = shell_command(&spec, &job);
+    if let Some(dir) = spec.log_path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let log = CappedLog::create(&spec.log_path, spec.log_caps.0, spec.log_caps.1)?;
+    // Registered under the reaper's lock: the orphan reaper never takes this child's status.
+    let (child, pid, reg) = {
+        let mut children = ChildReg::lock();
+        let child = pair.slave.spawn_command(cmd)?;
+        let pid = child
+            .process_id()
+            .map(|p| p as i32)
+            .ok_or_else(|| anyhow::anyhow!("spawned process has no pid"))?;
+        let reg = ChildReg::register(&mut children, pid);
+        (child, pid, reg)
+    };
+    job.attach(pid);
+    drop(pair.slave); // only the child holds the terminal now: EOF when it (and its tree) close it
+    let reader = pair.master.try_clone_reader()?;
+    let half = spec.preview_bytes / 2;
+    let capture = Arc::new(Mutex::new(Capture {
+        log_path: spec.log_path.clone(),
+        log,
+        head: Vec::new(),
+        tail: VecDeque::new(),
+        total: 0,
+        eof: false,
+        head_cap: half,
+        tail_cap: spec.preview_bytes - half,
+    }));
+    let reader_rx = read_output(reader, capture.clone(), spec.logs.clone(), spec.log_path);
+    let exit_rx = wait_exit(child, reg);
+    Ok(Running {
+        pid,
+        capture,
+        exit_rx: Mutex::new(exit_rx),
+        reader_rx: Mutex::new(reader_rx),
+        started: Instant::now(),
+        contain: job,
+        _master: Mutex::new(pair.master),
+    })
+}
+
+/// `sh -c` with the command, in the working directory, with a plain terminal's environment.
+fn shell_command(spec: &SpawnSpec<'_>, job: &contain::Job) -> CommandBuilder {
     let mut cmd = CommandBuilder::new("/bin/sh");
     cmd.arg("-c");
     // Stdin at end-of-file: a program waiting for input sees EOF instead of hanging until the
@@ -152,39 +197,18 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
     // After the caller's variables: a command cannot choose its own tag.
     let (k, v) = job.env();
     cmd.env(k, v);
-    if let Some(dir) = spec.log_path.parent() {
-        std::fs::create_dir_all(dir)?;
-    }
-    let log = CappedLog::create(&spec.log_path, spec.log_caps.0, spec.log_caps.1)?;
-    // Registered under the reaper's lock: the orphan reaper never takes this child's status.
-    let (mut child, pid, reg) = {
-        let mut children = ChildReg::lock();
-        let child = pair.slave.spawn_command(cmd)?;
-        let pid = child
-            .process_id()
-            .map(|p| p as i32)
-            .ok_or_else(|| anyhow::anyhow!("spawned process has no pid"))?;
-        let reg = ChildReg::register(&mut children, pid);
-        (child, pid, reg)
-    };
-    job.attach(pid);
-    drop(pair.slave); // only the child holds the terminal now: EOF when it (and its tree) close it
-    let mut reader = pair.master.try_clone_reader()?;
-    let half = spec.preview_bytes / 2;
-    let capture = Arc::new(Mutex::new(Capture {
-        log_path: spec.log_path.clone(),
-        log,
-        head: Vec::new(),
-        tail: VecDeque::new(),
-        total: 0,
-        eof: false,
-        head_cap: half,
-        tail_cap: spec.preview_bytes - half,
-    }));
+    cmd
+}
+
+/// Copy the terminal's output into `capture` until EOF, on a thread; the receiver hears
+/// when the log is complete.
+fn read_output(
+    mut reader: Box<dyn Read + Send>,
+    cap: Arc<Mutex<Capture>>,
+    logs: Arc<LogDir>,
+    log_path: PathBuf,
+) -> Receiver<()> {
     let (reader_tx, reader_rx) = channel();
-    let cap = capture.clone();
-    let logs = spec.logs.clone();
-    let log_path = spec.log_path.clone();
     std::thread::spawn(move || {
         let mut buf = vec![0u8; 64 * 1024];
         loop {
@@ -201,6 +225,14 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         logs.end(&log_path);
         let _ = reader_tx.send(());
     });
+    reader_rx
+}
+
+/// Wait for the child on a thread (its registration with the reaper ends with the wait).
+fn wait_exit(
+    mut child: Box<dyn portable_pty::Child + Send + Sync>,
+    reg: ChildReg,
+) -> Receiver<Exit> {
     let (exit_tx, exit_rx) = channel();
     std::thread::spawn(move || {
         let status = child.wait();
@@ -223,15 +255,7 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         };
         let _ = exit_tx.send(exit);
     });
-    Ok(Running {
-        pid,
-        capture,
-        exit_rx: Mutex::new(exit_rx),
-        reader_rx: Mutex::new(reader_rx),
-        started: Instant::now(),
-        contain: job,
-        _master: Mutex::new(pair.master),
-    })
+    exit_rx
 }
 
 fn signal_number(name: &str) -> i32 {

@@ -411,32 +411,7 @@ async fn exec(
         .process_group(0)
         .kill_on_drop(false);
     if let Some(job) = &req.job {
-        let logs = agent.ctl.join(LOGS_DIR);
-        let out = log_file(&logs.join(format!("job-{job}.log")))?;
-        cmd.stdin(std::process::Stdio::null())
-            .stdout(out.try_clone()?)
-            .stderr(out);
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let pid = child.id().map(|p| p as i32).unwrap_or(-1);
-                let exit_path = logs.join(format!("job-{job}.exit"));
-                tokio::spawn(async move {
-                    let status = match child.wait().await {
-                        Ok(s) => ExitStatus::from_std(s),
-                        Err(_) => ExitStatus {
-                            code: -1,
-                            signal: None,
-                        },
-                    };
-                    write_exit(&exit_path, &status);
-                });
-                proto::write_frame(&mut write, &Frame::Started(pid)).await?;
-            }
-            Err(e) => {
-                proto::write_frame(&mut write, &Frame::Error(spawn_error(program, &e))).await?
-            }
-        }
-        return Ok(());
+        return start_job(agent, cmd, program, job, &mut write).await;
     }
     cmd.stdin(if stdin_bytes.is_empty() {
         std::process::Stdio::null()
@@ -453,13 +428,59 @@ async fn exec(
         }
     };
     let pgid = child.id().map(|p| p as i32).unwrap_or(-1);
-    let (tx, mut rx) = mpsc::channel::<Frame>(16);
+    let (tx, rx) = mpsc::channel::<Frame>(16);
     tx.send(Frame::Started(pgid)).await.ok();
     if let Some(mut stdin) = child.stdin.take() {
         tokio::spawn(async move {
             let _ = stdin.write_all(&stdin_bytes).await;
         });
     }
+    let waiter = watch_child(child, tx);
+    relay(rx, &mut read, &mut write, pgid).await;
+    waiter.abort();
+    Ok(())
+}
+
+/// A background job: its output goes to its log, its exit status to a file beside it; the
+/// client only learns that it started.
+async fn start_job(
+    agent: &Agent,
+    mut cmd: Command,
+    program: &str,
+    job: &str,
+    write: &mut WriteHalf,
+) -> anyhow::Result<()> {
+    let logs = agent.ctl.join(LOGS_DIR);
+    let out = log_file(&logs.join(format!("job-{job}.log")))?;
+    cmd.stdin(std::process::Stdio::null())
+        .stdout(out.try_clone()?)
+        .stderr(out);
+    match cmd.spawn() {
+        Ok(mut child) => {
+            let pid = child.id().map(|p| p as i32).unwrap_or(-1);
+            let exit_path = logs.join(format!("job-{job}.exit"));
+            tokio::spawn(async move {
+                let status = match child.wait().await {
+                    Ok(s) => ExitStatus::from_std(s),
+                    Err(_) => ExitStatus {
+                        code: -1,
+                        signal: None,
+                    },
+                };
+                write_exit(&exit_path, &status);
+            });
+            proto::write_frame(write, &Frame::Started(pid)).await?;
+        }
+        Err(e) => proto::write_frame(write, &Frame::Error(spawn_error(program, &e))).await?,
+    }
+    Ok(())
+}
+
+/// Pump the child's output into `tx` and send its exit status last.
+fn watch_child(
+    mut child: tokio::process::Child,
+    tx: mpsc::Sender<Frame>,
+) -> tokio::task::JoinHandle<()> {
     let pipes = [
         child
             .stdout
@@ -471,7 +492,7 @@ async fn exec(
             .map(|p| pump(p, tx.clone(), Frame::Stderr)),
     ];
     let pipes: Vec<_> = pipes.into_iter().flatten().collect();
-    let waiter = tokio::spawn(async move {
+    tokio::spawn(async move {
         let status = child.wait().await;
         // Processes it left in the background may hold the pipes open: drain briefly, then
         // answer anyway (they keep running, as after an ssh command).
@@ -485,7 +506,16 @@ async fn exec(
             },
         };
         let _ = tx.send(Frame::Exit(status)).await;
-    });
+    })
+}
+
+/// Forward frames to the client until the exit; a client gone kills the process group.
+async fn relay(
+    mut rx: mpsc::Receiver<Frame>,
+    read: &mut BufReader<ReadHalf>,
+    write: &mut WriteHalf,
+    pgid: i32,
+) {
     // The client never writes after stdin: any read result means it is gone.
     let mut probe = [0u8; 1];
     loop {
@@ -493,7 +523,7 @@ async fn exec(
             frame = rx.recv() => match frame {
                 Some(f) => {
                     let done = matches!(f, Frame::Exit(_));
-                    if proto::write_frame(&mut write, &f).await.is_err() {
+                    if proto::write_frame(write, &f).await.is_err() {
                         kill_group(pgid);
                         break;
                     }
@@ -507,8 +537,6 @@ async fn exec(
             }
         }
     }
-    waiter.abort();
-    Ok(())
 }
 
 fn spawn_error(program: &str, e: &std::io::Error) -> String {

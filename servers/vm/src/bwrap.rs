@@ -307,6 +307,72 @@ pub fn start_time(pid: i32) -> Option<u64> {
     after.split_whitespace().nth(19)?.parse().ok()
 }
 
+/// The sandbox's work and control directories, and the main command's spec when it has one.
+/// Returns the control directory.
+fn prepare_dirs(spec: &SandboxSpec) -> VmResult<PathBuf> {
+    let ctl = spec.dir.join("ctl");
+    for d in [work_dir(&spec.dir), ctl.join(LOGS_DIR)] {
+        std::fs::create_dir_all(&d).map_err(|e| VmError::io(d.display(), e))?;
+    }
+    if let Some(argv) = &spec.command {
+        let main = proto::MainSpec {
+            argv: argv.clone(),
+            cwd: spec.cwd.clone(),
+        };
+        let bytes = serde_json::to_vec(&main)?;
+        std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| VmError::io(MAIN_SPEC, e))?;
+    }
+    Ok(ctl)
+}
+
+/// The bwrap command line, wrapped in `unshare` and an overlay mount over a root filesystem.
+fn bwrap_command(spec: &SandboxSpec) -> VmResult<Command> {
+    let cmd = match (overlay_dirs(spec), &spec.rootfs) {
+        (Some((upper, work, merged)), Some(lower)) => {
+            for d in [&upper, &work, &merged] {
+                std::fs::create_dir_all(d).map_err(|e| VmError::io(d.display(), e))?;
+            }
+            // The overlay is mounted in a mount namespace of bwrap's own: it goes away
+            // with the sandbox, and nothing is ever mounted on the host.
+            let mut c = Command::new("unshare");
+            c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+                .arg(r#"mount -t overlay kitbag-vm -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#)
+                .arg("sh")
+                .args([lower, &upper, &work, &merged])
+                .arg("bwrap")
+                .args(bwrap_args(spec));
+            c
+        }
+        _ => {
+            let mut c = Command::new("bwrap");
+            c.args(bwrap_args(spec));
+            c
+        }
+    };
+    Ok(cmd)
+}
+
+/// A start that failed after bwrap ran: kill it, drop its cgroups, and tell why with the
+/// tail of its log.
+fn start_failed(
+    bwrap_pid: i32,
+    msg: String,
+    spec: &SandboxSpec,
+    cgroups: &InstanceCgroups,
+) -> VmError {
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(bwrap_pid),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    cgroups.remove();
+    let log = tail(&backend_log(&spec.dir), 2048);
+    VmError::Engine(if log.is_empty() {
+        msg
+    } else {
+        format!("{msg}: {log}")
+    })
+}
+
 impl Sandbox {
     /// Start a sandbox and wait until its agent answers (at most `timeout`).
     pub async fn start(
@@ -314,44 +380,12 @@ impl Sandbox {
         spawner: &Spawner,
         timeout: Duration,
     ) -> VmResult<Arc<Sandbox>> {
-        let ctl = spec.dir.join("ctl");
-        for d in [work_dir(&spec.dir), ctl.join(LOGS_DIR)] {
-            std::fs::create_dir_all(&d).map_err(|e| VmError::io(d.display(), e))?;
-        }
-        if let Some(argv) = &spec.command {
-            let main = proto::MainSpec {
-                argv: argv.clone(),
-                cwd: spec.cwd.clone(),
-            };
-            let bytes = serde_json::to_vec(&main)?;
-            std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| VmError::io(MAIN_SPEC, e))?;
-        }
+        let ctl = prepare_dirs(&spec)?;
         let ctl_fd = open_ctl(&ctl)?;
         let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
         let log = std::fs::File::create(backend_log(&spec.dir))
             .map_err(|e| VmError::io("backend.log", e))?;
-        let mut cmd = match (overlay_dirs(&spec), &spec.rootfs) {
-            (Some((upper, work, merged)), Some(lower)) => {
-                for d in [&upper, &work, &merged] {
-                    std::fs::create_dir_all(d).map_err(|e| VmError::io(d.display(), e))?;
-                }
-                // The overlay is mounted in a mount namespace of bwrap's own: it goes away
-                // with the sandbox, and nothing is ever mounted on the host.
-                let mut c = Command::new("unshare");
-                c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-                    .arg(r#"mount -t overlay kitbag-vm -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#)
-                    .arg("sh")
-                    .args([lower, &upper, &work, &merged])
-                    .arg("bwrap")
-                    .args(bwrap_args(&spec));
-                c
-            }
-            _ => {
-                let mut c = Command::new("bwrap");
-                c.args(bwrap_args(&spec));
-                c
-            }
-        };
+        let mut cmd = bwrap_command(&spec)?;
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
             cgroups.remove();
@@ -374,23 +408,11 @@ impl Sandbox {
             .name(format!("vm-{}", spec.id))
             .spawn(move || monitor(child, status, pid_tx, exit_tx, logs))
             .map_err(|e| VmError::io("the monitor thread", e))?;
-        let sandbox_fail =
-            |msg: String, spec: &SandboxSpec, cgroups: &InstanceCgroups| -> VmError {
-                let _ = nix::sys::signal::kill(
-                    nix::unistd::Pid::from_raw(bwrap_pid),
-                    nix::sys::signal::Signal::SIGKILL,
-                );
-                cgroups.remove();
-                let log = tail(&backend_log(&spec.dir), 2048);
-                VmError::Engine(if log.is_empty() {
-                    msg
-                } else {
-                    format!("{msg}: {log}")
-                })
-            };
+        let fail =
+            |msg: String, cgroups: &InstanceCgroups| start_failed(bwrap_pid, msg, &spec, cgroups);
         let child_pid = match tokio::time::timeout(timeout, pid_rx).await {
             Ok(Ok(Some(pid))) => pid,
-            _ => return Err(sandbox_fail("bwrap did not start".into(), &spec, &cgroups)),
+            _ => return Err(fail("bwrap did not start".into(), &cgroups)),
         };
         if let Err(e) = cgroups.attach(child_pid) {
             tracing::warn!(instance = spec.id, "cgroup attach failed: {e}");
@@ -398,17 +420,13 @@ impl Sandbox {
         let slirp = if spec.outbound {
             match start_slirp(spawner, child_pid, &spec.dir).await {
                 Ok(c) => Some(c),
-                Err(e) => return Err(sandbox_fail(e.to_string(), &spec, &cgroups)),
+                Err(e) => return Err(fail(e.to_string(), &cgroups)),
             }
         } else {
             None
         };
         if block.write_all(b"1").is_err() {
-            return Err(sandbox_fail(
-                "bwrap ended before it was released".into(),
-                &spec,
-                &cgroups,
-            ));
+            return Err(fail("bwrap ended before it was released".into(), &cgroups));
         }
         drop(block);
         let sandbox = Arc::new(Sandbox {
@@ -423,42 +441,12 @@ impl Sandbox {
             frozen: Mutex::new(false),
         });
         sandbox.write_record();
-        let deadline = Instant::now() + timeout;
-        loop {
-            if let Ok(a) = sandbox.request(&Request::Ping).await
-                && a.ok
-            {
-                break;
-            }
-            if sandbox.exit_status().is_some() || Instant::now() > deadline {
-                let why = if sandbox.exit_status().is_some() {
-                    "the sandbox ended during start-up"
-                } else {
-                    "the agent did not answer in time"
-                };
-                let msg = sandbox_fail(why.into(), &spec, &sandbox.cgroups);
-                sandbox.kill();
-                return Err(msg);
-            }
-            tokio::time::sleep(Duration::from_micros(500)).await;
+        if let Err(why) = sandbox.wait_for_agent(timeout).await {
+            let msg = fail(why.into(), &sandbox.cgroups);
+            sandbox.kill();
+            return Err(msg);
         }
-        // bwrap binds mounts by path: a link swapped in after the server resolved a path
-        // would bind something else. Compare what is mounted with what was resolved.
-        for (host, guest, _, want) in &spec.mounts {
-            let inside = format!("/proc/{child_pid}/root{guest}");
-            let got = std::fs::metadata(&inside).map(|m| {
-                use std::os::unix::fs::MetadataExt;
-                (m.dev(), m.ino())
-            });
-            if got.as_ref().ok() != Some(want) {
-                sandbox.kill();
-                sandbox.cleanup();
-                return Err(VmError::engine(format!(
-                    "{} changed while the instance started (is it being replaced?); nothing ran",
-                    host.display()
-                )));
-            }
-        }
+        sandbox.check_mounts(&spec)?;
         if spec.command.is_some() {
             match sandbox.request(&Request::StartMain).await {
                 Ok(a) if a.ok => {}
@@ -472,6 +460,48 @@ impl Sandbox {
             }
         }
         Ok(sandbox)
+    }
+
+    /// Ping the agent until it answers; why not, when the sandbox ends or `timeout` passes.
+    async fn wait_for_agent(&self, timeout: Duration) -> Result<(), &'static str> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            if let Ok(a) = self.request(&Request::Ping).await
+                && a.ok
+            {
+                return Ok(());
+            }
+            if self.exit_status().is_some() || Instant::now() > deadline {
+                return Err(if self.exit_status().is_some() {
+                    "the sandbox ended during start-up"
+                } else {
+                    "the agent did not answer in time"
+                });
+            }
+            tokio::time::sleep(Duration::from_micros(500)).await;
+        }
+    }
+
+    /// bwrap binds mounts by path: a link swapped in after the server resolved a path
+    /// would bind something else. Compare what is mounted with what was resolved; on a
+    /// mismatch the sandbox is killed and removed before anything ran in it.
+    fn check_mounts(&self, spec: &SandboxSpec) -> VmResult<()> {
+        for (host, guest, _, want) in &spec.mounts {
+            let inside = format!("/proc/{}/root{guest}", self.child_pid);
+            let got = std::fs::metadata(&inside).map(|m| {
+                use std::os::unix::fs::MetadataExt;
+                (m.dev(), m.ino())
+            });
+            if got.as_ref().ok() != Some(want) {
+                self.kill();
+                self.cleanup();
+                return Err(VmError::engine(format!(
+                    "{} changed while the instance started (is it being replaced?); nothing ran",
+                    host.display()
+                )));
+            }
+        }
+        Ok(())
     }
 
     fn write_record(&self) {

@@ -262,9 +262,44 @@ fn net_error(e: reqwest::Error, url: &Url) -> ToolError {
         .with_detail(json!({ "field": "url" }))
 }
 
-async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
+async fn fetch(state: &WebState, url: Url, raw: bool) -> ToolResult<Page> {
+    let (response, url, redirects) = follow(state, url).await?;
+    let status = response.status().as_u16();
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("application/octet-stream")
+        .to_string();
+    let final_url = response.url().to_string();
+    let (body, body_truncated) = read_body(state, response, &url).await?;
+    let Shown {
+        title,
+        text,
+        raw_head,
+        note,
+    } = show(&body, &content_type, body_truncated, raw);
+    Ok(Page {
+        final_url,
+        status,
+        content_type,
+        title,
+        text,
+        raw_head,
+        body_truncated,
+        redirects,
+        note,
+    })
+}
+
+/// GET `url`, following redirects (each checked like the first URL). Returns the final
+/// response, its URL and the redirects taken.
+async fn follow(
+    state: &WebState,
+    mut url: Url,
+) -> ToolResult<(reqwest::Response, Url, Vec<String>)> {
     let mut redirects = Vec::new();
-    let response = loop {
+    loop {
         let resp = state
             .client
             .get(url.clone())
@@ -276,10 +311,10 @@ async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
             .await
             .map_err(|e| net_error(e, &url))?;
         if !resp.status().is_redirection() {
-            break resp;
+            return Ok((resp, url, redirects));
         }
         let Some(location) = resp.headers().get("location").and_then(|v| v.to_str().ok()) else {
-            break resp;
+            return Ok((resp, url, redirects));
         };
         if redirects.len() >= MAX_REDIRECTS {
             return Err(ToolError::new(
@@ -302,35 +337,46 @@ async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
         })?;
         redirects.push(next.to_string());
         url = next;
-    };
-    let status = response.status().as_u16();
-    let content_type = response
-        .headers()
-        .get("content-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("application/octet-stream")
-        .to_string();
-    let final_url = response.url().to_string();
+    }
+}
+
+/// The body, cut at `max_body` bytes; and whether it was cut.
+async fn read_body(
+    state: &WebState,
+    response: reqwest::Response,
+    url: &Url,
+) -> ToolResult<(Vec<u8>, bool)> {
     let mut body = Vec::new();
-    let mut body_truncated = false;
     let mut stream = response.bytes_stream();
     while let Some(chunk) = stream.next().await {
-        let chunk = chunk.map_err(|e| net_error(e, &url))?;
+        let chunk = chunk.map_err(|e| net_error(e, url))?;
         let room = state.max_body - body.len();
         if chunk.len() > room {
             body.extend_from_slice(&chunk[..room]);
-            body_truncated = true;
-            break;
+            return Ok((body, true));
         }
         body.extend_from_slice(&chunk);
     }
+    Ok((body, false))
+}
+
+/// A body as it is shown: the parts of a [`Page`] that depend on its type.
+struct Shown {
+    title: Option<String>,
+    text: String,
+    raw_head: Option<String>,
+    note: Option<String>,
+}
+
+/// HTML as markdown (or raw), JSON pretty-printed, other text as is, binaries described.
+fn show(body: &[u8], content_type: &str, body_truncated: bool, raw: bool) -> Shown {
     let mime = content_type
         .split(';')
         .next()
         .unwrap_or("")
         .trim()
         .to_ascii_lowercase();
-    let decoded = || decode(&body, &content_type);
+    let decoded = || decode(body, content_type);
     let mut note = None;
     let (title, text, raw_head) = if mime == "text/html" || mime == "application/xhtml+xml" {
         let html = decoded();
@@ -375,17 +421,12 @@ async fn fetch(state: &WebState, mut url: Url, raw: bool) -> ToolResult<Page> {
             None,
         )
     };
-    Ok(Page {
-        final_url,
-        status,
-        content_type,
+    Shown {
         title,
         text,
         raw_head,
-        body_truncated,
-        redirects,
         note,
-    })
+    }
 }
 
 /// Decode by the declared charset, else UTF-8 (invalid bytes replaced).

@@ -2,7 +2,7 @@
 //! lines, or a function by `name`), set_function_breakpoint, set_exception_breakpoints, and the
 //! per-run instruction and data breakpoints. Each change resends one kind's whole list.
 
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolError, ToolResult};
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, Resolved, ToolError, ToolResult};
 use serde_json::json;
 
 use super::breakpoints::{
@@ -49,53 +49,12 @@ pub async fn source(
     p: &DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
     if p.action == Action::ListBreakpoints {
-        let changes = match state.live().await {
-            Ok(core) => core
-                .client
-                .events
-                .lock()
-                .map(|e| e.breakpoint_changes.clone())
-                .unwrap_or_default(),
-            Err(_) => Default::default(),
-        };
-        let mut bps = state.breakpoints.lock().await;
-        bps.absorb(&changes);
-        let list = bps.entries(policy);
-        drop(bps);
-        let text = list
-            .iter()
-            .map(|b| match (&b.path, b.line, &b.target) {
-                (Some(path), Some(line), _) => format!("#{} {path}:{line}", b.id),
-                (_, _, Some(t)) => format!("#{} {} {t}", b.id, b.kind),
-                _ => format!("#{}", b.id),
-            })
-            .collect::<Vec<_>>()
-            .join("\n");
-        let mut r = DebugResult::new(p.action, "ok");
-        r.breakpoints = Some(list);
-        let text = if text.is_empty() {
-            "no breakpoints".to_string()
-        } else {
-            text
-        };
-        return Ok(Reply::new(r, text));
+        return list(state, policy, p).await;
     }
     if p.action == Action::RemoveBreakpoint && p.path.is_none() && p.name.is_some() {
         return remove_function(state, p).await;
     }
-    let path = need(&p.path, "path", "a root-relative source file")?;
-    let line = *need(&p.line, "line", "a 1-based line number")?;
-    let resolved = policy.resolve(path, "path", Access::Read)?;
-    // Read through a descriptor opened beneath the root (issue #22 §1), not the path again.
-    let text = read_source(policy, &resolved.abs)
-        .map_err(|e| ToolError::invalid_field("path", format!("cannot read {path}: {e}")))?;
-    let lines = text.lines().count() as i64;
-    if line < 1 || line > lines {
-        return Err(ToolError::invalid_field(
-            "line",
-            format!("a line between 1 and {lines} (the file's length)"),
-        ));
-    }
+    let (resolved, line) = source_line(policy, p)?;
     let core = state.live().await.ok();
     let setting = p.action == Action::SetBreakpoint;
     if setting {
@@ -153,14 +112,83 @@ pub async fn source(
         .get(&resolved.abs)
         .and_then(|l| l.iter().find(|b| b.common.id == id))
         .ok_or_else(|| ToolError::internal("the breakpoint just set is missing"))?;
+    Ok(set_reply(r, b, line, &resolved.rel, core.is_some()))
+}
+
+/// list_breakpoints: the kept list, updated with what the adapter reported meanwhile.
+async fn list(
+    state: &DapState,
+    policy: &PathPolicy,
+    p: &DebugParams,
+) -> ToolResult<Reply<DebugResult>> {
+    let changes = match state.live().await {
+        Ok(core) => core
+            .client
+            .events
+            .lock()
+            .map(|e| e.breakpoint_changes.clone())
+            .unwrap_or_default(),
+        Err(_) => Default::default(),
+    };
+    let mut bps = state.breakpoints.lock().await;
+    bps.absorb(&changes);
+    let list = bps.entries(policy);
+    drop(bps);
+    let text = list
+        .iter()
+        .map(|b| match (&b.path, b.line, &b.target) {
+            (Some(path), Some(line), _) => format!("#{} {path}:{line}", b.id),
+            (_, _, Some(t)) => format!("#{} {} {t}", b.id, b.kind),
+            _ => format!("#{}", b.id),
+        })
+        .collect::<Vec<_>>()
+        .join("\n");
+    let mut r = DebugResult::new(p.action, "ok");
+    r.breakpoints = Some(list);
+    let text = if text.is_empty() {
+        "no breakpoints".to_string()
+    } else {
+        text
+    };
+    Ok(Reply::new(r, text))
+}
+
+/// The source file and line a breakpoint goes on: the file readable, the line inside it.
+fn source_line(policy: &PathPolicy, p: &DebugParams) -> ToolResult<(Resolved, i64)> {
+    let path = need(&p.path, "path", "a root-relative source file")?;
+    let line = *need(&p.line, "line", "a 1-based line number")?;
+    let resolved = policy.resolve(path, "path", Access::Read)?;
+    // Read through a descriptor opened beneath the root (issue #22 §1), not the path again.
+    let text = read_source(policy, &resolved.abs)
+        .map_err(|e| ToolError::invalid_field("path", format!("cannot read {path}: {e}")))?;
+    let lines = text.lines().count() as i64;
+    if line < 1 || line > lines {
+        return Err(ToolError::invalid_field(
+            "line",
+            format!("a line between 1 and {lines} (the file's length)"),
+        ));
+    }
+    Ok((resolved, line))
+}
+
+/// A breakpoint set: where it landed and whether the adapter verified it (without a live
+/// session it is sent at launch).
+fn set_reply(
+    mut r: DebugResult,
+    b: &SourceBp,
+    line: i64,
+    rel: &str,
+    live: bool,
+) -> Reply<DebugResult> {
+    let id = b.common.id;
     r.breakpoint_id = Some(id);
     r.verified = Some(b.common.verified);
     r.actual_line = Some(b.actual_line.unwrap_or(line));
     r.message = b.common.message.clone();
-    let state_text = match (&core, b.common.verified) {
-        (None, _) => " (sent at launch)".to_string(),
-        (Some(_), true) => String::new(),
-        (Some(_), false) => format!(
+    let state_text = match (live, b.common.verified) {
+        (false, _) => " (sent at launch)".to_string(),
+        (true, true) => String::new(),
+        (true, false) => format!(
             " (not verified{})",
             b.common
                 .message
@@ -169,14 +197,13 @@ pub async fn source(
                 .unwrap_or_default()
         ),
     };
-    Ok(Reply::new(
+    Reply::new(
         r,
         format!(
-            "breakpoint #{id} set at {}:{}{state_text}",
-            resolved.rel,
+            "breakpoint #{id} set at {rel}:{}{state_text}",
             b.actual_line.unwrap_or(line)
         ),
-    ))
+    )
 }
 
 /// set_function_breakpoint: kept across sessions like source breakpoints.

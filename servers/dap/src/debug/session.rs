@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolError, ToolResult, args};
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, Resolved, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
 use crate::config::Transport;
@@ -38,6 +38,61 @@ pub async fn launch(
     }
     let runtime = runtime::Runtime::parse(p.runtime.as_deref(), &state.config)?;
     let script = need(&p.script, "script", "a root-relative entry point to run")?;
+    let (prog, cwd) = launch_paths(policy, p, script)?;
+    let env = p.env.clone().unwrap_or_default();
+    kitbag_shared::args::env("env", &env)?;
+    let build_dir = go_build_dir(&runtime)?;
+    let go_output = build_dir.as_ref().map(|d| d.path().join("debug_bin"));
+    let stop_on_entry = p.stop_on_entry.unwrap_or(true);
+    let plan = LaunchPlan {
+        program: &prog.abs,
+        args: p.args.as_deref().unwrap_or(&[]),
+        cwd: &cwd,
+        env: &env,
+        stop_on_entry,
+        go_output: go_output.as_deref(),
+    };
+    let mut launch_args = runtime::launch_arguments(&runtime, &plan);
+    let configured = state.config.adapters.contains_key(runtime.name());
+    let client = if runtime.is_inspector() && !configured {
+        crate::cdp::spawn(&runtime)?
+    } else {
+        let cmd = runtime::adapter_command(&runtime, &state.config, &mut launch_args)?;
+        spawn_adapter(&runtime, &cmd, &cwd).await?
+    };
+    let t0 = Instant::now();
+    if let Err(m) = initialize(&client, &runtime, &state.config).await {
+        client.kill();
+        return Err(initialize_failed(state, &runtime, configured, m));
+    }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialize answered");
+    let entry = match runtime.entry_stop() {
+        EntryStop::FunctionBreakpoint(function) if stop_on_entry => Some(EntryBreakpoint {
+            function,
+            adapter_id: None,
+        }),
+        _ => None,
+    };
+    let core = new_core(state, client, runtime, false, entry);
+    if let Err(m) = start(state, &core, "launch", launch_args).await {
+        core.client.kill();
+        let message = with_start_output(&core.client, m);
+        return Err(ToolError::new(ErrorCode::DapSessionEnded, message));
+    }
+    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "launch answered");
+    started(state, &mut guard, &core, build_dir, script);
+    drop(guard);
+    let mut r = control::settle(state, &core, policy, p.action, p.wait_ms).await?;
+    with_session_facts(&core, &mut r).await;
+    Ok(r)
+}
+
+/// The script to run (a file) and the working directory (default the root).
+fn launch_paths(
+    policy: &PathPolicy,
+    p: &DebugParams,
+    script: &str,
+) -> ToolResult<(Resolved, PathBuf)> {
     let prog = policy.resolve(script, "script", Access::Read)?;
     // Checked on a descriptor opened beneath the root. The adapter is then given the path
     // string and opens it itself: that second open is outside this server's reach.
@@ -64,9 +119,12 @@ pub async fn launch(
         }
         None => policy.root().to_path_buf(),
     };
-    let env = p.env.clone().unwrap_or_default();
-    kitbag_shared::args::env("env", &env)?;
-    let build_dir = match runtime {
+    Ok((prog, cwd))
+}
+
+/// Go programs are built before the launch: a temporary directory for the binary.
+fn go_build_dir(runtime: &Runtime) -> ToolResult<Option<tempfile::TempDir>> {
+    Ok(match runtime {
         Runtime::Go => Some(
             tempfile::Builder::new()
                 .prefix("kitbag-dap-go-")
@@ -74,60 +132,27 @@ pub async fn launch(
                 .map_err(|e| ToolError::io(&std::env::temp_dir().to_string_lossy(), &e))?,
         ),
         _ => None,
-    };
-    let go_output = build_dir.as_ref().map(|d| d.path().join("debug_bin"));
-    let stop_on_entry = p.stop_on_entry.unwrap_or(true);
-    let plan = LaunchPlan {
-        program: &prog.abs,
-        args: p.args.as_deref().unwrap_or(&[]),
-        cwd: &cwd,
-        env: &env,
-        stop_on_entry,
-        go_output: go_output.as_deref(),
-    };
-    let mut launch_args = runtime::launch_arguments(&runtime, &plan);
-    let configured = state.config.adapters.contains_key(runtime.name());
-    let client = if runtime.is_inspector() && !configured {
-        crate::cdp::spawn(&runtime)?
-    } else {
-        let cmd = runtime::adapter_command(&runtime, &state.config, &mut launch_args)?;
-        spawn_adapter(&runtime, &cmd, &cwd).await?
-    };
-    let t0 = Instant::now();
-    if let Err(m) = initialize(&client, &runtime, &state.config).await {
-        client.kill();
-        // The built-in python adapter is not probed up front (a python3 start-up per launch);
-        // when it dies at once, find out whether debugpy is missing.
-        if runtime == Runtime::Python && !configured {
-            let python = runtime::adapter_command(&runtime, &state.config, &mut json!({}))
-                .map(|c| c.program)
-                .unwrap_or_default();
-            if !runtime::debugpy_importable(&python) {
-                return Err(runtime::debugpy_missing(Some(&python)));
-            }
+    })
+}
+
+/// The adapter did not answer `initialize` (it is killed already).
+fn initialize_failed(
+    state: &DapState,
+    runtime: &Runtime,
+    configured: bool,
+    m: RequestError,
+) -> ToolError {
+    // The built-in python adapter is not probed up front (a python3 start-up per launch);
+    // when it dies at once, find out whether debugpy is missing.
+    if *runtime == Runtime::Python && !configured {
+        let python = runtime::adapter_command(runtime, &state.config, &mut json!({}))
+            .map(|c| c.program)
+            .unwrap_or_default();
+        if !runtime::debugpy_importable(&python) {
+            return runtime::debugpy_missing(Some(&python));
         }
-        return Err(ToolError::new(ErrorCode::DapSessionEnded, m.to_string()));
     }
-    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "initialize answered");
-    let entry = match runtime.entry_stop() {
-        EntryStop::FunctionBreakpoint(function) if stop_on_entry => Some(EntryBreakpoint {
-            function,
-            adapter_id: None,
-        }),
-        _ => None,
-    };
-    let core = new_core(state, client, runtime, false, entry);
-    if let Err(m) = start(state, &core, "launch", launch_args).await {
-        core.client.kill();
-        let message = with_start_output(&core.client, m);
-        return Err(ToolError::new(ErrorCode::DapSessionEnded, message));
-    }
-    tracing::debug!(ms = t0.elapsed().as_millis() as u64, "launch answered");
-    started(state, &mut guard, &core, build_dir, script);
-    drop(guard);
-    let mut r = control::settle(state, &core, policy, p.action, p.wait_ms).await?;
-    with_session_facts(&core, &mut r).await;
-    Ok(r)
+    ToolError::new(ErrorCode::DapSessionEnded, m.to_string())
 }
 
 pub async fn attach(

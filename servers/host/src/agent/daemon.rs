@@ -13,6 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::PreparedAgent;
 use super::session::{Session, check_name};
 use super::turn::{Note, audit, run_turn};
+use crate::hub::ChildEvent;
 use crate::serve::HostServer;
 
 pub const CRON_FIRED: &str = "notifications/kitbag/cron_fired";
@@ -58,6 +59,29 @@ pub fn message(f: &Firing) -> String {
     text
 }
 
+/// The firing a child's notification carries: `None` for other notifications, and for a
+/// firing that cannot run (said on stderr).
+fn firing_of(event: ChildEvent) -> Option<Firing> {
+    if event.method != CRON_FIRED {
+        return None;
+    }
+    let firing: Firing = match serde_json::from_value(event.params) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!(
+                "[daemon] a cron_fired notification from {} was not understood: {e}",
+                event.server
+            );
+            return None;
+        }
+    };
+    if let Err(e) = check_name(&firing.session) {
+        eprintln!("[daemon] cron entry {}: {e}; skipped", firing.id);
+        return None;
+    }
+    Some(firing)
+}
+
 pub async fn run(host: &HostServer, agent: PreparedAgent) -> anyhow::Result<i32> {
     let PreparedAgent { llm, cfg, .. } = agent;
     let root = std::env::current_dir()?;
@@ -85,23 +109,9 @@ pub async fn run(host: &HostServer, agent: PreparedAgent) -> anyhow::Result<i32>
             }
             Err(RecvError::Closed) => break,
         };
-        if event.method != CRON_FIRED {
+        let Some(firing) = firing_of(event) else {
             continue;
-        }
-        let firing: Firing = match serde_json::from_value(event.params) {
-            Ok(f) => f,
-            Err(e) => {
-                eprintln!(
-                    "[daemon] a cron_fired notification from {} was not understood: {e}",
-                    event.server
-                );
-                continue;
-            }
         };
-        if let Err(e) = check_name(&firing.session) {
-            eprintln!("[daemon] cron entry {}: {e}; skipped", firing.id);
-            continue;
-        }
         eprintln!(
             "[daemon] {} fired into session {}",
             firing.id, firing.session

@@ -331,73 +331,19 @@ pub fn update(
     if let Some(title) = edit.title
         && title != row.title
     {
-        tx.execute(
-            "UPDATE issues SET title = ?1 WHERE seq = ?2",
-            params![title, row.seq],
-        )
-        .map_err(sql)?;
-        add_update(
-            &tx,
-            row.seq,
-            author,
-            UpdateKind::TitleEdit,
-            None,
-            Some(&json!({"old_title": row.title, "new_title": title})),
-            Visibility::All,
-            at,
-        )?;
+        set_title(&tx, &row, author, title, at)?;
         fields.push("title");
     }
     if let Some(body) = edit.body
         && body != row.body
     {
-        let preserve = row.original_body.is_none();
-        if preserve {
-            tx.execute(
-                "UPDATE issues SET original_body = body WHERE seq = ?1",
-                [row.seq],
-            )
-            .map_err(sql)?;
-        }
-        tx.execute(
-            "UPDATE issues SET body = ?1 WHERE seq = ?2",
-            params![body, row.seq],
-        )
-        .map_err(sql)?;
-        add_update(
-            &tx,
-            row.seq,
-            author,
-            UpdateKind::BodyEdit,
-            None,
-            Some(&json!({
-                "old_bytes": row.body.len(),
-                "new_bytes": body.len(),
-                "original_preserved": preserve,
-            })),
-            Visibility::All,
-            at,
-        )?;
+        set_body(&tx, &row, author, body, at)?;
         fields.push("body");
     }
     if let Some(assignment) = edit.assignment
         && assignment != row.assignment.as_deref()
     {
-        tx.execute(
-            "UPDATE issues SET assignment = ?1 WHERE seq = ?2",
-            params![assignment, row.seq],
-        )
-        .map_err(sql)?;
-        add_update(
-            &tx,
-            row.seq,
-            author,
-            UpdateKind::AssignmentChange,
-            None,
-            Some(&json!({"old_assignment": row.assignment, "new_assignment": assignment})),
-            Visibility::All,
-            at,
-        )?;
+        set_assignment(&tx, &row, author, assignment, at)?;
         fields.push("assignment");
     }
     if fields.is_empty() {
@@ -418,6 +364,94 @@ pub fn update(
         updated_fields: fields,
         updated_at: at,
     })
+}
+
+fn set_title(
+    tx: &Transaction<'_>,
+    row: &IssueRow,
+    author: &str,
+    title: &str,
+    at: i64,
+) -> ToolResult<()> {
+    tx.execute(
+        "UPDATE issues SET title = ?1 WHERE seq = ?2",
+        params![title, row.seq],
+    )
+    .map_err(sql)?;
+    add_update(
+        tx,
+        row.seq,
+        author,
+        UpdateKind::TitleEdit,
+        None,
+        Some(&json!({"old_title": row.title, "new_title": title})),
+        Visibility::All,
+        at,
+    )?;
+    Ok(())
+}
+
+/// The first edit of a body keeps the original beside it.
+fn set_body(
+    tx: &Transaction<'_>,
+    row: &IssueRow,
+    author: &str,
+    body: &str,
+    at: i64,
+) -> ToolResult<()> {
+    let preserve = row.original_body.is_none();
+    if preserve {
+        tx.execute(
+            "UPDATE issues SET original_body = body WHERE seq = ?1",
+            [row.seq],
+        )
+        .map_err(sql)?;
+    }
+    tx.execute(
+        "UPDATE issues SET body = ?1 WHERE seq = ?2",
+        params![body, row.seq],
+    )
+    .map_err(sql)?;
+    add_update(
+        tx,
+        row.seq,
+        author,
+        UpdateKind::BodyEdit,
+        None,
+        Some(&json!({
+            "old_bytes": row.body.len(),
+            "new_bytes": body.len(),
+            "original_preserved": preserve,
+        })),
+        Visibility::All,
+        at,
+    )?;
+    Ok(())
+}
+
+fn set_assignment(
+    tx: &Transaction<'_>,
+    row: &IssueRow,
+    author: &str,
+    assignment: Option<&str>,
+    at: i64,
+) -> ToolResult<()> {
+    tx.execute(
+        "UPDATE issues SET assignment = ?1 WHERE seq = ?2",
+        params![assignment, row.seq],
+    )
+    .map_err(sql)?;
+    add_update(
+        tx,
+        row.seq,
+        author,
+        UpdateKind::AssignmentChange,
+        None,
+        Some(&json!({"old_assignment": row.assignment, "new_assignment": assignment})),
+        Visibility::All,
+        at,
+    )?;
+    Ok(())
 }
 
 pub fn comment(

@@ -4,7 +4,9 @@ use std::io::Read;
 use std::sync::Arc;
 
 use base64::Engine;
-use kitbag_shared::{Access, CallCtx, ErrorCode, Parents, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::{
+    Access, CallCtx, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -121,59 +123,7 @@ async fn copy_in(
     {
         return crate::tools::copy_tree::copy_in_dir(state, p, ctx, max, overwrite, caller).await;
     }
-    let bytes = match (&p.content, &p.host_path) {
-        (Some(_), Some(_)) => {
-            return Err(ToolError::invalid_field(
-                "content",
-                "give content or host_path, not both",
-            ));
-        }
-        (None, None) => {
-            return Err(ToolError::invalid_field(
-                "host_path",
-                "direction \"in\" needs host_path or content",
-            ));
-        }
-        (Some(c), None) => match p.encoding.unwrap_or(Encoding::Utf8) {
-            Encoding::Utf8 => c.as_bytes().to_vec(),
-            Encoding::Base64 => base64::engine::general_purpose::STANDARD
-                .decode(c.trim())
-                .map_err(|e| {
-                    ToolError::invalid_field("content", format!("not valid base64: {e}"))
-                })?,
-        },
-        (None, Some(h)) => {
-            let policy = ctx.policy().clone();
-            let h = h.clone();
-            kitbag_shared::blocking(move || {
-                let (_, file) = policy.open_file(&h, "host_path", Access::Read)?;
-                let meta = file.metadata().map_err(|e| ToolError::io(&h, &e))?;
-                if !meta.is_file() {
-                    return Err(ToolError::new(
-                        ErrorCode::NotAFile,
-                        format!("host_path: {h} is neither a regular file nor a directory"),
-                    )
-                    .with_detail(json!({ "field": "host_path" })));
-                }
-                if meta.len() > max {
-                    return Err(ToolError::new(
-                        ErrorCode::OutputTooLarge,
-                        format!(
-                            "host_path: {h} has {} bytes, more than max_bytes ({max})",
-                            meta.len()
-                        ),
-                    )
-                    .with_detail(json!({ "field": "max_bytes", "size": meta.len() })));
-                }
-                let mut buf = Vec::with_capacity(meta.len() as usize);
-                file.take(max + 1)
-                    .read_to_end(&mut buf)
-                    .map_err(|e| ToolError::io(&h, &e))?;
-                Ok(buf)
-            })
-            .await?
-        }
-    };
+    let bytes = source_bytes(&p, &ctx, max).await?;
     if bytes.len() as u64 > max {
         return Err(ToolError::new(
             ErrorCode::OutputTooLarge,
@@ -212,6 +162,59 @@ async fn copy_in(
         },
         format!("copied {} bytes into {id}:{}", bytes.len(), p.guest_path),
     ))
+}
+
+/// The bytes to copy in: `content` decoded, or the regular file at `host_path`.
+async fn source_bytes(p: &CopyParams, ctx: &CallCtx, max: u64) -> ToolResult<Vec<u8>> {
+    match (&p.content, &p.host_path) {
+        (Some(_), Some(_)) => Err(ToolError::invalid_field(
+            "content",
+            "give content or host_path, not both",
+        )),
+        (None, None) => Err(ToolError::invalid_field(
+            "host_path",
+            "direction \"in\" needs host_path or content",
+        )),
+        (Some(c), None) => match p.encoding.unwrap_or(Encoding::Utf8) {
+            Encoding::Utf8 => Ok(c.as_bytes().to_vec()),
+            Encoding::Base64 => base64::engine::general_purpose::STANDARD
+                .decode(c.trim())
+                .map_err(|e| ToolError::invalid_field("content", format!("not valid base64: {e}"))),
+        },
+        (None, Some(h)) => {
+            let policy = ctx.policy().clone();
+            let h = h.clone();
+            kitbag_shared::blocking(move || read_host_file(&policy, &h, max)).await
+        }
+    }
+}
+
+/// Read a host file of at most `max` bytes (the size is checked before reading).
+fn read_host_file(policy: &PathPolicy, h: &str, max: u64) -> ToolResult<Vec<u8>> {
+    let (_, file) = policy.open_file(h, "host_path", Access::Read)?;
+    let meta = file.metadata().map_err(|e| ToolError::io(h, &e))?;
+    if !meta.is_file() {
+        return Err(ToolError::new(
+            ErrorCode::NotAFile,
+            format!("host_path: {h} is neither a regular file nor a directory"),
+        )
+        .with_detail(json!({ "field": "host_path" })));
+    }
+    if meta.len() > max {
+        return Err(ToolError::new(
+            ErrorCode::OutputTooLarge,
+            format!(
+                "host_path: {h} has {} bytes, more than max_bytes ({max})",
+                meta.len()
+            ),
+        )
+        .with_detail(json!({ "field": "max_bytes", "size": meta.len() })));
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    file.take(max + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| ToolError::io(h, &e))?;
+    Ok(buf)
 }
 
 async fn copy_out(
@@ -259,47 +262,14 @@ async fn copy_out(
         .await
         .map_err(|e| ToolError::internal(e.to_string()))?;
     if !answer.ok {
-        if answer.code.as_deref() == Some("too_large") && target.is_none() {
-            return Err(ToolError::new(
-                ErrorCode::OutputTooLarge,
-                format!(
-                    "{} has {} bytes, more than is returned inline ({limit}): pass host_path to copy it to a file",
-                    p.guest_path,
-                    answer.size.unwrap_or(0)
-                ),
-            )
-            .with_detail(json!({ "field": "host_path", "size": answer.size })));
-        }
-        return Err(agent_error(&answer, "guest_path", &p.guest_path));
+        return Err(out_refused(&answer, target.is_none(), limit, &p.guest_path));
     }
     if answer.kind.as_deref() == Some("tree")
         && let Some(h) = &p.host_path
     {
         let out =
             crate::tools::copy_tree::receive_dir(&mut read, &ctx, h, limit, overwrite).await?;
-        return Ok(Reply::new(
-            CopyResult {
-                instance: id.clone(),
-                guest_path: p.guest_path.clone(),
-                host_path: Some(h.clone()),
-                bytes: out.bytes,
-                content: None,
-                encoding: None,
-                files: Some(out.files),
-                skipped_links: Some(out.skipped_links),
-            },
-            format!(
-                "copied {} files ({} bytes) from {id}:{} to {h}{}",
-                out.files,
-                out.bytes,
-                p.guest_path,
-                if out.skipped_links > 0 {
-                    format!("; {} symbolic links not copied", out.skipped_links)
-                } else {
-                    String::new()
-                }
-            ),
-        ));
+        return Ok(tree_reply(id, &p.guest_path, h, &out));
     }
     let size = answer.size.unwrap_or(0);
     let mut bytes = Vec::with_capacity(size as usize);
@@ -314,28 +284,8 @@ async fn copy_out(
     drop(_busy);
     match (target, &p.host_path) {
         (Some(_), Some(h)) => {
-            let policy = ctx.policy().clone();
-            let h2 = h.clone();
             let n = bytes.len() as u64;
-            kitbag_shared::blocking(move || {
-                let (_, parent) =
-                    policy.parent(&h2, "host_path", Access::Write, Parents::Create)?;
-                let written = if overwrite {
-                    kitbag_shared::atomic::write_atomic_at(&parent, &bytes)
-                } else {
-                    kitbag_shared::atomic::create_new_at(&parent, &bytes)
-                };
-                written.map_err(|e| {
-                    let mut err =
-                        ToolError::io(&h2, &e).with_detail(json!({ "field": "host_path" }));
-                    if err.code == ErrorCode::FileExists {
-                        err.message =
-                            format!("host_path: {h2} exists; pass overwrite: true to replace it");
-                    }
-                    err
-                })
-            })
-            .await?;
+            write_host_file(&ctx, h, bytes, overwrite).await?;
             Ok(Reply::new(
                 CopyResult {
                     instance: id.clone(),
@@ -350,37 +300,121 @@ async fn copy_out(
                 format!("copied {n} bytes from {id}:{} to {h}", p.guest_path),
             ))
         }
-        _ => {
-            let (content, encoding) = match (p.encoding, String::from_utf8(bytes)) {
-                (Some(Encoding::Base64), Ok(s)) => (
-                    base64::engine::general_purpose::STANDARD.encode(s.as_bytes()),
-                    Encoding::Base64,
-                ),
-                (_, Ok(s)) => (s, Encoding::Utf8),
-                (_, Err(e)) => (
-                    base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
-                    Encoding::Base64,
-                ),
-            };
-            Ok(Reply::new(
-                CopyResult {
-                    instance: id,
-                    guest_path: p.guest_path.clone(),
-                    host_path: None,
-                    bytes: size,
-                    content: Some(content.clone()),
-                    encoding: Some(encoding),
-                    files: None,
-                    skipped_links: None,
-                },
-                if encoding == Encoding::Utf8 {
-                    content
-                } else {
-                    format!("({size} bytes of binary content, base64 in the structured result)")
-                },
-            ))
-        }
+        _ => Ok(inline_reply(id, p.guest_path.clone(), p.encoding, bytes)),
     }
+}
+
+/// The instance refused to send `guest_path`. Too large to return inline gets its own hint.
+fn out_refused(answer: &Answer, inline: bool, limit: u64, guest_path: &str) -> ToolError {
+    if answer.code.as_deref() == Some("too_large") && inline {
+        return ToolError::new(
+            ErrorCode::OutputTooLarge,
+            format!(
+                "{} has {} bytes, more than is returned inline ({limit}): pass host_path to copy it to a file",
+                guest_path,
+                answer.size.unwrap_or(0)
+            ),
+        )
+        .with_detail(json!({ "field": "host_path", "size": answer.size }));
+    }
+    agent_error(answer, "guest_path", guest_path)
+}
+
+fn tree_reply(
+    id: String,
+    guest_path: &str,
+    h: &str,
+    out: &crate::tools::copy_tree::Received,
+) -> Reply<CopyResult> {
+    Reply::new(
+        CopyResult {
+            instance: id.clone(),
+            guest_path: guest_path.to_string(),
+            host_path: Some(h.to_string()),
+            bytes: out.bytes,
+            content: None,
+            encoding: None,
+            files: Some(out.files),
+            skipped_links: Some(out.skipped_links),
+        },
+        format!(
+            "copied {} files ({} bytes) from {id}:{} to {h}{}",
+            out.files,
+            out.bytes,
+            guest_path,
+            if out.skipped_links > 0 {
+                format!("; {} symbolic links not copied", out.skipped_links)
+            } else {
+                String::new()
+            }
+        ),
+    )
+}
+
+/// Write a copied-out file at `host_path`, atomically; an existing file is kept unless
+/// `overwrite`.
+async fn write_host_file(
+    ctx: &CallCtx,
+    h: &str,
+    bytes: Vec<u8>,
+    overwrite: bool,
+) -> ToolResult<()> {
+    let policy = ctx.policy().clone();
+    let h2 = h.to_string();
+    kitbag_shared::blocking(move || {
+        let (_, parent) = policy.parent(&h2, "host_path", Access::Write, Parents::Create)?;
+        let written = if overwrite {
+            kitbag_shared::atomic::write_atomic_at(&parent, &bytes)
+        } else {
+            kitbag_shared::atomic::create_new_at(&parent, &bytes)
+        };
+        written.map_err(|e| {
+            let mut err = ToolError::io(&h2, &e).with_detail(json!({ "field": "host_path" }));
+            if err.code == ErrorCode::FileExists {
+                err.message = format!("host_path: {h2} exists; pass overwrite: true to replace it");
+            }
+            err
+        })
+    })
+    .await
+}
+
+/// A file returned in the answer: UTF-8 as text, anything else (or when asked) as base64.
+fn inline_reply(
+    id: String,
+    guest_path: String,
+    asked: Option<Encoding>,
+    bytes: Vec<u8>,
+) -> Reply<CopyResult> {
+    let size = bytes.len() as u64;
+    let (content, encoding) = match (asked, String::from_utf8(bytes)) {
+        (Some(Encoding::Base64), Ok(s)) => (
+            base64::engine::general_purpose::STANDARD.encode(s.as_bytes()),
+            Encoding::Base64,
+        ),
+        (_, Ok(s)) => (s, Encoding::Utf8),
+        (_, Err(e)) => (
+            base64::engine::general_purpose::STANDARD.encode(e.as_bytes()),
+            Encoding::Base64,
+        ),
+    };
+    Reply::new(
+        CopyResult {
+            instance: id,
+            guest_path,
+            host_path: None,
+            bytes: size,
+            content: Some(content.clone()),
+            encoding: Some(encoding),
+            files: None,
+            skipped_links: None,
+        },
+        if encoding == Encoding::Utf8 {
+            content
+        } else {
+            format!("({size} bytes of binary content, base64 in the structured result)")
+        },
+    )
 }
 
 fn agent_error(a: &Answer, field: &str, path: &str) -> ToolError {

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use crate::proto::{self, ExecRequest, Frame, Request};
+use crate::proto::{self, ExecRequest, ExitStatus, Frame, Request};
 use crate::tools::validate;
 use crate::{Caller, VmState};
 
@@ -149,14 +149,7 @@ pub async fn run(
     )?;
     let background = p.background.unwrap_or(false);
     let (id, sandbox, _busy) = state.sandbox(&p.instance, !background, &caller)?;
-    let seq = {
-        let mut map = state.lock();
-        map.get_mut(&id).map(|i| {
-            i.job_seq += 1;
-            i.job_seq
-        })
-    }
-    .unwrap_or(0);
+    let seq = next_job_seq(&state, &id);
     let logs = crate::bwrap::logs_dir(sandbox.dir());
     let job = background.then(|| format!("j{seq}"));
     let log_path = match &job {
@@ -189,35 +182,87 @@ pub async fn run(
     })?;
     let mut read = tokio::io::BufReader::new(read);
     if let Some(job) = job {
-        return match proto::read_frame(&mut read).await {
-            Ok(Some(Frame::Started(pid))) => Ok(Reply::new(
-                ExecResult {
-                    instance: id.clone(),
-                    exit_code: None,
-                    signal: None,
-                    stdout: String::new(),
-                    stderr: String::new(),
-                    truncated: false,
-                    duration_ms: started.elapsed().as_millis() as u64,
-                    log_path: shown.clone(),
-                    job_id: Some(job.clone()),
-                },
-                format!(
-                    "job {job} started in {id} (pid {pid} inside); output: instance_logs {{instance: \"{id}\", source: \"job:{job}\"}}"
-                ),
-            )),
-            Ok(Some(Frame::Error(e))) => Err(ToolError::invalid_field("command", e)),
-            other => Err(ToolError::internal(format!(
-                "unexpected answer from the agent: {other:?}"
-            ))),
-        };
+        return job_started(&mut read, id, job, shown, started).await;
     }
-    let mut stdout = HeadTail::new(max_out as usize);
-    let mut stderr = HeadTail::new(max_out as usize);
-    let mut log = std::fs::File::create(&log_path).ok();
-    let mut logged = 0u64;
+    let mut capture = Capture::new(max_out as usize, &log_path);
+    let exit = wait_exit(read, write, &mut capture, &id, timeout, &shown).await?;
+    Ok(finished(id, exit, &capture, started, shown))
+}
+
+/// The instance's next job number (0 when the instance is gone meanwhile).
+fn next_job_seq(state: &VmState, id: &str) -> u64 {
+    let mut map = state.lock();
+    map.get_mut(id)
+        .map(|i| {
+            i.job_seq += 1;
+            i.job_seq
+        })
+        .unwrap_or(0)
+}
+
+/// A background job: the agent's first frame says whether it started.
+async fn job_started<R: tokio::io::AsyncRead + Unpin>(
+    read: &mut R,
+    id: String,
+    job: String,
+    shown: String,
+    started: Instant,
+) -> ToolResult<Reply<ExecResult>> {
+    match proto::read_frame(read).await {
+        Ok(Some(Frame::Started(pid))) => Ok(Reply::new(
+            ExecResult {
+                instance: id.clone(),
+                exit_code: None,
+                signal: None,
+                stdout: String::new(),
+                stderr: String::new(),
+                truncated: false,
+                duration_ms: started.elapsed().as_millis() as u64,
+                log_path: shown,
+                job_id: Some(job.clone()),
+            },
+            format!(
+                "job {job} started in {id} (pid {pid} inside); output: instance_logs {{instance: \"{id}\", source: \"job:{job}\"}}"
+            ),
+        )),
+        Ok(Some(Frame::Error(e))) => Err(ToolError::invalid_field("command", e)),
+        other => Err(ToolError::internal(format!(
+            "unexpected answer from the agent: {other:?}"
+        ))),
+    }
+}
+
+/// A command's output as it arrives: previews of both streams, and the log on disk.
+struct Capture {
+    stdout: HeadTail,
+    stderr: HeadTail,
+    /// None when the log could not be created: the command still runs.
+    log: Option<std::fs::File>,
+    logged: u64,
+}
+
+impl Capture {
+    fn new(cap: usize, log_path: &std::path::Path) -> Self {
+        Self {
+            stdout: HeadTail::new(cap),
+            stderr: HeadTail::new(cap),
+            log: std::fs::File::create(log_path).ok(),
+            logged: 0,
+        }
+    }
+}
+
+/// Read the agent's frames until the command exits, or the timeout kills it.
+async fn wait_exit<R: tokio::io::AsyncRead + Unpin, W>(
+    mut read: R,
+    write: W,
+    capture: &mut Capture,
+    id: &str,
+    timeout: u64,
+    shown: &str,
+) -> ToolResult<ExitStatus> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
-    let exit = loop {
+    loop {
         let frame = match tokio::time::timeout_at(deadline, proto::read_frame(&mut read)).await {
             Err(_) => None,
             Ok(Ok(Some(f))) => Some(f),
@@ -226,7 +271,9 @@ pub async fn run(
                     ErrorCode::InstanceNotRunning,
                     format!("instance {id} ended while the command ran"),
                 )
-                .with_detail(json!({ "stdout": stdout.render(), "stderr": stderr.render() })));
+                .with_detail(
+                    json!({ "stdout": capture.stdout.render(), "stderr": capture.stderr.render() }),
+                ));
             }
         };
         match frame {
@@ -240,38 +287,47 @@ pub async fn run(
                 )
                 .with_detail(json!({
                     "timeout_seconds": timeout,
-                    "stdout": stdout.render(),
-                    "stderr": stderr.render(),
+                    "stdout": capture.stdout.render(),
+                    "stderr": capture.stderr.render(),
                     "log_path": shown,
                 })));
             }
             Some(Frame::Stdout(b)) => {
-                stdout.push(&b);
-                write_log(&mut log, &mut logged, &b);
+                capture.stdout.push(&b);
+                write_log(&mut capture.log, &mut capture.logged, &b);
             }
             Some(Frame::Stderr(b)) => {
-                stderr.push(&b);
-                write_log(&mut log, &mut logged, &b);
+                capture.stderr.push(&b);
+                write_log(&mut capture.log, &mut capture.logged, &b);
             }
             Some(Frame::Started(_)) => {}
-            Some(Frame::Exit(s)) => break s,
+            Some(Frame::Exit(s)) => return Ok(s),
             Some(Frame::Error(e)) => {
                 return Err(ToolError::invalid_field("command", e));
             }
         }
-    };
-    let truncated = stdout.truncated() || stderr.truncated();
+    }
+}
+
+fn finished(
+    id: String,
+    exit: ExitStatus,
+    capture: &Capture,
+    started: Instant,
+    shown: String,
+) -> Reply<ExecResult> {
+    let truncated = capture.stdout.truncated() || capture.stderr.truncated();
     let duration_ms = started.elapsed().as_millis() as u64;
     let mut text = format!("exit {} in {duration_ms} ms", exit.code);
-    let out = stdout.render();
-    let err = stderr.render();
+    let out = capture.stdout.render();
+    let err = capture.stderr.render();
     if !out.is_empty() {
         text.push_str(&format!("\n{out}"));
     }
     if !err.is_empty() {
         text.push_str(&format!("\n[stderr]\n{err}"));
     }
-    Ok(Reply::new(
+    Reply::new(
         ExecResult {
             instance: id,
             exit_code: Some(exit.code),
@@ -284,7 +340,7 @@ pub async fn run(
             job_id: None,
         },
         text,
-    ))
+    )
 }
 
 fn write_log(log: &mut Option<std::fs::File>, logged: &mut u64, bytes: &[u8]) {

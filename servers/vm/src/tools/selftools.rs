@@ -130,52 +130,8 @@ pub fn info(
     caller: &Caller,
 ) -> ToolResult<Reply<InfoResult>> {
     let (ok, detail) = state.probe().clone();
-    let not_built = |name: &str| BackendInfo {
-        name: name.into(),
-        available: false,
-        detail: "not built into this version of kitbag-vm".into(),
-    };
-    let (running, paused, leases) = {
-        let map = state.lock();
-        let seen: Vec<&crate::instance::Instance> = map
-            .values()
-            .filter(|i| crate::visible(&map, &i.id, caller))
-            .collect();
-        let leases = seen
-            .iter()
-            .flat_map(|i| {
-                i.info(&state.root)
-                    .leases
-                    .into_iter()
-                    .map(|lease| HeldLease {
-                        instance: i.id.clone(),
-                        lease,
-                    })
-            })
-            .collect::<Vec<_>>();
-        (
-            seen.iter().filter(|i| i.state == State::Running).count() as u64,
-            seen.iter().filter(|i| i.state == State::Paused).count() as u64,
-            leases,
-        )
-    };
-    let mounts = kitbag_shared::contain::cgroup_mounts();
-    let v1: Vec<String> = mounts
-        .iter()
-        .filter(|m| !m.v2)
-        .flat_map(|m| {
-            m.controllers
-                .iter()
-                .filter(|c| ["memory", "pids", "cpu", "freezer"].contains(&c.as_str()))
-                .cloned()
-        })
-        .collect();
-    let cgroups = match (mounts.iter().any(|m| m.v2), v1.is_empty()) {
-        (true, true) => "v2".to_string(),
-        (true, false) => format!("hybrid (v1: {})", v1.join(",")),
-        (false, false) => format!("v1 ({})", v1.join(",")),
-        (false, true) => "none mounted".to_string(),
-    };
+    let (running, paused, leases) = visible_children(state, caller);
+    let cgroups = cgroups_summary();
     let result = InfoResult {
         server: ServerInfo {
             version: env!("CARGO_PKG_VERSION").into(),
@@ -198,23 +154,7 @@ pub fn info(
             memory_total_mb: memory_total_mb().unwrap_or(0),
             cgroups,
         },
-        backends: vec![
-            BackendInfo {
-                name: "bwrap".into(),
-                available: ok,
-                detail,
-            },
-            {
-                let q = state.qemu_probe();
-                BackendInfo {
-                    name: "qemu".into(),
-                    available: q.available,
-                    detail: format!("{}{}", q.detail, crate::qemu::kvm_boot_note()),
-                }
-            },
-            docker_info(state).unwrap_or_else(|| not_built("docker")),
-            not_built("kube"),
-        ],
+        backends: backends(state, ok, detail),
         leases,
         children: Children {
             running,
@@ -236,6 +176,76 @@ pub fn info(
         state.opts.max_instances
     );
     Ok(Reply::new(result, text))
+}
+
+/// Running and paused instances the caller can see, and the leases they hold.
+fn visible_children(state: &VmState, caller: &Caller) -> (u64, u64, Vec<HeldLease>) {
+    let map = state.lock();
+    let seen: Vec<&crate::instance::Instance> = map
+        .values()
+        .filter(|i| crate::visible(&map, &i.id, caller))
+        .collect();
+    let leases = seen
+        .iter()
+        .flat_map(|i| {
+            i.info(&state.root)
+                .leases
+                .into_iter()
+                .map(|lease| HeldLease {
+                    instance: i.id.clone(),
+                    lease,
+                })
+        })
+        .collect::<Vec<_>>();
+    (
+        seen.iter().filter(|i| i.state == State::Running).count() as u64,
+        seen.iter().filter(|i| i.state == State::Paused).count() as u64,
+        leases,
+    )
+}
+
+/// Which cgroup hierarchies are mounted, naming the v1 controllers instances use.
+fn cgroups_summary() -> String {
+    let mounts = kitbag_shared::contain::cgroup_mounts();
+    let v1: Vec<String> = mounts
+        .iter()
+        .filter(|m| !m.v2)
+        .flat_map(|m| {
+            m.controllers
+                .iter()
+                .filter(|c| ["memory", "pids", "cpu", "freezer"].contains(&c.as_str()))
+                .cloned()
+        })
+        .collect();
+    match (mounts.iter().any(|m| m.v2), v1.is_empty()) {
+        (true, true) => "v2".to_string(),
+        (true, false) => format!("hybrid (v1: {})", v1.join(",")),
+        (false, false) => format!("v1 ({})", v1.join(",")),
+        (false, true) => "none mounted".to_string(),
+    }
+}
+
+fn backends(state: &VmState, bwrap_ok: bool, bwrap_detail: String) -> Vec<BackendInfo> {
+    let not_built = |name: &str| BackendInfo {
+        name: name.into(),
+        available: false,
+        detail: "not built into this version of kitbag-vm".into(),
+    };
+    let q = state.qemu_probe();
+    vec![
+        BackendInfo {
+            name: "bwrap".into(),
+            available: bwrap_ok,
+            detail: bwrap_detail,
+        },
+        BackendInfo {
+            name: "qemu".into(),
+            available: q.available,
+            detail: format!("{}{}", q.detail, crate::qemu::kvm_boot_note()),
+        },
+        docker_info(state).unwrap_or_else(|| not_built("docker")),
+        not_built("kube"),
+    ]
 }
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, Default, PartialEq, Eq)]
