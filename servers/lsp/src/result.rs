@@ -399,7 +399,10 @@ mod tests {
         ] {
             assert!(props.contains_key(key), "{key}");
         }
-        assert_eq!(props["capabilities"]["additionalProperties"], true);
+        assert_eq!(
+            props["capabilities"]["anyOf"][0]["additionalProperties"],
+            true
+        );
         let text = schema.to_string();
         assert!(!text.contains("\"format\""), "{text}");
         assert!(!text.contains("$schema"), "{text}");
