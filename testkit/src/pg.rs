@@ -163,7 +163,7 @@ impl PgServer {
     /// Run one SQL command in `database`; its output unaligned, without headers.
     pub fn psql_in(&self, database: &str, sql: &str) -> Result<String, String> {
         let bin = bin_dir().ok_or("no PostgreSQL binaries")?;
-        let url = format!("{}{database}", self.url.trim_end_matches("postgres"));
+        let url = self.url_of(database);
         let out = Command::new(bin.join("psql"))
             .args([
                 "-X",
@@ -189,7 +189,12 @@ impl PgServer {
     pub fn database(&self, name: &str) -> String {
         self.psql(&format!("CREATE DATABASE \"{name}\""))
             .unwrap_or_else(|e| panic!("create database {name}: {e}"));
-        format!("{}{name}", self.url.trim_end_matches("postgres"))
+        self.url_of(name)
+    }
+
+    /// The URL of `database` in this cluster (`url` names `postgres`).
+    pub fn url_of(&self, database: &str) -> String {
+        format!("{}{database}", self.url.trim_end_matches("postgres"))
     }
 
     /// The postmaster's pid (its children share its process group).

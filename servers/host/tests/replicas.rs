@@ -256,7 +256,7 @@ fn three_replicas_on_one_database_answer_both_eras_without_sessions() {
 
 /// Memories in the shared database, counted by `kitbag server memory … export`.
 fn stored_count(c: &Cluster) -> usize {
-    let url = c.pg.url.trim_end_matches("postgres").to_string() + "team";
+    let url = c.pg.url_of("team");
     let out = std::process::Command::new(kitbag())
         .args(["server", "memory", "--database-url", &url, "export"])
         .output()

@@ -15,6 +15,10 @@ use kitbag_testkit::pg::PgServer;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
+#[path = "common/words.rs"]
+mod words;
+use words::word;
+
 const MEMORIES: usize = 100_000;
 const SEARCHES: usize = 300;
 
@@ -25,21 +29,6 @@ fn median(mut v: Vec<Duration>) -> Duration {
 
 fn ms(d: Duration) -> String {
     format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
-
-/// A vocabulary of 5,832 words: three syllables each.
-fn word(n: usize) -> String {
-    const SYL: &[&str] = &[
-        "ka", "lo", "mi", "ter", "van", "dus", "pre", "sol", "ri", "ont", "bel", "cha", "nu",
-        "gra", "fen", "tos", "ul", "zer",
-    ];
-    let mut w = String::new();
-    let mut x = n;
-    for _ in 0..3 {
-        w.push_str(SYL[x % SYL.len()]);
-        x /= SYL.len();
-    }
-    w
 }
 
 struct Rng(u64);

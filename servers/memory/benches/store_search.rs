@@ -8,6 +8,10 @@ use std::time::{Duration, Instant};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
+#[path = "common/words.rs"]
+mod words;
+use words::word;
+
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -40,21 +44,6 @@ const WORDS: &[&str] = &[
     "alerts",
 ];
 
-/// A vocabulary of a few thousand distinct words, as real notes have: syllables combined.
-fn varied_word(n: usize) -> String {
-    const SYL: &[&str] = &[
-        "ka", "lo", "mi", "ter", "van", "dus", "pre", "sol", "ri", "ont", "bel", "cha", "nu",
-        "gra", "fen", "tos", "ul", "zer",
-    ];
-    let mut w = String::new();
-    let mut x = n;
-    for _ in 0..3 {
-        w.push_str(SYL[x % SYL.len()]);
-        x /= SYL.len();
-    }
-    w
-}
-
 /// Search p50 on 10,000 memories written with a varied vocabulary (each word in ~0.2% of them).
 fn varied_corpus() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -74,18 +63,14 @@ fn varied_corpus() {
         seed as usize
     };
     for i in 0..10_000usize {
-        let words: Vec<String> = (0..12).map(|_| varied_word(next() % 5832)).collect();
+        let words: Vec<String> = (0..12).map(|_| word(next() % 5832)).collect();
         let content = format!("Note {i}: {}.", words.join(" "));
         let r = c.call("memory_store", json!({"content": content}));
         assert!(!r.is_error, "{}", r.text);
     }
     let mut search = Vec::new();
     for _ in 0..300 {
-        let q = format!(
-            "{} {} problem",
-            varied_word(next() % 5832),
-            varied_word(next() % 5832)
-        );
+        let q = format!("{} {} problem", word(next() % 5832), word(next() % 5832));
         let t = Instant::now();
         let r = c.call("memory_search", json!({"query": q}));
         search.push(t.elapsed());

@@ -53,7 +53,7 @@ impl Backend {
                 if made.insert(name.clone()) {
                     server.database(&name);
                 }
-                let url = format!("{}{name}", server.url.trim_end_matches("postgres"));
+                let url = server.url_of(&name);
                 vec!["--database-url".into(), url]
             }
         }
@@ -68,19 +68,24 @@ impl Backend {
 
     /// `kitbag-memory … export` of `store`.
     fn export(&self, store: &str) -> String {
-        let out = Command::new(bin())
-            .args(self.args(store))
-            .arg("export")
-            .current_dir(self.dir.path())
-            .output()
-            .expect("export");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf8")
+        export(&self.args(store), self.dir.path())
     }
+}
+
+/// `kitbag-memory ARGS export`, run in `dir`: the JSON lines.
+fn export(args: &[String], dir: &Path) -> String {
+    let out = Command::new(bin())
+        .args(args)
+        .arg("export")
+        .current_dir(dir)
+        .output()
+        .expect("export");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8(out.stdout).expect("utf8")
 }
 
 fn client(b: &Backend, extra: &[&str]) -> McpClient {
@@ -472,19 +477,8 @@ fn older_schema_migrates_and_export_import_round_trips() {
         json!({"content": "new after migration", "tags": ["x"]}),
     );
     drop(c);
-    let export = |db: &Path| {
-        let out = Command::new(bin())
-            .args(["--db", db.to_str().expect("u"), "export"])
-            .output()
-            .expect("export");
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        String::from_utf8(out.stdout).expect("utf8")
-    };
-    let first = export(&db);
+    let export_db = |db: &Path| export(&["--db".into(), db.to_str().expect("u").into()], d.path());
+    let first = export_db(&db);
     let file = d.path().join("dump.jsonl");
     std::fs::write(&file, &first).expect("w");
     let copy = d.path().join("copy/memory.db");
@@ -498,7 +492,7 @@ fn older_schema_migrates_and_export_import_round_trips() {
         .status()
         .expect("import");
     assert!(st.success());
-    assert_eq!(export(&copy), first, "export → import → export is exact");
+    assert_eq!(export_db(&copy), first, "export → import → export is exact");
 }
 
 /// Write a database in the v1 layout using the server's own schema text, through sqlite3.
