@@ -15,6 +15,8 @@ pub enum Engine {
     Qemu(Arc<QemuVm>),
     #[cfg(feature = "backend-docker")]
     Docker(Arc<crate::docker::Container>),
+    #[cfg(feature = "backend-kube")]
+    Kube(Arc<crate::kube::pod::KubePod>),
 }
 
 impl Engine {
@@ -24,6 +26,8 @@ impl Engine {
             Engine::Qemu(_) => "qemu",
             #[cfg(feature = "backend-docker")]
             Engine::Docker(_) => "docker",
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(_) => "kube",
         }
     }
 
@@ -34,6 +38,8 @@ impl Engine {
             Engine::Qemu(v) => &v.dir,
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => &d.dir,
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => &k.dir,
         }
     }
 
@@ -44,6 +50,9 @@ impl Engine {
             Engine::Qemu(v) => v.pid,
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.pid,
+            // Its processes run on a cluster node, not here.
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(_) => 0,
         }
     }
 
@@ -53,6 +62,8 @@ impl Engine {
             Engine::Qemu(v) => v.agent().await,
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.agent().await,
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.agent().await,
         }
     }
 
@@ -76,6 +87,12 @@ impl Engine {
         {
             tracing::debug!(instance = v.id, "log sync: {e}");
         }
+        #[cfg(feature = "backend-kube")]
+        if let Engine::Kube(k) = self
+            && let Err(e) = k.sync_logs().await
+        {
+            tracing::debug!(instance = k.id, "log sync: {e}");
+        }
     }
 
     pub fn exit_status(&self) -> Option<ExitStatus> {
@@ -84,6 +101,8 @@ impl Engine {
             Engine::Qemu(v) => v.exit_status(),
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.exit_status(),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.exit_status(),
         }
     }
 
@@ -93,6 +112,8 @@ impl Engine {
             Engine::Qemu(v) => v.wait().await,
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.wait().await,
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.wait().await,
         }
     }
 
@@ -102,6 +123,8 @@ impl Engine {
             Engine::Qemu(v) => v.is_frozen(),
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.is_frozen(),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.is_frozen(),
         }
     }
 
@@ -112,6 +135,8 @@ impl Engine {
             Engine::Qemu(_) => "qmp_stop",
             #[cfg(feature = "backend-docker")]
             Engine::Docker(_) => "engine_pause",
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(_) => "sandbox_suspend",
         }
     }
 
@@ -121,6 +146,8 @@ impl Engine {
             Engine::Qemu(v) => v.pause(),
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.pause(),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.pause(),
         }
     }
 
@@ -130,6 +157,8 @@ impl Engine {
             Engine::Qemu(v) => v.resume(),
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.resume(),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.resume(),
         }
     }
 
@@ -139,6 +168,8 @@ impl Engine {
             Engine::Qemu(v) => v.usage(),
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.usage(),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.usage(),
         }
     }
 
@@ -156,6 +187,11 @@ impl Engine {
             Engine::Docker(_) => (
                 true,
                 Some("the engine's cgroups (Memory, NanoCpus, PidsLimit)".into()),
+            ),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(_) => (
+                true,
+                Some("the pod's resources.limits (memory, cpu), enforced by its node".into()),
             ),
         }
     }
@@ -183,6 +219,8 @@ impl Engine {
                     Engine::Qemu(v) => v.force_end().await,
                     #[cfg(feature = "backend-docker")]
                     Engine::Docker(d) => d.force_end().await,
+                    #[cfg(feature = "backend-kube")]
+                    Engine::Kube(k) => k.force_end().await,
                 }
             }
         }
@@ -202,6 +240,8 @@ impl Engine {
             Engine::Qemu(v) => v.kill(),
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.kill(),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.kill(),
         }
     }
 
@@ -211,6 +251,8 @@ impl Engine {
             Engine::Qemu(v) => v.cleanup(),
             #[cfg(feature = "backend-docker")]
             Engine::Docker(d) => d.cleanup(),
+            #[cfg(feature = "backend-kube")]
+            Engine::Kube(k) => k.cleanup(),
         }
     }
 }

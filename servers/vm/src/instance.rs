@@ -401,6 +401,16 @@ pub fn capabilities(backend: &str) -> Capabilities {
             pids_limit: false,
             own_kernel: true,
         },
+        // Processes are lost when a Sandbox is suspended (its pod is deleted); a plain Pod
+        // cannot pause at all.
+        "kube" => Capabilities {
+            mounts: false,
+            work_on_host: false,
+            nesting: false,
+            pause_keeps_processes: false,
+            pids_limit: false,
+            own_kernel: false,
+        },
         "docker" => Capabilities {
             mounts: false,
             work_on_host: true,

@@ -16,11 +16,14 @@ pub mod engine;
 pub mod error;
 pub mod guest;
 pub mod instance;
+#[cfg(feature = "backend-kube")]
+pub mod kube;
 pub mod lifecycle;
 pub mod nsfd;
 pub mod ports;
 pub mod proto;
 pub mod qemu;
+pub mod remote;
 pub mod spawner;
 pub mod sweep;
 pub mod tools;
@@ -114,6 +117,28 @@ pub struct Args {
     #[arg(long, value_name = "URL")]
     pub docker_host: Option<String>,
 
+    /// The cluster for `backend: "kube"`: a kubeconfig file. Default: $KUBECONFIG, else
+    /// ~/.kube/config, else the pod's own service account when run inside a cluster.
+    #[cfg(feature = "backend-kube")]
+    #[arg(long, value_name = "FILE")]
+    pub kubeconfig: Option<PathBuf>,
+
+    /// The kubeconfig context to use (default: its current-context).
+    #[cfg(feature = "backend-kube")]
+    #[arg(long, value_name = "NAME")]
+    pub kube_context: Option<String>,
+
+    /// The namespace instances are created in (default: the context's, else `default`).
+    #[cfg(feature = "backend-kube")]
+    #[arg(long, value_name = "NAME")]
+    pub kube_namespace: Option<String>,
+
+    /// How far ahead a Sandbox's `shutdownTime` is kept (renewed every third of it): a
+    /// server that is gone leaves its Sandboxes running at most this long.
+    #[cfg(feature = "backend-kube")]
+    #[arg(long, value_name = "SECONDS", default_value_t = 120)]
+    pub kube_lease_seconds: u64,
+
     /// `host` (run instances), `guest` (forward every call to the kitbag-vm that runs this
     /// instance, over $KITBAG_VM_SOCKET), or `auto`: guest when KITBAG_VM_SOCKET is set.
     #[arg(long, value_enum, default_value_t = Mode::Auto)]
@@ -176,6 +201,8 @@ pub struct VmState {
     qemu_probe: OnceLock<qemu::Probe>,
     #[cfg(feature = "backend-docker")]
     pub docker: Option<docker::DockerEngine>,
+    #[cfg(feature = "backend-kube")]
+    pub kube: kube::KubeEngine,
 }
 
 /// A guard that marks an instance busy (a foreground exec or copy): the idle timer waits for
@@ -400,12 +427,13 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
             .unwrap_or_else(|| root.join(".kitbag/cache"))
             .join("kitbag/vm")
     });
+    let exe = std::env::current_exe()?;
     let state = VmState {
         images_dir,
         root,
         policy: Arc::new(policy.clone()),
         state_dir,
-        exe: std::env::current_exe()?,
+        exe: exe.clone(),
         opts: Options {
             max_instances: args.max_instances.max(1),
             default_idle_timeout: args.default_idle_timeout,
@@ -432,6 +460,14 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
         docker: docker::DockerEngine::new(&docker::api::default_host(args.docker_host.as_deref()))
             .map_err(|e| tracing::warn!("--docker-host: {e}"))
             .ok(),
+        #[cfg(feature = "backend-kube")]
+        kube: kube::KubeEngine::new(
+            args.kubeconfig.as_deref(),
+            args.kube_context.as_deref(),
+            args.kube_namespace.as_deref(),
+            std::time::Duration::from_secs(args.kube_lease_seconds.max(3)),
+            exe.clone(),
+        ),
     };
     McpServer::new(IDENTITY, state, router(), policy)
         .with_common_args(&args.common)

@@ -27,6 +27,7 @@ use crate::bwrap::{AGENT_EXE, AGENT_LIB, connect_agent, host_loader, open_ctl};
 use crate::cgroup::Limits;
 use crate::error::{VmError, VmResult};
 use crate::proto::{self, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request, Stream};
+use crate::sweep::{owner, owner_alive};
 use api::{ApiResult, Docker, query};
 
 /// The image kitbag-vm imports itself when a spawn names none: busybox and a few directories.
@@ -48,29 +49,6 @@ pub struct DockerEngine {
     pub api: Docker,
     probe: tokio::sync::OnceCell<Probe>,
     import: tokio::sync::Mutex<()>,
-}
-
-/// This server as a label value: a later server can tell whether it is still alive.
-fn owner() -> String {
-    let pid = std::process::id();
-    let start = crate::bwrap::start_time(pid as i32).unwrap_or(0);
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    format!("{}/{pid}/{start}", host.trim())
-}
-
-fn owner_alive(label: &str) -> bool {
-    let mut it = label.split('/');
-    let (Some(host), Some(pid), Some(start)) = (it.next(), it.next(), it.next()) else {
-        return false;
-    };
-    let here = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-    if host != here.trim() {
-        return true; // another machine's server: not ours to judge
-    }
-    let (Ok(pid), Ok(start)) = (pid.parse::<i32>(), start.parse::<u64>()) else {
-        return false;
-    };
-    crate::bwrap::start_time(pid) == Some(start)
 }
 
 impl DockerEngine {
@@ -556,21 +534,4 @@ fn create_body(spec: &BoxSpec, ctl: &std::path::Path, work: &std::path::Path) ->
             "AutoRemove": true,
         },
     }))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn owners_alive_and_dead() {
-        assert!(owner_alive(&owner()), "this process is alive");
-        let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
-        assert!(
-            !owner_alive(&format!("{}/{}/1", host.trim(), std::process::id())),
-            "another start time"
-        );
-        assert!(owner_alive("some-other-machine/1/1"), "not ours to judge");
-        assert!(!owner_alive("garbage"));
-    }
 }

@@ -58,7 +58,7 @@ pub fn ensure(images_dir: &Path, exe: &Path) -> VmResult<Image> {
 /// The agent to put in the guest: `kitbag-vm-agent` beside the server when it was installed
 /// with it (ten times smaller, so the guest boots faster), else the server itself
 /// (`__agent`).
-fn agent_binary(exe: &Path) -> PathBuf {
+pub fn agent_binary(exe: &Path) -> PathBuf {
     exe.parent()
         .map(|d| d.join("kitbag-vm-agent"))
         .filter(|a| a.is_file())
@@ -365,7 +365,7 @@ fn build_initrd(dir: &Path, exe: &Path, initrd: &Path) -> VmResult<()> {
 
 /// The agent without its debug information (a debug build is ten times larger), or as it is
 /// when `strip` is missing.
-fn stripped(exe: &Path) -> VmResult<Vec<u8>> {
+pub fn stripped(exe: &Path) -> VmResult<Vec<u8>> {
     let tmp = tempfile::NamedTempFile::new()?;
     let ok = Command::new("strip")
         .arg("-o")
@@ -378,7 +378,7 @@ fn stripped(exe: &Path) -> VmResult<Vec<u8>> {
 }
 
 /// The libraries (and loader) `ldd` lists for a binary; none for a static one.
-fn shared_libraries(bin: &Path) -> VmResult<Vec<PathBuf>> {
+pub fn shared_libraries(bin: &Path) -> VmResult<Vec<PathBuf>> {
     let out = Command::new("ldd")
         .arg(bin)
         .output()

@@ -16,12 +16,12 @@ use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::io::AsyncWriteExt;
 use tokio::sync::watch;
 
 use crate::bwrap::{Record, start_time, tail};
 use crate::error::{VmError, VmResult};
-use crate::proto::{self, Answer, ExitStatus, Hello, LOGS_DIR, MainSpec, Request, Stream};
+use crate::proto::{self, Answer, ExitStatus, LOGS_DIR, Request, Stream};
+use crate::remote;
 use crate::spawner::Spawner;
 
 /// The accelerator a server asks for (`--qemu-accel`).
@@ -340,58 +340,36 @@ impl QemuVm {
             let log = tail(&crate::bwrap::backend_log(&vm.dir), 2048);
             VmError::Engine(format!("{why}; console: {log}"))
         };
-        loop {
-            if let Ok(Ok(a)) =
-                tokio::time::timeout(Duration::from_secs(2), vm.request(&Request::Ping)).await
-                && a.ok
-            {
-                break;
-            }
-            if vm.exit_status().is_some() {
-                return Err(fail(&vm, "the VM ended while it booted".into()));
-            }
-            if Instant::now() > deadline {
-                return Err(fail(
-                    &vm,
-                    format!(
-                        "the guest's agent did not answer within {} s",
-                        timeout.as_secs()
-                    ),
-                ));
-            }
-            // Until the guest listens, user-mode networking accepts and then drops each
-            // connection at once: polling often costs little.
-            tokio::time::sleep(Duration::from_millis(25)).await;
+        // Until the guest listens, user-mode networking accepts and then drops each
+        // connection at once: polling often costs little.
+        let alive = || vm.exit_status().is_none();
+        if let Err(why) =
+            remote::until_answers(|| vm.agent(), deadline, Duration::from_millis(25), alive).await
+        {
+            let why = if vm.exit_status().is_some() {
+                "the VM ended while it booted".to_string()
+            } else {
+                format!(
+                    "{why}: the guest's agent did not answer within {} s",
+                    timeout.as_secs()
+                )
+            };
+            return Err(fail(&vm, why));
         }
         progress("agent ready");
-        let main = spec.command.as_ref().map(|argv| MainSpec {
-            argv: argv.clone(),
+        let setup = remote::Setup {
+            id: spec.id.clone(),
+            hostname: spec.hostname.clone(),
+            env: spec.env.clone(),
+            command: spec.command.clone(),
             cwd: spec.cwd.clone(),
-        });
-        let setup = Request::Setup {
-            env: crate::bwrap::instance_env(&spec.id, &spec.hostname, &spec.env),
-            main: main.clone(),
         };
-        match vm.request(&setup).await {
-            Ok(a) if a.ok => {}
-            other => {
-                return Err(fail(
-                    &vm,
-                    format!("the guest's agent refused setup: {other:?}"),
-                ));
+        match remote::set_up(|| vm.agent(), &setup).await {
+            Ok(true) => {
+                tokio::spawn(watch_main(vm.clone()));
             }
-        }
-        if main.is_some() {
-            match vm.request(&Request::StartMain).await {
-                Ok(a) if a.ok => {}
-                other => {
-                    return Err(fail(
-                        &vm,
-                        format!("the main command did not start: {other:?}"),
-                    ));
-                }
-            }
-            tokio::spawn(watch_main(vm.clone()));
+            Ok(false) => {}
+            Err(why) => return Err(fail(&vm, why)),
         }
         Ok(vm)
     }
@@ -412,15 +390,9 @@ impl QemuVm {
 
     /// A connection to the agent, past its token check.
     pub async fn agent(&self) -> std::io::Result<Stream> {
-        let mut tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
         tcp.set_nodelay(true)?;
-        let mut hello = serde_json::to_vec(&Hello {
-            token: self.token.clone(),
-        })
-        .map_err(std::io::Error::other)?;
-        hello.push(b'\n');
-        tcp.write_all(&hello).await?;
-        Ok(Box::new(tcp))
+        crate::remote::hello(Box::new(tcp), &self.token).await
     }
 
     pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
@@ -435,43 +407,7 @@ impl QemuVm {
         }
         // One sync at a time: two would append the same bytes twice.
         let _one = self.log_sync.lock().await;
-        let logs = crate::bwrap::logs_dir(&self.dir);
-        let mut has = std::collections::BTreeMap::new();
-        for e in std::fs::read_dir(&logs)?.flatten() {
-            if let (Some(name), Ok(meta)) = (e.file_name().to_str(), e.metadata()) {
-                has.insert(name.to_string(), meta.len());
-            }
-        }
-        let mut s = tokio::io::BufReader::new(self.agent().await?);
-        proto::write_line(&mut s, &Request::LogsSince { has }).await?;
-        loop {
-            let chunk: proto::LogChunk = proto::read_line(&mut s).await?;
-            if chunk.name.is_empty() {
-                return Ok(());
-            }
-            // A plain file name: the guest names it, the host writes it.
-            if crate::tree::safe_rel(&chunk.name).is_none_or(|p| p.components().count() != 1) {
-                return Err(std::io::Error::new(
-                    std::io::ErrorKind::InvalidData,
-                    format!("a log named {:?}", chunk.name),
-                ));
-            }
-            let mut file = std::fs::OpenOptions::new()
-                .create(true)
-                .write(true)
-                .truncate(false)
-                .open(logs.join(&chunk.name))?;
-            file.set_len(chunk.offset)?;
-            use std::io::{Seek, Write};
-            file.seek(std::io::SeekFrom::Start(chunk.offset))?;
-            let mut bytes = Vec::with_capacity(chunk.len.min(1 << 20) as usize);
-            use tokio::io::AsyncReadExt;
-            (&mut s).take(chunk.len).read_to_end(&mut bytes).await?;
-            if bytes.len() as u64 != chunk.len {
-                return Err(std::io::ErrorKind::UnexpectedEof.into());
-            }
-            file.write_all(&bytes)?;
-        }
+        crate::remote::pull_logs(&self.dir, self.agent().await?).await
     }
 
     pub fn exit_status(&self) -> Option<ExitStatus> {
@@ -566,16 +502,7 @@ impl Drop for QemuVm {
 /// Wait for the main command to end; then collect the logs and let the guest power off, so
 /// the instance ends with its command as a sandbox does.
 async fn watch_main(vm: Arc<QemuVm>) {
-    let answer = match vm.agent().await {
-        Ok(stream) => proto::request(stream, &Request::WaitMain).await,
-        Err(e) => Err(e),
-    };
-    let Ok(Answer {
-        ok: true,
-        exit: Some(status),
-        ..
-    }) = answer
-    else {
+    let Some(status) = remote::wait_main(vm.agent().await).await else {
         return; // the VM went away first (stopped or killed): nothing to report
     };
     if let Ok(mut m) = vm.main_exit.lock() {

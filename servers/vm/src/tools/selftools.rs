@@ -244,7 +244,7 @@ fn backends(state: &VmState, bwrap_ok: bool, bwrap_detail: String) -> Vec<Backen
             detail: format!("{}{}", q.detail, crate::qemu::kvm_boot_note()),
         },
         docker_info(state).unwrap_or_else(|| not_built("docker")),
-        not_built("kube"),
+        kube_info(state).unwrap_or_else(|| not_built("kube")),
     ]
 }
 
@@ -426,5 +426,35 @@ fn docker_info(state: &VmState) -> Option<BackendInfo> {
 
 #[cfg(not(feature = "backend-docker"))]
 fn docker_info(_: &VmState) -> Option<BackendInfo> {
+    None
+}
+
+#[cfg(feature = "backend-kube")]
+fn kube_info(state: &VmState) -> Option<BackendInfo> {
+    let engine = &state.kube;
+    Some(match (engine.probed(), &engine.api) {
+        (Some(p), _) => BackendInfo {
+            name: "kube".into(),
+            available: p.available,
+            detail: p.detail.clone(),
+        },
+        (None, Err(e)) => BackendInfo {
+            name: "kube".into(),
+            available: false,
+            detail: e.clone(),
+        },
+        (None, Ok(api)) => BackendInfo {
+            name: "kube".into(),
+            available: false,
+            detail: format!(
+                "not probed yet ({}, {}); a kube spawn probes it",
+                api.cfg.server, api.cfg.source
+            ),
+        },
+    })
+}
+
+#[cfg(not(feature = "backend-kube"))]
+fn kube_info(_: &VmState) -> Option<BackendInfo> {
     None
 }

@@ -39,6 +39,10 @@ pub struct Checked {
     pub rootfs: Option<PathBuf>,
 }
 
+/// The image a `kube` spawn gets when it names none: any image with `/bin/sh` works (the
+/// agent brings its own C library); this one has a package manager.
+pub const DEFAULT_KUBE_IMAGE: &str = "debian:bookworm-slim";
+
 pub fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Checked> {
     validate::writable(state)?;
     let backend = p.backend.unwrap_or(Backend::Bwrap);
@@ -55,6 +59,7 @@ pub fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Check
     let image = p.image.clone().unwrap_or_else(|| match backend {
         Backend::Qemu => "default".into(),
         Backend::Docker => super::start::default_docker_image().into(),
+        Backend::Kube => DEFAULT_KUBE_IMAGE.into(),
         _ => "host".into(),
     });
     let rootfs = check_image(state, backend, &image)?;
@@ -144,6 +149,24 @@ fn check_backend(state: &VmState, backend: Backend, p: &SpawnParams) -> ToolResu
                 }
             }
         }
+        #[cfg(feature = "backend-kube")]
+        Backend::Kube => {
+            // The cluster was probed before this check (run awaits it).
+            match state.kube.probed() {
+                Some(p) if p.available => {}
+                _ => {
+                    let detail = match &state.kube.api {
+                        Err(e) => e.clone(),
+                        Ok(api) => format!("{} did not answer", api.cfg.server),
+                    };
+                    return Err(ToolError::new(
+                        ErrorCode::BackendUnavailable,
+                        format!("backend: kube is not available here: {detail}"),
+                    )
+                    .with_detail(json!({ "field": "backend", "backend": "kube" })));
+                }
+            }
+        }
         Backend::Qemu => {
             let probe = state.qemu_probe();
             if !probe.available {
@@ -198,7 +221,7 @@ fn check_backend(state: &VmState, backend: Backend, p: &SpawnParams) -> ToolResu
 /// The image for the engine: a root file system directory for a named bwrap image.
 fn check_image(state: &VmState, backend: Backend, image: &str) -> ToolResult<Option<PathBuf>> {
     Ok(match image {
-        _ if backend == Backend::Docker => {
+        _ if backend == Backend::Docker || backend == Backend::Kube => {
             // An engine's image name; whether it exists is the engine's to say at start.
             if image.is_empty()
                 || image.len() > 255

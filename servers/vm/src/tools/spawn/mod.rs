@@ -206,6 +206,10 @@ pub async fn run(
     {
         engine.probe().await;
     }
+    #[cfg(feature = "backend-kube")]
+    if p.backend == Some(Backend::Kube) {
+        state.kube.probe().await;
+    }
     let c = check::check(&state, p, &ctx)?;
     let id = reserve(&state, &c, &caller)?;
     let mut pending = Pending {
@@ -218,6 +222,8 @@ pub async fn run(
         Backend::Qemu => start::start_vm(&state, &id, &c, &ctx).await?,
         #[cfg(feature = "backend-docker")]
         Backend::Docker => start::start_container(&state, &id, &c).await?,
+        #[cfg(feature = "backend-kube")]
+        Backend::Kube => start::start_pod(&state, &id, &c).await?,
         _ => start::start_sandbox(&state, &id, &c).await?,
     };
     pending.sandbox = Some(sandbox.clone());
@@ -331,6 +337,7 @@ fn reserve(state: &VmState, c: &check::Checked, caller: &Caller) -> ToolResult<S
     inst.backend = match c.backend {
         Backend::Qemu => "qemu",
         Backend::Docker => "docker",
+        Backend::Kube => "kube",
         _ => "bwrap",
     };
     map.insert(id.clone(), inst);

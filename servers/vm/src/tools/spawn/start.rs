@@ -107,6 +107,30 @@ pub async fn start_container(
     Ok(Arc::new(Engine::Docker(container)))
 }
 
+/// A pod (or agent-sandbox Sandbox) of the Kubernetes cluster.
+#[cfg(feature = "backend-kube")]
+pub async fn start_pod(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResult<Arc<Engine>> {
+    let spec = crate::kube::pod::PodSpec {
+        id: id.to_string(),
+        hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
+        dir: state.state_dir.join("instances").join(id),
+        image: c.image.clone(),
+        command: c.command.clone(),
+        cwd: c.cwd.clone(),
+        env: c.env.clone(),
+        limits: c.limits,
+        ttl_seconds: c.ttl,
+    };
+    let pod = crate::kube::pod::KubePod::start(&state.kube, spec, KUBE_START_TIMEOUT)
+        .await
+        .map_err(|e| e.spawn_error("kube", "the pod"))?;
+    Ok(Arc::new(Engine::Kube(pod)))
+}
+
+/// Scheduling, an image pull and the agent's upload: minutes on a busy cluster.
+#[cfg(feature = "backend-kube")]
+const KUBE_START_TIMEOUT: Duration = Duration::from_secs(300);
+
 /// How long a VM may take to boot: TCG emulation on a loaded machine is slow (vm.md §2.2:
 /// 2 s idle, 3.5 s under a build).
 const VM_BOOT_TIMEOUT: Duration = Duration::from_secs(120);

@@ -1,0 +1,505 @@
+//! One instance on the cluster: its object (Pod or Sandbox), the pod's agent, and the
+//! tasks that keep it: the `hold` line, the main command's watch, the Sandbox's lease.
+
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime};
+
+use serde_json::json;
+use tokio::io::AsyncReadExt;
+use tokio::sync::watch;
+
+use super::KubeEngine;
+use super::api::{Api, KubeError};
+use super::manifest::{self, AGENT_PORT, CONTAINER, KITBAG_DIR, Kind, Manifest};
+use super::wait;
+use super::ws;
+use crate::cgroup::Limits;
+use crate::error::{VmError, VmResult};
+use crate::proto::{self, Answer, ExitStatus, Request, Stream};
+use crate::remote;
+
+/// The agent and what it needs, as files to put in the pod.
+pub struct Payload {
+    files: Vec<(String, Vec<u8>)>,
+    /// The loader's path in the pod, for a dynamically linked agent.
+    loader: Option<String>,
+}
+
+impl Payload {
+    /// The agent (`kitbag-vm-agent` beside the server, else the server), stripped, with
+    /// the libraries and loader `ldd` lists: the image need not have a matching C library.
+    pub fn build(exe: &Path) -> VmResult<Payload> {
+        let agent = crate::qemu::image::agent_binary(exe);
+        let mut files = vec![(
+            format!("{KITBAG_DIR}/agent"),
+            crate::qemu::image::stripped(&agent)?,
+        )];
+        let mut loader = None;
+        for lib in crate::qemu::image::shared_libraries(&agent)? {
+            let Some(name) = lib.file_name().map(|n| n.to_string_lossy().into_owned()) else {
+                continue;
+            };
+            let bytes = std::fs::read(&lib).map_err(|e| VmError::io(lib.display(), e))?;
+            let dest = format!("{KITBAG_DIR}/lib/{name}");
+            if name.starts_with("ld-linux") || name.starts_with("ld64") {
+                loader = Some(dest.clone());
+            }
+            files.push((dest, bytes));
+        }
+        Ok(Payload { files, loader })
+    }
+
+    fn run_script(&self, token: &str) -> String {
+        let agent = format!(
+            "{KITBAG_DIR}/agent __agent --ctl {KITBAG_DIR}/ctl --listen 127.0.0.1:{AGENT_PORT} --token {token}"
+        );
+        match &self.loader {
+            Some(ld) => format!("exec {ld} --library-path {KITBAG_DIR}/lib {agent}\n"),
+            None => format!("exec {agent}\n"),
+        }
+    }
+
+    pub fn bytes(&self) -> usize {
+        self.files.iter().map(|(_, b)| b.len()).sum()
+    }
+}
+
+pub struct PodSpec {
+    pub id: String,
+    pub hostname: String,
+    pub dir: PathBuf,
+    pub image: String,
+    pub command: Option<Vec<String>>,
+    pub cwd: String,
+    pub env: Vec<(String, String)>,
+    pub limits: Limits,
+    pub ttl_seconds: u64,
+}
+
+pub struct KubePod {
+    pub id: String,
+    pub dir: PathBuf,
+    /// The object kitbag-vm created (the Pod, or the Sandbox).
+    pub name: String,
+    pub kind: Kind,
+    /// The pod the agent runs in (a Sandbox's pod may be named otherwise).
+    pod: Mutex<String>,
+    api: Api,
+    token: String,
+    setup: remote::Setup,
+    lease: Duration,
+    exit_tx: watch::Sender<Option<ExitStatus>>,
+    exit: watch::Receiver<Option<ExitStatus>>,
+    main_exit: Mutex<Option<ExitStatus>>,
+    paused: Mutex<bool>,
+    /// False while a resumed Sandbox's new pod comes up: connections wait for it.
+    ready: watch::Sender<bool>,
+    log_sync: tokio::sync::Mutex<()>,
+    payload: Arc<Payload>,
+}
+
+fn lock<T: Clone>(m: &Mutex<T>) -> T {
+    match m.lock() {
+        Ok(g) => g.clone(),
+        Err(p) => p.into_inner().clone(),
+    }
+}
+
+fn set<T>(m: &Mutex<T>, v: T) {
+    match m.lock() {
+        Ok(mut g) => *g = v,
+        Err(p) => *p.into_inner() = v,
+    }
+}
+
+fn rfc3339(t: SystemTime) -> String {
+    chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+}
+
+impl KubePod {
+    pub async fn start(
+        engine: &KubeEngine,
+        spec: PodSpec,
+        timeout: Duration,
+    ) -> VmResult<Arc<KubePod>> {
+        let probe = engine.probe().await;
+        if !probe.available {
+            return Err(VmError::missing(probe.detail));
+        }
+        let api = engine.api.clone().map_err(VmError::missing)?;
+        let payload = engine.payload().await?;
+        std::fs::create_dir_all(crate::bwrap::logs_dir(&spec.dir))
+            .map_err(|e| VmError::io(spec.dir.display(), e))?;
+        let kind = if probe.sandboxes {
+            Kind::Sandbox
+        } else {
+            Kind::Pod
+        };
+        let name = manifest::object_name(&spec.id);
+        let owner = crate::sweep::owner();
+        let m = Manifest {
+            name: &name,
+            id: &spec.id,
+            hostname: &spec.hostname,
+            image: &spec.image,
+            owner: &owner,
+            limits: spec.limits,
+            ttl_seconds: spec.ttl_seconds,
+        };
+        let body = match kind {
+            Kind::Pod => manifest::pod(&m),
+            Kind::Sandbox => manifest::sandbox(&m, &rfc3339(SystemTime::now() + engine.lease)),
+        };
+        api.create(&kind.collection(api.namespace()), &body)
+            .await
+            .map_err(|e| creation_error(kind, e))?;
+        let token = kitbag_shared::http::token::random_hex(16)
+            .map_err(|e| VmError::io("/dev/urandom", e))?;
+        let (exit_tx, exit) = watch::channel(None);
+        let pod = Arc::new(KubePod {
+            id: spec.id.clone(),
+            dir: spec.dir.clone(),
+            pod: Mutex::new(name.clone()),
+            name,
+            kind,
+            api,
+            token,
+            setup: remote::Setup {
+                id: spec.id,
+                hostname: spec.hostname,
+                env: spec.env,
+                command: spec.command,
+                cwd: spec.cwd,
+            },
+            lease: engine.lease,
+            exit_tx,
+            exit,
+            main_exit: Mutex::new(None),
+            paused: Mutex::new(false),
+            ready: watch::channel(true).0,
+            log_sync: tokio::sync::Mutex::new(()),
+            payload,
+        });
+        if let Err(e) = pod.bring_up(Instant::now() + timeout).await {
+            pod.delete_object().await;
+            return Err(e);
+        }
+        if kind == Kind::Sandbox {
+            tokio::spawn(renew_lease(Arc::downgrade(&pod)));
+        }
+        Ok(pod)
+    }
+
+    fn object_path(&self) -> String {
+        format!(
+            "{}/{}",
+            self.kind.collection(self.api.namespace()),
+            self.name
+        )
+    }
+
+    /// Wait for the pod, put the agent in, set it up, hold it.
+    async fn bring_up(self: &Arc<Self>, deadline: Instant) -> VmResult<()> {
+        let ns = self.api.namespace().to_string();
+        if self.kind == Kind::Sandbox {
+            let sb = wait::until(
+                &self.api,
+                &Kind::Sandbox.collection(&ns),
+                &self.name,
+                deadline,
+                wait::sandbox_ready,
+            )
+            .await
+            .map_err(|e| VmError::engine(format!("the Sandbox did not become ready: {e}")))?;
+            if let Some(p) = sb["metadata"]["annotations"]["agents.x-k8s.io/pod-name"].as_str() {
+                set(&self.pod, p.to_string());
+            }
+        }
+        let pod_name = lock(&self.pod);
+        wait::until(
+            &self.api,
+            &Kind::Pod.collection(&ns),
+            &pod_name,
+            deadline,
+            wait::pod_started,
+        )
+        .await
+        .map_err(|e| match e.strip_prefix("image: ") {
+            Some(why) => VmError::Invalid {
+                field: "image",
+                message: why.to_string(),
+            },
+            None => VmError::engine(format!("the pod did not start: {e}")),
+        })?;
+        self.upload(&self.payload).await?;
+        let alive = || self.exit_status().is_none();
+        remote::until_answers(
+            || self.connect(),
+            deadline,
+            Duration::from_millis(100),
+            alive,
+        )
+        .await
+        .map_err(|e| VmError::engine(format!("{e} (pod {pod_name})")))?;
+        let has_main = remote::set_up(|| self.connect(), &self.setup)
+            .await
+            .map_err(VmError::engine)?;
+        let hold = self.hold().await?;
+        tokio::spawn(hold_until_end(self.clone(), hold));
+        if has_main {
+            tokio::spawn(watch_main(self.clone()));
+        }
+        Ok(())
+    }
+
+    /// Each file through `pods/exec` (`head -c` stops at its size: the v4 channel protocol
+    /// cannot close stdin), the start script last: the container's shell waits for it.
+    async fn upload(&self, payload: &Payload) -> VmResult<()> {
+        let pod = lock(&self.pod);
+        let script = payload.run_script(&self.token).into_bytes();
+        let run = format!("{KITBAG_DIR}/run");
+        let all = payload
+            .files
+            .iter()
+            .map(|(p, b)| (p.as_str(), b.as_slice()))
+            .chain([(run.as_str(), script.as_slice())]);
+        for (path, bytes) in all {
+            let cmd = format!(
+                "mkdir -p \"$(dirname '{path}')\" && head -c {} > '{path}.part' && chmod 755 '{path}.part' && mv '{path}.part' '{path}'",
+                bytes.len()
+            );
+            let out = ws::exec(
+                &self.api,
+                &pod,
+                CONTAINER,
+                &["/bin/sh", "-c", &cmd],
+                Some(bytes),
+            )
+            .await
+            .map_err(|e| VmError::engine(format!("copying the agent into pod {pod}: {e}")))?;
+            if out.code != 0 {
+                return Err(VmError::engine(format!(
+                    "copying the agent into pod {pod} failed (exit {}): {}",
+                    out.code,
+                    String::from_utf8_lossy(&out.stderr).trim()
+                )));
+            }
+        }
+        Ok(())
+    }
+
+    /// The line whose end ends the instance (see [`proto::Request::Hold`]).
+    async fn hold(&self) -> VmResult<tokio::io::BufReader<Stream>> {
+        let stream = self
+            .connect()
+            .await
+            .map_err(|e| VmError::io("the agent's hold line", e))?;
+        let mut s = tokio::io::BufReader::new(stream);
+        proto::write_line(&mut s, &Request::Hold)
+            .await
+            .map_err(|e| VmError::io("the agent's hold line", e))?;
+        match proto::read_line::<_, Answer>(&mut s).await {
+            Ok(a) if a.ok => Ok(s),
+            other => Err(VmError::engine(format!(
+                "the agent refused the hold line: {other:?}"
+            ))),
+        }
+    }
+
+    /// A connection to the agent through `pods/portforward`, past its token check. While a
+    /// resumed Sandbox comes back, it waits (at most two minutes).
+    pub async fn agent(&self) -> std::io::Result<Stream> {
+        let mut ready = self.ready.subscribe();
+        let waited = tokio::time::timeout(Duration::from_secs(120), async {
+            ready.wait_for(|r| *r).await.is_ok()
+        })
+        .await;
+        if !matches!(waited, Ok(true)) {
+            return Err(std::io::Error::other("the instance did not come back"));
+        }
+        self.connect().await
+    }
+
+    async fn connect(&self) -> std::io::Result<Stream> {
+        let pod = lock(&self.pod);
+        let stream = ws::port_forward(&self.api, &pod, AGENT_PORT)
+            .await
+            .map_err(std::io::Error::other)?;
+        remote::hello(stream, &self.token).await
+    }
+
+    pub async fn sync_logs(&self) -> std::io::Result<()> {
+        if self.exit_status().is_some() || self.is_frozen() {
+            return Ok(());
+        }
+        let _one = self.log_sync.lock().await;
+        remote::pull_logs(&self.dir, self.agent().await?).await
+    }
+
+    pub fn exit_status(&self) -> Option<ExitStatus> {
+        *self.exit.borrow()
+    }
+
+    pub async fn wait(&self) -> ExitStatus {
+        proto::wait_exit(&self.exit).await
+    }
+
+    pub fn is_frozen(&self) -> bool {
+        lock(&self.paused)
+    }
+
+    /// A Sandbox is suspended (`operatingMode: Suspended`): its pod is deleted, so its
+    /// processes are lost; a plain Pod cannot pause.
+    pub fn pause(self: &Arc<Self>) -> VmResult<()> {
+        if self.kind != Kind::Sandbox {
+            return Err(VmError::engine(
+                "a plain Pod cannot pause (the cluster has no agent-sandbox CRDs)",
+            ));
+        }
+        set(&self.paused, true);
+        let _ = self.ready.send(false);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let patch = json!({ "spec": { "operatingMode": "Suspended" } });
+            if let Err(e) = me.api.merge_patch(&me.object_path(), &patch).await {
+                tracing::warn!(instance = me.id, "suspending the Sandbox: {e}");
+            }
+        });
+        Ok(())
+    }
+
+    /// Back to `Running`: a new pod, the agent put in again, the main command started again.
+    pub fn resume(self: &Arc<Self>) -> VmResult<()> {
+        if !self.is_frozen() {
+            return Ok(());
+        }
+        set(&self.paused, false);
+        let me = self.clone();
+        tokio::spawn(async move {
+            let patch = json!({ "spec": { "operatingMode": "Running" } });
+            let result = match me.api.merge_patch(&me.object_path(), &patch).await {
+                Err(e) => Err(VmError::from(e)),
+                Ok(_) => me.bring_up(Instant::now() + Duration::from_secs(120)).await,
+            };
+            let _ = me.ready.send(true);
+            if let Err(e) = result {
+                tracing::warn!(instance = me.id, "resuming the Sandbox: {e}");
+                me.end(ExitStatus {
+                    code: -1,
+                    signal: None,
+                })
+                .await;
+            }
+        });
+        Ok(())
+    }
+
+    pub fn usage(&self) -> crate::cgroup::Usage {
+        crate::cgroup::Usage::default()
+    }
+
+    pub async fn force_end(&self) {
+        self.end(ExitStatus {
+            code: -1,
+            signal: Some(9),
+        })
+        .await;
+    }
+
+    /// For the synchronous paths: the deletion goes on in the background.
+    pub fn kill(self: &Arc<Self>) {
+        let me = self.clone();
+        if let Ok(rt) = tokio::runtime::Handle::try_current() {
+            rt.spawn(async move { me.force_end().await });
+        }
+    }
+
+    pub fn cleanup(&self) {}
+
+    async fn delete_object(&self) {
+        if let Err(e) = self.api.delete(&self.object_path(), 0).await {
+            tracing::warn!(instance = self.id, "deleting {}: {e}", self.name);
+        }
+    }
+
+    /// The instance is over: its object deleted, then the status published.
+    async fn end(&self, status: ExitStatus) {
+        if self.exit_status().is_some() {
+            return;
+        }
+        self.delete_object().await;
+        let _ = self
+            .exit_tx
+            .send(Some(lock(&self.main_exit).unwrap_or(status)));
+    }
+}
+
+/// The agent ends the instance by closing this line (it stopped everything and exits), and
+/// the line breaks when the pod goes. Unless the Sandbox was suspended on purpose, that is
+/// the instance's end.
+async fn hold_until_end(pod: Arc<KubePod>, mut hold: tokio::io::BufReader<Stream>) {
+    let mut sink = [0u8; 64];
+    while matches!(hold.read(&mut sink).await, Ok(n) if n > 0) {}
+    if pod.is_frozen() {
+        return;
+    }
+    pod.end(ExitStatus {
+        code: 0,
+        signal: None,
+    })
+    .await;
+}
+
+async fn watch_main(pod: Arc<KubePod>) {
+    let Some(status) = remote::wait_main(pod.agent().await).await else {
+        return;
+    };
+    set(&pod.main_exit, Some(status));
+    let _ = crate::engine::Engine::Kube(pod)
+        .stop(Duration::from_secs(2))
+        .await;
+}
+
+/// Keep the Sandbox's `shutdownTime` a lease ahead, so a server that is gone (even with its
+/// host) leaves nothing running for longer than that.
+async fn renew_lease(pod: std::sync::Weak<KubePod>) {
+    loop {
+        let Some(p) = pod.upgrade() else { return };
+        let every = (p.lease / 3).max(Duration::from_secs(1));
+        drop(p);
+        tokio::time::sleep(every).await;
+        let Some(p) = pod.upgrade() else { return };
+        if p.exit_status().is_some() {
+            return;
+        }
+        let until = rfc3339(SystemTime::now() + p.lease);
+        let patch = json!({ "spec": { "shutdownTime": until } });
+        match p.api.merge_patch(&p.object_path(), &patch).await {
+            Ok(_) => {}
+            Err(e) if e.code() == Some(404) => return,
+            Err(e) => tracing::warn!(instance = p.id, "renewing the Sandbox's lease: {e}"),
+        }
+    }
+}
+
+/// A refused create: the caller's image or limits when the API server names them.
+fn creation_error(kind: Kind, e: KubeError) -> VmError {
+    match &e {
+        KubeError::Status {
+            code: 422 | 400,
+            message,
+            ..
+        } if message.contains("image") => VmError::Invalid {
+            field: "image",
+            message: message.clone(),
+        },
+        KubeError::Status {
+            code: 403, message, ..
+        } => VmError::missing(format!(
+            "not allowed to create a {}: {message}",
+            kind.name()
+        )),
+        _ => VmError::engine(format!("creating the {}: {e}", kind.name())),
+    }
+}

@@ -1,0 +1,203 @@
+//! Waiting for one object to reach a state: list it (for a resourceVersion), then watch from
+//! there; a watch that expired (`410 Gone`) or broke lists again, as client-go's informers do.
+
+use std::time::{Duration, Instant};
+
+use serde_json::Value;
+
+use super::api::{Api, q};
+
+/// What a look at the object says.
+pub enum Seen {
+    Wait,
+    Done(Value),
+    Fail(String),
+}
+
+/// Watch `name` in `collection` until `check` says done or failed, or `deadline` passes.
+/// `check` gets `None` while the object does not exist (or once it is deleted).
+pub async fn until(
+    api: &Api,
+    collection: &str,
+    name: &str,
+    deadline: Instant,
+    mut check: impl FnMut(Option<&Value>) -> Seen,
+) -> Result<Value, String> {
+    let selector = q(&format!("metadata.name={name}"));
+    let mut last_error = String::new();
+    loop {
+        let now = Instant::now();
+        if now >= deadline {
+            return Err(if last_error.is_empty() {
+                "timed out".into()
+            } else {
+                format!("timed out ({last_error})")
+            });
+        }
+        let list = match api
+            .get(&format!("{collection}?fieldSelector={selector}"))
+            .await
+        {
+            Ok(l) => l,
+            Err(e) => {
+                last_error = e.to_string();
+                tokio::time::sleep(Duration::from_millis(500)).await;
+                continue;
+            }
+        };
+        let mut version = list["metadata"]["resourceVersion"]
+            .as_str()
+            .unwrap_or("0")
+            .to_string();
+        match check(list["items"].as_array().and_then(|i| i.first())) {
+            Seen::Done(v) => return Ok(v),
+            Seen::Fail(why) => return Err(why),
+            Seen::Wait => {}
+        }
+        let mut outcome = None;
+        let watched = api
+            .watch(
+                collection,
+                &format!("fieldSelector={selector}"),
+                &version.clone(),
+                deadline.saturating_duration_since(Instant::now()),
+                |event| {
+                    if let Some(v) = event.object["metadata"]["resourceVersion"].as_str() {
+                        version = v.to_string();
+                    }
+                    let seen = match event.kind.as_str() {
+                        "BOOKMARK" => Seen::Wait,
+                        "DELETED" => check(None),
+                        _ => check(Some(&event.object)),
+                    };
+                    match seen {
+                        Seen::Wait => true,
+                        other => {
+                            outcome = Some(other);
+                            false
+                        }
+                    }
+                },
+            )
+            .await;
+        match outcome {
+            Some(Seen::Done(v)) => return Ok(v),
+            Some(Seen::Fail(why)) => return Err(why),
+            _ => {}
+        }
+        if let Err(e) = watched {
+            // 410: the version is too old to watch from; anything else: the line broke.
+            // Either way, list again.
+            last_error = e.to_string();
+            if e.code() != Some(410) {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+            }
+        }
+    }
+}
+
+/// A pod's state for start-up: running, or failed with the reason a user can act on.
+pub fn pod_started(pod: Option<&Value>) -> Seen {
+    let Some(pod) = pod else {
+        return Seen::Wait;
+    };
+    if pod["metadata"]["deletionTimestamp"].is_string() {
+        return Seen::Fail("the pod is being deleted".into());
+    }
+    let status = &pod["status"];
+    let container = &status["containerStatuses"][0];
+    if let Some(reason) = container["state"]["waiting"]["reason"].as_str()
+        && matches!(
+            reason,
+            "ErrImagePull"
+                | "ImagePullBackOff"
+                | "InvalidImageName"
+                | "CreateContainerConfigError"
+                | "CreateContainerError"
+        )
+    {
+        let message = container["state"]["waiting"]["message"]
+            .as_str()
+            .unwrap_or("");
+        return Seen::Fail(format!("image: {reason} {message}").trim().to_string());
+    }
+    match status["phase"].as_str() {
+        Some("Running") => Seen::Done(pod.clone()),
+        Some(phase @ ("Failed" | "Succeeded")) => {
+            let term = &container["state"]["terminated"];
+            Seen::Fail(format!(
+                "the pod ended ({phase}{}{}) before its agent started: the image needs /bin/sh",
+                term["reason"]
+                    .as_str()
+                    .map(|r| format!(", {r}"))
+                    .unwrap_or_default(),
+                term["exitCode"]
+                    .as_i64()
+                    .map(|c| format!(", exit code {c}"))
+                    .unwrap_or_default(),
+            ))
+        }
+        _ => Seen::Wait,
+    }
+}
+
+/// A Sandbox's `Ready` condition is true (and it has pod IPs); a Sandbox that expired or
+/// finished failed.
+pub fn sandbox_ready(sandbox: Option<&Value>) -> Seen {
+    let Some(sb) = sandbox else {
+        return Seen::Wait;
+    };
+    let conditions = sb["status"]["conditions"].as_array();
+    let find = |t: &str| conditions.and_then(|c| c.iter().find(|x| x["type"] == t));
+    if let Some(ready) = find("Ready") {
+        if ready["status"] == "True" {
+            return Seen::Done(sb.clone());
+        }
+        if ready["reason"] == "SandboxExpired" {
+            return Seen::Fail("the Sandbox expired".into());
+        }
+    }
+    if let Some(done) = find("Finished")
+        && done["status"] == "True"
+    {
+        return Seen::Fail(format!(
+            "the Sandbox's pod finished ({}) before its agent started",
+            done["reason"].as_str().unwrap_or("?")
+        ));
+    }
+    Seen::Wait
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn pod_states_read_as_a_user_needs() {
+        assert!(matches!(pod_started(None), Seen::Wait));
+        assert!(matches!(
+            pod_started(Some(&json!({"status": {"phase": "Pending"}}))),
+            Seen::Wait
+        ));
+        assert!(matches!(
+            pod_started(Some(&json!({"status": {"phase": "Running"}}))),
+            Seen::Done(_)
+        ));
+        let pull = json!({"status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}]}});
+        assert!(
+            matches!(pod_started(Some(&pull)), Seen::Fail(m) if m.starts_with("image: ImagePullBackOff"))
+        );
+        let ended = json!({"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"reason": "Error", "exitCode": 127}}}]}});
+        assert!(matches!(pod_started(Some(&ended)), Seen::Fail(m) if m.contains("exit code 127")));
+    }
+
+    #[test]
+    fn sandbox_readiness_is_its_ready_condition() {
+        let ready = json!({"status": {"conditions": [{"type": "Ready", "status": "True", "reason": "DependenciesReady"}]}});
+        assert!(matches!(sandbox_ready(Some(&ready)), Seen::Done(_)));
+        let expired = json!({"status": {"conditions": [{"type": "Ready", "status": "False", "reason": "SandboxExpired"}]}});
+        assert!(matches!(sandbox_ready(Some(&expired)), Seen::Fail(_)));
+        assert!(matches!(sandbox_ready(Some(&json!({}))), Seen::Wait));
+    }
+}
