@@ -4,7 +4,8 @@
 //! The pod's container starts a shell that waits for `/kitbag/run` on an `emptyDir` volume;
 //! the server uploads the agent, its libraries and that script through `pods/exec`, and the
 //! shell then becomes the agent. So any image with `/bin/sh` works, and nothing about the
-//! agent (its token above all) is in the pod's spec.
+//! agent (its token above all) is in the pod's spec. `/work`, every instance's home, is a
+//! second `emptyDir`.
 
 use serde_json::{Value, json};
 
@@ -104,10 +105,14 @@ pub fn pod_spec(m: &Manifest<'_>) -> Value {
             "name": CONTAINER,
             "image": m.image,
             "command": boot_command(),
-            "volumeMounts": [{ "name": "kitbag", "mountPath": KITBAG_DIR }],
+            "volumeMounts": [
+                { "name": "kitbag", "mountPath": KITBAG_DIR },
+                { "name": "work", "mountPath": "/work" },
+            ],
             "resources": { "limits": limits.clone(), "requests": limits },
         }],
-        "volumes": [{ "name": "kitbag", "emptyDir": {} }],
+        // /work (the instances' home and default cwd) exists and is writable in any image.
+        "volumes": [{ "name": "kitbag", "emptyDir": {} }, { "name": "work", "emptyDir": {} }],
     });
     let hostname = hostname.trim_matches('-');
     if !hostname.is_empty() {
@@ -141,6 +146,34 @@ pub fn sandbox(m: &Manifest<'_>, shutdown_time: &str) -> Value {
             "shutdownPolicy": "Delete",
         },
     })
+}
+
+/// `network: "none"`: a NetworkPolicy that selects the instance's pod and allows no ingress
+/// and no egress, owned by the pod's object so it goes with it. Only a CNI that implements
+/// NetworkPolicy enforces it; port-forward (the agent's line) is not affected either way.
+pub fn deny_all_policy(name: &str, id: &str, owner: &Value) -> Value {
+    json!({
+        "apiVersion": "networking.k8s.io/v1",
+        "kind": "NetworkPolicy",
+        "metadata": {
+            "name": name,
+            "labels": { LABEL_MANAGED: MANAGED_BY, LABEL_INSTANCE: id },
+            "ownerReferences": [{
+                "apiVersion": owner["apiVersion"],
+                "kind": owner["kind"],
+                "name": owner["metadata"]["name"],
+                "uid": owner["metadata"]["uid"],
+            }],
+        },
+        "spec": {
+            "podSelector": { "matchLabels": { LABEL_INSTANCE: id } },
+            "policyTypes": ["Ingress", "Egress"],
+        },
+    })
+}
+
+pub fn policies(namespace: &str) -> String {
+    format!("/apis/networking.k8s.io/v1/namespaces/{namespace}/networkpolicies")
 }
 
 /// The object name for an instance id: a DNS label.
@@ -205,5 +238,13 @@ mod tests {
             CONTAINER
         );
         assert_eq!(object_name("I_7.x"), "kitbag-i-7-x");
+        let owner = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kitbag-i-1", "uid": "u-1"}});
+        let p = deny_all_policy("kitbag-i-1", "i-1", &owner);
+        assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");
+        assert_eq!(
+            p["spec"]["podSelector"]["matchLabels"][LABEL_INSTANCE],
+            "i-1"
+        );
+        assert!(p["spec"]["ingress"].is_null() && p["spec"]["egress"].is_null());
     }
 }

@@ -75,6 +75,8 @@ pub struct PodSpec {
     pub env: Vec<(String, String)>,
     pub limits: Limits,
     pub ttl_seconds: u64,
+    /// `network: "outbound"`; otherwise a deny-all NetworkPolicy selects the pod.
+    pub outbound: bool,
 }
 
 pub struct KubePod {
@@ -151,9 +153,25 @@ impl KubePod {
             Kind::Pod => manifest::pod(&m),
             Kind::Sandbox => manifest::sandbox(&m, &rfc3339(SystemTime::now() + engine.lease)),
         };
-        api.create(&kind.collection(api.namespace()), &body)
+        let created = api
+            .create(&kind.collection(api.namespace()), &body)
             .await
             .map_err(|e| creation_error(kind, e))?;
+        if !spec.outbound {
+            let policy = manifest::deny_all_policy(&name, &spec.id, &created);
+            if let Err(e) = api
+                .create(&manifest::policies(api.namespace()), &policy)
+                .await
+            {
+                // Without it the pod has the cluster's network: refuse rather than pretend.
+                let _ = api
+                    .delete(&format!("{}/{name}", kind.collection(api.namespace())), 0)
+                    .await;
+                return Err(VmError::engine(format!(
+                    "network \"none\" needs a NetworkPolicy, which the cluster refused ({e}); spawn with network: \"outbound\" to run without one"
+                )));
+            }
+        }
         let token = kitbag_shared::http::token::random_hex(16)
             .map_err(|e| VmError::io("/dev/urandom", e))?;
         let (exit_tx, exit) = watch::channel(None);

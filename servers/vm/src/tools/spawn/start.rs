@@ -120,6 +120,7 @@ pub async fn start_pod(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResul
         env: c.env.clone(),
         limits: c.limits,
         ttl_seconds: c.ttl,
+        outbound: c.network == Network::Outbound,
     };
     let pod = crate::kube::pod::KubePod::start(&state.kube, spec, KUBE_START_TIMEOUT)
         .await
