@@ -27,12 +27,20 @@ pub const ANNOTATION_OWNER: &str = "kitbag.dev/owner";
 
 pub const SANDBOX_GROUP: &str = "agents.x-k8s.io";
 pub const SANDBOX_VERSION: &str = "v1beta1";
+/// SandboxClaims, SandboxTemplates and SandboxWarmPools (agent-sandbox's extensions).
+pub const CLAIM_GROUP: &str = "extensions.agents.x-k8s.io";
+/// Where the agent goes in a warm pool's pod, whose spec is its template's, not ours.
+pub const CLAIM_DIR: &str = "/tmp/kitbag";
+/// `image: "warmpool:NAME"` claims a Sandbox from that SandboxWarmPool.
+pub const WARMPOOL_PREFIX: &str = "warmpool:";
 
 /// What the engine makes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Kind {
     Pod,
     Sandbox,
+    /// A SandboxClaim against a warm pool: the Sandbox and its pod come from the pool.
+    Claim,
 }
 
 impl Kind {
@@ -43,6 +51,11 @@ impl Kind {
             Kind::Sandbox => {
                 format!("/apis/{SANDBOX_GROUP}/{SANDBOX_VERSION}/namespaces/{namespace}/sandboxes")
             }
+            Kind::Claim => {
+                format!(
+                    "/apis/{CLAIM_GROUP}/{SANDBOX_VERSION}/namespaces/{namespace}/sandboxclaims"
+                )
+            }
         }
     }
 
@@ -50,6 +63,15 @@ impl Kind {
         match self {
             Kind::Pod => "pod",
             Kind::Sandbox => "sandbox",
+            Kind::Claim => "sandbox claim",
+        }
+    }
+
+    /// The directory the agent's files go to in the pod.
+    pub fn agent_dir(self) -> &'static str {
+        match self {
+            Kind::Claim => CLAIM_DIR,
+            _ => KITBAG_DIR,
         }
     }
 }
@@ -148,6 +170,23 @@ pub fn sandbox(m: &Manifest<'_>, shutdown_time: &str) -> Value {
     })
 }
 
+/// A SandboxClaim on warm pool `pool`, expiring at `shutdown_time` unless renewed (fields as
+/// in `extensions/api/v1beta1/sandboxclaim_types.go`).
+pub fn claim(m: &Manifest<'_>, pool: &str, shutdown_time: &str) -> Value {
+    let mut meta = metadata(m);
+    meta["name"] = json!(m.name);
+    json!({
+        "apiVersion": format!("{CLAIM_GROUP}/{SANDBOX_VERSION}"),
+        "kind": "SandboxClaim",
+        "metadata": meta,
+        "spec": {
+            "warmPoolRef": { "name": pool },
+            "lifecycle": { "shutdownTime": shutdown_time, "shutdownPolicy": "Delete" },
+            "additionalPodMetadata": { "labels": { LABEL_INSTANCE: m.id } },
+        },
+    })
+}
+
 /// `network: "none"`: a NetworkPolicy that selects the instance's pod and allows no ingress
 /// and no egress, owned by the pod's object so it goes with it. Only a CNI that implements
 /// NetworkPolicy enforces it; port-forward (the agent's line) is not affected either way.
@@ -238,6 +277,10 @@ mod tests {
             CONTAINER
         );
         assert_eq!(object_name("I_7.x"), "kitbag-i-7-x");
+        let c = claim(&manifest(), "python", "2026-11-26T22:00:00Z");
+        assert_eq!(c["apiVersion"], "extensions.agents.x-k8s.io/v1beta1");
+        assert_eq!(c["spec"]["warmPoolRef"]["name"], "python");
+        assert_eq!(c["spec"]["lifecycle"]["shutdownPolicy"], "Delete");
         let owner = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": "kitbag-i-1", "uid": "u-1"}});
         let p = deny_all_policy("kitbag-i-1", "i-1", &owner);
         assert_eq!(p["metadata"]["ownerReferences"][0]["uid"], "u-1");

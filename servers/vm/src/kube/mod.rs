@@ -33,6 +33,8 @@ pub struct Probe {
     pub detail: String,
     /// The agent-sandbox CRDs are served: instances are `Sandbox`es.
     pub sandboxes: bool,
+    /// SandboxClaims are served: `image: "warmpool:NAME"` works.
+    pub claims: bool,
 }
 
 /// The cluster (or why there is none), its probe (once), and the agent files to upload.
@@ -81,6 +83,7 @@ impl KubeEngine {
                 available: false,
                 detail: e.clone(),
                 sandboxes: false,
+                claims: false,
             },
             Ok(api) => describe(api).await,
         };
@@ -121,6 +124,7 @@ async fn describe(api: &Api) -> Probe {
                 available: false,
                 detail: format!("{} ({source}): {e}", api.cfg.server),
                 sandboxes: false,
+                claims: false,
             };
         }
     };
@@ -133,32 +137,33 @@ async fn describe(api: &Api) -> Probe {
             available: false,
             detail: format!("cannot list pods in namespace {ns}: {e}"),
             sandboxes: false,
+            claims: false,
         };
     }
-    let sandboxes = api
-        .get(&format!(
-            "/apis/{}/{}",
-            manifest::SANDBOX_GROUP,
-            manifest::SANDBOX_VERSION
-        ))
-        .await
-        .is_ok_and(|list| {
-            list["resources"]
-                .as_array()
-                .is_some_and(|r| r.iter().any(|x| x["name"] == "sandboxes"))
-        });
+    let serves = |group: &'static str, resource: &'static str| async move {
+        api.get(&format!("/apis/{group}/{}", manifest::SANDBOX_VERSION))
+            .await
+            .is_ok_and(|list| {
+                list["resources"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|x| x["name"] == resource))
+            })
+    };
+    let sandboxes = serves(manifest::SANDBOX_GROUP, "sandboxes").await;
+    let claims = sandboxes && serves(manifest::CLAIM_GROUP, "sandboxclaims").await;
     Probe {
         available: true,
         detail: format!(
             "{} {version}, namespace {ns} ({source}); instances are {}",
             api.cfg.server,
-            if sandboxes {
-                "agent-sandbox Sandboxes"
-            } else {
-                "Pods (no agent-sandbox CRDs)"
+            match (sandboxes, claims) {
+                (true, true) => "agent-sandbox Sandboxes (warm pools: image \"warmpool:NAME\")",
+                (true, false) => "agent-sandbox Sandboxes",
+                _ => "Pods (no agent-sandbox CRDs)",
             }
         ),
         sandboxes,
+        claims,
     }
 }
 
@@ -168,7 +173,7 @@ async fn sweep(api: &Api, sandboxes: bool) -> usize {
     let mut removed = 0;
     let selector = api::q(&format!("{LABEL_MANAGED}={MANAGED_BY}"));
     let kinds: &[Kind] = if sandboxes {
-        &[Kind::Sandbox, Kind::Pod]
+        &[Kind::Claim, Kind::Sandbox, Kind::Pod]
     } else {
         &[Kind::Pod]
     };

@@ -11,7 +11,7 @@ use tokio::sync::watch;
 
 use super::KubeEngine;
 use super::api::{Api, KubeError};
-use super::manifest::{self, AGENT_PORT, CONTAINER, KITBAG_DIR, Kind, Manifest};
+use super::manifest::{self, AGENT_PORT, CONTAINER, Kind, Manifest, WARMPOOL_PREFIX};
 use super::wait;
 use super::ws;
 use crate::cgroup::Limits;
@@ -19,10 +19,11 @@ use crate::error::{VmError, VmResult};
 use crate::proto::{self, Answer, ExitStatus, Request, Stream};
 use crate::remote;
 
-/// The agent and what it needs, as files to put in the pod.
+/// The agent and what it needs, as files to put in the pod (paths relative to the agent's
+/// directory there).
 pub struct Payload {
     files: Vec<(String, Vec<u8>)>,
-    /// The loader's path in the pod, for a dynamically linked agent.
+    /// The loader's relative path, for a dynamically linked agent.
     loader: Option<String>,
 }
 
@@ -31,17 +32,14 @@ impl Payload {
     /// the libraries and loader `ldd` lists: the image need not have a matching C library.
     pub fn build(exe: &Path) -> VmResult<Payload> {
         let agent = crate::qemu::image::agent_binary(exe);
-        let mut files = vec![(
-            format!("{KITBAG_DIR}/agent"),
-            crate::qemu::image::stripped(&agent)?,
-        )];
+        let mut files = vec![("agent".to_string(), crate::qemu::image::stripped(&agent)?)];
         let mut loader = None;
         for lib in crate::qemu::image::shared_libraries(&agent)? {
             let Some(name) = lib.file_name().map(|n| n.to_string_lossy().into_owned()) else {
                 continue;
             };
             let bytes = std::fs::read(&lib).map_err(|e| VmError::io(lib.display(), e))?;
-            let dest = format!("{KITBAG_DIR}/lib/{name}");
+            let dest = format!("lib/{name}");
             if name.starts_with("ld-linux") || name.starts_with("ld64") {
                 loader = Some(dest.clone());
             }
@@ -50,12 +48,12 @@ impl Payload {
         Ok(Payload { files, loader })
     }
 
-    fn run_script(&self, token: &str) -> String {
+    fn run_script(&self, dir: &str, token: &str) -> String {
         let agent = format!(
-            "{KITBAG_DIR}/agent __agent --ctl {KITBAG_DIR}/ctl --listen 127.0.0.1:{AGENT_PORT} --token {token}"
+            "{dir}/agent __agent --ctl {dir}/ctl --listen 127.0.0.1:{AGENT_PORT} --token {token}"
         );
         match &self.loader {
-            Some(ld) => format!("exec {ld} --library-path {KITBAG_DIR}/lib {agent}\n"),
+            Some(ld) => format!("exec {dir}/{ld} --library-path {dir}/lib {agent}\n"),
             None => format!("exec {agent}\n"),
         }
     }
@@ -133,10 +131,19 @@ impl KubePod {
         let payload = engine.payload().await?;
         std::fs::create_dir_all(crate::bwrap::logs_dir(&spec.dir))
             .map_err(|e| VmError::io(spec.dir.display(), e))?;
-        let kind = if probe.sandboxes {
-            Kind::Sandbox
-        } else {
-            Kind::Pod
+        let pool = spec.image.strip_prefix(WARMPOOL_PREFIX);
+        let kind = match pool {
+            Some(_) if !probe.claims => {
+                return Err(VmError::Invalid {
+                    field: "image",
+                    message: "a warm pool needs agent-sandbox's SandboxClaims \
+                              (extensions.agents.x-k8s.io/v1beta1), which this cluster does not serve"
+                        .into(),
+                });
+            }
+            Some(_) => Kind::Claim,
+            None if probe.sandboxes => Kind::Sandbox,
+            None => Kind::Pod,
         };
         let name = manifest::object_name(&spec.id);
         let owner = crate::sweep::owner();
@@ -149,9 +156,11 @@ impl KubePod {
             limits: spec.limits,
             ttl_seconds: spec.ttl_seconds,
         };
-        let body = match kind {
-            Kind::Pod => manifest::pod(&m),
-            Kind::Sandbox => manifest::sandbox(&m, &rfc3339(SystemTime::now() + engine.lease)),
+        let expires = rfc3339(SystemTime::now() + engine.lease);
+        let body = match (kind, pool) {
+            (Kind::Claim, Some(pool)) => manifest::claim(&m, pool, &expires),
+            (Kind::Sandbox, _) => manifest::sandbox(&m, &expires),
+            _ => manifest::pod(&m),
         };
         let created = api
             .create(&kind.collection(api.namespace()), &body)
@@ -203,7 +212,7 @@ impl KubePod {
             pod.delete_object().await;
             return Err(e);
         }
-        if kind == Kind::Sandbox {
+        if kind != Kind::Pod {
             tokio::spawn(renew_lease(Arc::downgrade(&pod)));
         }
         Ok(pod)
@@ -220,19 +229,33 @@ impl KubePod {
     /// Wait for the pod, put the agent in, set it up, hold it.
     async fn bring_up(self: &Arc<Self>, deadline: Instant) -> VmResult<()> {
         let ns = self.api.namespace().to_string();
-        if self.kind == Kind::Sandbox {
+        let mut sandbox = self.name.clone();
+        if self.kind == Kind::Claim {
+            let claim = wait::until(
+                &self.api,
+                &Kind::Claim.collection(&ns),
+                &self.name,
+                deadline,
+                wait::claim_bound,
+            )
+            .await
+            .map_err(|e| VmError::engine(format!("the SandboxClaim was not bound: {e}")))?;
+            sandbox = wait::claimed_sandbox(&claim).unwrap_or_default();
+        }
+        if self.kind != Kind::Pod {
             let sb = wait::until(
                 &self.api,
                 &Kind::Sandbox.collection(&ns),
-                &self.name,
+                &sandbox,
                 deadline,
                 wait::sandbox_ready,
             )
             .await
             .map_err(|e| VmError::engine(format!("the Sandbox did not become ready: {e}")))?;
-            if let Some(p) = sb["metadata"]["annotations"]["agents.x-k8s.io/pod-name"].as_str() {
-                set(&self.pod, p.to_string());
-            }
+            let pod = sb["metadata"]["annotations"]["agents.x-k8s.io/pod-name"]
+                .as_str()
+                .unwrap_or(&sandbox);
+            set(&self.pod, pod.to_string());
         }
         let pod_name = lock(&self.pod);
         wait::until(
@@ -251,6 +274,9 @@ impl KubePod {
             None => VmError::engine(format!("the pod did not start: {e}")),
         })?;
         self.upload(&self.payload).await?;
+        if self.kind == Kind::Claim {
+            self.start_detached().await?;
+        }
         let alive = || self.exit_status().is_none();
         remote::until_answers(
             || self.connect(),
@@ -275,13 +301,13 @@ impl KubePod {
     /// cannot close stdin), the start script last: the container's shell waits for it.
     async fn upload(&self, payload: &Payload) -> VmResult<()> {
         let pod = lock(&self.pod);
-        let script = payload.run_script(&self.token).into_bytes();
-        let run = format!("{KITBAG_DIR}/run");
+        let dir = self.kind.agent_dir();
+        let script = payload.run_script(dir, &self.token).into_bytes();
         let all = payload
             .files
             .iter()
-            .map(|(p, b)| (p.as_str(), b.as_slice()))
-            .chain([(run.as_str(), script.as_slice())]);
+            .map(|(p, b)| (format!("{dir}/{p}"), b.as_slice()))
+            .chain([(format!("{dir}/run"), script.as_slice())]);
         for (path, bytes) in all {
             let cmd = format!(
                 "mkdir -p \"$(dirname '{path}')\" && head -c {} > '{path}.part' && chmod 755 '{path}.part' && mv '{path}.part' '{path}'",
@@ -303,6 +329,26 @@ impl KubePod {
                     String::from_utf8_lossy(&out.stderr).trim()
                 )));
             }
+        }
+        Ok(())
+    }
+
+    /// A warm pool's pod runs its template's command: the agent starts beside it, in a
+    /// session of its own so the exec that started it can end.
+    async fn start_detached(&self) -> VmResult<()> {
+        let pod = lock(&self.pod);
+        let run = format!("{}/run", Kind::Claim.agent_dir());
+        let cmd = format!(
+            "mkdir -p /work 2>/dev/null; if command -v setsid >/dev/null; then setsid /bin/sh {run} </dev/null >/dev/null 2>&1 & else /bin/sh {run} </dev/null >/dev/null 2>&1 & fi"
+        );
+        let out = ws::exec(&self.api, &pod, CONTAINER, &["/bin/sh", "-c", &cmd], None)
+            .await
+            .map_err(|e| VmError::engine(format!("starting the agent in pod {pod}: {e}")))?;
+        if out.code != 0 {
+            return Err(VmError::engine(format!(
+                "starting the agent in pod {pod} failed (exit {})",
+                out.code
+            )));
         }
         Ok(())
     }
@@ -370,10 +416,19 @@ impl KubePod {
     /// A Sandbox is suspended (`operatingMode: Suspended`): its pod is deleted, so its
     /// processes are lost; a plain Pod cannot pause.
     pub fn pause(self: &Arc<Self>) -> VmResult<()> {
-        if self.kind != Kind::Sandbox {
-            return Err(VmError::engine(
-                "a plain Pod cannot pause (the cluster has no agent-sandbox CRDs)",
-            ));
+        match self.kind {
+            Kind::Sandbox => {}
+            Kind::Pod => {
+                return Err(VmError::engine(
+                    "a plain Pod cannot pause (the cluster has no agent-sandbox CRDs)",
+                ));
+            }
+            Kind::Claim => {
+                return Err(VmError::engine(
+                    "a warm pool's Sandbox cannot pause: its pod would come back from the \
+                     pool's template without the agent's start",
+                ));
+            }
         }
         set(&self.paused, true);
         let _ = self.ready.send(false);
@@ -492,7 +547,10 @@ async fn renew_lease(pod: std::sync::Weak<KubePod>) {
             return;
         }
         let until = rfc3339(SystemTime::now() + p.lease);
-        let patch = json!({ "spec": { "shutdownTime": until } });
+        let patch = match p.kind {
+            Kind::Claim => json!({ "spec": { "lifecycle": { "shutdownTime": until } } }),
+            _ => json!({ "spec": { "shutdownTime": until } }),
+        };
         match p.api.merge_patch(&p.object_path(), &patch).await {
             Ok(_) => {}
             Err(e) if e.code() == Some(404) => return,

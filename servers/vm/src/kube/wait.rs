@@ -141,6 +141,23 @@ pub fn pod_started(pod: Option<&Value>) -> Seen {
     }
 }
 
+/// A SandboxClaim is bound once it names its Sandbox (status or annotation).
+pub fn claim_bound(claim: Option<&Value>) -> Seen {
+    match claim {
+        Some(c) if claimed_sandbox(c).is_some() => Seen::Done(c.clone()),
+        _ => Seen::Wait,
+    }
+}
+
+pub fn claimed_sandbox(claim: &Value) -> Option<String> {
+    [
+        &claim["status"]["sandbox"]["name"],
+        &claim["metadata"]["annotations"]["agents.x-k8s.io/sandbox-name"],
+    ]
+    .iter()
+    .find_map(|v| v.as_str().filter(|s| !s.is_empty()).map(str::to_string))
+}
+
 /// A Sandbox's `Ready` condition is true (and it has pod IPs); a Sandbox that expired or
 /// finished failed.
 pub fn sandbox_ready(sandbox: Option<&Value>) -> Seen {
