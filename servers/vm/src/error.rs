@@ -16,6 +16,8 @@ pub enum VmError {
     },
     /// The engine (bwrap, QEMU, the Docker engine, cgroups, the agent) failed or refused.
     Engine(String),
+    /// What this engine cannot do at all (a plain Kubernetes Pod cannot pause).
+    Unsupported(String),
     /// A file, socket or process operation failed.
     Io {
         context: String,
@@ -38,6 +40,14 @@ impl VmError {
         VmError::Io {
             context: context.to_string(),
             source,
+        }
+    }
+
+    /// The tool error for an operation on a running instance (pause, resume) that failed.
+    pub fn operation_error(self, what: &str) -> ToolError {
+        match self {
+            VmError::Unsupported(m) => ToolError::new(ErrorCode::Unsupported, m),
+            other => ToolError::internal(format!("{what} failed: {other}")),
         }
     }
 
@@ -66,7 +76,7 @@ impl VmError {
 impl std::fmt::Display for VmError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            VmError::Missing(m) | VmError::Engine(m) => f.write_str(m),
+            VmError::Missing(m) | VmError::Engine(m) | VmError::Unsupported(m) => f.write_str(m),
             VmError::Invalid { field, message } => write!(f, "{field}: {message}"),
             VmError::Io { context, source } => write!(f, "{context}: {source}"),
         }

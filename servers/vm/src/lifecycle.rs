@@ -197,7 +197,11 @@ pub async fn tick(state: &Arc<VmState>) {
                                 inst.state = State::Paused
                             }
                             Ok(Ok(())) => {}
-                            Ok(Err(e)) => tracing::warn!(instance = id, "idle pause failed: {e}"),
+                            // Not again at the next tick: after another idle period.
+                            Ok(Err(e)) => {
+                                tracing::warn!(instance = id, "idle pause failed: {e}");
+                                inst.last_activity = std::time::Instant::now();
+                            }
                             Err(e) => tracing::warn!(instance = id, "idle pause failed: {e}"),
                         }
                     }

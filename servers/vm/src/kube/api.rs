@@ -80,6 +80,8 @@ pub struct Api {
 
 impl Api {
     pub fn new(cfg: ClusterConfig) -> VmResult<Api> {
+        // reqwest is built without a default crypto provider, even for plain HTTP.
+        let _ = rustls::crypto::ring::default_provider().install_default();
         let tls = if cfg.server.starts_with("https://") {
             Some(Arc::new(tls::client_config(&cfg)?))
         } else {

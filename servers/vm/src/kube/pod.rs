@@ -419,14 +419,16 @@ impl KubePod {
         match self.kind {
             Kind::Sandbox => {}
             Kind::Pod => {
-                return Err(VmError::engine(
-                    "a plain Pod cannot pause (the cluster has no agent-sandbox CRDs)",
+                return Err(VmError::Unsupported(
+                    "backend kube: a plain Pod cannot pause (the cluster has no agent-sandbox CRDs)"
+                        .into(),
                 ));
             }
             Kind::Claim => {
-                return Err(VmError::engine(
-                    "a warm pool's Sandbox cannot pause: its pod would come back from the \
-                     pool's template without the agent's start",
+                return Err(VmError::Unsupported(
+                    "backend kube: a warm pool's Sandbox cannot pause: its pod would come back from the \
+                     pool's template without the agent's start"
+                        .into(),
                 ));
             }
         }

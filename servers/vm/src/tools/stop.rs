@@ -92,8 +92,7 @@ fn pause(state: &Arc<VmState>, id: &str) -> ToolResult<Reply<StopResult>> {
     match (inst.state, &inst.sandbox) {
         (State::Paused, _) => {}
         (State::Running, Some(s)) => {
-            s.pause()
-                .map_err(|e| ToolError::internal(format!("pause failed: {e}")))?;
+            s.pause().map_err(|e| e.operation_error("pause"))?;
             inst.state = State::Paused;
         }
         (other, _) => {
