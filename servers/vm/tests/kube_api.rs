@@ -18,11 +18,11 @@
 #[path = "kube_fixture/mod.rs"]
 mod kube_fixture;
 
-use std::io::{Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use kitbag_testkit::clients::{require, testkit_dir};
+use kube_fixture::clients::{Out, http, json_of, json_stream, kubectl_in};
 use kube_fixture::{Fixture, FixtureOptions};
 use serde_json::{Value, json};
 
@@ -69,41 +69,6 @@ fn prerequisites(kubectl: bool) -> bool {
                 .is_ok_and(|o| o.status.success()),
             "kubectl is not installed (scripts/test: apt-get install kubectl)",
         )
-}
-
-struct Out {
-    ok: bool,
-    code: i32,
-    stdout: String,
-    stderr: String,
-}
-
-async fn kubectl_in(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> Out {
-    use tokio::io::AsyncWriteExt;
-    let mut cmd = tokio::process::Command::new("kubectl");
-    cmd.arg("--kubeconfig")
-        .arg(kubeconfig)
-        .args(args)
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .kill_on_drop(true);
-    let mut child = cmd.spawn().unwrap();
-    let mut pipe = child.stdin.take().unwrap();
-    if let Some(s) = stdin {
-        pipe.write_all(s.as_bytes()).await.unwrap();
-    }
-    drop(pipe);
-    let out = tokio::time::timeout(Duration::from_secs(60), child.wait_with_output())
-        .await
-        .unwrap_or_else(|_| panic!("kubectl {args:?} hung"))
-        .unwrap();
-    Out {
-        ok: out.status.success(),
-        code: out.status.code().unwrap_or(-1),
-        stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-        stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-    }
 }
 
 impl Env {
@@ -161,10 +126,7 @@ async fn kubectl_drives_pods() {
     );
     assert!(env.kubectl_ok(&["get", "ns"]).await.contains("default"));
 
-    let pod = env.file("pod.yaml", POD);
-    env.kubectl_ok(&["create", "--validate=false", "-f", &pod])
-        .await;
-    // A watch from now on, to see the pod's life as events.
+    // A watch from before the pod exists, to see its whole life as events.
     let mut watcher = tokio::process::Command::new("kubectl")
         .arg("--kubeconfig")
         .arg(&env.kubeconfig)
@@ -174,6 +136,15 @@ async fn kubectl_drives_pods() {
         .kill_on_drop(true)
         .spawn()
         .unwrap();
+    env.wait_for("kubectl's watch", 20, |f| {
+        f.requests().iter().any(|r| {
+            r.starts_with("GET /api/v1/namespaces/default/pods?") && r.contains("watch=true")
+        })
+    })
+    .await;
+    let pod = env.file("pod.yaml", POD);
+    env.kubectl_ok(&["create", "--validate=false", "-f", &pod])
+        .await;
     env.kubectl_ok(&[
         "wait",
         "--for=condition=Ready",
@@ -197,73 +168,12 @@ async fn kubectl_drives_pods() {
     assert_eq!(ip, "127.0.0.1 true");
     assert_eq!(env.f.live_pods(), vec!["hello".to_string()]);
 
-    let o = env
-        .kubectl(&[
-            "exec",
-            "hello",
-            "--",
-            "sh",
-            "-c",
-            "echo out; echo err >&2; exit 3",
-        ])
-        .await;
-    assert_eq!((o.code, o.stdout.as_str()), (3, "out\n"), "{}", o.stderr);
+    exec_and_logs(&env).await;
+    kubectl_errors(&env, &pod).await;
+    // kubectl's port-forward (SPDY) is refused with a Status that says why.
+    let o = env.kubectl(&["port-forward", "pod/hello", "0:8080"]).await;
     assert!(
-        o.stderr.contains("err\n") && o.stderr.contains("exit code 3"),
-        "{}",
-        o.stderr
-    );
-    let o = kubectl_in(
-        &env.kubeconfig,
-        &["exec", "-i", "hello", "--", "cat"],
-        Some("piped\nstdin\n"),
-    )
-    .await;
-    assert_eq!(
-        (o.code, o.stdout.as_str()),
-        (0, "piped\nstdin\n"),
-        "{}",
-        o.stderr
-    );
-    let o = env
-        .kubectl_ok(&[
-            "exec",
-            "hello",
-            "--",
-            "sh",
-            "-c",
-            "echo $GREETING; touch /scratch/f && echo rw; hostname",
-        ])
-        .await;
-    assert_eq!(o, "hello-env\nrw\nhello\n");
-    assert_eq!(env.kubectl_ok(&["logs", "hello"]).await, "hi\n");
-
-    // Errors as kubectl prints them.
-    let o = env.kubectl(&["get", "pods", "nope"]).await;
-    assert!(
-        o.stderr
-            .contains("Error from server (NotFound): pods \"nope\" not found"),
-        "{}",
-        o.stderr
-    );
-    let o = env
-        .kubectl(&["create", "--validate=false", "-f", &pod])
-        .await;
-    assert!(
-        o.stderr.contains("(AlreadyExists)") && o.stderr.contains("pods \"hello\" already exists"),
-        "{}",
-        o.stderr
-    );
-    let bad = env.file(
-        "bad.yaml",
-        "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec: {containers: []}\n",
-    );
-    let o = env
-        .kubectl(&["create", "--validate=false", "-f", &bad])
-        .await;
-    assert!(
-        o.stderr
-            .contains("The Pod \"bad\" is invalid: spec.containers: Required value"),
+        !o.ok && o.stderr.contains("SPDY upgrades are not supported"),
         "{}",
         o.stderr
     );
@@ -305,19 +215,89 @@ async fn kubectl_drives_pods() {
     finish(env).await;
 }
 
+/// exec (stdout, stderr, exit code; stdin), the pod's environment, emptyDir and hostname;
+/// logs.
+async fn exec_and_logs(env: &Env) {
+    let o = env
+        .kubectl(&[
+            "exec",
+            "hello",
+            "--",
+            "sh",
+            "-c",
+            "echo out; echo err >&2; exit 3",
+        ])
+        .await;
+    assert_eq!((o.code, o.stdout.as_str()), (3, "out\n"), "{}", o.stderr);
+    assert!(
+        o.stderr.contains("err\n") && o.stderr.contains("exit code 3"),
+        "{}",
+        o.stderr
+    );
+    let o = kubectl_in(
+        &env.kubeconfig,
+        &["exec", "-i", "hello", "--", "cat"],
+        Some("piped\nstdin\n"),
+    )
+    .await;
+    assert_eq!(
+        (o.code, o.stdout.as_str()),
+        (0, "piped\nstdin\n"),
+        "{}",
+        o.stderr
+    );
+    let o = env
+        .kubectl_ok(&[
+            "exec",
+            "hello",
+            "--",
+            "sh",
+            "-c",
+            "echo $GREETING; touch /scratch/f && echo rw; hostname",
+        ])
+        .await;
+    assert_eq!(o, "hello-env\nrw\nhello\n");
+    assert_eq!(env.kubectl_ok(&["logs", "hello"]).await, "hi\n");
+}
+
+/// Errors as kubectl prints them: 404, 409, 422.
+async fn kubectl_errors(env: &Env, pod: &str) {
+    // Errors as kubectl prints them.
+    let o = env.kubectl(&["get", "pods", "nope"]).await;
+    assert!(
+        o.stderr
+            .contains("Error from server (NotFound): pods \"nope\" not found"),
+        "{}",
+        o.stderr
+    );
+    let o = env
+        .kubectl(&["create", "--validate=false", "-f", pod])
+        .await;
+    assert!(
+        o.stderr.contains("(AlreadyExists)") && o.stderr.contains("pods \"hello\" already exists"),
+        "{}",
+        o.stderr
+    );
+    let bad = env.file(
+        "bad.yaml",
+        "apiVersion: v1\nkind: Pod\nmetadata: {name: bad}\nspec: {containers: []}\n",
+    );
+    let o = env
+        .kubectl(&["create", "--validate=false", "-f", &bad])
+        .await;
+    assert!(
+        o.stderr
+            .contains("The Pod \"bad\" is invalid: spec.containers: Required value"),
+        "{}",
+        o.stderr
+    );
+}
+
 /// The bwrap process of a pod's sandbox (its command line names the pod's directory).
 fn process_of(env: &Env, _pod: &str) -> u32 {
     let state = env.dir.path().join("state");
     let pids = kitbag_testkit::pids_with_cmdline(state.to_str().unwrap());
     *pids.first().expect("a sandbox process")
-}
-
-/// Concatenated JSON values (kubectl -w -o json prints one after another).
-fn json_stream(s: &str) -> Vec<Value> {
-    serde_json::Deserializer::from_str(s)
-        .into_iter::<Value>()
-        .filter_map(Result::ok)
-        .collect()
 }
 
 const SANDBOX: &str = "apiVersion: agents.x-k8s.io/v1beta1
@@ -407,6 +387,26 @@ async fn kubectl_drives_sandboxes() {
     })
     .await;
 
+    expiry(&env).await;
+    claim(&env).await;
+    finish(env).await;
+}
+
+impl Env {
+    /// A request with the token, off the runtime's threads.
+    async fn call(&self, m: &'static str, p: String, ct: &'static str, b: String) -> (u16, String) {
+        let url = self.f.url.clone();
+        tokio::task::spawn_blocking(move || http(&url, m, &p, Some(TOKEN), ct, &b))
+            .await
+            .unwrap()
+    }
+}
+
+const TEMPLATES: &str =
+    "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates";
+
+/// shutdownTime: Delete removes the pod, then the Sandbox; Retain keeps it, expired.
+async fn expiry(env: &Env) {
     // shutdownTime: Delete removes the pod, then the Sandbox; Retain keeps it, expired.
     let soon = (chrono::Utc::now() + chrono::Duration::seconds(3))
         .to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
@@ -438,7 +438,10 @@ async fn kubectl_drives_sandboxes() {
                 .is_some_and(|s| s["status"]["conditions"][0]["reason"] == "SandboxExpired")
     })
     .await;
+}
 
+/// A claim on a warm pool gets a Sandbox from the pool's template.
+async fn claim(env: &Env) {
     // A claim on a warm pool gets a Sandbox from the pool's template.
     let tpl = SANDBOX
         .replace("kind: Sandbox\n", "kind: SandboxTemplate\n")
@@ -477,37 +480,6 @@ async fn kubectl_drives_sandboxes() {
         f.object("sandboxes", "default", "claim1").is_none() && f.live_pods().is_empty()
     })
     .await;
-    finish(env).await;
-}
-
-/// One HTTP/1.0 request (the body read to the end of the connection).
-fn http(
-    url: &str,
-    method: &str,
-    path: &str,
-    token: Option<&str>,
-    ct: &str,
-    body: &str,
-) -> (u16, String) {
-    let addr = url.trim_start_matches("http://");
-    let mut s = std::net::TcpStream::connect(addr).unwrap();
-    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
-    let auth = token
-        .map(|t| format!("Authorization: Bearer {t}\r\n"))
-        .unwrap_or_default();
-    write!(s, "{method} {path} HTTP/1.0\r\nHost: {addr}\r\n{auth}Content-Type: {ct}\r\nContent-Length: {}\r\n\r\n{body}", body.len()).unwrap();
-    let mut out = String::new();
-    s.read_to_string(&mut out).unwrap();
-    let code = out
-        .split(' ')
-        .nth(1)
-        .and_then(|c| c.parse().ok())
-        .unwrap_or(0);
-    let body = out
-        .split_once("\r\n\r\n")
-        .map(|(_, b)| b.to_string())
-        .unwrap_or_default();
-    (code, body)
 }
 
 #[tokio::test(flavor = "multi_thread")]
@@ -516,16 +488,6 @@ async fn raw_http_semantics() {
         return;
     }
     let env = start(true).await;
-    let url = env.f.url.clone();
-    let call = move |m: &'static str, p: String, ct: &'static str, b: String| {
-        let url = url.clone();
-        async move {
-            tokio::task::spawn_blocking(move || http(&url, m, &p, Some(TOKEN), ct, &b))
-                .await
-                .unwrap()
-        }
-    };
-    let json_of = |b: &str| serde_json::from_str::<Value>(b).unwrap();
     let (code, body) = http(
         &env.f.url,
         "GET",
@@ -538,41 +500,53 @@ async fn raw_http_semantics() {
         (code, json_of(&body)["reason"].clone()),
         (401, json!("Unauthorized"))
     );
-    let (code, body) = call("GET", "/apis/nope.example/v1".into(), "", String::new()).await;
+    let (code, body) = env
+        .call("GET", "/apis/nope.example/v1".into(), "", String::new())
+        .await;
     assert_eq!(
         (code, json_of(&body)["kind"].clone()),
         (404, json!("Status"))
     );
 
+    crud_and_selectors(&env).await;
+    status_subresource(&env).await;
+    watch_points(&env).await;
+    finish(env).await;
+}
+
+/// Create (uid, timestamps, generateName), selectors, JSON patch, a stale PUT's 409.
+async fn crud_and_selectors(env: &Env) {
     let cm = |name: &str, labels: Value| {
         json!({"apiVersion": "extensions.agents.x-k8s.io/v1beta1", "kind": "SandboxTemplate", "metadata": {"name": name, "labels": labels}, "spec": {"podTemplate": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}}).to_string()
     };
-    let base = "/apis/extensions.agents.x-k8s.io/v1beta1/namespaces/default/sandboxtemplates";
-    let (code, body) = call(
-        "POST",
-        base.into(),
-        "application/json",
-        cm("a", json!({"tier": "one"})),
-    )
-    .await;
+    let base = TEMPLATES;
+    let (code, body) = env
+        .call(
+            "POST",
+            base.into(),
+            "application/json",
+            cm("a", json!({"tier": "one"})),
+        )
+        .await;
     assert_eq!(code, 201, "{body}");
     let a = json_of(&body);
     assert!(a["metadata"]["uid"].is_string() && a["metadata"]["creationTimestamp"].is_string());
-    call(
+    env.call(
         "POST",
         base.into(),
         "application/json",
         cm("b", json!({"tier": "two"})),
     )
     .await;
-    let (_, body) = call(
-        "POST",
-        base.into(),
-        "application/json",
-        json!({"kind": "SandboxTemplate", "metadata": {"generateName": "gen-"}, "spec": {}})
-            .to_string(),
-    )
-    .await;
+    let (_, body) = env
+        .call(
+            "POST",
+            base.into(),
+            "application/json",
+            json!({"kind": "SandboxTemplate", "metadata": {"generateName": "gen-"}, "spec": {}})
+                .to_string(),
+        )
+        .await;
     assert!(
         json_of(&body)["metadata"]["name"]
             .as_str()
@@ -585,63 +559,71 @@ async fn raw_http_semantics() {
         ("tier", 2),
         ("tier,tier%3Dtwo", 1),
     ] {
-        let (_, body) = call(
-            "GET",
-            format!("{base}?labelSelector={sel}"),
-            "",
-            String::new(),
-        )
-        .await;
+        let (_, body) = env
+            .call(
+                "GET",
+                format!("{base}?labelSelector={sel}"),
+                "",
+                String::new(),
+            )
+            .await;
         assert_eq!(
             json_of(&body)["items"].as_array().unwrap().len(),
             want,
             "{sel}"
         );
     }
-    let (_, body) = call(
-        "GET",
-        format!("{base}?fieldSelector=metadata.name%3Db"),
-        "",
-        String::new(),
-    )
-    .await;
+    let (_, body) = env
+        .call(
+            "GET",
+            format!("{base}?fieldSelector=metadata.name%3Db"),
+            "",
+            String::new(),
+        )
+        .await;
     assert_eq!(json_of(&body)["items"][0]["metadata"]["name"], "b");
 
     // PUT with a stale resourceVersion: 409 Conflict; JSON patch replaces.
     let mut stale = a.clone();
     stale["metadata"]["labels"]["tier"] = json!("three");
-    call(
+    env.call(
         "PATCH",
         format!("{base}/a"),
         "application/json-patch+json",
         json!([{"op": "replace", "path": "/metadata/labels/tier", "value": "uno"}]).to_string(),
     )
     .await;
-    let (code, body) = call(
-        "PUT",
-        format!("{base}/a"),
-        "application/json",
-        stale.to_string(),
-    )
-    .await;
+    let (code, body) = env
+        .call(
+            "PUT",
+            format!("{base}/a"),
+            "application/json",
+            stale.to_string(),
+        )
+        .await;
     assert_eq!(
         (code, json_of(&body)["reason"].clone()),
         (409, json!("Conflict"))
     );
+}
 
+/// Spec via /status and status via the object are ignored; a 422 names the fields.
+async fn status_subresource(env: &Env) {
     // The status subresource: spec via /status and status via the object are ignored.
     let sb = json!({"apiVersion": "agents.x-k8s.io/v1beta1", "kind": "Sandbox", "metadata": {"name": "st"}, "spec": {"operatingMode": "Suspended", "podTemplate": {"spec": {"containers": [{"name": "c", "image": "x"}]}}}, "status": {"service": "from-create"}});
     let sbase = "/apis/agents.x-k8s.io/v1beta1/namespaces/default/sandboxes";
-    let (_, body) = call("POST", sbase.into(), "application/json", sb.to_string()).await;
+    let (_, body) = env
+        .call("POST", sbase.into(), "application/json", sb.to_string())
+        .await;
     assert!(json_of(&body)["status"].get("service").is_none(), "{body}");
-    call(
+    env.call(
         "PATCH",
         format!("{sbase}/st/status"),
         "application/merge-patch+json",
         json!({"spec": {"operatingMode": "Running"}, "status": {"service": "svc"}}).to_string(),
     )
     .await;
-    call(
+    env.call(
         "PATCH",
         format!("{sbase}/st"),
         "application/merge-patch+json",
@@ -656,21 +638,27 @@ async fn raw_http_semantics() {
         ),
         (json!("Suspended"), json!("svc"))
     );
-    let (code, body) = call("POST", sbase.into(), "application/json", json!({"kind": "Sandbox", "metadata": {"name": "bad"}, "spec": {"operatingMode": "Paused"}}).to_string()).await;
+    let (code, body) = env.call("POST", sbase.into(), "application/json", json!({"kind": "Sandbox", "metadata": {"name": "bad"}, "spec": {"operatingMode": "Paused"}}).to_string()).await;
     assert_eq!(code, 422, "{body}");
     assert!(
         body.contains("spec.operatingMode") && body.contains("spec.podTemplate.spec"),
         "{body}"
     );
+}
 
+/// Watch: replay from a resourceVersion, bookmarks, 410 once the history is trimmed.
+async fn watch_points(env: &Env) {
     // Watch: replay from a resourceVersion, bookmarks, 410 once the history is trimmed.
-    let (_, body) = call(
-        "GET",
-        format!("{base}?watch=true&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=3"),
-        "",
-        String::new(),
-    )
-    .await;
+    let (_, body) = env
+        .call(
+            "GET",
+            format!(
+                "{TEMPLATES}?watch=true&resourceVersion=1&allowWatchBookmarks=true&timeoutSeconds=3"
+            ),
+            "",
+            String::new(),
+        )
+        .await;
     let kinds: Vec<String> = body
         .lines()
         .map(|l| json_of(l)["type"].as_str().unwrap().to_string())
@@ -682,13 +670,14 @@ async fn raw_http_semantics() {
     );
     assert_eq!(kinds.last().unwrap(), "BOOKMARK", "{body}");
     env.f.set_history_limit(2);
-    let (code, body) = call(
-        "GET",
-        format!("{base}?watch=1&resourceVersion=1"),
-        "",
-        String::new(),
-    )
-    .await;
+    let (code, body) = env
+        .call(
+            "GET",
+            format!("{TEMPLATES}?watch=1&resourceVersion=1"),
+            "",
+            String::new(),
+        )
+        .await;
     let ev = json_of(body.lines().next().unwrap());
     assert_eq!(
         (
@@ -699,6 +688,82 @@ async fn raw_http_semantics() {
         ),
         (200, json!("ERROR"), json!(410), json!("Expired"))
     );
+}
+
+/// How pods end: exit 0 → Succeeded, else Failed with the code; `activeDeadlineSeconds`
+/// → Failed/DeadlineExceeded; deleting an ended pod removes it at once.
+#[tokio::test(flavor = "multi_thread")]
+async fn pod_endings() {
+    if !prerequisites(false) {
+        return;
+    }
+    let env = start(false).await;
+    let pods = "/api/v1/namespaces/default/pods";
+    for (name, cmd, deadline) in [
+        ("ok", "true", None),
+        ("fail", "exit 4", None),
+        ("late", "sleep 300", Some(1)),
+    ] {
+        let mut p = json!({"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": {"restartPolicy": "Never", "containers": [{"name": "c", "image": "x", "command": ["sh", "-c", cmd]}]}});
+        if let Some(d) = deadline {
+            p["spec"]["activeDeadlineSeconds"] = json!(d);
+        }
+        let (code, body) = env
+            .call("POST", pods.into(), "application/json", p.to_string())
+            .await;
+        assert_eq!(code, 201, "{body}");
+    }
+    let phase = |f: &Fixture, n: &str| {
+        f.object("pods", "default", n)
+            .map(|p| p["status"].clone())
+            .unwrap_or_default()
+    };
+    env.wait_for("three ended pods", 30, |f| {
+        ["ok", "fail", "late"]
+            .iter()
+            .all(|n| matches!(phase(f, n)["phase"].as_str(), Some("Succeeded" | "Failed")))
+    })
+    .await;
+    let term = |n: &str| phase(&env.f, n)["containerStatuses"][0]["state"]["terminated"].clone();
+    assert_eq!(phase(&env.f, "ok")["phase"], "Succeeded");
+    assert_eq!(
+        (term("ok")["exitCode"].clone(), term("ok")["reason"].clone()),
+        (json!(0), json!("Completed"))
+    );
+    assert_eq!(
+        (
+            phase(&env.f, "fail")["phase"].clone(),
+            term("fail")["exitCode"].clone()
+        ),
+        (json!("Failed"), json!(4))
+    );
+    assert_eq!(
+        (
+            phase(&env.f, "late")["phase"].clone(),
+            phase(&env.f, "late")["reason"].clone()
+        ),
+        (json!("Failed"), json!("DeadlineExceeded"))
+    );
+    assert!(env.f.live_pods().is_empty());
+    let (code, body) = env
+        .call(
+            "GET",
+            format!("{pods}/fail/exec?command=true&stdout=true"),
+            "",
+            String::new(),
+        )
+        .await;
+    assert_eq!(code, 400, "{body}");
+    let (code, _) = env
+        .call(
+            "DELETE",
+            format!("{pods}/fail"),
+            "application/json",
+            String::new(),
+        )
+        .await;
+    assert_eq!(code, 200);
+    assert!(env.f.object("pods", "default", "fail").is_none());
     finish(env).await;
 }
 

@@ -19,11 +19,19 @@
 //! - **Streams** ([`stream`]): `pods/exec` and `pods/portforward` over WebSocket (the
 //!   `v5`/`v4.channel.k8s.io` protocols), `pods/log`. No SPDY.
 //!
-//! Every request needs `Authorization: Bearer <token>`.
+//! Every request needs `Authorization: Bearer <token>`. The port serves plain HTTP and, told
+//! apart by the first byte, HTTPS ([`tls`]): kubectl sends a token only over TLS, so
+//! kubectl gets [`Fixture::write_kubeconfig_tls`]'s kubeconfig.
+//!
+//! Not implemented: protobuf, OpenAPI, Table output, server-side apply, SPDY (kubectl
+//! `port-forward`), `tty`, strategic merge by list keys (treated as a merge patch), list
+//! `resourceVersionMatch`, container restarts, containers after the first, volumes other
+//! than emptyDir, `$(VAR)` expansion in command/args, real warm-pool pre-warming.
 
 #![allow(dead_code)]
 
 pub mod api;
+pub mod clients;
 pub mod controller;
 pub mod http;
 pub mod patch;

@@ -103,16 +103,10 @@ fn header_values(req: &Request<Incoming>, name: &str) -> Vec<String> {
         .collect()
 }
 
-fn upgrade(
-    inner: Arc<Inner>,
-    mut req: Request<Incoming>,
-    pod: &Value,
-    sub: &str,
-    q: Query,
-) -> ApiResult<Resp> {
-    let upgrade_to = header_values(&req, "upgrade")
-        .join(",")
-        .to_ascii_lowercase();
+/// The WebSocket handshake's checks: the client's key and the subprotocol chosen (None when
+/// the client offered none).
+fn handshake(req: &Request<Incoming>, sub: &str) -> ApiResult<(Vec<u8>, Option<String>)> {
+    let upgrade_to = header_values(req, "upgrade").join(",").to_ascii_lowercase();
     if upgrade_to.contains("spdy") {
         return Err(ApiError::bad_request(
             "SPDY upgrades are not supported by this API server (the kitbag fixture speaks the WebSocket channel protocols only)",
@@ -125,7 +119,7 @@ fn upgrade(
     let Some(ws_key) = key_header.filter(|_| upgrade_to.contains("websocket")) else {
         return Err(ApiError::bad_request("Upgrade request required"));
     };
-    let offered = header_values(&req, "sec-websocket-protocol");
+    let offered = header_values(req, "sec-websocket-protocol");
     let supported: &[&str] = if sub == "exec" {
         &EXEC_PROTOCOLS
     } else {
@@ -140,45 +134,74 @@ fn upgrade(
             "requested protocol(s) are not supported: {offered:?}; supports {supported:?}"
         )));
     }
-    let ns = pod["metadata"]["namespace"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
-    let name = pod["metadata"]["name"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string();
+    Ok((ws_key, chosen))
+}
+
+/// What the stream will do, from the query.
+fn job(pod: &Value, sub: &str, q: &Query, cwd: &str, chosen: Option<&str>) -> ApiResult<Job> {
+    if sub != "exec" {
+        let who = format!(
+            "{}, uid {}",
+            pod["metadata"]["name"].as_str().unwrap_or_default(),
+            pod["metadata"]["uid"].as_str().unwrap_or_default()
+        );
+        return Ok(Job::Forward(ports(q)?, who));
+    }
+    let argv: Vec<String> = q
+        .iter()
+        .filter(|(k, _)| k == "command")
+        .map(|(_, v)| v.clone())
+        .collect();
+    if argv.is_empty() {
+        return Err(ApiError::bad_request("you must specify at least 1 command"));
+    }
+    Ok(Job::Exec(ExecJob {
+        argv,
+        cwd: cwd.to_string(),
+        stdin: q_true(q, "stdin"),
+        stdout: q_true(q, "stdout") || !q.iter().any(|(k, _)| k == "stdout"),
+        stderr: q_true(q, "stderr") || !q.iter().any(|(k, _)| k == "stderr"),
+        tty: q_true(q, "tty"),
+        v5: chosen == Some(EXEC_PROTOCOLS[0]),
+    }))
+}
+
+fn switching_protocols(ws_key: &[u8], chosen: Option<String>) -> Resp {
+    let mut resp = Response::new(full(Bytes::new()));
+    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
+    let h = resp.headers_mut();
+    h.insert(
+        hyper::header::UPGRADE,
+        hyper::header::HeaderValue::from_static("websocket"),
+    );
+    h.insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("Upgrade"),
+    );
+    if let Ok(v) = hyper::header::HeaderValue::from_str(&derive_accept_key(ws_key)) {
+        h.insert("sec-websocket-accept", v);
+    }
+    if let Some(p) = chosen.and_then(|p| hyper::header::HeaderValue::from_str(&p).ok()) {
+        h.insert("sec-websocket-protocol", p);
+    }
+    resp
+}
+
+fn upgrade(
+    inner: Arc<Inner>,
+    mut req: Request<Incoming>,
+    pod: &Value,
+    sub: &str,
+    q: Query,
+) -> ApiResult<Resp> {
+    let (ws_key, chosen) = handshake(&req, sub)?;
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
     let c = container(pod, &q)?;
-    let (engine, rt) = inner.kubelet.running(&ns, &name).ok_or_else(|| {
+    let (engine, rt) = inner.kubelet.running(ns, name).ok_or_else(|| {
         ApiError::bad_request(format!("container {c} in pod {name} is not running"))
     })?;
-    let job = if sub == "exec" {
-        let argv: Vec<String> = q
-            .iter()
-            .filter(|(k, _)| k == "command")
-            .map(|(_, v)| v.clone())
-            .collect();
-        if argv.is_empty() {
-            return Err(ApiError::bad_request("you must specify at least 1 command"));
-        }
-        Job::Exec(ExecJob {
-            argv,
-            cwd: rt.cwd.clone(),
-            stdin: q_true(&q, "stdin"),
-            stdout: q_true(&q, "stdout") || !q.iter().any(|(k, _)| k == "stdout"),
-            stderr: q_true(&q, "stderr") || !q.iter().any(|(k, _)| k == "stderr"),
-            tty: q_true(&q, "tty"),
-            v5: chosen.as_deref() == Some(EXEC_PROTOCOLS[0]),
-        })
-    } else {
-        Job::Forward(
-            ports(&q)?,
-            format!(
-                "{name}, uid {}",
-                pod["metadata"]["uid"].as_str().unwrap_or_default()
-            ),
-        )
-    };
+    let job = job(pod, sub, &q, &rt.cwd, chosen.as_deref())?;
     let on_upgrade = hyper::upgrade::on(&mut req);
     let cancel = inner.cancel.clone();
     tokio::spawn(async move {
@@ -197,24 +220,7 @@ fn upgrade(
             _ = cancel.cancelled() => {}
         }
     });
-    let mut resp = Response::new(full(Bytes::new()));
-    *resp.status_mut() = StatusCode::SWITCHING_PROTOCOLS;
-    let h = resp.headers_mut();
-    h.insert(
-        hyper::header::UPGRADE,
-        hyper::header::HeaderValue::from_static("websocket"),
-    );
-    h.insert(
-        hyper::header::CONNECTION,
-        hyper::header::HeaderValue::from_static("Upgrade"),
-    );
-    if let Ok(v) = hyper::header::HeaderValue::from_str(&derive_accept_key(&ws_key)) {
-        h.insert("sec-websocket-accept", v);
-    }
-    if let Some(p) = chosen.and_then(|p| hyper::header::HeaderValue::from_str(&p).ok()) {
-        h.insert("sec-websocket-protocol", p);
-    }
-    Ok(resp)
+    Ok(switching_protocols(&ws_key, chosen))
 }
 
 enum Job {

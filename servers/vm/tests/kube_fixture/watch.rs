@@ -78,6 +78,40 @@ fn bookmark(r: &Resource, rv: u64, initial_end: bool) -> Bytes {
     )
 }
 
+/// The events before following (a snapshot as ADDED, or the history after `start`), the
+/// subscription, the resourceVersion they reach, and whether `start` is too old — taken
+/// under the store's lock so that the snapshot and the subscription agree.
+fn start_point(
+    inner: &Inner,
+    scope: &Scope,
+    start: Option<u64>,
+    initial: bool,
+) -> (Vec<Bytes>, broadcast::Receiver<Arc<Event>>, u64, bool) {
+    let store = inner.store();
+    let sub = store.subscribe();
+    let at = store.current_rv();
+    match start {
+        Some(n) if !initial && n < store.compacted() => (Vec::new(), sub, at, true),
+        Some(n) if !initial => {
+            let lines: Vec<Bytes> = store
+                .since(n)
+                .iter()
+                .filter_map(|e| scope.view(e).map(|(k, o)| line(k, &o)))
+                .collect();
+            (lines, sub, at, false)
+        }
+        _ => {
+            let lines: Vec<Bytes> = store
+                .list(&scope.plural, scope.ns.as_deref())
+                .into_iter()
+                .filter(|o| scope.filter.matches(o))
+                .map(|o| line("ADDED", &o))
+                .collect();
+            (lines, sub, at, false)
+        }
+    }
+}
+
 pub fn watch(
     inner: Arc<Inner>,
     r: &'static Resource,
@@ -108,32 +142,7 @@ pub fn watch(
         },
     };
     let (tx, rx) = mpsc::channel::<Bytes>(256);
-    // Under the store's lock: the snapshot (or backlog) and the subscription agree.
-    let (first, sub, at, expired) = {
-        let store = inner.store();
-        let sub = store.subscribe();
-        let at = store.current_rv();
-        match start {
-            Some(n) if !initial && n < store.compacted() => (Vec::new(), sub, at, true),
-            Some(n) if !initial => {
-                let lines: Vec<Bytes> = store
-                    .since(n)
-                    .iter()
-                    .filter_map(|e| scope.view(e).map(|(k, o)| line(k, &o)))
-                    .collect();
-                (lines, sub, at, false)
-            }
-            _ => {
-                let lines: Vec<Bytes> = store
-                    .list(&scope.plural, scope.ns.as_deref())
-                    .into_iter()
-                    .filter(|o| scope.filter.matches(o))
-                    .map(|o| line("ADDED", &o))
-                    .collect();
-                (lines, sub, at, false)
-            }
-        }
-    };
+    let (first, sub, at, expired) = start_point(&inner, &scope, start, initial);
     let task = Follow {
         inner: inner.clone(),
         r,
