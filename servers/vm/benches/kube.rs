@@ -9,6 +9,8 @@
 //! assertions on time.
 #![allow(clippy::unwrap_used)]
 
+// Its unit tests do not run in a bench build: their imports would count as unused.
+#[allow(unused_imports)]
 #[path = "../tests/kube_fixture/mod.rs"]
 mod kube_fixture;
 
@@ -37,7 +39,10 @@ fn spawns(c: &mut McpClient, args: Value, runs: usize) -> (Vec<Duration>, Vec<Du
         let id = r["id"].clone();
         for _ in 0..5 {
             let t = Instant::now();
-            c.call_ok("instance_exec", json!({"instance": id, "command": ["true"]}));
+            c.call_ok(
+                "instance_exec",
+                json!({"instance": id, "command": ["true"]}),
+            );
             exec.push(t.elapsed());
         }
         c.call_ok("instance_stop", json!({"instance": id, "grace_seconds": 0}));
@@ -90,11 +95,17 @@ fn main() {
     let (pod_spawn, pod_exec) = run(false, bin);
     let (sb_spawn, sb_exec) = run(true, bin);
     println!("instance_spawn until running (median of 5):");
-    println!("  bwrap sandbox:                 {}", ms(median(bwrap_spawn)));
+    println!(
+        "  bwrap sandbox:                 {}",
+        ms(median(bwrap_spawn))
+    );
     println!("  kube Pod (fixture):            {}", ms(median(pod_spawn)));
     println!("  kube Sandbox (fixture):        {}", ms(median(sb_spawn)));
     println!("instance_exec [\"true\"] (median of 25):");
-    println!("  bwrap sandbox:                 {}", ms(median(bwrap_exec)));
+    println!(
+        "  bwrap sandbox:                 {}",
+        ms(median(bwrap_exec))
+    );
     println!("  kube Pod (fixture):            {}", ms(median(pod_exec)));
     println!("  kube Sandbox (fixture):        {}", ms(median(sb_exec)));
 }

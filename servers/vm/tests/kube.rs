@@ -315,11 +315,9 @@ fn sandboxes_suspend_resume_and_expire_without_their_server() {
     let mut c = cluster.server("6");
     common_scenario(&cluster, &mut c, "agent-sandbox Sandboxes");
     assert!(
-        cluster
-            .fixture()
-            .requests()
-            .iter()
-            .any(|r| r.starts_with("POST /apis/agents.x-k8s.io/v1beta1/namespaces/agents/sandboxes")),
+        cluster.fixture().requests().iter().any(
+            |r| r.starts_with("POST /apis/agents.x-k8s.io/v1beta1/namespaces/agents/sandboxes")
+        ),
     );
 
     // Suspend: the pod is deleted (processes are lost); a call resumes it on a new pod.
