@@ -350,6 +350,53 @@ fn sandboxes_suspend_resume_and_expire_without_their_server() {
     assert_eq!(r["stdout"], "back\n", "{r}");
     assert_eq!(state_of(&mut c, &id)["state"], "running");
 
+    // A warm pool: the claimed Sandbox's pod runs its template's command in its template's
+    // container; the agent starts beside it.
+    let pool = "apiVersion: extensions.agents.x-k8s.io/v1beta1\nkind: SandboxTemplate\nmetadata: {name: py}\nspec:\n  podTemplate:\n    spec:\n      containers: [{name: python, image: python:3.12-slim, command: [sleep, '1000']}]\n---\napiVersion: extensions.agents.x-k8s.io/v1beta1\nkind: SandboxWarmPool\nmetadata: {name: py}\nspec: {replicas: 1, sandboxTemplateRef: {name: py}}\n";
+    let out = cluster.rt.block_on(kube_fixture::clients::kubectl_in(
+        &cluster.kubeconfig(),
+        &["create", "--validate=false", "-f", "-"],
+        Some(pool),
+    ));
+    assert!(out.ok, "{}", out.stderr);
+    let warm = c
+        .call_ok(
+            "instance_spawn",
+            json!({"backend": "kube", "image": "warmpool:py"}),
+        )
+        .structured;
+    let wid = warm["id"].as_str().unwrap().to_string();
+    let r = c
+        .call_ok(
+            "instance_exec",
+            json!({"instance": wid, "command": ["sh", "-c", "echo warm; pwd"]}),
+        )
+        .structured;
+    assert_eq!(r["stdout"], "warm\n/work\n", "{r}");
+    let claim = format!("kitbag-{wid}");
+    let bound = cluster
+        .fixture()
+        .object("sandboxclaims", "agents", &claim)
+        .unwrap();
+    assert_eq!(bound["spec"]["warmPoolRef"]["name"], "py", "{bound}");
+    c.call_err(
+        "instance_stop",
+        json!({"instance": wid, "pause": true}),
+        "unsupported",
+    );
+    c.call_ok("instance_stop", json!({"instance": wid}));
+    wait_until("the claim to go", 30, || {
+        cluster
+            .fixture()
+            .object("sandboxclaims", "agents", &claim)
+            .is_none()
+    });
+    c.call_err(
+        "instance_spawn",
+        json!({"backend": "kube", "image": "warmpool:nope"}),
+        "invalid_params",
+    );
+
     // The lease: renewed while the server lives...
     let first = sb["spec"]["shutdownTime"].as_str().unwrap().to_string();
     std::thread::sleep(Duration::from_secs(3));

@@ -265,6 +265,66 @@ mod tests {
         assert_eq!(p["metadata"]["annotations"][ANNOTATION_OWNER], "host/1/2");
     }
 
+    /// Every field kitbag-vm writes exists in agent-sandbox's API types
+    /// (`api/v1beta1/sandbox_types.go`, `extensions/api/v1beta1/sandboxclaim_types.go`).
+    #[test]
+    fn fields_are_the_crds_own() {
+        let keys = |v: &Value| -> Vec<String> { v.as_object().unwrap().keys().cloned().collect() };
+        let within = |got: Vec<String>, allowed: &[&str], what: &str| {
+            for k in got {
+                assert!(
+                    allowed.contains(&k.as_str()),
+                    "{what}.{k} is not in the CRD"
+                );
+            }
+        };
+        let s = sandbox(&manifest(), "2026-11-26T22:00:00Z");
+        within(
+            keys(&s["spec"]),
+            &[
+                "podTemplate",
+                "volumeClaimTemplates",
+                "service",
+                "shutdownTime",
+                "shutdownPolicy",
+                "operatingMode",
+            ],
+            "Sandbox.spec",
+        );
+        within(
+            keys(&s["spec"]["podTemplate"]),
+            &["spec", "metadata"],
+            "podTemplate",
+        );
+        within(
+            keys(&s["spec"]["podTemplate"]["metadata"]),
+            &["labels", "annotations"],
+            "podTemplate.metadata",
+        );
+        let c = claim(&manifest(), "pool", "2026-11-26T22:00:00Z");
+        within(
+            keys(&c["spec"]),
+            &[
+                "warmPoolRef",
+                "lifecycle",
+                "additionalPodMetadata",
+                "safeToEvict",
+                "env",
+            ],
+            "SandboxClaim.spec",
+        );
+        within(
+            keys(&c["spec"]["lifecycle"]),
+            &["shutdownTime", "ttlSecondsAfterFinished", "shutdownPolicy"],
+            "SandboxClaim.spec.lifecycle",
+        );
+        within(
+            keys(&c["spec"]["additionalPodMetadata"]),
+            &["labels", "annotations"],
+            "additionalPodMetadata",
+        );
+    }
+
     #[test]
     fn a_sandbox_wraps_the_same_pod_and_expires() {
         let s = sandbox(&manifest(), "2026-11-26T22:00:00Z");

@@ -85,6 +85,9 @@ pub struct KubePod {
     pub kind: Kind,
     /// The pod the agent runs in (a Sandbox's pod may be named otherwise).
     pod: Mutex<String>,
+    /// Its first container (`main` in the pods kitbag-vm makes; a warm pool's template names
+    /// its own).
+    container: Mutex<String>,
     api: Api,
     token: String,
     setup: remote::Setup,
@@ -156,6 +159,9 @@ impl KubePod {
             limits: spec.limits,
             ttl_seconds: spec.ttl_seconds,
         };
+        if let Some(pool) = pool {
+            check_pool(&api, pool).await?;
+        }
         let expires = rfc3339(SystemTime::now() + engine.lease);
         let body = match (kind, pool) {
             (Kind::Claim, Some(pool)) => manifest::claim(&m, pool, &expires),
@@ -188,6 +194,7 @@ impl KubePod {
             id: spec.id.clone(),
             dir: spec.dir.clone(),
             pod: Mutex::new(name.clone()),
+            container: Mutex::new(CONTAINER.to_string()),
             name,
             kind,
             api,
@@ -258,7 +265,7 @@ impl KubePod {
             set(&self.pod, pod.to_string());
         }
         let pod_name = lock(&self.pod);
-        wait::until(
+        let running = wait::until(
             &self.api,
             &Kind::Pod.collection(&ns),
             &pod_name,
@@ -273,6 +280,9 @@ impl KubePod {
             },
             None => VmError::engine(format!("the pod did not start: {e}")),
         })?;
+        if let Some(c) = running["spec"]["containers"][0]["name"].as_str() {
+            set(&self.container, c.to_string());
+        }
         self.upload(&self.payload).await?;
         if self.kind == Kind::Claim {
             self.start_detached().await?;
@@ -316,7 +326,7 @@ impl KubePod {
             let out = ws::exec(
                 &self.api,
                 &pod,
-                CONTAINER,
+                &lock(&self.container),
                 &["/bin/sh", "-c", &cmd],
                 Some(bytes),
             )
@@ -341,7 +351,8 @@ impl KubePod {
         let cmd = format!(
             "mkdir -p /work 2>/dev/null; if command -v setsid >/dev/null; then setsid /bin/sh {run} </dev/null >/dev/null 2>&1 & else /bin/sh {run} </dev/null >/dev/null 2>&1 & fi"
         );
-        let out = ws::exec(&self.api, &pod, CONTAINER, &["/bin/sh", "-c", &cmd], None)
+        let container = lock(&self.container);
+        let out = ws::exec(&self.api, &pod, &container, &["/bin/sh", "-c", &cmd], None)
             .await
             .map_err(|e| VmError::engine(format!("starting the agent in pod {pod}: {e}")))?;
         if out.code != 0 {
@@ -558,6 +569,27 @@ async fn renew_lease(pod: std::sync::Weak<KubePod>) {
             Err(e) if e.code() == Some(404) => return,
             Err(e) => tracing::warn!(instance = p.id, "renewing the Sandbox's lease: {e}"),
         }
+    }
+}
+
+/// The warm pool must exist: a claim on a missing one would wait for nothing.
+async fn check_pool(api: &Api, pool: &str) -> VmResult<()> {
+    let path = format!(
+        "/apis/{}/{}/namespaces/{}/sandboxwarmpools/{pool}",
+        manifest::CLAIM_GROUP,
+        manifest::SANDBOX_VERSION,
+        api.namespace()
+    );
+    match api.get(&path).await {
+        Ok(_) => Ok(()),
+        Err(e) if e.code() == Some(404) => Err(VmError::Invalid {
+            field: "image",
+            message: format!(
+                "no SandboxWarmPool named {pool:?} in namespace {}",
+                api.namespace()
+            ),
+        }),
+        Err(e) => Err(VmError::engine(format!("reading warm pool {pool}: {e}"))),
     }
 }
 
