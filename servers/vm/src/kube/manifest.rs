@@ -231,6 +231,7 @@ pub fn object_name(id: &str) -> String {
 }
 
 #[cfg(test)]
+#[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
 
