@@ -423,3 +423,52 @@ fn sandboxes_suspend_resume_and_expire_without_their_server() {
     });
     assert_eq!(cluster.live(), 0);
 }
+
+/// The Pod scenario's core against a real cluster, when `KITBAG_TEST_KUBECONFIG` names one
+/// (kind, k3s, a test namespace of a real cluster; `KITBAG_TEST_KUBE_IMAGE` an image with
+/// /bin/sh and python3, default `python:3.12-slim`). No cluster can run on this machine: here
+/// it says so and returns — it has never run in this repository's CI.
+#[test]
+fn a_real_cluster_when_one_is_configured() {
+    let Some(kubeconfig) = std::env::var_os("KITBAG_TEST_KUBECONFIG") else {
+        eprintln!("SKIP: KITBAG_TEST_KUBECONFIG is not set (no real cluster on this machine)");
+        return;
+    };
+    let image =
+        std::env::var("KITBAG_TEST_KUBE_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into());
+    let dir = tempfile::tempdir().unwrap();
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--kubeconfig", kubeconfig.to_str().unwrap()],
+        dir.path(),
+        Era::Handshake,
+    );
+    c.timeout = Duration::from_secs(600);
+    let vm = c
+        .call_ok(
+            "instance_spawn",
+            json!({
+                "backend": "kube",
+                "image": image,
+                "network": "outbound",
+                "command": ["python3", "-m", "http.server", "8080", "--bind", "127.0.0.1"],
+                "ports": [8080],
+                "ready": {"port": 8080}
+            }),
+        )
+        .structured;
+    let id = vm["id"].as_str().unwrap().to_string();
+    let r = c
+        .call_ok(
+            "instance_exec",
+            json!({"instance": id, "command": ["sh", "-c", "echo hi > /work/page.txt; echo $KITBAG_INSTANCE_ID"]}),
+        )
+        .structured;
+    assert_eq!(r["stdout"].as_str().unwrap().trim(), id);
+    let url = vm["ports"][0]["url"].as_str().unwrap().to_string();
+    assert!(http_get(&url, "/page.txt").unwrap().contains("hi"));
+    c.call_ok("instance_stop", json!({"instance": id}));
+    let l = state_of(&mut c, &id);
+    assert_eq!(l["state"], "exited", "{l}");
+    let _ = c.shutdown();
+}

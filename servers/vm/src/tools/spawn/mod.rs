@@ -94,7 +94,8 @@ pub struct SpawnParams {
     /// Unique name [a-z0-9-], usable as the id.
     #[serde(default)]
     pub name: Option<String>,
-    /// bwrap (default) or qemu (a VM; self_info says if it runs here).
+    /// bwrap (default), qemu (a VM), docker or kube (a pod; builds with those features);
+    /// self_info says which run here.
     #[serde(default)]
     pub backend: Option<Backend>,
     /// Main command argv.
@@ -106,7 +107,8 @@ pub struct SpawnParams {
     /// Environment (KITBAG_* reserved).
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// bwrap: host (default) or a rootfs name; qemu: default.
+    /// bwrap: host (default) or a rootfs name; qemu: default; docker: a local image; kube: an
+    /// image with /bin/sh (default debian:bookworm-slim) or warmpool:NAME.
     #[serde(default)]
     pub image: Option<String>,
     /// Host paths bound in.
