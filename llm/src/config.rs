@@ -99,6 +99,25 @@ impl ModelSpec {
     pub fn display(&self) -> String {
         format!("{}/{}", self.provider.prefix(), self.model)
     }
+
+    /// The model's context window in tokens, from its family as the vendors publish it; a
+    /// model this table does not know (an OpenAI-compatible local server's) gets the usual
+    /// 128k — set `context_window` in agent.json for those.
+    pub fn context_window(&self) -> u64 {
+        let m = self.model.as_str();
+        let has = |prefixes: &[&str]| prefixes.iter().any(|p| m.starts_with(p));
+        match self.provider {
+            // Every Claude model has 200k by default (1M only behind a beta header).
+            Provider::Anthropic => 200_000,
+            Provider::OpenAi if has(&["gpt-5"]) => 400_000,
+            Provider::OpenAi if has(&["gpt-4.1"]) => 1_047_576,
+            Provider::OpenAi if has(&["o1-mini", "o1-preview"]) => 128_000,
+            Provider::OpenAi if has(&["o1", "o3", "o4"]) => 200_000,
+            Provider::OpenAi if has(&["gpt-3.5-turbo"]) => 16_385,
+            Provider::OpenAi if m == "gpt-4" || has(&["gpt-4-0"]) => 8_192,
+            Provider::OpenAi => 128_000,
+        }
+    }
 }
 
 /// Everything needed to reach one model.
@@ -213,6 +232,20 @@ impl Default for Limits {
 mod tests {
     use super::*;
     use std::collections::HashMap;
+
+    #[test]
+    fn windows_follow_the_model_family() {
+        let w = |s: &str| ModelSpec::parse(s).map(|m| m.context_window()).ok();
+        assert_eq!(w("anthropic/claude-sonnet-4-5"), Some(200_000));
+        assert_eq!(w("openai/gpt-5.5"), Some(400_000));
+        assert_eq!(w("openai/gpt-4.1-mini"), Some(1_047_576));
+        assert_eq!(w("openai/gpt-4o"), Some(128_000));
+        assert_eq!(w("openai/o3"), Some(200_000));
+        assert_eq!(w("openai/o1-mini"), Some(128_000));
+        assert_eq!(w("openai/gpt-4"), Some(8_192));
+        assert_eq!(w("openai/gpt-3.5-turbo-0125"), Some(16_385));
+        assert_eq!(w("openai/qwen2.5-coder"), Some(128_000), "a local model");
+    }
 
     fn env(pairs: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
         let map: HashMap<String, String> = pairs

@@ -200,6 +200,14 @@ impl Engine {
     /// agent stops every process (SIGTERM, `grace`, SIGKILL) and exits, which ends the
     /// instance; an instance that does not end within 5 s more is ended by its engine.
     pub async fn stop(&self, grace: Duration) -> ExitStatus {
+        // A suspended Sandbox has no processes to stop: resuming it would start a pod only to
+        // stop it again.
+        #[cfg(feature = "backend-kube")]
+        if let Engine::Kube(k) = self
+            && k.is_frozen()
+        {
+            k.force_end().await;
+        }
         if self.exit_status().is_none() {
             if self.is_frozen() {
                 let _ = self.resume();

@@ -397,6 +397,26 @@ fn sandboxes_suspend_resume_and_expire_without_their_server() {
         "invalid_params",
     );
 
+    // A suspended Sandbox stops without coming back first: it is deleted.
+    let sleeper = c
+        .call_ok("instance_spawn", json!({"backend": "kube"}))
+        .structured["id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    c.call_ok("instance_stop", json!({"instance": sleeper, "pause": true}));
+    let posts = |f: &Fixture| f.requests().iter().filter(|r| r.starts_with("POST")).count();
+    let before = posts(cluster.fixture());
+    c.call_ok("instance_stop", json!({"instance": sleeper}));
+    assert_eq!(state_of(&mut c, &sleeper)["state"], "exited");
+    wait_until("the suspended Sandbox to be deleted", 30, || {
+        cluster
+            .fixture()
+            .object("sandboxes", "agents", &format!("kitbag-{sleeper}"))
+            .is_none()
+    });
+    assert_eq!(posts(cluster.fixture()), before, "no pod was made to stop it");
+
     // The lease: renewed while the server lives...
     let first = sb["spec"]["shutdownTime"].as_str().unwrap().to_string();
     std::thread::sleep(Duration::from_secs(3));

@@ -171,12 +171,9 @@ pub fn prepare_agent(
     let settings = &config.settings;
     let llm = client(settings, pack.as_ref())?;
     let mut cfg = turn_config(settings, pack, &root);
-    // Without a setting, the provider's usual window.
+    // Without a setting, the model's own window.
     cfg.context_window
-        .get_or_insert(match llm.endpoint().spec.provider {
-            kitbag_llm::Provider::Anthropic => 200_000,
-            kitbag_llm::Provider::OpenAi => 128_000,
-        });
+        .get_or_insert(llm.endpoint().spec.context_window());
     Ok(PreparedAgent {
         llm,
         cfg,
