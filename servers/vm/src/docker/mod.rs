@@ -103,11 +103,17 @@ impl DockerEngine {
     async fn describe(&self) -> ApiResult<(String, bool)> {
         let version: Value = self.api.json("GET", "/version", None).await?;
         let info: Value = self.api.json("GET", "/info", None).await?;
-        let engine = version["Components"]
+        let first = version["Components"]
             .as_array()
             .and_then(|c| c.first())
-            .and_then(|c| c["Name"].as_str())
-            .unwrap_or("Docker Engine");
+            .cloned()
+            .unwrap_or(Value::Null);
+        // dockerd calls its component "Engine"; podman "Podman Engine".
+        let engine = match first["Name"].as_str() {
+            None | Some("Engine") => "Docker Engine",
+            Some(name) => name,
+        };
+        let podman = engine.to_ascii_lowercase().contains("podman");
         let networks: Value = self.api.json("GET", "/networks", None).await?;
         let bridge = networks
             .as_array()
@@ -118,6 +124,29 @@ impl DockerEngine {
         }
         if !bridge {
             notes.push("no bridge network: network \"outbound\" is unavailable".into());
+        } else if podman {
+            notes.push(
+                "network \"outbound\" is podman's default network (its first use creates a host bridge and iptables rules)"
+                    .into(),
+            );
+        }
+        if podman {
+            // Its own API beside the Docker-compatible one, and the OCI runtime it runs.
+            if let Some(libpod) = first["Details"]["APIVersion"].as_str() {
+                notes.insert(0, format!("libpod API {libpod}"));
+            }
+            let oci = version["Components"].as_array().and_then(|c| {
+                c.iter().find(|c| {
+                    c["Name"]
+                        .as_str()
+                        .is_some_and(|n| n.starts_with("OCI Runtime"))
+                })
+            });
+            if let Some(v) = oci.and_then(|c| c["Version"].as_str())
+                && let Some(line) = v.lines().next()
+            {
+                notes.insert(1.min(notes.len()), line.to_string());
+            }
         }
         Ok((
             format!(
@@ -190,14 +219,13 @@ impl DockerEngine {
         let tarball = tokio::task::spawn_blocking(default_image_tar)
             .await
             .map_err(|e| VmError::engine(e.to_string()))??;
-        let (repo, tag) = DEFAULT_IMAGE
-            .split_once(':')
-            .unwrap_or((DEFAULT_IMAGE, "latest"));
+        // The tag inside `repo`: podman ignores a separate `tag` (it would import `:latest`),
+        // dockerd reads it from either.
         let out = self
             .api
             .call(
                 "POST",
-                &format!("/images/create?fromSrc=-&repo={}&tag={tag}", query(repo)),
+                &format!("/images/create?fromSrc=-&repo={}", query(DEFAULT_IMAGE)),
                 Some(("application/x-tar", &tarball)),
             )
             .await
@@ -232,6 +260,17 @@ impl DockerEngine {
             ));
         }
         names
+    }
+}
+
+/// What to do when the engine has no init binary for `Init: true`: podman 4.3 looks for
+/// /usr/libexec/podman/catatonit, and Debian's package recommends "catatonit | tini", so a
+/// host with docker.io's tini gets no catatonit.
+fn init_hint(e: &api::ApiError) -> &'static str {
+    if e.message.contains("container-init binary not found") {
+        " (podman needs its init: install catatonit, or set `init_path` in containers.conf's [containers])"
+    } else {
+        ""
     }
 }
 
@@ -344,7 +383,9 @@ impl Container {
                 Some(&body),
             )
             .await
-            .map_err(|e| VmError::engine(format!("creating the container: {e}")))?;
+            .map_err(|e| {
+                VmError::engine(format!("creating the container: {e}{}", init_hint(&e)))
+            })?;
         let container = created["Id"]
             .as_str()
             .ok_or_else(|| VmError::engine("the engine answered no container id"))?
@@ -534,4 +575,26 @@ fn create_body(spec: &BoxSpec, ctl: &std::path::Path, work: &std::path::Path) ->
             "AutoRemove": true,
         },
     }))
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_init_names_its_fix() {
+        // podman 4.3's answer to `Init: true` without catatonit (seen on Debian bookworm).
+        let e = api::ApiError {
+            status: 500,
+            message: "container create: container-init binary not found on the host: stat /usr/libexec/podman/catatonit: no such file or directory".into(),
+        };
+        assert!(init_hint(&e).contains("catatonit"));
+        assert!(init_hint(&e).contains("init_path"));
+        let other = api::ApiError {
+            status: 409,
+            message: "Conflict".into(),
+        };
+        assert_eq!(init_hint(&other), "");
+    }
 }
