@@ -405,17 +405,28 @@ fn sandboxes_suspend_resume_and_expire_without_their_server() {
         .unwrap()
         .to_string();
     c.call_ok("instance_stop", json!({"instance": sleeper, "pause": true}));
-    let posts = |f: &Fixture| f.requests().iter().filter(|r| r.starts_with("POST")).count();
+    let posts = |f: &Fixture| {
+        f.requests()
+            .iter()
+            .filter(|r| r.starts_with("POST"))
+            .count()
+    };
     let before = posts(cluster.fixture());
-    c.call_ok("instance_stop", json!({"instance": sleeper}));
-    assert_eq!(state_of(&mut c, &sleeper)["state"], "exited");
+    let stopped = c
+        .call_ok("instance_stop", json!({"instance": sleeper}))
+        .structured;
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
     wait_until("the suspended Sandbox to be deleted", 30, || {
         cluster
             .fixture()
             .object("sandboxes", "agents", &format!("kitbag-{sleeper}"))
             .is_none()
     });
-    assert_eq!(posts(cluster.fixture()), before, "no pod was made to stop it");
+    assert_eq!(
+        posts(cluster.fixture()),
+        before,
+        "no pod was made to stop it"
+    );
 
     // The lease: renewed while the server lives...
     let first = sb["spec"]["shutdownTime"].as_str().unwrap().to_string();
@@ -487,8 +498,9 @@ fn a_real_cluster_when_one_is_configured() {
     assert_eq!(r["stdout"].as_str().unwrap().trim(), id);
     let url = vm["ports"][0]["url"].as_str().unwrap().to_string();
     assert!(http_get(&url, "/page.txt").unwrap().contains("hi"));
-    c.call_ok("instance_stop", json!({"instance": id}));
-    let l = state_of(&mut c, &id);
-    assert_eq!(l["state"], "exited", "{l}");
+    let stopped = c
+        .call_ok("instance_stop", json!({"instance": id}))
+        .structured;
+    assert_eq!(stopped["state"], "stopped", "{stopped}");
     let _ = c.shutdown();
 }
