@@ -253,15 +253,17 @@ impl CappedLog {
         } else {
             vec![self.seg_path(k)]
         };
+        // Each segment is read, removed, then appended: the directory never holds a byte of
+        // it twice, so it stays within the cap while the log is put together (copying first
+        // and removing after briefly held head + 2 × tail).
         for s in &segs {
-            if let Ok(mut src) = File::open(s) {
-                let _ = std::io::copy(&mut src, &mut f);
+            let bytes = std::fs::read(s);
+            let _ = std::fs::remove_file(s);
+            if let Ok(bytes) = bytes {
+                let _ = f.write_all(&bytes);
             }
         }
         let _ = f.flush();
-        for s in &segs {
-            let _ = std::fs::remove_file(s);
-        }
         self.head = None;
         self.consolidated = Some(off);
     }
