@@ -88,6 +88,9 @@ pub struct KubePod {
     /// Its first container (`main` in the pods kitbag-vm makes; a warm pool's template names
     /// its own).
     container: Mutex<String>,
+    /// The uid of the pod the agent last ran in: after a resume only a new pod will do (the
+    /// old one can still read Running while it goes).
+    last_pod_uid: Mutex<Option<String>>,
     api: Api,
     token: String,
     setup: remote::Setup,
@@ -195,6 +198,7 @@ impl KubePod {
             dir: spec.dir.clone(),
             pod: Mutex::new(name.clone()),
             container: Mutex::new(CONTAINER.to_string()),
+            last_pod_uid: Mutex::new(None),
             name,
             kind,
             api,
@@ -265,12 +269,20 @@ impl KubePod {
             set(&self.pod, pod.to_string());
         }
         let pod_name = lock(&self.pod);
+        let old_uid = lock(&self.last_pod_uid);
         let running = wait::until(
             &self.api,
             &Kind::Pod.collection(&ns),
             &pod_name,
             deadline,
-            wait::pod_started,
+            |pod| match pod {
+                Some(p)
+                    if old_uid.is_some() && p["metadata"]["uid"].as_str() == old_uid.as_deref() =>
+                {
+                    wait::Seen::Wait
+                }
+                other => wait::pod_started(other),
+            },
         )
         .await
         .map_err(|e| match e.strip_prefix("image: ") {
@@ -283,6 +295,10 @@ impl KubePod {
         if let Some(c) = running["spec"]["containers"][0]["name"].as_str() {
             set(&self.container, c.to_string());
         }
+        set(
+            &self.last_pod_uid,
+            running["metadata"]["uid"].as_str().map(str::to_string),
+        );
         self.upload(&self.payload).await?;
         if self.kind == Kind::Claim {
             self.start_detached().await?;
@@ -323,15 +339,24 @@ impl KubePod {
                 "mkdir -p \"$(dirname '{path}')\" && head -c {} > '{path}.part' && chmod 755 '{path}.part' && mv '{path}.part' '{path}'",
                 bytes.len()
             );
-            let out = ws::exec(
-                &self.api,
-                &pod,
-                &lock(&self.container),
-                &["/bin/sh", "-c", &cmd],
-                Some(bytes),
-            )
-            .await
-            .map_err(|e| VmError::engine(format!("copying the agent into pod {pod}: {e}")))?;
+            let container = lock(&self.container);
+            let argv = ["/bin/sh", "-c", cmd.as_str()];
+            // A pod just reported Running may not take an exec yet (400 "container … is not
+            // running" while it starts): a few more tries.
+            let mut tries = 0;
+            let out = loop {
+                match ws::exec(&self.api, &pod, &container, &argv, Some(bytes)).await {
+                    Err(e) if e.code() == Some(400) && tries < 20 => {
+                        tries += 1;
+                        tokio::time::sleep(Duration::from_millis(250)).await;
+                    }
+                    other => {
+                        break other.map_err(|e| {
+                            VmError::engine(format!("copying the agent into pod {pod}: {e}"))
+                        })?;
+                    }
+                }
+            };
             if out.code != 0 {
                 return Err(VmError::engine(format!(
                     "copying the agent into pod {pod} failed (exit {}): {}",
