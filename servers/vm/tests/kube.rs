@@ -124,6 +124,16 @@ fn http_get(url: &str, path: &str) -> std::io::Result<String> {
     Ok(out)
 }
 
+/// `kill -9` of the server: no stop, no goodbye — what its pods must survive cleanly.
+fn kill_server(c: McpClient) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let _ = c.shutdown();
+}
+
 fn state_of(c: &mut McpClient, id: &str) -> Value {
     c.call_ok("instance_list", json!({"instance": id}))
         .structured["instances"][0]
@@ -284,12 +294,7 @@ fn pods_run_commands_copy_serve_and_end_with_their_server() {
         .unwrap()
         .to_string();
     assert_eq!(cluster.live(), 2);
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(c.pid() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let _ = c.shutdown();
+    kill_server(c);
     wait_until("the pods of a killed server to end", 30, || {
         cluster.live() == 0
     });
@@ -440,12 +445,7 @@ fn sandboxes_suspend_resume_and_expire_without_their_server() {
         .to_string();
     assert!(renewed > first, "{first} → {renewed}");
     // ...and when the server is gone, the Sandbox expires and is deleted on its own.
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(c.pid() as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
-    let _ = c.shutdown();
+    kill_server(c);
     wait_until("the Sandbox to expire", 30, || {
         cluster
             .fixture()
