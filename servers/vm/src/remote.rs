@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
 
+use crate::error::{VmError, VmResult};
 use crate::proto::{self, Answer, ExitStatus, Hello, MainSpec, Request, Stream};
 
 /// Greet the agent with the instance's token: the first line on every connection.
@@ -31,7 +32,7 @@ pub struct Setup {
 
 /// Hand the agent its environment and main command, and start that command. Returns
 /// whether there is a main command (then the caller watches it with [`wait_main`]).
-pub async fn set_up<F, Fut>(mut stream: F, s: &Setup) -> Result<bool, String>
+pub async fn set_up<F, Fut>(mut stream: F, s: &Setup) -> VmResult<bool>
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = std::io::Result<Stream>>,
@@ -46,14 +47,20 @@ where
     };
     match request(stream().await, &setup).await {
         Ok(a) if a.ok => {}
-        other => return Err(format!("the agent refused setup: {other:?}")),
+        other => {
+            return Err(VmError::engine(format!(
+                "the agent refused setup: {other:?}"
+            )));
+        }
     }
     if main.is_none() {
         return Ok(false);
     }
     match request(stream().await, &Request::StartMain).await {
         Ok(a) if a.ok => Ok(true),
-        other => Err(format!("the main command did not start: {other:?}")),
+        other => Err(VmError::engine(format!(
+            "the main command did not start: {other:?}"
+        ))),
     }
 }
 

@@ -19,6 +19,7 @@ pub mod wait;
 pub mod ws;
 
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use api::Api;
@@ -39,11 +40,12 @@ pub struct Probe {
 
 /// The cluster (or why there is none), its probe (once), and the agent files to upload.
 pub struct KubeEngine {
-    pub api: Result<Api, String>,
+    /// Shared (not cloned) so the reason stays typed for every spawn that asks.
+    pub api: Result<Api, Arc<VmError>>,
     /// How far ahead a Sandbox's `shutdownTime` is kept.
     pub lease: Duration,
     probe: tokio::sync::OnceCell<Probe>,
-    payload: tokio::sync::OnceCell<Result<std::sync::Arc<pod::Payload>, String>>,
+    payload: tokio::sync::OnceCell<Result<Arc<pod::Payload>, Arc<VmError>>>,
     pub exe: PathBuf,
 }
 
@@ -58,7 +60,7 @@ impl KubeEngine {
         let path = config::default_path(kubeconfig);
         let api = config::load(path.as_deref(), context, namespace)
             .and_then(Api::new)
-            .map_err(|e| e.to_string());
+            .map_err(Arc::new);
         KubeEngine {
             api,
             lease,
@@ -81,7 +83,7 @@ impl KubeEngine {
         let probe = match &self.api {
             Err(e) => Probe {
                 available: false,
-                detail: e.clone(),
+                detail: e.to_string(),
                 sandboxes: false,
                 claims: false,
             },
@@ -100,14 +102,15 @@ impl KubeEngine {
     }
 
     /// The agent, its libraries and start script, read once.
-    pub async fn payload(&self) -> VmResult<std::sync::Arc<pod::Payload>> {
+    pub async fn payload(&self) -> VmResult<Arc<pod::Payload>> {
         self.payload
             .get_or_init(|| async {
                 let exe = self.exe.clone();
                 tokio::task::spawn_blocking(move || pod::Payload::build(&exe))
                     .await
-                    .map_err(|e| e.to_string())
-                    .and_then(|r| r.map(std::sync::Arc::new).map_err(|e| e.to_string()))
+                    .unwrap_or_else(|e| Err(VmError::engine(e.to_string())))
+                    .map(Arc::new)
+                    .map_err(Arc::new)
             })
             .await
             .clone()

@@ -133,7 +133,10 @@ impl KubePod {
         if !probe.available {
             return Err(VmError::missing(probe.detail));
         }
-        let api = engine.api.clone().map_err(VmError::missing)?;
+        let api = engine
+            .api
+            .clone()
+            .map_err(|e| VmError::missing(e.to_string()))?;
         let payload = engine.payload().await?;
         std::fs::create_dir_all(crate::bwrap::logs_dir(&spec.dir))
             .map_err(|e| VmError::io(spec.dir.display(), e))?;
@@ -285,12 +288,12 @@ impl KubePod {
             },
         )
         .await
-        .map_err(|e| match e.strip_prefix("image: ") {
-            Some(why) => VmError::Invalid {
+        .map_err(|e| match e {
+            wait::WaitError::Image(why) => VmError::Invalid {
                 field: "image",
-                message: why.to_string(),
+                message: why,
             },
-            None => VmError::engine(format!("the pod did not start: {e}")),
+            other => VmError::engine(format!("the pod did not start: {other}")),
         })?;
         if let Some(c) = running["spec"]["containers"][0]["name"].as_str() {
             set(&self.container, c.to_string());
@@ -312,9 +315,7 @@ impl KubePod {
         )
         .await
         .map_err(|e| VmError::engine(format!("{e} (pod {pod_name})")))?;
-        let has_main = remote::set_up(|| self.connect(), &self.setup)
-            .await
-            .map_err(VmError::engine)?;
+        let has_main = remote::set_up(|| self.connect(), &self.setup).await?;
         let hold = self.hold().await?;
         tokio::spawn(hold_until_end(self.clone(), hold));
         if has_main {

@@ -11,7 +11,35 @@ use super::api::{Api, q};
 pub enum Seen {
     Wait,
     Done(Value),
-    Fail(String),
+    Fail(WaitError),
+}
+
+/// Why waiting for an object ended without it reaching the state.
+#[derive(Debug)]
+pub enum WaitError {
+    /// The deadline passed; the last API error seen on the way, if any.
+    TimedOut { last: Option<String> },
+    /// The image cannot be pulled or run (the user's `image` argument is at fault).
+    Image(String),
+    /// The object reached a state it will not come back from.
+    Failed(String),
+}
+
+impl std::fmt::Display for WaitError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            WaitError::TimedOut { last: None } => f.write_str("timed out"),
+            WaitError::TimedOut { last: Some(e) } => write!(f, "timed out ({e})"),
+            WaitError::Image(m) => write!(f, "image: {m}"),
+            WaitError::Failed(m) => f.write_str(m),
+        }
+    }
+}
+
+impl std::error::Error for WaitError {}
+
+fn failed(message: impl Into<String>) -> Seen {
+    Seen::Fail(WaitError::Failed(message.into()))
 }
 
 /// Watch `name` in `collection` until `check` says done or failed, or `deadline` passes.
@@ -22,17 +50,13 @@ pub async fn until(
     name: &str,
     deadline: Instant,
     mut check: impl FnMut(Option<&Value>) -> Seen,
-) -> Result<Value, String> {
+) -> Result<Value, WaitError> {
     let selector = q(&format!("metadata.name={name}"));
-    let mut last_error = String::new();
+    let mut last_error = None;
     loop {
         let now = Instant::now();
         if now >= deadline {
-            return Err(if last_error.is_empty() {
-                "timed out".into()
-            } else {
-                format!("timed out ({last_error})")
-            });
+            return Err(WaitError::TimedOut { last: last_error });
         }
         let list = match api
             .get(&format!("{collection}?fieldSelector={selector}"))
@@ -40,7 +64,7 @@ pub async fn until(
         {
             Ok(l) => l,
             Err(e) => {
-                last_error = e.to_string();
+                last_error = Some(e.to_string());
                 tokio::time::sleep(Duration::from_millis(500)).await;
                 continue;
             }
@@ -88,7 +112,7 @@ pub async fn until(
         if let Err(e) = watched {
             // 410: the version is too old to watch from; anything else: the line broke.
             // Either way, list again.
-            last_error = e.to_string();
+            last_error = Some(e.to_string());
             if e.code() != Some(410) {
                 tokio::time::sleep(Duration::from_millis(200)).await;
             }
@@ -102,7 +126,7 @@ pub fn pod_started(pod: Option<&Value>) -> Seen {
         return Seen::Wait;
     };
     if pod["metadata"]["deletionTimestamp"].is_string() {
-        return Seen::Fail("the pod is being deleted".into());
+        return failed("the pod is being deleted");
     }
     let status = &pod["status"];
     let container = &status["containerStatuses"][0];
@@ -119,13 +143,15 @@ pub fn pod_started(pod: Option<&Value>) -> Seen {
         let message = container["state"]["waiting"]["message"]
             .as_str()
             .unwrap_or("");
-        return Seen::Fail(format!("image: {reason} {message}").trim().to_string());
+        return Seen::Fail(WaitError::Image(
+            format!("{reason} {message}").trim().to_string(),
+        ));
     }
     match status["phase"].as_str() {
         Some("Running") => Seen::Done(pod.clone()),
         Some(phase @ ("Failed" | "Succeeded")) => {
             let term = &container["state"]["terminated"];
-            Seen::Fail(format!(
+            failed(format!(
                 "the pod ended ({phase}{}{}) before its agent started: the image needs /bin/sh",
                 term["reason"]
                     .as_str()
@@ -171,13 +197,13 @@ pub fn sandbox_ready(sandbox: Option<&Value>) -> Seen {
             return Seen::Done(sb.clone());
         }
         if ready["reason"] == "SandboxExpired" {
-            return Seen::Fail("the Sandbox expired".into());
+            return failed("the Sandbox expired");
         }
     }
     if let Some(done) = find("Finished")
         && done["status"] == "True"
     {
-        return Seen::Fail(format!(
+        return failed(format!(
             "the Sandbox's pod finished ({}) before its agent started",
             done["reason"].as_str().unwrap_or("?")
         ));
@@ -203,10 +229,12 @@ mod tests {
         ));
         let pull = json!({"status": {"phase": "Pending", "containerStatuses": [{"state": {"waiting": {"reason": "ImagePullBackOff", "message": "no such image"}}}]}});
         assert!(
-            matches!(pod_started(Some(&pull)), Seen::Fail(m) if m.starts_with("image: ImagePullBackOff"))
+            matches!(pod_started(Some(&pull)), Seen::Fail(WaitError::Image(m)) if m.starts_with("ImagePullBackOff"))
         );
         let ended = json!({"status": {"phase": "Failed", "containerStatuses": [{"state": {"terminated": {"reason": "Error", "exitCode": 127}}}]}});
-        assert!(matches!(pod_started(Some(&ended)), Seen::Fail(m) if m.contains("exit code 127")));
+        assert!(
+            matches!(pod_started(Some(&ended)), Seen::Fail(WaitError::Failed(m)) if m.contains("exit code 127"))
+        );
     }
 
     #[test]

@@ -369,7 +369,7 @@ impl QemuVm {
                 tokio::spawn(watch_main(vm.clone()));
             }
             Ok(false) => {}
-            Err(why) => return Err(fail(&vm, why)),
+            Err(why) => return Err(fail(&vm, why.to_string())),
         }
         Ok(vm)
     }

@@ -441,7 +441,7 @@ fn kube_info(state: &VmState) -> Option<BackendInfo> {
         (None, Err(e)) => BackendInfo {
             name: "kube".into(),
             available: false,
-            detail: e.clone(),
+            detail: e.to_string(),
         },
         (None, Ok(api)) => BackendInfo {
             name: "kube".into(),

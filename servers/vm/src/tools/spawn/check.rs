@@ -156,7 +156,7 @@ fn check_backend(state: &VmState, backend: Backend, p: &SpawnParams) -> ToolResu
                 Some(p) if p.available => {}
                 _ => {
                     let detail = match &state.kube.api {
-                        Err(e) => e.clone(),
+                        Err(e) => e.to_string(),
                         Ok(api) => format!("{} did not answer", api.cfg.server),
                     };
                     return Err(ToolError::new(
