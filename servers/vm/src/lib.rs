@@ -29,6 +29,7 @@ pub mod sweep;
 pub mod tools;
 pub mod tree;
 
+use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -236,9 +237,7 @@ impl VmState {
     }
 
     pub fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<String, Instance>> {
-        self.instances
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.instances.locked()
     }
 
     /// The id of the instance `key` names (an id or a name), among those `caller` may see.

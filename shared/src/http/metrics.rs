@@ -5,6 +5,7 @@
 //! status, refusals by reason, requests in flight, and per tool the calls and a latency
 //! histogram measured until the answer's last byte (an SSE stream's end, not its headers).
 
+use crate::lock::LockExt;
 use std::collections::BTreeMap;
 use std::convert::Infallible;
 use std::pin::Pin;
@@ -73,9 +74,7 @@ impl Default for Metrics {
 
 impl Metrics {
     fn tables(&self) -> std::sync::MutexGuard<'_, Tables> {
-        self.tables
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.tables.locked()
     }
 
     pub fn request(&self, path: &'static str, status: u16) {

@@ -3,6 +3,7 @@
 //! with a single `write` to a file opened with `O_APPEND`, so a crash leaves at worst a torn
 //! last line, which loading skips.
 
+use kitbag_shared::lock::LockExt;
 use std::io::Write;
 use std::path::Path;
 
@@ -214,9 +215,7 @@ fn file_totals(path: &Path, name: &str) -> Option<SessionTotals> {
     use std::io::{Read, Seek, SeekFrom};
     let mut file = std::fs::File::open(path).ok()?;
     let len = file.metadata().ok()?.len();
-    let mut counted = COUNTED
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let mut counted = COUNTED.locked();
     let (from, mut totals) = match counted.get(path) {
         Some(c) if c.len == len => return Some(c.totals.clone()),
         Some(c) if c.len < len => (c.len, c.totals.clone()),
