@@ -18,6 +18,8 @@
 //! A directory outside the root (`--db /var/lib/…`, chosen by whoever starts the server) is
 //! opened as given, links followed, and then held the same way.
 
+#[cfg(feature = "postgres")]
+pub mod pg;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

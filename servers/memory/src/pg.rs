@@ -9,15 +9,13 @@
 //! match as with SQLite's FTS5 (porter stemming both), but the scores are on another scale and
 //! the order of near-equal matches can differ.
 
-use postgres::{Client, NoTls, Row, Transaction};
+use kitbag_shared::state::pg::{PgConn, PgError};
+use postgres::{Client, Row, Transaction};
 
 use crate::db::{Filter, Record, Stored, content_hash, now};
 
-/// The version of the schema below; kept per family in `kitbag_migrations`.
-pub const SCHEMA_VERSION: i32 = 1;
-
-/// Advisory lock keys (one per purpose, fixed: they are shared by every process).
-const MIGRATE_LOCK: i64 = 0x6b69_7462_6167_0001;
+/// The write lock every process takes before changing memories (fixed: shared by every
+/// process; the migration lock is kitbag-shared's).
 const WRITE_LOCK: i64 = 0x6b69_7462_6167_0002;
 
 const V1_SCHEMA: &str = "
@@ -47,70 +45,14 @@ INSERT INTO memory_count (n) VALUES (0);
 const COLUMNS: &str = "id, content, tags, scope, session, created_at, last_used_at, use_count";
 
 pub struct PgStore {
-    client: Client,
-    url: String,
-    /// The last call failed below SQL (I/O, a closed connection): reconnect before the next.
-    broken: bool,
+    conn: PgConn,
 }
 
-/// Connect to `url` and bring the schema up to [`SCHEMA_VERSION`].
-pub fn open(url: &str) -> anyhow::Result<PgStore> {
-    let client = connect(url)?;
-    let mut store = PgStore {
-        client,
-        url: url.to_owned(),
-        broken: false,
-    };
-    migrate(&mut store.client).map_err(|e| anyhow::anyhow!("migrating the memory store: {e}"))?;
-    Ok(store)
-}
-
-fn connect(url: &str) -> anyhow::Result<Client> {
-    Client::connect(url, NoTls).map_err(|e| {
-        anyhow::anyhow!(
-            "memory database {}: {e}",
-            kitbag_shared::audit::redact_url(url)
-        )
+/// Connect to `url` and bring the schema up to date.
+pub fn open(url: &str) -> Result<PgStore, PgError> {
+    Ok(PgStore {
+        conn: PgConn::open(url, "memory", "memory", &[V1_SCHEMA])?,
     })
-}
-
-/// Versioned migrations, one process at a time (the others wait on the lock, then see the
-/// version already current).
-pub fn migrate(client: &mut Client) -> Result<(), MigrateError> {
-    let mut tx = client.transaction()?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS kitbag_migrations (family TEXT PRIMARY KEY, version INTEGER NOT NULL)",
-    )?;
-    let version: i32 = tx
-        .query_opt(
-            "SELECT version FROM kitbag_migrations WHERE family = 'memory'",
-            &[],
-        )?
-        .map_or(0, |r| r.get(0));
-    if version > SCHEMA_VERSION {
-        return Err(MigrateError::Newer { version });
-    }
-    if version < 1 {
-        tx.batch_execute(V1_SCHEMA)?;
-    }
-    tx.execute(
-        "INSERT INTO kitbag_migrations (family, version) VALUES ('memory', $1)
-         ON CONFLICT (family) DO UPDATE SET version = EXCLUDED.version",
-        &[&SCHEMA_VERSION],
-    )?;
-    tx.commit()?;
-    Ok(())
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum MigrateError {
-    #[error(
-        "schema version {version} is newer than this kitbag-memory understands ({SCHEMA_VERSION})"
-    )]
-    Newer { version: i32 },
-    #[error("{0}")]
-    Db(#[from] postgres::Error),
 }
 
 fn record(r: &Row) -> Record {
@@ -134,22 +76,13 @@ fn lock_writes(tx: &mut Transaction<'_>) -> Result<(), postgres::Error> {
 }
 
 impl PgStore {
-    /// The client, reconnected first when the connection was lost (a restart, a failover): at
-    /// most one failed call, not a dead server.
     fn client(&mut self) -> Result<&mut Client, postgres::Error> {
-        if self.broken || self.client.is_closed() {
-            self.client = Client::connect(&self.url, NoTls)?;
-            self.broken = false;
-        }
-        Ok(&mut self.client)
+        self.conn.client()
     }
 
-    /// Note a failed call: an error the server did not answer with (I/O, a closed
-    /// connection) means the connection is not to be trusted again.
+    /// Note a failed call (a lost connection is reopened on the next).
     pub fn failed(&mut self, e: &postgres::Error) {
-        if e.as_db_error().is_none() {
-            self.broken = true;
-        }
+        self.conn.failed(e);
     }
 
     pub fn store(

@@ -1,0 +1,146 @@
+//! State on a shared PostgreSQL (`--database-url` / `KITBAG_DATABASE_URL`): the connection
+//! every family's store keeps, and the versioned migrations they share one table for.
+//!
+//! Memory, issues and cron may live in one database: each family keeps its schema version in
+//! its own row of `kitbag_migrations`, and every migration runs under one advisory lock, so
+//! servers starting together on a new database create each schema exactly once.
+
+use postgres::{Client, NoTls};
+
+use crate::audit::redact_url;
+
+/// The advisory lock every migration takes (fixed: shared by every process and family).
+const MIGRATE_LOCK: i64 = 0x6b69_7462_6167_0001;
+
+/// The URL a `--database-url` flag gives, `None` when unset or blank (a blank value in an
+/// environment file means "no database" rather than an error).
+pub fn url_given(flag: Option<&str>) -> Option<&str> {
+    flag.filter(|u| !u.trim().is_empty())
+}
+
+/// A connection that reconnects after it broke (a database restart, a failover): a lost
+/// connection costs at most the one call that found it lost, not a dead server.
+pub struct PgConn {
+    client: Client,
+    url: String,
+    broken: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PgError {
+    #[error("{what} database {url}: {source}")]
+    Connect {
+        what: &'static str,
+        url: String,
+        source: postgres::Error,
+    },
+    #[error("migrating the {family} schema: {source}")]
+    Migrate {
+        family: &'static str,
+        #[source]
+        source: MigrateError,
+    },
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum MigrateError {
+    #[error(
+        "schema version {found} is newer than this kitbag-{family} understands ({known}); use a newer kitbag"
+    )]
+    Newer {
+        family: &'static str,
+        found: i32,
+        known: i32,
+    },
+    #[error("{0}")]
+    Db(#[from] postgres::Error),
+}
+
+impl PgConn {
+    /// Connect to `url` (`what` names the store in errors; the URL's password is redacted)
+    /// and bring `family`'s schema up to date: `steps[i]` takes version `i` to `i + 1`.
+    pub fn open(
+        url: &str,
+        what: &'static str,
+        family: &'static str,
+        steps: &[&str],
+    ) -> Result<PgConn, PgError> {
+        let mut client = Client::connect(url, NoTls).map_err(|source| PgError::Connect {
+            what,
+            url: redact_url(url),
+            source,
+        })?;
+        migrate(&mut client, family, steps)
+            .map_err(|source| PgError::Migrate { family, source })?;
+        Ok(PgConn {
+            client,
+            url: url.to_owned(),
+            broken: false,
+        })
+    }
+
+    /// Another connection to the same database (a listener, a watcher).
+    pub fn another(&self) -> Result<Client, postgres::Error> {
+        Client::connect(&self.url, NoTls)
+    }
+
+    /// The client, reconnected first when the last call lost the connection.
+    pub fn client(&mut self) -> Result<&mut Client, postgres::Error> {
+        if self.broken || self.client.is_closed() {
+            self.client = Client::connect(&self.url, NoTls)?;
+            self.broken = false;
+        }
+        Ok(&mut self.client)
+    }
+
+    /// Note a failed call: an error the server did not answer with (I/O, a closed
+    /// connection) means the connection is not to be trusted again.
+    pub fn failed(&mut self, e: &postgres::Error) {
+        if e.as_db_error().is_none() {
+            self.broken = true;
+        }
+    }
+
+    /// The URL with its password hidden, for messages.
+    pub fn redacted_url(&self) -> String {
+        redact_url(&self.url)
+    }
+}
+
+/// Versioned migrations, one process at a time (the others wait on the lock, then find the
+/// version current).
+pub fn migrate(
+    client: &mut Client,
+    family: &'static str,
+    steps: &[&str],
+) -> Result<(), MigrateError> {
+    let known = steps.len() as i32;
+    let mut tx = client.transaction()?;
+    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
+    tx.batch_execute(
+        "CREATE TABLE IF NOT EXISTS kitbag_migrations (family TEXT PRIMARY KEY, version INTEGER NOT NULL)",
+    )?;
+    let found: i32 = tx
+        .query_opt(
+            "SELECT version FROM kitbag_migrations WHERE family = $1",
+            &[&family],
+        )?
+        .map_or(0, |r| r.get(0));
+    if found > known {
+        return Err(MigrateError::Newer {
+            family,
+            found,
+            known,
+        });
+    }
+    for step in &steps[found as usize..] {
+        tx.batch_execute(step)?;
+    }
+    tx.execute(
+        "INSERT INTO kitbag_migrations (family, version) VALUES ($1, $2)
+         ON CONFLICT (family) DO UPDATE SET version = EXCLUDED.version",
+        &[&family, &known],
+    )?;
+    tx.commit()?;
+    Ok(())
+}
