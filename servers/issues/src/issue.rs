@@ -5,8 +5,8 @@ use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 
+use crate::db::Store;
 use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
-use rusqlite::Connection;
 use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
@@ -164,11 +164,7 @@ pub struct ListResult {
     pub next_offset: Option<i64>,
 }
 
-pub fn list(
-    state: &IssuesState,
-    conn: &Connection,
-    p: ListParams,
-) -> ToolResult<Reply<ListResult>> {
+pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<Reply<ListResult>> {
     let limit = range("limit", p.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)?;
     let offset = range("offset", p.offset, 0, 0, i64::MAX / 2)?;
     let search = match p.search.as_deref().map(str::trim) {
@@ -289,7 +285,7 @@ pub struct GetResult {
     pub todos: Vec<Todo>,
 }
 
-pub fn get(state: &IssuesState, conn: &Connection, p: GetParams) -> ToolResult<Reply<GetResult>> {
+pub fn get(state: &IssuesState, conn: &mut Store, p: GetParams) -> ToolResult<Reply<GetResult>> {
     let n = number("number", p.number)?;
     let offset = range("updates_offset", p.updates_offset, 0, 0, i64::MAX / 2)?;
     let limit = range(
@@ -411,7 +407,7 @@ pub struct CreateResult {
 
 pub fn create(
     state: &IssuesState,
-    conn: &mut Connection,
+    conn: &mut Store,
     p: CreateParams,
 ) -> ToolResult<Reply<CreateResult>> {
     let t = title("title", &p.title)?;
@@ -476,7 +472,7 @@ pub struct UpdateResult {
 
 pub fn update(
     state: &IssuesState,
-    conn: &mut Connection,
+    conn: &mut Store,
     p: UpdateParams,
 ) -> ToolResult<Reply<UpdateResult>> {
     let n = number("number", p.number)?;
@@ -544,7 +540,7 @@ pub struct CommentResult {
 
 pub fn comment(
     state: &IssuesState,
-    conn: &mut Connection,
+    conn: &mut Store,
     p: CommentParams,
 ) -> ToolResult<Reply<CommentResult>> {
     let n = number("number", p.number)?;
@@ -623,7 +619,7 @@ pub struct TransitionResult {
 
 pub fn transition(
     state: &IssuesState,
-    conn: &mut Connection,
+    conn: &mut Store,
     p: TransitionParams,
 ) -> ToolResult<Reply<TransitionResult>> {
     let n = number("number", p.number)?;
@@ -691,11 +687,7 @@ pub struct BindResult {
     pub markdown: Option<String>,
 }
 
-pub fn bind(
-    state: &IssuesState,
-    conn: &Connection,
-    p: BindParams,
-) -> ToolResult<Reply<BindResult>> {
+pub fn bind(state: &IssuesState, conn: &mut Store, p: BindParams) -> ToolResult<Reply<BindResult>> {
     let unbind = p.unbind.unwrap_or(false);
     match (p.number, unbind) {
         (Some(_), true) => Err(ToolError::invalid_field(
@@ -752,7 +744,7 @@ pub fn bind(
 pub async fn with_conn<T: Send + 'static>(
     state: Arc<IssuesState>,
     ctx: &CallCtx,
-    f: impl FnOnce(&IssuesState, &mut Connection) -> ToolResult<T> + Send + 'static,
+    f: impl FnOnce(&IssuesState, &mut Store) -> ToolResult<T> + Send + 'static,
 ) -> ToolResult<T> {
     ctx.check_cancelled()?;
     kitbag_shared::blocking(move || {

@@ -1,4 +1,5 @@
-//! kitbag-issues: an issue tracker and a todo checklist for agents, over MCP, on SQLite.
+//! kitbag-issues: an issue tracker and a todo checklist for agents, over MCP, on SQLite (or a
+//! shared PostgreSQL with `--database-url`).
 //!
 //! Tools: `issue_list`, `issue_get`, `issue_create`, `issue_update`, `issue_comment`,
 //! `issue_transition`, `issue_bind` and `todo`; every one declares
@@ -30,15 +31,32 @@ pub use state::IssuesState;
 #[command(
     name = "kitbag-issues",
     version,
-    about = "MCP server: issue tracker and todo checklist on SQLite"
+    about = "MCP server: issue tracker and todo checklist on SQLite or PostgreSQL"
 )]
 pub struct Args {
     #[command(flatten)]
     pub common: CommonArgs,
 
     /// Database file. Default: <root>/.kitbag/issues.db.
-    #[arg(long, global = true, value_name = "FILE")]
+    #[arg(
+        long,
+        global = true,
+        value_name = "FILE",
+        conflicts_with = "database_url"
+    )]
     pub db: Option<PathBuf>,
+
+    /// Keep the issues in PostgreSQL instead of a SQLite file, shared by every server (and
+    /// replica) given the same URL; notifications reach the other servers' clients through
+    /// LISTEN/NOTIFY. Empty means unset.
+    #[arg(
+        long,
+        global = true,
+        env = "KITBAG_DATABASE_URL",
+        value_name = "URL",
+        hide_env_values = true
+    )]
+    pub database_url: Option<String>,
 
     /// Project the issues belong to (numbers are per project). Default: the root's name.
     #[arg(long, global = true, value_name = "NAME")]
@@ -82,15 +100,15 @@ fn root_only(def: ToolDef) -> ToolDef {
 async fn read<T: Send + 'static>(
     s: Arc<IssuesState>,
     ctx: CallCtx,
-    f: impl FnOnce(&IssuesState, &rusqlite::Connection) -> ToolResult<T> + Send + 'static,
+    f: impl FnOnce(&IssuesState, &mut db::Store) -> ToolResult<T> + Send + 'static,
 ) -> ToolResult<T> {
-    issue::with_conn(s, &ctx, move |st, c| f(st, c)).await
+    issue::with_conn(s, &ctx, f).await
 }
 
 async fn write<T: Send + 'static>(
     s: Arc<IssuesState>,
     ctx: CallCtx,
-    f: impl FnOnce(&IssuesState, &mut rusqlite::Connection) -> ToolResult<T> + Send + 'static,
+    f: impl FnOnce(&IssuesState, &mut db::Store) -> ToolResult<T> + Send + 'static,
 ) -> ToolResult<T> {
     let r = issue::with_conn(s.clone(), &ctx, f).await;
     if r.is_ok() {
@@ -153,6 +171,20 @@ pub fn router() -> ToolRouter<IssuesState> {
         )
 }
 
+/// The store the arguments name: PostgreSQL with a database URL, else the SQLite file (and
+/// its path).
+fn open_store(args: &Args) -> anyhow::Result<(db::Store, Option<PathBuf>)> {
+    use kitbag_shared::state::pg::url_given;
+    match url_given(args.database_url.as_deref()) {
+        Some(url) => Ok((db::open_postgres(url)?, None)),
+        None => {
+            let path = db_path(args)?;
+            let conn = db::open(&args.common.policy()?, &path)?;
+            Ok((db::Store::Sqlite(conn), Some(path)))
+        }
+    }
+}
+
 fn db_path(args: &Args) -> anyhow::Result<PathBuf> {
     match &args.db {
         Some(p) => Ok(p.clone()),
@@ -189,9 +221,8 @@ fn check_principal(p: &str) -> anyhow::Result<String> {
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<IssuesState>> {
     let policy = args.common.policy()?;
-    let path = db_path(args)?;
-    let conn = db::open(&policy, &path)?;
-    let cursor = db::last_change(&conn).map_err(|e| anyhow::anyhow!(e.message))?;
+    let (mut conn, path) = open_store(args)?;
+    let cursor = db::last_change(&mut conn).map_err(|e| anyhow::anyhow!(e.message))?;
     if let Some(n) = args.issue
         && n < 1
     {
@@ -218,8 +249,8 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     match &args.command {
         Some(Command::Export) => {
-            let conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
-            let records = db::export(&conn).map_err(|e| anyhow::anyhow!(e.message))?;
+            let (mut conn, _) = open_store(&args)?;
+            let records = db::export(&mut conn).map_err(|e| anyhow::anyhow!(e.message))?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for r in records {
                 writeln!(out, "{}", serde_json::to_string(&r)?)?;
@@ -228,7 +259,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Import { file }) => {
-            let mut conn = db::open(&args.common.policy()?, &db_path(&args)?)?;
+            let (mut conn, _) = open_store(&args)?;
             let reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
                 Box::new(std::io::stdin().lock())
             } else {

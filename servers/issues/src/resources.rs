@@ -11,6 +11,11 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use crate::db::{self, StatusFilter, Store};
+use crate::issue::{self, GetParams};
+use crate::model::TodoStatus;
+use crate::render;
+use crate::state::IssuesState;
 use futures::future::BoxFuture;
 use kitbag_shared::Extras;
 use kitbag_shared::rmcp::ErrorData as McpError;
@@ -21,14 +26,6 @@ use kitbag_shared::rmcp::model::{
     ServerCapabilities, SubscriptionFilter,
 };
 use kitbag_shared::rmcp::service::{Peer, RoleServer, SubscriptionContext, SubscriptionSink};
-use kitbag_shared::state::sqlite::{self, StateDb};
-use rusqlite::Connection;
-
-use crate::db::{self, StatusFilter};
-use crate::issue::{self, GetParams};
-use crate::model::TodoStatus;
-use crate::render;
-use crate::state::IssuesState;
 
 pub const OPEN_URI: &str = "issues://open";
 /// Open issues listed in `issues://open` (and in `resources/list`).
@@ -120,16 +117,11 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
     }
     let state = state.clone();
     tokio::spawn(async move {
-        let dir = state.conn.locked().dir().clone();
-        let name = state
-            .db_path
-            .file_name()
-            .map(|n| n.to_string_lossy().into_owned());
-        let opened = tokio::task::spawn_blocking(move || -> anyhow::Result<StateDb> {
-            let name = name.ok_or_else(|| anyhow::anyhow!("the database path has no file name"))?;
-            let c = StateDb::open(dir, &name, sqlite::read_write_create())?;
-            c.busy_timeout(db::BUSY_TIMEOUT)?;
-            Ok(c)
+        let st = state.clone();
+        // The watcher's own connection, so a long tool call never delays a notification.
+        let opened = tokio::task::spawn_blocking(move || {
+            let conn = st.conn.locked();
+            db::reopen(&conn, st.db_path.as_deref())
         })
         .await;
         // Start from the change log as it was when the server opened the database: a change
@@ -148,6 +140,16 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
                 return;
             }
         };
+        // Other replicas' changes arrive as NOTIFY at once (PostgreSQL); the poll below
+        // still finds any a lost listener missed.
+        let weak = Arc::downgrade(&state);
+        db::listen(&conn, move || match weak.upgrade() {
+            Some(s) => {
+                s.notifier.poke.notify_one();
+                true
+            }
+            None => false,
+        });
         let conn = Arc::new(Mutex::new(conn));
         loop {
             tokio::select! {
@@ -158,8 +160,8 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
             let project = state.project.clone();
             let since = last;
             let found = tokio::task::spawn_blocking(move || {
-                let c = c.locked();
-                db::changes_since(&c, &project, since)
+                let mut c = c.locked();
+                db::changes_since(&mut *c, &project, since)
             })
             .await;
             let (numbers, newest) = match found {
@@ -184,11 +186,11 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
 
 async fn with_db<T: Send + 'static>(
     state: Arc<IssuesState>,
-    f: impl FnOnce(&IssuesState, &Connection) -> Result<T, McpError> + Send + 'static,
+    f: impl FnOnce(&IssuesState, &mut Store) -> Result<T, McpError> + Send + 'static,
 ) -> Result<T, McpError> {
     tokio::task::spawn_blocking(move || {
-        let conn = state.conn.locked();
-        f(&state, &conn)
+        let mut conn = state.conn.locked();
+        f(&state, &mut conn)
     })
     .await
     .map_err(|e| McpError::internal_error(e.to_string(), None))?
@@ -204,7 +206,7 @@ fn tool_err(e: kitbag_shared::ToolError) -> McpError {
 /// The open issues as markdown.
 pub fn open_markdown(
     state: &IssuesState,
-    conn: &Connection,
+    conn: &mut Store,
 ) -> Result<String, kitbag_shared::ToolError> {
     let (issues, total) = db::list(
         conn,

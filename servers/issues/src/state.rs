@@ -4,13 +4,13 @@ use kitbag_shared::lock::LockExt;
 use std::path::PathBuf;
 use std::sync::Mutex;
 
-use kitbag_shared::state::sqlite::StateDb;
-
+use crate::db::Store;
 use crate::resources::Notifier;
 
 pub struct IssuesState {
-    pub conn: Mutex<StateDb>,
-    pub db_path: PathBuf,
+    pub conn: Mutex<Store>,
+    /// The SQLite file (for the watcher's own connection); `None` on PostgreSQL.
+    pub db_path: Option<PathBuf>,
     /// Issues are numbered per project.
     pub project: String,
     /// The author of every change (`--principal`).
@@ -23,8 +23,8 @@ pub struct IssuesState {
 
 impl IssuesState {
     pub fn new(
-        conn: StateDb,
-        db_path: PathBuf,
+        conn: Store,
+        db_path: Option<PathBuf>,
         project: String,
         principal: String,
         workflows: Vec<String>,

@@ -5,9 +5,9 @@
 //! Steps are the agent's plan; criteria are the issue's acceptance criteria, which only an
 //! operator may drop or replace.
 
+use crate::db::Store;
 use kitbag_shared::args;
 use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
-use rusqlite::Connection;
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -344,11 +344,7 @@ fn items(
 }
 
 /// Run one `todo` call against the bound issue.
-pub fn run(
-    state: &IssuesState,
-    conn: &mut Connection,
-    p: TodoParams,
-) -> ToolResult<Reply<TodoResult>> {
+pub fn run(state: &IssuesState, conn: &mut Store, p: TodoParams) -> ToolResult<Reply<TodoResult>> {
     // Arguments first: a bad call changes nothing and says what is wrong.
     match p.action {
         Action::View => unused(&p, &["include_abandoned"])?,
@@ -527,7 +523,7 @@ fn still_applies(
 
 fn view(
     state: &IssuesState,
-    conn: &Connection,
+    conn: &mut Store,
     number: i64,
     action: Action,
     target: Option<String>,

@@ -24,6 +24,7 @@ pub struct PgConn {
     client: Client,
     url: String,
     broken: bool,
+    generation: u64,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -76,10 +77,21 @@ impl PgConn {
             client,
             url: url.to_owned(),
             broken: false,
+            generation: 0,
         })
     }
 
-    /// Another connection to the same database (a listener, a watcher).
+    /// Another connection to the same database (a watcher), the schema already current.
+    pub fn reopen(&self) -> Result<PgConn, postgres::Error> {
+        Ok(PgConn {
+            client: Client::connect(&self.url, NoTls)?,
+            url: self.url.clone(),
+            broken: false,
+            generation: 0,
+        })
+    }
+
+    /// A plain client on the same database (a LISTEN connection).
     pub fn another(&self) -> Result<Client, postgres::Error> {
         Client::connect(&self.url, NoTls)
     }
@@ -89,8 +101,15 @@ impl PgConn {
         if self.broken || self.client.is_closed() {
             self.client = Client::connect(&self.url, NoTls)?;
             self.broken = false;
+            self.generation += 1;
         }
         Ok(&mut self.client)
+    }
+
+    /// How many times the connection was reopened: statements prepared on an earlier one
+    /// are gone.
+    pub fn generation(&self) -> u64 {
+        self.generation
     }
 
     /// Note a failed call: an error the server did not answer with (I/O, a closed

@@ -1,9 +1,9 @@
 //! Issues: the row, create, list and search, updates and comments, status changes.
 
-use rusqlite::{Connection, OptionalExtension, Row, Transaction, params};
 use serde_json::{Value, json};
 
-use super::{log_change, new_id, not_found, now, sql, write_tx};
+use super::sql::{Cells, Engine, Sql, Store, Tx};
+use super::{log_change, new_id, not_found, now};
 use crate::model::{IssueSummary, Status, Update, UpdateKind, Visibility};
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 
@@ -25,56 +25,47 @@ pub struct IssueRow {
     pub resolved_by: Option<String>,
 }
 
-/// The issue row's columns, in the order [`issue_row`] reads them (`seq` first; an insert that
-/// gives `NULL` for it lets SQLite number the row).
+/// The issue row's columns, in the order [`issue_row`] reads them (`seq` first).
 pub(super) const ISSUE_COLS: &str = "seq, id, number, title, body, original_body, status, assignment, created_by, created_at, updated_at, resolved_at, resolved_by";
 /// How many columns [`ISSUE_COLS`] names: a query selecting more reads them from here on.
 pub(super) const ISSUE_COL_COUNT: usize = 13;
 
-fn status_col(r: &Row<'_>, i: usize) -> rusqlite::Result<Status> {
-    let s: String = r.get(i)?;
-    Status::parse(&s).ok_or_else(|| {
-        rusqlite::Error::FromSqlConversionFailure(
-            i,
-            rusqlite::types::Type::Text,
-            format!("unknown status {s}").into(),
-        )
-    })
+fn status_col(r: &Cells, i: usize) -> ToolResult<Status> {
+    let s = r.text(i)?;
+    Status::parse(&s)
+        .ok_or_else(|| ToolError::internal(format!("issues database: unknown status {s}")))
 }
 
 /// The one reading of an issue row (columns [`ISSUE_COLS`]).
-pub(super) fn issue_row(r: &Row<'_>) -> rusqlite::Result<IssueRow> {
+pub(super) fn issue_row(r: &Cells) -> ToolResult<IssueRow> {
     Ok(IssueRow {
-        seq: r.get(0)?,
-        id: r.get(1)?,
-        number: r.get(2)?,
-        title: r.get(3)?,
-        body: r.get(4)?,
-        original_body: r.get(5)?,
+        seq: r.int(0)?,
+        id: r.text(1)?,
+        number: r.int(2)?,
+        title: r.text(3)?,
+        body: r.text(4)?,
+        original_body: r.opt_text(5)?,
         status: status_col(r, 6)?,
-        assignment: r.get(7)?,
-        created_by: r.get(8)?,
-        created_at: r.get(9)?,
-        updated_at: r.get(10)?,
-        resolved_at: r.get(11)?,
-        resolved_by: r.get(12)?,
+        assignment: r.opt_text(7)?,
+        created_by: r.text(8)?,
+        created_at: r.int(9)?,
+        updated_at: r.int(10)?,
+        resolved_at: r.opt_int(11)?,
+        resolved_by: r.opt_text(12)?,
     })
 }
 
-pub fn find(conn: &Connection, project: &str, number: i64) -> ToolResult<IssueRow> {
-    conn.prepare_cached(&format!(
-        "SELECT {ISSUE_COLS} FROM issues WHERE project = ?1 AND number = ?2"
-    ))
-    .map_err(sql)?
-    .query_row(params![project, number], issue_row)
-    .optional()
-    .map_err(sql)?
-    .ok_or_else(|| not_found(number))
+pub fn find(conn: &mut impl Sql, project: &str, number: i64) -> ToolResult<IssueRow> {
+    let row = conn.row(
+        &format!("SELECT {ISSUE_COLS} FROM issues WHERE project = ?1 AND number = ?2"),
+        &[&project, &number],
+    )?;
+    issue_row(&row.ok_or_else(|| not_found(number))?)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn add_update(
-    tx: &Transaction<'_>,
+    tx: &mut Tx<'_>,
     issue_seq: i64,
     author: &str,
     kind: UpdateKind,
@@ -84,22 +75,20 @@ fn add_update(
     at: i64,
 ) -> ToolResult<String> {
     let id = new_id();
-    tx.prepare_cached(
+    tx.exec(
         "INSERT INTO issue_updates (id, issue_seq, author, kind, body, metadata, visibility, created_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )
-    .map_err(sql)?
-    .execute(params![
-        id,
-        issue_seq,
-        author,
-        kind.as_str(),
-        body,
-        metadata.map(|m| m.to_string()),
-        visibility.as_str(),
-        at
-    ])
-    .map_err(sql)?;
+        &[
+            &id,
+            &issue_seq,
+            &author,
+            &kind.as_str(),
+            &body,
+            &metadata.map(|m| m.to_string()),
+            &visibility.as_str(),
+            &at,
+        ],
+    )?;
     Ok(id)
 }
 
@@ -111,30 +100,26 @@ pub struct Created {
 }
 
 pub fn create(
-    conn: &mut Connection,
+    conn: &mut Store,
     project: &str,
     author: &str,
     title: &str,
     body: &str,
 ) -> ToolResult<Created> {
-    let tx = write_tx(conn)?;
-    let number: i64 = tx
-        .query_row(
-            "SELECT coalesce(max(number), 0) + 1 FROM issues WHERE project = ?1",
-            [project],
-            |r| r.get(0),
-        )
-        .map_err(sql)?;
+    let mut tx = conn.write()?;
+    let number = tx.int(
+        "SELECT coalesce(max(number), 0) + 1 FROM issues WHERE project = ?1",
+        &[&project],
+    )?;
     let id = new_id();
     let at = now();
-    tx.execute(
+    tx.exec(
         "INSERT INTO issues (id, project, number, title, body, status, created_by, created_at, updated_at)
          VALUES (?1, ?2, ?3, ?4, ?5, 'open', ?6, ?7, ?7)",
-        params![id, project, number, title, body, author, at],
-    )
-    .map_err(sql)?;
-    log_change(&tx, project, number)?;
-    tx.commit().map_err(sql)?;
+        &[&id, &project, &number, &title, &body, &author, &at],
+    )?;
+    log_change(&mut tx, project, number)?;
+    tx.commit()?;
     Ok(Created {
         id,
         number,
@@ -160,146 +145,236 @@ pub fn quote_fts(query: &str) -> String {
         .join(" ")
 }
 
-fn summary(r: &Row<'_>) -> rusqlite::Result<IssueSummary> {
+fn summary(r: &Cells) -> ToolResult<IssueSummary> {
     Ok(IssueSummary {
-        id: r.get(0)?,
-        number: r.get(1)?,
-        title: r.get(2)?,
+        id: r.text(0)?,
+        number: r.int(1)?,
+        title: r.text(2)?,
         status: status_col(r, 3)?,
-        assignment: r.get(4)?,
-        created_by: r.get(5)?,
-        created_at: r.get(6)?,
-        updated_at: r.get(7)?,
+        assignment: r.opt_text(4)?,
+        created_by: r.text(5)?,
+        created_at: r.int(6)?,
+        updated_at: r.int(7)?,
     })
 }
 
 /// A page of issues (newest first, or best match first with a search) and the total.
 pub fn list(
-    conn: &Connection,
+    conn: &mut impl Sql,
     project: &str,
     filter: StatusFilter,
     search: Option<&str>,
     limit: i64,
     offset: i64,
 ) -> ToolResult<(Vec<IssueSummary>, i64)> {
-    match search {
-        None => list_query(conn, project, filter, None, limit, offset).map_err(sql),
-        Some(q) => match list_query(conn, project, filter, Some(q), limit, offset) {
-            Ok(r) => Ok(r),
-            Err(e) if is_fts_syntax(&e) => {
-                let quoted = quote_fts(q);
-                list_query(conn, project, filter, Some(&quoted), limit, offset).map_err(|e| {
-                    if is_fts_syntax(&e) {
-                        ToolError::invalid_field(
-                            "search",
-                            format!("not a usable full-text query ({e}); use plain words, \"a phrase\", OR, NOT, or prefix*"),
-                        )
-                    } else {
-                        sql(e)
-                    }
-                })
+    let Some(q) = search else {
+        return list_query(conn, project, filter, None, limit, offset);
+    };
+    let unusable = |e: &ToolError| {
+        ToolError::invalid_field(
+            "search",
+            format!(
+                "not a usable full-text query ({}); use plain words, \"a phrase\", OR, NOT, or prefix*",
+                e.message
+            ),
+        )
+    };
+    if conn.engine() == Engine::Postgres {
+        let query = tsquery(q);
+        return list_query(conn, project, filter, Some(&query), limit, offset).map_err(|e| {
+            if e.message.contains("tsquery") {
+                unusable(&e)
+            } else {
+                e
             }
-            Err(e) => Err(sql(e)),
-        },
+        });
+    }
+    match list_query(conn, project, filter, Some(q), limit, offset) {
+        Err(e) if is_fts_syntax(&e) => {
+            let quoted = quote_fts(q);
+            list_query(conn, project, filter, Some(&quoted), limit, offset)
+                .map_err(|e| if is_fts_syntax(&e) { unusable(&e) } else { e })
+        }
+        other => other,
     }
 }
 
-fn is_fts_syntax(e: &rusqlite::Error) -> bool {
-    let m = e.to_string();
+fn is_fts_syntax(e: &ToolError) -> bool {
+    let m = &e.message;
     m.contains("fts5") || m.contains("no such column") || m.contains("unterminated")
 }
 
+/// A casual query as a PostgreSQL `tsquery` with FTS5's meaning: words must all match,
+/// `"a phrase"` in order, `OR` between alternatives, `NOT` (or `-`) before an excluded word,
+/// `prefix*`. Each word is quoted, so punctuation cannot be tsquery syntax.
+pub fn tsquery(query: &str) -> String {
+    let mut out = String::new();
+    let mut pending_or = false;
+    let mut negate = false;
+    for token in query_tokens(query) {
+        match token.as_str() {
+            "OR" => {
+                pending_or = !out.is_empty();
+                continue;
+            }
+            "NOT" | "AND" => {
+                negate |= token == "NOT";
+                continue;
+            }
+            _ => {}
+        }
+        let (word, neg) = match token.strip_prefix('-') {
+            Some(rest) if !rest.is_empty() => (rest, true),
+            _ => (token.as_str(), false),
+        };
+        let (word, prefix) = match word.strip_suffix('*') {
+            Some(stem) if !stem.is_empty() => (stem, true),
+            _ => (word, false),
+        };
+        let mut term = format!("'{}'", word.replace('\\', "\\\\").replace('\'', "''"));
+        if prefix {
+            term.push_str(":*");
+        }
+        if !out.is_empty() {
+            out.push_str(if pending_or { " | " } else { " & " });
+        }
+        if negate || neg {
+            out.push('!');
+        }
+        out.push_str(&term);
+        pending_or = false;
+        negate = false;
+    }
+    out
+}
+
+/// Words, and phrases in double quotes kept whole.
+fn query_tokens(query: &str) -> Vec<String> {
+    let mut tokens = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    for c in query.chars() {
+        if c == '"' {
+            quoted = !quoted;
+            if !current.is_empty() {
+                tokens.push(std::mem::take(&mut current));
+            }
+        } else if c.is_whitespace() && !quoted {
+            if !current.is_empty() {
+                tokens.push(std::mem::take(&mut current));
+            }
+        } else {
+            current.push(c);
+        }
+    }
+    if !current.is_empty() {
+        tokens.push(current);
+    }
+    tokens
+}
+
 fn list_query(
-    conn: &Connection,
+    conn: &mut impl Sql,
     project: &str,
     filter: StatusFilter,
     search: Option<&str>,
     limit: i64,
     offset: i64,
-) -> rusqlite::Result<(Vec<IssueSummary>, i64)> {
-    let status_sql = match filter {
-        StatusFilter::NonTerminal => " AND i.status NOT IN ('resolved', 'rejected')",
-        StatusFilter::All => "",
-        StatusFilter::Only(_) => " AND i.status = ?3",
+) -> ToolResult<(Vec<IssueSummary>, i64)> {
+    let status = match filter {
+        StatusFilter::Only(s) => Some(s.as_str()),
+        _ => None,
     };
-    let status_param = match filter {
-        StatusFilter::Only(s) => s.as_str(),
-        _ => "",
+    let mut args: Vec<&dyn super::sql::Param> = vec![&project];
+    let mut conditions = String::from("i.project = ?1");
+    let (from, order) = match (&search, conn.engine()) {
+        (None, _) => ("issues i", "i.number DESC".to_string()),
+        (Some(q), Engine::Sqlite) => {
+            args.push(q);
+            conditions.push_str(" AND issues_fts MATCH ?2");
+            (
+                "issues_fts JOIN issues i ON i.seq = issues_fts.rowid",
+                "bm25(issues_fts, 10.0, 1.0), i.number DESC".to_string(),
+            )
+        }
+        (Some(q), Engine::Postgres) => {
+            args.push(q);
+            conditions.push_str(" AND i.search @@ to_tsquery('simple', ?2)");
+            (
+                "issues i",
+                "ts_rank_cd(i.search, to_tsquery('simple', ?2)) DESC, i.number DESC".to_string(),
+            )
+        }
     };
+    match (filter, &status) {
+        (StatusFilter::NonTerminal, _) => {
+            conditions.push_str(" AND i.status NOT IN ('resolved', 'rejected')");
+        }
+        (_, Some(s)) => {
+            args.push(s);
+            conditions.push_str(&format!(" AND i.status = ?{}", args.len()));
+        }
+        _ => {}
+    }
+    let total = conn.int(
+        &format!("SELECT count(*) FROM {from} WHERE {conditions}"),
+        &args,
+    )?;
+    let n = args.len();
+    args.push(&limit);
+    args.push(&offset);
     let cols =
         "i.id, i.number, i.title, i.status, i.assignment, i.created_by, i.created_at, i.updated_at";
-    let (from, order, query) = match search {
-        Some(q) => (
-            "issues_fts JOIN issues i ON i.seq = issues_fts.rowid WHERE issues_fts MATCH ?2 AND i.project = ?1",
-            "ORDER BY bm25(issues_fts, 10.0, 1.0), i.number DESC",
-            q,
-        ),
-        None => (
-            "issues i WHERE i.project = ?1 AND ?2 = ?2",
-            "ORDER BY i.number DESC",
-            "",
-        ),
-    };
-    let param_list: Vec<&dyn rusqlite::ToSql> = if matches!(filter, StatusFilter::Only(_)) {
-        vec![&project, &query, &status_param, &limit, &offset]
-    } else {
-        vec![&project, &query, &limit, &offset]
-    };
-    let (lim, off) = if matches!(filter, StatusFilter::Only(_)) {
-        ("?4", "?5")
-    } else {
-        ("?3", "?4")
-    };
-    let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {cols} FROM {from}{status_sql} {order} LIMIT {lim} OFFSET {off}"
-    ))?;
-    let issues = stmt
-        .query_map(param_list.as_slice(), summary)?
-        .collect::<rusqlite::Result<Vec<_>>>()?;
-    let count_params = &param_list[..param_list.len() - 2];
-    let total: i64 = conn
-        .prepare_cached(&format!("SELECT count(*) FROM {from}{status_sql}"))?
-        .query_row(count_params, |r| r.get(0))?;
+    let issues = conn
+        .rows(
+            &format!(
+                "SELECT {cols} FROM {from} WHERE {conditions} ORDER BY {order} LIMIT ?{} OFFSET ?{}",
+                n + 1,
+                n + 2
+            ),
+            &args,
+        )?
+        .iter()
+        .map(summary)
+        .collect::<ToolResult<Vec<_>>>()?;
     Ok((issues, total))
 }
 
-fn update_row(r: &Row<'_>) -> rusqlite::Result<Update> {
-    let kind: String = r.get(2)?;
-    let metadata: Option<String> = r.get(4)?;
-    let vis: String = r.get(5)?;
+fn update_row(r: &Cells) -> ToolResult<Update> {
+    let kind = r.text(2)?;
+    let metadata = r.opt_text(4)?;
+    let vis = r.text(5)?;
     Ok(Update {
-        id: r.get(0)?,
-        author: r.get(1)?,
+        id: r.text(0)?,
+        author: r.text(1)?,
         kind: UpdateKind::parse(&kind).unwrap_or(UpdateKind::Comment),
-        body: r.get(3)?,
+        body: r.opt_text(3)?,
         metadata: metadata.and_then(|m| serde_json::from_str(&m).ok()),
         visibility: Visibility::parse(&vis).unwrap_or(Visibility::OperatorOnly),
-        created_at: r.get(6)?,
+        created_at: r.int(6)?,
     })
 }
 
 /// Updates of an issue in chronological order, a page of them, and how many there are.
 pub fn updates(
-    conn: &Connection,
+    conn: &mut impl Sql,
     issue_seq: i64,
     offset: i64,
     limit: i64,
 ) -> ToolResult<(Vec<Update>, i64)> {
-    let total: i64 = conn
-        .prepare_cached("SELECT count(*) FROM issue_updates WHERE issue_seq = ?1")
-        .map_err(sql)?
-        .query_row([issue_seq], |r| r.get(0))
-        .map_err(sql)?;
+    let total = conn.int(
+        "SELECT count(*) FROM issue_updates WHERE issue_seq = ?1",
+        &[&issue_seq],
+    )?;
     let list = conn
-        .prepare_cached(
+        .rows(
             "SELECT id, author, kind, body, metadata, visibility, created_at FROM issue_updates
              WHERE issue_seq = ?1 ORDER BY seq LIMIT ?2 OFFSET ?3",
-        )
-        .map_err(sql)?
-        .query_map(params![issue_seq, limit, offset], update_row)
-        .map_err(sql)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(sql)?;
+            &[&issue_seq, &limit, &offset],
+        )?
+        .iter()
+        .map(update_row)
+        .collect::<ToolResult<Vec<_>>>()?;
     Ok((list, total))
 }
 
@@ -318,32 +393,32 @@ pub struct Edited {
 }
 
 pub fn update(
-    conn: &mut Connection,
+    conn: &mut Store,
     project: &str,
     author: &str,
     number: i64,
     edit: &Edit<'_>,
 ) -> ToolResult<Edited> {
-    let tx = write_tx(conn)?;
-    let row = find(&tx, project, number)?;
+    let mut tx = conn.write()?;
+    let row = find(&mut tx, project, number)?;
     let at = now();
     let mut fields = Vec::new();
     if let Some(title) = edit.title
         && title != row.title
     {
-        set_title(&tx, &row, author, title, at)?;
+        set_title(&mut tx, &row, author, title, at)?;
         fields.push("title");
     }
     if let Some(body) = edit.body
         && body != row.body
     {
-        set_body(&tx, &row, author, body, at)?;
+        set_body(&mut tx, &row, author, body, at)?;
         fields.push("body");
     }
     if let Some(assignment) = edit.assignment
         && assignment != row.assignment.as_deref()
     {
-        set_assignment(&tx, &row, author, assignment, at)?;
+        set_assignment(&mut tx, &row, author, assignment, at)?;
         fields.push("assignment");
     }
     if fields.is_empty() {
@@ -353,13 +428,12 @@ pub fn update(
         )
         .with_detail(json!({"number": number})));
     }
-    tx.execute(
+    tx.exec(
         "UPDATE issues SET updated_at = ?1 WHERE seq = ?2",
-        params![at, row.seq],
-    )
-    .map_err(sql)?;
-    log_change(&tx, project, number)?;
-    tx.commit().map_err(sql)?;
+        &[&at, &row.seq],
+    )?;
+    log_change(&mut tx, project, number)?;
+    tx.commit()?;
     Ok(Edited {
         updated_fields: fields,
         updated_at: at,
@@ -367,17 +441,16 @@ pub fn update(
 }
 
 fn set_title(
-    tx: &Transaction<'_>,
+    tx: &mut Tx<'_>,
     row: &IssueRow,
     author: &str,
     title: &str,
     at: i64,
 ) -> ToolResult<()> {
-    tx.execute(
+    tx.exec(
         "UPDATE issues SET title = ?1 WHERE seq = ?2",
-        params![title, row.seq],
-    )
-    .map_err(sql)?;
+        &[&title, &row.seq],
+    )?;
     add_update(
         tx,
         row.seq,
@@ -392,26 +465,18 @@ fn set_title(
 }
 
 /// The first edit of a body keeps the original beside it.
-fn set_body(
-    tx: &Transaction<'_>,
-    row: &IssueRow,
-    author: &str,
-    body: &str,
-    at: i64,
-) -> ToolResult<()> {
+fn set_body(tx: &mut Tx<'_>, row: &IssueRow, author: &str, body: &str, at: i64) -> ToolResult<()> {
     let preserve = row.original_body.is_none();
     if preserve {
-        tx.execute(
+        tx.exec(
             "UPDATE issues SET original_body = body WHERE seq = ?1",
-            [row.seq],
-        )
-        .map_err(sql)?;
+            &[&row.seq],
+        )?;
     }
-    tx.execute(
+    tx.exec(
         "UPDATE issues SET body = ?1 WHERE seq = ?2",
-        params![body, row.seq],
-    )
-    .map_err(sql)?;
+        &[&body, &row.seq],
+    )?;
     add_update(
         tx,
         row.seq,
@@ -430,17 +495,16 @@ fn set_body(
 }
 
 fn set_assignment(
-    tx: &Transaction<'_>,
+    tx: &mut Tx<'_>,
     row: &IssueRow,
     author: &str,
     assignment: Option<&str>,
     at: i64,
 ) -> ToolResult<()> {
-    tx.execute(
+    tx.exec(
         "UPDATE issues SET assignment = ?1 WHERE seq = ?2",
-        params![assignment, row.seq],
-    )
-    .map_err(sql)?;
+        &[&assignment, &row.seq],
+    )?;
     add_update(
         tx,
         row.seq,
@@ -455,18 +519,18 @@ fn set_assignment(
 }
 
 pub fn comment(
-    conn: &mut Connection,
+    conn: &mut Store,
     project: &str,
     author: &str,
     number: i64,
     body: &str,
     visibility: Visibility,
 ) -> ToolResult<(String, i64)> {
-    let tx = write_tx(conn)?;
-    let row = find(&tx, project, number)?;
+    let mut tx = conn.write()?;
+    let row = find(&mut tx, project, number)?;
     let at = now();
     let id = add_update(
-        &tx,
+        &mut tx,
         row.seq,
         author,
         UpdateKind::Comment,
@@ -475,13 +539,12 @@ pub fn comment(
         visibility,
         at,
     )?;
-    tx.execute(
+    tx.exec(
         "UPDATE issues SET updated_at = ?1 WHERE seq = ?2",
-        params![at, row.seq],
-    )
-    .map_err(sql)?;
-    log_change(&tx, project, number)?;
-    tx.commit().map_err(sql)?;
+        &[&at, &row.seq],
+    )?;
+    log_change(&mut tx, project, number)?;
+    tx.commit()?;
     Ok((id, at))
 }
 
@@ -498,15 +561,15 @@ pub struct Moved {
 }
 
 pub fn transition(
-    conn: &mut Connection,
+    conn: &mut Store,
     project: &str,
     author: &str,
     number: i64,
     to: Status,
     comment: Option<&str>,
 ) -> ToolResult<Moved> {
-    let tx = write_tx(conn)?;
-    let row = find(&tx, project, number)?;
+    let mut tx = conn.write()?;
+    let row = find(&mut tx, project, number)?;
     let from = row.status;
     if !from.can_move_to(to) {
         let legal = legal_targets(from);
@@ -529,22 +592,21 @@ pub fn transition(
     }
     let at = now();
     match to {
-        Status::Resolved => tx.execute(
+        Status::Resolved => tx.exec(
             "UPDATE issues SET status = ?1, updated_at = ?2, resolved_at = ?2, resolved_by = ?3 WHERE seq = ?4",
-            params![to.as_str(), at, author, row.seq],
+            &[&to.as_str(), &at, &author, &row.seq],
         ),
-        Status::Reopened => tx.execute(
+        Status::Reopened => tx.exec(
             "UPDATE issues SET status = ?1, updated_at = ?2, resolved_at = NULL, resolved_by = NULL WHERE seq = ?3",
-            params![to.as_str(), at, row.seq],
+            &[&to.as_str(), &at, &row.seq],
         ),
-        _ => tx.execute(
+        _ => tx.exec(
             "UPDATE issues SET status = ?1, updated_at = ?2 WHERE seq = ?3",
-            params![to.as_str(), at, row.seq],
+            &[&to.as_str(), &at, &row.seq],
         ),
-    }
-    .map_err(sql)?;
+    }?;
     add_update(
-        &tx,
+        &mut tx,
         row.seq,
         author,
         UpdateKind::StatusChange,
@@ -555,7 +617,7 @@ pub fn transition(
     )?;
     let comment_id = match comment {
         Some(c) => Some(add_update(
-            &tx,
+            &mut tx,
             row.seq,
             author,
             UpdateKind::Comment,
@@ -566,8 +628,8 @@ pub fn transition(
         )?),
         None => None,
     };
-    log_change(&tx, project, number)?;
-    tx.commit().map_err(sql)?;
+    log_change(&mut tx, project, number)?;
+    tx.commit()?;
     Ok(Moved {
         from,
         to,

@@ -1,30 +1,39 @@
-//! The store: SQLite (WAL, busy timeout) with an FTS5 index over titles and bodies.
+//! The store: SQLite (WAL, busy timeout, an FTS5 index) on one machine, or PostgreSQL
+//! (`--database-url`, a generated `tsvector` with a GIN index) shared by replicas.
 //!
-//! Several server processes may share one database. Every write runs in an IMMEDIATE
-//! transaction, so reading the next number and inserting the issue are one step: numbers
-//! stay sequential and unique per project. Every change also appends to `change_log`, which
-//! each process watches to send `notifications/resources/updated`.
+//! Several server processes may share one database. Every write runs in one serialised
+//! transaction (SQLite's IMMEDIATE, PostgreSQL's advisory write lock), so reading the next
+//! number and inserting the issue are one step: numbers stay sequential and unique per
+//! project. Every change also appends to `change_log`, which each process watches to send
+//! `notifications/resources/updated` (PostgreSQL also NOTIFYs the other replicas).
 //!
-//! `schema`: the file, its tables and migrations; `issues`: issue rows, updates and status
-//! changes; `todos`: an issue's checklist; `transfer`: export and import. The helpers every
-//! query uses (errors, write transactions, the change log) are here.
+//! `sql`: the two engines behind one interface, so each query below is written once;
+//! `schema`: the SQLite file, the PostgreSQL schema, their migrations; `issues`: issue rows,
+//! updates and status changes; `todos`: an issue's checklist; `transfer`: export and import.
+//! The helpers every query uses (errors, the change log) are here.
 
 mod issues;
 mod schema;
+mod sql;
 mod todos;
 mod transfer;
+mod watch;
 
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
-use rusqlite::{Connection, Transaction, TransactionBehavior, params};
 use serde_json::json;
 
 pub use issues::*;
-pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION, open};
+pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION, open, open_postgres};
+pub use sql::{Engine, Sql, Store, Tx};
 pub use todos::*;
 pub use transfer::{export, import};
+pub use watch::{listen, reopen};
 
 /// change_log rows kept (watchers only need the recent tail).
 const CHANGE_LOG_KEEP: i64 = 10_000;
+
+/// The channel PostgreSQL replicas are told of changes on (the payload is the project).
+pub const NOTIFY_CHANNEL: &str = "kitbag_issues";
 
 /// Unix seconds now.
 pub fn now() -> i64 {
@@ -38,27 +47,6 @@ pub fn new_id() -> String {
     ulid::Ulid::generate().to_string()
 }
 
-/// A database failure as a tool error (busy is the one a caller can act on).
-pub fn sql(e: rusqlite::Error) -> ToolError {
-    if let rusqlite::Error::SqliteFailure(f, _) = &e
-        && matches!(
-            f.code,
-            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-        )
-    {
-        return ToolError::new(
-            ErrorCode::FileBusy,
-            "the issues database stayed locked by another process for 10 s; try again",
-        );
-    }
-    ToolError::internal(format!("issues database: {e}"))
-}
-
-fn write_tx(conn: &mut Connection) -> ToolResult<Transaction<'_>> {
-    conn.transaction_with_behavior(TransactionBehavior::Immediate)
-        .map_err(sql)
-}
-
 fn not_found(number: i64) -> ToolError {
     ToolError::new(
         ErrorCode::IssueNotFound,
@@ -67,47 +55,43 @@ fn not_found(number: i64) -> ToolError {
     .with_detail(json!({ "number": number, "field": "number" }))
 }
 
-fn log_change(tx: &Transaction<'_>, project: &str, number: i64) -> ToolResult<()> {
-    tx.execute(
-        "INSERT INTO change_log (project, number) VALUES (?1, ?2)",
-        params![project, number],
-    )
-    .map_err(sql)?;
-    let last = tx.last_insert_rowid();
+fn log_change(tx: &mut Tx<'_>, project: &str, number: i64) -> ToolResult<()> {
+    let last = tx.int(
+        "INSERT INTO change_log (project, number) VALUES (?1, ?2) RETURNING seq",
+        &[&project, &number],
+    )?;
     if last % 1000 == 0 {
-        tx.execute(
+        tx.exec(
             "DELETE FROM change_log WHERE seq <= ?1",
-            params![last - CHANGE_LOG_KEEP],
-        )
-        .map_err(sql)?;
+            &[&(last - CHANGE_LOG_KEEP)],
+        )?;
+    }
+    if tx.engine() == Engine::Postgres {
+        // Delivered at commit, to every replica that listens.
+        tx.exec("SELECT pg_notify(?1, ?2)", &[&NOTIFY_CHANNEL, &project])?;
     }
     Ok(())
 }
 
 /// The newest change_log entry (0 when empty).
-pub fn last_change(conn: &Connection) -> ToolResult<i64> {
-    conn.query_row("SELECT coalesce(max(seq), 0) FROM change_log", [], |r| {
-        r.get(0)
-    })
-    .map_err(sql)
+pub fn last_change(conn: &mut impl Sql) -> ToolResult<i64> {
+    conn.int("SELECT coalesce(max(seq), 0) FROM change_log", &[])
 }
 
 /// Issue numbers of `project` changed after change `since`, and the newest change seen.
-pub fn changes_since(conn: &Connection, project: &str, since: i64) -> ToolResult<(Vec<i64>, i64)> {
-    let mut stmt = conn
-        .prepare_cached(
-            "SELECT seq, number FROM change_log WHERE seq > ?1 AND project = ?2 ORDER BY seq",
-        )
-        .map_err(sql)?;
+pub fn changes_since(
+    conn: &mut impl Sql,
+    project: &str,
+    since: i64,
+) -> ToolResult<(Vec<i64>, i64)> {
+    let rows = conn.rows(
+        "SELECT seq, number FROM change_log WHERE seq > ?1 AND project = ?2 ORDER BY seq",
+        &[&since, &project],
+    )?;
     let mut last = since;
     let mut numbers = Vec::new();
-    let rows = stmt
-        .query_map(params![since, project], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
-        })
-        .map_err(sql)?;
     for row in rows {
-        let (seq, n) = row.map_err(sql)?;
+        let (seq, n) = (row.int(0)?, row.int(1)?);
         last = last.max(seq);
         if !numbers.contains(&n) {
             numbers.push(n);
@@ -124,7 +108,6 @@ mod tests {
     use std::path::Path;
 
     use kitbag_shared::paths::PathPolicy;
-    use kitbag_shared::state::sqlite::StateDb;
 
     use super::*;
 
@@ -132,10 +115,10 @@ mod tests {
         PathPolicy::new(root, &[], false).unwrap()
     }
 
-    fn db() -> (tempfile::TempDir, StateDb) {
+    fn db() -> (tempfile::TempDir, Store) {
         let d = tempfile::tempdir().unwrap();
         let c = open(&policy(d.path()), &d.path().join("x/issues.db")).unwrap();
-        (d, c)
+        (d, Store::Sqlite(c))
     }
 
     #[test]
@@ -153,11 +136,11 @@ mod tests {
         let (_d, mut c) = db();
         create(&mut c, "p", "me", "Dark mode", "The palette needs a toggle").unwrap();
         create(&mut c, "p", "me", "Login bug", "crash on submit").unwrap();
-        let (hits, total) = list(&c, "p", StatusFilter::All, Some("palette"), 25, 0).unwrap();
+        let (hits, total) = list(&mut c, "p", StatusFilter::All, Some("palette"), 25, 0).unwrap();
         assert_eq!((hits.len(), total), (1, 1));
         assert_eq!(hits[0].title, "Dark mode");
         // Punctuation that is FTS5 syntax falls back to quoted words.
-        let (hits, _) = list(&c, "p", StatusFilter::All, Some("crash: \"on"), 25, 0).unwrap();
+        let (hits, _) = list(&mut c, "p", StatusFilter::All, Some("crash: \"on"), 25, 0).unwrap();
         assert_eq!(hits.len(), 1);
         // Title edits reach the index.
         let edit = Edit {
@@ -166,13 +149,13 @@ mod tests {
         };
         update(&mut c, "p", "me", 1, &edit).unwrap();
         assert_eq!(
-            list(&c, "p", StatusFilter::All, Some("night"), 25, 0)
+            list(&mut c, "p", StatusFilter::All, Some("night"), 25, 0)
                 .unwrap()
                 .1,
             1
         );
         assert_eq!(
-            list(&c, "p", StatusFilter::All, Some("dark"), 25, 0)
+            list(&mut c, "p", StatusFilter::All, Some("dark"), 25, 0)
                 .unwrap()
                 .1,
             0
@@ -187,11 +170,24 @@ mod tests {
         let e = open(&policy(d.path()), &junk).unwrap_err().to_string();
         assert!(e.contains("not a usable SQLite database"), "{e}");
         let other = d.path().join("other.db");
-        Connection::open(&other)
+        rusqlite::Connection::open(&other)
             .unwrap()
             .execute_batch("CREATE TABLE t (x)")
             .unwrap();
         let e = open(&policy(d.path()), &other).unwrap_err().to_string();
         assert!(e.contains("not a kitbag-issues database"), "{e}");
+    }
+
+    #[test]
+    fn casual_queries_become_safe_tsqueries() {
+        assert_eq!(tsquery("dark mode"), "'dark' & 'mode'");
+        assert_eq!(tsquery("dark OR night"), "'dark' | 'night'");
+        assert_eq!(tsquery("crash NOT login"), "'crash' & !'login'");
+        assert_eq!(tsquery("crash -login"), "'crash' & !'login'");
+        assert_eq!(tsquery("pal*"), "'pal':*");
+        assert_eq!(tsquery("\"empty password\" crash"), "'empty password' & 'crash'");
+        // Punctuation and quotes stay inside a quoted lexeme.
+        assert_eq!(tsquery("crash: 'on \\"), "'crash:' & '''on' & '\\\\'");
+        assert_eq!(tsquery("  "), "");
     }
 }

@@ -1,44 +1,42 @@
 //! An issue's todos: the row, the list, and every change to it in one write transaction.
 
-use rusqlite::{Connection, Row, params};
-
-use super::{find, log_change, new_id, now, sql, write_tx};
+use super::sql::{Cells, Sql, Store};
+use super::{find, log_change, new_id, now};
 use crate::model::{Note, Todo, TodoKind, TodoStatus};
 use kitbag_shared::{ToolError, ToolResult};
 
 pub(super) const TODO_COLS: &str = "id, content, status, kind, phase, position, notes, origin_agent, created_by, created_at, updated_at, started_at, completed_at";
 
-fn todo_row(r: &Row<'_>) -> rusqlite::Result<Todo> {
-    let status: String = r.get(2)?;
-    let kind: String = r.get(3)?;
-    let notes: String = r.get(6)?;
+fn todo_row(r: &Cells) -> ToolResult<Todo> {
+    let status = r.text(2)?;
+    let kind = r.text(3)?;
+    let notes = r.text(6)?;
     Ok(Todo {
-        id: r.get(0)?,
-        content: r.get(1)?,
+        id: r.text(0)?,
+        content: r.text(1)?,
         status: TodoStatus::parse(&status).unwrap_or(TodoStatus::Pending),
         kind: TodoKind::parse(&kind).unwrap_or(TodoKind::Step),
-        phase: r.get(4)?,
-        position: r.get(5)?,
+        phase: r.opt_text(4)?,
+        position: r.int(5)?,
         notes: serde_json::from_str::<Vec<Note>>(&notes).unwrap_or_default(),
-        origin_agent: r.get(7)?,
-        created_by: r.get(8)?,
-        created_at: r.get(9)?,
-        updated_at: r.get(10)?,
-        started_at: r.get(11)?,
-        completed_at: r.get(12)?,
+        origin_agent: r.opt_text(7)?,
+        created_by: r.text(8)?,
+        created_at: r.int(9)?,
+        updated_at: r.int(10)?,
+        started_at: r.opt_int(11)?,
+        completed_at: r.opt_int(12)?,
     })
 }
 
 /// Every todo of an issue in list order (abandoned ones included).
-pub fn todos(conn: &Connection, issue_seq: i64) -> ToolResult<Vec<Todo>> {
-    conn.prepare_cached(&format!(
-        "SELECT {TODO_COLS} FROM issue_todos WHERE issue_seq = ?1 ORDER BY position, seq"
-    ))
-    .map_err(sql)?
-    .query_map([issue_seq], todo_row)
-    .map_err(sql)?
-    .collect::<rusqlite::Result<Vec<_>>>()
-    .map_err(sql)
+pub fn todos(conn: &mut impl Sql, issue_seq: i64) -> ToolResult<Vec<Todo>> {
+    conn.rows(
+        &format!("SELECT {TODO_COLS} FROM issue_todos WHERE issue_seq = ?1 ORDER BY position, seq"),
+        &[&issue_seq],
+    )?
+    .iter()
+    .map(todo_row)
+    .collect()
 }
 
 /// New todos to append.
@@ -63,78 +61,70 @@ pub enum TodoOp<'a> {
 /// Apply a todo change to issue `number` after `check` approves it against the current
 /// list (so lookups and invariants see exactly what the change applies to).
 pub fn todo_change(
-    conn: &mut Connection,
+    conn: &mut Store,
     project: &str,
     author: &str,
     number: i64,
     op: &TodoOp<'_>,
     check: impl FnOnce(&[Todo]) -> ToolResult<()>,
 ) -> ToolResult<()> {
-    let tx = write_tx(conn)?;
-    let row = find(&tx, project, number)?;
-    let current = todos(&tx, row.seq)?;
+    let mut tx = conn.write()?;
+    let row = find(&mut tx, project, number)?;
+    let current = todos(&mut tx, row.seq)?;
     check(&current)?;
     let at = now();
     let next_position = current.iter().map(|t| t.position + 1).max().unwrap_or(0);
     match op {
         TodoOp::Set(new) | TodoOp::Add(new) => {
             if matches!(op, TodoOp::Set(_)) {
-                tx.execute(
+                tx.exec(
                     "UPDATE issue_todos SET status = 'abandoned', updated_at = ?1
                      WHERE issue_seq = ?2 AND kind = ?3 AND status != 'abandoned'",
-                    params![at, row.seq, new.kind.as_str()],
-                )
-                .map_err(sql)?;
+                    &[&at, &row.seq, &new.kind.as_str()],
+                )?;
             }
-            let mut stmt = tx
-                .prepare_cached(
+            for (i, item) in new.items.iter().enumerate() {
+                tx.exec(
                     "INSERT INTO issue_todos (id, issue_seq, content, status, kind, phase, position, origin_agent, created_by, created_at, updated_at)
                      VALUES (?1, ?2, ?3, 'pending', ?4, ?5, ?6, ?7, ?8, ?9, ?9)",
-                )
-                .map_err(sql)?;
-            for (i, item) in new.items.iter().enumerate() {
-                stmt.execute(params![
-                    new_id(),
-                    row.seq,
-                    item,
-                    new.kind.as_str(),
-                    new.phase,
-                    next_position + i as i64,
-                    new.origin_agent,
-                    author,
-                    at
-                ])
-                .map_err(sql)?;
+                    &[
+                        &new_id(),
+                        &row.seq,
+                        item,
+                        &new.kind.as_str(),
+                        &new.phase,
+                        &(next_position + i as i64),
+                        &new.origin_agent,
+                        &author,
+                        &at,
+                    ],
+                )?;
             }
         }
         TodoOp::Start(id) => {
-            tx.execute(
+            tx.exec(
                 "UPDATE issue_todos SET status = 'pending', updated_at = ?1
                  WHERE issue_seq = ?2 AND status = 'in_progress' AND id != ?3",
-                params![at, row.seq, id],
-            )
-            .map_err(sql)?;
-            tx.execute(
+                &[&at, &row.seq, id],
+            )?;
+            tx.exec(
                 "UPDATE issue_todos SET status = 'in_progress', updated_at = ?1, started_at = ?1, completed_at = NULL
                  WHERE id = ?2 AND status != 'in_progress'",
-                params![at, id],
-            )
-            .map_err(sql)?;
+                &[&at, id],
+            )?;
         }
         TodoOp::Done(id) => {
-            tx.execute(
+            tx.exec(
                 "UPDATE issue_todos SET status = 'completed', updated_at = ?1, completed_at = ?1
                  WHERE id = ?2 AND status != 'completed'",
-                params![at, id],
-            )
-            .map_err(sql)?;
+                &[&at, id],
+            )?;
         }
         TodoOp::Drop(id) => {
-            tx.execute(
+            tx.exec(
                 "UPDATE issue_todos SET status = 'abandoned', updated_at = ?1 WHERE id = ?2",
-                params![at, id],
-            )
-            .map_err(sql)?;
+                &[&at, id],
+            )?;
         }
         TodoOp::Note(id, text) => {
             let todo = current
@@ -149,13 +139,12 @@ pub fn todo_change(
             });
             let notes = serde_json::to_string(&notes)
                 .map_err(|e| ToolError::internal(format!("notes: {e}")))?;
-            tx.execute(
+            tx.exec(
                 "UPDATE issue_todos SET notes = ?1, updated_at = ?2 WHERE id = ?3",
-                params![notes, at, id],
-            )
-            .map_err(sql)?;
+                &[&notes, &at, id],
+            )?;
         }
     }
-    log_change(&tx, project, number)?;
-    tx.commit().map_err(sql)
+    log_change(&mut tx, project, number)?;
+    tx.commit()
 }

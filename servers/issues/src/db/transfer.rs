@@ -1,24 +1,22 @@
 //! Export and import: every issue with its updates and todos, as records.
 
-use rusqlite::{Connection, OptionalExtension, TransactionBehavior, params};
-
 use super::issues::{ISSUE_COL_COUNT, ISSUE_COLS, IssueRow, issue_row};
+use super::sql::{Sql, Store};
 use super::todos::TODO_COLS;
-use super::{sql, todos, updates};
+use super::{log_change, todos, updates};
 use crate::model::IssueRecord;
 use kitbag_shared::ToolResult;
 
 /// Every issue of every project, with its updates and todos, in (project, number) order.
-pub fn export(conn: &Connection) -> ToolResult<Vec<IssueRecord>> {
+pub fn export(conn: &mut impl Sql) -> ToolResult<Vec<IssueRecord>> {
     let rows: Vec<(String, IssueRow)> = conn
-        .prepare(&format!(
-            "SELECT {ISSUE_COLS}, project FROM issues ORDER BY project, number"
-        ))
-        .map_err(sql)?
-        .query_map([], |r| Ok((r.get(ISSUE_COL_COUNT)?, issue_row(r)?)))
-        .map_err(sql)?
-        .collect::<rusqlite::Result<Vec<_>>>()
-        .map_err(sql)?;
+        .rows(
+            &format!("SELECT {ISSUE_COLS}, project FROM issues ORDER BY project, number"),
+            &[],
+        )?
+        .iter()
+        .map(|r| Ok((r.text(ISSUE_COL_COUNT)?, issue_row(r)?)))
+        .collect::<ToolResult<Vec<_>>>()?;
     let mut out = Vec::with_capacity(rows.len());
     for (project, row) in rows {
         let (updates, _) = updates(conn, row.seq, 0, i64::MAX)?;
@@ -47,18 +45,19 @@ pub fn export(conn: &Connection) -> ToolResult<Vec<IssueRecord>> {
 /// Import records all-or-nothing. An issue whose id exists is replaced with the record
 /// (updates and todos included); a number taken by a different issue is an error.
 /// Returns (added, replaced).
-pub fn import(conn: &mut Connection, records: &[IssueRecord]) -> anyhow::Result<(usize, usize)> {
-    let tx = conn.transaction_with_behavior(TransactionBehavior::Immediate)?;
+pub fn import(conn: &mut Store, records: &[IssueRecord]) -> anyhow::Result<(usize, usize)> {
+    let fail = |e: kitbag_shared::ToolError| anyhow::anyhow!(e.message);
+    let mut tx = conn.write().map_err(fail)?;
     let (mut added, mut replaced) = (0, 0);
     for (i, r) in records.iter().enumerate() {
         let line = i + 1;
-        let by_number: Option<String> = tx
-            .query_row(
+        let by_number = tx
+            .row(
                 "SELECT id FROM issues WHERE project = ?1 AND number = ?2",
-                params![r.project, r.number],
-                |row| row.get(0),
+                &[&r.project, &r.number],
             )
-            .optional()?;
+            .and_then(|row| row.map(|row| row.text(0)).transpose())
+            .map_err(fail)?;
         if let Some(other) = &by_number
             && other != &r.id
         {
@@ -68,82 +67,81 @@ pub fn import(conn: &mut Connection, records: &[IssueRecord]) -> anyhow::Result<
                 r.number
             );
         }
-        let existed = tx.execute("DELETE FROM issues WHERE id = ?1", [&r.id])? > 0;
+        let existed = tx
+            .exec("DELETE FROM issues WHERE id = ?1", &[&r.id])
+            .map_err(fail)?
+            > 0;
         if existed {
             replaced += 1;
         } else {
             added += 1;
         }
-        tx.execute(
-            &format!(
-                "INSERT INTO issues ({ISSUE_COLS}, project)
-                 VALUES (NULL, ?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13)"
-            ),
-            params![
-                r.id,
-                r.number,
-                r.title,
-                r.body,
-                r.original_body,
-                r.status.as_str(),
-                r.assignment,
-                r.created_by,
-                r.created_at,
-                r.updated_at,
-                r.resolved_at,
-                r.resolved_by,
-                r.project
-            ],
-        )
-        .map_err(|e| anyhow::anyhow!("record {line}: {e}"))?;
-        let seq = tx.last_insert_rowid();
-        for u in &r.updates {
-            tx.execute(
-                "INSERT INTO issue_updates (id, issue_seq, author, kind, body, metadata, visibility, created_at)
-                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-                params![
-                    u.id,
-                    seq,
-                    u.author,
-                    u.kind.as_str(),
-                    u.body,
-                    u.metadata.as_ref().map(|m| m.to_string()),
-                    u.visibility.as_str(),
-                    u.created_at
+        // The row is numbered anew (`seq` is left to the engine).
+        let seq = tx
+            .int(
+                "INSERT INTO issues (id, number, title, body, original_body, status, assignment, created_by, created_at, updated_at, resolved_at, resolved_by, project)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13) RETURNING seq",
+                &[
+                    &r.id,
+                    &r.number,
+                    &r.title,
+                    &r.body,
+                    &r.original_body,
+                    &r.status.as_str(),
+                    &r.assignment,
+                    &r.created_by,
+                    &r.created_at,
+                    &r.updated_at,
+                    &r.resolved_at,
+                    &r.resolved_by,
+                    &r.project,
                 ],
             )
-            .map_err(|e| anyhow::anyhow!("record {line}, update {}: {e}", u.id))?;
+            .map_err(|e| anyhow::anyhow!("record {line}: {}", e.message))?;
+        for u in &r.updates {
+            tx.exec(
+                "INSERT INTO issue_updates (id, issue_seq, author, kind, body, metadata, visibility, created_at)
+                 VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+                &[
+                    &u.id,
+                    &seq,
+                    &u.author,
+                    &u.kind.as_str(),
+                    &u.body,
+                    &u.metadata.as_ref().map(|m| m.to_string()),
+                    &u.visibility.as_str(),
+                    &u.created_at,
+                ],
+            )
+            .map_err(|e| anyhow::anyhow!("record {line}, update {}: {}", u.id, e.message))?;
         }
         for t in &r.todos {
-            tx.execute(
+            tx.exec(
                 &format!(
                     "INSERT INTO issue_todos ({TODO_COLS}, issue_seq)
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12, ?13, ?14)"
                 ),
-                params![
-                    t.id,
-                    t.content,
-                    t.status.as_str(),
-                    t.kind.as_str(),
-                    t.phase,
-                    t.position,
-                    serde_json::to_string(&t.notes)?,
-                    t.origin_agent,
-                    t.created_by,
-                    t.created_at,
-                    t.updated_at,
-                    t.started_at,
-                    t.completed_at,
-                    seq
+                &[
+                    &t.id,
+                    &t.content,
+                    &t.status.as_str(),
+                    &t.kind.as_str(),
+                    &t.phase,
+                    &t.position,
+                    &serde_json::to_string(&t.notes)?,
+                    &t.origin_agent,
+                    &t.created_by,
+                    &t.created_at,
+                    &t.updated_at,
+                    &t.started_at,
+                    &t.completed_at,
+                    &seq,
                 ],
             )
-            .map_err(|e| anyhow::anyhow!("record {line}, todo {}: {e}", t.id))?;
+            .map_err(|e| anyhow::anyhow!("record {line}, todo {}: {}", t.id, e.message))?;
         }
-        tx.execute(
-            "INSERT INTO change_log (project, number) VALUES (?1, ?2)",
-            params![r.project, r.number],
-        )?;
+        log_change(&mut tx, &r.project, r.number).map_err(fail)?;
     }
-    tx.commit()?;
+    tx.commit().map_err(fail)?;
     Ok((added, replaced))
 }
