@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kitbag_issues::db::{self, StatusFilter};
+use kitbag_issues::db::{self, Sql, StatusFilter};
 use kitbag_issues::model::{IssueRecord, Status, Update, UpdateKind, Visibility};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
@@ -73,7 +73,7 @@ fn bench_policy() -> kitbag_shared::paths::PathPolicy {
 }
 
 fn populate(path: &Path) -> (String, String) {
-    let mut conn = db::open(&bench_policy(), path).unwrap();
+    let mut conn = db::Store::Sqlite(db::open(&bench_policy(), path).unwrap());
     let mut w = Words::new();
     let per_issue = (UPDATES - BIG_UPDATES) / (ISSUES as usize - 1);
     let mut extra = (UPDATES - BIG_UPDATES) % (ISSUES as usize - 1);
@@ -131,9 +131,7 @@ fn populate(path: &Path) -> (String, String) {
         });
     }
     db::import(&mut conn, &records).unwrap();
-    let total: i64 = conn
-        .query_row("SELECT count(*) FROM issue_updates", [], |r| r.get(0))
-        .unwrap();
+    let total = conn.int("SELECT count(*) FROM issue_updates", &[]).unwrap();
     assert_eq!(total as usize, UPDATES);
     // A mid-frequency word and a two-word query.
     let vocab = Words::new().vocab;
@@ -141,11 +139,7 @@ fn populate(path: &Path) -> (String, String) {
 }
 
 /// A benchmark case: its name, the tool arguments, and the same work done in-process.
-type Case = (
-    String,
-    serde_json::Value,
-    Box<dyn Fn(&rusqlite::Connection)>,
-);
+type Case = (String, serde_json::Value, Box<dyn Fn(&mut db::Store)>);
 
 fn pct(mut v: Vec<Duration>, p: f64) -> Duration {
     v.sort();
@@ -179,9 +173,9 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let conn = db::open(&bench_policy(), &path).unwrap();
+    let mut conn = db::Store::Sqlite(db::open(&bench_policy(), &path).unwrap());
     let direct_hits = db::list(
-        &conn,
+        &mut conn,
         "bench",
         StatusFilter::NonTerminal,
         Some(&word),
@@ -213,7 +207,7 @@ fn main() {
             json!({"search": word}),
             Box::new({
                 let word = word.clone();
-                move |conn: &rusqlite::Connection| {
+                move |conn: &mut db::Store| {
                     db::list(conn, "bench", StatusFilter::NonTerminal, Some(&word), 25, 0).unwrap();
                 }
             }),
@@ -223,7 +217,7 @@ fn main() {
             json!({"search": two}),
             Box::new({
                 let two = two.clone();
-                move |conn: &rusqlite::Connection| {
+                move |conn: &mut db::Store| {
                     db::list(conn, "bench", StatusFilter::NonTerminal, Some(&two), 25, 0).unwrap();
                 }
             }),
@@ -231,7 +225,7 @@ fn main() {
         (
             format!("issue_get #1 ({BIG_UPDATES} updates)"),
             json!({"number": 1}),
-            Box::new(|conn: &rusqlite::Connection| {
+            Box::new(|conn: &mut db::Store| {
                 let row = db::find(conn, "bench", 1).unwrap();
                 db::updates(conn, row.seq, 0, 200).unwrap();
                 db::todos(conn, row.seq).unwrap();
@@ -248,7 +242,7 @@ fn main() {
             let r = c.call(tool, args.clone());
             assert!(!r.is_error);
         });
-        let (d50, d95) = measure(|| direct(&conn));
+        let (d50, d95) = measure(|| direct(&mut conn));
         println!(
             "  {name}\n    over MCP stdio: p50 {} p95 {}\n    in-process:     p50 {} p95 {}\n    MCP / in-process p50: {:.1}x",
             ms(mcp50),

@@ -27,7 +27,7 @@ use serde_json::json;
 
 pub use state::IssuesState;
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "kitbag-issues",
     version,
@@ -78,7 +78,7 @@ pub struct Args {
     pub command: Option<Command>,
 }
 
-#[derive(Debug, Subcommand)]
+#[derive(Debug, Clone, Subcommand)]
 pub enum Command {
     /// Write every issue (with its updates and todos) as one JSON line each to stdout.
     Export,
@@ -247,9 +247,27 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<IssuesState>> {
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
+    // The PostgreSQL client blocks (it drives its own small runtime): the store is opened and
+    // batch commands run on a blocking thread, never on the runtime's.
+    let batch = args.clone();
+    match &args.command {
+        Some(_) => tokio::task::spawn_blocking(move || run_command(&batch))
+            .await
+            .map_err(|e| anyhow::anyhow!("{e}"))?,
+        None => {
+            let server = tokio::task::spawn_blocking(move || build(&batch))
+                .await
+                .map_err(|e| anyhow::anyhow!("{e}"))??;
+            kitbag_shared::serve(server, &args.common).await
+        }
+    }
+}
+
+/// `export` and `import`.
+fn run_command(args: &Args) -> anyhow::Result<()> {
     match &args.command {
         Some(Command::Export) => {
-            let (mut conn, _) = open_store(&args)?;
+            let (mut conn, _) = open_store(args)?;
             let records = db::export(&mut conn).map_err(|e| anyhow::anyhow!(e.message))?;
             let mut out = std::io::BufWriter::new(std::io::stdout().lock());
             for r in records {
@@ -259,7 +277,7 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             Ok(())
         }
         Some(Command::Import { file }) => {
-            let (mut conn, _) = open_store(&args)?;
+            let (mut conn, _) = open_store(args)?;
             let reader: Box<dyn BufRead> = if file.as_os_str() == "-" {
                 Box::new(std::io::stdin().lock())
             } else {
@@ -285,9 +303,6 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        None => {
-            let server = build(&args)?;
-            kitbag_shared::serve(server, &args.common).await
-        }
+        None => Ok(()),
     }
 }

@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::db::{self, StatusFilter, Store};
+use crate::db::{self, Sql, StatusFilter, Store};
 use crate::issue::{self, GetParams};
 use crate::model::TodoStatus;
 use crate::render;
@@ -30,7 +30,11 @@ use kitbag_shared::rmcp::service::{Peer, RoleServer, SubscriptionContext, Subscr
 pub const OPEN_URI: &str = "issues://open";
 /// Open issues listed in `issues://open` (and in `resources/list`).
 const OPEN_LIST_MAX: i64 = 100;
+/// How often the watcher reads the change log for other processes' changes on SQLite.
 const POLL: Duration = Duration::from_millis(250);
+/// On PostgreSQL, LISTEN/NOTIFY tells of changes at once; the poll only catches what a lost
+/// listener connection missed.
+const POLL_BEHIND_LISTEN: Duration = Duration::from_secs(30);
 
 /// Is `uri` one of ours: `issues://open` or `issues://<number>`.
 pub fn parse_uri(uri: &str) -> Option<Option<i64>> {
@@ -118,10 +122,23 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
     let state = state.clone();
     tokio::spawn(async move {
         let st = state.clone();
-        // The watcher's own connection, so a long tool call never delays a notification.
+        // Other replicas' changes arrive as NOTIFY at once (PostgreSQL); the poll below
+        // still finds any a lost listener missed.
+        let weak = Arc::downgrade(&state);
+        let poke = move || match weak.upgrade() {
+            Some(s) => {
+                s.notifier.poke.notify_one();
+                true
+            }
+            None => false,
+        };
+        // The watcher's own connection, so a long tool call never delays a notification
+        // (opened off the runtime: the PostgreSQL client blocks).
         let opened = tokio::task::spawn_blocking(move || {
             let conn = st.conn.locked();
-            db::reopen(&conn, st.db_path.as_deref())
+            let watcher = db::reopen(&conn, st.db_path.as_deref())?;
+            db::listen(&watcher, poke);
+            anyhow::Ok(watcher)
         })
         .await;
         // Start from the change log as it was when the server opened the database: a change
@@ -140,21 +157,15 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
                 return;
             }
         };
-        // Other replicas' changes arrive as NOTIFY at once (PostgreSQL); the poll below
-        // still finds any a lost listener missed.
-        let weak = Arc::downgrade(&state);
-        db::listen(&conn, move || match weak.upgrade() {
-            Some(s) => {
-                s.notifier.poke.notify_one();
-                true
-            }
-            None => false,
-        });
+        let poll = match conn.engine() {
+            db::Engine::Sqlite => POLL,
+            db::Engine::Postgres => POLL_BEHIND_LISTEN,
+        };
         let conn = Arc::new(Mutex::new(conn));
         loop {
             tokio::select! {
                 _ = state.notifier.poke.notified() => {}
-                _ = tokio::time::sleep(POLL) => {}
+                _ = tokio::time::sleep(poll) => {}
             }
             let c = conn.clone();
             let project = state.project.clone();

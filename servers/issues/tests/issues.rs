@@ -1,6 +1,7 @@
 //! kitbag-issues over stdio: the seed's project-management tests, the state machine,
 //! bad input, both protocol eras, the catalog, resources, several processes, export/import.
 
+#[macro_use]
 mod common;
 
 use std::process::Command;
@@ -10,13 +11,24 @@ use common::{Env, bin, create};
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 use serde_json::{Value, json};
 
+on_both_engines!(
+    both_eras_catalog_and_root_only_meta,
+    list_happy_path_filter_search_and_pagination,
+    get_detail_not_found_and_operator_only_updates,
+    create_numbers_limits_and_author,
+    update_bodies_assignment_and_bad_input,
+    comments_and_visibility,
+    the_state_machine,
+    concurrent_creates_from_two_processes_get_unique_sequential_numbers,
+    export_import_round_trips_exactly,
+    resources_read_and_notify_in_both_eras,
+);
+
 fn get(c: &mut McpClient, n: i64) -> Value {
     c.call_ok("issue_get", json!({"number": n})).structured
 }
 
-#[test]
-fn both_eras_catalog_and_root_only_meta() {
-    let env = Env::new();
+fn both_eras_catalog_and_root_only_meta(env: &Env) {
     for era in [Era::Handshake, Era::Modern] {
         let mut c = env.spawn_era(era, &[]);
         let tools = c.list_tools();
@@ -56,9 +68,7 @@ fn both_eras_catalog_and_root_only_meta() {
     }
 }
 
-#[test]
-fn list_happy_path_filter_search_and_pagination() {
-    let env = Env::new();
+fn list_happy_path_filter_search_and_pagination(env: &Env) {
     let mut c = env.spawn(&[]);
     create(
         &mut c,
@@ -136,7 +146,7 @@ fn list_happy_path_filter_search_and_pagination() {
     );
 
     // Pagination: 30 issues, limit 10, offset 10.
-    let env = Env::new();
+    let env = env.sibling();
     let mut c = env.spawn(&[]);
     for i in 1..=30 {
         create(&mut c, &format!("issue {i}"), "");
@@ -170,9 +180,7 @@ fn list_happy_path_filter_search_and_pagination() {
         .expect_field("sort");
 }
 
-#[test]
-fn get_detail_not_found_and_operator_only_updates() {
-    let env = Env::new();
+fn get_detail_not_found_and_operator_only_updates(env: &Env) {
     let mut c = env.spawn(&[]);
     for i in 1..=42 {
         create(&mut c, &format!("issue {i}"), &format!("body {i}"));
@@ -240,9 +248,7 @@ fn get_detail_not_found_and_operator_only_updates() {
     assert_eq!(g["updates"][0]["body"], "internal note");
 }
 
-#[test]
-fn create_numbers_limits_and_author() {
-    let env = Env::new();
+fn create_numbers_limits_and_author(env: &Env) {
     let mut c = env.spawn(&[]);
     let r = c.call_ok(
         "issue_create",
@@ -320,9 +326,7 @@ fn create_numbers_limits_and_author() {
     assert_eq!(n, 5, "numbers continue across processes");
 }
 
-#[test]
-fn update_bodies_assignment_and_bad_input() {
-    let env = Env::new();
+fn update_bodies_assignment_and_bad_input(env: &Env) {
     let mut c = env.spawn(&["--workflow", "deploy"]);
     let n = create(&mut c, "Dark mode", "first body");
     let r = c.call_ok(
@@ -437,9 +441,7 @@ fn update_bodies_assignment_and_bad_input() {
     );
 }
 
-#[test]
-fn comments_and_visibility() {
-    let env = Env::new();
+fn comments_and_visibility(env: &Env) {
     let mut c = env.spawn(&[]);
     let n = create(&mut c, "c", "");
     let r = c.call_ok(
@@ -486,9 +488,7 @@ fn comments_and_visibility() {
     assert_eq!(get(&mut c, n)["updates_total"], 2);
 }
 
-#[test]
-fn the_state_machine() {
-    let env = Env::new();
+fn the_state_machine(env: &Env) {
     let mut c = env.spawn(&[]);
     let n = create(&mut c, "s", "");
     let r = c.call_ok("issue_transition", json!({"number": n, "to": "triaged"}));
@@ -643,23 +643,14 @@ fn the_state_machine() {
     );
 }
 
-#[test]
-fn concurrent_creates_from_two_processes_get_unique_sequential_numbers() {
-    let env = Env::new();
+fn concurrent_creates_from_two_processes_get_unique_sequential_numbers(env: &Env) {
     // Create the schema once so both start on the same file.
     drop(env.spawn(&[]));
     let per = 40;
     let handles: Vec<_> = (0..2)
         .map(|p| {
-            let db = env.db();
-            let dir = env.dir.path().to_path_buf();
+            let mut c = env.spawn(&[]);
             std::thread::spawn(move || {
-                let mut c = McpClient::spawn(
-                    bin(),
-                    &["--db", db.to_str().expect("u"), "--project", "test"],
-                    &dir,
-                    Era::Handshake,
-                );
                 (0..per)
                     .map(|i| create(&mut c, &format!("p{p} i{i}"), ""))
                     .collect::<Vec<i64>>()
@@ -682,12 +673,7 @@ fn concurrent_creates_from_two_processes_get_unique_sequential_numbers() {
         2 * per
     );
     // Another project on the same database counts from 1.
-    let mut other = McpClient::spawn(
-        bin(),
-        &["--db", env.db().to_str().expect("u"), "--project", "other"],
-        env.dir.path(),
-        Era::Handshake,
-    );
+    let mut other = env.spawn_project(Era::Handshake, "other", &[]);
     assert_eq!(create(&mut other, "first of other", ""), 1);
 }
 
@@ -757,10 +743,7 @@ fn default_database_lives_under_the_root() {
 }
 
 fn export(env: &Env) -> String {
-    let out = Command::new(bin())
-        .args(["--db", env.db().to_str().expect("u"), "export"])
-        .output()
-        .expect("export");
+    let out = env.command(&["export"]);
     assert!(
         out.status.success(),
         "{}",
@@ -770,20 +753,10 @@ fn export(env: &Env) -> String {
 }
 
 fn import(env: &Env, file: &std::path::Path) -> std::process::Output {
-    Command::new(bin())
-        .args([
-            "--db",
-            env.db().to_str().expect("u"),
-            "import",
-            file.to_str().expect("u"),
-        ])
-        .output()
-        .expect("import")
+    env.command(&["import", file.to_str().expect("u")])
 }
 
-#[test]
-fn export_import_round_trips_exactly() {
-    let a = Env::new();
+fn export_import_round_trips_exactly(a: &Env) {
     {
         let mut c = a.spawn(&["--issue", "1", "--workflow", "deploy"]);
         create(
@@ -816,15 +789,10 @@ fn export_import_round_trips_exactly() {
         );
         c.call_ok("todo", json!({"action": "drop", "content": "two"}));
     }
-    let mut o = McpClient::spawn(
-        bin(),
-        &["--db", a.db().to_str().expect("u"), "--project", "other"],
-        a.dir.path(),
-        Era::Handshake,
-    );
+    let mut o = a.spawn_project(Era::Handshake, "other", &[]);
     create(&mut o, "Other project", "x");
     drop(o);
-    let first = export(&a);
+    let first = export(a);
     let lines: Vec<&str> = first.lines().collect();
     assert_eq!(lines.len(), 3, "{first}");
     let rec: Value = serde_json::from_str(lines[0]).expect("json");
@@ -839,7 +807,7 @@ fn export_import_round_trips_exactly() {
     assert_eq!(rec["todos"].as_array().expect("t").len(), 3);
 
     // Into a fresh database: byte-identical export.
-    let b = Env::new();
+    let b = a.sibling();
     let file = a.dir.path().join("issues.jsonl");
     std::fs::write(&file, &first).expect("w");
     let out = import(&b, &file);
@@ -896,7 +864,11 @@ fn export_import_round_trips_exactly() {
 }
 
 fn wait_for_update(c: &McpClient, uri: &str) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(10);
+    wait_for_update_within(c, uri, Duration::from_secs(10))
+}
+
+fn wait_for_update_within(c: &McpClient, uri: &str, within: Duration) -> bool {
+    let deadline = Instant::now() + within;
     let mut seen = Vec::new();
     while Instant::now() < deadline {
         seen.extend(c.take_notifications());
@@ -911,9 +883,7 @@ fn wait_for_update(c: &McpClient, uri: &str) -> bool {
     false
 }
 
-#[test]
-fn resources_read_and_notify_in_both_eras() {
-    let env = Env::new();
+fn resources_read_and_notify_in_both_eras(env: &Env) {
     let mut c = env.spawn(&[]);
     create(&mut c, "Add dark mode", "palette");
     let n = create(&mut c, "Fix login", "crash");
@@ -956,8 +926,9 @@ fn resources_read_and_notify_in_both_eras() {
     assert!(wait_for_update(&c, "issues://2"), "own change announced");
     let mut other = env.spawn(&[]);
     other.call_ok("issue_transition", json!({"number": n, "to": "triaged"}));
+    // On PostgreSQL the watcher polls only every 30 s: in time means NOTIFY carried it.
     assert!(
-        wait_for_update(&c, "issues://2"),
+        wait_for_update_within(&c, "issues://2", Duration::from_secs(5)),
         "another process's change announced"
     );
     let u = c.request("resources/unsubscribe", json!({"uri": "issues://2"}));

@@ -1,11 +1,22 @@
 //! The `todo` tool over stdio: the seed's kaged.todo tests, content-addressing coaching,
 //! criteria and the operator, binding, the sticky reminder prompt, bad input.
 
+#[macro_use]
 mod common;
 
 use common::{Env, create};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
+
+on_both_engines!(
+    view_happy_path_and_no_bound_issue,
+    set_add_kind_phase_positions,
+    start_done_drop_note,
+    operator_may_drop_and_replace_criteria,
+    content_addressing_lookup_and_coaching,
+    bad_input_names_the_field_and_changes_nothing,
+    sticky_reminder_prompt_and_modern_era,
+);
 
 fn todo(c: &mut McpClient, args: Value) -> Value {
     c.call_ok("todo", args).structured
@@ -39,10 +50,8 @@ fn bound(env: &Env, extra: &[&str]) -> McpClient {
     env.spawn(&args)
 }
 
-#[test]
-fn view_happy_path_and_no_bound_issue() {
-    let env = Env::new();
-    let mut c = bound(&env, &[]);
+fn view_happy_path_and_no_bound_issue(env: &Env) {
+    let mut c = bound(env, &[]);
     todo(
         &mut c,
         json!({"action": "add", "items": ["Implement auth module", "Write tests"]}),
@@ -129,10 +138,8 @@ fn view_happy_path_and_no_bound_issue() {
     ghost.call_err("todo", json!({"action": "view"}), "issue_not_found");
 }
 
-#[test]
-fn set_add_kind_phase_positions() {
-    let env = Env::new();
-    let mut c = bound(&env, &[]);
+fn set_add_kind_phase_positions(env: &Env) {
+    let mut c = bound(env, &[]);
     let first = todo(&mut c, json!({"action": "set", "items": ["a", "b", "c"]}));
     let old_ids: Vec<String> = first["todos"]
         .as_array()
@@ -223,10 +230,8 @@ fn set_add_kind_phase_positions() {
     assert_eq!(contents(&v), ["Tests pass", "Docs updated"]);
 }
 
-#[test]
-fn start_done_drop_note() {
-    let env = Env::new();
-    let mut c = bound(&env, &[]);
+fn start_done_drop_note(env: &Env) {
+    let mut c = bound(env, &[]);
     todo(
         &mut c,
         json!({"action": "add", "items": ["Implement auth module", "Write tests", "Update docs"]}),
@@ -359,10 +364,8 @@ fn start_done_drop_note() {
     );
 }
 
-#[test]
-fn operator_may_drop_and_replace_criteria() {
-    let env = Env::new();
-    let mut agent = bound(&env, &[]);
+fn operator_may_drop_and_replace_criteria(env: &Env) {
+    let mut agent = bound(env, &[]);
     todo(
         &mut agent,
         json!({"action": "set", "items": ["Latency under 50 ms"], "kind": "criterion"}),
@@ -384,10 +387,8 @@ fn operator_may_drop_and_replace_criteria() {
     assert!(contents(&v).is_empty());
 }
 
-#[test]
-fn content_addressing_lookup_and_coaching() {
-    let env = Env::new();
-    let mut c = bound(&env, &[]);
+fn content_addressing_lookup_and_coaching(env: &Env) {
+    let mut c = bound(env, &[]);
     // Empty list: not-found says so.
     let e = c
         .call_err(
@@ -458,10 +459,8 @@ fn content_addressing_lookup_and_coaching() {
     assert_eq!(find(&v, "Write docs")["status"], "pending");
 }
 
-#[test]
-fn bad_input_names_the_field_and_changes_nothing() {
-    let env = Env::new();
-    let mut c = bound(&env, &[]);
+fn bad_input_names_the_field_and_changes_nothing(env: &Env) {
+    let mut c = bound(env, &[]);
     todo(&mut c, json!({"action": "add", "items": ["one", "two"]}));
     let before = todo(&mut c, json!({"action": "view"}));
     for (args, field) in [
@@ -513,10 +512,8 @@ fn bad_input_names_the_field_and_changes_nothing() {
     assert_eq!(todo(&mut c, json!({"action": "view"})), before);
 }
 
-#[test]
-fn sticky_reminder_prompt_and_modern_era() {
-    let env = Env::new();
-    let mut c = bound(&env, &[]);
+fn sticky_reminder_prompt_and_modern_era(env: &Env) {
+    let mut c = bound(env, &[]);
     let p = c.request("prompts/get", json!({"name": "todo_reminder"}));
     assert_eq!(
         p["result"]["messages"],

@@ -21,7 +21,8 @@ pub fn url_given(flag: Option<&str>) -> Option<&str> {
 /// A connection that reconnects after it broke (a database restart, a failover): a lost
 /// connection costs at most the one call that found it lost, not a dead server.
 pub struct PgConn {
-    client: Client,
+    /// Always `Some` but while being dropped (see `Drop`).
+    client: Option<Client>,
     url: String,
     broken: bool,
     generation: u64,
@@ -74,7 +75,7 @@ impl PgConn {
         migrate(&mut client, family, steps)
             .map_err(|source| PgError::Migrate { family, source })?;
         Ok(PgConn {
-            client,
+            client: Some(client),
             url: url.to_owned(),
             broken: false,
             generation: 0,
@@ -84,7 +85,7 @@ impl PgConn {
     /// Another connection to the same database (a watcher), the schema already current.
     pub fn reopen(&self) -> Result<PgConn, postgres::Error> {
         Ok(PgConn {
-            client: Client::connect(&self.url, NoTls)?,
+            client: Some(Client::connect(&self.url, NoTls)?),
             url: self.url.clone(),
             broken: false,
             generation: 0,
@@ -98,12 +99,16 @@ impl PgConn {
 
     /// The client, reconnected first when the last call lost the connection.
     pub fn client(&mut self) -> Result<&mut Client, postgres::Error> {
-        if self.broken || self.client.is_closed() {
-            self.client = Client::connect(&self.url, NoTls)?;
+        if self.broken || self.client.as_ref().is_none_or(Client::is_closed) {
+            self.client = None;
             self.broken = false;
             self.generation += 1;
         }
-        Ok(&mut self.client)
+        let client = match self.client.take() {
+            Some(c) => c,
+            None => Client::connect(&self.url, NoTls)?,
+        };
+        Ok(self.client.insert(client))
     }
 
     /// How many times the connection was reopened: statements prepared on an earlier one
@@ -123,6 +128,21 @@ impl PgConn {
     /// The URL with its password hidden, for messages.
     pub fn redacted_url(&self) -> String {
         redact_url(&self.url)
+    }
+}
+
+impl Drop for PgConn {
+    /// Closing a client blocks on its own small runtime, which cannot run inside another:
+    /// dropped on an async runtime's thread (a server's state at shutdown), it is closed on
+    /// a thread of its own.
+    fn drop(&mut self) {
+        if let Some(client) = self.client.take()
+            && tokio::runtime::Handle::try_current().is_ok()
+        {
+            std::thread::scope(|s| {
+                s.spawn(move || drop(client));
+            });
+        }
     }
 }
 

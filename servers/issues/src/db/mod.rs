@@ -185,7 +185,10 @@ mod tests {
         assert_eq!(tsquery("crash NOT login"), "'crash' & !'login'");
         assert_eq!(tsquery("crash -login"), "'crash' & !'login'");
         assert_eq!(tsquery("pal*"), "'pal':*");
-        assert_eq!(tsquery("\"empty password\" crash"), "'empty password' & 'crash'");
+        assert_eq!(
+            tsquery("\"empty password\" crash"),
+            "'empty password' & 'crash'"
+        );
         // Punctuation and quotes stay inside a quoted lexeme.
         assert_eq!(tsquery("crash: 'on \\"), "'crash:' & '''on' & '\\\\'");
         assert_eq!(tsquery("  "), "");
