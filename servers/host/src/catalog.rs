@@ -41,7 +41,7 @@ use rmcp::model::{
     ResourceUpdatedNotificationParam, ResourcesCapability, ServerCapabilities, ServerResult,
     SubscribeRequestParams, SubscriptionFilter, UnsubscribeRequestParams,
 };
-use rmcp::service::{Peer, RoleClient};
+use rmcp::service::{Peer, RoleClient, RoleServer};
 
 use crate::hub::{Hub, State};
 use crate::serve::HostServer;
@@ -406,9 +406,6 @@ pub fn template_matches(template: &str, uri: &str) -> bool {
 #[derive(Default)]
 pub struct Relay {
     view: Mutex<Option<Arc<View>>>,
-    /// URIs the handshake-era client subscribed to (`resources/subscribe`) → the child
-    /// holding the subscription.
-    legacy: Mutex<HashMap<String, u64>>,
     /// Subscriptions held at children for upstream subscribers: (child id, URI) → how many.
     held: Mutex<HashMap<(u64, String), usize>>,
 }
@@ -613,7 +610,7 @@ impl Hub {
     }
 
     /// One upstream subscriber of (`id`, `uri`) less; the last one unsubscribes at the child.
-    async fn release(&self, id: u64, uri: &str) {
+    pub(crate) async fn release(&self, id: u64, uri: &str) {
         let last = {
             let mut held = lock(&self.relay.held);
             let key = (id, uri.to_string());
@@ -680,9 +677,7 @@ impl Hub {
         if !lock(&self.relay.held).contains_key(&(id, uri.clone())) {
             return; // not ours to relay (or no longer wanted)
         }
-        if lock(&self.relay.legacy).get(&uri) == Some(&id)
-            && let Some(peer) = self.upstream_peer()
-        {
+        for peer in self.upstreams.subscribers(&uri, id) {
             let _ = peer
                 .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri.clone()))
                 .await;
@@ -882,7 +877,11 @@ fn subscribable(host: &HostServer, uri: &str) -> Option<u64> {
 }
 
 /// Handshake-era `resources/subscribe`.
-pub async fn subscribe(host: &HostServer, uri: String) -> Result<(), McpError> {
+pub async fn subscribe(
+    host: &HostServer,
+    peer: &Peer<RoleServer>,
+    uri: String,
+) -> Result<(), McpError> {
     let id = route(host, &uri).await?;
     let view = host.hub.catalog();
     if !view
@@ -898,18 +897,21 @@ pub async fn subscribe(host: &HostServer, uri: String) -> Result<(), McpError> {
             None,
         ));
     }
-    if lock(&host.hub.relay.legacy).contains_key(&uri) {
-        return Ok(()); // already subscribed: once is enough
+    if host.hub.upstreams.has(peer, &uri) {
+        return Ok(()); // this client already subscribed: once is enough
     }
     host.hub.hold(id, &uri).await?;
-    lock(&host.hub.relay.legacy).insert(uri, id);
+    host.hub.upstreams.subscribe(peer, uri, id);
     Ok(())
 }
 
-/// Handshake-era `resources/unsubscribe` (a URI not subscribed to is fine).
-pub async fn unsubscribe(host: &HostServer, uri: String) -> Result<(), McpError> {
-    let held = lock(&host.hub.relay.legacy).remove(&uri);
-    if let Some(id) = held {
+/// Handshake-era `resources/unsubscribe` of `peer`'s client (a URI not subscribed to is fine).
+pub async fn unsubscribe(
+    host: &HostServer,
+    peer: &Peer<RoleServer>,
+    uri: String,
+) -> Result<(), McpError> {
+    if let Some(id) = host.hub.upstreams.unsubscribe(peer, &uri) {
         host.hub.release(id, &uri).await;
     }
     Ok(())

@@ -137,10 +137,10 @@ impl ClientHandler for ChildClient {
             method: notification.method.clone(),
             params: notification.params.clone().unwrap_or_default(),
         });
-        if let Some(peer) = hub.upstream_peer() {
+        for peer in hub.upstreams.all() {
             let _ = peer
                 .send_notification(rmcp::model::ServerNotification::CustomNotification(
-                    notification,
+                    notification.clone(),
                 ))
                 .await;
         }
@@ -287,7 +287,8 @@ pub struct Hub {
     progress: ProgressMap,
     /// Progress notifications being forwarded right now (see `drain_progress`).
     progress_inflight: std::sync::atomic::AtomicUsize,
-    upstream: Mutex<Option<Peer<RoleServer>>>,
+    /// The host's clients (stdio, HTTP sessions) and their subscriptions.
+    pub(crate) upstreams: crate::upstream::Upstreams,
     /// The flat list, rebuilt only when a child's tools change (not on every call).
     flat_cache: Mutex<Option<Arc<FlatList>>>,
     next_id: std::sync::atomic::AtomicU64,
@@ -419,7 +420,7 @@ impl Hub {
             children: Mutex::new(children),
             progress: Mutex::new(HashMap::new()),
             progress_inflight: std::sync::atomic::AtomicUsize::new(0),
-            upstream: Mutex::new(None),
+            upstreams: Default::default(),
             flat_cache: Mutex::new(None),
             next_id,
             notify_pending: Mutex::new(false),
@@ -444,8 +445,19 @@ impl Hub {
         self.child_events.subscribe()
     }
 
+    /// A request came from `peer`'s client: remember it (and release the subscriptions of
+    /// clients that went away).
     pub fn set_upstream(&self, peer: Peer<RoleServer>) {
-        *self.upstream.locked() = Some(peer);
+        let orphans = self.upstreams.seen(&peer);
+        if orphans.is_empty() {
+            return;
+        }
+        let Some(hub) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            for (id, uri) in orphans {
+                hub.release(id, &uri).await;
+            }
+        });
     }
 
     /// Start every enabled child in parallel; returns when each is ready or has failed.
@@ -807,10 +819,6 @@ impl Hub {
         .await;
     }
 
-    pub(crate) fn upstream_peer(&self) -> Option<Peer<RoleServer>> {
-        self.upstream.locked().clone()
-    }
-
     pub(crate) fn listener_sinks(&self) -> Vec<SubscriptionSink> {
         self.listeners
             .locked()
@@ -819,10 +827,10 @@ impl Hub {
             .collect()
     }
 
-    /// Send `{tools,prompts,resources}/list_changed` to the handshake-era client and on
+    /// Send `{tools,prompts,resources}/list_changed` to every handshake-era client and on
     /// every 2026-07-28 subscription stream that asked for it.
     async fn announce_list_changed(&self, changed: Changed) {
-        if let Some(p) = self.upstream_peer() {
+        for p in self.upstreams.all() {
             if changed.tools {
                 let _ = p.notify_tool_list_changed().await;
             }
@@ -937,7 +945,7 @@ impl Hub {
             let map = self.progress.locked();
             map.get(&(child, params.progress_token.clone())).cloned()
         };
-        let peer = self.upstream.locked().clone();
+        let peer = self.upstreams.latest();
         let Some((token, caller)) = upstream_token else {
             return;
         };

@@ -19,6 +19,7 @@ pub mod recursion;
 pub mod remote;
 pub mod serve;
 pub mod settings;
+pub mod upstream;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;

@@ -503,16 +503,16 @@ impl ServerHandler for HostServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.hub.set_upstream(context.peer.clone());
-        crate::catalog::subscribe(self, request.uri).await
+        crate::catalog::subscribe(self, &context.peer, request.uri).await
     }
 
     #[allow(deprecated)]
     async fn unsubscribe(
         &self,
         request: UnsubscribeRequestParams,
-        _context: RequestContext<RoleServer>,
+        context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        crate::catalog::unsubscribe(self, request.uri).await
+        crate::catalog::unsubscribe(self, &context.peer, request.uri).await
     }
 
     async fn list_tools(

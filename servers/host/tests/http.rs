@@ -560,3 +560,150 @@ fn metrics_count_requests_refusals_and_tool_calls() {
         );
     }
 }
+
+/// One handshake-era HTTP session: its id, and its server-to-client stream (a GET).
+struct Session {
+    id: String,
+    conn: kitbag_testkit::http::HttpConn,
+    stream: kitbag_testkit::http::HttpConn,
+    next: u64,
+}
+
+impl Session {
+    fn open(server: &HttpServer) -> Session {
+        let mut conn = server.connect();
+        let r = conn.post_mcp(&initialize(), &[]);
+        let id = r
+            .header("mcp-session-id")
+            .expect("a session id")
+            .to_string();
+        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let with = [("mcp-session-id", id.as_str()), LEGACY];
+        assert_eq!(conn.post_mcp(&note, &with).status, 202);
+        let mut stream = server.connect();
+        stream
+            .write_request(
+                "GET",
+                "/mcp",
+                &[
+                    ("accept", "text/event-stream"),
+                    ("mcp-session-id", &id),
+                    LEGACY,
+                ],
+                b"",
+            )
+            .expect("GET");
+        assert_eq!(stream.read_head().expect("head").status, 200);
+        Session {
+            id,
+            conn,
+            stream,
+            next: 10,
+        }
+    }
+
+    fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let message = legacy(self.next, method, params);
+        let with = [("mcp-session-id", self.id.as_str()), LEGACY];
+        let r = self.conn.post_mcp(&message, &with);
+        r.response_to(&json!(self.next))
+    }
+
+    /// Read this session's stream until `uri` is announced; every resources/updated URI
+    /// seen on the way, that one included.
+    fn updates_until(&mut self, uri: &str) -> Vec<String> {
+        let seen = std::cell::RefCell::new(Vec::new());
+        let found = self.stream.read_event(|v| {
+            if v["method"] != "notifications/resources/updated" {
+                return false;
+            }
+            let u = v["params"]["uri"].as_str().unwrap_or("").to_string();
+            seen.borrow_mut().push(u.clone());
+            u == uri
+        });
+        assert!(
+            found.is_some(),
+            "{uri} never announced; saw {:?}",
+            seen.borrow()
+        );
+        seen.into_inner()
+    }
+}
+
+/// Over HTTP each session is a client of its own: it hears about the URIs it subscribed to
+/// and no others, and every session hears of list changes (not only the latest one).
+#[test]
+fn each_http_session_gets_its_own_subscriptions_and_every_list_change() {
+    let dir = project();
+    let root = dir.path().to_str().expect("utf8");
+    let issues = json!({"command": kitbag(),
+        "args": ["server", "issues", "--root", root, "--project", "test"]});
+    let config = dir.path().join("agent.json");
+    std::fs::write(&config, json!({"mcp": {"issues": issues}}).to_string()).expect("write");
+    let server = HttpServer::start(
+        kitbag(),
+        &[
+            "--config",
+            config.to_str().expect("utf8"),
+            "serve",
+            "--http",
+            "127.0.0.1:0",
+            "--http-sessions",
+        ],
+        dir.path(),
+        &[],
+    );
+    let mut a = Session::open(&server);
+    let mut b = Session::open(&server);
+    for title in ["one", "two"] {
+        let r = a.request(
+            "tools/call",
+            json!({"name": "issue_create", "arguments": {"title": title, "body": ""}}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    }
+    assert!(a.request("resources/subscribe", json!({"uri": "issues://1"}))["result"].is_object());
+    assert!(b.request("resources/subscribe", json!({"uri": "issues://2"}))["result"].is_object());
+    let comment = |s: &mut Session, n: i64| {
+        let r = s.request(
+            "tools/call",
+            json!({"name": "issue_comment", "arguments": {"number": n, "body": "news"}}),
+        );
+        assert_eq!(r["result"]["isError"], false, "{r}");
+    };
+    // #1 changes, then #2: B (whose request came last) sees only #2, A only #1.
+    comment(&mut b, 1);
+    comment(&mut a, 2);
+    assert_eq!(b.updates_until("issues://2"), ["issues://2"]);
+    assert_eq!(a.updates_until("issues://1"), ["issues://1"]);
+    comment(&mut b, 1);
+    assert_eq!(
+        a.updates_until("issues://1"),
+        ["issues://1"],
+        "A never hears of #2"
+    );
+
+    // A reload that changes the tool list reaches both sessions.
+    let memory = json!({"command": kitbag(), "args": ["server", "memory", "--root", root]});
+    std::fs::write(
+        &config,
+        json!({"mcp": {"issues": issues, "memory": memory}}).to_string(),
+    )
+    .expect("write");
+    let r = b.request(
+        "tools/call",
+        json!({"name": "host_reload", "arguments": {}}),
+    );
+    assert_eq!(r["result"]["isError"], false, "{r}");
+    for s in [&mut a, &mut b] {
+        let changed = s
+            .stream
+            .read_event(|v| v["method"] == "notifications/tools/list_changed");
+        assert!(
+            changed.is_some(),
+            "session {} missed tools/list_changed",
+            s.id
+        );
+    }
+}
