@@ -5,7 +5,7 @@
 //! times faster than real time, so an integration test sees an every-minute entry fire
 //! every second (`--test-clock-start 2026-03-08T06:58:00Z --test-clock-rate 60`).
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -47,6 +47,19 @@ impl ScaledClock {
                 1.0
             },
         }
+    }
+}
+
+impl ScaledClock {
+    /// A scaled clock that read `start` at the real instant `anchor` (in the past): processes
+    /// given the same anchor share one virtual time, like replicas on synchronised machines.
+    pub fn anchored(start: DateTime<Utc>, rate: f64, anchor: SystemTime) -> Self {
+        let mut c = Self::new(start, rate);
+        let since = SystemTime::now()
+            .duration_since(anchor)
+            .unwrap_or(Duration::ZERO);
+        c.origin = c.origin.checked_sub(since).unwrap_or(c.origin);
+        c
     }
 }
 
