@@ -96,6 +96,11 @@ mod tests {
             "{w:?}"
         );
         assert_eq!(c.real_wait(start - TimeDelta::seconds(1)), Duration::ZERO);
+        // Anchored 10 real seconds ago: 600 virtual seconds past its start already.
+        let anchor = SystemTime::now() - Duration::from_secs(10);
+        let a = ScaledClock::anchored(start, 60.0, anchor);
+        let ahead = (a.now() - start).num_seconds();
+        assert!((600..610).contains(&ahead), "{ahead}");
         let s = SystemClock;
         assert_eq!(
             s.real_wait(Utc::now() - TimeDelta::seconds(1)),

@@ -738,3 +738,49 @@ fn command_escapes_are_stopped_when_the_command_ends() {
         c.shutdown();
     }
 }
+
+/// An empty `KITBAG_DATABASE_URL` counts as unset: the SQLite file under the root is used.
+#[test]
+fn an_empty_database_url_keeps_the_sqlite_file() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &["--root", d.path().to_str().expect("utf-8 path")],
+        d.path(),
+        Era::Handshake,
+        &[("TZ", "UTC"), ("KITBAG_DATABASE_URL", " ")],
+    );
+    c.call_ok("cron_create", json!({"schedule": "@daily", "message": "m"}));
+    let s = c.call_ok("cron_status", json!({}));
+    assert!(
+        s.structured["store"]
+            .as_str()
+            .expect("store")
+            .ends_with(".kitbag/cron.db"),
+        "{}",
+        s.structured
+    );
+    assert_eq!(common::dump_sqlite(d.path()).len(), 2);
+}
+
+/// A database that cannot be reached stops the server at start, naming the flag and
+/// without repeating the URL's password.
+#[test]
+fn an_unreachable_database_fails_at_start_without_its_password() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new(bin())
+        .args(["--root", d.path().to_str().expect("utf-8 path")])
+        .args([
+            "--database-url",
+            "postgres://cron:s3cret@%2Fnonexistent%2Fdir/cron",
+        ])
+        .current_dir(d.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--database-url"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(!d.path().join(".kitbag/cron.db").exists());
+}
