@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{Timelike, Utc};
+use kitbag_cron::backend::Backend;
 use kitbag_cron::clock::SystemClock;
 use kitbag_cron::state::{CronState, Options};
 use kitbag_cron::store::Store;
@@ -155,10 +156,10 @@ fn main() {
 
     // The same listing without MCP or a process boundary.
     let state = CronState::new(
-        Store::new(
+        Backend::Sqlite(Store::new(
             &kitbag_shared::paths::PathPolicy::new(d.path(), &[], false).expect("policy"),
             1 << 20,
-        ),
+        )),
         d.path().to_path_buf(),
         Arc::new(SystemClock),
         Options {

@@ -5,7 +5,7 @@
 //! times faster than real time, so an integration test sees an every-minute entry fire
 //! every second (`--test-clock-start 2026-03-08T06:58:00Z --test-clock-rate 60`).
 
-use std::time::{Duration, Instant};
+use std::time::{Duration, Instant, SystemTime};
 
 use chrono::{DateTime, TimeDelta, Utc};
 
@@ -50,6 +50,19 @@ impl ScaledClock {
     }
 }
 
+impl ScaledClock {
+    /// A scaled clock that read `start` at the real instant `anchor` (in the past): processes
+    /// given the same anchor share one virtual time, like replicas on synchronised machines.
+    pub fn anchored(start: DateTime<Utc>, rate: f64, anchor: SystemTime) -> Self {
+        let mut c = Self::new(start, rate);
+        let since = SystemTime::now()
+            .duration_since(anchor)
+            .unwrap_or(Duration::ZERO);
+        c.origin = c.origin.checked_sub(since).unwrap_or(c.origin);
+        c
+    }
+}
+
 impl Clock for ScaledClock {
     fn now(&self) -> DateTime<Utc> {
         let virt = self.origin.elapsed().as_secs_f64() * self.rate;
@@ -83,6 +96,11 @@ mod tests {
             "{w:?}"
         );
         assert_eq!(c.real_wait(start - TimeDelta::seconds(1)), Duration::ZERO);
+        // Anchored 10 real seconds ago: 600 virtual seconds past its start already.
+        let anchor = SystemTime::now() - Duration::from_secs(10);
+        let a = ScaledClock::anchored(start, 60.0, anchor);
+        let ahead = (a.now() - start).num_seconds();
+        assert!((600..610).contains(&ahead), "{ahead}");
         let s = SystemClock;
         assert_eq!(
             s.real_wait(Utc::now() - TimeDelta::seconds(1)),

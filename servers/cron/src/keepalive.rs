@@ -21,11 +21,16 @@ pub async fn hold_while_enabled(state: Arc<CronState>, socket: PathBuf) {
     let mut lease: Option<String> = None;
     let mut renewed = std::time::Instant::now();
     loop {
-        let enabled = state
-            .store
-            .load_cached()
-            .map(|d| d.entries().filter(|e| e.enabled).count())
-            .unwrap_or(0);
+        // On a blocking thread: the PostgreSQL client blocks.
+        let st = state.clone();
+        let enabled = tokio::task::spawn_blocking(move || {
+            st.store
+                .load_cached()
+                .map(|d| d.entries().filter(|e| e.enabled).count())
+                .unwrap_or(0)
+        })
+        .await
+        .unwrap_or(0);
         if enabled > 0 && (lease.is_none() || renewed.elapsed() >= RENEW_EVERY) {
             let mut args = json!({
                 "reason": format!("kitbag-cron: {enabled} enabled entries"),

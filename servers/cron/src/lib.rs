@@ -1,16 +1,19 @@
 //! kitbag-cron: scheduled work that fires reliably, over MCP.
 //!
-//! Entries live in `<root>/.kitbag/cron.db` (SQLite; an older `cron.json` is imported); a
-//! scheduler task sleeps until the next due instant and delivers each firing to the
+//! Entries live in `<root>/.kitbag/cron.db` (SQLite; an older `cron.json` is imported), or in
+//! a PostgreSQL shared by several servers (`--database-url`); a scheduler task sleeps until
+//! the next due instant and delivers each firing to the
 //! connected client as `notifications/kitbag/cron_fired` (and, with `--claude-channel`, as Claude Code's
 //! `notifications/claude/channel`). Each tool's logic is a plain function in its module.
 
+pub mod backend;
 pub mod clock;
 pub mod command;
 pub mod create;
 pub mod keepalive;
 pub mod list;
 pub mod manage;
+pub mod pg;
 pub mod runs;
 pub mod schedule;
 pub mod scheduler;
@@ -28,11 +31,12 @@ use kitbag_shared::{
     Access, CallCtx, CommonArgs, Extras, Identity, McpServer, ToolRouter, audit::AuditLog, blocking,
 };
 
+use crate::backend::Backend;
 use crate::clock::{Clock, ScaledClock, SystemClock};
 pub use crate::state::CronState;
 use crate::store::Store;
 
-#[derive(Debug, Parser)]
+#[derive(Debug, Clone, Parser)]
 #[command(
     name = "kitbag-cron",
     version,
@@ -51,9 +55,16 @@ pub struct Args {
     #[arg(long)]
     pub no_commands: bool,
 
-    /// Rotate the run history when it exceeds this many bytes (two old files are kept).
+    /// Rotate the run history when it exceeds this many bytes (two old files are kept; on
+    /// PostgreSQL the newest 3 x BYTES of records).
     #[arg(long, default_value_t = 1 << 20, value_name = "BYTES")]
     pub history_max_bytes: u64,
+
+    /// A shared PostgreSQL instead of `<root>/.kitbag/cron.db` (`postgres://USER@HOST/DB`, or
+    /// a Unix socket directory as host: `postgres://USER@%2Frun%2Fpostgresql/DB`). Schema
+    /// created and migrated on start; many servers may share it, each due run fires once.
+    #[arg(long, value_name = "URL", env = "KITBAG_DATABASE_URL")]
+    pub database_url: Option<String>,
 
     /// Testing: start the scheduler's clock at this RFC 3339 instant instead of now.
     #[arg(long, hide = true, value_name = "RFC3339")]
@@ -62,6 +73,11 @@ pub struct Args {
     /// Testing: run the scheduler's clock this many times faster than real time.
     #[arg(long, hide = true, value_name = "FACTOR")]
     pub test_clock_rate: Option<f64>,
+
+    /// Testing: the real instant (Unix milliseconds) at which the test clock read its start,
+    /// so that several processes share one virtual time. Default: this process's start.
+    #[arg(long, hide = true, value_name = "UNIX_MS")]
+    pub test_clock_anchor: Option<u64>,
 }
 
 pub const IDENTITY: Identity = Identity {
@@ -159,17 +175,47 @@ fn clock_from(args: &Args) -> anyhow::Result<Arc<dyn Clock>> {
                     .with_timezone(&Utc),
                 None => Utc::now(),
             };
-            Ok(Arc::new(ScaledClock::new(start, rate.unwrap_or(1.0))))
+            let rate = rate.unwrap_or(1.0);
+            Ok(Arc::new(match args.test_clock_anchor {
+                Some(ms) => ScaledClock::anchored(
+                    start,
+                    rate,
+                    std::time::UNIX_EPOCH + std::time::Duration::from_millis(ms),
+                ),
+                None => ScaledClock::new(start, rate),
+            }))
         }
     }
 }
 
-pub fn build(args: &Args) -> anyhow::Result<McpServer<CronState>> {
+/// The store the arguments name: PostgreSQL with a database URL (an empty one counts as
+/// unset), else the SQLite file under the root; and whether this server may change it.
+/// Blocks (the PostgreSQL client does): call it on a blocking thread.
+pub fn open_store(args: &Args) -> anyhow::Result<(Backend, bool)> {
+    let policy = args.common.policy()?;
+    match args
+        .database_url
+        .as_deref()
+        .filter(|u| !u.trim().is_empty())
+    {
+        Some(url) => {
+            let writable = !policy.is_read_only();
+            let store = pg::open(url, writable, args.history_max_bytes)?;
+            Ok((Backend::Postgres(Arc::new(store)), writable))
+        }
+        None => {
+            let store = Store::new(&policy, args.history_max_bytes);
+            let writable = !policy.is_read_only() && policy.allows(&store.dir, Access::Write);
+            Ok((Backend::Sqlite(store.read_only(!writable)), writable))
+        }
+    }
+}
+
+/// The server over an open store.
+pub fn build(args: &Args, opened: (Backend, bool)) -> anyhow::Result<McpServer<CronState>> {
     let policy = args.common.policy()?;
     let root = policy.root().to_path_buf();
-    let store = Store::new(&policy, args.history_max_bytes);
-    let writable = !policy.is_read_only() && policy.allows(&store.dir, Access::Write);
-    let store = store.read_only(!writable);
+    let (store, writable) = opened;
     let state = CronState::new(
         store,
         root,
@@ -197,10 +243,16 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     // A child subreaper and, where writable, a cgroup per command (see command.rs).
     let container = kitbag_shared::contain::init_server("cron");
-    let server = build(&args)?;
+    let batch = args.clone();
+    let opened = tokio::task::spawn_blocking(move || open_store(&batch))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}"))??;
+    let server = build(&args, opened)?;
     let state = server.state().clone();
-    if state.writable {
-        scheduler::watch_store(&state);
+    match &state.store {
+        Backend::Sqlite(_) if state.writable => scheduler::watch_store(&state),
+        Backend::Sqlite(_) => {}
+        Backend::Postgres(p) => p.listen(state.wake.clone()),
     }
     if let Some(socket) = kitbag_shared::vmlink::socket() {
         tokio::spawn(keepalive::hold_while_enabled(state.clone(), socket));

@@ -121,7 +121,7 @@ pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
         text.push_str(&format!(
             "unparsable entry #{} in {}: {}\n",
             pr.index,
-            state.store.file.display(),
+            state.store.location(),
             pr.error
         ));
     }
@@ -203,7 +203,7 @@ pub fn status(state: &CronState, _p: StatusParams) -> ToolResult<Reply<StatusRes
             scheduler: scheduler.into(),
             client_connected: state.has_client(),
             claude_channel: state.claude_channel,
-            store: state.store.file.display().to_string(),
+            store: state.store.location(),
             now: now.to_rfc3339(),
         },
         text,

@@ -5,8 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::backend::EntryTx;
 use crate::state::CronState;
-use crate::store::Tx;
 use crate::view::EntryView;
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
@@ -52,7 +52,7 @@ pub struct ToggleResult {
     pub changed: bool,
 }
 
-fn unknown(tx: &Tx<'_>, id: &str) -> ToolError {
+fn unknown(tx: &dyn EntryTx, id: &str) -> ToolError {
     let known = tx.some_ids(20).unwrap_or_default();
     ToolError::new(
         ErrorCode::NotFound,

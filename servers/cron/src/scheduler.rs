@@ -139,6 +139,10 @@ fn claim(state: &CronState, due: &[(String, Due)]) -> kitbag_shared::ToolResult<
             } else {
                 d.outcome
             };
+            // The unique claim: on PostgreSQL another replica may hold this fire already.
+            if !tx.claim_fire(id, d.scheduled_at, fired_at, outcome)? {
+                continue;
+            }
             e.last_scheduled_at = Some(d.scheduled_at);
             if matches!(outcome, Outcome::Fired | Outcome::CaughtUp) {
                 e.last_run = Some(LastRun {
@@ -171,6 +175,12 @@ fn claim(state: &CronState, due: &[(String, Due)]) -> kitbag_shared::ToolResult<
         }
     }
     Ok(out)
+}
+
+/// Claim `due` as one scheduler pass does, without delivering: how many runs this process
+/// won. For benchmarks and tests that drive several claimers on one store.
+pub fn claim_only(state: &CronState, due: &[(String, Due)]) -> kitbag_shared::ToolResult<usize> {
+    claim(state, due).map(|c| c.len())
 }
 
 /// Deliver a claimed run: run its command, notify the client, record the run.
@@ -240,11 +250,7 @@ async fn finish(state: Arc<CronState>, c: Claimed) {
         pid: state.pid,
     };
     let st = state.clone();
-    let r = tokio::task::spawn_blocking(move || {
-        let lock = st.store.lock()?;
-        st.store.append_run(&rec, &lock)
-    })
-    .await;
+    let r = tokio::task::spawn_blocking(move || st.store.record_run(&rec)).await;
     match r {
         Ok(Ok(())) => {}
         Ok(Err(e)) => tracing::warn!("run history: {}", e.message),
@@ -270,9 +276,16 @@ pub async fn run(state: Arc<CronState>) {
             tokio::spawn(finish(state.clone(), c));
         }
         *state.next_wake.locked() = Some(next.unwrap_or(DateTime::<Utc>::MAX_UTC));
+        // Without word of other processes' changes (a PostgreSQL listener reconnecting),
+        // look again every second.
+        let longest = if state.store.sees_changes() {
+            MAX_SLEEP
+        } else {
+            EXTERNAL_WAKE_EVERY
+        };
         let wait = match next {
-            Some(t) => state.clock.real_wait(t).min(MAX_SLEEP),
-            None => MAX_SLEEP,
+            Some(t) => state.clock.real_wait(t).min(longest),
+            None => longest,
         };
         tokio::select! {
             _ = tokio::time::sleep(wait) => {}
@@ -290,7 +303,10 @@ pub const EXTERNAL_WAKE_EVERY: Duration = Duration::from_secs(1);
 /// `read`: no wake-ups while nothing changes.
 pub fn watch_store(state: &Arc<CronState>) {
     use nix::sys::inotify::{AddWatchFlags, InitFlags, Inotify};
-    let dir = state.store.dir.clone();
+    let crate::backend::Backend::Sqlite(store) = &state.store else {
+        return; // PostgreSQL: LISTEN/NOTIFY instead (pg.rs)
+    };
+    let dir = store.dir.clone();
     if std::fs::create_dir_all(&dir).is_err() && !dir.is_dir() {
         tracing::warn!("cannot watch {}: no such directory", dir.display());
         return;

@@ -13,9 +13,10 @@ use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 use serde_json::{Value, json};
 use tokio::sync::Notify;
 
+use crate::backend::Backend;
 use crate::clock::Clock;
 use crate::schedule::Schedule;
-use crate::store::{Entry, Store};
+use crate::store::Entry;
 
 /// The notification a firing is delivered as.
 pub const CRON_FIRED: &str = "notifications/kitbag/cron_fired";
@@ -23,7 +24,7 @@ pub const CRON_FIRED: &str = "notifications/kitbag/cron_fired";
 pub const CLAUDE_CHANNEL: &str = "notifications/claude/channel";
 
 pub struct CronState {
-    pub store: Store,
+    pub store: Backend,
     /// Where command actions run.
     pub root: PathBuf,
     /// IANA zone used when an entry names none.
@@ -72,7 +73,7 @@ pub struct Options {
 }
 
 impl CronState {
-    pub fn new(store: Store, root: PathBuf, clock: Arc<dyn Clock>, opts: Options) -> Self {
+    pub fn new(store: Backend, root: PathBuf, clock: Arc<dyn Clock>, opts: Options) -> Self {
         let started_at = clock.now();
         Self {
             store,
@@ -201,10 +202,10 @@ impl CronState {
                 ErrorCode::CapabilityDenied,
                 format!(
                     "the cron store {} is read-only for this server (--read-only or an ro mount); entries cannot be changed",
-                    self.store.file.display()
+                    self.store.location()
                 ),
             )
-            .with_detail(json!({"path": self.store.file.display().to_string(), "needed": "rw"})))
+            .with_detail(json!({"path": self.store.location(), "needed": "rw"})))
         }
     }
 

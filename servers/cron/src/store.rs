@@ -155,6 +155,25 @@ pub enum Slot {
     Invalid { raw: Value, error: String },
 }
 
+impl Slot {
+    /// A stored row (both backends keep an entry as its JSON body, plus the error of one kept
+    /// as written).
+    pub fn of_row(body: &str, error: Option<String>) -> Slot {
+        let raw =
+            || serde_json::from_str::<Value>(body).unwrap_or_else(|_| Value::String(body.into()));
+        match error {
+            Some(error) => Slot::Invalid { raw: raw(), error },
+            None => match serde_json::from_str::<Entry>(body) {
+                Ok(e) => Slot::Entry(Box::new(e)),
+                Err(e) => Slot::Invalid {
+                    raw: raw(),
+                    error: e.to_string(),
+                },
+            },
+        }
+    }
+}
+
 /// The whole store: every entry, in creation order.
 #[derive(Debug, Clone, Default)]
 pub struct Doc {
@@ -923,19 +942,7 @@ impl Store {
         let mut slots = Vec::new();
         for row in rows {
             let (body, error) = row.map_err(|e| self.db_err(e))?;
-            let raw = || {
-                serde_json::from_str::<Value>(&body).unwrap_or_else(|_| Value::String(body.clone()))
-            };
-            slots.push(match error {
-                Some(error) => Slot::Invalid { raw: raw(), error },
-                None => match serde_json::from_str::<Entry>(&body) {
-                    Ok(e) => Slot::Entry(Box::new(e)),
-                    Err(e) => Slot::Invalid {
-                        raw: raw(),
-                        error: e.to_string(),
-                    },
-                },
-            });
+            slots.push(Slot::of_row(&body, error));
         }
         Ok(Doc {
             next_id: next_id.max(1) as u64,

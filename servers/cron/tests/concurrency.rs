@@ -1,5 +1,9 @@
-//! Several real `kitbag-cron` processes on one store: concurrent creates, the import of an
-//! old `cron.json` by servers starting at the same time (issue #22 §5).
+//! Several real `kitbag-cron` processes on one store: concurrent creates (on both backends),
+//! the import of an old `cron.json` by servers starting at the same time (issue #22 §5; a
+//! file of the SQLite store, so SQLite only).
+
+mod common;
+use common::Backend;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -9,31 +13,24 @@ use std::time::Duration;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag-cron"))
-}
-
-fn spawn(dir: &Path) -> McpClient {
-    let mut c = McpClient::spawn_with_env(
-        bin(),
-        &["--root", dir.to_str().expect("utf-8 path")],
-        dir,
-        Era::Handshake,
-        &[("TZ", "UTC")],
-    );
+fn spawn(args: &[String], dir: &Path) -> McpClient {
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut c =
+        McpClient::spawn_with_env(common::bin(), &args, dir, Era::Handshake, &[("TZ", "UTC")]);
     c.timeout = Duration::from_secs(60);
     c
 }
 
-/// Start `n` servers on `dir` at the same instant (their stores open concurrently).
-fn spawn_together(dir: &Path, n: usize) -> Vec<McpClient> {
+/// Start `n` servers on the store of `args` at the same instant (their stores open, and on
+/// PostgreSQL migrate, concurrently).
+fn spawn_together(args: &[String], dir: &Path, n: usize) -> Vec<McpClient> {
     let gate = Arc::new(Barrier::new(n));
     let threads: Vec<_> = (0..n)
         .map(|_| {
-            let (dir, gate) = (dir.to_path_buf(), gate.clone());
+            let (args, dir, gate) = (args.to_vec(), dir.to_path_buf(), gate.clone());
             std::thread::spawn(move || {
                 gate.wait();
-                spawn(&dir)
+                spawn(&args, &dir)
             })
         })
         .collect();
@@ -49,13 +46,13 @@ fn list_all(c: &mut McpClient) -> Value {
     r.structured
 }
 
-#[test]
-fn concurrent_creates_from_eight_processes_all_land_once() {
+on_both_backends!(concurrent_creates_from_eight_processes_all_land_once);
+
+fn concurrent_creates_from_eight_processes_all_land_once(b: &Backend) {
     const PROCS: usize = 8;
     const EACH: usize = 25;
-    let d = tempfile::tempdir().expect("tmp");
     // A fresh store: the first calls also race to create the database.
-    let clients = spawn_together(d.path(), PROCS);
+    let clients = spawn_together(&b.args(), b.dir.path(), PROCS);
     let gate = Arc::new(Barrier::new(PROCS));
     let threads: Vec<_> = clients
         .into_iter()
@@ -130,7 +127,8 @@ fn an_old_cron_json_is_imported_once_by_servers_starting_together() {
             .expect("json");
         std::fs::write(kitbag.join("cron.json"), &text).expect("write");
 
-        let mut clients = spawn_together(d.path(), 4);
+        let root = vec!["--root".to_string(), d.path().display().to_string()];
+        let mut clients = spawn_together(&root, d.path(), 4);
         // The first calls of all four race to import.
         let gate = Arc::new(Barrier::new(clients.len()));
         let threads: Vec<_> = clients

@@ -1,5 +1,11 @@
 //! Drive the real `kitbag-cron` binary over stdio: tools in both eras, bad input, the
-//! catalog, and real firings delivered as notifications (with a scaled test clock).
+//! catalog, and real firings delivered as notifications (with a scaled test clock). Every
+//! store-level test runs on both backends (`sqlite::name`, `postgres::name`) with the same
+//! assertions; the catalog, capabilities, the `cron.json` import (a file of the SQLite store)
+//! and command containment (no store involved) run once, on SQLite.
+
+mod common;
+use common::Backend;
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -7,9 +13,7 @@ use std::time::{Duration, Instant};
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 use serde_json::{Value, json};
 
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag-cron"))
-}
+use common::bin;
 
 fn spawn(dir: &Path, era: Era, extra: &[&str]) -> McpClient {
     let mut args = vec!["--root", dir.to_str().expect("utf-8 path")];
@@ -43,35 +47,19 @@ fn wait_for(
     }
 }
 
-/// Every stored row (entry JSON, or the raw text and error of one kept as written) and the
-/// id counter, read straight from the database.
-fn dump(dir: &Path) -> Vec<String> {
-    let db = rusqlite::Connection::open_with_flags(
-        dir.join(".kitbag/cron.db"),
-        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
-    )
-    .expect("open store");
-    let mut st = db
-        .prepare("SELECT coalesce(id, ''), body, coalesce(error, '') FROM entries ORDER BY seq")
-        .expect("query");
-    let mut rows: Vec<String> = st
-        .query_map([], |r| {
-            Ok(format!(
-                "{} {} {}",
-                r.get::<_, String>(0)?,
-                r.get::<_, String>(1)?,
-                r.get::<_, String>(2)?
-            ))
-        })
-        .expect("rows")
-        .map(|r| r.expect("row"))
-        .collect();
-    let next: i64 = db
-        .query_row("SELECT v FROM meta WHERE k = 'next_id'", [], |r| r.get(0))
-        .expect("next_id");
-    rows.push(format!("next_id {next}"));
-    rows
-}
+on_both_backends!(
+    tools_handshake_era,
+    tools_modern_era,
+    bad_input_is_typed_and_changes_nothing,
+    fires_and_delivers_handshake_era,
+    fires_and_delivers_modern_era,
+    restart_makes_up_one_missed_run_only,
+    two_processes_never_fire_the_same_run_twice,
+    one_shot_disables_itself_and_disabled_entries_do_not_fire,
+    command_action_is_recorded_and_killed_with_its_children_on_timeout,
+    no_commands_flag_refuses_command_entries,
+    read_only_server_changes_nothing,
+);
 
 fn runs(c: &mut McpClient, id: &str) -> Vec<Value> {
     let r = c.call("cron_runs", json!({"id": id, "limit": 500}));
@@ -79,9 +67,8 @@ fn runs(c: &mut McpClient, id: &str) -> Vec<Value> {
     r.structured["runs"].as_array().expect("runs").clone()
 }
 
-fn tools_in_era(era: Era) {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = spawn(d.path(), era, &[]);
+fn tools_in_era(b: &Backend, era: Era) {
+    let mut c = b.spawn(era, &[]);
     assert_eq!(c.server_info["name"], "kitbag-cron");
     let names: Vec<String> = c
         .list_tools()
@@ -128,7 +115,7 @@ fn tools_in_era(era: Era) {
     assert!(r.structured["entry"].get("next_fire").is_none());
 
     // Each stored entry is the seed's shape (one JSON row in `.kitbag/cron.db`).
-    let rows = dump(d.path());
+    let rows = b.dump();
     let first = rows[0].strip_prefix("cron-1 ").expect("cron-1 first");
     let stored: Value = serde_json::Deserializer::from_str(first)
         .into_iter::<Value>()
@@ -191,26 +178,22 @@ fn tools_in_era(era: Era) {
     assert_eq!(c.shutdown(), Some(0));
 }
 
-#[test]
-fn tools_handshake_era() {
-    tools_in_era(Era::Handshake);
+fn tools_handshake_era(b: &Backend) {
+    tools_in_era(b, Era::Handshake);
 }
 
-#[test]
-fn tools_modern_era() {
-    tools_in_era(Era::Modern);
+fn tools_modern_era(b: &Backend) {
+    tools_in_era(b, Era::Modern);
 }
 
-#[test]
-fn bad_input_is_typed_and_changes_nothing() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = spawn(d.path(), Era::Handshake, &[]);
+fn bad_input_is_typed_and_changes_nothing(b: &Backend) {
+    let mut c = b.spawn(Era::Handshake, &[]);
     let r = c.call(
         "cron_create",
         json!({"schedule": "@hourly", "message": "keep"}),
     );
     assert!(!r.is_error);
-    let before = dump(d.path());
+    let before = b.dump();
     for (tool, args, field) in [
         (
             "cron_create",
@@ -287,7 +270,7 @@ fn bad_input_is_typed_and_changes_nothing() {
             "{tool} {args}: {}",
             r.text
         );
-        assert_eq!(dump(d.path()), before, "{tool} {args} changed the store");
+        assert_eq!(b.dump(), before, "{tool} {args} changed the store");
     }
 }
 
@@ -333,10 +316,8 @@ fn capabilities_declare_the_notifications() {
 }
 
 /// An every-minute entry on a clock running 20× fast fires and reaches the client.
-fn fires_in_era(era: Era) {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = spawn(
-        d.path(),
+fn fires_in_era(b: &Backend, era: Era) {
+    let mut c = b.spawn(
         era,
         &[
             "--claude-channel",
@@ -385,21 +366,16 @@ fn fires_in_era(era: Era) {
     assert!(c.stdout_garbage().is_empty());
 }
 
-#[test]
-fn fires_and_delivers_handshake_era() {
-    fires_in_era(Era::Handshake);
+fn fires_and_delivers_handshake_era(b: &Backend) {
+    fires_in_era(b, Era::Handshake);
 }
 
-#[test]
-fn fires_and_delivers_modern_era() {
-    fires_in_era(Era::Modern);
+fn fires_and_delivers_modern_era(b: &Backend) {
+    fires_in_era(b, Era::Modern);
 }
 
-#[test]
-fn restart_makes_up_one_missed_run_only() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut a = spawn(
-        d.path(),
+fn restart_makes_up_one_missed_run_only(be: &Backend) {
+    let mut a = be.spawn(
         Era::Handshake,
         &["--test-clock-start", "2026-01-01T10:00:30Z"],
     );
@@ -416,8 +392,7 @@ fn restart_makes_up_one_missed_run_only() {
     assert_eq!(a.shutdown(), Some(0));
 
     // Down from 10:00:30 to 13:30: 11:00, 12:00 and 13:00 were missed.
-    let mut b = spawn(
-        d.path(),
+    let mut b = be.spawn(
         Era::Handshake,
         &["--test-clock-start", "2026-01-01T13:30:00Z"],
     );
@@ -456,8 +431,7 @@ fn restart_makes_up_one_missed_run_only() {
     assert_eq!(fired[0]["params"]["outcome"], "caught_up");
     // A third start does not make it up again.
     assert_eq!(b.shutdown(), Some(0));
-    let mut c = spawn(
-        d.path(),
+    let mut c = be.spawn(
         Era::Handshake,
         &["--test-clock-start", "2026-01-01T13:40:00Z"],
     );
@@ -465,17 +439,15 @@ fn restart_makes_up_one_missed_run_only() {
     assert_eq!(runs(&mut c, "cron-1").len(), 1);
 }
 
-#[test]
-fn two_processes_never_fire_the_same_run_twice() {
-    let d = tempfile::tempdir().expect("tmp");
+fn two_processes_never_fire_the_same_run_twice(be: &Backend) {
     let clock = [
         "--test-clock-start",
         "2026-05-01T08:00:50Z",
         "--test-clock-rate",
         "30",
     ];
-    let mut a = spawn(d.path(), Era::Handshake, &clock);
-    let mut b = spawn(d.path(), Era::Handshake, &clock);
+    let mut a = be.spawn(Era::Handshake, &clock);
+    let mut b = be.spawn(Era::Handshake, &clock);
     // Both clients connected (tool calls keep the peer) before anything is due.
     b.call("cron_status", json!({}));
     let r = a.call(
@@ -519,11 +491,8 @@ fn two_processes_never_fire_the_same_run_twice() {
     assert_eq!(hs.len(), n, "a run was recorded twice");
 }
 
-#[test]
-fn one_shot_disables_itself_and_disabled_entries_do_not_fire() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = spawn(
-        d.path(),
+fn one_shot_disables_itself_and_disabled_entries_do_not_fire(b: &Backend) {
+    let mut c = b.spawn(
         Era::Handshake,
         &[
             "--test-clock-start",
@@ -599,7 +568,7 @@ fn hand_written_cron_json_is_imported() {
     assert_eq!(l.structured["total"], 1);
     assert_eq!(l.structured["problems"][0]["index"], 1);
     // The unparsable entry is kept as written; the file itself is kept as a backup.
-    let rows = dump(d.path());
+    let rows = common::dump_sqlite(d.path());
     assert!(rows[1].contains(r#"{"schedule":"broken"}"#), "{rows:?}");
     assert!(!d.path().join(".kitbag/cron.json").exists());
     assert_eq!(
@@ -608,11 +577,8 @@ fn hand_written_cron_json_is_imported() {
     );
 }
 
-#[test]
-fn command_action_is_recorded_and_killed_with_its_children_on_timeout() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = spawn(
-        d.path(),
+fn command_action_is_recorded_and_killed_with_its_children_on_timeout(b: &Backend) {
+    let mut c = b.spawn(
         Era::Handshake,
         &[
             "--test-clock-start",
@@ -653,7 +619,7 @@ fn command_action_is_recorded_and_killed_with_its_children_on_timeout() {
         .find(|n| n["params"]["id"] == "cron-1")
         .expect("stuck");
     assert_eq!(stuck["params"]["command"]["status"], "timed_out");
-    let pid: u32 = std::fs::read_to_string(d.path().join("child.pid"))
+    let pid: u32 = std::fs::read_to_string(b.dir.path().join("child.pid"))
         .expect("pid")
         .trim()
         .parse()
@@ -680,23 +646,18 @@ fn command_action_is_recorded_and_killed_with_its_children_on_timeout() {
     );
 }
 
-#[test]
-fn no_commands_flag_refuses_command_entries() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = spawn(d.path(), Era::Handshake, &["--no-commands"]);
+fn no_commands_flag_refuses_command_entries(b: &Backend) {
+    let mut c = b.spawn(Era::Handshake, &["--no-commands"]);
     let r = c.call(
         "cron_create",
         json!({"schedule": "@daily", "message": "m", "command": "true"}),
     );
     assert_eq!(r.error_code(), Some("capability_denied"));
-    assert!(!d.path().join(".kitbag/cron.json").exists());
-    assert!(!d.path().join(".kitbag/cron.db").exists());
+    assert!(b.stored_nothing());
 }
 
-#[test]
-fn read_only_server_changes_nothing() {
-    let d = tempfile::tempdir().expect("tmp");
-    let mut c = spawn(d.path(), Era::Handshake, &["--read-only"]);
+fn read_only_server_changes_nothing(b: &Backend) {
+    let mut c = b.spawn(Era::Handshake, &["--read-only"]);
     let r = c.call("cron_create", json!({"schedule": "@daily", "message": "m"}));
     assert_eq!(r.error_code(), Some("capability_denied"));
     let s = c.call("cron_status", json!({}));
@@ -776,4 +737,50 @@ fn command_escapes_are_stopped_when_the_command_ends() {
         }
         c.shutdown();
     }
+}
+
+/// An empty `KITBAG_DATABASE_URL` counts as unset: the SQLite file under the root is used.
+#[test]
+fn an_empty_database_url_keeps_the_sqlite_file() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &["--root", d.path().to_str().expect("utf-8 path")],
+        d.path(),
+        Era::Handshake,
+        &[("TZ", "UTC"), ("KITBAG_DATABASE_URL", " ")],
+    );
+    c.call_ok("cron_create", json!({"schedule": "@daily", "message": "m"}));
+    let s = c.call_ok("cron_status", json!({}));
+    assert!(
+        s.structured["store"]
+            .as_str()
+            .expect("store")
+            .ends_with(".kitbag/cron.db"),
+        "{}",
+        s.structured
+    );
+    assert_eq!(common::dump_sqlite(d.path()).len(), 2);
+}
+
+/// A database that cannot be reached stops the server at start, naming the flag and
+/// without repeating the URL's password.
+#[test]
+fn an_unreachable_database_fails_at_start_without_its_password() {
+    let d = tempfile::tempdir().expect("tmp");
+    let out = std::process::Command::new(bin())
+        .args(["--root", d.path().to_str().expect("utf-8 path")])
+        .args([
+            "--database-url",
+            "postgres://cron:s3cret@%2Fnonexistent%2Fdir/cron",
+        ])
+        .current_dir(d.path())
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run");
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--database-url"), "{err}");
+    assert!(!err.contains("s3cret"), "{err}");
+    assert!(!d.path().join(".kitbag/cron.db").exists());
 }
