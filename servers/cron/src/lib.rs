@@ -193,11 +193,7 @@ fn clock_from(args: &Args) -> anyhow::Result<Arc<dyn Clock>> {
 /// Blocks (the PostgreSQL client does): call it on a blocking thread.
 pub fn open_store(args: &Args) -> anyhow::Result<(Backend, bool)> {
     let policy = args.common.policy()?;
-    match args
-        .database_url
-        .as_deref()
-        .filter(|u| !u.trim().is_empty())
-    {
+    match kitbag_shared::state::pg::url_given(args.database_url.as_deref()) {
         Some(url) => {
             let writable = !policy.is_read_only();
             let store = pg::open(url, writable, args.history_max_bytes)?;

@@ -26,10 +26,6 @@ use tokio::sync::Notify;
 use crate::backend::EntryTx;
 use crate::store::{Doc, Entry, Outcome, RunRecord, Slot};
 
-/// The version of the schema below; kept per family (`cron`) in `kitbag_migrations`.
-pub const SCHEMA_VERSION: i32 = 1;
-/// Advisory lock keys: `kitbag` then a family byte (memory uses 0x00, cron 0x01).
-const MIGRATE_LOCK: i64 = 0x6b69_7462_6167_0101;
 /// The channel every committed change is announced on.
 pub const CHANNEL: &str = "kitbag_cron";
 /// Fires kept in `cron_fires` (newest): far more than any entry's claims can race over.
@@ -77,17 +73,10 @@ pub enum PgError {
         source: postgres::Error,
     },
     #[error("cron database {url} (--database-url): migrating the schema: {source}")]
-    Migrate { url: String, source: MigrateError },
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum MigrateError {
-    #[error(
-        "schema version {version} is newer than this kitbag-cron understands ({SCHEMA_VERSION})"
-    )]
-    Newer { version: i32 },
-    #[error("{0}")]
-    Db(#[from] postgres::Error),
+    Migrate {
+        url: String,
+        source: kitbag_shared::state::pg::MigrateError,
+    },
 }
 
 pub struct PgStore {
@@ -112,7 +101,7 @@ fn connect(url: &str) -> Result<Client, postgres::Error> {
     Ok(c)
 }
 
-/// Connect to `url` and bring the schema up to [`SCHEMA_VERSION`].
+/// Connect to `url` and bring the schema up to date.
 pub fn open(url: &str, writable: bool, history_max_bytes: u64) -> Result<PgStore, PgError> {
     let shown = kitbag_shared::audit::redact_url(url);
     let mut client = connect(url).map_err(|source| PgError::Connect {
@@ -137,47 +126,10 @@ pub fn open(url: &str, writable: bool, history_max_bytes: u64) -> Result<PgStore
     })
 }
 
-/// Versioned migrations, one process at a time (the others wait on the lock, then see the
-/// version already current).
-pub fn migrate(client: &mut Client) -> Result<(), MigrateError> {
-    match migrate_once(client) {
-        // `kitbag_migrations` is shared with the other families, which create it under their
-        // own lock: a concurrent CREATE TABLE IF NOT EXISTS can lose that race once.
-        Err(MigrateError::Db(e))
-            if e.code() == Some(&SqlState::UNIQUE_VIOLATION)
-                || e.code() == Some(&SqlState::DUPLICATE_TABLE) =>
-        {
-            migrate_once(client)
-        }
-        r => r,
-    }
-}
-
-fn migrate_once(client: &mut Client) -> Result<(), MigrateError> {
-    let mut tx = client.transaction()?;
-    tx.execute("SELECT pg_advisory_xact_lock($1)", &[&MIGRATE_LOCK])?;
-    tx.batch_execute(
-        "CREATE TABLE IF NOT EXISTS kitbag_migrations (family TEXT PRIMARY KEY, version INTEGER NOT NULL)",
-    )?;
-    let version: i32 = tx
-        .query_opt(
-            "SELECT version FROM kitbag_migrations WHERE family = 'cron'",
-            &[],
-        )?
-        .map_or(0, |r| r.get(0));
-    if version > SCHEMA_VERSION {
-        return Err(MigrateError::Newer { version });
-    }
-    if version < 1 {
-        tx.batch_execute(V1_SCHEMA)?;
-    }
-    tx.execute(
-        "INSERT INTO kitbag_migrations (family, version) VALUES ('cron', $1)
-         ON CONFLICT (family) DO UPDATE SET version = EXCLUDED.version",
-        &[&SCHEMA_VERSION],
-    )?;
-    tx.commit()?;
-    Ok(())
+/// The cron schema's versions (kitbag-shared keeps them in the `cron` row of
+/// `kitbag_migrations`, under the lock every family's migration takes).
+fn migrate(client: &mut Client) -> Result<(), kitbag_shared::state::pg::MigrateError> {
+    kitbag_shared::state::pg::migrate(client, "cron", &[V1_SCHEMA])
 }
 
 /// An instant as PostgreSQL reads it (the columns are `timestamptz`; the client is built

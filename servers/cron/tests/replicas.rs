@@ -138,11 +138,14 @@ fn two_replicas_fire_a_thousand_due_times_exactly_once() {
     assert_each_instant_once(&b, 100, 10);
     let (by_a, by_r) = (fires_of(&b, a.pid()), fires_of(&b, r.pid()));
     assert_eq!(by_a + by_r, 1000);
-    assert!(
-        by_a > 0 && by_r > 0,
-        "one replica did all the work: {by_a} / {by_r}"
-    );
+    // Which replica wins each minute's race is up to the machine (usually both win some);
+    // exactly once is what must hold.
     eprintln!("fires: replica a {by_a}, replica b {by_r}");
+    let claimers: HashSet<u64> = [(a.pid(), by_a), (r.pid(), by_r)]
+        .iter()
+        .filter(|(_, n)| *n > 0)
+        .map(|(pid, _)| u64::from(*pid))
+        .collect();
 
     // Each fire reached a client once, from the replica that claimed it.
     let mut seen = HashSet::new();
@@ -171,13 +174,14 @@ fn two_replicas_fire_a_thousand_due_times_exactly_once() {
     loop {
         let runs = r.call_ok("cron_runs", json!({"limit": 500}));
         if runs.structured["total"] == 1000 {
-            let pids: HashSet<u64> = runs.structured["runs"]
-                .as_array()
-                .expect("runs")
+            // Every page: the newest 500 alone may all be one replica's.
+            let older = r.call_ok("cron_runs", json!({"limit": 500, "offset": 500}));
+            let pids: HashSet<u64> = [&runs, &older]
                 .iter()
+                .flat_map(|page| page.structured["runs"].as_array().expect("runs").clone())
                 .map(|x| x["pid"].as_u64().expect("pid"))
                 .collect();
-            assert!(pids.len() == 2, "{pids:?}");
+            assert_eq!(pids, claimers, "the history names every claimer");
             break;
         }
         assert!(

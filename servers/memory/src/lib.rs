@@ -179,11 +179,7 @@ fn db_path(args: &Args) -> anyhow::Result<PathBuf> {
 /// The store the arguments name: PostgreSQL with a database URL (an empty one counts as
 /// unset), else the SQLite file.
 pub fn open_store(args: &Args) -> anyhow::Result<store::Store> {
-    match args
-        .database_url
-        .as_deref()
-        .filter(|u| !u.trim().is_empty())
-    {
+    match kitbag_shared::state::pg::url_given(args.database_url.as_deref()) {
         Some(url) => Ok(store::Store::Postgres(Box::new(pg::open(url)?))),
         None => Ok(store::Store::Sqlite(db::open(
             &args.common.policy()?,
