@@ -389,3 +389,82 @@ pub fn modern_headers<'a>(method: &'a str, name: Option<&'a str>) -> Vec<(&'a st
     }
     h
 }
+
+/// One handshake-era session (a server run with `--http-sessions`): its id, a connection for
+/// its requests, and its server-to-client stream (a GET held open on a second connection).
+pub struct Session {
+    pub id: String,
+    conn: HttpConn,
+    pub stream: HttpConn,
+    next: u64,
+}
+
+const HANDSHAKE: (&str, &str) = ("mcp-protocol-version", "2025-11-25");
+
+impl Session {
+    /// Initialize (2025-11-25), confirm, and open the stream.
+    pub fn open(server: &HttpServer) -> Session {
+        let mut conn = server.connect();
+        let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                       "clientInfo": {"name": "kitbag-testkit", "version": "1"}}});
+        let r = conn.post_mcp(&init, &[]);
+        let id = r
+            .header("mcp-session-id")
+            .unwrap_or_else(|| panic!("no session id (is --http-sessions on?): {}", r.text()))
+            .to_string();
+        let note = serde_json::json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+        let with = [("mcp-session-id", id.as_str()), HANDSHAKE];
+        assert_eq!(conn.post_mcp(&note, &with).status, 202);
+        let mut stream = server.connect();
+        stream
+            .write_request(
+                "GET",
+                "/mcp",
+                &[
+                    ("accept", "text/event-stream"),
+                    ("mcp-session-id", &id),
+                    HANDSHAKE,
+                ],
+                b"",
+            )
+            .expect("GET the session's stream");
+        assert_eq!(stream.read_head().expect("stream head").status, 200);
+        Session {
+            id,
+            conn,
+            stream,
+            next: 10,
+        }
+    }
+
+    /// One request in this session; its JSON-RPC answer.
+    pub fn request(&mut self, method: &str, params: Value) -> Value {
+        self.next += 1;
+        let message = serde_json::json!({"jsonrpc": "2.0", "id": self.next, "method": method, "params": params});
+        let with = [("mcp-session-id", self.id.as_str()), HANDSHAKE];
+        let r = self.conn.post_mcp(&message, &with);
+        r.response_to(&serde_json::json!(self.next))
+    }
+
+    /// Read the stream until `uri` is announced (`notifications/resources/updated`); every
+    /// updated URI seen on the way, that one included. Panics if the stream ends or stays
+    /// silent past the connection's read timeout first.
+    pub fn updates_until(&mut self, uri: &str) -> Vec<String> {
+        let seen = std::cell::RefCell::new(Vec::new());
+        let found = self.stream.read_event(|v| {
+            if v["method"] != "notifications/resources/updated" {
+                return false;
+            }
+            let u = v["params"]["uri"].as_str().unwrap_or("").to_string();
+            seen.borrow_mut().push(u.clone());
+            u == uri
+        });
+        assert!(
+            found.is_some(),
+            "{uri} never announced; saw {:?}",
+            seen.borrow()
+        );
+        seen.into_inner()
+    }
+}

@@ -4,7 +4,7 @@
 
 use std::path::Path;
 
-use kitbag_testkit::http::{HttpServer, modern_headers, modern_request};
+use kitbag_testkit::http::{HttpServer, Session, modern_headers, modern_request};
 use serde_json::{Value, json};
 
 fn kitbag() -> &'static Path {
@@ -558,76 +558,6 @@ fn metrics_count_requests_refusals_and_tool_calls() {
             1.0,
             "{what}"
         );
-    }
-}
-
-/// One handshake-era HTTP session: its id, and its server-to-client stream (a GET).
-struct Session {
-    id: String,
-    conn: kitbag_testkit::http::HttpConn,
-    stream: kitbag_testkit::http::HttpConn,
-    next: u64,
-}
-
-impl Session {
-    fn open(server: &HttpServer) -> Session {
-        let mut conn = server.connect();
-        let r = conn.post_mcp(&initialize(), &[]);
-        let id = r
-            .header("mcp-session-id")
-            .expect("a session id")
-            .to_string();
-        let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
-        let with = [("mcp-session-id", id.as_str()), LEGACY];
-        assert_eq!(conn.post_mcp(&note, &with).status, 202);
-        let mut stream = server.connect();
-        stream
-            .write_request(
-                "GET",
-                "/mcp",
-                &[
-                    ("accept", "text/event-stream"),
-                    ("mcp-session-id", &id),
-                    LEGACY,
-                ],
-                b"",
-            )
-            .expect("GET");
-        assert_eq!(stream.read_head().expect("head").status, 200);
-        Session {
-            id,
-            conn,
-            stream,
-            next: 10,
-        }
-    }
-
-    fn request(&mut self, method: &str, params: Value) -> Value {
-        self.next += 1;
-        let message = legacy(self.next, method, params);
-        let with = [("mcp-session-id", self.id.as_str()), LEGACY];
-        let r = self.conn.post_mcp(&message, &with);
-        r.response_to(&json!(self.next))
-    }
-
-    /// Read this session's stream until `uri` is announced; every resources/updated URI
-    /// seen on the way, that one included.
-    fn updates_until(&mut self, uri: &str) -> Vec<String> {
-        let seen = std::cell::RefCell::new(Vec::new());
-        let found = self.stream.read_event(|v| {
-            if v["method"] != "notifications/resources/updated" {
-                return false;
-            }
-            let u = v["params"]["uri"].as_str().unwrap_or("").to_string();
-            seen.borrow_mut().push(u.clone());
-            u == uri
-        });
-        assert!(
-            found.is_some(),
-            "{uri} never announced; saw {:?}",
-            seen.borrow()
-        );
-        seen.into_inner()
     }
 }
 

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
-use kitbag_testkit::http::{HttpConn, HttpServer, modern_headers, modern_request};
+use kitbag_testkit::http::{HttpConn, HttpServer, Session, modern_headers, modern_request};
 use kitbag_testkit::pg::PgServer;
 use serde_json::{Value, json};
 
@@ -28,23 +28,34 @@ fn legacy(id: u64, method: &str, params: Value) -> Value {
 
 /// A host serving only kitbag-memory (itself), over HTTP, on the shared database.
 fn replica(dir: &Path, database_url: &str) -> HttpServer {
+    replica_of(dir, database_url, &["memory"], &[])
+}
+
+/// A host serving `families` (itself, as `kitbag server FAMILY`; issues in project `team`,
+/// the same on every replica), over HTTP with `extra` serve flags, on the shared database.
+fn replica_of(dir: &Path, database_url: &str, families: &[&str], extra: &[&str]) -> HttpServer {
     let cfg = dir.join("agent.json");
     let exe = kitbag().to_str().expect("utf8");
-    std::fs::write(
-        &cfg,
-        json!({"mcp": {"memory": {"command": exe, "args": ["server", "memory", "--root", "."]}}})
-            .to_string(),
-    )
-    .expect("config");
+    let mut mcp = serde_json::Map::new();
+    for family in families {
+        let mut args = vec!["server", family, "--root", "."];
+        if *family == "issues" {
+            args.extend(["--project", "team"]);
+        }
+        mcp.insert(family.to_string(), json!({"command": exe, "args": args}));
+    }
+    std::fs::write(&cfg, json!({ "mcp": mcp }).to_string()).expect("config");
+    let mut args = vec![
+        "--config",
+        cfg.to_str().expect("utf8"),
+        "serve",
+        "--http",
+        "127.0.0.1:0",
+    ];
+    args.extend_from_slice(extra);
     HttpServer::start(
         kitbag(),
-        &[
-            "--config",
-            cfg.to_str().expect("utf8"),
-            "serve",
-            "--http",
-            "127.0.0.1:0",
-        ],
+        &args,
         dir,
         &[("KITBAG_DATABASE_URL", database_url)],
     )
@@ -324,4 +335,56 @@ fn a_replica_killed_mid_run_fails_only_its_in_flight_calls() {
         let r = call_once(&relay, 5000 + i, false, "tools/list", json!({}));
         assert!(outcome(&r).is_none(), "{r:?}");
     }
+}
+
+/// Issues on the shared database: an issue created through one replica is read through the
+/// other, and a client subscribed on replica 0 hears at once of a change made through replica
+/// 1 — the issues servers behind the two hosts tell each other by NOTIFY (their change-log
+/// poll runs only every 30 s on PostgreSQL).
+#[test]
+fn an_issue_changed_through_one_replica_reaches_a_subscriber_of_the_other() {
+    let Some(pg) = PgServer::start() else { return };
+    let url = pg.database("team");
+    let dirs: Vec<tempfile::TempDir> = (0..2).map(|_| tempfile::tempdir().expect("tmp")).collect();
+    let watched = replica_of(dirs[0].path(), &url, &["issues"], &["--http-sessions"]);
+    let other = replica_of(dirs[1].path(), &url, &["issues"], &[]);
+    let call = |server: &HttpServer, id: u64, tool: &str, arguments: Value| {
+        let r = server.connect().post_mcp(
+            &legacy(
+                id,
+                "tools/call",
+                json!({"name": tool, "arguments": arguments}),
+            ),
+            &[LEGACY],
+        );
+        let answer = r.response_to(&json!(id));
+        assert_eq!(answer["result"]["isError"], false, "{answer}");
+        answer["result"]["structuredContent"].clone()
+    };
+    let created = call(
+        &other,
+        1,
+        "issue_create",
+        json!({"title": "Replica lag", "body": "seen at night"}),
+    );
+    assert_eq!(created["number"], 1);
+    let read = call(&watched, 2, "issue_get", json!({"number": 1}));
+    assert_eq!(read["title"], "Replica lag", "{read}");
+
+    let mut session = Session::open(&watched);
+    let subscribed = session.request("resources/subscribe", json!({"uri": "issues://1"}));
+    assert!(subscribed["result"].is_object(), "{subscribed}");
+    let started = std::time::Instant::now();
+    call(
+        &other,
+        3,
+        "issue_comment",
+        json!({"number": 1, "body": "from the other replica"}),
+    );
+    assert_eq!(session.updates_until("issues://1"), ["issues://1"]);
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "announced after {:?}: not by NOTIFY",
+        started.elapsed()
+    );
 }
