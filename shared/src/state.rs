@@ -20,6 +20,8 @@
 
 #[cfg(feature = "postgres")]
 pub mod pg;
+#[cfg(feature = "postgres")]
+pub mod pg_tls;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

@@ -14,6 +14,86 @@ pub struct PgServer {
     child: Option<Child>,
     /// `postgresql://kitbag@%2Ftmp%2F…/postgres`: user `kitbag`, the socket directory as host.
     pub url: String,
+    tcp_port: Option<u16>,
+}
+
+/// A CA and a `localhost` certificate it signed (openssl), the key readable by the server's
+/// user only; `pg_hba.conf`: the socket trusted, TCP only with TLS.
+fn tls_material(dir: &Path, data: &Path, who: Option<(u32, u32)>) {
+    let openssl = |args: &[&str]| {
+        let out = Command::new("openssl")
+            .args(args)
+            .current_dir(dir)
+            .output()
+            .expect("run openssl (scripts/test installs it)");
+        assert!(
+            out.status.success(),
+            "openssl {args:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    openssl(&[
+        "req",
+        "-x509",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=kitbag test CA",
+    ]);
+    openssl(&[
+        "req",
+        "-newkey",
+        "rsa:2048",
+        "-nodes",
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    std::fs::write(
+        dir.join("san.ext"),
+        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
+    )
+    .expect("san");
+    openssl(&[
+        "x509",
+        "-req",
+        "-in",
+        "server.csr",
+        "-CA",
+        "ca.pem",
+        "-CAkey",
+        "ca.key",
+        "-CAcreateserial",
+        "-out",
+        "server.crt",
+        "-days",
+        "2",
+        "-extfile",
+        "san.ext",
+    ]);
+    for (name, mode) in [("server.crt", 0o644), ("server.key", 0o600)] {
+        let to = data.join(name);
+        std::fs::copy(dir.join(name), &to).expect("copy into the data directory");
+        std::fs::set_permissions(&to, std::fs::Permissions::from_mode(mode)).expect("chmod");
+        if let Some((uid, gid)) = who {
+            std::os::unix::fs::chown(&to, Some(uid), Some(gid)).expect("chown");
+        }
+    }
+    std::fs::write(
+        data.join("pg_hba.conf"),
+        "local all all trust\nhostssl all all 127.0.0.1/32 trust\nhostnossl all all 127.0.0.1/32 reject\n",
+    )
+    .expect("pg_hba.conf");
 }
 
 /// Where Debian keeps the server binaries (`/usr/lib/postgresql/<major>/bin`), newest first.
@@ -73,6 +153,32 @@ impl PgServer {
     /// A new cluster, started. `None` (with a SKIP line) when PostgreSQL is not installed here;
     /// under `CI=true` its absence fails the calling test (scripts/test installs it).
     pub fn start() -> Option<PgServer> {
+        Self::launch(None)
+    }
+
+    /// A cluster that also listens on loopback TCP at `port`, TLS only there (`hostssl`;
+    /// plain TCP is rejected), with a certificate for `localhost` signed by a CA of its own;
+    /// [`PgServer::tls_ca`] is that CA's PEM file, [`PgServer::tls_url`] a URL to use it.
+    pub fn start_tls() -> Option<PgServer> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .expect("a free port")
+            .port();
+        Self::launch(Some(port))
+    }
+
+    /// The CA file of a [`PgServer::start_tls`] cluster.
+    pub fn tls_ca(&self) -> PathBuf {
+        self.dir.path().join("ca.pem")
+    }
+
+    /// `postgresql://kitbag@localhost:PORT/DATABASE` with `params` (a TLS cluster only).
+    pub fn tls_url(&self, database: &str, params: &str) -> String {
+        let port = self.tcp_port.expect("a cluster started with start_tls");
+        format!("postgresql://kitbag@localhost:{port}/{database}?{params}")
+    }
+
+    fn launch(tcp_port: Option<u16>) -> Option<PgServer> {
         let Some(bin) = bin_dir() else {
             assert!(
                 std::env::var("CI").as_deref() != Ok("true"),
@@ -113,6 +219,20 @@ impl PgServer {
             "initdb failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
+        let mut listen = vec!["-c".to_string(), "listen_addresses=".to_string()];
+        if let Some(port) = tcp_port {
+            tls_material(dir.path(), &data, who);
+            listen = [
+                "-c",
+                "listen_addresses=127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-c",
+                "ssl=on",
+            ]
+            .map(String::from)
+            .to_vec();
+        }
         let log = std::fs::File::create(dir.path().join("server.log")).expect("log");
         if let Some((uid, gid)) = who {
             let _ = std::os::unix::fs::chown(dir.path().join("server.log"), Some(uid), Some(gid));
@@ -122,8 +242,9 @@ impl PgServer {
             .arg(&data)
             .arg("-k")
             .arg(dir.path())
-            // No TCP at all; durability is not what a test needs.
-            .args(["-c", "listen_addresses=", "-c", "fsync=off"])
+            // No TCP (unless asked for TLS); durability is not what a test needs.
+            .args(&listen)
+            .args(["-c", "fsync=off"])
             .args(["-c", "synchronous_commit=off", "-c", "full_page_writes=off"])
             .stdin(Stdio::null())
             .stdout(Stdio::null())
@@ -131,11 +252,14 @@ impl PgServer {
             .process_group(0)
             .spawn()
             .expect("start postgres");
-        let url = format!("postgresql://kitbag@{}/postgres", encode(dir.path()));
+        // With TCP the socket's name carries the port too (`.s.PGSQL.PORT`).
+        let port = tcp_port.map(|p| format!(":{p}")).unwrap_or_default();
+        let url = format!("postgresql://kitbag@{}{port}/postgres", encode(dir.path()));
         let server = PgServer {
             dir,
             child: Some(child),
             url,
+            tcp_port,
         };
         server.wait_ready();
         Some(server)
@@ -144,7 +268,10 @@ impl PgServer {
     /// The server listens once its socket file exists and a client gets an answer.
     fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(30);
-        let socket = self.dir.path().join(".s.PGSQL.5432");
+        let socket = self
+            .dir
+            .path()
+            .join(format!(".s.PGSQL.{}", self.tcp_port.unwrap_or(5432)));
         while Instant::now() < deadline {
             if socket.exists() && self.psql("SELECT 1").is_ok() {
                 return;

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use chrono::{DateTime, SecondsFormat, Utc};
 use kitbag_shared::lock::LockExt;
+use kitbag_shared::state::pg::Connector;
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 use postgres::error::SqlState;
-use postgres::{Client, NoTls, Transaction};
+use postgres::{Client, Transaction};
 use tokio::sync::Notify;
 
 use crate::backend::EntryTx;
@@ -72,6 +73,11 @@ pub enum PgError {
         url: String,
         source: postgres::Error,
     },
+    #[error("cron database {url} (--database-url): {source}")]
+    Tls {
+        url: String,
+        source: kitbag_shared::state::pg_tls::TlsSetupError,
+    },
     #[error("cron database {url} (--database-url): migrating the schema: {source}")]
     Migrate {
         url: String,
@@ -81,6 +87,7 @@ pub enum PgError {
 
 pub struct PgStore {
     url: String,
+    connector: Connector,
     client: Mutex<Client>,
     /// The last call failed below SQL (I/O, a closed connection): reconnect before the next.
     broken: AtomicBool,
@@ -95,8 +102,8 @@ pub struct PgStore {
     cache: Mutex<Option<(u64, Arc<Doc>)>>,
 }
 
-fn connect(url: &str) -> Result<Client, postgres::Error> {
-    let mut c = Client::connect(url, NoTls)?;
+fn connect(connector: &Connector) -> Result<Client, postgres::Error> {
+    let mut c = connector.connect()?;
     c.batch_execute(&format!("SET lock_timeout = '{LOCK_WAIT}'"))?;
     Ok(c)
 }
@@ -104,7 +111,11 @@ fn connect(url: &str) -> Result<Client, postgres::Error> {
 /// Connect to `url` and bring the schema up to date.
 pub fn open(url: &str, writable: bool, history_max_bytes: u64) -> Result<PgStore, PgError> {
     let shown = kitbag_shared::audit::redact_url(url);
-    let mut client = connect(url).map_err(|source| PgError::Connect {
+    let connector = Connector::new(url).map_err(|source| PgError::Tls {
+        url: shown.clone(),
+        source,
+    })?;
+    let mut client = connect(&connector).map_err(|source| PgError::Connect {
         url: shown.clone(),
         source,
     })?;
@@ -115,6 +126,7 @@ pub fn open(url: &str, writable: bool, history_max_bytes: u64) -> Result<PgStore
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default();
     Ok(PgStore {
         url: url.to_owned(),
+        connector,
         client: Mutex::new(client),
         broken: AtomicBool::new(false),
         writable,
@@ -174,7 +186,7 @@ impl PgStore {
     fn client(&self) -> ToolResult<std::sync::MutexGuard<'_, Client>> {
         let mut client = self.client.locked();
         if self.broken.load(Ordering::SeqCst) || client.is_closed() {
-            *client = connect(&self.url).map_err(|e| self.err(e))?;
+            *client = connect(&self.connector).map_err(|e| self.err(e))?;
             self.broken.store(false, Ordering::SeqCst);
         }
         Ok(client)
@@ -338,7 +350,7 @@ impl PgStore {
 
     fn listen_once(&self, wake: &Notify) -> Result<(), postgres::Error> {
         use postgres::fallible_iterator::FallibleIterator;
-        let mut client = Client::connect(&self.url, NoTls)?;
+        let mut client = self.connector.connect()?;
         client.batch_execute(&format!("LISTEN {CHANNEL}"))?;
         self.listening.store(true, Ordering::SeqCst);
         // Changes made while no one listened are covered by this bump.

@@ -594,3 +594,56 @@ fn a_dropped_database_connection_is_reopened() {
     assert_eq!(r.structured["count"], 1, "{}", r.text);
     c.call_ok("memory_store", json!({"content": "after the drop"}));
 }
+
+/// A database reached over TCP needs TLS (a managed database): the server connects with
+/// `sslmode=verify-full&sslrootcert=CA`, verifies the certificate chain and name, and works;
+/// the cluster rejects plain TCP, so the answers prove the connection was encrypted; a
+/// certificate the roots do not vouch for stops the start with a clear error.
+#[test]
+fn the_database_is_reached_over_verified_tls() {
+    let Some(server) = PgServer::start_tls() else {
+        return;
+    };
+    let ca = server.tls_ca();
+    let url = server.tls_url(
+        "postgres",
+        &format!("sslmode=verify-full&sslrootcert={}", ca.display()),
+    );
+    let dir = tempfile::tempdir().expect("tmp");
+    let mut c = McpClient::spawn(bin(), &["--database-url", &url], dir.path(), Era::Handshake);
+    c.call_ok(
+        "memory_store",
+        json!({"content": "the team database requires TLS"}),
+    );
+    let r = c.call_ok("memory_search", json!({"query": "requires TLS"}));
+    assert_eq!(r.structured["count"], 1, "{}", r.text);
+    let encrypted = server
+        .psql("SELECT count(*) FROM pg_stat_ssl JOIN pg_stat_activity USING (pid) WHERE ssl AND client_addr IS NOT NULL")
+        .expect("pg_stat_ssl");
+    assert_eq!(encrypted, "1", "the server's one connection is TLS");
+    assert_eq!(c.shutdown(), Some(0));
+
+    let start = |url: &str| {
+        Command::new(bin())
+            .args(["--database-url", url])
+            .current_dir(dir.path())
+            .env_remove("PGSSLROOTCERT")
+            .stdin(std::process::Stdio::null())
+            .output()
+            .expect("run")
+    };
+    // Plain TCP: the cluster refuses it.
+    let out = start(&server.tls_url("postgres", "sslmode=disable"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("memory database"), "{err}");
+    // The system's roots do not vouch for the test CA: no connection, and the reason.
+    let out = start(&server.tls_url("postgres", "sslmode=require"));
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("without the CA: {err}");
+    assert!(
+        err.contains("certificate") || err.contains("no trusted roots"),
+        "{err}"
+    );
+}

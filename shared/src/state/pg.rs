@@ -7,7 +7,37 @@
 
 use postgres::{Client, NoTls};
 
+use super::pg_tls::{self, Rustls, TlsSetupError};
 use crate::audit::redact_url;
+
+/// How to reach one database: its URL as the client takes it, and TLS (see `pg_tls`).
+#[derive(Clone)]
+pub struct Connector {
+    url: String,
+    tls: Option<Rustls>,
+}
+
+impl Connector {
+    /// Read `url` (kitbag's own parameters taken out) and load the TLS roots. Without any
+    /// roots, `sslmode=require` is refused here and other modes connect without TLS.
+    pub fn new(url: &str) -> Result<Connector, TlsSetupError> {
+        let (url, root) = pg_tls::split_url(url);
+        let tls = match pg_tls::connector(root.as_deref()) {
+            Ok(t) => Some(t),
+            Err(e) if root.is_some() || url.contains("sslmode=require") => return Err(e),
+            Err(_) => None,
+        };
+        Ok(Connector { url, tls })
+    }
+
+    /// A new connection.
+    pub fn connect(&self) -> Result<Client, postgres::Error> {
+        match &self.tls {
+            Some(tls) => Client::connect(&self.url, tls.clone()),
+            None => Client::connect(&self.url, NoTls),
+        }
+    }
+}
 
 /// The advisory lock every migration takes (fixed: shared by every process and family).
 const MIGRATE_LOCK: i64 = 0x6b69_7462_6167_0001;
@@ -24,6 +54,7 @@ pub struct PgConn {
     /// Always `Some` but while being dropped (see `Drop`).
     client: Option<Client>,
     url: String,
+    connector: Connector,
     broken: bool,
     generation: u64,
 }
@@ -35,6 +66,12 @@ pub enum PgError {
         what: &'static str,
         url: String,
         source: postgres::Error,
+    },
+    #[error("{what} database {url}: {source}")]
+    Tls {
+        what: &'static str,
+        url: String,
+        source: TlsSetupError,
     },
     #[error("migrating the {family} schema: {source}")]
     Migrate {
@@ -67,7 +104,12 @@ impl PgConn {
         family: &'static str,
         steps: &[&str],
     ) -> Result<PgConn, PgError> {
-        let mut client = Client::connect(url, NoTls).map_err(|source| PgError::Connect {
+        let connector = Connector::new(url).map_err(|source| PgError::Tls {
+            what,
+            url: redact_url(url),
+            source,
+        })?;
+        let mut client = connector.connect().map_err(|source| PgError::Connect {
             what,
             url: redact_url(url),
             source,
@@ -77,6 +119,7 @@ impl PgConn {
         Ok(PgConn {
             client: Some(client),
             url: url.to_owned(),
+            connector,
             broken: false,
             generation: 0,
         })
@@ -85,8 +128,9 @@ impl PgConn {
     /// Another connection to the same database (a watcher), the schema already current.
     pub fn reopen(&self) -> Result<PgConn, postgres::Error> {
         Ok(PgConn {
-            client: Some(Client::connect(&self.url, NoTls)?),
+            client: Some(self.connector.connect()?),
             url: self.url.clone(),
+            connector: self.connector.clone(),
             broken: false,
             generation: 0,
         })
@@ -94,7 +138,7 @@ impl PgConn {
 
     /// A plain client on the same database (a LISTEN connection).
     pub fn another(&self) -> Result<Client, postgres::Error> {
-        Client::connect(&self.url, NoTls)
+        self.connector.connect()
     }
 
     /// The client, reconnected first when the last call lost the connection.
@@ -106,7 +150,7 @@ impl PgConn {
         }
         let client = match self.client.take() {
             Some(c) => c,
-            None => Client::connect(&self.url, NoTls)?,
+            None => self.connector.connect()?,
         };
         Ok(self.client.insert(client))
     }
