@@ -346,11 +346,68 @@ fn items(
 /// Run one `todo` call against the bound issue.
 pub fn run(state: &IssuesState, conn: &mut Store, p: TodoParams) -> ToolResult<Reply<TodoResult>> {
     // Arguments first: a bad call changes nothing and says what is wrong.
+    let args = validate(&p)?;
+    let number = state.bound().ok_or_else(no_bound_issue)?;
+    let include_abandoned = p.include_abandoned.unwrap_or(false);
+    if p.action == Action::View {
+        return view(state, conn, number, p.action, None, include_abandoned);
+    }
+    let kind = p.kind.unwrap_or_default();
+    // The op needs values computed from the current list: plan on a read, then apply with a
+    // re-check under the write lock (another process may have changed the list meanwhile).
+    let row = db::find(conn, &state.project, number)?;
+    let current = db::todos(conn, row.seq)?;
+    let operator = is_operator(&state.principal);
+    let plan = plan(&current, &p, kind, operator, args.content.as_deref())?;
+    let new = NewTodos {
+        items: &plan.new_items,
+        kind,
+        phase: args.phase.as_deref(),
+        origin_agent: args.origin.as_deref(),
+    };
+    let op = match p.action {
+        Action::Set => TodoOp::Set(new),
+        Action::Add => TodoOp::Add(new),
+        Action::Start => TodoOp::Start(plan.op_id.clone()),
+        Action::Done => TodoOp::Done(plan.op_id.clone()),
+        Action::Drop => TodoOp::Drop(plan.op_id.clone()),
+        // (View answered above.)
+        Action::Note | Action::View => {
+            TodoOp::Note(plan.op_id.clone(), args.note.as_deref().unwrap_or(""))
+        }
+    };
+    db::todo_change(
+        conn,
+        &state.project,
+        &state.principal,
+        number,
+        &op,
+        |current| still_applies(current, p.action, kind, &plan.new_items, &plan.op_id),
+    )?;
+    view(
+        state,
+        conn,
+        number,
+        p.action,
+        plan.target,
+        include_abandoned,
+    )
+}
+
+/// The arguments a todo action uses, checked (each present when its action needs it).
+struct Checked {
+    content: Option<String>,
+    note: Option<String>,
+    phase: Option<String>,
+    origin: Option<String>,
+}
+
+fn validate(p: &TodoParams) -> ToolResult<Checked> {
     match p.action {
-        Action::View => unused(&p, &["include_abandoned"])?,
-        Action::Set | Action::Add => unused(&p, &["items", "phase", "kind", "origin_agent"])?,
-        Action::Start | Action::Done | Action::Drop => unused(&p, &["content"])?,
-        Action::Note => unused(&p, &["content", "text"])?,
+        Action::View => unused(p, &["include_abandoned"])?,
+        Action::Set | Action::Add => unused(p, &["items", "phase", "kind", "origin_agent"])?,
+        Action::Start | Action::Done | Action::Drop => unused(p, &["content"])?,
+        Action::Note => unused(p, &["content", "text"])?,
     }
     let content = match p.action {
         Action::Start | Action::Done | Action::Drop | Action::Note => {
@@ -376,107 +433,66 @@ pub fn run(state: &IssuesState, conn: &mut Store, p: TodoParams) -> ToolResult<R
             ),
         ));
     }
+    Ok(Checked {
+        content,
+        note,
+        phase,
+        origin,
+    })
+}
 
-    let number = state.bound().ok_or_else(no_bound_issue)?;
-    let kind = p.kind.unwrap_or_default();
-    let operator = is_operator(&state.principal);
-    let mut target: Option<String> = None;
-    let mut new_items: Vec<String> = Vec::new();
+/// What a change acts on, found in the current list: the new items (set, add), or the todo
+/// its `content` names (start, done, drop, note) — and whether the principal may do it.
+struct Plan {
+    new_items: Vec<String>,
+    op_id: String,
+    target: Option<String>,
+}
 
-    if p.action != Action::View {
-        // Validation that needs the current list runs inside the write transaction.
-        let mut op_id = String::new();
-        let mut check_err: Option<ToolError> = None;
-        {
-            let mut check = |current: &[Todo]| -> ToolResult<()> {
-                match p.action {
-                    Action::Set | Action::Add => {
-                        let replacing = p.action == Action::Set;
-                        new_items = items(&p, current, kind, replacing)?;
-                        if replacing
-                            && kind == TodoKind::Criterion
-                            && !operator
-                            && current.iter().any(|t| {
-                                t.kind == TodoKind::Criterion && t.status != TodoStatus::Abandoned
-                            })
-                        {
-                            return Err(ToolError::new(
-                                ErrorCode::InvalidTransition,
-                                "Only the operator can replace acceptance criteria; use action add to append criteria.",
-                            )
-                            .with_detail(json!({"field": "kind"})));
-                        }
-                    }
-                    _ => {
-                        let c = content.as_deref().unwrap_or("");
-                        let t = lookup(current, c)?;
-                        if p.action == Action::Drop && t.kind == TodoKind::Criterion && !operator {
-                            return Err(ToolError::new(
-                                ErrorCode::InvalidTransition,
-                                "Only the operator can drop acceptance criteria.",
-                            )
-                            .with_detail(json!({"field": "content", "content": t.content})));
-                        }
-                        op_id = t.id.clone();
-                        target = Some(t.content.clone());
-                    }
-                }
-                Ok(())
-            };
-            // The op needs values the check computes, so check first in a read, then apply
-            // with a re-check under the write lock.
-            let row = db::find(conn, &state.project, number)?;
-            let current = db::todos(conn, row.seq)?;
-            if let Err(e) = check(&current) {
-                check_err = Some(e);
+fn plan(
+    current: &[Todo],
+    p: &TodoParams,
+    kind: TodoKind,
+    operator: bool,
+    content: Option<&str>,
+) -> ToolResult<Plan> {
+    let mut plan = Plan {
+        new_items: Vec::new(),
+        op_id: String::new(),
+        target: None,
+    };
+    match p.action {
+        Action::Set | Action::Add => {
+            let replacing = p.action == Action::Set;
+            plan.new_items = items(p, current, kind, replacing)?;
+            if replacing
+                && kind == TodoKind::Criterion
+                && !operator
+                && current
+                    .iter()
+                    .any(|t| t.kind == TodoKind::Criterion && t.status != TodoStatus::Abandoned)
+            {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidTransition,
+                    "Only the operator can replace acceptance criteria; use action add to append criteria.",
+                )
+                .with_detail(json!({"field": "kind"})));
             }
         }
-        if let Some(e) = check_err {
-            return Err(e);
-        }
-        let new = NewTodos {
-            items: &new_items,
-            kind,
-            phase: phase.as_deref(),
-            origin_agent: origin.as_deref(),
-        };
-        let op = match p.action {
-            Action::Set => TodoOp::Set(new),
-            Action::Add => TodoOp::Add(new),
-            Action::Start => TodoOp::Start(op_id.clone()),
-            Action::Done => TodoOp::Done(op_id.clone()),
-            Action::Drop => TodoOp::Drop(op_id.clone()),
-            Action::Note => TodoOp::Note(op_id.clone(), note.as_deref().unwrap_or("")),
-            Action::View => {
-                return view(
-                    state,
-                    conn,
-                    number,
-                    p.action,
-                    None,
-                    p.include_abandoned.unwrap_or(false),
-                );
+        _ => {
+            let t = lookup(current, content.unwrap_or(""))?;
+            if p.action == Action::Drop && t.kind == TodoKind::Criterion && !operator {
+                return Err(ToolError::new(
+                    ErrorCode::InvalidTransition,
+                    "Only the operator can drop acceptance criteria.",
+                )
+                .with_detail(json!({"field": "content", "content": t.content})));
             }
-        };
-        // Re-check under the write lock: another process may have changed the list.
-        db::todo_change(
-            conn,
-            &state.project,
-            &state.principal,
-            number,
-            &op,
-            |current| still_applies(current, p.action, kind, &new_items, &op_id),
-        )?;
+            plan.op_id = t.id.clone();
+            plan.target = Some(t.content.clone());
+        }
     }
-
-    view(
-        state,
-        conn,
-        number,
-        p.action,
-        target,
-        p.include_abandoned.unwrap_or(false),
-    )
+    Ok(plan)
 }
 
 /// Whether a change checked against the list read earlier still applies to `current`, the

@@ -129,18 +129,22 @@ pub struct Rustls {
 
 pub struct RustlsConnect {
     config: Arc<rustls::ClientConfig>,
-    name: ServerName<'static>,
+    /// `None` for a host that is no name (a Unix socket's directory: the client asks for a
+    /// connector per host before it knows it will not use TLS there).
+    name: Option<ServerName<'static>>,
+    host: String,
 }
 
 impl MakeTlsConnect<Socket> for Rustls {
     type Stream = RustlsStream;
     type TlsConnect = RustlsConnect;
-    type Error = rustls::pki_types::InvalidDnsNameError;
+    type Error = io::Error;
 
-    fn make_tls_connect(&mut self, domain: &str) -> Result<RustlsConnect, Self::Error> {
+    fn make_tls_connect(&mut self, domain: &str) -> Result<RustlsConnect, io::Error> {
         Ok(RustlsConnect {
             config: self.config.clone(),
-            name: ServerName::try_from(domain.to_owned())?,
+            name: ServerName::try_from(domain.to_owned()).ok(),
+            host: domain.to_owned(),
         })
     }
 }
@@ -152,8 +156,14 @@ impl TlsConnect<Socket> for RustlsConnect {
 
     fn connect(self, stream: Socket) -> Self::Future {
         Box::pin(async move {
+            let name = self.name.ok_or_else(|| {
+                io::Error::other(format!(
+                    "TLS needs a host name or address to verify, not {:?}",
+                    self.host
+                ))
+            })?;
             let tls = tokio_rustls::TlsConnector::from(self.config)
-                .connect(self.name, stream)
+                .connect(name, stream)
                 .await?;
             Ok(RustlsStream(Box::new(tls)))
         })

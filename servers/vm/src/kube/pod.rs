@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
 
-use serde_json::json;
+use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
@@ -141,19 +141,7 @@ impl KubePod {
         std::fs::create_dir_all(crate::bwrap::logs_dir(&spec.dir))
             .map_err(|e| VmError::io(spec.dir.display(), e))?;
         let pool = spec.image.strip_prefix(WARMPOOL_PREFIX);
-        let kind = match pool {
-            Some(_) if !probe.claims => {
-                return Err(VmError::Invalid {
-                    field: "image",
-                    message: "a warm pool needs agent-sandbox's SandboxClaims \
-                              (extensions.agents.x-k8s.io/v1beta1), which this cluster does not serve"
-                        .into(),
-                });
-            }
-            Some(_) => Kind::Claim,
-            None if probe.sandboxes => Kind::Sandbox,
-            None => Kind::Pod,
-        };
+        let kind = choose_kind(&probe, pool.is_some())?;
         let name = manifest::object_name(&spec.id);
         let owner = crate::sweep::owner();
         let m = Manifest {
@@ -179,19 +167,7 @@ impl KubePod {
             .await
             .map_err(|e| creation_error(kind, e))?;
         if !spec.outbound {
-            let policy = manifest::deny_all_policy(&name, &spec.id, &created);
-            if let Err(e) = api
-                .create(&manifest::policies(api.namespace()), &policy)
-                .await
-            {
-                // Without it the pod has the cluster's network: refuse rather than pretend.
-                let _ = api
-                    .delete(&format!("{}/{name}", kind.collection(api.namespace())), 0)
-                    .await;
-                return Err(VmError::engine(format!(
-                    "network \"none\" needs a NetworkPolicy, which the cluster refused ({e}); spawn with network: \"outbound\" to run without one"
-                )));
-            }
+            isolate(&api, kind, &name, &spec.id, &created).await?;
         }
         let token = kitbag_shared::http::token::random_hex(16)
             .map_err(|e| VmError::io("/dev/urandom", e))?;
@@ -638,4 +614,39 @@ fn creation_error(kind: Kind, e: KubeError) -> VmError {
         )),
         _ => VmError::engine(format!("creating the {}: {e}", kind.name())),
     }
+}
+/// What to create: a SandboxClaim for a warm pool, a Sandbox where agent-sandbox is
+/// served, else a plain Pod.
+fn choose_kind(probe: &super::Probe, warm_pool: bool) -> VmResult<Kind> {
+    Ok(match warm_pool {
+        true if !probe.claims => {
+            return Err(VmError::Invalid {
+                field: "image",
+                message: "a warm pool needs agent-sandbox's SandboxClaims \
+                          (extensions.agents.x-k8s.io/v1beta1), which this cluster does not serve"
+                    .into(),
+            });
+        }
+        true => Kind::Claim,
+        false if probe.sandboxes => Kind::Sandbox,
+        false => Kind::Pod,
+    })
+}
+
+/// `network: "none"`: a deny-all NetworkPolicy owned by the object. Without it the pod has
+/// the cluster's network: the object is deleted and the spawn refused rather than pretend.
+async fn isolate(api: &Api, kind: Kind, name: &str, id: &str, created: &Value) -> VmResult<()> {
+    let policy = manifest::deny_all_policy(name, id, created);
+    if let Err(e) = api
+        .create(&manifest::policies(api.namespace()), &policy)
+        .await
+    {
+        let _ = api
+            .delete(&format!("{}/{name}", kind.collection(api.namespace())), 0)
+            .await;
+        return Err(VmError::engine(format!(
+            "network \"none\" needs a NetworkPolicy, which the cluster refused ({e}); spawn with network: \"outbound\" to run without one"
+        )));
+    }
+    Ok(())
 }

@@ -117,64 +117,62 @@ pub fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Check
 
 /// The engine is available here, and the spawn asks nothing of it that it cannot do.
 fn check_backend(state: &VmState, backend: Backend, p: &SpawnParams) -> ToolResult<()> {
+    backend_available(state, backend)?;
+    backend_supports(state, backend, p)
+}
+
+/// `backend_unavailable` naming the backend.
+fn unavailable(backend: &str, message: String) -> ToolError {
+    ToolError::new(ErrorCode::BackendUnavailable, message)
+        .with_detail(json!({ "field": "backend", "backend": backend }))
+}
+
+/// The engine answered its probe (every engine is probed before this check: run awaits it).
+fn backend_available(state: &VmState, backend: Backend) -> ToolResult<()> {
     match backend {
         Backend::Bwrap => {
             let (ok, detail) = state.probe().clone();
             if !ok {
-                return Err(ToolError::new(
-                    ErrorCode::BackendUnavailable,
-                    format!("bwrap: {detail}"),
-                )
-                .with_detail(json!({ "field": "backend", "backend": "bwrap" })));
+                return Err(unavailable("bwrap", format!("bwrap: {detail}")));
             }
         }
         #[cfg(feature = "backend-docker")]
-        Backend::Docker => {
-            // The engine was probed before this check (run awaits it).
-            match state.docker.as_ref().and_then(|d| d.probed()) {
-                Some(p) if p.available => {}
-                Some(p) => {
-                    return Err(ToolError::new(
-                        ErrorCode::BackendUnavailable,
-                        format!("backend: docker is not available here: {}", p.detail),
-                    )
-                    .with_detail(json!({ "field": "backend", "backend": "docker" })));
-                }
-                None => {
-                    return Err(ToolError::new(
-                        ErrorCode::BackendUnavailable,
-                        "backend: docker has no engine address (--docker-host)",
-                    )
-                    .with_detail(json!({ "field": "backend", "backend": "docker" })));
-                }
+        Backend::Docker => match state.docker.as_ref().and_then(|d| d.probed()) {
+            Some(p) if p.available => {}
+            Some(p) => {
+                return Err(unavailable(
+                    "docker",
+                    format!("backend: docker is not available here: {}", p.detail),
+                ));
             }
-        }
+            None => {
+                return Err(unavailable(
+                    "docker",
+                    "backend: docker has no engine address (--docker-host)".into(),
+                ));
+            }
+        },
         #[cfg(feature = "backend-kube")]
-        Backend::Kube => {
-            // The cluster was probed before this check (run awaits it).
-            match state.kube.probed() {
-                Some(p) if p.available => {}
-                _ => {
-                    let detail = match &state.kube.api {
-                        Err(e) => e.to_string(),
-                        Ok(api) => format!("{} did not answer", api.cfg.server),
-                    };
-                    return Err(ToolError::new(
-                        ErrorCode::BackendUnavailable,
-                        format!("backend: kube is not available here: {detail}"),
-                    )
-                    .with_detail(json!({ "field": "backend", "backend": "kube" })));
-                }
+        Backend::Kube => match state.kube.probed() {
+            Some(p) if p.available => {}
+            _ => {
+                let detail = match &state.kube.api {
+                    Err(e) => e.to_string(),
+                    Ok(api) => format!("{} did not answer", api.cfg.server),
+                };
+                return Err(unavailable(
+                    "kube",
+                    format!("backend: kube is not available here: {detail}"),
+                ));
             }
-        }
+        },
         Backend::Qemu => {
             let probe = state.qemu_probe();
             if !probe.available {
-                return Err(ToolError::new(
-                    ErrorCode::BackendUnavailable,
+                return Err(unavailable(
+                    "qemu",
                     format!("backend: qemu is not available here: {}", probe.detail),
-                )
-                .with_detail(json!({ "field": "backend", "backend": "qemu" })));
+                ));
             }
         }
         // Unreachable in a build with every backend feature.
@@ -190,6 +188,11 @@ fn check_backend(state: &VmState, backend: Backend, p: &SpawnParams) -> ToolResu
             .with_detail(json!({ "field": "backend", "available": ["bwrap", "qemu"] })));
         }
     }
+    Ok(())
+}
+
+/// What the spawn asks of the engine beyond running: outbound network, host mounts.
+fn backend_supports(state: &VmState, backend: Backend, p: &SpawnParams) -> ToolResult<()> {
     if backend == Backend::Docker
         && p.network == Some(Network::Outbound)
         && !super::start::docker_bridge(state)
