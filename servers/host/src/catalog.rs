@@ -59,6 +59,7 @@ pub struct Families {
     pub prompts: bool,
     pub resources: bool,
     pub subscribe: bool,
+    pub logging: bool,
 }
 
 impl Families {
@@ -74,6 +75,7 @@ impl Families {
                 .resources
                 .as_ref()
                 .is_some_and(|r| r.subscribe == Some(true)),
+            logging: caps.logging.is_some(),
         }
     }
 }
@@ -290,6 +292,7 @@ impl View {
             f.prompts |= s.families.prompts;
             f.resources |= s.families.resources;
             f.subscribe |= s.families.resources && s.families.subscribe;
+            f.logging |= s.families.logging;
         }
         f
     }
@@ -732,6 +735,10 @@ pub fn capabilities(host: &HostServer) -> ServerCapabilities {
     if f.prompts {
         let p = caps.prompts.insert(PromptsCapability::default());
         p.list_changed = Some(true);
+    }
+    if f.logging {
+        // Served by passing setLevel down and the children's messages up (relay.rs).
+        caps.logging = Some(Default::default());
     }
     if f.resources {
         let r = caps.resources.insert(ResourcesCapability::default());

@@ -77,11 +77,42 @@ impl ClientHandler for ChildClient {
     fn get_info(&self) -> ClientConfig {
         // The handshake era with children: every server speaks it, and the byte-level
         // path (fastpath.rs) forwards plain calls without per-request `_meta`.
+        // A child's sampling and elicitation requests are relayed to the host's client
+        // (relay.rs), which answers them or says it cannot.
+        let mut capabilities = ClientCapabilities::default();
+        capabilities.sampling = Some(Default::default());
+        capabilities.elicitation = Some(Default::default());
         ClientConfig::new(
-            ClientCapabilities::default(),
+            capabilities,
             Implementation::new("kitbag", env!("CARGO_PKG_VERSION")),
         )
         .with_protocol_version(rmcp::model::ProtocolVersion::LATEST_WITH_INITIALIZE)
+    }
+
+    #[allow(deprecated)] // sampling: deprecated by SEP-2577, the handshake era's
+    async fn create_message(
+        &self,
+        params: rmcp::model::CreateMessageRequestParams,
+        _ctx: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        crate::relay::sampling(&self.hub, &self.name, params).await
+    }
+
+    async fn create_elicitation(
+        &self,
+        params: rmcp::model::ElicitRequestParams,
+        _ctx: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ElicitResult, McpError> {
+        crate::relay::elicitation(&self.hub, &self.name, params).await
+    }
+
+    #[allow(deprecated)] // logging: deprecated by SEP-2577
+    async fn on_logging_message(
+        &self,
+        params: rmcp::model::LoggingMessageNotificationParam,
+        _ctx: NotificationContext<RoleClient>,
+    ) {
+        crate::relay::log(&self.hub, params).await;
     }
 
     async fn on_progress(
@@ -960,6 +991,15 @@ impl Hub {
             // No MCP client: the CLI (`kitbag call`) shows progress itself.
             let _ = sink.send(params);
         }
+    }
+
+    /// The peers of ready children that declared logging.
+    pub(crate) fn logging_children(&self) -> Vec<Peer<RoleClient>> {
+        self.lock()
+            .iter()
+            .filter(|c| c.state == State::Ready && c.catalog.families.logging)
+            .filter_map(|c| c.peer.clone())
+            .collect()
     }
 
     /// Stop delivering local progress (ends the receiver's stream).

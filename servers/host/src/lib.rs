@@ -16,6 +16,7 @@ pub mod hub;
 pub mod lazy;
 pub mod policy;
 pub mod recursion;
+pub mod relay;
 pub mod remote;
 pub mod serve;
 pub mod settings;

@@ -506,6 +506,17 @@ impl ServerHandler for HostServer {
         crate::catalog::subscribe(self, &context.peer, request.uri).await
     }
 
+    #[allow(deprecated)] // logging: deprecated by SEP-2577, still the handshake era's
+    async fn set_level(
+        &self,
+        request: rmcp::model::SetLevelRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<(), McpError> {
+        self.hub.set_upstream(context.peer.clone());
+        crate::relay::set_level(&self.hub, request).await;
+        Ok(())
+    }
+
     #[allow(deprecated)]
     async fn unsubscribe(
         &self,

@@ -344,18 +344,23 @@ fn the_suite_passes_against_the_host_with_the_fixture_child_for_both_requirement
     let agent = json!({"mcp": {"conformance": {"command": fixture(), "args": []}}});
     std::fs::write(&config, agent.to_string()).expect("agent.json");
     let config = config.to_string_lossy().to_string();
-    let host = HttpServer::start(
-        kitbag(),
-        &["serve", "--http", "127.0.0.1:0", "--config", &config],
-        dir.path(),
-        &[],
-    );
-    let url = url(&host);
+    // The handshake era's set against a host with sessions (a child's sampling, elicitation
+    // and log messages need a client the host can ask back: relay.rs); 2026-07-28 stateless.
+    let start = |sessions: bool| {
+        let mut args = vec!["serve", "--http", "127.0.0.1:0", "--config", &config];
+        if sessions {
+            args.push("--http-sessions");
+        }
+        HttpServer::start(kitbag(), &args, dir.path(), &[])
+    };
+    let hosts = [start(true), start(false)];
+    let urls: Vec<String> = hosts.iter().map(url).collect();
     let suite = Arc::new(suite);
     let runs: BTreeMap<String, Run> = std::thread::scope(|s| {
         let handles: Vec<_> = REVISIONS
             .iter()
             .map(|rev| {
+                let url = if *rev == "2025-11-25" { &urls[0] } else { &urls[1] };
                 let (suite, url) = (suite.clone(), url.clone());
                 s.spawn(move || {
                     (
@@ -373,7 +378,7 @@ fn the_suite_passes_against_the_host_with_the_fixture_child_for_both_requirement
     eprintln!(
         "(host+fixture: {:.1} s; host stderr has {} lines)",
         started.elapsed().as_secs_f64(),
-        host.stderr().lines().count()
+        hosts.iter().map(|h| h.stderr().lines().count()).sum::<usize>()
     );
     judge("host+fixture", &runs);
 }

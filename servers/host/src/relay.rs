@@ -1,0 +1,99 @@
+//! What a child asks of the client, relayed to the host's own client: sampling
+//! (`sampling/createMessage`), elicitation (`elicitation/create`) and log messages
+//! (`notifications/message`, with `logging/setLevel` passed down). All three are handshake-era
+//! features (deprecated by SEP-2577, absent from 2026-07-28): they reach a client over stdio or
+//! an HTTP session (`--http-sessions`), the one heard from last — a child's request names no
+//! upstream request, and a stateless HTTP request cannot be asked anything back.
+
+// Sampling and logging are deprecated by SEP-2577: still the handshake era's.
+#![allow(deprecated)]
+
+use std::sync::Weak;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{
+    CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
+    LoggingMessageNotificationParam, SetLevelRequestParams,
+};
+use rmcp::service::{Peer, RoleServer, ServiceError};
+
+use crate::hub::Hub;
+
+/// The client to ask for `what`, if it declared the capability.
+fn client(
+    hub: &Weak<Hub>,
+    server: &str,
+    what: &str,
+    declared: impl Fn(&rmcp::model::ClientCapabilities) -> bool,
+) -> Result<Peer<RoleServer>, McpError> {
+    let peer = hub
+        .upgrade()
+        .and_then(|h| h.upstreams.latest())
+        .ok_or_else(|| {
+            McpError::invalid_request(
+                format!("server {server} asked for {what}, but no client is connected"),
+                None,
+            )
+        })?;
+    if !peer
+        .peer_info()
+        .is_some_and(|info| declared(&info.capabilities))
+    {
+        return Err(McpError::invalid_request(
+            format!("server {server} asked for {what}, which the host's client did not declare"),
+            None,
+        ));
+    }
+    Ok(peer)
+}
+
+fn answer_error(e: ServiceError) -> McpError {
+    match e {
+        ServiceError::McpError(e) => e,
+        other => McpError::internal_error(format!("the host's client: {other}"), None),
+    }
+}
+
+/// A child's `sampling/createMessage`, answered by the host's client.
+pub async fn sampling(
+    hub: &Weak<Hub>,
+    server: &str,
+    params: CreateMessageRequestParams,
+) -> Result<CreateMessageResult, McpError> {
+    let peer = client(hub, server, "sampling", |c| c.sampling.is_some())?;
+    peer.create_message(params).await.map_err(answer_error)
+}
+
+/// A child's `elicitation/create`, answered by the host's client.
+pub async fn elicitation(
+    hub: &Weak<Hub>,
+    server: &str,
+    params: ElicitRequestParams,
+) -> Result<ElicitResult, McpError> {
+    let peer = client(hub, server, "elicitation", |c| c.elicitation.is_some())?;
+    let request = rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params));
+    match peer.send_request(request).await.map_err(answer_error)? {
+        rmcp::model::ClientResult::ElicitResult(r) => Ok(r),
+        other => Err(McpError::internal_error(
+            format!("the host's client answered elicitation/create with {other:?}"),
+            None,
+        )),
+    }
+}
+
+/// A child's log message, to every client (the children filter by the level the client set).
+pub async fn log(hub: &Weak<Hub>, params: LoggingMessageNotificationParam) {
+    let Some(hub) = hub.upgrade() else { return };
+    for peer in hub.upstreams.all() {
+        let _ = peer.notify_logging_message(params.clone()).await;
+    }
+}
+
+/// The client's `logging/setLevel`, passed to every child that serves logging.
+pub async fn set_level(hub: &Hub, params: SetLevelRequestParams) {
+    for peer in hub.logging_children() {
+        if let Err(e) = peer.set_level(params.clone()).await {
+            tracing::debug!("logging/setLevel at a child: {e}");
+        }
+    }
+}
