@@ -360,7 +360,11 @@ fn the_suite_passes_against_the_host_with_the_fixture_child_for_both_requirement
         let handles: Vec<_> = REVISIONS
             .iter()
             .map(|rev| {
-                let url = if *rev == "2025-11-25" { &urls[0] } else { &urls[1] };
+                let url = if *rev == "2025-11-25" {
+                    &urls[0]
+                } else {
+                    &urls[1]
+                };
                 let (suite, url) = (suite.clone(), url.clone());
                 s.spawn(move || {
                     (
@@ -378,7 +382,10 @@ fn the_suite_passes_against_the_host_with_the_fixture_child_for_both_requirement
     eprintln!(
         "(host+fixture: {:.1} s; host stderr has {} lines)",
         started.elapsed().as_secs_f64(),
-        hosts.iter().map(|h| h.stderr().lines().count()).sum::<usize>()
+        hosts
+            .iter()
+            .map(|h| h.stderr().lines().count())
+            .sum::<usize>()
     );
     judge("host+fixture", &runs);
 }
