@@ -600,3 +600,34 @@ pub fn pids_with_cmdline(needle: &str) -> Vec<u32> {
     }
     out
 }
+
+/// Run `openssl ARGS…` in `dir` (test certificates and keys); panics with its stderr.
+pub fn openssl(dir: &Path, args: &[&str]) {
+    let out = std::process::Command::new("openssl")
+        .args(args)
+        .current_dir(dir)
+        .output()
+        .expect("run openssl (scripts/test installs it)");
+    assert!(
+        out.status.success(),
+        "openssl {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Each named test, once per storage backend: `sqlite::name` and `postgres::name`. The test
+/// file has a `Backend` with `sqlite()` and `postgres() -> Option<Backend>` (None: PostgreSQL
+/// is not installed here, and the test skips), and `fn name(backend: &Backend)`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        mod sqlite {
+            $(#[test] fn $name() { super::$name(&super::Backend::sqlite()); })*
+        }
+        mod postgres {
+            $(#[test] fn $name() {
+                if let Some(b) = super::Backend::postgres() { super::$name(&b); }
+            })*
+        }
+    };
+}

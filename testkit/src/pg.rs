@@ -20,18 +20,7 @@ pub struct PgServer {
 /// A CA and a `localhost` certificate it signed (openssl), the key readable by the server's
 /// user only; `pg_hba.conf`: the socket trusted, TCP only with TLS.
 fn tls_material(dir: &Path, data: &Path, who: Option<(u32, u32)>) {
-    let openssl = |args: &[&str]| {
-        let out = Command::new("openssl")
-            .args(args)
-            .current_dir(dir)
-            .output()
-            .expect("run openssl (scripts/test installs it)");
-        assert!(
-            out.status.success(),
-            "openssl {args:?}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
+    let openssl = |args: &[&str]| crate::openssl(dir, args);
     openssl(&[
         "req",
         "-x509",

@@ -10,6 +10,7 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::Duration;
 
+use kitbag_testkit::on_both_backends;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 

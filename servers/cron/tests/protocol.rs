@@ -10,6 +10,7 @@ use common::Backend;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kitbag_testkit::on_both_backends;
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 use serde_json::{Value, json};
 

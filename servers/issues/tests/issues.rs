@@ -1,17 +1,17 @@
 //! kitbag-issues over stdio: the seed's project-management tests, the state machine,
 //! bad input, both protocol eras, the catalog, resources, several processes, export/import.
 
-#[macro_use]
 mod common;
 
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Env, bin, create};
+use common::{Env, Env as Backend, bin, create};
+use kitbag_testkit::on_both_backends;
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 use serde_json::{Value, json};
 
-on_both_engines!(
+on_both_backends!(
     both_eras_catalog_and_root_only_meta,
     list_happy_path_filter_search_and_pagination,
     get_detail_not_found_and_operator_only_updates,

@@ -1,14 +1,14 @@
 //! The `todo` tool over stdio: the seed's kaged.todo tests, content-addressing coaching,
 //! criteria and the operator, binding, the sticky reminder prompt, bad input.
 
-#[macro_use]
 mod common;
 
-use common::{Env, create};
+use common::{Env, Env as Backend, create};
+use kitbag_testkit::on_both_backends;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
-on_both_engines!(
+on_both_backends!(
     view_happy_path_and_no_bound_issue,
     set_add_kind_phase_positions,
     start_done_drop_note,

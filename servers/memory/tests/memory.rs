@@ -7,6 +7,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::Mutex;
 
+use kitbag_testkit::on_both_backends;
 use kitbag_testkit::pg::PgServer;
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 use serde_json::json;
@@ -102,20 +103,6 @@ fn sqlite_client(db: &Path, extra: &[&str]) -> McpClient {
     let mut args = vec!["--db", db.to_str().expect("utf8")];
     args.extend_from_slice(extra);
     McpClient::spawn(bin(), &args, db.parent().expect("dir"), Era::Handshake)
-}
-
-/// Each named test, once per backend: `sqlite::name` and `postgres::name`.
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[test] fn $name() { super::$name(&super::Backend::sqlite()); })*
-        }
-        mod postgres {
-            $(#[test] fn $name() {
-                if let Some(b) = super::Backend::postgres() { super::$name(&b); }
-            })*
-        }
-    };
 }
 
 on_both_backends!(

@@ -126,18 +126,3 @@ pub fn dump_sqlite(dir: &Path) -> Vec<String> {
     rows.push(format!("next_id {next}"));
     rows
 }
-
-/// Each named test, once per backend: `sqlite::name` and `postgres::name`.
-#[macro_export]
-macro_rules! on_both_backends {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[test] fn $name() { super::$name(&super::Backend::sqlite()); })*
-        }
-        mod postgres {
-            $(#[test] fn $name() {
-                if let Some(b) = super::Backend::postgres() { super::$name(&b); }
-            })*
-        }
-    };
-}

@@ -30,6 +30,11 @@ impl Env {
         }
     }
 
+    /// On SQLite (for `kitbag_testkit::on_both_backends!`).
+    pub fn sqlite() -> Self {
+        Self::new()
+    }
+
     /// On PostgreSQL; `None` (the test skips) only where PostgreSQL is not installed.
     pub fn postgres() -> Option<Self> {
         let server = Arc::new(PgServer::start()?);
@@ -97,21 +102,6 @@ impl Env {
             .output()
             .expect("run kitbag-issues")
     }
-}
-
-/// Each named test, once per engine: `sqlite::name` and `postgres::name`, with the same
-/// assertions.
-macro_rules! on_both_engines {
-    ($($name:ident),* $(,)?) => {
-        mod sqlite {
-            $(#[test] fn $name() { super::$name(&crate::common::Env::new()); })*
-        }
-        mod postgres {
-            $(#[test] fn $name() {
-                if let Some(env) = crate::common::Env::postgres() { super::$name(&env); }
-            })*
-        }
-    };
 }
 
 pub fn create(c: &mut McpClient, title: &str, body: &str) -> i64 {

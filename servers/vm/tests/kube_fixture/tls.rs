@@ -8,7 +8,6 @@
 //! names `https://` with that CA.
 
 use std::path::Path;
-use std::process::Command;
 use std::sync::Arc;
 
 use rustls::pki_types::pem::PemObject;
@@ -18,19 +17,6 @@ pub struct Tls {
     pub acceptor: tokio_rustls::TlsAcceptor,
     /// The CA certificate (PEM), for kubeconfigs.
     pub ca_pem: Vec<u8>,
-}
-
-fn openssl(dir: &Path, args: &[&str]) {
-    let out = Command::new("openssl")
-        .args(args)
-        .current_dir(dir)
-        .output()
-        .expect("run openssl (apt-get install openssl)");
-    assert!(
-        out.status.success(),
-        "openssl {args:?}: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
 }
 
 /// A CA and a server certificate signed by it, in `dir`.
@@ -59,7 +45,7 @@ fn make_certs(dir: &Path) {
         "-addext",
         "keyUsage=critical,keyCertSign,cRLSign",
     ]);
-    openssl(dir, &ca);
+    kitbag_testkit::openssl(dir, &ca);
     let mut csr = vec!["req"];
     csr.extend_from_slice(&ec);
     csr.extend_from_slice(&[
@@ -70,13 +56,13 @@ fn make_certs(dir: &Path) {
         "-subj",
         "/CN=kube-apiserver",
     ]);
-    openssl(dir, &csr);
+    kitbag_testkit::openssl(dir, &csr);
     std::fs::write(
         dir.join("server.ext"),
         "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
     )
     .expect("server.ext");
-    openssl(
+    kitbag_testkit::openssl(
         dir,
         &[
             "x509",
