@@ -631,3 +631,69 @@ macro_rules! on_both_backends {
         }
     };
 }
+
+/// A private CA (`ca.crt`, `ca.key`) and a server certificate it signed for `localhost` and
+/// `127.0.0.1` (`server.crt`, `server.key`; EC P-256, serverAuth), made in `dir` with openssl.
+pub fn test_certificates(dir: &Path) {
+    std::fs::create_dir_all(dir).expect("tls dir");
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["req", "-x509"];
+    ca.extend_from_slice(&ec);
+    ca.extend_from_slice(&[
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.crt",
+        "-days",
+        "2",
+        "-subj",
+        "/CN=kitbag test CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign,cRLSign",
+    ]);
+    openssl(dir, &ca);
+    let mut csr = vec!["req"];
+    csr.extend_from_slice(&ec);
+    csr.extend_from_slice(&[
+        "-keyout",
+        "server.key",
+        "-out",
+        "server.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    openssl(dir, &csr);
+    std::fs::write(
+        dir.join("server.ext"),
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
+    )
+    .expect("server.ext");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            "server.csr",
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "server.crt",
+            "-days",
+            "2",
+            "-extfile",
+            "server.ext",
+        ],
+    );
+}

@@ -17,59 +17,10 @@ pub struct PgServer {
     tcp_port: Option<u16>,
 }
 
-/// A CA and a `localhost` certificate it signed (openssl), the key readable by the server's
-/// user only; `pg_hba.conf`: the socket trusted, TCP only with TLS.
+/// The testkit's CA and `localhost` certificate, the key readable by the server's user only;
+/// `pg_hba.conf`: the socket trusted, TCP only with TLS.
 fn tls_material(dir: &Path, data: &Path, who: Option<(u32, u32)>) {
-    let openssl = |args: &[&str]| crate::openssl(dir, args);
-    openssl(&[
-        "req",
-        "-x509",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.pem",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=kitbag test CA",
-    ]);
-    openssl(&[
-        "req",
-        "-newkey",
-        "rsa:2048",
-        "-nodes",
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=localhost",
-    ]);
-    std::fs::write(
-        dir.join("san.ext"),
-        "subjectAltName=DNS:localhost,IP:127.0.0.1\nbasicConstraints=CA:FALSE\n",
-    )
-    .expect("san");
-    openssl(&[
-        "x509",
-        "-req",
-        "-in",
-        "server.csr",
-        "-CA",
-        "ca.pem",
-        "-CAkey",
-        "ca.key",
-        "-CAcreateserial",
-        "-out",
-        "server.crt",
-        "-days",
-        "2",
-        "-extfile",
-        "san.ext",
-    ]);
+    crate::test_certificates(dir);
     for (name, mode) in [("server.crt", 0o644), ("server.key", 0o600)] {
         let to = data.join(name);
         std::fs::copy(dir.join(name), &to).expect("copy into the data directory");
@@ -158,7 +109,7 @@ impl PgServer {
 
     /// The CA file of a [`PgServer::start_tls`] cluster.
     pub fn tls_ca(&self) -> PathBuf {
-        self.dir.path().join("ca.pem")
+        self.dir.path().join("ca.crt")
     }
 
     /// `postgresql://kitbag@localhost:PORT/DATABASE` with `params` (a TLS cluster only).

@@ -20,6 +20,21 @@ fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-vm"))
 }
 
+/// `program` is installed and this is root; else SKIP (a failure under CI=true, where
+/// scripts/test installs `package`).
+fn engine_usable(program: &str, package: &str) -> bool {
+    let have = Command::new(program).arg("--version").output().is_ok();
+    if !have || !is_root() {
+        assert!(
+            !ci(),
+            "{program} and root are required under CI=true (scripts/test installs {package})"
+        );
+        eprintln!("SKIP: {program} is not installed or this is not root");
+        return false;
+    }
+    true
+}
+
 /// A private dockerd, stopped (with its containerd) when dropped.
 struct Daemon {
     child: Child,
@@ -28,13 +43,7 @@ struct Daemon {
 
 impl Daemon {
     fn start() -> Option<Daemon> {
-        let have = Command::new("dockerd").arg("--version").output().is_ok();
-        if !have || !is_root() {
-            assert!(
-                !ci(),
-                "dockerd and root are required under CI=true (scripts/test installs docker.io)"
-            );
-            eprintln!("SKIP: dockerd is not installed or this is not root");
+        if !engine_usable("dockerd", "docker.io") {
             return None;
         }
         // Under /var/tmp: overlay2 wants a real file system below it.
@@ -154,13 +163,7 @@ fn libpod_cgroups() -> Vec<PathBuf> {
 
 impl Podman {
     fn start() -> Option<Podman> {
-        let have = Command::new("podman").arg("--version").output().is_ok();
-        if !have || !is_root() {
-            assert!(
-                !ci(),
-                "podman and root are required under CI=true (scripts/test installs podman)"
-            );
-            eprintln!("SKIP: podman is not installed or this is not root");
+        if !engine_usable("podman", "podman") {
             return None;
         }
         let dir = tempfile::Builder::new()

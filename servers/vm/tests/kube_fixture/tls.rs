@@ -19,75 +19,10 @@ pub struct Tls {
     pub ca_pem: Vec<u8>,
 }
 
-/// A CA and a server certificate signed by it, in `dir`.
-fn make_certs(dir: &Path) {
-    std::fs::create_dir_all(dir).expect("tls dir");
-    let ec = [
-        "-newkey",
-        "ec",
-        "-pkeyopt",
-        "ec_paramgen_curve:prime256v1",
-        "-nodes",
-    ];
-    let mut ca = vec!["req", "-x509"];
-    ca.extend_from_slice(&ec);
-    ca.extend_from_slice(&[
-        "-keyout",
-        "ca.key",
-        "-out",
-        "ca.crt",
-        "-days",
-        "2",
-        "-subj",
-        "/CN=kitbag-fixture-ca",
-        "-addext",
-        "basicConstraints=critical,CA:TRUE",
-        "-addext",
-        "keyUsage=critical,keyCertSign,cRLSign",
-    ]);
-    kitbag_testkit::openssl(dir, &ca);
-    let mut csr = vec!["req"];
-    csr.extend_from_slice(&ec);
-    csr.extend_from_slice(&[
-        "-keyout",
-        "server.key",
-        "-out",
-        "server.csr",
-        "-subj",
-        "/CN=kube-apiserver",
-    ]);
-    kitbag_testkit::openssl(dir, &csr);
-    std::fs::write(
-        dir.join("server.ext"),
-        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\nsubjectAltName=IP:127.0.0.1,DNS:localhost\n",
-    )
-    .expect("server.ext");
-    kitbag_testkit::openssl(
-        dir,
-        &[
-            "x509",
-            "-req",
-            "-in",
-            "server.csr",
-            "-CA",
-            "ca.crt",
-            "-CAkey",
-            "ca.key",
-            "-CAcreateserial",
-            "-out",
-            "server.crt",
-            "-days",
-            "2",
-            "-extfile",
-            "server.ext",
-        ],
-    );
-}
-
 impl Tls {
     pub fn new(state_dir: &Path) -> Tls {
         let dir = state_dir.join("tls");
-        make_certs(&dir);
+        kitbag_testkit::test_certificates(&dir);
         let read = |f: &str| std::fs::read(dir.join(f)).expect("read certificate");
         let certs: Vec<CertificateDer<'static>> =
             CertificateDer::pem_slice_iter(&read("server.crt"))
