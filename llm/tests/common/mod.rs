@@ -1,4 +1,8 @@
-//! A client pointed at the loopback model server, for the wire and transport tests.
+//! A client pointed at the loopback model server, and the SDK oracle (`sdk`), for the wire,
+//! transport and live tests (each uses some of it).
+#![allow(dead_code)]
+
+pub mod sdk;
 
 use kitbag_llm::Client;
 use kitbag_llm::config::{Endpoint, Limits, ModelSpec, Provider};

@@ -88,6 +88,8 @@ struct AgentFile {
     #[serde(default)]
     model: Option<String>,
     #[serde(default)]
+    router_model: Option<String>,
+    #[serde(default)]
     max_tokens: Option<u64>,
     #[serde(default)]
     context_chars: Option<u64>,
@@ -201,6 +203,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         tool_privileges = file.tool_privileges;
         file_settings = FileSettings {
             model: file.model,
+            router_model: file.router_model,
             max_tokens: file.max_tokens,
             context_chars: file.context_chars,
             context_turns: file.context_turns,

@@ -101,16 +101,22 @@ pub enum Command {
         /// An image to send with the prompt (.png, .jpg, .gif, .webp); repeatable.
         #[arg(long, value_name = "FILE")]
         image: Vec<PathBuf>,
+        /// Set the session's own instructions (kept for its later turns; "" clears them).
+        #[arg(long, value_name = "TEXT")]
+        session_prompt: Option<String>,
         prompt: String,
     },
     /// List the sessions with turns and token totals, or show one as text.
     Sessions { name: Option<String> },
     /// Talk with the agent: one turn per line of input, in one session. Ctrl-C cancels the
-    /// turn in flight; Ctrl-D or /exit leaves.
+    /// turn in flight; Ctrl-D or /exit leaves; /help lists the commands.
     Chat {
         /// The session to continue (created if new).
         #[arg(long, default_value = "default")]
         session: String,
+        /// Set the session's own instructions (kept for its later turns; "" clears them).
+        #[arg(long, value_name = "TEXT")]
+        session_prompt: Option<String>,
     },
     /// Keep every server and the agent running: each kitbag-cron firing becomes a user
     /// message in its entry's session and runs a turn there. SIGTERM or Ctrl-C stops.
@@ -197,12 +203,16 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         _ => None,
     };
     recursion::refuse_nested_host()?;
-    let (prepared_run, prepared_agent) = prepare_agent(&cli, command)?;
+    let (prepared_run, prepared_agent) = prepare_agent(&cli, command).await?;
     // For the agent, --agent names a pack; the config's profile of that name applies if there
     // is one.
     let policy_agent = match (&prepared_run, &prepared_agent) {
         (Some(run), _) => run.agent.policy_agent.clone(),
-        (_, Some(d)) => d.policy_agent.clone(),
+        (_, Some(Prepared::Daemon(d))) => d.policy_agent.clone(),
+        (_, Some(Prepared::Chat(agent::chat::Agent::Pinned { agent, .. }))) => {
+            agent.policy_agent.clone()
+        }
+        (_, Some(Prepared::Chat(agent::chat::Agent::Auto))) => None,
         _ => cli.agent.clone(),
     };
     let started = Instant::now();
@@ -230,12 +240,24 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             None => 1,
         },
         Command::Daemon => match prepared_agent {
-            Some(d) => agent::daemon::run(&host, d).await?,
-            None => 1,
+            Some(Prepared::Daemon(d)) => agent::daemon::run(&host, *d).await?,
+            _ => 1,
         },
-        Command::Chat { session } => match prepared_agent {
-            Some(a) => agent::chat::run(&host, a, session).await?,
-            None => 1,
+        Command::Chat {
+            session,
+            session_prompt,
+        } => match prepared_agent {
+            Some(Prepared::Chat(a)) => {
+                agent::chat::run(
+                    &host,
+                    a,
+                    &load_config(&cli)?,
+                    session,
+                    session_prompt.as_deref(),
+                )
+                .await?
+            }
+            _ => 1,
         },
         Command::Server { .. } | Command::Sessions { .. } | Command::Deploy { .. } => 0,
     };
@@ -258,38 +280,64 @@ async fn run_without_hub(cli: &Cli) -> Option<anyhow::Result<i32>> {
     }
 }
 
+/// What `daemon` and `chat` run with, prepared before any child starts.
+enum Prepared {
+    Daemon(Box<agent::PreparedAgent>),
+    Chat(agent::chat::Agent),
+}
+
 /// The agent commands check their arguments and build their model client before any child
-/// starts: `run` its prompt and session, `daemon` and `chat` their agent.
-fn prepare_agent(
+/// starts: `run` its prompt and session (and routes it with `--agent auto`), `daemon` and
+/// `chat` their agent.
+async fn prepare_agent(
     cli: &Cli,
     command: &Command,
-) -> anyhow::Result<(Option<agent::PreparedRun>, Option<agent::PreparedAgent>)> {
-    let prepared_run = match command {
+) -> anyhow::Result<(Option<agent::PreparedRun>, Option<Prepared>)> {
+    let agent = cli.agent.as_deref();
+    Ok(match command {
         Command::Run {
             session,
             image,
             prompt,
-        } => Some(agent::prepare_run(
-            &load_config(cli)?,
-            cli.agent.as_deref(),
-            session,
-            prompt,
-            image,
-        )?),
-        _ => None,
-    };
-    if let Command::Chat { session } = command {
-        agent::session::check_name(session)?;
-    }
-    let prepared_agent = match command {
-        Command::Daemon | Command::Chat { .. } => Some(agent::prepare_agent(
-            &load_config(cli)?,
-            cli.agent.as_deref(),
+            session_prompt,
+        } => (
+            Some(
+                agent::prepare_run(
+                    &load_config(cli)?,
+                    agent,
+                    session,
+                    prompt,
+                    image,
+                    session_prompt.as_deref(),
+                )
+                .await?,
+            ),
             None,
-        )?),
-        _ => None,
-    };
-    Ok((prepared_run, prepared_agent))
+        ),
+        Command::Daemon => (
+            None,
+            Some(Prepared::Daemon(Box::new(
+                agent::prepare_agent(&load_config(cli)?, agent, None).await?,
+            ))),
+        ),
+        Command::Chat { session, .. } => {
+            agent::session::check_name(session)?;
+            let config = load_config(cli)?;
+            let chat = if agent == Some("auto") {
+                // The model and every pack are checked now; each line is routed as it comes.
+                agent::prepare_agent(&config, None, None).await?;
+                agent::router::load_packs(&std::env::current_dir()?)?;
+                agent::chat::Agent::Auto
+            } else {
+                agent::chat::Agent::Pinned {
+                    name: agent.map(str::to_owned),
+                    agent: Box::new(agent::prepare_agent(&config, agent, None).await?),
+                }
+            };
+            (None, Some(Prepared::Chat(chat)))
+        }
+        _ => (None, None),
+    })
 }
 
 /// `kitbag serve`: MCP over stdio, or HTTP when asked; SIGHUP re-reads the configuration,

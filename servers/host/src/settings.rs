@@ -12,6 +12,9 @@ use serde_json::{Value, json};
 #[serde(deny_unknown_fields)]
 pub struct FileSettings {
     pub model: Option<String>,
+    /// The model `--agent auto` asks when no routing rule decides (default: `model`; `off`:
+    /// never ask one).
+    pub router_model: Option<String>,
     pub max_tokens: Option<u64>,
     pub context_chars: Option<u64>,
     pub context_turns: Option<u64>,
@@ -78,6 +81,12 @@ const SPECS: &[Spec] = &[
     Spec {
         key: "model",
         env: "KITBAG_MODEL",
+        kind: Kind::Text,
+        default: || Value::Null,
+    },
+    Spec {
+        key: "router_model",
+        env: "KITBAG_ROUTER_MODEL",
         kind: Kind::Text,
         default: || Value::Null,
     },

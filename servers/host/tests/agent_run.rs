@@ -2,101 +2,14 @@
 //! replaying recorded streams (the fixtures the official SDKs parse in llm/tests/wire.rs), and
 //! the session file checked record by record.
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+mod agent_common;
 
+use std::path::Path;
+use std::process::Command;
+
+use agent_common::*;
 use kitbag_testkit::llm_mock::{MockLlm, Received, Reply};
 use serde_json::{Value, json};
-
-const A_TOOL_USE: &str = include_str!("../../../llm/tests/fixtures/anthropic/tool_use.sse");
-const A_PARALLEL: &str = include_str!("../../../llm/tests/fixtures/anthropic/parallel_tools.sse");
-const A_TEXT: &str = include_str!("../../../llm/tests/fixtures/anthropic/text.sse");
-const O_TOOL_CALLS: &str = include_str!("../../../llm/tests/fixtures/openai/tool_calls.sse");
-const O_TEXT: &str = include_str!("../../../llm/tests/fixtures/openai/text.sse");
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag"))
-}
-
-/// A project with a.txt and an agent.json running kitbag-files on it.
-fn project() -> tempfile::TempDir {
-    let d = tempfile::tempdir().expect("tmp");
-    std::fs::write(d.path().join("a.txt"), "alpha\nbeta\n").expect("w");
-    let cfg = json!({"mcp": {"files": {"command": bin(), "args": ["server", "files", "--root", d.path()]}}});
-    std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("w");
-    d
-}
-
-fn kitbag(dir: &Path, env: &[(&str, String)], args: &[&str]) -> Output {
-    let mut cmd = Command::new(bin());
-    cmd.current_dir(dir)
-        .args(args)
-        .env_remove("KITBAG_HOST_DEPTH")
-        .env_remove("KITBAG_CONFIG")
-        .env_remove("KITBAG_MODEL")
-        .env_remove("ANTHROPIC_API_KEY")
-        .env_remove("ANTHROPIC_BASE_URL")
-        .env_remove("OPENAI_API_KEY")
-        .env_remove("OPENAI_BASE_URL");
-    for (k, v) in env {
-        cmd.env(k, v);
-    }
-    cmd.output().expect("run kitbag")
-}
-
-fn anthropic_env(mock: &MockLlm) -> Vec<(&'static str, String)> {
-    vec![
-        ("ANTHROPIC_API_KEY", "test-key".into()),
-        ("ANTHROPIC_BASE_URL", mock.url()),
-        ("KITBAG_MODEL", "anthropic/claude-test".into()),
-    ]
-}
-
-fn openai_env(mock: &MockLlm) -> Vec<(&'static str, String)> {
-    vec![
-        ("OPENAI_API_KEY", "test-key".into()),
-        ("OPENAI_BASE_URL", format!("{}/v1", mock.url())),
-        ("KITBAG_MODEL", "openai/gpt-test".into()),
-    ]
-}
-
-fn session(dir: &Path, name: &str) -> Vec<Value> {
-    let p: PathBuf = dir.join(".kitbag/sessions").join(format!("{name}.jsonl"));
-    std::fs::read_to_string(&p)
-        .expect("session file")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("a JSON line"))
-        .collect()
-}
-
-fn roles(records: &[Value]) -> Vec<&str> {
-    records
-        .iter()
-        .map(|r| r["role"].as_str().expect("role"))
-        .collect()
-}
-
-fn text(o: &Output) -> (String, String) {
-    (
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
-fn tool_names(r: &Received) -> Vec<String> {
-    r.body["tools"]
-        .as_array()
-        .expect("tools")
-        .iter()
-        .map(|t| {
-            t.get("name")
-                .or_else(|| t["function"].get("name"))
-                .and_then(Value::as_str)
-                .expect("name")
-                .to_owned()
-        })
-        .collect()
-}
 
 #[test]
 fn anthropic_a_prompt_reads_a_file_through_the_hub_and_answers() {
@@ -369,25 +282,6 @@ fn failures_exit_non_zero_with_a_message_to_act_on() {
     assert!(!d.path().join(".kitbag/x.jsonl").exists());
 }
 
-/// A session of `turns` question/answer turns written as a crashed-free history would be.
-fn write_history(dir: &Path, name: &str, turns: usize) {
-    let d = dir.join(".kitbag/sessions");
-    std::fs::create_dir_all(&d).expect("mkdir");
-    let mut body = String::new();
-    for i in 0..turns {
-        body.push_str(&format!(
-            "{}\n{}\n",
-            json!({"role": "user", "content": [{"type": "text", "text": format!("question {i}")}], "ts": format!("2026-11-25T00:{i:02}:00.000Z")}),
-            json!({"role": "assistant", "content": [{"type": "text", "text": format!("answer {i}")}], "stop": "end_turn", "model": "m", "ts": format!("2026-11-25T00:{i:02}:30.000Z")})
-        ));
-    }
-    std::fs::write(d.join(format!("{name}.jsonl")), body).expect("w");
-}
-
-fn system_text(r: &Received) -> String {
-    r.body["system"].as_str().unwrap_or_default().to_owned()
-}
-
 #[test]
 fn a_long_session_is_summarized_once_reused_and_resummarized_when_history_changes() {
     let d = project();
@@ -583,20 +477,6 @@ fn memories_are_injected_in_each_mode_and_the_memory_block_configures_the_store(
         "{}",
         text(&out).1
     );
-}
-
-fn write(dir: &Path, rel: &str, text: &str) {
-    let p = dir.join(rel);
-    std::fs::create_dir_all(p.parent().expect("parent")).expect("mkdir");
-    std::fs::write(p, text).expect("w");
-}
-
-fn audit_events(path: &Path) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .expect("audit log")
-        .lines()
-        .map(|l| serde_json::from_str(l).expect("json line"))
-        .collect()
 }
 
 #[test]
@@ -807,24 +687,6 @@ fn relevant_skills_are_injected_and_others_load_by_name() {
     );
 }
 
-/// Processes whose command line mentions `needle` (this test's temporary directory).
-fn processes_mentioning(needle: &str) -> Vec<String> {
-    let mut found = Vec::new();
-    for e in std::fs::read_dir("/proc")
-        .expect("/proc")
-        .filter_map(Result::ok)
-    {
-        let Ok(cmd) = std::fs::read(e.path().join("cmdline")) else {
-            continue;
-        };
-        let cmd = String::from_utf8_lossy(&cmd).replace('\0', " ");
-        if cmd.contains(needle) {
-            found.push(format!("{}: {cmd}", e.file_name().to_string_lossy()));
-        }
-    }
-    found
-}
-
 #[test]
 fn the_daemon_turns_cron_firings_into_turns_in_their_sessions() {
     let d = project();
@@ -1013,22 +875,6 @@ fn chat_runs_a_turn_per_line_in_one_session() {
     let users: Vec<&Value> = records.iter().filter(|r| r["role"] == "user").collect();
     assert_eq!(users.len(), 2);
     assert_eq!(users[1]["content"][0]["text"], "And now?");
-}
-
-/// One Anthropic stream asking for one tool call.
-fn tool_call_sse(id: &str, name: &str, input: &Value) -> String {
-    let events = [
-        json!({"type":"message_start","message":{"id":format!("msg_{id}"),"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
-        json!({"type":"message_stop"}),
-    ];
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
-        .collect()
 }
 
 #[test]

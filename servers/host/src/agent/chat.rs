@@ -1,7 +1,8 @@
 //! `kitbag chat`: turns read from stdin, one per line, in one session; answers on stdout.
 //! Ctrl-C cancels the turn in flight and its tool calls (the session goes on); Ctrl-D,
-//! `/exit` or SIGTERM leaves. On a terminal the line is edited by the terminal itself
-//! (backspace, Ctrl-U, Ctrl-W); there is no history recall.
+//! `/exit` or SIGTERM leaves. Lines starting with `/` are commands, never sent to the model
+//! (seed 002). On a terminal the line is edited by rustyline with history recall (↑/↓),
+//! seeded with the session's earlier prompts.
 
 use std::io::IsTerminal;
 
@@ -9,101 +10,283 @@ use tokio::io::AsyncBufReadExt;
 use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
-use super::PreparedAgent;
 use super::progress::Progress;
-use super::session::Session;
+use super::session::{Record, Session};
 use super::turn::{Note, run_turn};
+use super::{PreparedAgent, prepare_agent, router};
+use crate::config::Config;
 use crate::serve::HostServer;
+
+mod input;
+use input::{Input, Lines};
+
+/// Who answers the next line: one agent, or the router's choice per line (`--agent auto`).
+pub enum Agent {
+    Pinned {
+        name: Option<String>,
+        agent: Box<PreparedAgent>,
+    },
+    Auto,
+}
+
+const HELP: &str = "Commands: /agent [NAME|auto] (show or switch the agent pack), /prompt [TEXT|clear] (show, set or clear this session's prompt), /help, /exit. Ctrl-C cancels a turn; Ctrl-D leaves.";
 
 pub async fn run(
     host: &HostServer,
-    agent: PreparedAgent,
+    mut agent: Agent,
+    config: &Config,
     session_name: &str,
+    session_prompt: Option<&str>,
 ) -> anyhow::Result<i32> {
-    let PreparedAgent { llm, cfg, .. } = agent;
     let root = std::env::current_dir()?;
     let mut session = Session::open(&root, session_name)?;
-    let terminal = std::io::stdin().is_terminal();
+    if let Some(p) = session_prompt {
+        session.set_prompt(p)?;
+    }
     let live = std::io::stderr().is_terminal();
     let mut interrupt = signal(SignalKind::interrupt())?;
     let mut terminate = signal(SignalKind::terminate())?;
     eprintln!(
-        "kitbag chat — session {session_name} ({} turns so far), model {}. Ctrl-C cancels a turn; Ctrl-D or /exit leaves.",
+        "kitbag chat — session {session_name} ({} turns so far), agent {}. /help lists commands; Ctrl-C cancels a turn; Ctrl-D or /exit leaves.",
         session
             .records
             .iter()
-            .filter(|r| matches!(r, super::session::Record::User { .. }))
+            .filter(|r| matches!(r, Record::User { .. }))
             .count(),
-        llm.endpoint().spec.display()
+        describe(&agent),
     );
-    let mut lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+    let mut lines = if std::io::stdin().is_terminal() {
+        Lines::terminal(earlier_prompts(&session))?
+    } else {
+        Lines::piped(tokio::io::BufReader::new(tokio::io::stdin()).lines())
+    };
     loop {
-        if terminal {
-            eprint!("> ");
-        }
         let line = tokio::select! {
-            l = lines.next_line() => l?,
-            _ = interrupt.recv() => {
-                eprintln!("\n(Ctrl-D or /exit leaves)");
-                continue;
-            }
+            l = lines.next() => l?,
+            _ = interrupt.recv() => Input::Interrupted,
             _ = terminate.recv() => break,
         };
-        let Some(line) = line else { break };
+        let line = match line {
+            Input::Line(l) => l,
+            Input::Interrupted => {
+                eprintln!("(Ctrl-D or /exit leaves)");
+                continue;
+            }
+            Input::Eof => break,
+        };
         let prompt = line.trim();
         if prompt.is_empty() {
             continue;
         }
-        if prompt == "/exit" || prompt == "/quit" {
-            break;
+        if let Some(command) = prompt.strip_prefix('/') {
+            match command_line(host, config, &mut agent, &mut session, command).await {
+                Ok(Flow::Leave) => break,
+                Ok(Flow::Next) => {}
+                Err(e) => eprintln!("[error] {e:#}"),
+            }
+            continue;
         }
-        let cancel = CancellationToken::new();
-        let mut progress = Progress::new(live);
-        let mut note = |n: Note<'_>| progress.note(n);
-        let content = vec![kitbag_llm::Block::text(prompt)];
-        let mut stop = false;
-        let outcome = {
-            let turn = run_turn(
-                host,
-                &llm,
-                &cfg,
-                &mut session,
-                content,
-                None,
-                &cancel,
-                &mut note,
-            );
-            tokio::pin!(turn);
-            loop {
-                tokio::select! {
-                    o = &mut turn => break o,
-                    _ = interrupt.recv() => cancel.cancel(),
-                    _ = terminate.recv() => {
-                        cancel.cancel();
-                        stop = true;
-                    }
+        let routed;
+        let current = match &agent {
+            Agent::Pinned { agent, .. } => agent,
+            Agent::Auto => match route(host, config, prompt, &mut session).await {
+                Ok(Routed::Agent(a)) => {
+                    routed = a;
+                    &routed
                 }
-            }
+                Ok(Routed::Asked(questions)) => {
+                    println!("{questions}");
+                    continue;
+                }
+                Err(e) => {
+                    eprintln!("[error] {e:#}");
+                    continue;
+                }
+            },
         };
-        progress.end_line();
-        match outcome {
-            Ok(o) => {
-                println!("{}", o.text);
-                eprintln!(
-                    "[{} model calls, {} tool calls; tokens in {} (+{} cached) out {}]",
-                    o.model_calls,
-                    o.tool_calls,
-                    o.usage.input_tokens,
-                    o.usage.cache_read,
-                    o.usage.output_tokens
-                );
-            }
-            Err(_) if cancel.is_cancelled() => eprintln!("[cancelled]"),
-            Err(e) => eprintln!("[error] {e:#}"),
-        }
-        if stop {
+        if turn(
+            host,
+            current,
+            &mut session,
+            prompt,
+            live,
+            &mut interrupt,
+            &mut terminate,
+        )
+        .await
+        {
             break;
         }
     }
     Ok(0)
+}
+
+/// One turn, cancelled by Ctrl-C; `true` when SIGTERM asked the chat to end.
+async fn turn(
+    host: &HostServer,
+    agent: &PreparedAgent,
+    session: &mut Session,
+    prompt: &str,
+    live: bool,
+    interrupt: &mut tokio::signal::unix::Signal,
+    terminate: &mut tokio::signal::unix::Signal,
+) -> bool {
+    let cancel = CancellationToken::new();
+    let mut progress = Progress::new(live);
+    let mut note = |n: Note<'_>| progress.note(n);
+    let content = vec![kitbag_llm::Block::text(prompt)];
+    let mut stop = false;
+    let outcome = {
+        let turn = run_turn(
+            host, &agent.llm, &agent.cfg, session, content, None, &cancel, &mut note,
+        );
+        tokio::pin!(turn);
+        loop {
+            tokio::select! {
+                o = &mut turn => break o,
+                _ = interrupt.recv() => cancel.cancel(),
+                _ = terminate.recv() => {
+                    cancel.cancel();
+                    stop = true;
+                }
+            }
+        }
+    };
+    progress.end_line();
+    match outcome {
+        Ok(o) => {
+            println!("{}", o.text);
+            eprintln!(
+                "[{} model calls, {} tool calls; tokens in {} (+{} cached) out {}]",
+                o.model_calls,
+                o.tool_calls,
+                o.usage.input_tokens,
+                o.usage.cache_read,
+                o.usage.output_tokens
+            );
+        }
+        Err(_) if cancel.is_cancelled() => eprintln!("[cancelled]"),
+        Err(e) => eprintln!("[error] {e:#}"),
+    }
+    stop
+}
+
+enum Routed {
+    Agent(Box<PreparedAgent>),
+    /// The router model's clarifying questions, already recorded as the turn.
+    Asked(String),
+}
+
+/// `--agent auto`: the router's choice for this line, with its profile's policy in force.
+async fn route(
+    host: &HostServer,
+    config: &Config,
+    prompt: &str,
+    session: &mut Session,
+) -> anyhow::Result<Routed> {
+    let agent = prepare_agent(config, Some("auto"), Some(prompt)).await?;
+    set_policy(host, config, agent.policy_agent.as_deref())?;
+    if let Some(d) = &agent.decision {
+        router::report(host, d, &agent.cfg, prompt, session)?;
+        let content = vec![kitbag_llm::Block::text(prompt)];
+        if let Some(q) = router::questions_turn(session, content, None, d)? {
+            return Ok(Routed::Asked(q));
+        }
+    }
+    Ok(Routed::Agent(Box::new(agent)))
+}
+
+/// The agent profile whose policy applies to the host's tools (none: every tool).
+fn set_policy(host: &HostServer, config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
+    use kitbag_shared::lock::RwLockExt;
+    let policy = crate::policy::for_agent(config, agent)?;
+    *host.policy.write_locked() = policy;
+    Ok(())
+}
+
+enum Flow {
+    Next,
+    Leave,
+}
+
+/// A `/command` line.
+async fn command_line(
+    host: &HostServer,
+    config: &Config,
+    agent: &mut Agent,
+    session: &mut Session,
+    line: &str,
+) -> anyhow::Result<Flow> {
+    let (name, rest) = line.split_once(char::is_whitespace).unwrap_or((line, ""));
+    let rest = rest.trim();
+    match name {
+        "exit" | "quit" => return Ok(Flow::Leave),
+        "help" => eprintln!("{HELP}"),
+        "agent" if rest.is_empty() => eprintln!("agent: {}", describe(agent)),
+        "agent" if rest == "auto" => {
+            // The packs are checked now, not at the next line.
+            router::load_packs(&std::env::current_dir()?)?;
+            set_policy(host, config, None)?;
+            *agent = Agent::Auto;
+            eprintln!("agent: auto (chosen per message)");
+        }
+        "agent" => {
+            let prepared = prepare_agent(config, Some(rest), None).await?;
+            set_policy(host, config, prepared.policy_agent.as_deref())?;
+            *agent = Agent::Pinned {
+                name: Some(rest.to_owned()),
+                agent: Box::new(prepared),
+            };
+            eprintln!("agent: {rest}");
+        }
+        "prompt" if rest.is_empty() => match session.prompt() {
+            Some(p) => eprintln!("session prompt:\n{p}"),
+            None => eprintln!("no session prompt (/prompt TEXT sets one)"),
+        },
+        "prompt" => {
+            let text = if rest == "clear" { "" } else { rest };
+            let changed = session.set_prompt(text)?;
+            eprintln!(
+                "{}",
+                match (changed, text.is_empty()) {
+                    (false, _) => "session prompt unchanged",
+                    (true, true) => "session prompt cleared",
+                    (true, false) =>
+                        "session prompt set: it joins every later turn's system prompt",
+                }
+            );
+        }
+        other => anyhow::bail!("/{other}: not a command. {HELP}"),
+    }
+    Ok(Flow::Next)
+}
+
+fn describe(agent: &Agent) -> String {
+    match agent {
+        Agent::Auto => "auto (chosen per message)".into(),
+        Agent::Pinned { name: None, agent } => {
+            format!("default, model {}", agent.llm.endpoint().spec.display())
+        }
+        Agent::Pinned {
+            name: Some(n),
+            agent,
+        } => format!("{n}, model {}", agent.llm.endpoint().spec.display()),
+    }
+}
+
+/// The session's earlier typed prompts, oldest first, for history recall.
+fn earlier_prompts(session: &Session) -> Vec<String> {
+    session
+        .records
+        .iter()
+        .filter_map(|r| match r {
+            Record::User {
+                content,
+                origin: None,
+                ..
+            } => Some(kitbag_llm::types::blocks_text(content)),
+            _ => None,
+        })
+        .filter(|t| !t.trim().is_empty() && !t.contains('\n'))
+        .collect()
 }

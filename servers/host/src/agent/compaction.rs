@@ -101,12 +101,12 @@ struct Valid {
     content: String,
 }
 
-/// The hash of the records before `boundary` (compaction records left out: they are
-/// appended later and are not part of the conversation).
+/// The hash of the records before `boundary` (compaction and session-prompt records left out:
+/// they are not part of the conversation).
 pub fn source_hash(records: &[Record]) -> String {
     let mut h = Sha256::new();
     for r in records {
-        if matches!(r, Record::Compaction { .. }) {
+        if matches!(r, Record::Compaction { .. } | Record::SessionPrompt { .. }) {
             continue;
         }
         if let Ok(line) = serde_json::to_string(r) {
@@ -124,7 +124,7 @@ pub fn last_ts(records: &[Record]) -> Option<&str> {
         | Record::Assistant { ts, .. }
         | Record::ToolResult { ts, .. }
         | Record::Usage { ts, .. } => Some(ts.as_str()),
-        Record::Compaction { .. } => None,
+        Record::Compaction { .. } | Record::SessionPrompt { .. } => None,
     })
 }
 

@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod frontmatter;
 pub mod packs;
 pub mod progress;
+pub mod router;
 pub mod session;
 pub mod skills;
 pub mod turn;
@@ -123,7 +124,7 @@ pub struct PreparedAgent {
     /// The agent profile of agent.json whose policy applies (the pack's name when the config
     /// has a profile of that name).
     pub policy_agent: Option<String>,
-    decision: Option<packs::Decision>,
+    decision: Option<router::Decision>,
 }
 
 /// A `kitbag run`: the agent, the first message and the session.
@@ -131,43 +132,53 @@ pub struct PreparedRun {
     pub agent: PreparedAgent,
     content: Vec<Block>,
     session: String,
+    session_prompt: Option<String>,
 }
 
 /// `--agent NAME`: the pack `.kitbag/agents/NAME.md` and/or the config's agent profile NAME
-/// (its policy); `--agent auto`: a pack chosen for `prompt` by seed 002's heuristics.
-pub fn prepare_agent(
+/// (its policy); `--agent auto`: a pack chosen for `prompt` by the router (seed 002's rules,
+/// else the router model).
+pub async fn prepare_agent(
     config: &crate::config::Config,
     agent: Option<&str>,
     prompt: Option<&str>,
 ) -> anyhow::Result<PreparedAgent> {
     let root = std::env::current_dir()?;
-    let (pack_name, decision) = match (agent, prompt) {
+    let (pack, decision) = match (agent, prompt) {
         (Some("auto"), Some(prompt)) => {
-            let d = packs::route(prompt, &|n| {
-                packs::dir(&root).join(format!("{n}.md")).exists()
-            });
-            (d.agent.clone(), Some(d))
+            let packs = router::load_packs(&root)?;
+            let d = router::decide(&packs, &config.settings, prompt).await;
+            let mut pack = packs
+                .into_iter()
+                .find(|p| Some(&p.name) == d.agent.as_ref());
+            // The router model's narrowing, checked to be within the pack's tools.
+            if let (Some(p), Some(t)) = (&mut pack, &d.tools_allowed) {
+                p.tools = Some(t.clone());
+            }
+            (pack, Some(d))
         }
         (Some("auto"), None) => anyhow::bail!(
-            "--agent auto picks a pack for one prompt (kitbag run); name a pack for chat and daemon (--agent NAME)"
+            "--agent auto picks a pack per message (kitbag run, kitbag chat); name a pack for the daemon (--agent NAME)"
         ),
-        (other, _) => (other.map(str::to_owned), None),
+        (Some(n), _) => {
+            let pack = packs::load(&root, n)?;
+            if pack.is_none() && !config.agents.contains_key(n) {
+                anyhow::bail!(
+                    "--agent {n}: no pack {} and no such agent in the config",
+                    packs::dir(&root).join(format!("{n}.md")).display()
+                );
+            }
+            (pack, None)
+        }
+        (None, _) => (None, None),
     };
-    let pack = match &pack_name {
-        Some(n) => packs::load(&root, n)?,
-        None => None,
-    };
-    if let (Some(n), None, None) = (&pack_name, &pack, &decision)
-        && !config.agents.contains_key(n)
-    {
-        anyhow::bail!(
-            "--agent {n}: no pack {} and no such agent in the config",
-            packs::dir(&root).join(format!("{n}.md")).display()
-        );
-    }
     // A pack alone is enough; a profile of the same name adds its policy. Without a pack the
     // profile is the agent.
-    let policy_agent = pack_name.filter(|n| config.agents.contains_key(n));
+    let chosen = match &decision {
+        Some(d) => d.agent.clone(),
+        None => agent.map(str::to_owned),
+    };
+    let policy_agent = chosen.filter(|n| config.agents.contains_key(n));
     let settings = &config.settings;
     let llm = client(settings, pack.as_ref())?;
     let mut cfg = turn_config(settings, pack, &root);
@@ -182,16 +193,26 @@ pub fn prepare_agent(
     })
 }
 
-pub fn prepare_run(
+pub async fn prepare_run(
     config: &crate::config::Config,
     agent: Option<&str>,
     session_name: &str,
     prompt: &str,
     images: &[PathBuf],
+    session_prompt: Option<&str>,
 ) -> anyhow::Result<PreparedRun> {
     session::check_name(session_name)?;
     if prompt.trim().is_empty() && images.is_empty() {
         anyhow::bail!("PROMPT: empty; say what the agent should do");
+    }
+    if let Some(p) = session_prompt
+        && p.len() > session::MAX_SESSION_PROMPT
+    {
+        anyhow::bail!(
+            "--session-prompt: {} bytes; at most {}",
+            p.len(),
+            session::MAX_SESSION_PROMPT
+        );
     }
     let mut content = Vec::new();
     for p in images {
@@ -201,9 +222,10 @@ pub fn prepare_run(
         content.push(Block::text(prompt));
     }
     Ok(PreparedRun {
-        agent: prepare_agent(config, agent, Some(prompt))?,
+        agent: prepare_agent(config, agent, Some(prompt)).await?,
         content,
         session: session_name.to_owned(),
+        session_prompt: session_prompt.map(str::to_owned),
     })
 }
 
@@ -229,26 +251,21 @@ pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<
         },
         content,
         session: session_name,
+        session_prompt,
     } = run;
-    if let Some(d) = &decision {
-        eprintln!(
-            "[router] {} ({}){}",
-            d.wanted,
-            d.reason,
-            if d.agent.is_none() {
-                "; no such pack here, running without one"
-            } else {
-                ""
-            }
-        );
-        turn::audit(
-            host,
-            "router.decision",
-            serde_json::json!({"agent": d.agent, "wanted": d.wanted, "reason": d.reason, "tools_allowed": cfg.pack.as_ref().and_then(|p| p.tools.clone())}),
-        );
-    }
     let root = std::env::current_dir()?;
     let mut session = Session::open(&root, &session_name)?;
+    if let Some(p) = &session_prompt {
+        session.set_prompt(p)?;
+    }
+    if let Some(d) = &decision {
+        let prompt = kitbag_llm::types::blocks_text(&content);
+        router::report(host, d, &cfg, &prompt, &mut session)?;
+        if let Some(questions) = router::questions_turn(&mut session, content.clone(), None, d)? {
+            println!("{questions}");
+            return Ok(0);
+        }
+    }
     let cancel = CancellationToken::new();
     let on_signal = cancel.clone();
     // Ctrl-C or SIGTERM cancels the turn and its tool calls; the host then stops its servers.
@@ -373,6 +390,12 @@ pub fn show(records: &[Record]) -> String {
             } => out.push_str(&format!(
                 "\n## summary of the conversation through {covers_through_ts}\n{content}\n"
             )),
+            Record::SessionPrompt { text, ts } if text.is_empty() => {
+                out.push_str(&format!("\n## session prompt cleared · {ts}\n"));
+            }
+            Record::SessionPrompt { text, ts } => {
+                out.push_str(&format!("\n## session prompt · {ts}\n{text}\n"));
+            }
         }
     }
     out

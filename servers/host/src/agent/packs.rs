@@ -1,6 +1,6 @@
 //! Agent packs (seed 002): `.kitbag/agents/<name>.md`, a prompt with frontmatter — `model`,
-//! `temperature`, `tools` (an allowlist of globs), `max_tool_calls`, `max_history_turns` — and
-//! `--agent auto`, which picks one with seed 002's heuristic-first rules.
+//! `description`, `temperature`, `tools` (an allowlist of globs), `max_tool_calls`,
+//! `max_history_turns`. `--agent auto` picks one (`router`).
 
 use std::path::Path;
 
@@ -9,6 +9,8 @@ use super::frontmatter::{self, DocError};
 #[derive(Debug, Clone, PartialEq, Default)]
 pub struct Pack {
     pub name: String,
+    /// What it is for (the router model reads it).
+    pub description: Option<String>,
     pub model: Option<String>,
     pub temperature: Option<f64>,
     /// Globs; `None` = every tool the host's policy allows.
@@ -86,6 +88,7 @@ pub fn parse(name: &str, text: &str) -> Result<Pack, DocError> {
     }
     Ok(Pack {
         name: d.scalar("name")?.unwrap_or(name).to_owned(),
+        description: d.scalar("description")?.map(str::to_owned),
         model: d.scalar("model")?.map(str::to_owned),
         temperature,
         tools,
@@ -106,65 +109,6 @@ impl Pack {
                     .unwrap_or(false)
             }),
         }
-    }
-}
-
-/// What `--agent auto` chose and why (logged as `router.decision`).
-#[derive(Debug, Clone, PartialEq)]
-pub struct Decision {
-    /// The pack's name; `None` when the chosen pack does not exist here (no pack is used).
-    pub agent: Option<String>,
-    pub wanted: &'static str,
-    pub reason: &'static str,
-}
-
-/// Seed 002's heuristic-first router over the packs that exist. No router model is called:
-/// when no rule decides, `chat.quick` for short messages and `tool.use` otherwise.
-pub fn route(prompt: &str, exists: &dyn Fn(&str) -> bool) -> Decision {
-    let p = prompt.to_lowercase();
-    let words = p.split_whitespace().count();
-    let has = |needles: &[&str]| needles.iter().any(|n| p.contains(n));
-    let mentions_file = p.split_whitespace().any(|w| {
-        let w = w.trim_matches(|c: char| !c.is_alphanumeric() && c != '.' && c != '/');
-        w.contains('/')
-            || w.rsplit_once('.').is_some_and(|(a, b)| {
-                !a.is_empty()
-                    && (1..=5).contains(&b.len())
-                    && b.chars().all(|c| c.is_ascii_alphanumeric())
-            })
-    });
-    let (wanted, reason) = if has(&[
-        "error",
-        "stack trace",
-        "traceback",
-        "panic",
-        "hang",
-        "why doesn't",
-        "why does not",
-        "crash",
-    ]) {
-        ("debug.triage", "mentions an error, a crash or a hang")
-    } else if has(&["design", "architecture", "tradeoff", "trade-off"]) {
-        ("code.arch", "asks about design or architecture")
-    } else if has(&[
-        "add ",
-        "fix ",
-        "refactor",
-        "implement",
-        "rename ",
-        "change ",
-    ]) && mentions_file
-    {
-        ("code.change", "asks for an edit and names a file")
-    } else if words <= 8 {
-        ("chat.quick", "short and conversational")
-    } else {
-        ("tool.use", "no rule matched; a general tool loop")
-    };
-    Decision {
-        agent: exists(wanted).then(|| wanted.to_owned()),
-        wanted,
-        reason,
     }
 }
 
@@ -203,29 +147,5 @@ mod tests {
                 .contains("glob")
         );
         assert!(parse("x", "no frontmatter").expect("ok").allows("anything"));
-    }
-
-    #[test]
-    fn the_router_follows_the_seed_heuristics() {
-        let all = |_: &str| true;
-        let r = |p: &str| route(p, &all).wanted;
-        assert_eq!(
-            r("Why does the server crash with this stack trace?"),
-            "debug.triage"
-        );
-        assert_eq!(
-            r("What are the tradeoffs of moving cron to SQLite?"),
-            "code.arch"
-        );
-        assert_eq!(
-            r("Please fix the off-by-one in src/paths.rs where the root is compared"),
-            "code.change"
-        );
-        assert_eq!(r("thanks, that helps"), "chat.quick");
-        assert_eq!(
-            r("Look through the repository and tell me which crates depend on rusqlite and why"),
-            "tool.use"
-        );
-        assert_eq!(route("thanks", &|_| false).agent, None);
     }
 }

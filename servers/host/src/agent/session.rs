@@ -1,7 +1,7 @@
 //! Sessions: `.kitbag/sessions/<name>.jsonl`, append-only and never rewritten (seed 000). One
-//! record per line — `user`, `assistant`, `tool_result`, `usage`, `compaction` — each written
-//! with a single `write` to a file opened with `O_APPEND`, so a crash leaves at worst a torn
-//! last line, which loading skips.
+//! record per line — `user`, `assistant`, `tool_result`, `usage`, `compaction`,
+//! `session_prompt` — each written with a single `write` to a file opened with `O_APPEND`, so
+//! a crash leaves at worst a torn last line, which loading skips.
 
 use kitbag_shared::lock::LockExt;
 use std::io::Write;
@@ -50,7 +50,13 @@ pub enum Record {
         source_hash: String,
         ts: String,
     },
+    /// The session's own instructions (seed 002's session prompt layer, after the workspace
+    /// prompt): the newest one applies to every later turn; an empty text clears it.
+    SessionPrompt { text: String, ts: String },
 }
+
+/// A session prompt joins every model call's system prompt: kept well under a context's worth.
+pub const MAX_SESSION_PROMPT: usize = 16 * 1024;
 
 pub fn now() -> String {
     chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
@@ -145,6 +151,38 @@ impl Session {
         })?;
         self.records.push(record);
         Ok(())
+    }
+
+    /// The session prompt in force: the newest `session_prompt` record's, unless empty.
+    pub fn prompt(&self) -> Option<&str> {
+        self.records
+            .iter()
+            .rev()
+            .find_map(|r| match r {
+                Record::SessionPrompt { text, .. } => Some(text.as_str()),
+                _ => None,
+            })
+            .filter(|t| !t.trim().is_empty())
+    }
+
+    /// Set (or, with an empty text, clear) the session prompt; nothing is appended when it
+    /// would not change. Returns whether it changed.
+    pub fn set_prompt(&mut self, text: &str) -> anyhow::Result<bool> {
+        let text = text.trim();
+        if self.prompt().unwrap_or("") == text {
+            return Ok(false);
+        }
+        if text.len() > MAX_SESSION_PROMPT {
+            anyhow::bail!(
+                "session prompt: {} bytes; at most {MAX_SESSION_PROMPT} (put longer instructions in .kitbag/prompt.md or a skill)",
+                text.len()
+            );
+        }
+        self.append(Record::SessionPrompt {
+            text: text.to_owned(),
+            ts: now(),
+        })?;
+        Ok(true)
     }
 
     /// Token totals of every model call in the session.
@@ -446,7 +484,7 @@ pub fn messages(records: &[Record]) -> Vec<Message> {
                     content,
                 });
             }
-            Record::Usage { .. } | Record::Compaction { .. } => {}
+            Record::Usage { .. } | Record::Compaction { .. } | Record::SessionPrompt { .. } => {}
         }
     }
     close_pending(&mut pending, &mut out);

@@ -109,6 +109,7 @@ pub async fn run_turn(
     for part in [
         cfg.pack.as_ref().map(|p| p.prompt.clone()),
         cfg.workspace_prompt.clone(),
+        session.prompt().map(str::to_owned),
         (!cfg.skills.is_empty()).then(|| {
             let injected = skills::relevant(&cfg.skills, &prompt);
             skills::block(&cfg.skills, &injected)
@@ -373,7 +374,7 @@ fn record_response(
 }
 
 /// A model call's `usage` record (`purpose` for calls that were not turn steps).
-fn usage_record(u: &Usage, model: String, purpose: Option<&str>) -> Record {
+pub(super) fn usage_record(u: &Usage, model: String, purpose: Option<&str>) -> Record {
     Record::Usage {
         input_tokens: u.input_tokens,
         output_tokens: u.output_tokens,
