@@ -11,6 +11,7 @@ pub mod packs;
 pub mod progress;
 pub mod router;
 pub mod session;
+pub mod session_pg;
 pub mod skills;
 pub mod turn;
 
@@ -321,7 +322,15 @@ pub fn sessions_command(name: Option<&str>) -> anyhow::Result<i32> {
         None => {
             let all = session::all_totals(&root);
             if all.is_empty() {
-                println!("no sessions in {}", root.join(".kitbag/sessions").display());
+                match session_pg::database_url() {
+                    Some(_) => println!(
+                        "no sessions of workspace {} in the sessions database",
+                        session_pg::workspace(&root)
+                    ),
+                    None => {
+                        println!("no sessions in {}", root.join(".kitbag/sessions").display())
+                    }
+                }
             }
             for s in all {
                 println!(
@@ -338,10 +347,8 @@ pub fn sessions_command(name: Option<&str>) -> anyhow::Result<i32> {
             Ok(0)
         }
         Some(n) => {
-            session::check_name(n)?;
-            let path = root.join(".kitbag/sessions").join(format!("{n}.jsonl"));
-            if !path.exists() {
-                anyhow::bail!("session {n}: no such session ({})", path.display());
+            if !session::exists(&root, n)? {
+                anyhow::bail!("session {n}: no such session");
             }
             let s = Session::open(&root, n)?;
             print!("{}", show(&s.records));

@@ -98,17 +98,40 @@ pub fn check_name_as(field: &'static str, name: &str) -> Result<(), NameError> {
 
 pub struct Session {
     pub name: String,
-    dir: StateDir,
-    file: std::fs::File,
+    store: Store,
     pub records: Vec<Record>,
     /// Lines that could not be read (a torn last line after a crash, or damage).
     pub skipped_lines: usize,
 }
 
+/// Where a session's records live.
+enum Store {
+    /// `.kitbag/sessions/<name>.jsonl`, opened for appending.
+    File { dir: StateDir, file: std::fs::File },
+    /// Rows of a shared PostgreSQL (`KITBAG_DATABASE_URL`), in one workspace.
+    Pg {
+        db: std::sync::Arc<super::session_pg::PgSessions>,
+        workspace: String,
+    },
+}
+
 impl Session {
-    /// Open (creating if needed) `<root>/.kitbag/sessions/<name>.jsonl` and read it.
+    /// Open (creating if needed) the session `name` of the project at `root` — rows in the
+    /// shared database when `KITBAG_DATABASE_URL` is set, else
+    /// `<root>/.kitbag/sessions/<name>.jsonl` — and read it.
     pub fn open(root: &Path, name: &str) -> anyhow::Result<Self> {
         check_name(name)?;
+        if let Some(url) = super::session_pg::database_url() {
+            let db = super::session_pg::PgSessions::shared(&url)?;
+            let workspace = super::session_pg::workspace(root);
+            let (records, skipped_lines) = db.load(&workspace, name)?;
+            return Ok(Self {
+                name: name.to_owned(),
+                store: Store::Pg { db, workspace },
+                records,
+                skipped_lines,
+            });
+        }
         let dir = sessions_dir(root, true)?;
         let file_name = format!("{name}.jsonl");
         let file = dir
@@ -128,27 +151,37 @@ impl Session {
         }
         Ok(Self {
             name: name.to_owned(),
-            dir,
-            file,
+            store: Store::File { dir, file },
             records,
             skipped_lines,
         })
     }
 
-    pub fn shown_path(&self) -> std::path::PathBuf {
-        self.dir.shown_path(format!("{}.jsonl", self.name))
+    /// Where the session is, for messages.
+    pub fn shown_path(&self) -> String {
+        match &self.store {
+            Store::File { dir, .. } => dir
+                .shown_path(format!("{}.jsonl", self.name))
+                .display()
+                .to_string(),
+            Store::Pg { workspace, .. } => {
+                format!("{} in the sessions database ({workspace})", self.name)
+            }
+        }
     }
 
-    /// Append one record: one `write` of the whole line.
+    /// Append one record: one `write` of the whole line, or one row.
     pub fn append(&mut self, record: Record) -> anyhow::Result<()> {
-        let mut line = serde_json::to_vec(&record)?;
-        line.push(b'\n');
-        self.file.write_all(&line).map_err(|e| {
-            anyhow::anyhow!(
-                "session {}: could not append: {e}",
-                self.shown_path().display()
-            )
-        })?;
+        match &mut self.store {
+            Store::File { file, .. } => {
+                let mut line = serde_json::to_vec(&record)?;
+                line.push(b'\n');
+                if let Err(e) = file.write_all(&line) {
+                    anyhow::bail!("session {}: could not append: {e}", self.shown_path());
+                }
+            }
+            Store::Pg { db, workspace } => db.append(workspace, &self.name, &record)?,
+        }
         self.records.push(record);
         Ok(())
     }
@@ -277,6 +310,15 @@ fn file_totals(path: &Path, name: &str) -> Option<SessionTotals> {
 
 /// Every session under `root`, sorted by name, read without creating anything.
 pub fn all_totals(root: &Path) -> Vec<SessionTotals> {
+    if let Some(url) = super::session_pg::database_url() {
+        let listed = super::session_pg::PgSessions::shared(&url)
+            .map_err(anyhow::Error::from)
+            .and_then(|db| db.totals(&super::session_pg::workspace(root)));
+        return listed.unwrap_or_else(|e| {
+            tracing::warn!("session totals: {e:#}");
+            Vec::new()
+        });
+    }
     let dir = root.join(".kitbag").join("sessions");
     let Ok(entries) = std::fs::read_dir(&dir) else {
         return Vec::new();
@@ -292,6 +334,19 @@ pub fn all_totals(root: &Path) -> Vec<SessionTotals> {
         .collect();
     out.sort_by(|a, b| a.name.cmp(&b.name));
     out
+}
+
+/// Whether the project at `root` has a session `name` (a file, or rows in the database).
+pub fn exists(root: &Path, name: &str) -> anyhow::Result<bool> {
+    check_name(name)?;
+    match super::session_pg::database_url() {
+        Some(url) => super::session_pg::PgSessions::shared(&url)?
+            .exists(&super::session_pg::workspace(root), name),
+        None => Ok(root
+            .join(".kitbag/sessions")
+            .join(format!("{name}.jsonl"))
+            .exists()),
+    }
 }
 
 pub fn totals(records: &[Record]) -> (Usage, usize) {
