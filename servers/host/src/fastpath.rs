@@ -234,6 +234,20 @@ impl FastLink {
     }
 }
 
+/// Tells the child to stop a byte-level call when dropped before its answer is in (the client
+/// went away, a parked call expired); a no-op once the answer is in.
+pub struct CancelOnDrop {
+    pub link: Arc<FastLink>,
+    pub child_id: String,
+    pub reason: &'static str,
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.link.cancel(&self.child_id, self.reason);
+    }
+}
+
 #[derive(Deserialize)]
 struct PeekResponse<'a> {
     #[serde(borrow, default)]

@@ -9,7 +9,11 @@ use http::HeaderMap;
 use kitbag_shared::http::{HttpOptions, Intercept, Principal};
 use kitbag_shared::tier::Tier;
 
+use serde_json::value::RawValue;
+use serde_json::{Map, Value};
+
 use crate::fastpath;
+use crate::mrtr::Caps;
 use crate::serve::HostServer;
 
 /// Protocol revisions a handshake-era call may name in `MCP-Protocol-Version`.
@@ -36,12 +40,19 @@ impl Intercept for ByteCalls {
         principal: Option<&Principal>,
     ) -> Option<BoxFuture<'static, Vec<u8>>> {
         let text = std::str::from_utf8(body).ok()?;
-        let fastpath::Upstream::Call(call) = fastpath::classify(text.trim()) else {
-            return None;
+        let call = match fastpath::classify(text.trim()) {
+            fastpath::Upstream::Call(call) => call,
+            // A 2026-07-28 call that carries `inputResponses` / `requestState` (SEP-2322).
+            fastpath::Upstream::Other => return self.input_call(headers, text.trim(), principal),
+            _ => return None,
         };
         if !headers_agree(headers, &call) {
             // rmcp checks these headers and answers with the exact error.
             return None;
+        }
+        if call.modern {
+            let meta = request_meta(text.trim());
+            return self.modern_call(&call, principal, &meta, Map::new());
         }
         // The caller's agent and tiers apply (a call they forbid is left to the full path,
         // which answers it with the typed error).
@@ -49,12 +60,167 @@ impl Intercept for ByteCalls {
             crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(&call))?;
         Some(Box::pin(async move {
             // The client hanging up drops this future: the child is told to stop.
-            let _stop = StopOnDrop {
+            let _stop = fastpath::CancelOnDrop {
                 link: pending.link.clone(),
                 child_id: pending.child_id.clone(),
+                reason: GONE,
             };
             pending.answer(|| true).await.unwrap_or_default()
         }))
+    }
+}
+
+/// Why a child's call is cancelled when its HTTP client hangs up.
+const GONE: &str = "the HTTP client went away";
+
+/// A `tools/call` as SEP-2322 shapes its retries.
+#[derive(serde::Deserialize)]
+struct InputCall<'a> {
+    #[serde(borrow)]
+    id: &'a RawValue,
+    method: std::borrow::Cow<'a, str>,
+    #[serde(borrow)]
+    params: InputCallParams<'a>,
+}
+
+#[derive(serde::Deserialize)]
+struct InputCallParams<'a> {
+    #[serde(borrow)]
+    name: std::borrow::Cow<'a, str>,
+    #[serde(borrow, default)]
+    arguments: Option<&'a RawValue>,
+    #[serde(rename = "_meta", default)]
+    meta: Option<Value>,
+    /// `Some` also for `null` (a protocol error to answer, not an absent field).
+    #[serde(
+        rename = "inputResponses",
+        borrow,
+        default,
+        deserialize_with = "present"
+    )]
+    input_responses: Option<&'a RawValue>,
+    #[serde(rename = "requestState", default)]
+    request_state: Option<String>,
+}
+
+fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
+    <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
+}
+
+/// A request's `params._meta`, parsed (only on the 2026-07-28 path, which needs its declared
+/// client capabilities).
+fn request_meta(text: &str) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Peek {
+        params: PeekParams,
+    }
+    #[derive(serde::Deserialize)]
+    struct PeekParams {
+        #[serde(rename = "_meta", default)]
+        meta: Option<Value>,
+    }
+    serde_json::from_str::<Peek>(text).ok()?.params.meta
+}
+
+impl ByteCalls {
+    /// A 2026-07-28 call through the byte path, its child's requests turned into an
+    /// `InputRequiredResult` (mrtr.rs).
+    fn modern_call(
+        &self,
+        call: &fastpath::FastCall<'_>,
+        principal: Option<&Principal>,
+        meta: &Option<Value>,
+        supplied: Map<String, Value>,
+    ) -> Option<BoxFuture<'static, Vec<u8>>> {
+        let registry = self.host.hub.mrtr.clone();
+        let child = self.host.hub.route(call.name.as_ref())?.child_id;
+        let slot = registry.slot(child, Caps::from_meta(meta.as_ref()), supplied);
+        let pending =
+            crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(call))?;
+        let stop = fastpath::CancelOnDrop {
+            link: pending.link.clone(),
+            child_id: pending.child_id.clone(),
+            reason: GONE,
+        };
+        let tool = bound_tool(call.name.as_ref(), principal);
+        let id = call.id.get().to_owned();
+        Some(Box::pin(async move {
+            let answer: crate::mrtr::CallFuture = Box::pin(pending.answer(|| true));
+            registry.drive(answer, slot, &tool, stop, &id).await
+        }))
+    }
+
+    /// A `tools/call` with `inputResponses` and/or `requestState` (SEP-2322): a retry resumes
+    /// its parked call; a first call with responses given in advance starts with them.
+    fn input_call(
+        &self,
+        headers: &HeaderMap,
+        text: &str,
+        principal: Option<&Principal>,
+    ) -> Option<BoxFuture<'static, Vec<u8>>> {
+        let req: InputCall<'_> = serde_json::from_str(text).ok()?;
+        let p = &req.params;
+        if req.method != "tools/call" || (p.input_responses.is_none() && p.request_state.is_none())
+        {
+            return None;
+        }
+        let modern = p
+            .meta
+            .as_ref()
+            .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
+            .and_then(Value::as_str)
+            == Some(fastpath::MODERN_VERSION);
+        let call = fastpath::FastCall {
+            id: req.id,
+            name: p.name.clone(),
+            arguments: p.arguments,
+            modern,
+        };
+        if !modern || !headers_agree(headers, &call) {
+            return None;
+        }
+        let id = req.id.get().to_owned();
+        let refuse = |message: String| -> Option<BoxFuture<'static, Vec<u8>>> {
+            let line = fastpath::protocol_error_line(&id, -32602, &message);
+            Some(Box::pin(async move { line }))
+        };
+        let responses = match p
+            .input_responses
+            .map(|r| serde_json::from_str::<Value>(r.get()))
+        {
+            None => Map::new(),
+            Some(Ok(Value::Object(m))) => m,
+            Some(_) => {
+                return refuse(
+                    "inputResponses: must be an object whose keys are the inputRequests keys and whose values are the client's results".into(),
+                );
+            }
+        };
+        if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
+            return refuse(format!(
+                "inputResponses.{key}: must be an object (the result of that input request)"
+            ));
+        }
+        let Some(state) = p.request_state.clone() else {
+            return self.modern_call(&call, principal, &p.meta, responses);
+        };
+        let registry = self.host.hub.mrtr.clone();
+        let tool = bound_tool(&p.name, principal);
+        Some(Box::pin(async move {
+            match registry.resume(&state, &tool, &responses, &id).await {
+                Ok(line) => line,
+                Err(e) => fastpath::protocol_error_line(&id, -32602, &e.to_string()),
+            }
+        }))
+    }
+}
+
+/// The tool a parked call's state is sealed to, with who called it: another caller's token
+/// cannot resume it.
+fn bound_tool(tool: &str, principal: Option<&Principal>) -> String {
+    match principal {
+        Some(p) => format!("{tool}\u{0}{}", p.subject),
+        None => tool.to_owned(),
     }
 }
 
@@ -90,19 +256,6 @@ fn headers_agree(headers: &HeaderMap, call: &fastpath::FastCall<'_>) -> bool {
         version.is_none_or(|v| HANDSHAKE_VERSIONS.contains(&v))
             && method.is_none_or(|m| m == "tools/call")
             && name.is_none_or(|n| n == call.name.as_ref())
-    }
-}
-
-struct StopOnDrop {
-    link: Arc<fastpath::FastLink>,
-    child_id: String,
-}
-
-impl Drop for StopOnDrop {
-    fn drop(&mut self) {
-        // A no-op once the answer is in (the call is no longer pending).
-        self.link
-            .cancel(&self.child_id, "the HTTP client went away");
     }
 }
 

@@ -93,17 +93,43 @@ impl ClientHandler for ChildClient {
     async fn create_message(
         &self,
         params: rmcp::model::CreateMessageRequestParams,
-        _ctx: rmcp::service::RequestContext<RoleClient>,
+        ctx: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        let key = crate::relay::input_key(&ctx);
+        if let Some(r) =
+            crate::relay::to_call(&self.hub, self.id, "sampling/createMessage", key, &params).await
+        {
+            return r;
+        }
         crate::relay::sampling(&self.hub, &self.name, params).await
     }
 
     async fn create_elicitation(
         &self,
         params: rmcp::model::ElicitRequestParams,
-        _ctx: rmcp::service::RequestContext<RoleClient>,
+        ctx: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, McpError> {
+        let key = crate::relay::input_key(&ctx);
+        if let Some(r) =
+            crate::relay::to_call(&self.hub, self.id, "elicitation/create", key, &params).await
+        {
+            return r;
+        }
         crate::relay::elicitation(&self.hub, &self.name, params).await
+    }
+
+    #[allow(deprecated)] // roots: deprecated by SEP-2577, the handshake era's
+    async fn list_roots(
+        &self,
+        ctx: rmcp::service::RequestContext<RoleClient>,
+    ) -> Result<rmcp::model::ListRootsResult, McpError> {
+        // Only a 2026-07-28 call's client is asked; otherwise no roots, as before.
+        let key = crate::relay::input_key(&ctx);
+        let params = serde_json::json!({});
+        match crate::relay::to_call(&self.hub, self.id, "roots/list", key, &params).await {
+            Some(r) => r,
+            None => Ok(rmcp::model::ListRootsResult::default()),
+        }
     }
 
     #[allow(deprecated)] // logging: deprecated by SEP-2577
@@ -320,6 +346,8 @@ pub struct Hub {
     progress_inflight: std::sync::atomic::AtomicUsize,
     /// The host's clients (stdio, HTTP sessions) and their subscriptions.
     pub(crate) upstreams: crate::upstream::Upstreams,
+    /// 2026-07-28 calls that take their child's requests, and calls parked for input.
+    pub mrtr: Arc<crate::mrtr::Registry>,
     /// The flat list, rebuilt only when a child's tools change (not on every call).
     flat_cache: Mutex<Option<Arc<FlatList>>>,
     next_id: std::sync::atomic::AtomicU64,
@@ -452,6 +480,7 @@ impl Hub {
             progress: Mutex::new(HashMap::new()),
             progress_inflight: std::sync::atomic::AtomicUsize::new(0),
             upstreams: Default::default(),
+            mrtr: Default::default(),
             flat_cache: Mutex::new(None),
             next_id,
             notify_pending: Mutex::new(false),

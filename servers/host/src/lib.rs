@@ -14,6 +14,7 @@ pub mod fastpath;
 pub mod http;
 pub mod hub;
 pub mod lazy;
+pub mod mrtr;
 pub mod policy;
 pub mod recursion;
 pub mod relay;

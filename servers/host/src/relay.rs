@@ -81,6 +81,34 @@ pub async fn elicitation(
     }
 }
 
+/// A child's request while a 2026-07-28 call is in flight at it (mrtr.rs): what that call's
+/// client gives, as the typed result; `None` when no such call takes it.
+pub async fn to_call<P: serde::Serialize, R: serde::de::DeserializeOwned>(
+    hub: &Weak<Hub>,
+    child: u64,
+    method: &'static str,
+    key: Option<String>,
+    params: &P,
+) -> Option<Result<R, McpError>> {
+    let hub = hub.upgrade()?;
+    let params = serde_json::to_value(params).ok()?;
+    let answer = hub.mrtr.ask(child, method, key, params).await?;
+    Some(answer.and_then(|v| {
+        serde_json::from_value(v).map_err(|e| {
+            McpError::invalid_params(format!("the client's answer to {method}: {e}"), None)
+        })
+    }))
+}
+
+/// The key a child gives its request in `_meta["io.kitbag/inputKey"]` (rmcp hands the
+/// request's `_meta` over apart from its params).
+pub fn input_key(ctx: &rmcp::service::RequestContext<rmcp::RoleClient>) -> Option<String> {
+    ctx.meta
+        .get(crate::mrtr::KEY_META)
+        .and_then(|k| k.as_str())
+        .map(str::to_owned)
+}
+
 /// A child's log message, to every client (the children filter by the level the client set).
 pub async fn log(hub: &Weak<Hub>, params: LoggingMessageNotificationParam) {
     let Some(hub) = hub.upgrade() else { return };

@@ -10,6 +10,8 @@
 //! needs a client capability is not something the host can know) and the pending JSON Schema
 //! 2020-12 tool — see testkit/conformance/expected-failures.json for what that costs.
 
+mod input_required;
+
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -122,7 +124,7 @@ async fn ask_client(ctx: &CallCtx, method: &str, params: Value) -> ToolResult<Va
 }
 
 fn router() -> ToolRouter<Fixture> {
-    ToolRouter::new()
+    input_required::tools(ToolRouter::new())
         .raw_tool(
             no_args("test_simple_text", "Tests simple text content response"),
             |_, _, _| async { Ok(text("This is a simple text response for testing.")) },
