@@ -39,6 +39,7 @@ pub mod pods;
 pub mod resources;
 pub mod select;
 pub mod shape;
+pub mod spdy;
 pub mod store;
 pub mod stream;
 pub mod tls;
