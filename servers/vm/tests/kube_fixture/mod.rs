@@ -17,14 +17,16 @@
 //! - **Controllers** ([`controller`]): Sandbox → Pod, SandboxClaim → Sandbox, garbage
 //!   collection of owned objects, `shutdownTime` checked every 100 ms.
 //! - **Streams** ([`stream`]): `pods/exec` and `pods/portforward` over WebSocket (the
-//!   `v5`/`v4.channel.k8s.io` protocols), `pods/log`. No SPDY.
+//!   `v5`/`v4.channel.k8s.io` protocols), `pods/log`; kubectl's `port-forward`
+//!   ([`portforward`]): the `portforward.k8s.io` protocol over SPDY/3.1 ([`spdy`]), tunnelled
+//!   in a WebSocket or on a plain upgrade ([`transport`]).
 //!
 //! Every request needs `Authorization: Bearer <token>`. The port serves plain HTTP and, told
 //! apart by the first byte, HTTPS ([`tls`]): kubectl sends a token only over TLS, so
 //! kubectl gets [`Fixture::write_kubeconfig_tls`]'s kubeconfig.
 //!
-//! Not implemented: protobuf, OpenAPI, Table output, server-side apply, SPDY (kubectl
-//! `port-forward`), `tty`, strategic merge by list keys (treated as a merge patch), list
+//! Not implemented: protobuf, OpenAPI, Table output, server-side apply, SPDY for `exec`
+//! (kubectl 1.32 uses WebSocket v5), `tty`, strategic merge by list keys (treated as a merge patch), list
 //! `resourceVersionMatch`, container restarts, containers after the first, volumes other
 //! than emptyDir, `$(VAR)` expansion in command/args, real warm-pool pre-warming.
 
@@ -36,12 +38,15 @@ pub mod controller;
 pub mod http;
 pub mod patch;
 pub mod pods;
+pub mod portforward;
 pub mod resources;
 pub mod select;
 pub mod shape;
+pub mod spdy;
 pub mod store;
 pub mod stream;
 pub mod tls;
+pub mod transport;
 pub mod watch;
 
 use std::path::{Path, PathBuf};
@@ -76,6 +81,8 @@ pub struct Inner {
     requests: Mutex<Vec<String>>,
     pub kubelet: pods::Kubelet,
     pub tls: tls::Tls,
+    /// What kubectl's port-forward sessions (SPDY) did.
+    pub portforward: portforward::SharedStats,
     pub cancel: CancellationToken,
 }
 
@@ -122,6 +129,7 @@ impl Fixture {
             addr: addr.clone(),
             store: Mutex::new(Store::new(DEFAULT_HISTORY)),
             requests: Mutex::new(Vec::new()),
+            portforward: Default::default(),
             cancel: CancellationToken::new(),
         });
         api::create_builtin_namespaces(&inner);
@@ -187,6 +195,15 @@ impl Fixture {
     /// `410 Expired`); trims the history now.
     pub fn set_history_limit(&self, events: usize) {
         self.inner.store().set_history_limit(events);
+    }
+
+    /// What the SPDY port-forward sessions (kubectl's) did so far.
+    pub fn portforward_stats(&self) -> portforward::Stats {
+        self.inner
+            .portforward
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
     }
 
     /// The cluster's current resourceVersion.

@@ -10,8 +10,9 @@
 //! Limits: the agent's exec takes its whole stdin up front, so with `stdin=true` the
 //! command starts only once stdin is closed (v5 close, or the WebSocket closing) — an
 //! interactive command sees nothing until then; at most 16 MiB. No terminal: `tty=true`
-//! runs without one (stderr then goes to the stdout channel). No SPDY: kubectl's
-//! `port-forward` (SPDY, or SPDY tunnelled in WebSocket) is refused with a Status.
+//! runs without one (stderr then goes to the stdout channel). kubectl's `port-forward`
+//! (SPDY tunnelled in a WebSocket, or a SPDY upgrade) goes to [`super::transport`]; a SPDY
+//! upgrade for exec is refused with a Status.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,12 +36,14 @@ use tokio_tungstenite::tungstenite::protocol::{CloseFrame, Role};
 
 use super::Inner;
 use super::http::{Query, Resp, Target, full, q_get, q_true};
+use super::portforward::{BoxRead, BoxWrite, Dial};
 use super::resources::PODS;
 use super::store::{ApiError, ApiResult, key};
+use super::transport::{self, TUNNEL_PROTOCOL};
 
 const MAX_STDIN: usize = 16 << 20;
 const EXEC_PROTOCOLS: [&str; 2] = ["v5.channel.k8s.io", "v4.channel.k8s.io"];
-const PORTFORWARD_PROTOCOLS: [&str; 1] = ["v4.channel.k8s.io"];
+const PORTFORWARD_PROTOCOLS: [&str; 2] = ["v4.channel.k8s.io", TUNNEL_PROTOCOL];
 
 type Ws = WebSocketStream<TokioIo<hyper::upgrade::Upgraded>>;
 
@@ -60,6 +63,10 @@ pub async fn handle(
         .ok_or_else(|| ApiError::not_found(&PODS, &name))?;
     match (sub, req.method()) {
         ("log", &Method::GET) => logs(inner, &pod, &q),
+        ("portforward", &Method::GET | &Method::POST) if transport::is_spdy_upgrade(&req) => {
+            let (engine, who) = running(&inner, &pod, &q)?;
+            transport::upgrade_spdy(&inner, req, dialer(engine), who)
+        }
         ("exec" | "portforward", &Method::GET | &Method::POST) => upgrade(inner, req, &pod, sub, q),
         ("exec" | "portforward" | "log", m) => Err(ApiError::new(
             405,
@@ -109,7 +116,7 @@ fn handshake(req: &Request<Incoming>, sub: &str) -> ApiResult<(Vec<u8>, Option<S
     let upgrade_to = header_values(req, "upgrade").join(",").to_ascii_lowercase();
     if upgrade_to.contains("spdy") {
         return Err(ApiError::bad_request(
-            "SPDY upgrades are not supported by this API server (the kitbag fixture speaks the WebSocket channel protocols only)",
+            "SPDY upgrades for exec are not supported by this API server (the kitbag fixture speaks the WebSocket channel protocols there)",
         ));
     }
     let key_header = req
@@ -140,12 +147,11 @@ fn handshake(req: &Request<Incoming>, sub: &str) -> ApiResult<(Vec<u8>, Option<S
 /// What the stream will do, from the query.
 fn job(pod: &Value, sub: &str, q: &Query, cwd: &str, chosen: Option<&str>) -> ApiResult<Job> {
     if sub != "exec" {
-        let who = format!(
-            "{}, uid {}",
-            pod["metadata"]["name"].as_str().unwrap_or_default(),
-            pod["metadata"]["uid"].as_str().unwrap_or_default()
-        );
-        return Ok(Job::Forward(ports(q)?, who));
+        return Ok(if chosen == Some(TUNNEL_PROTOCOL) {
+            Job::Tunnel(who(pod))
+        } else {
+            Job::Forward(ports(q)?, who(pod))
+        });
     }
     let argv: Vec<String> = q
         .iter()
@@ -204,6 +210,7 @@ fn upgrade(
     let job = job(pod, sub, &q, &rt.cwd, chosen.as_deref())?;
     let on_upgrade = hyper::upgrade::on(&mut req);
     let cancel = inner.cancel.clone();
+    let stats = inner.portforward.clone();
     tokio::spawn(async move {
         let Ok(upgraded) = on_upgrade.await else {
             return;
@@ -213,6 +220,10 @@ fn upgrade(
             match job {
                 Job::Exec(j) => exec(ws, engine, j).await,
                 Job::Forward(ports, who) => forward(ws, engine, ports, who).await,
+                Job::Tunnel(who) => {
+                    let token = cancel.clone();
+                    transport::tunnel(ws, dialer(engine), who, stats, token).await
+                }
             }
         };
         tokio::select! {
@@ -226,6 +237,44 @@ fn upgrade(
 enum Job {
     Exec(ExecJob),
     Forward(Vec<u16>, String),
+    /// kubectl's SPDY session inside the WebSocket.
+    Tunnel(String),
+}
+
+/// `NAME, uid UID`, as the kubelet names a pod in port-forward errors.
+fn who(pod: &Value) -> String {
+    format!(
+        "{}, uid {}",
+        pod["metadata"]["name"].as_str().unwrap_or_default(),
+        pod["metadata"]["uid"].as_str().unwrap_or_default()
+    )
+}
+
+/// The pod's running sandbox (checking the container the query names) and its name for
+/// errors.
+fn running(inner: &Inner, pod: &Value, q: &Query) -> ApiResult<(Arc<Engine>, String)> {
+    let ns = pod["metadata"]["namespace"].as_str().unwrap_or_default();
+    let name = pod["metadata"]["name"].as_str().unwrap_or_default();
+    let c = container(pod, q)?;
+    let (engine, _) = inner.kubelet.running(ns, name).ok_or_else(|| {
+        ApiError::bad_request(format!("container {c} in pod {name} is not running"))
+    })?;
+    Ok((engine, who(pod)))
+}
+
+/// Connections to the pod's ports through its agent, for a SPDY session.
+fn dialer(engine: Arc<Engine>) -> Dial {
+    Arc::new(move |port| {
+        let engine = engine.clone();
+        Box::pin(async move {
+            match dial(&engine, port).await {
+                Ok((r, w)) => Ok((Box::new(r) as BoxRead, Box::new(w) as BoxWrite)),
+                Err(e) => Err(format!(
+                    "failed to connect to localhost:{port} inside the pod: {e}"
+                )),
+            }
+        })
+    })
 }
 
 struct ExecJob {
