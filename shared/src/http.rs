@@ -14,6 +14,7 @@ pub mod guard;
 pub mod jwt;
 pub mod metrics;
 pub mod oauth;
+pub mod tls;
 pub mod token;
 
 use std::convert::Infallible;
@@ -121,6 +122,19 @@ pub struct HttpArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30)]
     pub oauth_key_refresh_secs: u64,
 
+    /// Serve HTTPS with this certificate (PEM, the chain from the server's own first).
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    pub tls_cert: Option<PathBuf>,
+
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_key: Option<PathBuf>,
+
+    /// Mutual TLS: only clients presenting a certificate this CA (PEM) signed get in — a
+    /// gateway reaching its runner. Counts as authentication for a non-loopback bind.
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    pub tls_client_ca: Option<PathBuf>,
+
     /// Also answer requests naming this Host, `name` or `name:port` (repeatable).
     #[arg(long = "allowed-host", value_name = "HOST")]
     pub allowed_hosts: Vec<String>,
@@ -155,6 +169,9 @@ impl Default for HttpArgs {
             oauth_agent_claim: "kitbag_agent".into(),
             oauth_required_scopes: Vec::new(),
             oauth_key_refresh_secs: 30,
+            tls_cert: None,
+            tls_key: None,
+            tls_client_ca: None,
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             http_sessions: false,
@@ -178,6 +195,18 @@ pub struct HttpOptions {
     pub auth: Auth,
     pub sessions: bool,
     pub max_request_bytes: usize,
+    /// HTTPS (and with a client CA, mutual TLS) on the TCP listener.
+    pub tls: Option<Tls>,
+}
+
+/// The TLS acceptor, as options carry it.
+#[derive(Clone)]
+pub struct Tls(pub tokio_rustls::TlsAcceptor);
+
+impl std::fmt::Debug for Tls {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Tls(..)")
+    }
 }
 
 impl HttpArgs {
@@ -200,9 +229,17 @@ impl HttpArgs {
             Listen::Tcp(addr) => addr.ip().is_loopback(),
             Listen::Unix(_) => true,
         };
-        if !loopback && !auth.required() {
+        let tls = match (&self.tls_cert, &self.tls_key) {
+            (Some(cert), Some(key)) => Some(Tls(tls::acceptor(
+                cert,
+                key,
+                self.tls_client_ca.as_deref(),
+            )?)),
+            _ => None,
+        };
+        if !loopback && !auth.required() && self.tls_client_ca.is_none() {
             anyhow::bail!(
-                "--http {}: that address is reachable from other machines; serve it with --auth-token-file FILE (add --generate-auth-token to make one) or --oauth-issuer, or bind 127.0.0.1",
+                "--http {}: that address is reachable from other machines; serve it with --auth-token-file FILE (add --generate-auth-token to make one), --oauth-issuer or --tls-client-ca, or bind 127.0.0.1",
                 self.http.as_deref().unwrap_or_default()
             );
         }
@@ -221,6 +258,7 @@ impl HttpArgs {
             auth,
             sessions: self.http_sessions,
             max_request_bytes: self.max_request_bytes,
+            tls,
         }))
     }
 }
@@ -336,7 +374,13 @@ where
         max_request_bytes: options.max_request_bytes,
         intercept,
     });
-    accept_loop(front, &options.listen, cancel).await
+    accept_loop(
+        front,
+        &options.listen,
+        options.tls.clone().map(|t| t.0),
+        cancel,
+    )
+    .await
 }
 
 fn mcp_service<H, M>(handler: H, sessions: M, config: StreamableHttpServerConfig) -> McpService
@@ -652,6 +696,7 @@ fn text(status: StatusCode, body: impl Into<String>) -> HttpResponse {
 async fn accept_loop(
     front: Arc<Front>,
     listen: &Listen,
+    tls: Option<tokio_rustls::TlsAcceptor>,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
@@ -663,14 +708,20 @@ async fn accept_loop(
                 .await
                 .map_err(|e| anyhow::anyhow!("--http {addr}: {e}"))?;
             let bound = listener.local_addr()?;
+            let scheme = if tls.is_some() { "https" } else { "http" };
             // Printed, not logged: a script that asked for port 0 needs the port.
-            eprintln!("serving MCP at http://{bound}{MCP_PATH}");
+            eprintln!("serving MCP at {scheme}://{bound}{MCP_PATH}");
             loop {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => {
                             let _ = stream.set_nodelay(true);
-                            connection(&front, &graceful, stream);
+                            match &tls {
+                                None => connection(&front, graceful.watcher(), stream),
+                                Some(tls) => {
+                                    tls_connection(&front, graceful.watcher(), tls.clone(), stream)
+                                }
+                            }
                         }
                         Err(e) => {
                             // Out of descriptors and the like: wait, do not spin.
@@ -688,7 +739,7 @@ async fn accept_loop(
             loop {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => connection(&front, &graceful, stream),
+                        Ok((stream, _)) => connection(&front, graceful.watcher(), stream),
                         Err(e) => {
                             tracing::warn!("accept failed: {e}");
                             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -704,6 +755,24 @@ async fn accept_loop(
     cancel.cancel();
     let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
     Ok(())
+}
+
+/// The TLS handshake on a task of its own (a slow client holds up nobody), then HTTP.
+fn tls_connection(
+    front: &Arc<Front>,
+    watcher: hyper_util::server::graceful::Watcher,
+    tls: tokio_rustls::TlsAcceptor,
+    stream: tokio::net::TcpStream,
+) {
+    let front = front.clone();
+    tokio::spawn(async move {
+        match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
+            Ok(Ok(stream)) => connection(&front, watcher, stream),
+            // A client without an accepted certificate, or not speaking TLS.
+            Ok(Err(e)) => tracing::debug!("TLS handshake refused: {e}"),
+            Err(_) => tracing::debug!("TLS handshake timed out"),
+        }
+    });
 }
 
 /// A socket only this user can reach; a stale socket file (nobody listening) is replaced.
@@ -730,11 +799,8 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     Ok(listener)
 }
 
-fn connection<S>(
-    front: &Arc<Front>,
-    graceful: &hyper_util::server::graceful::GracefulShutdown,
-    stream: S,
-) where
+fn connection<S>(front: &Arc<Front>, watcher: hyper_util::server::graceful::Watcher, stream: S)
+where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let front = front.clone();
@@ -747,7 +813,7 @@ fn connection<S>(
         // A client that never finishes its headers is dropped (slowloris).
         .header_read_timeout(Duration::from_secs(30))
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
-    let conn = graceful.watch(conn);
+    let conn = watcher.watch(conn);
     tokio::spawn(async move {
         if let Err(e) = conn.await {
             tracing::debug!("HTTP connection ended: {e}");

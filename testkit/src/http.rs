@@ -317,6 +317,7 @@ impl HttpServer {
             None => Endpoint::Tcp(
                 address
                     .trim_start_matches("http://")
+                    .trim_start_matches("https://")
                     .trim_end_matches("/mcp")
                     .to_string(),
             ),

@@ -697,3 +697,56 @@ pub fn test_certificates(dir: &Path) {
         ],
     );
 }
+
+/// A client certificate `NAME.crt` / `NAME.key` for mutual TLS, signed by the CA that
+/// [`test_certificates`] made in `dir`.
+pub fn client_certificate(dir: &Path, name: &str) {
+    let (key, csr, crt, ext) = (
+        format!("{name}.key"),
+        format!("{name}.csr"),
+        format!("{name}.crt"),
+        format!("{name}.ext"),
+    );
+    openssl(
+        dir,
+        &[
+            "req",
+            "-newkey",
+            "ec",
+            "-pkeyopt",
+            "ec_paramgen_curve:prime256v1",
+            "-nodes",
+            "-keyout",
+            &key,
+            "-out",
+            &csr,
+            "-subj",
+            &format!("/CN={name}"),
+        ],
+    );
+    std::fs::write(
+        dir.join(&ext),
+        "basicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=clientAuth\n",
+    )
+    .expect("client ext");
+    openssl(
+        dir,
+        &[
+            "x509",
+            "-req",
+            "-in",
+            &csr,
+            "-CA",
+            "ca.crt",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            &crt,
+            "-days",
+            "2",
+            "-extfile",
+            &ext,
+        ],
+    );
+}

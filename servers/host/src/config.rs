@@ -24,6 +24,10 @@ pub struct ServerEntry {
     /// ${TOKEN}`, a tenant header, ….
     #[serde(default)]
     pub headers: BTreeMap<String, String>,
+    /// TLS to a remote server: a CA to trust instead of the system's, and a client
+    /// certificate for mutual TLS (a gateway reaching its runner).
+    #[serde(default)]
+    pub tls: Option<RemoteTls>,
     #[serde(default)]
     pub args: Vec<String>,
     #[serde(default)]
@@ -52,6 +56,21 @@ pub struct ServerEntry {
 
 fn yes() -> bool {
     true
+}
+
+/// A remote entry's `tls`: PEM files (`${VAR}` expanded).
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteTls {
+    /// Trust only this CA for the server's certificate.
+    #[serde(default)]
+    pub ca: Option<String>,
+    /// The client certificate (chain) presented to the server.
+    #[serde(default)]
+    pub cert: Option<String>,
+    /// The client certificate's key.
+    #[serde(default)]
+    pub key: Option<String>,
 }
 
 /// Foreign entries: extra fields (description, ...) are ignored.
@@ -295,6 +314,15 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
         .iter()
         .map(|(k, v)| (k.clone(), exp(v, &format!("headers.{k}"))))
         .collect();
+    if let Some(tls) = &mut entry.tls {
+        for (field, value) in [
+            ("tls.ca", &mut tls.ca),
+            ("tls.cert", &mut tls.cert),
+            ("tls.key", &mut tls.key),
+        ] {
+            *value = value.as_ref().map(|v| exp(v, field));
+        }
+    }
     if error.is_none() {
         error = check_remote(&entry).err().map(|e| e.to_string());
     }
@@ -313,8 +341,12 @@ pub enum EntryError {
     Neither,
     #[error("`command` and `url` both given: one server is one or the other")]
     Both,
-    #[error("`headers` apply to a remote server (`url`), not a command")]
+    #[error("`headers` and `tls` apply to a remote server (`url`), not a command")]
     HeadersOnCommand,
+    #[error("tls: `cert` and `key` go together (a client certificate and its key)")]
+    TlsPair,
+    #[error("tls: applies to an https:// url")]
+    TlsOnHttp,
     #[error("`args`, `env` and `cwd` apply to a command, not a remote `url`")]
     CommandFieldsOnUrl,
     #[error("url `{url}`: {reason}")]
@@ -341,7 +373,9 @@ fn check_shape(entry: &ServerEntry) -> Result<(), EntryError> {
     match (&entry.url, entry.command.is_empty()) {
         (None, true) => Err(EntryError::Neither),
         (Some(_), false) => Err(EntryError::Both),
-        (None, false) if !entry.headers.is_empty() => Err(EntryError::HeadersOnCommand),
+        (None, false) if !entry.headers.is_empty() || entry.tls.is_some() => {
+            Err(EntryError::HeadersOnCommand)
+        }
         (Some(_), true)
             if !entry.args.is_empty() || !entry.env.is_empty() || entry.cwd.is_some() =>
         {
@@ -360,6 +394,14 @@ fn check_remote(entry: &ServerEntry) -> Result<(), EntryError> {
     })?;
     if !matches!(parsed.scheme(), "http" | "https") || parsed.host().is_none() {
         return Err(EntryError::NotHttp { url: url.clone() });
+    }
+    if let Some(tls) = &entry.tls {
+        if tls.cert.is_some() != tls.key.is_some() {
+            return Err(EntryError::TlsPair);
+        }
+        if parsed.scheme() != "https" {
+            return Err(EntryError::TlsOnHttp);
+        }
     }
     for (name, value) in &entry.headers {
         http::HeaderName::from_bytes(name.as_bytes())

@@ -1289,7 +1289,8 @@ async fn connect(
 > {
     if let Some(url) = &entry.url {
         // Remote: no process of ours, no byte-level link.
-        let running = crate::remote::connect(url, &entry.headers, client).await?;
+        let running =
+            crate::remote::connect(url, &entry.headers, entry.tls.as_ref(), client).await?;
         return Ok((running, StartGuard(None), None));
     }
     let mut cmd = tokio::process::Command::new(&entry.command);

@@ -27,6 +27,14 @@ pub enum RemoteError {
     Entry(#[from] EntryError),
     #[error("headers.Authorization: only `Bearer <token>` is sent to a remote server")]
     NotBearer,
+    #[error("tls.{field} {path}: {reason}")]
+    TlsFile {
+        field: &'static str,
+        path: String,
+        reason: String,
+    },
+    #[error("tls: {0}")]
+    Tls(String),
     /// `url` with any credentials in it removed.
     #[error("MCP handshake with {url} failed: {reason}")]
     Handshake { url: String, reason: String },
@@ -36,6 +44,7 @@ pub enum RemoteError {
 pub async fn connect(
     url: &str,
     headers: &BTreeMap<String, String>,
+    tls: Option<&crate::config::RemoteTls>,
     client: ChildClient,
 ) -> Result<RunningService<RoleClient, ChildClient>, RemoteError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -47,7 +56,10 @@ pub async fn connect(
     if let Some(token) = bearer {
         config = config.auth_header(token);
     }
-    let transport = StreamableHttpClientTransport::from_config(config);
+    let transport = match tls {
+        None => StreamableHttpClientTransport::from_config(config),
+        Some(tls) => StreamableHttpClientTransport::with_client(http_client(tls)?, config),
+    };
     client
         .serve(transport)
         .await
@@ -55,6 +67,47 @@ pub async fn connect(
             url: redact(url),
             reason: e.to_string(),
         })
+}
+
+/// An HTTP client trusting `tls.ca` (else the system's roots) and presenting `tls.cert`.
+fn http_client(tls: &crate::config::RemoteTls) -> Result<reqwest::Client, RemoteError> {
+    let read = |field: &'static str, path: &str| {
+        std::fs::read(path).map_err(|e| RemoteError::TlsFile {
+            field,
+            path: path.to_owned(),
+            reason: e.to_string(),
+        })
+    };
+    let mut builder = reqwest::Client::builder();
+    if let Some(ca) = &tls.ca {
+        let pem = read("ca", ca)?;
+        let certs =
+            reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| RemoteError::TlsFile {
+                field: "ca",
+                path: ca.clone(),
+                reason: e.to_string(),
+            })?;
+        if certs.is_empty() {
+            return Err(RemoteError::TlsFile {
+                field: "ca",
+                path: ca.clone(),
+                reason: "no PEM certificate in it".into(),
+            });
+        }
+        builder = builder.tls_certs_only(certs);
+    }
+    if let (Some(cert), Some(key)) = (&tls.cert, &tls.key) {
+        let mut pem = read("cert", cert)?;
+        pem.push(b'\n');
+        pem.extend(read("key", key)?);
+        let identity = reqwest::Identity::from_pem(&pem).map_err(|e| RemoteError::TlsFile {
+            field: "cert",
+            path: cert.clone(),
+            reason: e.to_string(),
+        })?;
+        builder = builder.identity(identity);
+    }
+    builder.build().map_err(|e| RemoteError::Tls(e.to_string()))
 }
 
 /// The bearer token (rmcp sends it itself) and the other headers, checked.

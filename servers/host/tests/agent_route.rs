@@ -108,11 +108,7 @@ fn auto_asks_the_router_model_only_when_no_rule_decides_and_follows_its_checked_
             "usage"
         ]
     );
-    let events = audit_events(&audit);
-    let decision = events
-        .iter()
-        .find(|e| e["event"] == "router.decision")
-        .expect("router.decision");
+    let decision = audit_event(&audit, "router.decision");
     assert_eq!(decision["source"], "model");
     assert_eq!(decision["agent"], "review");
     assert_eq!(decision["tools_allowed"], json!(["file_read"]));

@@ -608,10 +608,7 @@ fn a_call_outside_the_pack_is_refused_and_auto_routes_by_the_seed_rules() {
         "{result}"
     );
     let events = audit_events(&audit);
-    let decision = events
-        .iter()
-        .find(|e| e["event"] == "router.decision")
-        .expect("router.decision");
+    let decision = audit_event(&audit, "router.decision");
     assert_eq!(decision["agent"], "chat.quick");
     assert!(
         events.iter().all(|e| e["event"] != "tool.call"),

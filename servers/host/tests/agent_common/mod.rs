@@ -160,10 +160,7 @@ pub fn tool_call_sse(id: &str, name: &str, input: &Value) -> String {
         json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
         json!({"type":"message_stop"}),
     ];
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
-        .collect()
+    anthropic_stream(&events)
 }
 
 /// One Anthropic stream answering `text` (what a router model or a plain answer sends).
@@ -176,8 +173,21 @@ pub fn text_sse(text: &str) -> String {
         json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}),
         json!({"type":"message_stop"}),
     ];
+    anthropic_stream(&events)
+}
+
+/// Anthropic stream events as the API sends them: `event: TYPE` and `data: JSON` per event.
+pub fn anthropic_stream(events: &[Value]) -> String {
     events
         .iter()
         .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
         .collect()
+}
+
+/// The first audit-log event called `name`.
+pub fn audit_event(path: &Path, name: &str) -> Value {
+    audit_events(path)
+        .into_iter()
+        .find(|e| e["event"] == name)
+        .unwrap_or_else(|| panic!("no {name} event in {}", path.display()))
 }
