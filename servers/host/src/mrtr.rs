@@ -392,9 +392,12 @@ impl Registry {
         // Every response given is checked before any is passed on: a bad one changes nothing.
         let bad = parked.run.waiting.iter().find_map(|ask| {
             let v = responses.get(&ask.key)?;
-            check_response(ask.method, v)
-                .err()
-                .map(|why| (ask.key.clone(), why))
+            check_response(ask.method, v).err().map(|e| {
+                (
+                    ask.key.clone(),
+                    format!("not a {} result ({e})", ask.method),
+                )
+            })
         });
         if let Some((key, why)) = bad {
             self.parked.locked().insert(id, parked);
@@ -416,9 +419,9 @@ impl Registry {
 }
 
 /// Whether `value` is a result of the kind `method` asks for.
-pub fn check_response(method: &str, value: &Value) -> Result<(), String> {
-    #[allow(deprecated)] // sampling: the handshake era's type
-    let parsed = match method {
+pub fn check_response(method: &str, value: &Value) -> Result<(), serde_json::Error> {
+    #[allow(deprecated)] // sampling and roots: the handshake era's types
+    match method {
         "elicitation/create" => {
             serde_json::from_value::<rmcp::model::ElicitResult>(value.clone()).map(|_| ())
         }
@@ -429,8 +432,7 @@ pub fn check_response(method: &str, value: &Value) -> Result<(), String> {
             serde_json::from_value::<rmcp::model::ListRootsResult>(value.clone()).map(|_| ())
         }
         _ => Ok(()),
-    };
-    parsed.map_err(|e| format!("not a {method} result ({e})"))
+    }
 }
 
 /// `line` (a whole JSON-RPC response) with its id replaced: a parked call's answer goes to
