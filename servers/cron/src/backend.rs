@@ -98,6 +98,16 @@ impl Backend {
         }
     }
 
+    /// Every entry as committed now, by any process: what a tool shows. On PostgreSQL the
+    /// cache follows other replicas' changes only once their NOTIFY arrives, so a read that
+    /// must include a change another replica just acknowledged reads the table.
+    pub fn load_current(&self) -> ToolResult<Arc<Doc>> {
+        match self {
+            Backend::Sqlite(s) => s.load_cached(),
+            Backend::Postgres(p) => p.load().map(Arc::new),
+        }
+    }
+
     /// Add a run to the history (trimmed to `--history-max-bytes`).
     pub fn record_run(&self, rec: &RunRecord) -> ToolResult<()> {
         match self {

@@ -75,7 +75,7 @@ pub(crate) fn bounded(
 pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
     let offset = bounded("offset", p.offset, 0, 0, i64::MAX)?;
     let limit = bounded("limit", p.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)?;
-    let doc = state.store.load_cached()?;
+    let doc = state.store.load_current()?;
     let now = state.now();
     let enabled_only = p.enabled_only.unwrap_or(false);
     let matching: Vec<_> = doc
@@ -163,7 +163,7 @@ pub struct StatusResult {
 }
 
 pub fn status(state: &CronState, _p: StatusParams) -> ToolResult<Reply<StatusResult>> {
-    let doc = state.store.load_cached()?;
+    let doc = state.store.load_current()?;
     let now = state.now();
     let total = doc.entries().count();
     let mut enabled = 0;

@@ -53,7 +53,7 @@ pub fn run(state: &CronState, p: RunsParams) -> ToolResult<Reply<RunsResult>> {
     if let Some(id) = &p.id
         && total == 0
     {
-        let doc = state.store.load_cached()?;
+        let doc = state.store.load_current()?;
         if doc.get(id).is_none() {
             return Err(ToolError::new(
                 ErrorCode::NotFound,
