@@ -6,7 +6,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::HeaderMap;
-use kitbag_shared::http::{HttpOptions, Intercept, Principal};
+use kitbag_shared::http::metrics::label;
+use kitbag_shared::http::{Answer, HttpOptions, Intercept, Principal};
+use kitbag_shared::lock::LockExt;
+use kitbag_shared::otel::Propagate;
 use kitbag_shared::tier::Tier;
 
 use crate::fastpath;
@@ -34,7 +37,8 @@ impl Intercept for ByteCalls {
         headers: &HeaderMap,
         body: &Bytes,
         principal: Option<&Principal>,
-    ) -> Option<BoxFuture<'static, Vec<u8>>> {
+        trace: Option<&Propagate>,
+    ) -> Option<BoxFuture<'static, Answer>> {
         let text = std::str::from_utf8(body).ok()?;
         let fastpath::Upstream::Call(call) = fastpath::classify(text.trim()) else {
             return None;
@@ -45,16 +49,53 @@ impl Intercept for ByteCalls {
         }
         // The caller's agent and tiers apply (a call they forbid is left to the full path,
         // which answers it with the typed error).
-        let pending =
-            crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(&call))?;
+        // The child continues the request's span; without one, the client's own context.
+        let trace = trace.cloned().or_else(|| call.passthrough());
+        let pending = crate::serve::as_caller_sync(principal.cloned(), || {
+            self.host.start_fast(&call, trace.as_ref())
+        })?;
         Some(Box::pin(async move {
             // The client hanging up drops this future: the child is told to stop.
             let _stop = StopOnDrop {
                 link: pending.link.clone(),
                 child_id: pending.child_id.clone(),
             };
-            pending.answer(|| true).await.unwrap_or_default()
+            match pending.answer(|| true).await {
+                Some((body, error)) => Answer { body, error },
+                None => Answer::default(),
+            }
         }))
+    }
+
+    /// The children: up (ready) or not, restarts; and the calls taken at the byte level.
+    fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let children = self.host.hub.children.locked();
+        out.push_str("# HELP kitbag_child_up Whether a child server is ready (1) or not: starting, restarting, failed (0).\n# TYPE kitbag_child_up gauge\n");
+        for ch in children.iter() {
+            let up = u8::from(ch.state == crate::hub::State::Ready);
+            let _ = writeln!(
+                out,
+                "kitbag_child_up{{server=\"{}\"}} {up}",
+                label(&ch.spec.name)
+            );
+        }
+        out.push_str("# HELP kitbag_child_restarts_total Times a child server was restarted after it exited.\n# TYPE kitbag_child_restarts_total counter\n");
+        for ch in children.iter() {
+            let _ = writeln!(
+                out,
+                "kitbag_child_restarts_total{{server=\"{}\"}} {}",
+                label(&ch.spec.name),
+                ch.restarts
+            );
+        }
+        drop(children);
+        out.push_str("# HELP kitbag_byte_path_calls_total Tool calls forwarded to a child as bytes (stdio and HTTP).\n# TYPE kitbag_byte_path_calls_total counter\n");
+        let _ = writeln!(
+            out,
+            "kitbag_byte_path_calls_total {}",
+            fastpath::forwarded()
+        );
     }
 }
 
