@@ -567,8 +567,8 @@ pub fn result_outcome(result: &serde_json::Value) -> Outcome<'_> {
         return Outcome::Ok;
     }
     let code = result
-        .pointer("/structuredContent/error/code")
-        .and_then(serde_json::Value::as_str)
+        .get("structuredContent")
+        .and_then(|s| s.get("error")?.get("code")?.as_str())
         .unwrap_or("tool_error");
     Outcome::ToolError(code)
 }

@@ -614,12 +614,13 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         let calls = crate::http::metrics::calls();
         match outcome {
             Ok(result) => {
-                let code = result
-                    .structured_content
-                    .as_ref()
-                    .and_then(|s| s.pointer("/error/code"))
-                    .and_then(Value::as_str)
-                    .filter(|_| result.is_error == Some(true));
+                let code = (result.is_error == Some(true)).then(|| {
+                    result
+                        .structured_content
+                        .as_ref()
+                        .and_then(|s| s.get("error")?.get("code")?.as_str())
+                        .unwrap_or("tool_error")
+                });
                 calls.record(name, code, seconds);
                 if let Some(a) = &self.audit {
                     a.completed(name, &request_id, ms, None);

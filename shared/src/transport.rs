@@ -258,8 +258,7 @@ fn trace_answer(conn: &otel::Conn, item: &TxJsonRpcMessage<RoleServer>) {
                     otel::Outcome::ToolError(
                         c.structured_content
                             .as_ref()
-                            .and_then(|s| s.pointer("/error/code"))
-                            .and_then(serde_json::Value::as_str)
+                            .and_then(|s| s.get("error")?.get("code")?.as_str())
                             .unwrap_or("tool_error"),
                     )
                 }

@@ -36,13 +36,12 @@ impl HostServer {
         let started = Instant::now();
         let result = self.dispatch_uncounted(name, arguments, meta).await;
         if let Ok(r) = &result {
-            let code = r
-                .structured_content
-                .as_ref()
-                .and_then(|s| s.pointer("/error/code"))
-                .and_then(serde_json::Value::as_str)
-                .or(Some("tool_error"))
-                .filter(|_| r.is_error == Some(true));
+            let code = (r.is_error == Some(true)).then(|| {
+                r.structured_content
+                    .as_ref()
+                    .and_then(|s| s.get("error")?.get("code")?.as_str())
+                    .unwrap_or("tool_error")
+            });
             kitbag_shared::http::metrics::calls().record(
                 name,
                 code,
