@@ -16,6 +16,7 @@ pub mod metrics;
 pub mod oauth;
 pub mod tls;
 pub mod token;
+mod trace;
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -152,6 +153,12 @@ pub struct HttpArgs {
     /// The largest request body accepted; a bigger one gets 413.
     #[arg(long, value_name = "BYTES", default_value_t = crate::transport::MAX_LINE_BYTES)]
     pub max_request_bytes: usize,
+
+    /// Export a span per MCP request over OTLP/HTTP to this collector (its base URL, as
+    /// OTEL_EXPORTER_OTLP_ENDPOINT: /v1/traces is added). Stdio or HTTP serving alike; the
+    /// OTEL_* variables configure the rest.
+    #[arg(long, value_name = "URL")]
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for HttpArgs {
@@ -176,6 +183,7 @@ impl Default for HttpArgs {
             allowed_origins: Vec::new(),
             http_sessions: false,
             max_request_bytes: crate::transport::MAX_LINE_BYTES,
+            otlp_endpoint: None,
         }
     }
 }
@@ -308,19 +316,46 @@ fn parse_addr(text: &str) -> anyhow::Result<SocketAddr> {
     }
 }
 
-/// A POST answered before rmcp sees it (the host's byte-level calls). The future yields
-/// the JSON-RPC response body.
+/// An intercepted call's answer: the JSON-RPC response body, and the error code of an
+/// `isError` result (for its span's `error.type`).
+#[derive(Debug, Default)]
+pub struct Answer {
+    pub body: Vec<u8>,
+    pub error: Option<String>,
+    /// The intercept did not read how the call ended (a JSON-RPC error it wrote, an answer
+    /// relayed as it came): the span reads it from `body`.
+    pub unread: bool,
+}
+
+impl Answer {
+    /// An answer whose outcome the span reads from the body.
+    pub fn unread(body: Vec<u8>) -> Self {
+        Answer {
+            body,
+            error: None,
+            unread: true,
+        }
+    }
+}
+
+/// A POST answered before rmcp sees it (the host's byte-level calls).
 pub trait Intercept: Send + Sync + 'static {
+    /// `trace` is the context of the request's span (when tracing): what the call should
+    /// hand on to whoever answers it.
     fn intercept(
         &self,
         headers: &HeaderMap,
         body: &Bytes,
         principal: Option<&Principal>,
-    ) -> Option<BoxFuture<'static, Vec<u8>>>;
+        trace: Option<&crate::otel::Propagate>,
+    ) -> Option<BoxFuture<'static, Answer>>;
 
     /// The tier `tool` needs (None: no such tool), for the scope check in front of every
     /// call: the host's tools are not the handler's to look up by name.
     fn tier_of(&self, tool: &str) -> Option<Tier>;
+
+    /// More series for `/metrics` (the host's children).
+    fn render_metrics(&self, _out: &mut String) {}
 }
 
 /// The tier a tool needs (None: no such tool; MCP answers that).
@@ -396,6 +431,13 @@ where
     })
 }
 
+/// Where a connection comes from (`network.transport`, `client.address`).
+#[derive(Clone, Copy)]
+struct Peer {
+    transport: &'static str,
+    addr: Option<SocketAddr>,
+}
+
 struct Front {
     mcp: McpService,
     metrics: Arc<metrics::Metrics>,
@@ -407,10 +449,8 @@ struct Front {
 }
 
 impl Front {
-    /// One request, counted: by path and status, in flight, and a tool call's latency until
-    /// its answer's last byte.
-    async fn handle(&self, request: Request<Incoming>) -> HttpResponse {
-        let started = std::time::Instant::now();
+    /// One request, counted by path and status while in flight.
+    async fn handle(&self, request: Request<Incoming>, peer: Peer) -> HttpResponse {
         let _in_flight = self.metrics.begin();
         let path = match request.uri().path() {
             MCP_PATH => MCP_PATH,
@@ -419,40 +459,29 @@ impl Front {
             p if p.starts_with("/.well-known/") => "/.well-known",
             _ => "other",
         };
-        let (response, tool) = self.answer(request).await;
+        let response = self.answer(request, peer).await;
         self.metrics.request(path, response.status().as_u16());
-        match tool {
-            Some(tool) if response.status().is_success() => {
-                let (parts, body) = response.into_parts();
-                let body = metrics::Timed::wrap(body, self.metrics.clone(), tool, started);
-                Response::from_parts(parts, body)
-            }
-            _ => response,
-        }
+        response
     }
 
-    /// The answer, and the tool it called when it was a `tools/call`.
-    async fn answer(&self, request: Request<Incoming>) -> (HttpResponse, Option<String>) {
+    async fn answer(&self, request: Request<Incoming>, peer: Peer) -> HttpResponse {
         let path = request.uri().path();
         let oauth = self.auth.oauth.as_ref();
         match path {
             "/healthz" if request.method() == Method::GET => {
-                return (text(StatusCode::OK, "ok\n"), None);
+                return text(StatusCode::OK, "ok\n");
             }
             METRICS_PATH if request.method() == Method::GET => {
-                return (self.metrics_page(request.headers()).await, None);
+                return self.metrics_page(request.headers()).await;
             }
             MCP_PATH => {}
             _ if oauth.is_some_and(|rs| path == rs.metadata_path || path == oauth::WELL_KNOWN) => {}
             _ => {
-                return (
-                    text(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n"),
-                    None,
-                );
+                return text(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n");
             }
         }
         if let Err(refusal) = self.guard.check(request.headers()) {
-            return (self.refuse(refusal), None);
+            return self.refuse(refusal);
         }
         if path != MCP_PATH
             && let Some(rs) = oauth
@@ -463,11 +492,11 @@ impl Front {
                 CONTENT_TYPE,
                 http::HeaderValue::from_static("application/json"),
             );
-            return (response, None);
+            return response;
         }
         let principal = match self.auth.principal(request.headers()).await {
             Ok(p) => p,
-            Err(refusal) => return (self.refuse(refusal), None),
+            Err(refusal) => return self.refuse(refusal),
         };
         let (mut parts, body) = request.into_parts();
         // The credential stops here: nothing handed on (children, logs) can see it.
@@ -475,11 +504,51 @@ impl Front {
         let body = if parts.method == Method::POST {
             match self.read_body(&parts.headers, body).await {
                 Ok(bytes) => bytes,
-                Err(response) => return (response, None),
+                Err(response) => return response,
             }
         } else {
             Bytes::new()
         };
+        // The request's span (when tracing): opened here, ended with the answer.
+        let span = (crate::otel::enabled() && parts.method == Method::POST)
+            .then(|| trace::start(&parts.headers, &body, peer.transport, peer.addr))
+            .flatten();
+        let hand_on = span.as_ref().map(|(s, _)| s.propagate());
+        // A client that hangs up drops this future: its span ends as cancelled.
+        let mut guard = trace::EndOnDrop(span);
+        let (response, known) = self.mcp_answer(parts, body, principal, hand_on).await;
+        let Some((span, id)) = guard.0.take() else {
+            return response;
+        };
+        let status = response.status();
+        match known {
+            _ if !status.is_success() => span.end(crate::otel::Outcome::Http(status.as_u16())),
+            // The byte path said how the call ended.
+            Some(None) => span.end(crate::otel::Outcome::Ok),
+            Some(Some(code)) => span.end(crate::otel::Outcome::ToolError(&code)),
+            // rmcp's answer: read as it goes out.
+            None => {
+                let sse = response
+                    .headers()
+                    .get(CONTENT_TYPE)
+                    .and_then(|v| v.to_str().ok())
+                    .is_some_and(|v| essence(v).eq_ignore_ascii_case("text/event-stream"));
+                let (parts, body) = response.into_parts();
+                return Response::from_parts(parts, trace::Traced::wrap(body, span, id, sse));
+            }
+        }
+        response
+    }
+
+    /// The answer to a request to `/mcp` that passed the guard and authentication.
+    async fn mcp_answer(
+        &self,
+        mut parts: http::request::Parts,
+        body: Bytes,
+        principal: Option<Principal>,
+        trace: Option<crate::otel::Propagate>,
+    ) -> (HttpResponse, Option<Option<String>>) {
+        let oauth = self.auth.oauth.as_ref();
         let tool = called_tool(&body);
         if let Some(p) = &principal
             && p.tiers.is_some()
@@ -497,21 +566,26 @@ impl Front {
         if parts.method == Method::POST
             && let Some(intercept) = &self.intercept
             && plain_post(&parts.headers)
-            && let Some(answer) = intercept.intercept(&parts.headers, &body, principal.as_ref())
+            && let Some(answer) =
+                intercept.intercept(&parts.headers, &body, principal.as_ref(), trace.as_ref())
         {
-            let body = answer.await;
+            let answer = answer.await;
             let response = Response::builder()
                 .status(StatusCode::OK)
                 .header(CONTENT_TYPE, "application/json")
-                .body(Full::new(Bytes::from(body)).boxed())
+                .body(Full::new(Bytes::from(answer.body)).boxed())
                 .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "response"));
-            return (response, tool);
+            return (response, (!answer.unread).then_some(answer.error));
         }
         if let Some(p) = principal {
             parts.extensions.insert(p);
         }
+        // The handler hands this on to whoever it asks (the host: its child).
+        if let Some(trace) = trace {
+            parts.extensions.insert(trace);
+        }
         let response = (self.mcp)(Request::from_parts(parts, Full::new(body))).await;
-        (response, tool)
+        (response, None)
     }
 
     /// `/metrics`: the same guard and authentication as `/mcp` (a scraper presents the
@@ -523,7 +597,12 @@ impl Front {
         if let Err(refusal) = self.auth.principal(headers).await {
             return self.refuse(refusal);
         }
-        let mut response = text(StatusCode::OK, self.metrics.render());
+        let mut page = self.metrics.render();
+        if let Some(intercept) = &self.intercept {
+            intercept.render_metrics(&mut page);
+        }
+        crate::otel::render_metrics(&mut page);
+        let mut response = text(StatusCode::OK, page);
         response.headers_mut().insert(
             CONTENT_TYPE,
             http::HeaderValue::from_static("text/plain; version=0.0.4; charset=utf-8"),
@@ -714,13 +793,18 @@ async fn accept_loop(
             loop {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => {
+                        Ok((stream, addr)) => {
                             let _ = stream.set_nodelay(true);
+                            let peer = Peer { transport: "tcp", addr: Some(addr) };
                             match &tls {
-                                None => connection(&front, graceful.watcher(), stream),
-                                Some(tls) => {
-                                    tls_connection(&front, graceful.watcher(), tls.clone(), stream)
-                                }
+                                None => connection(&front, graceful.watcher(), stream, peer),
+                                Some(tls) => tls_connection(
+                                    &front,
+                                    graceful.watcher(),
+                                    tls.clone(),
+                                    stream,
+                                    peer,
+                                ),
                             }
                         }
                         Err(e) => {
@@ -739,7 +823,10 @@ async fn accept_loop(
             loop {
                 tokio::select! {
                     accepted = listener.accept() => match accepted {
-                        Ok((stream, _)) => connection(&front, graceful.watcher(), stream),
+                        Ok((stream, _)) => {
+                            let peer = Peer { transport: "unix", addr: None };
+                            connection(&front, graceful.watcher(), stream, peer);
+                        }
                         Err(e) => {
                             tracing::warn!("accept failed: {e}");
                             tokio::time::sleep(Duration::from_millis(50)).await;
@@ -763,11 +850,12 @@ fn tls_connection(
     watcher: hyper_util::server::graceful::Watcher,
     tls: tokio_rustls::TlsAcceptor,
     stream: tokio::net::TcpStream,
+    peer: Peer,
 ) {
     let front = front.clone();
     tokio::spawn(async move {
         match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-            Ok(Ok(stream)) => connection(&front, watcher, stream),
+            Ok(Ok(stream)) => connection(&front, watcher, stream, peer),
             // A client without an accepted certificate, or not speaking TLS.
             Ok(Err(e)) => tracing::debug!("TLS handshake refused: {e}"),
             Err(_) => tracing::debug!("TLS handshake timed out"),
@@ -799,14 +887,18 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     Ok(listener)
 }
 
-fn connection<S>(front: &Arc<Front>, watcher: hyper_util::server::graceful::Watcher, stream: S)
-where
+fn connection<S>(
+    front: &Arc<Front>,
+    watcher: hyper_util::server::graceful::Watcher,
+    stream: S,
+    peer: Peer,
+) where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let front = front.clone();
     let service = hyper::service::service_fn(move |request| {
         let front = front.clone();
-        async move { Ok::<_, Infallible>(front.handle(request).await) }
+        async move { Ok::<_, Infallible>(front.handle(request, peer).await) }
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())

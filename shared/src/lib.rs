@@ -11,7 +11,8 @@
 //! - [`transport`], [`json_out`], [`salvage`]: the stdio line transport, its fast JSON writer,
 //!   and the id finder that lets undecodable requests be answered;
 //! - [`http`]: MCP Streamable HTTP serving (`--http`, `--unix`), its Host/Origin guard and
-//!   bearer token;
+//!   bearer token, `/metrics`;
+//! - [`otel`]: a span per MCP request, exported over OTLP/HTTP (feature `otel`);
 //! - [`schema`]: tool schemas cleaned for every client (and admitting the error object);
 //! - [`budget`]: the bound on requests in flight per connection (backpressure);
 //! - [`contain`]: every process a shell or cron command starts, found and killed (cgroup,
@@ -31,6 +32,7 @@ pub mod http;
 pub mod json_out;
 pub mod limits;
 pub mod lock;
+pub mod otel;
 pub mod paths;
 pub mod process;
 pub mod runtime;

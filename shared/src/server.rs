@@ -609,15 +609,26 @@ impl<S: Send + Sync + 'static> McpServer<S> {
                 format!("no tool named {name}"),
             )),
         };
-        let ms = started.elapsed().as_secs_f64() * 1000.0;
+        let seconds = started.elapsed().as_secs_f64();
+        let ms = seconds * 1000.0;
+        let calls = crate::http::metrics::calls();
         match outcome {
             Ok(result) => {
+                let code = (result.is_error == Some(true)).then(|| {
+                    result
+                        .structured_content
+                        .as_ref()
+                        .and_then(|s| s.get("error")?.get("code")?.as_str())
+                        .unwrap_or("tool_error")
+                });
+                calls.record(name, code, seconds);
                 if let Some(a) = &self.audit {
                     a.completed(name, &request_id, ms, None);
                 }
                 result
             }
             Err(err) => {
+                calls.record(name, Some(&err.code.to_string()), seconds);
                 if let Some(a) = &self.audit {
                     let code = err.code.to_string();
                     if matches!(
@@ -855,15 +866,23 @@ pub async fn serve<S: Send + Sync + 'static>(
     mut server: McpServer<S>,
     args: &CommonArgs,
 ) -> anyhow::Result<()> {
-    match args.serving.options()? {
+    let options = args.serving.options()?;
+    crate::otel::init(args.serving.otlp_endpoint.as_deref(), server.identity.name)?;
+    let served = match options {
         Some(options) => {
             // Many clients share one HTTP server: none of them chooses its root.
             server.root_from_client = false;
             crate::http::serve(server, options, None).await
         }
         None => serve_stdio(server).await,
-    }
+    };
+    // The last spans go out before the process does.
+    crate::otel::shutdown(OTEL_FLUSH_LIMIT).await;
+    served
 }
+
+/// How long a server's last spans may take to reach the collector at exit.
+pub const OTEL_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// Serve over stdin/stdout until the client closes stdin (or SIGTERM/SIGINT arrives).
 pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyhow::Result<()> {
@@ -873,7 +892,7 @@ pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyh
         // blocking-pool hand-off per message.
         .serve({
             let (stdin, stdout) = rmcp::transport::stdio_pipes();
-            crate::transport::LineTransport::new(stdin, stdout)
+            crate::transport::LineTransport::new(stdin, stdout).traced(crate::otel::Conn::pipe())
         })
         .await
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;

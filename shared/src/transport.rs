@@ -10,7 +10,10 @@
 use std::io;
 use std::sync::Arc;
 
-use rmcp::model::{ClientNotification, JsonRpcMessage, RequestId};
+use rmcp::model::{
+    ClientNotification, ClientRequest, GetExtensions, GetMeta, JsonRpcMessage, RequestId,
+    ServerResult,
+};
 use rmcp::service::{RoleServer, RxJsonRpcMessage, TxJsonRpcMessage};
 use rmcp::transport::Transport;
 use serde_json::value::RawValue;
@@ -19,6 +22,7 @@ use tokio::sync::Mutex;
 
 use crate::budget::RequestBudget;
 use crate::json_out;
+use crate::otel;
 
 /// A line longer than this is discarded (and answered by id when the id comes early enough to
 /// be found), so one runaway message cannot exhaust memory. Every binary reads with it.
@@ -43,6 +47,8 @@ pub struct LineTransport<R, W> {
     output: Arc<Mutex<Output<W>>>,
     /// Requests read and not yet answered; reading pauses while it is spent.
     budget: RequestBudget,
+    /// The connection's spans, when it is traced (a span per request, ended by its answer).
+    trace: Option<Arc<otel::Conn>>,
 }
 
 struct Output<W> {
@@ -114,7 +120,62 @@ where
                 written: 0,
             })),
             budget: RequestBudget::default(),
+            trace: None,
         }
+    }
+
+    /// Trace this connection's requests (when [`otel::enabled`]): a span per request, its
+    /// context put in the request's extensions for the handler to hand on.
+    pub fn traced(mut self, conn: Arc<otel::Conn>) -> Self {
+        self.trace = Some(conn);
+        self
+    }
+
+    /// Open the span of a request the handler is about to get.
+    fn trace_request(&self, message: &mut RxJsonRpcMessage<RoleServer>) {
+        let Some(conn) = &self.trace else { return };
+        if !otel::enabled() {
+            return;
+        }
+        let JsonRpcMessage::Request(r) = message else {
+            return;
+        };
+        let key = id_key(&r.id);
+        let id = r.id.to_string();
+        let meta = r.request.get_meta();
+        let (tool, prompt, uri) = match &r.request {
+            ClientRequest::CallToolRequest(c) => (Some(c.params.name.as_ref()), None, None),
+            ClientRequest::GetPromptRequest(g) => (None, Some(g.params.name.as_str()), None),
+            ClientRequest::ReadResourceRequest(rr) => (None, None, Some(rr.params.uri.as_str())),
+            #[allow(deprecated)]
+            ClientRequest::SubscribeRequest(sr) => (None, None, Some(sr.params.uri.as_str())),
+            #[allow(deprecated)]
+            ClientRequest::UnsubscribeRequest(ur) => (None, None, Some(ur.params.uri.as_str())),
+            _ => (None, None, None),
+        };
+        let negotiated = conn.protocol_version();
+        let modern = meta.protocol_version();
+        let request = otel::Request {
+            method: r.request.method(),
+            id: Some(&id),
+            tool,
+            prompt,
+            uri,
+            traceparent: meta.get_traceparent(),
+            tracestate: meta.get_tracestate(),
+            baggage: meta.get_baggage(),
+            protocol_version: modern
+                .as_ref()
+                .map(|v| v.as_str())
+                .or(negotiated.as_deref()),
+        };
+        let via = otel::Via {
+            transport: conn.transport,
+            ..otel::Via::default()
+        };
+        let span = otel::Span::start(&request, &via);
+        r.request.extensions_mut().insert(span.propagate());
+        conn.begin(key, span);
     }
 
     /// Share a request budget with another reader of the same connection (the host's
@@ -180,6 +241,43 @@ where
                 }
             }
         }
+    }
+}
+
+/// End the span of the request `item` answers (and learn the protocol version from the
+/// handshake's answer).
+fn trace_answer(conn: &otel::Conn, item: &TxJsonRpcMessage<RoleServer>) {
+    match item {
+        JsonRpcMessage::Response(r) => {
+            let outcome = match &r.result {
+                ServerResult::InitializeResult(init) => {
+                    conn.set_protocol_version(init.protocol_version.as_str());
+                    otel::Outcome::Ok
+                }
+                ServerResult::CallToolResult(c) if c.is_error == Some(true) => {
+                    otel::Outcome::ToolError(
+                        c.structured_content
+                            .as_ref()
+                            .and_then(|s| s.get("error")?.get("code")?.as_str())
+                            .unwrap_or("tool_error"),
+                    )
+                }
+                _ => otel::Outcome::Ok,
+            };
+            conn.end(&id_key(&r.id), outcome);
+        }
+        JsonRpcMessage::Error(e) => {
+            if let Some(id) = &e.id {
+                conn.end(
+                    &id_key(id),
+                    otel::Outcome::RpcError {
+                        code: i64::from(e.error.code.0),
+                        message: &e.error.message,
+                    },
+                );
+            }
+        }
+        _ => {}
     }
 }
 
@@ -303,6 +401,11 @@ where
             _ => None,
         };
         let budget = self.budget.clone();
+        if let Some(conn) = &self.trace
+            && otel::enabled()
+        {
+            trace_answer(conn, &item);
+        }
         async move {
             let sent = output.lock().await.send(&item).await;
             if let Some(id) = answered {
@@ -340,7 +443,10 @@ where
                             self.pending = Some(Line::Message(m));
                             self.budget.begin(key).await;
                             match self.pending.take() {
-                                Some(Line::Message(m)) => return Some(*m),
+                                Some(Line::Message(mut m)) => {
+                                    self.trace_request(&mut m);
+                                    return Some(*m);
+                                }
                                 other => {
                                     self.pending = other;
                                     continue;
@@ -353,6 +459,9 @@ where
                                 && let Some(id) = &c.params.request_id
                             {
                                 self.budget.end(&id_key(id));
+                                if let Some(conn) = &self.trace {
+                                    conn.end(&id_key(id), otel::Outcome::Cancelled);
+                                }
                             }
                         }
                         _ => {}

@@ -763,6 +763,7 @@ pub async fn get_prompt(
     host: &HostServer,
     mut request: GetPromptRequestParams,
     cancel: tokio_util::sync::CancellationToken,
+    trace: Option<kitbag_shared::otel::Propagate>,
 ) -> Result<GetPromptResult, McpError> {
     let visible = visible(host);
     let route = host
@@ -783,7 +784,10 @@ pub async fn get_prompt(
     };
     request.name = route.original;
     request.meta = None; // children are spoken to in the handshake era
-    let forwarded = ClientRequest::GetPromptRequest(rmcp::model::Request::new(request));
+    let mut forwarded = ClientRequest::GetPromptRequest(rmcp::model::Request::new(request));
+    if let Some(trace) = &trace {
+        trace.apply(rmcp::model::GetMeta::get_meta_mut(&mut forwarded));
+    }
     match host
         .hub
         .forward(route.child_id, forwarded, None, cancel)
@@ -860,10 +864,14 @@ pub async fn read_resource(
     host: &HostServer,
     mut request: ReadResourceRequestParams,
     cancel: tokio_util::sync::CancellationToken,
+    trace: Option<kitbag_shared::otel::Propagate>,
 ) -> Result<ReadResourceResult, McpError> {
     let id = route(host, &request.uri).await?;
     request.meta = None;
-    let forwarded = ClientRequest::ReadResourceRequest(rmcp::model::Request::new(request));
+    let mut forwarded = ClientRequest::ReadResourceRequest(rmcp::model::Request::new(request));
+    if let Some(trace) = &trace {
+        trace.apply(rmcp::model::GetMeta::get_meta_mut(&mut forwarded));
+    }
     match host.hub.forward(id, forwarded, None, cancel).await? {
         ServerResult::ReadResourceResult(mut r) => {
             r.result_type = Some(rmcp::model::ResultType::COMPLETE);

@@ -19,13 +19,39 @@ pub struct CallMeta {
     /// local listener (`Hub::local_progress`).
     pub progress: Option<(ProgressToken, Option<Peer<RoleServer>>)>,
     pub ct: tokio_util::sync::CancellationToken,
+    /// The trace context the child's call carries in its `_meta` (this request's span).
+    pub trace: Option<kitbag_shared::otel::Propagate>,
 }
 
 impl HostServer {
     /// Run the tool `name`: the host's own tools, else the child that offers it. An unknown
     /// name is a protocol error (the caller decides how to show it); everything else is a
-    /// result, with errors typed in it.
+    /// result, with errors typed in it — and counted for `/metrics`.
     pub async fn dispatch(
+        &self,
+        name: &str,
+        arguments: Option<JsonObject>,
+        meta: CallMeta,
+    ) -> Result<CallToolResult, McpError> {
+        let started = Instant::now();
+        let result = self.dispatch_uncounted(name, arguments, meta).await;
+        if let Ok(r) = &result {
+            let code = (r.is_error == Some(true)).then(|| {
+                r.structured_content
+                    .as_ref()
+                    .and_then(|s| s.get("error")?.get("code")?.as_str())
+                    .unwrap_or("tool_error")
+            });
+            kitbag_shared::http::metrics::calls().record(
+                name,
+                code,
+                started.elapsed().as_secs_f64(),
+            );
+        }
+        result
+    }
+
+    async fn dispatch_uncounted(
         &self,
         name: &str,
         arguments: Option<JsonObject>,
@@ -69,7 +95,13 @@ impl HostServer {
             Ok(()) => {
                 match self
                     .hub
-                    .call(&route, arguments, meta.progress, meta.ct.clone())
+                    .call(
+                        &route,
+                        arguments,
+                        meta.progress,
+                        meta.ct.clone(),
+                        meta.trace,
+                    )
                     .await
                 {
                     Ok(r) => r,

@@ -3,11 +3,12 @@
 //! Decoding a call into rmcp's types, re-encoding it for the child, decoding the child's
 //! answer and encoding it again cost the host ~100 µs per call, while moving the bytes
 //! through one more process costs ~10 µs. So the host reads every line itself: a plain
-//! `tools/call` to a child's tool (handshake era, no `_meta`, arguments an object) is
-//! forwarded as bytes with only its id and tool name swapped, and the child's answer
-//! goes back as bytes with the id swapped back. Everything else — the handshake, lists,
-//! calls with a progress token, the 2026-07-28 era, the host's own tools, denied calls —
-//! goes to rmcp as before.
+//! `tools/call` to a child's tool (either era; a `_meta` of nothing but the 2026-07-28
+//! protocol keys and W3C trace context; arguments an object) is forwarded as bytes with only
+//! its id and tool name swapped — and, when it carries trace context or the host traces, a
+//! `_meta` with the `traceparent` the child should continue — and the child's answer goes
+//! back as bytes with the id swapped back. Everything else — the handshake, lists, calls
+//! with a progress token, the host's own tools, denied calls — goes to rmcp as before.
 //!
 //! Both directions share one writer per pipe; rmcp's output is cut into whole lines so
 //! the two never interleave inside a message.
@@ -20,6 +21,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{Context, Poll};
 
+use kitbag_shared::otel::Propagate;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
@@ -193,10 +195,12 @@ impl FastLink {
     }
 
     /// Send a call; the receiver gets the answer, or is dropped if the child exits.
+    /// `trace` goes in the call's `_meta` (W3C trace context for the child's span).
     pub fn call(
         &self,
         tool: &str,
         arguments: Option<&RawValue>,
+        trace: Option<&Propagate>,
     ) -> Option<(String, oneshot::Receiver<Reply>)> {
         if !self.is_open() {
             return None;
@@ -204,13 +208,16 @@ impl FastLink {
         let id = format!("kbfast-{}", NEXT_ID.fetch_add(1, Ordering::Relaxed));
         let name = serde_json::to_string(tool).ok()?;
         let args = arguments.map(RawValue::get).unwrap_or("{}");
-        let mut line = Vec::with_capacity(96 + name.len() + args.len());
+        let mut line = Vec::with_capacity(192 + name.len() + args.len());
         line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":\"");
         line.extend_from_slice(id.as_bytes());
         line.extend_from_slice(b"\",\"method\":\"tools/call\",\"params\":{\"name\":");
         line.extend_from_slice(name.as_bytes());
         line.extend_from_slice(b",\"arguments\":");
         line.extend_from_slice(args.as_bytes());
+        if let Some(trace) = trace {
+            push_trace_meta(&mut line, trace);
+        }
         line.extend_from_slice(b"}}\n");
         let (tx, rx) = oneshot::channel();
         self.pending.locked().insert(id.clone(), tx);
@@ -246,6 +253,26 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         self.link.cancel(&self.child_id, self.reason);
     }
+}
+
+/// `,"_meta":{"traceparent":…}` (the values JSON-escaped).
+fn push_trace_meta(line: &mut Vec<u8>, trace: &Propagate) {
+    fn push(line: &mut Vec<u8>, first: bool, key: &str, value: &str) {
+        line.extend_from_slice(if first { b"{\"" } else { b",\"" });
+        line.extend_from_slice(key.as_bytes());
+        line.extend_from_slice(b"\":");
+        // A string always serializes.
+        line.extend_from_slice(serde_json::to_string(value).unwrap_or_default().as_bytes());
+    }
+    line.extend_from_slice(b",\"_meta\":");
+    push(line, true, "traceparent", &trace.traceparent);
+    if let Some(s) = &trace.tracestate {
+        push(line, false, "tracestate", s);
+    }
+    if let Some(b) = &trace.baggage {
+        push(line, false, "baggage", b);
+    }
+    line.push(b'}');
 }
 
 #[derive(Deserialize)]
@@ -337,29 +364,64 @@ pub struct FastCall<'a> {
     pub arguments: Option<&'a RawValue>,
     /// A 2026-07-28 request (its `_meta` names that version): the answer needs `resultType`.
     pub modern: bool,
+    /// W3C trace context from `_meta` (the caller's span).
+    pub traceparent: Option<Cow<'a, str>>,
+    pub tracestate: Option<Cow<'a, str>>,
+    pub baggage: Option<Cow<'a, str>>,
+}
+
+impl FastCall<'_> {
+    /// The request id as a span shows it (a string without its quotes).
+    pub fn id_text(&self) -> Option<Cow<'_, str>> {
+        match self.id.get() {
+            text if text.starts_with('"') => serde_json::from_str(text).ok(),
+            text => Some(Cow::Borrowed(text)),
+        }
+    }
+
+    /// The caller's trace context, passed on as it came (the host not tracing).
+    pub fn passthrough(&self) -> Option<Propagate> {
+        Propagate::passthrough(
+            self.traceparent.as_deref(),
+            self.tracestate.as_deref(),
+            self.baggage.as_deref(),
+        )
+    }
 }
 
 /// The protocol revision whose requests carry their own `_meta` and whose results carry
 /// `resultType`.
 pub const MODERN_VERSION: &str = "2026-07-28";
 
-/// The `_meta` of a 2026-07-28 request that holds nothing but the per-request protocol keys.
+/// The `_meta` of a plain call: the 2026-07-28 per-request protocol keys and the W3C trace
+/// context keys (SEP-414), nothing else.
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct ModernMeta<'a> {
-    #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion")]
-    protocol_version: Cow<'a, str>,
+struct PlainMeta<'a> {
+    #[serde(borrow, rename = "io.modelcontextprotocol/protocolVersion", default)]
+    protocol_version: Option<Cow<'a, str>>,
     #[serde(borrow, rename = "io.modelcontextprotocol/clientInfo", default)]
     _client_info: Option<&'a RawValue>,
     #[serde(borrow, rename = "io.modelcontextprotocol/clientCapabilities", default)]
     _client_capabilities: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    traceparent: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    tracestate: Option<Cow<'a, str>>,
+    #[serde(borrow, default)]
+    baggage: Option<Cow<'a, str>>,
 }
 
-/// Whether a call's `_meta` is only the 2026-07-28 protocol keys; anything else (a progress
-/// token, another extension's key) goes through rmcp.
-fn plain_modern_meta(meta: &RawValue) -> bool {
-    serde_json::from_str::<ModernMeta<'_>>(meta.get())
-        .is_ok_and(|m| m.protocol_version == MODERN_VERSION)
+/// A call's `_meta` when it is plain: only the 2026-07-28 protocol keys (that version) and
+/// trace context; anything else (a progress token, another extension's key, another
+/// version, an empty `_meta`) goes through rmcp.
+fn plain_meta(meta: &RawValue) -> Option<PlainMeta<'_>> {
+    let m = serde_json::from_str::<PlainMeta<'_>>(meta.get()).ok()?;
+    let plain = match &m.protocol_version {
+        Some(v) => v == MODERN_VERSION,
+        None => m.traceparent.is_some(),
+    };
+    plain.then_some(m)
 }
 
 #[derive(Deserialize)]
@@ -411,18 +473,35 @@ pub fn classify(line: &str) -> Upstream<'_> {
     }
     match (peek.method.as_deref(), peek.id, peek.params) {
         (Some("tools/call"), Some(id), Some(params)) => {
-            // Only plain calls: a `_meta` beyond the 2026-07-28 protocol keys (a progress
-            // token, say) or any other field goes through rmcp.
+            // Only plain calls: a `_meta` beyond the 2026-07-28 protocol keys and the trace
+            // context (a progress token, say) or any other field goes through rmcp.
             match serde_json::from_str::<PeekCallParams<'_>>(params.get()) {
-                Ok(p)
-                    if p.arguments.is_none_or(|a| a.get().starts_with('{'))
-                        && p.meta.is_none_or(plain_modern_meta) =>
-                {
+                Ok(p) if p.arguments.is_none_or(|a| a.get().starts_with('{')) => {
+                    // A `_meta` that is not plain leaves the call to rmcp.
+                    let meta = match p.meta {
+                        None => None,
+                        Some(raw) => match plain_meta(raw) {
+                            Some(m) => Some(m),
+                            None => return Upstream::Other,
+                        },
+                    };
+                    let (modern, traceparent, tracestate, baggage) = match meta {
+                        Some(m) => (
+                            m.protocol_version.is_some(),
+                            m.traceparent,
+                            m.tracestate,
+                            m.baggage,
+                        ),
+                        None => (false, None, None, None),
+                    };
                     Upstream::Call(FastCall {
                         id,
                         name: p.name,
                         arguments: p.arguments,
-                        modern: p.meta.is_some(),
+                        modern,
+                        traceparent,
+                        tracestate,
+                        baggage,
                     })
                 }
                 Ok(p)
@@ -602,6 +681,24 @@ mod tests {
         ] {
             assert!(matches!(classify(other), Upstream::Other), "{other}");
         }
+        // Trace context (SEP-414) keeps a call plain, in either era; anything beside it not.
+        let traced = r#"{"jsonrpc":"2.0","id":"t","method":"tools/call","params":{"name":"x","arguments":{},"_meta":{"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01","tracestate":"a=b"}}}"#;
+        match classify(traced) {
+            Upstream::Call(c) => {
+                assert!(!c.modern);
+                assert_eq!(c.id_text().as_deref(), Some("t"));
+                let p = c.passthrough().unwrap();
+                assert!(p.traceparent.starts_with("00-4bf92f35"));
+                assert_eq!(p.tracestate.as_deref(), Some("a=b"));
+            }
+            _ => panic!("a traced call is plain"),
+        }
+        let modern_traced = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x","_meta":{"io.modelcontextprotocol/protocolVersion":"2026-07-28","traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}}"#;
+        assert!(
+            matches!(classify(modern_traced), Upstream::Call(c) if c.modern && c.traceparent.is_some())
+        );
+        let with_progress = r#"{"jsonrpc":"2.0","id":9,"method":"tools/call","params":{"name":"x","_meta":{"progressToken":1,"traceparent":"00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"}}}"#;
+        assert!(matches!(classify(with_progress), Upstream::Other));
         let bad_args = r#"{"jsonrpc":"2.0","id":7,"method":"tools/call","params":{"name":"x","arguments":[1]}}"#;
         // Answered here: -32602 with the request's id.
         match classify(bad_args) {
@@ -691,6 +788,38 @@ mod tests {
             .unwrap(),
         );
         assert_eq!(result_error_code(&r).as_deref(), Some("file_not_found"));
+    }
+
+    #[test]
+    fn a_traced_call_carries_its_context_to_the_child() {
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let link = FastLink {
+            server: "s".into(),
+            to_child: tx,
+            pending: Mutex::default(),
+            open: AtomicBool::new(true),
+        };
+        let trace = Propagate {
+            traceparent: "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01".into(),
+            tracestate: Some("a=\"b\"".into()),
+            baggage: None,
+        };
+        let args = RawValue::from_string(r#"{"path":"a"}"#.into()).unwrap();
+        link.call("file_read", Some(&args), Some(&trace)).unwrap();
+        let v: Value = serde_json::from_slice(&rx.try_recv().unwrap()).unwrap();
+        assert_eq!(v["params"]["arguments"], json!({"path": "a"}));
+        assert_eq!(
+            v["params"]["_meta"],
+            json!({"traceparent": trace.traceparent, "tracestate": "a=\"b\""})
+        );
+        // Untraced: the line is as it always was.
+        link.call("file_read", None, None).unwrap();
+        let line = rx.try_recv().unwrap();
+        assert!(memchr::memmem::find(&line, b"_meta").is_none());
+        assert_eq!(
+            serde_json::from_slice::<Value>(&line).unwrap()["params"],
+            json!({"name": "file_read", "arguments": {}})
+        );
     }
 
     #[tokio::test]

@@ -6,7 +6,10 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::HeaderMap;
-use kitbag_shared::http::{HttpOptions, Intercept, Principal};
+use kitbag_shared::http::metrics::label;
+use kitbag_shared::http::{Answer, HttpOptions, Intercept, Principal};
+use kitbag_shared::lock::LockExt;
+use kitbag_shared::otel::Propagate;
 use kitbag_shared::tier::Tier;
 
 use serde_json::value::RawValue;
@@ -38,26 +41,32 @@ impl Intercept for ByteCalls {
         headers: &HeaderMap,
         body: &Bytes,
         principal: Option<&Principal>,
-    ) -> Option<BoxFuture<'static, Vec<u8>>> {
+        trace: Option<&Propagate>,
+    ) -> Option<BoxFuture<'static, Answer>> {
         let text = std::str::from_utf8(body).ok()?;
         let call = match fastpath::classify(text.trim()) {
             fastpath::Upstream::Call(call) => call,
             // A 2026-07-28 call that carries `inputResponses` / `requestState` (SEP-2322).
-            fastpath::Upstream::Other => return self.input_call(headers, text.trim(), principal),
+            fastpath::Upstream::Other => {
+                return self.input_call(headers, text.trim(), principal, trace);
+            }
             _ => return None,
         };
         if !headers_agree(headers, &call) {
             // rmcp checks these headers and answers with the exact error.
             return None;
         }
+        // The child continues the request's span; without one, the client's own context.
+        let trace = trace.cloned().or_else(|| call.passthrough());
         if call.modern {
             let meta = request_meta(text.trim());
-            return self.modern_call(&call, principal, &meta, Map::new());
+            return self.modern_call(&call, principal, &meta, Map::new(), trace.as_ref());
         }
         // The caller's agent and tiers apply (a call they forbid is left to the full path,
         // which answers it with the typed error).
-        let pending =
-            crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(&call))?;
+        let pending = crate::serve::as_caller_sync(principal.cloned(), || {
+            self.host.start_fast(&call, trace.as_ref())
+        })?;
         Some(Box::pin(async move {
             // The client hanging up drops this future: the child is told to stop.
             let _stop = fastpath::CancelOnDrop {
@@ -65,8 +74,46 @@ impl Intercept for ByteCalls {
                 child_id: pending.child_id.clone(),
                 reason: GONE,
             };
-            pending.answer(|| true).await.unwrap_or_default()
+            match pending.answer(|| true).await {
+                Some((body, error)) => Answer {
+                    body,
+                    error,
+                    unread: false,
+                },
+                None => Answer::default(),
+            }
         }))
+    }
+
+    /// The children: up (ready) or not, restarts; and the calls taken at the byte level.
+    fn render_metrics(&self, out: &mut String) {
+        use std::fmt::Write as _;
+        let children = self.host.hub.children.locked();
+        out.push_str("# HELP kitbag_child_up Whether a child server is ready (1) or not: starting, restarting, failed (0).\n# TYPE kitbag_child_up gauge\n");
+        for ch in children.iter() {
+            let up = u8::from(ch.state == crate::hub::State::Ready);
+            let _ = writeln!(
+                out,
+                "kitbag_child_up{{server=\"{}\"}} {up}",
+                label(&ch.spec.name)
+            );
+        }
+        out.push_str("# HELP kitbag_child_restarts_total Times a child server was restarted after it exited.\n# TYPE kitbag_child_restarts_total counter\n");
+        for ch in children.iter() {
+            let _ = writeln!(
+                out,
+                "kitbag_child_restarts_total{{server=\"{}\"}} {}",
+                label(&ch.spec.name),
+                ch.restarts
+            );
+        }
+        drop(children);
+        out.push_str("# HELP kitbag_byte_path_calls_total Tool calls forwarded to a child as bytes (stdio and HTTP).\n# TYPE kitbag_byte_path_calls_total counter\n");
+        let _ = writeln!(
+            out,
+            "kitbag_byte_path_calls_total {}",
+            fastpath::forwarded()
+        );
     }
 }
 
@@ -107,6 +154,12 @@ fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValu
     <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
 }
 
+/// A string key of a request's `_meta` (its W3C trace context).
+fn meta_text(meta: &Option<Value>, key: &str) -> Option<std::borrow::Cow<'static, str>> {
+    let text = meta.as_ref()?.get(key)?.as_str()?;
+    Some(std::borrow::Cow::Owned(text.to_owned()))
+}
+
 /// A request's `params._meta`, parsed (only on the 2026-07-28 path, which needs its declared
 /// client capabilities).
 fn request_meta(text: &str) -> Option<Value> {
@@ -131,12 +184,13 @@ impl ByteCalls {
         principal: Option<&Principal>,
         meta: &Option<Value>,
         supplied: Map<String, Value>,
-    ) -> Option<BoxFuture<'static, Vec<u8>>> {
+        trace: Option<&Propagate>,
+    ) -> Option<BoxFuture<'static, Answer>> {
         let registry = self.host.hub.mrtr.clone();
         let child = self.host.hub.route(call.name.as_ref())?.child_id;
         let slot = registry.slot(child, Caps::from_meta(meta.as_ref()), supplied);
         let pending =
-            crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(call))?;
+            crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(call, trace))?;
         let stop = fastpath::CancelOnDrop {
             link: pending.link.clone(),
             child_id: pending.child_id.clone(),
@@ -157,7 +211,8 @@ impl ByteCalls {
         headers: &HeaderMap,
         text: &str,
         principal: Option<&Principal>,
-    ) -> Option<BoxFuture<'static, Vec<u8>>> {
+        trace: Option<&Propagate>,
+    ) -> Option<BoxFuture<'static, Answer>> {
         let req: InputCall<'_> = serde_json::from_str(text).ok()?;
         let p = &req.params;
         if req.method != "tools/call" || (p.input_responses.is_none() && p.request_state.is_none())
@@ -175,14 +230,17 @@ impl ByteCalls {
             name: p.name.clone(),
             arguments: p.arguments,
             modern,
+            traceparent: meta_text(&p.meta, "traceparent"),
+            tracestate: meta_text(&p.meta, "tracestate"),
+            baggage: meta_text(&p.meta, "baggage"),
         };
         if !modern || !headers_agree(headers, &call) {
             return None;
         }
         let id = req.id.get().to_owned();
-        let refuse = |message: String| -> Option<BoxFuture<'static, Vec<u8>>> {
+        let refuse = |message: String| -> Option<BoxFuture<'static, Answer>> {
             let line = fastpath::protocol_error_line(&id, -32602, &message);
-            Some(Box::pin(async move { line }))
+            Some(Box::pin(async move { Answer::unread(line) }))
         };
         let responses = match p
             .input_responses
@@ -202,14 +260,17 @@ impl ByteCalls {
             ));
         }
         let Some(state) = p.request_state.clone() else {
-            return self.modern_call(&call, principal, &p.meta, responses);
+            let trace = trace.cloned().or_else(|| call.passthrough());
+            return self.modern_call(&call, principal, &p.meta, responses, trace.as_ref());
         };
         let registry = self.host.hub.mrtr.clone();
         let tool = bound_tool(&p.name, principal);
         Some(Box::pin(async move {
             match registry.resume(&state, &tool, &responses, &id).await {
-                Ok(line) => line,
-                Err(e) => fastpath::protocol_error_line(&id, -32602, &e.to_string()),
+                Ok(answer) => answer,
+                Err(e) => {
+                    Answer::unread(fastpath::protocol_error_line(&id, -32602, &e.to_string()))
+                }
             }
         }))
     }

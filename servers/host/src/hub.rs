@@ -1162,6 +1162,7 @@ impl Hub {
         arguments: Option<rmcp::model::JsonObject>,
         upstream_progress: Option<(ProgressToken, Option<Peer<RoleServer>>)>,
         cancel: tokio_util::sync::CancellationToken,
+        trace: Option<kitbag_shared::otel::Propagate>,
     ) -> Result<CallToolResult, CallFailure> {
         let (connected, name, timeout, state) = {
             let c = self.lock();
@@ -1189,7 +1190,10 @@ impl Hub {
         };
         let mut params = CallToolRequestParams::new(route.original.clone());
         params.arguments = arguments;
-        let request = ClientRequest::CallToolRequest(rmcp::model::Request::new(params));
+        let mut request = ClientRequest::CallToolRequest(rmcp::model::Request::new(params));
+        if let Some(trace) = &trace {
+            trace.apply(rmcp::model::GetMeta::get_meta_mut(&mut request));
+        }
         let options =
             rmcp::service::PeerRequestOptions::with_timeout(timeout).reset_timeout_on_progress();
         let handle = peer

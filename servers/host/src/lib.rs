@@ -203,6 +203,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve { serving } => serving.options()?,
         _ => None,
     };
+    // A span per request served (the OTEL_* variables, or --otlp-endpoint): started before
+    // the children, which read the same variables from the environment they inherit.
+    if let Command::Serve { serving } = command {
+        kitbag_shared::otel::init(serving.otlp_endpoint.as_deref(), "kitbag")?;
+    }
     recursion::refuse_nested_host()?;
     let (prepared_run, prepared_agent) = prepare_agent(&cli, command).await?;
     // For the agent, --agent names a pack; the config's profile of that name applies if there
@@ -364,10 +369,13 @@ async fn serve(
             }
         }
     });
-    match http_options {
-        Some(options) => http::serve_http(host, options).await?,
-        None => serve::serve_stdio(host).await?,
-    }
+    let served = match http_options {
+        Some(options) => http::serve_http(host, options).await,
+        None => serve::serve_stdio(host).await,
+    };
+    // The last spans go out before the children are stopped and the host exits.
+    kitbag_shared::otel::shutdown(kitbag_shared::server::OTEL_FLUSH_LIMIT).await;
+    served?;
     Ok(0)
 }
 
@@ -511,6 +519,7 @@ async fn call_with_progress_bar(
         request_id: "kitbag-call".into(),
         progress: Some((token, None)),
         ct: Default::default(),
+        trace: None,
     };
     let result = host.dispatch(tool, Some(args), meta).await;
     hub.clear_local_progress(); // the bar task ends with the stream

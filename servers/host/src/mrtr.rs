@@ -31,6 +31,8 @@ use rmcp::ErrorData as McpError;
 use serde_json::{Map, Value, json};
 use tokio::sync::{mpsc, oneshot};
 
+use kitbag_shared::http::Answer;
+
 use crate::fastpath::{CancelOnDrop, Line};
 
 /// Where a child names its request's key in `inputRequests`.
@@ -116,7 +118,8 @@ impl Drop for Slot {
 }
 
 /// The call itself: the line its child's answer becomes.
-pub type CallFuture = Pin<Box<dyn Future<Output = Option<Line>> + Send>>;
+/// The child's answer line, with the error code of an `isError` result.
+pub type CallFuture = Pin<Box<dyn Future<Output = Option<(Line, Option<String>)>> + Send>>;
 
 /// A call that may need input: the call, its slot, and what its child asked that is not
 /// answered yet.
@@ -318,7 +321,7 @@ impl Registry {
         tool: &str,
         stop: CancelOnDrop,
         upstream_id: &str,
-    ) -> Line {
+    ) -> Answer {
         let run = Running {
             call,
             slot,
@@ -336,18 +339,27 @@ impl Registry {
         id: u64,
         round: u32,
         upstream_id: &str,
-    ) -> Line {
+    ) -> Answer {
         loop {
             if !run.waiting.is_empty() {
-                return self.park(run, round + 1, id, upstream_id);
+                // An `InputRequiredResult`: a result, not an error.
+                let body = self.park(run, round + 1, id, upstream_id);
+                return Answer {
+                    body,
+                    ..Answer::default()
+                };
             }
             tokio::select! {
-                line = &mut run.call => {
-                    return match line {
+                answer = &mut run.call => {
+                    return match answer {
                         // Answered in the first round: the line already carries this id.
-                        Some(line) if round == 0 => line,
-                        Some(line) => with_id(&line, upstream_id),
-                        None => Vec::new(),
+                        Some((body, error)) if round == 0 => Answer { body, error, unread: false },
+                        Some((line, error)) => Answer {
+                            body: with_id(&line, upstream_id),
+                            error,
+                            unread: false,
+                        },
+                        None => Answer::default(),
                     };
                 }
                 Some(ask) = run.slot.rx.recv() => {
@@ -367,7 +379,7 @@ impl Registry {
         tool: &str,
         responses: &Map<String, Value>,
         upstream_id: &str,
-    ) -> Result<Line, StateError> {
+    ) -> Result<Answer, StateError> {
         let (id, round) = self.open(state, tool)?;
         let mut parked = {
             let mut all = self.parked.locked();

@@ -404,6 +404,14 @@ impl HostServer {
     }
 }
 
+/// The trace context a request forwarded to a child carries: this request's span (the
+/// transport opened it), or, when the host is not tracing, the client's own context.
+fn trace_of(context: &RequestContext<RoleServer>) -> Option<kitbag_shared::otel::Propagate> {
+    kitbag_shared::otel::propagate_of(&context.extensions)
+        .cloned()
+        .or_else(|| kitbag_shared::otel::Propagate::from_meta(&context.meta))
+}
+
 fn request_id(id: &rmcp::model::RequestId) -> String {
     match serde_json::to_value(id) {
         Ok(serde_json::Value::String(s)) => s,
@@ -461,7 +469,7 @@ impl ServerHandler for HostServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        crate::catalog::get_prompt(self, request, context.ct.clone())
+        crate::catalog::get_prompt(self, request, context.ct.clone(), trace_of(&context))
             .await
             .map(Into::into)
     }
@@ -491,7 +499,7 @@ impl ServerHandler for HostServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        crate::catalog::read_resource(self, request, context.ct.clone())
+        crate::catalog::read_resource(self, request, context.ct.clone(), trace_of(&context))
             .await
             .map(Into::into)
     }
@@ -579,6 +587,7 @@ impl HostServer {
         }
         // Progress goes back to this request's own peer: over HTTP every request has its
         // own (the hub's upstream peer is just the latest one).
+        let trace = trace_of(&context);
         let meta = crate::dispatch::CallMeta {
             request_id: request_id(&context.id),
             progress: context
@@ -586,6 +595,7 @@ impl HostServer {
                 .get_progress_token()
                 .map(|t| (t, Some(context.peer.clone()))),
             ct: context.ct.clone(),
+            trace,
         };
         self.dispatch(&request.name, request.arguments, meta)
             .await
@@ -606,12 +616,16 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     let (to_rmcp, rmcp_rx) = tokio::sync::mpsc::unbounded_channel();
     // One bound on requests in flight for the connection, both paths counted.
     let budget = kitbag_shared::budget::RequestBudget::default();
+    // One set of spans too: the byte path's and rmcp's (which also learns the protocol
+    // version the handshake agreed on).
+    let conn = kitbag_shared::otel::Conn::pipe();
     let demux = tokio::spawn(upstream_demux(
         host.clone(),
         stdin,
         to_rmcp,
         out_tx.clone(),
         budget.clone(),
+        conn.clone(),
     ));
     let running = host
         .serve(
@@ -619,7 +633,8 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
                 fastpath::ChannelReader::new(rmcp_rx),
                 fastpath::LineWriter::new(out_tx),
             )
-            .with_budget(budget),
+            .with_budget(budget)
+            .traced(conn),
         )
         .await
         .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
@@ -652,6 +667,7 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
     to_rmcp: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
     out: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
     budget: kitbag_shared::budget::RequestBudget,
+    conn: Arc<kitbag_shared::otel::Conn>,
 ) {
     let mut r = tokio::io::BufReader::with_capacity(1 << 16, stdin);
     let mut line = Vec::new();
@@ -701,7 +717,7 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                     false
                 }
                 fastpath::Upstream::Call(call) if handshake || call.modern => {
-                    host.call_fast(call, &out, &inflight)
+                    host.call_fast(call, &out, &inflight, &conn)
                 }
                 fastpath::Upstream::Refuse(answer) => out.send(answer).is_ok(),
                 fastpath::Upstream::Cancelled(id) => match inflight.remove(&id) {
@@ -797,12 +813,20 @@ pub struct FastPending {
         String,
     )>,
     started: Instant,
+    /// The tool as the client named it (metrics).
+    tool: String,
+    /// The call's span, when this path owns it (stdio; over HTTP the front does).
+    span: Option<kitbag_shared::otel::Span>,
 }
 
 impl HostServer {
-    /// Send a plain call to its child as bytes; None leaves it to rmcp (host tools, denied
-    /// calls, a server not ready).
-    pub fn start_fast(&self, call: &fastpath::FastCall<'_>) -> Option<FastPending> {
+    /// Send a plain call to its child as bytes, `trace` in its `_meta`; None leaves it to
+    /// rmcp (host tools, denied calls, a server not ready).
+    pub fn start_fast(
+        &self,
+        call: &fastpath::FastCall<'_>,
+        trace: Option<&kitbag_shared::otel::Propagate>,
+    ) -> Option<FastPending> {
         let name = call.name.as_ref();
         if name == STATUS_TOOL || name == RELOAD_TOOL || self.permit(name).is_err() {
             return None;
@@ -815,7 +839,7 @@ impl HostServer {
             timeout,
             guard,
         } = self.hub.fast_route(name)?;
-        let (child_id, rx) = link.call(&original, call.arguments)?;
+        let (child_id, rx) = link.call(&original, call.arguments, trace)?;
         let audit = self.audit.clone().map(|a| {
             let params = call
                 .arguments
@@ -835,6 +859,8 @@ impl HostServer {
             guard,
             audit,
             started: Instant::now(),
+            tool: name.to_string(),
+            span: None,
         })
     }
 
@@ -844,6 +870,7 @@ impl HostServer {
         call: fastpath::FastCall<'_>,
         out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
         inflight: &Arc<fastpath::InFlight>,
+        conn: &kitbag_shared::otel::Conn,
     ) -> bool {
         let upstream_id = call.id.get();
         // Keyed by the id's value, so a cancellation spelling it differently still matches.
@@ -859,14 +886,45 @@ impl HostServer {
             ));
             return true;
         }
-        let Some(pending) = self.start_fast(&call) else {
+        // The call's span (when tracing), its context handed to the child; else the
+        // client's own context passes through.
+        let span = kitbag_shared::otel::enabled().then(|| {
+            let id = call.id_text();
+            let version = conn.protocol_version();
+            let request = kitbag_shared::otel::Request {
+                method: "tools/call",
+                id: id.as_deref(),
+                tool: Some(&call.name),
+                traceparent: call.traceparent.as_deref(),
+                tracestate: call.tracestate.as_deref(),
+                baggage: call.baggage.as_deref(),
+                protocol_version: if call.modern {
+                    Some(fastpath::MODERN_VERSION)
+                } else {
+                    version.as_deref()
+                },
+                ..kitbag_shared::otel::Request::default()
+            };
+            let via = kitbag_shared::otel::Via {
+                transport: conn.transport,
+                ..kitbag_shared::otel::Via::default()
+            };
+            kitbag_shared::otel::Span::start(&request, &via)
+        });
+        let trace = match &span {
+            Some(span) => Some(span.propagate()),
+            None => call.passthrough(),
+        };
+        // Left to rmcp: its transport opens the span there (this one is dropped unrecorded).
+        let Some(mut pending) = self.start_fast(&call, trace.as_ref()) else {
             return false;
         };
+        pending.span = span;
         inflight.insert(key.clone(), pending.link.clone(), pending.child_id.clone());
         let (out, inflight) = (out.clone(), inflight.clone());
         tokio::spawn(async move {
             // A call the client cancelled meanwhile is owed no answer.
-            if let Some(line) = pending.answer(|| inflight.remove(&key).is_some()).await {
+            if let Some((line, _)) = pending.answer(|| inflight.remove(&key).is_some()).await {
                 let _ = out.send(line);
             }
         });
@@ -876,9 +934,13 @@ impl HostServer {
 
 impl FastPending {
     /// Wait for the child's answer (bounded by the server's timeout) and render the
-    /// response. `claim` says whether the answer is still wanted; a timeout is answered
-    /// regardless, and the child is told to stop.
-    pub async fn answer(mut self, claim: impl FnOnce() -> bool) -> Option<fastpath::Line> {
+    /// response, with the error code of an `isError` result. `claim` says whether the
+    /// answer is still wanted; a timeout is answered regardless, and the child is told to
+    /// stop.
+    pub async fn answer(
+        mut self,
+        claim: impl FnOnce() -> bool,
+    ) -> Option<(fastpath::Line, Option<String>)> {
         let (upstream_id, modern, server) = (&self.upstream_id, self.modern, &self.server);
         // None: a reload stopped waiting for this call (see `Calls::cut_off`).
         let outcome = tokio::select! {
@@ -891,6 +953,7 @@ impl FastPending {
         let Some(outcome) = outcome else {
             self.link.cancel(&self.child_id, crate::hub::CUT_OFF_REASON);
             if !wanted {
+                self.finish(None, true);
                 return None;
             }
             let line = fastpath::error_line(
@@ -899,12 +962,14 @@ impl FastPending {
                 &crate::hub::stopped_by_reload_message(server),
                 modern,
             );
-            self.audit_call(Some("server_unavailable".into()));
-            return Some(line);
+            let code = Some("server_unavailable".to_string());
+            self.finish(code.clone(), false);
+            return Some((line, code));
         };
         let (line, code) = match outcome {
             Ok(Ok(reply)) => {
                 if !wanted {
+                    self.finish(None, true);
                     return None;
                 }
                 let code = fastpath::result_error_code(&reply);
@@ -921,6 +986,7 @@ impl FastPending {
             }
             Ok(Err(_)) => {
                 if !wanted {
+                    self.finish(None, true);
                     return None;
                 }
                 let msg = if self.guard.stopped_by_reload() {
@@ -947,8 +1013,29 @@ impl FastPending {
                 )
             }
         };
+        self.finish(code.clone(), false);
+        Some((line, code))
+    }
+
+    /// The call is over: its audit line, its count and latency, its span (`cancelled`: the
+    /// client gave up on it, so it counts nowhere but the span).
+    fn finish(&mut self, code: Option<String>, cancelled: bool) {
+        if let Some(span) = self.span.take() {
+            span.end(match (&code, cancelled) {
+                (_, true) => kitbag_shared::otel::Outcome::Cancelled,
+                (Some(code), false) => kitbag_shared::otel::Outcome::ToolError(code),
+                (None, false) => kitbag_shared::otel::Outcome::Ok,
+            });
+        }
+        if cancelled {
+            return;
+        }
+        kitbag_shared::http::metrics::calls().record(
+            &self.tool,
+            code.as_deref(),
+            self.started.elapsed().as_secs_f64(),
+        );
         self.audit_call(code);
-        Some(line)
     }
 
     /// The call's audit line (`--audit-log`), with its error code if it failed.

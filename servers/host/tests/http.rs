@@ -451,8 +451,9 @@ fn sample(
         .unwrap_or(0.0)
 }
 
-/// `/metrics` on the host (tool calls answered at the byte level) and on a single server
-/// (rmcp's path): behind the token, counting requests, refusals and each tool's latency.
+/// `/metrics` on the host (tool calls answered at the byte level, and through rmcp with a
+/// progress token) and on a single server (rmcp's path): behind the token, counting
+/// requests, refusals, each tool's calls by outcome and latency, and the host's children.
 #[test]
 fn metrics_count_requests_refusals_and_tool_calls() {
     let dir = project();
@@ -486,6 +487,16 @@ fn metrics_count_requests_refusals_and_tool_calls() {
             let r = conn.post_mcp(&call, &[auth[0], LEGACY]);
             assert!(r.text().contains("hello over http"), "{}", r.text());
         }
+        // An error result on the byte path, one on rmcp's (a progress token).
+        for (id, progress) in [(5, false), (6, true)] {
+            let mut params = json!({"name": "file_read", "arguments": {"path": "missing.txt"}});
+            if progress {
+                params["_meta"] = json!({"progressToken": "p"});
+            }
+            let call = legacy(id, "tools/call", params);
+            let r = conn.post_mcp(&call, &[auth[0], LEGACY]);
+            assert!(r.text().contains("file_not_found"), "{}", r.text());
+        }
         let r = conn.send("GET", "/metrics", &auth, b"").expect("GET");
         assert_eq!(r.status, 200);
         assert_eq!(
@@ -500,10 +511,28 @@ fn metrics_count_requests_refusals_and_tool_calls() {
         assert_eq!(
             sample(
                 &samples,
+                "kitbag_tool_calls_total",
+                &[("tool", "file_read"), ("outcome", "ok")]
+            ),
+            3.0,
+            "{what}"
+        );
+        assert_eq!(
+            sample(
+                &samples,
+                "kitbag_tool_calls_total",
+                &[("tool", "file_read"), ("outcome", "file_not_found")]
+            ),
+            2.0,
+            "{what}"
+        );
+        assert_eq!(
+            sample(
+                &samples,
                 "kitbag_tool_call_duration_seconds_count",
                 &[("tool", "file_read")]
             ),
-            3.0,
+            5.0,
             "{what}"
         );
         assert_eq!(
@@ -512,9 +541,31 @@ fn metrics_count_requests_refusals_and_tool_calls() {
                 "kitbag_tool_call_duration_seconds_bucket",
                 &[("tool", "file_read"), ("le", "+Inf")]
             ),
-            3.0,
+            5.0,
             "{what}"
         );
+        if args[0] == "serve" {
+            // The host's own series: its children, and the calls it took as bytes.
+            assert_eq!(
+                sample(&samples, "kitbag_child_up", &[("server", "files")]),
+                1.0,
+                "{what}"
+            );
+            assert!(
+                samples
+                    .iter()
+                    .any(|(n, l, v)| n == "kitbag_child_restarts_total"
+                        && l.get("server").and_then(Value::as_str) == Some("files")
+                        && *v == 0.0),
+                "{what}"
+            );
+            assert!(
+                sample(&samples, "kitbag_byte_path_calls_total", &[]) >= 4.0,
+                "{what}"
+            );
+        } else {
+            assert!(!text.contains("kitbag_child_up"), "{what}");
+        }
         assert!(
             sample(
                 &samples,

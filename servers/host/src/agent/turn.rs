@@ -420,6 +420,7 @@ async fn memory_block(host: &HostServer, cfg: &TurnConfig, session: &Session) ->
         request_id: format!("{}/memory_context", session.name),
         progress: None,
         ct: CancellationToken::new(),
+        trace: None,
     };
     let r = host
         .dispatch(TOOL, args.as_object().cloned(), meta)
@@ -608,6 +609,7 @@ async fn call_one(
         request_id: format!("{session}/{id}"),
         progress: None,
         ct: cancel.child_token(),
+        trace: None,
     };
     match host.dispatch(name, arguments, meta).await {
         Ok(r) => result_parts(&r),
