@@ -14,6 +14,7 @@ pub mod guard;
 pub mod jwt;
 pub mod metrics;
 pub mod oauth;
+pub mod seal;
 pub mod tls;
 pub mod token;
 mod trace;
@@ -150,6 +151,27 @@ pub struct HttpArgs {
     #[arg(long)]
     pub http_sessions: bool,
 
+    /// Sessions for handshake-era clients that any replica can open: the Mcp-Session-Id
+    /// issued at `initialize` is sealed (AES-256-GCM over caller, agent, protocol, client
+    /// capabilities, expiry); no session store, no affinity. Requests stay stateless.
+    #[arg(long, conflicts_with = "http_sessions")]
+    pub sealed_sessions: bool,
+
+    /// The keys sealed sessions use: one secret per line (≥ 32 characters), the first seals,
+    /// all open (rotation). Every replica gets the same file. Without it, a key of this
+    /// process only.
+    #[arg(long, value_name = "FILE", requires = "sealed_sessions")]
+    pub session_key_file: Option<PathBuf>,
+
+    /// How long a sealed session lasts.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = 86_400,
+        requires = "sealed_sessions"
+    )]
+    pub session_ttl_secs: u64,
+
     /// The largest request body accepted; a bigger one gets 413.
     #[arg(long, value_name = "BYTES", default_value_t = crate::transport::MAX_LINE_BYTES)]
     pub max_request_bytes: usize,
@@ -182,6 +204,9 @@ impl Default for HttpArgs {
             allowed_hosts: Vec::new(),
             allowed_origins: Vec::new(),
             http_sessions: false,
+            sealed_sessions: false,
+            session_key_file: None,
+            session_ttl_secs: 86_400,
             max_request_bytes: crate::transport::MAX_LINE_BYTES,
             otlp_endpoint: None,
         }
@@ -202,6 +227,8 @@ pub struct HttpOptions {
     pub guard: Guard,
     pub auth: Auth,
     pub sessions: bool,
+    /// Sealed sessions (`--sealed-sessions`): their keys.
+    pub sealed: Option<Arc<seal::SessionKeys>>,
     pub max_request_bytes: usize,
     /// HTTPS (and with a client CA, mutual TLS) on the TCP listener.
     pub tls: Option<Tls>,
@@ -260,11 +287,21 @@ impl HttpArgs {
         }
         let mut origins = guard::local_origins();
         origins.extend(self.allowed_origins.iter().cloned());
+        let sealed = if self.sealed_sessions {
+            let ttl = Duration::from_secs(self.session_ttl_secs);
+            Some(Arc::new(seal::SessionKeys::load(
+                self.session_key_file.as_deref(),
+                ttl,
+            )?))
+        } else {
+            None
+        };
         Ok(Some(HttpOptions {
             listen,
             guard: Guard { hosts, origins },
             auth,
             sessions: self.http_sessions,
+            sealed,
             max_request_bytes: self.max_request_bytes,
             tls,
         }))
@@ -408,6 +445,7 @@ where
         tier_of,
         max_request_bytes: options.max_request_bytes,
         intercept,
+        sealed: options.sealed.clone(),
     });
     accept_loop(
         front,
@@ -446,6 +484,7 @@ struct Front {
     tier_of: TierOf,
     max_request_bytes: usize,
     intercept: Option<Arc<dyn Intercept>>,
+    sealed: Option<Arc<seal::SessionKeys>>,
 }
 
 impl Front {
@@ -501,6 +540,11 @@ impl Front {
         let (mut parts, body) = request.into_parts();
         // The credential stops here: nothing handed on (children, logs) can see it.
         parts.headers.remove(http::header::AUTHORIZATION);
+        if let Some(keys) = &self.sealed
+            && let Err(refusal) = seal::admit(keys, &mut parts, principal.as_ref())
+        {
+            return seal::refusal_response(&refusal);
+        }
         let body = if parts.method == Method::POST {
             match self.read_body(&parts.headers, body).await {
                 Ok(bytes) => bytes,
@@ -577,14 +621,25 @@ impl Front {
                 .unwrap_or_else(|_| text(StatusCode::INTERNAL_SERVER_ERROR, "response"));
             return (response, (!answer.unread).then_some(answer.error));
         }
-        if let Some(p) = principal {
-            parts.extensions.insert(p);
+        // A handshake-era client starting a sealed session.
+        let initialize = self
+            .sealed
+            .as_ref()
+            .filter(|_| parts.method == Method::POST)
+            .and_then(|keys| Some((keys, seal::initialize_capabilities(&body)?)));
+        if let Some(p) = &principal {
+            parts.extensions.insert(p.clone());
         }
         // The handler hands this on to whoever it asks (the host: its child).
         if let Some(trace) = trace {
             parts.extensions.insert(trace);
         }
         let response = (self.mcp)(Request::from_parts(parts, Full::new(body))).await;
+        if let Some((keys, capabilities)) = initialize {
+            let response =
+                seal::issue_on_initialize(keys, response, principal.as_ref(), capabilities).await;
+            return (response, None);
+        }
         (response, None)
     }
 

@@ -24,6 +24,7 @@ pub mod oauth;
 pub mod otlp;
 pub mod pg;
 pub mod race;
+pub mod relay;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Era {

@@ -116,6 +116,23 @@ fn the_python_sdk_lists_calls_keeps_typed_errors_and_listens_in_both_eras() {
                          "target": files.url()}),
         );
     }
+    // Sealed sessions: the SDK keeps the sealed Mcp-Session-Id, and its GET stream gets 405.
+    let sealed = HttpServer::start(
+        bin(),
+        &[
+            "server",
+            "files",
+            "--http",
+            "127.0.0.1:0",
+            "--sealed-sessions",
+        ],
+        &root,
+        &[],
+    );
+    runs.push(
+        json!({"name": "files http sealed legacy", "mode": "legacy", "cwd": root,
+                     "target": sealed.url()}),
+    );
 
     let (out, reports) = json_report(
         Command::new(&python)
@@ -161,4 +178,5 @@ fn the_python_sdk_lists_calls_keeps_typed_errors_and_listens_in_both_eras() {
         }
     }
     drop(servers);
+    drop(sealed);
 }
