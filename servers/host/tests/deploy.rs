@@ -167,7 +167,6 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
         policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],
         "gateway"
     );
-    let runner = find(&objects, "StatefulSet", "kitbag-runner-default");
     let secret = &find(&objects, "Secret", "kitbag-auth")["stringData"];
     let config: Value = serde_json::from_str(
         find(&objects, "ConfigMap", "kitbag-config")["data"]["agent.json"]
@@ -194,7 +193,61 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
         json!({"name": "kitbag-db", "key": "url"})
     );
 
-    // The runner as rendered: its token file, every local family, the workspace.
+    // The mTLS material: an independent parser (openssl) agrees the runner's certificate is a
+    // server certificate of the deployment's CA for the pod's DNS name, the gateway's a client
+    // one.
+    let tls = &find(&objects, "Secret", "kitbag-tls")["stringData"];
+    let tls_dir = tmp.path().join("tls");
+    std::fs::create_dir_all(&tls_dir).expect("tls dir");
+    for key in [
+        "ca.crt",
+        "runner.crt",
+        "runner.key",
+        "gateway.crt",
+        "gateway.key",
+    ] {
+        std::fs::write(tls_dir.join(key), tls[key].as_str().expect(key)).expect("write");
+    }
+    let verify = |purpose: &str, cert: &str, extra: &[&str]| {
+        let out = std::process::Command::new("openssl")
+            .args(["verify", "-purpose", purpose, "-CAfile"])
+            .arg(tls_dir.join("ca.crt"))
+            .args(extra)
+            .arg(tls_dir.join(cert))
+            .output()
+            .expect("openssl");
+        let text = String::from_utf8_lossy(&out.stdout).to_string()
+            + &String::from_utf8_lossy(&out.stderr);
+        assert!(
+            out.status.success() && text.contains(": OK"),
+            "{cert}: {text}"
+        );
+    };
+    let pod_dns = "kitbag-runner-default-0.kitbag-runner-default.agents.svc.cluster.local";
+    verify("sslserver", "runner.crt", &["-verify_hostname", pod_dns]);
+    verify("sslclient", "gateway.crt", &[]);
+    // Each pod mounts only its own key.
+    let items = |o: &Value| -> Vec<String> {
+        let volumes = o["spec"]["template"]["spec"]["volumes"]
+            .as_array()
+            .expect("volumes");
+        let tls = volumes
+            .iter()
+            .find(|v| v["name"] == "tls")
+            .expect("tls volume");
+        tls["secret"]["items"]
+            .as_array()
+            .expect("items")
+            .iter()
+            .map(|i| i["key"].as_str().expect("key").to_string())
+            .collect()
+    };
+
+    // The runner as rendered: its token file, its certificate, every local family, the
+    // workspace.
+    let runner = find(&objects, "StatefulSet", "kitbag-runner-default");
+    assert_eq!(items(runner), ["ca.crt", "runner.crt", "runner.key"]);
+    assert_eq!(items(gateway), ["ca.crt", "gateway.crt", "gateway.key"]);
     let workspace = tmp.path().join("workspace");
     std::fs::create_dir_all(&workspace).expect("workspace");
     std::fs::write(workspace.join("hello.txt"), "hello from the runner\n").expect("write");
@@ -204,17 +257,52 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
         secret["runner-token"].as_str().expect("runner token"),
     )
     .expect("write");
+    let pod_tls = |name: &str| format!("/var/run/kitbag-tls/{name}");
+    let local_tls = |name: &str| tls_dir.join(name);
+    let (ca, runner_crt, runner_key) = (
+        local_tls("ca.crt"),
+        local_tls("runner.crt"),
+        local_tls("runner.key"),
+    );
     let runner_args = local_args(
         &container(runner)["args"],
-        &[("/var/run/kitbag/runner-token", &runner_token)],
+        &[
+            ("/var/run/kitbag/runner-token", &runner_token),
+            (&pod_tls("ca.crt"), &ca),
+            (&pod_tls("runner.crt"), &runner_crt),
+            (&pod_tls("runner.key"), &runner_key),
+        ],
     );
     let runner_args: Vec<&str> = runner_args.iter().map(String::as_str).collect();
     let runner_server = HttpServer::start(kitbag(), &runner_args, &workspace, &[]);
+    // Without the gateway's certificate the runner is not reachable at all.
+    let plain = runner_server.connect().try_post_mcp(
+        &json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+        &[],
+    );
+    assert!(
+        plain.as_ref().map_or(true, |r| r.status != 200),
+        "plain HTTP reached the runner"
+    );
 
-    // The gateway as rendered: its agent.json (the runner's URL made local), the runner token
-    // in the env variable the manifest names, the client token file.
+    // The gateway as rendered: its agent.json (the runner reached as `localhost`, a name its
+    // certificate carries for port-forwards, and the pod's TLS files made local), the runner
+    // token in the env variable the manifest names, the client token and session key files.
     let mut config = config;
-    config["mcp"]["workspace"]["url"] = json!(runner_server.url());
+    let runner_port = runner_server
+        .url()
+        .rsplit(':')
+        .next()
+        .expect("port")
+        .to_string();
+    config["mcp"]["workspace"]["url"] = json!(format!("https://localhost:{runner_port}"));
+    for key in ["ca", "cert", "key"] {
+        let pod = config["mcp"]["workspace"]["tls"][key]
+            .as_str()
+            .expect("tls file");
+        let file = pod.rsplit('/').next().expect("name");
+        config["mcp"]["workspace"]["tls"][key] = json!(local_tls(file));
+    }
     // The image's `kitbag` is this build's.
     for entry in config["mcp"].as_object_mut().expect("mcp").values_mut() {
         if entry["command"] == "kitbag" {
@@ -225,11 +313,18 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
     std::fs::write(&config_file, config.to_string()).expect("write");
     let client_token = tmp.path().join("token");
     std::fs::write(&client_token, secret["token"].as_str().expect("token")).expect("write");
+    let session_keys = tmp.path().join("session-keys");
+    std::fs::write(
+        &session_keys,
+        secret["session-keys"].as_str().expect("session keys"),
+    )
+    .expect("write");
     let gateway_args = local_args(
         &container(gateway)["args"],
         &[
             ("/etc/kitbag/agent.json", &config_file),
             ("/var/run/kitbag/token", &client_token),
+            ("/var/run/kitbag/session-keys", &session_keys),
         ],
     );
     let gateway_args: Vec<&str> = gateway_args.iter().map(String::as_str).collect();
@@ -255,10 +350,21 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
     let mut conn = gateway_server.connect();
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "deploy-test", "version": "1"}}});
-    assert_eq!(conn.post_mcp(&init, &[auth]).status, 200);
+    let r = conn.post_mcp(&init, &[auth]);
+    assert_eq!(r.status, 200, "{}", r.text());
+    // The gateways seal handshake-era sessions (any replica opens them).
+    let session = r
+        .header("mcp-session-id")
+        .expect("a sealed session")
+        .to_string();
+    assert!(session.starts_with("ks1."), "{session}");
     let call = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
         "params": {"name": "file_read", "arguments": {"path": "hello.txt"}}});
-    let r = conn.post_mcp(&call, &[auth, ("mcp-protocol-version", "2025-11-25")]);
+    let in_session = ("mcp-session-id", session.as_str());
+    let r = conn.post_mcp(
+        &call,
+        &[auth, ("mcp-protocol-version", "2025-11-25"), in_session],
+    );
     assert!(
         r.text().contains("hello from the runner"),
         "a call through the gateway reaches the runner's workspace: {}\ngateway: {}\nrunner: {}",
@@ -377,4 +483,100 @@ fn single_and_oauth_profiles_validate_and_bad_flags_are_refused() {
             "nothing is written when refused"
         );
     }
+}
+
+#[test]
+fn a_sandbox_runner_renders_an_agent_sandbox_sandbox() {
+    let (Some(python), Some(validate)) = (venv_bin("python"), venv_bin("kubernetes-validate"))
+    else {
+        require(
+            false,
+            "kubernetes-validate is not installed in testkit/py/.venv (run scripts/test)",
+        );
+        return;
+    };
+    let tmp = tempfile::tempdir().expect("tmp");
+    let dir = tmp.path().join("manifests");
+    let out = render(&dir, &["--runner", "sandbox", "--workspace", "api"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let objects = load(&python, &dir);
+    let sandbox = find(&objects, "Sandbox", "kitbag-runner-api");
+    assert_eq!(sandbox["apiVersion"], "agents.x-k8s.io/v1beta1");
+    assert!(
+        !objects.iter().any(|o| o["kind"] == "StatefulSet"
+            || o["metadata"]["name"] == "kitbag-runner-api" && o["kind"] == "Service"),
+        "the Sandbox's controller makes the pod and its Service"
+    );
+    // Only fields of agent-sandbox's Sandbox CRD (api/v1beta1/sandbox_types.go).
+    let keys =
+        |v: &Value| -> Vec<String> { v.as_object().expect("object").keys().cloned().collect() };
+    for k in keys(&sandbox["spec"]) {
+        assert!(
+            [
+                "podTemplate",
+                "volumeClaimTemplates",
+                "service",
+                "shutdownTime",
+                "shutdownPolicy"
+            ]
+            .contains(&k.as_str()),
+            "Sandbox.spec.{k}"
+        );
+    }
+    // The gateways reach it by the Sandbox's Service name, which its certificate carries.
+    let config: Value = serde_json::from_str(
+        find(&objects, "ConfigMap", "kitbag-config")["data"]["agent.json"]
+            .as_str()
+            .expect("agent.json"),
+    )
+    .expect("json");
+    assert_eq!(
+        config["mcp"]["workspace"]["url"],
+        "https://kitbag-runner-api.kitbag.svc.cluster.local:8080/mcp"
+    );
+
+    // kubernetes-validate has no schema for the CRD: the Sandbox's pod template is checked as
+    // the Pod it becomes, its claim as a PersistentVolumeClaim; every other file as it is.
+    let derived = tmp.path().join("derived");
+    std::fs::create_dir_all(&derived).expect("dir");
+    let template = &sandbox["spec"]["podTemplate"];
+    let pod = json!({"apiVersion": "v1", "kind": "Pod",
+        "metadata": {"name": "kitbag-runner-api", "namespace": "kitbag", "labels": template["metadata"]["labels"]},
+        "spec": template["spec"]});
+    let claim = &sandbox["spec"]["volumeClaimTemplates"][0];
+    let pvc = json!({"apiVersion": "v1", "kind": "PersistentVolumeClaim",
+        "metadata": {"name": "workspace-kitbag-runner-api", "namespace": "kitbag"},
+        "spec": claim["spec"]});
+    // The pod mounts the claim by its template name, as the controller wires it.
+    assert!(
+        template["spec"]["containers"][0]["volumeMounts"]
+            .as_array()
+            .expect("mounts")
+            .iter()
+            .any(|m| m["name"] == claim["metadata"]["name"])
+    );
+    std::fs::write(derived.join("pod.json"), pod.to_string()).expect("write");
+    std::fs::write(derived.join("pvc.json"), pvc.to_string()).expect("write");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .expect("dir")
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| !p.to_string_lossy().contains("-sandbox-"))
+        .collect();
+    files.extend([derived.join("pod.json"), derived.join("pvc.json")]);
+    let checked = std::process::Command::new(&validate)
+        .args(["--strict", "-k", "1.32.0"])
+        .args(&files)
+        .output()
+        .expect("kubernetes-validate");
+    assert!(
+        checked.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&checked.stdout),
+        String::from_utf8_lossy(&checked.stderr)
+    );
 }

@@ -5,11 +5,15 @@
 //!
 //! `team`: a gateway Deployment (≥ 2 stateless replicas of `kitbag serve --http`, probes on
 //! `/healthz`, a PodDisruptionBudget, a HorizontalPodAutoscaler) behind a Service without
-//! session affinity; its agent.json (a ConfigMap) reaches a per-workspace runner — a
-//! StatefulSet running `kitbag serve --http` with every local family over a persistent
-//! volume — as a remote server with the runner's token; NetworkPolicies let only the gateway
-//! reach the runner. `single`: one Deployment with its workspace volume and a Service.
+//! session affinity, sealing handshake-era sessions; its agent.json (a ConfigMap) reaches a
+//! per-workspace runner (runner.rs: a StatefulSet or an agent-sandbox `Sandbox` running
+//! `kitbag serve --http` with every local family over a persistent volume) as a remote server
+//! over mutual TLS (certs.rs makes the CA and certificates) with the runner's token;
+//! NetworkPolicies let only the gateway reach the runner. `single`: one Deployment with its
+//! workspace volume and a Service.
 
+mod certs;
+mod runner;
 mod yaml;
 
 use std::path::PathBuf;
@@ -41,6 +45,10 @@ pub struct RenderArgs {
     /// The workspace runner's name (one StatefulSet per workspace).
     #[arg(long, default_value = "default")]
     pub workspace: String,
+    /// team: what runs the workspace — `statefulset` (plain Kubernetes) or `sandbox` (an
+    /// agent-sandbox `Sandbox`; needs its controller and CRDs in the cluster).
+    #[arg(long, value_enum, default_value_t = RunnerKind::Statefulset)]
+    pub runner: RunnerKind,
     /// The workspace volume's size.
     #[arg(long, default_value = "10Gi")]
     pub workspace_size: String,
@@ -59,6 +67,12 @@ pub struct RenderArgs {
     /// Write one file per object into DIR instead of one stream to stdout.
     #[arg(long, value_name = "DIR")]
     pub output: Option<PathBuf>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum RunnerKind {
+    Statefulset,
+    Sandbox,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -241,15 +255,54 @@ fn service(args: &RenderArgs, name: &str, component: &str, headless: bool) -> Va
     })
 }
 
-fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
+/// Where pods find the mTLS files (the Secret `kitbag-tls`, each pod only its own key).
+const TLS_DIR: &str = "/var/run/kitbag-tls";
+
+/// The Secret `kitbag-tls`: the deployment's CA, the runner's and the gateways' certificates.
+fn tls_secret(args: &RenderArgs, runner: &str) -> anyhow::Result<Value> {
     let ns = &args.namespace;
+    let names = [
+        format!("{runner}-0.{runner}.{ns}.svc.cluster.local"),
+        format!("{runner}.{ns}.svc.cluster.local"),
+        format!("{runner}.{ns}.svc"),
+        // An operator's `kubectl port-forward` to the runner, with the gateway's certificate.
+        "localhost".to_string(),
+    ];
+    let c = certs::make(&format!("{ns}/{}", args.workspace), &names)?;
+    Ok(json!({
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": meta(args, "kitbag-tls", "auth"),
+        "type": "Opaque",
+        "stringData": {
+            "ca.crt": c.ca,
+            "runner.crt": c.runner_cert,
+            "runner.key": c.runner_key,
+            "gateway.crt": c.gateway_cert,
+            "gateway.key": c.gateway_key,
+        },
+    }))
+}
+
+/// A volume of the Secret `kitbag-tls` holding only `keys` (owner-readable).
+fn tls_volume(keys: &[&str]) -> Value {
+    let items: Vec<Value> = keys.iter().map(|k| json!({"key": k, "path": k})).collect();
+    json!({"name": "tls", "secret": {"secretName": "kitbag-tls", "items": items, "defaultMode": 0o400}})
+}
+
+fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
     let runner = format!("kitbag-runner-{}", args.workspace);
-    let runner_url = format!("http://{runner}-0.{runner}.{ns}.svc.cluster.local:{PORT}/mcp");
+    let runner_url = runner::url(args, &runner);
     let mut servers = json!({
         "web": {"command": "kitbag", "args": ["server", "web"]},
         "workspace": {
             "url": runner_url,
             "headers": {"Authorization": "Bearer ${KITBAG_RUNNER_TOKEN}"},
+            "tls": {
+                "ca": format!("{TLS_DIR}/ca.crt"),
+                "cert": format!("{TLS_DIR}/gateway.crt"),
+                "key": format!("{TLS_DIR}/gateway.key"),
+            },
         },
     });
     let mut env = vec![
@@ -264,6 +317,21 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
     }
     let agent_json = serde_json::to_string_pretty(&json!({ "mcp": servers })).unwrap_or_default();
     let auth_mount = json!({"name": "auth", "mountPath": "/var/run/kitbag", "readOnly": true});
+    let tls_mount = json!({"name": "tls", "mountPath": TLS_DIR, "readOnly": true});
+    let mut gateway_args = serve_args(
+        args,
+        "/var/run/kitbag/token",
+        Some("/etc/kitbag/agent.json"),
+    );
+    // Handshake-era sessions every replica opens (no affinity, no store).
+    gateway_args.extend(
+        [
+            "--sealed-sessions",
+            "--session-key-file",
+            "/var/run/kitbag/session-keys",
+        ]
+        .map(String::from),
+    );
     let gateway = json!({
             "apiVersion": "apps/v1",
             "kind": "Deployment",
@@ -278,9 +346,10 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
                         "containers": [with(
     container(
                                 &args.image,
-                                serve_args(args, "/var/run/kitbag/token", Some("/etc/kitbag/agent.json")),
+                                gateway_args,
                                 json!([
                                     auth_mount,
+                                    tls_mount,
                                     {"name": "config", "mountPath": "/etc/kitbag", "readOnly": true},
                                     {"name": "state", "mountPath": "/var/lib/kitbag"},
                                 ]),
@@ -291,6 +360,7 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
      )],
                         "volumes": [
                             {"name": "auth", "secret": {"secretName": "kitbag-auth"}},
+                            tls_volume(&["ca.crt", "gateway.crt", "gateway.key"]),
                             {"name": "config", "configMap": {"name": "kitbag-config"}},
                             {"name": "state", "emptyDir": {}},
                         ],
@@ -298,47 +368,13 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
                 },
             },
         });
-    let runner_set = json!({
-            "apiVersion": "apps/v1",
-            "kind": "StatefulSet",
-            "metadata": meta(args, &runner, "runner"),
-            "spec": {
-                "serviceName": runner,
-                "replicas": 1,
-                "selector": {"matchLabels": labels("runner")},
-                "template": {
-                    "metadata": {"labels": labels("runner")},
-                    "spec": {
-                        "containers": [with(
-    container(
-                                args.runner_image.as_deref().unwrap_or(&args.image),
-                                runner_args(),
-                                json!([
-                                    {"name": "auth", "mountPath": "/var/run/kitbag", "readOnly": true},
-                                    {"name": "workspace", "mountPath": "/workspace"},
-                                ]),
-                            ),
-     json!({"workingDir": "/workspace",
-                            "resources": {"requests": {"cpu": "500m", "memory": "1Gi"}, "limits": {"memory": "8Gi"}}}),
-     )],
-                        "volumes": [{"name": "auth", "secret": {"secretName": "kitbag-auth"}}],
-                    },
-                },
-                "volumeClaimTemplates": [{
-                    "metadata": {"name": "workspace"},
-                    "spec": {
-                        "accessModes": ["ReadWriteOnce"],
-                        "resources": {"requests": {"storage": args.workspace_size}},
-                    },
-                }],
-            },
-        });
-    let mut keys = vec!["runner-token"];
+    let mut keys = vec!["runner-token", "session-keys"];
     if args.oauth_issuer.is_none() {
         keys.insert(0, "token");
     }
-    Ok(vec![
+    let mut objects = vec![
         secret(args, &keys)?,
+        tls_secret(args, &runner)?,
         json!({
             "apiVersion": "v1",
             "kind": "ConfigMap",
@@ -364,8 +400,9 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
                 "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 70}}}],
             },
         }),
-        runner_set,
-        service(args, &runner, "runner", true),
+    ];
+    objects.extend(runner::objects(args, &runner));
+    objects.extend([
         json!({
             "apiVersion": "networking.k8s.io/v1",
             "kind": "NetworkPolicy",
@@ -389,21 +426,8 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
                 "ingress": [{"ports": [{"protocol": "TCP", "port": PORT}]}],
             },
         }),
-    ])
-}
-
-/// The runner serves every local family (the embedded default) to the gateway only, with
-/// the runner token.
-fn runner_args() -> Vec<String> {
-    [
-        "serve",
-        "--http",
-        &format!("0.0.0.0:{PORT}"),
-        "--auth-token-file",
-        "/var/run/kitbag/runner-token",
-    ]
-    .map(String::from)
-    .to_vec()
+    ]);
+    Ok(objects)
 }
 
 fn single(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
