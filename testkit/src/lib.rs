@@ -21,6 +21,7 @@ pub mod fuzz;
 pub mod http;
 pub mod llm_mock;
 pub mod oauth;
+pub mod oauth_as;
 pub mod otlp;
 pub mod pg;
 pub mod race;

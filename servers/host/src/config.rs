@@ -28,6 +28,10 @@ pub struct ServerEntry {
     /// certificate for mutual TLS (a gateway reaching its runner).
     #[serde(default)]
     pub tls: Option<RemoteTls>,
+    /// OAuth to a remote server: tokens from its authorization server (`kitbag auth login`,
+    /// or the client-credentials grant), kept in the user's token store and refreshed.
+    #[serde(default)]
+    pub oauth: Option<RemoteOAuth>,
     #[serde(default)]
     pub args: Vec<String>,
     #[serde(default)]
@@ -71,6 +75,37 @@ pub struct RemoteTls {
     /// The client certificate's key.
     #[serde(default)]
     pub key: Option<String>,
+}
+
+/// A remote entry's `oauth` (`${VAR}` expanded).
+#[derive(Debug, Clone, Deserialize, Default, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct RemoteOAuth {
+    /// `authorization_code` (a person logs in with `kitbag auth login NAME`) or
+    /// `client_credentials` (a service account: `client_id` + `client_secret`).
+    #[serde(default)]
+    pub grant: Grant,
+    /// A client registered with the authorization server; without one, kitbag registers
+    /// itself (RFC 7591) when the server allows it.
+    #[serde(default)]
+    pub client_id: Option<String>,
+    #[serde(default)]
+    pub client_secret: Option<String>,
+    /// Scopes to ask for (default: the server's `scopes_supported`).
+    #[serde(default)]
+    pub scopes: Option<Vec<String>>,
+    /// The server's canonical resource URL, when it is reached at another address (a
+    /// port-forward, a proxy): its protected-resource metadata must name this one.
+    #[serde(default)]
+    pub resource: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, Deserialize, Default, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Grant {
+    #[default]
+    AuthorizationCode,
+    ClientCredentials,
 }
 
 /// Foreign entries: extra fields (description, ...) are ignored.
@@ -323,6 +358,15 @@ fn expand_spec(name: String, mut entry: ServerEntry) -> ServerSpec {
             *value = value.as_ref().map(|v| exp(v, field));
         }
     }
+    if let Some(oauth) = &mut entry.oauth {
+        for (field, value) in [
+            ("oauth.client_id", &mut oauth.client_id),
+            ("oauth.client_secret", &mut oauth.client_secret),
+            ("oauth.resource", &mut oauth.resource),
+        ] {
+            *value = value.as_ref().map(|v| exp(v, field));
+        }
+    }
     if error.is_none() {
         error = check_remote(&entry).err().map(|e| e.to_string());
     }
@@ -341,8 +385,12 @@ pub enum EntryError {
     Neither,
     #[error("`command` and `url` both given: one server is one or the other")]
     Both,
-    #[error("`headers` and `tls` apply to a remote server (`url`), not a command")]
+    #[error("`headers`, `tls` and `oauth` apply to a remote server (`url`), not a command")]
     HeadersOnCommand,
+    #[error("oauth: the token comes from the authorization server; remove headers.Authorization")]
+    OAuthAndBearer,
+    #[error("oauth: the client_credentials grant needs `client_id` and `client_secret`")]
+    ClientCredentialsNeedSecret,
     #[error("tls: `cert` and `key` go together (a client certificate and its key)")]
     TlsPair,
     #[error("tls: applies to an https:// url")]
@@ -373,7 +421,9 @@ fn check_shape(entry: &ServerEntry) -> Result<(), EntryError> {
     match (&entry.url, entry.command.is_empty()) {
         (None, true) => Err(EntryError::Neither),
         (Some(_), false) => Err(EntryError::Both),
-        (None, false) if !entry.headers.is_empty() || entry.tls.is_some() => {
+        (None, false)
+            if !entry.headers.is_empty() || entry.tls.is_some() || entry.oauth.is_some() =>
+        {
             Err(EntryError::HeadersOnCommand)
         }
         (Some(_), true)
@@ -401,6 +451,20 @@ fn check_remote(entry: &ServerEntry) -> Result<(), EntryError> {
         }
         if parsed.scheme() != "https" {
             return Err(EntryError::TlsOnHttp);
+        }
+    }
+    if let Some(oauth) = &entry.oauth {
+        if entry
+            .headers
+            .keys()
+            .any(|k| k.eq_ignore_ascii_case("authorization"))
+        {
+            return Err(EntryError::OAuthAndBearer);
+        }
+        if oauth.grant == Grant::ClientCredentials
+            && (oauth.client_id.is_none() || oauth.client_secret.is_none())
+        {
+            return Err(EntryError::ClientCredentialsNeedSecret);
         }
     }
     for (name, value) in &entry.headers {

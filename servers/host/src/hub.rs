@@ -65,7 +65,7 @@ pub enum State {
 /// The client side of one child connection: forwards progress and list changes upward.
 #[derive(Clone)]
 pub struct ChildClient {
-    name: String,
+    pub(crate) name: String,
     /// The child's `Child::id`: progress is matched by it, not by name, because a reload
     /// can run the old and the new incarnation of one server side by side (the old one
     /// finishing its calls), and each numbers its progress tokens from 0.
@@ -1293,8 +1293,14 @@ async fn connect(
 > {
     if let Some(url) = &entry.url {
         // Remote: no process of ours, no byte-level link.
-        let running =
-            crate::remote::connect(url, &entry.headers, entry.tls.as_ref(), client).await?;
+        let running = crate::remote::connect(
+            url,
+            &entry.headers,
+            entry.tls.as_ref(),
+            entry.oauth.as_ref(),
+            client,
+        )
+        .await?;
         return Ok((running, StartGuard(None), None));
     }
     let mut cmd = tokio::process::Command::new(&entry.command);

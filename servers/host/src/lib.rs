@@ -15,6 +15,7 @@ pub mod http;
 pub mod hub;
 pub mod lazy;
 pub mod mrtr;
+pub mod oauth_client;
 pub mod policy;
 pub mod recursion;
 pub mod relay;
@@ -122,6 +123,12 @@ pub enum Command {
     /// Keep every server and the agent running: each kitbag-cron firing becomes a user
     /// message in its entry's session and runs a turn there. SIGTERM or Ctrl-C stops.
     Daemon,
+    /// OAuth logins to the config's remote servers: `kitbag auth login NAME`, `status`,
+    /// `logout NAME` (tokens in this user's store).
+    Auth {
+        #[command(subcommand)]
+        action: oauth_client::login::AuthCommand,
+    },
     /// Kubernetes manifests: `kitbag deploy render --profile team|single`.
     Deploy {
         #[command(subcommand)]
@@ -265,7 +272,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             _ => 1,
         },
-        Command::Server { .. } | Command::Sessions { .. } | Command::Deploy { .. } => 0,
+        Command::Server { .. }
+        | Command::Sessions { .. }
+        | Command::Deploy { .. }
+        | Command::Auth { .. } => 0,
     };
     hub.stop_all(hub::STOP_GRACE);
     Ok(code)
@@ -282,6 +292,10 @@ async fn run_without_hub(cli: &Cli) -> Option<anyhow::Result<i32>> {
         Some(Command::Deploy {
             action: DeployCommand::Render(args),
         }) => Some(deploy::render_command(args)),
+        Some(Command::Auth { action }) => Some(match load_config(cli) {
+            Ok(cfg) => oauth_client::login::command(&cfg, action).await,
+            Err(e) => Err(e),
+        }),
         _ => None,
     }
 }

@@ -35,16 +35,20 @@ pub enum RemoteError {
     },
     #[error("tls: {0}")]
     Tls(String),
+    #[error(transparent)]
+    OAuth(#[from] crate::oauth_client::OAuthError),
     /// `url` with any credentials in it removed.
     #[error("MCP handshake with {url} failed: {reason}")]
     Handshake { url: String, reason: String },
 }
 
-/// Handshake with the server at `url`, sending `headers` with every request.
+/// Handshake with the server at `url`, sending `headers` with every request (and, with
+/// `oauth`, the user's token for it).
 pub async fn connect(
     url: &str,
     headers: &BTreeMap<String, String>,
     tls: Option<&crate::config::RemoteTls>,
+    oauth: Option<&crate::config::RemoteOAuth>,
     client: ChildClient,
 ) -> Result<RunningService<RoleClient, ChildClient>, RemoteError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -56,17 +60,41 @@ pub async fn connect(
     if let Some(token) = bearer {
         config = config.auth_header(token);
     }
-    let transport = match tls {
-        None => StreamableHttpClientTransport::from_config(config),
-        Some(tls) => StreamableHttpClientTransport::with_client(http_client(tls)?, config),
+    let http = match tls {
+        None => reqwest::Client::new(),
+        Some(tls) => http_client(tls)?,
     };
-    client
-        .serve(transport)
-        .await
-        .map_err(|e| RemoteError::Handshake {
-            url: redact(url),
-            reason: e.to_string(),
-        })
+    let handshake = |e: String| RemoteError::Handshake {
+        url: redact(url),
+        reason: e,
+    };
+    match oauth {
+        None => client
+            .serve(StreamableHttpClientTransport::with_client(http, config))
+            .await
+            .map_err(|e| handshake(e.to_string())),
+        Some(oauth) => {
+            let tokens = crate::oauth_client::TokenSource::new(
+                &client.name,
+                url,
+                oauth,
+                crate::oauth_client::login::http_client(),
+            )
+            .await?;
+            // Fail with the reason (log in first) rather than a bare 401 at the handshake.
+            tokens.token().await?;
+            let transport = crate::oauth_client::OAuthHttp {
+                inner: http,
+                tokens,
+            };
+            client
+                .serve(StreamableHttpClientTransport::with_client(
+                    transport, config,
+                ))
+                .await
+                .map_err(|e| handshake(e.to_string()))
+        }
+    }
 }
 
 /// An HTTP client trusting `tls.ca` (else the system's roots) and presenting `tls.cert`.
