@@ -51,8 +51,6 @@ pub type HttpResponse = Response<BoxBody<Bytes, Infallible>>;
 pub const MCP_PATH: &str = "/mcp";
 pub const METRICS_PATH: &str = "/metrics";
 const SESSION_HEADER: &str = "mcp-session-id";
-/// How long open requests get to finish after SIGTERM.
-const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
 
 /// The serving flags every binary takes (flattened into [`crate::CommonArgs`]).
 #[derive(Debug, Clone, clap::Args)]
@@ -172,6 +170,15 @@ pub struct HttpArgs {
     )]
     pub session_ttl_secs: u64,
 
+    /// After SIGTERM, keep serving this long with `/healthz` answering 503, so a load
+    /// balancer takes this replica out before it stops accepting connections.
+    #[arg(long, value_name = "SECS", default_value_t = 0)]
+    pub drain_secs: u64,
+
+    /// Once no new connection is accepted, how long requests in flight get to finish.
+    #[arg(long, value_name = "SECS", default_value_t = 5)]
+    pub shutdown_grace_secs: u64,
+
     /// The largest request body accepted; a bigger one gets 413.
     #[arg(long, value_name = "BYTES", default_value_t = crate::transport::MAX_LINE_BYTES)]
     pub max_request_bytes: usize,
@@ -207,6 +214,8 @@ impl Default for HttpArgs {
             sealed_sessions: false,
             session_key_file: None,
             session_ttl_secs: 86_400,
+            drain_secs: 0,
+            shutdown_grace_secs: 5,
             max_request_bytes: crate::transport::MAX_LINE_BYTES,
             otlp_endpoint: None,
         }
@@ -229,6 +238,9 @@ pub struct HttpOptions {
     pub sessions: bool,
     /// Sealed sessions (`--sealed-sessions`): their keys.
     pub sealed: Option<Arc<seal::SessionKeys>>,
+    /// After SIGTERM: serving on with `/healthz` 503, then the grace for requests in flight.
+    pub drain: Duration,
+    pub grace: Duration,
     pub max_request_bytes: usize,
     /// HTTPS (and with a client CA, mutual TLS) on the TCP listener.
     pub tls: Option<Tls>,
@@ -302,6 +314,8 @@ impl HttpArgs {
             auth,
             sessions: self.http_sessions,
             sealed,
+            drain: Duration::from_secs(self.drain_secs),
+            grace: Duration::from_secs(self.shutdown_grace_secs),
             max_request_bytes: self.max_request_bytes,
             tls,
         }))
@@ -446,14 +460,9 @@ where
         max_request_bytes: options.max_request_bytes,
         intercept,
         sealed: options.sealed.clone(),
+        draining: std::sync::atomic::AtomicBool::new(false),
     });
-    accept_loop(
-        front,
-        &options.listen,
-        options.tls.clone().map(|t| t.0),
-        cancel,
-    )
-    .await
+    accept_loop(front, &options, cancel).await
 }
 
 fn mcp_service<H, M>(handler: H, sessions: M, config: StreamableHttpServerConfig) -> McpService
@@ -485,6 +494,8 @@ struct Front {
     max_request_bytes: usize,
     intercept: Option<Arc<dyn Intercept>>,
     sealed: Option<Arc<seal::SessionKeys>>,
+    /// SIGTERM came: `/healthz` says 503 while requests are still served.
+    draining: std::sync::atomic::AtomicBool,
 }
 
 impl Front {
@@ -508,6 +519,9 @@ impl Front {
         let oauth = self.auth.oauth.as_ref();
         match path {
             "/healthz" if request.method() == Method::GET => {
+                if self.draining.load(std::sync::atomic::Ordering::Relaxed) {
+                    return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
+                }
                 return text(StatusCode::OK, "ok\n");
             }
             METRICS_PATH if request.method() == Method::GET => {
@@ -829,14 +843,28 @@ fn text(status: StatusCode, body: impl Into<String>) -> HttpResponse {
 
 async fn accept_loop(
     front: Arc<Front>,
-    listen: &Listen,
-    tls: Option<tokio_rustls::TlsAcceptor>,
+    options: &HttpOptions,
     cancel: CancellationToken,
 ) -> anyhow::Result<()> {
+    let tls = options.tls.clone().map(|t| t.0);
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
-    let shutdown = crate::server::shutdown_signal();
+    // SIGTERM, then the drain: still accepting, `/healthz` 503 (a Service's endpoints drop
+    // this pod meanwhile, so no new connection is refused).
+    let shutdown = async {
+        crate::server::shutdown_signal().await;
+        front
+            .draining
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        if !options.drain.is_zero() {
+            tracing::info!(
+                "draining for {:?} before closing the listener",
+                options.drain
+            );
+            tokio::time::sleep(options.drain).await;
+        }
+    };
     tokio::pin!(shutdown);
-    match listen {
+    match &options.listen {
         Listen::Tcp(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
                 .await
@@ -893,9 +921,14 @@ async fn accept_loop(
             let _ = std::fs::remove_file(path);
         }
     }
-    // Open SSE streams end; requests in flight get a moment to finish.
+    // Requests in flight (their answers not produced yet) get the grace to finish; then open
+    // SSE streams end, and what is still being written gets a moment.
+    let deadline = tokio::time::Instant::now() + options.grace;
+    while front.metrics.in_flight() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     cancel.cancel();
-    let _ = tokio::time::timeout(SHUTDOWN_GRACE, graceful.shutdown()).await;
+    let _ = tokio::time::timeout(Duration::from_secs(1), graceful.shutdown()).await;
     Ok(())
 }
 

@@ -162,6 +162,21 @@ fn team_manifests_validate_and_wire_a_gateway_to_its_runner() {
         container(gateway)["readinessProbe"]["httpGet"]["path"],
         "/healthz"
     );
+    // Graceful drain fits in the pod's termination grace: 5 s drain + 25 s for calls.
+    let args: Vec<&str> = container(gateway)["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(Value::as_str)
+        .collect();
+    let flag = |name: &str| -> u64 {
+        let at = args.iter().position(|a| *a == name).expect(name);
+        args[at + 1].parse().expect("secs")
+    };
+    let grace = gateway["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+        .as_u64()
+        .expect("grace");
+    assert!(flag("--drain-secs") + flag("--shutdown-grace-secs") < grace);
     let policy = find(&objects, "NetworkPolicy", "kitbag-runner-from-gateway");
     assert_eq!(
         policy["spec"]["ingress"][0]["from"][0]["podSelector"]["matchLabels"]["app.kubernetes.io/component"],

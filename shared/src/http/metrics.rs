@@ -86,6 +86,11 @@ impl Metrics {
     }
 
     /// A request begins; the guard ends it.
+    /// Requests whose answer has not been produced yet.
+    pub fn in_flight(&self) -> i64 {
+        self.in_flight.load(Ordering::Relaxed)
+    }
+
     pub fn begin(self: &std::sync::Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(self.clone())

@@ -323,12 +323,18 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
         "/var/run/kitbag/token",
         Some("/etc/kitbag/agent.json"),
     );
-    // Handshake-era sessions every replica opens (no affinity, no store).
+    // Handshake-era sessions every replica opens (no affinity, no store). On SIGTERM: 5 s
+    // of `/healthz` 503 while still serving (the Service drops the pod meanwhile), then up to
+    // 25 s for calls in flight — inside the pod's termination grace.
     gateway_args.extend(
         [
             "--sealed-sessions",
             "--session-key-file",
             "/var/run/kitbag/session-keys",
+            "--drain-secs",
+            "5",
+            "--shutdown-grace-secs",
+            "25",
         ]
         .map(String::from),
     );
@@ -343,6 +349,7 @@ fn team(args: &RenderArgs) -> anyhow::Result<Vec<Value>> {
                 "template": {
                     "metadata": {"labels": labels("gateway")},
                     "spec": {
+                        "terminationGracePeriodSeconds": 40,
                         "containers": [with(
     container(
                                 &args.image,
