@@ -142,13 +142,15 @@ impl PgStore {
         })
     }
 
-    /// Whether any memory matches the tsquery text `q`.
-    fn matches_any(&mut self, q: &str) -> Result<bool, postgres::Error> {
-        let row = self.client()?.query_one(
-            "SELECT EXISTS (SELECT 1 FROM memories WHERE search @@ to_tsquery('english', $1))",
-            &[&q],
+    /// The `words` some memory holds, in their order — one round trip for all of them.
+    fn present(&mut self, words: &[String]) -> Result<Vec<String>, postgres::Error> {
+        let rows = self.client()?.query(
+            "SELECT w FROM unnest($1::text[]) WITH ORDINALITY AS t(w, i)
+             WHERE EXISTS (SELECT 1 FROM memories WHERE search @@ to_tsquery('english', w))
+             ORDER BY i",
+            &[&words],
         )?;
-        Ok(row.get(0))
+        Ok(rows.iter().map(|r| r.get(0)).collect())
     }
 
     /// Candidates for `words` passing `filter`, best first, with a relevance (higher is
@@ -160,14 +162,9 @@ impl PgStore {
         limit: usize,
         want: usize,
     ) -> Result<Vec<(Record, f64)>, postgres::Error> {
-        // `words` are runs of letters and digits: nothing in them is tsquery syntax.
-        let mut present = Vec::with_capacity(words.len());
-        for w in words {
-            // A word the dictionary drops (a stopword) or no memory holds would empty the AND.
-            if self.matches_any(w)? {
-                present.push(w.as_str());
-            }
-        }
+        // `words` are runs of letters and digits: nothing in them is tsquery syntax. A word the
+        // dictionary drops (a stopword) or no memory holds would empty the AND.
+        let present = self.present(words)?;
         if present.is_empty() {
             return Ok(Vec::new());
         }
