@@ -625,9 +625,38 @@ impl Hub {
                     tokio::spawn(async move { hub.resubscribe(id).await });
                     self.notify_list_changed().await;
                 }
-                Err(e) => self.mark_failed(id, e.to_string()),
+                Err(e) => {
+                    let login = crate::oauth_client::awaited_login(&e);
+                    self.mark_failed(id, e.to_string());
+                    if let Some(tokens) = login {
+                        self.start_after_login(id, generation, tokens);
+                    }
+                }
             }
         })
+    }
+
+    /// A remote server waiting for `kitbag auth login`: started again once its token file
+    /// appears (checked each second while it stays failed), so no reload is needed.
+    fn start_after_login(self: &Arc<Self>, id: u64, generation: u64, tokens: std::path::PathBuf) {
+        let hub = Arc::downgrade(self);
+        tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                let Some(hub) = hub.upgrade() else { return };
+                let waiting = hub
+                    .lock()
+                    .iter()
+                    .any(|c| c.id == id && c.generation == generation && c.state == State::Failed);
+                if !waiting {
+                    return;
+                }
+                if tokens.exists() {
+                    hub.start(id).await;
+                    return;
+                }
+            }
+        });
     }
 
     fn mark_failed(&self, id: u64, reason: String) {

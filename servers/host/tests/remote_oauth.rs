@@ -168,7 +168,6 @@ fn a_user_logs_in_and_the_host_keeps_their_tokens_fresh() {
     );
     let read = client.call_ok("bot_file_read", json!({"path": "notes.txt"}));
     assert!(read.text.contains("behind OAuth"), "{}", read.text);
-    drop(client);
     let grants: Vec<_> = auth.token_requests();
     assert!(
         grants.iter().any(|r| r.grant_type == "client_credentials"
@@ -185,6 +184,18 @@ fn a_user_logs_in_and_the_host_keeps_their_tokens_fresh() {
     assert!(ok, "{said}");
     assert!(said.contains("logged in to runner"), "{said}");
     assert_eq!(auth.registrations(), 1);
+    // The host that was waiting picks the login up by itself (no reload).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while runner_status(&mut client, "runner")["state"] != "ready" {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the login was not picked up"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    let read = client.call_ok("file_read", json!({"path": "notes.txt"}));
+    assert!(read.text.contains("behind OAuth"), "{}", read.text);
+    drop(client);
     let files: Vec<_> = std::fs::read_dir(&store)
         .expect("store")
         .flatten()

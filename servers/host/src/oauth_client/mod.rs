@@ -33,7 +33,7 @@ pub enum OAuthError {
     )]
     ResourceMismatch { metadata: String, expected: String },
     #[error("oauth: not logged in to {server}: run `kitbag auth login {server}`")]
-    LoginNeeded { server: String },
+    LoginNeeded { server: String, resource: String },
     #[error("oauth: the authorization server answered {error}{}", description.as_deref().map(|d| format!(": {d}")).unwrap_or_default())]
     Token {
         error: String,
@@ -159,6 +159,16 @@ fn stored_from(ep: &Endpoints, client: &Client, t: TokenResponse, old: Option<&S
     }
 }
 
+/// The token file whose appearance means the user logged in, when `e` says they must.
+pub fn awaited_login(e: &crate::failure::StartFailure) -> Option<std::path::PathBuf> {
+    match e {
+        crate::failure::StartFailure::Remote(crate::remote::RemoteError::OAuth(
+            OAuthError::LoginNeeded { resource, .. },
+        )) => Store::for_user().ok().map(|s| s.path_of(resource)),
+        _ => None,
+    }
+}
+
 /// The scopes to ask for: the entry's, else the resource's.
 fn scope_of(cfg: &RemoteOAuth, ep: &Endpoints) -> Option<String> {
     let scopes = cfg.scopes.as_ref().unwrap_or(&ep.scopes_supported);
@@ -238,9 +248,7 @@ impl TokenSource {
             Grant::ClientCredentials => self.client_credentials(current.as_ref()).await?,
             Grant::AuthorizationCode => {
                 let Some(old) = current.as_ref().filter(|s| s.refresh_token.is_some()) else {
-                    return Err(OAuthError::LoginNeeded {
-                        server: self.server.clone(),
-                    });
+                    return Err(self.login_needed());
                 };
                 match self.refresh(old).await {
                     Ok(s) => s,
@@ -248,9 +256,7 @@ impl TokenSource {
                     Err(OAuthError::Token { error, .. }) if error == "invalid_grant" => {
                         *current = None;
                         let _ = self.store.remove(&self.ep.resource);
-                        return Err(OAuthError::LoginNeeded {
-                            server: self.server.clone(),
-                        });
+                        return Err(self.login_needed());
                     }
                     Err(e) => return Err(e),
                 }
@@ -260,6 +266,13 @@ impl TokenSource {
         let token = fresh.access_token.clone();
         *current = Some(fresh);
         Ok(token)
+    }
+
+    fn login_needed(&self) -> OAuthError {
+        OAuthError::LoginNeeded {
+            server: self.server.clone(),
+            resource: self.ep.resource.clone(),
+        }
     }
 
     async fn refresh(&self, old: &Stored) -> Result<Stored, OAuthError> {
