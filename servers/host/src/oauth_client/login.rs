@@ -318,11 +318,11 @@ async fn reply(conn: &mut tokio::net::TcpStream, status: &str, text: &str) -> st
 
 /// `bytes` random bytes, base64url (PKCE verifier: 32 bytes → 43 characters).
 fn random_b64(bytes: usize) -> Result<String, OAuthError> {
-    let hex = kitbag_shared::http::token::random_hex(bytes).map_err(OAuthError::Store)?;
-    let raw: Vec<u8> = (0..hex.len())
-        .step_by(2)
-        .filter_map(|i| u8::from_str_radix(&hex[i..i + 2], 16).ok())
-        .collect();
+    use ring::rand::SecureRandom;
+    let mut raw = vec![0u8; bytes];
+    ring::rand::SystemRandom::new()
+        .fill(&mut raw)
+        .map_err(|_| OAuthError::Flow("the system's random source failed".into()))?;
     Ok(URL_SAFE_NO_PAD.encode(raw))
 }
 

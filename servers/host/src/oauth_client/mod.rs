@@ -74,6 +74,14 @@ fn now() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+impl Stored {
+    /// More than [`RENEW_BEFORE`] left (or no expiry said).
+    fn has_time_left(&self) -> bool {
+        self.expires_at
+            .is_none_or(|t| t > now().saturating_add(RENEW_BEFORE.as_secs()))
+    }
+}
+
 /// The client a token request authenticates as.
 #[derive(Debug, Clone)]
 pub struct Client {
@@ -210,10 +218,7 @@ impl TokenSource {
     /// A token with time left, renewed first when it has little.
     pub async fn token(&self) -> Result<String, OAuthError> {
         let mut current = self.current.lock().await;
-        if let Some(s) = current.as_ref()
-            && s.expires_at
-                .is_none_or(|t| t > now().saturating_add(RENEW_BEFORE.as_secs()))
-        {
+        if let Some(s) = current.as_ref().filter(|s| s.has_time_left()) {
             return Ok(s.access_token.clone());
         }
         self.renew_locked(&mut current).await
@@ -236,9 +241,7 @@ impl TokenSource {
             && current
                 .as_ref()
                 .is_none_or(|c| c.access_token != on_disk.access_token)
-            && on_disk
-                .expires_at
-                .is_none_or(|t| t > now().saturating_add(RENEW_BEFORE.as_secs()))
+            && on_disk.has_time_left()
         {
             let token = on_disk.access_token.clone();
             *current = Some(on_disk);
