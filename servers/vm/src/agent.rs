@@ -87,6 +87,11 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
 }
 
 async fn run(ctl: PathBuf, listen: Listen) -> anyhow::Result<()> {
+    // Non-dumpable: no other process of the instance (same user, no capabilities) may ptrace
+    // the agent, read its memory or take its listening socket (`pidfd_getfd`), so the server
+    // can trust the socket's listener to be the agent (crate::agent_link). The commands it
+    // starts are dumpable again after their exec.
+    nix::sys::prctl::set_dumpable(false)?;
     std::fs::create_dir_all(ctl.join(LOGS_DIR))?;
     let agent = Arc::new(Agent {
         ctl: ctl.clone(),

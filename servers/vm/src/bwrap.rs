@@ -6,22 +6,20 @@
 //! agent answers a ping on its socket.
 
 use std::io::{BufRead, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use kitbag_shared::rustix::fs::{Mode, OFlags, fstat, openat};
 use serde::{Deserialize, Serialize};
-use tokio::net::UnixStream;
 use tokio::sync::watch;
 
+use crate::agent_link::{AgentPeer, connect_agent, open_ctl};
 use crate::cgroup::{InstanceCgroups, Limits};
 use crate::error::{VmError, VmResult};
-use crate::proto::{
-    self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request, Stream,
-};
+use crate::instance_dir::{self, backend_log, work_dir};
+use crate::proto::{self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, MAIN_SPEC, Request, Stream};
 use crate::spawner::Spawner;
 
 /// Where the agent binary is mounted inside (outside the bound control directory, so the
@@ -59,6 +57,9 @@ pub struct SandboxSpec {
 pub struct Record {
     pub id: String,
     pub server_pid: u32,
+    /// The server's start time (`/proc/<pid>/stat`): the processes it started are younger.
+    #[serde(default)]
+    pub server_start: u64,
     /// (pid, starttime from /proc/<pid>/stat) of bwrap and slirp4netns.
     pub processes: Vec<(i32, u64)>,
     pub cgroups: Vec<PathBuf>,
@@ -77,19 +78,11 @@ pub struct Sandbox {
     cgroups: InstanceCgroups,
     /// The control directory, opened once: the agent socket is reached through it.
     ctl_fd: OwnedFd,
+    /// Who may answer on the agent socket: the first process of the sandbox's child.
+    peer: AgentPeer,
     slirp: Mutex<Option<Child>>,
     exit: watch::Receiver<Option<ExitStatus>>,
     frozen: Mutex<bool>,
-}
-
-pub fn work_dir(dir: &Path) -> PathBuf {
-    dir.join("work")
-}
-pub fn logs_dir(dir: &Path) -> PathBuf {
-    dir.join("ctl").join(LOGS_DIR)
-}
-pub fn backend_log(dir: &Path) -> PathBuf {
-    dir.join("backend.log")
 }
 
 /// Whether bubblewrap is usable here, with a human-readable detail.
@@ -198,8 +191,24 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
         push(&["--ro-bind", &l, AGENT_LIB]);
     }
     for (host, guest, rw, _) in &spec.mounts {
+        let bind = if *rw { "--bind" } else { "--ro-bind" };
         let h = host.to_string_lossy().into_owned();
-        push(&[if *rw { "--bind" } else { "--ro-bind" }, &h, guest]);
+        push(&[bind, &h, guest]);
+        // A mount holding the state directory (the project root, mounted the ordinary way)
+        // must not show it: every instance's files, sockets and records are there. It is
+        // covered by an empty tmpfs, and each directory on the way is bound onto itself so
+        // it is a mount point the instance cannot rename or remove — moving the state
+        // directory's path would point the server at directories the instance made.
+        if let Some(rel) = state_cover(&spec.state_dir, host) {
+            let mut on_the_way = PathBuf::new();
+            let names: Vec<_> = rel.components().collect();
+            for c in &names[..names.len() - 1] {
+                on_the_way.push(c);
+                let (src, dst) = (host.join(&on_the_way), guest_join(guest, &on_the_way));
+                push(&[bind, &src.to_string_lossy(), &dst]);
+            }
+            push(&["--tmpfs", &guest_join(guest, &rel)]);
+        }
     }
     push(&["--remount-ro", "/"]);
     for (k, v) in &instance_env(&spec.id, &spec.hostname, &spec.env) {
@@ -219,6 +228,16 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
     }
     push(&[AGENT_EXE, "__agent", "--ctl", CTL_DIR]);
     a
+}
+
+/// Where the state directory lies inside a mount of `host` (relative), when it does.
+pub fn state_cover(state_dir: &Path, host: &Path) -> Option<PathBuf> {
+    let rel = state_dir.strip_prefix(host).ok()?;
+    (rel.components().next().is_some()).then(|| rel.to_path_buf())
+}
+
+fn guest_join(guest: &str, rel: &Path) -> String {
+    format!("{}/{}", guest.trim_end_matches('/'), rel.display())
 }
 
 enum RootEntry {
@@ -293,13 +312,6 @@ pub fn instance_env(id: &str, hostname: &str, extra: &[(String, String)]) -> Vec
     env
 }
 
-/// The tail of a log file, for error messages.
-pub fn tail(path: &Path, max: usize) -> String {
-    let bytes = std::fs::read(path).unwrap_or_default();
-    let start = bytes.len().saturating_sub(max);
-    String::from_utf8_lossy(&bytes[start..]).trim().to_string()
-}
-
 /// `/proc/<pid>/stat`'s start time (field 22), to tell a process from a later one with its pid.
 pub fn start_time(pid: i32) -> Option<u64> {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
@@ -310,19 +322,25 @@ pub fn start_time(pid: i32) -> Option<u64> {
 /// The sandbox's work and control directories, and the main command's spec when it has one.
 /// Returns the control directory.
 fn prepare_dirs(spec: &SandboxSpec) -> VmResult<PathBuf> {
-    let ctl = spec.dir.join("ctl");
-    for d in [work_dir(&spec.dir), ctl.join(LOGS_DIR)] {
-        std::fs::create_dir_all(&d).map_err(|e| VmError::io(d.display(), e))?;
-    }
+    instance_dir::prepare(&spec.dir).map_err(|e| VmError::io(spec.dir.display(), e))?;
+    let ctl = instance_dir::ctl_dir(&spec.dir);
     if let Some(argv) = &spec.command {
-        let main = proto::MainSpec {
-            argv: argv.clone(),
-            cwd: spec.cwd.clone(),
-        };
-        let bytes = serde_json::to_vec(&main)?;
-        std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| VmError::io(MAIN_SPEC, e))?;
+        write_main_spec(&ctl, argv, &spec.cwd)?;
     }
     Ok(ctl)
+}
+
+/// The main command's spec, for the agent to read — written before anything runs in the
+/// instance, never through a link.
+pub fn write_main_spec(ctl: &Path, argv: &[String], cwd: &str) -> VmResult<()> {
+    let main = proto::MainSpec {
+        argv: argv.to_vec(),
+        cwd: cwd.to_string(),
+    };
+    let bytes = serde_json::to_vec(&main)?;
+    let mut f = instance_dir::create_server_file(&ctl.join(MAIN_SPEC))
+        .map_err(|e| VmError::io(MAIN_SPEC, e))?;
+    f.write_all(&bytes).map_err(|e| VmError::io(MAIN_SPEC, e))
 }
 
 /// The bwrap command line, wrapped in `unshare` and an overlay mount over a root filesystem.
@@ -365,7 +383,7 @@ fn start_failed(
         nix::sys::signal::Signal::SIGKILL,
     );
     cgroups.remove();
-    let log = tail(&backend_log(&spec.dir), 2048);
+    let log = instance_dir::tail_server_file(&backend_log(&spec.dir), 2048);
     VmError::Engine(if log.is_empty() {
         msg
     } else {
@@ -403,10 +421,10 @@ impl Sandbox {
         // spawning thread, so its lifetime does not matter to --die-with-parent.
         let (pid_tx, pid_rx) = tokio::sync::oneshot::channel::<Option<i32>>();
         let (exit_tx, exit_rx) = watch::channel(None);
-        let logs = logs_dir(&spec.dir);
+        let dir = spec.dir.clone();
         std::thread::Builder::new()
             .name(format!("vm-{}", spec.id))
-            .spawn(move || monitor(child, status, pid_tx, exit_tx, logs))
+            .spawn(move || monitor(child, status, pid_tx, exit_tx, dir))
             .map_err(|e| VmError::io("the monitor thread", e))?;
         let fail =
             |msg: String, cgroups: &InstanceCgroups| start_failed(bwrap_pid, msg, &spec, cgroups);
@@ -436,6 +454,7 @@ impl Sandbox {
             child_pid,
             cgroups,
             ctl_fd,
+            peer: AgentPeer::new(Some(child_pid)),
             slirp: Mutex::new(slirp),
             exit: exit_rx,
             frozen: Mutex::new(false),
@@ -492,7 +511,14 @@ impl Sandbox {
                 use std::os::unix::fs::MetadataExt;
                 (m.dev(), m.ino())
             });
-            if got.as_ref().ok() != Some(want) {
+            // The state directory's cover must be in place (a tmpfs), whatever happened on
+            // the host between the check and bwrap's mounts.
+            let covered = state_cover(&spec.state_dir, host).is_none_or(|rel| {
+                let cover = format!("/proc/{}/root{}", self.child_pid, guest_join(guest, &rel));
+                nix::sys::statfs::statfs(cover.as_str())
+                    .is_ok_and(|s| s.filesystem_type() == nix::sys::statfs::TMPFS_MAGIC)
+            });
+            if got.as_ref().ok() != Some(want) || !covered {
                 self.kill();
                 self.cleanup();
                 return Err(VmError::engine(format!(
@@ -515,6 +541,7 @@ impl Sandbox {
         let record = Record {
             id: self.id.clone(),
             server_pid: std::process::id(),
+            server_start: start_time(std::process::id() as i32).unwrap_or(0),
             processes,
             cgroups: self.cgroups.paths(),
             lost: false,
@@ -525,11 +552,10 @@ impl Sandbox {
         }
     }
 
-    /// A connection to the agent. The socket is opened without following links and must be
-    /// a socket: the instance can write its control directory and must not be able to point
-    /// the server at another socket on the host.
+    /// A connection to the agent, checked to be the agent (see [`crate::agent_link`]): the
+    /// instance can write its control directory.
     pub async fn agent(&self) -> std::io::Result<Stream> {
-        connect_agent(&self.ctl_fd).await
+        connect_agent(&self.ctl_fd, &self.peer).await
     }
 
     pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
@@ -643,47 +669,6 @@ impl Sandbox {
     }
 }
 
-/// The agent socket in a control directory held open by descriptor. The socket is opened
-/// without following links and must be a socket: the instance can write its control
-/// directory and must not be able to point the server at another socket on the host.
-pub async fn connect_agent(ctl_fd: &OwnedFd) -> std::io::Result<Stream> {
-    let fd = openat(
-        ctl_fd,
-        AGENT_SOCKET,
-        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
-        Mode::empty(),
-    )?;
-    let st = fstat(&fd)?;
-    if (st.st_mode & libc_s_ifmt()) != libc_s_ifsock() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::PermissionDenied,
-            "the agent socket was replaced by something else",
-        ));
-    }
-    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
-    let stream = UnixStream::connect(&path).await;
-    drop(fd);
-    Ok(Box::new(stream?))
-}
-
-/// The control directory, opened once by descriptor (the agent socket is reached through it).
-pub fn open_ctl(ctl: &Path) -> VmResult<OwnedFd> {
-    openat(
-        kitbag_shared::rustix::fs::CWD,
-        ctl,
-        OFlags::PATH | OFlags::DIRECTORY | OFlags::CLOEXEC,
-        Mode::empty(),
-    )
-    .map_err(|e| VmError::io(ctl.display(), e.into()))
-}
-
-fn libc_s_ifmt() -> u32 {
-    0o170000
-}
-fn libc_s_ifsock() -> u32 {
-    0o140000
-}
-
 /// Read bwrap's status lines (the child's pid first), then wait for bwrap to end and publish
 /// how the instance ended: the main command's own status when the agent wrote one.
 fn monitor(
@@ -691,7 +676,7 @@ fn monitor(
     status: std::process::ChildStdout,
     pid_tx: tokio::sync::oneshot::Sender<Option<i32>>,
     exit_tx: watch::Sender<Option<ExitStatus>>,
-    logs: PathBuf,
+    dir: PathBuf,
 ) {
     #[derive(Deserialize)]
     struct Line {
@@ -719,7 +704,8 @@ fn monitor(
             code: -1,
             signal: None,
         });
-    let main = std::fs::read(logs.join("main.exit"))
+    // Written by the agent, in a directory the instance can write: read as untrusted.
+    let main = instance_dir::read_guest_log(&dir, "main.exit", 4096)
         .ok()
         .and_then(|b| serde_json::from_slice::<ExitStatus>(&b).ok());
     let _ = exit_tx.send(Some(main.unwrap_or(waited)));
@@ -785,7 +771,7 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> VmResult<
             }
         }
         if let Ok(Some(st)) = child.try_wait() {
-            let log = tail(&dir.join("slirp4netns.log"), 1024);
+            let log = instance_dir::tail_server_file(&dir.join("slirp4netns.log"), 1024);
             let hint = if log.contains("/dev/net/tun") && log.contains("Permission denied") {
                 " — an ordinary user needs /dev/net/tun readable and writable by all (mode 0666, the usual default) for network \"outbound\""
             } else {
@@ -800,7 +786,7 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> VmResult<
             let _ = child.wait();
             return Err(VmError::engine(format!(
                 "slirp4netns did not configure the network in 5 s: {}",
-                tail(&dir.join("slirp4netns.log"), 1024)
+                instance_dir::tail_server_file(&dir.join("slirp4netns.log"), 1024)
             )));
         }
         tokio::time::sleep(Duration::from_millis(5)).await;

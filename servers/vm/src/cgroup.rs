@@ -325,21 +325,57 @@ pub fn remove_dirs(dirs: &[PathBuf]) {
     }
 }
 
+/// Where this server's per-server cgroup directories are made, one per hierarchy it uses:
+/// its own cgroup in each.
+fn bases() -> Vec<PathBuf> {
+    cgroup_mounts()
+        .into_iter()
+        .filter_map(|m| {
+            let own = if m.v2 {
+                own_cgroup_path(None)
+            } else {
+                m.controllers
+                    .iter()
+                    .find(|c| V1_CONTROLLERS.contains(&c.as_str()))
+                    .and_then(|c| own_cgroup_path(Some(c)))
+            }?;
+            Some(m.mount_point.join(own))
+        })
+        .collect()
+}
+
+/// Whether `path` is an instance cgroup a kitbag-vm server makes, for instance `id`:
+/// `<one of our bases>/kitbag-vm-<pid>/<id>`, written plainly (no `..`). A record naming
+/// anything else is not acted on.
+pub fn is_instance_dir(path: &Path, id: &str) -> bool {
+    use std::path::Component;
+    if !path
+        .components()
+        .all(|c| matches!(c, Component::RootDir | Component::Normal(_)))
+        || path.file_name().and_then(|n| n.to_str()) != Some(id)
+    {
+        return false;
+    }
+    let Some(server_dir) = path.parent() else {
+        return false;
+    };
+    let named_like_ours = server_dir
+        .file_name()
+        .and_then(|n| n.to_str())
+        .and_then(|n| n.strip_prefix("kitbag-vm-"))
+        .is_some_and(|p| !p.is_empty() && p.bytes().all(|b| b.is_ascii_digit()));
+    named_like_ours
+        && server_dir
+            .parent()
+            .is_some_and(|b| bases().iter().any(|o| o == b))
+}
+
 /// Per-server cgroup directories left by servers that are gone (SIGKILL): kill what is in
 /// them and remove them. Returns how many were removed.
 pub fn sweep_stale() -> usize {
     let mut removed = 0;
-    for m in cgroup_mounts() {
-        let own = if m.v2 {
-            own_cgroup_path(None)
-        } else {
-            m.controllers
-                .iter()
-                .find(|c| V1_CONTROLLERS.contains(&c.as_str()))
-                .and_then(|c| own_cgroup_path(Some(c)))
-        };
-        let Some(own) = own else { continue };
-        let Ok(rd) = std::fs::read_dir(m.mount_point.join(own)) else {
+    for base in bases() {
+        let Ok(rd) = std::fs::read_dir(&base) else {
             continue;
         };
         for e in rd.flatten() {

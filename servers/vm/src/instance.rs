@@ -222,7 +222,7 @@ impl Instance {
             Some(s) => s.limits_enforced(),
             None => (false, None),
         };
-        let work = (self.backend != "qemu").then(|| crate::bwrap::work_dir(&self.dir));
+        let work = (self.backend != "qemu").then(|| crate::instance_dir::work_dir(&self.dir));
         InstanceInfo {
             id: self.id.clone(),
             name: self.name.clone(),

@@ -8,6 +8,7 @@
 //! module under [`tools`].
 
 pub mod agent;
+pub mod agent_link;
 pub mod bwrap;
 pub mod cgroup;
 #[cfg(feature = "backend-docker")]
@@ -16,6 +17,7 @@ pub mod engine;
 pub mod error;
 pub mod guest;
 pub mod instance;
+pub mod instance_dir;
 #[cfg(feature = "backend-kube")]
 pub mod kube;
 pub mod lifecycle;
@@ -249,10 +251,19 @@ impl VmState {
     ) -> ToolResult<String> {
         let hit = match map.get(key) {
             Some(i) => Some(i.id.clone()),
-            None => map
-                .values()
-                .find(|i| i.name.as_deref() == Some(key) && visible(map, &i.id, caller))
-                .map(|i| i.id.clone()),
+            None => {
+                // A name is unique among one caller's view; the top level sees every guest's
+                // too: its own instance of that name first.
+                let named: Vec<&Instance> = map
+                    .values()
+                    .filter(|i| i.name.as_deref() == Some(key) && visible(map, &i.id, caller))
+                    .collect();
+                named
+                    .iter()
+                    .find(|i| &i.owner == caller)
+                    .or_else(|| named.first())
+                    .map(|i| i.id.clone())
+            }
         };
         if let Some(id) = hit.filter(|id| visible(map, id, caller)) {
             return Ok(id);
@@ -419,6 +430,8 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
             let _ = std::fs::write(ignore, "*\n");
         }
     }
+    // Its real path: what mounts are compared with (one holding it gets it covered).
+    let state_dir = std::fs::canonicalize(&state_dir).unwrap_or(state_dir);
     let images_dir = args.images_dir.clone().unwrap_or_else(|| {
         std::env::var_os("XDG_CACHE_HOME")
             .map(PathBuf::from)

@@ -117,12 +117,15 @@ where
 /// instance_logs reads them (and finds them after the instance is gone). Logs only grow:
 /// each file is asked for past the length this host already has.
 pub async fn pull_logs(dir: &Path, stream: Stream) -> std::io::Result<()> {
-    use std::io::{Seek, Write};
+    use std::io::Seek;
+    use std::os::unix::fs::OpenOptionsExt;
     use tokio::io::AsyncReadExt;
-    let logs = crate::bwrap::logs_dir(dir);
+    let logs = crate::instance_dir::guest_logs_dir(dir);
     let mut has = std::collections::BTreeMap::new();
     for e in std::fs::read_dir(&logs)?.flatten() {
-        if let (Some(name), Ok(meta)) = (e.file_name().to_str(), e.metadata()) {
+        if let (Some(name), Ok(meta)) = (e.file_name().to_str(), e.metadata())
+            && meta.is_file()
+        {
             has.insert(name.to_string(), meta.len());
         }
     }
@@ -144,14 +147,22 @@ pub async fn pull_logs(dir: &Path, stream: Stream) -> std::io::Result<()> {
             .create(true)
             .write(true)
             .truncate(false)
+            .custom_flags(kitbag_shared::rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+            .mode(0o600)
             .open(logs.join(&chunk.name))?;
+        if !file.metadata()?.is_file() {
+            return Err(std::io::Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("log {:?} is not a regular file here", chunk.name),
+            ));
+        }
         file.set_len(chunk.offset)?;
         file.seek(std::io::SeekFrom::Start(chunk.offset))?;
-        let mut bytes = Vec::with_capacity(chunk.len.min(1 << 20) as usize);
-        (&mut s).take(chunk.len).read_to_end(&mut bytes).await?;
-        if bytes.len() as u64 != chunk.len {
+        // Streamed: the length is the instance's word, never a size to allocate.
+        let mut file = tokio::fs::File::from_std(file);
+        let copied = tokio::io::copy(&mut (&mut s).take(chunk.len), &mut file).await?;
+        if copied != chunk.len {
             return Err(std::io::ErrorKind::UnexpectedEof.into());
         }
-        file.write_all(&bytes)?;
     }
 }

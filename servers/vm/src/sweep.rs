@@ -1,7 +1,14 @@
 //! Start-up sweep: what a server killed with SIGKILL left behind. Its sandboxes died with it
 //! (parent-death signal), but a record can point at processes that survived some other way
-//! (slirp4netns, a PID reused since), at cgroup directories and sockets. Processes are killed
-//! only when their start time matches the record; records are marked `lost` and listed.
+//! (slirp4netns, a PID reused since), at cgroup directories and sockets. Records are marked
+//! `lost` and listed.
+//!
+//! A record is untrusted input: whoever could write it must not be able to make this server
+//! kill a process or write a cgroup file of its choosing. A process is killed only when it is
+//! still the one recorded (same start time), is younger than the server that recorded it, and
+//! is one of the programs a server starts (bwrap, slirp4netns, QEMU); a cgroup is acted on
+//! only when it is an instance directory under this server's own cgroup base
+//! (`…/kitbag-vm-<pid>/<id>` of the record's own id). Anything else is reported, never acted on.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -16,6 +23,8 @@ use crate::instance::{Instance, State};
 pub struct SweepReport {
     pub lost: usize,
     pub cgroups: usize,
+    /// What records named that was not acted on, one line each.
+    pub refused: Vec<String>,
 }
 
 pub fn sweep(state: &Arc<VmState>) -> SweepReport {
@@ -28,13 +37,20 @@ pub fn sweep(state: &Arc<VmState>) -> SweepReport {
     };
     for e in rd.flatten() {
         let dir = e.path();
-        let Ok(bytes) = std::fs::read(dir.join("record.json")) else {
+        let Some(record) = read_record(&dir) else {
             // No record: an instance stopped cleanly, or one that never started.
             continue;
         };
-        let Ok(mut record) = serde_json::from_slice::<Record>(&bytes) else {
+        if e.file_name().to_str() != Some(record.id.as_str()) {
+            report.refused.push(format!(
+                "{}: its record names instance {:?}; ignored",
+                dir.display(),
+                record.id
+            ));
             continue;
-        };
+        }
+        let mut record = record;
+        let mut refused = Vec::new();
         if record.server_pid != std::process::id() && !record.lost {
             if Path::new(&format!("/proc/{}", record.server_pid)).exists()
                 && start_time(record.server_pid as i32).is_some()
@@ -42,15 +58,7 @@ pub fn sweep(state: &Arc<VmState>) -> SweepReport {
             {
                 continue; // another live server owns it
             }
-            for (pid, started) in &record.processes {
-                if *started != 0 && start_time(*pid) == Some(*started) {
-                    let _ = nix::sys::signal::kill(
-                        nix::unistd::Pid::from_raw(*pid),
-                        nix::sys::signal::Signal::SIGKILL,
-                    );
-                }
-            }
-            cgroup::remove_dirs(&record.cgroups);
+            refused = clean_up(&record);
             let _ = std::fs::remove_file(dir.join("ctl").join(crate::proto::AGENT_SOCKET));
             record.lost = true;
             if let Ok(b) = serde_json::to_vec_pretty(&record) {
@@ -65,14 +73,85 @@ pub fn sweep(state: &Arc<VmState>) -> SweepReport {
                 .unwrap_or(inst.created_at);
             inst.ended_at = Some(SystemTime::now());
             inst.image = String::new();
-            inst.error = Some(format!(
+            let mut why = format!(
                 "the kitbag-vm server (pid {}) that ran it ended without stopping it; its processes and cgroups were cleaned up, its files kept",
                 record.server_pid
-            ));
+            );
+            if !refused.is_empty() {
+                why.push_str(&format!(
+                    "; its record also named what was left alone: {}",
+                    refused.join("; ")
+                ));
+            }
+            inst.error = Some(why);
             state.lock().insert(inst.id.clone(), inst);
+        }
+        for r in refused {
+            tracing::warn!(instance = record.id, "start-up sweep: {r}");
+            report.refused.push(format!("{}: {r}", record.id));
         }
     }
     report
+}
+
+/// The record of an instance directory, read without following a link or blocking.
+fn read_record(dir: &Path) -> Option<Record> {
+    use std::io::Read;
+    let mut bytes = Vec::new();
+    crate::instance_dir::open_untrusted(dir, Path::new("record.json"))
+        .ok()?
+        .take(1 << 20)
+        .read_to_end(&mut bytes)
+        .ok()?;
+    serde_json::from_slice(&bytes).ok()
+}
+
+/// Kill the record's processes and remove its cgroups — only those that are what a server
+/// leaves behind. Returns what was left alone, and why.
+fn clean_up(record: &Record) -> Vec<String> {
+    let mut refused = Vec::new();
+    for &(pid, started) in &record.processes {
+        if started == 0 || start_time(pid) != Some(started) {
+            continue; // gone, or another process has the pid now
+        }
+        match leftover_process(record, pid, started) {
+            Ok(()) => {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+            Err(why) => refused.push(format!("process {pid} not killed: {why}")),
+        }
+    }
+    let mut dirs = Vec::new();
+    for path in &record.cgroups {
+        if cgroup::is_instance_dir(path, &record.id) {
+            dirs.push(path.clone());
+        } else {
+            refused.push(format!(
+                "{} left alone: not an instance cgroup under this server's cgroup base",
+                path.display()
+            ));
+        }
+    }
+    cgroup::remove_dirs(&dirs);
+    refused
+}
+
+/// Whether a live process is one a server of ours started: younger than that server, and
+/// a program servers start.
+fn leftover_process(record: &Record, pid: i32, started: u64) -> Result<(), String> {
+    if record.server_start == 0 || started < record.server_start {
+        return Err("it is not younger than the server the record names".into());
+    }
+    let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
+    let comm = comm.trim();
+    if comm == "bwrap" || comm == "slirp4netns" || comm.starts_with("qemu-system") {
+        Ok(())
+    } else {
+        Err(format!("it runs {comm:?}, not bwrap, slirp4netns or QEMU"))
+    }
 }
 
 /// The recorded server pid is alive but is some other process now (PID reused): compare

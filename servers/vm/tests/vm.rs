@@ -12,6 +12,10 @@ use kitbag_testkit::{
 };
 use serde_json::{Value, json};
 
+/// The attacks on the trust boundary (issue #42), with this file's helpers.
+#[path = "vm/attacks.rs"]
+mod attacks;
+
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-vm"))
 }

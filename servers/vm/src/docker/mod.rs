@@ -23,10 +23,11 @@ use serde_json::{Value, json};
 use tokio::io::AsyncReadExt;
 use tokio::sync::watch;
 
-use crate::bwrap::{AGENT_EXE, AGENT_LIB, connect_agent, host_loader, open_ctl};
+use crate::agent_link::{AgentPeer, connect_agent, open_ctl};
+use crate::bwrap::{AGENT_EXE, AGENT_LIB, host_loader};
 use crate::cgroup::Limits;
 use crate::error::{VmError, VmResult};
-use crate::proto::{self, Answer, CTL_DIR, ExitStatus, LOGS_DIR, MAIN_SPEC, Request, Stream};
+use crate::proto::{self, Answer, CTL_DIR, ExitStatus, Request, Stream};
 use crate::sweep::{owner, owner_alive};
 use api::{ApiResult, Docker, query};
 
@@ -349,6 +350,9 @@ pub struct Container {
     pub pid: i32,
     api: Docker,
     ctl_fd: OwnedFd,
+    /// The agent, pinned on first contact (before the main command runs). The engine's pid
+    /// namespace may not be ours, so no parent is checked.
+    peer: AgentPeer,
     exit: watch::Receiver<Option<ExitStatus>>,
     paused: Mutex<bool>,
 }
@@ -360,17 +364,10 @@ impl Container {
         timeout: Duration,
     ) -> VmResult<Arc<Container>> {
         let ctl = spec.dir.join("ctl");
-        let work = crate::bwrap::work_dir(&spec.dir);
-        for d in [&work, &ctl.join(LOGS_DIR)] {
-            std::fs::create_dir_all(d).map_err(|e| VmError::io(d.display(), e))?;
-        }
+        let work = crate::instance_dir::work_dir(&spec.dir);
+        crate::instance_dir::prepare(&spec.dir).map_err(|e| VmError::io(spec.dir.display(), e))?;
         if let Some(argv) = &spec.command {
-            let main = proto::MainSpec {
-                argv: argv.clone(),
-                cwd: spec.cwd.clone(),
-            };
-            let bytes = serde_json::to_vec(&main)?;
-            std::fs::write(ctl.join(MAIN_SPEC), bytes).map_err(|e| VmError::io(MAIN_SPEC, e))?;
+            crate::bwrap::write_main_spec(&ctl, argv, &spec.cwd)?;
         }
         let ctl_fd = open_ctl(&ctl)?;
         engine.ensure_image(&spec.image).await?;
@@ -405,8 +402,9 @@ impl Container {
         let pid = inspected["State"]["Pid"].as_i64().unwrap_or(0) as i32;
         // Ready when the agent answers; then the line that ends the container with us.
         let deadline = Instant::now() + timeout;
+        let peer = AgentPeer::new(None);
         let hold = loop {
-            if let Ok(stream) = connect_agent(&ctl_fd).await {
+            if let Ok(stream) = connect_agent(&ctl_fd, &peer).await {
                 let mut s = tokio::io::BufReader::new(stream);
                 if proto::write_line(&mut s, &Request::Hold).await.is_ok()
                     && let Ok(a) = proto::read_line::<_, Answer>(&mut s).await
@@ -425,8 +423,7 @@ impl Container {
             tokio::time::sleep(Duration::from_millis(5)).await;
         };
         let (exit_tx, exit_rx) = watch::channel(None);
-        let logs = crate::bwrap::logs_dir(&spec.dir);
-        tokio::spawn(watch_exit(hold, exit_tx, logs));
+        tokio::spawn(watch_exit(hold, exit_tx, spec.dir.clone()));
         let c = Arc::new(Container {
             id: spec.id.clone(),
             dir: spec.dir.clone(),
@@ -434,6 +431,7 @@ impl Container {
             pid,
             api,
             ctl_fd,
+            peer,
             exit: exit_rx,
             paused: Mutex::new(false),
         });
@@ -452,7 +450,7 @@ impl Container {
     }
 
     pub async fn agent(&self) -> std::io::Result<Stream> {
-        connect_agent(&self.ctl_fd).await
+        connect_agent(&self.ctl_fd, &self.peer).await
     }
 
     pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
@@ -518,11 +516,12 @@ impl Container {
 async fn watch_exit(
     mut hold: tokio::io::BufReader<Stream>,
     exit_tx: watch::Sender<Option<ExitStatus>>,
-    logs: PathBuf,
+    dir: PathBuf,
 ) {
     let mut sink = [0u8; 64];
     while matches!(hold.read(&mut sink).await, Ok(n) if n > 0) {}
-    let main = std::fs::read(logs.join("main.exit"))
+    // The container writes its control directory: read as untrusted.
+    let main = crate::instance_dir::read_guest_log(&dir, "main.exit", 4096)
         .ok()
         .and_then(|b| serde_json::from_slice::<ExitStatus>(&b).ok());
     let _ = exit_tx.send(Some(main.unwrap_or(ExitStatus {

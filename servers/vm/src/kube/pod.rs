@@ -138,7 +138,7 @@ impl KubePod {
             .clone()
             .map_err(|e| VmError::missing(e.to_string()))?;
         let payload = engine.payload().await?;
-        std::fs::create_dir_all(crate::bwrap::logs_dir(&spec.dir))
+        std::fs::create_dir_all(crate::instance_dir::guest_logs_dir(&spec.dir))
             .map_err(|e| VmError::io(spec.dir.display(), e))?;
         let pool = spec.image.strip_prefix(WARMPOOL_PREFIX);
         let kind = choose_kind(&probe, pool.is_some())?;

@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::bwrap::{Record, start_time, tail};
+use crate::bwrap::{Record, start_time};
 use crate::error::{VmError, VmResult};
 use crate::proto::{self, Answer, ExitStatus, LOGS_DIR, Request, Stream};
 use crate::remote;
@@ -243,7 +243,7 @@ impl QemuVm {
         port: u16,
         token: &str,
     ) -> VmResult<QemuVm> {
-        let log_path = crate::bwrap::backend_log(&spec.dir);
+        let log_path = crate::instance_dir::backend_log(&spec.dir);
         let log = std::fs::File::create(&log_path).map_err(|e| VmError::io("backend.log", e))?;
         let log2 = log.try_clone()?;
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
@@ -300,7 +300,7 @@ impl QemuVm {
                 std::thread::sleep(Duration::from_millis(50));
                 return Err(VmError::engine(format!(
                     "QEMU's monitor: {e}: {}",
-                    tail(&log_path, 2048)
+                    crate::instance_dir::tail_server_file(&log_path, 2048)
                 )));
             }
             Err(e) => {
@@ -337,7 +337,10 @@ impl QemuVm {
         let fail = |vm: &QemuVm, why: String| {
             vm.kill();
             vm.cleanup();
-            let log = tail(&crate::bwrap::backend_log(&vm.dir), 2048);
+            let log = crate::instance_dir::tail_server_file(
+                &crate::instance_dir::backend_log(&vm.dir),
+                2048,
+            );
             VmError::Engine(format!("{why}; console: {log}"))
         };
         // Until the guest listens, user-mode networking accepts and then drops each
@@ -378,6 +381,7 @@ impl QemuVm {
         let record = Record {
             id: self.id.clone(),
             server_pid: std::process::id(),
+            server_start: start_time(std::process::id() as i32).unwrap_or(0),
             processes: vec![(self.pid, start_time(self.pid).unwrap_or(0))],
             cgroups: Vec::new(),
             lost: false,

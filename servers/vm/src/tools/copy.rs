@@ -272,6 +272,14 @@ async fn copy_out(
         return Ok(tree_reply(id, &p.guest_path, h, &out));
     }
     let size = answer.size.unwrap_or(0);
+    // The size is the instance's word: held against what was asked before anything is
+    // allocated or written.
+    if size > limit {
+        return Err(ToolError::internal(format!(
+            "instance {id} announced {size} bytes for {}, more than the {limit} it was asked for at most; nothing was written",
+            p.guest_path
+        )));
+    }
     let mut bytes = Vec::with_capacity(size as usize);
     (&mut read)
         .take(size)

@@ -116,6 +116,17 @@ pub async fn receive_dir<R: tokio::io::AsyncBufRead + Unpin>(
     let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
     let mut skipped_links = 0;
     loop {
+        // The entries are the instance's to choose: their number is bounded like their bytes.
+        if dirs.len() + files.len() + skipped_links as usize > tree::MAX_ENTRIES {
+            return Err(ToolError::new(
+                ErrorCode::OutputTooLarge,
+                format!(
+                    "guest_path: the directory holds more than {} entries",
+                    tree::MAX_ENTRIES
+                ),
+            )
+            .with_detail(json!({ "field": "guest_path" })));
+        }
         match tree::next(read, &mut budget).await {
             Ok(Some((entry, rel, bytes))) => match entry.kind {
                 Kind::Dir => dirs.push(rel),

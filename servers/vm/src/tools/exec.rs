@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
+use crate::instance_dir;
 use crate::proto::{self, ExecRequest, ExitStatus, Frame, Request};
 use crate::tools::validate;
 use crate::{Caller, VmState};
@@ -150,11 +151,12 @@ pub async fn run(
     let background = p.background.unwrap_or(false);
     let (id, sandbox, _busy) = state.sandbox(&p.instance, !background, &caller)?;
     let seq = next_job_seq(&state, &id);
-    let logs = crate::bwrap::logs_dir(sandbox.dir());
     let job = background.then(|| format!("j{seq}"));
+    // A job's log is the agent's (in the instance's control directory); a foreground exec's
+    // is the server's own, where the instance cannot plant anything.
     let log_path = match &job {
-        Some(j) => logs.join(format!("job-{j}.log")),
-        None => logs.join(format!("exec-{seq}.log")),
+        Some(j) => instance_dir::guest_logs_dir(sandbox.dir()).join(format!("job-{j}.log")),
+        None => instance_dir::exec_log(sandbox.dir(), seq),
     };
     let shown = crate::instance::shown(&state.root, &log_path);
     let req = Request::Exec(ExecRequest {
@@ -246,7 +248,7 @@ impl Capture {
         Self {
             stdout: HeadTail::new(cap),
             stderr: HeadTail::new(cap),
-            log: std::fs::File::create(log_path).ok(),
+            log: instance_dir::create_server_file(log_path).ok(),
             logged: 0,
         }
     }

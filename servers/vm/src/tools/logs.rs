@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::instance_dir;
 use crate::tools::validate;
 use crate::{Caller, VmState};
 
@@ -70,19 +71,26 @@ pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<
         engine.sync_logs().await;
     }
     let source = p.source.unwrap_or_else(|| "main".into());
-    let logs = crate::bwrap::logs_dir(&dir);
-    let (path, exit_file) = match source.as_str() {
-        "main" => (logs.join("main.log"), Some(logs.join("main.exit"))),
-        "backend" => (crate::bwrap::backend_log(&dir), None),
+    // The agent's logs (main, jobs) live where the instance can write: opened as untrusted.
+    // Backend and exec logs are the server's own.
+    let (opened, exit_name) = match source.as_str() {
+        "main" => (
+            instance_dir::open_guest_log(&dir, "main.log"),
+            Some("main.exit".to_string()),
+        ),
+        "backend" => (open_server_log(&instance_dir::backend_log(&dir)), None),
         s => {
             let (kind, n) = s.split_once(':').unwrap_or(("", ""));
             let ok = !n.is_empty() && n.len() <= 24 && n.bytes().all(|b| b.is_ascii_alphanumeric());
             match (kind, ok) {
                 ("job", true) => (
-                    logs.join(format!("job-{n}.log")),
-                    Some(logs.join(format!("job-{n}.exit"))),
+                    instance_dir::open_guest_log(&dir, &format!("job-{n}.log")),
+                    Some(format!("job-{n}.exit")),
                 ),
-                ("exec", true) => (logs.join(format!("exec-{n}.log")), None),
+                ("exec", true) => match n.parse::<u64>() {
+                    Ok(seq) => (open_server_log(&instance_dir::exec_log(&dir, seq)), None),
+                    Err(_) => (Err(std::io::ErrorKind::NotFound.into()), None),
+                },
                 _ => {
                     return Err(ToolError::invalid_field(
                         "source",
@@ -92,8 +100,7 @@ pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<
             }
         }
     };
-    // The log lives in a directory the instance can write: open it without following links.
-    let file = open_nofollow(&path).map_err(|e| {
+    let file = opened.map_err(|e| {
         if e.kind() == std::io::ErrorKind::NotFound {
             ToolError::new(
                 ErrorCode::NotFound,
@@ -117,8 +124,8 @@ pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<
         .read_at(&mut buf, offset)
         .map_err(|e| ToolError::io(&source, &e))?;
     buf.truncate(got);
-    let exit = exit_file
-        .and_then(|f| std::fs::read(f).ok())
+    let exit = exit_name
+        .and_then(|f| instance_dir::read_guest_log(&dir, &f, 4096).ok())
         .and_then(|b| serde_json::from_slice::<crate::proto::ExitStatus>(&b).ok());
     let running = source.starts_with("job:").then_some(exit.is_none());
     let next = offset + got as u64;
@@ -145,24 +152,9 @@ pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<
     ))
 }
 
-fn open_nofollow(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    use std::os::unix::fs::OpenOptionsExt;
-    let f = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc_nofollow() | libc_nonblock())
-        .open(path)?;
-    if !f.metadata()?.is_file() {
-        return Err(std::io::Error::new(
-            std::io::ErrorKind::InvalidData,
-            "not a regular file",
-        ));
-    }
-    Ok(f)
-}
-
-fn libc_nofollow() -> i32 {
-    kitbag_shared::rustix::fs::OFlags::NOFOLLOW.bits() as i32
-}
-fn libc_nonblock() -> i32 {
-    kitbag_shared::rustix::fs::OFlags::NONBLOCK.bits() as i32
+/// One of the server's own logs (never visible inside an instance); a link is still refused.
+fn open_server_log(path: &std::path::Path) -> std::io::Result<std::fs::File> {
+    let parent = path.parent().unwrap_or(std::path::Path::new("/"));
+    let name = path.file_name().unwrap_or_default();
+    instance_dir::open_untrusted(parent, std::path::Path::new(name))
 }

@@ -561,7 +561,7 @@ fn logs(inner: Arc<Inner>, pod: &Value, q: &Query) -> ApiResult<Resp> {
             "container \"{c}\" in pod \"{name}\" is waiting to start: ContainerCreating"
         ))
     })?;
-    let path = kitbag_vm::bwrap::logs_dir(&dir).join("main.log");
+    let path = kitbag_vm::instance_dir::guest_logs_dir(&dir).join("main.log");
     let mut text = std::fs::read(&path).unwrap_or_default();
     if let Some(n) = q_get(q, "tailLines").and_then(|n| n.parse::<usize>().ok()) {
         let lines: Vec<&[u8]> = text.split_inclusive(|b| *b == b'\n').collect();

@@ -63,7 +63,7 @@ pub fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Check
         _ => "host".into(),
     });
     let rootfs = check_image(state, backend, &image)?;
-    let mounts = check_mounts(ctx, p.mounts.unwrap_or_default())?;
+    let mounts = check_mounts(ctx, &state.state_dir, p.mounts.unwrap_or_default())?;
     let ports = p.ports.unwrap_or_default();
     for (i, port) in ports.iter().enumerate() {
         validate::range(&format!("ports[{i}]"), *port, 1, 65535)?;
@@ -266,8 +266,13 @@ fn check_image(state: &VmState, backend: Backend, image: &str) -> ToolResult<Opt
 }
 
 /// Each mount resolved through the root policy and held by its inode, so a link swapped in
-/// later is caught when the instance starts.
-fn check_mounts(ctx: &CallCtx, params: Vec<MountParam>) -> ToolResult<Vec<Mount>> {
+/// later is caught when the instance starts. Nothing inside the state directory is mounted
+/// (a mount that holds it gets it covered: see `bwrap::state_cover`).
+fn check_mounts(
+    ctx: &CallCtx,
+    state_dir: &std::path::Path,
+    params: Vec<MountParam>,
+) -> ToolResult<Vec<Mount>> {
     let mut mounts = Vec::new();
     for (i, m) in params.into_iter().enumerate() {
         let field = format!("mounts[{i}].host");
@@ -295,6 +300,16 @@ fn check_mounts(ctx: &CallCtx, params: Vec<MountParam>) -> ToolResult<Vec<Mount>
         }
         let access = if rw { Access::Write } else { Access::Read };
         let resolved = ctx.policy().resolve(&m.host, &field, access)?;
+        if resolved.abs.starts_with(state_dir) {
+            return Err(ToolError::new(
+                ErrorCode::CapabilityDenied,
+                format!(
+                    "{field}: {} is inside kitbag-vm's state directory (every instance's files and sockets); it is never mounted into an instance",
+                    m.host
+                ),
+            )
+            .with_detail(json!({ "field": field })));
+        }
         // Bound through a descriptor: a link swapped in after the check changes nothing.
         let fd = ctx
             .policy()

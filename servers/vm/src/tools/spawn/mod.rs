@@ -298,8 +298,12 @@ fn reserve(state: &VmState, c: &check::Checked, caller: &Caller) -> ToolResult<S
         )
         .with_detail(json!({ "field": "network" })));
     }
+    // Names are unique among what the caller sees: a guest learns nothing of its siblings
+    // (not even that a name is taken).
     if let Some(n) = &c.name
-        && let Some(other) = map.values().find(|i| i.name.as_deref() == Some(n))
+        && let Some(other) = map
+            .values()
+            .find(|i| i.name.as_deref() == Some(n) && crate::visible(&map, &i.id, caller))
     {
         return Err(ToolError::new(
             ErrorCode::InstanceExists,

@@ -191,7 +191,13 @@ pub async fn wait_ready(
     ctx: &CallCtx,
 ) -> ToolResult<()> {
     let deadline = Instant::now() + timeout;
-    let log = crate::bwrap::logs_dir(sandbox.dir()).join("main.log");
+    // The main command's log is the instance's to replace: read as untrusted, bounded.
+    let dir = sandbox.dir().to_path_buf();
+    let log_text = || {
+        let bytes = crate::instance_dir::read_guest_log(&dir, "main.log", 8 << 20);
+        String::from_utf8_lossy(&bytes.unwrap_or_default()).into_owned()
+    };
+    let log_tail = || crate::instance_dir::tail_guest_log(&dir, "main.log", 2048);
     loop {
         if re.is_some() {
             sandbox.sync_logs().await;
@@ -201,9 +207,7 @@ pub async fn wait_ready(
             None => true,
         };
         let log_ok = match re {
-            Some(re) => re.is_match(&String::from_utf8_lossy(
-                &std::fs::read(&log).unwrap_or_default(),
-            )),
+            Some(re) => re.is_match(&log_text()),
             None => true,
         };
         if port_ok && log_ok {
@@ -215,7 +219,7 @@ pub async fn wait_ready(
                 format!(
                     "the main command ended (exit code {}) before the instance was ready: {}",
                     exit.code,
-                    crate::bwrap::tail(&log, 2048)
+                    log_tail()
                 ),
             ));
         }
@@ -230,7 +234,7 @@ pub async fn wait_ready(
                         (Some(p), _) => format!("nothing accepted on guest port {p}"),
                         _ => "the log did not match".to_string(),
                     },
-                    crate::bwrap::tail(&log, 2048)
+                    log_tail()
                 ),
             ));
         }

@@ -1,0 +1,131 @@
+//! The server's line to an agent whose socket lives in a directory the instance can write
+//! (a sandbox's or a container's control directory, `/run/kitbag` inside).
+//!
+//! From inside, the instance can rename `agent.sock`, put a link or a FIFO in its place, or
+//! bind a listener of its own there — and then read every request (argv, environment, stdin,
+//! files copied in) and forge every answer. So the socket is opened through the directory's
+//! descriptor without following links and must be a socket, and then the process at the
+//! other end must be the agent: `SO_PEERCRED` names the process that bound the listener, and
+//! it must be the one that answered first — before anything of the instance's ran — with the
+//! same start time (a pid reused later is someone else). The agent makes itself non-dumpable,
+//! so no other process of the instance can take its listening socket (`pidfd_getfd`, ptrace
+//! and `/proc/<pid>/fd` need `CAP_SYS_PTRACE`, which no process in a sandbox has).
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::Path;
+use std::sync::OnceLock;
+
+use kitbag_shared::rustix::fs::{FileType, Mode, OFlags, fstat, openat};
+use tokio::net::UnixStream;
+
+use crate::bwrap::start_time;
+use crate::error::{VmError, VmResult};
+use crate::proto::{AGENT_SOCKET, Stream};
+
+/// Who may answer on an instance's agent socket.
+#[derive(Debug, Default)]
+pub struct AgentPeer {
+    /// (host pid, start time) of the agent, learned on first contact.
+    known: OnceLock<(i32, u64)>,
+    /// The agent's parent as the host sees it (a sandbox's first process), when the engine
+    /// knows it: first contact must come from its child (or itself).
+    parent: Option<i32>,
+}
+
+impl AgentPeer {
+    /// An agent started as a child of `parent` (a host pid), when known.
+    pub fn new(parent: Option<i32>) -> Self {
+        AgentPeer {
+            known: OnceLock::new(),
+            parent,
+        }
+    }
+
+    /// The agent's host pid, once it answered.
+    pub fn pid(&self) -> Option<i32> {
+        self.known.get().map(|(pid, _)| *pid)
+    }
+
+    /// Whether the listener behind `stream` is the agent's.
+    pub fn check(&self, stream: &UnixStream) -> std::io::Result<()> {
+        let refused = |why: String| {
+            std::io::Error::new(
+                std::io::ErrorKind::PermissionDenied,
+                format!("not the instance's agent on its socket: {why}; refusing to talk to it"),
+            )
+        };
+        let cred = stream.peer_cred()?;
+        // A pid the kernel cannot show us (another pid namespace): an engine without a
+        // parent to check (a container of a remote engine) takes the socket's word; a
+        // sandbox of ours never does.
+        let Some(pid) = cred.pid().filter(|p| *p > 0) else {
+            return match self.parent {
+                None => Ok(()),
+                Some(_) => Err(refused("its pid is not visible here".into())),
+            };
+        };
+        let started = start_time(pid).ok_or_else(|| refused(format!("pid {pid} is gone")))?;
+        if let Some(&(agent, agent_start)) = self.known.get() {
+            return if (agent, agent_start) == (pid, started) {
+                Ok(())
+            } else {
+                Err(refused(format!(
+                    "the listener is pid {pid}, the agent is pid {agent} (was agent.sock replaced from inside?)"
+                )))
+            };
+        }
+        if let Some(parent) = self.parent
+            && pid != parent
+            && parent_of(pid) != Some(parent)
+        {
+            return Err(refused(format!(
+                "pid {pid} is not a child of the sandbox's first process {parent}"
+            )));
+        }
+        let _ = self.known.set((pid, started));
+        Ok(())
+    }
+}
+
+/// `/proc/<pid>/stat`'s parent pid (field 4).
+fn parent_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let after = stat.rsplit_once(')')?.1;
+    after.split_whitespace().nth(1)?.parse().ok()
+}
+
+/// A connection to the agent socket in a control directory held open by descriptor: the
+/// socket is opened without following links, must be a socket, and its listener must be
+/// the agent (see [`AgentPeer`]).
+pub async fn connect_agent(ctl_fd: &OwnedFd, peer: &AgentPeer) -> std::io::Result<Stream> {
+    let fd = openat(
+        ctl_fd,
+        AGENT_SOCKET,
+        OFlags::PATH | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )?;
+    let st = fstat(&fd)?;
+    if FileType::from_raw_mode(st.st_mode as _) != FileType::Socket {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::PermissionDenied,
+            "the agent socket was replaced by something else",
+        ));
+    }
+    let path = format!("/proc/self/fd/{}", fd.as_raw_fd());
+    let stream = UnixStream::connect(&path).await;
+    drop(fd);
+    let stream = stream?;
+    peer.check(&stream)?;
+    Ok(Box::new(stream))
+}
+
+/// The control directory, opened once by descriptor (the agent socket is reached through it).
+pub fn open_ctl(ctl: &Path) -> VmResult<OwnedFd> {
+    openat(
+        kitbag_shared::rustix::fs::CWD,
+        ctl,
+        OFlags::PATH | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC,
+        Mode::empty(),
+    )
+    .map_err(|e| VmError::io(ctl.display(), e.into()))
+}
