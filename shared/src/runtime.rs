@@ -28,6 +28,9 @@ pub fn unblock_shutdown_signals() {
     let _ = pthread_sigmask(SigmaskHow::SIG_UNBLOCK, Some(&set), None);
 }
 
+/// How long blocking work may still run once a server's body returned.
+pub const EXIT_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// Which tokio runtime a binary runs on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Threads {
@@ -51,9 +54,12 @@ where
     .build()?;
     let result = runtime.block_on(body());
     // Dropping the runtime would wait for every blocking task — among them a read of stdin
-    // that only ends when the client closes it: a server told to stop by SIGTERM while its
-    // client keeps stdin open would never exit. What is left is abandoned; the process ends.
-    runtime.shutdown_timeout(std::time::Duration::from_secs(1));
+    // that only ends when the client closes it (on a socket or a tty stdin is read blocking,
+    // as Claude Code's stdio is a Unix socket): a server told to stop by SIGTERM while its
+    // client keeps stdin open would never exit. What is left after a short grace is
+    // abandoned; the process ends. The grace is short because a client gives a server about
+    // 500 ms between SIGTERM and SIGKILL.
+    runtime.shutdown_timeout(EXIT_GRACE);
     result
 }
 

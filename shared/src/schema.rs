@@ -50,17 +50,45 @@ pub fn input_schema<P: JsonSchema + 'static>() -> Result<JsonObject, NotAnObject
     drop_optional_nulls(&mut schema);
     inline_defs(&mut schema);
     split_type_lists(&mut schema);
+    // A tool that takes nothing still lists its (empty) properties: LangChain's converter
+    // reads `properties` of every tool and raised KeyError on one without.
+    if let Value::Object(root) = &mut schema {
+        root.entry("properties")
+            .or_insert_with(|| Value::Object(Map::new()));
+    }
     Ok(into_object(schema))
 }
 
+/// A result type with a top-level field named `error`: clients that validate
+/// `structuredContent` hold that field against kitbag's error object (the Python SDK refused
+/// every successful `instance_spawn` over an `error: null`). A programming error, found when
+/// the tool is registered.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "the result type has a top-level field named `error`, which clients read as the error object; rename it"
+)]
+pub struct ErrorFieldClash;
+
 /// The output schema of a result type, cleaned, and admitting kitbag's error object.
-pub fn output_schema<O: JsonSchema + 'static>() -> JsonObject {
+pub fn output_schema<O: JsonSchema + 'static>() -> Result<JsonObject, ErrorFieldClash> {
     let generated = rmcp::handler::server::common::schema_for_output::<O>();
     let mut schema = Value::Object(std::sync::Arc::unwrap_or_clone(generated));
     clean(&mut schema);
     split_type_lists(&mut schema);
+    if schema["properties"].get("error").is_some() {
+        return Err(ErrorFieldClash);
+    }
     admit_error(&mut schema);
-    into_object(schema)
+    Ok(into_object(schema))
+}
+
+/// [`output_schema`] for a tool being registered: a clash is a programming error, reported
+/// with the tool's name.
+pub fn output_schema_for<O: JsonSchema + 'static>(tool: &str) -> JsonObject {
+    match output_schema::<O>() {
+        Ok(s) => s,
+        Err(e) => panic!("tool {tool}: {e}"),
+    }
 }
 
 /// What `structuredContent` holds when a call fails (see `error::ToolError`).
@@ -435,6 +463,27 @@ mod tests {
     use serde::{Deserialize, Serialize};
 
     #[derive(Deserialize, JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct Nothing {}
+
+    #[derive(Serialize, JsonSchema)]
+    struct Clashing {
+        error: Option<String>,
+    }
+
+    #[test]
+    fn a_tool_without_params_lists_empty_properties() {
+        let s = input_schema::<Nothing>().expect("object");
+        assert_eq!(s["type"], "object");
+        assert_eq!(s["properties"], json!({}));
+    }
+
+    #[test]
+    fn a_result_field_named_error_is_refused() {
+        assert!(output_schema::<Clashing>().is_err());
+    }
+
+    #[derive(Deserialize, JsonSchema)]
     #[allow(dead_code)]
     struct Edit {
         old: String,
@@ -574,7 +623,7 @@ mod tests {
 
     #[test]
     fn outputs_have_object_properties_and_admit_errors() {
-        let s = Value::Object(output_schema::<Out>());
+        let s = Value::Object(output_schema::<Out>().expect("no clash"));
         assert_eq!(s["type"], "object");
         assert!(
             s["properties"]["data"].is_object(),

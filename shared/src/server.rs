@@ -273,7 +273,7 @@ impl<S: Send + Sync + 'static> ToolRouter<S> {
             Ok(s) => s,
             Err(e) => panic!("tool {}: {e}", def.name),
         };
-        let output = crate::schema::output_schema::<O>();
+        let output = crate::schema::output_schema_for::<O>(def.name);
         assert_eq!(
             output.get("type"),
             Some(&json!("object")),

@@ -79,6 +79,10 @@ pub struct McpClient {
     pub opened: Value,
     pub timeout: Duration,
     capabilities: Value,
+    /// Hold every `structuredContent` against its tool's `outputSchema` (on by default, as
+    /// validating clients do); the schemas come from `tools/list`, listed once if needed.
+    pub validate: bool,
+    output_schemas: HashMap<String, Option<jsonschema::Validator>>,
 }
 
 impl McpClient {
@@ -185,6 +189,8 @@ impl McpClient {
             } else {
                 json!({})
             },
+            validate: true,
+            output_schemas: HashMap::new(),
         };
         client.open();
         client
@@ -288,19 +294,80 @@ impl McpClient {
         self.send(&json!({"jsonrpc": "2.0", "method": method, "params": params}));
     }
 
-    /// `tools/list` → the array of tool definitions.
+    /// `tools/list` → the array of tool definitions (every page). Their output schemas are
+    /// kept to validate later results.
     pub fn list_tools(&mut self) -> Vec<Value> {
-        let r = self.request("tools/list", json!({}));
-        r["result"]["tools"]
-            .as_array()
-            .unwrap_or_else(|| panic!("tools/list failed: {r}"))
-            .clone()
+        let mut tools = Vec::new();
+        let mut params = json!({});
+        loop {
+            let r = self.request("tools/list", params);
+            let page = r["result"]["tools"]
+                .as_array()
+                .unwrap_or_else(|| panic!("tools/list failed: {r}"));
+            tools.extend(page.iter().cloned());
+            match r["result"]["nextCursor"].as_str() {
+                Some(c) if !c.is_empty() => params = json!({"cursor": c}),
+                _ => break,
+            }
+        }
+        self.keep_schemas(&tools);
+        tools
     }
 
-    /// `tools/call`; panics on a JSON-RPC error (use [`Self::request`] to test those).
+    fn keep_schemas(&mut self, tools: &[Value]) {
+        for t in tools {
+            let Some(name) = t["name"].as_str() else {
+                continue;
+            };
+            let validator = t.get("outputSchema").map(|s| {
+                jsonschema::draft202012::new(s)
+                    .unwrap_or_else(|e| panic!("{name}: its outputSchema does not compile: {e}"))
+            });
+            self.output_schemas.insert(name.to_string(), validator);
+        }
+    }
+
+    /// Hold a result against its tool's outputSchema, as the Python and TypeScript SDKs do:
+    /// a tool with an outputSchema must answer a success with `structuredContent`, and any
+    /// `structuredContent` (success or error) must validate.
+    fn check_output(&mut self, name: &str, call: &ToolCall) {
+        if !self.validate || call.raw.is_null() {
+            return;
+        }
+        if !self.output_schemas.contains_key(name) {
+            self.list_tools();
+            // Not listed (a hidden or unknown tool): nothing to hold it against.
+            self.output_schemas.entry(name.to_string()).or_insert(None);
+        }
+        let Some(Some(validator)) = self.output_schemas.get(name) else {
+            return;
+        };
+        if call.structured.is_null() {
+            assert!(
+                call.is_error,
+                "{name}: a success without structuredContent, though the tool has an outputSchema: {}",
+                call.raw
+            );
+            return;
+        }
+        let problems: Vec<String> = validator
+            .iter_errors(&call.structured)
+            .map(|e| format!("{} at {}", e, e.instance_path()))
+            .collect();
+        assert!(
+            problems.is_empty(),
+            "{name}: structuredContent does not match the tool's outputSchema (a validating client would refuse it): {problems:#?}\nresult: {}",
+            call.raw
+        );
+    }
+
+    /// `tools/call`; panics on a JSON-RPC error (use [`Self::request`] to test those), and when
+    /// the result does not match the tool's outputSchema.
     pub fn call(&mut self, name: &str, args: Value) -> ToolCall {
         let r = self.request("tools/call", json!({"name": name, "arguments": args}));
-        Self::to_tool_call(r)
+        let call = Self::to_tool_call(r);
+        self.check_output(name, &call);
+        call
     }
 
     /// `tools/call` that must succeed; panics with the tool, its arguments and the answer.
@@ -333,7 +400,9 @@ impl McpClient {
             "tools/call",
             json!({"name": name, "arguments": args, "_meta": {"progressToken": token}}),
         );
-        Self::to_tool_call(r)
+        let call = Self::to_tool_call(r);
+        self.check_output(name, &call);
+        call
     }
 
     pub fn to_tool_call(mut r: Value) -> ToolCall {

@@ -89,14 +89,14 @@ pub fn tools() -> Vec<Tool> {
             "Find tools by what they do: words matched against every available tool's name and description, best first. Then get a tool's arguments with tool_schema and run it with tool_call.\nExample: {\"query\": \"search text in files\"}",
             schema(kitbag_shared::schema::input_schema::<SearchParams>()),
         )
-        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema::<SearchResult>()))
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<SearchResult>("tool_search")))
         .with_annotations(read("Search tools")),
         Tool::new(
             SCHEMA_TOOL,
             "Show one tool's full description and argument schema, before calling it with tool_call.\nExample: {\"name\": \"file_read\"}",
             schema(kitbag_shared::schema::input_schema::<SchemaParams>()),
         )
-        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema::<SchemaResult>()))
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<SchemaResult>("tool_schema")))
         .with_annotations(read("Tool schema")),
         Tool::new(
             CALL_TOOL,

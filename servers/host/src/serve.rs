@@ -168,7 +168,7 @@ impl HostServer {
             "Report every server the host runs: state (ready, restarting, failed), pid, uptime, restarts, tool count and last error, plus tool-name collisions.",
             input,
         )
-        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema::<StatusResult>()))
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<StatusResult>("host_status")))
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
     }
 
@@ -277,7 +277,7 @@ impl HostServer {
             "Re-read the host's configuration (the --config file, else agent.json) and apply it without dropping this connection: new and changed servers start and take every new call, unchanged ones keep running, and removed or changed ones stop once the calls they are answering finish (at most 5 s). A config that cannot be read changes nothing. Edit the config file first, then call this. SIGHUP does the same.",
             input,
         )
-        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema::<crate::hub::ReloadReport>()))
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<crate::hub::ReloadReport>("host_reload")))
         .with_annotations(rmcp::model::ToolAnnotations::with_title("Reload host config").read_only(false).destructive(false).idempotent(true).open_world(false))
     }
 

@@ -108,3 +108,104 @@ fn servers_started_with_blocked_signals_still_stop_on_sigint() {
         }
     }
 }
+
+/// Claude Code gives its stdio servers a Unix socket, not pipes, and SIGKILLs a server that
+/// is not gone about 500 ms after SIGTERM. On a socket stdin is read by a blocking thread the
+/// runtime used to wait 1 s for; every binary must exit well inside the client's patience,
+/// its children first.
+#[test]
+fn servers_on_socket_stdio_exit_soon_after_sigterm() {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    if std::process::Command::new("python3")
+        .arg("-V")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "python3 missing"
+        );
+        eprintln!("SKIPPED: python3 is needed to start a server with a blocked mask");
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let mut cases: Vec<(std::path::PathBuf, Vec<&str>)> = vec![
+        (bin().to_path_buf(), vec!["server", "files"]),
+        (bin().to_path_buf(), vec!["serve"]),
+    ];
+    for single in ["kitbag-files", "kitbag-shell", "kitbag-vm"] {
+        let p = sibling_binary(single);
+        if p.exists() {
+            cases.push((p, vec![]));
+        }
+    }
+    for (program, args) in cases {
+        let what = format!("{} {}", program.display(), args.join(" "));
+        let (ours, theirs) = UnixStream::pair().expect("socketpair");
+        let mut wrapper = std::process::Command::new("python3");
+        wrapper
+            .arg("-c")
+            .arg(
+                "import os, signal, sys\n\
+                 signal.pthread_sigmask(signal.SIG_BLOCK, [signal.SIGINT, signal.SIGTERM, signal.SIGCHLD])\n\
+                 os.execv(sys.argv[1], sys.argv[1:])",
+            )
+            .arg(&program)
+            .args(&args)
+            .current_dir(d.path())
+            .stdin(std::process::Stdio::from(std::os::fd::OwnedFd::from(
+                theirs.try_clone().expect("clone"),
+            )))
+            .stdout(std::process::Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+        let mut child = wrapper.spawn().expect("spawn");
+        let mut writer = ours.try_clone().expect("clone");
+        ours.set_read_timeout(Some(Duration::from_secs(30)))
+            .expect("timeout");
+        let mut reader = BufReader::new(ours);
+        writeln!(
+            writer,
+            r#"{{"jsonrpc":"2.0","id":1,"method":"initialize","params":{{"protocolVersion":"2025-06-18","capabilities":{{}},"clientInfo":{{"name":"socket-test","version":"1"}}}}}}"#
+        )
+        .expect("write");
+        let mut line = String::new();
+        reader.read_line(&mut line).expect("initialize answered");
+        assert!(line.contains("\"result\""), "{what}: {line}");
+        writeln!(
+            writer,
+            r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+        )
+        .expect("write");
+        writeln!(writer, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).expect("write");
+        line.clear();
+        reader.read_line(&mut line).expect("tools/list answered");
+        let pid = child.id();
+        let children = child_pids(pid);
+        let asked = Instant::now();
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &pid.to_string()])
+            .status();
+        let status = loop {
+            if let Some(s) = child.try_wait().expect("wait") {
+                break s;
+            }
+            assert!(
+                asked.elapsed() < Duration::from_secs(5),
+                "{what}: still running 5 s after SIGTERM"
+            );
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        let took = asked.elapsed();
+        assert!(
+            took < Duration::from_millis(500),
+            "{what}: took {took:?} to exit on socket stdio (status {status}); a client SIGKILLs it at ~500 ms"
+        );
+        for c in children {
+            assert!(
+                wait_gone(c, Duration::from_secs(3)),
+                "{what}: child {c} outlived it"
+            );
+        }
+        drop(writer);
+    }
+}

@@ -25,7 +25,7 @@ pub enum State {
     Stopped,
     /// The main command ended by itself (`exit`).
     Exited,
-    /// It never came up (`error`).
+    /// It never came up (`failure`).
     Failed,
     /// A server that ran it ended without stopping it; the next server cleaned up after it.
     Lost,
@@ -236,7 +236,7 @@ impl Instance {
             started_at: self.started_at.map(rfc3339),
             ended_at: self.ended_at.map(rfc3339),
             exit: self.exit,
-            error: self.error.clone(),
+            failure: self.error.clone(),
             stop_reason: self.stop_reason.clone(),
             command: self.command.clone(),
             cwd: self.cwd.clone(),
@@ -352,8 +352,9 @@ pub struct InstanceInfo {
     pub ended_at: Option<String>,
     /// How the main command (or the instance) ended.
     pub exit: Option<ExitStatus>,
-    /// Why it failed or was lost.
-    pub error: Option<String>,
+    /// Why it failed or was lost. Not `error`: that name is the error object every result
+    /// may carry instead of its fields, and a validating client would hold this against it.
+    pub failure: Option<String>,
     /// Why it was stopped: `request`, `ttl`, `idle`, `server_exit`.
     pub stop_reason: Option<String>,
     /// The main command; null for an idle environment driven by instance_exec.

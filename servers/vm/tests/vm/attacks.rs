@@ -327,7 +327,7 @@ fn a_forged_record_kills_nothing() {
         .structured;
     let inst = &l["instances"][0];
     assert_eq!(inst["state"], "lost", "{l}");
-    let why = inst["error"].as_str().unwrap_or_default();
+    let why = inst["failure"].as_str().unwrap_or_default();
     assert!(why.contains("left alone"), "{why}");
     std::thread::sleep(Duration::from_millis(300));
     assert!(process_alive(pid as u32), "the sweep killed a host process");
