@@ -201,6 +201,9 @@ impl Front {
     }
 
     async fn answer(&self, request: Request<Incoming>, peer: Peer) -> HttpResponse {
+        if let Err(refusal) = guard::check_framing(request.uri(), request.headers()) {
+            return self.refuse(refusal);
+        }
         let path = request.uri().path();
         let oauth = self.auth.oauth.as_ref();
         match path {
@@ -334,7 +337,14 @@ impl Front {
         if let Some(trace) = trace {
             parts.extensions.insert(trace);
         }
-        let response = (self.mcp)(Request::from_parts(parts, Full::new(body))).await;
+        let json_body = parts.method == Method::POST && json_content(&parts.headers);
+        let response = (self.mcp)(Request::from_parts(parts, Full::new(body.clone()))).await;
+        // rmcp answers a JSON body it cannot read as a message 415, as if the media type were
+        // wrong: what is wrong is the JSON, and JSON-RPC has a code for it.
+        if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+            self.metrics.refusal("bad_request");
+            return (not_a_message(&body), None);
+        }
         if let Some((keys, capabilities)) = initialize {
             let response =
                 seal::issue_on_initialize(keys, response, principal.as_ref(), capabilities).await;
@@ -368,6 +378,7 @@ impl Front {
     /// The answer to a refused request, with the challenge RFC 6750 / RFC 9728 ask for.
     fn refuse(&self, refusal: Refusal) -> HttpResponse {
         self.metrics.refusal(match &refusal {
+            Refusal::BadRequest(_) => "bad_request",
             Refusal::Forbidden(_) => "forbidden",
             Refusal::Unavailable(_) => "unavailable",
             Refusal::Unauthorized { .. } => "unauthorized",
@@ -380,6 +391,7 @@ impl Front {
             .map(|rs| format!(", resource_metadata=\"{}\"", rs.metadata_url))
             .unwrap_or_default();
         let (status, challenge, body) = match refusal {
+            Refusal::BadRequest(why) => return text(StatusCode::BAD_REQUEST, why),
             Refusal::Forbidden(why) => return text(StatusCode::FORBIDDEN, why),
             Refusal::Unavailable(why) => {
                 let mut response = text(
@@ -487,10 +499,7 @@ fn plain_post(headers: &HeaderMap) -> bool {
     if headers.contains_key(SESSION_HEADER) {
         return false;
     }
-    let json_body = headers
-        .get(CONTENT_TYPE)
-        .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| essence(v).eq_ignore_ascii_case("application/json"));
+    let json_body = json_content(headers);
     let (mut json, mut sse) = (false, false);
     for value in headers
         .get_all(ACCEPT)
@@ -515,6 +524,36 @@ fn plain_post(headers: &HeaderMap) -> bool {
 
 fn essence(media_type: &str) -> &str {
     media_type.split(';').next().unwrap_or("").trim()
+}
+
+fn json_content(headers: &HeaderMap) -> bool {
+    headers
+        .get(CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| essence(v).eq_ignore_ascii_case("application/json"))
+}
+
+/// 400 for a JSON body that is no JSON-RPC message: -32700 when it is not JSON at all,
+/// -32600 when it is JSON of another shape (the id unknown either way: null).
+fn not_a_message(body: &[u8]) -> HttpResponse {
+    let (code, message) = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
+        Err(e) => (-32700, format!("Parse error: {e}")),
+        Ok(_) => (
+            -32600,
+            "Invalid Request: not a JSON-RPC request, notification or response".to_owned(),
+        ),
+    };
+    let body = serde_json::json!({
+        "jsonrpc": "2.0",
+        "id": null,
+        "error": {"code": code, "message": message},
+    });
+    let mut response = text(StatusCode::BAD_REQUEST, body.to_string());
+    response.headers_mut().insert(
+        CONTENT_TYPE,
+        http::HeaderValue::from_static("application/json"),
+    );
+    response
 }
 
 fn text(status: StatusCode, body: impl Into<String>) -> HttpResponse {

@@ -44,6 +44,8 @@ pub fn principal_of(extensions: &rmcp::model::Extensions) -> Option<&Principal> 
 /// Why a request was turned away (the HTTP status says which kind).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
+    /// 400: a request no client of ours sends (two `Host` headers, an absolute-form target).
+    BadRequest(String),
     /// 403: a `Host` or `Origin` this server does not answer to.
     Forbidden(String),
     /// 401. `error` is RFC 6750's code (`invalid_token`), absent when no token was sent.

@@ -35,12 +35,14 @@ const OUTCOMES: usize = 15;
 /// The paths requests are counted by.
 const PATHS: [&str; 5] = ["/mcp", "/healthz", "/metrics", "/.well-known", "other"];
 /// Why a request was refused before MCP.
-pub const REASONS: [&str; 5] = [
+pub const REASONS: [&str; 6] = [
     "forbidden",
     "unavailable",
     "unauthorized",
     "insufficient_scope",
     "too_large",
+    // Two `Host` headers, an absolute-form target, a body that is no JSON-RPC message.
+    "bad_request",
 ];
 /// Statuses 100–599 are counted; anything else counts as 599 (none are sent).
 const STATUSES: usize = 500;
