@@ -5,7 +5,8 @@
 //! `--http-sessions`, else stateless; 2026-07-28 always stateless, with its header checks).
 //! In front of it, this module owns what is ours to decide: which paths exist, the
 //! `Host`/`Origin` guard ([`guard`]), who is calling ([`auth`]: the static bearer token or an
-//! OAuth JWT, [`oauth`], [`jwt`]) and the tiers their token grants, the body cap (413),
+//! OAuth JWT, [`oauth`], [`jwt`]) and the tiers their token grants, the body cap (413), the
+//! listener's limits ([`limits`]: connections, bytes in flight, body and idle timeouts),
 //! refusing a non-loopback bind without authentication, and an [`Intercept`] hook through
 //! which the host answers plain tool calls at the byte level, as it does on stdio.
 
@@ -13,6 +14,7 @@ mod args;
 pub mod auth;
 pub mod guard;
 pub mod jwt;
+pub mod limits;
 mod listen;
 pub mod metrics;
 pub mod oauth;
@@ -30,7 +32,7 @@ use futures::future::BoxFuture;
 use http::header::{ACCEPT, CONTENT_LENGTH, CONTENT_TYPE};
 use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
@@ -42,6 +44,7 @@ use tokio_util::sync::CancellationToken;
 pub use args::{HttpArgs, HttpOptions, Listen, Tls};
 pub use auth::{Auth, Principal, principal_of};
 use guard::{Guard, Refusal};
+use limits::{BodyError, Budget, Held};
 use listen::accept_loop;
 
 use crate::tier::Tier;
@@ -144,6 +147,8 @@ where
         auth: options.auth.clone(),
         tier_of,
         max_request_bytes: options.max_request_bytes,
+        limits: options.limits.clone(),
+        budget: Budget::new(options.limits.max_inflight_bytes),
         intercept,
         sealed: options.sealed.clone(),
         draining: std::sync::atomic::AtomicBool::new(false),
@@ -178,6 +183,9 @@ struct Front {
     auth: Auth,
     tier_of: TierOf,
     max_request_bytes: usize,
+    limits: limits::Limits,
+    /// Request-body bytes held now, across all requests.
+    budget: Budget,
     intercept: Option<Arc<dyn Intercept>>,
     sealed: Option<Arc<seal::SessionKeys>>,
     /// SIGTERM came: `/healthz` says 503 while requests are still served.
@@ -248,8 +256,10 @@ impl Front {
         {
             return seal::refusal_response(&refusal);
         }
+        // The body's bytes count against the listener's budget until the answer is made.
+        let mut held = self.budget.hold();
         let body = if parts.method == Method::POST {
-            match self.read_body(&parts.headers, body).await {
+            match self.read_body(&parts.headers, body, &mut held).await {
                 Ok(bytes) => bytes,
                 Err(response) => return response,
             }
@@ -434,33 +444,50 @@ impl Front {
         response
     }
 
-    /// The whole body, or 413 past the cap (checked before reading when announced).
-    async fn read_body(&self, headers: &HeaderMap, body: Incoming) -> Result<Bytes, HttpResponse> {
-        let too_large = || {
-            self.metrics.refusal("too_large");
-            text(
-                StatusCode::PAYLOAD_TOO_LARGE,
-                format!(
-                    "Payload Too Large: a request body may carry at most {} bytes",
-                    self.max_request_bytes
-                ),
-            )
-        };
+    /// The whole body, under the listener's limits: 413 past the cap (checked before reading
+    /// when announced), 503 when the bytes in flight are at their budget, 408 when it does not
+    /// arrive in time (the connection is then closed: its unread rest is not waited for).
+    async fn read_body(
+        &self,
+        headers: &HeaderMap,
+        body: Incoming,
+        held: &mut Held<'_>,
+    ) -> Result<Bytes, HttpResponse> {
         let announced = headers
             .get(CONTENT_LENGTH)
             .and_then(|v| v.to_str().ok())
             .and_then(|v| v.parse::<u64>().ok());
-        if announced.is_some_and(|n| n > self.max_request_bytes as u64) {
-            return Err(too_large());
-        }
-        match Limited::new(body, self.max_request_bytes).collect().await {
-            Ok(collected) => Ok(collected.to_bytes()),
-            Err(e) if e.is::<http_body_util::LengthLimitError>() => Err(too_large()),
-            Err(e) => Err(text(
-                StatusCode::BAD_REQUEST,
-                format!("Bad Request: reading the body failed: {e}"),
-            )),
-        }
+        let read = limits::read_body(
+            body,
+            announced,
+            self.max_request_bytes,
+            self.limits.body_timeout,
+            held,
+        );
+        read.await.map_err(|e| match e {
+            BodyError::TooLarge(_) => {
+                self.metrics.refusal("too_large");
+                text(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!("Payload Too Large: {e}"),
+                )
+            }
+            BodyError::Busy => {
+                self.metrics.refusal("busy");
+                busy(&e.to_string())
+            }
+            BodyError::Timeout(_) => {
+                self.metrics.refusal("body_timeout");
+                let mut response =
+                    text(StatusCode::REQUEST_TIMEOUT, format!("Request Timeout: {e}"));
+                response.headers_mut().insert(
+                    http::header::CONNECTION,
+                    http::HeaderValue::from_static("close"),
+                );
+                response
+            }
+            BodyError::Read(_) => text(StatusCode::BAD_REQUEST, format!("Bad Request: {e}")),
+        })
     }
 }
 
@@ -552,6 +579,25 @@ fn not_a_message(body: &[u8]) -> HttpResponse {
     response.headers_mut().insert(
         CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),
+    );
+    response
+}
+
+/// 503 with `Retry-After`, the connection closed after it: the server is at a limit that
+/// frees up as requests in flight are answered.
+fn busy(why: &str) -> HttpResponse {
+    let mut response = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("Service Unavailable: {why}"),
+    );
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::RETRY_AFTER,
+        limits::BUSY_RETRY_AFTER_SECS.into(),
+    );
+    headers.insert(
+        http::header::CONNECTION,
+        http::HeaderValue::from_static("close"),
     );
     response
 }

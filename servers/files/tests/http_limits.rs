@@ -1,10 +1,16 @@
-//! The HTTP listener refuses what no client of ours sends, each tested as the attack (issue
-//! #42, findings N14, N15), on `kitbag-files --http` over loopback: two `Host` headers, an
-//! absolute-form target, malformed JSON.
+//! The HTTP listener's limits and refusals, each tested as the attack it stops (issue #42,
+//! findings N5, N8, N14, N15), on `kitbag-files --http` over loopback with raw sockets: a body
+//! that stalls, bodies that together pass the in-flight byte budget, connections past the cap,
+//! two `Host` headers, an absolute-form target, malformed JSON. Limits are configured small so
+//! each test takes seconds.
 
+use std::io::{Read, Write};
+use std::net::TcpStream;
 use std::path::Path;
+use std::sync::{Arc, Barrier};
+use std::time::{Duration, Instant};
 
-use kitbag_testkit::http::{Endpoint, HttpServer};
+use kitbag_testkit::http::{Endpoint, HttpConn, HttpServer};
 use serde_json::{Value, json};
 
 fn files() -> &'static Path {
@@ -26,6 +32,223 @@ fn address(server: &HttpServer) -> String {
 
 fn ping(id: u64) -> Value {
     json!({"jsonrpc": "2.0", "id": id, "method": "ping"})
+}
+
+/// A request head for `/mcp` announcing `length` body bytes (the connection closed after the
+/// answer, so reading to the end reads the answer).
+fn head(address: &str, length: usize) -> String {
+    format!(
+        "POST /mcp HTTP/1.1\r\nhost: {address}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\ncontent-length: {length}\r\nconnection: close\r\n\r\n"
+    )
+}
+
+/// Everything the server sends until it closes the connection (or `limit` passes: then
+/// None), while `tick` runs every 200 ms.
+fn read_until_closed(
+    stream: &mut TcpStream,
+    limit: Duration,
+    mut tick: impl FnMut(&mut TcpStream),
+) -> Option<Vec<u8>> {
+    stream
+        .set_read_timeout(Some(Duration::from_millis(200)))
+        .expect("timeout");
+    let started = Instant::now();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 4096];
+    while started.elapsed() < limit {
+        match stream.read(&mut buf) {
+            Ok(0) => return Some(got),
+            Ok(n) => got.extend_from_slice(&buf[..n]),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) =>
+            {
+                tick(stream)
+            }
+            Err(_) => return Some(got), // reset: closed too
+        }
+    }
+    None
+}
+
+fn status_of(response: &[u8]) -> Option<u16> {
+    std::str::from_utf8(response.get(..12)?)
+        .ok()?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Peak resident memory of a process, in bytes.
+fn vm_hwm(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).expect("status");
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .expect("VmHWM")
+        * 1024
+}
+
+/// N5: headers complete, then a body that never comes or comes a byte at a time, is cut
+/// (408) when the body timeout passes; before, the connection stayed open for good.
+#[test]
+fn a_slow_body_is_cut_within_the_body_timeout() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = start(dir.path(), &["--http-body-timeout-secs", "1"]);
+    let at = address(&server);
+    for trickle in [false, true] {
+        let mut s = TcpStream::connect(&at).expect("connect");
+        s.write_all(format!("{}{{", head(&at, 1000)).as_bytes())
+            .expect("head");
+        let started = Instant::now();
+        let answer = read_until_closed(&mut s, Duration::from_secs(15), |s| {
+            if trickle {
+                let _ = s.write_all(b" ");
+            }
+        })
+        .unwrap_or_else(|| panic!("still open after 15 s (trickle: {trickle})"));
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "{:?}",
+            started.elapsed()
+        );
+        assert_eq!(
+            status_of(&answer),
+            Some(408),
+            "{}",
+            String::from_utf8_lossy(&answer)
+        );
+    }
+    // A body sent in time is answered as ever.
+    let r = server.connect().post_mcp(&ping(2), &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// N8: concurrent large bodies past the in-flight byte budget are answered 503 with
+/// `Retry-After` when announced, before they are sent, and the process's peak memory grows
+/// by a bounded amount instead of with every body.
+#[test]
+fn concurrent_large_bodies_past_the_in_flight_budget_get_503_and_memory_stays_bounded() {
+    const BODY: usize = 3 << 20;
+    const CLIENTS: usize = 40;
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = start(
+        dir.path(),
+        &[
+            "--max-request-bytes",
+            "4194304",
+            "--http-max-inflight-bytes",
+            "8388608",
+        ],
+    );
+    let at = address(&server);
+    let pid = server.child.id();
+    assert_eq!(server.connect().post_mcp(&ping(1), &[]).status, 200);
+    let before = vm_hwm(pid);
+
+    // A ping padded to BODY bytes.
+    let prefix = r#"{"jsonrpc":"2.0","id":7,"method":"ping","params":{"pad":""#;
+    let suffix = r#""}}"#;
+    let mut body = prefix.as_bytes().to_vec();
+    body.resize(BODY - suffix.len(), b'x');
+    body.extend_from_slice(suffix.as_bytes());
+    let body = Arc::new(body);
+    // Every client sends its head and all its body but the last byte; then, all together,
+    // the last byte: every admitted body is held by the server at once.
+    let barrier = Arc::new(Barrier::new(CLIENTS));
+    let clients: Vec<_> = (0..CLIENTS)
+        .map(|_| {
+            let (at, body, barrier) = (at.clone(), body.clone(), barrier.clone());
+            std::thread::spawn(move || {
+                let mut s = TcpStream::connect(&at).expect("connect");
+                s.write_all(head(&at, BODY).as_bytes()).expect("head");
+                // A refusal comes at once, from the head alone.
+                s.set_read_timeout(Some(Duration::from_millis(500)))
+                    .expect("timeout");
+                let mut early = vec![0u8; 4096];
+                let refused = match s.read(&mut early) {
+                    Ok(n) if n > 0 => Some(early[..n].to_vec()),
+                    _ => None,
+                };
+                if refused.is_none() {
+                    let _ = s.write_all(&body[..BODY - 1]);
+                }
+                barrier.wait();
+                if let Some(answer) = refused {
+                    return answer;
+                }
+                let _ = s.write_all(&body[BODY - 1..]);
+                read_until_closed(&mut s, Duration::from_secs(30), |_| {}).unwrap_or_default()
+            })
+        })
+        .collect();
+    let answers: Vec<Vec<u8>> = clients
+        .into_iter()
+        .map(|c| c.join().expect("client"))
+        .collect();
+    let after = vm_hwm(pid);
+    let statuses: Vec<Option<u16>> = answers.iter().map(|a| status_of(a)).collect();
+    let busy: Vec<&Vec<u8>> = answers
+        .iter()
+        .filter(|a| status_of(a) == Some(503))
+        .collect();
+    let served = statuses.iter().filter(|s| **s == Some(200)).count();
+    eprintln!(
+        "{CLIENTS} × {BODY} B bodies, budget 8 MiB: {served} served, {} answered 503; VmHWM {} → {} MiB",
+        busy.len(),
+        before >> 20,
+        after >> 20
+    );
+    // 8 MiB holds two 3 MiB bodies.
+    assert!((1..=2).contains(&served), "{statuses:?}");
+    assert_eq!(served + busy.len(), CLIENTS, "{statuses:?}");
+    for answer in busy {
+        let text = String::from_utf8_lossy(answer).to_ascii_lowercase();
+        assert!(text.contains("\r\nretry-after: "), "{text}");
+    }
+    // Each admitted body costs a few times its size on its way through (the read, rmcp's copy,
+    // the parsed message): two of them grew the peak by about 16 MiB here; forty unbounded, by
+    // about 100 MiB.
+    assert!(
+        after.saturating_sub(before) < 40 << 20,
+        "peak memory grew by {} MiB",
+        (after - before) >> 20
+    );
+    // The budget is given back.
+    let r = server.connect().post_mcp(&ping(3), &[]);
+    assert_eq!(r.status, 200, "{}", r.text());
+}
+
+/// N5: connections past the cap are answered 503 with `Retry-After` and closed, not held;
+/// a slot frees when a connection ends.
+#[test]
+fn connections_past_the_cap_get_503_with_retry_after() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = start(dir.path(), &["--http-max-connections", "4"]);
+    let at = address(&server);
+    let held: Vec<TcpStream> = (0..4)
+        .map(|_| TcpStream::connect(&at).expect("connect"))
+        .collect();
+    std::thread::sleep(Duration::from_millis(300));
+    let mut conn = server.connect();
+    let r = conn.send("GET", "/healthz", &[], b"").expect("healthz");
+    assert_eq!(r.status, 503, "{}", r.text());
+    assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+    drop(held);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let r =
+            HttpConn::open(&server.endpoint).and_then(|mut c| c.send("GET", "/healthz", &[], b""));
+        if r.as_ref().is_ok_and(|r| r.status == 200) {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no slot freed: {r:?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// N14: two `Host` headers (in either order) and an absolute-form target are refused (400);

@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use super::auth::Auth;
 use super::guard::{self, Guard};
+use super::limits::{self, Limits};
 use super::oauth::{OAuthConfig, ResourceServer};
 use super::{seal, tls, token};
 
@@ -142,6 +143,25 @@ pub struct HttpArgs {
     #[arg(long, value_name = "BYTES", default_value_t = crate::transport::MAX_LINE_BYTES)]
     pub max_request_bytes: usize,
 
+    /// Request-body bytes held at once across all requests, until each is answered; a body
+    /// that would pass it gets 503 with Retry-After (announced bodies before they are sent).
+    #[arg(long, value_name = "BYTES", default_value_t = limits::DEFAULT_MAX_INFLIGHT_BYTES)]
+    pub http_max_inflight_bytes: usize,
+
+    /// A request body must arrive whole within this many seconds of its headers; a slower
+    /// one gets 408 and its connection is closed.
+    #[arg(long, value_name = "SECS", default_value_t = limits::DEFAULT_BODY_TIMEOUT_SECS)]
+    pub http_body_timeout_secs: u64,
+
+    /// A connection that sends no complete request head for this many seconds (a new one, or
+    /// one kept alive between requests) is closed.
+    #[arg(long, value_name = "SECS", default_value_t = limits::DEFAULT_IDLE_TIMEOUT_SECS)]
+    pub http_idle_timeout_secs: u64,
+
+    /// Connections served at once; one more gets 503 with Retry-After and is closed.
+    #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
+    pub http_max_connections: usize,
+
     /// Export a span per MCP request over OTLP/HTTP to this collector (its base URL, as
     /// OTEL_EXPORTER_OTLP_ENDPOINT: /v1/traces is added). Stdio or HTTP serving alike; the
     /// OTEL_* variables configure the rest.
@@ -176,6 +196,10 @@ impl Default for HttpArgs {
             drain_secs: 0,
             shutdown_grace_secs: 5,
             max_request_bytes: crate::transport::MAX_LINE_BYTES,
+            http_max_inflight_bytes: limits::DEFAULT_MAX_INFLIGHT_BYTES,
+            http_body_timeout_secs: limits::DEFAULT_BODY_TIMEOUT_SECS,
+            http_idle_timeout_secs: limits::DEFAULT_IDLE_TIMEOUT_SECS,
+            http_max_connections: limits::DEFAULT_MAX_CONNECTIONS,
             otlp_endpoint: None,
         }
     }
@@ -201,6 +225,8 @@ pub struct HttpOptions {
     pub drain: Duration,
     pub grace: Duration,
     pub max_request_bytes: usize,
+    /// Connections, bytes in flight, timeouts.
+    pub limits: Limits,
     /// HTTPS (and with a client CA, mutual TLS) on the TCP listener.
     pub tls: Option<Tls>,
 }
@@ -276,8 +302,36 @@ impl HttpArgs {
             drain: Duration::from_secs(self.drain_secs),
             grace: Duration::from_secs(self.shutdown_grace_secs),
             max_request_bytes: self.max_request_bytes,
+            limits: self.limits()?,
             tls,
         }))
+    }
+
+    /// The listener's limits, each at least 1 (0 would refuse everything), and room in the
+    /// in-flight budget for one body of the largest size accepted.
+    fn limits(&self) -> anyhow::Result<Limits> {
+        for (flag, value) in [
+            ("--http-body-timeout-secs", self.http_body_timeout_secs),
+            ("--http-idle-timeout-secs", self.http_idle_timeout_secs),
+            ("--http-max-connections", self.http_max_connections as u64),
+        ] {
+            if value == 0 {
+                anyhow::bail!("{flag} 0: must be at least 1");
+            }
+        }
+        if self.http_max_inflight_bytes < self.max_request_bytes {
+            anyhow::bail!(
+                "--http-max-inflight-bytes {} is less than --max-request-bytes {}: a body of the largest size accepted could never be taken",
+                self.http_max_inflight_bytes,
+                self.max_request_bytes
+            );
+        }
+        Ok(Limits {
+            body_timeout: Duration::from_secs(self.http_body_timeout_secs),
+            idle_timeout: Duration::from_secs(self.http_idle_timeout_secs),
+            max_connections: self.http_max_connections,
+            max_inflight_bytes: self.http_max_inflight_bytes,
+        })
     }
 }
 
@@ -351,5 +405,40 @@ mod tests {
         let local = args("127.0.0.1:0").options().expect("ok").expect("http");
         assert!(local.guard.hosts.iter().any(|h| h == "localhost"));
         assert!(!local.auth.required());
+        assert!(!local.sessions);
+        assert_eq!(local.limits.max_connections, 512);
+    }
+
+    #[test]
+    fn limits_are_flags_with_sane_bounds() {
+        use clap::Parser;
+        #[derive(Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serving: HttpArgs,
+        }
+        let parse = |extra: &[&str]| {
+            let mut argv = vec!["x", "--http", "127.0.0.1:0"];
+            argv.extend_from_slice(extra);
+            Cli::try_parse_from(argv).map(|c| c.serving)
+        };
+        let o = parse(&[
+            "--http-body-timeout-secs",
+            "2",
+            "--http-max-inflight-bytes",
+            "67108864",
+        ])
+        .expect("parse")
+        .options()
+        .expect("ok")
+        .expect("http");
+        assert_eq!(o.limits.body_timeout, Duration::from_secs(2));
+        for bad in [
+            &["--http-max-connections", "0"][..],
+            &["--http-max-inflight-bytes", "1000"],
+        ] {
+            let err = parse(bad).expect("parse").options().expect_err("refused");
+            assert!(err.to_string().contains(bad[0]), "{err}");
+        }
     }
 }

@@ -1,13 +1,46 @@
 //! The listener: accepting connections (TCP, with TLS when configured, or a Unix socket),
-//! serving each with hyper, and the shutdown sequence after SIGTERM (drain, grace).
+//! serving each with hyper up to `--http-max-connections` at once, and the shutdown sequence
+//! after SIGTERM (drain, grace).
+//!
+//! A connection past the cap is not left waiting in the backlog (its client would only see a
+//! timeout) nor served (each holds a descriptor: 1,100 stalled ones once starved a process of
+//! its 1,024): it is answered 503 with `Retry-After` and closed, within two seconds. Only so
+//! many are being answered so at once; beyond those, a connection is closed unanswered.
 
 use std::convert::Infallible;
 use std::sync::Arc;
 use std::time::Duration;
 
+use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
 use super::{Front, HttpOptions, Listen, MCP_PATH, Peer, tls};
+
+/// Connections past the cap being answered 503 at once.
+const REFUSING: usize = 64;
+/// How long answering one of them may take, TLS handshake included.
+const REFUSAL_DEADLINE: Duration = Duration::from_secs(2);
+
+/// The connection slots: one per connection served, and those for refusing more.
+struct Slots {
+    served: Arc<Semaphore>,
+    refusing: Arc<Semaphore>,
+}
+
+impl Slots {
+    fn new(max_connections: usize) -> Self {
+        Slots {
+            served: Arc::new(Semaphore::new(max_connections.min(Semaphore::MAX_PERMITS))),
+            refusing: Arc::new(Semaphore::new(REFUSING)),
+        }
+    }
+
+    /// A slot for a new connection, held until it ends; None when all are taken.
+    fn take(&self) -> Option<OwnedSemaphorePermit> {
+        self.served.clone().try_acquire_owned().ok()
+    }
+}
 
 pub(super) async fn accept_loop(
     front: Arc<Front>,
@@ -32,6 +65,7 @@ pub(super) async fn accept_loop(
         }
     };
     tokio::pin!(shutdown);
+    let slots = Slots::new(options.limits.max_connections);
     match &options.listen {
         Listen::Tcp(addr) => {
             let listener = tokio::net::TcpListener::bind(addr)
@@ -47,14 +81,18 @@ pub(super) async fn accept_loop(
                         Ok((stream, addr)) => {
                             let _ = stream.set_nodelay(true);
                             let peer = Peer { transport: "tcp", addr: Some(addr) };
-                            match &tls {
-                                None => connection(&front, graceful.watcher(), stream, peer),
-                                Some(tls) => tls_connection(
+                            match (slots.take(), &tls) {
+                                (None, tls) => refuse(&front, &slots, stream, tls.clone()),
+                                (Some(slot), None) => {
+                                    connection(&front, graceful.watcher(), stream, peer, slot);
+                                }
+                                (Some(slot), Some(tls)) => tls_connection(
                                     &front,
                                     graceful.watcher(),
                                     tls.clone(),
                                     stream,
                                     peer,
+                                    slot,
                                 ),
                             }
                         }
@@ -76,7 +114,12 @@ pub(super) async fn accept_loop(
                     accepted = listener.accept() => match accepted {
                         Ok((stream, _)) => {
                             let peer = Peer { transport: "unix", addr: None };
-                            connection(&front, graceful.watcher(), stream, peer);
+                            match slots.take() {
+                                None => refuse(&front, &slots, stream, None),
+                                Some(slot) => {
+                                    connection(&front, graceful.watcher(), stream, peer, slot);
+                                }
+                            }
                         }
                         Err(e) => {
                             tracing::warn!("accept failed: {e}");
@@ -107,11 +150,12 @@ fn tls_connection(
     tls: tokio_rustls::TlsAcceptor,
     stream: tokio::net::TcpStream,
     peer: Peer,
+    slot: OwnedSemaphorePermit,
 ) {
     let front = front.clone();
     tokio::spawn(async move {
         match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, tls.accept(stream)).await {
-            Ok(Ok(stream)) => connection(&front, watcher, stream, peer),
+            Ok(Ok(stream)) => connection(&front, watcher, stream, peer, slot),
             // A client without an accepted certificate, or not speaking TLS.
             Ok(Err(e)) => tracing::debug!("TLS handshake refused: {e}"),
             Err(_) => tracing::debug!("TLS handshake timed out"),
@@ -143,14 +187,17 @@ fn bind_unix(path: &std::path::Path) -> anyhow::Result<tokio::net::UnixListener>
     Ok(listener)
 }
 
+/// Serve one connection; its slot is given back when it ends.
 fn connection<S>(
     front: &Arc<Front>,
     watcher: hyper_util::server::graceful::Watcher,
     stream: S,
     peer: Peer,
+    slot: OwnedSemaphorePermit,
 ) where
-    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let idle = front.limits.idle_timeout;
     let front = front.clone();
     let service = hyper::service::service_fn(move |request| {
         let front = front.clone();
@@ -158,13 +205,62 @@ fn connection<S>(
     });
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
-        // A client that never finishes its headers is dropped (slowloris).
-        .header_read_timeout(Duration::from_secs(30))
+        // A client that never finishes its headers — on a new connection, or between requests
+        // on a kept-alive one — is dropped (slowloris, idle keep-alive). The body has its own
+        // deadline (`limits::read_body`).
+        .header_read_timeout(idle)
         .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
     let conn = watcher.watch(conn);
     tokio::spawn(async move {
+        let _slot = slot;
         if let Err(e) = conn.await {
             tracing::debug!("HTTP connection ended: {e}");
         }
     });
+}
+
+/// A connection past the cap: 503 with `Retry-After` to its first request, then closed — or,
+/// when [`REFUSING`] are being answered already, closed at once.
+fn refuse<S>(front: &Arc<Front>, slots: &Slots, stream: S, tls: Option<tokio_rustls::TlsAcceptor>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    front.metrics.refusal("busy");
+    let Ok(permit) = slots.refusing.clone().try_acquire_owned() else {
+        return;
+    };
+    tokio::spawn(async move {
+        let _permit = permit;
+        let answer = async move {
+            match tls {
+                None => answer_busy(stream).await,
+                Some(tls) => {
+                    if let Ok(stream) = tls.accept(stream).await {
+                        answer_busy(stream).await;
+                    }
+                }
+            }
+        };
+        let _ = tokio::time::timeout(REFUSAL_DEADLINE, answer).await;
+    });
+}
+
+async fn answer_busy<S>(stream: S)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
+{
+    let service = hyper::service::service_fn(|_request| async {
+        Ok::<_, Infallible>(super::busy(
+            "the server is serving as many connections as it takes (--http-max-connections); retry shortly",
+        ))
+    });
+    let served = hyper::server::conn::http1::Builder::new()
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive(false)
+        .header_read_timeout(REFUSAL_DEADLINE)
+        .serve_connection(hyper_util::rt::TokioIo::new(stream), service)
+        .await;
+    if let Err(e) = served {
+        tracing::debug!("refused connection: {e}");
+    }
 }

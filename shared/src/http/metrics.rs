@@ -35,7 +35,7 @@ const OUTCOMES: usize = 15;
 /// The paths requests are counted by.
 const PATHS: [&str; 5] = ["/mcp", "/healthz", "/metrics", "/.well-known", "other"];
 /// Why a request was refused before MCP.
-pub const REASONS: [&str; 6] = [
+pub const REASONS: [&str; 8] = [
     "forbidden",
     "unavailable",
     "unauthorized",
@@ -43,6 +43,9 @@ pub const REASONS: [&str; 6] = [
     "too_large",
     // Two `Host` headers, an absolute-form target, a body that is no JSON-RPC message.
     "bad_request",
+    // The connection cap or the in-flight byte budget.
+    "busy",
+    "body_timeout",
 ];
 /// Statuses 100–599 are counted; anything else counts as 599 (none are sent).
 const STATUSES: usize = 500;
