@@ -7,8 +7,9 @@
 //! `Host`/`Origin` guard ([`guard`]), who is calling ([`auth`]: the static bearer token or an
 //! OAuth JWT, [`oauth`], [`jwt`]) and the tiers their token grants, the body cap (413), the
 //! listener's limits ([`limits`]: connections, bytes in flight, body and idle timeouts),
-//! refusing a non-loopback bind without authentication, and an [`Intercept`] hook through
-//! which the host answers plain tool calls at the byte level, as it does on stdio.
+//! whose each session is ([`sessions`], [`seal`]), refusing a non-loopback bind without
+//! authentication, and an [`Intercept`] hook through which the host answers plain tool calls
+//! at the byte level, as it does on stdio.
 
 mod args;
 pub mod auth;
@@ -19,6 +20,7 @@ mod listen;
 pub mod metrics;
 pub mod oauth;
 pub mod seal;
+pub mod sessions;
 pub mod tls;
 pub mod token;
 mod trace;
@@ -34,7 +36,6 @@ use http::{HeaderMap, Method, Request, Response, StatusCode};
 use http_body_util::combinators::BoxBody;
 use http_body_util::{BodyExt, Full};
 use hyper::body::Incoming;
-use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::session::never::NeverSessionManager;
 use rmcp::transport::streamable_http_server::{
     SessionManager, StreamableHttpServerConfig, StreamableHttpService,
@@ -46,6 +47,7 @@ pub use auth::{Auth, Principal, principal_of};
 use guard::{Guard, Refusal};
 use limits::{BodyError, Budget, Held};
 use listen::accept_loop;
+use sessions::Sessions;
 
 use crate::tier::Tier;
 
@@ -116,16 +118,20 @@ where
     let cancel = CancellationToken::new();
     // Host/Origin are checked in front (one place, also for intercepted calls).
     let config = StreamableHttpServerConfig::default()
-        .with_legacy_session_mode(options.sessions)
+        .with_legacy_session_mode(options.sessions.is_some())
         .with_json_response(true)
         .with_cancellation_token(cancel.clone())
         .disable_allowed_hosts()
         .disable_allowed_origins()
         .with_max_request_body_bytes(options.max_request_bytes);
-    let mcp = if options.sessions {
-        mcp_service(handler.clone(), LocalSessionManager::default(), config)
-    } else {
-        mcp_service(handler.clone(), NeverSessionManager::default(), config)
+    let sessions = options.sessions.clone().map(Sessions::new);
+    let mcp = match &sessions {
+        Some(sessions) => mcp_service(handler.clone(), sessions.manager(), config),
+        None => mcp_service(
+            handler.clone(),
+            Arc::new(NeverSessionManager::default()),
+            config,
+        ),
     };
     if let Some(rs) = &options.auth.oauth {
         rs.warm().await;
@@ -151,18 +157,18 @@ where
         budget: Budget::new(options.limits.max_inflight_bytes),
         intercept,
         sealed: options.sealed.clone(),
+        sessions,
         draining: std::sync::atomic::AtomicBool::new(false),
     });
     accept_loop(front, &options, cancel).await
 }
 
-fn mcp_service<H, M>(handler: H, sessions: M, config: StreamableHttpServerConfig) -> McpService
+fn mcp_service<H, M>(handler: H, sessions: Arc<M>, config: StreamableHttpServerConfig) -> McpService
 where
     H: rmcp::ServerHandler + Clone + Send + Sync + 'static,
     M: SessionManager,
 {
-    let service =
-        StreamableHttpService::new(move || Ok(handler.clone()), Arc::new(sessions), config);
+    let service = StreamableHttpService::new(move || Ok(handler.clone()), sessions, config);
     Arc::new(move |request| {
         let service = service.clone();
         Box::pin(async move { service.handle(request).await })
@@ -188,6 +194,8 @@ struct Front {
     budget: Budget,
     intercept: Option<Arc<dyn Intercept>>,
     sealed: Option<Arc<seal::SessionKeys>>,
+    /// `--http-sessions`: whose each session is, and the caps.
+    sessions: Option<Sessions>,
     /// SIGTERM came: `/healthz` says 503 while requests are still served.
     draining: std::sync::atomic::AtomicBool,
 }
@@ -251,10 +259,14 @@ impl Front {
         let (mut parts, body) = request.into_parts();
         // The credential stops here: nothing handed on (children, logs) can see it.
         parts.headers.remove(http::header::AUTHORIZATION);
-        if let Some(keys) = &self.sealed
-            && let Err(refusal) = seal::admit(keys, &mut parts, principal.as_ref())
-        {
-            return seal::refusal_response(&refusal);
+        let admitted = match (&self.sealed, &self.sessions) {
+            (Some(keys), _) => seal::admit(keys, &mut parts, principal.as_ref()),
+            (None, Some(sessions)) => sessions.admit(&parts.headers, principal.as_ref()),
+            (None, None) => Ok(()),
+        };
+        if let Err(refusal) = admitted {
+            self.metrics.refusal(refusal.reason());
+            return sessions::refusal_response(&refusal, None);
         }
         // The body's bytes count against the listener's budget until the answer is made.
         let mut held = self.budget.hold();
@@ -348,6 +360,11 @@ impl Front {
             parts.extensions.insert(trace);
         }
         let json_body = parts.method == Method::POST && json_content(&parts.headers);
+        // A session this request may open (it names none), or one it may end.
+        let (method, session) = (
+            parts.method.clone(),
+            parts.headers.get(SESSION_HEADER).cloned(),
+        );
         let response = (self.mcp)(Request::from_parts(parts, Full::new(body.clone()))).await;
         // rmcp answers a JSON body it cannot read as a message 415, as if the media type were
         // wrong: what is wrong is the JSON, and JSON-RPC has a code for it.
@@ -359,6 +376,24 @@ impl Front {
             let response =
                 seal::issue_on_initialize(keys, response, principal.as_ref(), capabilities).await;
             return (response, None);
+        }
+        if let Some(sessions) = &self.sessions {
+            match (method, session) {
+                (Method::POST, None) => {
+                    return match sessions.on_answer(response, principal.as_ref()).await {
+                        Ok(response) => (response, None),
+                        Err(refusal) => {
+                            self.metrics.refusal(refusal.reason());
+                            let id = sessions::request_id(&body);
+                            (sessions::refusal_response(&refusal, id), None)
+                        }
+                    };
+                }
+                (Method::DELETE, Some(id)) if response.status().is_success() => {
+                    sessions.forget(&id);
+                }
+                _ => {}
+            }
         }
         (response, None)
     }

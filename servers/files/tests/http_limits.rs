@@ -1,8 +1,8 @@
-//! The HTTP listener's limits and refusals, each tested as the attack it stops (issue #42,
-//! findings N5, N8, N14, N15), on `kitbag-files --http` over loopback with raw sockets: a body
-//! that stalls, bodies that together pass the in-flight byte budget, connections past the cap,
-//! two `Host` headers, an absolute-form target, malformed JSON. Limits are configured small so
-//! each test takes seconds.
+//! The HTTP listener's limits, each tested as the attack it stops (issue #42, findings
+//! N5–N8, N14, N15), on `kitbag-files --http` over loopback with raw sockets: a body that
+//! stalls, bodies that together pass the in-flight byte budget, connections past the cap,
+//! a session flood, another caller's token on a session, two `Host` headers, an absolute-form
+//! target, malformed JSON. Limits are configured small so each test takes seconds.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -10,8 +10,12 @@ use std::path::Path;
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
-use kitbag_testkit::http::{Endpoint, HttpConn, HttpServer};
+use kitbag_testkit::http::{Endpoint, HttpConn, HttpResponse, HttpServer};
+use kitbag_testkit::oauth::{Alg, Issuer, Key};
 use serde_json::{Value, json};
+
+const RESOURCE: &str = "https://kitbag.test/mcp";
+const LEGACY: (&str, &str) = ("mcp-protocol-version", "2025-11-25");
 
 fn files() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-files"))
@@ -28,6 +32,12 @@ fn address(server: &HttpServer) -> String {
         Endpoint::Tcp(a) => a.clone(),
         Endpoint::Unix(p) => panic!("{} is not TCP", p.display()),
     }
+}
+
+fn initialize() -> Value {
+    json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+           "params": {"protocolVersion": "2025-11-25", "capabilities": {},
+                      "clientInfo": {"name": "limits-test", "version": "1"}}})
 }
 
 fn ping(id: u64) -> Value {
@@ -249,6 +259,195 @@ fn connections_past_the_cap_get_503_with_retry_after() {
         assert!(Instant::now() < deadline, "no slot freed: {r:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// A loopback issuer, and tokens for a subject (None: a token naming none).
+struct Tokens {
+    signer: Key,
+    issuer: Issuer,
+    _keys: tempfile::TempDir,
+}
+
+impl Tokens {
+    fn new() -> Tokens {
+        let keys = tempfile::tempdir().expect("keys");
+        let signer = Key::generate(keys.path(), Alg::Es256, "ec-1");
+        let issuer = Issuer::start(&[&signer]);
+        Tokens {
+            signer,
+            issuer,
+            _keys: keys,
+        }
+    }
+
+    fn bearer(&self, subject: Option<&str>) -> String {
+        let mut claims = self.issuer.claims(RESOURCE, "read write exec external");
+        let map = claims.as_object_mut().expect("claims");
+        match subject {
+            Some(s) => {
+                map.insert("sub".into(), json!(s));
+            }
+            None => {
+                map.remove("sub");
+                map.remove("client_id");
+            }
+        }
+        format!("Bearer {}", self.signer.sign(&claims))
+    }
+
+    fn server(&self, dir: &Path, extra: &[&str]) -> HttpServer {
+        let mut args = vec![
+            "--oauth-issuer",
+            &self.issuer.url,
+            "--oauth-resource",
+            RESOURCE,
+            "--http-sessions",
+        ];
+        args.extend_from_slice(extra);
+        start(dir, &args)
+    }
+}
+
+fn post(server: &HttpServer, bearer: &str, session: Option<&str>, message: &Value) -> HttpResponse {
+    let mut headers = vec![("authorization", bearer), LEGACY];
+    if let Some(s) = session {
+        headers.push(("mcp-session-id", s));
+    }
+    server.connect().post_mcp(message, &headers)
+}
+
+/// N6: bob's valid token on alice's session — a request in it, its GET stream, its DELETE —
+/// is refused (403) and alice's session goes on; a token naming no subject gets no session.
+#[test]
+fn another_callers_token_is_refused_on_a_session() {
+    let dir = tempfile::tempdir().expect("tmp");
+    std::fs::write(dir.path().join("a.txt"), "alice's\n").expect("write");
+    let tokens = Tokens::new();
+    let server = tokens.server(dir.path(), &[]);
+    let (alice, bob) = (tokens.bearer(Some("alice")), tokens.bearer(Some("bob")));
+
+    let r = post(&server, &alice, None, &initialize());
+    assert_eq!(r.status, 200, "{}", r.text());
+    let session = r.header("mcp-session-id").expect("session").to_string();
+    let note = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    assert_eq!(post(&server, &alice, Some(&session), &note).status, 202);
+    let list = json!({"jsonrpc": "2.0", "id": 2, "method": "tools/list"});
+
+    let r = post(&server, &bob, Some(&session), &list);
+    assert_eq!(r.status, 403, "bob's POST: {}", r.text());
+    assert_eq!(r.messages()[0]["error"]["code"], -32001, "{}", r.text());
+    for method in ["GET", "DELETE"] {
+        let headers = [
+            ("authorization", bob.as_str()),
+            ("mcp-session-id", session.as_str()),
+            ("accept", "text/event-stream"),
+            LEGACY,
+        ];
+        let r = server
+            .connect()
+            .send(method, "/mcp", &headers, b"")
+            .expect(method);
+        assert_eq!(r.status, 403, "bob's {method}: {}", r.text());
+    }
+
+    let r = post(&server, &alice, Some(&session), &list);
+    assert_eq!(r.status, 200, "alice's session goes on: {}", r.text());
+    let headers = [
+        ("authorization", alice.as_str()),
+        ("mcp-session-id", session.as_str()),
+        LEGACY,
+    ];
+    let r = server
+        .connect()
+        .send("DELETE", "/mcp", &headers, b"")
+        .expect("DELETE");
+    assert!([200, 202, 204].contains(&r.status), "{}", r.status);
+    assert_eq!(post(&server, &alice, Some(&session), &list).status, 404);
+
+    // Every token without `sub` (and `client_id`) is the same nobody: no session for it.
+    let r = post(&server, &tokens.bearer(None), None, &initialize());
+    assert_eq!(r.status, 403, "{}", r.text());
+    assert!(r.text().contains("no subject"), "{}", r.text());
+    assert_eq!(r.header("mcp-session-id"), None);
+}
+
+/// N7: sessions are capped per caller and in total (503, `Retry-After`, a JSON-RPC error
+/// answering the `initialize`); idle sessions still end and free their slots.
+#[test]
+fn a_session_flood_hits_the_caps_and_idle_sessions_still_expire() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let tokens = Tokens::new();
+    let server = tokens.server(
+        dir.path(),
+        &[
+            "--http-max-sessions",
+            "3",
+            "--http-max-sessions-per-caller",
+            "2",
+            "--http-session-idle-secs",
+            "2",
+        ],
+    );
+    let (alice, bob) = (tokens.bearer(Some("alice")), tokens.bearer(Some("bob")));
+    let refused = |r: &HttpResponse, why: &str| {
+        assert_eq!(r.status, 503, "{}", r.text());
+        assert!(r.header("retry-after").is_some(), "{:?}", r.headers);
+        assert_eq!(r.header("mcp-session-id"), None);
+        let error = &r.messages()[0];
+        assert_eq!(error["id"], 1, "{error}");
+        assert!(
+            error["error"]["message"]
+                .as_str()
+                .unwrap_or("")
+                .contains(why),
+            "{error}"
+        );
+    };
+    for _ in 0..2 {
+        let r = post(&server, &alice, None, &initialize());
+        assert_eq!(r.status, 200, "{}", r.text());
+    }
+    refused(&post(&server, &alice, None, &initialize()), "caller");
+    assert_eq!(post(&server, &bob, None, &initialize()).status, 200);
+    // The flood goes on: every further one is refused, none kept.
+    for _ in 0..20 {
+        refused(&post(&server, &bob, None, &initialize()), "server");
+    }
+
+    // Idle sessions end (2 s here) and their slots come back.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = post(&server, &alice, None, &initialize());
+        if r.status == 200 {
+            break;
+        }
+        assert!(Instant::now() < deadline, "no session ever expired");
+        std::thread::sleep(Duration::from_millis(250));
+    }
+}
+
+/// N7 without authentication: only the total cap applies, and a flood stops at it.
+#[test]
+fn a_session_flood_without_authentication_stops_at_the_total_cap() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = start(
+        dir.path(),
+        &["--http-sessions", "--http-max-sessions", "10"],
+    );
+    let mut conn = server.connect();
+    let statuses: Vec<u16> = (0..40)
+        .map(|_| conn.post_mcp(&initialize(), &[]).status)
+        .collect();
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 200).count(),
+        10,
+        "{statuses:?}"
+    );
+    assert_eq!(
+        statuses.iter().filter(|s| **s == 503).count(),
+        30,
+        "{statuses:?}"
+    );
 }
 
 /// N14: two `Host` headers (in either order) and an absolute-form target are refused (400);

@@ -10,6 +10,7 @@ use super::auth::Auth;
 use super::guard::{self, Guard};
 use super::limits::{self, Limits};
 use super::oauth::{OAuthConfig, ResourceServer};
+use super::sessions::{self, SessionLimits};
 use super::{seal, tls, token};
 
 /// The serving flags every binary takes (flattened into [`crate::CommonArgs`]).
@@ -162,6 +163,34 @@ pub struct HttpArgs {
     #[arg(long, value_name = "N", default_value_t = limits::DEFAULT_MAX_CONNECTIONS)]
     pub http_max_connections: usize,
 
+    /// --http-sessions: live sessions in all; past it, `initialize` gets 503 with Retry-After.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = sessions::DEFAULT_MAX_SESSIONS,
+        requires = "http_sessions"
+    )]
+    pub http_max_sessions: usize,
+
+    /// --http-sessions: live sessions per caller (token subject); past it, `initialize` gets
+    /// 503 with Retry-After. Without authentication only --http-max-sessions applies.
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = sessions::DEFAULT_MAX_SESSIONS_PER_CALLER,
+        requires = "http_sessions"
+    )]
+    pub http_max_sessions_per_caller: usize,
+
+    /// --http-sessions: a session without a request for this many seconds ends.
+    #[arg(
+        long,
+        value_name = "SECS",
+        default_value_t = sessions::DEFAULT_SESSION_IDLE_SECS,
+        requires = "http_sessions"
+    )]
+    pub http_session_idle_secs: u64,
+
     /// Export a span per MCP request over OTLP/HTTP to this collector (its base URL, as
     /// OTEL_EXPORTER_OTLP_ENDPOINT: /v1/traces is added). Stdio or HTTP serving alike; the
     /// OTEL_* variables configure the rest.
@@ -200,6 +229,9 @@ impl Default for HttpArgs {
             http_body_timeout_secs: limits::DEFAULT_BODY_TIMEOUT_SECS,
             http_idle_timeout_secs: limits::DEFAULT_IDLE_TIMEOUT_SECS,
             http_max_connections: limits::DEFAULT_MAX_CONNECTIONS,
+            http_max_sessions: sessions::DEFAULT_MAX_SESSIONS,
+            http_max_sessions_per_caller: sessions::DEFAULT_MAX_SESSIONS_PER_CALLER,
+            http_session_idle_secs: sessions::DEFAULT_SESSION_IDLE_SECS,
             otlp_endpoint: None,
         }
     }
@@ -218,7 +250,8 @@ pub struct HttpOptions {
     pub listen: Listen,
     pub guard: Guard,
     pub auth: Auth,
-    pub sessions: bool,
+    /// Handshake-era sessions kept in this process (`--http-sessions`): their caps.
+    pub sessions: Option<SessionLimits>,
     /// Sealed sessions (`--sealed-sessions`): their keys.
     pub sealed: Option<Arc<seal::SessionKeys>>,
     /// After SIGTERM: serving on with `/healthz` 503, then the grace for requests in flight.
@@ -297,7 +330,11 @@ impl HttpArgs {
             listen,
             guard: Guard { hosts, origins },
             auth,
-            sessions: self.http_sessions,
+            sessions: self.http_sessions.then(|| SessionLimits {
+                max_total: self.http_max_sessions,
+                max_per_caller: self.http_max_sessions_per_caller,
+                idle: Duration::from_secs(self.http_session_idle_secs),
+            }),
             sealed,
             drain: Duration::from_secs(self.drain_secs),
             grace: Duration::from_secs(self.shutdown_grace_secs),
@@ -313,7 +350,13 @@ impl HttpArgs {
         for (flag, value) in [
             ("--http-body-timeout-secs", self.http_body_timeout_secs),
             ("--http-idle-timeout-secs", self.http_idle_timeout_secs),
+            ("--http-session-idle-secs", self.http_session_idle_secs),
             ("--http-max-connections", self.http_max_connections as u64),
+            ("--http-max-sessions", self.http_max_sessions as u64),
+            (
+                "--http-max-sessions-per-caller",
+                self.http_max_sessions_per_caller as u64,
+            ),
         ] {
             if value == 0 {
                 anyhow::bail!("{flag} 0: must be at least 1");
@@ -405,7 +448,7 @@ mod tests {
         let local = args("127.0.0.1:0").options().expect("ok").expect("http");
         assert!(local.guard.hosts.iter().any(|h| h == "localhost"));
         assert!(!local.auth.required());
-        assert!(!local.sessions);
+        assert!(local.sessions.is_none());
         assert_eq!(local.limits.max_connections, 512);
     }
 
@@ -423,6 +466,13 @@ mod tests {
             Cli::try_parse_from(argv).map(|c| c.serving)
         };
         let o = parse(&[
+            "--http-sessions",
+            "--http-max-sessions",
+            "7",
+            "--http-max-sessions-per-caller",
+            "3",
+            "--http-session-idle-secs",
+            "9",
             "--http-body-timeout-secs",
             "2",
             "--http-max-inflight-bytes",
@@ -432,7 +482,14 @@ mod tests {
         .options()
         .expect("ok")
         .expect("http");
+        let s = o.sessions.expect("sessions");
+        assert_eq!((s.max_total, s.max_per_caller), (7, 3));
+        assert_eq!(s.idle, Duration::from_secs(9));
         assert_eq!(o.limits.body_timeout, Duration::from_secs(2));
+        assert!(
+            parse(&["--http-max-sessions", "7"]).is_err(),
+            "needs --http-sessions"
+        );
         for bad in [
             &["--http-max-connections", "0"][..],
             &["--http-max-inflight-bytes", "1000"],

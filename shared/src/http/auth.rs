@@ -21,6 +21,9 @@ use crate::tier::Tier;
 pub struct Principal {
     /// The token's `sub` (else `client_id`), or `static-token`.
     pub subject: String,
+    /// The token names no subject (no `sub`, no `client_id`): `subject` is a placeholder
+    /// every such token shares, so nothing is bound to it (sessions refuse it).
+    pub anonymous: bool,
     /// The agent profile the token names (the host applies it; single servers have none).
     pub agent: Option<String>,
     /// The capability tiers granted; None = all (the static token).
@@ -145,6 +148,7 @@ impl Auth {
         {
             return Ok(Some(Principal {
                 subject: "static-token".into(),
+                anonymous: false,
                 agent: None,
                 tiers: None,
             }));
