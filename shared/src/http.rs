@@ -595,22 +595,13 @@ fn json_content(headers: &HeaderMap) -> bool {
         .is_some_and(|v| essence(v).eq_ignore_ascii_case("application/json"))
 }
 
-/// 400 for a JSON body that is no JSON-RPC message: -32700 when it is not JSON at all,
-/// -32600 when it is JSON of another shape (the id unknown either way: null).
+/// 400 for a JSON body that is no JSON-RPC message, with the error stdio would answer it with
+/// (-32700 when the JSON cannot be decoded, -32600 when it is no message; its id when one can
+/// be read).
 fn not_a_message(body: &[u8]) -> HttpResponse {
-    let (code, message) = match serde_json::from_slice::<serde::de::IgnoredAny>(body) {
-        Err(e) => (-32700, format!("Parse error: {e}")),
-        Ok(_) => (
-            -32600,
-            "Invalid Request: not a JSON-RPC request, notification or response".to_owned(),
-        ),
-    };
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": code, "message": message},
-    });
-    let mut response = text(StatusCode::BAD_REQUEST, body.to_string());
+    let mut response =
+        Response::new(Full::new(Bytes::from(crate::transport::unreadable_answer(body))).boxed());
+    *response.status_mut() = StatusCode::BAD_REQUEST;
     response.headers_mut().insert(
         CONTENT_TYPE,
         http::HeaderValue::from_static("application/json"),

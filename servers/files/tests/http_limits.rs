@@ -482,8 +482,9 @@ fn two_host_headers_and_absolute_form_targets_are_refused() {
     assert_eq!(send("/mcp", &[at.as_str()]).status, 200);
 }
 
-/// N15: a body that is not JSON is answered 400 with a JSON-RPC parse error (-32700); JSON
-/// that is no JSON-RPC message, 400 with -32600 (it was 415, as if the media type were wrong).
+/// N15: a body that is not JSON (or JSON the decoder cannot represent) is answered 400 with a
+/// JSON-RPC parse error (-32700); JSON that is no JSON-RPC message, 400 with -32600 — the
+/// errors stdio answers with. It was 415, as if the media type were wrong.
 #[test]
 fn malformed_json_is_a_400_parse_error() {
     let dir = tempfile::tempdir().expect("tmp");
@@ -493,25 +494,45 @@ fn malformed_json_is_a_400_parse_error() {
         ("content-type", "application/json"),
         ("accept", "application/json, text/event-stream"),
     ];
-    let cases: [(&[u8], i64); 6] = [
-        (b"{", -32700),
-        (b"", -32700),
-        (b"\x00\x01\xfe binary", -32700),
-        (br#"{"jsonrpc":"2.0","id":1,"method":"ping""#, -32700),
-        (b"42", -32600),
+    let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    // (body, code, id): the id is echoed when one can be read, as on stdio.
+    let cases: [(&[u8], i64, Value); 9] = [
+        (b"{", -32700, Value::Null),
+        (b"", -32700, Value::Null),
+        (b"\x00\x01\xfe binary", -32700, Value::Null),
+        // Cut short: no whole object to read an id from.
+        (
+            br#"{"jsonrpc":"2.0","id":3,"method":"ping""#,
+            -32700,
+            Value::Null,
+        ),
+        // Valid JSON the decoder cannot represent.
+        (
+            br#"{"jsonrpc":"2.0","id":4,"method":"ping","params":{"s":"\ud800"}}"#,
+            -32700,
+            json!(4),
+        ),
+        (
+            br#"{"jsonrpc":"2.0","id":5,"method":"ping","params":{"n":1e400}}"#,
+            -32700,
+            json!(5),
+        ),
+        (deep.as_bytes(), -32700, Value::Null),
+        (b"42", -32600, Value::Null),
         (
             br#"{"jsonrpc":"2.0","id":{"no":1},"method":"ping"}"#,
             -32600,
+            Value::Null,
         ),
     ];
-    for (body, code) in cases {
+    for (body, code, id) in cases {
         let r = conn.send("POST", "/mcp", &headers, body).expect("post");
-        let shown = String::from_utf8_lossy(body);
+        let shown = String::from_utf8_lossy(&body[..body.len().min(80)]).into_owned();
         assert_eq!(r.status, 400, "{shown}: {}", r.text());
         assert_eq!(r.header("content-type"), Some("application/json"));
         let error = &r.messages()[0];
         assert_eq!(error["error"]["code"], code, "{shown}: {error}");
-        assert_eq!(error["id"], Value::Null, "{shown}: {error}");
+        assert_eq!(error["id"], id, "{shown}: {error}");
     }
     // The media type is still the media type's error.
     let r = conn
