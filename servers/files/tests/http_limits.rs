@@ -1,8 +1,9 @@
 //! The HTTP listener's limits, each tested as the attack it stops (issue #42, findings
 //! N5–N8, N14, N15), on `kitbag-files --http` over loopback with raw sockets: a body that
-//! stalls, bodies that together pass the in-flight byte budget, connections past the cap,
-//! a session flood, another caller's token on a session, two `Host` headers, an absolute-form
-//! target, malformed JSON. Limits are configured small so each test takes seconds.
+//! stalls, a client that stops reading, bodies that together pass the in-flight byte budget,
+//! connections past the cap, a session flood, another caller's token on a session, two `Host`
+//! headers, an absolute-form target, malformed JSON. Limits are configured small so each test
+//! takes seconds.
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
@@ -259,6 +260,60 @@ fn connections_past_the_cap_get_503_with_retry_after() {
         assert!(Instant::now() < deadline, "no slot freed: {r:?}");
         std::thread::sleep(Duration::from_millis(100));
     }
+}
+
+/// N5: a client that stops reading its answers is dropped once its writes have stalled for the
+/// idle timeout, and its connection slot comes back (before, hyper waited for it for good).
+#[test]
+fn a_client_that_stops_reading_is_dropped_after_the_idle_timeout() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let server = start(
+        dir.path(),
+        &[
+            "--http-max-connections",
+            "1",
+            "--http-idle-timeout-secs",
+            "1",
+        ],
+    );
+    let at = address(&server);
+    // Pipelined tools/list requests (a few KiB of answer each), the answers never read: the
+    // socket buffers fill and the server's writes stall.
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nhost: {at}\r\ncontent-type: application/json\r\naccept: application/json, text/event-stream\r\nmcp-protocol-version: 2025-11-25\r\ncontent-length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut stalled = TcpStream::connect(&at).expect("connect");
+    let writer = std::thread::spawn(move || {
+        // Ends when the server closes the connection (or after far more than fills any buffer).
+        for _ in 0..20_000 {
+            if stalled.write_all(request.as_bytes()).is_err() {
+                return true;
+            }
+        }
+        false
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    let healthz = || {
+        HttpConn::open(&server.endpoint)
+            .and_then(|mut c| c.send("GET", "/healthz", &[], b""))
+            .map(|r| r.status)
+    };
+    assert_eq!(
+        healthz().ok(),
+        Some(503),
+        "the one slot is the stalled client's"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while healthz().ok() != Some(200) {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client kept its slot"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(writer.join().expect("writer"), "the server closed it");
 }
 
 /// A loopback issuer, and tokens for a subject (None: a token naming none).

@@ -155,7 +155,8 @@ pub struct HttpArgs {
     pub http_body_timeout_secs: u64,
 
     /// A connection that sends no complete request head for this many seconds (a new one, or
-    /// one kept alive between requests) is closed.
+    /// one kept alive between requests) is closed, and so is one whose client reads nothing
+    /// of what is written to it for this long.
     #[arg(long, value_name = "SECS", default_value_t = limits::DEFAULT_IDLE_TIMEOUT_SECS)]
     pub http_idle_timeout_secs: u64,
 

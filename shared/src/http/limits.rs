@@ -1,5 +1,6 @@
 //! What clients together may hold of a listener: connections, request-body bytes in flight,
-//! and the time a request body may take to arrive. Each limit is one number (a flag of
+//! the time a request body may take to arrive, and the time a client may leave its answer
+//! unread. Each limit is one number (a flag of
 //! [`super::HttpArgs`]); past it the client is told to come back (503 with `Retry-After`, or
 //! 408 for a body that stalls) instead of the process growing or a descriptor staying taken.
 //!
@@ -18,7 +19,8 @@ pub struct Limits {
     /// From the end of a request's headers to the last byte of its body.
     pub body_timeout: Duration,
     /// A connection that sends no complete request head for this long is closed (between
-    /// requests on a kept-alive connection too).
+    /// requests on a kept-alive connection too), and so is one whose client reads nothing of
+    /// what is written to it for this long ([`WriteDeadline`]).
     pub idle_timeout: Duration,
     /// Connections served at once; one past it is answered 503 and closed.
     pub max_connections: usize,
@@ -171,6 +173,107 @@ where
         .unwrap_or(Err(BodyError::Timeout(timeout)))
 }
 
+/// A connection's stream whose writes may not stall longer than a limit: a client that reads
+/// nothing of its answer (or of its event stream) for that long gets its connection closed,
+/// where hyper alone would wait for it for good, holding the answer's memory and a connection
+/// slot. Time spent with nothing to write (a long tool call, a quiet event stream) is not
+/// counted: only a write the socket will not take.
+pub struct WriteDeadline<S> {
+    inner: S,
+    limit: Duration,
+    /// Running since the socket first refused a write that is still waiting.
+    stalled: Option<std::pin::Pin<Box<tokio::time::Sleep>>>,
+}
+
+impl<S> WriteDeadline<S> {
+    pub fn new(inner: S, limit: Duration) -> Self {
+        WriteDeadline {
+            inner,
+            limit,
+            stalled: None,
+        }
+    }
+
+    /// A write's outcome, the stall timer started or cleared by it.
+    fn watch<T>(
+        &mut self,
+        cx: &mut std::task::Context<'_>,
+        poll: std::task::Poll<std::io::Result<T>>,
+    ) -> std::task::Poll<std::io::Result<T>> {
+        use std::future::Future;
+        use std::task::Poll;
+        if poll.is_ready() {
+            self.stalled = None;
+            return poll;
+        }
+        let limit = self.limit;
+        let timer = self
+            .stalled
+            .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        match timer.as_mut().poll(cx) {
+            Poll::Ready(()) => Poll::Ready(Err(std::io::Error::new(
+                std::io::ErrorKind::TimedOut,
+                format!("the client read nothing for {limit:?}"),
+            ))),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl<S: tokio::io::AsyncRead + Unpin> tokio::io::AsyncRead for WriteDeadline<S> {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        std::pin::Pin::new(&mut self.get_mut().inner).poll_read(cx, buf)
+    }
+}
+
+impl<S: tokio::io::AsyncWrite + Unpin> tokio::io::AsyncWrite for WriteDeadline<S> {
+    fn poll_write(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = std::pin::Pin::new(&mut this.inner).poll_write(cx, buf);
+        this.watch(cx, poll)
+    }
+
+    fn poll_write_vectored(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        bufs: &[std::io::IoSlice<'_>],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        let this = self.get_mut();
+        let poll = std::pin::Pin::new(&mut this.inner).poll_write_vectored(cx, bufs);
+        this.watch(cx, poll)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let poll = std::pin::Pin::new(&mut this.inner).poll_flush(cx);
+        this.watch(cx, poll)
+    }
+
+    fn poll_shutdown(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        let this = self.get_mut();
+        let poll = std::pin::Pin::new(&mut this.inner).poll_shutdown(cx);
+        this.watch(cx, poll)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,6 +325,25 @@ mod tests {
             .await
             .expect("read");
         assert_eq!((&got[..], budget.used()), (&b"chunked"[..], 7));
+    }
+
+    #[tokio::test]
+    async fn a_reader_that_stops_reading_fails_the_write_in_time() {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let (server, mut client) = tokio::io::duplex(64);
+        let mut server = WriteDeadline::new(server, Duration::from_millis(100));
+        // Read while the client reads: no limit applies to a slow answer that is taken.
+        let reader = tokio::spawn(async move {
+            let mut got = vec![0u8; 256];
+            client.read_exact(&mut got).await.map(|_| client)
+        });
+        server.write_all(&[7u8; 256]).await.expect("taken");
+        let _client = reader.await.expect("join").expect("read");
+        // Now nobody reads: the write fails once the pipe is full and the limit passes.
+        let started = std::time::Instant::now();
+        let err = server.write_all(&[7u8; 1024]).await.expect_err("stalled");
+        assert_eq!(err.kind(), std::io::ErrorKind::TimedOut);
+        assert!(started.elapsed() < Duration::from_secs(5));
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_util::sync::CancellationToken;
 
+use super::limits::WriteDeadline;
 use super::{Front, HttpOptions, Listen, MCP_PATH, Peer, tls};
 
 /// Connections past the cap being answered 503 at once.
@@ -206,10 +207,14 @@ fn connection<S>(
     let conn = hyper::server::conn::http1::Builder::new()
         .timer(hyper_util::rt::TokioTimer::new())
         // A client that never finishes its headers — on a new connection, or between requests
-        // on a kept-alive one — is dropped (slowloris, idle keep-alive). The body has its own
-        // deadline (`limits::read_body`).
+        // on a kept-alive one — is dropped (slowloris, idle keep-alive), and so is one that
+        // stops reading what is written to it. The body has its own deadline
+        // (`limits::read_body`).
         .header_read_timeout(idle)
-        .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        .serve_connection(
+            hyper_util::rt::TokioIo::new(WriteDeadline::new(stream, idle)),
+            service,
+        );
     let conn = watcher.watch(conn);
     tokio::spawn(async move {
         let _slot = slot;
