@@ -365,12 +365,22 @@ impl Front {
             parts.method.clone(),
             parts.headers.get(SESSION_HEADER).cloned(),
         );
-        let response = (self.mcp)(Request::from_parts(parts, Full::new(body.clone()))).await;
         // rmcp answers a JSON body it cannot read as a message 415, as if the media type were
-        // wrong: what is wrong is the JSON, and JSON-RPC has a code for it.
+        // wrong: what is wrong is the JSON, and JSON-RPC has a code for it. That answer reads
+        // the body again, so a small one is kept for it; a large one is not held through the
+        // whole call (its memory would count twice) but checked to be JSON first.
+        if json_body
+            && body.len() > KEEP_FOR_ERRORS
+            && serde_json::from_slice::<serde::de::IgnoredAny>(&body).is_err()
+        {
+            self.metrics.refusal("bad_request");
+            return (not_a_message(Some(&body)), None);
+        }
+        let kept = (body.len() <= KEEP_FOR_ERRORS).then(|| body.clone());
+        let response = (self.mcp)(Request::from_parts(parts, Full::new(body))).await;
         if json_body && response.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
             self.metrics.refusal("bad_request");
-            return (not_a_message(&body), None);
+            return (not_a_message(kept.as_deref()), None);
         }
         if let Some((keys, capabilities)) = initialize {
             let response =
@@ -384,7 +394,7 @@ impl Front {
                         Ok(response) => (response, None),
                         Err(refusal) => {
                             self.metrics.refusal(refusal.reason());
-                            let id = sessions::request_id(&body);
+                            let id = kept.as_deref().and_then(sessions::request_id);
                             (sessions::refusal_response(&refusal, id), None)
                         }
                     };
@@ -595,12 +605,24 @@ fn json_content(headers: &HeaderMap) -> bool {
         .is_some_and(|v| essence(v).eq_ignore_ascii_case("application/json"))
 }
 
+/// Bodies up to this size are kept while rmcp answers, to answer its 415 from them.
+const KEEP_FOR_ERRORS: usize = 64 * 1024;
+
 /// 400 for a JSON body that is no JSON-RPC message, with the error stdio would answer it with
 /// (-32700 when the JSON cannot be decoded, -32600 when it is no message; its id when one can
-/// be read).
-fn not_a_message(body: &[u8]) -> HttpResponse {
-    let mut response =
-        Response::new(Full::new(Bytes::from(crate::transport::unreadable_answer(body))).boxed());
+/// be read). Without the body (a large one, not kept): -32600, id null — it was JSON.
+fn not_a_message(body: Option<&[u8]>) -> HttpResponse {
+    let answer = match body {
+        Some(body) => crate::transport::unreadable_answer(body),
+        None => serde_json::json!({
+            "jsonrpc": "2.0",
+            "id": null,
+            "error": {"code": -32600, "message": "Invalid request: not a JSON-RPC request, notification or response"},
+        })
+        .to_string()
+        .into_bytes(),
+    };
+    let mut response = Response::new(Full::new(Bytes::from(answer)).boxed());
     *response.status_mut() = StatusCode::BAD_REQUEST;
     response.headers_mut().insert(
         CONTENT_TYPE,

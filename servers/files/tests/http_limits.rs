@@ -550,8 +550,14 @@ fn malformed_json_is_a_400_parse_error() {
         ("accept", "application/json, text/event-stream"),
     ];
     let deep = format!("{}{}", "[".repeat(10_000), "]".repeat(10_000));
+    // Past the size kept for this answer while rmcp reads the body.
+    let big_broken = format!(
+        r#"{{"jsonrpc":"2.0","id":6,"method":"ping","params":{{"pad":"{}"}}"#,
+        "x".repeat(100_000)
+    );
+    let big_array = format!("[{}1]", "1,".repeat(50_000));
     // (body, code, id): the id is echoed when one can be read, as on stdio.
-    let cases: [(&[u8], i64, Value); 9] = [
+    let cases: [(&[u8], i64, Value); 11] = [
         (b"{", -32700, Value::Null),
         (b"", -32700, Value::Null),
         (b"\x00\x01\xfe binary", -32700, Value::Null),
@@ -573,6 +579,8 @@ fn malformed_json_is_a_400_parse_error() {
             json!(5),
         ),
         (deep.as_bytes(), -32700, Value::Null),
+        (big_broken.as_bytes(), -32700, Value::Null),
+        (big_array.as_bytes(), -32600, Value::Null),
         (b"42", -32600, Value::Null),
         (
             br#"{"jsonrpc":"2.0","id":{"no":1},"method":"ping"}"#,
