@@ -382,6 +382,31 @@ fn read_line(raw: &[u8]) -> Line {
     Line::Refuse(Refusal::new(Some(id), code, message))
 }
 
+/// The JSON-RPC error answering a message the decoder refused, as stdio answers it: the id
+/// salvaged when there is one to echo, -32700 when the JSON cannot be decoded (malformed, a lone
+/// surrogate, a number beyond f64, nesting past the limit), -32600 (-32602 for `tools/call`)
+/// when it decodes but is no message. For HTTP, which answers every request: where stdio stays
+/// silent (not an object, a notification, a response) the answer has a null id.
+pub(crate) fn unreadable_answer(message: &[u8]) -> Vec<u8> {
+    let refusal = match read_line(message) {
+        Line::Refuse(refusal) => refusal,
+        Line::Skip | Line::Message(_) => {
+            let (code, text) = match serde_json::from_slice::<serde_json::Value>(message) {
+                Err(e) => (
+                    PARSE_ERROR,
+                    format!("Parse error: the message could not be decoded: {e}"),
+                ),
+                Ok(_) => (
+                    INVALID_REQUEST,
+                    "Invalid request: not a JSON-RPC request, notification or response".into(),
+                ),
+            };
+            Refusal::new(None, code, text)
+        }
+    };
+    serde_json::to_vec(&refusal).unwrap_or_default()
+}
+
 impl<R, W> Transport<RoleServer> for LineTransport<R, W>
 where
     R: AsyncRead + Unpin + Send,

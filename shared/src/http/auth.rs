@@ -21,6 +21,9 @@ use crate::tier::Tier;
 pub struct Principal {
     /// The token's `sub` (else `client_id`), or `static-token`.
     pub subject: String,
+    /// The token names no subject (no `sub`, no `client_id`): `subject` is a placeholder
+    /// every such token shares, so nothing is bound to it (sessions refuse it).
+    pub anonymous: bool,
     /// The agent profile the token names (the host applies it; single servers have none).
     pub agent: Option<String>,
     /// The capability tiers granted; None = all (the static token).
@@ -44,6 +47,8 @@ pub fn principal_of(extensions: &rmcp::model::Extensions) -> Option<&Principal> 
 /// Why a request was turned away (the HTTP status says which kind).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Refusal {
+    /// 400: a request no client of ours sends (two `Host` headers, an absolute-form target).
+    BadRequest(String),
     /// 403: a `Host` or `Origin` this server does not answer to.
     Forbidden(String),
     /// 401. `error` is RFC 6750's code (`invalid_token`), absent when no token was sent.
@@ -143,6 +148,7 @@ impl Auth {
         {
             return Ok(Some(Principal {
                 subject: "static-token".into(),
+                anonymous: false,
                 agent: None,
                 tiers: None,
             }));

@@ -22,7 +22,26 @@ pub struct Guard {
     pub origins: Vec<String>,
 }
 
+/// What no client of ours sends, and what a proxy in front could read otherwise than the
+/// guard does: a second `Host` (which one names the server?) and an absolute-form target
+/// (`POST http://evil.example/mcp`, whose authority outranks `Host` by RFC 9112 §3.2.2, so the
+/// `Host` checked would not be the one meant). Both 400, on every path.
+pub fn check_framing(uri: &http::Uri, headers: &HeaderMap) -> Result<(), Refusal> {
+    if uri.scheme().is_some() || uri.authority().is_some() {
+        return Err(Refusal::BadRequest(
+            "Bad Request: the request target must be a path (/mcp), not an absolute URI".into(),
+        ));
+    }
+    if headers.get_all(HOST).iter().nth(1).is_some() {
+        return Err(Refusal::BadRequest(
+            "Bad Request: more than one Host header".into(),
+        ));
+    }
+    Ok(())
+}
+
 impl Guard {
+    /// `Host` and `Origin` ([`check_framing`] first made sure there is one `Host` at most).
     pub fn check(&self, headers: &HeaderMap) -> Result<(), Refusal> {
         self.check_host(headers)?;
         self.check_origin(headers)
@@ -179,6 +198,33 @@ mod tests {
             g.check(&HeaderMap::new()),
             Err(Refusal::Forbidden(_))
         ));
+    }
+
+    #[test]
+    fn one_host_and_an_origin_form_target_only() {
+        let uri = |u: &str| u.parse::<http::Uri>().expect("uri");
+        let one = headers(&[(HOST, "localhost")]);
+        assert_eq!(check_framing(&uri("/mcp"), &one), Ok(()));
+        for target in [
+            "http://evil.example/mcp",
+            "http://localhost/mcp",
+            "localhost:80",
+        ] {
+            assert!(
+                matches!(
+                    check_framing(&uri(target), &one),
+                    Err(Refusal::BadRequest(_))
+                ),
+                "{target}"
+            );
+        }
+        let mut two = one.clone();
+        two.append(HOST, HeaderValue::from_static("evil.example"));
+        assert!(matches!(
+            check_framing(&uri("/mcp"), &two),
+            Err(Refusal::BadRequest(_))
+        ));
+        assert_eq!(check_framing(&uri("/mcp"), &HeaderMap::new()), Ok(()));
     }
 
     #[test]

@@ -35,12 +35,21 @@ const OUTCOMES: usize = 15;
 /// The paths requests are counted by.
 const PATHS: [&str; 5] = ["/mcp", "/healthz", "/metrics", "/.well-known", "other"];
 /// Why a request was refused before MCP.
-pub const REASONS: [&str; 5] = [
+pub const REASONS: [&str; 11] = [
     "forbidden",
     "unavailable",
     "unauthorized",
     "insufficient_scope",
     "too_large",
+    // Two `Host` headers, an absolute-form target, a body that is no JSON-RPC message.
+    "bad_request",
+    // The connection cap or the in-flight byte budget.
+    "busy",
+    "body_timeout",
+    // Sessions: an id not issued here, another caller's, the caps.
+    "unknown_session",
+    "other_caller",
+    "sessions_full",
 ];
 /// Statuses 100–599 are counted; anything else counts as 599 (none are sent).
 const STATUSES: usize = 500;

@@ -232,11 +232,17 @@ impl ResourceServer {
             .filter_map(|s| s.strip_prefix(self.config.scope_prefix.as_str()))
             .filter_map(Tier::parse)
             .collect();
-        let text = |name: &str| claims.get(name).and_then(Value::as_str).map(String::from);
+        let text = |name: &str| {
+            claims
+                .get(name)
+                .and_then(Value::as_str)
+                .filter(|s| !s.is_empty())
+                .map(String::from)
+        };
+        let subject = text("sub").or_else(|| text("client_id"));
         Ok(Principal {
-            subject: text("sub")
-                .or_else(|| text("client_id"))
-                .unwrap_or_else(|| "unnamed".into()),
+            anonymous: subject.is_none(),
+            subject: subject.unwrap_or_else(|| "unnamed".into()),
             agent: text(&self.config.agent_claim),
             tiers: Some(tiers),
         })
@@ -448,8 +454,16 @@ mod tests {
                 "kitbag_agent": "reviewer"}),
             ))
             .expect("principal");
-        assert_eq!(p.subject, "ada");
+        assert_eq!((p.subject.as_str(), p.anonymous), ("ada", false));
         assert_eq!(p.agent.as_deref(), Some("reviewer"));
+        let client = rs
+            .principal(&claims(json!({"client_id": "ci", "scope": "mcp"})))
+            .expect("principal");
+        assert_eq!((client.subject.as_str(), client.anonymous), ("ci", false));
+        for nobody in [json!({"scope": "mcp"}), json!({"sub": "", "scope": "mcp"})] {
+            let p = rs.principal(&claims(nobody)).expect("principal");
+            assert!(p.anonymous, "no subject is nobody in particular");
+        }
         assert_eq!(p.tiers, Some(BTreeSet::from([Tier::Read, Tier::Exec])));
         let refused = rs.principal(&claims(json!({"sub": "ada", "scope": "kitbag:read"})));
         assert!(

@@ -20,6 +20,7 @@ use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
 use super::auth::Principal;
+pub use super::sessions::SessionRefusal;
 
 /// Prefix of a sealed id (the format's version).
 const PREFIX: &str = "ks1.";
@@ -47,19 +48,6 @@ pub struct SealedSession {
     /// Seconds since the Unix epoch after which the session is over.
     #[serde(rename = "exp")]
     pub expires: u64,
-}
-
-/// Why a presented session id is not a session of this caller.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SessionRefusal {
-    /// Not sealed by any key held (forged, altered, another deployment's, a rotated-out key).
-    #[error("session not found: initialize a new session")]
-    Unknown,
-    #[error("session expired: initialize a new session")]
-    Expired,
-    /// Sealed for another principal or agent (HTTP 403).
-    #[error("this session belongs to another caller: initialize your own session")]
-    OtherCaller,
 }
 
 /// The keys sessions are sealed with.
@@ -116,13 +104,18 @@ impl SessionKeys {
         }
     }
 
-    /// A new session for `principal`, valid for the configured lifetime.
+    /// A new session for `principal`, valid for the configured lifetime. None for a token
+    /// naming no subject: every such token would open it, so it gets no session (its requests
+    /// are answered statelessly all the same).
     pub fn issue(
         &self,
         principal: Option<&Principal>,
         protocol: &str,
         capabilities: serde_json::Value,
     ) -> Option<String> {
+        if principal.is_some_and(|p| p.anonymous) {
+            return None;
+        }
         let session = SealedSession {
             subject: principal.map(|p| p.subject.clone()),
             agent: principal.and_then(|p| p.agent.clone()),
@@ -163,7 +156,10 @@ impl SessionKeys {
         }
         let subject = principal.map(|p| p.subject.as_str());
         let agent = principal.and_then(|p| p.agent.as_deref());
-        if session.subject.as_deref() != subject || session.agent.as_deref() != agent {
+        if principal.is_some_and(|p| p.anonymous)
+            || session.subject.as_deref() != subject
+            || session.agent.as_deref() != agent
+        {
             return Err(SessionRefusal::OtherCaller);
         }
         Ok(session)
@@ -210,26 +206,6 @@ pub(super) fn admit(
 }
 
 const PROTOCOL_HEADER: &str = "mcp-protocol-version";
-
-/// The refusal as MCP clients expect it: 404 makes them initialize again; 403 for another
-/// caller's session.
-pub(super) fn refusal_response(refusal: &SessionRefusal) -> super::HttpResponse {
-    let status = match refusal {
-        SessionRefusal::OtherCaller => http::StatusCode::FORBIDDEN,
-        SessionRefusal::Unknown | SessionRefusal::Expired => http::StatusCode::NOT_FOUND,
-    };
-    let body = serde_json::json!({
-        "jsonrpc": "2.0",
-        "id": null,
-        "error": {"code": -32001, "message": refusal.to_string()},
-    });
-    let mut response = super::text(status, body.to_string());
-    response.headers_mut().insert(
-        http::header::CONTENT_TYPE,
-        http::HeaderValue::from_static("application/json"),
-    );
-    response
-}
 
 /// A handshake-era `initialize` request's client capabilities (None: not one).
 pub(super) fn initialize_capabilities(body: &[u8]) -> Option<serde_json::Value> {
@@ -345,6 +321,7 @@ mod tests {
     fn alice(agent: Option<&str>) -> Principal {
         Principal {
             subject: "alice".into(),
+            anonymous: false,
             agent: agent.map(String::from),
             tiers: None,
         }
@@ -391,6 +368,29 @@ mod tests {
             "the same subject with another agent"
         );
         assert_eq!(k.open(&id, None), Err(SessionRefusal::OtherCaller));
+        // A token naming no subject gets no session and opens none.
+        let nobody = Principal {
+            subject: "unnamed".into(),
+            anonymous: true,
+            ..alice(None)
+        };
+        assert_eq!(
+            k.issue(Some(&nobody), "2025-11-25", serde_json::json!({})),
+            None
+        );
+        let sealed_for_nobody = k
+            .seal(&SealedSession {
+                subject: Some("unnamed".into()),
+                agent: None,
+                protocol: "2025-11-25".into(),
+                capabilities: serde_json::json!({}),
+                expires: now_secs() + 60,
+            })
+            .expect("seal");
+        assert_eq!(
+            k.open(&sealed_for_nobody, Some(&nobody)),
+            Err(SessionRefusal::OtherCaller)
+        );
         // Every single-character change breaks the seal.
         for i in PREFIX.len()..id.len() {
             let mut bytes = id.clone().into_bytes();
