@@ -1,7 +1,8 @@
 //! Sessions: `.kitbag/sessions/<name>.jsonl`, append-only and never rewritten (seed 000). One
 //! record per line — `user`, `assistant`, `tool_result`, `usage`, `compaction`,
 //! `session_prompt` — each written with a single `write` to a file opened with `O_APPEND`, so
-//! a crash leaves at worst a torn last line, which loading skips.
+//! a crash leaves at worst a torn last line, which loading skips (and the next append starts a
+//! line of its own after it).
 
 use kitbag_shared::lock::LockExt;
 use std::io::Write;
@@ -174,12 +175,23 @@ impl Session {
     pub fn append(&mut self, record: Record) -> anyhow::Result<()> {
         match &mut self.store {
             Store::File { file, .. } => {
-                let mut line = serde_json::to_vec(&record)?;
+                // A torn last line (a crash mid-write) would swallow this record: start a new
+                // line first, in the same write.
+                let torn = match ends_torn(file) {
+                    Ok(t) => t,
+                    Err(e) => anyhow::bail!("session {}: could not read: {e}", self.shown_path()),
+                };
+                let mut line = Vec::new();
+                if torn {
+                    line.push(b'\n');
+                }
+                serde_json::to_writer(&mut line, &record)?;
                 line.push(b'\n');
                 if let Err(e) = file.write_all(&line) {
                     anyhow::bail!("session {}: could not append: {e}", self.shown_path());
                 }
             }
+            // One row per record, inserted whole or not at all: no torn record there.
             Store::Pg { db, workspace } => db.append(workspace, &self.name, &record)?,
         }
         self.records.push(record);
@@ -306,6 +318,19 @@ fn file_totals(path: &Path, name: &str) -> Option<SessionTotals> {
         },
     );
     Some(totals)
+}
+
+/// Whether the file's last byte is not a newline: a line cut off by a crash. Checked at every
+/// append, not once at open, so that a line torn by another process since is caught too.
+fn ends_torn(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8];
+    file.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] != b'\n')
 }
 
 /// Every session under `root`, sorted by name, read without creating anything.
@@ -740,6 +765,37 @@ mod tests {
             other => panic!("{other:?}"),
         }
         assert_eq!(m[3].text(), "again");
+    }
+
+    /// A torn last line stays one unreadable line: the records appended after it (N12) and
+    /// after them are read back, and a clean file gets no blank lines.
+    #[test]
+    #[allow(clippy::unwrap_used)]
+    fn an_append_after_a_torn_line_starts_a_line_of_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join(".kitbag/sessions/s.jsonl");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let torn = "{\"role\":\"assistant\",\"content\":[{\"ty";
+        let first = serde_json::to_string(&user("a")).unwrap();
+        std::fs::write(&file, format!("{first}\n{torn}")).unwrap();
+        let mut s = Session::open(d.path(), "s").unwrap();
+        assert_eq!(s.skipped_lines, 1);
+        s.append(user("b")).unwrap();
+        s.append(user("c")).unwrap();
+        let back = Session::open(d.path(), "s").unwrap();
+        let texts: Vec<String> = back
+            .records
+            .iter()
+            .map(|r| match r {
+                Record::User { content, .. } => kitbag_llm::types::blocks_text(content),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, ["a", "b", "c"]);
+        assert_eq!(back.skipped_lines, 1);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.lines().nth(1), Some(torn));
+        assert!(!text.contains("\n\n"));
     }
 
     #[test]
