@@ -7,6 +7,7 @@ pub mod compaction;
 pub mod convert;
 pub mod daemon;
 pub mod frontmatter;
+pub mod overflow;
 pub mod packs;
 pub mod progress;
 pub mod router;
@@ -60,6 +61,11 @@ pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path)
             chars: count(settings, "context_chars", 24_000) as usize,
         },
         max_steps: MAX_STEPS,
+        max_result_bytes: count(
+            settings,
+            "max_tool_result_bytes",
+            crate::settings::DEFAULT_MAX_TOOL_RESULT_BYTES,
+        ) as usize,
         memory: turn::MemoryInjection {
             mode: get(settings, "memory.inject_mode")
                 .and_then(|s| s.value.as_str())

@@ -57,6 +57,17 @@ impl Progress {
                     "[context] the last call used {last_tokens} tokens, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
                 )
             }
+            Note::ResultCut(cut) => {
+                self.end_line();
+                let place = match &cut.kept {
+                    Ok(p) => format!("kept whole in {}", p.display()),
+                    Err(e) => format!("not kept: {e}"),
+                };
+                eprintln!(
+                    "[context] a tool result of {} bytes was cut for the model; {place}",
+                    cut.bytes
+                )
+            }
             _ => {}
         }
     }

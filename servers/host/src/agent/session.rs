@@ -109,10 +109,12 @@ pub struct Session {
 enum Store {
     /// `.kitbag/sessions/<name>.jsonl`, opened for appending.
     File { dir: StateDir, file: std::fs::File },
-    /// Rows of a shared PostgreSQL (`KITBAG_DATABASE_URL`), in one workspace.
+    /// Rows of a shared PostgreSQL (`KITBAG_DATABASE_URL`), in one workspace; `root` is the
+    /// project whose `.kitbag/sessions` keeps the session's files (cut tool results).
     Pg {
         db: std::sync::Arc<super::session_pg::PgSessions>,
         workspace: String,
+        root: std::path::PathBuf,
     },
 }
 
@@ -128,7 +130,11 @@ impl Session {
             let (records, skipped_lines) = db.load(&workspace, name)?;
             return Ok(Self {
                 name: name.to_owned(),
-                store: Store::Pg { db, workspace },
+                store: Store::Pg {
+                    db,
+                    workspace,
+                    root: root.to_owned(),
+                },
                 records,
                 skipped_lines,
             });
@@ -171,6 +177,23 @@ impl Session {
         }
     }
 
+    /// The session's own directory, `.kitbag/sessions/<name>.results` (made on first use): where
+    /// the whole text of a tool result too long for the model is kept. Local to this machine
+    /// also when the records are in the database.
+    pub fn results_dir(&self) -> anyhow::Result<StateDir> {
+        let sub = format!("{}.results", self.name);
+        let parent;
+        let dir = match &self.store {
+            Store::File { dir, .. } => dir,
+            Store::Pg { root, .. } => {
+                parent = sessions_dir(root, true)?;
+                &parent
+            }
+        };
+        dir.subdir(&sub, true)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.shown_path(&sub).display()))
+    }
+
     /// Append one record: one `write` of the whole line, or one row.
     pub fn append(&mut self, record: Record) -> anyhow::Result<()> {
         match &mut self.store {
@@ -192,7 +215,7 @@ impl Session {
                 }
             }
             // One row per record, inserted whole or not at all: no torn record there.
-            Store::Pg { db, workspace } => db.append(workspace, &self.name, &record)?,
+            Store::Pg { db, workspace, .. } => db.append(workspace, &self.name, &record)?,
         }
         self.records.push(record);
         Ok(())

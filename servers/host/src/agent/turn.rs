@@ -14,6 +14,7 @@ use super::compaction::{
     transcript,
 };
 use super::convert::{result_parts, tool_spec};
+use super::overflow::{Cut, bound};
 use super::packs::Pack;
 use super::session::{Record, Session, Window, now};
 use super::skills::{self, Skill};
@@ -28,6 +29,9 @@ pub struct TurnConfig {
     pub window: Window,
     /// Model calls per turn before the loop gives up (a model that never stops calling tools).
     pub max_steps: u32,
+    /// Text bytes of one tool result passed to the model and the session (the rest is kept in
+    /// the session's results directory).
+    pub max_result_bytes: usize,
     pub memory: MemoryInjection,
     /// The model's context window in tokens: when the last call used more than the window less
     /// `max_tokens`, old tool outputs are cleared, then earlier turns summarized.
@@ -72,6 +76,8 @@ pub enum Note<'a> {
         saved_tokens: u64,
         last_tokens: u64,
     },
+    /// A tool result was too long for the model: cut, and kept whole in a file.
+    ResultCut(&'a Cut),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +176,10 @@ pub async fn run_turn(
         }
         out.tool_calls += calls.len() as u32;
         let results = run_calls(host, cfg, &session.name, &calls, cancel, note).await;
+        let (results, cuts) = bound(results, cfg.max_result_bytes, session);
+        for cut in &cuts {
+            note(Note::ResultCut(cut));
+        }
         session.append(Record::ToolResult {
             content: results,
             ts: now(),
