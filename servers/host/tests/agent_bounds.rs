@@ -1,6 +1,6 @@
 //! What the agent loop lets through (issue #42, findings N11 and N12), each test written as
-//! the attack: a foreign MCP server answering with megabytes, and a session file whose last
-//! line a crash tore.
+//! the attack: a foreign MCP server answering with megabytes, a model that reports almost no
+//! token use while its requests grow, and a session file whose last line a crash tore.
 
 mod agent_common;
 
@@ -175,6 +175,82 @@ fn a_foreign_servers_multi_mib_results_are_cut_for_the_model_and_kept_whole() {
         Some(results[2].1.as_str())
     );
     assert!(stderr.contains("was cut for the model"), "{stderr}");
+}
+
+/// The settings a small context window gives: a limit of 15,000 tokens per call; every turn
+/// in the window.
+fn small_window_env(mock: &MockLlm) -> Vec<(&'static str, String)> {
+    let mut env = anthropic_env(mock);
+    env.extend([
+        ("KITBAG_CONTEXT_WINDOW", "16000".to_string()),
+        ("KITBAG_MAX_TOKENS", "1000".to_string()),
+        ("KITBAG_CONTEXT_CHARS", "1000000".to_string()),
+    ]);
+    env
+}
+
+const CLEARED: &str = "[Old tool result content cleared]";
+
+/// Compaction followed only the model's reported usage: a model (or proxy) reporting 10 tokens
+/// never triggered it, however large the requests grew. Three 40,000-byte results (~10,000
+/// tokens each, under the cap) against a limit of 15,000 tokens: by the fourth call of the turn
+/// the oldest is cleared from the request; the next turn's first call summarizes the earlier
+/// turn instead of sending it again.
+#[test]
+fn a_model_reporting_tiny_usage_still_gets_its_context_compacted() {
+    const BYTES: usize = 40_000;
+    let d = big_project();
+    let mock = MockLlm::start(vec![
+        Reply::sse(big_calls_sse(&[("c1", "A")], BYTES)),
+        Reply::sse(big_calls_sse(&[("c2", "B")], BYTES)),
+        Reply::sse(big_calls_sse(&[("c3", "C")], BYTES)),
+        Reply::sse(text_sse("read them")),
+    ]);
+    let out = kitbag(
+        d.path(),
+        &small_window_env(&mock),
+        &["run", "--session", "grow", "first"],
+    );
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let sent = mock.received();
+    assert_eq!(sent.len(), 4);
+    let last: Vec<String> = results_by_id(&sent[3]).into_iter().map(|r| r.1).collect();
+    assert_eq!(last.len(), 3);
+    // Compared as booleans: a failure prints a prefix, not 40,000 bytes.
+    let prefix = |t: &str| t.chars().take(60).collect::<String>();
+    assert!(last[0] == CLEARED, "not cleared: {}", prefix(&last[0]));
+    assert!(
+        last[2] == big_body("C", BYTES),
+        "not whole: {}",
+        prefix(&last[2])
+    );
+    assert!(stderr.contains("this call measures ~"), "{stderr}");
+
+    let mock = MockLlm::start(vec![
+        Reply::sse(text_sse(
+            "The user asked for three results; they were read.",
+        )),
+        Reply::sse(text_sse("ok")),
+    ]);
+    let out = kitbag(
+        d.path(),
+        &small_window_env(&mock),
+        &["run", "--session", "grow", "second"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert_eq!(sent.len(), 2, "a summary call, then the turn's call");
+    assert!(sent[0].body.get("tools").is_none(), "the summary call");
+    assert!(system_text(&sent[1]).contains("[Context summary from earlier in this conversation:"));
+    let m = sent[1].body["messages"].as_array().expect("messages");
+    assert_eq!(m.len(), 1);
+    assert_eq!(m[0]["content"][0]["text"], "second");
+    let records = session(d.path(), "grow");
+    assert_eq!(
+        records.iter().filter(|r| r["role"] == "compaction").count(),
+        1
+    );
 }
 
 /// N12: after a crash tore the session's last line, the next run appended its `user` record to

@@ -50,11 +50,17 @@ impl Progress {
             }
             Note::Pruned {
                 saved_tokens,
-                last_tokens,
+                tokens,
+                measured,
             } => {
                 self.end_line();
+                let what = if measured {
+                    format!("this call measures ~{tokens} tokens")
+                } else {
+                    format!("the last call used {tokens} tokens")
+                };
                 eprintln!(
-                    "[context] the last call used {last_tokens} tokens, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
+                    "[context] {what}, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
                 )
             }
             Note::ResultCut(cut) => {

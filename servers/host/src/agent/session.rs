@@ -500,10 +500,16 @@ fn weight(records: &[Record]) -> usize {
         .map(|r| match r {
             Record::User { content, .. }
             | Record::Assistant { content, .. }
-            | Record::ToolResult { content, .. } => content.iter().map(block_weight).sum(),
+            | Record::ToolResult { content, .. } => blocks_weight(content),
             _ => 0,
         })
         .sum()
+}
+
+/// The characters content blocks cost in the context (text and arguments; an image counts as
+/// 1,000).
+pub fn blocks_weight(blocks: &[Block]) -> usize {
+    blocks.iter().map(block_weight).sum()
 }
 
 fn block_weight(b: &Block) -> usize {
