@@ -11,7 +11,8 @@
 
 use sha2::{Digest, Sha256};
 
-use super::session::{Record, Window, blocks_weight, fit, fits, messages, turn_starts};
+use super::session::Record;
+use super::window::{Window, blocks_weight, fit, fits, messages, turn_starts};
 use kitbag_llm::{Message, ToolSpec};
 
 /// Summaries are made only when more than this many turns would be dropped.

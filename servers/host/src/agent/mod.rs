@@ -15,6 +15,7 @@ pub mod session;
 pub mod session_pg;
 pub mod skills;
 pub mod turn;
+pub mod window;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -25,8 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::serve::HostServer;
 use crate::settings::{Setting, get};
-use session::{Record, Session, Window};
+use session::{Record, Session};
 use turn::{Note, TurnConfig, run_turn};
+use window::Window;
 
 /// The system prompt when `system_prompt` is not set.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a capable software agent working in the user's project through the tools you are given. Use the tools to look before you answer; keep changes minimal and say what you changed. The project root is the current directory.";

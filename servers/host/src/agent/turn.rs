@@ -16,8 +16,9 @@ use super::compaction::{
 use super::convert::{result_parts, tool_spec};
 use super::overflow::{Cut, bound};
 use super::packs::Pack;
-use super::session::{Record, Session, Window, now};
+use super::session::{Record, Session, now};
 use super::skills::{self, Skill};
+use super::window::Window;
 use crate::dispatch::CallMeta;
 use crate::serve::HostServer;
 
@@ -482,7 +483,7 @@ async fn summarize(
     };
     let covers_through_ts = last_ts(&records[..boundary]).unwrap_or_default().to_owned();
     let hash = source_hash(&records[..boundary]);
-    let turns = super::session::turn_starts(&records[..boundary]).len();
+    let turns = super::window::turn_starts(&records[..boundary]).len();
     let mut on_event = |e: StreamEvent<'_>| {
         if matches!(e, StreamEvent::Retry { .. }) {
             note(Note::Model(e));
