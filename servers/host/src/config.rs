@@ -158,6 +158,8 @@ struct AgentFile {
     #[serde(default)]
     tool_timeout_sec: Option<u64>,
     #[serde(default)]
+    max_tool_result_bytes: Option<u64>,
+    #[serde(default)]
     memory: Option<crate::settings::MemorySettings>,
 }
 
@@ -265,6 +267,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
             system_prompt: file.system_prompt,
             startup_timeout_sec: file.startup_timeout_sec,
             tool_timeout_sec: file.tool_timeout_sec,
+            max_tool_result_bytes: file.max_tool_result_bytes,
             memory: file.memory,
         };
         for (name, v) in file.mcp {

@@ -25,9 +25,15 @@ pub struct FileSettings {
     pub startup_timeout_sec: Option<u64>,
     /// Default for every server without its own `tool_timeout_sec`.
     pub tool_timeout_sec: Option<u64>,
+    /// Text bytes of one tool result the agent loop passes to the model and the session; the
+    /// rest is kept in a file the result names (issue #42).
+    pub max_tool_result_bytes: Option<u64>,
     /// Memory injection and limits (seed 001).
     pub memory: Option<MemorySettings>,
 }
+
+/// `max_tool_result_bytes` when unset: a long file's worth of text (~16k tokens).
+pub const DEFAULT_MAX_TOOL_RESULT_BYTES: u64 = 64 * 1024;
 
 /// The `memory` block of `agent.json` (seed 001 §1): what the agent loop injects before each
 /// model call, and how many memories kitbag-memory keeps.
@@ -131,6 +137,12 @@ const SPECS: &[Spec] = &[
         env: "KITBAG_TOOL_TIMEOUT_SEC",
         kind: Kind::Count,
         default: || json!(crate::hub::DEFAULT_TOOL_TIMEOUT.as_secs()),
+    },
+    Spec {
+        key: "max_tool_result_bytes",
+        env: "KITBAG_MAX_TOOL_RESULT_BYTES",
+        kind: Kind::Count,
+        default: || json!(DEFAULT_MAX_TOOL_RESULT_BYTES),
     },
     Spec {
         key: "memory.inject_mode",
@@ -283,6 +295,7 @@ mod tests {
         assert_eq!(v("context_chars").source, Source::Default);
         assert_eq!(v("tool_timeout_sec").value, json!(120));
         assert_eq!(v("system_prompt").value, Value::Null);
+        assert_eq!(v("max_tool_result_bytes").value, json!(65536));
     }
 
     #[test]

@@ -11,8 +11,9 @@
 
 use sha2::{Digest, Sha256};
 
-use super::session::{Record, Window, fit, fits, messages, turn_starts};
-use kitbag_llm::Message;
+use super::session::Record;
+use super::window::{Window, blocks_weight, fit, fits, messages, turn_starts};
+use kitbag_llm::{Message, ToolSpec};
 
 /// Summaries are made only when more than this many turns would be dropped.
 pub const MAX_DROPPED_WITHOUT_SUMMARY: usize = 5;
@@ -24,6 +25,22 @@ pub const CLEARED: &str = "[Old tool result content cleared]";
 
 /// Tool-result messages kept whole under pressure: the most recent ones.
 pub const KEEP_RECENT_RESULTS: usize = 2;
+
+/// Bytes of text per token, roughly: how kitbag turns sizes it measures into tokens.
+pub const BYTES_PER_TOKEN: u64 = 4;
+
+/// The tokens a request will cost, estimated from its size: the system prompt, the tools'
+/// names, descriptions and schemas, and the messages as the window weighs them. The model's
+/// own count comes only after the call, and a model (or a proxy) may report none or too few:
+/// token pressure follows the larger of the two.
+pub fn measured_tokens(system: &str, messages: &[Message], tools: &[ToolSpec]) -> u64 {
+    let tools: usize = tools
+        .iter()
+        .map(|t| t.name.len() + t.description.len() + t.input_schema.to_string().len())
+        .sum();
+    let messages: usize = messages.iter().map(|m| blocks_weight(&m.content)).sum();
+    (system.len() + tools + messages) as u64 / BYTES_PER_TOKEN
+}
 
 /// Under token pressure, the first tier: clear the text of every tool result except those in
 /// the most recent `KEEP_RECENT_RESULTS` messages carrying results. Returns the characters
@@ -339,6 +356,22 @@ mod tests {
         assert!(!t.contains("question 3") && !t.contains("question 8"));
         assert!(
             inject("sys", "S").ends_with("[Context summary from earlier in this conversation: S]")
+        );
+    }
+
+    /// System prompt, tool specs and messages all count, at four bytes a token.
+    #[test]
+    fn a_request_is_measured_from_all_it_carries() {
+        let tools = vec![ToolSpec {
+            name: "t".into(),
+            description: "d".repeat(99),
+            input_schema: serde_json::json!({}),
+        }];
+        let messages = vec![Message::user_text("x".repeat(4000))];
+        let system = "s".repeat(298);
+        assert_eq!(
+            measured_tokens(&system, &messages, &tools),
+            (298 + 1 + 99 + 2 + 4000) / 4
         );
     }
 

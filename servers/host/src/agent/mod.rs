@@ -7,6 +7,7 @@ pub mod compaction;
 pub mod convert;
 pub mod daemon;
 pub mod frontmatter;
+pub mod overflow;
 pub mod packs;
 pub mod progress;
 pub mod router;
@@ -14,6 +15,7 @@ pub mod session;
 pub mod session_pg;
 pub mod skills;
 pub mod turn;
+pub mod window;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};
@@ -24,8 +26,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::serve::HostServer;
 use crate::settings::{Setting, get};
-use session::{Record, Session, Window};
+use session::{Record, Session};
 use turn::{Note, TurnConfig, run_turn};
+use window::Window;
 
 /// The system prompt when `system_prompt` is not set.
 pub const DEFAULT_SYSTEM_PROMPT: &str = "You are a capable software agent working in the user's project through the tools you are given. Use the tools to look before you answer; keep changes minimal and say what you changed. The project root is the current directory.";
@@ -60,6 +63,11 @@ pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path)
             chars: count(settings, "context_chars", 24_000) as usize,
         },
         max_steps: MAX_STEPS,
+        max_result_bytes: count(
+            settings,
+            "max_tool_result_bytes",
+            crate::settings::DEFAULT_MAX_TOOL_RESULT_BYTES,
+        ) as usize,
         memory: turn::MemoryInjection {
             mode: get(settings, "memory.inject_mode")
                 .and_then(|s| s.value.as_str())

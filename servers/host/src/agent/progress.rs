@@ -50,11 +50,28 @@ impl Progress {
             }
             Note::Pruned {
                 saved_tokens,
-                last_tokens,
+                tokens,
+                measured,
             } => {
                 self.end_line();
+                let what = if measured {
+                    format!("this call measures ~{tokens} tokens")
+                } else {
+                    format!("the last call used {tokens} tokens")
+                };
                 eprintln!(
-                    "[context] the last call used {last_tokens} tokens, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
+                    "[context] {what}, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
+                )
+            }
+            Note::ResultCut(cut) => {
+                self.end_line();
+                let place = match &cut.kept {
+                    Ok(p) => format!("kept whole in {}", p.display()),
+                    Err(e) => format!("not kept: {e}"),
+                };
+                eprintln!(
+                    "[context] a tool result of {} bytes was cut for the model; {place}",
+                    cut.bytes
                 )
             }
             _ => {}

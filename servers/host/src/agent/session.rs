@@ -1,13 +1,14 @@
 //! Sessions: `.kitbag/sessions/<name>.jsonl`, append-only and never rewritten (seed 000). One
 //! record per line — `user`, `assistant`, `tool_result`, `usage`, `compaction`,
 //! `session_prompt` — each written with a single `write` to a file opened with `O_APPEND`, so
-//! a crash leaves at worst a torn last line, which loading skips.
+//! a crash leaves at worst a torn last line, which loading skips (and the next append starts a
+//! line of its own after it).
 
 use kitbag_shared::lock::LockExt;
 use std::io::Write;
 use std::path::Path;
 
-use kitbag_llm::{Block, Message, Role, StopReason, Usage};
+use kitbag_llm::{Block, StopReason, Usage};
 use kitbag_shared::paths::PathPolicy;
 use kitbag_shared::state::{OFlags, StateDir};
 use serde::{Deserialize, Serialize};
@@ -108,10 +109,12 @@ pub struct Session {
 enum Store {
     /// `.kitbag/sessions/<name>.jsonl`, opened for appending.
     File { dir: StateDir, file: std::fs::File },
-    /// Rows of a shared PostgreSQL (`KITBAG_DATABASE_URL`), in one workspace.
+    /// Rows of a shared PostgreSQL (`KITBAG_DATABASE_URL`), in one workspace; `root` is the
+    /// project whose `.kitbag/sessions` keeps the session's files (cut tool results).
     Pg {
         db: std::sync::Arc<super::session_pg::PgSessions>,
         workspace: String,
+        root: std::path::PathBuf,
     },
 }
 
@@ -127,7 +130,11 @@ impl Session {
             let (records, skipped_lines) = db.load(&workspace, name)?;
             return Ok(Self {
                 name: name.to_owned(),
-                store: Store::Pg { db, workspace },
+                store: Store::Pg {
+                    db,
+                    workspace,
+                    root: root.to_owned(),
+                },
                 records,
                 skipped_lines,
             });
@@ -170,17 +177,45 @@ impl Session {
         }
     }
 
+    /// The session's own directory, `.kitbag/sessions/<name>.results` (made on first use): where
+    /// the whole text of a tool result too long for the model is kept. Local to this machine
+    /// also when the records are in the database.
+    pub fn results_dir(&self) -> anyhow::Result<StateDir> {
+        let sub = format!("{}.results", self.name);
+        let parent;
+        let dir = match &self.store {
+            Store::File { dir, .. } => dir,
+            Store::Pg { root, .. } => {
+                parent = sessions_dir(root, true)?;
+                &parent
+            }
+        };
+        dir.subdir(&sub, true)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", dir.shown_path(&sub).display()))
+    }
+
     /// Append one record: one `write` of the whole line, or one row.
     pub fn append(&mut self, record: Record) -> anyhow::Result<()> {
         match &mut self.store {
             Store::File { file, .. } => {
-                let mut line = serde_json::to_vec(&record)?;
+                // A torn last line (a crash mid-write) would swallow this record: start a new
+                // line first, in the same write.
+                let torn = match ends_torn(file) {
+                    Ok(t) => t,
+                    Err(e) => anyhow::bail!("session {}: could not read: {e}", self.shown_path()),
+                };
+                let mut line = Vec::new();
+                if torn {
+                    line.push(b'\n');
+                }
+                serde_json::to_writer(&mut line, &record)?;
                 line.push(b'\n');
                 if let Err(e) = file.write_all(&line) {
                     anyhow::bail!("session {}: could not append: {e}", self.shown_path());
                 }
             }
-            Store::Pg { db, workspace } => db.append(workspace, &self.name, &record)?,
+            // One row per record, inserted whole or not at all: no torn record there.
+            Store::Pg { db, workspace, .. } => db.append(workspace, &self.name, &record)?,
         }
         self.records.push(record);
         Ok(())
@@ -308,6 +343,19 @@ fn file_totals(path: &Path, name: &str) -> Option<SessionTotals> {
     Some(totals)
 }
 
+/// Whether the file's last byte is not a newline: a line cut off by a crash. Checked at every
+/// append, not once at open, so that a line torn by another process since is caught too.
+fn ends_torn(file: &std::fs::File) -> std::io::Result<bool> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    if len == 0 {
+        return Ok(false);
+    }
+    let mut last = [0u8];
+    file.read_exact_at(&mut last, len - 1)?;
+    Ok(last[0] != b'\n')
+}
+
 /// Every session under `root`, sorted by name, read without creating anything.
 pub fn all_totals(root: &Path) -> Vec<SessionTotals> {
     if let Some(url) = super::session_pg::database_url() {
@@ -392,176 +440,8 @@ pub fn parse(text: &str) -> (Vec<Record>, usize) {
     (records, skipped)
 }
 
-/// How much of the history a model call sees (seed 000: `context_turns`, `context_chars`).
-#[derive(Debug, Clone, Copy)]
-pub struct Window {
-    pub turns: usize,
-    pub chars: usize,
-}
-
-/// The conversation a model call sees without compaction (compaction.rs's `plan` is what the
-/// loop uses): the most recent whole turns (a turn runs from one user record to the next, so an
-/// assistant → tool_use → tool_result chain is never split) within the window; the current
-/// turn always. Tool calls that never got a result (a crash while they ran) are answered with
-/// an error result so that the history stays valid.
 #[cfg(test)]
-pub fn context(records: &[Record], window: Window) -> Vec<Message> {
-    messages(&records[fit(records, window)..])
-}
-
-/// Where the turns a model call sees begin: the index of the earliest user record whose turn
-/// and every later one fit the window (the current turn always fits). 0 for no records.
-pub fn fit(records: &[Record], window: Window) -> usize {
-    let starts = turn_starts(records);
-    let Some(&last) = starts.last() else {
-        return 0;
-    };
-    let mut from = last;
-    let mut chars = weight(&records[last..]);
-    // The current turn counts as the first; each earlier one is taken whole or not at all.
-    for (turns, &start) in (2..).zip(starts.iter().rev().skip(1)) {
-        let w = weight(&records[start..from]);
-        if turns > window.turns || chars + w > window.chars {
-            break;
-        }
-        chars += w;
-        from = start;
-    }
-    from
-}
-
-/// Whether `records` (a suffix of a session) fit the window as they are.
-pub fn fits(records: &[Record], window: Window) -> bool {
-    turn_starts(records).len() <= window.turns && weight(records) <= window.chars
-}
-
-/// The index of every user record: where turns begin.
-pub fn turn_starts(records: &[Record]) -> Vec<usize> {
-    records
-        .iter()
-        .enumerate()
-        .filter(|(_, r)| matches!(r, Record::User { .. }))
-        .map(|(i, _)| i)
-        .collect()
-}
-
-/// The characters a stretch of records costs in the context (text and arguments).
-fn weight(records: &[Record]) -> usize {
-    records
-        .iter()
-        .map(|r| match r {
-            Record::User { content, .. }
-            | Record::Assistant { content, .. }
-            | Record::ToolResult { content, .. } => content.iter().map(block_weight).sum(),
-            _ => 0,
-        })
-        .sum()
-}
-
-fn block_weight(b: &Block) -> usize {
-    match b {
-        Block::Text { text } => text.len(),
-        Block::ToolUse { input, .. } => input.to_string().len(),
-        Block::ToolResult { content, .. } => content
-            .iter()
-            .map(|p| match p {
-                kitbag_llm::ResultPart::Text { text } => text.len(),
-                kitbag_llm::ResultPart::Image { .. } => 1000,
-            })
-            .sum(),
-        Block::Thinking { thinking, .. } => thinking.len(),
-        Block::Image { .. } => 1000,
-        Block::RedactedThinking { .. } => 100,
-    }
-}
-
-/// Records to messages, repairing unanswered tool calls.
-pub fn messages(records: &[Record]) -> Vec<Message> {
-    let mut out: Vec<Message> = Vec::new();
-    let mut pending: Vec<String> = Vec::new();
-    let close_pending = |pending: &mut Vec<String>, out: &mut Vec<Message>| {
-        if pending.is_empty() {
-            return;
-        }
-        let content = pending
-            .drain(..)
-            .map(|id| Block::ToolResult {
-                tool_use_id: id,
-                content: vec![kitbag_llm::ResultPart::Text {
-                    text: "error [interrupted]: this call did not finish (the agent stopped while it ran); its effects are unknown".into(),
-                }],
-                is_error: true,
-            })
-            .collect();
-        out.push(Message {
-            role: Role::User,
-            content,
-        });
-    };
-    for r in records {
-        match r {
-            Record::User { content, .. } => {
-                close_pending(&mut pending, &mut out);
-                out.push(Message {
-                    role: Role::User,
-                    content: content.clone(),
-                });
-            }
-            Record::Assistant { content, .. } => {
-                close_pending(&mut pending, &mut out);
-                pending = content
-                    .iter()
-                    .filter_map(|b| match b {
-                        Block::ToolUse { id, .. } => Some(id.clone()),
-                        _ => None,
-                    })
-                    .collect();
-                out.push(Message {
-                    role: Role::Assistant,
-                    content: content.clone(),
-                });
-            }
-            Record::ToolResult { content, .. } => {
-                let mut content = content.clone();
-                // Results for calls that were not asked for are dropped (the API refuses them).
-                content.retain(|b| match b {
-                    Block::ToolResult { tool_use_id, .. } => pending.contains(tool_use_id),
-                    _ => true,
-                });
-                pending.retain(|id| {
-                    !content.iter().any(
-                        |b| matches!(b, Block::ToolResult { tool_use_id, .. } if tool_use_id == id),
-                    )
-                });
-                close_pending_into(&mut pending, &mut content);
-                out.push(Message {
-                    role: Role::User,
-                    content,
-                });
-            }
-            Record::Usage { .. } | Record::Compaction { .. } | Record::SessionPrompt { .. } => {}
-        }
-    }
-    close_pending(&mut pending, &mut out);
-    out
-}
-
-/// Calls still unanswered after a result record get their error result in the same message.
-fn close_pending_into(pending: &mut Vec<String>, content: &mut Vec<Block>) {
-    for id in pending.drain(..) {
-        content.push(Block::ToolResult {
-            tool_use_id: id,
-            content: vec![kitbag_llm::ResultPart::Text {
-                text: "error [interrupted]: this call did not finish; its effects are unknown"
-                    .into(),
-            }],
-            is_error: true,
-        });
-    }
-}
-
-#[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
     use serde_json::json;
 
@@ -620,7 +500,7 @@ mod tests {
         assert_eq!((fourth[0].turns, fourth[0].input_tokens), (1, 3));
     }
 
-    fn user(t: &str) -> Record {
+    pub(in crate::agent) fn user(t: &str) -> Record {
         Record::User {
             content: vec![Block::text(t)],
             ts: now(),
@@ -628,7 +508,7 @@ mod tests {
         }
     }
 
-    fn call(id: &str) -> Record {
+    pub(in crate::agent) fn call(id: &str) -> Record {
         Record::Assistant {
             content: vec![Block::ToolUse {
                 id: id.into(),
@@ -642,7 +522,7 @@ mod tests {
         }
     }
 
-    fn result(id: &str, text: &str) -> Record {
+    pub(in crate::agent) fn result(id: &str, text: &str) -> Record {
         Record::ToolResult {
             content: vec![Block::ToolResult {
                 tool_use_id: id.into(),
@@ -653,7 +533,7 @@ mod tests {
         }
     }
 
-    fn answer(t: &str) -> Record {
+    pub(in crate::agent) fn answer(t: &str) -> Record {
         Record::Assistant {
             content: vec![Block::text(t)],
             stop: StopReason::EndTurn,
@@ -661,11 +541,6 @@ mod tests {
             ts: now(),
         }
     }
-
-    const WIDE: Window = Window {
-        turns: 100,
-        chars: 1_000_000,
-    };
 
     #[test]
     fn records_round_trip_one_per_line_and_torn_lines_are_skipped() {
@@ -686,60 +561,35 @@ mod tests {
         );
     }
 
+    /// A torn last line stays one unreadable line: the records appended after it (N12) and
+    /// after them are read back, and a clean file gets no blank lines.
     #[test]
-    fn the_window_keeps_whole_recent_turns() {
-        let records = vec![
-            user("first"),
-            call("t1"),
-            result("t1", &"x".repeat(500)),
-            answer("one"),
-            user("second"),
-            answer("two"),
-            user("third"),
-        ];
-        let all = context(&records, WIDE);
-        assert_eq!(all.len(), 7);
-        let two = context(
-            &records,
-            Window {
-                turns: 2,
-                chars: 1_000_000,
-            },
-        );
-        assert_eq!(two[0].text(), "second");
-        assert_eq!(two.len(), 3);
-        // The first turn's 500-char tool result does not fit 100 chars: it goes whole.
-        let small = context(
-            &records,
-            Window {
-                turns: 100,
-                chars: 100,
-            },
-        );
-        assert_eq!(small[0].text(), "second");
-        // The current turn stays even when it alone is over the limit.
-        let tiny = context(&records, Window { turns: 1, chars: 1 });
-        assert_eq!(tiny.len(), 1);
-        assert_eq!(tiny[0].text(), "third");
-    }
-
-    #[test]
-    fn calls_cut_off_by_a_crash_get_an_error_result() {
-        let records = vec![user("go"), call("t1"), user("again")];
-        let m = context(&records, WIDE);
-        assert_eq!(m.len(), 4);
-        match &m[2].content[0] {
-            Block::ToolResult {
-                tool_use_id,
-                is_error,
-                ..
-            } => {
-                assert_eq!(tool_use_id, "t1");
-                assert!(*is_error);
-            }
-            other => panic!("{other:?}"),
-        }
-        assert_eq!(m[3].text(), "again");
+    #[allow(clippy::unwrap_used)]
+    fn an_append_after_a_torn_line_starts_a_line_of_its_own() {
+        let d = tempfile::tempdir().unwrap();
+        let file = d.path().join(".kitbag/sessions/s.jsonl");
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        let torn = "{\"role\":\"assistant\",\"content\":[{\"ty";
+        let first = serde_json::to_string(&user("a")).unwrap();
+        std::fs::write(&file, format!("{first}\n{torn}")).unwrap();
+        let mut s = Session::open(d.path(), "s").unwrap();
+        assert_eq!(s.skipped_lines, 1);
+        s.append(user("b")).unwrap();
+        s.append(user("c")).unwrap();
+        let back = Session::open(d.path(), "s").unwrap();
+        let texts: Vec<String> = back
+            .records
+            .iter()
+            .map(|r| match r {
+                Record::User { content, .. } => kitbag_llm::types::blocks_text(content),
+                other => format!("{other:?}"),
+            })
+            .collect();
+        assert_eq!(texts, ["a", "b", "c"]);
+        assert_eq!(back.skipped_lines, 1);
+        let text = std::fs::read_to_string(&file).unwrap();
+        assert_eq!(text.lines().nth(1), Some(torn));
+        assert!(!text.contains("\n\n"));
     }
 
     #[test]

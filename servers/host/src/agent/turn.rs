@@ -10,13 +10,15 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::compaction::{
-    Plan, SUMMARY_PROMPT, inject, last_ts, plan, plan_pressed, prune_tool_outputs, source_hash,
-    transcript,
+    BYTES_PER_TOKEN, Plan, SUMMARY_PROMPT, inject, last_ts, measured_tokens, plan, plan_pressed,
+    prune_tool_outputs, source_hash, transcript,
 };
 use super::convert::{result_parts, tool_spec};
+use super::overflow::{Cut, bound};
 use super::packs::Pack;
-use super::session::{Record, Session, Window, now};
+use super::session::{Record, Session, now};
 use super::skills::{self, Skill};
+use super::window::Window;
 use crate::dispatch::CallMeta;
 use crate::serve::HostServer;
 
@@ -28,9 +30,13 @@ pub struct TurnConfig {
     pub window: Window,
     /// Model calls per turn before the loop gives up (a model that never stops calling tools).
     pub max_steps: u32,
+    /// Text bytes of one tool result passed to the model and the session (the rest is kept in
+    /// the session's results directory).
+    pub max_result_bytes: usize,
     pub memory: MemoryInjection,
-    /// The model's context window in tokens: when the last call used more than the window less
-    /// `max_tokens`, old tool outputs are cleared, then earlier turns summarized.
+    /// The model's context window in tokens: when the last call used, or the next one measures,
+    /// more than the window less `max_tokens`, old tool outputs are cleared, then earlier turns
+    /// summarized.
     pub context_window: Option<u64>,
     /// The agent pack in force (`--agent`), if any.
     pub pack: Option<Pack>,
@@ -70,8 +76,13 @@ pub enum Note<'a> {
     /// Token pressure: old tool outputs were cleared from this call's context.
     Pruned {
         saved_tokens: u64,
-        last_tokens: u64,
+        /// The pressure: the last call's reported tokens, or this call's measured estimate
+        /// (`measured`), whichever was larger.
+        tokens: u64,
+        measured: bool,
     },
+    /// A tool result was too long for the model: cut, and kept whole in a file.
+    ResultCut(&'a Cut),
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -170,6 +181,10 @@ pub async fn run_turn(
         }
         out.tool_calls += calls.len() as u32;
         let results = run_calls(host, cfg, &session.name, &calls, cancel, note).await;
+        let (results, cuts) = bound(results, cfg.max_result_bytes, session);
+        for cut in &cuts {
+            note(Note::ResultCut(cut));
+        }
         session.append(Record::ToolResult {
             content: results,
             ts: now(),
@@ -247,15 +262,24 @@ async fn build_request(
             }
         }
     };
+    let system_with = |summary: &Option<String>| match summary {
+        Some(s) => inject(step.system, s),
+        None => step.system.to_owned(),
+    };
+    // The pressure: what the last call reported, or what this one measures — larger when
+    // results were added since, or when the model reports too few tokens.
+    let measured = measured_tokens(&system_with(&summary), &messages, &tools);
+    let tokens = measured.max(step.last_tokens);
     let limit = cfg.context_window.map(|w| w.saturating_sub(cfg.max_tokens));
-    if let Some(limit) = limit.filter(|l| step.last_tokens > *l) {
-        // About four characters per token: enough to decide whether pruning was enough.
-        let saved_tokens = prune_tool_outputs(&mut messages) as u64 / 4;
+    if let Some(limit) = limit.filter(|l| tokens > *l) {
+        // An estimate, enough to decide whether pruning was enough.
+        let saved_tokens = prune_tool_outputs(&mut messages) as u64 / BYTES_PER_TOKEN;
         note(Note::Pruned {
             saved_tokens,
-            last_tokens: step.last_tokens,
+            tokens,
+            measured: measured > step.last_tokens,
         });
-        if step.last_tokens.saturating_sub(saved_tokens) > limit
+        if tokens.saturating_sub(saved_tokens) > limit
             && !summarized
             && let Some(Plan::Summarize { boundary, previous }) = plan_pressed(&session.records)
         {
@@ -271,10 +295,7 @@ async fn build_request(
             }
         }
     }
-    let mut system = match &summary {
-        Some(s) => inject(step.system, s),
-        None => step.system.to_owned(),
-    };
+    let mut system = system_with(&summary);
     if step.budget_spent {
         system.push_str(&format!(
             "\n\nThe tool-call budget of this agent ({} calls) is spent: answer now with what you have, without calling tools.",
@@ -462,7 +483,7 @@ async fn summarize(
     };
     let covers_through_ts = last_ts(&records[..boundary]).unwrap_or_default().to_owned();
     let hash = source_hash(&records[..boundary]);
-    let turns = super::session::turn_starts(&records[..boundary]).len();
+    let turns = super::window::turn_starts(&records[..boundary]).len();
     let mut on_event = |e: StreamEvent<'_>| {
         if matches!(e, StreamEvent::Retry { .. }) {
             note(Note::Model(e));
