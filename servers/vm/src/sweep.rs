@@ -114,14 +114,14 @@ fn clean_up(record: &Record) -> Vec<String> {
         if started == 0 || start_time(pid) != Some(started) {
             continue; // gone, or another process has the pid now
         }
-        match leftover_process(record, pid, started) {
-            Ok(()) => {
+        match not_a_leftover(record, pid, started) {
+            None => {
                 let _ = nix::sys::signal::kill(
                     nix::unistd::Pid::from_raw(pid),
                     nix::sys::signal::Signal::SIGKILL,
                 );
             }
-            Err(why) => refused.push(format!("process {pid} not killed: {why}")),
+            Some(why) => refused.push(format!("process {pid} not killed: {why}")),
         }
     }
     let mut dirs = Vec::new();
@@ -139,19 +139,16 @@ fn clean_up(record: &Record) -> Vec<String> {
     refused
 }
 
-/// Whether a live process is one a server of ours started: younger than that server, and
-/// a program servers start.
-fn leftover_process(record: &Record, pid: i32, started: u64) -> Result<(), String> {
+/// Why a live process is not one a server of ours left (None when it is: younger than that
+/// server, and a program servers start).
+fn not_a_leftover(record: &Record, pid: i32, started: u64) -> Option<String> {
     if record.server_start == 0 || started < record.server_start {
-        return Err("it is not younger than the server the record names".into());
+        return Some("it is not younger than the server the record names".into());
     }
     let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
     let comm = comm.trim();
-    if comm == "bwrap" || comm == "slirp4netns" || comm.starts_with("qemu-system") {
-        Ok(())
-    } else {
-        Err(format!("it runs {comm:?}, not bwrap, slirp4netns or QEMU"))
-    }
+    let ours = comm == "bwrap" || comm == "slirp4netns" || comm.starts_with("qemu-system");
+    (!ours).then(|| format!("it runs {comm:?}, not bwrap, slirp4netns or QEMU"))
 }
 
 /// The recorded server pid is alive but is some other process now (PID reused): compare

@@ -32,7 +32,7 @@ pub struct Cut {
     /// The whole part's size in bytes (text, or an image's base64 data).
     pub bytes: usize,
     /// Where the whole part is, or why it could not be kept.
-    pub kept: Result<PathBuf, String>,
+    pub kept: Result<PathBuf, KeepError>,
 }
 
 /// Why a cut part could not be kept (the model is told; the turn goes on).
@@ -147,7 +147,7 @@ fn bound_images(
                 };
                 cuts.push(Cut {
                     bytes: size,
-                    kept: kept.map_err(|e| e.to_string()),
+                    kept,
                 });
                 ResultPart::Text {
                     text: format!(
@@ -188,7 +188,7 @@ fn bound_text(
     let mut shown = Some(cut_text(&whole, max_text, &kept));
     cuts.push(Cut {
         bytes: whole.len(),
-        kept: kept.map_err(|e| e.to_string()),
+        kept,
     });
     parts
         .into_iter()
