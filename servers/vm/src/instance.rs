@@ -352,8 +352,9 @@ pub struct InstanceInfo {
     pub ended_at: Option<String>,
     /// How the main command (or the instance) ended.
     pub exit: Option<ExitStatus>,
-    /// Why it failed or was lost. Not `error`: that name is the error object every result
-    /// may carry instead of its fields, and a validating client would hold this against it.
+    // Not `error`: that name is the error object every result may carry instead of its
+    // fields, and a validating client holds this field against it.
+    /// Why it failed or was lost.
     pub failure: Option<String>,
     /// Why it was stopped: `request`, `ttl`, `idle`, `server_exit`.
     pub stop_reason: Option<String>,
