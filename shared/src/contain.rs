@@ -12,7 +12,17 @@
 //!   of a command are re-parented to it rather than to init, and every command's processes
 //!   inherit `KITBAG_JOB=<tag>`; the sweep finds them by reading `/proc/<pid>/environ`. A
 //!   process that rewrites its environment block (or execs with a cleared environment) after
-//!   leaving the process group escapes this layer; the cgroup layers have no such gap.
+//!   leaving the process group is no longer told apart by job; see escapees below.
+//!
+//! **Escapees.** Root can leave any cgroup (write its pid to another `cgroup.procs`); a cgroup
+//! namespace does not stop that (the kernel confines migrations to the namespace only on a
+//! cgroup2 mount with `nsdelegate`, never on v1, and root can `setns` back), so membership
+//! alone is not the answer as root. The process tree is: while the server (a subreaper) lives,
+//! everything a command starts stays its descendant, whatever cgroup or environment it has.
+//! A child of the server that the server did not spawn, outside its job cgroups and without
+//! its tag, is an escapee and is killed with everything below it — when any job ends, every
+//! 2 s on the reaper thread, and at exit (where every descendant goes). An ordinary user
+//! cannot leave the cgroup except within a subtree delegated to it; the same rule covers that.
 //!
 //! Zombies re-parented to the server are reaped here, only by pid and only when they are not
 //! a direct child that tokio or portable-pty waits on (see [`ChildReg`]).
@@ -96,9 +106,12 @@ pub fn init_server(name: &str) -> &'static Container {
     if c.subreaper {
         let _ = std::thread::Builder::new()
             .name("kitbag-reaper".into())
-            .spawn(|| {
+            .spawn(move || {
                 loop {
                     std::thread::sleep(Duration::from_secs(2));
+                    // An escapee of a job that is still running is adopted when its parent
+                    // exits; found here rather than only when some job ends.
+                    c.stop_escapees();
                     reap_orphans();
                 }
             });
@@ -172,6 +185,21 @@ impl Container {
         }
     }
 
+    /// The cgroup every job's cgroup lives under, if there is one.
+    fn base_dir(&self) -> Option<&Path> {
+        match &self.base {
+            Some(Base::V2(p) | Base::V1(p)) => Some(p),
+            None => None,
+        }
+    }
+
+    /// Kill the escapees among this server's descendants (see [`escapees`]).
+    fn stop_escapees(&self) {
+        if self.subreaper {
+            stop_escapees(self.base_dir(), &self.prefix, false);
+        }
+    }
+
     /// Server exit: kill every process of every job this server ran, remove its cgroups.
     pub fn shutdown(&self) {
         if let Some(b) = &self.base {
@@ -183,6 +211,12 @@ impl Container {
             remove_tree(&dir);
         }
         sweep_kill(&format!("{JOB_VAR}={}", self.prefix));
+        // Then whatever is left of the server's descendants, contained or not: none of them
+        // may outlive the server, and one that left its cgroup and cleared its environment
+        // is found only this way.
+        if self.subreaper {
+            stop_escapees(self.base_dir(), &self.prefix, true);
+        }
         reap_orphans();
     }
 }
@@ -424,12 +458,18 @@ impl Job {
             return None;
         }
         let why = lock(&self.note).clone().unwrap_or_default();
-        let limit = match self.kind() {
-            Kind::EnvTag => "not a subreaper either: orphans go to init and",
-            _ => "descendants that left the process group",
+        let (limit, shed) = match self.kind() {
+            Kind::EnvTag => (
+                "not a subreaper either: orphans go to init and",
+                "and escape",
+            ),
+            _ => (
+                "descendants that left the process group",
+                "(an orphan without it is stopped when any command ends)",
+            ),
         };
         Some(format!(
-            "containment is {} rather than a cgroup ({why}); {limit} are found by the {JOB_VAR} environment tag, which a process that rewrites its environment can shed",
+            "containment is {} rather than a cgroup ({why}); {limit} are found by the {JOB_VAR} environment tag, which a process that rewrites its environment can shed {shed}",
             self.kind().as_str()
         ))
     }
@@ -498,11 +538,17 @@ impl Job {
         if let Some((dir, v2)) = &*lock(&self.cgroup) {
             cgroup_kill(dir, *v2);
         }
-        sweep_kill(&self.needle());
         self.cleanup();
     }
 
+    /// The job has ended: what is left outside its cgroup goes too — processes still carrying
+    /// its tag (a root process can leave the cgroup and keep its environment) and the server's
+    /// escapees (a root process that left the cgroup and cleared its environment).
     fn cleanup(&self) {
+        sweep_kill(&self.needle());
+        if let Some(c) = current() {
+            c.stop_escapees();
+        }
         reap_orphans();
         if let Some((dir, _)) = &*lock(&self.cgroup)
             && cgroup_pids(dir).is_empty()
@@ -602,29 +648,28 @@ fn remove_tree(dir: &Path) {
 /// Live processes whose environment holds `needle` (`VAR=value\0`, or a prefix of one).
 fn tagged(needle: &str) -> Vec<i32> {
     let me = std::process::id() as i32;
-    let needle = needle.as_bytes();
-    let mut out = Vec::new();
+    live_pids()
+        .into_iter()
+        .filter(|&p| p != me && has_tag(p, needle))
+        .collect()
+}
+
+/// Whether `pid`'s environment holds `needle` (as [`tagged`]).
+fn has_tag(pid: i32, needle: &str) -> bool {
+    std::fs::read(format!("/proc/{pid}/environ")).is_ok_and(|env| {
+        env.split(|&b| b == 0)
+            .any(|var| with_nul_matches(var, needle.as_bytes()))
+    })
+}
+
+/// Every pid in /proc.
+fn live_pids() -> Vec<i32> {
     let Ok(rd) = std::fs::read_dir("/proc") else {
-        return out;
+        return Vec::new();
     };
-    for e in rd.flatten() {
-        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
-            continue;
-        };
-        if pid == me {
-            continue;
-        }
-        let Ok(env) = std::fs::read(e.path().join("environ")) else {
-            continue;
-        };
-        let hit = env
-            .split(|&b| b == 0)
-            .any(|var| with_nul_matches(var, needle));
-        if hit {
-            out.push(pid);
-        }
-    }
-    out
+    rd.flatten()
+        .filter_map(|e| e.file_name().to_str().and_then(|n| n.parse().ok()))
+        .collect()
 }
 
 /// `var` (without its NUL) matches `needle`: exactly when the needle ends in NUL, else by prefix.
@@ -649,6 +694,82 @@ fn sweep_kill(needle: &str) {
         std::thread::sleep(Duration::from_millis(10));
         reap_orphans();
     }
+}
+
+/// Kill the server's escapees (see [`escapees`]), or with `all` every descendant of the server,
+/// each stopped before it is killed so that a forking tree cannot outrun the sweep. Bounded,
+/// like [`sweep_kill`].
+fn stop_escapees(base: Option<&Path>, prefix: &str, all: bool) {
+    let until = Instant::now() + Duration::from_secs(3);
+    loop {
+        let pids = escapees(base, prefix, all);
+        if pids.is_empty() || Instant::now() > until {
+            break;
+        }
+        for sig in [Signal::SIGSTOP, Signal::SIGKILL] {
+            for &p in &pids {
+                let _ = kill(Pid::from_raw(p), sig);
+            }
+        }
+        std::thread::sleep(Duration::from_millis(10));
+        reap_orphans();
+    }
+}
+
+/// The server's escapees: live children of the server that it did not spawn itself (orphans
+/// of commands, re-parented to it because it is a subreaper) and that are neither in the
+/// server's job cgroups (`base`) nor carry a job tag of this server (`prefix`) — with
+/// everything they started since. With `all`, every live descendant of the server.
+///
+/// Why this finds them: while the server lives, every process a command starts stays its
+/// descendant — a process cannot choose its parent, and its orphans go to the nearest
+/// subreaper — whatever cgroup it moves to and whatever environment it execs with.
+fn escapees(base: Option<&Path>, prefix: &str, all: bool) -> Vec<i32> {
+    let me = std::process::id() as i32;
+    let table: Vec<(i32, i32)> = live_pids()
+        .into_iter()
+        .filter_map(|p| {
+            stat(p)
+                .filter(|s| s.0 != 'Z' && s.0 != 'X')
+                .map(|s| (p, s.1))
+        })
+        .collect();
+    let mut roots: Vec<i32> = {
+        // The spawners register their child under this lock: a child of the server that
+        // is not registered after the snapshot was not spawned by it.
+        let children = lock(&CHILDREN);
+        table
+            .iter()
+            .filter(|&&(p, pp)| pp == me && (all || !children.contains(&p)))
+            .map(|&(p, _)| p)
+            .collect()
+    };
+    if roots.is_empty() {
+        return roots;
+    }
+    if !all {
+        let in_cgroups: BTreeSet<i32> = base
+            .map(cgroup_pids)
+            .unwrap_or_default()
+            .into_iter()
+            .collect();
+        let tag = format!("{JOB_VAR}={prefix}");
+        roots.retain(|&p| !in_cgroups.contains(&p) && !has_tag(p, &tag));
+    }
+    // The roots and everything below them.
+    let mut out = roots;
+    let mut i = 0;
+    while i < out.len() {
+        let parent = out[i];
+        out.extend(
+            table
+                .iter()
+                .filter(|&&(_, pp)| pp == parent)
+                .map(|&(p, _)| p),
+        );
+        i += 1;
+    }
+    out
 }
 
 /// Fields of /proc/<pid>/stat after the command name: (state, ppid, pgrp, session).

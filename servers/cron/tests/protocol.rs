@@ -670,74 +670,118 @@ fn read_only_server_changes_nothing(b: &Backend) {
 #[test]
 fn command_escapes_are_stopped_when_the_command_ends() {
     for mode in ["auto", "subreaper"] {
-        let d = tempfile::tempdir().expect("tmp");
-        let mut c = McpClient::spawn_with_env(
-            bin(),
-            &[
-                "--root",
-                d.path().to_str().expect("utf-8 path"),
-                "--test-clock-start",
-                "2026-07-01T12:00:58Z",
-                "--test-clock-rate",
-                "20",
-            ],
-            d.path(),
-            Era::Handshake,
-            &[("TZ", "UTC"), ("KITBAG_CONTAIN", mode)],
-        );
-        // A token only the escaped sleep carries on its command line (`[.]` keeps the shell's
-        // own command line from matching the pgrep pattern).
         let n = format!("{}{}", std::process::id(), mode.len());
-        let token = format!("300.{n}");
-        let command = format!(
-            "setsid -f sleep 300.{n} >/dev/null 2>&1; \
-             while ! pgrep -f 'sleep 300[.]{n}' >/dev/null; do sleep 0.05; done; echo started"
-        );
-        let r = c.call(
-            "cron_create",
-            json!({"schedule": "* * * * *", "message": "escape", "recurring": false,
-                   "timezone": "UTC", "command": command, "command_timeout_secs": 30}),
-        );
-        assert!(!r.is_error, "{:?}", r.raw);
-        let mut fired = Vec::new();
-        wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 30, |n| {
-            !n.is_empty()
-        });
-        let outcome = &fired[0]["params"]["command"];
-        assert_eq!(outcome["status"], "ok", "{outcome}");
-        let kind = outcome["containment"].as_str().expect("containment");
-        eprintln!("cron mode {mode}: containment {kind}");
-        if mode == "subreaper" {
-            assert_eq!(kind, "subreaper");
-        }
-        let deadline = Instant::now() + Duration::from_secs(5);
-        loop {
-            let left: Vec<String> = std::fs::read_dir("/proc")
-                .expect("/proc")
-                .flatten()
-                .filter(|e| {
-                    std::fs::read(e.path().join("cmdline"))
-                        .is_ok_and(|c| String::from_utf8_lossy(&c).contains(&token))
-                })
-                .filter(|e| {
-                    e.file_name()
-                        .to_str()
-                        .and_then(|p| p.parse().ok())
-                        .is_some_and(kitbag_testkit::process_alive)
-                })
-                .map(|e| e.file_name().to_string_lossy().into_owned())
-                .collect();
-            if left.is_empty() {
-                break;
-            }
-            assert!(
-                Instant::now() < deadline,
-                "{left:?} escaped the cron command"
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        c.shutdown();
+        escaped_sleep_is_stopped(mode, &n, &format!("setsid -f sleep 300.{n}"));
     }
+}
+
+/// Issue #42 N10 in cron: the escaped process also moves itself to the root of every cgroup
+/// hierarchy (allowed as root) and clears its environment (no `KITBAG_JOB` tag); it is
+/// stopped all the same.
+#[test]
+fn a_command_that_leaves_its_cgroup_is_stopped() {
+    let procs: Vec<String> = kitbag_shared::contain::cgroup_mounts()
+        .into_iter()
+        .filter(|m| m.v2 || m.controllers.iter().any(|c| c == "freezer"))
+        .map(|m| m.mount_point.join("cgroup.procs").display().to_string())
+        .collect();
+    for mode in ["auto", "subreaper"] {
+        // `0` first: no other test's token (`300.<pid>…`) is a part of this one, nor this of them.
+        let n = format!("0{}{}", std::process::id(), mode.len());
+        let escape = format!(
+            "setsid -f sh -c 'for p in {}; do echo $$ >\"$p\"; done 2>/dev/null; exec env -i sleep 300.{n}'",
+            procs.join(" ")
+        );
+        escaped_sleep_is_stopped(mode, &n, &escape);
+    }
+}
+
+/// Live processes whose command line carries `token`.
+fn carrying(token: &str) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .expect("/proc")
+        .flatten()
+        .filter(|e| {
+            std::fs::read(e.path().join("cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(token))
+        })
+        .filter_map(|e| e.file_name().to_str().and_then(|p| p.parse().ok()))
+        .filter(|&p: &u32| kitbag_testkit::process_alive(p))
+        .map(|p| p as i32)
+        .collect()
+}
+
+/// Kills what still carries the token when dropped: a failed assertion leaves nothing running.
+struct KillCarrying(String);
+
+impl Drop for KillCarrying {
+    fn drop(&mut self) {
+        for pid in carrying(&self.0) {
+            let _ = nix::sys::signal::kill(
+                nix::unistd::Pid::from_raw(pid),
+                nix::sys::signal::Signal::SIGKILL,
+            );
+        }
+    }
+}
+
+/// Fires a one-shot entry whose command runs `escape` (which starts `sleep 300.{n}` outside
+/// the command's process group) and waits for it; that sleep must be gone soon after.
+fn escaped_sleep_is_stopped(mode: &str, n: &str, escape: &str) {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &[
+            "--root",
+            d.path().to_str().expect("utf-8 path"),
+            "--test-clock-start",
+            "2026-07-01T12:00:58Z",
+            "--test-clock-rate",
+            "20",
+        ],
+        d.path(),
+        Era::Handshake,
+        &[("TZ", "UTC"), ("KITBAG_CONTAIN", mode)],
+    );
+    // The escaped sleep is waited for by its whole command line (`-x`): an escape that execs
+    // `sleep` at the end matches only once it is done. `[.]` keeps the shell's own command
+    // line from matching the pgrep pattern.
+    let token = format!("300.{n}");
+    let _guard = KillCarrying(token.clone());
+    let command = format!(
+        "{escape} >/dev/null 2>&1; \
+         while ! pgrep -xf 'sleep 300[.]{n}' >/dev/null; do sleep 0.05; done; echo started"
+    );
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "* * * * *", "message": "escape", "recurring": false,
+               "timezone": "UTC", "command": command, "command_timeout_secs": 30}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let mut fired = Vec::new();
+    wait_for(&c, &mut fired, "notifications/kitbag/cron_fired", 30, |n| {
+        !n.is_empty()
+    });
+    let outcome = &fired[0]["params"]["command"];
+    assert_eq!(outcome["status"], "ok", "{outcome}");
+    let kind = outcome["containment"].as_str().expect("containment");
+    eprintln!("cron mode {mode}: containment {kind}");
+    if mode == "subreaper" {
+        assert_eq!(kind, "subreaper");
+    }
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let left = carrying(&token);
+        if left.is_empty() {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "{left:?} escaped the cron command"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.shutdown();
 }
 
 /// An empty `KITBAG_DATABASE_URL` counts as unset: the SQLite file under the root is used.

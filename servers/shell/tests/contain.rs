@@ -224,3 +224,80 @@ fn a_finished_jobs_daemon_goes_with_the_server() {
         none_left(&t, "a finished job's daemon after the server exited");
     }
 }
+
+/// Kills whatever still carries a token when dropped, so that a failing assertion does not
+/// leave the escapee running past the test (the check itself stays in [`none_left`]).
+struct KillMarked(Vec<String>);
+
+impl Drop for KillMarked {
+    fn drop(&mut self) {
+        for t in &self.0 {
+            for pid in marked(t) {
+                let _ = nix::sys::signal::kill(
+                    nix::unistd::Pid::from_raw(pid as i32),
+                    nix::sys::signal::Signal::SIGKILL,
+                );
+            }
+        }
+    }
+}
+
+/// The escape of issue #42 N10: a command's daemon moves itself to the root of every cgroup
+/// hierarchy (`$P`), clears its environment (no `KITBAG_JOB` tag) and execs `sleep $T`.
+/// Prints `left` when the daemon runs outside the server's cgroups, `stayed` otherwise.
+const LEAVE_CGROUP: &str = r#"setsid -f sh -c 'for p in $P; do echo $$ >"$p"; done 2>/dev/null; exec env -i sleep "$0"' "$T"
+while ! pid=$(pgrep -xf "sleep $T"); do sleep 0.05; done
+if grep -q kitbag- /proc/$pid/cgroup; then echo stayed; else echo left; fi
+sleep 0.3"#;
+
+/// A command that leaves its cgroup (and clears its environment) is still stopped when the
+/// call ends and when the server exits. As root the move succeeds (this machine: v2 and the
+/// v1 freezer); as an ordinary user it is refused, and the daemon must be stopped all the same.
+#[test]
+fn a_command_that_leaves_its_cgroup_is_stopped() {
+    let root =
+        std::fs::metadata("/proc/self").is_ok_and(|m| std::os::unix::fs::MetadataExt::uid(&m) == 0);
+    if !root {
+        eprintln!(
+            "NOTE: not root — the cgroup move is expected to be refused; \
+             only the `env -i` half of the escape is exercised"
+        );
+    }
+    let procs: Vec<String> = kitbag_shared::contain::cgroup_mounts()
+        .into_iter()
+        .filter(|m| m.v2 || m.controllers.iter().any(|c| c == "freezer"))
+        .map(|m| m.mount_point.join("cgroup.procs").display().to_string())
+        .collect();
+    let procs = procs.join(" ");
+    for mode in MODES {
+        let d = tempfile::tempdir().expect("tmp");
+        let mut c = client(d.path(), mode);
+        let (t, tb) = (token(), token());
+        let _guard = KillMarked(vec![t.clone(), tb.clone()]);
+        let r = c.call_ok(
+            "shell_bash",
+            json!({"command": LEAVE_CGROUP, "env": {"T": t, "P": procs}}),
+        );
+        let kind = r.structured["containment"].as_str().expect("containment");
+        let out = r.structured["stdout"].as_str().expect("stdout");
+        eprintln!("mode {mode}: containment {kind}, the daemon {out}");
+        if kind.starts_with("cgroup") {
+            let expect = if root { "left\n" } else { "stayed\n" };
+            assert!(out.starts_with(expect), "{mode}: {}", r.text);
+        }
+        none_left(&t, "a daemon that left its cgroup, after the call");
+
+        // The same from a background job, still running when the server exits.
+        let r = c.call_ok(
+            "shell_bash",
+            json!({"command": format!("{LEAVE_CGROUP}; sleep 300"), "env": {"T": tb, "P": procs}, "background": true}),
+        );
+        assert!(r.structured["job_id"].is_string(), "{}", r.text);
+        started(&tb);
+        c.shutdown();
+        none_left(
+            &tb,
+            "a background job's daemon that left its cgroup, after the server exited",
+        );
+    }
+}
