@@ -176,7 +176,11 @@ fn servers_on_socket_stdio_exit_soon_after_sigterm() {
             r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
         )
         .expect("write");
-        writeln!(writer, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).expect("write");
+        writeln!(
+            writer,
+            r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#
+        )
+        .expect("write");
         line.clear();
         reader.read_line(&mut line).expect("tools/list answered");
         let pid = child.id();

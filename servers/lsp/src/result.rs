@@ -386,7 +386,9 @@ mod tests {
 
     #[test]
     fn schema_is_closed_but_for_the_raw_server_answers() {
-        let schema = Value::Object(kitbag_shared::schema::output_schema_for::<LspResult>("code_lsp"));
+        let schema = Value::Object(kitbag_shared::schema::output_schema_for::<LspResult>(
+            "code_lsp",
+        ));
         let props = schema["properties"].as_object().unwrap();
         // Every field of every action is described; only the server's own JSON is open.
         for key in [
