@@ -226,6 +226,13 @@ fn a_sealed_session_opens_on_every_replica_and_only_for_its_caller() {
         &shared,
         &["--session-ttl-secs", "1"],
     );
+    // Expiry is kept in whole seconds: start just after a second begins, so the first use
+    // comes well inside the session's one second, however loaded the machine.
+    let into_second = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .subsec_millis();
+    std::thread::sleep(Duration::from_millis(u64::from(1000 - into_second) + 20));
     let r = post(&address(&brief), &alice, None, &initialize());
     let short = r.header("mcp-session-id").expect("session").to_string();
     assert_eq!(
