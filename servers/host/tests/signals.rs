@@ -53,29 +53,30 @@ fn sigint(pid: u32) {
         .status();
 }
 
-const SIGINT_BIT: u64 = 1 << (2 - 1);
-const SIGTERM_BIT: u64 = 1 << (15 - 1);
-
-#[test]
-fn servers_started_with_blocked_signals_still_stop_on_sigint() {
+/// Whether python3 runs (it starts a server with a blocked mask); under CI it must.
+fn python3_usable() -> bool {
     if std::process::Command::new("python3")
         .arg("-V")
         .output()
-        .is_err()
+        .is_ok()
     {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "python3 missing"
-        );
-        eprintln!("SKIPPED: python3 is needed to start a server with a blocked mask");
-        return;
+        return true;
     }
-    let d = tempfile::tempdir().expect("tmp");
-    let mut cases: Vec<(std::path::PathBuf, Vec<&str>)> = vec![
+    assert!(
+        std::env::var("CI").as_deref() != Ok("true"),
+        "python3 missing"
+    );
+    eprintln!("SKIPPED: python3 is needed to start a server with a blocked mask");
+    false
+}
+
+/// The host as a single server and as `serve`, then each of `singles` that is built.
+fn servers(singles: &[&str]) -> Vec<(std::path::PathBuf, Vec<&'static str>)> {
+    let mut cases: Vec<(std::path::PathBuf, Vec<&'static str>)> = vec![
         (bin().to_path_buf(), vec!["server", "files"]),
         (bin().to_path_buf(), vec!["serve"]),
     ];
-    for single in ["kitbag-files", "kitbag-shell", "kitbag-lsp"] {
+    for single in singles {
         let p = sibling_binary(single);
         if p.exists() {
             cases.push((p, vec![]));
@@ -83,6 +84,19 @@ fn servers_started_with_blocked_signals_still_stop_on_sigint() {
             eprintln!("SKIPPED {single}: not built (cargo test --workspace builds it)");
         }
     }
+    cases
+}
+
+const SIGINT_BIT: u64 = 1 << (2 - 1);
+const SIGTERM_BIT: u64 = 1 << (15 - 1);
+
+#[test]
+fn servers_started_with_blocked_signals_still_stop_on_sigint() {
+    if !python3_usable() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let cases = servers(&["kitbag-files", "kitbag-shell", "kitbag-lsp"]);
     for (program, args) in cases {
         let what = format!("{} {}", program.display(), args.join(" "));
         let mut c = spawn_masked(&program, &args, d.path());
@@ -117,29 +131,11 @@ fn servers_started_with_blocked_signals_still_stop_on_sigint() {
 fn servers_on_socket_stdio_exit_soon_after_sigterm() {
     use std::io::{BufRead, BufReader, Write};
     use std::os::unix::net::UnixStream;
-    if std::process::Command::new("python3")
-        .arg("-V")
-        .output()
-        .is_err()
-    {
-        assert!(
-            std::env::var("CI").as_deref() != Ok("true"),
-            "python3 missing"
-        );
-        eprintln!("SKIPPED: python3 is needed to start a server with a blocked mask");
+    if !python3_usable() {
         return;
     }
     let d = tempfile::tempdir().expect("tmp");
-    let mut cases: Vec<(std::path::PathBuf, Vec<&str>)> = vec![
-        (bin().to_path_buf(), vec!["server", "files"]),
-        (bin().to_path_buf(), vec!["serve"]),
-    ];
-    for single in ["kitbag-files", "kitbag-shell", "kitbag-vm"] {
-        let p = sibling_binary(single);
-        if p.exists() {
-            cases.push((p, vec![]));
-        }
-    }
+    let cases = servers(&["kitbag-files", "kitbag-shell", "kitbag-vm"]);
     for (program, args) in cases {
         let what = format!("{} {}", program.display(), args.join(" "));
         let (ours, theirs) = UnixStream::pair().expect("socketpair");

@@ -18,7 +18,7 @@ use std::sync::OnceLock;
 use kitbag_shared::rustix::fs::{FileType, Mode, OFlags, fstat, openat};
 use tokio::net::UnixStream;
 
-use crate::bwrap::start_time;
+use crate::bwrap::{parent_pid, start_time};
 use crate::error::{VmError, VmResult};
 use crate::proto::{AGENT_SOCKET, Stream};
 
@@ -76,7 +76,7 @@ impl AgentPeer {
         }
         if let Some(parent) = self.parent
             && pid != parent
-            && parent_of(pid) != Some(parent)
+            && parent_pid(pid) != Some(parent)
         {
             return Err(refused(format!(
                 "pid {pid} is not a child of the sandbox's first process {parent}"
@@ -85,13 +85,6 @@ impl AgentPeer {
         let _ = self.known.set((pid, started));
         Ok(())
     }
-}
-
-/// `/proc/<pid>/stat`'s parent pid (field 4).
-fn parent_of(pid: i32) -> Option<i32> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.rsplit_once(')')?.1;
-    after.split_whitespace().nth(1)?.parse().ok()
 }
 
 /// A connection to the agent socket in a control directory held open by descriptor: the

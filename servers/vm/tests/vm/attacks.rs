@@ -25,16 +25,6 @@ fn victim(dir: &Path, name: &str) -> PathBuf {
     p
 }
 
-/// The most memory a process has held (VmHWM), in kB.
-fn peak_rss_kb(pid: u32) -> u64 {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
-    status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.split_whitespace().next()?.parse().ok())
-        .unwrap_or(0)
-}
-
 /// N1: links planted in the control directory (exec logs, the main log, a FIFO) make the
 /// server write, read or hang on nothing of the host's.
 #[test]
@@ -183,8 +173,8 @@ while True:
         "the fake agent received a request: {:?}",
         std::fs::read_to_string(work.join("fake-got"))
     );
-    let peak = peak_rss_kb(c.pid());
-    assert!(peak < 200_000, "the server's memory peaked at {peak} kB");
+    let peak = kitbag_testkit::fuzz::peak_rss_mb(c.pid());
+    assert!(peak < 200, "the server's memory peaked at {peak} MB");
     c.shutdown();
 }
 
@@ -291,16 +281,7 @@ fn a_forged_record_kills_nothing() {
     wait_until("the sleeper to exec", 5, || {
         std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
     });
-    let started = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let started: u64 = started
-        .rsplit_once(')')
-        .unwrap()
-        .1
-        .split_whitespace()
-        .nth(19)
-        .unwrap()
-        .parse()
-        .unwrap();
+    let started = kitbag_vm::bwrap::start_time(pid).unwrap();
     let fake_cg = dir.path().join("evilcg");
     std::fs::create_dir(&fake_cg).unwrap();
     std::fs::write(fake_cg.join("cgroup.procs"), format!("{pid}\n")).unwrap();
