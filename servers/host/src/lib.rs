@@ -6,7 +6,6 @@
 pub mod agent;
 pub mod catalog;
 pub mod config;
-pub mod deploy;
 pub mod dispatch;
 pub mod failure;
 pub mod families;
@@ -145,7 +144,7 @@ pub enum Command {
 #[derive(Debug, Subcommand)]
 pub enum DeployCommand {
     /// Write the manifests (stdout, or one file per object with --output DIR).
-    Render(Box<deploy::RenderArgs>),
+    Render(Box<kitbag_deploy::RenderArgs>),
 }
 
 /// The config file to read: `--config` / `$KITBAG_CONFIG`, else `./agent.json`. Never
@@ -291,7 +290,7 @@ async fn run_without_hub(cli: &Cli) -> Option<anyhow::Result<i32>> {
         Some(Command::Sessions { name }) => Some(agent::sessions_command(name.as_deref())),
         Some(Command::Deploy {
             action: DeployCommand::Render(args),
-        }) => Some(deploy::render_command(args)),
+        }) => Some(kitbag_deploy::render_command(args)),
         Some(Command::Auth { action }) => Some(match load_config(cli) {
             Ok(cfg) => oauth_client::login::command(&cfg, action).await,
             Err(e) => Err(e),
