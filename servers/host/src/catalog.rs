@@ -517,7 +517,7 @@ impl Hub {
             .entry
             .tool_timeout_sec
             .map(Duration::from_secs)
-            .unwrap_or(crate::hub::DEFAULT_TOOL_TIMEOUT);
+            .unwrap_or(kitbag_config::settings::DEFAULT_TOOL_TIMEOUT);
         match (&child.peer, &child.state) {
             (Some(p), _) => Ok((p.clone(), name, timeout, child.calls.begin())),
             (None, State::Restarting | State::Starting) => Err(McpError::internal_error(

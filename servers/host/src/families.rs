@@ -7,7 +7,8 @@ use std::collections::BTreeMap;
 use clap::Parser;
 use futures::future::BoxFuture;
 
-use crate::config::{Config, ServerEntry, ServerSpec};
+use kitbag_config::Config;
+use kitbag_config::entry::{ServerEntry, ServerSpec};
 
 type Runner = fn(Vec<String>) -> BoxFuture<'static, anyhow::Result<()>>;
 
@@ -117,7 +118,7 @@ pub fn embedded_default() -> anyhow::Result<Config> {
             skipped: None,
         })
         .collect();
-    crate::config::with_env(
+    kitbag_config::with_env(
         Config {
             servers,
             source: None,
@@ -125,4 +126,26 @@ pub fn embedded_default() -> anyhow::Result<Config> {
         },
         |k| std::env::var(k).ok(),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::*;
+
+    #[test]
+    fn the_example_config_is_valid() {
+        let p = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../agent.json.example");
+        let text = std::fs::read_to_string(&p).expect("agent.json.example");
+        let c = kitbag_config::parse(&p, &text).expect("valid");
+        let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
+        for family in FAMILIES.iter().map(|(n, _)| *n) {
+            assert!(
+                names.contains(&family),
+                "{family} missing from agent.json.example"
+            );
+        }
+        assert_eq!(c.file_settings.max_tokens, Some(8192));
+    }
 }

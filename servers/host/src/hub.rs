@@ -16,11 +16,10 @@ use rmcp::service::{
 };
 use rmcp::{ClientHandler, ErrorData as McpError};
 
-use crate::config::{ServerEntry, ServerSpec};
 use crate::failure::{CallFailure, StartFailure};
+use kitbag_config::entry::{ServerEntry, ServerSpec};
+use kitbag_config::settings::{DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT};
 
-pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
-pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
 const MAX_CRASHES: usize = 5;
 const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
@@ -1337,8 +1336,8 @@ async fn connect(
         .envs(&entry.env)
         // A host somewhere below this one (through any wrapper) refuses to start.
         .env(
-            crate::recursion::DEPTH_VAR,
-            (crate::recursion::depth() + 1).to_string(),
+            kitbag_config::recursion::DEPTH_VAR,
+            (kitbag_config::recursion::depth() + 1).to_string(),
         )
         // After the entry's own variables: which host started the child is this host's to
         // say, not the config's.

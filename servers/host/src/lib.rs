@@ -5,7 +5,6 @@
 
 pub mod agent;
 pub mod catalog;
-pub mod config;
 pub mod dispatch;
 pub mod failure;
 pub mod families;
@@ -15,12 +14,9 @@ pub mod hub;
 pub mod lazy;
 pub mod mrtr;
 pub mod oauth_client;
-pub mod policy;
-pub mod recursion;
 pub mod relay;
 pub mod remote;
 pub mod serve;
-pub mod settings;
 pub mod upstream;
 
 use std::io::IsTerminal;
@@ -30,9 +26,9 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
-use crate::config::Config;
 use crate::hub::Hub;
 use crate::serve::HostServer;
+use kitbag_config::Config;
 
 #[derive(Debug, Parser)]
 #[command(
@@ -158,22 +154,22 @@ fn config_path(cli: &Cli) -> Option<PathBuf> {
 
 pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     match config_path(cli) {
-        Some(p) => config::load(&p),
+        Some(p) => kitbag_config::load(&p),
         None => families::embedded_default(),
     }
 }
 
 type Started = (
     Arc<Hub>,
-    Option<Arc<policy::Policy>>,
-    policy::Agents,
-    Vec<settings::Setting>,
+    Option<Arc<kitbag_config::policy::Policy>>,
+    kitbag_config::policy::Agents,
+    Vec<kitbag_config::settings::Setting>,
 );
 
 async fn start(cli: &Cli, agent: Option<&str>) -> anyhow::Result<Started> {
     let cfg = load_config(cli)?;
-    let policy = policy::for_agent(&cfg, agent)?;
-    let agents = policy::Agents::new(&cfg);
+    let policy = kitbag_config::policy::for_agent(&cfg, agent)?;
+    let agents = kitbag_config::policy::Agents::new(&cfg);
     let hub = Hub::new(cfg.servers, config_file(cli));
     hub.start_all().await;
     Ok((hub, policy, agents, cfg.settings))
@@ -214,7 +210,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     if let Command::Serve { serving } = command {
         kitbag_shared::otel::init(serving.otlp_endpoint.as_deref(), "kitbag")?;
     }
-    recursion::refuse_nested_host()?;
+    kitbag_config::recursion::refuse_nested_host()?;
     let (prepared_run, prepared_agent) = prepare_agent(&cli, command).await?;
     // For the agent, --agent names a pack; the config's profile of that name applies if there
     // is one.
@@ -487,10 +483,10 @@ fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
     let overridden: Vec<String> = status
         .settings
         .iter()
-        .filter(|s| s.source != settings::Source::Default)
+        .filter(|s| s.source != kitbag_config::settings::Source::Default)
         .map(|s| {
             let from = match s.source {
-                settings::Source::Env => s.env.to_string(),
+                kitbag_config::settings::Source::Env => s.env.to_string(),
                 _ => "config".to_string(),
             };
             format!("{} = {} (from {from})", s.key, s.value)
@@ -555,7 +551,7 @@ fn config_file(cli: &Cli) -> Option<PathBuf> {
 /// How `host_reload` re-reads the configuration: the same file, found the same way.
 fn config_loader(cli: &Cli) -> Option<serve::ConfigLoader> {
     let path = config_file(cli)?;
-    Some(Arc::new(move || config::load(&path)))
+    Some(Arc::new(move || kitbag_config::load(&path)))
 }
 
 fn tracing_subscriber_filter(level: &str) -> tracing_subscriber::EnvFilter {

@@ -14,8 +14,8 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
-use crate::config::EntryError;
 use crate::hub::ChildClient;
+use kitbag_config::entry::EntryError;
 
 /// Up to this many calls to one remote server are in flight at once (rmcp queues the rest).
 const MAX_CONCURRENT_POSTS: usize = 32;
@@ -47,8 +47,8 @@ pub enum RemoteError {
 pub async fn connect(
     url: &str,
     headers: &BTreeMap<String, String>,
-    tls: Option<&crate::config::RemoteTls>,
-    oauth: Option<&crate::config::RemoteOAuth>,
+    tls: Option<&kitbag_config::entry::RemoteTls>,
+    oauth: Option<&kitbag_config::entry::RemoteOAuth>,
     client: ChildClient,
 ) -> Result<RunningService<RoleClient, ChildClient>, RemoteError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
@@ -98,7 +98,7 @@ pub async fn connect(
 }
 
 /// An HTTP client trusting `tls.ca` (else the system's roots) and presenting `tls.cert`.
-fn http_client(tls: &crate::config::RemoteTls) -> Result<reqwest::Client, RemoteError> {
+fn http_client(tls: &kitbag_config::entry::RemoteTls) -> Result<reqwest::Client, RemoteError> {
     let read = |field: &'static str, path: &str| {
         std::fs::read(path).map_err(|e| RemoteError::TlsFile {
             field,

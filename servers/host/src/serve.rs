@@ -24,7 +24,7 @@ pub const STATUS_TOOL: &str = "host_status";
 pub const RELOAD_TOOL: &str = "host_reload";
 
 /// Re-reads the configuration (for `host_reload` and SIGHUP).
-pub type ConfigLoader = Arc<dyn Fn() -> anyhow::Result<crate::config::Config> + Send + Sync>;
+pub type ConfigLoader = Arc<dyn Fn() -> anyhow::Result<kitbag_config::Config> + Send + Sync>;
 
 tokio::task_local! {
     /// The caller of the HTTP request being served: its token's agent and tiers decide what
@@ -51,14 +51,14 @@ pub struct HostServer {
     pub hub: Arc<Hub>,
     pub started: Instant,
     /// The agent profile in force (`--agent`); None = every tool. Replaced on reload.
-    pub policy: Arc<std::sync::RwLock<Option<Arc<crate::policy::Policy>>>>,
+    pub policy: Arc<std::sync::RwLock<Option<Arc<kitbag_config::policy::Policy>>>>,
     /// Every profile of the config, for HTTP callers whose token names their agent.
-    pub agents: Arc<std::sync::RwLock<crate::policy::Agents>>,
+    pub agents: Arc<std::sync::RwLock<kitbag_config::policy::Agents>>,
     /// One JSON line per call (`--audit-log`).
     pub audit: Option<kitbag_shared::audit::AuditLog>,
     pub loader: Option<ConfigLoader>,
     /// The top-level settings in force (environment > agent.json > default).
-    pub settings: Arc<std::sync::Mutex<Vec<crate::settings::Setting>>>,
+    pub settings: Arc<std::sync::Mutex<Vec<kitbag_config::settings::Setting>>>,
     /// Every tool listed, or the three discovery tools (`--tools lazy`).
     pub tools_mode: crate::lazy::ToolsMode,
 }
@@ -91,7 +91,7 @@ pub struct StatusResult {
     /// keeps the name or URI).
     pub collisions: Vec<String>,
     /// Top-level settings with where each value came from (env, file, default).
-    pub settings: Vec<crate::settings::Setting>,
+    pub settings: Vec<kitbag_config::settings::Setting>,
     /// Calls forwarded at the byte level (fastpath.rs) since start.
     pub byte_level_calls: u64,
     /// The agent's sessions in `.kitbag/sessions` of the working directory, with their token
@@ -173,7 +173,7 @@ impl HostServer {
     }
 
     /// The agent policy of this call: the caller's token's agent, else `--agent`'s.
-    pub(crate) fn policy(&self) -> Option<Arc<crate::policy::Policy>> {
+    pub(crate) fn policy(&self) -> Option<Arc<kitbag_config::policy::Policy>> {
         if let Some(agent) = caller().and_then(|c| c.agent) {
             return Some(self.agents.read_locked().policy(&agent));
         }
@@ -184,7 +184,7 @@ impl HostServer {
     pub(crate) fn tier_permits(
         tool: &Tool,
         caller: Option<&Principal>,
-    ) -> Result<(), crate::policy::Denial> {
+    ) -> Result<(), kitbag_config::policy::Denial> {
         let Some(caller) = caller else { return Ok(()) };
         let tier = tier::of_tool(tool);
         if caller.allows(tier) {
@@ -225,7 +225,7 @@ impl HostServer {
     }
 
     /// Check a call against the agent policy; Err is the error result to return.
-    pub fn permit(&self, name: &str) -> Result<(), crate::policy::Denial> {
+    pub fn permit(&self, name: &str) -> Result<(), kitbag_config::policy::Denial> {
         let policy = self.policy();
         let caller = caller();
         if policy.is_none() && caller.is_none() {
@@ -256,7 +256,7 @@ impl HostServer {
         &self,
         tool: &Tool,
         policy_exempt: bool,
-    ) -> Result<(), crate::policy::Denial> {
+    ) -> Result<(), kitbag_config::policy::Denial> {
         Self::tier_permits(tool, caller().as_ref())?;
         match self.policy() {
             Some(p) if !policy_exempt || p.is_unknown() => p.check(tool),
@@ -290,9 +290,9 @@ impl HostServer {
         let cfg = loader().map_err(ReloadFailure::Unreadable)?;
         // The agent's profile is re-read too; an agent removed from the file is an error.
         let agent = self.policy.read_locked().as_ref().map(|p| p.agent.clone());
-        let policy =
-            crate::policy::for_agent(&cfg, agent.as_deref()).map_err(ReloadFailure::Agent)?;
-        *self.agents.write_locked() = crate::policy::Agents::new(&cfg);
+        let policy = kitbag_config::policy::for_agent(&cfg, agent.as_deref())
+            .map_err(ReloadFailure::Agent)?;
+        *self.agents.write_locked() = kitbag_config::policy::Agents::new(&cfg);
         if let Ok(mut s) = self.settings.lock() {
             *s = cfg.settings.clone();
         }

@@ -14,8 +14,8 @@ use super::progress::Progress;
 use super::session::{Record, Session};
 use super::turn::{Note, run_turn};
 use super::{PreparedAgent, prepare_agent, router};
-use crate::config::Config;
 use crate::serve::HostServer;
+use kitbag_config::Config;
 
 mod input;
 use input::{Input, Lines};
@@ -199,7 +199,7 @@ async fn route(
 /// The agent profile whose policy applies to the host's tools (none: every tool).
 fn set_policy(host: &HostServer, config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
     use kitbag_shared::lock::RwLockExt;
-    let policy = crate::policy::for_agent(config, agent)?;
+    let policy = kitbag_config::policy::for_agent(config, agent)?;
     *host.policy.write_locked() = policy;
     Ok(())
 }

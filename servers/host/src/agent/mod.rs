@@ -25,7 +25,7 @@ use kitbag_llm::{Block, Client, Endpoint, Limits};
 use tokio_util::sync::CancellationToken;
 
 use crate::serve::HostServer;
-use crate::settings::{Setting, get};
+use kitbag_config::settings::{Setting, get};
 use session::{Record, Session};
 use turn::{Note, TurnConfig, run_turn};
 use window::Window;
@@ -66,7 +66,7 @@ pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path)
         max_result_bytes: count(
             settings,
             "max_tool_result_bytes",
-            crate::settings::DEFAULT_MAX_TOOL_RESULT_BYTES,
+            kitbag_config::settings::DEFAULT_MAX_TOOL_RESULT_BYTES,
         ) as usize,
         memory: turn::MemoryInjection {
             mode: get(settings, "memory.inject_mode")
@@ -148,7 +148,7 @@ pub struct PreparedRun {
 /// (its policy); `--agent auto`: a pack chosen for `prompt` by the router (seed 002's rules,
 /// else the router model).
 pub async fn prepare_agent(
-    config: &crate::config::Config,
+    config: &kitbag_config::Config,
     agent: Option<&str>,
     prompt: Option<&str>,
 ) -> anyhow::Result<PreparedAgent> {
@@ -203,7 +203,7 @@ pub async fn prepare_agent(
 }
 
 pub async fn prepare_run(
-    config: &crate::config::Config,
+    config: &kitbag_config::Config,
     agent: Option<&str>,
     session_name: &str,
     prompt: &str,

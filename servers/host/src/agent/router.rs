@@ -13,7 +13,7 @@ use super::packs::{self, Pack};
 use super::session::{Record, Session, now};
 use super::turn::{self, TurnConfig};
 use crate::serve::HostServer;
-use crate::settings::{Setting, get};
+use kitbag_config::settings::{Setting, get};
 
 /// The agents seed 002 names. A pack file of the same name gives one its model, tools and
 /// prompt; without one it runs as the plain agent.

@@ -14,7 +14,8 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use super::{
     Client, Endpoints, OAuthError, Store, discover, now, scope_of, stored_from, token_request,
 };
-use crate::config::{Config, Grant, RemoteOAuth};
+use kitbag_config::Config;
+use kitbag_config::entry::{Grant, RemoteOAuth};
 
 /// How long the redirect is waited for.
 const LOGIN_TIMEOUT: Duration = Duration::from_secs(300);

@@ -16,8 +16,8 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use serde::Deserialize;
 
-use crate::config::{Grant, RemoteOAuth};
 pub use discover::Endpoints;
+use kitbag_config::entry::{Grant, RemoteOAuth};
 pub use store::{Store, Stored};
 pub use transport::OAuthHttp;
 

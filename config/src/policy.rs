@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use rmcp::model::Tool;
 
-use crate::config::AgentProfile;
+use crate::AgentProfile;
 
 /// The `_meta` key a server uses to declare a tool root-only.
 pub const PRINCIPAL_SCOPE: &str = "kitbag/principal_scope";
@@ -28,7 +28,7 @@ pub struct Agents {
 }
 
 impl Agents {
-    pub fn new(cfg: &crate::config::Config) -> Self {
+    pub fn new(cfg: &crate::Config) -> Self {
         let policies = cfg
             .agents
             .iter()
@@ -158,7 +158,7 @@ impl Policy {
 
 /// The policy of `agent` in `cfg` (None without `--agent`), or why there is none.
 pub fn for_agent(
-    cfg: &crate::config::Config,
+    cfg: &crate::Config,
     agent: Option<&str>,
 ) -> anyhow::Result<Option<std::sync::Arc<Policy>>> {
     let Some(name) = agent else { return Ok(None) };

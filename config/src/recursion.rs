@@ -11,7 +11,7 @@
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 
-use crate::config::{Config, ServerEntry};
+use crate::entry::{ServerEntry, ServerSpec};
 
 /// How many hosts are above this process. Children of a host get one more.
 pub use kitbag_shared::process::HOST_DEPTH_VAR as DEPTH_VAR;
@@ -39,11 +39,11 @@ pub fn refuse_nested_host() -> anyhow::Result<()> {
 }
 
 /// Mark every entry that would run this executable as a host: it is reported, not started.
-pub fn skip_self_references(cfg: &mut Config) {
+pub fn skip_self_references(servers: &mut [ServerSpec]) {
     let Some(me) = this_executable() else {
         return;
     };
-    for spec in &mut cfg.servers {
+    for spec in servers {
         if spec.skipped.is_none()
             && let Some(why) = runs_host(&spec.entry, &me)
         {

@@ -4,6 +4,8 @@
 //! resolved value remembers where it came from, so `host_status` and `kitbag doctor`
 //! can show why a value is what it is.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
@@ -31,6 +33,11 @@ pub struct FileSettings {
     /// Memory injection and limits (seed 001).
     pub memory: Option<MemorySettings>,
 }
+
+/// How long a server may take to start and answer `initialize` when nothing says otherwise.
+pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long one tool call may take when nothing says otherwise.
+pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
 
 /// `max_tool_result_bytes` when unset: a long file's worth of text (~16k tokens).
 pub const DEFAULT_MAX_TOOL_RESULT_BYTES: u64 = 64 * 1024;
@@ -130,13 +137,13 @@ const SPECS: &[Spec] = &[
         key: "startup_timeout_sec",
         env: "KITBAG_STARTUP_TIMEOUT_SEC",
         kind: Kind::Count,
-        default: || json!(crate::hub::DEFAULT_STARTUP_TIMEOUT.as_secs()),
+        default: || json!(DEFAULT_STARTUP_TIMEOUT.as_secs()),
     },
     Spec {
         key: "tool_timeout_sec",
         env: "KITBAG_TOOL_TIMEOUT_SEC",
         kind: Kind::Count,
-        default: || json!(crate::hub::DEFAULT_TOOL_TIMEOUT.as_secs()),
+        default: || json!(DEFAULT_TOOL_TIMEOUT.as_secs()),
     },
     Spec {
         key: "max_tool_result_bytes",
