@@ -144,6 +144,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
             .map_or_else(|| log_dir.clone(), |d| d.dir_path()),
         args.keep_logs.max(1),
         args.logs_max_total_bytes,
+        args.log_max_bytes,
     ));
     if let Some(held) = &held {
         // Logs of earlier servers beyond the limits, and temp files of writes that a kill

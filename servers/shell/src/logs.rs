@@ -287,21 +287,28 @@ pub struct LogDir {
     pub keep: usize,
     /// Total bytes of the directory; 0: unbounded.
     pub max_total: u64,
+    /// The most one log of this server grows to (0: unbounded). A log being written is counted
+    /// at this size, so the total holds while it grows, not only at the prunes.
+    pub per_log_max: u64,
     active: Mutex<HashSet<PathBuf>>,
 }
 
 impl LogDir {
-    pub fn new(dir: PathBuf, keep: usize, max_total: u64) -> Self {
+    pub fn new(dir: PathBuf, keep: usize, max_total: u64, per_log_max: u64) -> Self {
         LogDir {
             dir,
             keep,
             max_total,
+            per_log_max,
             active: Mutex::new(HashSet::new()),
         }
     }
 
+    /// A command starts writing `log`: it is never pruned while written, and room for all of
+    /// it is made now.
     pub fn begin(&self, log: &Path) {
         self.lock().insert(log.to_path_buf());
+        self.prune();
     }
 
     /// The command's output ended: its log may now be pruned; prune.
@@ -315,9 +322,10 @@ impl LogDir {
     }
 
     /// Delete finished commands' logs, oldest first, while there are more than `keep` of them
-    /// or the directory holds more than `max_total` bytes. Never a log being written by this
-    /// server, nor one of another server that is still running (`PID-…` names). Returns the
-    /// directory's size afterwards.
+    /// or the directory holds more than `max_total` bytes (this server's logs being written
+    /// counted at `per_log_max`). Never a log being written by this server, nor one of another
+    /// server that is still running (`PID-…` names). Returns the directory's size afterwards,
+    /// counted the same way.
     pub fn prune(&self) -> u64 {
         let Ok(rd) = std::fs::read_dir(&self.dir) else {
             return 0;
@@ -344,8 +352,15 @@ impl LogDir {
             g.0 = g.0.max(mtime);
             g.1 += md.len();
         }
-        let mut count = groups.len();
         let active = self.lock().clone();
+        // Logs being written still grow: counted at the most they may hold.
+        if self.per_log_max > 0 {
+            for log in &active {
+                let written = groups.get(log).map_or(0, |g| g.1);
+                total += self.per_log_max.saturating_sub(written);
+            }
+        }
+        let mut count = groups.len();
         let mut finished: Vec<(std::time::SystemTime, PathBuf, u64)> = groups
             .into_iter()
             .filter(|(p, _)| !active.contains(p) && !owner_running(p))
