@@ -3,7 +3,7 @@
 //! progress and cancellation. It is also the CLI: `serve`, `tools`, `call`, `doctor`,
 //! and `server <family>` (the embedded servers, re-executed as child processes).
 
-pub mod agent;
+pub mod agent_host;
 pub mod catalog;
 pub mod dispatch;
 pub mod failure;
@@ -217,10 +217,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let policy_agent = match (&prepared_run, &prepared_agent) {
         (Some(run), _) => run.agent.policy_agent.clone(),
         (_, Some(Prepared::Daemon(d))) => d.policy_agent.clone(),
-        (_, Some(Prepared::Chat(agent::chat::Agent::Pinned { agent, .. }))) => {
+        (_, Some(Prepared::Chat(kitbag_agent::chat::Agent::Pinned { agent, .. }))) => {
             agent.policy_agent.clone()
         }
-        (_, Some(Prepared::Chat(agent::chat::Agent::Auto))) => None,
+        (_, Some(Prepared::Chat(kitbag_agent::chat::Agent::Auto))) => None,
         _ => cli.agent.clone(),
     };
     let started = Instant::now();
@@ -244,11 +244,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Call { tool, args } => call(&host, tool, args.as_deref()).await?,
         Command::Doctor => doctor(&host, started, cli.command.is_none()),
         Command::Run { .. } => match prepared_run {
-            Some(run) => agent::run_command(&host, run).await?,
+            Some(run) => kitbag_agent::run_command(&host, run).await?,
             None => 1,
         },
         Command::Daemon => match prepared_agent {
-            Some(Prepared::Daemon(d)) => agent::daemon::run(&host, *d).await?,
+            Some(Prepared::Daemon(d)) => kitbag_agent::daemon::run(&host, *d).await?,
             _ => 1,
         },
         Command::Chat {
@@ -256,7 +256,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             session_prompt,
         } => match prepared_agent {
             Some(Prepared::Chat(a)) => {
-                agent::chat::run(
+                kitbag_agent::chat::run(
                     &host,
                     a,
                     &load_config(&cli)?,
@@ -283,7 +283,7 @@ async fn run_without_hub(cli: &Cli) -> Option<anyhow::Result<i32>> {
         Some(Command::Server { family, args }) => {
             Some(families::run(family, args.clone()).await.map(|()| 0))
         }
-        Some(Command::Sessions { name }) => Some(agent::sessions_command(name.as_deref())),
+        Some(Command::Sessions { name }) => Some(kitbag_agent::sessions_command(name.as_deref())),
         Some(Command::Deploy {
             action: DeployCommand::Render(args),
         }) => Some(kitbag_deploy::render_command(args)),
@@ -297,8 +297,8 @@ async fn run_without_hub(cli: &Cli) -> Option<anyhow::Result<i32>> {
 
 /// What `daemon` and `chat` run with, prepared before any child starts.
 enum Prepared {
-    Daemon(Box<agent::PreparedAgent>),
-    Chat(agent::chat::Agent),
+    Daemon(Box<kitbag_agent::PreparedAgent>),
+    Chat(kitbag_agent::chat::Agent),
 }
 
 /// The agent commands check their arguments and build their model client before any child
@@ -307,7 +307,7 @@ enum Prepared {
 async fn prepare_agent(
     cli: &Cli,
     command: &Command,
-) -> anyhow::Result<(Option<agent::PreparedRun>, Option<Prepared>)> {
+) -> anyhow::Result<(Option<kitbag_agent::PreparedRun>, Option<Prepared>)> {
     let agent = cli.agent.as_deref();
     Ok(match command {
         Command::Run {
@@ -317,7 +317,7 @@ async fn prepare_agent(
             session_prompt,
         } => (
             Some(
-                agent::prepare_run(
+                kitbag_agent::prepare_run(
                     &load_config(cli)?,
                     agent,
                     session,
@@ -332,21 +332,21 @@ async fn prepare_agent(
         Command::Daemon => (
             None,
             Some(Prepared::Daemon(Box::new(
-                agent::prepare_agent(&load_config(cli)?, agent, None).await?,
+                kitbag_agent::prepare_agent(&load_config(cli)?, agent, None).await?,
             ))),
         ),
         Command::Chat { session, .. } => {
-            agent::session::check_name(session)?;
+            kitbag_agent::session::check_name(session)?;
             let config = load_config(cli)?;
             let chat = if agent == Some("auto") {
                 // The model and every pack are checked now; each line is routed as it comes.
-                agent::prepare_agent(&config, None, None).await?;
-                agent::router::load_packs(&std::env::current_dir()?)?;
-                agent::chat::Agent::Auto
+                kitbag_agent::prepare_agent(&config, None, None).await?;
+                kitbag_agent::router::load_packs(&std::env::current_dir()?)?;
+                kitbag_agent::chat::Agent::Auto
             } else {
-                agent::chat::Agent::Pinned {
+                kitbag_agent::chat::Agent::Pinned {
                     name: agent.map(str::to_owned),
-                    agent: Box::new(agent::prepare_agent(&config, agent, None).await?),
+                    agent: Box::new(kitbag_agent::prepare_agent(&config, agent, None).await?),
                 }
             };
             (None, Some(Prepared::Chat(chat)))

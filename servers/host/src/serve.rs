@@ -96,7 +96,7 @@ pub struct StatusResult {
     pub byte_level_calls: u64,
     /// The agent's sessions in `.kitbag/sessions` of the working directory, with their token
     /// totals (`kitbag run`, `chat`, `daemon`).
-    pub sessions: Vec<crate::agent::session::SessionTotals>,
+    pub sessions: Vec<kitbag_agent::session::SessionTotals>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -156,7 +156,7 @@ impl HostServer {
             settings: self.settings.lock().map(|s| s.clone()).unwrap_or_default(),
             byte_level_calls: fastpath::forwarded(),
             sessions: std::env::current_dir()
-                .map(|d| crate::agent::session::all_totals(&d))
+                .map(|d| kitbag_agent::session::all_totals(&d))
                 .unwrap_or_default(),
         }
     }

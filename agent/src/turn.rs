@@ -19,8 +19,7 @@ use super::packs::Pack;
 use super::session::{Record, Session, now};
 use super::skills::{self, Skill};
 use super::window::Window;
-use crate::dispatch::CallMeta;
-use crate::serve::HostServer;
+use crate::host::ToolHost;
 
 /// The settings a turn runs with.
 #[derive(Debug, Clone)]
@@ -98,7 +97,7 @@ pub struct TurnOutcome {
 /// Run one turn for `user` (a prompt, or a synthetic message with its `origin`).
 #[allow(clippy::too_many_arguments)] // each is a distinct input of a turn; a struct would only rename them
 pub async fn run_turn(
-    host: &HostServer,
+    host: &dyn ToolHost,
     llm: &Client,
     cfg: &TurnConfig,
     session: &mut Session,
@@ -232,7 +231,7 @@ fn last_call_tokens(records: &[Record]) -> u64 {
 /// but not callable, with a note to answer.
 #[allow(clippy::too_many_arguments)]
 async fn build_request(
-    host: &HostServer,
+    host: &dyn ToolHost,
     llm: &Client,
     cfg: &TurnConfig,
     session: &mut Session,
@@ -315,7 +314,7 @@ async fn build_request(
 
 /// One streamed model call, cancellable, logged as `llm.request` and `perf.first_token`.
 async fn call_model(
-    host: &HostServer,
+    host: &dyn ToolHost,
     llm: &Client,
     cfg: &TurnConfig,
     request: &Request,
@@ -408,16 +407,14 @@ pub(super) fn usage_record(u: &Usage, model: String, purpose: Option<&str>) -> R
 }
 
 /// One line in the host's audit log, when it keeps one (seed 002's logging events).
-pub(crate) fn audit(host: &HostServer, event: &str, fields: serde_json::Value) {
-    if let Some(a) = &host.audit {
-        a.event(event, fields);
-    }
+pub(crate) fn audit(host: &dyn ToolHost, event: &str, fields: serde_json::Value) {
+    host.audit(event, fields);
 }
 
 /// The memories block for this turn, from kitbag-memory's `memory_context` when the host
 /// offers it (and the policy allows it). Made once per turn, not per step: a system prompt
 /// that changed between the steps of a tool loop would void the provider's prompt cache.
-async fn memory_block(host: &HostServer, cfg: &TurnConfig, session: &Session) -> Option<String> {
+async fn memory_block(host: &dyn ToolHost, cfg: &TurnConfig, session: &Session) -> Option<String> {
     const TOOL: &str = "memory_context";
     if cfg.memory.mode == "off" || !host.tools().iter().any(|t| t.name == TOOL) {
         return None;
@@ -437,14 +434,14 @@ async fn memory_block(host: &HostServer, cfg: &TurnConfig, session: &Session) ->
         "max_inject_chars": cfg.memory.max_chars,
         "max_inject_count": cfg.memory.max_count,
     });
-    let meta = CallMeta {
-        request_id: format!("{}/memory_context", session.name),
-        progress: None,
-        ct: CancellationToken::new(),
-        trace: None,
-    };
+    let request_id = format!("{}/memory_context", session.name);
     let r = host
-        .dispatch(TOOL, args.as_object().cloned(), meta)
+        .call(
+            TOOL,
+            args.as_object().cloned(),
+            request_id,
+            CancellationToken::new(),
+        )
         .await
         .ok()?;
     if r.is_error == Some(true) {
@@ -517,7 +514,7 @@ async fn summarize(
 
 /// Run the calls concurrently; results come back in the order the model asked.
 async fn run_calls(
-    host: &HostServer,
+    host: &dyn ToolHost,
     cfg: &TurnConfig,
     session: &str,
     calls: &[&Block],
@@ -615,7 +612,7 @@ async fn run_calls(
 }
 
 async fn call_one(
-    host: &HostServer,
+    host: &dyn ToolHost,
     session: &str,
     id: &str,
     name: &str,
@@ -626,13 +623,11 @@ async fn call_one(
         Value::Object(m) => Some(m.clone()),
         _ => None,
     };
-    let meta = CallMeta {
-        request_id: format!("{session}/{id}"),
-        progress: None,
-        ct: cancel.child_token(),
-        trace: None,
-    };
-    match host.dispatch(name, arguments, meta).await {
+    let request_id = format!("{session}/{id}");
+    match host
+        .call(name, arguments, request_id, cancel.child_token())
+        .await
+    {
         Ok(r) => result_parts(&r),
         Err(e) => (
             vec![ResultPart::Text {

@@ -14,7 +14,7 @@ use super::progress::Progress;
 use super::session::{Record, Session};
 use super::turn::{Note, run_turn};
 use super::{PreparedAgent, prepare_agent, router};
-use crate::serve::HostServer;
+use crate::host::ToolHost;
 use kitbag_config::Config;
 
 mod input;
@@ -32,7 +32,7 @@ pub enum Agent {
 const HELP: &str = "Commands: /agent [NAME|auto] (show or switch the agent pack), /prompt [TEXT|clear] (show, set or clear this session's prompt), /help, /exit. Ctrl-C cancels a turn; Ctrl-D leaves.";
 
 pub async fn run(
-    host: &HostServer,
+    host: &dyn ToolHost,
     mut agent: Agent,
     config: &Config,
     session_name: &str,
@@ -123,7 +123,7 @@ pub async fn run(
 
 /// One turn, cancelled by Ctrl-C; `true` when SIGTERM asked the chat to end.
 async fn turn(
-    host: &HostServer,
+    host: &dyn ToolHost,
     agent: &PreparedAgent,
     session: &mut Session,
     prompt: &str,
@@ -179,7 +179,7 @@ enum Routed {
 
 /// `--agent auto`: the router's choice for this line, with its profile's policy in force.
 async fn route(
-    host: &HostServer,
+    host: &dyn ToolHost,
     config: &Config,
     prompt: &str,
     session: &mut Session,
@@ -197,10 +197,8 @@ async fn route(
 }
 
 /// The agent profile whose policy applies to the host's tools (none: every tool).
-fn set_policy(host: &HostServer, config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
-    use kitbag_shared::lock::RwLockExt;
-    let policy = kitbag_config::policy::for_agent(config, agent)?;
-    *host.policy.write_locked() = policy;
+fn set_policy(host: &dyn ToolHost, config: &Config, agent: Option<&str>) -> anyhow::Result<()> {
+    host.set_policy(kitbag_config::policy::for_agent(config, agent)?);
     Ok(())
 }
 
@@ -211,7 +209,7 @@ enum Flow {
 
 /// A `/command` line.
 async fn command_line(
-    host: &HostServer,
+    host: &dyn ToolHost,
     config: &Config,
     agent: &mut Agent,
     session: &mut Session,

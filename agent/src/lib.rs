@@ -7,6 +7,7 @@ pub mod compaction;
 pub mod convert;
 pub mod daemon;
 pub mod frontmatter;
+pub mod host;
 pub mod overflow;
 pub mod packs;
 pub mod progress;
@@ -24,7 +25,7 @@ use base64::Engine;
 use kitbag_llm::{Block, Client, Endpoint, Limits};
 use tokio_util::sync::CancellationToken;
 
-use crate::serve::HostServer;
+use crate::host::ToolHost;
 use kitbag_config::settings::{Setting, get};
 use session::{Record, Session};
 use turn::{Note, TurnConfig, run_turn};
@@ -253,7 +254,7 @@ pub async fn wait_for_stop_signal() {
 
 /// `kitbag run`: one turn, the answer on stdout, progress on stderr. The exit code is 0 for
 /// an answer, 1 for an error.
-pub async fn run_command(host: &HostServer, run: PreparedRun) -> anyhow::Result<i32> {
+pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Result<i32> {
     let PreparedRun {
         agent: PreparedAgent {
             llm, cfg, decision, ..

@@ -12,7 +12,7 @@ use serde::Deserialize;
 use super::packs::{self, Pack};
 use super::session::{Record, Session, now};
 use super::turn::{self, TurnConfig};
-use crate::serve::HostServer;
+use crate::host::ToolHost;
 use kitbag_config::settings::{Setting, get};
 
 /// The agents seed 002 names. A pack file of the same name gives one its model, tools and
@@ -387,7 +387,7 @@ pub fn parse_answer(text: &str, packs: &[Pack]) -> Result<Answer, AnswerError> {
 /// Say what was chosen (stderr, and `router.decision` in the audit log, with a short summary
 /// of the input and the time taken) and record the router call's tokens in the session.
 pub fn report(
-    host: &HostServer,
+    host: &dyn ToolHost,
     d: &Decision,
     cfg: &TurnConfig,
     prompt: &str,

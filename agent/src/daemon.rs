@@ -6,15 +6,14 @@
 //! Inside a kitbag-vm instance kitbag-cron itself holds the keepalive lease while enabled
 //! entries exist, so the daemon needs no lease of its own.
 
+use futures::StreamExt;
 use serde::Deserialize;
-use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
 use super::PreparedAgent;
 use super::session::{Session, check_name};
 use super::turn::{Note, audit, run_turn};
-use crate::hub::ChildEvent;
-use crate::serve::HostServer;
+use crate::host::{Heard, ToolHost};
 
 pub const CRON_FIRED: &str = "notifications/kitbag/cron_fired";
 
@@ -61,17 +60,14 @@ pub fn message(f: &Firing) -> String {
 
 /// The firing a child's notification carries: `None` for other notifications, and for a
 /// firing that cannot run (said on stderr).
-fn firing_of(event: ChildEvent) -> Option<Firing> {
-    if event.method != CRON_FIRED {
+fn firing_of(server: &str, method: &str, params: serde_json::Value) -> Option<Firing> {
+    if method != CRON_FIRED {
         return None;
     }
-    let firing: Firing = match serde_json::from_value(event.params) {
+    let firing: Firing = match serde_json::from_value(params) {
         Ok(f) => f,
         Err(e) => {
-            eprintln!(
-                "[daemon] a cron_fired notification from {} was not understood: {e}",
-                event.server
-            );
+            eprintln!("[daemon] a cron_fired notification from {server} was not understood: {e}");
             return None;
         }
     };
@@ -82,10 +78,10 @@ fn firing_of(event: ChildEvent) -> Option<Firing> {
     Some(firing)
 }
 
-pub async fn run(host: &HostServer, agent: PreparedAgent) -> anyhow::Result<i32> {
+pub async fn run(host: &dyn ToolHost, agent: PreparedAgent) -> anyhow::Result<i32> {
     let PreparedAgent { llm, cfg, .. } = agent;
     let root = std::env::current_dir()?;
-    let mut events = host.hub.child_events();
+    let mut events = host.notifications();
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
     tokio::spawn(async move {
@@ -98,18 +94,22 @@ pub async fn run(host: &HostServer, agent: PreparedAgent) -> anyhow::Result<i32>
     );
     loop {
         let event = tokio::select! {
-            e = events.recv() => e,
+            e = events.next() => e,
             _ = stop.cancelled() => break,
         };
-        let event = match event {
-            Ok(e) => e,
-            Err(RecvError::Lagged(n)) => {
+        let (server, method, params) = match event {
+            Some(Heard::Notification {
+                server,
+                method,
+                params,
+            }) => (server, method, params),
+            Some(Heard::Missed(n)) => {
                 eprintln!("[daemon] {n} notifications were missed while a turn ran");
                 continue;
             }
-            Err(RecvError::Closed) => break,
+            None => break,
         };
-        let Some(firing) = firing_of(event) else {
+        let Some(firing) = firing_of(&server, &method, params) else {
             continue;
         };
         eprintln!(

@@ -500,7 +500,7 @@ pub(super) mod tests {
         assert_eq!((fourth[0].turns, fourth[0].input_tokens), (1, 3));
     }
 
-    pub(in crate::agent) fn user(t: &str) -> Record {
+    pub(crate) fn user(t: &str) -> Record {
         Record::User {
             content: vec![Block::text(t)],
             ts: now(),
@@ -508,7 +508,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::agent) fn call(id: &str) -> Record {
+    pub(crate) fn call(id: &str) -> Record {
         Record::Assistant {
             content: vec![Block::ToolUse {
                 id: id.into(),
@@ -522,7 +522,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::agent) fn result(id: &str, text: &str) -> Record {
+    pub(crate) fn result(id: &str, text: &str) -> Record {
         Record::ToolResult {
             content: vec![Block::ToolResult {
                 tool_use_id: id.into(),
@@ -533,7 +533,7 @@ pub(super) mod tests {
         }
     }
 
-    pub(in crate::agent) fn answer(t: &str) -> Record {
+    pub(crate) fn answer(t: &str) -> Record {
         Record::Assistant {
             content: vec![Block::text(t)],
             stop: StopReason::EndTurn,

@@ -183,7 +183,7 @@ fn close_pending_into(pending: &mut Vec<String>, content: &mut Vec<Block>) {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::agent::session::tests::{answer, call, result, user};
+    use crate::session::tests::{answer, call, result, user};
 
     const WIDE: Window = Window {
         turns: 100,

@@ -1,0 +1,50 @@
+//! What the agent loop needs from whatever serves its tools — in kitbag, the gateway. The loop
+//! lists tools, calls them, writes audit lines, switches the agent profile whose policy applies,
+//! and (as `kitbag daemon`) hears its servers' notifications; nothing else of the gateway
+//! reaches it, so it compiles and is tested without one.
+
+use futures::future::BoxFuture;
+use futures::stream::BoxStream;
+use kitbag_config::policy::Policy;
+use rmcp::ErrorData;
+use rmcp::model::{CallToolResult, JsonObject, Tool};
+use tokio_util::sync::CancellationToken;
+
+/// The tools' side of the loop.
+pub trait ToolHost: Send + Sync {
+    /// The tools the model may be offered now, as the active policy allows them. Read at every
+    /// step: a reload during a turn is seen by the next step.
+    fn tools(&self) -> Vec<Tool>;
+
+    /// Run one tool through the same routes, policy and audit as a served call. `request_id`
+    /// names the call in logs; `cancel` stops it. `Err` only when no tool has that name.
+    fn call<'a>(
+        &'a self,
+        name: &'a str,
+        arguments: Option<JsonObject>,
+        request_id: String,
+        cancel: CancellationToken,
+    ) -> BoxFuture<'a, Result<CallToolResult, ErrorData>>;
+
+    /// One line in the host's audit log, when it keeps one.
+    fn audit(&self, event: &str, fields: serde_json::Value);
+
+    /// Apply an agent profile's policy to the tools (`None`: every tool) — `/agent` in a chat.
+    fn set_policy(&self, policy: Option<std::sync::Arc<Policy>>);
+
+    /// Custom notifications the servers send, from now on, in order.
+    fn notifications(&self) -> BoxStream<'static, Heard>;
+}
+
+/// What [`ToolHost::notifications`] yields.
+#[derive(Debug, Clone)]
+pub enum Heard {
+    /// A server's custom notification.
+    Notification {
+        server: String,
+        method: String,
+        params: serde_json::Value,
+    },
+    /// This many notifications were dropped while the listener was busy.
+    Missed(u64),
+}
