@@ -11,7 +11,8 @@ use tokio::signal::unix::{SignalKind, signal};
 use tokio_util::sync::CancellationToken;
 
 use super::progress::Progress;
-use super::session::{Record, Session};
+use super::record::Record;
+use super::session::Session;
 use super::turn::{Note, run_turn};
 use super::{PreparedAgent, prepare_agent, router};
 use crate::host::ToolHost;

@@ -11,7 +11,7 @@
 
 use sha2::{Digest, Sha256};
 
-use super::session::Record;
+use super::record::Record;
 use super::window::{Window, blocks_weight, fit, fits, messages, turn_starts};
 use kitbag_llm::{Message, ToolSpec};
 

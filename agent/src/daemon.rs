@@ -11,7 +11,8 @@ use serde::Deserialize;
 use tokio_util::sync::CancellationToken;
 
 use super::PreparedAgent;
-use super::session::{Session, check_name};
+use super::record::check_name;
+use super::session::Session;
 use super::turn::{Note, audit, run_turn};
 use crate::host::{Heard, ToolHost};
 

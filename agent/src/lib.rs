@@ -11,6 +11,7 @@ pub mod host;
 pub mod overflow;
 pub mod packs;
 pub mod progress;
+pub mod record;
 pub mod router;
 pub mod session;
 pub mod session_pg;
@@ -27,7 +28,8 @@ use tokio_util::sync::CancellationToken;
 
 use crate::host::ToolHost;
 use kitbag_config::settings::{Setting, get};
-use session::{Record, Session};
+use record::Record;
+use session::Session;
 use turn::{Note, TurnConfig, run_turn};
 use window::Window;
 
@@ -211,17 +213,17 @@ pub async fn prepare_run(
     images: &[PathBuf],
     session_prompt: Option<&str>,
 ) -> anyhow::Result<PreparedRun> {
-    session::check_name(session_name)?;
+    record::check_name(session_name)?;
     if prompt.trim().is_empty() && images.is_empty() {
         anyhow::bail!("PROMPT: empty; say what the agent should do");
     }
     if let Some(p) = session_prompt
-        && p.len() > session::MAX_SESSION_PROMPT
+        && p.len() > record::MAX_SESSION_PROMPT
     {
         anyhow::bail!(
             "--session-prompt: {} bytes; at most {}",
             p.len(),
-            session::MAX_SESSION_PROMPT
+            record::MAX_SESSION_PROMPT
         );
     }
     let mut content = Vec::new();

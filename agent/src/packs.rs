@@ -36,7 +36,7 @@ pub fn dir(root: &Path) -> std::path::PathBuf {
 
 /// Load `.kitbag/agents/<name>.md`; `Ok(None)` when there is no such file.
 pub fn load(root: &Path, name: &str) -> anyhow::Result<Option<Pack>> {
-    super::session::check_name_as("--agent", name)?;
+    super::record::check_name_as("--agent", name)?;
     let path = dir(root).join(format!("{name}.md"));
     let text = match std::fs::read_to_string(&path) {
         Ok(t) => t,

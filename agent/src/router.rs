@@ -10,7 +10,8 @@ use kitbag_llm::{Client, Endpoint, Limits, Message, Request, Usage};
 use serde::Deserialize;
 
 use super::packs::{self, Pack};
-use super::session::{Record, Session, now};
+use super::record::{Record, now};
+use super::session::Session;
 use super::turn::{self, TurnConfig};
 use crate::host::ToolHost;
 use kitbag_config::settings::{Setting, get};
@@ -150,7 +151,7 @@ pub fn load_packs(root: &Path) -> anyhow::Result<Vec<Pack>> {
                 .and_then(|n| n.strip_suffix(".md"))
                 .map(str::to_owned)
         })
-        .filter(|n| super::session::check_name(n).is_ok())
+        .filter(|n| super::record::check_name(n).is_ok())
         .collect();
     names.sort();
     let mut out = Vec::new();

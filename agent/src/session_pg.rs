@@ -13,7 +13,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use kitbag_shared::lock::LockExt;
 use kitbag_shared::state::pg::{PgConn, PgError};
 
-use super::session::{Record, SessionTotals};
+use super::record::{Record, SessionTotals};
 
 /// Schema versions (`kitbag_migrations` row `agent_sessions`).
 const MIGRATIONS: &[&str] = &["CREATE TABLE kitbag_agent_sessions (

@@ -16,7 +16,8 @@ use super::compaction::{
 use super::convert::{result_parts, tool_spec};
 use super::overflow::{Cut, bound};
 use super::packs::Pack;
-use super::session::{Record, Session, now};
+use super::record::{Record, now};
+use super::session::Session;
 use super::skills::{self, Skill};
 use super::window::Window;
 use crate::host::ToolHost;

@@ -4,7 +4,7 @@
 
 use kitbag_llm::{Block, Message, Role};
 
-use super::session::Record;
+use super::record::Record;
 
 /// How much of the history a model call sees (seed 000: `context_turns`, `context_chars`).
 #[derive(Debug, Clone, Copy)]

@@ -336,7 +336,7 @@ async fn prepare_agent(
             ))),
         ),
         Command::Chat { session, .. } => {
-            kitbag_agent::session::check_name(session)?;
+            kitbag_agent::record::check_name(session)?;
             let config = load_config(cli)?;
             let chat = if agent == Some("auto") {
                 // The model and every pack are checked now; each line is routed as it comes.

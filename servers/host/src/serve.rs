@@ -96,7 +96,7 @@ pub struct StatusResult {
     pub byte_level_calls: u64,
     /// The agent's sessions in `.kitbag/sessions` of the working directory, with their token
     /// totals (`kitbag run`, `chat`, `daemon`).
-    pub sessions: Vec<kitbag_agent::session::SessionTotals>,
+    pub sessions: Vec<kitbag_agent::record::SessionTotals>,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
