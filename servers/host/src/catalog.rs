@@ -569,7 +569,7 @@ impl Hub {
                     ))
                     .await;
                 return Err(McpError::internal_error(
-                    crate::hub::stopped_by_reload_message(&name),
+                    crate::failure::stopped_by_reload_message(&name),
                     None,
                 ));
             }
@@ -578,7 +578,7 @@ impl Hub {
             Ok(r) => Ok(r),
             Err(rmcp::service::ServiceError::McpError(e)) => Err(e),
             Err(rmcp::service::ServiceError::TransportClosed) if guard.stopped_by_reload() => Err(
-                McpError::internal_error(crate::hub::stopped_by_reload_message(&name), None),
+                McpError::internal_error(crate::failure::stopped_by_reload_message(&name), None),
             ),
             Err(rmcp::service::ServiceError::TransportClosed) => Err(McpError::internal_error(
                 format!(

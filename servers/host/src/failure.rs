@@ -2,7 +2,25 @@
 //! client sees (a call's error result, `host_status`'s `last_error`), so each variant words one
 //! situation and names the server.
 
-use crate::hub::stopped_by_reload_message;
+use std::time::Duration;
+
+use crate::oauth_client::OAuthError;
+use crate::oauth_client::Store;
+use crate::remote::RemoteError;
+
+/// How long a reload lets a removed or changed child finish the calls it is answering before
+/// stopping it. A child may answer and then ask for the reload itself (kitbag-vm's
+/// `self_restart` sends SIGHUP right after its answer): that answer must not be lost. Bounded,
+/// so a call that never ends cannot keep a server the config no longer names alive.
+pub const RELOAD_DRAIN_LIMIT: Duration = Duration::from_secs(5);
+
+/// What a call that lost its server says when a reload stopped it.
+pub fn stopped_by_reload_message(server: &str) -> String {
+    format!(
+        "server {server} was stopped by a configuration reload before this call finished (a removed or changed server gets {} s to finish its calls); the call did not complete",
+        RELOAD_DRAIN_LIMIT.as_secs()
+    )
+}
 
 /// A child that did not start (spawn, handshake, tools/list, the startup timeout).
 #[derive(Debug, thiserror::Error)]
@@ -21,11 +39,24 @@ pub enum StartFailure {
         said: Option<String>,
     },
     #[error(transparent)]
-    Remote(#[from] crate::remote::RemoteError),
+    Remote(#[from] RemoteError),
     #[error("tools/list failed: {0}")]
     ToolsList(String),
     #[error("did not finish starting (handshake and tools/list) within {secs} s")]
     Timeout { secs: u64 },
+}
+
+impl StartFailure {
+    /// The token file whose appearance means the user logged in, when this failure says
+    /// they must (`kitbag auth login NAME`).
+    pub fn awaited_login(&self) -> Option<std::path::PathBuf> {
+        match self {
+            StartFailure::Remote(RemoteError::OAuth(OAuthError::LoginNeeded {
+                resource, ..
+            })) => Store::for_user().ok().map(|s| s.path_of(resource)),
+            _ => None,
+        }
+    }
 }
 
 /// A call that ended at the hub, not with the child's own answer.

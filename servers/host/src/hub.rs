@@ -16,18 +16,13 @@ use rmcp::service::{
 };
 use rmcp::{ClientHandler, ErrorData as McpError};
 
-use crate::failure::{CallFailure, StartFailure};
+use crate::failure::{CallFailure, RELOAD_DRAIN_LIMIT, StartFailure};
 use kitbag_config::entry::{ServerEntry, ServerSpec};
 use kitbag_config::settings::{DEFAULT_STARTUP_TIMEOUT, DEFAULT_TOOL_TIMEOUT};
 
 const MAX_CRASHES: usize = 5;
 const CRASH_WINDOW: Duration = Duration::from_secs(60);
 const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
-/// How long a reload lets a removed or changed child finish the calls it is answering before
-/// stopping it. A child may answer and then ask for the reload itself (kitbag-vm's
-/// `self_restart` sends SIGHUP right after its answer): that answer must not be lost. Bounded,
-/// so a call that never ends cannot keep a server the config no longer names alive.
-pub const RELOAD_DRAIN_LIMIT: Duration = Duration::from_secs(5);
 /// How long the host waits at exit for its children to stop by themselves (after SIGTERM and
 /// the end of their input) before SIGKILL. A shell's job kill grace fits well inside.
 pub const STOP_GRACE: Duration = Duration::from_secs(5);
@@ -300,14 +295,6 @@ impl Drop for CallGuard {
 
 /// Why a call is cancelled at its child when a reload cut it off.
 pub const CUT_OFF_REASON: &str = "the server is being stopped by a configuration reload";
-
-/// What a call that lost its server says when a reload stopped it.
-pub fn stopped_by_reload_message(server: &str) -> String {
-    format!(
-        "server {server} was stopped by a configuration reload before this call finished (a removed or changed server gets {} s to finish its calls); the call did not complete",
-        RELOAD_DRAIN_LIMIT.as_secs()
-    )
-}
 
 /// A tool as offered upstream.
 #[derive(Debug, Clone)]
@@ -625,7 +612,7 @@ impl Hub {
                     self.notify_list_changed().await;
                 }
                 Err(e) => {
-                    let login = crate::oauth_client::awaited_login(&e);
+                    let login = e.awaited_login();
                     self.mark_failed(id, e.to_string());
                     if let Some(tokens) = login {
                         self.start_after_login(id, generation, tokens);
@@ -1321,7 +1308,9 @@ async fn connect(
 > {
     if let Some(url) = &entry.url {
         // Remote: no process of ours, no byte-level link.
+        let server = client.name.clone();
         let running = crate::remote::connect(
+            &server,
             url,
             &entry.headers,
             entry.tls.as_ref(),

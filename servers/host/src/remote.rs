@@ -14,7 +14,6 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::StreamableHttpClientTransport;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 
-use crate::hub::ChildClient;
 use kitbag_config::entry::EntryError;
 
 /// Up to this many calls to one remote server are in flight at once (rmcp queues the rest).
@@ -43,14 +42,16 @@ pub enum RemoteError {
 }
 
 /// Handshake with the server at `url`, sending `headers` with every request (and, with
-/// `oauth`, the user's token for it).
-pub async fn connect(
+/// `oauth`, the user's token for it). `server` names the entry (the token store's key);
+/// `client` answers the server's requests.
+pub async fn connect<H: rmcp::ClientHandler>(
+    server: &str,
     url: &str,
     headers: &BTreeMap<String, String>,
     tls: Option<&kitbag_config::entry::RemoteTls>,
     oauth: Option<&kitbag_config::entry::RemoteOAuth>,
-    client: ChildClient,
-) -> Result<RunningService<RoleClient, ChildClient>, RemoteError> {
+    client: H,
+) -> Result<RunningService<RoleClient, H>, RemoteError> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let (bearer, custom) = split_headers(headers)?;
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_string())
@@ -75,7 +76,7 @@ pub async fn connect(
             .map_err(|e| handshake(e.to_string())),
         Some(oauth) => {
             let tokens = crate::oauth_client::TokenSource::new(
-                &client.name,
+                server,
                 url,
                 oauth,
                 crate::oauth_client::login::http_client(),

@@ -959,7 +959,7 @@ impl FastPending {
             let line = fastpath::error_line(
                 upstream_id,
                 "server_unavailable",
-                &crate::hub::stopped_by_reload_message(server),
+                &crate::failure::stopped_by_reload_message(server),
                 modern,
             );
             let code = Some("server_unavailable".to_string());
@@ -990,7 +990,7 @@ impl FastPending {
                     return None;
                 }
                 let msg = if self.guard.stopped_by_reload() {
-                    crate::hub::stopped_by_reload_message(server)
+                    crate::failure::stopped_by_reload_message(server)
                 } else {
                     format!(
                         "server {server} exited during the call; it is being restarted — the call did not complete"

@@ -167,16 +167,6 @@ fn stored_from(ep: &Endpoints, client: &Client, t: TokenResponse, old: Option<&S
     }
 }
 
-/// The token file whose appearance means the user logged in, when `e` says they must.
-pub fn awaited_login(e: &crate::failure::StartFailure) -> Option<std::path::PathBuf> {
-    match e {
-        crate::failure::StartFailure::Remote(crate::remote::RemoteError::OAuth(
-            OAuthError::LoginNeeded { resource, .. },
-        )) => Store::for_user().ok().map(|s| s.path_of(resource)),
-        _ => None,
-    }
-}
-
 /// The scopes to ask for: the entry's, else the resource's.
 fn scope_of(cfg: &RemoteOAuth, ep: &Endpoints) -> Option<String> {
     let scopes = cfg.scopes.as_ref().unwrap_or(&ep.scopes_supported);
