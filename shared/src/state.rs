@@ -51,12 +51,28 @@ pub struct StateDir {
 impl StateDir {
     /// Open `dir`, making it (and missing parents) when `create`. Inside the policy's root it
     /// is walked from the root's descriptor; see the module documentation.
+    ///
+    /// Made under `<root>/.kitbag`, it also gives `.kitbag` its [`KITBAG_GITIGNORE`] when it has
+    /// none, so the first state kitbag writes in a project leaves `git status` clean.
     pub fn open(policy: &PathPolicy, dir: &Path, create: bool) -> io::Result<Self> {
         let fd = match policy.rel_in_root(dir) {
-            Some(rel) => open_in_root(policy, &rel, create)?,
+            Some(rel) => {
+                let fd = open_in_root(policy, &rel, create)?;
+                if create && rel.components().next() == Some(Component::Normal(KITBAG.as_ref())) {
+                    mark_kitbag_dir(policy);
+                }
+                fd
+            }
             None => open_outside(dir, create)?,
         };
         Ok(Self::held(fd, dir.to_path_buf()))
+    }
+
+    /// Give this directory a `.gitignore` that ignores all of it, unless it has one: for state
+    /// directories that hold nothing to share (a shell's logs, kitbag-vm's instances), wherever
+    /// the operator put them.
+    pub fn ignore_all(&self) {
+        write_new(self.fd.as_fd(), GITIGNORE, b"*\n");
     }
 
     fn held(fd: OwnedFd, shown: PathBuf) -> Self {
@@ -188,6 +204,49 @@ impl StateDir {
             shown: self.shown.join(rel),
             via_proc: self.via_proc,
         })
+    }
+}
+
+/// The project's state directory, under the root.
+const KITBAG: &str = ".kitbag";
+const GITIGNORE: &str = ".gitignore";
+
+/// The `.gitignore` of `<root>/.kitbag`: kitbag's runtime state there (databases, sessions,
+/// logs, instances, temp files) is ignored; what people write and share is not — agent packs
+/// (`agents/`), skills, workflows and the project prompt. Anchored patterns (`/*`) match only
+/// the directory's own entries, so everything inside a kept directory is kept.
+pub const KITBAG_GITIGNORE: &str = "\
+# Written by kitbag: its runtime state here is ignored; what you write and share is kept.
+/*
+!/.gitignore
+!/agents/
+!/skills/
+!/workflows/
+!/prompt.md
+";
+
+/// Write [`KITBAG_GITIGNORE`] into `<root>/.kitbag` unless a `.gitignore` (or anything of that
+/// name) is there. Best effort: state works without it.
+fn mark_kitbag_dir(policy: &PathPolicy) {
+    match fd::open_dirs(policy.root_fd(), Path::new(KITBAG), false) {
+        Ok(dir) => write_new(dir.as_fd(), GITIGNORE, KITBAG_GITIGNORE.as_bytes()),
+        Err(e) => tracing::debug!("{KITBAG}: not marked with a .gitignore: {e}"),
+    }
+}
+
+/// Create `name` in `dir` with `bytes`, only if nothing has that name (never through a link,
+/// never over a file the user wrote).
+fn write_new(dir: BorrowedFd<'_>, name: &str, bytes: &[u8]) {
+    use std::io::Write;
+    let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    match openat(dir, name, flags, Mode::from_raw_mode(0o644)) {
+        Ok(fd) => {
+            if let Err(e) = File::from(fd).write_all(bytes) {
+                tracing::debug!("{name}: {e}");
+            }
+        }
+        Err(Errno::EXIST) => {}
+        Err(e) => tracing::debug!("{name}: not written: {e}"),
     }
 }
 
@@ -358,5 +417,85 @@ mod tests {
             .expect("create");
         assert!(other.path().join("a/b/f").exists());
         assert_eq!(dir.shown_path("f"), other.path().join("a/b/f"));
+    }
+
+    #[test]
+    fn the_first_state_in_a_project_leaves_git_status_clean() {
+        let root = tempfile::tempdir().expect("tmp");
+        let p = policy(root.path());
+        let dir = StateDir::open(&p, &p.root().join(".kitbag/shell/logs"), true).expect("open");
+        let ignore = root.path().join(".kitbag/.gitignore");
+        assert_eq!(
+            std::fs::read_to_string(&ignore).expect("written"),
+            KITBAG_GITIGNORE
+        );
+        dir.open_file("1.log", OFlags::WRONLY | OFlags::CREATE)
+            .expect("log");
+        let kitbag = root.path().join(".kitbag");
+        for (name, text) in [
+            ("memory.db", "state"),
+            ("sessions/s.jsonl", "state"),
+            ("agents/reviewer.md", "shared"),
+            ("skills/release/SKILL.md", "shared"),
+            ("workflows/ship.md", "shared"),
+            ("prompt.md", "shared"),
+        ] {
+            let path = kitbag.join(name);
+            std::fs::create_dir_all(path.parent().expect("parent")).expect("mkdir");
+            std::fs::write(path, text).expect("write");
+        }
+        // Git itself is the judge, where it is installed.
+        let git = |args: &[&str]| {
+            std::process::Command::new("git")
+                .args(args)
+                .current_dir(root.path())
+                .output()
+        };
+        if git(&["init", "-q"]).is_ok_and(|o| o.status.success()) {
+            let out = git(&["status", "--porcelain", "--untracked-files=all"]).expect("git");
+            let mut listed: Vec<String> = String::from_utf8_lossy(&out.stdout)
+                .lines()
+                .map(|l| l.trim_start_matches("?? ").to_string())
+                .collect();
+            listed.sort();
+            assert_eq!(
+                listed,
+                [
+                    ".kitbag/.gitignore",
+                    ".kitbag/agents/reviewer.md",
+                    ".kitbag/prompt.md",
+                    ".kitbag/skills/release/SKILL.md",
+                    ".kitbag/workflows/ship.md",
+                ]
+            );
+        }
+    }
+
+    #[test]
+    fn a_gitignore_of_the_user_or_a_planted_link_is_left_alone() {
+        let root = tempfile::tempdir().expect("tmp");
+        let outside = tempfile::tempdir().expect("tmp");
+        let p = policy(root.path());
+        std::fs::create_dir(root.path().join(".kitbag")).expect("mkdir");
+        std::fs::write(root.path().join(".kitbag/.gitignore"), "mine\n").expect("w");
+        StateDir::open(&p, &p.root().join(".kitbag/memory"), true).expect("open");
+        assert_eq!(
+            std::fs::read_to_string(root.path().join(".kitbag/.gitignore")).expect("r"),
+            "mine\n"
+        );
+        std::fs::remove_file(root.path().join(".kitbag/.gitignore")).expect("rm");
+        let target = outside.path().join("victim");
+        symlink(&target, root.path().join(".kitbag/.gitignore")).expect("ln");
+        StateDir::open(&p, &p.root().join(".kitbag/issues"), true).expect("open");
+        assert!(
+            !target.exists(),
+            "nothing is written through a planted link"
+        );
+        // Opened without creating (a read-only server), nothing is written.
+        let other = tempfile::tempdir().expect("tmp");
+        std::fs::create_dir(other.path().join(".kitbag")).expect("mkdir");
+        let q = policy(other.path());
+        StateDir::open(&q, &q.root().join(".kitbag"), false).expect("open");
+        assert!(!other.path().join(".kitbag/.gitignore").exists());
     }
 }

@@ -12,7 +12,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use clap::Parser;
-use kitbag_shared::state::{OFlags, StateDir};
+use kitbag_shared::state::StateDir;
 use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
 
 #[derive(Debug, Parser)]
@@ -123,13 +123,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         let held = StateDir::open(&policy, &state_dir, true)
             .map_err(|e| anyhow::anyhow!("state directory {}: {e}", state_dir.display()))?;
         // Logs are working files, never project content.
-        if !held.exists(".gitignore")? {
-            use std::io::Write;
-            let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL;
-            if let Ok(mut f) = held.open_file(".gitignore", flags) {
-                let _ = f.write_all(b"*\n");
-            }
-        }
+        held.ignore_all();
         Some(held)
     };
     let log_held = match &held {

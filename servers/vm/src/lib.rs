@@ -32,6 +32,7 @@ pub mod tools;
 pub mod tree;
 
 use kitbag_shared::lock::LockExt;
+use kitbag_shared::state::StateDir;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, OnceLock};
@@ -424,11 +425,9 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
         .unwrap_or_else(|| root.join(".kitbag/vm"));
     let read_only = args.common.read_only || policy.is_read_only();
     if !read_only {
-        std::fs::create_dir_all(state_dir.join("instances"))?;
-        let ignore = state_dir.join(".gitignore");
-        if !ignore.exists() {
-            let _ = std::fs::write(ignore, "*\n");
-        }
+        // Instances are working state, never project content.
+        StateDir::open(&policy, &state_dir.join("instances"), true)?;
+        StateDir::open(&policy, &state_dir, false)?.ignore_all();
     }
     // Its real path: what mounts are compared with (one holding it gets it covered).
     let state_dir = std::fs::canonicalize(&state_dir).unwrap_or(state_dir);
