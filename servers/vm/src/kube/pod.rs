@@ -143,7 +143,7 @@ impl KubePod {
         let pool = spec.image.strip_prefix(WARMPOOL_PREFIX);
         let kind = choose_kind(&probe, pool.is_some())?;
         let name = manifest::object_name(&spec.id);
-        let owner = crate::sweep::owner();
+        let owner = crate::owner::owner();
         let m = Manifest {
             name: &name,
             id: &spec.id,

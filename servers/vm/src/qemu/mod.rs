@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::bwrap::{Record, start_time};
+use crate::bwrap::Record;
 use crate::error::{VmError, VmResult};
+use crate::proc_stat::start_time;
 use crate::proto::{self, Answer, ExitStatus, LOGS_DIR, Request, Stream};
 use crate::remote;
 use crate::spawner::Spawner;
