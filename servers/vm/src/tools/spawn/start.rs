@@ -19,19 +19,24 @@ use crate::qemu::{QemuVm, VmSpec};
 pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResult<Arc<Engine>> {
     let ctl = state.state_dir.join("instances").join(id).join("ctl");
     std::fs::create_dir_all(&ctl).map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
-    let guest_close = crate::guest::listen(state.clone(), id.to_string(), &ctl).map_err(|e| {
-        ToolError::new(
-            ErrorCode::SpawnFailed,
-            format!("the instance's control socket: {e}"),
-        )
-    })?;
+    let guest_close = crate::tools::guest_socket::listen(state.clone(), id.to_string(), &ctl)
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::SpawnFailed,
+                format!("the instance's control socket: {e}"),
+            )
+        })?;
     if let Some(inst) = state.lock().get_mut(id) {
         inst.guest_close = Some(guest_close);
     }
     let mut env = c.env.clone();
     env.push((
-        crate::guest::SOCKET_VAR.to_string(),
-        format!("{}/{}", crate::proto::CTL_DIR, crate::guest::GUEST_SOCKET),
+        kitbag_shared::vmlink::SOCKET_VAR.to_string(),
+        format!(
+            "{}/{}",
+            crate::proto::CTL_DIR,
+            crate::tools::guest_socket::GUEST_SOCKET
+        ),
     ));
     let spec = SandboxSpec {
         id: id.to_string(),
