@@ -58,28 +58,6 @@ pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolR
     Ok(Arc::new(Engine::Bwrap(sandbox)))
 }
 
-#[cfg(feature = "backend-docker")]
-pub fn default_docker_image() -> &'static str {
-    crate::docker::DEFAULT_IMAGE
-}
-#[cfg(not(feature = "backend-docker"))]
-pub fn default_docker_image() -> &'static str {
-    ""
-}
-
-#[cfg(feature = "backend-docker")]
-pub fn docker_bridge(state: &VmState) -> bool {
-    state
-        .docker
-        .as_ref()
-        .and_then(|d| d.probed())
-        .is_some_and(|p| p.bridge)
-}
-#[cfg(not(feature = "backend-docker"))]
-pub fn docker_bridge(_: &VmState) -> bool {
-    false
-}
-
 /// A container of the Docker engine.
 #[cfg(feature = "backend-docker")]
 pub async fn start_container(
