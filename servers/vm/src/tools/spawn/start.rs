@@ -104,6 +104,7 @@ pub async fn start_pod(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResul
         limits: c.limits,
         ttl_seconds: c.ttl,
         outbound: c.network == Network::Outbound,
+        main_ended: Engine::kube_main_ended,
     };
     let pod = crate::kube::pod::KubePod::start(&state.kube, spec, KUBE_START_TIMEOUT)
         .await
@@ -141,6 +142,7 @@ pub async fn start_vm(
         memory_mb: c.limits.memory_mb,
         cpus: c.limits.cpus,
         kvm: probe.kvm,
+        main_ended: Engine::qemu_main_ended,
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let forward = {
