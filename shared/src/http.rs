@@ -13,6 +13,7 @@
 
 mod args;
 pub mod auth;
+pub mod caller;
 pub mod guard;
 pub mod jwt;
 pub mod limits;
@@ -43,7 +44,8 @@ use rmcp::transport::streamable_http_server::{
 use tokio_util::sync::CancellationToken;
 
 pub use args::{HttpArgs, HttpOptions, Listen, Tls};
-pub use auth::{Auth, Principal, principal_of};
+pub use auth::Auth;
+pub use caller::{Principal, principal_of};
 use guard::{Guard, Refusal};
 use limits::{BodyError, Budget, Held};
 use listen::accept_loop;

@@ -1,4 +1,5 @@
-//! How every kitbag binary starts: a clean signal mask, then the tokio runtime.
+//! How every kitbag binary starts: a clean signal mask, then the tokio runtime; and how it
+//! hears that it should stop ([`shutdown_signal`]).
 //!
 //! Claude Code (through Bun) starts MCP servers with SIGINT, SIGTERM and SIGCHLD blocked, an
 //! inherited mask that survives `exec`. A server that keeps it never sees the client's
@@ -61,6 +62,22 @@ where
     // 500 ms between SIGTERM and SIGKILL.
     runtime.shutdown_timeout(EXIT_GRACE);
     result
+}
+
+/// Resolves on the first SIGTERM or SIGINT (never, if the handlers cannot be installed).
+pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        std::future::pending::<()>().await;
+        return;
+    };
+    tokio::select! {
+        _ = term.recv() => {},
+        _ = int.recv() => {},
+    }
 }
 
 #[cfg(test)]

@@ -34,6 +34,7 @@ use crate::audit::AuditLog;
 use crate::error::{ErrorCode, ToolError, ToolResult};
 use crate::flags::CommonArgs;
 use crate::paths::PathPolicy;
+use crate::runtime::shutdown_signal;
 
 /// What a tool returns on success: the structured object and the text a model reads.
 pub struct Reply<O> {
@@ -913,22 +914,6 @@ pub fn widen_stdout_pipe() {
         std::io::stdout(),
         nix::fcntl::FcntlArg::F_SETPIPE_SZ(1 << 20),
     );
-}
-
-/// Resolves on the first SIGTERM or SIGINT (never, if the handlers cannot be installed).
-pub async fn shutdown_signal() {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-    ) else {
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
-    }
 }
 
 #[cfg(test)]

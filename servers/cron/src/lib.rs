@@ -10,6 +10,7 @@ pub mod backend;
 pub mod clock;
 pub mod command;
 pub mod create;
+pub mod entry_tx;
 pub mod keepalive;
 pub mod list;
 pub mod manage;

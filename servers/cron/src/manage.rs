@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::backend::EntryTx;
+use crate::entry_tx::EntryTx;
 use crate::state::CronState;
 use crate::view::EntryView;
 

@@ -24,7 +24,7 @@ use postgres::error::SqlState;
 use postgres::{Client, Transaction};
 use tokio::sync::Notify;
 
-use crate::backend::EntryTx;
+use crate::entry_tx::EntryTx;
 use crate::store::{Doc, Entry, Outcome, RunRecord, Slot};
 
 /// The channel every committed change is announced on.

@@ -14,11 +14,15 @@
 
 use std::str::FromStr;
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, TimeDelta, TimeZone, Utc};
 use chrono_tz::Tz;
 use croner::Cron;
 use croner::parser::{CronParser, Seconds, Year};
 use kitbag_shared::{ToolError, ToolResult, args};
+
+/// A run fired later than this after its instant counts as made up (`caught_up`): both the
+/// scheduler (what to record) and the next-fire view (whether a run is still owed) go by it.
+pub const GRACE: TimeDelta = TimeDelta::seconds(60);
 
 /// A parsed schedule in its time zone.
 #[derive(Debug, Clone)]

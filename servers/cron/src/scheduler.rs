@@ -15,15 +15,14 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chrono::{DateTime, TimeDelta, Utc};
+use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::command;
+use crate::schedule::GRACE;
 use crate::state::CronState;
 use crate::store::{CommandOutcome, Entry, LastRun, Outcome, RunRecord};
 
-/// A run fired later than this after its instant counts as made up (`caught_up`).
-pub const GRACE: TimeDelta = TimeDelta::seconds(60);
 /// Longest single sleep: re-checks the wall clock after suspends and clock changes.
 pub const MAX_SLEEP: Duration = Duration::from_secs(15 * 60);
 

@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 
 use crate::backend::Backend;
 use crate::clock::Clock;
-use crate::schedule::Schedule;
+use crate::schedule::{GRACE, Schedule};
 use crate::store::Entry;
 
 /// The notification a firing is delivered as.
@@ -161,7 +161,7 @@ impl CronState {
         let s = self.schedule_of(e).ok()?;
         // A run still owed (due now, or to be made up) is the next one.
         let next = match s.latest_in(cursor, now) {
-            Some(owed) if e.catch_up || now - owed <= crate::scheduler::GRACE => Some(owed),
+            Some(owed) if e.catch_up || now - owed <= GRACE => Some(owed),
             _ => s.next_after(cursor.max(now)),
         }?;
         let mut cache = self.next_cache.locked();

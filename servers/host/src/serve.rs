@@ -644,7 +644,7 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     tokio::spawn({
         let signalled = signalled.clone();
         async move {
-            kitbag_shared::server::shutdown_signal().await;
+            kitbag_shared::runtime::shutdown_signal().await;
             signalled.cancel();
             cancel.cancel();
         }

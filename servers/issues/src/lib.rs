@@ -10,6 +10,7 @@
 pub mod db;
 pub mod issue;
 pub mod model;
+pub mod notifier;
 pub mod render;
 pub mod resources;
 pub mod state;

@@ -7,7 +7,7 @@
 
 use kitbag_shared::lock::LockExt;
 use std::collections::HashSet;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -22,10 +22,9 @@ use kitbag_shared::rmcp::ErrorData as McpError;
 use kitbag_shared::rmcp::model::{
     GetPromptRequestParams, GetPromptResult, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, Prompt, PromptMessage, ReadResourceRequestParams, ReadResourceResult,
-    Resource, ResourceContents, ResourceTemplate, ResourceUpdatedNotificationParam, Role,
-    ServerCapabilities, SubscriptionFilter,
+    Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities, SubscriptionFilter,
 };
-use kitbag_shared::rmcp::service::{Peer, RoleServer, SubscriptionContext, SubscriptionSink};
+use kitbag_shared::rmcp::service::{Peer, RoleServer, SubscriptionContext};
 
 pub const OPEN_URI: &str = "issues://open";
 /// Open issues listed in `issues://open` (and in `resources/list`).
@@ -46,77 +45,9 @@ pub fn parse_uri(uri: &str) -> Option<Option<i64>> {
     (n >= 1).then_some(Some(n))
 }
 
-struct Stream {
-    id: u64,
-    sink: SubscriptionSink,
-    uris: HashSet<String>,
-}
-
-/// Who wants to hear about which resources.
-#[derive(Default)]
-pub struct Notifier {
-    legacy_peer: Mutex<Option<Peer<RoleServer>>>,
-    legacy_uris: Mutex<HashSet<String>>,
-    streams: Mutex<Vec<Stream>>,
-    next_stream: AtomicU64,
-    watching: AtomicBool,
-    /// Change-log position already announced (or predating every subscription).
-    pub cursor: AtomicI64,
-    poke: tokio::sync::Notify,
-}
-
-impl Notifier {
-    fn has_subscribers(&self) -> bool {
-        !self.legacy_uris.locked().is_empty() || !self.streams.locked().is_empty()
-    }
-
-    /// A change was committed by this process: look at the change log now.
-    pub fn poke(&self) {
-        self.poke.notify_one();
-    }
-
-    async fn send(&self, uris: &[String]) {
-        let peer = self.legacy_peer.locked().clone();
-        let legacy: Vec<String> = {
-            let subs = self.legacy_uris.locked();
-            uris.iter().filter(|u| subs.contains(*u)).cloned().collect()
-        };
-        if let Some(peer) = peer {
-            for uri in legacy {
-                if let Err(e) = peer
-                    .notify_resource_updated(ResourceUpdatedNotificationParam::new(uri))
-                    .await
-                {
-                    tracing::debug!("resources/updated not sent: {e}");
-                }
-            }
-        }
-        let streams: Vec<(u64, SubscriptionSink, Vec<String>)> = {
-            let s = self.streams.locked();
-            s.iter()
-                .map(|st| {
-                    let wanted = uris
-                        .iter()
-                        .filter(|u| st.uris.contains(*u))
-                        .cloned()
-                        .collect();
-                    (st.id, st.sink.clone(), wanted)
-                })
-                .collect()
-        };
-        for (id, sink, wanted) in streams {
-            for uri in wanted {
-                if let Err(e) = sink.notify_resource_updated(uri).await {
-                    tracing::debug!("subscription {id}: {e}");
-                }
-            }
-        }
-    }
-}
-
 /// Watch the change log and announce changed resources, while anyone listens.
 fn ensure_watcher(state: &Arc<IssuesState>) {
-    if state.notifier.watching.swap(true, Ordering::SeqCst) {
+    if !state.notifier.start_watching() {
         return;
     }
     let state = state.clone();
@@ -127,7 +58,7 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
         let weak = Arc::downgrade(&state);
         let poke = move || match weak.upgrade() {
             Some(s) => {
-                s.notifier.poke.notify_one();
+                s.notifier.poke();
                 true
             }
             None => false,
@@ -148,12 +79,12 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
                 tracing::warn!("resource watcher cannot open the database: {e}");
-                state.notifier.watching.store(false, Ordering::SeqCst);
+                state.notifier.stop_watching();
                 return;
             }
             Err(e) => {
                 tracing::warn!("resource watcher failed: {e}");
-                state.notifier.watching.store(false, Ordering::SeqCst);
+                state.notifier.stop_watching();
                 return;
             }
         };
@@ -164,7 +95,7 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
         let conn = Arc::new(Mutex::new(conn));
         loop {
             tokio::select! {
-                _ = state.notifier.poke.notified() => {}
+                _ = state.notifier.poked() => {}
                 _ = tokio::time::sleep(poll) => {}
             }
             let c = conn.clone();
@@ -259,7 +190,7 @@ impl Extras<IssuesState> for IssuesExtras {
     }
 
     fn on_connected(&self, state: Arc<IssuesState>, peer: Peer<RoleServer>) {
-        *state.notifier.legacy_peer.locked() = Some(peer);
+        state.notifier.set_peer(peer);
     }
 
     fn list_resources(
@@ -365,14 +296,14 @@ impl Extras<IssuesState> for IssuesExtras {
                 None,
             ));
         }
-        *state.notifier.legacy_peer.locked() = Some(peer);
-        state.notifier.legacy_uris.locked().insert(uri);
+        state.notifier.set_peer(peer);
+        state.notifier.subscribe(uri);
         ensure_watcher(&state);
         Ok(())
     }
 
     fn unsubscribe(&self, state: Arc<IssuesState>, uri: String) -> Result<(), McpError> {
-        state.notifier.legacy_uris.locked().remove(&uri);
+        state.notifier.unsubscribe(&uri);
         Ok(())
     }
 
@@ -407,15 +338,10 @@ impl Extras<IssuesState> for IssuesExtras {
                 .flatten()
                 .cloned()
                 .collect();
-            let id = state.notifier.next_stream.fetch_add(1, Ordering::SeqCst);
-            state.notifier.streams.locked().push(Stream {
-                id,
-                sink: context.sink().clone(),
-                uris,
-            });
+            let id = state.notifier.add_stream(context.sink().clone(), uris);
             ensure_watcher(&state);
             context.cancelled().await;
-            state.notifier.streams.locked().retain(|s| s.id != id);
+            state.notifier.remove_stream(id);
             Ok(())
         })
     }

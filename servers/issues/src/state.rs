@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use crate::db::Store;
-use crate::resources::Notifier;
+use crate::notifier::Notifier;
 
 pub struct IssuesState {
     pub conn: Mutex<Store>,

@@ -1,7 +1,8 @@
 //! kitbag-lsp: one `code_lsp` tool over a pool of real language servers.
 //!
-//! - [`tool`]: the tool's definition and dispatch; its parameters (`tool::params`), their
+//! - [`tool`]: the tool's definition and per-root state; its parameters (`tool::params`), their
 //!   validation (`tool::validate`) and the steps every action shares (`tool::open`);
+//! - [`dispatch`]: a call handed to its action;
 //! - [`actions`], [`rename`]: what each action asks the server and how answers are shown;
 //! - [`result`]: the one typed result every action fills; [`edits`]: workspace edits;
 //! - [`pool`]: spawning, sharing, idle-stopping and restarting servers, file sync;
@@ -11,6 +12,7 @@
 pub mod actions;
 pub mod config;
 pub mod diagnostics;
+pub mod dispatch;
 pub mod edits;
 pub mod pool;
 pub mod rename;
@@ -64,7 +66,7 @@ pub const IDENTITY: Identity = Identity {
 
 pub fn router() -> ToolRouter<LspState> {
     ToolRouter::new().tool(tool::DEF, |s: Arc<LspState>, p, ctx: CallCtx| async move {
-        tool::run(&s, ctx.policy().clone(), p).await
+        dispatch::run(&s, ctx.policy().clone(), p).await
     })
 }
 

@@ -194,7 +194,7 @@ pub async fn run(
 ) -> ToolResult<Reply<BashResult>> {
     let prepared = prepare(&state, ctx.policy(), &p)?;
     if p.background.unwrap_or(false) {
-        return crate::jobs::start(state, ctx.policy(), prepared);
+        return start_background(state, ctx.policy(), prepared);
     }
     let policy = ctx.policy().clone();
     let cancel = ctx.cancel.clone();
@@ -232,6 +232,64 @@ pub async fn run(
         ))
     })
     .await
+}
+
+/// Start the command as a background job (kept in the server's job table) and answer at once
+/// with its `job_id`.
+fn start_background(
+    state: Arc<ShellState>,
+    policy: &PathPolicy,
+    p: Prepared,
+) -> ToolResult<Reply<BashResult>> {
+    let (log_path, log_shown) = state.next_log_path();
+    let running = process::spawn(SpawnSpec {
+        command: &p.command,
+        cwd: p.cwd.as_fd(),
+        env: &p.env,
+        log_path: log_path.clone(),
+        preview_bytes: state.preview_bytes,
+        log_caps: state.log_caps,
+        logs: state.logs.clone(),
+    })
+    .map_err(|e| {
+        ToolError::new(
+            ErrorCode::ShellSpawnFailed,
+            format!("could not start /bin/sh: {e}"),
+        )
+    })?;
+    let log_shown = policy.display(&log_shown);
+    let pid = running.pid;
+    let containment = running.contain.kind().as_str().to_string();
+    let containment_note = running.contain.note();
+    let id = state
+        .jobs
+        .add(p.command.clone(), running, log_shown.clone());
+    let mut text = format!(
+        "started {id} (pid {pid}); read its output with shell_output, stop it with shell_kill"
+    );
+    if let Some(n) = &containment_note {
+        text.push_str(&format!("\n[{n}]"));
+    }
+    Ok(Reply::new(
+        BashResult {
+            stdout: String::new(),
+            stderr: String::new(),
+            exit_code: 0,
+            signal: None,
+            timed_out: false,
+            truncated: false,
+            duration_ms: 0,
+            timeout_ms: 0,
+            output_bytes: 0,
+            log_path: log_shown,
+            log_dropped_bytes: 0,
+            job_id: Some(id),
+            running: Some(true),
+            containment,
+            containment_note,
+        },
+        text,
+    ))
 }
 
 /// Wait for the command until it exits, times out or is cancelled; then stop whatever it

@@ -6,17 +6,15 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use kitbag_shared::{CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::ShellState;
 use crate::ansi::render;
-use std::os::fd::AsFd;
 
-use crate::bash::{BashResult, Prepared};
-use crate::process::{self, Exit, Running, SpawnSpec};
+use crate::process::{Exit, Running};
 
 pub const OUTPUT_DEF: ToolDef = ToolDef::read(
     "shell_output",
@@ -155,6 +153,24 @@ pub struct Jobs {
 }
 
 impl Jobs {
+    /// Keep a started background command as a new job; its id (`job-N`).
+    pub fn add(&self, command: String, running: Running, log_shown: String) -> String {
+        let id = {
+            let mut n = self.next.locked();
+            *n += 1;
+            format!("job-{n}")
+        };
+        let job = Arc::new(Job {
+            command,
+            running,
+            exit: Mutex::new(None),
+            cursor: Mutex::new(0),
+            log_shown,
+        });
+        self.table.locked().insert(id.clone(), job);
+        id
+    }
+
     fn get(&self, id: &str) -> ToolResult<Arc<Job>> {
         self.table.locked().get(id).cloned().ok_or_else(|| {
             ToolError::new(
@@ -176,72 +192,6 @@ impl Jobs {
             }
         }
     }
-}
-
-pub fn start(
-    state: Arc<ShellState>,
-    policy: &PathPolicy,
-    p: Prepared,
-) -> ToolResult<Reply<BashResult>> {
-    let (log_path, log_shown) = state.next_log_path();
-    let running = process::spawn(SpawnSpec {
-        command: &p.command,
-        cwd: p.cwd.as_fd(),
-        env: &p.env,
-        log_path: log_path.clone(),
-        preview_bytes: state.preview_bytes,
-        log_caps: state.log_caps,
-        logs: state.logs.clone(),
-    })
-    .map_err(|e| {
-        ToolError::new(
-            ErrorCode::ShellSpawnFailed,
-            format!("could not start /bin/sh: {e}"),
-        )
-    })?;
-    let id = {
-        let mut n = state.jobs.next.locked();
-        *n += 1;
-        format!("job-{n}")
-    };
-    let log_shown = policy.display(&log_shown);
-    let pid = running.pid;
-    let containment = running.contain.kind().as_str().to_string();
-    let containment_note = running.contain.note();
-    let job = Arc::new(Job {
-        command: p.command.clone(),
-        running,
-        exit: Mutex::new(None),
-        cursor: Mutex::new(0),
-        log_shown: log_shown.clone(),
-    });
-    state.jobs.table.locked().insert(id.clone(), job);
-    let mut text = format!(
-        "started {id} (pid {pid}); read its output with shell_output, stop it with shell_kill"
-    );
-    if let Some(n) = &containment_note {
-        text.push_str(&format!("\n[{n}]"));
-    }
-    Ok(Reply::new(
-        BashResult {
-            stdout: String::new(),
-            stderr: String::new(),
-            exit_code: 0,
-            signal: None,
-            timed_out: false,
-            truncated: false,
-            duration_ms: 0,
-            timeout_ms: 0,
-            output_bytes: 0,
-            log_path: log_shown,
-            log_dropped_bytes: 0,
-            job_id: Some(id),
-            running: Some(true),
-            containment,
-            containment_note,
-        },
-        text,
-    ))
 }
 
 pub async fn output(

@@ -18,8 +18,8 @@ use std::sync::OnceLock;
 use kitbag_shared::rustix::fs::{FileType, Mode, OFlags, fstat, openat};
 use tokio::net::UnixStream;
 
-use crate::bwrap::{parent_pid, start_time};
 use crate::error::{VmError, VmResult};
+use crate::proc_stat::{parent_pid, start_time};
 use crate::proto::{AGENT_SOCKET, Stream};
 
 /// Who may answer on an instance's agent socket.

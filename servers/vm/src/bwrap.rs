@@ -19,6 +19,7 @@ use crate::agent_link::{AgentPeer, connect_agent, open_ctl};
 use crate::cgroup::{InstanceCgroups, Limits};
 use crate::error::{VmError, VmResult};
 use crate::instance_dir::{self, backend_log, work_dir};
+use crate::proc_stat::start_time;
 use crate::proto::{self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, MAIN_SPEC, Request, Stream};
 use crate::spawner::Spawner;
 
@@ -310,23 +311,6 @@ pub fn instance_env(id: &str, hostname: &str, extra: &[(String, String)]) -> Vec
         env.push((k.clone(), v.clone()));
     }
     env
-}
-
-/// `/proc/<pid>/stat`'s start time (field 22), to tell a process from a later one with its pid.
-pub fn start_time(pid: i32) -> Option<u64> {
-    stat_field(pid, 19)
-}
-
-/// `/proc/<pid>/stat`'s parent pid (field 4).
-pub fn parent_pid(pid: i32) -> Option<i32> {
-    stat_field(pid, 1).and_then(|p| i32::try_from(p).ok())
-}
-
-/// The `n`th number after the command name in `/proc/<pid>/stat` (0 = the state letter).
-fn stat_field(pid: i32, n: usize) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let after = stat.rsplit_once(')')?.1;
-    after.split_whitespace().nth(n)?.parse().ok()
 }
 
 /// The sandbox's work and control directories, and the main command's spec when it has one.

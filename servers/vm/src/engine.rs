@@ -5,10 +5,16 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
+
 use crate::bwrap::Sandbox;
 use crate::error::VmResult;
 use crate::proto::{self, Answer, ExitStatus, Request, Stream, WriteHalf};
 use crate::qemu::QemuVm;
+
+/// How long a VM's or pod's processes get to end once its main command has: the instance ends
+/// with its command, as a sandbox does.
+const MAIN_ENDED_GRACE: Duration = Duration::from_secs(2);
 
 pub enum Engine {
     Bwrap(Arc<Sandbox>),
@@ -20,6 +26,23 @@ pub enum Engine {
 }
 
 impl Engine {
+    /// A QEMU VM whose main command has ended is stopped like any instance
+    /// ([`crate::remote::MainEnded`]).
+    pub fn qemu_main_ended(vm: Arc<QemuVm>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let _ = Engine::Qemu(vm).stop(MAIN_ENDED_GRACE).await;
+        })
+    }
+
+    /// A pod whose main command has ended is stopped like any instance
+    /// ([`crate::remote::MainEnded`]).
+    #[cfg(feature = "backend-kube")]
+    pub fn kube_main_ended(pod: Arc<crate::kube::pod::KubePod>) -> BoxFuture<'static, ()> {
+        Box::pin(async move {
+            let _ = Engine::Kube(pod).stop(MAIN_ENDED_GRACE).await;
+        })
+    }
+
     pub fn backend(&self) -> &'static str {
         match self {
             Engine::Bwrap(_) => "bwrap",

@@ -3,8 +3,10 @@
 //! greeting, the set-up after boot, the main command's watch and copying the logs back.
 
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
+use futures::future::BoxFuture;
 use tokio::io::AsyncWriteExt;
 
 use crate::error::{VmError, VmResult};
@@ -67,6 +69,11 @@ where
 async fn request(stream: std::io::Result<Stream>, req: &Request) -> std::io::Result<Answer> {
     proto::request(stream?, req).await
 }
+
+/// What becomes of an instance once its main command has ended, given by whoever runs it: it
+/// is stopped the way every engine's instance stops (`Engine::stop`), which the engine itself
+/// does not know.
+pub type MainEnded<T> = fn(Arc<T>) -> BoxFuture<'static, ()>;
 
 /// Wait until the main command ends (the agent answers `wait_main` then); `None` when the
 /// connection ended first (the instance was stopped or lost).

@@ -1,75 +1,19 @@
 //! Who is calling: the bearer token of a request, checked against the static token
 //! (`--auth-token-file`, kept as its SHA-256) or as an OAuth JWT ([`super::oauth`]), becomes a
-//! [`Principal`] that travels with the request to the tools (`tools/list` and calls are
+//! [`Principal`] ([`super::caller`]) that travels with the request to the tools (`tools/list` and calls are
 //! filtered by its tiers; the host applies its agent profile).
 //!
 //! The token itself stops here: it is not in the request handed on, so nothing downstream
 //! (a child server, a log) can see it.
 
-use std::collections::BTreeSet;
 use std::sync::Arc;
 
 use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use sha2::{Digest, Sha256};
 
+use super::caller::{Principal, Refusal};
 use super::oauth::ResourceServer;
-use crate::tier::Tier;
-
-/// The caller of one HTTP request.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Principal {
-    /// The token's `sub` (else `client_id`), or `static-token`.
-    pub subject: String,
-    /// The token names no subject (no `sub`, no `client_id`): `subject` is a placeholder
-    /// every such token shares, so nothing is bound to it (sessions refuse it).
-    pub anonymous: bool,
-    /// The agent profile the token names (the host applies it; single servers have none).
-    pub agent: Option<String>,
-    /// The capability tiers granted; None = all (the static token).
-    pub tiers: Option<BTreeSet<Tier>>,
-}
-
-impl Principal {
-    pub fn allows(&self, tier: Tier) -> bool {
-        self.tiers.as_ref().is_none_or(|t| t.contains(&tier))
-    }
-}
-
-/// The principal of the HTTP request a tool call or list came in on (None over stdio, or
-/// when no authentication is configured).
-pub fn principal_of(extensions: &rmcp::model::Extensions) -> Option<&Principal> {
-    extensions
-        .get::<http::request::Parts>()
-        .and_then(|parts| parts.extensions.get::<Principal>())
-}
-
-/// Why a request was turned away (the HTTP status says which kind).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Refusal {
-    /// 400: a request no client of ours sends (two `Host` headers, an absolute-form target).
-    BadRequest(String),
-    /// 403: a `Host` or `Origin` this server does not answer to.
-    Forbidden(String),
-    /// 401. `error` is RFC 6750's code (`invalid_token`), absent when no token was sent.
-    Unauthorized {
-        error: Option<&'static str>,
-        description: String,
-    },
-    /// 403 `insufficient_scope`: `scope` is what the request needs.
-    InsufficientScope { scope: String, description: String },
-    /// 503: the token cannot be checked now (the issuer's keys are unreachable).
-    Unavailable(String),
-}
-
-impl Refusal {
-    pub fn invalid_token(description: impl Into<String>) -> Self {
-        Refusal::Unauthorized {
-            error: Some("invalid_token"),
-            description: description.into(),
-        }
-    }
-}
 
 /// The static bearer token, kept only as its SHA-256 (a token file may hold the digest
 /// itself, `sha256:<hex>`, so the server's disk never holds the secret).
@@ -163,6 +107,7 @@ impl Auth {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::tier::Tier;
     use http::HeaderValue;
 
     fn headers(auth: Option<&str>) -> HeaderMap {

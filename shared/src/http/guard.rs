@@ -8,7 +8,7 @@
 use http::HeaderMap;
 use http::header::{HOST, ORIGIN};
 
-pub use super::auth::Refusal;
+pub use super::caller::Refusal;
 
 /// Names a loopback listener answers to.
 pub const LOOPBACK_HOSTS: [&str; 4] = ["localhost", "127.0.0.1", "::1", "[::1]"];

@@ -53,7 +53,7 @@ pub(super) async fn accept_loop(
     // SIGTERM, then the drain: still accepting, `/healthz` 503 (a Service's endpoints drop
     // this pod meanwhile, so no new connection is refused).
     let shutdown = async {
-        crate::server::shutdown_signal().await;
+        crate::runtime::shutdown_signal().await;
         front
             .draining
             .store(true, std::sync::atomic::Ordering::Relaxed);

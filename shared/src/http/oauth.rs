@@ -15,7 +15,7 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::auth::{Principal, Refusal};
+use super::caller::{Principal, Refusal};
 use super::jwt::{self, Jwk, JwtError};
 use crate::lock::RwLockExt;
 use crate::tier::Tier;

@@ -19,7 +19,7 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::auth::Principal;
+use super::caller::Principal;
 pub use super::sessions::SessionRefusal;
 
 /// Prefix of a sealed id (the format's version).

@@ -15,26 +15,38 @@ use std::sync::{Arc, Mutex};
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 
 use crate::dap::Client;
-use crate::debug::runtime::Runtime;
 
 /// The in-process stream's buffer: DAP messages are small; output lines are capped.
 const STREAM_BUFFER: usize = 1 << 20;
 
+/// The runtimes the bridge drives, by their inspector.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Inspector {
+    /// Node.js: the V8 inspector.
+    Node,
+    /// Bun: WebKit's inspector.
+    Bun,
+}
+
+impl Inspector {
+    /// The runtime's name, as the `runtime` argument gives it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Inspector::Node => "node",
+            Inspector::Bun => "bun",
+        }
+    }
+}
+
 /// Start the inspector bridge for `runtime` and a client of it. The runtime itself starts on
 /// `launch` (or is reached on `attach`).
-pub fn spawn(runtime: &Runtime) -> ToolResult<Arc<Client>> {
-    if !runtime.is_inspector() {
-        return Err(ToolError::internal(format!(
-            "runtime `{}` has no inspector",
-            runtime.name()
-        )));
-    }
+pub fn spawn(runtime: Inspector) -> ToolResult<Arc<Client>> {
     if let Err(e) = process::binary(runtime) {
         return Err(ToolError::new(ErrorCode::DapAdapterNotFound, e.to_string())
             .with_detail(serde_json::json!({"runtime": runtime.name()})));
     }
     let (client_side, adapter_side) = tokio::io::duplex(STREAM_BUFFER);
     let owned: Arc<Mutex<Vec<u32>>> = Arc::default();
-    tokio::spawn(adapter::run(runtime.clone(), adapter_side, owned.clone()));
+    tokio::spawn(adapter::run(runtime, adapter_side, owned.clone()));
     Ok(Client::in_process(client_side, owned))
 }

@@ -9,18 +9,18 @@ use std::time::Duration;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::process::{Child, ChildStderr, Command};
 
+use super::Inspector;
 use super::failure::{AdapterFailure, AdapterResult};
 use crate::config;
-use crate::debug::runtime::Runtime;
 
 /// How long a runtime may take to print its inspector address.
 const START_TIMEOUT: Duration = Duration::from_secs(15);
 
 /// The runtime binary: `KITBAG_DAP_NODE` / `KITBAG_DAP_BUN`, else `node` / `bun` on PATH.
-pub fn binary(runtime: &Runtime) -> AdapterResult<PathBuf> {
+pub fn binary(runtime: Inspector) -> AdapterResult<PathBuf> {
     let (var, name, install) = match runtime {
-        Runtime::Bun => ("KITBAG_DAP_BUN", "bun", "npm install -g bun"),
-        _ => ("KITBAG_DAP_NODE", "node", "install Node.js 22 or later"),
+        Inspector::Bun => ("KITBAG_DAP_BUN", "bun", "npm install -g bun"),
+        Inspector::Node => ("KITBAG_DAP_NODE", "node", "install Node.js 22 or later"),
     };
     if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
         let p = PathBuf::from(p);
@@ -72,11 +72,11 @@ fn node_version(node: &Path) -> Option<(u32, u32)> {
 
 /// The runtime's own flags for a script: the inspector paused at start, and TypeScript type
 /// stripping where this Node needs asking (22.6–22.17; later versions strip by default).
-fn flags(runtime: &Runtime, bin: &Path, script: &Path) -> AdapterResult<Vec<String>> {
+fn flags(runtime: Inspector, bin: &Path, script: &Path) -> AdapterResult<Vec<String>> {
     let mut flags = Vec::new();
     match runtime {
-        Runtime::Bun => flags.push("--inspect-brk=127.0.0.1:0".to_string()),
-        _ => {
+        Inspector::Bun => flags.push("--inspect-brk=127.0.0.1:0".to_string()),
+        Inspector::Node => {
             flags.push("--inspect-brk=127.0.0.1:0".to_string());
             if is_typescript(script) {
                 match node_version(bin) {
@@ -102,7 +102,7 @@ fn flags(runtime: &Runtime, bin: &Path, script: &Path) -> AdapterResult<Vec<Stri
 /// The runtime gets a parent-death signal so it cannot outlive this server even when the
 /// server is killed outright.
 pub async fn start(
-    runtime: &Runtime,
+    runtime: Inspector,
     script: &Path,
     args: &[String],
     cwd: &Path,

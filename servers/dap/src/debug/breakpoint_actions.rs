@@ -11,7 +11,7 @@ use super::breakpoints::{
 };
 use super::params::{Action, DebugParams, HitSyntax};
 use super::result::{DataBreakpointInfo, DebugResult};
-use super::session::read_source;
+use super::source::read_source;
 use super::{Core, DapState, REQUEST_TIMEOUT, adapter_failure, inspect, need, require_capability};
 
 /// Check condition / hit count / log message against the adapter's capabilities.

@@ -4,12 +4,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolError, ToolResult};
+use kitbag_shared::{ErrorCode, PathPolicy, Reply, ToolError, ToolResult};
 use serde_json::{Value, json};
 
 use super::params::{Action, DebugParams};
-use super::result::{DebugResult, Location};
-use super::session::{read_source, shown_path};
+use super::result::DebugResult;
+use super::source::location_of;
 use super::{Core, DEFAULT_WAIT_MS, DapState, REQUEST_TIMEOUT, adapter_failure, cap};
 
 /// The longest `wait_ms`.
@@ -260,26 +260,4 @@ fn entry_check(core: &Core, reason: &str, hit_ids: &[i64], function: &str) -> (b
         }
     };
     (true, reached)
-}
-
-/// A frame's place: path as the model sees it, line, column, the line's text, function.
-pub fn location_of(policy: &PathPolicy, frame: &Value) -> Location {
-    let line = frame["line"].as_i64().unwrap_or(0);
-    let raw = frame["source"]["path"].as_str();
-    let preview = raw
-        .filter(|p| policy.allows(Path::new(p), Access::Read))
-        .and_then(|p| read_source(policy, Path::new(p)).ok())
-        .and_then(|t| {
-            t.lines()
-                .nth((line.max(1) - 1) as usize)
-                .map(|l| l.trim_end().to_string())
-        })
-        .unwrap_or_default();
-    Location {
-        path: shown_path(policy, raw),
-        line,
-        column: frame["column"].as_i64().unwrap_or(0),
-        source_preview: cap(&preview),
-        function: frame["name"].as_str().unwrap_or("").to_string(),
-    }
 }

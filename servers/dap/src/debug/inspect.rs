@@ -6,10 +6,10 @@ use serde_json::{Value, json};
 
 use crate::dap::Client;
 
-use super::control::location_of;
 use super::expand;
 use super::params::{DebugParams, EvalContext, Expand, ScopeWanted};
 use super::result::{DebugResult, Frame, Scope, Thread};
+use super::source::location_of;
 use super::tree::{MAX_DEPTH, Tree, shown, variable};
 use super::{Core, DapState, REQUEST_TIMEOUT, adapter_failure, cap, need};
 

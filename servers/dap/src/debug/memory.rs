@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 use super::params::{Action, DebugParams};
 use super::result::{DebugResult, Instruction, Memory, Module, SourceEntry};
-use super::session::shown_path;
+use super::source::shown_path;
 use super::{DapState, REQUEST_TIMEOUT, adapter_failure, need, require_capability};
 
 /// The largest read_memory / write_memory, in bytes.

@@ -4,7 +4,8 @@
 //! One module per concern: `params` / `result` (the tool's shape), `runtime` (what differs
 //! per adapter), `session` (launch, attach, disconnect), `breakpoints`, `control` (continue,
 //! steps, pause, and waiting for a stop), `breakpoint_actions`, `inspect` (threads, frames, scopes, variables,
-//! evaluate), `memory` (instructions and memory), `expand` (variable paths).
+//! evaluate), `memory` (instructions and memory), `expand` (variable paths), `source` (paths
+//! and source lines as the model sees them).
 
 mod breakpoint_actions;
 mod breakpoints;
@@ -16,6 +17,7 @@ pub mod params;
 pub mod result;
 pub mod runtime;
 mod session;
+mod source;
 mod tree;
 
 use std::sync::Arc;

@@ -7,6 +7,7 @@ use std::path::Path;
 use kitbag_shared::{ErrorCode, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
+use crate::cdp::Inspector;
 use crate::config::{self, AdapterConfig, Config, Transport};
 
 use super::params::HitSyntax;
@@ -80,9 +81,19 @@ impl Runtime {
         }
     }
 
+    /// The inspector kitbag's CDP bridge drives for it (unless `--config` names an adapter
+    /// for it).
+    pub fn inspector(&self) -> Option<Inspector> {
+        match self {
+            Runtime::Node => Some(Inspector::Node),
+            Runtime::Bun => Some(Inspector::Bun),
+            _ => None,
+        }
+    }
+
     /// Whether kitbag's CDP bridge runs it (unless `--config` names an adapter for it).
     pub fn is_inspector(&self) -> bool {
-        matches!(self, Runtime::Node | Runtime::Bun)
+        self.inspector().is_some()
     }
 
     pub fn hit_syntax(&self) -> HitSyntax {

@@ -54,8 +54,8 @@ pub async fn launch(
     };
     let mut launch_args = runtime::launch_arguments(&runtime, &plan);
     let configured = state.config.adapters.contains_key(runtime.name());
-    let client = if runtime.is_inspector() && !configured {
-        crate::cdp::spawn(&runtime)?
+    let client = if let Some(inspector) = runtime.inspector().filter(|_| !configured) {
+        crate::cdp::spawn(inspector)?
     } else {
         let cmd = runtime::adapter_command(&runtime, &state.config, &mut launch_args)?;
         spawn_adapter(&runtime, &cmd, &cwd).await?
@@ -183,8 +183,8 @@ pub async fn attach(
             format!("cannot connect to {host}:{port}: {e}; start the program with {how_to_start}"),
         )
     };
-    let client = if runtime.is_inspector() {
-        crate::cdp::spawn(&runtime)?
+    let client = if let Some(inspector) = runtime.inspector() {
+        crate::cdp::spawn(inspector)?
     } else {
         tokio::time::timeout(REQUEST_TIMEOUT, Client::connect(&host, port))
             .await
@@ -531,20 +531,4 @@ pub async fn output(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debug
     );
     r.cursor = Some(cursor as u64);
     Ok(Reply::new(r, format!("{}\n[cursor {cursor}]", cap(&text))))
-}
-
-/// A source file's text, read through a descriptor opened beneath the root without following
-/// a link: a directory swapped for a link after the path was resolved (or after the adapter
-/// named it) is refused, never followed outside.
-pub fn read_source(policy: &PathPolicy, abs: &Path) -> std::io::Result<String> {
-    use std::io::Read;
-    let mut text = String::new();
-    policy.open_real_read(abs)?.read_to_string(&mut text)?;
-    Ok(text)
-}
-
-/// An adapter's source path as the model should see it: root-relative inside the root.
-pub fn shown_path(policy: &PathPolicy, path: Option<&str>) -> String {
-    path.map(|s| policy.display(&PathBuf::from(s)))
-        .unwrap_or_default()
 }

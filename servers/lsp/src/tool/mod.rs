@@ -1,6 +1,6 @@
-//! The `code_lsp` tool: its definition, the per-root state, and the dispatch of a call to
-//! its action. The parameters are in [`params`], their validation in [`validate`], and the
-//! steps every action shares (open a file in its server, map RPC failures) in [`open`].
+//! The `code_lsp` tool: its definition and the per-root state. The parameters are in
+//! [`params`], their validation in [`validate`], and the steps every action shares (open a file
+//! in its server, map RPC failures) in [`open`]; `dispatch.rs` hands a call to its action.
 
 pub mod open;
 pub mod params;
@@ -9,10 +9,9 @@ pub mod validate;
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use kitbag_shared::{PathPolicy, Reply, ToolDef, ToolResult};
+use kitbag_shared::ToolDef;
 
 use crate::pool::Pool;
-pub use crate::result::LspResult;
 pub use open::{Opened, language_for, language_named, open, rpc_error};
 pub use params::{Action, LspParams, Scope, Severity};
 pub use validate::{need, position};
@@ -82,31 +81,4 @@ impl LspState {
             pool.shutdown_all().await;
         }
     }
-}
-
-pub async fn run(
-    state: &LspState,
-    policy: Arc<PathPolicy>,
-    p: LspParams,
-) -> ToolResult<Reply<LspResult>> {
-    validate::validate(&p)?;
-    let pool = &state.pool_for(policy.root());
-    validate::preflight(pool, &policy, &p)?;
-    let (data, text) = match p.action {
-        Action::Status => crate::actions::status(pool).await?,
-        Action::Reload => crate::actions::reload(pool, &policy, &p).await?,
-        Action::Capabilities => crate::actions::capabilities(pool, &policy, &p).await?,
-        Action::Request => crate::actions::raw_request(pool, &policy, &p).await?,
-        Action::Diagnostics => crate::actions::diagnostics(pool, &policy, &p).await?,
-        Action::Definition | Action::TypeDefinition | Action::Implementation => {
-            crate::actions::goto(pool, &policy, &p).await?
-        }
-        Action::References => crate::actions::references(pool, &policy, &p).await?,
-        Action::Hover => crate::actions::hover(pool, &policy, &p).await?,
-        Action::Symbols => crate::actions::symbols(pool, &policy, &p).await?,
-        Action::CodeActions => crate::actions::code_actions(pool, &policy, &p).await?,
-        Action::Rename => crate::rename::rename(pool, &policy, &p).await?,
-        Action::RenameFile => crate::rename::rename_file(pool, &policy, &p).await?,
-    };
-    Ok(Reply::new(data, text))
 }

@@ -27,8 +27,8 @@ use crate::agent_link::{AgentPeer, connect_agent, open_ctl};
 use crate::bwrap::{AGENT_EXE, AGENT_LIB, host_loader};
 use crate::cgroup::Limits;
 use crate::error::{VmError, VmResult};
+use crate::owner::{owner, owner_alive};
 use crate::proto::{self, Answer, CTL_DIR, ExitStatus, Request, Stream};
-use crate::sweep::{owner, owner_alive};
 use api::{ApiResult, Docker, query};
 
 /// The image kitbag-vm imports itself when a spawn names none: busybox and a few directories.

@@ -199,7 +199,7 @@ async fn sweep(api: &Api, sandboxes: bool) -> usize {
             let owned_by_sandbox = item["metadata"]["ownerReferences"]
                 .as_array()
                 .is_some_and(|o| !o.is_empty());
-            if crate::sweep::owner_alive(owner) || (*kind == Kind::Pod && owned_by_sandbox) {
+            if crate::owner::owner_alive(owner) || (*kind == Kind::Pod && owned_by_sandbox) {
                 continue;
             }
             if api.delete(&format!("{collection}/{name}"), 0).await.is_ok() {

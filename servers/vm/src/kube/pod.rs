@@ -75,6 +75,8 @@ pub struct PodSpec {
     pub ttl_seconds: u64,
     /// `network: "outbound"`; otherwise a deny-all NetworkPolicy selects the pod.
     pub outbound: bool,
+    /// Once the main command has ended: stop the pod (the instance ends with its command).
+    pub main_ended: remote::MainEnded<KubePod>,
 }
 
 pub struct KubePod {
@@ -98,6 +100,7 @@ pub struct KubePod {
     exit_tx: watch::Sender<Option<ExitStatus>>,
     exit: watch::Receiver<Option<ExitStatus>>,
     main_exit: Mutex<Option<ExitStatus>>,
+    main_ended: remote::MainEnded<KubePod>,
     paused: Mutex<bool>,
     /// False while a resumed Sandbox's new pod comes up: connections wait for it.
     ready: watch::Sender<bool>,
@@ -143,7 +146,7 @@ impl KubePod {
         let pool = spec.image.strip_prefix(WARMPOOL_PREFIX);
         let kind = choose_kind(&probe, pool.is_some())?;
         let name = manifest::object_name(&spec.id);
-        let owner = crate::sweep::owner();
+        let owner = crate::owner::owner();
         let m = Manifest {
             name: &name,
             id: &spec.id,
@@ -193,6 +196,7 @@ impl KubePod {
             exit_tx,
             exit,
             main_exit: Mutex::new(None),
+            main_ended: spec.main_ended,
             paused: Mutex::new(false),
             ready: watch::channel(true).0,
             log_sync: tokio::sync::Mutex::new(()),
@@ -544,9 +548,8 @@ async fn watch_main(pod: Arc<KubePod>) {
         return;
     };
     set(&pod.main_exit, Some(status));
-    let _ = crate::engine::Engine::Kube(pod)
-        .stop(Duration::from_secs(2))
-        .await;
+    let main_ended = pod.main_ended;
+    main_ended(pod).await;
 }
 
 /// Keep the Sandbox's `shutdownTime` a lease ahead, so a server that is gone (even with its

@@ -18,8 +18,9 @@ use std::time::{Duration, Instant};
 
 use tokio::sync::watch;
 
-use crate::bwrap::{Record, start_time};
+use crate::bwrap::Record;
 use crate::error::{VmError, VmResult};
+use crate::proc_stat::start_time;
 use crate::proto::{self, Answer, ExitStatus, LOGS_DIR, Request, Stream};
 use crate::remote;
 use crate::spawner::Spawner;
@@ -111,6 +112,8 @@ pub struct VmSpec {
     pub memory_mb: u64,
     pub cpus: f64,
     pub kvm: bool,
+    /// Once the main command has ended: stop the VM (the instance ends with its command).
+    pub main_ended: remote::MainEnded<QemuVm>,
 }
 
 /// A running VM.
@@ -369,7 +372,7 @@ impl QemuVm {
         };
         match remote::set_up(|| vm.agent(), &setup).await {
             Ok(true) => {
-                tokio::spawn(watch_main(vm.clone()));
+                tokio::spawn(watch_main(vm.clone(), spec.main_ended));
             }
             Ok(false) => {}
             Err(why) => return Err(fail(&vm, why.to_string())),
@@ -505,16 +508,14 @@ impl Drop for QemuVm {
 
 /// Wait for the main command to end; then collect the logs and let the guest power off, so
 /// the instance ends with its command as a sandbox does.
-async fn watch_main(vm: Arc<QemuVm>) {
+async fn watch_main(vm: Arc<QemuVm>, main_ended: remote::MainEnded<QemuVm>) {
     let Some(status) = remote::wait_main(vm.agent().await).await else {
         return; // the VM went away first (stopped or killed): nothing to report
     };
     if let Ok(mut m) = vm.main_exit.lock() {
         *m = Some(status);
     }
-    let _ = crate::engine::Engine::Qemu(vm)
-        .stop(Duration::from_secs(2))
-        .await;
+    main_ended(vm).await;
 }
 
 fn qemu_args(

@@ -14,6 +14,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 use crate::proto::{self, Answer, Request};
 use crate::tools::validate;
+use crate::tree::{self, Kind};
 use crate::{Caller, VmState};
 
 /// Content returned inline at most.
@@ -121,7 +122,7 @@ async fn copy_in(
             .abs
             .is_dir()
     {
-        return crate::tools::copy_tree::copy_in_dir(state, p, ctx, max, overwrite, caller).await;
+        return copy_in_dir(state, p, ctx, max, overwrite, caller).await;
     }
     let bytes = source_bytes(&p, &ctx, max).await?;
     if bytes.len() as u64 > max {
@@ -162,6 +163,89 @@ async fn copy_in(
         },
         format!("copied {} bytes into {id}:{}", bytes.len(), p.guest_path),
     ))
+}
+
+/// A host directory into the instance: walked (links sent as links, files opened beneath the
+/// root) and sent as one entry stream.
+async fn copy_in_dir(
+    state: Arc<VmState>,
+    p: CopyParams,
+    ctx: CallCtx,
+    max: u64,
+    overwrite: bool,
+    caller: Caller,
+) -> ToolResult<Reply<CopyResult>> {
+    let host = p.host_path.clone().unwrap_or_default();
+    let resolved = ctx.policy().resolve(&host, "host_path", Access::Read)?;
+    let policy = ctx.policy().clone();
+    let abs = resolved.abs.clone();
+    let h = host.clone();
+    let (entries, total) =
+        kitbag_shared::blocking(move || tree::walk(&abs, max).map_err(|e| size_error(&h, &e, max)))
+            .await?;
+    let files = entries.iter().filter(|(e, _)| e.kind == Kind::File).count() as u64;
+    let (id, sandbox, _busy) = state.sandbox(&p.instance, true, &caller)?;
+    let req = Request::CopyInTree {
+        path: p.guest_path.clone(),
+        overwrite,
+        max_bytes: max,
+    };
+    let answer = sandbox
+        .request_with_body(&req, |mut w| async {
+            // Files are opened beneath the root, never by the path string the walk saw.
+            tree::send(&mut w, &entries, |abs| policy.open_real_read(abs)).await?;
+            Ok(w)
+        })
+        .await
+        .map_err(|e| ToolError::internal(format!("instance {id}: the copy failed: {e}")))?;
+    if !answer.ok {
+        let code = match answer.code.as_deref() {
+            Some("exists") => ErrorCode::FileExists,
+            Some("too_large") => ErrorCode::OutputTooLarge,
+            _ => ErrorCode::IoError,
+        };
+        return Err(ToolError::new(
+            code,
+            format!(
+                "guest_path: {}{}",
+                answer.error.unwrap_or_default(),
+                if code == ErrorCode::FileExists {
+                    "; pass overwrite: true to replace files (files before it were copied)"
+                } else {
+                    ""
+                }
+            ),
+        )
+        .with_detail(json!({ "field": "guest_path" })));
+    }
+    Ok(Reply::new(
+        CopyResult {
+            instance: id.clone(),
+            guest_path: p.guest_path.clone(),
+            host_path: Some(host.clone()),
+            bytes: total,
+            content: None,
+            encoding: None,
+            files: Some(files),
+            skipped_links: None,
+        },
+        format!(
+            "copied {files} files ({total} bytes) from {host} into {id}:{}",
+            p.guest_path
+        ),
+    ))
+}
+
+fn size_error(h: &str, e: &std::io::Error, max: u64) -> ToolError {
+    if e.kind() == std::io::ErrorKind::FileTooLarge {
+        ToolError::new(
+            ErrorCode::OutputTooLarge,
+            format!("host_path: {h} holds {e}; raise max_bytes (now {max}) or copy less"),
+        )
+        .with_detail(json!({ "field": "max_bytes" }))
+    } else {
+        ToolError::io(h, e).with_detail(json!({ "field": "host_path" }))
+    }
 }
 
 /// The bytes to copy in: `content` decoded, or the regular file at `host_path`.

@@ -1,8 +1,10 @@
-//! The tools, one module each (ports and keepalive pair their two tools).
+//! The tools, one module each (ports and keepalive pair their two tools), and the socket on
+//! which an instance's guest calls them (`guest_socket`).
 
 pub mod copy;
 pub mod copy_tree;
 pub mod exec;
+pub mod guest_socket;
 pub mod keepalive;
 pub mod list;
 pub mod logs;

@@ -12,8 +12,8 @@ use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader
 use tokio::process::Child;
 use tokio::sync::mpsc;
 
+use crate::cdp::Inspector;
 use crate::dap::{encode, read_message};
-use crate::debug::runtime::Runtime;
 
 mod breakpoints;
 mod events;
@@ -103,7 +103,7 @@ enum Dialect {
 }
 
 struct Adapter {
-    runtime: Runtime,
+    runtime: Inspector,
     dialect: Dialect,
     out: Arc<Out>,
     owned: Arc<Mutex<Vec<u32>>>,
@@ -128,7 +128,7 @@ struct Adapter {
 
 /// Run the adapter over `io` until the client hangs up or disconnects.
 pub async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
-    runtime: Runtime,
+    runtime: Inspector,
     io: S,
     owned: Arc<Mutex<Vec<u32>>>,
 ) {
@@ -137,7 +137,7 @@ pub async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
         w: tokio::sync::Mutex::new(Box::new(w)),
         seq: Default::default(),
     });
-    let dialect = if runtime == Runtime::Bun {
+    let dialect = if runtime == Inspector::Bun {
         Dialect::WebKit
     } else {
         Dialect::V8
@@ -321,7 +321,7 @@ impl Adapter {
             .unwrap_or_default();
         self.stop_on_entry = args["stopOnEntry"].as_bool().unwrap_or(true);
         self.launched = true;
-        let started = process::start(&self.runtime, &program, &argv, &cwd, &env).await?;
+        let started = process::start(self.runtime, &program, &argv, &cwd, &env).await?;
         let mut child = started.child;
         if let (Some(pid), Ok(mut owned)) = (child.id(), self.owned.lock()) {
             owned.push(pid);

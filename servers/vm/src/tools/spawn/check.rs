@@ -58,7 +58,7 @@ pub fn check(state: &VmState, p: SpawnParams, ctx: &CallCtx) -> ToolResult<Check
     let env = validate::env("env", &p.env.unwrap_or_default())?;
     let image = p.image.clone().unwrap_or_else(|| match backend {
         Backend::Qemu => "default".into(),
-        Backend::Docker => super::start::default_docker_image().into(),
+        Backend::Docker => default_docker_image().into(),
         Backend::Kube => DEFAULT_KUBE_IMAGE.into(),
         _ => "host".into(),
     });
@@ -191,12 +191,33 @@ fn backend_available(state: &VmState, backend: Backend) -> ToolResult<()> {
     Ok(())
 }
 
+/// The image a docker instance runs when the call names none (none without the backend).
+#[cfg(feature = "backend-docker")]
+fn default_docker_image() -> &'static str {
+    crate::docker::DEFAULT_IMAGE
+}
+#[cfg(not(feature = "backend-docker"))]
+fn default_docker_image() -> &'static str {
+    ""
+}
+
+/// Whether the Docker engine has a bridge network (for `network: "outbound"`).
+#[cfg(feature = "backend-docker")]
+fn docker_bridge(state: &VmState) -> bool {
+    state
+        .docker
+        .as_ref()
+        .and_then(|d| d.probed())
+        .is_some_and(|p| p.bridge)
+}
+#[cfg(not(feature = "backend-docker"))]
+fn docker_bridge(_: &VmState) -> bool {
+    false
+}
+
 /// What the spawn asks of the engine beyond running: outbound network, host mounts.
 fn backend_supports(state: &VmState, backend: Backend, p: &SpawnParams) -> ToolResult<()> {
-    if backend == Backend::Docker
-        && p.network == Some(Network::Outbound)
-        && !super::start::docker_bridge(state)
-    {
+    if backend == Backend::Docker && p.network == Some(Network::Outbound) && !docker_bridge(state) {
         return Err(ToolError::new(
             ErrorCode::Unsupported,
             "network: \"outbound\" needs the engine's bridge network, which it does not have",

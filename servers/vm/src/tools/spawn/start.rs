@@ -19,19 +19,24 @@ use crate::qemu::{QemuVm, VmSpec};
 pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResult<Arc<Engine>> {
     let ctl = state.state_dir.join("instances").join(id).join("ctl");
     std::fs::create_dir_all(&ctl).map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
-    let guest_close = crate::guest::listen(state.clone(), id.to_string(), &ctl).map_err(|e| {
-        ToolError::new(
-            ErrorCode::SpawnFailed,
-            format!("the instance's control socket: {e}"),
-        )
-    })?;
+    let guest_close = crate::tools::guest_socket::listen(state.clone(), id.to_string(), &ctl)
+        .map_err(|e| {
+            ToolError::new(
+                ErrorCode::SpawnFailed,
+                format!("the instance's control socket: {e}"),
+            )
+        })?;
     if let Some(inst) = state.lock().get_mut(id) {
         inst.guest_close = Some(guest_close);
     }
     let mut env = c.env.clone();
     env.push((
-        crate::guest::SOCKET_VAR.to_string(),
-        format!("{}/{}", crate::proto::CTL_DIR, crate::guest::GUEST_SOCKET),
+        kitbag_shared::vmlink::SOCKET_VAR.to_string(),
+        format!(
+            "{}/{}",
+            crate::proto::CTL_DIR,
+            crate::tools::guest_socket::GUEST_SOCKET
+        ),
     ));
     let spec = SandboxSpec {
         id: id.to_string(),
@@ -51,28 +56,6 @@ pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolR
         .await
         .map_err(|e| e.spawn_error("bwrap", "the sandbox"))?;
     Ok(Arc::new(Engine::Bwrap(sandbox)))
-}
-
-#[cfg(feature = "backend-docker")]
-pub fn default_docker_image() -> &'static str {
-    crate::docker::DEFAULT_IMAGE
-}
-#[cfg(not(feature = "backend-docker"))]
-pub fn default_docker_image() -> &'static str {
-    ""
-}
-
-#[cfg(feature = "backend-docker")]
-pub fn docker_bridge(state: &VmState) -> bool {
-    state
-        .docker
-        .as_ref()
-        .and_then(|d| d.probed())
-        .is_some_and(|p| p.bridge)
-}
-#[cfg(not(feature = "backend-docker"))]
-pub fn docker_bridge(_: &VmState) -> bool {
-    false
 }
 
 /// A container of the Docker engine.
@@ -121,6 +104,7 @@ pub async fn start_pod(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResul
         limits: c.limits,
         ttl_seconds: c.ttl,
         outbound: c.network == Network::Outbound,
+        main_ended: Engine::kube_main_ended,
     };
     let pod = crate::kube::pod::KubePod::start(&state.kube, spec, KUBE_START_TIMEOUT)
         .await
@@ -158,6 +142,7 @@ pub async fn start_vm(
         memory_mb: c.limits.memory_mb,
         cpus: c.limits.cpus,
         kvm: probe.kvm,
+        main_ended: Engine::qemu_main_ended,
     };
     let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel::<String>();
     let forward = {
