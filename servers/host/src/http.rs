@@ -277,7 +277,8 @@ impl ByteCalls {
 }
 
 /// The tool a parked call's state is sealed to, with who called it: another caller's token
-/// cannot resume it.
+/// cannot resume it (a token without a subject is its own caller: see
+/// `kitbag_shared::http::oauth::unnamed_subject`).
 fn bound_tool(tool: &str, principal: Option<&Principal>) -> String {
     match principal {
         Some(p) => format!("{tool}\u{0}{}", p.subject),

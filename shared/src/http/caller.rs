@@ -12,8 +12,8 @@ use crate::tier::Tier;
 pub struct Principal {
     /// The token's `sub` (else `client_id`), or `static-token`.
     pub subject: String,
-    /// The token names no subject (no `sub`, no `client_id`): `subject` is a placeholder
-    /// every such token shares, so nothing is bound to it (sessions refuse it).
+    /// The token names no subject (no `sub`, no `client_id`): `subject` is then made from the
+    /// token itself (`unnamed:<digest>`), and sessions refuse the caller.
     pub anonymous: bool,
     /// The agent profile the token names (the host applies it; single servers have none).
     pub agent: Option<String>,

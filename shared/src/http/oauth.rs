@@ -202,7 +202,11 @@ impl ResourceServer {
             other => other,
         }
         .map_err(invalid)?;
-        self.principal(&claims)
+        let mut principal = self.principal(&claims)?;
+        if principal.anonymous {
+            principal.subject = unnamed_subject(token);
+        }
+        Ok(principal)
     }
 
     /// Claims → principal; the required scopes are checked here.
@@ -242,7 +246,8 @@ impl ResourceServer {
         let subject = text("sub").or_else(|| text("client_id"));
         Ok(Principal {
             anonymous: subject.is_none(),
-            subject: subject.unwrap_or_else(|| "unnamed".into()),
+            // Made from the token by `authenticate`, which has it.
+            subject: subject.unwrap_or_default(),
             agent: text(&self.config.agent_claim),
             tiers: Some(tiers),
         })
@@ -400,6 +405,17 @@ fn max_age(value: &str) -> Option<Duration> {
     })
 }
 
+/// The subject of a token that names none (no `sub`, no `client_id`): `unnamed:` and the first
+/// 16 hex digits of the token's SHA-256. What is bound to a caller — a parked input-required
+/// call (the host's `requestState`) — is then bound to this very token, not shared by every
+/// token without a subject; sessions still refuse such callers (`anonymous`).
+pub fn unnamed_subject(token: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::digest(token.as_bytes());
+    let hex: String = digest[..8].iter().map(|b| format!("{b:02x}")).collect();
+    format!("unnamed:{hex}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -464,6 +480,11 @@ mod tests {
             let p = rs.principal(&claims(nobody)).expect("principal");
             assert!(p.anonymous, "no subject is nobody in particular");
         }
+        // Two tokens without a subject are two callers: nothing bound to one reaches the other.
+        let (a, b) = (unnamed_subject("token-a"), unnamed_subject("token-b"));
+        assert!(a.starts_with("unnamed:") && a.len() == "unnamed:".len() + 16);
+        assert_ne!(a, b);
+        assert_eq!(a, unnamed_subject("token-a"));
         assert_eq!(p.tiers, Some(BTreeSet::from([Tier::Read, Tier::Exec])));
         let refused = rs.principal(&claims(json!({"sub": "ada", "scope": "kitbag:read"})));
         assert!(
