@@ -13,10 +13,18 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-/// Cycles whose files all lie under this directory are tolerated for now.
+/// The files of the one cycle tolerated for now: a cycle among these alone passes, any other
+/// fails — so the knot can only shrink.
 ///
-/// issue #36: the host's knot is being split into crates; remove this when it is gone.
-const TOLERATED_UNDER: &str = "servers/host/src/";
+/// issue #36: the host's knot is being split into layers (registry, one call pipeline, fronts);
+/// remove this when it is gone.
+const TOLERATED: &[&str] = &[
+    "servers/host/src/catalog.rs",
+    "servers/host/src/dispatch.rs",
+    "servers/host/src/hub.rs",
+    "servers/host/src/relay.rs",
+    "servers/host/src/serve.rs",
+];
 
 /// The workspace's crates: every directory under the root with a `Cargo.toml` and a `src`.
 fn crate_dirs(root: &Path) -> Vec<PathBuf> {
@@ -781,7 +789,7 @@ fn workspace_cycles(root: &Path) -> (usize, Vec<(Vec<String>, String)>) {
 
 /// Whether a cycle tying these files is one of the known ones, still being dissolved.
 fn tolerated(files: &[String]) -> bool {
-    files.iter().all(|f| f.starts_with(TOLERATED_UNDER))
+    files.iter().all(|f| TOLERATED.contains(&f.as_str()))
 }
 
 #[test]
@@ -982,8 +990,9 @@ fn super_inside_an_inline_module_is_the_file_itself() {
 
 #[test]
 fn only_the_hosts_own_cycles_are_tolerated() {
-    let host = |f: &str| format!("{TOLERATED_UNDER}{f}");
+    let host = |f: &str| format!("servers/host/src/{f}");
     assert!(tolerated(&[host("hub.rs"), host("serve.rs")]));
+    assert!(!tolerated(&[host("hub.rs"), host("remote.rs")]));
     assert!(!tolerated(&[host("hub.rs"), "shared/src/http.rs".into()]));
     assert!(!tolerated(&["servers/cron/src/pg.rs".into()]));
 }
