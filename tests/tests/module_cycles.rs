@@ -13,13 +13,13 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::{Path, PathBuf};
 
-/// The files of the one cycle tolerated for now: a cycle among these alone passes, any other
-/// fails — so the knot can only shrink.
+/// The files of the cycles tolerated for now (the host's `tools/call` pipeline split over
+/// `serve.rs`/`dispatch.rs`, and the hub's child handler calling up into `relay.rs`): a cycle
+/// among these alone passes, any other fails — so the knot can only shrink.
 ///
 /// issue #36: the host's knot is being split into layers (registry, one call pipeline, fronts);
 /// remove this when it is gone.
 const TOLERATED: &[&str] = &[
-    "servers/host/src/catalog.rs",
     "servers/host/src/dispatch.rs",
     "servers/host/src/hub.rs",
     "servers/host/src/relay.rs",

@@ -208,7 +208,7 @@ pub struct Child {
     pub fast: Option<Arc<crate::fastpath::FastLink>>,
     pub tools: Vec<Tool>,
     /// Its prompts, resources and templates (catalog.rs).
-    pub catalog: crate::catalog::ChildCatalog,
+    pub catalog: crate::child_catalog::ChildCatalog,
     pub pid: Option<u32>,
     pub started: Option<Instant>,
     pub ready_ms: Option<u64>,
@@ -344,7 +344,7 @@ pub struct Hub {
     /// 2026-07-28 clients' `subscriptions/listen` streams (list changes, resource updates).
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
     /// The merged prompts and resources, and resource subscriptions (catalog.rs).
-    pub relay: crate::catalog::Relay,
+    pub relay: crate::child_catalog::Relay,
     /// Children a reload took out of the config that are still finishing their calls; here
     /// so that `stop_all` stops them too.
     retiring: Mutex<Vec<Child>>,
@@ -563,7 +563,7 @@ impl Hub {
                     .list_all_tools()
                     .await
                     .map_err(|e| StartFailure::ToolsList(e.to_string()))?;
-                let catalog = crate::catalog::fetch(&name, &peer).await;
+                let catalog = crate::child_catalog::fetch(&name, &peer).await;
                 Ok::<_, StartFailure>((running, guard, link, peer, tools, catalog))
             };
             let result = match tokio::time::timeout(timeout, start).await {

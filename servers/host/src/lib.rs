@@ -5,6 +5,8 @@
 
 pub mod agent_host;
 pub mod catalog;
+pub mod catalog_sync;
+pub mod child_catalog;
 pub mod dispatch;
 pub mod failure;
 pub mod families;

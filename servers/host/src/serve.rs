@@ -180,6 +180,14 @@ impl HostServer {
         self.policy.read().map(|p| p.clone()).unwrap_or_default()
     }
 
+    /// What this caller's prompt and resource requests may see.
+    pub(crate) fn catalog_scope(&self) -> crate::catalog::Scope<'_> {
+        crate::catalog::Scope {
+            hub: &self.hub,
+            policy: self.policy(),
+        }
+    }
+
     /// Ok when the caller's token grants the tier `tool` needs (always over stdio).
     pub(crate) fn tier_permits(
         tool: &Tool,
@@ -430,7 +438,7 @@ pub fn error_result(code: &str, message: String) -> CallToolResult {
 
 impl ServerHandler for HostServer {
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(crate::catalog::capabilities(self))
+        ServerConfig::new(crate::catalog::capabilities(&self.catalog_scope()))
             .with_server_info(Implementation::new("kitbag", env!("CARGO_PKG_VERSION")))
             .with_instructions("kitbag offers the tools of several MCP servers as one list; host_status reports on them.")
     }
@@ -444,11 +452,14 @@ impl ServerHandler for HostServer {
         &self,
         requested: &rmcp::model::SubscriptionFilter,
     ) -> Option<rmcp::model::SubscriptionFilter> {
-        Some(crate::catalog::accepted_filter(self, requested))
+        Some(crate::catalog::accepted_filter(
+            &self.catalog_scope(),
+            requested,
+        ))
     }
 
     async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
-        crate::catalog::listen(self, context).await;
+        crate::catalog::listen(&self.catalog_scope(), context).await;
         Ok(())
     }
 
@@ -460,7 +471,7 @@ impl ServerHandler for HostServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
         Ok(ListPromptsResult::with_all_items(
-            crate::catalog::list_prompts(self),
+            crate::catalog::list_prompts(&self.catalog_scope()),
         ))
     }
 
@@ -469,9 +480,14 @@ impl ServerHandler for HostServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
-        crate::catalog::get_prompt(self, request, context.ct.clone(), trace_of(&context))
-            .await
-            .map(Into::into)
+        crate::catalog::get_prompt(
+            &self.catalog_scope(),
+            request,
+            context.ct.clone(),
+            trace_of(&context),
+        )
+        .await
+        .map(Into::into)
     }
 
     async fn list_resources(
@@ -480,7 +496,7 @@ impl ServerHandler for HostServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
         Ok(ListResourcesResult::with_all_items(
-            crate::catalog::list_resources(self).await,
+            crate::catalog::list_resources(&self.catalog_scope()).await,
         ))
     }
 
@@ -490,7 +506,7 @@ impl ServerHandler for HostServer {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
         Ok(ListResourceTemplatesResult::with_all_items(
-            crate::catalog::list_resource_templates(self),
+            crate::catalog::list_resource_templates(&self.catalog_scope()),
         ))
     }
 
@@ -499,9 +515,14 @@ impl ServerHandler for HostServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
-        crate::catalog::read_resource(self, request, context.ct.clone(), trace_of(&context))
-            .await
-            .map(Into::into)
+        crate::catalog::read_resource(
+            &self.catalog_scope(),
+            request,
+            context.ct.clone(),
+            trace_of(&context),
+        )
+        .await
+        .map(Into::into)
     }
 
     #[allow(deprecated)] // legacy-only in 2026-07-28, still what handshake-era clients send
@@ -511,7 +532,7 @@ impl ServerHandler for HostServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.hub.set_upstream(context.peer.clone());
-        crate::catalog::subscribe(self, &context.peer, request.uri).await
+        crate::catalog::subscribe(&self.catalog_scope(), &context.peer, request.uri).await
     }
 
     #[allow(deprecated)] // logging: deprecated by SEP-2577, still the handshake era's
@@ -531,7 +552,7 @@ impl ServerHandler for HostServer {
         request: UnsubscribeRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
-        crate::catalog::unsubscribe(self, &context.peer, request.uri).await
+        crate::catalog::unsubscribe(&self.catalog_scope(), &context.peer, request.uri).await
     }
 
     async fn list_tools(
