@@ -67,6 +67,16 @@ pub struct ChildClient {
     hub: Weak<Hub>,
 }
 
+impl ChildClient {
+    /// The hub this child belongs to, while the host runs: a request from a child of a hub
+    /// that is gone answers an error.
+    fn upgrade(&self) -> Result<Arc<Hub>, McpError> {
+        self.hub.upgrade().ok_or_else(|| {
+            McpError::internal_error(format!("server {}: the host is stopping", self.name), None)
+        })
+    }
+}
+
 impl ClientHandler for ChildClient {
     fn get_info(&self) -> ClientConfig {
         // The handshake era with children: every server speaks it, and the byte-level
@@ -89,13 +99,14 @@ impl ClientHandler for ChildClient {
         params: rmcp::model::CreateMessageRequestParams,
         ctx: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::CreateMessageResult, McpError> {
+        let hub = self.upgrade()?;
         let key = crate::relay::input_key(&ctx);
         if let Some(r) =
-            crate::relay::to_call(&self.hub, self.id, "sampling/createMessage", key, &params).await
+            crate::relay::to_call(&hub.mrtr, self.id, "sampling/createMessage", key, &params).await
         {
             return r;
         }
-        crate::relay::sampling(&self.hub, &self.name, params).await
+        crate::relay::sampling(&hub.upstreams, &self.name, params).await
     }
 
     async fn create_elicitation(
@@ -103,13 +114,14 @@ impl ClientHandler for ChildClient {
         params: rmcp::model::ElicitRequestParams,
         ctx: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ElicitResult, McpError> {
+        let hub = self.upgrade()?;
         let key = crate::relay::input_key(&ctx);
         if let Some(r) =
-            crate::relay::to_call(&self.hub, self.id, "elicitation/create", key, &params).await
+            crate::relay::to_call(&hub.mrtr, self.id, "elicitation/create", key, &params).await
         {
             return r;
         }
-        crate::relay::elicitation(&self.hub, &self.name, params).await
+        crate::relay::elicitation(&hub.upstreams, &self.name, params).await
     }
 
     #[allow(deprecated)] // roots: deprecated by SEP-2577, the handshake era's
@@ -118,9 +130,12 @@ impl ClientHandler for ChildClient {
         ctx: rmcp::service::RequestContext<RoleClient>,
     ) -> Result<rmcp::model::ListRootsResult, McpError> {
         // Only a 2026-07-28 call's client is asked; otherwise no roots, as before.
+        let Some(hub) = self.hub.upgrade() else {
+            return Ok(rmcp::model::ListRootsResult::default());
+        };
         let key = crate::relay::input_key(&ctx);
         let params = serde_json::json!({});
-        match crate::relay::to_call(&self.hub, self.id, "roots/list", key, &params).await {
+        match crate::relay::to_call(&hub.mrtr, self.id, "roots/list", key, &params).await {
             Some(r) => r,
             None => Ok(rmcp::model::ListRootsResult::default()),
         }
@@ -132,7 +147,9 @@ impl ClientHandler for ChildClient {
         params: rmcp::model::LoggingMessageNotificationParam,
         _ctx: NotificationContext<RoleClient>,
     ) {
-        crate::relay::log(&self.hub, params).await;
+        if let Some(hub) = self.hub.upgrade() {
+            crate::relay::log(&hub.upstreams, params).await;
+        }
     }
 
     async fn on_progress(

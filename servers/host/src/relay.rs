@@ -8,33 +8,29 @@
 // Sampling and logging are deprecated by SEP-2577: still the handshake era's.
 #![allow(deprecated)]
 
-use std::sync::Weak;
-
 use rmcp::ErrorData as McpError;
 use rmcp::model::{
     CreateMessageRequestParams, CreateMessageResult, ElicitRequestParams, ElicitResult,
     LoggingMessageNotificationParam, SetLevelRequestParams,
 };
-use rmcp::service::{Peer, RoleServer, ServiceError};
+use rmcp::service::{Peer, RoleClient, RoleServer, ServiceError};
 
-use crate::hub::Hub;
+use crate::mrtr::Registry;
+use crate::upstream::Upstreams;
 
 /// The client to ask for `what`, if it declared the capability.
 fn client(
-    hub: &Weak<Hub>,
+    upstreams: &Upstreams,
     server: &str,
     what: &str,
     declared: impl Fn(&rmcp::model::ClientCapabilities) -> bool,
 ) -> Result<Peer<RoleServer>, McpError> {
-    let peer = hub
-        .upgrade()
-        .and_then(|h| h.upstreams.latest())
-        .ok_or_else(|| {
-            McpError::invalid_request(
-                format!("server {server} asked for {what}, but no client is connected"),
-                None,
-            )
-        })?;
+    let peer = upstreams.latest().ok_or_else(|| {
+        McpError::invalid_request(
+            format!("server {server} asked for {what}, but no client is connected"),
+            None,
+        )
+    })?;
     if !peer
         .peer_info()
         .is_some_and(|info| declared(&info.capabilities))
@@ -56,21 +52,23 @@ fn answer_error(e: ServiceError) -> McpError {
 
 /// A child's `sampling/createMessage`, answered by the host's client.
 pub async fn sampling(
-    hub: &Weak<Hub>,
+    upstreams: &Upstreams,
     server: &str,
     params: CreateMessageRequestParams,
 ) -> Result<CreateMessageResult, McpError> {
-    let peer = client(hub, server, "sampling", |c| c.sampling.is_some())?;
+    let peer = client(upstreams, server, "sampling", |c| c.sampling.is_some())?;
     peer.create_message(params).await.map_err(answer_error)
 }
 
 /// A child's `elicitation/create`, answered by the host's client.
 pub async fn elicitation(
-    hub: &Weak<Hub>,
+    upstreams: &Upstreams,
     server: &str,
     params: ElicitRequestParams,
 ) -> Result<ElicitResult, McpError> {
-    let peer = client(hub, server, "elicitation", |c| c.elicitation.is_some())?;
+    let peer = client(upstreams, server, "elicitation", |c| {
+        c.elicitation.is_some()
+    })?;
     let request = rmcp::model::ServerRequest::ElicitRequest(rmcp::model::Request::new(params));
     match peer.send_request(request).await.map_err(answer_error)? {
         rmcp::model::ClientResult::ElicitResult(r) => Ok(r),
@@ -84,15 +82,14 @@ pub async fn elicitation(
 /// A child's request while a 2026-07-28 call is in flight at it (mrtr.rs): what that call's
 /// client gives, as the typed result; `None` when no such call takes it.
 pub async fn to_call<P: serde::Serialize, R: serde::de::DeserializeOwned>(
-    hub: &Weak<Hub>,
+    mrtr: &Registry,
     child: u64,
     method: &'static str,
     key: Option<String>,
     params: &P,
 ) -> Option<Result<R, McpError>> {
-    let hub = hub.upgrade()?;
     let params = serde_json::to_value(params).ok()?;
-    let answer = hub.mrtr.ask(child, method, key, params).await?;
+    let answer = mrtr.ask(child, method, key, params).await?;
     Some(answer.and_then(|v| {
         serde_json::from_value(v).map_err(|e| {
             McpError::invalid_params(format!("the client's answer to {method}: {e}"), None)
@@ -110,16 +107,15 @@ pub fn input_key(ctx: &rmcp::service::RequestContext<rmcp::RoleClient>) -> Optio
 }
 
 /// A child's log message, to every client (the children filter by the level the client set).
-pub async fn log(hub: &Weak<Hub>, params: LoggingMessageNotificationParam) {
-    let Some(hub) = hub.upgrade() else { return };
-    for peer in hub.upstreams.all() {
+pub async fn log(upstreams: &Upstreams, params: LoggingMessageNotificationParam) {
+    for peer in upstreams.all() {
         let _ = peer.notify_logging_message(params.clone()).await;
     }
 }
 
-/// The client's `logging/setLevel`, passed to every child that serves logging.
-pub async fn set_level(hub: &Hub, params: SetLevelRequestParams) {
-    for peer in hub.logging_children() {
+/// The client's `logging/setLevel`, passed to every child that serves logging (`children`).
+pub async fn set_level(children: Vec<Peer<RoleClient>>, params: SetLevelRequestParams) {
+    for peer in children {
         if let Err(e) = peer.set_level(params.clone()).await {
             tracing::debug!("logging/setLevel at a child: {e}");
         }

@@ -542,7 +542,7 @@ impl ServerHandler for HostServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.hub.set_upstream(context.peer.clone());
-        crate::relay::set_level(&self.hub, request).await;
+        crate::relay::set_level(self.hub.logging_children(), request).await;
         Ok(())
     }
 
