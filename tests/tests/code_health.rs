@@ -3,37 +3,7 @@
 //! `Result<_, String>` (a caller cannot match on a string, and a tool error built from one
 //! loses its field and code).
 
-use std::path::{Path, PathBuf};
-
-/// The workspace's crates: every directory under the root with a `Cargo.toml` and a `src`.
-fn source_files(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if path.is_dir() {
-                // Tests, benches, fixtures and the test kit may use strings for brevity;
-                // build output and hidden directories are not ours.
-                if !matches!(
-                    name.as_str(),
-                    "target" | "tests" | "benches" | "testkit" | "node_modules" | "examples"
-                ) && !name.starts_with('.')
-                {
-                    dirs.push(path);
-                }
-            } else if name.ends_with(".rs") && path.components().any(|c| c.as_os_str() == "src") {
-                out.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
+use kitbag_e2e::workspace;
 
 /// The library part of a file: everything before its `#[cfg(test)]` module.
 fn library_part(text: &str) -> &str {
@@ -87,10 +57,8 @@ fn string_error_results(code: &str) -> Vec<String> {
 
 #[test]
 fn library_code_has_no_string_errors() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits in the workspace");
-    let files = source_files(root);
+    let root = workspace::root();
+    let files = workspace::library_files(root);
     assert!(
         files.len() > 100,
         "the walk found only {} source files under {}",

@@ -10,8 +10,9 @@
 //! it contains are one unit: a parent using the child it declares with `mod` (or a child using
 //! its parent) is containment, not an import. Test code (`#[cfg(test)]` items) is left out.
 
+use kitbag_e2e::workspace::{self, crate_dirs, rust_files};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// The files of the one cycle tolerated for now (the host's `tools/call` pipeline split over
 /// `serve.rs` and `dispatch.rs`): a cycle among these alone passes, any other fails — so the
@@ -21,66 +22,18 @@ use std::path::{Path, PathBuf};
 /// remove this when it is gone.
 const TOLERATED: &[&str] = &["servers/host/src/dispatch.rs", "servers/host/src/serve.rs"];
 
-/// The workspace's crates: every directory under the root with a `Cargo.toml` and a `src`.
-fn crate_dirs(root: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut dirs = vec![root.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        if dir.join("Cargo.toml").is_file() && dir.join("src").is_dir() {
-            out.push(dir.clone());
-        }
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if path.is_dir() && !skipped(&name) && name != "src" {
-                dirs.push(path);
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
-/// Directories that hold no crate source of ours: tests, benches, fixtures, the test kit,
-/// build output and hidden directories.
-fn skipped(name: &str) -> bool {
-    matches!(
-        name,
-        "target" | "tests" | "benches" | "testkit" | "node_modules" | "examples"
-    ) || name.starts_with('.')
-}
-
 /// Every `.rs` file under `src`, as its path relative to `src` (with `/` separators).
 fn crate_sources(src: &Path) -> Vec<String> {
-    let mut out = Vec::new();
-    let mut dirs = vec![src.to_path_buf()];
-    while let Some(dir) = dirs.pop() {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        for entry in entries.flatten() {
-            let path = entry.path();
-            let name = entry.file_name().to_string_lossy().into_owned();
-            if path.is_dir() {
-                if !skipped(&name) {
-                    dirs.push(path);
-                }
-            } else if name.ends_with(".rs")
-                && let Ok(rel) = path.strip_prefix(src)
-            {
-                let parts: Vec<String> = rel
-                    .components()
-                    .map(|c| c.as_os_str().to_string_lossy().into_owned())
-                    .collect();
-                out.push(parts.join("/"));
-            }
-        }
-    }
-    out.sort();
-    out
+    rust_files(src)
+        .iter()
+        .filter_map(|path| path.strip_prefix(src).ok())
+        .map(|rel| {
+            rel.components()
+                .map(|c| c.as_os_str().to_string_lossy().into_owned())
+                .collect::<Vec<_>>()
+                .join("/")
+        })
+        .collect()
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -746,12 +699,6 @@ fn describe(graph: &Graph, prefix: &str, cycle: &Cycle) -> String {
     out
 }
 
-fn workspace_root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits in the workspace")
-}
-
 /// Every cycle of every crate, as (the files it ties, relative to the workspace root, its
 /// description).
 fn workspace_cycles(root: &Path) -> (usize, Vec<(Vec<String>, String)>) {
@@ -789,7 +736,7 @@ fn tolerated(files: &[String]) -> bool {
 
 #[test]
 fn no_module_cycle_in_any_crate() {
-    let root = workspace_root();
+    let root = workspace::root();
     let (crates, found) = workspace_cycles(root);
     assert!(
         crates >= 10,

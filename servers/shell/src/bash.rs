@@ -200,21 +200,7 @@ pub async fn run(
     let cancel = ctx.cancel.clone();
     kitbag_shared::blocking(move || {
         let (log_path, log_shown) = state.next_log_path();
-        let running = process::spawn(SpawnSpec {
-            command: &prepared.command,
-            cwd: prepared.cwd.as_fd(),
-            env: &prepared.env,
-            log_path: log_path.clone(),
-            preview_bytes: state.preview_bytes,
-            log_caps: state.log_caps,
-            logs: state.logs.clone(),
-        })
-        .map_err(|e| {
-            ToolError::new(
-                ErrorCode::ShellSpawnFailed,
-                format!("could not start /bin/sh: {e}"),
-            )
-        })?;
+        let running = spawn(&state, &prepared, log_path)?;
         let cancelled = || cancel.is_cancelled();
         let (exit, timed_out) = wait_and_stop(&running, &state, prepared.timeout_ms, &cancelled);
         if cancel.is_cancelled() {
@@ -234,19 +220,17 @@ pub async fn run(
     .await
 }
 
-/// Start the command as a background job (kept in the server's job table) and answer at once
-/// with its `job_id`.
-fn start_background(
-    state: Arc<ShellState>,
-    policy: &PathPolicy,
-    p: Prepared,
-) -> ToolResult<Reply<BashResult>> {
-    let (log_path, log_shown) = state.next_log_path();
-    let running = process::spawn(SpawnSpec {
+/// Start the prepared command in its pseudo-terminal, logging to `log_path`.
+fn spawn(
+    state: &ShellState,
+    p: &Prepared,
+    log_path: std::path::PathBuf,
+) -> ToolResult<process::Running> {
+    process::spawn(SpawnSpec {
         command: &p.command,
         cwd: p.cwd.as_fd(),
         env: &p.env,
-        log_path: log_path.clone(),
+        log_path,
         preview_bytes: state.preview_bytes,
         log_caps: state.log_caps,
         logs: state.logs.clone(),
@@ -256,7 +240,18 @@ fn start_background(
             ErrorCode::ShellSpawnFailed,
             format!("could not start /bin/sh: {e}"),
         )
-    })?;
+    })
+}
+
+/// Start the command as a background job (kept in the server's job table) and answer at once
+/// with its `job_id`.
+fn start_background(
+    state: Arc<ShellState>,
+    policy: &PathPolicy,
+    p: Prepared,
+) -> ToolResult<Reply<BashResult>> {
+    let (log_path, log_shown) = state.next_log_path();
+    let running = spawn(&state, &p, log_path)?;
     let log_shown = policy.display(&log_shown);
     let pid = running.pid;
     let containment = running.contain.kind().as_str().to_string();
