@@ -10,7 +10,7 @@ use std::time::Duration;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{KillOnDrop, bin, disconnect_leaves_nothing, free_port, names, node22, var};
+use common::{KillOnDrop, bin, disconnect_leaves_nothing, names, node22, var};
 
 const APP: &str = "function add(a, b) {\n  const total = a + b;\n  return total;\n}\n\nconst user = { name: \"alice\", role: \"admin\", address: { city: \"Oslo\" } };\nlet count = 41;\nconsole.log(\"start\", process.env.APP_MODE);\nconst result = add(count, 1);\nconsole.log(\"result\", result);\n";
 
@@ -334,19 +334,20 @@ fn node_attach() {
         "let n = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
     )
     .unwrap();
-    let port = free_port();
+    // Node picks the port and says it: a port chosen here and freed could be taken by another
+    // test's process before Node binds it (then a listener that is not ours answers, and goes).
     let mut target = KillOnDrop(
         std::process::Command::new(&node)
-            .arg(format!("--inspect=127.0.0.1:{port}"))
+            .arg("--inspect=127.0.0.1:0")
             .arg("spin.js")
             .current_dir(d.path())
             .stdin(std::process::Stdio::null())
             .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
             .spawn()
             .unwrap(),
     );
-    common::wait_listening(&mut target, port, Duration::from_secs(15));
+    let port = inspector_port(&mut target.0);
     let mut c = client(d.path(), Era::Modern, &node);
     let r = c.call(
         "debug",
@@ -392,4 +393,22 @@ fn node_dies_with_a_killed_server() {
         .args(["-KILL", &c.pid().to_string()])
         .status();
     common::all_gone(&kids);
+}
+
+/// The port a `node --inspect=HOST:0` process listens on, from its "Debugger listening on
+/// ws://HOST:PORT/…" line; the rest of its stderr is drained on a thread.
+fn inspector_port(child: &mut std::process::Child) -> u16 {
+    use std::io::BufRead;
+    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
+    let port = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let rest = line.split("ws://").nth(1)?;
+            let authority = rest.split('/').next()?;
+            authority.rsplit(':').next()?.parse::<u16>().ok()
+        })
+        .expect("node printed the inspector's address");
+    std::thread::spawn(move || lines.for_each(drop));
+    port
 }
