@@ -573,6 +573,21 @@ fn a_dropped_database_connection_is_reopened() {
         .psql("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity WHERE datname = 'mem_main'")
         .expect("terminate");
     assert_eq!(killed, "1", "the server's one connection");
+    // pg_terminate_backend only signals the backend: wait until it is gone, so that the next
+    // call is the one that meets the drop (under load the first call could still be answered
+    // and the second meet it).
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while server
+        .psql("SELECT count(*) FROM pg_stat_activity WHERE datname = 'mem_main'")
+        .expect("count")
+        != "0"
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the backend did not end"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
     let first = c.call("memory_search", json!({"query": "drop"}));
     if first.is_error {
         assert_eq!(first.error_code(), Some("io_error"), "{}", first.text);
