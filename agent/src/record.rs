@@ -101,6 +101,22 @@ pub struct SessionTotals {
     pub cache_creation: u64,
 }
 
+/// "3 turns, 5 model calls, tokens in 1200 (cache read 800, write 0) out 310" (`host_status`).
+impl std::fmt::Display for SessionTotals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} turns, {} model calls, tokens in {} (cache read {}, write {}) out {}",
+            self.turns,
+            self.model_calls,
+            self.input_tokens,
+            self.cache_read,
+            self.cache_creation,
+            self.output_tokens
+        )
+    }
+}
+
 impl SessionTotals {
     pub fn of(name: &str, records: &[Record]) -> Self {
         let (u, calls) = totals(records);

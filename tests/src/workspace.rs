@@ -5,10 +5,20 @@
 use std::path::{Path, PathBuf};
 
 /// The workspace root (this crate sits in it).
+///
+/// Read when the test runs (cargo sets `CARGO_MANIFEST_DIR` for it), not when it was built:
+/// a build directory shared by two checkouts may hold a library built from the other one.
 pub fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .expect("the tests crate sits in the workspace")
+    static ROOT: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    ROOT.get_or_init(|| {
+        let manifest = std::env::var_os("CARGO_MANIFEST_DIR")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from(env!("CARGO_MANIFEST_DIR")));
+        manifest
+            .parent()
+            .expect("the tests crate sits in the workspace")
+            .to_path_buf()
+    })
 }
 
 /// Directories that hold no library source of ours.

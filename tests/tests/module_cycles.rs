@@ -14,14 +14,6 @@ use kitbag_e2e::workspace::{self, crate_dirs, rust_files};
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::path::Path;
 
-/// The files of the one cycle tolerated for now (the host's `tools/call` pipeline split over
-/// `serve.rs` and `dispatch.rs`): a cycle among these alone passes, any other fails — so the
-/// knot can only shrink.
-///
-/// issue #36: the host's knot is being split into layers (registry, one call pipeline, fronts);
-/// remove this when it is gone.
-const TOLERATED: &[&str] = &["servers/host/src/dispatch.rs", "servers/host/src/serve.rs"];
-
 /// Every `.rs` file under `src`, as its path relative to `src` (with `/` separators).
 fn crate_sources(src: &Path) -> Vec<String> {
     rust_files(src)
@@ -729,11 +721,6 @@ fn workspace_cycles(root: &Path) -> (usize, Vec<(Vec<String>, String)>) {
     (crates.len(), found)
 }
 
-/// Whether a cycle tying these files is one of the known ones, still being dissolved.
-fn tolerated(files: &[String]) -> bool {
-    files.iter().all(|f| TOLERATED.contains(&f.as_str()))
-}
-
 #[test]
 fn no_module_cycle_in_any_crate() {
     let root = workspace::root();
@@ -743,11 +730,7 @@ fn no_module_cycle_in_any_crate() {
         "the walk found only {crates} crates under {}",
         root.display()
     );
-    let offenders: Vec<String> = found
-        .into_iter()
-        .filter(|(files, _)| !tolerated(files))
-        .map(|(_, text)| text)
-        .collect();
+    let offenders: Vec<String> = found.into_iter().map(|(_, text)| text).collect();
     assert!(
         offenders.is_empty(),
         "modules that import from one another (move what ties them into a module below both):\n{}",
@@ -928,13 +911,4 @@ fn super_inside_an_inline_module_is_the_file_itself() {
         ("b.rs", "use crate::a::Local;\n"),
     ]);
     assert!(graph.edges.keys().all(|&(from, _)| from != 1));
-}
-
-#[test]
-fn only_the_hosts_own_cycles_are_tolerated() {
-    let host = |f: &str| format!("servers/host/src/{f}");
-    assert!(tolerated(&[host("dispatch.rs"), host("serve.rs")]));
-    assert!(!tolerated(&[host("hub.rs"), host("serve.rs")]));
-    assert!(!tolerated(&[host("hub.rs"), "shared/src/http.rs".into()]));
-    assert!(!tolerated(&["servers/cron/src/pg.rs".into()]));
 }

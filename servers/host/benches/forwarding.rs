@@ -1,7 +1,9 @@
 //! Host overhead, side by side in one run: `file_read` straight to the files server vs.
 //! through the host, and host start → every embedded server ready.
 //!
-//! Run: `cargo bench -p kitbag`. Prints medians; nothing here asserts on time.
+//! Run: `cargo bench -p kitbag --bench forwarding`. Prints medians; nothing here asserts on
+//! time. With `KITBAG_BENCH_BASELINE=/path/to/an/older/kitbag`, calls through that host are
+//! interleaved with the others: a change's before and after, measured in one run.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -31,6 +33,7 @@ fn main() {
         json!({"mcp": {"files": {"command": bin, "args": ["server", "files", "--root", root]}}});
     std::fs::write(&cfg, entry.to_string()).expect("w");
 
+    let baseline = std::env::var_os("KITBAG_BENCH_BASELINE").map(std::path::PathBuf::from);
     for (era, label) in [(Era::Handshake, "2025-11-25"), (Era::Modern, "2026-07-28")] {
         let mut direct =
             McpClient::spawn(bin, &["server", "files", "--root", root], dir.path(), era);
@@ -40,19 +43,34 @@ fn main() {
             dir.path(),
             era,
         );
+        let mut baseline = baseline.as_ref().map(|old| {
+            McpClient::spawn(
+                old,
+                &["--config", cfg.to_str().expect("u"), "serve"],
+                dir.path(),
+                era,
+            )
+        });
         let args = json!({"path": "small.rs", "offset": 50, "limit": 20});
         for _ in 0..50 {
             direct.call("file_read", args.clone());
             hosted.call("file_read", args.clone());
+            if let Some(b) = baseline.as_mut() {
+                b.call("file_read", args.clone());
+            }
         }
-        let (mut d, mut h) = (Vec::new(), Vec::new());
+        let (mut d, mut h, mut b) = (Vec::new(), Vec::new(), Vec::new());
+        let mut timed = |client: &mut McpClient, into: &mut Vec<Duration>| {
+            let t = Instant::now();
+            assert!(!client.call("file_read", args.clone()).is_error);
+            into.push(t.elapsed());
+        };
         for _ in 0..1000 {
-            let t = Instant::now();
-            assert!(!direct.call("file_read", args.clone()).is_error);
-            d.push(t.elapsed());
-            let t = Instant::now();
-            assert!(!hosted.call("file_read", args.clone()).is_error);
-            h.push(t.elapsed());
+            timed(&mut direct, &mut d);
+            timed(&mut hosted, &mut h);
+            if let Some(old) = baseline.as_mut() {
+                timed(old, &mut b);
+            }
         }
         let (dm, hm) = (median(d), median(h));
         println!("file_read 20 lines, {label} era, median of 1000 (interleaved):");
@@ -62,6 +80,14 @@ fn main() {
             "  forwarding overhead:        {}",
             us(hm.saturating_sub(dm))
         );
+        if !b.is_empty() {
+            let bm = median(b);
+            println!("  through the baseline host:  {}", us(bm));
+            println!(
+                "  baseline overhead:          {}",
+                us(bm.saturating_sub(dm))
+            );
+        }
     }
 
     // An empty directory: no agent.json there, so the host runs its embedded default.

@@ -5,13 +5,12 @@ use futures::future::BoxFuture;
 use futures::stream::BoxStream;
 use kitbag_agent::host::{Heard, ToolHost};
 use kitbag_config::policy::Policy;
-use kitbag_shared::lock::RwLockExt;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
 use tokio::sync::broadcast::error::RecvError;
 use tokio_util::sync::CancellationToken;
 
-use crate::dispatch::CallMeta;
+use crate::pipeline::CallMeta;
 use crate::serve::HostServer;
 
 impl ToolHost for HostServer {
@@ -42,7 +41,7 @@ impl ToolHost for HostServer {
     }
 
     fn set_policy(&self, policy: Option<std::sync::Arc<Policy>>) {
-        *self.policy.write_locked() = policy;
+        self.access.set_configured(policy);
     }
 
     fn notifications(&self) -> BoxStream<'static, Heard> {

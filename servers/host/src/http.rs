@@ -64,8 +64,8 @@ impl Intercept for ByteCalls {
         }
         // The caller's agent and tiers apply (a call they forbid is left to the full path,
         // which answers it with the typed error).
-        let pending = crate::serve::as_caller_sync(principal.cloned(), || {
-            self.host.start_fast(&call, trace.as_ref())
+        let pending = crate::access::as_caller_sync(principal.cloned(), || {
+            self.host.pipeline().start_bytes(&call, trace.as_ref())
         })?;
         Some(Box::pin(async move {
             // The client hanging up drops this future: the child is told to stop.
@@ -189,8 +189,9 @@ impl ByteCalls {
         let registry = self.host.hub.mrtr.clone();
         let child = self.host.hub.route(call.name.as_ref())?.child_id;
         let slot = registry.slot(child, Caps::from_meta(meta.as_ref()), supplied);
-        let pending =
-            crate::serve::as_caller_sync(principal.cloned(), || self.host.start_fast(call, trace))?;
+        let pending = crate::access::as_caller_sync(principal.cloned(), || {
+            self.host.pipeline().start_bytes(call, trace)
+        })?;
         let stop = fastpath::CancelOnDrop {
             link: pending.link.clone(),
             child_id: pending.child_id.clone(),

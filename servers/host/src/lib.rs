@@ -3,22 +3,27 @@
 //! progress and cancellation. It is also the CLI: `serve`, `tools`, `call`, `doctor`,
 //! and `server <family>` (the embedded servers, re-executed as child processes).
 
+pub mod access;
 pub mod agent_host;
+pub mod byte_call;
 pub mod catalog;
 pub mod catalog_sync;
 pub mod child_catalog;
-pub mod dispatch;
 pub mod failure;
 pub mod families;
 pub mod fastpath;
+pub mod host_tools;
 pub mod http;
 pub mod hub;
 pub mod lazy;
+pub mod ledger;
 pub mod mrtr;
 pub mod oauth_client;
+pub mod pipeline;
 pub mod relay;
 pub mod remote;
 pub mod serve;
+pub mod stdio;
 pub mod upstream;
 
 use std::io::IsTerminal;
@@ -230,8 +235,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     let host = HostServer {
         hub: hub.clone(),
         started,
-        policy: Arc::new(std::sync::RwLock::new(policy)),
-        agents: Arc::new(std::sync::RwLock::new(agents)),
+        access: access::Access::new(policy, agents),
         audit: match &cli.audit_log {
             Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
             None => None,
@@ -382,7 +386,7 @@ async fn serve(
     });
     let served = match http_options {
         Some(options) => http::serve_http(host, options).await,
-        None => serve::serve_stdio(host).await,
+        None => stdio::serve_stdio(host).await,
     };
     // The last spans go out before the children are stopped and the host exits.
     kitbag_shared::otel::shutdown(kitbag_shared::server::OTEL_FLUSH_LIMIT).await;
@@ -526,7 +530,7 @@ async fn call_with_progress_bar(
     });
     let token =
         rmcp::model::ProgressToken(rmcp::model::NumberOrString::String("kitbag-cli".into()));
-    let meta = dispatch::CallMeta {
+    let meta = pipeline::CallMeta {
         request_id: "kitbag-call".into(),
         progress: Some((token, None)),
         ct: Default::default(),

@@ -1,0 +1,267 @@
+//! The host's stdio front: one reader of stdin that sends plain tool calls down the
+//! pipeline's byte transport (`byte_call.rs`) and everything else to rmcp, and one writer
+//! of stdout shared by both.
+
+use std::sync::Arc;
+
+use crate::fastpath;
+use crate::serve::HostServer;
+
+/// Serve over stdin/stdout: plain tool calls take the byte-level path (fastpath.rs),
+/// everything else goes through rmcp.
+pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
+    use rmcp::ServiceExt;
+    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
+    let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
+    let writer = fastpath::spawn_writer_until(stdout, out_rx, async move {
+        let _ = finish_rx.await;
+    });
+    let (to_rmcp, rmcp_rx) = tokio::sync::mpsc::unbounded_channel();
+    // One bound on requests in flight for the connection, both paths counted.
+    let budget = kitbag_shared::budget::RequestBudget::default();
+    // One set of spans too: the byte path's and rmcp's (which also learns the protocol
+    // version the handshake agreed on).
+    let conn = kitbag_shared::otel::Conn::pipe();
+    let demux = tokio::spawn(upstream_demux(
+        host.clone(),
+        stdin,
+        to_rmcp,
+        out_tx.clone(),
+        budget.clone(),
+        conn.clone(),
+    ));
+    let running = host
+        .serve(
+            kitbag_shared::transport::LineTransport::new(
+                fastpath::ChannelReader::new(rmcp_rx),
+                fastpath::LineWriter::new(out_tx),
+            )
+            .with_budget(budget)
+            .traced(conn),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+    // SIGINT/SIGTERM end the session like stdin EOF: the caller then stops every child.
+    let cancel = running.cancellation_token();
+    let signalled = tokio_util::sync::CancellationToken::new();
+    tokio::spawn({
+        let signalled = signalled.clone();
+        async move {
+            kitbag_shared::runtime::shutdown_signal().await;
+            signalled.cancel();
+            cancel.cancel();
+        }
+    });
+    let _ = running.waiting().await;
+    // At stdin EOF the demux first lets the calls in flight finish (bounded); on a signal
+    // the client wants us gone now.
+    if !signalled.is_cancelled() {
+        let _ = tokio::time::timeout(DRAIN_LIMIT, demux).await;
+    }
+    // Whatever answers are queued go out before the host exits.
+    let _ = finish_tx.send(());
+    let _ = tokio::time::timeout(std::time::Duration::from_secs(5), writer).await;
+    Ok(())
+}
+
+async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
+    host: HostServer,
+    stdin: R,
+    to_rmcp: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    out: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    budget: kitbag_shared::budget::RequestBudget,
+    conn: Arc<kitbag_shared::otel::Conn>,
+) {
+    let mut r = tokio::io::BufReader::with_capacity(1 << 16, stdin);
+    let mut line = Vec::new();
+    // Handshake-era calls take the byte-level path once `initialize` was seen; 2026-07-28
+    // calls say so in their own `_meta` (their answers get `resultType`).
+    let mut handshake = false;
+    let inflight = Arc::new(fastpath::InFlight::new(budget.clone()));
+    loop {
+        // Backpressure: no more reading while the connection's requests in flight are at
+        // the bound; the client's writes block in the pipe instead of piling up here.
+        budget.wait_for_room().await;
+        line.clear();
+        match read_line_capped(&mut r, &mut line).await {
+            LineRead::End => {
+                // The client is done sending, not receiving: answer what is in flight first.
+                drain(&inflight, DRAIN_LIMIT).await;
+                break;
+            }
+            LineRead::TooLong => {
+                let head = String::from_utf8_lossy(&line);
+                if let Some(found) = kitbag_shared::salvage::salvage_prefix(&head)
+                    && found.method.is_some()
+                    && let Some(id) = found.valid_id()
+                {
+                    let _ = out.send(fastpath::protocol_error_line(
+                        id,
+                        -32600,
+                        &format!(
+                            "Invalid request: the message is longer than {} bytes, the most one message may carry",
+                            kitbag_shared::transport::MAX_LINE_BYTES
+                        ),
+                    ));
+                }
+                continue;
+            }
+            LineRead::Line => {}
+        }
+        let handled = match std::str::from_utf8(&line) {
+            Err(_) => false,
+            Ok(text) => match fastpath::classify(text.trim_end()) {
+                fastpath::Upstream::Initialize => {
+                    handshake = true;
+                    false
+                }
+                fastpath::Upstream::Discover => {
+                    handshake = false;
+                    false
+                }
+                fastpath::Upstream::Call(call) if handshake || call.modern => {
+                    call_fast(&host, call, &out, &inflight, &conn)
+                }
+                fastpath::Upstream::Refuse(answer) => out.send(answer).is_ok(),
+                fastpath::Upstream::Cancelled(id) => match inflight.remove(&id) {
+                    Some((link, child_id)) => {
+                        link.cancel(&child_id, "cancelled by the client");
+                        true
+                    }
+                    None => false,
+                },
+                _ => false,
+            },
+        };
+        if !handled && to_rmcp.send(std::mem::take(&mut line)).is_err() {
+            break;
+        }
+    }
+}
+
+/// How long calls in flight at stdin EOF may take to finish before the host exits anyway.
+const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);
+
+async fn drain(inflight: &fastpath::InFlight, limit: std::time::Duration) {
+    let deadline = tokio::time::Instant::now() + limit;
+    while !inflight.is_empty() && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    }
+}
+
+enum LineRead {
+    Line,
+    /// Longer than the cap: `line` holds its first 64 KB, the rest was read and dropped.
+    TooLong,
+    End,
+}
+
+/// Read one line into `line`, never holding more than the transport's line cap.
+async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
+    r: &mut R,
+    line: &mut Vec<u8>,
+) -> LineRead {
+    use tokio::io::AsyncBufReadExt;
+    const HEAD: usize = 64 * 1024;
+    let max = kitbag_shared::transport::MAX_LINE_BYTES;
+    let mut too_long = false;
+    loop {
+        let chunk = match r.fill_buf().await {
+            Ok([]) | Err(_) => {
+                return if too_long || line.is_empty() {
+                    LineRead::End
+                } else {
+                    LineRead::Line
+                };
+            }
+            Ok(chunk) => chunk,
+        };
+        let (take, done) = match memchr::memchr(b'\n', chunk) {
+            Some(i) => (i + 1, true),
+            None => (chunk.len(), false),
+        };
+        if !too_long {
+            line.extend_from_slice(&chunk[..take]);
+            if line.len() > max {
+                too_long = true;
+                line.truncate(HEAD);
+            }
+        }
+        r.consume(take);
+        if done {
+            return if too_long {
+                LineRead::TooLong
+            } else {
+                LineRead::Line
+            };
+        }
+    }
+}
+
+/// Forward a plain stdio call as bytes; false leaves it to rmcp.
+fn call_fast(
+    host: &HostServer,
+    call: fastpath::FastCall<'_>,
+    out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    inflight: &Arc<fastpath::InFlight>,
+    conn: &kitbag_shared::otel::Conn,
+) -> bool {
+    let upstream_id = call.id.get();
+    // Keyed by the id's value, so a cancellation spelling it differently still matches.
+    let key = serde_json::from_str::<serde_json::Value>(upstream_id)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| upstream_id.to_string());
+    if inflight.contains(&key) {
+        // Two answers with one id could not be told apart: the second is refused.
+        let _ = out.send(fastpath::protocol_error_line(
+            upstream_id,
+            -32600,
+            "Invalid request: a request with this id is still in progress",
+        ));
+        return true;
+    }
+    // The call's span (when tracing), its context handed to the child; else the
+    // client's own context passes through.
+    let span = kitbag_shared::otel::enabled().then(|| {
+        let id = call.id_text();
+        let version = conn.protocol_version();
+        let request = kitbag_shared::otel::Request {
+            method: "tools/call",
+            id: id.as_deref(),
+            tool: Some(&call.name),
+            traceparent: call.traceparent.as_deref(),
+            tracestate: call.tracestate.as_deref(),
+            baggage: call.baggage.as_deref(),
+            protocol_version: if call.modern {
+                Some(fastpath::MODERN_VERSION)
+            } else {
+                version.as_deref()
+            },
+            ..kitbag_shared::otel::Request::default()
+        };
+        let via = kitbag_shared::otel::Via {
+            transport: conn.transport,
+            ..kitbag_shared::otel::Via::default()
+        };
+        kitbag_shared::otel::Span::start(&request, &via)
+    });
+    let trace = match &span {
+        Some(span) => Some(span.propagate()),
+        None => call.passthrough(),
+    };
+    // Left to rmcp: its transport opens the span there (this one is dropped unrecorded).
+    let Some(pending) = host.pipeline().start_bytes(&call, trace.as_ref()) else {
+        return false;
+    };
+    let pending = pending.with_span(span);
+    inflight.insert(key.clone(), pending.link.clone(), pending.child_id.clone());
+    let (out, inflight) = (out.clone(), inflight.clone());
+    tokio::spawn(async move {
+        // A call the client cancelled meanwhile is owed no answer.
+        if let Some((line, _)) = pending.answer(|| inflight.remove(&key).is_some()).await {
+            let _ = out.send(line);
+        }
+    });
+    true
+}
