@@ -729,9 +729,9 @@ fn escapees(base: Option<&Path>, prefix: &str, all: bool) -> Vec<i32> {
     let table: Vec<(i32, i32)> = live_pids()
         .into_iter()
         .filter_map(|p| {
-            stat(p)
-                .filter(|s| s.0 != 'Z' && s.0 != 'X')
-                .map(|s| (p, s.1))
+            crate::proc_stat::read(p)
+                .filter(|s| s.running())
+                .map(|s| (p, s.ppid))
         })
         .collect();
     let mut roots: Vec<i32> = {
@@ -772,21 +772,9 @@ fn escapees(base: Option<&Path>, prefix: &str, all: bool) -> Vec<i32> {
     out
 }
 
-/// Fields of /proc/<pid>/stat after the command name: (state, ppid, pgrp, session).
-fn stat(pid: i32) -> Option<(char, i32, i32, i32)> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = s.rsplit_once(')')?.1;
-    let mut it = rest.split_whitespace();
-    let state = it.next()?.chars().next()?;
-    let ppid = it.next()?.parse().ok()?;
-    let pgrp = it.next()?.parse().ok()?;
-    let sid = it.next()?.parse().ok()?;
-    Some((state, ppid, pgrp, sid))
-}
-
 /// Whether `pid` is a live process (not a zombie).
 pub fn alive(pid: i32) -> bool {
-    stat(pid).is_some_and(|(st, ..)| st != 'Z' && st != 'X')
+    crate::proc_stat::running(pid)
 }
 
 /// A direct child some other code waits on (a tokio `Child`, a portable-pty child): the
@@ -816,7 +804,7 @@ impl Drop for ChildReg {
 /// left this process's group or session (so never a child some other code spawned plainly).
 pub fn reap_orphans() {
     let me = std::process::id() as i32;
-    let Some((_, _, my_pgrp, my_sid)) = stat(me) else {
+    let Some(mine) = crate::proc_stat::read(me) else {
         return;
     };
     let children = lock(&CHILDREN);
@@ -827,10 +815,13 @@ pub fn reap_orphans() {
         let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
             continue;
         };
-        let Some((st, ppid, pgrp, sid)) = stat(pid) else {
+        let Some(st) = crate::proc_stat::read(pid) else {
             continue;
         };
-        if st == 'Z' && ppid == me && !children.contains(&pid) && (pgrp != my_pgrp || sid != my_sid)
+        if st.state == 'Z'
+            && st.ppid == me
+            && !children.contains(&pid)
+            && (st.pgrp != mine.pgrp || st.session != mine.session)
         {
             let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
         }

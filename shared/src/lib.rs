@@ -8,6 +8,7 @@
 //!   output caps, audit events;
 //! - [`framing`], [`process`]: Content-Length framing and process-tree kills for the
 //!   LSP and DAP bridges;
+//! - [`proc_stat`]: the one reader of `/proc/<pid>/stat` (state, parent, group, start time);
 //! - [`transport`], [`json_out`], [`salvage`]: the stdio line transport, its fast JSON writer,
 //!   and the id finder that lets undecodable requests be answered;
 //! - [`http`]: MCP Streamable HTTP serving (`--http`, `--unix`), its Host/Origin guard and
@@ -34,6 +35,7 @@ pub mod limits;
 pub mod lock;
 pub mod otel;
 pub mod paths;
+pub mod proc_stat;
 pub mod process;
 pub mod runtime;
 pub mod salvage;

@@ -25,13 +25,7 @@ pub fn group_alive(pgid: i32) -> bool {
 
 /// Whether process `pid` runs: it exists and is not a zombie waiting to be reaped.
 pub fn running(pid: u32) -> bool {
-    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().next())
-            .is_some_and(|state| state != "Z" && state != "X"),
-        Err(_) => false,
-    }
+    i32::try_from(pid).is_ok_and(crate::proc_stat::running)
 }
 
 /// SIGTERM each group (and SIGCONT, so a stopped process can act on it), wait until every
@@ -74,24 +68,10 @@ pub const HOST_DEPTH_VAR: &str = "KITBAG_HOST_DEPTH";
 
 /// Every descendant of `pid`, read from /proc (empty where /proc is unavailable).
 pub fn descendants(pid: u32) -> Vec<u32> {
-    let mut parent: Vec<(u32, u32)> = Vec::new();
-    if let Ok(dir) = std::fs::read_dir("/proc") {
-        for e in dir.flatten() {
-            let Some(p) = e.file_name().to_str().and_then(|n| n.parse::<u32>().ok()) else {
-                continue;
-            };
-            let Ok(stat) = std::fs::read_to_string(e.path().join("stat")) else {
-                continue;
-            };
-            // Fields after the closing paren of the command name: state ppid ...
-            let Some(rest) = stat.rsplit_once(')').map(|(_, r)| r) else {
-                continue;
-            };
-            if let Some(pp) = rest.split_whitespace().nth(1).and_then(|x| x.parse().ok()) {
-                parent.push((p, pp));
-            }
-        }
-    }
+    let parent: Vec<(u32, u32)> = crate::proc_stat::parentage()
+        .into_iter()
+        .filter_map(|(p, pp)| Some((u32::try_from(p).ok()?, u32::try_from(pp).ok()?)))
+        .collect();
     let mut out = Vec::new();
     let mut todo = vec![pid];
     while let Some(cur) = todo.pop() {

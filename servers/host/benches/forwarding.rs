@@ -60,7 +60,7 @@ fn main() {
             }
         }
         let (mut d, mut h, mut b) = (Vec::new(), Vec::new(), Vec::new());
-        let mut timed = |client: &mut McpClient, into: &mut Vec<Duration>| {
+        let timed = |client: &mut McpClient, into: &mut Vec<Duration>| {
             let t = Instant::now();
             assert!(!client.call("file_read", args.clone()).is_error);
             into.push(t.elapsed());

@@ -19,8 +19,8 @@ use kitbag_shared::rustix::fs::{FileType, Mode, OFlags, fstat, openat};
 use tokio::net::UnixStream;
 
 use crate::error::{VmError, VmResult};
-use crate::proc_stat::{parent_pid, start_time};
 use crate::proto::{AGENT_SOCKET, Stream};
+use kitbag_shared::proc_stat::{parent_pid, start_time};
 
 /// Who may answer on an instance's agent socket.
 #[derive(Debug, Default)]

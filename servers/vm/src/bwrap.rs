@@ -19,9 +19,9 @@ use crate::agent_link::{AgentPeer, connect_agent, open_ctl};
 use crate::cgroup::{InstanceCgroups, Limits};
 use crate::error::{VmError, VmResult};
 use crate::instance_dir::{self, backend_log, work_dir};
-use crate::proc_stat::start_time;
 use crate::proto::{self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, MAIN_SPEC, Request, Stream};
 use crate::spawner::Spawner;
+use kitbag_shared::proc_stat::start_time;
 
 /// Where the agent binary is mounted inside (outside the bound control directory, so the
 /// instance cannot replace it on the host).

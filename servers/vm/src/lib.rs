@@ -24,7 +24,6 @@ pub mod lifecycle;
 pub mod nsfd;
 pub mod owner;
 pub mod ports;
-pub mod proc_stat;
 pub mod proto;
 pub mod qemu;
 pub mod remote;

@@ -2,7 +2,7 @@
 //! host, pid and start time, so that a later server's sweep can tell whether the owner is
 //! still alive.
 
-use crate::proc_stat::start_time;
+use kitbag_shared::proc_stat::start_time;
 
 /// This server as a label value: a later server can tell whether it is still alive.
 pub fn owner() -> String {

@@ -18,7 +18,7 @@ use crate::VmState;
 use crate::bwrap::Record;
 use crate::cgroup;
 use crate::instance::{Instance, State};
-use crate::proc_stat::start_time;
+use kitbag_shared::proc_stat::start_time;
 
 #[derive(Debug, Default)]
 pub struct SweepReport {

@@ -20,10 +20,10 @@ use tokio::sync::watch;
 
 use crate::bwrap::Record;
 use crate::error::{VmError, VmResult};
-use crate::proc_stat::start_time;
 use crate::proto::{self, Answer, ExitStatus, LOGS_DIR, Request, Stream};
 use crate::remote;
 use crate::spawner::Spawner;
+use kitbag_shared::proc_stat::start_time;
 
 /// The accelerator a server asks for (`--qemu-accel`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -459,13 +459,7 @@ impl QemuVm {
                     .find_map(|l| l.strip_prefix("VmRSS:"))
                     .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
             });
-        let cpu_ticks = std::fs::read_to_string(format!("/proc/{}/stat", self.pid))
-            .ok()
-            .and_then(|s| {
-                let after = s.rsplit_once(')')?.1.to_string();
-                let f: Vec<&str> = after.split_whitespace().collect();
-                Some(f.get(11)?.parse::<u64>().ok()? + f.get(12)?.parse::<u64>().ok()?)
-            });
+        let cpu_ticks = kitbag_shared::proc_stat::read(self.pid).map(|s| s.utime + s.stime);
         crate::cgroup::Usage {
             memory_bytes: rss_kb.map(|k| k * 1024),
             cpu_seconds: cpu_ticks.map(|t| t as f64 / 100.0),

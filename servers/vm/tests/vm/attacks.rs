@@ -281,7 +281,7 @@ fn a_forged_record_kills_nothing() {
     wait_until("the sleeper to exec", 5, || {
         std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
     });
-    let started = kitbag_vm::proc_stat::start_time(pid).unwrap();
+    let started = kitbag_shared::proc_stat::start_time(pid).unwrap();
     let fake_cg = dir.path().join("evilcg");
     std::fs::create_dir(&fake_cg).unwrap();
     std::fs::write(fake_cg.join("cgroup.procs"), format!("{pid}\n")).unwrap();

@@ -1,0 +1,124 @@
+//! What `/proc/<pid>/stat` says about a process — the one reader of it in the workspace.
+//!
+//! Its start time tells a process from a later one given the same pid (vm's records, sweep,
+//! owner labels and the agent's peer check go by it); its state tells a running process from a
+//! zombie; its parent and group find what a process started.
+
+/// The fields of `/proc/<pid>/stat` kitbag reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ProcStat {
+    /// `R`, `S`, `D`, `T`, `Z` (zombie), `X` (dead), …
+    pub state: char,
+    pub ppid: i32,
+    /// The process group.
+    pub pgrp: i32,
+    pub session: i32,
+    /// CPU time in user and kernel mode, in clock ticks.
+    pub utime: u64,
+    pub stime: u64,
+    /// Clock ticks after boot at which the process started.
+    pub start_time: u64,
+}
+
+impl ProcStat {
+    /// Whether the process still runs: not a zombie waiting to be reaped, not dead.
+    pub fn running(&self) -> bool {
+        self.state != 'Z' && self.state != 'X'
+    }
+}
+
+/// Read process `pid`'s stat; None when it is gone (or there is no /proc).
+pub fn read(pid: i32) -> Option<ProcStat> {
+    if pid <= 0 {
+        return None;
+    }
+    parse(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Parse a stat line. The command name (field 2) is in parentheses and may hold spaces and
+/// parentheses itself, so the fields are counted from its last `)`.
+pub fn parse(stat: &str) -> Option<ProcStat> {
+    let after = stat.rsplit_once(')')?.1;
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    let number = |i: usize| fields.get(i)?.parse::<u64>().ok();
+    let int = |i: usize| fields.get(i)?.parse::<i32>().ok();
+    Some(ProcStat {
+        state: fields.first()?.chars().next()?,
+        ppid: int(1)?,
+        pgrp: int(2)?,
+        session: int(3)?,
+        utime: number(11)?,
+        stime: number(12)?,
+        start_time: number(19)?,
+    })
+}
+
+/// Whether process `pid` runs: it exists and is not a zombie.
+pub fn running(pid: i32) -> bool {
+    read(pid).is_some_and(|s| s.running())
+}
+
+/// Process `pid`'s start time (clock ticks after boot).
+pub fn start_time(pid: i32) -> Option<u64> {
+    read(pid).map(|s| s.start_time)
+}
+
+/// Process `pid`'s parent.
+pub fn parent_pid(pid: i32) -> Option<i32> {
+    read(pid).map(|s| s.ppid)
+}
+
+/// Every process's (pid, parent pid), read from /proc (empty where it is unavailable).
+pub fn parentage() -> Vec<(i32, i32)> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    dir.flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter_map(|pid| Some((pid, read(pid)?.ppid)))
+        .collect()
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_name_with_spaces_and_parentheses_is_skipped_whole() {
+        let line = "4242 (my (odd) name) S 1 4242 4242 0 -1 4194560 100 0 0 0 7 3 0 0 20 0 1 0 987654 1000 10 0\n";
+        let s = parse(line).unwrap();
+        assert_eq!(
+            s,
+            ProcStat {
+                state: 'S',
+                ppid: 1,
+                pgrp: 4242,
+                session: 4242,
+                utime: 7,
+                stime: 3,
+                start_time: 987654,
+            }
+        );
+        assert!(s.running());
+        assert!(!parse(&line.replace(") S ", ") Z ")).unwrap().running());
+    }
+
+    #[test]
+    fn a_short_or_garbled_line_is_none() {
+        assert_eq!(parse("12 (x) S 1 2"), None);
+        assert_eq!(parse("no parenthesis at all"), None);
+        assert_eq!(read(0), None);
+        assert_eq!(read(-5), None);
+    }
+
+    #[test]
+    fn this_process_reads_as_running_with_its_parent() {
+        let me = std::process::id() as i32;
+        let s = read(me).unwrap();
+        assert!(s.running());
+        assert_eq!(s.ppid, nix::unistd::getppid().as_raw());
+        assert_eq!(start_time(me), Some(s.start_time));
+        assert!(parentage().contains(&(me, s.ppid)));
+    }
+}
