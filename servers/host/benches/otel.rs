@@ -220,7 +220,7 @@ fn main() {
     let n = 1_000_000u32;
     let line =
         format!("{{\"jsonrpc\":\"2.0\",\"id\":7,\"method\":\"tools/call\",\"params\":{PARAMS}}}");
-    let kitbag::fastpath::Upstream::Call(call) = kitbag::fastpath::classify(&line) else {
+    let kitbag_hub::fastpath::Upstream::Call(call) = kitbag_hub::fastpath::classify(&line) else {
         panic!("a plain call");
     };
     let start = Instant::now();

@@ -3,28 +3,7 @@
 //! progress and cancellation. It is also the CLI: `serve`, `tools`, `call`, `doctor`,
 //! and `server <family>` (the embedded servers, re-executed as child processes).
 
-pub mod access;
-pub mod agent_host;
-pub mod byte_call;
-pub mod catalog;
-pub mod catalog_sync;
-pub mod child_catalog;
-pub mod failure;
 pub mod families;
-pub mod fastpath;
-pub mod host_tools;
-pub mod http;
-pub mod hub;
-pub mod lazy;
-pub mod ledger;
-pub mod mrtr;
-pub mod oauth_client;
-pub mod pipeline;
-pub mod relay;
-pub mod remote;
-pub mod serve;
-pub mod stdio;
-pub mod upstream;
 
 use std::io::IsTerminal;
 use std::path::PathBuf;
@@ -33,9 +12,10 @@ use std::time::Instant;
 
 use clap::{Parser, Subcommand};
 
-use crate::hub::Hub;
-use crate::serve::HostServer;
 use kitbag_config::Config;
+use kitbag_hub::registry::{self as hub, Hub};
+use kitbag_hub::serve::{self, HostServer};
+use kitbag_hub::{access, http, lazy, oauth_client, pipeline, stdio};
 
 #[derive(Debug, Parser)]
 #[command(

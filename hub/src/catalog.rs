@@ -41,7 +41,7 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RoleServer};
 
-use crate::hub::Hub;
+use crate::registry::Hub;
 
 /// What a client's request may see: the hub, and the policy of the agent in force.
 pub struct Scope<'a> {

@@ -9,9 +9,9 @@ use serde_json::json;
 use tokio::sync::oneshot;
 
 use crate::fastpath::{self, FastCall, FastLink, Reply};
-use crate::hub::{CUT_OFF_REASON, CallGuard, FastRoute};
 use crate::ledger::{Ledger, Opening};
 use crate::pipeline::Pipeline;
+use crate::registry::{CUT_OFF_REASON, CallGuard, FastRoute};
 
 /// A plain call sent to its child at the byte level, its answer not yet in.
 pub struct BytePending {

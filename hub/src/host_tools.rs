@@ -6,7 +6,7 @@ use rmcp::model::Tool;
 use serde::Serialize;
 
 use crate::fastpath;
-use crate::hub::{Hub, ReloadReport, State};
+use crate::registry::{Hub, ReloadReport, State};
 
 pub const STATUS_TOOL: &str = "host_status";
 pub const RELOAD_TOOL: &str = "host_reload";
@@ -127,7 +127,7 @@ pub fn reload_tool() -> Tool {
         "Re-read the host's configuration (the --config file, else agent.json) and apply it without dropping this connection: new and changed servers start and take every new call, unchanged ones keep running, and removed or changed ones stop once the calls they are answering finish (at most 5 s). A config that cannot be read changes nothing. Edit the config file first, then call this. SIGHUP does the same.",
         input,
     )
-    .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<crate::hub::ReloadReport>("host_reload")))
+    .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<crate::registry::ReloadReport>("host_reload")))
     .with_annotations(rmcp::model::ToolAnnotations::with_title("Reload host config").read_only(false).destructive(false).idempotent(true).open_world(false))
 }
 

@@ -91,7 +91,7 @@ impl Intercept for ByteCalls {
         let children = self.host.hub.children.locked();
         out.push_str("# HELP kitbag_child_up Whether a child server is ready (1) or not: starting, restarting, failed (0).\n# TYPE kitbag_child_up gauge\n");
         for ch in children.iter() {
-            let up = u8::from(ch.state == crate::hub::State::Ready);
+            let up = u8::from(ch.state == crate::registry::State::Ready);
             let _ = writeln!(
                 out,
                 "kitbag_child_up{{server=\"{}\"}} {up}",

@@ -16,9 +16,9 @@ use serde_json::json;
 
 use crate::access::Access;
 use crate::host_tools::{self, RELOAD_TOOL, STATUS_TOOL};
-use crate::hub::Hub;
 use crate::ledger::error_result;
 use crate::pipeline::{CallMeta, OwnTools, Pipeline};
+use crate::registry::Hub;
 use kitbag_shared::tier::{self, Tier};
 
 /// Re-reads the configuration (for `host_reload` and SIGHUP).
@@ -85,7 +85,9 @@ impl HostServer {
     }
 
     /// Re-read the config and apply it.
-    pub async fn reload(&self) -> Result<crate::hub::ReloadReport, crate::failure::ReloadFailure> {
+    pub async fn reload(
+        &self,
+    ) -> Result<crate::registry::ReloadReport, crate::failure::ReloadFailure> {
         use crate::failure::ReloadFailure;
         let Some(loader) = &self.loader else {
             return Err(ReloadFailure::NoConfig);
@@ -97,7 +99,8 @@ impl HostServer {
             .map_err(ReloadFailure::Agent)?;
         self.access
             .set_agents(kitbag_config::policy::Agents::new(&cfg));
-        if let Ok(mut s) = self.settings.lock() {
+        {
+            let mut s = self.settings.locked();
             *s = cfg.settings.clone();
         }
         let before: Vec<String> = self.tools().iter().map(|t| t.name.to_string()).collect();

@@ -12,7 +12,7 @@ use kitbag_shared::lock::RwLockExt;
 use kitbag_shared::tier::{self, Tier};
 use rmcp::model::Tool;
 
-use crate::hub::FlatList;
+use crate::registry::FlatList;
 
 tokio::task_local! {
     /// The caller of the HTTP request being served: its token's agent and tiers decide what
@@ -149,7 +149,7 @@ pub fn offered<R>(flat: &FlatList, name: &str, look: impl FnOnce(&Tool) -> R) ->
     let offered = if flat.routes.contains_key(name) {
         name.to_string()
     } else {
-        crate::hub::sanitize(name)
+        crate::registry::sanitize(name)
     };
     flat.tools.iter().find(|t| t.name == offered).map(look)
 }

@@ -15,7 +15,7 @@ use rmcp::model::{
 use rmcp::service::{Peer, RoleClient};
 
 use crate::child_catalog::{SUBSCRIBE_TIMEOUT, View, bounded, fetch};
-use crate::hub::{Hub, State};
+use crate::registry::{Hub, State};
 
 impl Hub {
     /// The merged prompts and resources (cached until a child's catalog changes).
@@ -107,7 +107,15 @@ impl Hub {
     fn peer_of(
         &self,
         id: u64,
-    ) -> Result<(Peer<RoleClient>, String, Duration, crate::hub::CallGuard), McpError> {
+    ) -> Result<
+        (
+            Peer<RoleClient>,
+            String,
+            Duration,
+            crate::registry::CallGuard,
+        ),
+        McpError,
+    > {
         let c = self.lock();
         let Some(child) = c.iter().find(|c| c.id == id) else {
             return Err(McpError::internal_error(
@@ -169,7 +177,7 @@ impl Hub {
                 let _ = peer
                     .notify_cancelled(rmcp::model::CancelledNotificationParam::new(
                         Some(request_id),
-                        Some(crate::hub::CUT_OFF_REASON.into()),
+                        Some(crate::registry::CUT_OFF_REASON.into()),
                     ))
                     .await;
                 return Err(McpError::internal_error(

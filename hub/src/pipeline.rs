@@ -14,8 +14,8 @@ use rmcp::model::{CallToolResult, JsonObject, ProgressToken};
 use rmcp::service::{Peer, RoleServer};
 
 use crate::access::Access;
-use crate::hub::{Hub, Route, protocol_error};
 use crate::ledger::{HOST_SERVER, Ledger, Opening, error_code, error_result};
+use crate::registry::{Hub, Route, protocol_error};
 
 /// Who asked, for the audit log, progress and cancellation.
 pub struct CallMeta {
