@@ -19,11 +19,13 @@
 //! - [`contain`]: every process a shell or cron command starts, found and killed (cgroup,
 //!   else child subreaper + environment tag);
 //! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime);
+//! - [`blocking`]: filesystem work from async code, on tokio's blocking threads;
 //! - [`vmlink`]: a call from inside a kitbag-vm instance to the kitbag-vm running it.
 
 pub mod args;
 pub mod atomic;
 pub mod audit;
+pub mod blocking;
 pub mod budget;
 pub mod contain;
 pub mod error;

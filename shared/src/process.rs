@@ -28,37 +28,95 @@ pub fn running(pid: u32) -> bool {
     i32::try_from(pid).is_ok_and(crate::proc_stat::running)
 }
 
-/// SIGTERM each group (and SIGCONT, so a stopped process can act on it), wait until every
-/// group leader has exited or `grace` has passed, then SIGKILL the groups. Blocks.
-pub fn terminate_groups(groups: &[i32], grace: Duration) {
-    for &g in groups {
-        signal_group(g, Signal::SIGTERM);
-        signal_group(g, Signal::SIGCONT);
+/// What a stop acts on: every process it is made of, and whether it is still there.
+pub trait Stoppable {
+    /// Send `signal` to every process of it.
+    fn signal(&self, signal: Signal);
+    /// Whether it is still there (what "gone" means is the target's: see [`Groups`], [`Group`]).
+    fn alive(&self) -> bool;
+}
+
+/// Process groups, gone once every group's leader has exited (a zombie counts as gone): the
+/// host's children, whose leader is the server.
+pub struct Groups<'a>(pub &'a [i32]);
+
+impl Stoppable for Groups<'_> {
+    fn signal(&self, signal: Signal) {
+        for &g in self.0 {
+            signal_group(g, signal);
+        }
     }
-    let deadline = Instant::now() + grace;
-    while groups.iter().any(|&g| g > 0 && running(g as u32)) && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    for &g in groups {
-        signal_group(g, Signal::SIGKILL);
+
+    fn alive(&self) -> bool {
+        self.0.iter().any(|&g| g > 0 && running(g as u32))
     }
 }
 
-/// [`terminate_groups`] for one group without blocking the caller: SIGTERM now, SIGKILL from a
-/// helper thread after `grace` (for a child being restarted or retired while the process
-/// goes on).
+/// One process group, gone once no process of it is left: a command whose helpers may
+/// outlive its first process and deserve their grace too.
+pub struct Group(pub i32);
+
+impl Stoppable for Group {
+    fn signal(&self, signal: Signal) {
+        signal_group(self.0, signal);
+    }
+
+    fn alive(&self) -> bool {
+        group_alive(self.0)
+    }
+}
+
+/// How often a stop looks whether its target is gone.
+const STOP_POLL: Duration = Duration::from_millis(20);
+
+/// The one stop sequence: SIGTERM, and SIGCONT (a stopped process acts on SIGTERM only once
+/// continued); up to `grace` for the target to go; then SIGKILL to whatever is left of it.
+/// True when the grace ran out with the target still there. Blocks.
+pub fn stop(target: &impl Stoppable, grace: Duration) -> bool {
+    target.signal(Signal::SIGTERM);
+    target.signal(Signal::SIGCONT);
+    let deadline = Instant::now() + grace;
+    let mut overdue = false;
+    while target.alive() {
+        if Instant::now() >= deadline {
+            overdue = true;
+            break;
+        }
+        std::thread::sleep(STOP_POLL);
+    }
+    target.signal(Signal::SIGKILL);
+    overdue
+}
+
+/// [`stop`] on the runtime: the same sequence, awaiting instead of sleeping.
+pub async fn stop_async(target: &impl Stoppable, grace: Duration) -> bool {
+    target.signal(Signal::SIGTERM);
+    target.signal(Signal::SIGCONT);
+    let deadline = Instant::now() + grace;
+    let mut overdue = false;
+    while target.alive() {
+        if Instant::now() >= deadline {
+            overdue = true;
+            break;
+        }
+        tokio::time::sleep(STOP_POLL).await;
+    }
+    target.signal(Signal::SIGKILL);
+    overdue
+}
+
+/// [`stop`] the groups ([`Groups`]: until their leaders are gone). Blocks.
+pub fn terminate_groups(groups: &[i32], grace: Duration) {
+    stop(&Groups(groups), grace);
+}
+
+/// [`terminate_groups`] for one group without blocking the caller: the stop runs on a helper
+/// thread (for a child being restarted or retired while the process goes on).
 pub fn terminate_group_soon(pgid: i32, grace: Duration) {
-    if pgid <= 0 || killpg(Pid::from_raw(pgid), Signal::SIGTERM).is_err() {
+    if !group_alive(pgid) {
         return;
     }
-    signal_group(pgid, Signal::SIGCONT);
-    std::thread::spawn(move || {
-        let deadline = Instant::now() + grace;
-        while running(pgid as u32) && Instant::now() < deadline {
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        signal_group(pgid, Signal::SIGKILL);
-    });
+    std::thread::spawn(move || stop(&Groups(&[pgid]), grace));
 }
 
 /// Set by the kitbag host on every server it starts: how many hosts are above that process.

@@ -1,5 +1,6 @@
 //! Content-Length framing and the request/response/event envelope, written by hand.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::HashMap;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
@@ -143,7 +144,8 @@ impl Client {
                     Ok(_) => {}
                 }
                 let Some(c) = weak.upgrade() else { return };
-                if let Ok(mut e) = c.events.lock() {
+                {
+                    let mut e = c.events.locked();
                     e.output.push((
                         category.to_string(),
                         String::from_utf8_lossy(&line).into_owned(),
@@ -194,15 +196,14 @@ impl Client {
                 c.dispatch(msg).await;
             }
             if let Some(c) = weak.upgrade() {
-                if let Ok(mut e) = c.events.lock() {
+                {
+                    let mut e = c.events.locked();
                     e.terminated = true;
                     e.closed = true;
                 }
                 // Nothing more will arrive: fail every waiting request at once (after
                 // `closed` is set, so `start` sees one or the other).
-                if let Ok(mut p) = c.pending.lock() {
-                    p.clear();
-                }
+                c.pending.locked().clear();
                 c.notify.notify_waiters();
             }
         });
@@ -214,19 +215,18 @@ impl Client {
         match msg["type"].as_str() {
             Some("response") => {
                 let id = msg["request_seq"].as_i64().unwrap_or(-1);
-                if msg["command"] == "initialize"
-                    && let Ok(mut e) = self.events.lock()
-                {
-                    e.caps = msg["body"].clone();
+                if msg["command"] == "initialize" {
+                    self.events.locked().caps = msg["body"].clone();
                 }
-                let tx = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                let tx = self.pending.locked().remove(&id);
                 if let Some(tx) = tx {
                     let _ = tx.send(msg);
                 }
             }
             Some("event") => {
                 let body = &msg["body"];
-                if let Ok(mut e) = self.events.lock() {
+                {
+                    let mut e = self.events.locked();
                     match msg["event"].as_str().unwrap_or("") {
                         "initialized" => e.initialized = true,
                         "breakpoint" => {
@@ -300,13 +300,9 @@ impl Client {
             *s += 1;
             *s
         };
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(seq, tx);
-        }
-        if self.events.lock().map(|e| e.closed).unwrap_or(true) {
-            if let Ok(mut p) = self.pending.lock() {
-                p.remove(&seq);
-            }
+        self.pending.locked().insert(seq, tx);
+        if self.events.locked().closed {
+            self.pending.locked().remove(&seq);
             return Err(std::io::Error::other("debug adapter ended"));
         }
         let msg = json!({"seq": seq, "type": "request", "command": command, "arguments": args});
@@ -344,19 +340,19 @@ impl Client {
 
     /// Whether the adapter's stream has ended: no answer will ever come.
     pub fn is_closed(&self) -> bool {
-        self.events.lock().map(|e| e.closed).unwrap_or(true)
+        self.events.locked().closed
     }
 
     /// Kill the adapter's whole process group (adapter and debuggee).
     pub fn kill(&self) {
-        if let Ok(mut owned) = self.owned.lock() {
+        {
+            let mut owned = self.owned.locked();
             for pid in owned.drain(..) {
                 kitbag_shared::process::kill_tree(pid);
             }
         }
-        if let Ok(mut c) = self.child.lock()
-            && let Some(mut child) = c.take()
-        {
+        let child = self.child.locked().take();
+        if let Some(mut child) = child {
             if let Some(pid) = child.id() {
                 // The debuggee may live in its own process group: kill every descendant too.
                 kitbag_shared::process::kill_tree(pid);

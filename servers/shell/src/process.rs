@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use kitbag_shared::contain::{self, ChildReg};
-use kitbag_shared::process::signal_group;
+use kitbag_shared::process::{Stoppable, signal_group};
 
 use crate::logs::{CappedLog, LogDir};
 use nix::sys::signal::Signal;
@@ -322,26 +322,13 @@ impl Running {
     }
 
     /// SIGTERM every process of the command, `grace` to exit, then SIGKILL what is left —
-    /// the process group and everything the containment finds outside it.
+    /// the process group and everything the containment finds outside it. True when the
+    /// grace ran out.
     pub fn terminate(&self, grace: Duration) -> bool {
-        signal_group(self.pid, Signal::SIGTERM);
-        self.contain.signal(Signal::SIGTERM);
-        // A stopped process cannot act on SIGTERM until continued.
-        signal_group(self.pid, Signal::SIGCONT);
-        self.contain.signal(Signal::SIGCONT);
-        let until = Instant::now() + grace;
-        let mut killed = false;
-        while self.alive() {
-            if Instant::now() >= until {
-                signal_group(self.pid, Signal::SIGKILL);
-                killed = true;
-                break;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
+        let overdue = kitbag_shared::process::stop(self, grace);
         // Whatever is left (or raced in), then the cgroup is removed and orphans reaped.
         self.contain.kill();
-        killed
+        overdue
     }
 
     /// Let the reader drain what the terminal still holds (bounded).
@@ -351,3 +338,15 @@ impl Running {
 }
 
 pub use kitbag_shared::process::group_alive;
+
+/// A command is every process of it: its group and what escaped it (shared's stop sequence).
+impl Stoppable for Running {
+    fn signal(&self, signal: Signal) {
+        signal_group(self.pid, signal);
+        self.contain.signal(signal);
+    }
+
+    fn alive(&self) -> bool {
+        Running::alive(self)
+    }
+}

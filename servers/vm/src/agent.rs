@@ -6,6 +6,7 @@
 //! restart of the main command, shutdown. It lives in the instance's namespaces, so it can
 //! dial the instance's loopback — which the server, outside, cannot do without root.
 
+use kitbag_shared::lock::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -40,9 +41,7 @@ struct Agent {
 impl Agent {
     /// `setup`'s environment in place of the agent's own (a VM's init has next to none).
     fn apply_env(&self, cmd: &mut Command) {
-        if let Ok(guard) = self.env.lock()
-            && let Some(env) = guard.as_ref()
-        {
+        if let Some(env) = self.env.locked().as_ref() {
             cmd.env_clear().envs(env.iter().map(|(k, v)| (k, v)));
         }
     }
@@ -92,7 +91,7 @@ async fn run(ctl: PathBuf, listen: Listen) -> anyhow::Result<()> {
     // can trust the socket's listener to be the agent (crate::agent_link). The commands it
     // starts are dumpable again after their exec.
     nix::sys::prctl::set_dumpable(false)?;
-    std::fs::create_dir_all(ctl.join(LOGS_DIR))?;
+    tokio::fs::create_dir_all(ctl.join(LOGS_DIR)).await?;
     let agent = Arc::new(Agent {
         ctl: ctl.clone(),
         main_pgid: Mutex::new(None),
@@ -111,7 +110,7 @@ async fn run(ctl: PathBuf, listen: Listen) -> anyhow::Result<()> {
     match listen {
         Listen::Unix => {
             let sock = ctl.join(AGENT_SOCKET);
-            let _ = std::fs::remove_file(&sock);
+            let _ = tokio::fs::remove_file(&sock).await;
             let listener = UnixListener::bind(&sock)?;
             loop {
                 let (stream, _) = listener.accept().await?;
@@ -348,13 +347,17 @@ async fn logs_since(
     has: &std::collections::BTreeMap<String, u64>,
     mut write: WriteHalf,
 ) -> anyhow::Result<()> {
-    let mut names: Vec<(String, u64)> = std::fs::read_dir(dir)?
-        .flatten()
-        .filter_map(|e| {
-            let meta = e.metadata().ok().filter(|m| m.is_file())?;
-            Some((e.file_name().to_str()?.to_string(), meta.len()))
-        })
-        .collect();
+    let listed = dir.to_path_buf();
+    let mut names: Vec<(String, u64)> = kitbag_shared::blocking::unblock(move || {
+        Ok(std::fs::read_dir(listed)?
+            .flatten()
+            .filter_map(|e| {
+                let meta = e.metadata().ok().filter(|m| m.is_file())?;
+                Some((e.file_name().to_str()?.to_string(), meta.len()))
+            })
+            .collect())
+    })
+    .await?;
     names.sort();
     for (name, size) in names {
         let offset = has.get(&name).copied().filter(|&h| h <= size).unwrap_or(0);
@@ -378,9 +381,7 @@ async fn logs_since(
 /// A VM's environment and main command (a sandbox has both from bwrap and its control
 /// directory). Only once: a later `setup` could swap what `restart_main` runs.
 fn setup(agent: &Agent, env: Vec<(String, String)>, main: Option<MainSpec>) -> Answer {
-    let Ok(mut guard) = agent.env.lock() else {
-        return Answer::fail("io", "the agent's state is poisoned");
-    };
+    let mut guard = agent.env.locked();
     if !agent.vm || guard.is_some() {
         return Answer::fail("refused", "setup is for a VM's agent, once");
     }
@@ -607,11 +608,11 @@ async fn copy_in(
     if !path.is_absolute() {
         return Answer::fail("invalid", "guest_path must be absolute");
     }
-    if !overwrite && std::fs::symlink_metadata(path).is_ok() {
+    if !overwrite && tokio::fs::symlink_metadata(path).await.is_ok() {
         return Answer::fail("exists", format!("{} exists", path.display()));
     }
     if let Some(parent) = path.parent()
-        && let Err(e) = std::fs::create_dir_all(parent)
+        && let Err(e) = tokio::fs::create_dir_all(parent).await
     {
         return Answer::fail("io", format!("{}: {e}", parent.display()));
     }
@@ -632,7 +633,7 @@ async fn copy_in(
             ));
         }
         f.sync_all().await?;
-        if !overwrite && std::fs::symlink_metadata(path).is_ok() {
+        if !overwrite && tokio::fs::symlink_metadata(path).await.is_ok() {
             return Err(std::io::Error::from(std::io::ErrorKind::AlreadyExists));
         }
         tokio::fs::rename(&tmp, path).await?;
@@ -646,7 +647,7 @@ async fn copy_in(
             ..Default::default()
         },
         Err(e) => {
-            let _ = std::fs::remove_file(&tmp);
+            let _ = tokio::fs::remove_file(&tmp).await;
             let code = match e.kind() {
                 std::io::ErrorKind::AlreadyExists => "exists",
                 std::io::ErrorKind::IsADirectory => "is_dir",
@@ -687,7 +688,7 @@ async fn copy_out(
                 a.kind = Some("tree".into());
                 a.size = Some(total);
                 proto::write_line(&mut write, &a).await?;
-                crate::tree::send(&mut write, &entries, |p| std::fs::File::open(p)).await?;
+                crate::tree::send(&mut write, &entries, crate::tree::open_plain).await?;
                 Ok(())
             }
             Err(e) => {
@@ -733,7 +734,7 @@ async fn copy_in_tree(
     if !path.is_absolute() {
         return Answer::fail("invalid", "guest_path must be absolute");
     }
-    if let Err(e) = std::fs::create_dir_all(path) {
+    if let Err(e) = tokio::fs::create_dir_all(path).await {
         return Answer::fail("io", format!("{}: {e}", path.display()));
     }
     let mut budget = max_bytes;
@@ -748,42 +749,18 @@ async fn copy_in_tree(
             Err(e) => return Answer::fail("io", e.to_string()),
         };
         let dest = path.join(&rel);
-        let exists = std::fs::symlink_metadata(&dest).is_ok();
-        let done = match entry.kind {
-            Kind::Dir => std::fs::create_dir_all(&dest),
-            Kind::File if exists && !overwrite => {
-                return Answer::fail("exists", format!("{} exists", dest.display()));
-            }
-            Kind::File => {
-                total += bytes.len() as u64;
-                let tmp = dest.with_file_name(format!(
-                    ".{}.kitbag-copy",
-                    dest.file_name()
-                        .map(|n| n.to_string_lossy())
-                        .unwrap_or_default()
-                ));
-                std::fs::write(&tmp, &bytes).and_then(|()| {
-                    use std::os::unix::fs::PermissionsExt;
-                    let _ = std::fs::set_permissions(
-                        &tmp,
-                        std::fs::Permissions::from_mode(entry.mode & 0o777),
-                    );
-                    std::fs::rename(&tmp, &dest)
-                })
-            }
-            Kind::Symlink if exists && !overwrite => {
-                return Answer::fail("exists", format!("{} exists", dest.display()));
-            }
-            Kind::Symlink => {
-                if exists {
-                    let _ = std::fs::remove_file(&dest);
-                }
-                std::os::unix::fs::symlink(entry.target.unwrap_or_default(), &dest)
-            }
-            Kind::End => break,
+        if entry.kind == Kind::End {
+            break;
+        }
+        let size = bytes.len() as u64;
+        let placed = {
+            let dest = dest.clone();
+            kitbag_shared::blocking::unblock(move || place(&dest, entry, &bytes, overwrite)).await
         };
-        if let Err(e) = done {
-            return Answer::fail("io", format!("{}: {e}", dest.display()));
+        match placed {
+            Ok(true) => total += size,
+            Ok(false) => return Answer::fail("exists", format!("{} exists", dest.display())),
+            Err(e) => return Answer::fail("io", format!("{}: {e}", dest.display())),
         }
     }
     Answer {
@@ -792,6 +769,43 @@ async fn copy_in_tree(
         kind: Some("tree".into()),
         ..Default::default()
     }
+}
+
+/// Put one received entry at `dest`: false when it exists and `overwrite` is off (a file or
+/// a link; directories merge). A file goes through a temporary name, so it is whole or absent.
+fn place(
+    dest: &Path,
+    entry: crate::tree::Entry,
+    bytes: &[u8],
+    overwrite: bool,
+) -> std::io::Result<bool> {
+    use crate::tree::Kind;
+    let exists = std::fs::symlink_metadata(dest).is_ok();
+    match entry.kind {
+        Kind::Dir => std::fs::create_dir_all(dest)?,
+        Kind::File | Kind::Symlink if exists && !overwrite => return Ok(false),
+        Kind::File => {
+            let tmp = dest.with_file_name(format!(
+                ".{}.kitbag-copy",
+                dest.file_name()
+                    .map(|n| n.to_string_lossy())
+                    .unwrap_or_default()
+            ));
+            std::fs::write(&tmp, bytes)?;
+            use std::os::unix::fs::PermissionsExt;
+            let _ =
+                std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(entry.mode & 0o777));
+            std::fs::rename(&tmp, dest)?;
+        }
+        Kind::Symlink => {
+            if exists {
+                let _ = std::fs::remove_file(dest);
+            }
+            std::os::unix::fs::symlink(entry.target.unwrap_or_default(), dest)?;
+        }
+        Kind::End => {}
+    }
+    Ok(true)
 }
 
 /// SIGTERM every process of the instance but init and this agent, wait up to `grace` for
@@ -842,15 +856,10 @@ async fn restart_main(agent: &Arc<Agent>, grace: Duration) -> Answer {
         .generation
         .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
     if let Some(pgid) = agent.main_pgid.lock().await.take() {
-        use kitbag_shared::process::{group_alive, signal_group};
-        signal_group(pgid, Signal::SIGTERM);
-        let deadline = Instant::now() + grace;
-        while Instant::now() < deadline && group_alive(pgid) {
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-        signal_group(pgid, Signal::SIGKILL);
+        use kitbag_shared::process::{Group, stop_async};
+        stop_async(&Group(pgid), grace).await;
     }
-    let _ = std::fs::remove_file(agent.ctl.join(LOGS_DIR).join("main.exit"));
+    let _ = tokio::fs::remove_file(agent.ctl.join(LOGS_DIR).join("main.exit")).await;
     start_main(agent, spec).await;
     let mut a = Answer::ok();
     a.pid = *agent.main_pgid.lock().await;

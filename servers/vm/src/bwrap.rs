@@ -5,6 +5,9 @@
 //! cgroups, starts slirp4netns for outbound networking, then releases it. Ready when the
 //! agent answers a ping on its socket.
 
+use crate::backend::Backend;
+use futures::future::BoxFuture;
+use kitbag_shared::lock::LockExt;
 use std::io::{BufRead, Write};
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -19,7 +22,7 @@ use crate::agent_link::{AgentPeer, connect_agent, open_ctl};
 use crate::cgroup::{InstanceCgroups, Limits};
 use crate::error::{VmError, VmResult};
 use crate::instance_dir::{self, backend_log, work_dir};
-use crate::proto::{self, AGENT_SOCKET, Answer, CTL_DIR, ExitStatus, MAIN_SPEC, Request, Stream};
+use crate::proto::{self, AGENT_SOCKET, CTL_DIR, ExitStatus, MAIN_SPEC, Request, Stream};
 use crate::spawner::Spawner;
 use kitbag_shared::proc_stat::start_time;
 
@@ -395,8 +398,11 @@ impl Sandbox {
         let ctl = prepare_dirs(&spec)?;
         let ctl_fd = open_ctl(&ctl)?;
         let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
-        let log = std::fs::File::create(backend_log(&spec.dir))
-            .map_err(|e| VmError::io("backend.log", e))?;
+        let log = tokio::fs::File::create(backend_log(&spec.dir))
+            .await
+            .map_err(|e| VmError::io("backend.log", e))?
+            .into_std()
+            .await;
         let mut cmd = bwrap_command(&spec)?;
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
@@ -526,9 +532,7 @@ impl Sandbox {
 
     fn write_record(&self) {
         let mut processes = vec![(self.bwrap_pid, start_time(self.bwrap_pid).unwrap_or(0))];
-        if let Ok(guard) = self.slirp.lock()
-            && let Some(s) = guard.as_ref()
-        {
+        if let Some(s) = self.slirp.locked().as_ref() {
             let pid = s.id() as i32;
             processes.push((pid, start_time(pid).unwrap_or(0)));
         }
@@ -544,64 +548,6 @@ impl Sandbox {
             let _ =
                 kitbag_shared::atomic::write_atomic(&self.dir.join("record.json"), &bytes, false);
         }
-    }
-
-    /// A connection to the agent, checked to be the agent (see [`crate::agent_link`]): the
-    /// instance can write its control directory.
-    pub async fn agent(&self) -> std::io::Result<Stream> {
-        connect_agent(&self.ctl_fd, &self.peer).await
-    }
-
-    pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
-        proto::request(self.agent().await?, req).await
-    }
-
-    /// How the sandbox ended, once it has.
-    pub fn exit_status(&self) -> Option<ExitStatus> {
-        *self.exit.borrow()
-    }
-
-    /// Wait until the sandbox ends.
-    pub async fn wait(&self) -> ExitStatus {
-        proto::wait_exit(&self.exit).await
-    }
-
-    pub fn is_frozen(&self) -> bool {
-        self.frozen.lock().map(|f| *f).unwrap_or(false)
-    }
-
-    /// Whether pause freezes (cgroup freezer) or stops processes with SIGSTOP.
-    pub fn pause_method(&self) -> &'static str {
-        if self.cgroups.has_freezer() {
-            "freezer"
-        } else {
-            "sigstop"
-        }
-    }
-
-    /// Freeze every process of the instance (agent included).
-    pub fn pause(&self) -> VmResult<()> {
-        if self.cgroups.has_freezer() {
-            self.cgroups.set_frozen(true)?;
-        } else {
-            self.signal_all(nix::sys::signal::Signal::SIGSTOP);
-        }
-        if let Ok(mut f) = self.frozen.lock() {
-            *f = true;
-        }
-        Ok(())
-    }
-
-    pub fn resume(&self) -> VmResult<()> {
-        if self.cgroups.has_freezer() {
-            self.cgroups.set_frozen(false)?;
-        } else {
-            self.signal_all(nix::sys::signal::Signal::SIGCONT);
-        }
-        if let Ok(mut f) = self.frozen.lock() {
-            *f = false;
-        }
-        Ok(())
     }
 
     /// Every process of the sandbox: the first process and its descendants.
@@ -623,17 +569,78 @@ impl Sandbox {
             }
         }
     }
+}
 
-    pub fn usage(&self) -> crate::cgroup::Usage {
+impl Backend for Sandbox {
+    fn name(&self) -> &'static str {
+        "bwrap"
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn pid(&self) -> i32 {
+        self.child_pid
+    }
+
+    fn exit(&self) -> &watch::Receiver<Option<ExitStatus>> {
+        &self.exit
+    }
+
+    /// A connection to the agent, checked to be the agent (see [`crate::agent_link`]): the
+    /// instance can write its control directory.
+    fn agent(&self) -> BoxFuture<'_, std::io::Result<Stream>> {
+        Box::pin(async move { connect_agent(&self.ctl_fd, &self.peer).await })
+    }
+
+    fn is_frozen(&self) -> bool {
+        *self.frozen.locked()
+    }
+
+    /// Whether pause freezes (cgroup freezer) or stops processes with SIGSTOP.
+    fn pause_method(&self) -> &'static str {
+        if self.cgroups.has_freezer() {
+            "freezer"
+        } else {
+            "sigstop"
+        }
+    }
+
+    /// Freeze every process of the instance (agent included).
+    fn pause(&self) -> VmResult<()> {
+        if self.cgroups.has_freezer() {
+            self.cgroups.set_frozen(true)?;
+        } else {
+            self.signal_all(nix::sys::signal::Signal::SIGSTOP);
+        }
+        *self.frozen.locked() = true;
+        Ok(())
+    }
+
+    fn resume(&self) -> VmResult<()> {
+        if self.cgroups.has_freezer() {
+            self.cgroups.set_frozen(false)?;
+        } else {
+            self.signal_all(nix::sys::signal::Signal::SIGCONT);
+        }
+        {
+            let mut f = self.frozen.locked();
+            *f = false;
+        }
+        Ok(())
+    }
+
+    fn usage(&self) -> crate::cgroup::Usage {
         self.cgroups.usage()
     }
 
-    pub fn limits_enforced(&self) -> (bool, Option<String>) {
+    fn limits_enforced(&self) -> (bool, Option<String>) {
         (self.cgroups.enforced, self.cgroups.note.clone())
     }
 
     /// SIGKILL the sandbox: bwrap's --die-with-parent chain takes every process with it.
-    pub fn kill(&self) {
+    fn kill(&self) {
         if self.is_frozen() {
             let _ = self.resume();
         }
@@ -650,16 +657,19 @@ impl Sandbox {
     }
 
     /// After the end: slirp4netns stopped, cgroups removed, the record and socket gone.
-    pub fn cleanup(&self) {
-        if let Ok(mut guard) = self.slirp.lock()
-            && let Some(mut s) = guard.take()
-        {
+    fn cleanup(&self) {
+        let slirp = self.slirp.locked().take();
+        if let Some(mut s) = slirp {
             let _ = s.kill();
             let _ = s.wait();
         }
         self.cgroups.remove();
         let _ = std::fs::remove_file(self.dir.join("ctl").join(AGENT_SOCKET));
         let _ = std::fs::remove_file(self.dir.join("record.json"));
+    }
+
+    fn force_end(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move { self.kill() })
     }
 }
 
@@ -708,8 +718,10 @@ fn monitor(
 /// slirp4netns into the sandbox's network namespace (host loopback unreachable), told to exit
 /// when its stdin — a pipe only this server holds — closes, so it never outlives the server.
 async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> VmResult<Child> {
-    let own_userns = std::fs::read_link("/proc/self/ns/user").ok();
-    let their_userns = std::fs::read_link(format!("/proc/{child_pid}/ns/user")).ok();
+    let own_userns = tokio::fs::read_link("/proc/self/ns/user").await.ok();
+    let their_userns = tokio::fs::read_link(format!("/proc/{child_pid}/ns/user"))
+        .await
+        .ok();
     // The user namespace that owns the sandbox's network namespace: the one slirp4netns must
     // join. Not always the sandbox's own — bwrap mounting a devpts makes a second, nested
     // user namespace late in its setup, and slirp4netns joining that one was refused the
@@ -739,8 +751,11 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> VmResult<
             owner.as_raw_fd()
         ));
     }
-    let log = std::fs::File::create(dir.join("slirp4netns.log"))
-        .map_err(|e| VmError::io("slirp4netns.log", e))?;
+    let log = tokio::fs::File::create(dir.join("slirp4netns.log"))
+        .await
+        .map_err(|e| VmError::io("slirp4netns.log", e))?
+        .into_std()
+        .await;
     cmd.arg(child_pid.to_string())
         .arg("tap0")
         .stdin(Stdio::piped())
@@ -756,10 +771,13 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> VmResult<
     // Ready once tap0 is up with its address in the sandbox.
     let deadline = Instant::now() + Duration::from_secs(5);
     loop {
-        let log = std::fs::read_to_string(dir.join("slirp4netns.log")).unwrap_or_default();
+        let log = tokio::fs::read_to_string(dir.join("slirp4netns.log"))
+            .await
+            .unwrap_or_default();
         if log.contains("starting slirp") || log.contains("sent tapfd") {
-            let route =
-                std::fs::read_to_string(format!("/proc/{child_pid}/net/route")).unwrap_or_default();
+            let route = tokio::fs::read_to_string(format!("/proc/{child_pid}/net/route"))
+                .await
+                .unwrap_or_default();
             if route.lines().any(|l| l.starts_with("tap0")) {
                 return Ok(child);
             }

@@ -9,6 +9,7 @@
 
 pub mod agent;
 pub mod agent_link;
+pub mod backend;
 pub mod bwrap;
 pub mod cgroup;
 #[cfg(feature = "backend-docker")]
@@ -219,9 +220,7 @@ pub struct Busy {
 
 impl Drop for Busy {
     fn drop(&mut self) {
-        if let Ok(mut map) = self.state.instances.lock()
-            && let Some(i) = map.get_mut(&self.id)
-        {
+        if let Some(i) = self.state.instances.locked().get_mut(&self.id) {
             i.busy = i.busy.saturating_sub(1);
             i.touch();
         }
@@ -357,7 +356,7 @@ impl VmState {
     #[allow(deprecated)]
     pub fn warn_client(&self, message: String) {
         tracing::info!("{message}");
-        let peer = self.peer.lock().ok().and_then(|p| p.clone());
+        let peer = self.peer.locked().clone();
         if let Some(peer) = peer {
             tokio::spawn(async move {
                 let param = kitbag_shared::rmcp::model::LoggingMessageNotificationParam::new(
@@ -407,7 +406,8 @@ struct VmExtras;
 
 impl Extras<VmState> for VmExtras {
     fn on_connected(&self, state: Arc<VmState>, peer: Peer<RoleServer>) {
-        if let Ok(mut p) = state.peer.lock() {
+        {
+            let mut p = state.peer.locked();
             *p = Some(peer);
         }
     }

@@ -7,6 +7,7 @@
 //! processes. Idle is blocked while a foreground exec or copy runs, a relayed connection is
 //! open or a lease lives. The TTL is a hard cap nothing extends.
 
+use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 use std::time::{Duration, Instant, SystemTime};
 
@@ -93,7 +94,6 @@ async fn stop_one(
         Some(s) => Some(s.stop(grace).await),
         None => None,
     };
-    let mut map = state.lock();
     let mut outcome = StopOutcome {
         state: State::Stopped,
         exit,
@@ -102,7 +102,12 @@ async fn stop_one(
         released_leases: released,
         stopped_descendants: Vec::new(),
     };
-    if let Some(inst) = map.get_mut(id) {
+    // The record is settled under the lock; its directory is removed after, off the lock.
+    let removed_dir = {
+        let mut map = state.lock();
+        let Some(inst) = map.get_mut(id) else {
+            return outcome;
+        };
         if inst.state == State::Stopping {
             inst.state = State::Stopped;
             inst.ended_at = Some(SystemTime::now());
@@ -112,13 +117,15 @@ async fn stop_one(
         }
         outcome.state = inst.state;
         outcome.exit = inst.exit;
-        if remove {
-            let dir = inst.dir.clone();
+        let dir = inst.dir.clone();
+        remove.then(|| {
             map.remove(id);
-            drop(map);
-            let _ = std::fs::remove_dir_all(&dir);
-            outcome.removed = true;
-        }
+            dir
+        })
+    };
+    if let Some(dir) = removed_dir {
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+        outcome.removed = true;
     }
     outcome
 }
@@ -216,7 +223,7 @@ pub async fn tick(state: &Arc<VmState>) {
             Action::Remove(id) => {
                 let dir = state.lock().remove(&id).map(|i| i.dir);
                 if let Some(dir) = dir {
-                    let _ = std::fs::remove_dir_all(dir);
+                    let _ = tokio::fs::remove_dir_all(dir).await;
                 }
             }
         }
@@ -301,9 +308,8 @@ fn plan(state: &Arc<VmState>) -> Vec<Action> {
         }
     }
     drop(map);
-    if !expired.is_empty()
-        && let Ok(mut e) = state.expired_leases.lock()
-    {
+    if !expired.is_empty() {
+        let mut e = state.expired_leases.locked();
         for (lease, id, at) in expired {
             e.insert(lease, (id, at));
         }

@@ -120,22 +120,53 @@ where
     }
 }
 
-/// Copy the agent's new log bytes into the instance's directory on this host, where
-/// instance_logs reads them (and finds them after the instance is gone). Logs only grow:
-/// each file is asked for past the length this host already has.
-pub async fn pull_logs(dir: &Path, stream: Stream) -> std::io::Result<()> {
-    use std::io::Seek;
-    use std::os::unix::fs::OpenOptionsExt;
-    use tokio::io::AsyncReadExt;
-    let logs = crate::instance_dir::guest_logs_dir(dir);
+/// The length of each log this host already has of an instance.
+fn log_lengths(logs: &Path) -> std::io::Result<std::collections::BTreeMap<String, u64>> {
     let mut has = std::collections::BTreeMap::new();
-    for e in std::fs::read_dir(&logs)?.flatten() {
+    for e in std::fs::read_dir(logs)?.flatten() {
         if let (Some(name), Ok(meta)) = (e.file_name().to_str(), e.metadata())
             && meta.is_file()
         {
             has.insert(name.to_string(), meta.len());
         }
     }
+    Ok(has)
+}
+
+/// A log of this host's copy, opened (never through a link) to be written from `offset` on.
+fn open_log_at(path: &Path, offset: u64) -> std::io::Result<std::fs::File> {
+    use std::io::Seek;
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .create(true)
+        .write(true)
+        .truncate(false)
+        .custom_flags(kitbag_shared::rustix::fs::OFlags::NOFOLLOW.bits() as i32)
+        .mode(0o600)
+        .open(path)?;
+    if !file.metadata()?.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidData,
+            format!("log {} is not a regular file here", path.display()),
+        ));
+    }
+    file.set_len(offset)?;
+    file.seek(std::io::SeekFrom::Start(offset))?;
+    Ok(file)
+}
+
+/// Copy the agent's new log bytes into the instance's directory on this host, where
+/// instance_logs reads them (and finds them after the instance is gone). Logs only grow:
+/// each file is asked for past the length this host already has.
+pub async fn pull_logs(dir: &Path, stream: Stream) -> std::io::Result<()> {
+    use kitbag_shared::blocking::unblock;
+    use tokio::io::AsyncReadExt;
+    let logs = crate::instance_dir::guest_logs_dir(dir);
+    let has = unblock({
+        let logs = logs.clone();
+        move || log_lengths(&logs)
+    })
+    .await?;
     let mut s = tokio::io::BufReader::new(stream);
     proto::write_line(&mut s, &Request::LogsSince { has }).await?;
     loop {
@@ -150,21 +181,9 @@ pub async fn pull_logs(dir: &Path, stream: Stream) -> std::io::Result<()> {
                 format!("a log named {:?}", chunk.name),
             ));
         }
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .write(true)
-            .truncate(false)
-            .custom_flags(kitbag_shared::rustix::fs::OFlags::NOFOLLOW.bits() as i32)
-            .mode(0o600)
-            .open(logs.join(&chunk.name))?;
-        if !file.metadata()?.is_file() {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::InvalidData,
-                format!("log {:?} is not a regular file here", chunk.name),
-            ));
-        }
-        file.set_len(chunk.offset)?;
-        file.seek(std::io::SeekFrom::Start(chunk.offset))?;
+        let path = logs.join(&chunk.name);
+        let offset = chunk.offset;
+        let file = unblock(move || open_log_at(&path, offset)).await?;
         // Streamed: the length is the instance's word, never a size to allocate.
         let mut file = tokio::fs::File::from_std(file);
         let copied = tokio::io::copy(&mut (&mut s).take(chunk.len), &mut file).await?;

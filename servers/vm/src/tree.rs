@@ -119,16 +119,24 @@ pub fn too_large(total: u64, max: u64) -> std::io::Error {
 }
 
 /// Send walked entries; `open` gives each file's reader (the host side opens through its
+/// Open a file to send, by its path (inside an instance, where the agent's view is the
+/// instance's own).
+pub fn open_plain(path: &Path) -> std::io::Result<std::fs::File> {
+    std::fs::File::open(path)
+}
+
 /// path policy).
 pub async fn send<W: AsyncWrite + Unpin>(
     w: &mut W,
     entries: &[(Entry, PathBuf)],
-    open: impl Fn(&Path) -> std::io::Result<std::fs::File>,
+    open: impl Fn(&Path) -> std::io::Result<std::fs::File> + Clone + Send + 'static,
 ) -> std::io::Result<()> {
     for (entry, abs) in entries {
         proto::write_line(w, entry).await?;
         if entry.kind == Kind::File {
-            let file = tokio::fs::File::from_std(open(abs)?);
+            let (open, abs) = (open.clone(), abs.clone());
+            let opened = kitbag_shared::blocking::unblock(move || open(&abs)).await?;
+            let file = tokio::fs::File::from_std(opened);
             let copied = tokio::io::copy(&mut file.take(entry.size), w).await?;
             if copied != entry.size {
                 return Err(std::io::Error::other(format!(

@@ -130,7 +130,7 @@ pub(super) async fn accept_loop(
                     () = &mut shutdown => break,
                 }
             }
-            let _ = std::fs::remove_file(path);
+            let _ = tokio::fs::remove_file(path).await;
         }
     }
     // Requests in flight (their answers not produced yet) get the grace to finish; then open

@@ -1,6 +1,7 @@
 //! Starting Node.js or Bun with its inspector on a loopback port of its own choosing, and
 //! finding an already running one's WebSocket address for attach.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -53,7 +54,7 @@ fn is_typescript(script: &Path) -> bool {
 fn node_version(node: &Path) -> Option<(u32, u32)> {
     static SEEN: std::sync::Mutex<BTreeMap<PathBuf, (u32, u32)>> =
         std::sync::Mutex::new(BTreeMap::new());
-    if let Some(v) = SEEN.lock().ok().and_then(|m| m.get(node).copied()) {
+    if let Some(v) = SEEN.locked().get(node).copied() {
         return Some(v);
     }
     let out = std::process::Command::new(node)
@@ -64,9 +65,7 @@ fn node_version(node: &Path) -> Option<(u32, u32)> {
     let mut parts = text.trim().trim_start_matches('v').split('.');
     let major = parts.next()?.parse().ok()?;
     let minor = parts.next()?.parse().ok()?;
-    if let Ok(mut m) = SEEN.lock() {
-        m.insert(node.to_path_buf(), (major, minor));
-    }
+    SEEN.locked().insert(node.to_path_buf(), (major, minor));
     Some((major, minor))
 }
 

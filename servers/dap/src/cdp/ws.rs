@@ -1,6 +1,7 @@
 //! One inspector connection: CDP commands over a WebSocket, answers correlated by `id`,
 //! events handed to the adapter in order.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -79,7 +80,7 @@ impl Cdp {
                 };
                 tracing::trace!(target: "kitbag_dap::cdp", "<- {}", text.chars().take(2000).collect::<String>());
                 if let Some(id) = v["id"].as_i64() {
-                    let tx = reader_pending.lock().ok().and_then(|mut p| p.remove(&id));
+                    let tx = reader_pending.locked().remove(&id);
                     if let Some(tx) = tx {
                         let answer = match v.get("error") {
                             Some(e) => Err(AdapterFailure::Refused(
@@ -97,9 +98,7 @@ impl Cdp {
                 }
             }
             // The socket is gone: every waiting command fails now.
-            if let Ok(mut p) = reader_pending.lock() {
-                p.clear();
-            }
+            reader_pending.locked().clear();
         });
         Ok((
             Arc::new(Cdp {
@@ -115,15 +114,11 @@ impl Cdp {
     pub fn send(&self, method: &str, params: Value) -> oneshot::Receiver<AdapterResult<Value>> {
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(id, tx);
-        }
+        self.pending.locked().insert(id, tx);
         let msg = json!({"id": id, "method": method, "params": params});
         tracing::trace!(target: "kitbag_dap::cdp", "-> {msg}");
-        if self.out.send(Message::text(msg.to_string())).is_err()
-            && let Ok(mut p) = self.pending.lock()
-        {
-            p.remove(&id);
+        if self.out.send(Message::text(msg.to_string())).is_err() {
+            self.pending.locked().remove(&id);
         }
         rx
     }

@@ -5,6 +5,7 @@
 //! kind's whole list on each request: the lists here are the truth, and each change resends
 //! one list.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 
@@ -346,9 +347,7 @@ pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<
                 &resp["body"],
                 bps.functions.iter_mut().map(|b| &mut b.common),
             );
-            if let Ok(mut e) = core.entry.lock()
-                && let Some(entry) = e.as_mut()
-            {
+            if let Some(entry) = core.entry.locked().as_mut() {
                 entry.adapter_id = resp["body"]["breakpoints"][n]["id"].as_i64();
             }
         }

@@ -1,6 +1,7 @@
 //! Execution control: continue, the steps and pause, and waiting (bounded) for the program
 //! to stop or exit.
 
+use kitbag_shared::lock::LockExt;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
@@ -30,7 +31,7 @@ pub async fn resume(
         ));
     }
     let (stopped, exited) = {
-        let e = client.events.lock().map_err(|_| super::no_session())?;
+        let e = client.events.locked();
         (e.stopped.is_some(), e.exited.is_some() || e.terminated)
     };
     if exited {
@@ -60,7 +61,7 @@ pub async fn resume(
         None if p.action == Action::Pause => first_thread(&core).await?,
         None => stopped_thread(&core).unwrap_or(1),
     };
-    let before = client.events.lock().map(|e| e.stop_count).unwrap_or(0);
+    let before = client.events.locked().stop_count;
     client
         .request(command, json!({"threadId": thread}), REQUEST_TIMEOUT)
         .await
@@ -72,11 +73,11 @@ pub async fn resume(
                 e
             }
         })?;
-    if p.action != Action::Pause
-        && let Ok(mut e) = client.events.lock()
-        && e.stop_count == before
-    {
-        e.stopped = None;
+    if p.action != Action::Pause {
+        let mut e = client.events.locked();
+        if e.stop_count == before {
+            e.stopped = None;
+        }
     }
     settle(state, &core, policy, p.action, p.wait_ms).await
 }
@@ -119,7 +120,7 @@ pub async fn settle(
         tokio::pin!(notified);
         notified.as_mut().enable();
         let (stopped, exited, terminated, stop_count) = {
-            let e = client.events.lock().map_err(|_| super::no_session())?;
+            let e = client.events.locked();
             (e.stopped.clone(), e.exited, e.terminated, e.stop_count)
         };
         if let Some(stop) = stopped {
@@ -245,9 +246,7 @@ async fn stopped_reply(
 /// Whether an entry breakpoint was pending, and whether this stop is its. It is dropped at
 /// the first stop, whatever the stop was.
 fn entry_check(core: &Core, reason: &str, hit_ids: &[i64], function: &str) -> (bool, bool) {
-    let Ok(mut slot) = core.entry.lock() else {
-        return (false, false);
-    };
+    let mut slot = core.entry.locked();
     let Some(entry) = slot.take() else {
         return (false, false);
     };

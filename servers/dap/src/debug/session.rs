@@ -1,6 +1,7 @@
 //! A session's life: launch or attach (spawn or reach the adapter, initialize, configure,
 //! start), status and output while it lives, disconnect at the end.
 
+use kitbag_shared::lock::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -509,7 +510,7 @@ pub async fn output(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debug
     // The cursor from the last output call.
     let since = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let items: Vec<(String, String)> = {
-        let e = core.client.events.lock().map_err(|_| no_session())?;
+        let e = core.client.events.locked();
         e.output
             .iter()
             .skip(since)

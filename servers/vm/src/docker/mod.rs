@@ -14,7 +14,11 @@
 pub mod api;
 pub mod tar;
 
+use crate::backend::Backend;
+use futures::future::BoxFuture;
+use kitbag_shared::lock::LockExt;
 use std::os::fd::OwnedFd;
+use std::path::Path;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -448,65 +452,80 @@ impl Container {
         }
         Ok(c)
     }
+}
 
-    pub async fn agent(&self) -> std::io::Result<Stream> {
-        connect_agent(&self.ctl_fd, &self.peer).await
+impl Backend for Container {
+    fn name(&self) -> &'static str {
+        "docker"
     }
 
-    pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
-        proto::request(self.agent().await?, req).await
+    fn dir(&self) -> &Path {
+        &self.dir
     }
 
-    pub fn exit_status(&self) -> Option<ExitStatus> {
-        *self.exit.borrow()
+    fn pid(&self) -> i32 {
+        self.pid
     }
 
-    pub async fn wait(&self) -> ExitStatus {
-        proto::wait_exit(&self.exit).await
+    fn exit(&self) -> &watch::Receiver<Option<ExitStatus>> {
+        &self.exit
     }
 
-    pub fn is_frozen(&self) -> bool {
-        self.paused.lock().map(|p| *p).unwrap_or(false)
+    fn pause_method(&self) -> &'static str {
+        "engine_pause"
+    }
+
+    fn limits_enforced(&self) -> (bool, Option<String>) {
+        (
+            true,
+            Some("the engine's cgroups (Memory, NanoCpus, PidsLimit)".into()),
+        )
+    }
+
+    fn agent(&self) -> BoxFuture<'_, std::io::Result<Stream>> {
+        Box::pin(async move { connect_agent(&self.ctl_fd, &self.peer).await })
+    }
+
+    fn is_frozen(&self) -> bool {
+        *self.paused.locked()
     }
 
     /// The engine's pause (its freezer).
-    pub fn pause(&self) -> VmResult<()> {
+    fn pause(&self) -> VmResult<()> {
         self.api
             .call_blocking("POST", &format!("/containers/{}/pause", self.container))
             .map_err(|e| VmError::engine(e.to_string()))?;
-        if let Ok(mut p) = self.paused.lock() {
-            *p = true;
-        }
+        *self.paused.locked() = true;
         Ok(())
     }
 
-    pub fn resume(&self) -> VmResult<()> {
+    fn resume(&self) -> VmResult<()> {
         self.api
             .call_blocking("POST", &format!("/containers/{}/unpause", self.container))
             .map_err(|e| VmError::engine(e.to_string()))?;
-        if let Ok(mut p) = self.paused.lock() {
-            *p = false;
-        }
+        *self.paused.locked() = false;
         Ok(())
     }
 
-    pub fn usage(&self) -> crate::cgroup::Usage {
+    fn usage(&self) -> crate::cgroup::Usage {
         crate::cgroup::usage_of(self.pid)
     }
 
     /// When the agent did not end it: the engine kills and removes it.
-    pub async fn force_end(&self) {
-        let _ = self.api.remove(&self.container).await;
+    fn force_end(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = self.api.remove(&self.container).await;
+        })
     }
 
     /// Kill and remove at once (the engine does both), blocking: for the synchronous paths.
-    pub fn kill(&self) {
+    fn kill(&self) {
         let _ = self
             .api
             .call_blocking("DELETE", &api::remove_path(&self.container));
     }
 
-    pub fn cleanup(&self) {
+    fn cleanup(&self) {
         let _ = std::fs::remove_file(self.dir.join("ctl").join(proto::AGENT_SOCKET));
     }
 }

@@ -1,6 +1,8 @@
 //! One instance on the cluster: its object (Pod or Sandbox), the pod's agent, and the
 //! tasks that keep it: the `hold` line, the main command's watch, the Sandbox's lease.
 
+use crate::backend::Backend;
+use futures::future::BoxFuture;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -141,7 +143,8 @@ impl KubePod {
             .clone()
             .map_err(|e| VmError::missing(e.to_string()))?;
         let payload = engine.payload().await?;
-        std::fs::create_dir_all(crate::instance_dir::guest_logs_dir(&spec.dir))
+        tokio::fs::create_dir_all(crate::instance_dir::guest_logs_dir(&spec.dir))
+            .await
             .map_err(|e| VmError::io(spec.dir.display(), e))?;
         let pool = spec.image.strip_prefix(WARMPOOL_PREFIX);
         let kind = choose_kind(&probe, pool.is_some())?;
@@ -487,10 +490,6 @@ impl KubePod {
         Ok(())
     }
 
-    pub fn usage(&self) -> crate::cgroup::Usage {
-        crate::cgroup::Usage::default()
-    }
-
     pub async fn force_end(&self) {
         self.end(ExitStatus {
             code: -1,
@@ -506,8 +505,6 @@ impl KubePod {
             rt.spawn(async move { me.force_end().await });
         }
     }
-
-    pub fn cleanup(&self) {}
 
     async fn delete_object(&self) {
         if let Err(e) = self.api.delete(&self.object_path(), 0).await {
@@ -652,4 +649,79 @@ async fn isolate(api: &Api, kind: Kind, name: &str, id: &str, created: &Value) -
         )));
     }
     Ok(())
+}
+
+/// A pod's pause, resume and kill go on in tasks of their own that hold it: the engine holds
+/// it by its `Arc`.
+impl Backend for Arc<KubePod> {
+    fn name(&self) -> &'static str {
+        "kube"
+    }
+
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn pid(&self) -> i32 {
+        0
+    }
+
+    fn exit(&self) -> &watch::Receiver<Option<ExitStatus>> {
+        &self.exit
+    }
+
+    fn agent(&self) -> BoxFuture<'_, std::io::Result<Stream>> {
+        Box::pin(KubePod::agent(self))
+    }
+
+    fn sync_logs(&self) -> BoxFuture<'_, std::io::Result<()>> {
+        Box::pin(KubePod::sync_logs(self))
+    }
+
+    fn is_frozen(&self) -> bool {
+        KubePod::is_frozen(self)
+    }
+
+    fn pause_method(&self) -> &'static str {
+        "sandbox_suspend"
+    }
+
+    fn pause(&self) -> VmResult<()> {
+        KubePod::pause(self)
+    }
+
+    fn resume(&self) -> VmResult<()> {
+        KubePod::resume(self)
+    }
+
+    fn usage(&self) -> crate::cgroup::Usage {
+        crate::cgroup::Usage::default()
+    }
+
+    fn limits_enforced(&self) -> (bool, Option<String>) {
+        (
+            true,
+            Some("the pod's resources.limits (memory, cpu), enforced by its node".into()),
+        )
+    }
+
+    /// A suspended Sandbox has no processes to stop: resuming it would start a pod only to
+    /// stop it again.
+    fn before_stop(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            if KubePod::is_frozen(self) {
+                KubePod::force_end(self).await;
+            }
+        })
+    }
+
+    fn force_end(&self) -> BoxFuture<'_, ()> {
+        Box::pin(KubePod::force_end(self))
+    }
+
+    fn kill(&self) {
+        KubePod::kill(self)
+    }
+
+    fn cleanup(&self) {}
 }

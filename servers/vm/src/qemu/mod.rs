@@ -11,6 +11,9 @@ pub mod cpio;
 pub mod image;
 pub mod qmp;
 
+use crate::backend::Backend;
+use futures::future::BoxFuture;
+use kitbag_shared::lock::LockExt;
 use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::sync::{Arc, Mutex};
@@ -20,10 +23,11 @@ use tokio::sync::watch;
 
 use crate::bwrap::Record;
 use crate::error::{VmError, VmResult};
-use crate::proto::{self, Answer, ExitStatus, LOGS_DIR, Request, Stream};
+use crate::proto::{ExitStatus, LOGS_DIR, Stream};
 use crate::remote;
 use crate::spawner::Spawner;
 use kitbag_shared::proc_stat::start_time;
+use std::path::Path;
 
 /// The accelerator a server asks for (`--qemu-accel`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -170,7 +174,8 @@ impl QemuVm {
         timeout: Duration,
         progress: &(dyn Fn(&str) + Send + Sync),
     ) -> VmResult<Arc<QemuVm>> {
-        std::fs::create_dir_all(spec.dir.join("ctl").join(LOGS_DIR))
+        tokio::fs::create_dir_all(spec.dir.join("ctl").join(LOGS_DIR))
+            .await
             .map_err(|e| VmError::io(spec.dir.display(), e))?;
         let image = {
             let _one = IMAGE_BUILD.lock().await;
@@ -247,7 +252,11 @@ impl QemuVm {
         token: &str,
     ) -> VmResult<QemuVm> {
         let log_path = crate::instance_dir::backend_log(&spec.dir);
-        let log = std::fs::File::create(&log_path).map_err(|e| VmError::io("backend.log", e))?;
+        let log = tokio::fs::File::create(&log_path)
+            .await
+            .map_err(|e| VmError::io("backend.log", e))?
+            .into_std()
+            .await;
         let log2 = log.try_clone()?;
         let (ours, theirs) = std::os::unix::net::UnixStream::pair()
             .map_err(|e| VmError::io("the monitor's socket pair", e))?;
@@ -282,7 +291,7 @@ impl QemuVm {
                         code: -1,
                         signal: None,
                     });
-                let main = main_seen.lock().ok().and_then(|m| *m);
+                let main = *main_seen.locked();
                 let _ = exit_tx.send(Some(main.unwrap_or(waited)));
             })
             .map_err(|e| VmError::io("the monitor thread", e))?;
@@ -394,64 +403,84 @@ impl QemuVm {
                 kitbag_shared::atomic::write_atomic(&self.dir.join("record.json"), &bytes, false);
         }
     }
+}
 
-    /// A connection to the agent, past its token check.
-    pub async fn agent(&self) -> std::io::Result<Stream> {
-        let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
-        tcp.set_nodelay(true)?;
-        crate::remote::hello(Box::new(tcp), &self.token).await
+impl Backend for QemuVm {
+    fn name(&self) -> &'static str {
+        "qemu"
     }
 
-    pub async fn request(&self, req: &Request) -> std::io::Result<Answer> {
-        proto::request(self.agent().await?, req).await
+    fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn pid(&self) -> i32 {
+        self.pid
+    }
+
+    fn exit(&self) -> &watch::Receiver<Option<ExitStatus>> {
+        &self.exit
+    }
+
+    fn pause_method(&self) -> &'static str {
+        "qmp_stop"
+    }
+
+    fn limits_enforced(&self) -> (bool, Option<String>) {
+        (
+            true,
+            Some(format!(
+                "a {} virtual machine: memory and CPUs are its size (-m, -smp); processes are limited only by the guest kernel",
+                self.accel.to_uppercase()
+            )),
+        )
+    }
+
+    /// A connection to the agent, past its token check.
+    fn agent(&self) -> BoxFuture<'_, std::io::Result<Stream>> {
+        Box::pin(async move {
+            let tcp = tokio::net::TcpStream::connect(("127.0.0.1", self.port)).await?;
+            tcp.set_nodelay(true)?;
+            crate::remote::hello(Box::new(tcp), &self.token).await
+        })
     }
 
     /// Copy the guest's logs to the instance's directory on the host, where instance_logs
     /// reads them (and finds them after the VM is gone).
-    pub async fn sync_logs(&self) -> std::io::Result<()> {
-        if self.exit_status().is_some() {
-            return Ok(());
-        }
-        // One sync at a time: two would append the same bytes twice.
-        let _one = self.log_sync.lock().await;
-        crate::remote::pull_logs(&self.dir, self.agent().await?).await
+    fn sync_logs(&self) -> BoxFuture<'_, std::io::Result<()>> {
+        Box::pin(async move {
+            if self.exit_status().is_some() {
+                return Ok(());
+            }
+            // One sync at a time: two would append the same bytes twice.
+            let _one = self.log_sync.lock().await;
+            crate::remote::pull_logs(&self.dir, self.agent().await?).await
+        })
     }
 
-    pub fn exit_status(&self) -> Option<ExitStatus> {
-        *self.exit.borrow()
-    }
-
-    pub async fn wait(&self) -> ExitStatus {
-        proto::wait_exit(&self.exit).await
-    }
-
-    pub fn is_frozen(&self) -> bool {
-        self.paused.lock().map(|p| *p).unwrap_or(false)
+    fn is_frozen(&self) -> bool {
+        *self.paused.locked()
     }
 
     /// QMP `stop`: the virtual CPUs halt, and with them everything in the guest.
-    pub fn pause(&self) -> VmResult<()> {
+    fn pause(&self) -> VmResult<()> {
         self.qmp
             .execute("stop", None)
             .map_err(|e| VmError::io("QMP stop", e))?;
-        if let Ok(mut p) = self.paused.lock() {
-            *p = true;
-        }
+        *self.paused.locked() = true;
         Ok(())
     }
 
-    pub fn resume(&self) -> VmResult<()> {
+    fn resume(&self) -> VmResult<()> {
         self.qmp
             .execute("cont", None)
             .map_err(|e| VmError::io("QMP cont", e))?;
-        if let Ok(mut p) = self.paused.lock() {
-            *p = false;
-        }
+        *self.paused.locked() = false;
         Ok(())
     }
 
     /// QEMU's own use: resident memory and CPU time of its process.
-    pub fn usage(&self) -> crate::cgroup::Usage {
+    fn usage(&self) -> crate::cgroup::Usage {
         let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
             .ok()
             .and_then(|s| {
@@ -468,24 +497,26 @@ impl QemuVm {
     }
 
     /// When the guest did not power off by itself: QMP `quit`, then SIGKILL.
-    pub async fn force_end(&self) {
-        let _ = self.qmp.execute("quit", None);
-        if tokio::time::timeout(Duration::from_secs(2), self.wait())
-            .await
-            .is_err()
-        {
-            self.kill();
-        }
+    fn force_end(&self) -> BoxFuture<'_, ()> {
+        Box::pin(async move {
+            let _ = self.qmp.execute("quit", None);
+            if tokio::time::timeout(Duration::from_secs(2), self.wait())
+                .await
+                .is_err()
+            {
+                self.kill();
+            }
+        })
     }
 
-    pub fn kill(&self) {
+    fn kill(&self) {
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(self.pid),
             nix::sys::signal::Signal::SIGKILL,
         );
     }
 
-    pub fn cleanup(&self) {
+    fn cleanup(&self) {
         let _ = std::fs::remove_file(self.dir.join("record.json"));
     }
 }
@@ -506,7 +537,8 @@ async fn watch_main(vm: Arc<QemuVm>, main_ended: remote::MainEnded<QemuVm>) {
     let Some(status) = remote::wait_main(vm.agent().await).await else {
         return; // the VM went away first (stopped or killed): nothing to report
     };
-    if let Ok(mut m) = vm.main_exit.lock() {
+    {
+        let mut m = vm.main_exit.locked();
         *m = Some(status);
     }
     main_ended(vm).await;

@@ -193,7 +193,8 @@ async fn copy_in_dir(
     let answer = sandbox
         .request_with_body(&req, |mut w| async {
             // Files are opened beneath the root, never by the path string the walk saw.
-            tree::send(&mut w, &entries, |abs| policy.open_real_read(abs)).await?;
+            let policy = policy.clone();
+            tree::send(&mut w, &entries, move |abs| policy.open_real_read(abs)).await?;
             Ok(w)
         })
         .await

@@ -313,7 +313,7 @@ pub async fn restart(
         ));
     };
     if let Some(config) = &host.config {
-        let text = std::fs::read_to_string(config).map_err(|e| {
+        let text = tokio::fs::read_to_string(config).await.map_err(|e| {
             ToolError::new(
                 ErrorCode::ConfigInvalid,
                 format!("the host's config {config} cannot be read: {e}; nothing was restarted"),

@@ -461,7 +461,7 @@ async fn start(inner: Arc<Inner>, uid: String, id: String, pod: Value, rt: PodRt
         Err(e) => Err(e),
     };
     let engine = match started {
-        Ok(s) => Arc::new(Engine::Bwrap(s)),
+        Ok(s) => Arc::new(Engine::new(s)),
         Err(e) => {
             kubelet.set_phase(&uid, Phase::Ended);
             let st = container_status(

@@ -18,7 +18,9 @@ use crate::qemu::{QemuVm, VmSpec};
 /// A bubblewrap sandbox, with its own line to this server for a kitbag-vm started inside.
 pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResult<Arc<Engine>> {
     let ctl = state.state_dir.join("instances").join(id).join("ctl");
-    std::fs::create_dir_all(&ctl).map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
+    tokio::fs::create_dir_all(&ctl)
+        .await
+        .map_err(|e| ToolError::io(&ctl.display().to_string(), &e))?;
     let guest_close = crate::tools::guest_socket::listen(state.clone(), id.to_string(), &ctl)
         .map_err(|e| {
             ToolError::new(
@@ -55,7 +57,7 @@ pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolR
     let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
         .await
         .map_err(|e| e.spawn_error("bwrap", "the sandbox"))?;
-    Ok(Arc::new(Engine::Bwrap(sandbox)))
+    Ok(Arc::new(Engine::new(sandbox)))
 }
 
 /// A container of the Docker engine.
@@ -87,7 +89,7 @@ pub async fn start_container(
     let container = crate::docker::Container::start(engine, spec, Duration::from_secs(60))
         .await
         .map_err(|e| e.spawn_error("docker", "the container"))?;
-    Ok(Arc::new(Engine::Docker(container)))
+    Ok(Arc::new(Engine::new(container)))
 }
 
 /// A pod (or agent-sandbox Sandbox) of the Kubernetes cluster.
@@ -109,7 +111,7 @@ pub async fn start_pod(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolResul
     let pod = crate::kube::pod::KubePod::start(&state.kube, spec, KUBE_START_TIMEOUT)
         .await
         .map_err(|e| e.spawn_error("kube", "the pod"))?;
-    Ok(Arc::new(Engine::Kube(pod)))
+    Ok(Arc::new(Engine::new(Arc::new(pod))))
 }
 
 /// Scheduling, an image pull and the agent's upload: minutes on a busy cluster.
@@ -165,7 +167,7 @@ pub async fn start_vm(
     };
     let (vm, ()) = tokio::join!(started, forward);
     let vm = vm.map_err(|e| e.spawn_error("qemu", "the VM"))?;
-    Ok(Arc::new(Engine::Qemu(vm)))
+    Ok(Arc::new(Engine::new(vm)))
 }
 
 pub async fn wait_ready(
