@@ -59,6 +59,9 @@ pub enum ErrorCode {
     // lsp
     LspServerNotFound,
     LspServerUnavailable,
+    /// The language server is still loading the project: an answer now would cover only part
+    /// of it. `detail.retry_after_secs` says when to ask again.
+    ServerNotReady,
     RenameScopeExceedsCage,
     RenameNotPossible,
     UnsupportedLanguage,

@@ -67,12 +67,20 @@ pub fn builtin() -> Vec<LanguageConfig> {
             &["py", "pyi"],
             "npm install -g pyright",
         ),
-        lang(
-            "typescript",
-            &["typescript-language-server", "--stdio"],
-            &["ts", "tsx", "js", "jsx", "mjs", "cjs", "mts", "cts"],
-            "npm install -g typescript-language-server typescript",
-        ),
+        LanguageConfig {
+            // Every request to the semantic tsserver: while it loads the project, the syntax
+            // server would answer rename, references and workspace symbols from the open
+            // files alone — a partial answer that looks whole (crate::ready).
+            initialization_options: Some(
+                serde_json::json!({"tsserver": {"useSyntaxServer": "never"}}),
+            ),
+            ..lang(
+                "typescript",
+                &["typescript-language-server", "--stdio"],
+                &["ts", "tsx", "js", "jsx", "mjs", "cjs", "mts", "cts"],
+                "npm install -g typescript-language-server typescript",
+            )
+        },
         lang(
             "go",
             &["gopls"],

@@ -2,6 +2,7 @@
 //! it pushed for the document's *current* version, after the server has gone quiet
 //! (no work-done progress running, no event for a short while), within a bounded wait.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -50,12 +51,11 @@ pub async fn collect(
             .collect()
     };
     let settled = wait_until_settled(server, files, &pulled, &marks, start + wait).await;
-    let ev = server.rpc.events.lock().ok();
+    let ev = server.rpc.events.locked();
     let mut by_file = Vec::new();
     for (path, lines) in files {
         let mut items = pulled.remove(path).unwrap_or_default();
-        if let Some(ev) = &ev
-            && let Some(pubd) = ev.diagnostics.get(&path_to_uri(path))
+        if let Some(pubd) = ev.diagnostics.get(&path_to_uri(path))
             && is_current(pubd, marks.get(path))
         {
             for d in &pubd.items {
@@ -132,9 +132,7 @@ async fn wait_until_settled(
     loop {
         let notified = server.rpc.changed.notified();
         let (fresh, quiet_for) = {
-            let Ok(ev) = server.rpc.events.lock() else {
-                return false;
-            };
+            let ev = server.rpc.events.locked();
             let fresh = uris.iter().all(|(p, uri)| {
                 pulled.contains_key(*p)
                     || ev
@@ -174,9 +172,7 @@ async fn wait_until_settled(
 /// Diagnostics the server pushed for files we did not open (e.g. rust-analyzer's
 /// `cargo check` covers the whole crate), under `dir`.
 pub fn pushed_under(server: &Server, dir: &std::path::Path) -> Vec<(PathBuf, Vec<Value>)> {
-    let Ok(ev) = server.rpc.events.lock() else {
-        return Vec::new();
-    };
+    let ev = server.rpc.events.locked();
     let mut out: Vec<(PathBuf, Vec<Value>)> = ev
         .diagnostics
         .iter()

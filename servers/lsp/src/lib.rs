@@ -15,6 +15,7 @@ pub mod diagnostics;
 pub mod dispatch;
 pub mod edits;
 pub mod pool;
+pub mod ready;
 pub mod rename;
 pub mod result;
 pub mod rpc;

@@ -2,6 +2,7 @@
 //! every call, stopped when idle, restarted after a crash or a hang, and kept in sync
 //! with the files on disk before every request.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, Weak};
@@ -441,7 +442,8 @@ fn display(root: &Path, p: &Path) -> String {
 
 impl Server {
     fn touch(&self) {
-        if let Ok(mut t) = self.last_used.lock() {
+        {
+            let mut t = self.last_used.locked();
             *t = Instant::now();
         }
     }
@@ -461,7 +463,7 @@ impl Server {
                 .request("shutdown", Value::Null, Duration::from_secs(3))
                 .await;
             let _ = self.rpc.notify("exit", Value::Null).await;
-            let child = self.child.lock().ok().and_then(|mut c| c.take());
+            let child = self.child.locked().take();
             if let Some(mut child) = child {
                 let waited = tokio::time::timeout(Duration::from_secs(2), child.wait()).await;
                 if waited.is_err() {
@@ -477,7 +479,7 @@ impl Server {
     }
 
     pub fn kill(&self) {
-        let child = self.child.lock().ok().and_then(|mut c| c.take());
+        let child = self.child.locked().take();
         if let Some(mut child) = child {
             kitbag_shared::process::kill_tree(self.pid);
             let _ = child.start_kill();

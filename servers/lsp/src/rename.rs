@@ -31,6 +31,7 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
         .with_detail(json!({"capability": "renameProvider"})));
     }
     let (line, ch) = position(&o.lines, p, p.action)?;
+    crate::ready::project_loaded(server, "a rename", crate::ready::LOAD_WAIT).await?;
     let units = o.lines.to_units(line, ch, server.encoding);
     let tdp = json!({"textDocument": {"uri": path_to_uri(&o.abs)},
         "position": {"line": line, "character": units}});
@@ -135,6 +136,7 @@ pub async fn rename_file(
     refuse_existing(policy, &to)?;
     let o = open(pool, policy, path).await?;
     let server = &o.server;
+    crate::ready::project_loaded(server, "a file rename", crate::ready::LOAD_WAIT).await?;
     let (old_uri, new_uri) = (path_to_uri(&from.abs), path_to_uri(&to.abs));
     let supports = !server.capabilities["workspace"]["fileOperations"]["willRename"].is_null();
     let files = if supports {

@@ -2,6 +2,7 @@
 //! the server's own requests answered, and what it tells us asynchronously
 //! (published diagnostics, work-done progress) kept for the actions to read.
 
+use kitbag_shared::lock::LockExt;
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::path::Path;
 use std::process::Stdio;
@@ -74,6 +75,9 @@ pub struct Rpc {
     pub events: Mutex<ServerEvents>,
     /// Woken on every notification and when the server's output ends.
     pub changed: Notify,
+    /// When kitbag last told the server something changed (a document opened, changed or
+    /// closed): the server's work on it starts after that.
+    last_told: Mutex<Option<Instant>>,
     stderr_tail: Mutex<VecDeque<String>>,
     /// Answers to `workspace/configuration`, looked up by section.
     settings: Value,
@@ -118,6 +122,7 @@ impl Rpc {
             alive: AtomicBool::new(true),
             events: Mutex::default(),
             changed: Notify::new(),
+            last_told: Mutex::new(None),
             stderr_tail: Mutex::default(),
             settings,
             root_name: cwd
@@ -149,7 +154,8 @@ impl Rpc {
                 while let Ok(Some(line)) = lines.next_line().await {
                     let Some(rpc) = weak.upgrade() else { return };
                     tracing::debug!(pid = rpc.pid, "language server: {line}");
-                    if let Ok(mut t) = rpc.stderr_tail.lock() {
+                    {
+                        let mut t = rpc.stderr_tail.locked();
                         if t.len() == STDERR_TAIL_LINES {
                             t.pop_front();
                         }
@@ -191,7 +197,7 @@ impl Rpc {
         match (method, msg.get("id")) {
             (None, Some(id)) => {
                 let Some(id) = id.as_i64() else { return };
-                let tx = self.pending.lock().ok().and_then(|mut p| p.remove(&id));
+                let tx = self.pending.locked().remove(&id);
                 if let Some(tx) = tx {
                     let result = match msg.get("error") {
                         Some(e) => Err(RpcError::Server {
@@ -241,7 +247,8 @@ impl Rpc {
                 "failureReason": "kitbag-lsp applies edits only through its rename action"
             })),
             "workspace/diagnostic/refresh" => {
-                if let Ok(mut e) = self.events.lock() {
+                {
+                    let mut e = self.events.locked();
                     e.refresh_requested = true;
                 }
                 self.changed.notify_waiters();
@@ -263,9 +270,7 @@ impl Rpc {
 
     fn notification(&self, method: &str, params: Option<&Value>) {
         let params = params.cloned().unwrap_or(Value::Null);
-        let Ok(mut e) = self.events.lock() else {
-            return;
-        };
+        let mut e = self.events.locked();
         e.seq += 1;
         e.last_event = Some(Instant::now());
         let seq = e.seq;
@@ -332,9 +337,17 @@ impl Rpc {
 
     /// Send a notification.
     pub async fn notify(&self, method: &str, params: Value) -> Result<(), RpcError> {
+        if method.starts_with("textDocument/did") || method.starts_with("workspace/did") {
+            *self.last_told.locked() = Some(Instant::now());
+        }
         self.write(&json!({"jsonrpc": "2.0", "method": method, "params": params}))
             .await
             .map_err(|_| RpcError::Closed)
+    }
+
+    /// When kitbag last told the server a document changed (see [`Rpc::notify`]).
+    pub fn last_told(&self) -> Option<Instant> {
+        *self.last_told.locked()
     }
 
     /// Send a request and wait for its answer; on timeout the request is cancelled.
@@ -349,23 +362,17 @@ impl Rpc {
         }
         let id = self.next_id.fetch_add(1, Ordering::SeqCst);
         let (tx, rx) = oneshot::channel();
-        if let Ok(mut p) = self.pending.lock() {
-            p.insert(id, tx);
-        }
+        self.pending.locked().insert(id, tx);
         let msg = json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params});
         if self.write(&msg).await.is_err() {
-            if let Ok(mut p) = self.pending.lock() {
-                p.remove(&id);
-            }
+            self.pending.locked().remove(&id);
             return Err(RpcError::Closed);
         }
         match tokio::time::timeout(timeout, rx).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err(RpcError::Closed),
             Err(_) => {
-                if let Ok(mut p) = self.pending.lock() {
-                    p.remove(&id);
-                }
+                self.pending.locked().remove(&id);
                 let _ = self.notify("$/cancelRequest", json!({"id": id})).await;
                 Err(RpcError::Timeout)
             }
@@ -374,7 +381,7 @@ impl Rpc {
 
     /// Current event counter (for "anything new since?" checks).
     pub fn event_seq(&self) -> u64 {
-        self.events.lock().map(|e| e.seq).unwrap_or(0)
+        self.events.locked().seq
     }
 }
 

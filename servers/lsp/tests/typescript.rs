@@ -116,3 +116,60 @@ fn typescript_end_to_end() {
     );
     assert_eq!(s["definitions"][0]["path"], "lib/arith.ts", "{s}");
 }
+
+/// Seed 004's rename example as the very first call of a fresh server: every file that uses
+/// the name changes (tsserver loads the project only after the first open; a rename asked
+/// before that sees the declaring file alone).
+#[test]
+fn the_seed_rename_is_whole_on_first_contact() {
+    if !have("typescript-language-server") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        &[
+            (
+                "tsconfig.json",
+                "{\"compilerOptions\": {\"strict\": true, \"target\": \"es2020\", \"module\": \"commonjs\"}, \"include\": [\"src\"]}\n",
+            ),
+            (
+                "src/types.ts",
+                "// The people who use the app.\n\nexport interface User {\n  id: string;\n  name: string;\n}\n",
+            ),
+            (
+                "src/main.ts",
+                "import { User } from \"./types\";\nimport { login } from \"./auth\";\n\nconst admin: User = { id: \"1\", name: \"root\" };\nexport function greet(u: User): string {\n  return `hello ${u.name}`;\n}\nlogin(admin);\n",
+            ),
+            (
+                "src/auth.ts",
+                "import { User } from \"./types\";\n\nexport function login(u: User): boolean {\n  return u.id.length > 0;\n}\n",
+            ),
+        ],
+    );
+    // Enough code that loading the project takes a while: the rename must not be answered
+    // from the open file while it loads.
+    for n in 0..40 {
+        let body: String = (0..400)
+            .map(|i| {
+                format!("export function f{n}_{i}(x: number): number {{ return x * {i} + {n}; }}\n")
+            })
+            .collect();
+        std::fs::write(d.path().join(format!("src/filler{n}.ts")), body).unwrap();
+    }
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(120);
+    let s = ok(
+        &mut c,
+        json!({"action": "rename", "path": "./src/types.ts", "line": 3, "character": 17, "new_name": "AppUser"}),
+    );
+    assert_eq!(s["files_changed"], 3, "{s}");
+    assert_eq!(s["total_edits"], 6, "{s}");
+    for f in ["src/types.ts", "src/main.ts", "src/auth.ts"] {
+        let text = std::fs::read_to_string(d.path().join(f)).unwrap();
+        assert!(
+            text.contains("AppUser") && !text.replace("AppUser", "").contains("User"),
+            "{f}: {text}"
+        );
+    }
+}

@@ -111,6 +111,10 @@ pub async fn goto(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolR
     };
     let (o, tdp, (line, ch)) = at_position(pool, policy, p).await?;
     unsupported_unless(&o.server, cap, p.action)?;
+    if p.action == Action::Implementation {
+        // Implementations may be anywhere in the project.
+        crate::ready::project_loaded(&o.server, "implementations", crate::ready::LOAD_WAIT).await?;
+    }
     let answer = ask(pool, &o.server, method, tdp).await?;
     let entries = locations(&o.server, policy, &answer).await;
     let mut text = location_text(&entries);
@@ -136,6 +140,7 @@ pub async fn references(
 ) -> ToolResult<Answer> {
     let (o, mut tdp, _) = at_position(pool, policy, p).await?;
     unsupported_unless(&o.server, "referencesProvider", p.action)?;
+    crate::ready::project_loaded(&o.server, "references", crate::ready::LOAD_WAIT).await?;
     tdp["context"] = json!({"includeDeclaration": p.include_declaration.unwrap_or(false)});
     let answer = ask(pool, &o.server, "textDocument/references", tdp).await?;
     let all = locations(&o.server, policy, &answer).await;

@@ -89,6 +89,7 @@ async fn workspace_symbols(
     let server = server_of(pool, policy, p).await?;
     server.sync(&[]).await?;
     unsupported_unless(&server, "workspaceSymbolProvider", p.action)?;
+    crate::ready::project_loaded(&server, "workspace symbols", crate::ready::LOAD_WAIT).await?;
     let q = p.query.clone().unwrap_or_default();
     let answer = ask(pool, &server, "workspace/symbol", json!({"query": q})).await?;
     Ok(SymbolAnswer {
