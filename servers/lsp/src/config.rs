@@ -98,6 +98,18 @@ pub fn builtin() -> Vec<LanguageConfig> {
     ]
 }
 
+/// `over` laid over `base`: objects merged key by key (recursively), anything else replaced.
+fn merge_over(base: &mut Value, over: Value) {
+    match (base, over) {
+        (Value::Object(b), Value::Object(o)) => {
+            for (k, v) in o {
+                merge_over(b.entry(k).or_insert(Value::Null), v);
+            }
+        }
+        (b, o) => *b = o,
+    }
+}
+
 /// Why a config file or a `--server` flag was refused; the message names the table or flag.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -194,7 +206,11 @@ impl Config {
                     .collect();
             }
             if let Some(opts) = entry.initialization_options {
-                cfg.initialization_options = Some(toml_to_json(opts));
+                // Over the built-in ones, key by key: a user's option does not drop kitbag's
+                // (typescript's `useSyntaxServer`) unless it names it.
+                let mut merged = cfg.initialization_options.take().unwrap_or(Value::Null);
+                merge_over(&mut merged, toml_to_json(opts));
+                cfg.initialization_options = Some(merged);
             }
             if let Some(s) = entry.settings {
                 cfg.settings = toml_to_json(s);
@@ -330,6 +346,19 @@ mod tests {
         let ts = c.by_name("typescript").unwrap();
         assert_eq!(ts.language_id("tsx"), "typescriptreact");
         assert_eq!(c.by_name("c").unwrap().language_id("hpp"), "cpp");
+    }
+
+    #[test]
+    fn initialization_options_are_laid_over_the_built_in_ones() {
+        let mut base = serde_json::json!({"tsserver": {"useSyntaxServer": "never"}, "a": 1});
+        merge_over(
+            &mut base,
+            serde_json::json!({"tsserver": {"logVerbosity": "off"}, "a": [2]}),
+        );
+        assert_eq!(
+            base,
+            serde_json::json!({"tsserver": {"useSyntaxServer": "never", "logVerbosity": "off"}, "a": [2]})
+        );
     }
 
     #[test]
