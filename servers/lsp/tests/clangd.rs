@@ -128,3 +128,18 @@ fn clangd_end_to_end() {
     assert_eq!(s["count"], 0, "{s}");
     assert!(c.stdout_garbage().is_empty());
 }
+
+/// A rename as the first call of a fresh clangd: the header and both sources change.
+#[test]
+fn the_first_rename_is_whole() {
+    if !have("clangd") {
+        return;
+    }
+    let d = project();
+    common::first_contact_rename_in(
+        d.path(),
+        json!({"action": "rename", "path": "shapes.h", "line": 4, "symbol": "area", "new_name": "surface"}),
+        "area",
+        &["shapes.h", "shapes.c", "main.c"],
+    );
+}

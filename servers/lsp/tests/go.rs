@@ -115,3 +115,31 @@ fn gopls_end_to_end() {
     assert_eq!(s["count"], 0, "{s}");
     assert!(c.stdout_garbage().is_empty());
 }
+
+/// A rename as the first call of a fresh gopls: every file of the package that uses the name.
+#[test]
+fn the_first_rename_is_whole() {
+    if !have("gopls") {
+        return;
+    }
+    common::first_contact_rename(
+        &[
+            ("go.mod", GO_MOD),
+            (
+                "types.go",
+                "package main\n\n// A person who logs in.\ntype User struct {\n\tName string\n}\n",
+            ),
+            (
+                "main.go",
+                "package main\n\nimport \"fmt\"\n\nfunc main() {\n\tu := User{Name: \"root\"}\n\tfmt.Println(login(u))\n}\n",
+            ),
+            (
+                "auth.go",
+                "package main\n\nfunc login(u User) bool {\n\treturn u.Name != \"\"\n}\n",
+            ),
+        ],
+        json!({"action": "rename", "path": "types.go", "line": 4, "symbol": "User", "new_name": "AppUser"}),
+        "User",
+        &["types.go", "main.go", "auth.go"],
+    );
+}

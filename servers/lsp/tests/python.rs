@@ -583,3 +583,30 @@ fn definitions_outside_the_readable_mounts_carry_path_and_line_only() {
     );
     assert_eq!(r.error_code(), Some("capability_denied"), "{}", r.text);
 }
+
+/// The seed's rename shape as the first call of a fresh pyright: every importer changes.
+#[test]
+fn the_first_rename_is_whole() {
+    if !have("pyright-langserver") {
+        return;
+    }
+    common::first_contact_rename(
+        &[
+            (
+                "models.py",
+                "class User:\n    def __init__(self, name: str) -> None:\n        self.name = name\n",
+            ),
+            (
+                "app.py",
+                "from models import User\n\n\ndef make(name: str) -> User:\n    return User(name)\n",
+            ),
+            (
+                "auth.py",
+                "from models import User\n\n\ndef login(u: User) -> bool:\n    return bool(u.name)\n",
+            ),
+        ],
+        json!({"action": "rename", "path": "models.py", "line": 1, "symbol": "User", "new_name": "AppUser"}),
+        "User",
+        &["models.py", "app.py", "auth.py"],
+    );
+}

@@ -127,3 +127,35 @@ fn rust_analyzer_end_to_end() {
     assert_eq!(s["count"], 0, "{s}");
     assert!(c.stdout_garbage().is_empty());
 }
+
+/// A rename as the first call of a fresh rust-analyzer (before it has indexed the crate):
+/// every module that uses the name changes.
+#[test]
+fn the_first_rename_is_whole() {
+    if !have("rust-analyzer") {
+        return;
+    }
+    common::first_contact_rename(
+        &[
+            (
+                "Cargo.toml",
+                "[package]\nname = \"demo\"\nversion = \"0.1.0\"\nedition = \"2021\"\n\n[workspace]\n",
+            ),
+            (
+                "src/types.rs",
+                "pub struct User {\n    pub name: String,\n}\n",
+            ),
+            (
+                "src/auth.rs",
+                "use crate::types::User;\n\npub fn login(u: &User) -> bool {\n    !u.name.is_empty()\n}\n",
+            ),
+            (
+                "src/main.rs",
+                "mod auth;\nmod types;\n\nuse types::User;\n\nfn main() {\n    let u = User { name: \"root\".into() };\n    println!(\"{}\", auth::login(&u));\n}\n",
+            ),
+        ],
+        json!({"action": "rename", "path": "src/types.rs", "line": 1, "symbol": "User", "new_name": "AppUser"}),
+        "User",
+        &["src/types.rs", "src/auth.rs", "src/main.rs"],
+    );
+}

@@ -88,3 +88,28 @@ pub fn edit_on_disk(dir: &Path, file: &str, from: &str, to: &str) {
     assert!(text.contains(from), "{file} has no {from:?}");
     std::fs::write(dir.join(file), text.replace(from, to)).unwrap();
 }
+
+/// A rename as the very first call of a fresh `kitbag-lsp` (its language server not started
+/// yet) over the project `files`: it must change every file in `changed` and leave no use of
+/// `old` in them — never the declaring file alone.
+pub fn first_contact_rename(files: &[(&str, &str)], rename: Value, old: &str, changed: &[&str]) {
+    let d = tempfile::tempdir().unwrap();
+    write(d.path(), files);
+    first_contact_rename_in(d.path(), rename, old, changed);
+}
+
+/// [`first_contact_rename`] over a project already written to `dir`.
+pub fn first_contact_rename_in(dir: &Path, rename: Value, old: &str, changed: &[&str]) {
+    let mut c = kitbag_testkit::McpClient::spawn(bin(), &[], dir, kitbag_testkit::Era::Modern);
+    c.timeout = std::time::Duration::from_secs(120);
+    let s = ok(&mut c, rename.clone());
+    let new = rename["new_name"].as_str().unwrap();
+    assert_eq!(s["files_changed"], changed.len(), "{s}");
+    for f in changed {
+        let text = std::fs::read_to_string(dir.join(f)).unwrap();
+        assert!(
+            text.contains(new) && !text.replace(new, "").contains(old),
+            "{f}: {text}"
+        );
+    }
+}
