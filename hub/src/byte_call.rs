@@ -35,8 +35,20 @@ impl Pipeline<'_> {
         call: &FastCall<'_>,
         trace: Option<&kitbag_shared::otel::Propagate>,
     ) -> Option<BytePending> {
-        let name = call.name.as_ref();
-        if self.own.owns(name) || self.access.permit(&self.hub.flat(), name).is_err() {
+        let mut name = call.name.as_ref();
+        if self.own.owns(name) {
+            return None;
+        }
+        // A seed's spelling of a child's tool; one that takes its tool from `action` needs
+        // its arguments rewritten, which the rmcp transport does.
+        let alias = self.hub.alias_of(name);
+        if let Some(alias) = &alias {
+            if alias.action_named {
+                return None;
+            }
+            name = &alias.name;
+        }
+        if self.access.permit(&self.hub.flat(), name).is_err() {
             return None;
         }
         let FastRoute {

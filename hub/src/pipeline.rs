@@ -66,6 +66,11 @@ impl Pipeline<'_> {
             ledger.finish(error_code(&result));
             return Ok(result);
         }
+        // A seed's spelling (`file.read`, `kaged.issue.list`, `read_file`) is the tool it
+        // names from here on: the policy checks that tool, the audit line names it.
+        let mut arguments = arguments;
+        let resolved = self.hub.resolve_alias(name, &mut arguments);
+        let name = resolved.as_deref().unwrap_or(name);
         let route = match self.hub.route(name) {
             Some(route) => route,
             // Perhaps the tool of a server a reload is (re)starting: known once it is ready.

@@ -1178,6 +1178,24 @@ impl Hub {
         })
     }
 
+    /// The child tool a seed's spelling of a name stands for (`file.read` → `file_read`,
+    /// `kaged.issue.list` → `issue_list`, `read_file` → `file_read`), by name alone.
+    pub fn alias_of(&self, name: &str) -> Option<kitbag_shared::aliases::Alias> {
+        let flat = self.flat();
+        kitbag_shared::aliases::resolve(name, None, |n| flat.routes.contains_key(n))
+    }
+
+    /// [`Hub::alias_of`] with the call's arguments, for the unified forms that name their tool
+    /// in `action` (`kaged.issue` + `{"action": "list"}`), whose `action` is then removed.
+    pub fn resolve_alias(
+        &self,
+        name: &str,
+        arguments: &mut Option<rmcp::model::JsonObject>,
+    ) -> Option<String> {
+        let flat = self.flat();
+        kitbag_shared::aliases::resolve_call(name, arguments, |n| flat.routes.contains_key(n))
+    }
+
     /// Find the route for a tool name as offered, or as the child spells it (e.g. dotted).
     pub fn route(&self, name: &str) -> Option<Route> {
         let flat = self.flat();

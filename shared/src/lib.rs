@@ -1,6 +1,8 @@
 //! kitbag-shared: what every kitbag MCP server shares.
 //!
 //! - [`server`]: the tool router, per-call context and the rmcp `ServerHandler`;
+//! - [`aliases`]: the seeds' tool names (`file.read`, `kaged.issue.list`, `read_file`) resolved
+//!   to kitbag's in `tools/call`;
 //! - [`error`]: the one error enum, rendered as `isError` results;
 //! - [`paths`]: root confinement, symlink-safe resolution, ro/rw mounts;
 //! - [`flags`]: `--root`, `--allow`, `--read-only`, logging and audit flags;
@@ -22,6 +24,7 @@
 //! - [`blocking`]: filesystem work from async code, on tokio's blocking threads;
 //! - [`vmlink`]: a call from inside a kitbag-vm instance to the kitbag-vm running it.
 
+pub mod aliases;
 pub mod args;
 pub mod atomic;
 pub mod audit;

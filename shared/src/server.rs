@@ -740,7 +740,10 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
     }
 
     fn get_tool(&self, name: &str) -> Option<Tool> {
-        self.router.get(name).cloned()
+        let resolved = crate::aliases::resolve(name, None, |n| self.router.get(n).is_some());
+        self.router
+            .get(resolved.as_ref().map_or(name, |a| a.name.as_str()))
+            .cloned()
     }
 
     async fn call_tool(
@@ -748,7 +751,15 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
         request: CallToolRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, McpError> {
-        let name: Cow<'static, str> = request.name.clone();
+        let mut arguments = request.arguments;
+        // A seed's spelling of a tool name (`file.read`, `kaged.issue.list`, `read_file`).
+        let name: Cow<'static, str> =
+            match crate::aliases::resolve_call(&request.name, &mut arguments, |n| {
+                self.router.get(n).is_some()
+            }) {
+                Some(resolved) => resolved.into(),
+                None => request.name.clone(),
+            };
         if self.router.get(&name).is_none() {
             return Err(McpError::invalid_params(
                 format!("unknown tool `{name}`; call tools/list for the available tools"),
@@ -768,7 +779,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
             .into());
         }
         let ctx = self.ctx_for(&context);
-        let args = request.arguments.unwrap_or_default();
+        let args = arguments.unwrap_or_default();
         Ok(self.dispatch(&name, args, ctx).await.into())
     }
 

@@ -61,6 +61,31 @@ fn unknown_tool_is_a_protocol_error() {
     assert!(r.get("error").is_some(), "{r}");
 }
 
+/// The seeds' names for this server's tools (`file.read`, seed 000's `read_file` and
+/// `write_file`) are resolved in `tools/call`; `tools/list` keeps kitbag's names.
+#[test]
+fn seed_tool_names_resolve_in_calls() {
+    let d = fixture();
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = McpClient::spawn(bin(), &[], d.path(), era);
+        assert!(
+            c.list_tools()
+                .iter()
+                .all(|t| t["name"] != "read_file" && t["name"] != "file.read")
+        );
+        let direct = c.call_ok("file_read", json!({"path": "a.txt"}));
+        for alias in ["file.read", "read_file"] {
+            let r = c.call_ok(alias, json!({"path": "a.txt"}));
+            assert_eq!(r.structured, direct.structured, "{alias}");
+        }
+        let r = c.request(
+            "tools/call",
+            json!({"name": "file.nothing", "arguments": {}}),
+        );
+        assert!(r.get("error").is_some(), "{r}");
+    }
+}
+
 #[test]
 fn catalog() {
     let d = fixture();

@@ -378,6 +378,16 @@ fn agent_profiles_hide_and_refuse_tools() {
     let r = reviewer.call("file_create", json!({"path": "new.txt", "content": "x"}));
     assert_eq!(r.error_code(), Some("capability_denied"), "{}", r.text);
     assert!(r.text.contains("writers"), "{}", r.text);
+    // A seed's name for a privileged tool is that tool to the policy.
+    for alias in ["write_file", "file.write"] {
+        let r = reviewer.call(alias, json!({"path": "new.txt", "content": "x"}));
+        assert_eq!(
+            r.error_code(),
+            Some("capability_denied"),
+            "{alias}: {}",
+            r.text
+        );
+    }
     assert!(!d.path().join("new.txt").exists(), "nothing written");
     let mut editor = McpClient::spawn(
         bin(),
@@ -989,5 +999,47 @@ fn lazy_mode_lists_discovery_tools_that_reach_every_tool() {
             c.call_ok("file_read", json!({"path": "a.txt"})).text,
             "1: alpha\n2: beta"
         );
+    }
+}
+
+/// The seeds' spellings of tool names — seed 004's dotted ones (`file.read`,
+/// `kaged.issue.create`, the unified `kaged.issue` with `action`) and seed 000's (`read_file`)
+/// — are resolved in `tools/call`, on the byte path and through rmcp, in both eras;
+/// `tools/list` keeps kitbag's names only.
+#[test]
+fn seed_tool_names_resolve_in_calls() {
+    let d = project();
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = McpClient::spawn(bin(), &["serve"], d.path(), era);
+        let listed = names(&mut c);
+        assert!(listed.iter().all(|n| !n.contains('.') && n != "read_file"));
+        let direct = c.call_ok("file_read", json!({"path": "a.txt"}));
+        for alias in ["file.read", "read_file"] {
+            let r = c.call_ok(alias, json!({"path": "a.txt"}));
+            assert_eq!(r.structured, direct.structured, "{alias}");
+        }
+        let created = c.call_ok(
+            "kaged.issue.create",
+            json!({"title": "Refactor auth module", "body": "Split it."}),
+        );
+        let number = created.structured["number"].clone();
+        assert!(number.is_u64(), "{}", created.raw);
+        // The unified form: the tool from `action`, which is no argument of issue_list.
+        let listed = c.call_ok("kaged.issue", json!({"action": "list", "status": "open"}));
+        assert!(
+            listed.structured["issues"]
+                .as_array()
+                .expect("issues")
+                .iter()
+                .any(|i| i["number"] == number),
+            "{}",
+            listed.raw
+        );
+        // A name no seed uses stays unknown.
+        let r = c.request(
+            "tools/call",
+            json!({"name": "kaged.nothing", "arguments": {}}),
+        );
+        assert!(r.get("error").is_some(), "{r}");
     }
 }
