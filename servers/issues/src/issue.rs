@@ -601,7 +601,8 @@ pub struct TransitionParams {
     pub number: i64,
     /// The new status.
     pub to: Target,
-    /// Why; required for `rejected`; added to the update stream. Markdown, at most 16 KB.
+    /// Why; required for `resolved` and `rejected`; added to the update stream. Markdown, at
+    /// most 16 KB.
     #[serde(default)]
     pub comment: Option<String>,
 }
@@ -631,12 +632,18 @@ pub fn transition(
         }
         _ => None,
     };
-    if to == Status::Rejected && comment.is_none() {
-        return Err(ToolError::new(
-            ErrorCode::InvalidParams,
-            "Rejection requires an explanatory comment.",
-        )
-        .with_detail(json!({"field": "comment"})));
+    // Seed 004's amendment: a closing status says why.
+    let needs_comment = match to {
+        Status::Rejected => Some("Rejection requires an explanatory comment."),
+        Status::Resolved => Some("Resolution requires an explanatory comment."),
+        _ => None,
+    };
+    if let Some(why) = needs_comment
+        && comment.is_none()
+    {
+        return Err(
+            ToolError::new(ErrorCode::InvalidParams, why).with_detail(json!({"field": "comment"}))
+        );
     }
     let m = db::transition(conn, &state.project, &state.principal, n, to, comment)?;
     Ok(Reply::new(

@@ -138,7 +138,10 @@ fn list_happy_path_filter_search_and_pagination(env: &Env) {
     let r = c.call_ok("issue_list", json!({"search": "\"empty password"}));
     assert_eq!(r.structured["total"], 1, "{}", r.text);
     // Resolved issues leave the default list but not status=all.
-    c.call_ok("issue_transition", json!({"number": 3, "to": "resolved"}));
+    c.call_ok(
+        "issue_transition",
+        json!({"number": 3, "to": "resolved", "comment": "Done."}),
+    );
     assert_eq!(c.call_ok("issue_list", json!({})).structured["total"], 2);
     assert_eq!(
         c.call_ok("issue_list", json!({"status": "all"})).structured["total"],
@@ -316,7 +319,10 @@ fn create_numbers_limits_and_author(env: &Env) {
     let mut c = env.spawn(&["--principal", "operator:alice"]);
     let n = create(&mut c, "by alice", "");
     c.call_ok("issue_comment", json!({"number": n, "body": "hi"}));
-    c.call_ok("issue_transition", json!({"number": n, "to": "resolved"}));
+    c.call_ok(
+        "issue_transition",
+        json!({"number": n, "to": "resolved", "comment": "Done."}),
+    );
     let g = get(&mut c, n);
     assert_eq!(g["created_by"], "operator:alice");
     assert_eq!(g["resolved_by"], "operator:alice");
@@ -569,6 +575,21 @@ fn the_state_machine(env: &Env) {
         );
     }
     assert_eq!(get(&mut c, m)["status"], "open", "unchanged");
+    // So does resolved (seed 004's amendment).
+    let e = c
+        .call_err(
+            "issue_transition",
+            json!({"number": m, "to": "resolved"}),
+            "invalid_params",
+        )
+        .expect_field("comment");
+    assert!(
+        e.text
+            .ends_with("Resolution requires an explanatory comment."),
+        "{}",
+        e.text
+    );
+    assert_eq!(get(&mut c, m)["status"], "open", "unchanged");
     let r = c.call_ok(
         "issue_transition",
         json!({"number": m, "to": "rejected", "comment": "Duplicate of #1."}),
@@ -619,7 +640,10 @@ fn the_state_machine(env: &Env) {
     assert_eq!(g["status"], "reopened");
     assert_eq!(g["resolved_at"], Value::Null);
     assert_eq!(g["resolved_by"], Value::Null);
-    c.call_ok("issue_transition", json!({"number": n, "to": "resolved"}));
+    c.call_ok(
+        "issue_transition",
+        json!({"number": n, "to": "resolved", "comment": "Done."}),
+    );
     let g = get(&mut c, n);
     assert_eq!(g["status"], "resolved");
     assert_eq!(g["resolved_by"], "agent:primary");
@@ -887,7 +911,10 @@ fn resources_read_and_notify_in_both_eras(env: &Env) {
     let mut c = env.spawn(&[]);
     create(&mut c, "Add dark mode", "palette");
     let n = create(&mut c, "Fix login", "crash");
-    c.call_ok("issue_transition", json!({"number": 1, "to": "resolved"}));
+    c.call_ok(
+        "issue_transition",
+        json!({"number": 1, "to": "resolved", "comment": "Done."}),
+    );
     let list = c.request("resources/list", json!({}));
     let uris: Vec<&str> = list["result"]["resources"]
         .as_array()
