@@ -277,7 +277,8 @@ fn pick_scopes(list: &[Value], wanted: &ScopeWanted, asked: Option<&str>) -> Too
                 .collect()
         }
     };
-    if chosen.is_empty() {
+    // Seed 004: a frame without closure variables has an empty closure scope, not an error.
+    if chosen.is_empty() && !matches!(wanted, ScopeWanted::Closure) {
         let names: Vec<String> = list
             .iter()
             .map(|s| format!("{} ({})", s["name"].as_str().unwrap_or(""), scope_kind(s)))
@@ -561,7 +562,17 @@ mod tests {
             json!({"name": "Locals", "variablesReference": 1}),
             json!({"name": "Globals", "variablesReference": 2}),
         ];
-        let e = pick_scopes(&py, &ScopeWanted::Closure, Some("closure")).unwrap_err();
+        assert!(
+            pick_scopes(&py, &ScopeWanted::Closure, Some("closure"))
+                .unwrap()
+                .is_empty()
+        );
+        let e = pick_scopes(
+            &py,
+            &ScopeWanted::Named("registers".into()),
+            Some("registers"),
+        )
+        .unwrap_err();
         assert_eq!(e.detail["field"], "scope");
         assert!(
             e.message.contains("Locals (local), Globals (global)"),
