@@ -191,11 +191,15 @@ fn session(era: Era) {
     // A global expands by name from inside a function.
     let r = c.call("debug", json!({"action": "variables", "expand": "cfg"}));
     assert_eq!(var(&r.structured, "cfg.size")["value"], "3", "{:?}", r.raw);
-    for scope in ["closure", "registers"] {
-        let r = c.call("debug", json!({"action": "variables", "scope": scope}));
-        assert_eq!(r.error_code(), Some("invalid_params"), "{}", r.text);
-        assert_eq!(r.structured["error"]["detail"]["field"], "scope");
-    }
+    // No closure scope in this frame: an empty list (seed 004); an unknown scope is an error.
+    let r = c.call_ok("debug", json!({"action": "variables", "scope": "closure"}));
+    assert_eq!(r.structured["variables"], json!([]), "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "variables", "scope": "registers"}),
+    );
+    assert_eq!(r.error_code(), Some("invalid_params"), "{}", r.text);
+    assert_eq!(r.structured["error"]["detail"]["field"], "scope");
     // The seed's example verbatim: thread 1 is the main thread, whatever debugpy numbers it.
     let r = c.call("debug", json!({"action": "step_over", "thread_id": 1}));
     assert_eq!(r.structured["location"]["line"], 5, "{:?}", r.raw);
