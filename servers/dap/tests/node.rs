@@ -364,13 +364,33 @@ fn node_attach() {
         json!({"action": "evaluate", "expression": "typeof setInterval"}),
     );
     assert_eq!(r.structured["result"], "\"function\"", "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "disconnect"}));
+    let r = c.call(
+        "debug",
+        json!({"action": "disconnect", "terminate_debuggee": false}),
+    );
     assert_eq!(r.structured["debuggee_terminated"], false, "{:?}", r.raw);
     std::thread::sleep(Duration::from_millis(300));
     assert!(
         target.0.try_wait().unwrap().is_none(),
         "the attach target should keep running"
     );
+    // Attached again, a plain disconnect ends it (seed 004: terminate_debuggee defaults to
+    // true).
+    let r = c.call(
+        "debug",
+        json!({"action": "attach", "runtime": "node", "port": port, "host": "localhost"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert_eq!(r.structured["debuggee_terminated"], true, "{:?}", r.raw);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while target.0.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the attach target should have ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     c.shutdown();
 }
 

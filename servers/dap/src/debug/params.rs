@@ -106,7 +106,7 @@ pub struct DebugParams {
     /// attach: debug port.
     #[serde(default)]
     pub port: Option<u16>,
-    /// disconnect: kill the debuggee (default true after launch, false after attach).
+    /// disconnect: kill the debuggee (default true; false detaches).
     #[serde(default)]
     pub terminate_debuggee: Option<bool>,
     /// set/remove_breakpoint: root-relative source file.

@@ -460,7 +460,8 @@ pub async fn disconnect(state: &DapState, p: &DebugParams) -> ToolResult<Reply<D
         return Err(no_session());
     };
     let core = session.core.clone();
-    let terminate = p.terminate_debuggee.unwrap_or(!core.attached);
+    // Seed 004: true, after an attach too (`false` detaches and leaves it running).
+    let terminate = p.terminate_debuggee.unwrap_or(true);
     let _ = core
         .client
         .request(

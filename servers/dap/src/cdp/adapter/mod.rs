@@ -454,9 +454,9 @@ impl Adapter {
                 }
                 let _ = cdp.call("Debugger.resume", json!({})).await;
             } else if !self.launched {
-                let _ = cdp
-                    .call("Runtime.evaluate", json!({"expression": "process.exit()"}))
-                    .await;
+                // Not waited for: an exiting Node holds on ("Waiting for the debugger to
+                // disconnect...") until this session closes, which the close below does.
+                drop(cdp.send("Runtime.evaluate", json!({"expression": "process.exit()"})));
             }
             cdp.close();
         }
