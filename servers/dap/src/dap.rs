@@ -270,10 +270,7 @@ impl Client {
 
     async fn send_raw(&self, mut msg: Value) -> std::io::Result<i64> {
         let seq = {
-            let mut s = self
-                .seq
-                .lock()
-                .map_err(|_| std::io::Error::other("poisoned"))?;
+            let mut s = self.seq.locked();
             *s += 1;
             *s
         };
@@ -293,10 +290,7 @@ impl Client {
         let (tx, rx) = oneshot::channel();
         // Reserve the seq under the pending lock so the response can never race the insert.
         let seq = {
-            let mut s = self
-                .seq
-                .lock()
-                .map_err(|_| std::io::Error::other("poisoned"))?;
+            let mut s = self.seq.locked();
             *s += 1;
             *s
         };

@@ -181,7 +181,10 @@ fn attach(era: Era) {
         json!({"action": "evaluate", "expression": "2 + 3"}),
     );
     assert_eq!(r.structured["result"], "5", "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "disconnect"}));
+    let r = c.call(
+        "debug",
+        json!({"action": "disconnect", "terminate_debuggee": false}),
+    );
     assert!(!r.is_error, "{:?}", r.raw);
     assert!(r.text.contains("detached"), "{}", r.text);
     std::thread::sleep(std::time::Duration::from_millis(500));

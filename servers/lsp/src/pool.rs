@@ -136,10 +136,7 @@ impl Pool {
     }
 
     fn slot(&self, lang: &str) -> Arc<tokio::sync::Mutex<Slot>> {
-        let mut slots = match self.slots.lock() {
-            Ok(s) => s,
-            Err(p) => p.into_inner(),
-        };
+        let mut slots = self.slots.locked();
         slots.entry(lang.to_string()).or_default().clone()
     }
 
@@ -365,10 +362,12 @@ impl Pool {
     }
 
     pub async fn status(&self) -> Vec<ServerStatus> {
-        let slots: BTreeMap<String, Arc<tokio::sync::Mutex<Slot>>> = match self.slots.lock() {
-            Ok(s) => s.iter().map(|(k, v)| (k.clone(), v.clone())).collect(),
-            Err(_) => BTreeMap::new(),
-        };
+        let slots: BTreeMap<String, Arc<tokio::sync::Mutex<Slot>>> = self
+            .slots
+            .locked()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
         let mut out = Vec::new();
         for lang in &self.config.languages {
             let installed = find_program(&lang.command[0]).is_some();
@@ -417,10 +416,7 @@ impl Pool {
 
     /// Shut every server down (server exit).
     pub async fn shutdown_all(&self) {
-        let slots: Vec<_> = match self.slots.lock() {
-            Ok(s) => s.values().cloned().collect(),
-            Err(_) => return,
-        };
+        let slots: Vec<_> = self.slots.locked().values().cloned().collect();
         for slot in slots {
             let server = slot.lock().await.server.take();
             if let Some(s) = server {
@@ -449,10 +445,7 @@ impl Server {
     }
 
     fn last_used(&self) -> Instant {
-        self.last_used
-            .lock()
-            .map(|t| *t)
-            .unwrap_or_else(|_| Instant::now())
+        *self.last_used.locked()
     }
 
     /// `shutdown` + `exit`, then make sure the whole process tree is gone.

@@ -174,18 +174,16 @@ impl Rpc {
     /// The last lines the server wrote to stderr, for error messages.
     pub fn stderr_tail(&self) -> String {
         self.stderr_tail
-            .lock()
-            .map(|t| t.iter().cloned().collect::<Vec<_>>().join("\n"))
-            .unwrap_or_default()
+            .locked()
+            .iter()
+            .cloned()
+            .collect::<Vec<_>>()
+            .join("\n")
     }
 
     fn closed(&self) {
         self.alive.store(false, Ordering::SeqCst);
-        let waiters: Vec<_> = self
-            .pending
-            .lock()
-            .map(|mut p| p.drain().map(|(_, tx)| tx).collect())
-            .unwrap_or_default();
+        let waiters: Vec<_> = self.pending.locked().drain().map(|(_, tx)| tx).collect();
         for tx in waiters {
             let _ = tx.send(Err(RpcError::Closed));
         }

@@ -17,6 +17,7 @@
 //! `initialize` is refused (403). Without authentication every request is the same caller:
 //! only the total cap applies.
 
+use crate::lock::LockExt;
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -176,8 +177,7 @@ impl Sessions {
         };
         let owner = self
             .owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .locked()
             .get(id.to_str().unwrap_or_default())
             .cloned()
             .ok_or(SessionRefusal::Unknown)?;
@@ -221,10 +221,7 @@ impl Sessions {
     /// A session DELETEd with success: forgotten now, not at the next count.
     pub(super) fn forget(&self, id: &http::HeaderValue) {
         if let Ok(id) = id.to_str() {
-            self.owners
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner)
-                .remove(id);
+            self.owners.locked().remove(id);
         }
     }
 
@@ -233,10 +230,7 @@ impl Sessions {
         // Held while counting: a session rmcp opens meanwhile waits for it, so every session
         // recorded is among the live ones seen here (rmcp stores it before answering).
         let live = self.manager.sessions.read().await;
-        let mut owners = self
-            .owners
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut owners = self.owners.locked();
         // Ended sessions (DELETE, idle, a failed handshake) are no longer counted.
         owners.retain(|id, _| live.contains_key(id));
         if owners.len() >= self.limits.max_total {

@@ -2,6 +2,7 @@
 //! lines, or a function by `name`), set_function_breakpoint, set_exception_breakpoints, and the
 //! per-run instruction and data breakpoints. Each change resends one kind's whole list.
 
+use kitbag_shared::lock::LockExt;
 use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, Resolved, ToolError, ToolResult};
 use serde_json::json;
 
@@ -122,12 +123,7 @@ async fn list(
     p: &DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
     let changes = match state.live().await {
-        Ok(core) => core
-            .client
-            .events
-            .lock()
-            .map(|e| e.breakpoint_changes.clone())
-            .unwrap_or_default(),
+        Ok(core) => core.client.events.locked().breakpoint_changes.clone(),
         Err(_) => Default::default(),
     };
     let mut bps = state.breakpoints.lock().await;
@@ -307,19 +303,12 @@ pub async fn exceptions(state: &DapState, p: &DebugParams) -> ToolResult<Reply<D
     let filters = need(&p.filters, "filters", "a list of exception filter ids")?.clone();
     let core = state.live().await.ok();
     if let Some(core) = &core {
-        let offered: Vec<String> = core
-            .client
-            .events
-            .lock()
-            .map(|e| {
-                e.caps["exceptionBreakpointFilters"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .filter_map(|f| f["filter"].as_str().map(String::from))
-                            .collect()
-                    })
-                    .unwrap_or_default()
+        let offered: Vec<String> = core.client.events.locked().caps["exceptionBreakpointFilters"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|f| f["filter"].as_str().map(String::from))
+                    .collect()
             })
             .unwrap_or_default();
         if let Some(bad) = filters.iter().find(|f| !offered.contains(f)) {

@@ -285,11 +285,7 @@ pub(super) fn apply_source(answer: &Value, list: &mut [SourceBp]) {
 pub async fn configure(state: &DapState, core: &Core, launched: bool) -> Result<(), RequestError> {
     let client = &core.client;
     let syntax = core.runtime.hit_syntax();
-    let entry = core
-        .entry
-        .lock()
-        .ok()
-        .and_then(|e| e.as_ref().map(|e| e.function));
+    let entry = core.entry.locked().as_ref().map(|e| e.function);
     let mut bps = state.breakpoints.lock().await;
     bps.reset_for_session();
     let mut files = Vec::new();
@@ -372,11 +368,7 @@ async fn answer(
 
 /// Resend the function breakpoints (after a change, or to drop the entry breakpoint).
 pub async fn resend_functions(state: &DapState, core: &Core) -> ToolResult<Value> {
-    let entry = core
-        .entry
-        .lock()
-        .ok()
-        .and_then(|e| e.as_ref().map(|e| e.function));
+    let entry = core.entry.locked().as_ref().map(|e| e.function);
     let mut bps = state.breakpoints.lock().await;
     let args = function_args(&bps.functions, entry, core.runtime.hit_syntax());
     let body = core

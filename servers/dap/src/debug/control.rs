@@ -86,9 +86,10 @@ pub async fn resume(
 pub fn stopped_thread(core: &Core) -> Option<i64> {
     core.client
         .events
-        .lock()
-        .ok()
-        .and_then(|e| e.stopped.as_ref().and_then(|s| s["threadId"].as_i64()))
+        .locked()
+        .stopped
+        .as_ref()
+        .and_then(|s| s["threadId"].as_i64())
 }
 
 async fn first_thread(core: &Core) -> ToolResult<i64> {

@@ -1,6 +1,7 @@
 //! Inspection while stopped: threads, frames (the seed's numbering: 0 is the top frame of the
 //! current stop), scopes, variables (by scope kind, by name path, nested), evaluate.
 
+use kitbag_shared::lock::LockExt;
 use kitbag_shared::{ErrorCode, PathPolicy, Reply, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
@@ -84,9 +85,10 @@ pub async fn frames(
     let stop = core
         .client
         .events
-        .lock()
-        .ok()
-        .and_then(|e| e.stopped.as_ref().map(|s| s["threadId"].as_i64()));
+        .locked()
+        .stopped
+        .as_ref()
+        .map(|s| s["threadId"].as_i64());
     let Some(stopped) = stop else {
         return Err(not_stopped());
     };
@@ -452,12 +454,7 @@ pub async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<De
 pub async fn evaluate(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
     let core = state.live().await?;
     let expr = need(&p.expression, "expression", "the expression to evaluate")?;
-    let running = core
-        .client
-        .events
-        .lock()
-        .map(|e| e.stopped.is_none())
-        .unwrap_or(true);
+    let running = core.client.events.locked().stopped.is_none();
     let mut args = json!({"expression": expr,
         "context": if p.context == Some(EvalContext::Repl) { "repl" } else { "watch" }});
     // Running and no frame asked for: the adapter's global context, where it has one.

@@ -20,6 +20,7 @@ mod session;
 mod source;
 mod tree;
 
+use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -206,11 +207,7 @@ pub fn adapter_failure(client: &Client, message: impl std::fmt::Display) -> Tool
 
 /// A capability the adapter must advertise for an action.
 pub fn require_capability(client: &Client, capability: &str, what: &str) -> ToolResult<()> {
-    let advertised = client
-        .events
-        .lock()
-        .map(|e| e.caps[capability].as_bool() == Some(true))
-        .unwrap_or(false);
+    let advertised = client.events.locked().caps[capability].as_bool() == Some(true);
     if advertised {
         return Ok(());
     }

@@ -370,12 +370,11 @@ async fn await_initialized(client: &Client, answer: &mut StartAnswer) -> Result<
         let notified = client.notify.notified();
         tokio::pin!(notified);
         notified.as_mut().enable();
-        if client
-            .events
-            .lock()
-            .map(|e| e.initialized || e.terminated)
-            .unwrap_or(true)
-        {
+        let started = {
+            let e = client.events.locked();
+            e.initialized || e.terminated
+        };
+        if started {
             return Ok(());
         }
         if Instant::now() >= deadline {
@@ -441,9 +440,11 @@ fn with_start_output(client: &Client, failure: RequestError) -> String {
     let message = failure.to_string();
     let printed: String = client
         .events
-        .lock()
-        .map(|e| e.output.iter().map(|(_, text)| text.as_str()).collect())
-        .unwrap_or_default();
+        .locked()
+        .output
+        .iter()
+        .map(|(_, text)| text.as_str())
+        .collect();
     let printed = printed.trim();
     if printed.is_empty() {
         return message;

@@ -6,6 +6,7 @@ pub mod open;
 pub mod params;
 pub mod validate;
 
+use kitbag_shared::lock::LockExt;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -59,11 +60,8 @@ impl LspState {
     }
 
     pub fn pool_for(&self, root: &std::path::Path) -> Arc<Pool> {
-        let mut pools = match self.pools.lock() {
-            Ok(p) => p,
-            Err(p) => p.into_inner(),
-        };
-        pools
+        self.pools
+            .locked()
             .entry(root.to_path_buf())
             .or_insert_with(|| {
                 Pool::with_audit(self.config.clone(), root.to_path_buf(), self.audit.clone())
@@ -73,10 +71,7 @@ impl LspState {
 
     /// Shut every language server down (server exit).
     pub async fn shutdown_all(&self) {
-        let pools: Vec<Arc<Pool>> = match self.pools.lock() {
-            Ok(p) => p.values().cloned().collect(),
-            Err(_) => return,
-        };
+        let pools: Vec<Arc<Pool>> = self.pools.locked().values().cloned().collect();
         for pool in pools {
             pool.shutdown_all().await;
         }

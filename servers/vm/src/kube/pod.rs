@@ -3,6 +3,7 @@
 
 use crate::backend::Backend;
 use futures::future::BoxFuture;
+use kitbag_shared::lock::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime};
@@ -111,17 +112,11 @@ pub struct KubePod {
 }
 
 fn lock<T: Clone>(m: &Mutex<T>) -> T {
-    match m.lock() {
-        Ok(g) => g.clone(),
-        Err(p) => p.into_inner().clone(),
-    }
+    m.locked().clone()
 }
 
 fn set<T>(m: &Mutex<T>, v: T) {
-    match m.lock() {
-        Ok(mut g) => *g = v,
-        Err(p) => *p.into_inner() = v,
-    }
+    *m.locked() = v;
 }
 
 fn rfc3339(t: SystemTime) -> String {

@@ -4,6 +4,7 @@
 //! Blocking, with a short timeout: `stop`/`cont` answer in milliseconds, and pause/resume
 //! are called where the instance table is locked (as the sandbox's freezer writes are).
 
+use kitbag_shared::lock::LockExt;
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
 use std::sync::Mutex;
@@ -38,10 +39,7 @@ impl Qmp {
 
     /// Run one command and return its `return` value (events in between are skipped).
     pub fn execute(&self, command: &str, arguments: Option<Value>) -> std::io::Result<Value> {
-        let mut conn = self
-            .conn
-            .lock()
-            .map_err(|_| std::io::Error::other("the QMP connection is poisoned"))?;
+        let mut conn = self.conn.locked();
         let mut msg = json!({ "execute": command });
         if let Some(a) = arguments {
             msg["arguments"] = a;

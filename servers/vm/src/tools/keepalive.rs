@@ -1,5 +1,6 @@
 //! `keepalive_acquire` and `keepalive_release`: leases that hold an instance's idle timer.
 
+use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
 
@@ -173,11 +174,7 @@ pub fn release(
             return Ok(Reply::new(result, text));
         }
     }
-    let expired = state
-        .expired_leases
-        .lock()
-        .ok()
-        .and_then(|e| e.get(&p.lease_id).cloned());
+    let expired = state.expired_leases.locked().get(&p.lease_id).cloned();
     match expired {
         Some((id, at)) => {
             let (active, deadline) = map

@@ -454,9 +454,16 @@ impl Adapter {
                 }
                 let _ = cdp.call("Debugger.resume", json!({})).await;
             } else if !self.launched {
-                // Not waited for: an exiting Node holds on ("Waiting for the debugger to
-                // disconnect...") until this session closes, which the close below does.
-                drop(cdp.send("Runtime.evaluate", json!({"expression": "process.exit()"})));
+                // The exit is scheduled, not run: an exiting Node holds on ("Waiting for the
+                // debugger to disconnect...") until this session closes, and a close that
+                // overtook the evaluate would cancel it. So the evaluate answers at once, and
+                // the exit comes once the session below is closed (a paused program resumes).
+                let _ = cdp
+                    .call(
+                        "Runtime.evaluate",
+                        json!({"expression": "setTimeout(() => process.exit(), 0), undefined"}),
+                    )
+                    .await;
             }
             cdp.close();
         }
