@@ -1,4 +1,4 @@
-//! Attach to a running `python -m debugpy --listen` process, break into it, detach.
+//! Attach to a running debugpy listener (the program calls `debugpy.listen` on a port it picks), break into it, detach.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -8,37 +8,31 @@ use std::time::Duration;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{KillOnDrop, bin, free_port, have_debugpy, wait_listening};
+use common::{KillOnDrop, bin, have_debugpy};
 
 fn attach(era: Era) {
     if !have_debugpy() {
         return;
     }
     let d = tempfile::tempdir().unwrap();
+    // debugpy picks the port and says it: a port chosen here and freed could be taken by
+    // another test's listener before debugpy binds it.
     std::fs::write(
         d.path().join("spin.py"),
-        "import time\nn = 0\nwhile True:\n    n += 1\n    time.sleep(0.01)\n",
+        "import time\nimport debugpy\n\n_, port = debugpy.listen((\"127.0.0.1\", 0))\nprint(port, flush=True)\ndebugpy.wait_for_client()\nn = 0\nwhile True:\n    n += 1\n    time.sleep(0.01)\n",
     )
     .unwrap();
-    let port = free_port();
     let mut debuggee = KillOnDrop(
         std::process::Command::new("python3")
-            .args([
-                "-m",
-                "debugpy",
-                "--listen",
-                &format!("127.0.0.1:{port}"),
-                "--wait-for-client",
-                "spin.py",
-            ])
+            .arg("spin.py")
             .current_dir(d.path())
             .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
+            .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()
             .unwrap(),
     );
-    wait_listening(&mut debuggee, port, Duration::from_secs(15));
+    let port = listening_port(&mut debuggee.0);
     let mut c = McpClient::spawn(bin(), &[], d.path(), era);
     let r = c.call("debug", json!({"action": "attach", "port": port}));
     assert!(!r.is_error, "{:?}", r.raw);
@@ -89,4 +83,16 @@ fn attach_modern() {
 #[test]
 fn attach_handshake() {
     attach(Era::Handshake);
+}
+
+/// The port the debuggee printed on its first line of output (the script above prints it once
+/// debugpy listens).
+fn listening_port(child: &mut std::process::Child) -> u16 {
+    use std::io::BufRead;
+    let out = child.stdout.take().unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(out).read_line(&mut line).unwrap();
+    line.trim()
+        .parse()
+        .unwrap_or_else(|_| panic!("debugpy's port, got {line:?}"))
 }

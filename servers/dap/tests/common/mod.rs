@@ -159,15 +159,6 @@ pub fn have_dlv() -> bool {
     ok
 }
 
-/// A loopback port free right now.
-pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 /// An attach target, killed with its whole process group (Delve's debuggee is in it) even
 /// when an assertion fails first. Start the target with `process_group(0)`.
 pub struct KillOnDrop(pub std::process::Child);
@@ -235,26 +226,5 @@ pub fn delve_headless(dir: &Path) -> (KillOnDrop, u16) {
         Ok((Some(port), _)) => (server, port),
         Ok((None, line)) => panic!("no port in Delve's line: {line}"),
         Err(_) => panic!("Delve did not start listening within 90 s"),
-    }
-}
-
-/// Wait until `target` listens on loopback `port`, watching the socket table (a probe
-/// connection would take a single-client server's one slot); fails if it exits first.
-pub fn wait_listening(target: &mut KillOnDrop, port: u16, within: std::time::Duration) {
-    let deadline = std::time::Instant::now() + within;
-    let needle = format!(":{port:04X} 00000000:0000 0A");
-    while !std::fs::read_to_string("/proc/net/tcp")
-        .unwrap_or_default()
-        .contains(&needle)
-    {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "nothing listened on {port}"
-        );
-        assert!(
-            target.0.try_wait().unwrap().is_none(),
-            "the attach target exited"
-        );
-        std::thread::sleep(std::time::Duration::from_millis(100));
     }
 }
