@@ -1,4 +1,5 @@
-//! Attach to a running debugpy listener (the program calls `debugpy.listen` on a port it picks), break into it, detach.
+//! Attach to a running debugpy listener (the program calls `debugpy.listen` on a port it
+//! picks), break into it, detach.
 #![allow(clippy::unwrap_used)]
 
 mod common;
