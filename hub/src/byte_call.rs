@@ -39,16 +39,17 @@ impl Pipeline<'_> {
         if self.own.owns(name) {
             return None;
         }
+        let flat = self.hub.flat();
         // A seed's spelling of a child's tool; one that takes its tool from `action` needs
         // its arguments rewritten, which the rmcp transport does.
-        let alias = self.hub.alias_of(name);
+        let alias = kitbag_shared::aliases::resolve(name, None, |n| flat.routes.contains_key(n));
         if let Some(alias) = &alias {
             if alias.action_named {
                 return None;
             }
             name = &alias.name;
         }
-        if self.access.permit(&self.hub.flat(), name).is_err() {
+        if self.access.permit(&flat, name).is_err() {
             return None;
         }
         let FastRoute {

@@ -1179,14 +1179,8 @@ impl Hub {
     }
 
     /// The child tool a seed's spelling of a name stands for (`file.read` → `file_read`,
-    /// `kaged.issue.list` → `issue_list`, `read_file` → `file_read`), by name alone.
-    pub fn alias_of(&self, name: &str) -> Option<kitbag_shared::aliases::Alias> {
-        let flat = self.flat();
-        kitbag_shared::aliases::resolve(name, None, |n| flat.routes.contains_key(n))
-    }
-
-    /// [`Hub::alias_of`] with the call's arguments, for the unified forms that name their tool
-    /// in `action` (`kaged.issue` + `{"action": "list"}`), whose `action` is then removed.
+    /// `kaged.issue.list` → `issue_list`, `read_file` → `file_read`; `kaged.issue` +
+    /// `{"action": "list"}` → `issue_list`, its `action` removed from `arguments`).
     pub fn resolve_alias(
         &self,
         name: &str,

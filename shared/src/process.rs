@@ -73,36 +73,46 @@ const STOP_POLL: Duration = Duration::from_millis(20);
 /// continued); up to `grace` for the target to go; then SIGKILL to whatever is left of it.
 /// True when the grace ran out with the target still there. Blocks.
 pub fn stop(target: &impl Stoppable, grace: Duration) -> bool {
-    target.signal(Signal::SIGTERM);
-    target.signal(Signal::SIGCONT);
-    let deadline = Instant::now() + grace;
-    let mut overdue = false;
-    while target.alive() {
-        if Instant::now() >= deadline {
-            overdue = true;
-            break;
+    let deadline = begin_stop(target, grace);
+    let overdue = loop {
+        if let Some(overdue) = stop_settled(target, deadline) {
+            break overdue;
         }
         std::thread::sleep(STOP_POLL);
-    }
+    };
     target.signal(Signal::SIGKILL);
     overdue
 }
 
 /// [`stop`] on the runtime: the same sequence, awaiting instead of sleeping.
 pub async fn stop_async(target: &impl Stoppable, grace: Duration) -> bool {
-    target.signal(Signal::SIGTERM);
-    target.signal(Signal::SIGCONT);
-    let deadline = Instant::now() + grace;
-    let mut overdue = false;
-    while target.alive() {
-        if Instant::now() >= deadline {
-            overdue = true;
-            break;
+    let deadline = begin_stop(target, grace);
+    let overdue = loop {
+        if let Some(overdue) = stop_settled(target, deadline) {
+            break overdue;
         }
         tokio::time::sleep(STOP_POLL).await;
-    }
+    };
     target.signal(Signal::SIGKILL);
     overdue
+}
+
+/// The stop's first step; returns when its grace runs out.
+fn begin_stop(target: &impl Stoppable, grace: Duration) -> Instant {
+    target.signal(Signal::SIGTERM);
+    target.signal(Signal::SIGCONT);
+    Instant::now() + grace
+}
+
+/// Whether the wait is over: `Some(false)` the target is gone, `Some(true)` the grace ran out.
+fn stop_settled(target: &impl Stoppable, deadline: Instant) -> Option<bool> {
+    if !target.alive() {
+        Some(false)
+    } else if Instant::now() >= deadline {
+        Some(true)
+    } else {
+        None
+    }
 }
 
 /// [`stop`] the groups ([`Groups`]: until their leaders are gone). Blocks.

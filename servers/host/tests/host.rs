@@ -1024,8 +1024,15 @@ fn seed_tool_names_resolve_in_calls() {
         );
         let number = created.structured["number"].clone();
         assert!(number.is_u64(), "{}", created.raw);
+        // Results under a seed name are the tool's own (held against its outputSchema via
+        // the direct call they equal).
+        let got = c.call_ok("kaged.issue.get", json!({"number": number}));
+        let direct = c.call_ok("issue_get", json!({"number": number}));
+        assert_eq!(got.structured, direct.structured);
         // The unified form: the tool from `action`, which is no argument of issue_list.
         let listed = c.call_ok("kaged.issue", json!({"action": "list", "status": "open"}));
+        let direct = c.call_ok("issue_list", json!({"status": "open"}));
+        assert_eq!(listed.structured, direct.structured);
         assert!(
             listed.structured["issues"]
                 .as_array()
