@@ -9,6 +9,7 @@
 //! the parent from [`PathPolicy::parent`](crate::PathPolicy::parent) (`*_at` functions);
 //! callers with their own state files pass a path (the parent is then opened by that path).
 
+use std::borrow::Borrow;
 use std::ffi::OsString;
 use std::fs::{self, File};
 use std::io::{self, Write};
@@ -48,10 +49,16 @@ pub fn write_all_atomic_at(files: &[(ParentDir, Vec<u8>)]) -> io::Result<()> {
         // Dropping `staged` on error removes every temp file written so far.
         staged.push(stage(target, bytes, None)?);
     }
+    commit_all(staged)
+}
+
+/// Put several complete staged files in place, all or nothing: if any rename fails, the
+/// files already replaced are put back as they were (from hard-link backups taken first).
+pub fn commit_all<D: Borrow<ParentDir>>(mut staged: Vec<Staged<D>>) -> io::Result<()> {
     // Keep a hard-link backup of each existing target so a failed rename can be undone.
-    let mut backups: Vec<Backup> = Vec::with_capacity(staged.len());
+    let mut backups: Vec<Backup<'_>> = Vec::with_capacity(staged.len());
     for s in &staged {
-        let t = s.target;
+        let t = s.target.borrow();
         let exists = match t.stat() {
             Ok(st) => st.is_some(),
             Err(e) => {
@@ -59,26 +66,21 @@ pub fn write_all_atomic_at(files: &[(ParentDir, Vec<u8>)]) -> io::Result<()> {
                 return Err(e);
             }
         };
-        if exists {
+        let name = if exists {
             let name = unique_sibling(t, "bak");
             if let Err(e) = linkat(t.dir(), t.name(), t.dir(), &name, AtFlags::empty()) {
                 cleanup(&backups);
                 return Err(e.into());
             }
-            backups.push(Backup {
-                target: t,
-                name: Some(name),
-            });
+            Some(name)
         } else {
-            backups.push(Backup {
-                target: t,
-                name: None,
-            });
-        }
+            None
+        };
+        backups.push(Backup { target: t, name });
     }
     let mut done = 0;
     let mut failure = None;
-    for s in staged.iter_mut() {
+    for s in &staged {
         match s.rename_into_place() {
             Ok(()) => done += 1,
             Err(e) => {
@@ -87,7 +89,8 @@ pub fn write_all_atomic_at(files: &[(ParentDir, Vec<u8>)]) -> io::Result<()> {
             }
         }
     }
-    if let Some(e) = failure {
+    if let Some(e) = &failure {
+        tracing::debug!(error = %e, done, "a rename failed; putting the replaced files back");
         for b in backups.iter().take(done) {
             let t = b.target;
             match &b.name {
@@ -99,29 +102,21 @@ pub fn write_all_atomic_at(files: &[(ParentDir, Vec<u8>)]) -> io::Result<()> {
                 }
             }
         }
-        cleanup(&backups);
-        return Err(e);
     }
     cleanup(&backups);
-    Ok(())
+    drop(backups);
+    // The renamed temp names are gone: nothing for their drop to remove.
+    for s in staged.iter_mut().take(done) {
+        s.temp = None;
+    }
+    failure.map_or(Ok(()), Err)
 }
 
 /// Create `target` with `bytes`, never replacing anything: a complete temp file is hard-linked
 /// to the name (`linkat` fails if the name exists, so a file created meanwhile by someone else
 /// is never clobbered), then the temp name is removed.
 pub fn create_new_at(target: &ParentDir, bytes: &[u8]) -> io::Result<()> {
-    let staged = stage(target, bytes, Some(0o666 & !process_umask()))?;
-    let temp = staged.temp.as_ref().ok_or(io::ErrorKind::NotFound)?;
-    linkat(
-        target.dir(),
-        temp,
-        target.dir(),
-        target.name(),
-        AtFlags::empty(),
-    )?;
-    drop(staged); // removes the temp name; the content lives on under the target's name
-    target.sync_dir();
-    Ok(())
+    stage(target, bytes, Some(0o666 & !process_umask()))?.commit_new()
 }
 
 /// A backup hard link of a target about to be replaced (`None`: there was no target).
@@ -138,41 +133,22 @@ fn cleanup(backups: &[Backup<'_>]) {
     }
 }
 
-/// A complete, fsync'd temp file next to its target, removed on drop unless renamed.
-struct Staged<'a> {
-    target: &'a ParentDir,
+/// A temp file beside its target (`D`: the target's [`ParentDir`], owned or borrowed),
+/// removed on drop unless put in place. Made by [`begin`], which also hands out the file to
+/// write — piece by piece, so a large file never has to be held in memory; [`Staged::seal`]
+/// then gives it its mode and makes it durable, and [`Staged::commit`] (replace) or
+/// [`Staged::commit_new`] (never replace) puts it in place.
+pub struct Staged<D: Borrow<ParentDir>> {
+    target: D,
     temp: Option<OsString>,
+    mode: u32,
 }
 
-impl Staged<'_> {
-    fn rename_into_place(&mut self) -> io::Result<()> {
-        if let Some(temp) = &self.temp {
-            let t = self.target;
-            renameat(t.dir(), temp, t.dir(), t.name())?;
-            self.temp = None;
-            // Make the rename itself durable.
-            t.sync_dir();
-        }
-        Ok(())
-    }
-
-    fn commit(mut self) -> io::Result<()> {
-        self.rename_into_place()
-    }
-}
-
-impl Drop for Staged<'_> {
-    fn drop(&mut self) {
-        if let Some(t) = &self.temp {
-            let _ = unlinkat(self.target.dir(), t, AtFlags::empty());
-        }
-    }
-}
-
-/// Write `bytes` to a new temp file beside `target`. Its mode: `mode`, else the target's
-/// (when it is a regular file), else 0666 minus the umask.
-fn stage<'a>(target: &'a ParentDir, bytes: &[u8], mode: Option<u32>) -> io::Result<Staged<'a>> {
-    let existing = target.stat()?;
+/// Start a file that will replace (or create) `target`'s name when complete. Its mode:
+/// `mode`, else the target's (when it is a regular file), else 0666 minus the umask.
+pub fn begin<D: Borrow<ParentDir>>(target: D, mode: Option<u32>) -> io::Result<(Staged<D>, File)> {
+    let t = target.borrow();
+    let existing = t.stat()?;
     if existing.is_some_and(|s| s.is_dir()) {
         return Err(io::Error::new(
             io::ErrorKind::IsADirectory,
@@ -184,18 +160,71 @@ fn stage<'a>(target: &'a ParentDir, bytes: &[u8], mode: Option<u32>) -> io::Resu
         Some(s) if s.kind == crate::paths::EntryKind::File => s.mode,
         _ => 0o666 & !process_umask(),
     });
-    sweep_stale_siblings(target);
-    let temp = unique_sibling(target, "tmp");
+    sweep_stale_siblings(t);
+    let temp = unique_sibling(t, "tmp");
     let flags = OFlags::WRONLY | OFlags::CREATE | OFlags::EXCL | OFlags::NOFOLLOW | OFlags::CLOEXEC;
-    let fd = openat(target.dir(), &temp, flags, Mode::from_raw_mode(0o600))?;
+    let fd = openat(t.dir(), &temp, flags, Mode::from_raw_mode(0o600))?;
     let staged = Staged {
         target,
         temp: Some(temp),
+        mode,
     };
-    let mut file = File::from(fd);
+    Ok((staged, File::from(fd)))
+}
+
+impl<D: Borrow<ParentDir>> Staged<D> {
+    /// The file [`begin`] handed out is complete: give it its mode and make it durable.
+    pub fn seal(&self, file: File) -> io::Result<()> {
+        file.set_permissions(fs::Permissions::from_mode(self.mode))?;
+        file.sync_all()
+    }
+
+    /// Rename the temp file over the target (the temp name is then gone).
+    fn rename_into_place(&self) -> io::Result<()> {
+        if let Some(temp) = &self.temp {
+            let t = self.target.borrow();
+            renameat(t.dir(), temp, t.dir(), t.name())?;
+            // Make the rename itself durable.
+            t.sync_dir();
+        }
+        Ok(())
+    }
+
+    /// Replace the target with the sealed file.
+    pub fn commit(mut self) -> io::Result<()> {
+        self.rename_into_place()?;
+        self.temp = None;
+        Ok(())
+    }
+
+    /// Give the sealed file the target's name only if nothing has it: `linkat` fails if the
+    /// name exists (even one created meanwhile by someone else); then the temp name goes.
+    pub fn commit_new(self) -> io::Result<()> {
+        let t = self.target.borrow();
+        let temp = self.temp.as_ref().ok_or(io::ErrorKind::NotFound)?;
+        linkat(t.dir(), temp, t.dir(), t.name(), AtFlags::empty())?;
+        t.sync_dir();
+        Ok(()) // dropping `self` removes the temp name; the content lives on as the target
+    }
+}
+
+impl<D: Borrow<ParentDir>> Drop for Staged<D> {
+    fn drop(&mut self) {
+        if let Some(t) = &self.temp {
+            let _ = unlinkat(self.target.borrow().dir(), t, AtFlags::empty());
+        }
+    }
+}
+
+/// Write `bytes` to a new, sealed temp file beside `target` (mode as [`begin`]).
+fn stage<'a>(
+    target: &'a ParentDir,
+    bytes: &[u8],
+    mode: Option<u32>,
+) -> io::Result<Staged<&'a ParentDir>> {
+    let (staged, mut file) = begin(target, mode)?;
     file.write_all(bytes)?;
-    file.set_permissions(fs::Permissions::from_mode(mode))?;
-    file.sync_all()?;
+    staged.seal(file)?;
     Ok(staged)
 }
 

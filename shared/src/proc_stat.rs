@@ -79,6 +79,12 @@ pub fn parentage() -> Vec<(i32, i32)> {
         .collect()
 }
 
+/// Whether this process runs as root (its own `/proc` entry is owned by uid 0).
+pub fn is_root() -> bool {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
+}
+
 #[cfg(test)]
 #[allow(clippy::unwrap_used)]
 mod tests {

@@ -7,6 +7,7 @@ use futures::future::BoxFuture;
 use tokio::sync::watch;
 
 use crate::cgroup::Usage;
+use crate::disk::DiskInfo;
 use crate::error::VmResult;
 use crate::proto::{self, Answer, ExitStatus, Request, Stream, WriteHalf};
 
@@ -46,6 +47,17 @@ pub trait Backend: Send + Sync {
 
     /// Whether the spawn's limits hold, and how.
     fn limits_enforced(&self) -> (bool, Option<String>);
+
+    /// `/work`'s size limit and how it is held, when one was asked for.
+    fn disk(&self) -> Option<DiskInfo> {
+        None
+    }
+
+    /// Whether this instance's `/work` is its directory's `work/` on this host, where the
+    /// engine's capabilities have it so (a size limit can make it a file system of its own).
+    fn work_on_host(&self) -> bool {
+        true
+    }
 
     /// Before the agent is asked to stop the instance: the engine's own first step, if any.
     fn before_stop(&self) -> BoxFuture<'_, ()> {

@@ -20,11 +20,12 @@ use tokio::sync::watch;
 
 use crate::agent_link::{AgentPeer, connect_agent, open_ctl};
 use crate::cgroup::{InstanceCgroups, Limits};
+use crate::disk::{DiskInfo, DiskMethod};
 use crate::error::{VmError, VmResult};
 use crate::instance_dir::{self, backend_log, work_dir};
 use crate::proto::{self, AGENT_SOCKET, CTL_DIR, ExitStatus, MAIN_SPEC, Request, Stream};
 use crate::spawner::Spawner;
-use kitbag_shared::proc_stat::start_time;
+use kitbag_shared::proc_stat::{is_root, start_time};
 
 /// Where the agent binary is mounted inside (outside the bound control directory, so the
 /// instance cannot replace it on the host).
@@ -87,6 +88,8 @@ pub struct Sandbox {
     slirp: Mutex<Option<Child>>,
     exit: watch::Receiver<Option<ExitStatus>>,
     frozen: Mutex<bool>,
+    /// `/work`'s size limit, when one was asked for.
+    disk: Option<DiskInfo>,
 }
 
 /// Whether bubblewrap is usable here, with a human-readable detail.
@@ -136,12 +139,7 @@ pub fn overlay_dirs(spec: &SandboxSpec) -> Option<(PathBuf, PathBuf, PathBuf)> {
     Some((o.join("upper"), o.join("work"), o.join("merged")))
 }
 
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    std::fs::metadata("/proc/self").is_ok_and(|m| m.uid() == 0)
-}
-
-fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
+fn bwrap_args(spec: &SandboxSpec, disk: Option<&WorkDisk>) -> Vec<String> {
     let mut a: Vec<String> = Vec::new();
     let mut push = |items: &[&str]| a.extend(items.iter().map(|s| s.to_string()));
     push(&[
@@ -188,7 +186,15 @@ fn bwrap_args(spec: &SandboxSpec) -> Vec<String> {
     let work = work_dir(&spec.dir).to_string_lossy().into_owned();
     let ctl = spec.dir.join("ctl").to_string_lossy().into_owned();
     let exe = spec.exe.to_string_lossy().into_owned();
-    push(&["--bind", &work, "/work", "--bind", &ctl, CTL_DIR]);
+    match disk {
+        Some(WorkDisk::Tmpfs { mb, .. }) => {
+            let bytes = (mb << 20).to_string();
+            push(&["--size", &bytes, "--tmpfs", "/work"]);
+        }
+        // An image is mounted on the work directory before bwrap starts (see bwrap_command).
+        Some(WorkDisk::Image { .. }) | None => push(&["--bind", &work, "/work"]),
+    }
+    push(&["--bind", &ctl, CTL_DIR]);
     push(&["--ro-bind", &exe, AGENT_EXE]);
     if let Some((lib_dir, _)) = &loader {
         let l = lib_dir.to_string_lossy().into_owned();
@@ -340,31 +346,72 @@ pub fn write_main_spec(ctl: &Path, argv: &[String], cwd: &str) -> VmResult<()> {
     f.write_all(&bytes).map_err(|e| VmError::io(MAIN_SPEC, e))
 }
 
-/// The bwrap command line, wrapped in `unshare` and an overlay mount over a root filesystem.
-fn bwrap_command(spec: &SandboxSpec) -> VmResult<Command> {
-    let cmd = match (overlay_dirs(spec), &spec.rootfs) {
-        (Some((upper, work, merged)), Some(lower)) => {
-            for d in [&upper, &work, &merged] {
-                std::fs::create_dir_all(d).map_err(|e| VmError::io(d.display(), e))?;
-            }
-            // The overlay is mounted in a mount namespace of bwrap's own: it goes away
-            // with the sandbox, and nothing is ever mounted on the host.
-            let mut c = Command::new("unshare");
-            c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
-                .arg(r#"mount -t overlay kitbag-vm -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && exec "$@""#)
-                .arg("sh")
-                .args([lower, &upper, &work, &merged])
-                .arg("bwrap")
-                .args(bwrap_args(spec));
-            c
+/// How `/work` is limited in size (`resources.disk_mb`; see [`crate::disk`]).
+enum WorkDisk {
+    /// An ext4 image, loop-mounted on the work directory in the sandbox's mount namespace.
+    Image { mb: u64, image: PathBuf },
+    /// A tmpfs of that size; `why`: why not an image.
+    Tmpfs { mb: u64, why: String },
+}
+
+impl WorkDisk {
+    /// The best way to hold `mb` MiB here: an image when root can loop-mount one.
+    async fn choose(dir: &Path, mb: u64) -> WorkDisk {
+        let why = match crate::disk::loop_image_unusable() {
+            None => match crate::disk::make_image(dir, mb).await {
+                Ok(image) => return WorkDisk::Image { mb, image },
+                Err(e) => e.to_string(),
+            },
+            Some(why) => why,
+        };
+        WorkDisk::Tmpfs { mb, why }
+    }
+
+    fn info(&self) -> DiskInfo {
+        match self {
+            WorkDisk::Image { mb, .. } => DiskInfo::new(*mb, DiskMethod::LoopImage, None),
+            WorkDisk::Tmpfs { mb, why } => DiskInfo::new(
+                *mb,
+                DiskMethod::Tmpfs,
+                Some(format!(
+                    "held in memory (counted in memory_mb where cgroups are enforced): {why}"
+                )),
+            ),
         }
-        _ => {
-            let mut c = Command::new("bwrap");
-            c.args(bwrap_args(spec));
-            c
+    }
+}
+
+/// The bwrap command line, wrapped in `unshare` when something must be mounted first — an
+/// overlay over a root file system, `/work`'s image — in a mount namespace of bwrap's own:
+/// those mounts go away with the sandbox, and nothing is ever mounted on the host.
+fn bwrap_command(spec: &SandboxSpec, disk: Option<&WorkDisk>) -> VmResult<Command> {
+    let mut script = String::new();
+    let mut script_args: Vec<std::ffi::OsString> = Vec::new();
+    if let (Some((upper, work, merged)), Some(lower)) = (overlay_dirs(spec), &spec.rootfs) {
+        for d in [&upper, &work, &merged] {
+            std::fs::create_dir_all(d).map_err(|e| VmError::io(d.display(), e))?;
         }
-    };
-    Ok(cmd)
+        script.push_str(r#"mount -t overlay kitbag-vm -o "lowerdir=$1,upperdir=$2,workdir=$3" "$4" && shift 4 && "#);
+        script_args.extend([lower.into(), upper.into(), work.into(), merged.into()]);
+    }
+    if let Some(WorkDisk::Image { image, .. }) = disk {
+        script.push_str(crate::disk::MOUNT_STEP);
+        script_args.extend([image.into(), work_dir(&spec.dir).into()]);
+    }
+    if script.is_empty() {
+        let mut c = Command::new("bwrap");
+        c.args(bwrap_args(spec, disk));
+        return Ok(c);
+    }
+    script.push_str(r#"exec "$@""#);
+    let mut c = Command::new("unshare");
+    c.args(["--mount", "--propagation", "private", "--", "sh", "-c"])
+        .arg(script)
+        .arg("sh")
+        .args(script_args)
+        .arg("bwrap")
+        .args(bwrap_args(spec, disk));
+    Ok(c)
 }
 
 /// A start that failed after bwrap ran: kill it, drop its cgroups, and tell why with the
@@ -397,13 +444,17 @@ impl Sandbox {
     ) -> VmResult<Arc<Sandbox>> {
         let ctl = prepare_dirs(&spec)?;
         let ctl_fd = open_ctl(&ctl)?;
+        let disk = match spec.limits.disk_mb {
+            Some(mb) => Some(WorkDisk::choose(&spec.dir, mb).await),
+            None => None,
+        };
         let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
         let log = tokio::fs::File::create(backend_log(&spec.dir))
             .await
             .map_err(|e| VmError::io("backend.log", e))?
             .into_std()
             .await;
-        let mut cmd = bwrap_command(&spec)?;
+        let mut cmd = bwrap_command(&spec, disk.as_ref())?;
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
             cgroups.remove();
@@ -458,6 +509,7 @@ impl Sandbox {
             slirp: Mutex::new(slirp),
             exit: exit_rx,
             frozen: Mutex::new(false),
+            disk: disk.as_ref().map(WorkDisk::info),
         });
         sandbox.write_record();
         if let Err(why) = sandbox.wait_for_agent(timeout).await {
@@ -637,6 +689,18 @@ impl Backend for Sandbox {
 
     fn limits_enforced(&self) -> (bool, Option<String>) {
         (self.cgroups.enforced, self.cgroups.note.clone())
+    }
+
+    fn disk(&self) -> Option<DiskInfo> {
+        let mut d = self.disk.clone()?;
+        d.used_mb = crate::disk::used_mb(Path::new(&format!("/proc/{}/root/work", self.child_pid)));
+        Some(d)
+    }
+
+    /// With a size limit `/work` is a file system of the sandbox's own, not the host's
+    /// directory.
+    fn work_on_host(&self) -> bool {
+        self.disk.is_none()
     }
 
     /// SIGKILL the sandbox: bwrap's --die-with-parent chain takes every process with it.

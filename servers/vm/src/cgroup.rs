@@ -18,6 +18,8 @@ pub struct Limits {
     pub memory_mb: u64,
     pub cpus: f64,
     pub pids: u64,
+    /// `/work`'s size in MiB (None: no limit); held by the engine, not cgroups (`crate::disk`).
+    pub disk_mb: Option<u64>,
 }
 
 /// What an instance uses right now.

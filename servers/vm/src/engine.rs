@@ -109,6 +109,14 @@ impl Engine {
         self.backend.limits_enforced()
     }
 
+    pub fn disk(&self) -> Option<crate::disk::DiskInfo> {
+        self.backend.disk()
+    }
+
+    pub fn work_on_host(&self) -> bool {
+        self.backend.work_on_host()
+    }
+
     /// Stop, the same way for every engine: resumed if paused, its logs collected, then the
     /// agent stops every process (SIGTERM, `grace`, SIGKILL) and exits, which ends the
     /// instance; an instance that does not end within 5 s more is ended by its engine.

@@ -153,6 +153,7 @@ impl Instance {
                 memory_mb: 0,
                 cpus: 0.0,
                 pids: 0,
+                disk_mb: None,
             },
             dir,
             idle_timeout: 0,
@@ -222,12 +223,27 @@ impl Instance {
             Some(s) => s.limits_enforced(),
             None => (false, None),
         };
-        let work = (self.backend != "qemu").then(|| crate::instance_dir::work_dir(&self.dir));
+        let mut capabilities = capabilities(self.backend);
+        // The engine may show /work on the host, and this instance does (no size limit).
+        capabilities.work_on_host &= match &self.sandbox {
+            Some(s) => s.work_on_host(),
+            None => self.limits.disk_mb.is_none(),
+        };
+        let work = capabilities
+            .work_on_host
+            .then(|| crate::instance_dir::work_dir(&self.dir));
+        let disk = match &self.sandbox {
+            Some(s) if self.state.is_live() => s.disk(),
+            Some(s) => s
+                .disk()
+                .map(|d| crate::disk::DiskInfo { used_mb: None, ..d }),
+            None => None,
+        };
         InstanceInfo {
             id: self.id.clone(),
             name: self.name.clone(),
             backend: self.backend.into(),
-            capabilities: capabilities(self.backend),
+            capabilities,
             state: self.state,
             owner: self.owner.clone(),
             parent: self.owner.clone(),
@@ -283,6 +299,7 @@ impl Instance {
                 note,
                 pause: self.sandbox.as_ref().map(|s| s.pause_method().to_string()),
                 usage,
+                disk,
             },
             labels: self.labels.clone(),
         }
@@ -485,4 +502,7 @@ pub struct ResourcesInfo {
     pub pause: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub usage: Option<Usage>,
+    /// `/work`'s size limit (`disk_mb`), when one was asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub disk: Option<crate::disk::DiskInfo>,
 }

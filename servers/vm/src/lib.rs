@@ -12,6 +12,7 @@ pub mod agent_link;
 pub mod backend;
 pub mod bwrap;
 pub mod cgroup;
+pub mod disk;
 #[cfg(feature = "backend-docker")]
 pub mod docker;
 pub mod engine;

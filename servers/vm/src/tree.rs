@@ -165,6 +165,26 @@ pub async fn next<R: AsyncBufRead + Unpin>(
     r: &mut R,
     budget: &mut u64,
 ) -> std::io::Result<Option<(Entry, PathBuf, Vec<u8>)>> {
+    let Some((entry, rel)) = next_header(r, budget).await? else {
+        return Ok(None);
+    };
+    let mut bytes = Vec::new();
+    if entry.kind == Kind::File {
+        bytes.reserve(entry.size as usize);
+        r.take(entry.size).read_to_end(&mut bytes).await?;
+        if bytes.len() as u64 != entry.size {
+            return Err(ended_early());
+        }
+    }
+    Ok(Some((entry, rel, bytes)))
+}
+
+/// One received entry's header, its path checked and a file's size taken from `budget`; the
+/// file's `size` bytes follow on `r` for the caller to take (e.g. with [`receive_body`]).
+pub async fn next_header<R: AsyncBufRead + Unpin>(
+    r: &mut R,
+    budget: &mut u64,
+) -> std::io::Result<Option<(Entry, PathBuf)>> {
     let entry: Entry = proto::read_line(r).await?;
     if entry.kind == Kind::End {
         return Ok(None);
@@ -175,22 +195,29 @@ pub async fn next<R: AsyncBufRead + Unpin>(
             format!("unsafe path in the archive: {:?}", entry.path),
         ));
     };
-    let mut bytes = Vec::new();
     if entry.kind == Kind::File {
         if entry.size > *budget {
             return Err(too_large(entry.size, *budget));
         }
         *budget -= entry.size;
-        bytes.reserve(entry.size as usize);
-        r.take(entry.size).read_to_end(&mut bytes).await?;
-        if bytes.len() as u64 != entry.size {
-            return Err(std::io::Error::new(
-                std::io::ErrorKind::UnexpectedEof,
-                "the archive ended early",
-            ));
-        }
     }
-    Ok(Some((entry, rel, bytes)))
+    Ok(Some((entry, rel)))
+}
+
+/// Copy a file's `size` bytes from `r` to `w`; fewer is an error.
+pub async fn receive_body<R, W>(r: &mut R, w: &mut W, size: u64) -> std::io::Result<()>
+where
+    R: AsyncBufRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    if tokio::io::copy(&mut r.take(size), w).await? != size {
+        return Err(ended_early());
+    }
+    w.flush().await
+}
+
+fn ended_early() -> std::io::Error {
+    std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "the archive ended early")
 }
 
 #[cfg(test)]

@@ -389,7 +389,7 @@ fn scenario(socket: &Path, expect: &Expect) {
                 "command": ["httpd", "-f", "-p", "8080", "-h", "/work"],
                 "env": {"GREETING": "hello from a container"},
                 "ports": [8080],
-                "resources": {"memory_mb": 256, "pids": 64},
+                "resources": {"memory_mb": 256, "pids": 64, "disk_mb": 64},
                 "ready": {"port": 8080}
             }),
         )
@@ -398,6 +398,15 @@ fn scenario(socket: &Path, expect: &Expect) {
     assert_eq!(vm["backend"], "docker");
     assert_eq!(vm["resources"]["pause"], "engine_pause");
     assert_eq!(vm["capabilities"]["work_on_host"], true);
+    // A size limit for /work is not held with Docker, and says so.
+    assert_eq!(vm["resources"]["disk"]["enforced"], false, "{vm}");
+    assert!(
+        vm["resources"]["disk"]["note"]
+            .as_str()
+            .unwrap()
+            .contains("docker"),
+        "{vm}"
+    );
     assert_eq!(vm["capabilities"]["mounts"], false);
     let info = c.call_ok("self_info", json!({})).structured;
     let d = info["backends"]

@@ -114,7 +114,7 @@ fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
                 "command": ["httpd", "-f", "-p", "8080", "-h", "/work"],
                 "env": {"GREETING": "hello from the guest"},
                 "ports": [8080],
-                "resources": {"memory_mb": 512, "cpus": 1},
+                "resources": {"memory_mb": 512, "cpus": 1, "disk_mb": 32},
                 "ready": {"port": 8080, "timeout_seconds": 200}
             }),
         )
@@ -123,6 +123,8 @@ fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
     assert_eq!(vm["backend"], "qemu");
     assert!(vm["work_dir"].is_null(), "{vm}");
     assert_eq!(vm["resources"]["pause"], "qmp_stop");
+    assert_eq!(vm["resources"]["disk"]["method"], "tmpfs", "{vm}");
+    assert_eq!(vm["resources"]["disk"]["limit_mb"], 32, "{vm}");
     assert_eq!(vm["capabilities"]["own_kernel"], true);
     assert_eq!(vm["capabilities"]["mounts"], false);
     assert_eq!(qemus_of(&c).len(), 1, "one QEMU process");
@@ -139,6 +141,20 @@ fn a_vm_runs_commands_serves_ports_pauses_and_stops() {
     assert_ne!(out.lines().next().unwrap(), host_kernel.trim());
     assert!(out.contains("hello from the guest"), "{out}");
     assert!(out.contains("web"), "hostname: {out}");
+
+    // /work holds disk_mb and no more (a tmpfs of that size in the guest).
+    let fill = sh(
+        &mut c,
+        &id,
+        "df -m /work | tail -1; dd if=/dev/zero of=/work/fill bs=1M count=64 2>&1; rm -f /work/fill",
+    );
+    let filled = fill["stdout"].as_str().unwrap();
+    let df = filled
+        .lines()
+        .find(|l| l.ends_with(" /work"))
+        .unwrap_or_default();
+    assert_eq!(df.split_whitespace().nth(1), Some("32"), "{filled}");
+    assert!(filled.contains("No space left on device"), "{filled}");
 
     // Files in and out, over the agent.
     c.call_ok(

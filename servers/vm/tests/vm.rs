@@ -16,6 +16,10 @@ use serde_json::{Value, json};
 #[path = "vm/attacks.rs"]
 mod attacks;
 
+/// `/work`'s size limit and streamed copies (issue #42, N9).
+#[path = "vm/disk.rs"]
+mod disk;
+
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-vm"))
 }

@@ -15,6 +15,7 @@ pub mod api;
 pub mod tar;
 
 use crate::backend::Backend;
+use crate::disk::{DiskInfo, DiskMethod};
 use futures::future::BoxFuture;
 use kitbag_shared::lock::LockExt;
 use std::os::fd::OwnedFd;
@@ -359,6 +360,7 @@ pub struct Container {
     peer: AgentPeer,
     exit: watch::Receiver<Option<ExitStatus>>,
     paused: Mutex<bool>,
+    disk: Option<DiskInfo>,
 }
 
 impl Container {
@@ -438,6 +440,13 @@ impl Container {
             peer,
             exit: exit_rx,
             paused: Mutex::new(false),
+            disk: spec.limits.disk_mb.map(|mb| {
+                DiskInfo::new(
+                    mb,
+                    DiskMethod::None,
+                    Some("not enforced with docker: /work is a host directory bound in (a size limit needs a storage driver with quotas)".into()),
+                )
+            }),
         });
         if spec.command.is_some() {
             match c.request(&Request::StartMain).await {
@@ -473,6 +482,10 @@ impl Backend for Container {
 
     fn pause_method(&self) -> &'static str {
         "engine_pause"
+    }
+
+    fn disk(&self) -> Option<DiskInfo> {
+        self.disk.clone()
     }
 
     fn limits_enforced(&self) -> (bool, Option<String>) {

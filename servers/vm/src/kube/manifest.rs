@@ -87,6 +87,15 @@ pub struct Manifest<'a> {
     pub ttl_seconds: u64,
 }
 
+/// `/work`'s volume: an emptyDir, with `sizeLimit` when `resources.disk_mb` asks for one (the
+/// kubelet evicts the pod past it).
+fn work_volume(disk_mb: Option<u64>) -> Value {
+    match disk_mb {
+        Some(mb) => json!({ "sizeLimit": format!("{mb}Mi") }),
+        None => json!({}),
+    }
+}
+
 /// The shell the container starts with: wait for the uploaded start script, then become it.
 pub fn boot_command() -> Vec<String> {
     vec![
@@ -134,7 +143,7 @@ pub fn pod_spec(m: &Manifest<'_>) -> Value {
             "resources": { "limits": limits.clone(), "requests": limits },
         }],
         // /work (the instances' home and default cwd) exists and is writable in any image.
-        "volumes": [{ "name": "kitbag", "emptyDir": {} }, { "name": "work", "emptyDir": {} }],
+        "volumes": [{ "name": "kitbag", "emptyDir": {} }, { "name": "work", "emptyDir": work_volume(m.limits.disk_mb) }],
     });
     let hostname = hostname.trim_matches('-');
     if !hostname.is_empty() {
@@ -246,9 +255,23 @@ mod tests {
                 memory_mb: 512,
                 cpus: 0.5,
                 pids: 100,
+                disk_mb: None,
             },
             ttl_seconds: 60,
         }
+    }
+
+    #[test]
+    fn disk_mb_is_the_work_volumes_size_limit() {
+        let volume = |p: &Value| p["spec"]["volumes"][1].clone();
+        let plain = pod(&manifest());
+        assert_eq!(volume(&plain), json!({ "name": "work", "emptyDir": {} }));
+        let mut m = manifest();
+        m.limits.disk_mb = Some(256);
+        assert_eq!(
+            volume(&pod(&m)),
+            json!({ "name": "work", "emptyDir": { "sizeLimit": "256Mi" } })
+        );
     }
 
     #[test]

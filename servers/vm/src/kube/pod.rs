@@ -2,6 +2,7 @@
 //! tasks that keep it: the `hold` line, the main command's watch, the Sandbox's lease.
 
 use crate::backend::Backend;
+use crate::disk::{DiskInfo, DiskMethod};
 use futures::future::BoxFuture;
 use kitbag_shared::lock::LockExt;
 use std::path::{Path, PathBuf};
@@ -108,6 +109,7 @@ pub struct KubePod {
     /// False while a resumed Sandbox's new pod comes up: connections wait for it.
     ready: watch::Sender<bool>,
     log_sync: tokio::sync::Mutex<()>,
+    disk: Option<DiskInfo>,
     payload: Arc<Payload>,
 }
 
@@ -198,6 +200,18 @@ impl KubePod {
             paused: Mutex::new(false),
             ready: watch::channel(true).0,
             log_sync: tokio::sync::Mutex::new(()),
+            disk: spec.limits.disk_mb.map(|mb| match pool {
+                None => DiskInfo::new(
+                    mb,
+                    DiskMethod::VolumeSizeLimit,
+                    Some("the work volume's sizeLimit: the kubelet evicts the pod past it".into()),
+                ),
+                Some(_) => DiskInfo::new(
+                    mb,
+                    DiskMethod::None,
+                    Some("not enforced: a warm pool's pods come from its template".into()),
+                ),
+            }),
             payload,
         });
         if let Err(e) = pod.bring_up(Instant::now() + timeout).await {
@@ -691,6 +705,10 @@ impl Backend for Arc<KubePod> {
 
     fn usage(&self) -> crate::cgroup::Usage {
         crate::cgroup::Usage::default()
+    }
+
+    fn disk(&self) -> Option<DiskInfo> {
+        self.disk.clone()
     }
 
     fn limits_enforced(&self) -> (bool, Option<String>) {

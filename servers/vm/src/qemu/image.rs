@@ -264,12 +264,15 @@ for m in $(cat /lib/modules/kitbag/order); do
 done
 token=
 host=kitbag
+work_mb=
 for w in $(cat /proc/cmdline); do
   case "$w" in
     kitbag.token=*) token="${{w#kitbag.token=}}" ;;
     kitbag.hostname=*) host="${{w#kitbag.hostname=}}" ;;
+    kitbag.work_mb=*) work_mb="${{w#kitbag.work_mb=}}" ;;
   esac
 done
+[ -n "$work_mb" ] && mount -t tmpfs -o "size=${{work_mb}}m,mode=0755" tmpfs /work
 hostname "$host"
 ip link set lo up
 ip link set eth0 up && ip addr add 10.0.2.15/24 dev eth0 && ip route add default via 10.0.2.2

@@ -22,6 +22,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::watch;
 
 use crate::bwrap::Record;
+use crate::disk::{DiskInfo, DiskMethod};
 use crate::error::{VmError, VmResult};
 use crate::proto::{ExitStatus, LOGS_DIR, Stream};
 use crate::remote;
@@ -115,6 +116,8 @@ pub struct VmSpec {
     pub outbound: bool,
     pub memory_mb: u64,
     pub cpus: f64,
+    /// `/work`'s size (a tmpfs in the guest); None: no limit.
+    pub work_mb: Option<u64>,
     pub kvm: bool,
     /// Once the main command has ended: stop the VM (the instance ends with its command).
     pub main_ended: remote::MainEnded<QemuVm>,
@@ -136,6 +139,7 @@ pub struct QemuVm {
     /// Held while the guest's logs are copied.
     log_sync: tokio::sync::Mutex<()>,
     pub accel: &'static str,
+    disk: Option<DiskInfo>,
 }
 
 /// One build of the image at a time (two first spawns would both download the kernel).
@@ -332,6 +336,13 @@ impl QemuVm {
             paused: Mutex::new(false),
             log_sync: tokio::sync::Mutex::new(()),
             accel: if spec.kvm { "kvm" } else { "tcg" },
+            disk: spec.work_mb.map(|mb| {
+                DiskInfo::new(
+                    mb,
+                    DiskMethod::Tmpfs,
+                    Some("a tmpfs in the VM: its memory".into()),
+                )
+            }),
         };
         vm.write_record();
         Ok(vm)
@@ -424,6 +435,10 @@ impl Backend for QemuVm {
 
     fn pause_method(&self) -> &'static str {
         "qmp_stop"
+    }
+
+    fn disk(&self) -> Option<DiskInfo> {
+        self.disk.clone()
     }
 
     fn limits_enforced(&self) -> (bool, Option<String>) {
@@ -573,8 +588,11 @@ fn qemu_args(
         image.initrd.display().to_string(),
         "-append".into(),
         format!(
-            "console=ttyS0 panic=-1 loglevel=4 kitbag.token={token} kitbag.hostname={}",
-            spec.hostname
+            "console=ttyS0 panic=-1 loglevel=4 kitbag.token={token} kitbag.hostname={}{}",
+            spec.hostname,
+            spec.work_mb
+                .map(|mb| format!(" kitbag.work_mb={mb}"))
+                .unwrap_or_default()
         ),
         "-serial".into(),
         "stdio".into(),

@@ -1,9 +1,9 @@
 //! `instance_copy`: move a file into or out of an instance.
 
-use std::io::Read;
 use std::sync::Arc;
 
 use base64::Engine;
+use kitbag_shared::atomic;
 use kitbag_shared::{
     Access, CallCtx, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
 };
@@ -124,25 +124,23 @@ async fn copy_in(
     {
         return copy_in_dir(state, p, ctx, max, overwrite, caller).await;
     }
-    let bytes = source_bytes(&p, &ctx, max).await?;
-    if bytes.len() as u64 > max {
+    let source = source(&p, &ctx, max).await?;
+    let size = source.len();
+    if size > max {
         return Err(ToolError::new(
             ErrorCode::OutputTooLarge,
-            format!(
-                "content: {} bytes, more than max_bytes ({max})",
-                bytes.len()
-            ),
+            format!("content: {size} bytes, more than max_bytes ({max})"),
         ));
     }
     let (id, sandbox, _busy) = state.sandbox(&p.instance, true, &caller)?;
     let req = Request::CopyIn {
         path: p.guest_path.clone(),
-        size: bytes.len() as u64,
+        size,
         overwrite,
     };
     let answer = sandbox
         .request_with_body(&req, |mut w| async {
-            w.write_all(&bytes).await?;
+            source.send(&mut w).await?;
             Ok(w)
         })
         .await
@@ -155,13 +153,13 @@ async fn copy_in(
             instance: id.clone(),
             guest_path: p.guest_path.clone(),
             host_path: p.host_path.clone(),
-            bytes: bytes.len() as u64,
+            bytes: size,
             content: None,
             encoding: None,
             files: None,
             skipped_links: None,
         },
-        format!("copied {} bytes into {id}:{}", bytes.len(), p.guest_path),
+        format!("copied {size} bytes into {id}:{}", p.guest_path),
     ))
 }
 
@@ -249,8 +247,39 @@ fn size_error(h: &str, e: &std::io::Error, max: u64) -> ToolError {
     }
 }
 
-/// The bytes to copy in: `content` decoded, or the regular file at `host_path`.
-async fn source_bytes(p: &CopyParams, ctx: &CallCtx, max: u64) -> ToolResult<Vec<u8>> {
+/// What a file copied in comes from: `content` decoded, or a host file sent as it is read
+/// (never held whole in memory).
+enum Source {
+    Bytes(Vec<u8>),
+    File(std::fs::File, u64),
+}
+
+impl Source {
+    fn len(&self) -> u64 {
+        match self {
+            Source::Bytes(b) => b.len() as u64,
+            Source::File(_, n) => *n,
+        }
+    }
+
+    async fn send<W: tokio::io::AsyncWrite + Unpin>(self, w: &mut W) -> std::io::Result<()> {
+        match self {
+            Source::Bytes(b) => w.write_all(&b).await,
+            Source::File(f, size) => {
+                let f = tokio::fs::File::from_std(f);
+                let copied = tokio::io::copy(&mut f.take(size), w).await?;
+                if copied != size {
+                    return Err(std::io::Error::other(format!(
+                        "host_path shrank from {size} to {copied} bytes while it was copied"
+                    )));
+                }
+                Ok(())
+            }
+        }
+    }
+}
+
+async fn source(p: &CopyParams, ctx: &CallCtx, max: u64) -> ToolResult<Source> {
     match (&p.content, &p.host_path) {
         (Some(_), Some(_)) => Err(ToolError::invalid_field(
             "content",
@@ -261,21 +290,22 @@ async fn source_bytes(p: &CopyParams, ctx: &CallCtx, max: u64) -> ToolResult<Vec
             "direction \"in\" needs host_path or content",
         )),
         (Some(c), None) => match p.encoding.unwrap_or(Encoding::Utf8) {
-            Encoding::Utf8 => Ok(c.as_bytes().to_vec()),
+            Encoding::Utf8 => Ok(Source::Bytes(c.as_bytes().to_vec())),
             Encoding::Base64 => base64::engine::general_purpose::STANDARD
                 .decode(c.trim())
+                .map(Source::Bytes)
                 .map_err(|e| ToolError::invalid_field("content", format!("not valid base64: {e}"))),
         },
         (None, Some(h)) => {
             let policy = ctx.policy().clone();
             let h = h.clone();
-            kitbag_shared::blocking(move || read_host_file(&policy, &h, max)).await
+            kitbag_shared::blocking(move || open_host_file(&policy, &h, max)).await
         }
     }
 }
 
-/// Read a host file of at most `max` bytes (the size is checked before reading).
-fn read_host_file(policy: &PathPolicy, h: &str, max: u64) -> ToolResult<Vec<u8>> {
+/// Open a host file of at most `max` bytes (the size is checked before anything is sent).
+fn open_host_file(policy: &PathPolicy, h: &str, max: u64) -> ToolResult<Source> {
     let (_, file) = policy.open_file(h, "host_path", Access::Read)?;
     let meta = file.metadata().map_err(|e| ToolError::io(h, &e))?;
     if !meta.is_file() {
@@ -295,11 +325,7 @@ fn read_host_file(policy: &PathPolicy, h: &str, max: u64) -> ToolResult<Vec<u8>>
         )
         .with_detail(json!({ "field": "max_bytes", "size": meta.len() })));
     }
-    let mut buf = Vec::with_capacity(meta.len() as usize);
-    file.take(max + 1)
-        .read_to_end(&mut buf)
-        .map_err(|e| ToolError::io(h, &e))?;
-    Ok(buf)
+    Ok(Source::File(file, meta.len()))
 }
 
 async fn copy_out(
@@ -365,6 +391,24 @@ async fn copy_out(
             p.guest_path
         )));
     }
+    if let (Some(_), Some(h)) = (target, &p.host_path) {
+        receive_file(&mut read, &ctx, h, size, overwrite).await?;
+        drop(_busy);
+        return Ok(Reply::new(
+            CopyResult {
+                instance: id.clone(),
+                guest_path: p.guest_path.clone(),
+                host_path: Some(h.clone()),
+                bytes: size,
+                content: None,
+                encoding: None,
+                files: None,
+                skipped_links: None,
+            },
+            format!("copied {size} bytes from {id}:{} to {h}", p.guest_path),
+        ));
+    }
+    // Inline: at most MAX_INLINE bytes (the limit asked of the instance).
     let mut bytes = Vec::with_capacity(size as usize);
     (&mut read)
         .take(size)
@@ -375,26 +419,7 @@ async fn copy_out(
         return Err(ToolError::internal("the instance sent less than announced"));
     }
     drop(_busy);
-    match (target, &p.host_path) {
-        (Some(_), Some(h)) => {
-            let n = bytes.len() as u64;
-            write_host_file(&ctx, h, bytes, overwrite).await?;
-            Ok(Reply::new(
-                CopyResult {
-                    instance: id.clone(),
-                    guest_path: p.guest_path.clone(),
-                    host_path: Some(h.clone()),
-                    bytes: n,
-                    content: None,
-                    encoding: None,
-                    files: None,
-                    skipped_links: None,
-                },
-                format!("copied {n} bytes from {id}:{} to {h}", p.guest_path),
-            ))
-        }
-        _ => Ok(inline_reply(id, p.guest_path.clone(), p.encoding, bytes)),
-    }
+    Ok(inline_reply(id, p.guest_path.clone(), p.encoding, bytes))
 }
 
 /// The instance refused to send `guest_path`. Too large to return inline gets its own hint.
@@ -444,29 +469,63 @@ fn tree_reply(
     )
 }
 
-/// Write a copied-out file at `host_path`, atomically; an existing file is kept unless
-/// `overwrite`.
-async fn write_host_file(
+/// Receive a copied-out file of `size` bytes into `host_path`: streamed into a temp file
+/// beside it (never held in memory), put in place only when whole — an existing file is kept
+/// unless `overwrite`, and is refused before anything is received.
+async fn receive_file<R: tokio::io::AsyncRead + Unpin>(
+    read: &mut R,
     ctx: &CallCtx,
     h: &str,
-    bytes: Vec<u8>,
+    size: u64,
     overwrite: bool,
 ) -> ToolResult<()> {
+    let exists = |h: &str| {
+        ToolError::new(
+            ErrorCode::FileExists,
+            format!("host_path: {h} exists; pass overwrite: true to replace it"),
+        )
+        .with_detail(json!({ "field": "host_path" }))
+    };
     let policy = ctx.policy().clone();
     let h2 = h.to_string();
-    kitbag_shared::blocking(move || {
+    let (staged, file) = kitbag_shared::blocking(move || {
         let (_, parent) = policy.parent(&h2, "host_path", Access::Write, Parents::Create)?;
-        let written = if overwrite {
-            kitbag_shared::atomic::write_atomic_at(&parent, &bytes)
-        } else {
-            kitbag_shared::atomic::create_new_at(&parent, &bytes)
-        };
-        written.map_err(|e| {
-            let mut err = ToolError::io(&h2, &e).with_detail(json!({ "field": "host_path" }));
-            if err.code == ErrorCode::FileExists {
-                err.message = format!("host_path: {h2} exists; pass overwrite: true to replace it");
+        let io =
+            |e: std::io::Error| ToolError::io(&h2, &e).with_detail(json!({ "field": "host_path" }));
+        if !overwrite && parent.stat().map_err(io)?.is_some() {
+            return Err(exists(&h2));
+        }
+        // A new file gets a new file's mode; a replaced one keeps its own.
+        let mode = (!overwrite).then(|| 0o666 & !atomic::process_umask());
+        atomic::begin(parent, mode).map_err(io)
+    })
+    .await?;
+    let mut out = tokio::fs::File::from_std(file);
+    let copied = tokio::io::copy(&mut read.take(size), &mut out)
+        .await
+        .map_err(|e| ToolError::io(h, &e).with_detail(json!({ "field": "host_path" })))?;
+    if copied != size {
+        // Dropping `staged` removes the partial temp file.
+        return Err(ToolError::internal(format!(
+            "the instance sent {copied} of the {size} bytes it announced; nothing was written"
+        )));
+    }
+    let file = out.into_std().await;
+    let h2 = h.to_string();
+    kitbag_shared::blocking(move || {
+        let placed = staged.seal(file).and_then(|()| {
+            if overwrite {
+                staged.commit()
+            } else {
+                staged.commit_new()
             }
-            err
+        });
+        placed.map_err(|e| {
+            if atomic::is_exists(&e) {
+                exists(&h2)
+            } else {
+                ToolError::io(&h2, &e).with_detail(json!({ "field": "host_path" }))
+            }
         })
     })
     .await

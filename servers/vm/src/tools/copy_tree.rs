@@ -1,10 +1,12 @@
 //! `instance_copy` of a directory out of an instance: host side of [`crate::tree`]. Every
-//! entry is received into memory (bounded by `max_bytes`), conflicts are checked before
-//! anything is written, then the files are written together (all or nothing); links are not
-//! recreated on the host. (A directory copied in is walked and sent by `copy.rs`.)
+//! file is streamed into a temp file beside its target as it arrives (bounded by `max_bytes`,
+//! never held in memory), a conflict stops the copy before anything is in place, then the
+//! files are put in place together (all or nothing); links are not recreated on the host. (A directory copied in is walked and sent by `copy.rs`.)
 
 use std::path::{Path, PathBuf};
 
+use kitbag_shared::atomic::{self, Staged};
+use kitbag_shared::paths::ParentDir;
 use kitbag_shared::paths::fd::open_dirs;
 use kitbag_shared::{Access, CallCtx, ErrorCode, Parents, ToolError, ToolResult};
 use serde_json::json;
@@ -28,11 +30,14 @@ pub async fn receive_dir<R: tokio::io::AsyncBufRead + Unpin>(
 ) -> ToolResult<Received> {
     let mut budget = max;
     let mut dirs: Vec<PathBuf> = Vec::new();
-    let mut files: Vec<(PathBuf, Vec<u8>)> = Vec::new();
+    // Each file is streamed into a temp file beside its target as it arrives; none is put in
+    // place before the last has arrived whole (dropping these removes the temps).
+    let mut staged: Vec<Staged<ParentDir>> = Vec::new();
+    let mut bytes = 0u64;
     let mut skipped_links = 0;
     loop {
         // The entries are the instance's to choose: their number is bounded like their bytes.
-        if dirs.len() + files.len() + skipped_links as usize > tree::MAX_ENTRIES {
+        if dirs.len() + staged.len() + skipped_links as usize > tree::MAX_ENTRIES {
             return Err(ToolError::new(
                 ErrorCode::OutputTooLarge,
                 format!(
@@ -42,10 +47,13 @@ pub async fn receive_dir<R: tokio::io::AsyncBufRead + Unpin>(
             )
             .with_detail(json!({ "field": "guest_path" })));
         }
-        match tree::next(read, &mut budget).await {
-            Ok(Some((entry, rel, bytes))) => match entry.kind {
+        match tree::next_header(read, &mut budget).await {
+            Ok(Some((entry, rel))) => match entry.kind {
                 Kind::Dir => dirs.push(rel),
-                Kind::File => files.push((rel, bytes)),
+                Kind::File => {
+                    staged.push(receive_file(read, ctx, host, &rel, entry.size, overwrite).await?);
+                    bytes += entry.size;
+                }
                 Kind::Symlink => skipped_links += 1,
                 Kind::End => break,
             },
@@ -62,33 +70,18 @@ pub async fn receive_dir<R: tokio::io::AsyncBufRead + Unpin>(
     }
     let policy = ctx.policy().clone();
     let host = host.to_string();
-    let bytes: u64 = files.iter().map(|(_, b)| b.len() as u64).sum();
-    let n = files.len() as u64;
+    let n = staged.len() as u64;
     kitbag_shared::blocking(move || {
-        let join = |rel: &Path| -> String { format!("{}/{}", host.trim_end_matches('/'), rel.display()) };
-        // Check every target first: nothing is written when one is refused.
-        let mut targets = Vec::new();
-        for (rel, data) in files {
-            let path = join(&rel);
-            let (resolved, parent) = policy.parent(&path, "host_path", Access::Write, Parents::Create)?;
-            let exists = parent.stat().map_err(|e| ToolError::io(&path, &e))?.is_some();
-            if exists && !overwrite {
-                return Err(ToolError::new(
-                    ErrorCode::FileExists,
-                    format!("host_path: {} exists; pass overwrite: true to replace it (nothing was written)", resolved.rel),
-                )
-                .with_detail(json!({ "field": "host_path", "path": resolved.rel })));
-            }
-            targets.push((parent, data));
-        }
         for rel in dirs {
-            let path = join(&rel);
+            let path = join(&host, &rel);
             let resolved = policy.resolve(&path, "host_path", Access::Write)?;
-            let under = resolved.abs.strip_prefix(policy.root()).unwrap_or(Path::new("."));
+            let under = resolved
+                .abs
+                .strip_prefix(policy.root())
+                .unwrap_or(Path::new("."));
             open_dirs(policy.root_fd(), under, true).map_err(|e| ToolError::io(&path, &e))?;
         }
-        kitbag_shared::atomic::write_all_atomic_at(&targets)
-            .map_err(|e| ToolError::io(&host, &e))
+        atomic::commit_all(staged).map_err(|e| ToolError::io(&host, &e))
     })
     .await?;
     Ok(Received {
@@ -96,4 +89,46 @@ pub async fn receive_dir<R: tokio::io::AsyncBufRead + Unpin>(
         bytes,
         skipped_links,
     })
+}
+
+fn join(host: &str, rel: &Path) -> String {
+    format!("{}/{}", host.trim_end_matches('/'), rel.display())
+}
+
+/// One file of the tree: its target checked (refused when it exists without `overwrite`, so
+/// nothing is written), then its bytes streamed into a sealed temp file beside it.
+async fn receive_file<R: tokio::io::AsyncBufRead + Unpin>(
+    read: &mut R,
+    ctx: &CallCtx,
+    host: &str,
+    rel: &Path,
+    size: u64,
+    overwrite: bool,
+) -> ToolResult<Staged<ParentDir>> {
+    let policy = ctx.policy().clone();
+    let path = join(host, rel);
+    let p2 = path.clone();
+    let (staged, file) = kitbag_shared::blocking(move || {
+        let (resolved, parent) = policy.parent(&p2, "host_path", Access::Write, Parents::Create)?;
+        let exists = parent.stat().map_err(|e| ToolError::io(&p2, &e))?.is_some();
+        if exists && !overwrite {
+            return Err(ToolError::new(
+                ErrorCode::FileExists,
+                format!("host_path: {} exists; pass overwrite: true to replace it (nothing was written)", resolved.rel),
+            )
+            .with_detail(json!({ "field": "host_path", "path": resolved.rel })));
+        }
+        atomic::begin(parent, None).map_err(|e| ToolError::io(&p2, &e))
+    })
+    .await?;
+    let mut out = tokio::fs::File::from_std(file);
+    tree::receive_body(read, &mut out, size)
+        .await
+        .map_err(|e| ToolError::internal(format!("the copy failed at {path}: {e}")))?;
+    let file = out.into_std().await;
+    kitbag_shared::blocking(move || {
+        staged.seal(file).map_err(|e| ToolError::io(&path, &e))?;
+        Ok(staged)
+    })
+    .await
 }

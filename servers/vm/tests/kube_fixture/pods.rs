@@ -132,6 +132,8 @@ fn limits(container: &Value) -> Limits {
             .unwrap_or(ncpu)
             .clamp(0.01, ncpu),
         pids: 512,
+        // A volume's sizeLimit is the kubelet's eviction, which this stand-in does not model.
+        disk_mb: None,
     }
 }
 

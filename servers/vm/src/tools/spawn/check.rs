@@ -344,6 +344,9 @@ fn check_mounts(
     Ok(mounts)
 }
 
+/// 16 TiB: ext4's largest file system with 4 KiB blocks and no `64bit` feature.
+const MAX_DISK_MB: u64 = 16 << 20;
+
 fn check_limits(state: &VmState, r: ResourcesParam) -> ToolResult<Limits> {
     let host_mb = host_memory_mb();
     let ncpu = std::thread::available_parallelism()
@@ -364,6 +367,10 @@ fn check_limits(state: &VmState, r: ResourcesParam) -> ToolResult<Limits> {
             16,
             65536,
         )?,
+        disk_mb: r
+            .disk_mb
+            .map(|mb| validate::range("resources.disk_mb", mb, 16, MAX_DISK_MB))
+            .transpose()?,
     })
 }
 

@@ -72,6 +72,9 @@ pub struct ResourcesParam {
     /// Processes (default 512).
     #[serde(default)]
     pub pids: Option<u64>,
+    /// MiB for /work (default: no limit); writes past it fail with ENOSPC.
+    #[serde(default)]
+    pub disk_mb: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
@@ -229,7 +232,11 @@ pub async fn run(
         _ => start::start_sandbox(&state, &id, &c).await?,
     };
     pending.sandbox = Some(sandbox.clone());
-    let (enforced, note) = sandbox.limits_enforced();
+    let (mut enforced, mut note) = sandbox.limits_enforced();
+    if let Some(d) = sandbox.disk().filter(|d| !d.enforced) {
+        enforced = false;
+        note = d.note.map(|n| format!("disk_mb: {n}"));
+    }
     if state.opts.require_limits && !enforced {
         return Err(ToolError::new(
             ErrorCode::SpawnFailed,

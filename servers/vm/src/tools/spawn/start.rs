@@ -143,6 +143,7 @@ pub async fn start_vm(
         outbound: c.network == Network::Outbound,
         memory_mb: c.limits.memory_mb,
         cpus: c.limits.cpus,
+        work_mb: c.limits.disk_mb,
         kvm: probe.kvm,
         main_ended: Engine::qemu_main_ended,
     };
