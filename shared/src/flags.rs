@@ -50,23 +50,7 @@ impl CommonArgs {
 
     /// Set up tracing to stderr or `--log-file`. stdout is the protocol: never log there.
     pub fn init_logging(&self) -> anyhow::Result<()> {
-        let mut filter = tracing_subscriber::EnvFilter::try_new(&self.log_level)
-            .map_err(|e| anyhow::anyhow!("--log-level {}: {e}", self.log_level))?;
-        // rmcp logs every JSON-RPC error answer (an unknown tool, bad params) as a warning: a
-        // client's mistake, already answered, filling the client's server log — shown at debug
-        // and below. Its debug lines dump every request with its arguments (file contents, a
-        // memory refused as a secret): only when asked for by name (`--log-level rmcp=debug`).
-        if !self.log_level.contains("rmcp") {
-            let verbose = ["debug", "trace"].contains(&self.log_level.as_str());
-            let directive = if verbose {
-                "rmcp=info"
-            } else {
-                "rmcp::service=error"
-            };
-            if let Ok(quiet) = directive.parse() {
-                filter = filter.add_directive(quiet);
-            }
-        }
+        let filter = log_filter(&self.log_level)?;
         let builder = tracing_subscriber::fmt()
             .with_env_filter(filter)
             .with_ansi(false);
@@ -84,4 +68,27 @@ impl CommonArgs {
         let _ = result;
         Ok(())
     }
+}
+
+/// The log filter for `--log-level LEVEL`, the same for every server and the host.
+///
+/// rmcp logs every JSON-RPC error answer (an unknown tool, bad params) as a warning: a client's
+/// mistake, already answered, filling the client's server log — shown at debug and below. Its
+/// debug lines dump every request with its arguments (file contents, a memory refused as a
+/// secret): only when asked for by name (`--log-level rmcp=debug`).
+pub fn log_filter(level: &str) -> anyhow::Result<tracing_subscriber::EnvFilter> {
+    let mut filter = tracing_subscriber::EnvFilter::try_new(level)
+        .map_err(|e| anyhow::anyhow!("--log-level {level}: {e}"))?;
+    if !level.contains("rmcp") {
+        let verbose = ["debug", "trace"].contains(&level);
+        let directive = if verbose {
+            "rmcp=info"
+        } else {
+            "rmcp::service=error"
+        };
+        if let Ok(quiet) = directive.parse() {
+            filter = filter.add_directive(quiet);
+        }
+    }
+    Ok(filter)
 }

@@ -16,42 +16,40 @@ pub const MAX_COMMAND_TIMEOUT: i64 = 24 * 3600;
 pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
-    "Schedule a message to be delivered to you (as a new user message in its own session) on a \
-     cron schedule, optionally running a shell command first: health checks, polling, periodic \
-     reports, reminders. `schedule` is 5-field cron `minute hour day-of-month month day-of-week` \
-     with `*`, `*/N`, `N`, `N-M`, `N,M`, names (`mon`, `jan`) or `@hourly`/`@daily`/`@weekly`/\
-     `@monthly`/`@yearly`; no seconds field; read in `timezone`, daylight-saving handled. A \
-     command's exit code and output tail go to cron_runs and the delivered message.",
+    "Schedule a message to you (a new user message in its own session), optionally after a shell \
+     command: polling, health checks, reports, reminders. `schedule`: cron `minute hour \
+     day-of-month month day-of-week` (`*`, `*/N`, `N-M`, `N,M`, names like `mon`, `jan`; no \
+     seconds) or @hourly/@daily/@weekly/@monthly/@yearly, in `timezone`. The command's exit code \
+     and output tail go into the message and cron_runs.",
 )
 .exec();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
-    /// 5-field cron expression or an @alias, e.g. `0 9 * * mon-fri`.
+    /// E.g. `0 9 * * mon-fri`.
     pub schedule: String,
-    /// The text delivered when the entry fires (1 to 16384 bytes).
+    /// 1 to 16384 bytes.
     pub message: String,
-    /// Session the firing goes to (letters, digits, `.`, `_`, `-`, `:`; up to 128). Default: the
-    /// entry id (`cron-N`).
+    /// Target session: ≤ 128 letters, digits, `._-:`. Default: the entry id.
     #[serde(default)]
     pub session: Option<String>,
-    /// Default true; false creates the entry paused.
+    /// false: create it paused.
     #[serde(default)]
     pub enabled: Option<bool>,
-    /// IANA time zone, e.g. `Europe/Berlin` (default the machine's).
+    /// IANA zone, e.g. `Europe/Berlin`; default the machine's.
     #[serde(default)]
     pub timezone: Option<String>,
-    /// Default true; false fires once, then disables itself.
+    /// false: fire once, then disable.
     #[serde(default)]
     pub recurring: Option<bool>,
-    /// Default true: a run missed while the server was down fires once at start-up.
+    /// Default true: a run missed while down fires once at start-up.
     #[serde(default)]
     pub catch_up: Option<bool>,
-    /// Shell command run (with /bin/sh -c, in the root) each time the entry fires.
+    /// Run by /bin/sh -c in the root at each firing.
     #[serde(default)]
     pub command: Option<String>,
-    /// Seconds before the command's process group is killed (1 to 86400, default 60).
+    /// Kill it after this long: 1 to 86400, default 60.
     #[serde(default)]
     pub command_timeout_secs: Option<i64>,
 }

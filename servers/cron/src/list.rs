@@ -15,29 +15,26 @@ pub const MAX_LIMIT: i64 = 1000;
 pub const LIST_DEF: ToolDef = ToolDef::read(
     "cron_list",
     "List scheduled tasks",
-    "List cron entries: schedule, zone, session, next fire time and last run; messages cut to 500 \
-     bytes. When `truncated` is true call again with `offset` = `next_offset`. Hand-edited entries \
-     that cannot be scheduled carry an `error`; ones that do not parse are under `problems`.",
+    "List cron entries: schedule, zone, session, next fire, last run; messages cut to 500 bytes. \
+     If `truncated`, call again with `offset` = `next_offset`. Hand-edited entries that cannot be \
+     scheduled carry `error`; unparsable ones are in `problems`.",
 );
 
 pub const STATUS_DEF: ToolDef = ToolDef::read(
     "cron_status",
     "Scheduler status",
-    "Report whether any enabled cron entry exists and when the next fires (`keepalive_needed`: \
-     hold a keepalive lease while work is scheduled), whether a client is connected to receive \
-     firings, and where the store lives.",
+    "Whether any enabled cron entry exists and when the next fires (`keepalive_needed`: hold a \
+     keepalive lease), whether a client is connected to receive firings, and the store's location.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// Only enabled entries.
     #[serde(default)]
     pub enabled_only: Option<bool>,
-    /// Entries to skip (default 0).
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Most entries to return (default 100, at most 1000).
+    /// Default 100, max 1000.
     #[serde(default)]
     pub limit: Option<i64>,
 }

@@ -12,8 +12,7 @@ use crate::view::EntryView;
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "cron_delete",
     "Delete a scheduled task",
-    "Delete a cron entry; it never fires again, its run history stays in cron_runs. To pause it \
-     instead, use cron_disable.",
+    "Delete a cron entry for good (its cron_runs history stays). cron_disable only pauses.",
 )
 .destructive()
 .idempotent();
@@ -21,22 +20,21 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const ENABLE_DEF: ToolDef = ToolDef::write(
     "cron_enable",
     "Enable a scheduled task",
-    "Resume a paused cron entry from its next scheduled time; runs that fell while it was disabled \
-     are not made up. Re-enabling a one-shot entry arms it for its next time.",
+    "Resume a paused cron entry from its next time (missed runs are not made up); re-arms a \
+     one-shot entry.",
 )
 .idempotent();
 
 pub const DISABLE_DEF: ToolDef = ToolDef::write(
     "cron_disable",
     "Disable a scheduled task",
-    "Pause a cron entry without deleting it; cron_enable resumes it.",
+    "Pause a cron entry; cron_enable resumes it.",
 )
 .idempotent();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct IdParams {
-    /// The entry's id (`cron-N`, from cron_list).
     pub id: String,
 }
 

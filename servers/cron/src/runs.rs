@@ -16,10 +16,9 @@ pub const MAX_LIMIT: i64 = 500;
 pub const DEF: ToolDef = ToolDef::read(
     "cron_runs",
     "Scheduled task history",
-    "Show past cron runs, newest first: scheduled and fired time, outcome (`fired`, `caught_up` = \
-     made up once after downtime, `missed` = skipped as catch_up is false, `skipped_busy` = its \
-     previous command still ran), whether a client received it, and a command's exit code, status \
-     and output tail.",
+    "Past cron runs, newest first: times, outcome (`fired`; `caught_up`: made up after downtime; \
+     `missed`: catch_up was false; `skipped_busy`: previous command still running), whether a \
+     client got it, and command exit code, status and output tail.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -28,10 +27,10 @@ pub struct RunsParams {
     /// Only this entry's runs.
     #[serde(default)]
     pub id: Option<String>,
-    /// Most runs to return (default 20, at most 500).
+    /// Default 20, max 500.
     #[serde(default)]
     pub limit: Option<i64>,
-    /// Newest runs to skip (default 0).
+    /// Newest runs to skip.
     #[serde(default)]
     pub offset: Option<i64>,
 }

@@ -24,12 +24,12 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub const DEF: ToolDef = ToolDef::write(
     "edit_text",
     "Edit text",
-    "Replace text in a file and return a unified diff; the file must have been read with file_read \
-     in this session and be unchanged since (else file_changed_since_read: read it again). Exact string: `old_string` must match exactly (whitespace included) and be \
-     unique unless `replace_all` or `occurrence` picks; on several matches the error lists their \
-     lines, on none it points at the closest whitespace-insensitive match. Line range: `start_line`..\
-     `end_line` (1-based, inclusive) → `new_string`. Replacement is literal (`$1` stays `$1`); CRLF, \
-     a UTF-8 BOM and the final newline are kept."
+    "Replace text in a file; returns a unified diff. The file must have been read with file_read this \
+     session and be unchanged since (else file_not_read / file_changed_since_read: read it again). \
+     String mode: `old_string` → `new_string`; `old_string` must match exactly (whitespace included) \
+     and be unique unless `replace_all` or `occurrence`; errors list the matches' lines or the \
+     closest match. Line mode: `start_line`..`end_line` (1-based, inclusive) → `new_string`. Literal \
+     replacement (`$1` stays); CRLF, BOM and final newline are kept."
 )
 .destructive();
 
@@ -55,32 +55,26 @@ pub struct EditSpec {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditParams {
-    /// Root-relative path of the file to edit.
     pub path: String,
-    /// Exact text to find (string mode).
     #[serde(default)]
     pub old_string: Option<String>,
-    /// Replacement text (string and line modes).
     #[serde(default)]
     pub new_string: Option<String>,
-    /// Replace every occurrence (string mode).
     #[serde(default)]
     pub replace_all: Option<bool>,
-    /// Replace only the Nth occurrence, 1-based (string mode).
+    /// Replace only the Nth match (1-based).
     #[serde(default)]
     pub occurrence: Option<i64>,
-    /// First line to replace, 1-based (line mode).
     #[serde(default)]
     pub start_line: Option<i64>,
-    /// Last line to replace, inclusive (line mode). Default: `start_line`.
+    /// Default `start_line`.
     #[serde(default)]
     pub end_line: Option<i64>,
-    /// Several edits with the fields above, all applied or none: all string edits (applied in
-    /// order) or all line edits (numbered against the original file). Not with the single-edit
-    /// fields.
+    /// Several edits (fields as above), all applied or none: all string edits (applied in order) or
+    /// all line edits (numbered as in the original file). Not with the single-edit fields.
     #[serde(default)]
     pub edits: Option<Vec<EditSpec>>,
-    /// Return the diff without writing.
+    /// Diff only, no write.
     #[serde(default)]
     pub dry_run: Option<bool>,
 }

@@ -15,33 +15,29 @@ pub const MAX_LIMIT: u64 = 10_000;
 pub const DEF: ToolDef = ToolDef::read(
     "file_list",
     "List files",
-    "List a directory: name, type, size and modification time of each entry, sorted by path. \
-     `recursive` walks the tree, honouring .gitignore/.ignore unless `no_ignore`; hidden entries are \
-     skipped unless `hidden`. `truncated` says when more than `limit` exist: page with `offset`.",
+    "List a directory: name, type, size and modification time of each entry, sorted by path. Skips \
+     hidden and ignored (.gitignore/.ignore) entries unless `hidden`/`no_ignore`. When `truncated`, \
+     pass `next_offset` as `offset`.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// Root-relative directory (default the root).
+    /// Directory (default the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Walk subdirectories.
     #[serde(default)]
     pub recursive: Option<bool>,
-    /// Deepest level to descend when recursive (1 = direct children).
+    /// With `recursive`: 1 = direct children.
     #[serde(default)]
     pub max_depth: Option<i64>,
-    /// Include hidden (dot) entries.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore/.ignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
-    /// Most entries to return (default 1000, max 10000).
+    /// Default 1000, max 10000.
     #[serde(default)]
     pub limit: Option<i64>,
-    /// Entries to skip, for paging.
     #[serde(default)]
     pub offset: Option<i64>,
 }

@@ -19,17 +19,16 @@ use crate::state::FilesState;
 pub const MOVE_DEF: ToolDef = ToolDef::write(
     "file_move",
     "Move or rename",
-    "Move or rename a file or directory inside the root, creating the destination's parents. Fails \
-     with file_exists if the destination exists, unless `overwrite` (files only; a directory is never \
-     replaced). Needs rw access on both paths."
+    "Move or rename a file or directory, creating the destination's parents. Fails with file_exists \
+     if the destination exists, unless `overwrite` (files only; a directory is never replaced)."
 )
 .destructive();
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "file_delete",
     "Delete",
-    "Delete a file, a symbolic link (not its target), or, only with `recursive: true`, a directory \
-     and everything in it. The root itself cannot be deleted.",
+    "Delete a file, a symlink (not its target), or, only with `recursive: true`, a directory and all \
+     it contains. The root cannot be deleted.",
 )
 .destructive()
 .idempotent();
@@ -37,11 +36,9 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MoveParams {
-    /// Root-relative path to move.
     pub source: String,
-    /// Root-relative new path (the full new name, not a directory to move into).
+    /// Full new path, not a directory to move into.
     pub destination: String,
-    /// Replace an existing destination file.
     #[serde(default)]
     pub overwrite: Option<bool>,
 }
@@ -57,9 +54,7 @@ pub struct MoveResult {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct DeleteParams {
-    /// Root-relative path to delete.
     pub path: String,
-    /// Required to delete a directory (and all it contains). Default false.
     #[serde(default)]
     pub recursive: Option<bool>,
 }

@@ -29,20 +29,19 @@ pub const DEF: ToolDef = ToolDef::read(
     "file_read",
     "Read file",
     "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file. \
-     file_write and edit_text refuse files not read in this session. Output is capped at 44 KB and \
-     lines over 2000 characters are cut with a marker; when `truncated` is true, call again with \
-     `offset` = `next_offset`.",
+     file_write and edit_text need a prior read. Output capped at 44 KB; lines over 2000 characters \
+     are cut. When `truncated`, pass `next_offset` as `offset`.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadParams {
-    /// Root-relative path of a file or directory (absolute paths inside the root accepted).
+    /// Root-relative (absolute inside the root accepted).
     pub path: String,
-    /// First line to return, 1-based (default 1).
+    /// First line, 1-based.
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Most lines to return (default 2000).
+    /// Most lines (default 2000).
     #[serde(default)]
     pub limit: Option<i64>,
 }

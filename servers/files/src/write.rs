@@ -16,26 +16,25 @@ use crate::state::FilesState;
 pub const WRITE_DEF: ToolDef = ToolDef::write(
     "file_write",
     "Write file",
-    "Write a whole file: create it (with parent directories) or overwrite it. An existing file must \
-     have been read with file_read in this session and be unchanged on disk since (content hash), \
-     else file_not_read / file_changed_since_read: read it again and retry. Prefer edit_text for \
-     partial changes. Atomic; keeps the file's permissions; content capped (default 10 MB)."
+    "Write a whole file, creating it (and parent directories) or overwriting it. An existing file \
+     must have been read with file_read this session and be unchanged since, else file_not_read / \
+     file_changed_since_read: read it again. Prefer edit_text for partial changes. Atomic; keeps \
+     permissions; content capped (default 10 MB).",
 )
 .destructive();
 
 pub const CREATE_DEF: ToolDef = ToolDef::write(
     "file_create",
     "Create file",
-    "Create a new file (and its parent directories), atomically. Fails with file_exists if anything \
-     exists at the path: use file_write to overwrite.",
+    "Create a new file and its parent directories. Fails with file_exists if the path exists: use \
+     file_write to overwrite.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct WriteParams {
-    /// Root-relative path of the file.
     pub path: String,
-    /// The complete new content of the file (UTF-8 text).
+    /// Complete file content (UTF-8).
     pub content: String,
 }
 

@@ -166,7 +166,9 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     if let Some(code) = run_without_hub(&cli).await {
         return code;
     }
-    let filter = tracing_subscriber_filter(&cli.log_level);
+    // An unparsable level falls back to warn rather than stopping the host.
+    let filter = kitbag_shared::flags::log_filter(&cli.log_level)
+        .or_else(|_| kitbag_shared::flags::log_filter("warn"))?;
     let _ = tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
@@ -538,9 +540,4 @@ fn config_file(cli: &Cli) -> Option<PathBuf> {
 fn config_loader(cli: &Cli) -> Option<serve::ConfigLoader> {
     let path = config_file(cli)?;
     Some(Arc::new(move || kitbag_config::load(&path)))
-}
-
-fn tracing_subscriber_filter(level: &str) -> tracing_subscriber::EnvFilter {
-    tracing_subscriber::EnvFilter::try_new(level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("warn"))
 }

@@ -16,6 +16,11 @@ fn bin() -> &'static Path {
 /// Run the host with a config of one files server, write `lines` then close stdin, and
 /// return every line it wrote (it must exit by itself).
 fn converse(lines: &[String]) -> Vec<String> {
+    converse_logged(lines).0
+}
+
+/// [`converse`], with what the host wrote on stderr.
+fn converse_logged(lines: &[String]) -> (Vec<String>, String) {
     let d = tempfile::tempdir().expect("tmp");
     std::fs::write(d.path().join("a.txt"), "alpha\n").expect("w");
     let cfg = d.path().join("agent.json");
@@ -34,10 +39,16 @@ fn converse(lines: &[String]) -> Vec<String> {
         .env_remove("KITBAG_HOST_DEPTH")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
-        .stderr(Stdio::null())
+        .stderr(Stdio::piped())
         .spawn()
         .expect("spawn");
     let mut stdin = child.stdin.take().expect("stdin");
+    let mut stderr = child.stderr.take().expect("stderr");
+    let logged = std::thread::spawn(move || {
+        let mut s = String::new();
+        let _ = std::io::Read::read_to_string(&mut stderr, &mut s);
+        s
+    });
     let mut all = String::new();
     for l in lines {
         all.push_str(l);
@@ -54,7 +65,7 @@ fn converse(lines: &[String]) -> Vec<String> {
     writer.join().expect("writer");
     let status = child.wait().expect("wait");
     assert!(status.success(), "the host exits cleanly at EOF: {status}");
-    out
+    (out, logged.join().expect("stderr reader"))
 }
 
 fn init() -> Vec<String> {
@@ -67,6 +78,39 @@ fn init() -> Vec<String> {
 fn by_raw_id<'a>(out: &'a [String], raw_id: &str) -> Vec<&'a String> {
     let needle = format!("\"id\":{raw_id},");
     out.iter().filter(|l| l.contains(&needle)).collect()
+}
+
+/// A client's ordinary mistakes are answers, not server events: nothing on stderr at the
+/// default level (rmcp logged each error answer as a WARN line that clients show).
+#[test]
+fn a_clients_mistakes_are_answered_not_logged() {
+    let mut lines = init();
+    let calls = [
+        json!({"method": "tools/call", "params": {"name": "no_such_tool", "arguments": {}}}),
+        json!({"method": "tools/call", "params": {"name": "file_read", "arguments": {"pathx": 1}}}),
+        json!({"method": "tools/call", "params": {"name": "file_read", "arguments": {"path": "missing.txt"}}}),
+        json!({"method": "no/such/method", "params": {}}),
+        json!({"method": "prompts/get", "params": {"name": "no_such_prompt"}}),
+        json!({"method": "resources/read", "params": {"uri": "kitbag://nothing"}}),
+    ];
+    for (i, c) in calls.iter().enumerate() {
+        let mut c = c.clone();
+        c["jsonrpc"] = json!("2.0");
+        c["id"] = json!(i + 1);
+        lines.push(c.to_string());
+    }
+    let (out, logged) = converse_logged(&lines);
+    for i in 1..=calls.len() {
+        assert_eq!(
+            by_raw_id(&out, &i.to_string()).len(),
+            1,
+            "call {i}: {out:#?}"
+        );
+    }
+    assert!(
+        !logged.contains("WARN") && !logged.contains("ERROR"),
+        "the host logged a client's mistakes:\n{logged}"
+    );
 }
 
 #[test]

@@ -116,9 +116,8 @@ pub fn assignment(state: &IssuesState, a: &str) -> ToolResult<()> {
 pub const LIST_DEF: ToolDef = ToolDef::read(
     "issue_list",
     "List issues",
-    "List this project's issues, newest first (best match first with `search`): to find an issue's \
-     number, check for duplicates before filing, or see what is open. Page with `limit` and \
-     `offset`; `total` counts every match.",
+    "List issues, newest first (best match first with `search`): find a number, check for \
+     duplicates, see what is open. `total` counts all matches; page with `offset` = `next_offset`.",
 );
 
 /// A status, or `all`.
@@ -138,16 +137,15 @@ pub enum StatusArg {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// One status, or `all`. Omitted: every status except resolved and rejected.
+    /// Default: all but resolved and rejected.
     #[serde(default)]
     pub status: Option<StatusArg>,
-    /// Most issues returned: 1 to 100, default 25.
+    /// 1 to 100, default 25.
     #[serde(default)]
     pub limit: Option<i64>,
-    /// Issues to skip (for paging), default 0.
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Full-text query over titles and bodies: words, "a phrase", OR, NOT, prefix*.
+    /// Full text over titles and bodies: words, "a phrase", OR, NOT, prefix*.
     #[serde(default)]
     pub search: Option<String>,
 }
@@ -240,21 +238,19 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
 pub const GET_DEF: ToolDef = ToolDef::read(
     "issue_get",
     "Get an issue",
-    "Get one issue in full: title, body, original body (kept on the first body edit), status, \
-     assignment, resolution, its update stream in order (status changes, comments including \
-     operator-only ones, edits) and its todo checklist. At most 256 KB of update text per call; \
-     when `next_updates_offset` is set, call again with `updates_offset` to read on.",
+    "One issue in full: body (and the original, if edited), status, assignment, resolution, \
+     update stream (status changes, comments incl. operator-only, edits) and todos. Updates page \
+     at 256 KB: if `next_updates_offset` is set, pass it as `updates_offset` to read on.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetParams {
-    /// The issue's number (42 for #42).
+    /// 42 for #42.
     pub number: i64,
-    /// Updates to skip, default 0.
     #[serde(default)]
     pub updates_offset: Option<i64>,
-    /// Most updates returned: 1 to 1000, default 200.
+    /// 1 to 1000, default 200.
     #[serde(default)]
     pub updates_limit: Option<i64>,
 }
@@ -384,16 +380,16 @@ pub fn issue_markdown(r: &GetResult) -> String {
 pub const CREATE_DEF: ToolDef = ToolDef::write(
     "issue_create",
     "File an issue",
-    "File a new issue in this project: it gets the next number and status `open`, authored by this \
-     server's principal. Check issue_list with `search` first to avoid duplicates.",
+    "File a new issue (next number, status `open`). Check issue_list `search` first for \
+     duplicates.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
-    /// One line, at most 200 characters.
+    /// One line, ≤ 200 characters.
     pub title: String,
-    /// Markdown, at most 16 KB.
+    /// Markdown, ≤ 16 KB.
     pub body: String,
 }
 
@@ -430,9 +426,8 @@ pub fn create(
 pub const UPDATE_DEF: ToolDef = ToolDef::write(
     "issue_update",
     "Edit an issue",
-    "Change an issue's title, body or assignment (at least one); the first body edit keeps the \
-     original in `original_body`. Each changed field adds an entry to the update stream; values \
-     equal to the current ones change nothing. To change the status use issue_transition.",
+    "Change an issue's title, body and/or assignment (the first body edit keeps the original as \
+     `original_body`); unchanged values are no-ops. For status use issue_transition.",
 )
 .idempotent();
 
@@ -448,15 +443,14 @@ where
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct UpdateParams {
-    /// The issue's number.
     pub number: i64,
-    /// New title: one line, at most 200 characters.
+    /// One line, ≤ 200 characters.
     #[serde(default)]
     pub title: Option<String>,
-    /// New body: markdown, at most 16 KB.
+    /// Markdown, ≤ 16 KB.
     #[serde(default)]
     pub body: Option<String>,
-    /// null (unassign), "primary", "workflow:<name>" (a declared workflow) or "session:<sid>".
+    /// null (unassign), "primary", "workflow:<name>" or "session:<sid>".
     #[serde(default, deserialize_with = "present")]
     #[schemars(with = "Option<String>", extend("x-null-means" = "unassign"))]
     pub assignment: Option<Option<String>>,
@@ -515,17 +509,16 @@ pub fn update(
 pub const COMMENT_DEF: ToolDef = ToolDef::write(
     "issue_comment",
     "Comment on an issue",
-    "Add a comment to an issue's update stream, authored by this server's principal.",
+    "Add a comment to an issue's update stream.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CommentParams {
-    /// The issue's number.
     pub number: i64,
-    /// Markdown, 1 byte to 16 KB.
+    /// Markdown, ≤ 16 KB.
     pub body: String,
-    /// `all` (default) or `operator_only` (an internal note for the operator).
+    /// Default `all`; `operator_only` is an internal note for the operator.
     #[serde(default)]
     pub visibility: Option<Visibility>,
 }
@@ -563,13 +556,12 @@ pub fn comment(
 pub const TRANSITION_DEF: ToolDef = ToolDef::write(
     "issue_transition",
     "Change an issue's status",
-    "Move an issue through its state machine: forward along open → triaged → assigned → \
-     in_progress → resolved or rejected, skipping steps as needed; resolved and rejected go to \
-     reopened, which moves like open. An illegal move answers invalid_transition with the legal \
-     targets. `resolved` records resolved_at/resolved_by.",
+    "Change an issue's status, forward and skipping steps as needed: open|reopened → triaged → \
+     assigned → in_progress → resolved|rejected; resolved|rejected → reopened. Other moves fail \
+     with invalid_transition, listing the legal targets.",
 );
 
-/// A status an issue can be moved to.
+// A status an issue can be moved to.
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum Target {
@@ -597,12 +589,9 @@ impl Target {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct TransitionParams {
-    /// The issue's number.
     pub number: i64,
-    /// The new status.
     pub to: Target,
-    /// Why; required for `resolved` and `rejected`; added to the update stream. Markdown, at
-    /// most 16 KB.
+    /// Why; required for resolved and rejected. Markdown, ≤ 16 KB.
     #[serde(default)]
     pub comment: Option<String>,
 }
@@ -663,18 +652,16 @@ pub fn transition(
 pub const BIND_DEF: ToolDef = ToolDef::write(
     "issue_bind",
     "Bind the session to an issue",
-    "Choose the issue this session works on: `todo` then manages its checklist. Replaces any \
-     earlier binding (also --issue at start); `unbind: true` removes it. Answers the checklist.",
+    "Set the issue this session works on (whose checklist `todo` manages), replacing any earlier \
+     binding; `unbind: true` clears it. Answers the checklist.",
 )
 .idempotent();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BindParams {
-    /// The issue to bind.
     #[serde(default)]
     pub number: Option<i64>,
-    /// Remove the binding instead.
     #[serde(default)]
     pub unbind: Option<bool>,
 }

@@ -23,13 +23,12 @@ use crate::state::IssuesState;
 pub const DEF: ToolDef = ToolDef::write(
     "todo",
     "Todo checklist",
-    "Manage the checklist of the issue bound to this session (bind with issue_bind; never name the \
-     issue here). Every action answers the whole live list and its markdown. `set` abandons the \
-     todos of that `kind` and adds `items`; `add` appends `items`; `start` marks `content` in \
-     progress (any other goes back to pending); `done` marks it completed (for a criterion this is \
-     a claim: the issue stays open); `drop` abandons a step (only an operator may drop criteria); \
-     `note` appends `text` to its notes. Address a todo by its text: case and surrounding spaces are \
-     ignored, a unique prefix or part is enough; ids like \"task-1\" are refused.",
+    "Checklist of the issue bound by issue_bind; answers the live list and its markdown. `set`: \
+     abandon the todos of `kind`, add `items`; `add`: append `items`; `start`: mark `content` in \
+     progress (others back to pending); `done`: complete it (for a criterion only a claim: the \
+     issue stays open); `drop`: abandon a step (criteria: operator only); `note`: append `text` to \
+     it. `content` is the todo's text, any case, or a unique prefix or part; ids like \"task-1\" \
+     fail.",
 );
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -62,25 +61,24 @@ impl Action {
 #[serde(deny_unknown_fields)]
 pub struct TodoParams {
     pub action: Action,
-    /// The todo to act on, by its text (start, done, drop, note).
     #[serde(default)]
     pub content: Option<String>,
-    /// Todo texts (set, add); each 1 to 500 characters, at most 100 per call.
+    /// Each 1 to 500 characters; ≤ 100 per call.
     #[serde(default)]
     pub items: Option<Vec<String>>,
-    /// Work-stage grouping for the new items (set, add).
+    /// Work stage of the new items.
     #[serde(default)]
     pub phase: Option<String>,
-    /// `step` (default: your plan) or `criterion` (an acceptance criterion) (set, add).
+    /// `step` (default; your plan) or `criterion` (acceptance criterion).
     #[serde(default)]
     pub kind: Option<TodoKind>,
-    /// The note (note), at most 2000 characters.
+    /// ≤ 2000 characters.
     #[serde(default)]
     pub text: Option<String>,
-    /// Tree path of the subagent that proposed the items (set, add), e.g. "primary/researcher".
+    /// The proposing subagent's tree path, e.g. "primary/researcher".
     #[serde(default)]
     pub origin_agent: Option<String>,
-    /// Also list abandoned todos (view).
+    /// For view.
     #[serde(default)]
     pub include_abandoned: Option<bool>,
 }

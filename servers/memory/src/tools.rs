@@ -17,10 +17,9 @@ use crate::store::{self as backend, Store, StoreError};
 pub const STORE_DEF: ToolDef = ToolDef::write(
     "memory_store",
     "Remember",
-    "Store a durable memory: a fact, preference or decision worth recalling in later sessions. \
-     Identical content in the same scope is stored once (`duplicate: true`). Content that looks like \
-     a credential (API keys, tokens, private keys, passwords, URLs with passwords) is refused with \
-     `secret_detected` naming the rule.",
+    "Remember a fact, preference or decision for later sessions. Identical content in the same \
+     scope is stored once (`duplicate: true`). Anything credential-like (keys, tokens, \
+     passwords) is refused with `secret_detected`.",
 )
 // A refused secret must leave no trace: the content and tags never reach a log.
 .private_args(&["content", "tags"]);
@@ -28,14 +27,13 @@ pub const STORE_DEF: ToolDef = ToolDef::write(
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "memory_search",
     "Recall",
-    "Search stored memories by relevance (full-text BM25 over content and tags, common words \
-     ignored, newer ones ranked slightly higher); each hit has a `score`.",
+    "Search memories by relevance (full text over content and tags; newer rank slightly higher).",
 );
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "memory_delete",
     "Forget",
-    "Delete memories by `id` or `ids`; unknown ids are reported, not an error.",
+    "Delete memories by `id` or `ids`; unknown ids are reported.",
 )
 .destructive()
 .idempotent();
@@ -43,9 +41,8 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const CONTEXT_DEF: ToolDef = ToolDef::read(
     "memory_context",
     "Memory context block",
-    "Build the block of memories to inject before an LLM call from the conversation's latest turn; \
-     returns the text block and the ids used. `mode`: relevant (default: best matches, else the most \
-     recent), recent_only or off.",
+    "Build a memory block to prepend to an LLM call, matched to `query` (the latest turn). \
+     `mode`: relevant (default; most recent if none match), recent_only or off.",
 );
 
 static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
@@ -105,15 +102,14 @@ fn db_err(e: StoreError) -> ToolError {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreParams {
-    /// What to remember (at most 4 KB).
+    /// ≤ 4 KB by default.
     pub content: String,
-    /// Labels for filtering (at most 20, each ≤ 64 characters).
+    /// ≤ 20, each ≤ 64 characters.
     #[serde(default)]
     pub tags: Option<Vec<String>>,
-    /// `project` (default), `user` (about the person, across projects) or `session`.
+    /// Default `project`; `user`: about the person, any project; `session`: needs `session`.
     #[serde(default)]
     pub scope: Option<Scope>,
-    /// The session id; required with scope `session`.
     #[serde(default)]
     pub session: Option<String>,
 }
@@ -237,10 +233,10 @@ pub async fn store(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchParams {
-    /// Words to search for; empty lists the most recent.
+    /// Empty: the most recent.
     #[serde(default)]
     pub query: Option<String>,
-    /// Only memories with all of these tags.
+    /// Match all of these.
     #[serde(default)]
     pub tags: Option<Vec<String>>,
     #[serde(default)]
@@ -502,15 +498,14 @@ pub enum Mode {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ContextParams {
-    /// The conversation's latest turn.
     #[serde(default)]
     pub query: Option<String>,
     #[serde(default)]
     pub mode: Option<Mode>,
-    /// Longest block, in characters (default 2048, max 65536).
+    /// Default 2048, max 65536.
     #[serde(default)]
     pub max_inject_chars: Option<i64>,
-    /// Most memories in the block (default 10, max 100).
+    /// Default 10, max 100.
     #[serde(default)]
     pub max_inject_count: Option<i64>,
     #[serde(default)]

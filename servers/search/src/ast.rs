@@ -37,49 +37,43 @@ pub const MAX_DIFF_BYTES: usize = 256 * 1024;
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "search_ast",
     "Structural code search",
-    "Search code by syntax tree with an ast-grep pattern: code of `lang` with meta-variables, where \
-     `$NAME` matches one node and `$$$ARGS` any number (both captured; `$_` matches without \
-     capturing), e.g. `console.log($MSG)`, `fn $NAME($$$ARGS) -> Result<$T>`. Each match has its \
-     file, 1-based start/end line and column, text and captured meta-variables.",
+    "Search code by syntax tree with an ast-grep pattern: code of `lang` where `$NAME` matches one \
+     node and `$$$ARGS` any number (both captured; `$_` matches without capturing), e.g. \
+     `console.log($MSG)`, `fn $NAME($$$ARGS) -> Result<$T>`.",
 );
 
 pub const EDIT_DEF: ToolDef = ToolDef::write(
     "edit_ast",
     "Structural rewrite",
-    "Rewrite code structurally with ast-grep (patterns as in search_ast): `rewrites` maps a pattern to \
-     a replacement template using the same meta-variables, e.g. {\"$A.unwrap()\": \"$A?\"}. \
-     DRY RUN BY DEFAULT: returns every change and a unified diff per file without writing; set \
-     `dry_run: false` to apply. Applying writes every touched file or none, and needs write access to \
-     each. `limit_reached` says when `max_replacements` or `max_files` stopped it. Files that fail to \
-     parse are skipped and listed in `parse_errors`."
+    "Rewrite code structurally with ast-grep (patterns as in search_ast). DRY RUN BY DEFAULT: returns \
+     the changes and a diff per file; set `dry_run: false` to write. Writes every touched file or \
+     none (needs write access to each). Files that fail to parse are skipped (`parse_errors`)."
 )
 .destructive();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SearchParams {
-    /// ast-grep pattern; it must parse as code of `lang`.
+    /// Must parse as code of `lang`.
     pub pattern: String,
-    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ... Inferred from the files'
-    /// extensions when they agree.
+    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ...; default: inferred from
+    /// file extensions if they agree.
     #[serde(default)]
     pub lang: Option<String>,
-    /// Files or directories to search, root-relative (default the root).
+    /// Files or directories (default the root).
     #[serde(default)]
     pub paths: Option<OneOrMany>,
-    /// Globs selecting files; `!` excludes.
+    /// `!` excludes.
     #[serde(default)]
     pub globs: Option<OneOrMany>,
-    /// Lines of context around each match (0–10, default 0).
+    /// Lines around each match (0–10).
     #[serde(default)]
     pub context: Option<i64>,
-    /// Most matches to return (default 100, max 1000).
+    /// Default 100, max 1000.
     #[serde(default)]
     pub limit: Option<i64>,
-    /// Search hidden files.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
 }
@@ -135,30 +129,25 @@ pub struct SearchResult {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EditParams {
-    /// Pattern → replacement template, applied in the given order.
+    /// Pattern → template with its meta-variables, applied in order, e.g. {"$A.unwrap()": "$A?"}.
     pub rewrites: serde_json::Map<String, serde_json::Value>,
-    /// Language name; inferred from the files' extensions when they agree.
+    /// Default: inferred from file extensions if they agree.
     #[serde(default)]
     pub lang: Option<String>,
-    /// File or directory to rewrite, root-relative (default the root).
+    /// File or directory (default the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Glob filtering files under `path`.
+    /// Filters files under `path`.
     #[serde(default)]
     pub glob: Option<String>,
-    /// Preview only (default true). Set false to write the files.
     #[serde(default)]
     pub dry_run: Option<bool>,
-    /// Most replacements over all files.
     #[serde(default)]
     pub max_replacements: Option<i64>,
-    /// Most files to modify.
     #[serde(default)]
     pub max_files: Option<i64>,
-    /// Include hidden files.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
 }

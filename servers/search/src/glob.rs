@@ -26,11 +26,10 @@ pub const MAX_LIMIT: i64 = 10_000;
 pub const DEF: ToolDef = ToolDef::read(
     "search_glob",
     "Find files by name",
-    "Find files whose path matches a glob, newest first (or `sort: \"path\"`). A pattern without `/` \
-     matches the file name at any depth (`*.rs`); with `/`, the path relative to `path` \
-     (`src/**/*.test.ts`). `*` stays within one directory, `**` crosses them; `{a,b}` and `[abc]` work. \
-     Respects .gitignore and skips hidden files unless `no_ignore` / `hidden`. `truncated` says when \
-     more than `limit` matched.",
+    "Find files by glob, newest first (or `sort: \"path\"`). Without `/` the pattern matches the file \
+     name at any depth (`*.rs`); with `/`, the path under `path` (`src/**/*.test.ts`). `*` stays in one \
+     directory, `**` crosses them; `{a,b}`, `[abc]` work. Skips hidden and ignored (.gitignore) files \
+     unless `hidden`/`no_ignore`.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -44,21 +43,17 @@ pub enum SortBy {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GlobParams {
-    /// The glob.
     pub pattern: String,
-    /// Directory to search, root-relative (default the root).
+    /// Directory to search (default the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Include hidden files and directories.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore/.ignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
-    /// Most files to return (default 100, max 10000).
+    /// Default 100, max 10000.
     #[serde(default)]
     pub limit: Option<i64>,
-    /// Default `mtime` (newest first).
     #[serde(default)]
     pub sort: Option<SortBy>,
 }

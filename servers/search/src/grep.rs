@@ -39,10 +39,10 @@ pub const MAX_CONTEXT: i64 = 50;
 pub const DEF: ToolDef = ToolDef::read(
     "search_grep",
     "Search file contents",
-    "Search file contents with a regular expression (Rust regex syntax, like ripgrep) in a directory \
-     tree or one file. Respects .gitignore/.ignore and skips hidden and binary files unless `hidden` / \
-     `no_ignore`; results are sorted by path, then line. Bounded by a 60 s budget and a 40 KB answer: \
-     past them `truncated` is true and says how to narrow; page with `head_limit` and `offset`.",
+    "Search file contents with a regex (Rust syntax, as ripgrep) in a directory tree or one file. \
+     Skips binary files, and hidden or ignored (.gitignore/.ignore) ones unless `hidden`/\
+     `no_ignore`. Sorted by path, then line. Capped at 60 s and 40 KB; when `truncated`, narrow the search or pass \
+     `next_offset` as `offset`.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -66,52 +66,46 @@ pub enum CaseMode {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GrepParams {
-    /// Regular expression (or literal text with `fixed_strings`).
     pub pattern: String,
-    /// Directory or file, root-relative (default the root).
+    /// Directory or file (default the root).
     #[serde(default)]
     pub path: Option<String>,
-    /// Glob(s) selecting files; a leading `!` excludes, e.g. ["*.rs", "!*_test.rs"].
+    /// Globs; `!` excludes, e.g. ["*.rs", "!*_test.rs"].
     #[serde(default)]
     pub include: Option<OneOrMany>,
-    /// ripgrep file type name(s): rust, py, ts, go, ...
+    /// ripgrep file types, e.g. rust, py, ts.
     #[serde(default, rename = "type")]
     pub file_type: Option<OneOrMany>,
-    /// Default `smart`: insensitive unless the pattern has an uppercase letter.
+    /// `smart` (default): insensitive unless the pattern has an uppercase letter.
     #[serde(default)]
     pub case: Option<CaseMode>,
-    /// Treat the pattern as literal text.
+    /// `pattern` is literal text.
     #[serde(default)]
     pub fixed_strings: Option<bool>,
-    /// Match whole words only.
+    /// Whole words only.
     #[serde(default)]
     pub word: Option<bool>,
-    /// Let a match span lines (`\n` in the pattern).
+    /// Matches may span lines (`\n`).
     #[serde(default)]
     pub multiline: Option<bool>,
-    /// content mode: lines before each match (0–50).
     #[serde(default)]
     pub before: Option<i64>,
-    /// content mode: lines after each match (0–50).
     #[serde(default)]
     pub after: Option<i64>,
-    /// content mode: lines before and after (0–50).
+    /// Lines around each match (0–50; `before`/`after` for one side), content mode only.
     #[serde(default)]
     pub context: Option<i64>,
-    /// `files_with_matches` (default: paths only), `content` (`path:line:text` lines) or `count`
-    /// (matching lines per file; with multiline, matches — as `rg -c`).
+    /// `files_with_matches` (default): paths; `content`: `path:line:text`; `count`: matching
+    /// lines per file (matches with multiline).
     #[serde(default)]
     pub output_mode: Option<OutputMode>,
-    /// Most entries to return (files, lines or counts).
+    /// Most entries (files, lines or counts) to return.
     #[serde(default)]
     pub head_limit: Option<i64>,
-    /// Entries to skip, for paging.
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Search hidden files and directories.
     #[serde(default)]
     pub hidden: Option<bool>,
-    /// Ignore .gitignore/.ignore rules.
     #[serde(default)]
     pub no_ignore: Option<bool>,
 }

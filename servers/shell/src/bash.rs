@@ -26,14 +26,12 @@ pub const MAX_TIMEOUT_MS: i64 = 600_000;
 pub const DEF: ToolDef = ToolDef::write(
     "shell_bash",
     "Run shell command",
-    "Run a command with `/bin/sh -c` in a pseudo-terminal and return its output (stdout and stderr \
-     merged, as a terminal shows them), exit code and duration; a non-zero exit code is data, not an \
-     error. On timeout the whole process tree gets SIGTERM, then SIGKILL after 5 s, and `timed_out` \
-     is true. Output past 30 KB shows head and tail; the rest is in the file at `log_path` (for huge \
-     output only its first and last megabytes: `log_dropped_bytes` says how much was dropped). Stdin \
-     is at EOF: interactive programs see end-of-file. Processes left behind are stopped when the \
-     command ends, even ones that left its process group (`containment` says how they were \
-     tracked): for servers and watchers use `background: true`, then shell_output and shell_kill."
+    "Run a command with `/bin/sh -c` in a PTY; returns its output (stdout and stderr merged), exit \
+     code and duration. A non-zero exit is data, not an error. On timeout the process tree gets \
+     SIGTERM, then SIGKILL 5 s later (`timed_out`). Output past 30 KB shows head and tail; all of \
+     it is in `log_path` (huge output: first and last MB only, see `log_dropped_bytes`). Stdin is \
+     at EOF. Leftover processes, even outside its process group, are stopped when the command \
+     ends: for servers and watchers use `background: true`, then shell_output and shell_kill.",
 )
 .destructive()
 .open_world()
@@ -42,18 +40,18 @@ pub const DEF: ToolDef = ToolDef::write(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BashParams {
-    /// The command line, passed to `/bin/sh -c` (at most 64 KB).
+    /// At most 64 KB.
     pub command: String,
-    /// Working directory, root-relative (default the root).
+    /// Root-relative (default the root).
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Time limit in milliseconds (default 120000; clamped to 1000–600000).
+    /// ms (default 120000; clamped to 1000–600000).
     #[serde(default)]
     pub timeout: Option<i64>,
-    /// Extra environment variables, merged over the server's environment (at most 64).
+    /// Merged over the server's environment (at most 64).
     #[serde(default)]
     pub env: Option<serde_json::Map<String, serde_json::Value>>,
-    /// Run as a background job: its `job_id` comes back at once.
+    /// Run as a background job; returns `job_id` at once.
     #[serde(default)]
     pub background: Option<bool>,
 }

@@ -19,16 +19,16 @@ use crate::process::{Exit, Running};
 pub const OUTPUT_DEF: ToolDef = ToolDef::read(
     "shell_output",
     "Read background job output",
-    "Read what a background job printed since the last call (or from byte offset `since`), and \
-     whether it still runs. At most 30 KB per call: call again for more. Offsets count bytes since \
-     the job started; a `since` in the middle a huge log dropped reads on from the kept tail (`dropped`).",
+    "Read a background job's output since the last call, and whether it still runs. At most 30 KB \
+     per call: call again for more. A `since` inside the part a huge log dropped reads from the kept \
+     tail (`dropped`).",
 );
 
 pub const KILL_DEF: ToolDef = ToolDef::write(
     "shell_kill",
     "Stop background job",
-    "Stop a background job and every process it started, even ones that left its process group: \
-     SIGTERM, then SIGKILL after a grace period. Returns its final exit code.",
+    "Stop a background job and every process it started, even outside its process group: SIGTERM, \
+     then SIGKILL after a grace period. Returns its exit code.",
 )
 .destructive()
 .idempotent();
@@ -36,16 +36,14 @@ pub const KILL_DEF: ToolDef = ToolDef::write(
 pub const JOBS_DEF: ToolDef = ToolDef::read(
     "shell_jobs",
     "List background jobs",
-    "List this session's background jobs: id, command, whether running, exit code, output size and \
-     log file.",
+    "List this session's background jobs: id, command, running, exit code, output size, log file.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputParams {
-    /// The job id returned by shell_bash.
     pub job_id: String,
-    /// Byte offset in the job's output to read from. Default: where the last call stopped.
+    /// Byte offset since the job started (default: where the last call stopped).
     #[serde(default)]
     pub since: Option<i64>,
 }
@@ -88,7 +86,6 @@ pub(crate) fn is_zero(n: &u64) -> bool {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct KillParams {
-    /// The job id returned by shell_bash.
     pub job_id: String,
 }
 

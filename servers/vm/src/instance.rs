@@ -16,18 +16,20 @@ use crate::proto::ExitStatus;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]
+// The variants' meanings are said on `InstanceInfo::state` (a doc comment here would be sent
+// to the model with every `instance_list` filter, as a one-entry schema per value).
 pub enum State {
     Starting,
     Running,
     Paused,
     Stopping,
-    /// Stopped by a request, its TTL or its idle policy (`stop_reason` says which).
+    // Stopped by a request, its TTL or its idle policy (`stop_reason` says which).
     Stopped,
-    /// The main command ended by itself (`exit`).
+    // The main command ended by itself (`exit`).
     Exited,
-    /// It never came up (`failure`).
+    // It never came up (`failure`).
     Failed,
-    /// A server that ran it ended without stopping it; the next server cleaned up after it.
+    // A server that ran it ended without stopping it; the next server cleaned up after it.
     Lost,
 }
 
@@ -55,10 +57,10 @@ impl State {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema, Default)]
 #[serde(rename_all = "snake_case")]
 pub enum Network {
-    /// Loopback only.
+    // Loopback only. (Meanings on `InstanceInfo::network`, not here: see `State`.)
     #[default]
     None,
-    /// Outbound connections through slirp4netns; the host's loopback stays unreachable.
+    // Outbound connections through slirp4netns; the host's loopback stays unreachable.
     Outbound,
 }
 
@@ -359,6 +361,10 @@ pub struct InstanceInfo {
     pub backend: String,
     /// What this engine can do; an operation it cannot answers `unsupported` naming it.
     pub capabilities: Capabilities,
+    /// `stopped`: by a request, its TTL or its idle policy (`stop_reason` says which);
+    /// `exited`: the main command ended by itself (`exit`); `failed`: it never came up
+    /// (`failure`); `lost`: a server that ran it ended without stopping it, and the next one
+    /// cleaned up after it.
     pub state: State,
     /// The instance that spawned this one (nested use), or null when the top-level client did.
     pub owner: Option<String>,
@@ -383,6 +389,7 @@ pub struct InstanceInfo {
     /// The instance's writable /work, as a path on the host (root-relative when inside the
     /// root); null for a QEMU VM, whose /work is inside the guest (use instance_copy).
     pub work_dir: Option<String>,
+    /// `none`: loopback only; `outbound`: through slirp4netns, the host's loopback unreachable.
     pub network: Network,
     pub ports: Vec<PortInfo>,
     pub leases: Vec<LeaseInfo>,

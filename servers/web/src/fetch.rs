@@ -23,29 +23,28 @@ pub const RAW_HEAD_BYTES: usize = 2048;
 pub const DEF: ToolDef = ToolDef::read(
     "web_fetch",
     "Fetch a web page",
-    "Fetch an http(s) URL as text: HTML becomes clean markdown of the main content (navigation, \
-     scripts, footers and cookie banners dropped), JSON is pretty-printed, text returned as is, other \
-     types described (type, size). When `truncated` is true call again with `start_index` = \
-     `next_start_index`. Up to 10 redirects, 5 MB body. Private, loopback and link-local addresses \
-     are refused. HTTP error statuses are data (`status`). Pages are cached for 15 minutes."
+    "Fetch an http(s) URL as text: HTML as markdown of the main content (navigation, scripts, \
+     footers, cookie banners dropped), JSON pretty-printed, text as is, other types described. If \
+     truncated, call again with start_index = next_start_index. ≤ 10 redirects, 5 MB body. \
+     Private, loopback and link-local addresses refused. HTTP error statuses are data (status). \
+     Cached 15 min.",
 )
 .open_world();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FetchParams {
-    /// The http or https URL.
     pub url: String,
-    /// Most characters to return (default 10000, max 1000000).
+    /// Characters; default 10000, max 1000000.
     #[serde(default)]
     pub max_length: Option<i64>,
-    /// Character offset to start from (default 0).
+    /// Default 0.
     #[serde(default)]
     pub start_index: Option<i64>,
-    /// Return the raw body (HTML source) instead of converted text.
+    /// Unconverted body (HTML source).
     #[serde(default)]
     pub raw: Option<bool>,
-    /// Time limit for the whole transfer, in seconds (default 30, 1–120).
+    /// Seconds, whole transfer; default 30, 1–120.
     #[serde(default)]
     pub timeout: Option<i64>,
 }

@@ -45,11 +45,9 @@ pub const DEFAULT_WAIT_MS: u64 = 10_000;
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
-    description: "Debug a program with a real debugger; one session per connection. Flow: launch \
-        (stops on entry by default) or attach, set_breakpoint, continue or step_*, then \
-        stack_trace, variables, evaluate; disconnect. Each parameter names its actions. launch, \
-        continue and steps return when the program stops (location, source_preview) or exits \
-        (exit_code), else after wait_ms with status running. frame_id 0 is the top frame.",
+    description: "Debug a program with a real debugger (one session per connection): launch or \
+        attach, set_breakpoint, continue/step_*, stack_trace, variables, evaluate, disconnect. \
+        Paths are root-relative.",
     read_only: false,
     destructive: true,
     idempotent: false,

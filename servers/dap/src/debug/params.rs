@@ -82,109 +82,107 @@ impl AccessType {
 #[serde(deny_unknown_fields)]
 pub struct DebugParams {
     pub action: Action,
-    /// launch/attach: python (default), node, bun, lldb (C/C++/Rust), go, or a --config runtime.
+    /// launch/attach: python (default), node, bun, lldb (C/C++/Rust), go, or configured.
     #[serde(default)]
     pub runtime: Option<String>,
-    /// launch: root-relative entry point (alias `program`).
+    /// launch: entry point.
     #[serde(default, alias = "program")]
     pub script: Option<String>,
-    /// launch: program arguments.
+    /// launch.
     #[serde(default)]
     pub args: Option<Vec<String>>,
-    /// launch: environment variables merged into the program's.
+    /// launch.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// launch: pause on the first line (default true).
+    /// launch (default true).
     #[serde(default)]
     pub stop_on_entry: Option<bool>,
-    /// launch: root-relative working directory (default the root).
+    /// launch (default the root).
     #[serde(default)]
     pub cwd: Option<String>,
-    /// attach: host (default 127.0.0.1).
+    /// attach (default 127.0.0.1).
     #[serde(default)]
     pub host: Option<String>,
-    /// attach: debug port.
     #[serde(default)]
     pub port: Option<u16>,
-    /// disconnect: kill the debuggee (default true; false detaches).
+    /// disconnect (default true).
     #[serde(default)]
     pub terminate_debuggee: Option<bool>,
-    /// set/remove_breakpoint: root-relative source file.
+    /// set/remove_breakpoint: source file.
     #[serde(default)]
     pub path: Option<String>,
-    /// set/remove_breakpoint: 1-based line.
+    /// set/remove_breakpoint: 1-based.
     #[serde(default)]
     pub line: Option<i64>,
-    /// set_*breakpoint: break only when this expression is true.
+    /// set_*breakpoint: break if true.
     #[serde(default)]
     pub condition: Option<String>,
-    /// set_breakpoint: log this ({expr} interpolated) instead of breaking.
+    /// set_breakpoint: log ({expr} expanded), don't stop.
     #[serde(default)]
     pub log_message: Option<String>,
-    /// set_*breakpoint: break from the Nth hit on; or the adapter's syntax, e.g. "%2".
+    /// set_*breakpoint: N (from hit N on) or e.g. "%2".
     #[serde(default)]
     pub hit_count: Option<HitCount>,
     /// set_function_breakpoint: function; data_breakpoint_info: variable.
     #[serde(default)]
     pub name: Option<String>,
-    /// set_exception_breakpoints: filter ids, e.g. uncaught, raised, all.
+    /// set_exception_breakpoints: uncaught, raised, all, ...
     #[serde(default)]
     pub filters: Option<Vec<String>>,
-    /// steps, continue, pause, stack_trace: thread (default the stopped one).
+    /// continue, step_*, pause, stack_trace.
     #[serde(default)]
     pub thread_id: Option<i64>,
-    /// stack_trace: most frames (default 20).
+    /// stack_trace (default 20).
     #[serde(default)]
     pub levels: Option<u64>,
-    /// scopes, variables, evaluate: 0 = top frame of this stop, 1 = its caller, ...
+    /// scopes, variables, evaluate: 0 = top (default), 1 = caller, ...
     #[serde(default)]
     pub frame_id: Option<i64>,
-    /// variables: local (default), closure, global, or an adapter scope such as registers.
+    /// variables: local (default), closure, global, or e.g. registers.
     #[serde(default)]
     pub scope: Option<String>,
-    /// variables: a name or dotted path to expand ("user.address"), or a variables_reference.
+    /// variables: a name, dotted path ("a.b") or variables_reference.
     #[serde(default)]
     pub expand: Option<Expand>,
-    /// variables: nesting levels in one call (1-4, default 1).
+    /// variables: nesting (1-4, default 1).
     #[serde(default)]
     pub depth: Option<u64>,
-    /// variables: keep names containing this.
+    /// variables: name substring.
     #[serde(default)]
     pub filter: Option<String>,
-    /// evaluate: the expression.
     #[serde(default)]
     pub expression: Option<String>,
-    /// evaluate: watch (default, side-effect-free) or repl (may change state).
+    /// evaluate: watch (default, no side effects) or repl.
     #[serde(default)]
     pub context: Option<EvalContext>,
-    /// variables: skip this many; output: the cursor; memory: byte offset.
+    /// variables: skip N; output: cursor; memory/instructions: offset.
     #[serde(default)]
     pub offset: Option<i64>,
-    /// variables: most to return (default 100).
+    /// variables (default 100).
     #[serde(default)]
     pub limit: Option<u64>,
-    /// memory and instruction actions: a memoryReference (address).
+    /// memory/instructions: address.
     #[serde(default)]
     pub memory_reference: Option<String>,
     /// disassemble: instructions; read_memory: bytes (default 32, max 4096).
     #[serde(default)]
     pub count: Option<u64>,
-    /// write_memory: bytes, base64.
+    /// write_memory: base64.
     #[serde(default)]
     pub data: Option<String>,
-    /// set/remove_data_breakpoint: data_id from data_breakpoint_info.
+    /// set/remove_data_breakpoint: from data_breakpoint_info.
     #[serde(default)]
     pub data_id: Option<String>,
-    /// set_data_breakpoint: read, write (default) or readWrite.
+    /// set_data_breakpoint (default write).
     #[serde(default)]
     pub access_type: Option<AccessType>,
-    /// custom_request: the DAP command.
+    /// custom_request.
     #[serde(default)]
     pub command: Option<String>,
-    /// custom_request: its arguments.
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, Value>>,
-    /// launch, continue, steps: longest wait for a stop, ms (default 10000, max 60000).
+    /// launch, continue, step_*: ms to await a stop, else status running (default 10000,
+    /// max 60000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
 }

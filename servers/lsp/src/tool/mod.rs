@@ -20,11 +20,10 @@ pub use validate::{need, position};
 pub const DEF: ToolDef = ToolDef {
     name: "code_lsp",
     title: "Code intelligence",
-    description: "Code intelligence from real language servers (rust-analyzer, pyright, typescript-language-server, \
-        gopls, clangd), started on first use and kept in sync with the files on disk. A position is `path` + \
-        `line` + `character` or `symbol`. rename edits every file atomically; rename_file moves the file and \
-        lets the server update imports; request sends a raw LSP request. A parameter prefixed with actions \
-        applies to those only. Results carry root-relative paths, 1-based lines and a preview.",
+    description: "Code intelligence from real language servers for rust, python, typescript/JS, go \
+        and c/C++, synced with files on disk. A position is `path` + 1-based `line` + 0-based \
+        `character` (code points), or `symbol`. rename edits all files atomically; rename_file \
+        lets the server fix imports; request: any LSP method. Fields name their actions.",
     read_only: false,
     destructive: false,
     idempotent: false,

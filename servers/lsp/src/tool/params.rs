@@ -93,58 +93,54 @@ pub enum Scope {
 #[serde(deny_unknown_fields)]
 pub struct LspParams {
     pub action: Action,
-    /// File (or, for diagnostics, directory), root-relative. Required except for status,
-    /// reload with `language`, and workspace symbols.
+    /// Root-relative file (diagnostics: or directory). Required except for status, workspace
+    /// symbols, or with `language`.
     #[serde(default)]
     pub path: Option<String>,
-    /// 1-based line.
     #[serde(default)]
     pub line: Option<u64>,
-    /// 0-based column, in characters (Unicode scalar values).
     #[serde(default)]
     pub character: Option<u64>,
-    /// Instead of `character`: a name on `line` (or the first occurrence in the file).
+    /// Instead of `character`: a name on `line` (no `line`: first in the file).
     #[serde(default)]
     pub symbol: Option<String>,
-    /// diagnostics: keep this severity and worse (default all).
+    /// diagnostics: this severity and worse (default all).
     #[serde(default)]
     pub severity: Option<Severity>,
-    /// references: include the declaration itself (default false).
+    /// references (default false).
     #[serde(default)]
     pub include_declaration: Option<bool>,
-    /// symbols: document (outline of `path`, default) or workspace (search by `query`).
+    /// symbols: document (`path`'s outline, default) or workspace (by `query`).
     #[serde(default)]
     pub scope: Option<Scope>,
-    /// symbols: name to search (required for workspace scope; filters the outline otherwise).
+    /// symbols: name filter (required for workspace).
     #[serde(default)]
     pub query: Option<String>,
-    /// references/symbols/diagnostics: most results to return (default 100, 50 for symbols).
+    /// references/symbols/diagnostics: page size (default 100; symbols 50).
     #[serde(default)]
     pub limit: Option<u64>,
-    /// references/symbols/diagnostics: results to skip, for paging.
+    /// Same: skip this many (a result's `next_offset`).
     #[serde(default)]
     pub offset: Option<u64>,
-    /// rename: the new name (an identifier).
+    /// rename: an identifier.
     #[serde(default)]
     pub new_name: Option<String>,
-    /// rename_file: where the file goes (root-relative; must not exist).
+    /// rename_file: root-relative; must not exist.
     #[serde(default)]
     pub new_path: Option<String>,
-    /// code_actions: send the diagnostics on that line with the request (default true).
+    /// code_actions: send that line's diagnostics (default true).
     #[serde(default)]
     pub include_diagnostics: Option<bool>,
-    /// reload/capabilities/request: the language (rust, python, typescript, go, c, ...)
-    /// when no path is given.
+    /// reload/capabilities/request without `path`: a language name.
     #[serde(default)]
     pub language: Option<String>,
-    /// request: the LSP method, e.g. `textDocument/foldingRange`.
+    /// request: e.g. `textDocument/foldingRange`.
     #[serde(default)]
     pub method: Option<String>,
-    /// request: the LSP params object.
+    /// request: its params.
     #[serde(default)]
     pub params: Option<Value>,
-    /// diagnostics: longest wait for the server to finish analysing, in ms (default
-    /// 20000, max 120000).
+    /// diagnostics: ms to wait for analysis (default 20000, max 120000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
 }

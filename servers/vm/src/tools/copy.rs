@@ -23,7 +23,8 @@ pub const MAX_INLINE: u64 = 256 * 1024;
 pub const DEF: ToolDef = ToolDef::write(
     "instance_copy",
     "Copy files to or from instance",
-    "Copy a file or a directory (recursively) into (in: from host_path, or content) or out of (out: to host_path; a file also inline up to 256 KB) an instance. Atomic; keeps existing targets unless overwrite. Resumes a paused instance.",
+    "Copy a file or directory into (in) or out of (out) an instance; out without host_path \
+     returns the file inline (≤ 256 KB). Atomic; keeps existing targets unless overwrite.",
 )
 .destructive();
 
@@ -47,13 +48,13 @@ pub struct CopyParams {
     pub instance: String,
     pub direction: Direction,
     pub guest_path: String,
-    /// Root-relative: source (in) or target (out).
+    /// Root-relative source (in) or target (out).
     #[serde(default)]
     pub host_path: Option<String>,
-    /// In: content instead of host_path.
+    /// In: instead of host_path.
     #[serde(default)]
     pub content: Option<String>,
-    /// utf8 (default) or base64.
+    /// Default utf8.
     #[serde(default)]
     pub encoding: Option<Encoding>,
     #[serde(default)]

@@ -23,10 +23,9 @@ const LOG_CAP: u64 = 8 << 20;
 pub const DEF: ToolDef = ToolDef::write(
     "instance_exec",
     "Run command in instance",
-    "Run an argv ([\"sh\",\"-c\",\"…\"] for shell syntax) in an instance; returns exit code, \
-     stdout, stderr (head + tail; all in `log_path`). On timeout or cancel its process group is \
-     killed (error `timeout`, partial output). Resumes a paused instance; holds the idle timer \
-     while it runs. `background: true` returns a `job_id` (output: instance_logs job:<id>).",
+    "Run an argv ([\"sh\",\"-c\",\"…\"] for shell) in an instance: exit code, stdout, stderr \
+     (head + tail; all in log_path). Timeout kills its process group (error timeout). \
+     background: true → job_id (instance_logs source job:<id>).",
 )
 .destructive()
 .exec();

@@ -16,7 +16,8 @@ use crate::{Caller, VmState};
 pub const ACQUIRE_DEF: ToolDef = ToolDef::write(
     "keepalive_acquire",
     "Keep instance alive",
-    "Hold an instance's idle timer with a lease that expires after ttl_seconds (renew with lease_id); never extends the TTL. Resumes a paused instance.",
+    "Hold an instance's idle timer with a lease for ttl_seconds (renew: pass lease_id); never \
+     extends its TTL.",
 );
 
 pub const RELEASE_DEF: ToolDef = ToolDef::write(
@@ -31,13 +32,12 @@ pub const RELEASE_DEF: ToolDef = ToolDef::write(
 pub struct AcquireParams {
     #[serde(default)]
     pub instance: Option<String>,
-    /// ≤ 200 characters.
+    /// ≤ 200 chars.
     #[serde(default)]
     pub reason: Option<String>,
     /// Default 3600.
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
-    /// Renew this lease.
     #[serde(default)]
     pub lease_id: Option<String>,
 }

@@ -13,13 +13,13 @@ use crate::{Caller, VmState};
 pub const DEF: ToolDef = ToolDef::read(
     "instance_list",
     "List instances",
-    "List instances (state, ports, leases, idle/TTL deadlines, limits, usage); ended ones stay listed until removed. Not activity.",
+    "List instances (state, ports, leases, deadlines, usage), ended ones until removed. Page: \
+     offset = next_offset. Not activity.",
 );
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ListParams {
-    /// Just this one (id or name).
     #[serde(default)]
     pub instance: Option<String>,
     #[serde(default)]

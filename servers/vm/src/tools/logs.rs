@@ -12,22 +12,23 @@ use crate::{Caller, VmState};
 pub const DEF: ToolDef = ToolDef::read(
     "instance_logs",
     "Read instance logs",
-    "Read an instance's logs by byte offset: main command, job:<id>, exec:<n> or backend. Pass next_offset back as offset. Works after it ended. Not activity.",
+    "Read an instance's log by byte offset (pass next_offset back), also after it ended. Not \
+     activity.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct LogsParams {
     pub instance: String,
-    /// main (default), job:<id>, exec:<n>, backend.
+    /// main (default), job:<id>, exec:<n> or backend.
     #[serde(default)]
     pub source: Option<String>,
     #[serde(default)]
     pub offset: Option<u64>,
-    /// Default 32768, at most 262144.
+    /// Default 32768, max 262144.
     #[serde(default)]
     pub max_bytes: Option<u64>,
-    /// Read the last max_bytes.
+    /// Last max_bytes.
     #[serde(default)]
     pub tail: Option<bool>,
 }

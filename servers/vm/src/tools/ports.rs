@@ -16,14 +16,15 @@ use crate::{Caller, VmState};
 pub const EXPOSE_DEF: ToolDef = ToolDef::write(
     "expose_port",
     "Expose instance port",
-    "Relay a guest port (127.0.0.1 inside) to a loopback listener on the host (ephemeral port unless host_port); returns its url. Connecting resumes a paused instance; open connections hold the idle timer.",
+    "Relay a guest port (on its 127.0.0.1) to a host loopback listener; returns its url. \
+     Connecting resumes a paused instance.",
 )
 .idempotent();
 
 pub const UNEXPOSE_DEF: ToolDef = ToolDef::write(
     "unexpose_port",
     "Unexpose instance port",
-    "Close the host listener of an exposed port and every connection relayed through it.",
+    "Close an exposed port's host listener and its connections.",
 )
 .destructive()
 .idempotent();
@@ -33,12 +34,11 @@ pub const UNEXPOSE_DEF: ToolDef = ToolDef::write(
 pub struct ExposeParams {
     #[serde(default)]
     pub instance: Option<String>,
-    /// Guest port.
     pub port: u32,
     /// Default 0: ephemeral.
     #[serde(default)]
     pub host_port: Option<u32>,
-    /// 127.0.0.1 (default) or ::1.
+    /// Default 127.0.0.1; or ::1.
     #[serde(default)]
     pub bind: Option<String>,
 }

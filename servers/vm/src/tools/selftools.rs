@@ -14,13 +14,15 @@ use crate::{Caller, VmState};
 pub const INFO_DEF: ToolDef = ToolDef::read(
     "self_info",
     "Describe this server",
-    "This server, the kitbag host above it, the machine, backend availability with reasons, instance counts. Not activity.",
+    "This server, its kitbag host, the machine, backend availability, instance counts.",
 );
 
 pub const RESTART_DEF: ToolDef = ToolDef::write(
     "self_restart",
     "Restart host or instance",
-    "Under the kitbag host: answer, then have the host reload its config (edit agent.json first; the conversation stays). A config that does not parse changes nothing (config_invalid). Elsewhere: unsupported.",
+    "Under the kitbag host: reply, then have it reload its config (edit agent.json first; the \
+     conversation stays; a bad config: config_invalid, no change). In an instance: restart its \
+     main command. Else: unsupported.",
 )
 .destructive()
 .exec();

@@ -16,7 +16,7 @@ use crate::{Caller, VmState};
 pub const DEF: ToolDef = ToolDef::write(
     "instance_stop",
     "Stop instance",
-    "Stop an instance (ports closed, leases released, SIGTERM then SIGKILL). remove (default true) deletes its record and /work; pause: true freezes it instead (the next use resumes it). Idempotent.",
+    "Stop an instance (SIGTERM, then SIGKILL), closing its ports and leases. Idempotent.",
 )
 .destructive()
 .idempotent();
@@ -25,13 +25,13 @@ pub const DEF: ToolDef = ToolDef::write(
 #[serde(deny_unknown_fields)]
 pub struct StopParams {
     pub instance: String,
-    /// SIGTERM→SIGKILL, 0–60, default 5.
+    /// 0–60, default 5.
     #[serde(default)]
     pub grace_seconds: Option<u64>,
-    /// Freeze instead.
+    /// Freeze instead; next use resumes it.
     #[serde(default)]
     pub pause: Option<bool>,
-    /// Delete record and /work (default true).
+    /// Delete record and /work; default true.
     #[serde(default)]
     pub remove: Option<bool>,
 }

@@ -20,14 +20,12 @@ use crate::{Caller, VmState};
 pub const DEF: ToolDef = ToolDef::write(
     "instance_spawn",
     "Spawn instance",
-    "Start an isolated instance: a bubblewrap sandbox (default: host files read-only, writable \
-     /work on the host at `work_dir`, cgroup limits) or, with `backend: \"qemu\"`, a virtual \
-     machine (its own kernel; /work inside it; no mounts; with outbound network it can reach \
-     the host's loopback). No network unless `network: \"outbound\"`. Without \
-     `command` it is an idle environment for instance_exec; with one it ends with the command. \
-     Pauses after `idle_timeout_seconds` without activity (tool calls on it, relayed connections; \
-     not its own processes) unless an exec, connection or keepalive lease holds it; \
-     `ttl_seconds` is a hard cap. Instances end with this server. Example: \
+    "Start an isolated instance: bubblewrap sandbox (default; host files read-only, writable \
+     /work at `work_dir` on the host) or qemu VM (/work inside; outbound network reaches host \
+     loopback). No `command`: an idle box for instance_exec; else it ends with its command. \
+     Pauses (on_idle) after idle_timeout_seconds with no tool call on it or relayed connection \
+     (its processes don't count) unless an exec, connection or lease holds it. Ends with this \
+     server. Example: \
      {\"command\":[\"python3\",\"-m\",\"http.server\",\"8080\"],\"ports\":[8080],\"ready\":{\"port\":8080}}",
 )
 .exec();
@@ -51,11 +49,10 @@ pub enum MountMode {
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct MountParam {
-    /// Root-relative host path.
+    /// Root-relative.
     pub host: String,
-    /// Absolute guest path.
     pub guest: String,
-    /// ro (default) or rw.
+    /// Default ro.
     #[serde(default)]
     pub mode: Option<MountMode>,
 }
@@ -63,16 +60,16 @@ pub struct MountParam {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ResourcesParam {
-    /// MiB (default 1024).
+    /// Default 1024.
     #[serde(default)]
     pub memory_mb: Option<u64>,
-    /// Cores (default all).
+    /// Default all.
     #[serde(default)]
     pub cpus: Option<f64>,
-    /// Processes (default 512).
+    /// Default 512.
     #[serde(default)]
     pub pids: Option<u64>,
-    /// MiB for /work (default: no limit); writes past it fail with ENOSPC.
+    /// /work cap; default none.
     #[serde(default)]
     pub disk_mb: Option<u64>,
 }
@@ -80,13 +77,12 @@ pub struct ResourcesParam {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReadyParam {
-    /// Guest port that must accept.
     #[serde(default)]
     pub port: Option<u16>,
-    /// Regex the main output must match.
+    /// Regex on main output.
     #[serde(default)]
     pub log: Option<String>,
-    /// Default 30; past it the instance is removed.
+    /// Default 30, then it is removed.
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
 }
@@ -94,47 +90,44 @@ pub struct ReadyParam {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnParams {
-    /// Unique name [a-z0-9-], usable as the id.
+    /// Unique [a-z0-9-]; usable as the id.
     #[serde(default)]
     pub name: Option<String>,
-    /// bwrap (default), qemu (a VM), docker or kube (a pod; builds with those features);
-    /// self_info says which run here.
+    /// Default bwrap; see self_info.
     #[serde(default)]
     pub backend: Option<Backend>,
-    /// Main command argv.
     #[serde(default)]
     pub command: Option<Vec<String>>,
     /// Default /work.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// Environment (KITBAG_* reserved).
+    /// KITBAG_* reserved.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// bwrap: host (default) or a rootfs name; qemu: default; docker: a local image; kube: an
-    /// image with /bin/sh (default debian:bookworm-slim) or warmpool:NAME.
+    /// bwrap: host (default) or a rootfs name; docker: local image; kube: image with /bin/sh
+    /// or warmpool:NAME.
     #[serde(default)]
     pub image: Option<String>,
-    /// Host paths bound in.
+    /// bwrap only.
     #[serde(default)]
     pub mounts: Option<Vec<MountParam>>,
-    /// Guest ports to expose (see expose_port).
+    /// Guest ports to expose.
     #[serde(default)]
     pub ports: Option<Vec<u16>>,
-    /// none (default) or outbound.
+    /// Default none.
     #[serde(default)]
     pub network: Option<Network>,
     #[serde(default)]
     pub resources: Option<ResourcesParam>,
-    /// Hard lifetime, s (0 none).
+    /// Hard lifetime; 0 none.
     #[serde(default)]
     pub ttl_seconds: Option<u64>,
     /// Default 900; 0 never.
     #[serde(default)]
     pub idle_timeout_seconds: Option<u64>,
-    /// pause (default) or stop.
+    /// Default pause.
     #[serde(default)]
     pub on_idle: Option<OnIdle>,
-    /// Answer once ready.
     #[serde(default)]
     pub ready: Option<ReadyParam>,
     /// Up to 16.
