@@ -11,7 +11,7 @@ use crate::serve::HostServer;
 /// everything else goes through rmcp.
 pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
-    let (stdin, stdout) = rmcp::transport::stdio_pipes();
+    let (stdin, stdout) = kitbag_shared::stdin::stdio();
     let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
     let writer = fastpath::spawn_writer_until(stdout, out_rx, async move {

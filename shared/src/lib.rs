@@ -47,6 +47,7 @@ pub mod salvage;
 pub mod schema;
 pub mod server;
 pub mod state;
+pub mod stdin;
 pub mod tier;
 pub mod transport;
 pub mod vmlink;

@@ -901,9 +901,9 @@ pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyh
     widen_stdout_pipe();
     let running = server
         // Non-blocking pipes when stdin/stdout are FIFOs (how clients launch servers): no
-        // blocking-pool hand-off per message.
+        // blocking-pool hand-off per message; a socket or terminal read through the reactor.
         .serve({
-            let (stdin, stdout) = rmcp::transport::stdio_pipes();
+            let (stdin, stdout) = crate::stdin::stdio();
             crate::transport::LineTransport::new(stdin, stdout).traced(crate::otel::Conn::pipe())
         })
         .await

@@ -209,3 +209,183 @@ fn servers_on_socket_stdio_exit_soon_after_sigterm() {
         drop(writer);
     }
 }
+
+/// How a test hands a server its stdin.
+#[derive(Debug, Clone, Copy)]
+enum StdinKind {
+    Pipe,
+    /// A socketpair (Claude Code's stdio).
+    Socket,
+    /// A pseudo-terminal in raw mode.
+    Terminal,
+    DevNull,
+    /// A regular file holding one `initialize`.
+    File,
+}
+
+/// What ends the session.
+#[derive(Debug, Clone, Copy)]
+enum Ending {
+    Term,
+    Int,
+    /// The client closes its end of stdin.
+    Eof,
+}
+
+const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"exit-matrix","version":"1"}}}"#;
+
+/// Start `program args` on `kind`, let it answer `initialize`, end the session with `ending`
+/// (a file or `/dev/null` ends it by itself) and return how long it took to exit, with the
+/// children it had then.
+fn time_exit(
+    program: &Path,
+    args: &[&str],
+    cwd: &Path,
+    kind: StdinKind,
+    ending: Ending,
+) -> (Duration, Vec<u32>) {
+    use std::io::{BufRead, BufReader, Write};
+    use std::os::unix::net::UnixStream;
+    use std::process::{Command, Stdio};
+    let mut cmd = Command::new(program);
+    cmd.args(args)
+        .current_dir(cwd)
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env("RUST_BACKTRACE", "0")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null());
+    // The client's end: written to, then closed for an EOF.
+    let mut client: Option<Box<dyn Write>> = None;
+    match kind {
+        StdinKind::Pipe => {
+            cmd.stdin(Stdio::piped());
+        }
+        StdinKind::Socket => {
+            let (ours, theirs) = UnixStream::pair().expect("socketpair");
+            cmd.stdin(Stdio::from(std::os::fd::OwnedFd::from(theirs)));
+            client = Some(Box::new(ours));
+        }
+        StdinKind::Terminal => {
+            let pty = nix::pty::openpty(None, None).expect("openpty");
+            // The server must not inherit the client's end: its hang-up is the EOF.
+            nix::fcntl::fcntl(
+                &pty.master,
+                nix::fcntl::FcntlArg::F_SETFD(nix::fcntl::FdFlag::FD_CLOEXEC),
+            )
+            .expect("cloexec");
+            let mut raw = nix::sys::termios::tcgetattr(&pty.slave).expect("tcgetattr");
+            nix::sys::termios::cfmakeraw(&mut raw);
+            nix::sys::termios::tcsetattr(&pty.slave, nix::sys::termios::SetArg::TCSANOW, &raw)
+                .expect("tcsetattr");
+            cmd.stdin(Stdio::from(pty.slave));
+            client = Some(Box::new(std::fs::File::from(pty.master)));
+        }
+        StdinKind::DevNull => {
+            cmd.stdin(Stdio::null());
+        }
+        StdinKind::File => {
+            let f = cwd.join("initialize.jsonl");
+            std::fs::write(&f, format!("{INITIALIZE}\n")).expect("write");
+            cmd.stdin(std::fs::File::open(&f).expect("open"));
+        }
+    }
+    let started = Instant::now();
+    let mut child = cmd.spawn().expect("spawn");
+    if let Some(stdin) = child.stdin.take() {
+        client = Some(Box::new(stdin));
+    }
+    drop(cmd);
+    let pid = child.id();
+    let mut out = BufReader::new(child.stdout.take().expect("stdout"));
+    let (asked, children) = match kind {
+        StdinKind::DevNull | StdinKind::File => (started, Vec::new()),
+        _ => {
+            let w = client.as_mut().expect("client end");
+            writeln!(w, "{INITIALIZE}").expect("write");
+            w.flush().expect("flush");
+            let mut line = String::new();
+            out.read_line(&mut line).expect("initialize answered");
+            assert!(line.contains("\"result\""), "{program:?} {kind:?}: {line}");
+            let children = child_pids(pid);
+            let asked = Instant::now();
+            match ending {
+                Ending::Term | Ending::Int => {
+                    let sig = if matches!(ending, Ending::Term) {
+                        "-TERM"
+                    } else {
+                        "-INT"
+                    };
+                    let _ = Command::new("kill").args([sig, &pid.to_string()]).status();
+                }
+                Ending::Eof => drop(client.take()),
+            }
+            (asked, children)
+        }
+    };
+    loop {
+        if child.try_wait().expect("wait").is_some() {
+            break;
+        }
+        assert!(
+            asked.elapsed() < Duration::from_secs(10),
+            "{program:?} on {kind:?}: still running 10 s after {ending:?}"
+        );
+        std::thread::sleep(Duration::from_millis(2));
+    }
+    (asked.elapsed(), children)
+}
+
+/// Every binary exits within 200 ms of SIGINT, SIGTERM and stdin EOF, whatever its stdin is —
+/// pipe, socket, terminal, `/dev/null`, a regular file — its children stopped first (issue
+/// #37). On a socket or terminal the host took ~170 ms (its blocking stdin read held the
+/// runtime's exit for a grace); now ~35 ms.
+#[test]
+fn every_server_exits_soon_whatever_its_stdin() {
+    let d = tempfile::tempdir().expect("tmp");
+    let singles = [
+        "kitbag-files",
+        "kitbag-search",
+        "kitbag-shell",
+        "kitbag-web",
+        "kitbag-memory",
+        "kitbag-lsp",
+        "kitbag-dap",
+        "kitbag-issues",
+        "kitbag-cron",
+        "kitbag-vm",
+    ];
+    let limit = Duration::from_millis(200);
+    let mut slow = Vec::new();
+    let mut worst = Duration::ZERO;
+    for (program, args) in servers(&singles) {
+        for kind in [StdinKind::Pipe, StdinKind::Socket, StdinKind::Terminal] {
+            for ending in [Ending::Term, Ending::Int, Ending::Eof] {
+                let (took, children) = time_exit(&program, &args, d.path(), kind, ending);
+                worst = worst.max(took);
+                if took > limit {
+                    slow.push(format!("{program:?} {kind:?} {ending:?}: {took:?}"));
+                }
+                for c in children {
+                    assert!(
+                        wait_gone(c, Duration::from_secs(3)),
+                        "{program:?} {kind:?} {ending:?}: child {c} outlived it"
+                    );
+                }
+            }
+        }
+        // These end the session by themselves: the time is from the start (the host's own
+        // start, ~100 ms in a debug build, included).
+        for kind in [StdinKind::DevNull, StdinKind::File] {
+            let (took, _) = time_exit(&program, &args, d.path(), kind, Ending::Eof);
+            if took > limit * 2 {
+                slow.push(format!("{program:?} {kind:?}: {took:?} from its start"));
+            }
+        }
+    }
+    eprintln!("slowest exit after a signal or EOF: {worst:?}");
+    assert!(
+        slow.is_empty(),
+        "slower than {limit:?}:\n{}",
+        slow.join("\n")
+    );
+}
