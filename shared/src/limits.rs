@@ -1,5 +1,31 @@
 //! Output caps. Everything a tool returns is bounded and says when it was cut.
 
+/// What one result's `structuredContent` may weigh, serialized, when the caller gave no paging
+/// parameter (issue #37): Claude Code swaps a result of 50 KB or more for a preview, and every
+/// byte is paid in the model's context. A tool with more to give stops there and says how to
+/// get the rest (`truncated` with `next_offset`, or the tool's own paging fields).
+pub const RESULT_BUDGET_BYTES: usize = 40_000;
+
+/// The serialized size of `value` (compact JSON, as it goes out), for holding lists and text
+/// against [`RESULT_BUDGET_BYTES`].
+pub fn json_len<T: serde::Serialize + ?Sized>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing into a counter cannot fail for plain data; a value that refuses to serialize
+    // counts what was written before.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
+}
+
 /// Cut `s` to at most `max_bytes` bytes on a char boundary. Returns the kept prefix and
 /// whether anything was cut.
 pub fn truncate_str(s: &str, max_bytes: usize) -> (&str, bool) {
@@ -51,6 +77,12 @@ pub fn head_tail(s: &str, max_bytes: usize) -> (String, bool) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn json_len_is_the_compact_serialized_size() {
+        let v = serde_json::json!({"a": [1, "x\"y"], "b": null});
+        assert_eq!(json_len(&v), serde_json::to_vec(&v).expect("json").len());
+    }
 
     #[test]
     fn truncates_on_char_boundary() {
