@@ -89,12 +89,30 @@ impl Keeper<'_> {
     }
 }
 
-/// Bound every `tool_result` block of one step's results to `max_text` bytes of text and
+/// One step's results together carry at most this many results' worth of text: a model that
+/// calls many tools at once would otherwise send many caps in one request (3,000 parallel
+/// calls of 64 KiB each were ~190 MB).
+pub const STEP_RESULTS_FACTOR: usize = 4;
+
+/// A result's share of a crowded step never goes below this (its note and a glimpse of the
+/// head and tail must fit).
+pub const MIN_RESULT_TEXT: usize = 1024;
+
+/// Bound every `tool_result` block of one step's results to `max_text` bytes of text — less
+/// when the step's results together would pass `max_text × STEP_RESULTS_FACTOR` — and
 /// [`MAX_RESULT_IMAGE_BYTES`] of images, keeping what is cut in the session's results
 /// directory. Returns the blocks and what was cut.
 pub fn bound(blocks: Vec<Block>, max_text: usize, session: &Session) -> (Vec<Block>, Vec<Cut>) {
     let mut keeper = Keeper { session, dir: None };
     let mut cuts = Vec::new();
+    let sizes: Vec<usize> = blocks
+        .iter()
+        .filter_map(|b| match b {
+            Block::ToolResult { content, .. } => Some(text_len(content)),
+            _ => None,
+        })
+        .collect();
+    let share = step_share(&sizes, max_text);
     let blocks = blocks
         .into_iter()
         .map(|b| match b {
@@ -105,7 +123,7 @@ pub fn bound(blocks: Vec<Block>, max_text: usize, session: &Session) -> (Vec<Blo
             } => {
                 let stem = file_stem(&tool_use_id);
                 let content = bound_images(content, &stem, &mut keeper, &mut cuts);
-                let content = bound_text(content, max_text, &stem, &mut keeper, &mut cuts);
+                let content = bound_text(content, share, &stem, &mut keeper, &mut cuts);
                 Block::ToolResult {
                     tool_use_id,
                     content,
@@ -116,6 +134,40 @@ pub fn bound(blocks: Vec<Block>, max_text: usize, session: &Session) -> (Vec<Blo
         })
         .collect();
     (blocks, cuts)
+}
+
+/// The text cap of each result in a step whose results have `sizes` bytes of text: `max_text`
+/// while the step fits `max_text × STEP_RESULTS_FACTOR`; else the level at which the results
+/// that pass it, cut to it, fill what the smaller ones leave (never under
+/// [`MIN_RESULT_TEXT`]).
+fn step_share(sizes: &[usize], max_text: usize) -> usize {
+    let budget = max_text.saturating_mul(STEP_RESULTS_FACTOR);
+    let mut wants: Vec<usize> = sizes.iter().map(|s| (*s).min(max_text)).collect();
+    if wants.iter().sum::<usize>() <= budget {
+        return max_text;
+    }
+    wants.sort_unstable();
+    let mut left = budget;
+    let mut n = wants.len();
+    for w in wants {
+        let even = left / n;
+        if w > even {
+            return even.max(MIN_RESULT_TEXT).min(max_text);
+        }
+        left -= w;
+        n -= 1;
+    }
+    max_text
+}
+
+fn text_len(parts: &[ResultPart]) -> usize {
+    parts
+        .iter()
+        .map(|p| match p {
+            ResultPart::Text { text } => text.len(),
+            ResultPart::Image { .. } => 0,
+        })
+        .sum()
 }
 
 /// Images after the first [`MAX_RESULT_IMAGE_BYTES`] become a text part naming the file that
@@ -210,7 +262,7 @@ fn cut_text(whole: &str, max_text: usize, kept: &Result<PathBuf, KeepError>) -> 
         Err(e) => format!("the whole result could not be kept: {e}"),
     };
     let note = format!(
-        "[tool result cut: {} bytes of text, over the {max_text} a result may carry; its beginning and end follow; {place}]\n",
+        "[tool result cut: {} bytes of text, over the {max_text} this result may carry; its beginning and end follow; {place}]\n",
         whole.len()
     );
     let room = max_text.saturating_sub(note.len() + ELISION_MARKER_MAX);
@@ -264,6 +316,42 @@ mod tests {
             Block::ToolResult { content, .. } => content,
             other => panic!("{other:?}"),
         }
+    }
+
+    #[test]
+    fn a_step_shares_its_budget_and_small_results_keep_theirs() {
+        // Fits: every result keeps the whole cap.
+        assert_eq!(step_share(&[100, 64_000, 64_000], 65_536), 65_536);
+        // Eight results at the cap: four caps' worth, shared evenly.
+        assert_eq!(step_share(&[100_000; 8], 65_536), 32_768);
+        // Small ones keep theirs; the big ones split what is left.
+        let share = step_share(
+            &[1_000, 1_000, 200_000, 200_000, 200_000, 200_000, 200_000],
+            65_536,
+        );
+        assert_eq!(share, (4 * 65_536 - 2_000) / 5);
+        // Thousands at once: a floor, so each still says what happened.
+        assert_eq!(step_share(&[70_000; 3_000], 65_536), MIN_RESULT_TEXT);
+    }
+
+    /// 3,000 parallel results of 64 KiB each were ~190 MB in one request: now the step's text
+    /// is bounded by its share, and each result's whole text is kept in a file.
+    #[test]
+    fn many_results_in_one_step_are_bounded_together() {
+        let d = tempfile::tempdir().unwrap();
+        let session = Session::open(d.path(), "s").unwrap();
+        let big = "x".repeat(60_000);
+        let blocks: Vec<Block> = (0..40)
+            .map(|i| result(&format!("t{i}"), vec![text(&big)]))
+            .collect();
+        let (out, cuts) = bound(blocks, 65_536, &session);
+        assert_eq!(cuts.len(), 40, "every result was over its share");
+        let total: usize = out.iter().map(|b| text_len(parts(b))).sum();
+        assert!(
+            total <= 4 * 65_536 + 40 * 64,
+            "the step carries {total} bytes"
+        );
+        assert!(cuts.iter().all(|c| c.kept.is_ok()));
     }
 
     /// Two text parts over the cap become one: the note naming the file, the head and the
