@@ -26,6 +26,8 @@ pub struct Reply {
     /// Write only this many bytes of the body (its whole length is announced), then stall if
     /// `stall` says so, then close the connection: a broken stream.
     pub cut_after: Option<usize>,
+    /// Wait this long after the request before answering: a model that thinks.
+    pub delay: Duration,
 }
 
 impl Reply {
@@ -38,6 +40,7 @@ impl Reply {
             piece: 29,
             stall: Duration::ZERO,
             cut_after: None,
+            delay: Duration::ZERO,
         }
     }
 
@@ -50,11 +53,18 @@ impl Reply {
             piece: usize::MAX,
             stall: Duration::ZERO,
             cut_after: None,
+            delay: Duration::ZERO,
         }
     }
 
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.into(), value.into()));
+        self
+    }
+
+    /// Answer only `delay` after the request arrived.
+    pub fn after(mut self, delay: Duration) -> Self {
+        self.delay = delay;
         self
     }
 }
@@ -222,6 +232,7 @@ fn serve(
                     r#"{"error":{"type":"mock_exhausted","message":"no scripted reply left"}}"#,
                 )
             });
+        std::thread::sleep(reply.delay);
         if write_reply(&mut conn, &reply).is_err() {
             *hangups.lock().expect("lock") += 1;
             return;

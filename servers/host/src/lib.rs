@@ -226,6 +226,12 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         settings: Arc::new(std::sync::Mutex::new(settings)),
         tools_mode: cli.tools,
     };
+    if matches!(
+        command,
+        Command::Serve { .. } | Command::Run { .. } | Command::Daemon | Command::Chat { .. }
+    ) {
+        reload_on_sighup(&host);
+    }
     let code = match command {
         Command::Serve { .. } => serve(host, http_options).await?,
         Command::Tools { json } => print_tools(&host, *json)?,
@@ -343,12 +349,10 @@ async fn prepare_agent(
     })
 }
 
-/// `kitbag serve`: MCP over stdio, or HTTP when asked; SIGHUP re-reads the configuration,
-/// like host_reload.
-async fn serve(
-    host: HostServer,
-    http_options: Option<kitbag_shared::http::HttpOptions>,
-) -> anyhow::Result<i32> {
+/// SIGHUP re-reads the configuration, like host_reload — in every command that keeps the
+/// servers running (`serve`, and the agent's `run`, `chat`, `daemon`: kitbag-vm's
+/// `self_restart` sends it, and without a handler it would end the agent mid-turn).
+fn reload_on_sighup(host: &HostServer) {
     let on_hup = host.clone();
     tokio::spawn(async move {
         use tokio::signal::unix::{SignalKind, signal};
@@ -366,6 +370,13 @@ async fn serve(
             }
         }
     });
+}
+
+/// `kitbag serve`: MCP over stdio, or HTTP when asked.
+async fn serve(
+    host: HostServer,
+    http_options: Option<kitbag_shared::http::HttpOptions>,
+) -> anyhow::Result<i32> {
     let served = match http_options {
         Some(options) => http::serve_http(host, options).await,
         None => stdio::serve_stdio(host).await,

@@ -935,6 +935,88 @@ fn the_agent_edits_its_config_reloads_and_the_next_step_has_the_new_tools() {
     );
 }
 
+/// Seed 004's `self_restart` under `kitbag run`: kitbag-vm answers, then SIGHUPs the host,
+/// which reloads its config instead of dying; the turn goes on and a later step has the new
+/// server's tools. (Before, the SIGHUP ended the agent mid-turn: no handler outside `serve`.)
+#[test]
+fn self_restart_inside_a_run_reloads_and_the_turn_goes_on() {
+    let d = project();
+    let server =
+        |family: &str| json!({"command": bin(), "args": ["server", family, "--root", d.path()]});
+    std::fs::write(
+        d.path().join("agent.json"),
+        json!({"mcp": {"files": server("files"), "vm": server("vm")}}).to_string(),
+    )
+    .expect("agent.json");
+    let new_cfg =
+        json!({"mcp": {"files": server("files"), "vm": server("vm"), "shell": server("shell")}})
+            .to_string();
+    let mock = MockLlm::start(vec![
+        Reply::sse(tool_call_sse(
+            "t1",
+            "file_read",
+            &json!({"path": "agent.json"}),
+        )),
+        Reply::sse(tool_call_sse(
+            "t2",
+            "file_write",
+            &json!({"path": "agent.json", "content": new_cfg}),
+        )),
+        Reply::sse(tool_call_sse(
+            "t3",
+            "self_restart",
+            &json!({"reason": "new shell server"}),
+        )),
+        // The model thinks a while: the host's SIGHUP (250 ms after the answer) and its
+        // reload happen meanwhile.
+        Reply::sse(tool_call_sse(
+            "t4",
+            "file_read",
+            &json!({"path": "agent.json"}),
+        ))
+        .after(std::time::Duration::from_millis(1500)),
+        Reply::sse(tool_call_sse(
+            "t5",
+            "shell_bash",
+            &json!({"command": "echo restarted"}),
+        )),
+        Reply::sse(A_TEXT),
+    ]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &[
+            "run",
+            "--session",
+            "restart",
+            "add a shell server and restart",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert_eq!(sent.len(), 6, "every step ran");
+    let has_shell = |i: usize| tool_names(&sent[i]).iter().any(|n| n == "shell_bash");
+    assert!(
+        !has_shell(0) && !has_shell(2),
+        "no shell before the restart"
+    );
+    assert!(
+        has_shell(4),
+        "a step after the restart has the new server's tools"
+    );
+    let records = session(d.path(), "restart");
+    let results: Vec<&Value> = records
+        .iter()
+        .filter(|r| r["role"] == "tool_result")
+        .collect();
+    assert_eq!(results.len(), 5, "{records:#?}");
+    assert!(
+        results[4].to_string().contains("restarted"),
+        "the new tool answered: {}",
+        results[4]
+    );
+}
+
 /// A history of `turns` turns, each with a tool call whose result is `result_chars` long, and
 /// a last usage record of `last_tokens` prompt tokens.
 fn write_heavy_history(
