@@ -40,8 +40,11 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
             .with_budget(budget)
             .traced(conn),
         )
-        .await
-        .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+        .await;
+    let running = match running {
+        Ok(r) => r,
+        Err(e) => return kitbag_shared::server::handshake_failed(e),
+    };
     // SIGINT/SIGTERM end the session like stdin EOF: the caller then stops every child.
     let cancel = running.cancellation_token();
     let signalled = tokio_util::sync::CancellationToken::new();

@@ -906,8 +906,11 @@ pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyh
             let (stdin, stdout) = crate::stdin::stdio();
             crate::transport::LineTransport::new(stdin, stdout).traced(crate::otel::Conn::pipe())
         })
-        .await
-        .map_err(|e| anyhow::anyhow!("MCP handshake failed: {e}"))?;
+        .await;
+    let running = match running {
+        Ok(r) => r,
+        Err(e) => return handshake_failed(e),
+    };
     let cancel = running.cancellation_token();
     tokio::spawn(async move {
         shutdown_signal().await;
@@ -915,6 +918,19 @@ pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyh
     });
     let _ = running.waiting().await;
     Ok(())
+}
+
+/// A handshake that did not happen. A client that closes stdin before saying anything (a
+/// probe, a proxy starting a backend it never uses) is not an error: nothing to answer, a
+/// quiet exit. Anything else is.
+pub fn handshake_failed(e: rmcp::service::ServerInitializeError) -> anyhow::Result<()> {
+    match e {
+        rmcp::service::ServerInitializeError::ConnectionClosed(_) => {
+            tracing::debug!("stdin closed before initialize: nothing to serve");
+            Ok(())
+        }
+        e => Err(anyhow::anyhow!("MCP handshake failed: {e}")),
+    }
 }
 
 /// Lets a large answer (a 100 KB file read) go out in one write: with the default 64 KB
