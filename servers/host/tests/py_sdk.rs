@@ -8,6 +8,11 @@
 //!
 //! Needs `testkit/py/.venv` with the SDK (made by `scripts/test`). Under `CI=true` its absence
 //! fails the test; elsewhere it skips loudly.
+//!
+//! The `agent_framework_*` tests drive three agent frameworks the same way, each from its venv
+//! (`testkit/langchain-py`, `testkit/agents-py`, `testkit/fastmcp-py`): LangChain's MCP adapters,
+//! the OpenAI Agents SDK and FastMCP (client and proxy), over stdio against `kitbag serve` and
+//! `kitbag server files`: every tool's schema through their converters, and real calls.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -26,18 +31,25 @@ fn py_dir() -> PathBuf {
 
 /// The venv's python, when the pinned SDK is installed in it.
 fn python() -> Option<PathBuf> {
-    let venv = py_dir().join(".venv");
+    venv_python(&py_dir(), "mcp")
+}
+
+/// `dir/.venv`'s python, when the `package==V` pinned by `dir/requirements.txt` is installed in
+/// it.
+fn venv_python(dir: &Path, package: &str) -> Option<PathBuf> {
+    let venv = dir.join(".venv");
     let python = venv.join("bin/python");
-    let pinned = std::fs::read_to_string(py_dir().join("requirements.txt")).ok()?;
+    let pinned = std::fs::read_to_string(dir.join("requirements.txt")).ok()?;
     let version = pinned
         .lines()
-        .find_map(|l| l.trim().strip_prefix("mcp=="))?;
+        .find_map(|l| l.trim().strip_prefix(package)?.strip_prefix("=="))?;
+    let dist = package.replace('-', "_");
     let installed = std::fs::read_dir(venv.join("lib"))
         .ok()?
         .flatten()
         .any(|d| {
             d.path()
-                .join(format!("site-packages/mcp-{version}.dist-info"))
+                .join(format!("site-packages/{dist}-{version}.dist-info"))
                 .exists()
         });
     (installed && python.exists()).then_some(python)
@@ -179,4 +191,143 @@ fn the_python_sdk_lists_calls_keeps_typed_errors_and_listens_in_both_eras() {
     }
     drop(servers);
     drop(sealed);
+}
+
+/// The runs of the agent frameworks' checks: `kitbag serve` (the default config, every family,
+/// started in a project holding a.txt) and one single server (`kitbag server files --root`,
+/// started elsewhere), both over stdio.
+fn framework_runs(d: &Path) -> Value {
+    let kitbag = bin().to_str().expect("utf8");
+    let host = project(&d.join("host"));
+    let files = project(&d.join("files"));
+    json!([
+        {"name": "host", "cwd": host, "target": [kitbag, "serve"]},
+        {"name": "files", "cwd": d, "target": [kitbag, "server", "files", "--root", files]},
+    ])
+}
+
+/// Runs `testkit/<folder>/<script>` (with the venv pinning `package`) over `framework_runs`;
+/// each run's report, with no failed check, and the tool count it saw (`kitbag serve`: every
+/// family, at least 38 tools; the files server: 7). `None` when the venv is missing (skipped).
+fn run_framework(folder: &str, package: &str, script: &str) -> Option<Vec<(String, Value)>> {
+    let dir = testkit_dir(env!("CARGO_MANIFEST_DIR")).join(folder);
+    let Some(python) = venv_python(&dir, package) else {
+        require(
+            false,
+            &format!("{package} is not installed in testkit/{folder}/.venv (run scripts/test)"),
+        );
+        return None;
+    };
+    let d = tempfile::tempdir().expect("tmp");
+    let runs = framework_runs(d.path());
+    let (out, reports) = json_report(
+        Command::new(&python)
+            .arg(dir.join(script))
+            .arg(runs.to_string()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    let mut seen = Vec::new();
+    for run in runs.as_array().expect("runs") {
+        let name = run["name"].as_str().expect("name");
+        let r = &reports[name];
+        assert_eq!(
+            r["failures"],
+            json!([]),
+            "{package}, {name}: {r:#}\n{stderr}"
+        );
+        let tools = r["tools"].as_u64().unwrap_or(0);
+        if name == "files" {
+            assert_eq!(tools, 7, "{package}, {name}: {r}");
+        } else {
+            assert!(tools >= 38, "{package}, {name}: {r}");
+        }
+        seen.push((name.to_string(), r.clone()));
+    }
+    assert!(out.status.success(), "{package}: {reports:#}\n{stderr}");
+    Some(seen)
+}
+
+/// LangChain's MCP adapters (langchain-mcp-adapters 0.3.2, pinned in
+/// testkit/langchain-py/requirements.txt), against `kitbag serve` and `kitbag server files`:
+/// `MultiServerMCPClient.get_tools()` over stdio, then `.args` of every tool (it reads
+/// `inputSchema["properties"]`: a schema without `properties` raised KeyError),
+/// `render_text_description_and_args` over the whole list, `convert_to_openai_tool` of every
+/// tool (what `bind_tools` sends), one `file_read` ("alpha" comes back) and one of a missing
+/// file (an error ToolMessage naming `file_not_found`).
+#[test]
+fn agent_framework_langchain_converts_every_tool_and_calls() {
+    let Some(runs) = run_framework(
+        "langchain-py",
+        "langchain-mcp-adapters",
+        "langchain_check.py",
+    ) else {
+        return;
+    };
+    for (name, r) in runs {
+        assert_eq!(r["args"]["ok"], r["tools"], "{name}: {r}");
+        assert_eq!(r["convert_to_openai_tool"]["ok"], r["tools"], "{name}: {r}");
+        assert_eq!(r["success"]["sawContent"], true, "{name}: {r}");
+        assert_eq!(r["error"]["status"], "error", "{name}: {r}");
+    }
+}
+
+/// The OpenAI Agents SDK (openai-agents 0.24.0, pinned in testkit/agents-py/requirements.txt),
+/// with no model and no API key, against `kitbag serve` and `kitbag server files`:
+/// `MCPServerStdio` connects, lists, turns every tool into the SDK's function tool and calls
+/// `file_read` ("alpha" comes back). How many input schemas
+/// `agents.strict_schema.ensure_strict_json_schema` converts, and which it refuses (maps:
+/// `additionalProperties: {...}`, which strict mode cannot express), is printed, not asserted:
+/// kitbag's schemas are not reshaped for strict mode.
+#[test]
+fn agent_framework_openai_agents_lists_calls_and_reports_strict_schemas() {
+    let Some(runs) = run_framework("agents-py", "openai-agents", "agents_check.py") else {
+        return;
+    };
+    for (name, r) in runs {
+        assert_eq!(r["success"]["sawContent"], true, "{name}: {r}");
+        let strict = &r["strict"];
+        let refused = strict["refused"].as_array().expect("refused");
+        let converted = strict["converted"].as_u64().expect("converted");
+        assert_eq!(
+            converted + refused.len() as u64,
+            r["tools"].as_u64().unwrap_or(0),
+            "{name}: {r}"
+        );
+        eprintln!(
+            "openai-agents, {name}: ensure_strict_json_schema converted {converted} of {} \
+             tools, refused {}; the SDK sends {} as strict",
+            r["tools"],
+            refused.len(),
+            strict["sdkStrict"]
+        );
+        for x in refused {
+            eprintln!(
+                "  refused {}: {} (at {})",
+                x["tool"].as_str().unwrap_or("?"),
+                x["reason"].as_str().unwrap_or("?"),
+                x["at"]
+            );
+        }
+    }
+}
+
+/// FastMCP 4.2.3 (pinned in testkit/fastmcp-py/requirements.txt), against `kitbag serve` and
+/// `kitbag server files`: its `Client` over stdio lists the tools, converts every outputSchema
+/// into the type it parses results into (`json_schema_to_type_adapter`), calls `file_read`
+/// (`.data` holds "alpha") and one of a missing file (a `ToolError` naming `file_not_found`);
+/// then `create_proxy` in front of kitbag, through an in-memory `Client(proxy)`: the same tools,
+/// the same call and error.
+#[test]
+fn agent_framework_fastmcp_client_and_proxy_list_call_and_keep_typed_errors() {
+    let Some(runs) = run_framework("fastmcp-py", "fastmcp", "fastmcp_check.py") else {
+        return;
+    };
+    for (name, r) in runs {
+        assert_eq!(r["outputSchemas"]["refused"], json!([]), "{name}: {r}");
+        assert_eq!(r["proxy"]["tools"], r["tools"], "{name}: {r}");
+        for via in [&r["direct"], &r["proxy"]] {
+            assert_eq!(via["success"]["sawData"], true, "{name}: {r}");
+            assert_eq!(via["error"]["raised"], "ToolError", "{name}: {r}");
+        }
+    }
 }
