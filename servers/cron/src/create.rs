@@ -158,7 +158,9 @@ pub fn run(state: &CronState, p: CreateParams) -> ToolResult<Reply<CreateResult>
         Ok(entry)
     })?;
     state.wake_for(&entry);
-    let view = EntryView::of(state, &entry, state.now(), false);
+    let mut view = EntryView::of(state, &entry, state.now(), false);
+    // A 16 KB message of quotes or control characters escapes to far more than the budget.
+    view.fit(kitbag_shared::limits::RESULT_BUDGET_BYTES - 100);
     let text = format!("created {}", view.line());
     Ok(Reply::new(CreateResult { entry: view }, text))
 }

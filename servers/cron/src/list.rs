@@ -1,6 +1,7 @@
 //! `cron_list` and `cron_status`.
 
 use kitbag_shared::args;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use kitbag_shared::{Reply, ToolDef, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -34,7 +35,7 @@ pub struct ListParams {
     pub enabled_only: Option<bool>,
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Default 100, max 1000.
+    /// Default 100 (cut at 40 KB), max 1000.
     #[serde(default)]
     pub limit: Option<i64>,
 }
@@ -56,7 +57,13 @@ pub struct ListResult {
     pub next_offset: Option<usize>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub problems: Vec<Problem>,
+    /// Unparsable entries in all, when `problems` lists only the first of them.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub problems_total: Option<usize>,
 }
+
+/// What `problems` may weigh in one answer; the entries fill the rest of the budget.
+const PROBLEMS_BUDGET: usize = 4_000;
 
 /// `v` in `min..=max`, `default` when absent.
 pub(crate) fn bounded(
@@ -72,6 +79,12 @@ pub(crate) fn bounded(
 pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
     let offset = bounded("offset", p.offset, 0, 0, i64::MAX)?;
     let limit = bounded("limit", p.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)?;
+    // The budget holds a default call; an explicit `limit` gets what it asks for.
+    let budget = if p.limit.is_some() {
+        usize::MAX
+    } else {
+        RESULT_BUDGET_BYTES
+    };
     let doc = state.store.load_current()?;
     let now = state.now();
     let enabled_only = p.enabled_only.unwrap_or(false);
@@ -80,15 +93,7 @@ pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
         .filter(|e| !enabled_only || e.enabled)
         .collect();
     let total = matching.len();
-    let entries: Vec<EntryView> = matching
-        .into_iter()
-        .skip(offset)
-        .take(limit)
-        .map(|e| EntryView::of(state, e, now, true))
-        .collect();
-    let end = offset + entries.len();
-    let truncated = end < total;
-    let problems: Vec<Problem> = doc
+    let all_problems: Vec<Problem> = doc
         .slots
         .iter()
         .enumerate()
@@ -100,6 +105,46 @@ pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
             Slot::Entry(_) => None,
         })
         .collect();
+    let problems_all = all_problems.len();
+    let mut problems = Vec::new();
+    let mut problems_used = 0;
+    for mut pr in all_problems {
+        let (e, _) = kitbag_shared::limits::truncate_str(&pr.error, 500);
+        pr.error = e.to_string();
+        problems_used += json_len(&pr) + 1;
+        if problems_used > PROBLEMS_BUDGET {
+            break;
+        }
+        problems.push(pr);
+    }
+    let problems_total = (problems.len() < problems_all).then_some(problems_all);
+    // Entries up to the budget (room kept for the paging fields); the first always goes in,
+    // cut to fit if it must, so that paging moves on.
+    let mut used = json_len(&ListResult {
+        entries: Vec::new(),
+        total,
+        truncated: true,
+        next_offset: Some(usize::MAX),
+        problems: Vec::new(),
+        problems_total,
+    }) + json_len(&problems)
+        + 16;
+    let mut entries: Vec<EntryView> = Vec::new();
+    for e in matching.into_iter().skip(offset).take(limit) {
+        let mut v = EntryView::of(state, e, now, true);
+        let first = entries.is_empty();
+        if first && budget == RESULT_BUDGET_BYTES {
+            v.fit(budget.saturating_sub(used));
+        }
+        let add = json_len(&v) + usize::from(!first);
+        if !first && used + add > budget {
+            break;
+        }
+        used += add;
+        entries.push(v);
+    }
+    let end = offset + entries.len();
+    let truncated = end < total;
     let mut text = String::new();
     if total == 0 {
         text.push_str("no cron entries");
@@ -122,6 +167,12 @@ pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
             pr.error
         ));
     }
+    if let Some(n) = problems_total {
+        text.push_str(&format!(
+            "[{} of {n} unparsable entries shown]\n",
+            problems.len()
+        ));
+    }
     Ok(Reply::new(
         ListResult {
             entries,
@@ -129,6 +180,7 @@ pub fn list(state: &CronState, p: ListParams) -> ToolResult<Reply<ListResult>> {
             truncated,
             next_offset: truncated.then_some(end),
             problems,
+            problems_total,
         },
         text.trim_end().to_string(),
     ))

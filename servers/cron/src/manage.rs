@@ -105,7 +105,9 @@ pub fn set_enabled(state: &CronState, p: IdParams, on: bool) -> ToolResult<Reply
     if changed && on {
         state.wake_for(&entry);
     }
-    let view = EntryView::of(state, &entry, now, false);
+    let mut view = EntryView::of(state, &entry, now, false);
+    // A 16 KB message of quotes or control characters escapes to far more than the budget.
+    view.fit(kitbag_shared::limits::RESULT_BUDGET_BYTES - 100);
     let text = format!(
         "{} {}",
         match (on, changed) {

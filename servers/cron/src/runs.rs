@@ -1,6 +1,6 @@
 //! `cron_runs`: the run history, newest first.
 
-use kitbag_shared::limits::truncate_str;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, truncate_str};
 use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -16,9 +16,9 @@ pub const MAX_LIMIT: i64 = 500;
 pub const DEF: ToolDef = ToolDef::read(
     "cron_runs",
     "Scheduled task history",
-    "Past cron runs, newest first: times, outcome (`fired`; `caught_up`: made up after downtime; \
-     `missed`: catch_up was false; `skipped_busy`: previous command still running), whether a \
-     client got it, and command exit code, status and output tail.",
+    "Past cron runs, newest first: outcome (`fired`; `caught_up`: made up after downtime; \
+     `missed`: catch_up false; `skipped_busy`: command still running), delivery, command exit \
+     code, status, output tail. If `truncated`, pass `offset` = `next_offset`.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -27,7 +27,7 @@ pub struct RunsParams {
     /// Only this entry's runs.
     #[serde(default)]
     pub id: Option<String>,
-    /// Default 20, max 500.
+    /// Default 20 (cut at 40 KB), max 500.
     #[serde(default)]
     pub limit: Option<i64>,
     /// Newest runs to skip.
@@ -48,7 +48,7 @@ pub struct RunsResult {
 pub fn run(state: &CronState, p: RunsParams) -> ToolResult<Reply<RunsResult>> {
     let limit = bounded("limit", p.limit, DEFAULT_LIMIT, 1, MAX_LIMIT)?;
     let offset = bounded("offset", p.offset, 0, 0, i64::MAX)?;
-    let (runs, total) = state.store.read_runs(p.id.as_deref(), offset, limit)?;
+    let (mut runs, total) = state.store.read_runs(p.id.as_deref(), offset, limit)?;
     if let Some(id) = &p.id
         && total == 0
     {
@@ -61,6 +61,24 @@ pub fn run(state: &CronState, p: RunsParams) -> ToolResult<Reply<RunsResult>> {
             .with_detail(json!({"field": "id", "id": id})));
         }
     }
+    // Cut at the budget (a run carries up to 4 KB of output, six times that escaped); the
+    // first run always fits.
+    let mut used = json_len(&RunsResult {
+        runs: Vec::new(),
+        total,
+        truncated: true,
+        next_offset: Some(usize::MAX),
+    });
+    let mut keep = 0;
+    for (i, r) in runs.iter().enumerate() {
+        used += json_len(r) + usize::from(i > 0);
+        // The budget holds a default call; an explicit `limit` gets what it asks for.
+        if i > 0 && used > RESULT_BUDGET_BYTES && p.limit.is_none() {
+            break;
+        }
+        keep = i + 1;
+    }
+    runs.truncate(keep);
     let end = offset + runs.len();
     let truncated = end < total;
     let mut text = String::new();

@@ -1,7 +1,7 @@
 //! How an entry is shown to a client (shared by create, list, enable, disable, delete).
 
 use chrono::{DateTime, Utc};
-use kitbag_shared::limits::truncate_str;
+use kitbag_shared::limits::{json_len, truncate_str};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -29,6 +29,9 @@ pub struct EntryView {
     pub catch_up: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<CommandAction>,
+    /// The command was cut in this view to fit 40 KB.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub command_truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub created_at: Option<DateTime<Utc>>,
     /// Next fire time in the entry's zone (RFC 3339); absent when disabled or unschedulable.
@@ -66,11 +69,33 @@ impl EntryView {
             recurring: e.recurring,
             catch_up: e.catch_up,
             command: e.command.clone(),
+            command_truncated: false,
             created_at: e.created_at,
             next_fire,
             last_run: e.last_run.clone(),
             error: schedule.err().map(|e| e.message),
         }
+    }
+
+    /// Cut the message, then the command, until the view weighs at most `max` bytes of
+    /// JSON (escaping can make a 16 KB message six times that). Whether anything was cut.
+    pub fn fit(&mut self, max: usize) -> bool {
+        let over = json_len(&*self).saturating_sub(max);
+        if over == 0 {
+            return false;
+        }
+        let room = json_len(self.message.as_str()).saturating_sub(over);
+        self.message = fit_str(&self.message, room);
+        self.message_truncated = true;
+        let over = json_len(&*self).saturating_sub(max);
+        if over > 0
+            && let Some(c) = &mut self.command
+        {
+            let room = json_len(c.run.as_str()).saturating_sub(over);
+            c.run = fit_str(&c.run, room);
+            self.command_truncated = true;
+        }
+        true
     }
 
     /// One compact line for a model.
@@ -114,5 +139,35 @@ impl EntryView {
         let (m, cut) = truncate_str(&one_line, 120);
         s.push_str(&format!(" — {}{}", m, if cut { "…" } else { "" }));
         s
+    }
+}
+
+/// The longest prefix of `s` (on a char boundary) whose JSON string weighs at most
+/// `max_json` bytes.
+pub fn fit_str(s: &str, max_json: usize) -> String {
+    let (mut lo, mut hi) = (0usize, s.len());
+    while lo < hi {
+        let mid = (lo + hi).div_ceil(2);
+        let (prefix, _) = truncate_str(s, mid);
+        if json_len(prefix) <= max_json {
+            lo = mid;
+        } else {
+            hi = mid - 1;
+        }
+    }
+    truncate_str(s, lo).0.to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fit_str_holds_escaped_text() {
+        let s = "\u{1}\"é".repeat(1000);
+        let cut = fit_str(&s, 500);
+        assert!(json_len(cut.as_str()) <= 500);
+        assert!(json_len(cut.as_str()) > 490);
+        assert_eq!(fit_str("abc", 10), "abc");
     }
 }

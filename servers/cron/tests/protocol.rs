@@ -60,6 +60,7 @@ on_both_backends!(
     command_action_is_recorded_and_killed_with_its_children_on_timeout,
     no_commands_flag_refuses_command_entries,
     read_only_server_changes_nothing,
+    list_and_create_hold_the_result_budget,
 );
 
 fn runs(c: &mut McpClient, id: &str) -> Vec<Value> {
@@ -828,4 +829,102 @@ fn an_unreachable_database_fails_at_start_without_its_password() {
     assert!(err.contains("--database-url"), "{err}");
     assert!(!err.contains("s3cret"), "{err}");
     assert!(!d.path().join(".kitbag/cron.db").exists());
+}
+
+/// Issue #37: default answers stay under 40 KB of structuredContent. Before, `cron_list`
+/// returned every command whole (30 × ~4 KB here) and `cron_create` / `cron_disable` echoed a
+/// 16 KB message that escapes to ~96 KB.
+fn list_and_create_hold_the_result_budget(b: &Backend) {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let mut c = b.spawn(Era::Handshake, &[]);
+    for i in 0..30 {
+        let r = c.call(
+            "cron_create",
+            json!({"schedule": "0 0 1 1 *", "timezone": "UTC", "enabled": false,
+                   "message": "\"\n".repeat(8000),
+                   "command": format!("echo {i} '{}'", "\"".repeat(1500))}),
+        );
+        assert!(!r.is_error, "{:?}", r.raw);
+        assert!(json_len(&r.structured) < RESULT_BUDGET_BYTES);
+    }
+    let l = c.call("cron_list", json!({}));
+    assert!(!l.is_error, "{:?}", l.raw);
+    assert!(
+        json_len(&l.structured) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&l.structured)
+    );
+    assert_eq!(l.structured["total"], 30);
+    assert_eq!(l.structured["truncated"], true);
+    let shown = l.structured["entries"].as_array().expect("entries").len();
+    assert!(shown > 0 && shown < 30, "{shown}");
+    assert_eq!(l.structured["next_offset"], shown);
+    let last = &l.structured["entries"][shown - 1]["id"];
+    assert_eq!(*last, format!("cron-{shown}"));
+    let l2 = c.call("cron_list", json!({"offset": shown}));
+    assert_eq!(
+        l2.structured["entries"][0]["id"],
+        format!("cron-{}", shown + 1),
+        "the next page starts where the first stopped"
+    );
+
+    // Control characters escape to six bytes each.
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "0 0 1 1 *", "timezone": "UTC", "enabled": false,
+               "message": "\u{1}".repeat(16 * 1024)}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert!(
+        json_len(&r.structured) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&r.structured)
+    );
+    assert_eq!(r.structured["entry"]["message_truncated"], true);
+    let id = r.structured["entry"]["id"].clone();
+    let r = c.call("cron_enable", json!({"id": id}));
+    assert!(json_len(&r.structured) < RESULT_BUDGET_BYTES);
+    assert_eq!(r.structured["entry"]["message_truncated"], true);
+}
+
+/// Issue #37: 30 runs, each with 4 KB of output that escapes to twice that, page at 40 KB
+/// (before: all 20 of a default page, ~165 KB).
+#[test]
+fn runs_hold_the_result_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), Era::Handshake, &[]);
+    c.call("cron_status", json!({}));
+    std::fs::create_dir_all(d.path().join(".kitbag")).expect("dir");
+    let mut lines = String::new();
+    for i in 0..30 {
+        let rec = json!({"id": "cron-1", "session": "s", "scheduled_at": format!("2026-07-01T12:{i:02}:00Z"),
+            "fired_at": format!("2026-07-01T12:{i:02}:00Z"), "outcome": "fired", "delivered": true, "pid": 1,
+            "command": {"status": "ok", "exit_code": 0, "duration_ms": 1,
+                        "output_tail": format!("run {i:02}{}", "\"\n".repeat(2045)), "output_truncated": true}});
+        lines.push_str(&format!("{rec}\n"));
+    }
+    std::fs::write(d.path().join(".kitbag/cron-runs.jsonl"), lines).expect("write");
+    let r = c.call("cron_runs", json!({}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert!(
+        json_len(&r.structured) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&r.structured)
+    );
+    assert_eq!(r.structured["truncated"], true);
+    let shown = r.structured["runs"].as_array().expect("runs").len();
+    assert!(shown > 0 && shown < 20, "{shown}");
+    assert_eq!(r.structured["next_offset"], shown);
+    let tail = |v: &Value| v["command"]["output_tail"].as_str().expect("tail")[..6].to_string();
+    assert_eq!(
+        tail(&r.structured["runs"][shown - 1]),
+        format!("run {:02}", 29 - (shown - 1))
+    );
+    let r2 = c.call("cron_runs", json!({"offset": shown}));
+    assert_eq!(
+        tail(&r2.structured["runs"][0]),
+        format!("run {:02}", 29 - shown),
+        "newest first, resuming where the first page stopped"
+    );
 }

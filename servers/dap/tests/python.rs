@@ -594,3 +594,123 @@ fn catalog() {
     kitbag_testkit::assert_catalog_matches(&mut c, &path);
     c.shutdown();
 }
+
+/// The number after `tag` in `text` (`L00042` → 42).
+fn tag_numbers(text: &str, tag: char) -> Vec<usize> {
+    text.split(tag)
+        .skip(1)
+        .filter_map(|s| s.get(..5).and_then(|d| d.parse().ok()))
+        .collect()
+}
+
+/// Issue #37's result budget, worst cases under defaults: 3,000 lines of quotes printed,
+/// 150 locals of 1,000 quote characters, a 25-deep
+/// recursion through a function with a 1,200-character (4-byte UTF-8) name. Each default
+/// call stays under 40,000 bytes of structuredContent, says it was cut, and its paging field
+/// continues exactly where it stopped. (Before: output 500 chunks ≈ 210 KB, variables
+/// ≈ 200 KB, stack_trace ≈ 96 KB.) debugpy lists only the modules its frames ran in: modules
+/// and loaded_sources are held by `page_on`, unit-tested in `src/debug/memory.rs`.
+#[test]
+fn default_results_stay_within_the_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    if !have_debugpy() {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let mut prog = String::new();
+    let deep = "\u{20000}".repeat(1200);
+    prog.push_str(&format!(
+        "\ndef {deep}(n):\n    if n == 0:\n        return 0\n    return {deep}(n - 1)\n\n"
+    ));
+    prog.push_str("def main():\n    for i in range(3000):\n        print(f\"L{i:05} \" + '\"' * 200, flush=True)\n");
+    for i in 0..150 {
+        prog.push_str(&format!("    v{i:03} = 'V{i:05}' + '\"' * 1000\n"));
+    }
+    let stop_vars = prog.lines().count() + 1;
+    prog.push_str(&format!("    {deep}(25)\n\nmain()\n"));
+    let stop_deep = prog.lines().position(|l| l.contains("return 0")).unwrap() + 1;
+    std::fs::write(d.path().join("big.py"), &prog).unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    for line in [stop_vars, stop_deep] {
+        let r = c.call(
+            "debug",
+            json!({"action": "set_breakpoint", "path": "big.py", "line": line}),
+        );
+        assert!(!r.is_error, "{:?}", r.raw);
+    }
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "script": "big.py", "stop_on_entry": false, "wait_ms": 60000}),
+    );
+    assert_eq!(r.structured["location"]["line"], stop_vars, "{:?}", r.raw);
+
+    // output: the cursor stops after the last chunk shown; the next page goes on from it.
+    let text_of = |r: &kitbag_testkit::ToolCall| {
+        r.structured["output"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|o| o["text"].as_str().unwrap().to_string())
+            .collect::<String>()
+    };
+    let first = c.call("debug", json!({"action": "output"}));
+    assert!(json_len(&first.structured) < RESULT_BUDGET_BYTES);
+    assert_eq!(first.structured["truncated"], true, "{}", first.text);
+    let cursor = first.structured["cursor"].as_u64().unwrap();
+    assert_eq!(
+        cursor,
+        first.structured["output"].as_array().unwrap().len() as u64
+    );
+    let second = c.call("debug", json!({"action": "output", "offset": cursor}));
+    assert!(json_len(&second.structured) < RESULT_BUDGET_BYTES);
+    // The chunk before the cursor is the first page's last; the one at it, the second's first.
+    let before = c.call("debug", json!({"action": "output", "offset": cursor - 1}));
+    assert_eq!(
+        before.structured["output"][0],
+        first.structured["output"][cursor as usize - 1]
+    );
+    assert_eq!(
+        before.structured["output"][1],
+        second.structured["output"][0]
+    );
+    let (a, b) = (
+        tag_numbers(&text_of(&first), 'L'),
+        tag_numbers(&text_of(&second), 'L'),
+    );
+    assert_eq!(a[0], 0);
+    assert!(b[0] > *a.last().unwrap(), "{a:?} then {b:?}");
+
+    // variables: next_offset after the last value shown.
+    let first = c.call("debug", json!({"action": "variables"}));
+    assert!(json_len(&first.structured) < RESULT_BUDGET_BYTES);
+    let shown = names(&first);
+    let next = first.structured["next_offset"].as_u64().unwrap();
+    assert_eq!(next, shown.len() as u64);
+    let second = c.call("debug", json!({"action": "variables", "offset": next}));
+    let more = names(&second);
+    let last: usize = shown.last().unwrap()[1..].parse().unwrap();
+    assert_eq!(
+        more[0],
+        format!("v{:03}", last + 1),
+        "{shown:?} then {more:?}"
+    );
+
+    // stack_trace: 20 default levels of a long-named function, cut; offset goes on.
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["location"]["line"], stop_deep, "{:?}", r.raw);
+    let first = c.call("debug", json!({"action": "stack_trace"}));
+    assert!(json_len(&first.structured) < RESULT_BUDGET_BYTES);
+    assert_eq!(first.structured["truncated"], true);
+    let frames = first.structured["frames"].as_array().unwrap().len() as u64;
+    assert!((1..20).contains(&frames), "{frames}");
+    let next = first.structured["next_offset"].as_u64().unwrap();
+    assert_eq!(next, frames);
+    let second = c.call("debug", json!({"action": "stack_trace", "offset": next}));
+    assert_eq!(second.structured["frames"][0]["id"], next);
+    assert_ne!(
+        second.structured["frames"][0]["adapter_frame_id"],
+        first.structured["frames"][frames as usize - 1]["adapter_frame_id"]
+    );
+    c.call("debug", json!({"action": "disconnect"}));
+    c.shutdown();
+}

@@ -4,7 +4,7 @@
 //! every line ends in CRLF), every edit is applied in memory, and only if all succeed is the
 //! result re-encoded exactly as the original (BOM, CRLF, final newline) and written atomically.
 
-use kitbag_shared::limits::truncate_str;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use std::sync::Arc;
 
 use kitbag_shared::paths::{ParentDir, Resolved};
@@ -17,8 +17,13 @@ use serde_json::json;
 
 use crate::state::FilesState;
 
-/// Largest diff returned in a result; the edit itself is never limited by this.
+/// Largest diff returned in a result, in bytes of JSON string; the edit itself is never
+/// limited by this.
 pub const MAX_DIFF_BYTES: usize = 32 * 1024;
+/// What the result's fields other than `path` and `diff` weigh at most, serialized.
+const RESERVE_BYTES: usize = 256;
+/// Lines of the matches listed when `old_string` is not unique.
+const MAX_LINES_LISTED: usize = 100;
 const BOM: &[u8] = b"\xEF\xBB\xBF";
 
 pub const DEF: ToolDef = ToolDef::write(
@@ -306,8 +311,11 @@ fn edit_locked(
         ));
     }
     let diff_full = unified_diff(&r.rel, &decoded.text, &new_text);
+    // Held as JSON carries it (escapes grow text up to 6×), within the result budget.
+    let cap = MAX_DIFF_BYTES
+        .min(RESULT_BUDGET_BYTES.saturating_sub(RESERVE_BYTES + json_len(r.rel.as_str())));
     let (diff, diff_truncated) = {
-        let (d, cut) = truncate_str(&diff_full, MAX_DIFF_BYTES);
+        let (d, cut) = truncate_json(&diff_full, cap);
         (d.to_string(), cut)
     };
     let first_changed_line = first_changed_line(&decoded.text, &new_text);
@@ -341,6 +349,24 @@ fn edit_locked(
         },
         text,
     ))
+}
+
+/// Cut `s` on a char boundary so that it serializes (quotes included) to at most `max` bytes.
+/// Returns the kept prefix and whether anything was cut.
+pub fn truncate_json(s: &str, max: usize) -> (&str, bool) {
+    let mut used = 2;
+    for (i, c) in s.char_indices() {
+        let cost = match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used + cost > max {
+            return (&s[..i], true);
+        }
+        used += cost;
+    }
+    (s, false)
 }
 
 fn normalize_arg(d: &Decoded, s: &str) -> String {
@@ -414,7 +440,12 @@ pub fn apply_strings(d: &Decoded, edits: &[EditSpec], multi: bool) -> ToolResult
                 vec![positions[n as usize - 1]]
             }
             (false, None) if positions.len() > 1 => {
-                let lines: Vec<u64> = positions.iter().map(|&at| line_of(&text, at)).collect();
+                // The first lines only: `count` says how many there are.
+                let lines: Vec<u64> = positions
+                    .iter()
+                    .take(MAX_LINES_LISTED)
+                    .map(|&at| line_of(&text, at))
+                    .collect();
                 return Err(ToolError::new(
                     ErrorCode::MultipleMatches,
                     format!(
@@ -896,6 +927,25 @@ mod tests {
             .header("a/f", "b/f")
             .to_string();
         assert_eq!(unified_diff("f", o, n), full);
+    }
+
+    #[test]
+    fn truncate_json_counts_as_serde_does() {
+        let s = "a\"b\\c\n\t\u{1}é😀\u{7f}".repeat(50);
+        for max in 0..s.len() * 3 {
+            let (kept, cut) = truncate_json(&s, max);
+            let len = kitbag_shared::limits::json_len(kept);
+            assert!(len <= max.max(2), "{max}: {len}");
+            assert_eq!(cut, kept.len() < s.len());
+            if cut {
+                let next = s[kept.len()..].chars().next().expect("char");
+                let longer = &s[..kept.len() + next.len_utf8()];
+                assert!(
+                    kitbag_shared::limits::json_len(longer) > max,
+                    "{max}: cut too early"
+                );
+            }
+        }
     }
 
     #[test]

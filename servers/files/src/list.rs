@@ -4,6 +4,7 @@ use std::path::Path;
 use std::time::SystemTime;
 
 use kitbag_shared::args;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use kitbag_shared::paths::EntryKind;
 use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
@@ -11,6 +12,8 @@ use serde::{Deserialize, Serialize};
 
 pub const DEFAULT_LIMIT: u64 = 1000;
 pub const MAX_LIMIT: u64 = 10_000;
+/// What the result's fields other than `path` and `entries` weigh at most, serialized.
+const RESERVE_BYTES: usize = 128;
 
 pub const DEF: ToolDef = ToolDef::read(
     "file_list",
@@ -92,11 +95,23 @@ pub fn run(policy: &PathPolicy, p: ListParams) -> ToolResult<Reply<ListResult>> 
     let mut entries = collect(policy, walker(&r.abs, &p, max_depth));
     entries.sort_by(|a, b| a.path.cmp(&b.path));
     let total = entries.len() as u64;
-    let page: Vec<Entry> = entries
+    // Held to the result budget as JSON carries the entries (issue #37): a page stops at the
+    // entry that would pass it, and `next_offset` starts the next page there.
+    let cap = RESULT_BUDGET_BYTES.saturating_sub(RESERVE_BYTES + json_len(r.rel.as_str()));
+    let mut charged = 0;
+    let mut page: Vec<Entry> = Vec::new();
+    for e in entries
         .into_iter()
         .skip(offset as usize)
         .take(limit as usize)
-        .collect();
+    {
+        let cost = json_len(&e) + 1;
+        if charged + cost > cap && !page.is_empty() {
+            break;
+        }
+        charged += cost;
+        page.push(e);
+    }
     let next = offset + page.len() as u64;
     let truncated = next < total;
     let mut text: String = page.iter().map(entry_line).collect();

@@ -6,7 +6,7 @@ use std::os::fd::AsFd;
 use std::path::Path;
 
 use kitbag_shared::args;
-use kitbag_shared::limits::truncate_line;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, truncate_line};
 use kitbag_shared::paths::{EntryKind as FsKind, Resolved, fd};
 use kitbag_shared::rustix::fs::OFlags;
 use kitbag_shared::{Access, PathPolicy, Reply, ToolDef, ToolError, ToolResult};
@@ -17,11 +17,18 @@ use crate::state::FilesState;
 
 pub const DEFAULT_LIMIT: u64 = 2000;
 pub const MAX_LINE_CHARS: usize = 2000;
+/// What the result's fields other than `content` and `path` can weigh, serialized (keys,
+/// `type`, up to eight 20-digit numbers, `mime`): held back from the budget for the content.
+const RESERVE_BYTES: usize = 512;
 /// The content's cap, measured as the JSON-escaped string it becomes in `structuredContent`:
-/// Claude Code replaces any result of 50 KB or more (measured on the serialized structured
-/// content) with a 2 KB preview and a file path, so a full page must stay below that.
-pub const MAX_OUTPUT_BYTES: usize = 44 * 1024;
+/// the whole result stays under [`RESULT_BUDGET_BYTES`] (issue #37).
+pub const MAX_OUTPUT_BYTES: usize = RESULT_BUDGET_BYTES - RESERVE_BYTES;
 pub const MAX_DIR_ENTRIES: usize = 2000;
+
+/// The content's cap for a result naming `path`: the budget less the path and the other fields.
+fn content_cap(path: &str) -> usize {
+    MAX_OUTPUT_BYTES.saturating_sub(json_len(path)).max(1024)
+}
 /// Bytes inspected to decide whether a file is binary.
 const SNIFF_BYTES: usize = 8192;
 
@@ -29,7 +36,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "file_read",
     "Read file",
     "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file. \
-     file_write and edit_text need a prior read. Output capped at 44 KB; lines over 2000 characters \
+     file_write and edit_text need a prior read. Output capped at 39 KB; lines over 2000 characters \
      are cut. When `truncated`, pass `next_offset` as `offset`.",
 );
 
@@ -198,10 +205,13 @@ impl Target {
             r.mime = Some(mime);
             return Ok(Reply::new(r, text));
         }
+        let cap = content_cap(&resolved.rel);
         let out = match content {
-            Content::Whole(data) => number_bytes(&data, offset, limit),
-            Content::Stream(mut reader) => number_lines(&mut reader, meta.len(), offset, limit)
-                .map_err(|e| ToolError::io(&path, &e))?,
+            Content::Whole(data) => number_bytes(&data, offset, limit, cap),
+            Content::Stream(mut reader) => {
+                number_lines(&mut reader, meta.len(), offset, limit, cap)
+                    .map_err(|e| ToolError::io(&path, &e))?
+            }
         };
         if out.total_lines > 0 && offset > out.total_lines {
             return Err(ToolError::invalid_field(
@@ -271,13 +281,15 @@ struct Window {
     long_lines: u64,
     lossy: bool,
     full: bool,
-    /// What the lines taken so far cost against `MAX_OUTPUT_BYTES`, JSON escaping included.
+    /// What the lines taken so far cost against `cap`, JSON escaping included.
     charged: usize,
+    /// The content's cap, in bytes of JSON string.
+    cap: usize,
     content: String,
 }
 
 impl Window {
-    fn new(offset: u64, limit: u64) -> Self {
+    fn new(offset: u64, limit: u64, cap: usize) -> Self {
         Self {
             offset,
             limit,
@@ -286,9 +298,11 @@ impl Window {
             long_lines: 0,
             lossy: false,
             full: false,
-            charged: 0,
+            // The string's quotes.
+            charged: 2,
+            cap,
             // Sized once for the cap: growing it by doubling copied the answer several times.
-            content: String::with_capacity(MAX_OUTPUT_BYTES + 64),
+            content: String::with_capacity(cap + 64),
         }
     }
 
@@ -333,7 +347,7 @@ impl Window {
             .filter(|&b| b == b'"' || b == b'\\' || b < 0x20)
             .count();
         let needed = number.len() + 2 + shown.len() + 2 + 5 * escapes;
-        if self.charged + needed > MAX_OUTPUT_BYTES && self.returned > 0 {
+        if self.charged + needed > self.cap && self.returned > 0 {
             self.full = true;
             return;
         }
@@ -368,13 +382,14 @@ fn number_lines(
     size: u64,
     offset: u64,
     limit: u64,
+    cap: usize,
 ) -> std::io::Result<Numbered> {
     if size <= WHOLE_FILE_BYTES {
         let mut data = Vec::with_capacity(size as usize + 1);
         reader.read_to_end(&mut data)?;
-        return Ok(number_bytes(&data, offset, limit));
+        return Ok(number_bytes(&data, offset, limit, cap));
     }
-    let mut window = Window::new(offset, limit);
+    let mut window = Window::new(offset, limit, cap);
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     let mut line = Vec::with_capacity(256);
     loop {
@@ -389,8 +404,8 @@ fn number_lines(
 }
 
 /// [`number_lines`] over content already in memory.
-fn number_bytes(data: &[u8], offset: u64, limit: u64) -> Numbered {
-    let mut window = Window::new(offset, limit);
+fn number_bytes(data: &[u8], offset: u64, limit: u64, cap: usize) -> Numbered {
+    let mut window = Window::new(offset, limit, cap);
     let mut start = 0;
     for end in memchr::memchr_iter(b'\n', data) {
         window.line(&data[start..=end]);
@@ -436,11 +451,18 @@ fn read_dir(
     names.sort();
     let total = names.len() as u64;
     let take = limit.min(MAX_DIR_ENTRIES as u64) as usize;
-    let window: Vec<String> = names
-        .into_iter()
-        .skip(offset as usize - 1)
-        .take(take)
-        .collect();
+    // Held to the content's cap as JSON carries the names: each escaped, a `\n` between.
+    let cap = content_cap(&rel);
+    let mut charged = 2;
+    let mut window: Vec<String> = Vec::new();
+    for name in names.into_iter().skip(offset as usize - 1).take(take) {
+        let cost = json_len(name.as_str());
+        if charged + cost > cap && !window.is_empty() {
+            break;
+        }
+        charged += cost;
+        window.push(name);
+    }
     let mut r = ReadResult::bare(rel, EntryKind::Directory);
     r.entries = Some(total);
     let next = offset + window.len() as u64;
@@ -487,10 +509,17 @@ mod tests {
         }
         data.extend_from_slice(b"last line without newline \xff");
         for (offset, limit) in [(1, 2000), (4990, 100), (3, 1)] {
-            let whole =
-                number_lines(&mut &data[..], data.len() as u64, offset, limit).expect("whole");
+            let whole = number_lines(
+                &mut &data[..],
+                data.len() as u64,
+                offset,
+                limit,
+                MAX_OUTPUT_BYTES,
+            )
+            .expect("whole");
             // A size past the threshold forces the streaming path.
-            let stream = number_lines(&mut &data[..], u64::MAX, offset, limit).expect("stream");
+            let stream = number_lines(&mut &data[..], u64::MAX, offset, limit, MAX_OUTPUT_BYTES)
+                .expect("stream");
             assert_eq!(whole.content, stream.content);
             assert_eq!(whole.hash, stream.hash);
             assert_eq!(

@@ -692,3 +692,133 @@ fn concurrent_edits_serialize() {
     let expect: String = (0..40).map(|i| format!("k{i} = 1\n")).collect();
     assert_eq!(String::from_utf8(fx.read("cfg.txt")).expect("utf8"), expect);
 }
+
+/// The compact JSON size of a result's `structuredContent`, as the issue #37 budget counts it.
+fn structured_len(r: &kitbag_testkit::ToolCall) -> usize {
+    kitbag_shared::limits::json_len(&r.structured)
+}
+
+#[test]
+fn read_default_page_holds_the_budget() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    let fx = Fx::new();
+    // 5 MB of short plain lines: nothing to escape, so every byte counts once.
+    let line = "let value = compute(first, second, third); // plain text";
+    let body: String = (0..5 * 1024 * 1024 / (line.len() + 1))
+        .map(|_| format!("{line}\n"))
+        .collect();
+    fx.write("big.txt", &body);
+    let mut c = fx.client();
+    let first = c.call_ok("file_read", json!({"path": "big.txt"}));
+    assert!(
+        structured_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        structured_len(&first)
+    );
+    assert_eq!(first.structured["truncated"], true);
+    let next = first.structured["next_offset"]
+        .as_u64()
+        .expect("next_offset");
+    assert_eq!(
+        next,
+        first.structured["end_line"].as_u64().expect("end") + 1
+    );
+    let second = c.call_ok("file_read", json!({"path": "big.txt", "offset": next}));
+    assert_eq!(second.structured["start_line"], next);
+    let head = second.structured["content"].as_str().expect("content");
+    assert!(head.starts_with(&format!("{next}: {line}\n")));
+}
+
+/// 3,000 entries with 200-character names.
+fn many_entries(fx: &Fx) {
+    for i in 0..3000 {
+        fx.write(&format!("many/{i:04}-{}", "n".repeat(200)), "x");
+    }
+}
+
+#[test]
+fn read_directory_default_page_holds_the_budget() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    let fx = Fx::new();
+    many_entries(&fx);
+    let mut c = fx.client();
+    let dir = c.call_ok("file_read", json!({"path": "many"}));
+    assert!(
+        structured_len(&dir) < RESULT_BUDGET_BYTES,
+        "{}",
+        structured_len(&dir)
+    );
+    assert_eq!(dir.structured["truncated"], true);
+    let names: Vec<&str> = dir.structured["content"]
+        .as_str()
+        .expect("content")
+        .lines()
+        .collect();
+    let next = dir.structured["next_offset"].as_u64().expect("next_offset");
+    assert_eq!(next, names.len() as u64 + 1);
+    let more = c.call_ok("file_read", json!({"path": "many", "offset": next}));
+    let first_more = more.structured["content"].as_str().expect("content");
+    assert!(first_more.starts_with(&format!("{:04}-", names.len())));
+}
+
+#[test]
+fn list_default_page_holds_the_budget() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    let fx = Fx::new();
+    many_entries(&fx);
+    let mut c = fx.client();
+    let list = c.call_ok("file_list", json!({"path": "many"}));
+    assert!(
+        structured_len(&list) < RESULT_BUDGET_BYTES,
+        "{}",
+        structured_len(&list)
+    );
+    assert_eq!(list.structured["truncated"], true);
+    let shown = list.structured["entries"]
+        .as_array()
+        .expect("entries")
+        .len();
+    assert_eq!(list.structured["next_offset"], shown as u64);
+    let page2 = c.call_ok("file_list", json!({"path": "many", "offset": shown}));
+    let p2 = page2.structured["entries"][0]["path"]
+        .as_str()
+        .expect("path");
+    assert!(p2.starts_with(&format!("many/{shown:04}-")), "{p2}");
+}
+
+#[test]
+fn edit_text_diff_holds_the_budget_escaped() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    let fx = Fx::new();
+    // Every byte of the diff is one JSON escapes: raw 32 KB would serialize to ~64 KB.
+    let body: String = (0..2000).map(|_| "\"\"\"\"\"\"\"\"q\n").collect();
+    fx.write("quotes.txt", &body);
+    let mut c = fx.client();
+    c.call_ok("file_read", json!({"path": "quotes.txt"}));
+    let r = c.call_ok(
+        "edit_text",
+        json!({"path": "quotes.txt", "old_string": "q", "new_string": "Q", "replace_all": true}),
+    );
+    assert!(
+        structured_len(&r) < RESULT_BUDGET_BYTES,
+        "{}",
+        structured_len(&r)
+    );
+    assert_eq!(r.structured["diff_truncated"], true);
+    assert_eq!(r.structured["replacements"], 2000);
+    // Not unique: the error lists the first lines only, and says how many there are.
+    c.call_ok("file_read", json!({"path": "quotes.txt"}));
+    let e = c.call(
+        "edit_text",
+        json!({"path": "quotes.txt", "old_string": "Q", "new_string": "q"}),
+    );
+    assert!(e.is_error);
+    assert_eq!(e.structured["error"]["detail"]["count"], 2000);
+    assert_eq!(
+        e.structured["error"]["detail"]["lines"]
+            .as_array()
+            .expect("lines")
+            .len(),
+        100
+    );
+}

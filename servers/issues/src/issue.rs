@@ -11,6 +11,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 
+use crate::budget::{RESULT_BUDGET_BYTES, fit_str, json_len};
 use crate::db::{self, Edit, StatusFilter};
 use crate::model::{
     IssueSummary, MAX_BODY_BYTES, MAX_TITLE_CHARS, Status, Todo, TodoStatus, Update, Visibility,
@@ -22,8 +23,6 @@ pub const DEFAULT_LIMIT: i64 = 25;
 pub const MAX_LIMIT: i64 = 100;
 pub const DEFAULT_UPDATES: i64 = 200;
 pub const MAX_UPDATES: i64 = 1000;
-/// Bytes of update bodies one `issue_get` returns before it pages.
-pub const MAX_UPDATE_BYTES: usize = 256 * 1024;
 const MAX_SEARCH_CHARS: usize = 500;
 
 // ---------------------------------------------------------------- validation
@@ -140,7 +139,7 @@ pub struct ListParams {
     /// Default: all but resolved and rejected.
     #[serde(default)]
     pub status: Option<StatusArg>,
-    /// 1 to 100, default 25.
+    /// 1 to 100, default 25 (cut at 40 KB).
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]
@@ -187,7 +186,7 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
             StatusArg::All => Status::Open,
         }),
     };
-    let (issues, total) = db::list(
+    let (mut issues, total) = db::list(
         conn,
         &state.project,
         filter,
@@ -195,6 +194,24 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
         limit,
         offset,
     )?;
+    // Cut at the budget (a title escapes to up to 1.2 KB); the first issue always fits.
+    let mut used = json_len(&ListResult {
+        issues: Vec::new(),
+        total,
+        limit,
+        offset,
+        next_offset: Some(i64::MAX),
+    });
+    let mut keep = 0;
+    for (i, x) in issues.iter().enumerate() {
+        used += json_len(x) + usize::from(i > 0);
+        // The budget holds a default call; an explicit `limit` gets what it asks for.
+        if i > 0 && used > RESULT_BUDGET_BYTES && p.limit.is_none() {
+            break;
+        }
+        keep = i + 1;
+    }
+    issues.truncate(keep);
     let end = offset + issues.len() as i64;
     let next_offset = (end < total).then_some(end);
     let what = match filter {
@@ -238,9 +255,9 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
 pub const GET_DEF: ToolDef = ToolDef::read(
     "issue_get",
     "Get an issue",
-    "One issue in full: body (and the original, if edited), status, assignment, resolution, \
-     update stream (status changes, comments incl. operator-only, edits) and todos. Updates page \
-     at 256 KB: if `next_updates_offset` is set, pass it as `updates_offset` to read on.",
+    "One issue in full: body (original too, if edited), status, assignment, resolution, update \
+     stream (status changes, comments incl. operator-only, edits), todos. Pages at 40 KB: pass \
+     `next_updates_offset` / `next_todos_offset` as `updates_offset` / `todos_offset`.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -253,6 +270,8 @@ pub struct GetParams {
     /// 1 to 1000, default 200.
     #[serde(default)]
     pub updates_limit: Option<i64>,
+    #[serde(default)]
+    pub todos_offset: Option<i64>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -279,7 +298,20 @@ pub struct GetResult {
     pub next_updates_offset: Option<i64>,
     /// The live checklist (abandoned todos left out).
     pub todos: Vec<Todo>,
+    /// Live todos in all.
+    pub todos_total: i64,
+    /// `todos_offset` to read the next todos, when some were left out.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_todos_offset: Option<i64>,
+    /// A text (body, original_body, a comment, a todo's older notes) was cut to fit 40 KB.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub text_truncated: bool,
 }
+
+/// The part of the budget the issue's own texts may fill before they are cut, leaving room
+/// for a todo or an update on every page (two plain 16 KB bodies still fit whole).
+const FIELDS_BUDGET: usize = RESULT_BUDGET_BYTES - 6_000;
+const CUT_MARK: &str = "… [cut to fit 40 KB]";
 
 pub fn get(state: &IssuesState, conn: &mut Store, p: GetParams) -> ToolResult<Reply<GetResult>> {
     let n = number("number", p.number)?;
@@ -291,26 +323,15 @@ pub fn get(state: &IssuesState, conn: &mut Store, p: GetParams) -> ToolResult<Re
         1,
         MAX_UPDATES,
     )?;
+    let todos_offset = range("todos_offset", p.todos_offset, 0, 0, i64::MAX / 2)?;
     let row = db::find(conn, &state.project, n)?;
-    let (mut updates, total) = db::updates(conn, row.seq, offset, limit)?;
-    // Byte budget: stop before the update that would pass it (always keep one).
-    let mut used = 0usize;
-    let mut keep = updates.len();
-    for (i, u) in updates.iter().enumerate() {
-        used += u.body.as_deref().map_or(0, str::len) + 64;
-        if used > MAX_UPDATE_BYTES && i > 0 {
-            keep = i;
-            break;
-        }
-    }
-    updates.truncate(keep);
-    let end = offset + updates.len() as i64;
-    let next_updates_offset = (end < total).then_some(end);
-    let todos: Vec<Todo> = db::todos(conn, row.seq)?
+    let (updates, total) = db::updates(conn, row.seq, offset, limit)?;
+    let live: Vec<Todo> = db::todos(conn, row.seq)?
         .into_iter()
         .filter(|t| t.status != TodoStatus::Abandoned)
         .collect();
-    let result = GetResult {
+    let todos_total = live.len() as i64;
+    let mut result = GetResult {
         id: row.id,
         number: row.number,
         title: row.title,
@@ -323,13 +344,97 @@ pub fn get(state: &IssuesState, conn: &mut Store, p: GetParams) -> ToolResult<Re
         updated_at: row.updated_at,
         resolved_at: row.resolved_at,
         resolved_by: row.resolved_by,
-        updates,
+        updates: Vec::new(),
         updates_total: total,
-        next_updates_offset,
-        todos,
+        // Room for the paging fields and the flag, whatever they end up being.
+        next_updates_offset: Some(i64::MAX),
+        todos: Vec::new(),
+        todos_total,
+        next_todos_offset: Some(i64::MAX),
+        text_truncated: true,
     };
+    let cut_texts = fit_fields(&mut result);
+    let mut used = json_len(&result);
+    // Todos first (the live checklist), then updates, each cut at the budget; the first item
+    // of a page always goes in (cut to fit) so that paging moves on.
+    let mut cut_items = false;
+    let mut todos_end = todos_offset;
+    for mut t in live
+        .into_iter()
+        .skip(usize::try_from(todos_offset).unwrap_or(usize::MAX))
+    {
+        let first = result.todos.is_empty();
+        let mut add = json_len(&t) + usize::from(!first);
+        if used + add > RESULT_BUDGET_BYTES {
+            if !first {
+                break;
+            }
+            // Its oldest notes go first.
+            while used + add > RESULT_BUDGET_BYTES && !t.notes.is_empty() {
+                t.notes.remove(0);
+                add = json_len(&t);
+                cut_items = true;
+            }
+            if used + add > RESULT_BUDGET_BYTES {
+                let room = (RESULT_BUDGET_BYTES - used.min(RESULT_BUDGET_BYTES))
+                    .saturating_sub(add - json_len(t.content.as_str()));
+                t.content = fit_str(&t.content, room, CUT_MARK).0;
+                add = json_len(&t);
+                cut_items = true;
+            }
+        }
+        used += add;
+        result.todos.push(t);
+        todos_end += 1;
+    }
+    let todos_left = todos_end < todos_total;
+    let mut end = offset;
+    if !todos_left {
+        for mut u in updates {
+            let first = result.updates.is_empty();
+            let add = json_len(&u) + usize::from(!first);
+            if used + add > RESULT_BUDGET_BYTES {
+                if !first {
+                    break;
+                }
+                if let Some(b) = &u.body {
+                    let room = (RESULT_BUDGET_BYTES - used.min(RESULT_BUDGET_BYTES))
+                        .saturating_sub(json_len(&u) - json_len(b));
+                    u.body = Some(fit_str(b, room, CUT_MARK).0);
+                    cut_items = true;
+                }
+            }
+            used += json_len(&u) + usize::from(!first);
+            result.updates.push(u);
+            end += 1;
+        }
+    }
+    result.next_updates_offset = (end < total).then_some(end);
+    result.next_todos_offset = todos_left.then_some(todos_end);
+    result.text_truncated = cut_texts || cut_items;
     let text = issue_markdown(&result);
     Ok(Reply::new(result, text))
+}
+
+/// Cut `original_body`, then `body`, until the issue without updates and todos fits
+/// [`FIELDS_BUDGET`]. Whether anything was cut.
+fn fit_fields(r: &mut GetResult) -> bool {
+    let over = json_len(&*r).saturating_sub(FIELDS_BUDGET);
+    if over == 0 {
+        return false;
+    }
+    let mut over = over;
+    if let Some(orig) = &r.original_body {
+        let len = json_len(orig.as_str());
+        let (cut, _) = fit_str(orig, len.saturating_sub(over), CUT_MARK);
+        r.original_body = Some(cut);
+        over = json_len(&*r).saturating_sub(FIELDS_BUDGET);
+    }
+    if over > 0 {
+        let len = json_len(r.body.as_str());
+        r.body = fit_str(&r.body, len.saturating_sub(over), CUT_MARK).0;
+    }
+    true
 }
 
 /// One issue as markdown (the `issue_get` text and the `issues://N` resource).
@@ -370,6 +475,12 @@ pub fn issue_markdown(r: &GetResult) -> String {
         s.push_str(&format!(
             "… {} more updates; call again with updates_offset {n}\n",
             r.updates_total - n
+        ));
+    }
+    if let Some(n) = r.next_todos_offset {
+        s.push_str(&format!(
+            "… {} more todos; call again with todos_offset {n}\n",
+            r.todos_total - n
         ));
     }
     s

@@ -269,6 +269,7 @@ impl Extras<IssuesState> for IssuesExtras {
                             number: n,
                             updates_offset: None,
                             updates_limit: None,
+                            todos_offset: None,
                         },
                     )
                     .map_err(tool_err)?;

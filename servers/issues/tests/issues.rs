@@ -22,6 +22,8 @@ on_both_backends!(
     concurrent_creates_from_two_processes_get_unique_sequential_numbers,
     export_import_round_trips_exactly,
     resources_read_and_notify_in_both_eras,
+    get_pages_updates_and_todos_at_the_result_budget,
+    list_pages_at_the_result_budget,
 );
 
 fn get(c: &mut McpClient, n: i64) -> Value {
@@ -1005,4 +1007,85 @@ fn servers_starting_together_on_a_new_store_all_start() {
             s.join().expect("every server started");
         }
     }
+}
+
+/// Issue #37: a default `issue_get` stays under 40 KB of structuredContent however long the
+/// update stream and the checklist are (the old cut was 256 KB of update bodies, todos uncut),
+/// and its paging fields resume exactly where a page stopped.
+fn get_pages_updates_and_todos_at_the_result_budget(env: &Env) {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let mut c = env.spawn(&[]);
+    // Quotes and newlines escape to twice their bytes.
+    let n = create(&mut c, "budget", &"\"\n".repeat(8000));
+    for i in 0..30 {
+        let body = format!("c{i} {}", "\"\n".repeat(2000));
+        c.call_ok("issue_comment", json!({"number": n, "body": body}));
+    }
+    let mut seen: Vec<String> = Vec::new();
+    let mut args = json!({"number": n});
+    loop {
+        let g = c.call_ok("issue_get", args.clone()).structured;
+        assert!(json_len(&g) < RESULT_BUDGET_BYTES, "{}", json_len(&g));
+        assert_eq!(g["body"].as_str().map(str::len), Some(16000), "body whole");
+        let u = g["updates"].as_array().expect("updates");
+        assert!(!u.is_empty());
+        seen.extend(
+            u.iter()
+                .map(|x| x["body"].as_str().expect("body")[..4].to_string()),
+        );
+        match g["next_updates_offset"].as_i64() {
+            Some(next) => {
+                assert_eq!(next as usize, seen.len(), "resumes where it stopped");
+                args = json!({"number": n, "updates_offset": next});
+            }
+            None => break,
+        }
+    }
+    let want: Vec<String> = (0..30)
+        .map(|i| format!("c{i} \"")[..4].to_string())
+        .collect();
+    assert_eq!(seen, want, "every comment once, in order");
+
+    // 100 todos of ~490 characters: ~50 KB of checklist.
+    c.call_ok("issue_bind", json!({"number": n}));
+    let items: Vec<String> = (0..100)
+        .map(|i| format!("todo {i:03} {}", "x".repeat(480)))
+        .collect();
+    c.call_ok("todo", json!({"action": "add", "items": items}));
+    let g = c.call_ok("issue_get", json!({"number": n})).structured;
+    assert!(json_len(&g) < RESULT_BUDGET_BYTES, "{}", json_len(&g));
+    assert_eq!(g["todos_total"], 100);
+    let first = g["todos"].as_array().expect("todos").len();
+    assert!(first > 0 && first < 100, "{first}");
+    assert_eq!(g["next_todos_offset"], first as i64);
+    assert_eq!(g["next_updates_offset"], 0, "updates come after the todos");
+    let g2 = c
+        .call_ok("issue_get", json!({"number": n, "todos_offset": first}))
+        .structured;
+    assert!(json_len(&g2) < RESULT_BUDGET_BYTES);
+    assert_eq!(
+        g2["todos"][0]["content"], items[first],
+        "nothing lost or repeated"
+    );
+    assert_eq!(c.shutdown(), Some(0));
+}
+
+/// Issue #37: 25 titles of 200 control characters (six bytes each escaped) by a long
+/// principal made a default `issue_list` ~60 KB; it now stops under 40 KB.
+fn list_pages_at_the_result_budget(env: &Env) {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let principal = format!("agent:{}", "\u{1}".repeat(190));
+    let mut c = env.spawn(&["--principal", &principal]);
+    for i in 0..30 {
+        create(&mut c, &format!("{i:02}{}", "\u{1}".repeat(198)), "b");
+    }
+    let r = c.call_ok("issue_list", json!({})).structured;
+    assert!(json_len(&r) < RESULT_BUDGET_BYTES, "{}", json_len(&r));
+    let shown = r["issues"].as_array().expect("issues").len();
+    assert!(shown > 0 && shown < 25, "{shown}");
+    assert_eq!(r["next_offset"], shown as i64);
+    // Newest first: #30 down.
+    assert_eq!(r["issues"][shown - 1]["number"], 30 - (shown as i64 - 1));
+    let r2 = c.call_ok("issue_list", json!({"offset": shown})).structured;
+    assert_eq!(r2["issues"][0]["number"], 30 - shown as i64);
 }

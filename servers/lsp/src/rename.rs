@@ -88,12 +88,12 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
             .collect::<Vec<_>>()
             .join("\n")
     );
-    let result = LspResult {
-        changes: Some(changes),
+    let mut result = LspResult {
         total_edits: Some(total),
         files_changed: Some(files.len()),
         ..LspResult::new(p.action)
     };
+    list_changes(&mut result, changes);
     Ok((result, text))
 }
 
@@ -174,16 +174,24 @@ pub async fn rename_file(
             server.lang.name
         ));
     }
-    let result = LspResult {
+    let mut result = LspResult {
         from: Some(from.rel),
         to: Some(to.rel),
         files_changed: Some(changes.len()),
-        changes: Some(changes),
         total_edits: Some(total),
         references_updated: Some(supports),
         ..LspResult::new(p.action)
     };
+    list_changes(&mut result, changes);
     Ok((result, text))
+}
+
+/// The files written, held to the result budget: past it the list stops (`truncated`;
+/// `files_changed` and `total_edits` count them all, and the text names every one).
+fn list_changes(result: &mut LspResult, changes: Vec<FileChange>) {
+    let (changes, cut) = crate::result::within_budget(result, changes);
+    result.truncated = cut.then_some(true);
+    result.changes = Some(changes);
 }
 
 /// `file_exists` when the destination is taken. Looked up through the destination's

@@ -10,6 +10,7 @@
 //! there is nothing at the position, and a code action the server gave no kind has
 //! `"kind": null`.
 
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -58,10 +59,11 @@ pub struct LspResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub method: Option<String>,
     /// request: the server's raw answer, any JSON the method returns (absent when it was
-    /// cut: see `result_text`).
+    /// paged: see `result_text`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result: Option<Value>,
-    /// request: the answer as JSON text cut at 256 KB, when it was longer (`truncated`).
+    /// request: the answer as JSON text, a page from `offset` (bytes), when it is longer than
+    /// the result budget (`truncated`, `next_offset`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub result_text: Option<String>,
 
@@ -137,11 +139,11 @@ pub struct LspResult {
     /// Lists: how many entries there are in all (before paging).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
-    /// A list was cut (page on with `next_offset`), a hover text was capped, or a raw
-    /// answer was cut (see `result_text`).
+    /// A list was cut (page on with `next_offset`; rename's `changes` only name the first
+    /// files), a hover text was capped, or a raw answer was paged (see `result_text`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
-    /// Lists: the `offset` of the next page.
+    /// Lists, `result_text`: the `offset` of the next page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_offset: Option<usize>,
 }
@@ -327,7 +329,39 @@ pub fn page<T>(all: Vec<T>, p: &LspParams, default_limit: u64) -> (Vec<T>, Page)
     )
 }
 
+/// Room kept under the budget for a list's field name and `count`/`truncated`/`next_offset`
+/// (set after the list is cut).
+const PAGING_ROOM: usize = 160;
+
+/// The longest prefix of `items` that keeps `r` (serialized with the list added) under
+/// [`RESULT_BUDGET_BYTES`] — at least one entry, so paging always moves on. Returns the kept
+/// entries and whether any were left out.
+pub fn within_budget<T: Serialize>(r: &LspResult, items: Vec<T>) -> (Vec<T>, bool) {
+    let mut used = json_len(r) + PAGING_ROOM;
+    let total = items.len();
+    let mut kept = Vec::new();
+    for item in items {
+        used += json_len(&item) + 1;
+        if used >= RESULT_BUDGET_BYTES && !kept.is_empty() {
+            break;
+        }
+        kept.push(item);
+    }
+    let cut = kept.len() < total;
+    (kept, cut)
+}
+
 impl Page {
+    /// Hold `shown` to the result budget beside `r` (the result without the list): a page
+    /// cut short ends at the last entry kept, so `next_offset` continues right after it.
+    pub fn fit<T: Serialize>(&mut self, r: &LspResult, shown: Vec<T>) -> Vec<T> {
+        let (kept, cut) = within_budget(r, shown);
+        if cut {
+            self.limit = kept.len();
+        }
+        kept
+    }
+
     /// `count`, and when more follows: `truncated`/`next_offset` and a line saying how to
     /// go on.
     pub fn mark(&self, r: &mut LspResult, text: &mut Vec<String>) {

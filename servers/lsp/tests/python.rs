@@ -610,3 +610,136 @@ fn the_first_rename_is_whole() {
         &["models.py", "app.py", "auth.py"],
     );
 }
+
+/// Issue #37's result budget, worst cases under defaults: 150 references on lines of 190
+/// emoji, 120 undefined 1,500-character names, 60 functions with 2,000-character names, and
+/// the raw documentSymbol answer of that file. Each default call stays under 40,000 bytes of
+/// structuredContent, says it was cut, and its `next_offset` continues exactly where it
+/// stopped. (Before: references ≈ 90 KB, diagnostics ≈ 150 KB, symbols ≈ 100 KB, the raw
+/// answer up to 256 KB.)
+#[test]
+fn default_results_stay_within_the_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let emoji = "😀".repeat(190);
+    let mut refs = String::from("def f() -> int:\n    return 1\n\n\n");
+    for i in 0..150 {
+        refs.push_str(&format!("x{i:03} = f()  # {emoji}\n"));
+    }
+    let mut undefined = String::new();
+    for i in 0..120 {
+        undefined.push_str(&format!("print(u{i:03}{})\n", "z".repeat(1500)));
+    }
+    let mut names = String::new();
+    for i in 0..60 {
+        names.push_str(&format!(
+            "def s{i:03}{}() -> None:\n    pass\n\n\n",
+            "n".repeat(2000)
+        ));
+    }
+    std::fs::write(d.path().join("refs.py"), refs).unwrap();
+    std::fs::write(d.path().join("undefined.py"), undefined).unwrap();
+    std::fs::write(d.path().join("names.py"), names).unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(90);
+    let line_of = |v: &Value| v["line"].as_u64().unwrap();
+
+    // references: the page ends at the last one that fits; the next starts right after.
+    let ask = json!({"action": "references", "path": "refs.py", "line": 1, "symbol": "f"});
+    let first = ok(&mut c, ask.clone());
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&first)
+    );
+    assert_eq!(first["truncated"], true);
+    assert_eq!(first["count"], 150);
+    let shown = first["references"].as_array().unwrap();
+    let next = first["next_offset"].as_u64().unwrap();
+    assert_eq!(next, shown.len() as u64);
+    let mut more = ask.clone();
+    more["offset"] = json!(next);
+    let second = ok(&mut c, more);
+    assert_eq!(
+        line_of(&second["references"][0]),
+        line_of(shown.last().unwrap()) + 1
+    );
+
+    // diagnostics: the same.
+    let ask = json!({"action": "diagnostics", "path": "undefined.py"});
+    let first = ok(&mut c, ask.clone());
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&first)
+    );
+    assert_eq!(first["truncated"], true);
+    let shown = first["diagnostics"].as_array().unwrap();
+    let next = first["next_offset"].as_u64().unwrap();
+    assert_eq!(next, shown.len() as u64);
+    let mut more = ask.clone();
+    more["offset"] = json!(next);
+    let second = ok(&mut c, more);
+    assert_eq!(
+        line_of(&second["diagnostics"][0]),
+        line_of(shown.last().unwrap()) + 1
+    );
+
+    // symbols: the same.
+    let ask = json!({"action": "symbols", "path": "names.py"});
+    let first = ok(&mut c, ask.clone());
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&first)
+    );
+    assert_eq!(first["truncated"], true);
+    let shown = first["symbols"].as_array().unwrap();
+    let next = first["next_offset"].as_u64().unwrap();
+    assert_eq!(next, shown.len() as u64);
+    let mut more = ask.clone();
+    more["offset"] = json!(next);
+    let second = ok(&mut c, more);
+    assert_eq!(
+        line_of(&second["symbols"][0]),
+        line_of(shown.last().unwrap()) + 4
+    );
+
+    // request: the raw answer's JSON text in pages that join up to the whole answer.
+    let uri = url::Url::from_file_path(d.path().canonicalize().unwrap().join("names.py"))
+        .unwrap()
+        .to_string();
+    let ask = json!({"action": "request", "path": "names.py", "method": "textDocument/documentSymbol",
+        "params": {"textDocument": {"uri": uri}}});
+    let (mut text, mut at, mut pages) = (String::new(), 0, 0);
+    loop {
+        let mut call = ask.clone();
+        if at > 0 {
+            call["offset"] = json!(at);
+        }
+        let page = ok(&mut c, call);
+        assert!(json_len(&page) < RESULT_BUDGET_BYTES, "{}", json_len(&page));
+        assert!(page.get("result").is_none(), "too long to come whole");
+        text.push_str(page["result_text"].as_str().unwrap());
+        pages += 1;
+        match page["next_offset"].as_u64() {
+            Some(n) => {
+                assert_eq!(page["truncated"], true);
+                assert_eq!(
+                    n as usize,
+                    text.len(),
+                    "the next page starts where this ended"
+                );
+                at = n;
+            }
+            None => break,
+        }
+    }
+    assert!(pages > 2, "{pages}");
+    let whole: Value = serde_json::from_str(&text).unwrap();
+    assert_eq!(whole.as_array().unwrap().len(), 60);
+    c.shutdown();
+}

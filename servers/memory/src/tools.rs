@@ -1,6 +1,7 @@
 //! The memory tools: store, search, delete, context.
 
 use kitbag_shared::args;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, truncate_str};
 use kitbag_shared::lock::LockExt;
 use std::collections::HashSet;
 use std::sync::{Arc, LazyLock, Mutex};
@@ -27,7 +28,8 @@ pub const STORE_DEF: ToolDef = ToolDef::write(
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "memory_search",
     "Recall",
-    "Search memories by relevance (full text over content and tags; newer rank slightly higher).",
+    "Search memories (full text, content and tags). If `truncated`, pass `offset` = \
+     `next_offset`.",
 );
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
@@ -243,9 +245,12 @@ pub struct SearchParams {
     pub scope: Option<Scope>,
     #[serde(default)]
     pub session: Option<String>,
-    /// 1–100, default 10.
+    /// 1–100, default 10 (cut at 40 KB).
     #[serde(default)]
     pub limit: Option<i64>,
+    /// Of the `limit` best, skip this many.
+    #[serde(default)]
+    pub offset: Option<i64>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -265,6 +270,10 @@ pub struct Hit {
 pub struct SearchResult {
     pub memories: Vec<Hit>,
     pub count: u64,
+    /// More of the `limit` best were left out to keep the answer under 40 KB.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
 }
 
 /// Query words worth matching: lowercase, no stopwords, no punctuation.
@@ -324,6 +333,43 @@ pub fn rank(
     });
     hits.truncate(limit);
     Ok(hits)
+}
+
+/// The ranked hits from `offset` on, as many as fit `budget` bytes of JSON (the first always,
+/// its content cut if it alone would not fit); and where the next page starts.
+pub fn page(ranked: Vec<Hit>, offset: usize, budget: usize) -> (Vec<Hit>, Option<usize>) {
+    let total = ranked.len();
+    let mut used = json_len(&SearchResult {
+        memories: Vec::new(),
+        count: u64::MAX,
+        truncated: true,
+        next_offset: Some(u64::MAX),
+    });
+    let mut out: Vec<Hit> = Vec::new();
+    for mut h in ranked.into_iter().skip(offset) {
+        let first = out.is_empty();
+        let mut add = json_len(&h) + usize::from(!first);
+        if used + add > budget {
+            if !first {
+                break;
+            }
+            // Only a memory larger than the default 4 KB (`--max-content-bytes`) gets here.
+            let marker = "… [cut to fit 40 KB]";
+            let room = (budget - used.min(budget))
+                .saturating_sub(add - json_len(h.content.as_str()) + json_len(marker));
+            let (mut end, mut kept) = (h.content.len(), h.content.as_str());
+            while json_len(kept) > room && end > 0 {
+                end = (end * 9 / 10).min(end - 1);
+                kept = truncate_str(&h.content, end).0;
+            }
+            h.content = format!("{kept}{marker}");
+            add = json_len(&h);
+        }
+        used += add;
+        out.push(h);
+    }
+    let end = offset.saturating_add(out.len());
+    (out, (end < total).then_some(end))
 }
 
 fn hit(r: Record, score: f64) -> Hit {
@@ -400,13 +446,23 @@ pub async fn search(
     _ctx: CallCtx,
 ) -> ToolResult<Reply<SearchResult>> {
     let limit = limit_arg("limit", p.limit, 10, 100)?;
+    let explicit = p.limit.is_some();
+    let offset = args::opt_range("offset", p.offset, 0, i64::MAX)?.unwrap_or(0);
+    let offset = usize::try_from(offset).unwrap_or(usize::MAX);
     let filter = filter_from(p.tags, p.scope, p.session)?;
     let query = query_arg(p.query)?;
-    let hits = with_db(&state, move |conn, _| {
-        let hits = rank(conn, &query, &filter, limit).map_err(db_err)?;
+    let (hits, next_offset) = with_db(&state, move |conn, _| {
+        let ranked = rank(conn, &query, &filter, limit).map_err(db_err)?;
+        // The budget holds a default call; an explicit `limit` gets what it asks for.
+        let budget = if explicit {
+            usize::MAX
+        } else {
+            RESULT_BUDGET_BYTES
+        };
+        let (hits, next) = page(ranked, offset, budget);
         let ids: Vec<String> = hits.iter().map(|h| h.id.clone()).collect();
         conn.touch(&ids).map_err(db_err)?;
-        Ok(hits)
+        Ok((hits, next))
     })
     .await?;
     let mut text = String::new();
@@ -428,10 +484,15 @@ pub async fn search(
     if hits.is_empty() {
         text = "no memories match".into();
     }
+    if let Some(n) = next_offset {
+        text.push_str(&format!("[more: call again with offset={n}]"));
+    }
     Ok(Reply::new(
         SearchResult {
             count: hits.len() as u64,
             memories: hits,
+            truncated: next_offset.is_some(),
+            next_offset: next_offset.map(|n| n as u64),
         },
         text.trim_end().to_string(),
     ))

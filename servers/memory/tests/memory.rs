@@ -115,6 +115,7 @@ on_both_backends!(
     two_processes_lose_nothing,
     export_import_round_trips,
     servers_starting_together_on_a_new_store_all_start,
+    search_pages_at_the_result_budget,
 );
 
 fn eras_prompt_and_catalog(b: &Backend) {
@@ -648,4 +649,48 @@ fn the_database_is_reached_over_verified_tls() {
         err.contains("certificate") || err.contains("no trusted roots"),
         "{err}"
     );
+}
+
+/// Issue #37: ten 4 KB memories of quotes and newlines (~8 KB of JSON each) made a default
+/// `memory_search` ~80 KB; now it stops under 40 KB and `next_offset` resumes exactly there.
+fn search_pages_at_the_result_budget(b: &Backend) {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let mut c = client(b, &[]);
+    for i in 0..30 {
+        let content = format!("note {i:02} deploy {}", "\"\n".repeat(2040));
+        assert!(content.len() <= 4096);
+        c.call_ok("memory_store", json!({"content": content}));
+    }
+    for query in [json!({}), json!({"query": "deploy"})] {
+        let mut args = query.clone();
+        let mut seen: Vec<String> = Vec::new();
+        loop {
+            let r = c.call_ok("memory_search", args.clone()).structured;
+            assert!(json_len(&r) < RESULT_BUDGET_BYTES, "{}", json_len(&r));
+            let page = r["memories"].as_array().expect("memories");
+            assert!(!page.is_empty());
+            assert_eq!(r["count"], page.len());
+            seen.extend(
+                page.iter()
+                    .map(|m| m["id"].as_str().expect("id").to_string()),
+            );
+            if seen.len() == page.len() {
+                assert_eq!(r["truncated"], true, "the first page was cut");
+            }
+            match r["next_offset"].as_u64() {
+                Some(n) => {
+                    assert_eq!(n as usize, seen.len(), "resumes where it stopped");
+                    args = query.clone();
+                    args["offset"] = json!(n);
+                }
+                None => {
+                    assert_eq!(r["truncated"], false);
+                    break;
+                }
+            }
+        }
+        assert_eq!(seen.len(), 10, "the default 10, over pages");
+        let unique: HashSet<&String> = seen.iter().collect();
+        assert_eq!(unique.len(), 10, "nothing repeated: {seen:?}");
+    }
 }

@@ -13,7 +13,7 @@ use ast_grep_core::tree_sitter::StrDoc;
 use ast_grep_core::{AstGrep, Pattern};
 use ast_grep_language::SupportLang;
 use ignore::WalkState;
-use kitbag_shared::limits::truncate_line;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, truncate_line};
 use kitbag_shared::paths::fd;
 use kitbag_shared::{
     Access, CallCtx, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
@@ -30,24 +30,31 @@ pub const MAX_MATCH_CHARS: usize = 2000;
 pub const MAX_CONTEXT: i64 = 10;
 pub const DEFAULT_LIMIT: i64 = 100;
 pub const MAX_LIMIT: i64 = 1000;
-/// Change records listed in an edit_ast answer (every change is still applied).
+/// Change records listed in one edit_ast answer (every change is still applied).
 pub const MAX_CHANGES_LISTED: usize = 500;
-pub const MAX_DIFF_BYTES: usize = 256 * 1024;
+/// What one match's captured meta-variables may weigh, serialized: a `$$$ARGS` over a call of
+/// ten thousand arguments is listed in part, ending with a `… [N more]` item.
+pub const MAX_CAPTURE_BYTES: usize = 12 * 1024;
+/// What the skipped files listed in one answer may weigh, serialized.
+const MAX_PARSE_ERROR_BYTES: usize = 4 * 1024;
+/// What a result's counters, flags and keys weigh at most, serialized: held back from the
+/// budget (issue #37) that pages of matches and changes are cut to.
+const RESERVE_BYTES: usize = 512;
 
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "search_ast",
     "Structural code search",
-    "Search code by syntax tree with an ast-grep pattern: code of `lang` where `$NAME` matches one \
-     node and `$$$ARGS` any number (both captured; `$_` matches without capturing), e.g. \
-     `console.log($MSG)`, `fn $NAME($$$ARGS) -> Result<$T>`.",
+    "Search code by syntax tree with an ast-grep pattern in `lang`: `$NAME` matches one node, \
+     `$$$ARGS` any number (both captured; `$_` captures nothing), e.g. \
+     `fn $NAME($$$ARGS) -> Result<$T>`. More: pass `next_offset` as `offset`.",
 );
 
 pub const EDIT_DEF: ToolDef = ToolDef::write(
     "edit_ast",
     "Structural rewrite",
     "Rewrite code structurally with ast-grep (patterns as in search_ast). DRY RUN BY DEFAULT: returns \
-     the changes and a diff per file; set `dry_run: false` to write. Writes every touched file or \
-     none (needs write access to each). Files that fail to parse are skipped (`parse_errors`)."
+     the changes and per-file diffs (more: pass `next_offset` as `offset`); `dry_run: false` writes \
+     every touched file or none. Unparsable files are skipped (`parse_errors`)."
 )
 .destructive();
 
@@ -73,6 +80,8 @@ pub struct SearchParams {
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]
+    pub offset: Option<i64>,
+    #[serde(default)]
     pub hidden: Option<bool>,
     #[serde(default)]
     pub no_ignore: Option<bool>,
@@ -95,7 +104,8 @@ pub struct AstMatch {
     /// The matched code (cut at 2000 characters); absent outside the readable mounts.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub text: Option<String>,
-    /// Captured meta-variables: `$NAME` → text, `$$$ARGS` → list of texts (separators dropped).
+    /// Captured meta-variables: `$NAME` → text, `$$$ARGS` → list of texts (separators dropped;
+    /// a list past 12 KB ends with `… [N more]`).
     pub meta_variables: BTreeMap<String, Captured>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub context_before: Vec<String>,
@@ -118,12 +128,19 @@ pub struct SearchResult {
     pub count: u64,
     /// Matches found in total.
     pub total: u64,
+    /// More matches exist past those returned.
     pub truncated: bool,
+    /// `offset` for the next page when truncated.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
     pub files_searched: u64,
     /// The language used (given or inferred).
     pub lang: String,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub parse_errors: Vec<ParseError>,
+    /// Further skipped files, not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parse_errors_unlisted: Option<u64>,
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -147,6 +164,8 @@ pub struct EditParams {
     #[serde(default)]
     pub max_files: Option<i64>,
     #[serde(default)]
+    pub offset: Option<i64>,
+    #[serde(default)]
     pub hidden: Option<bool>,
     #[serde(default)]
     pub no_ignore: Option<bool>,
@@ -168,17 +187,22 @@ pub struct Change {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct FileChange {
     pub path: String,
+    /// Changes of this file listed in this answer.
     pub count: u64,
-    /// Unified diff of the file.
+    /// Unified diff of those changes.
     pub diff: String,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct EditResult {
-    /// Every replacement (the first 500 listed; see `changes_truncated`).
+    /// The replacements, from `offset`, as many as fit (at most 500; see `changes_truncated`).
     pub changes: Vec<Change>,
+    /// More changes than listed: pass `next_offset` as `offset`.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub changes_truncated: bool,
+    /// `offset` for the next page when `changes_truncated`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
     pub file_changes: Vec<FileChange>,
     pub total_replacements: u64,
     pub files_touched: u64,
@@ -188,6 +212,9 @@ pub struct EditResult {
     /// `max_replacements` or `max_files` stopped further changes.
     pub limit_reached: bool,
     pub parse_errors: Vec<ParseError>,
+    /// Further skipped files, not listed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub parse_errors_unlisted: Option<u64>,
     pub lang: String,
 }
 
@@ -412,29 +439,62 @@ fn capture_vars(
 ) -> BTreeMap<String, Captured> {
     let env = nm.get_env();
     let mut out = BTreeMap::new();
+    // Held to MAX_CAPTURE_BYTES as JSON carries them: a value past it is cut with a marker.
+    let mut left = MAX_CAPTURE_BYTES;
     for var in env.get_matched_variables() {
         match var {
             MetaVariable::Capture(name, _) => {
                 if let Some(node) = env.get_match(&name) {
-                    out.insert(
-                        name.clone(),
-                        Captured::One(cut(&node.text(), MAX_MATCH_CHARS)),
-                    );
+                    let mut text = cut(&node.text(), MAX_MATCH_CHARS);
+                    let cost = json_len(&text);
+                    if cost > left {
+                        text = format!("{}…", cut_json(&text, left.saturating_sub(8)));
+                    }
+                    left = left.saturating_sub(cost.min(left));
+                    out.insert(name.clone(), Captured::One(text));
                 }
             }
             MetaVariable::MultiCapture(name) => {
-                let items: Vec<String> = env
+                let nodes: Vec<_> = env
                     .get_multiple_matches(&name)
-                    .iter()
+                    .into_iter()
                     .filter(|n| n.is_named())
-                    .map(|n| cut(&n.text(), MAX_MATCH_CHARS))
                     .collect();
+                let mut items = Vec::new();
+                for n in &nodes {
+                    let item = cut(&n.text(), MAX_MATCH_CHARS);
+                    let cost = json_len(&item) + 1;
+                    if cost > left {
+                        items.push(format!("… [{} more]", nodes.len() - items.len()));
+                        left = 0;
+                        break;
+                    }
+                    left -= cost;
+                    items.push(item);
+                }
                 out.insert(name.clone(), Captured::Many(items));
             }
             _ => {}
         }
     }
     out
+}
+
+/// The longest prefix of `s` (on a char boundary) that serializes, quotes included, to at
+/// most `max` bytes.
+fn cut_json(s: &str, max: usize) -> &str {
+    let mut used = 2;
+    for (i, c) in s.char_indices() {
+        used += match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used > max {
+            return &s[..i];
+        }
+    }
+    s
 }
 
 fn cut(s: &str, max: usize) -> String {
@@ -469,6 +529,7 @@ pub async fn search(
     ctx: CallCtx,
 ) -> ToolResult<Reply<SearchResult>> {
     let limit = args::opt_range("limit", p.limit, 1, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT) as usize;
+    let offset = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let context = args::opt_range("context", p.context, 0, MAX_CONTEXT)?.unwrap_or(0) as usize;
     if let Some(l) = &p.lang {
         parse_lang(l)?;
@@ -492,7 +553,13 @@ pub async fn search(
             }
             search_file(&policy, path, lang, &pattern, context)
         });
-        Ok(search_reply(per_file, files.len() as u64, limit, lang))
+        Ok(search_reply(
+            per_file,
+            files.len() as u64,
+            offset,
+            limit,
+            lang,
+        ))
     })
     .await
 }
@@ -603,18 +670,34 @@ fn context_lines(lines: &[&str], from: usize, to: usize) -> Vec<String> {
 fn search_reply(
     per_file: Vec<FileMatches>,
     files_searched: u64,
+    offset: usize,
     limit: usize,
     lang: SupportLang,
 ) -> Reply<SearchResult> {
-    let mut all = Vec::new();
+    let mut found = Vec::new();
     let mut parse_errors = Vec::new();
     for fm in per_file {
-        all.extend(fm.matches);
+        found.extend(fm.matches);
         parse_errors.extend(fm.error);
     }
-    let total = all.len() as u64;
-    let truncated = all.len() > limit;
-    all.truncate(limit);
+    let (parse_errors, parse_errors_unlisted) = list_parse_errors(parse_errors);
+    let total = found.len() as u64;
+    // A page stops at `limit` or at the match that would pass the budget, as JSON carries it;
+    // its first match is always taken, so paging moves on.
+    let cap = RESULT_BUDGET_BYTES
+        .saturating_sub(RESERVE_BYTES + json_len(&parse_errors) + json_len(&lang.to_string()));
+    let mut charged = 0;
+    let mut all = Vec::new();
+    for m in found.into_iter().skip(offset).take(limit) {
+        let cost = json_len(&m) + 1;
+        if charged + cost > cap && !all.is_empty() {
+            break;
+        }
+        charged += cost;
+        all.push(m);
+    }
+    let next = offset as u64 + all.len() as u64;
+    let truncated = next < total;
     let mut text: String = all.iter().map(match_text).collect();
     if all.is_empty() {
         text = format!(
@@ -624,13 +707,11 @@ fn search_reply(
     }
     if truncated {
         text.push_str(&format!(
-            "[truncated: {} of {total} matches shown; raise limit or narrow paths/globs]\n",
+            "[truncated: {} of {total} matches shown; continue with offset={next}, or narrow paths/globs]\n",
             all.len()
         ));
     }
-    for e in &parse_errors {
-        text.push_str(&format!("[skipped {}: {}]\n", e.path, e.message));
-    }
+    skipped_text(&mut text, &parse_errors, parse_errors_unlisted);
     text.pop();
     Reply::new(
         SearchResult {
@@ -638,12 +719,40 @@ fn search_reply(
             matches: all,
             total,
             truncated,
+            next_offset: truncated.then_some(next),
             files_searched,
             lang: lang.to_string().to_lowercase(),
             parse_errors,
+            parse_errors_unlisted,
         },
         text,
     )
+}
+
+/// The skipped files that fit in [`MAX_PARSE_ERROR_BYTES`], and how many more there are.
+fn list_parse_errors(mut errors: Vec<ParseError>) -> (Vec<ParseError>, Option<u64>) {
+    let mut charged = 0;
+    let mut keep = 0;
+    for e in &errors {
+        charged += json_len(e) + 1;
+        if charged > MAX_PARSE_ERROR_BYTES {
+            break;
+        }
+        keep += 1;
+    }
+    let unlisted = (errors.len() - keep) as u64;
+    errors.truncate(keep);
+    (errors, (unlisted > 0).then_some(unlisted))
+}
+
+/// The skipped files, one line each, in the text answer.
+fn skipped_text(text: &mut String, errors: &[ParseError], unlisted: Option<u64>) {
+    for e in errors {
+        text.push_str(&format!("[skipped {}: {}]\n", e.path, e.message));
+    }
+    if let Some(n) = unlisted {
+        text.push_str(&format!("[skipped {n} more files]\n"));
+    }
 }
 
 /// One match in the text answer: context, `file:line:col: first line`, captured variables.
@@ -700,6 +809,7 @@ pub async fn edit(
     let max_replacements =
         args::opt_at_least("max_replacements", p.max_replacements, 1)?.map(|n| n as u64);
     let max_files = args::opt_at_least("max_files", p.max_files, 1)?.map(|n| n as u64);
+    let offset = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as u64;
     if let Some(l) = &p.lang {
         parse_lang(l)?;
     }
@@ -756,7 +866,14 @@ pub async fn edit(
         if !dry_run {
             write_rewrites(&policy, &mut chosen.writes)?;
         }
-        Ok(edit_reply(chosen, applied, dry_run, files_searched, lang))
+        Ok(edit_reply(
+            chosen,
+            offset,
+            applied,
+            dry_run,
+            files_searched,
+            lang,
+        ))
     })
     .await
 }
@@ -785,8 +902,8 @@ fn rewrite_rules(p: &EditParams) -> ToolResult<Vec<(String, String)>> {
 /// The planned rewrites that fit within `max_files` and `max_replacements`.
 struct Chosen {
     parse_errors: Vec<ParseError>,
-    changes: Vec<Change>,
-    file_changes: Vec<FileChange>,
+    /// Each touched file's plan and how many of its edits are made, in path order.
+    files: Vec<(Planned, usize)>,
     /// The new content of each touched file.
     writes: Vec<(PathBuf, Vec<u8>)>,
     total: u64,
@@ -797,8 +914,7 @@ struct Chosen {
 fn choose(planned: Vec<Planned>, max_files: Option<u64>, max_replacements: Option<u64>) -> Chosen {
     let mut chosen = Chosen {
         parse_errors: Vec::new(),
-        changes: Vec::new(),
-        file_changes: Vec::new(),
+        files: Vec::new(),
         writes: Vec::new(),
         total: 0,
         limit_reached: false,
@@ -811,7 +927,7 @@ fn choose(planned: Vec<Planned>, max_files: Option<u64>, max_replacements: Optio
         if plan.edits.is_empty() {
             continue;
         }
-        if max_files.is_some_and(|m| chosen.file_changes.len() as u64 >= m) {
+        if max_files.is_some_and(|m| chosen.files.len() as u64 >= m) {
             chosen.limit_reached = true;
             break;
         }
@@ -826,10 +942,10 @@ fn choose(planned: Vec<Planned>, max_files: Option<u64>, max_replacements: Optio
         if take == 0 {
             break;
         }
-        let (out, change) = rewrite(&plan, take, &mut chosen.changes);
+        let out = apply_edits(&plan, 0..take);
         chosen.total += take as u64;
-        chosen.file_changes.push(change);
-        chosen.writes.push((plan.path, out.into_bytes()));
+        chosen.writes.push((plan.path.clone(), out.into_bytes()));
+        chosen.files.push((plan, take));
         if chosen.limit_reached {
             break;
         }
@@ -837,123 +953,240 @@ fn choose(planned: Vec<Planned>, max_files: Option<u64>, max_replacements: Optio
     chosen
 }
 
+/// One page of the listing: the changes from `offset` (counted over every file in path order)
+/// that fit the budget, and per file the diff of those changes.
+struct Listing {
+    changes: Vec<Change>,
+    file_changes: Vec<FileChange>,
+    next_offset: Option<u64>,
+}
+
+/// List the changes from `offset` until MAX_CHANGES_LISTED or the budget (`cap` bytes of
+/// JSON) stops it; the first is always listed, so paging moves on.
+fn listing(files: &[(Planned, usize)], offset: u64, cap: usize) -> Listing {
+    let mut page = Listing {
+        changes: Vec::new(),
+        file_changes: Vec::new(),
+        next_offset: None,
+    };
+    let mut charged = 0;
+    let mut index = 0u64;
+    for (plan, take) in files {
+        let take = *take as u64;
+        if index + take <= offset {
+            index += take;
+            continue;
+        }
+        let first = offset.saturating_sub(index) as usize;
+        let mut end = first;
+        for k in first..take as usize {
+            let change = change_record(plan, k);
+            // The change's record, and what its hunk can add to the file's diff: the lines it
+            // spans before and after, three lines of context each side, a prefix per line.
+            let mut cost = json_len(&change) + 1 + hunk_cost(plan, k);
+            if k == first {
+                cost += 2 * json_len(plan.shown.as_str()) + 64;
+            }
+            let full = page.changes.len() >= MAX_CHANGES_LISTED || charged + cost > cap;
+            if full && !page.changes.is_empty() {
+                page.next_offset = Some(index + k as u64);
+                break;
+            }
+            charged += cost;
+            page.changes.push(change);
+            end = k + 1;
+        }
+        if end > first {
+            page.file_changes.push(FileChange {
+                path: plan.shown.clone(),
+                count: (end - first) as u64,
+                diff: diff_of(plan, first..end),
+            });
+        }
+        if page.next_offset.is_some() {
+            break;
+        }
+        index += take;
+    }
+    page
+}
+
 /// The answer: the structured result and its text (see [`edit_text`]).
 fn edit_reply(
-    mut chosen: Chosen,
+    chosen: Chosen,
+    offset: u64,
     applied: bool,
     dry_run: bool,
     files_searched: u64,
     lang: SupportLang,
 ) -> Reply<EditResult> {
-    let text = edit_text(&mut chosen, applied, dry_run, files_searched, lang);
     let Chosen {
         parse_errors,
-        changes,
-        file_changes,
+        files,
         writes,
         total,
         limit_reached,
     } = chosen;
-    Reply::new(
-        EditResult {
-            changes_truncated: total as usize > changes.len(),
-            changes,
-            file_changes,
-            total_replacements: total,
-            files_touched: if applied || dry_run {
-                writes.len() as u64
-            } else {
-                0
-            },
-            files_searched,
-            applied,
-            limit_reached,
-            parse_errors,
-            lang: lang.to_string().to_lowercase(),
+    let (parse_errors, parse_errors_unlisted) = list_parse_errors(parse_errors);
+    let lang = lang.to_string().to_lowercase();
+    let cap = RESULT_BUDGET_BYTES
+        .saturating_sub(RESERVE_BYTES + json_len(&parse_errors) + json_len(lang.as_str()));
+    let Listing {
+        changes,
+        mut file_changes,
+        next_offset,
+    } = listing(&files, offset, cap);
+    // One change alone can pass the budget (a rewritten thousand-line function): its diff
+    // is then cut, with a note, to what the budget leaves.
+    let listed = json_len(&changes) + json_len(&file_changes);
+    if listed > cap
+        && let Some(fc) = file_changes.iter_mut().max_by_key(|fc| fc.diff.len())
+    {
+        let keep = json_len(fc.diff.as_str()).saturating_sub(listed - cap + 64);
+        fc.diff = format!(
+            "{}\n[diff cut: answer cap reached]",
+            cut_json(&fc.diff, keep)
+        );
+    }
+    let result = EditResult {
+        changes_truncated: next_offset.is_some(),
+        next_offset,
+        changes,
+        file_changes,
+        total_replacements: total,
+        files_touched: if applied || dry_run {
+            writes.len() as u64
+        } else {
+            0
         },
-        text,
-    )
+        files_searched,
+        applied,
+        limit_reached,
+        parse_errors,
+        parse_errors_unlisted,
+        lang,
+    };
+    let text = edit_text(&result, offset, dry_run);
+    Reply::new(result, text)
 }
 
-/// The text answer: a summary line, the diffs (those past the cap replaced by a note, in the
-/// structured result too), skipped files and what to do next.
-fn edit_text(
-    chosen: &mut Chosen,
-    applied: bool,
-    dry_run: bool,
-    files_searched: u64,
-    lang: SupportLang,
-) -> String {
+/// The text answer: a summary line, the diffs listed, skipped files and what to do next.
+fn edit_text(r: &EditResult, offset: u64, dry_run: bool) -> String {
     let mut text = format!(
         "{} {} replacement(s) in {} file(s) ({} {} files searched){}\n",
-        if applied { "applied" } else { "dry run:" },
-        chosen.total,
-        chosen.file_changes.len(),
-        files_searched,
-        lang.to_string().to_lowercase(),
-        if chosen.limit_reached {
+        if r.applied { "applied" } else { "dry run:" },
+        r.total_replacements,
+        r.files_touched,
+        r.files_searched,
+        r.lang,
+        if r.limit_reached {
             "; a limit stopped further changes"
         } else {
             ""
         }
     );
-    let mut diff_bytes = 0;
-    for fc in &mut chosen.file_changes {
-        diff_bytes += fc.diff.len();
-        if diff_bytes > MAX_DIFF_BYTES {
-            fc.diff = "[diff omitted: answer cap reached]".into();
-        }
+    for fc in &r.file_changes {
         text.push_str(&fc.diff);
     }
-    for e in &chosen.parse_errors {
-        text.push_str(&format!("[skipped {}: {}]\n", e.path, e.message));
+    if let Some(next) = r.next_offset {
+        text.push_str(&format!(
+            "[changes {}–{} of {} listed; continue with offset={next}]\n",
+            offset + 1,
+            next,
+            r.total_replacements
+        ));
     }
-    if !applied && !dry_run {
+    skipped_text(&mut text, &r.parse_errors, r.parse_errors_unlisted);
+    if !r.applied && !dry_run {
         text.push_str("nothing to apply\n");
-    } else if dry_run && chosen.total > 0 {
+    } else if dry_run && r.total_replacements > 0 {
         text.push_str("(dry run: nothing written; call again with dry_run: false to apply)\n");
     }
     text.pop();
     text
 }
 
-/// The first `take` edits of a planned file applied to its text: the new text and the file's
-/// change (with its diff); each edit is also listed in `changes` while there is room.
-fn rewrite(plan: &Planned, take: usize, changes: &mut Vec<Change>) -> (String, FileChange) {
+/// A planned file's text with the edits in `range` applied (and no others).
+fn apply_edits(plan: &Planned, range: std::ops::Range<usize>) -> String {
     let mut out = String::with_capacity(plan.src.len());
     let mut at = 0;
-    for (start, end, replacement) in &plan.edits[..take] {
+    for (start, end, replacement) in &plan.edits[range] {
         out.push_str(&plan.src[at..*start]);
         out.push_str(replacement);
         at = *end;
-        if changes.len() < MAX_CHANGES_LISTED {
-            let (sl, sc) = line_col(&plan.src, *start);
-            let (el, ec) = line_col(&plan.src, *end);
-            changes.push(Change {
-                path: plan.shown.clone(),
-                before: plan.src[*start..*end].to_string(),
-                after: replacement.clone(),
-                byte_start: *start as u64,
-                byte_end: *end as u64,
-                start_line: sl,
-                start_column: sc,
-                end_line: el,
-                end_column: ec,
-            });
-        }
     }
     out.push_str(&plan.src[at..]);
-    let diff = similar::TextDiff::from_lines(&plan.src, &out)
+    out
+}
+
+/// Unified diff of the edits in `range` of a planned file.
+fn diff_of(plan: &Planned, range: std::ops::Range<usize>) -> String {
+    let out = apply_edits(plan, range);
+    similar::TextDiff::from_lines(&plan.src, &out)
         .unified_diff()
         .context_radius(3)
         .header(&format!("a/{}", plan.shown), &format!("b/{}", plan.shown))
-        .to_string();
-    let change = FileChange {
+        .to_string()
+}
+
+/// Edit `k` of a planned file as listed: its place and its text before and after (each cut
+/// at MAX_MATCH_CHARS characters).
+fn change_record(plan: &Planned, k: usize) -> Change {
+    let (start, end, replacement) = &plan.edits[k];
+    let (sl, sc) = line_col(&plan.src, *start);
+    let (el, ec) = line_col(&plan.src, *end);
+    Change {
         path: plan.shown.clone(),
-        count: take as u64,
-        diff,
+        before: cut(&plan.src[*start..*end], MAX_MATCH_CHARS),
+        after: cut(replacement, MAX_MATCH_CHARS),
+        byte_start: *start as u64,
+        byte_end: *end as u64,
+        start_line: sl,
+        start_column: sc,
+        end_line: el,
+        end_column: ec,
+    }
+}
+
+/// What edit `k` can add to its file's diff, serialized: the old lines from three before it
+/// to three after it, the new lines it makes, a prefix byte per line and a hunk header.
+fn hunk_cost(plan: &Planned, k: usize) -> usize {
+    let (start, end, replacement) = &plan.edits[k];
+    let src = plan.src.as_bytes();
+    let line_start = |mut at: usize, back: usize| {
+        for i in 0..=back {
+            match memchr::memrchr(b'\n', &src[..at]) {
+                Some(nl) if i < back => at = nl,
+                Some(nl) => return nl + 1,
+                None => return 0,
+            }
+        }
+        at
     };
-    (out, change)
+    let line_end = |mut at: usize, ahead: usize| {
+        for _ in 0..=ahead {
+            match memchr::memchr(b'\n', &src[at.min(src.len())..]) {
+                Some(nl) => at += nl + 1,
+                None => return src.len(),
+            }
+        }
+        at
+    };
+    let old = &plan.src[line_start(*start, 3)..line_end(*end, 3)];
+    let (head, tail) = (
+        &plan.src[line_start(*start, 0)..*start],
+        &plan.src[*end..line_end(*end, 0)],
+    );
+    let lines = |s: &str| memchr::memchr_iter(b'\n', s.as_bytes()).count() + 1;
+    json_len(old)
+        + json_len(head)
+        + json_len(replacement.as_str())
+        + json_len(tail)
+        + lines(old)
+        + lines(head)
+        + lines(replacement)
+        + lines(tail)
+        + 128
 }
 
 /// Write every rewritten file, all or nothing, once each is known to be writable.

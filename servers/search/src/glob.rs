@@ -1,6 +1,7 @@
 //! `search_glob`: find files by name pattern, newest first.
 
 use kitbag_shared::args;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use kitbag_shared::lock::LockExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -26,10 +27,10 @@ pub const MAX_LIMIT: i64 = 10_000;
 pub const DEF: ToolDef = ToolDef::read(
     "search_glob",
     "Find files by name",
-    "Find files by glob, newest first (or `sort: \"path\"`). Without `/` the pattern matches the file \
-     name at any depth (`*.rs`); with `/`, the path under `path` (`src/**/*.test.ts`). `*` stays in one \
-     directory, `**` crosses them; `{a,b}`, `[abc]` work. Skips hidden and ignored (.gitignore) files \
-     unless `hidden`/`no_ignore`.",
+    "Find files by glob, newest first (or `sort: \"path\"`). Without `/` the pattern matches file names \
+     at any depth (`*.rs`); with `/`, the path under `path` (`src/**/*.test.ts`); `**` crosses \
+     directories. Skips hidden and ignored (.gitignore) files unless `hidden`/`no_ignore`. More: pass \
+     `next_offset` as `offset`.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -55,6 +56,8 @@ pub struct GlobParams {
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]
+    pub offset: Option<i64>,
+    #[serde(default)]
     pub sort: Option<SortBy>,
 }
 
@@ -66,7 +69,11 @@ pub struct GlobResult {
     pub count: u64,
     /// Files that matched in total.
     pub total: u64,
+    /// More files matched than returned, or the walk ran out of time.
     pub truncated: bool,
+    /// `offset` for the next page when more files matched.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<u64>,
     /// Matching files outside the caller's readable mounts (listed, marked here).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub outside_cage: Vec<String>,
@@ -115,6 +122,7 @@ pub async fn run(
     ctx: CallCtx,
 ) -> ToolResult<Reply<GlobResult>> {
     let limit = args::opt_range("limit", p.limit, 1, MAX_LIMIT)?.unwrap_or(DEFAULT_LIMIT) as usize;
+    let offset = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let (matcher, basename_only) = compile(&p.pattern)?;
     let path = p.path.as_deref().unwrap_or(".");
     let root = policy.resolve_in_root(path, "path")?;
@@ -153,6 +161,7 @@ pub async fn run(
     Ok(reply(
         all,
         sort,
+        offset,
         limit,
         timed_out.load(Ordering::Relaxed),
         &p.pattern,
@@ -234,10 +243,14 @@ fn walk(walker: ignore::WalkBuilder, policy: &PathPolicy, visit: &Visit) {
     });
 }
 
-/// Sort the hits, keep the first `limit`, and render.
+/// What the result's counters and keys weigh at most, serialized.
+const RESERVE_BYTES: usize = 256;
+
+/// Sort the hits, keep `limit` from `offset` within the result budget, and render.
 fn reply(
     mut all: Vec<Hit>,
     sort: SortBy,
+    offset: usize,
     limit: usize,
     timed_out: bool,
     pattern: &str,
@@ -247,8 +260,23 @@ fn reply(
         SortBy::Path => all.sort_by(|a, b| a.0.cmp(&b.0)),
     }
     let total = all.len() as u64;
-    let truncated = all.len() > limit || timed_out;
-    all.truncate(limit);
+    // A page stops at `limit` or at the file that would pass the budget as JSON carries it
+    // (twice for a file outside the cage); the first is always taken, so paging moves on.
+    let cap = RESULT_BUDGET_BYTES - RESERVE_BYTES;
+    let mut charged = 0;
+    let mut taken = 0;
+    for hit in all.iter().skip(offset).take(limit) {
+        let cost = (json_len(hit.0.as_str()) + 1) * if hit.2 { 2 } else { 1 };
+        if charged + cost > cap && taken > 0 {
+            break;
+        }
+        charged += cost;
+        taken += 1;
+    }
+    let all: Vec<Hit> = all.into_iter().skip(offset).take(taken).collect();
+    let next = (offset + all.len()) as u64;
+    let more = next < total;
+    let truncated = more || timed_out;
     let outside_cage: Vec<String> = all.iter().filter(|f| f.2).map(|f| f.0.clone()).collect();
     let files: Vec<String> = all.into_iter().map(|f| f.0).collect();
     let mut text = files.join("\n");
@@ -260,7 +288,7 @@ fn reply(
             text.push_str("\n[partial: the search budget ran out; narrow with path]");
         } else {
             text.push_str(&format!(
-                "\n[truncated: {} of {total} shown; raise limit or narrow the pattern]",
+                "\n[truncated: {} of {total} shown; continue with offset={next}]",
                 files.len()
             ));
         }
@@ -271,6 +299,7 @@ fn reply(
             files,
             total,
             truncated,
+            next_offset: more.then_some(next),
             outside_cage,
         },
         text,

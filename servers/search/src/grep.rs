@@ -19,7 +19,7 @@ use grep_searcher::{
     SinkMatch,
 };
 use ignore::WalkState;
-use kitbag_shared::limits::truncate_line;
+use kitbag_shared::limits::{json_len, truncate_line};
 use kitbag_shared::{
     Access, CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
 };
@@ -344,9 +344,9 @@ impl Sink for FileSink<'_> {
 /// The longest search pattern accepted (a long alternation of identifiers fits easily).
 pub const MAX_PATTERN_BYTES: usize = 64 * 1024;
 
-/// What one entry of the structured result costs beyond its text: `{"path":…,"line":…,
-/// "text":…}` keys and punctuation (an estimate that errs on the high side).
-const ENTRY_OVERHEAD: usize = 40;
+/// What the result's counters, flags and keys weigh at most, serialized: held back from the
+/// output cap, which the entries are charged against as JSON carries them.
+const RESERVE_BYTES: usize = 384;
 
 pub async fn run(
     policy: Arc<PathPolicy>,
@@ -613,7 +613,8 @@ fn render(
 ) -> Reply<GrepResult> {
     let total_files = files.len() as u64;
     let total_matches: u64 = files.iter().map(|f| f.count).sum();
-    let mut page = Page::new(offset, head_limit, limits.max_output_bytes);
+    let cap = limits.max_output_bytes.saturating_sub(RESERVE_BYTES);
+    let mut page = Page::new(offset, head_limit, cap);
     let mut result = GrepResult {
         output_mode: mode,
         files: None,
@@ -699,42 +700,42 @@ impl Page {
         }
     }
 
-    /// Push one rendered entry unless a bound stops it: `Some(true)` when taken,
-    /// `Some(false)` when before the offset, `None` to stop.
-    fn admit(&mut self, entry: &str) -> Option<bool> {
+    /// Take one entry unless a bound stops it: `Some(Some(item))` when taken (its text line
+    /// rendered by `entry`), `Some(None)` when before the offset, `None` to stop.
+    fn admit<T: Serialize>(
+        &mut self,
+        item: impl FnOnce() -> T,
+        entry: impl FnOnce() -> String,
+    ) -> Option<Option<T>> {
         let i = self.index;
         self.index += 1;
         if i < self.offset {
-            return Some(false);
+            return Some(None);
         }
         if self.returned >= self.limit {
             self.cut_by.get_or_insert("head_limit");
             return None;
         }
-        // Charged as the structured result carries it: the entry, its object's keys and
-        // punctuation, and up to 5 more bytes per byte JSON escapes.
-        let escapes = entry
-            .bytes()
-            .filter(|&b| b == b'"' || b == b'\\' || (b < 0x20 && b != b'\n'))
-            .count();
-        let cost = entry.len() + ENTRY_OVERHEAD + 5 * escapes;
+        // Charged as the structured result carries it, with the comma before it.
+        let item = item();
+        let cost = json_len(&item) + 1;
         if self.charged + cost > self.cap {
             self.cut_by.get_or_insert("output_cap");
             return None;
         }
         self.charged += cost;
-        self.text.push_str(entry);
+        self.text.push_str(&entry());
         self.returned += 1;
-        Some(true)
+        Some(Some(item))
     }
 }
 
 fn page_files(files: &[FileHits], page: &mut Page) -> Vec<String> {
     let mut out = Vec::new();
     for f in files {
-        match page.admit(&format!("{}\n", f.path)) {
-            Some(true) => out.push(f.path.clone()),
-            Some(false) => {}
+        match page.admit(|| f.path.clone(), || format!("{}\n", f.path)) {
+            Some(Some(path)) => out.push(path),
+            Some(None) => {}
             None => break,
         }
     }
@@ -744,13 +745,14 @@ fn page_files(files: &[FileHits], page: &mut Page) -> Vec<String> {
 fn page_counts(files: &[FileHits], page: &mut Page) -> Vec<FileCount> {
     let mut out = Vec::new();
     for f in files {
-        match page.admit(&format!("{}:{}\n", f.path, f.count)) {
-            Some(true) => out.push(FileCount {
-                file: f.path.clone(),
-                count: f.count,
-                outside_cage: f.outside,
-            }),
-            Some(false) => {}
+        let item = || FileCount {
+            file: f.path.clone(),
+            count: f.count,
+            outside_cage: f.outside,
+        };
+        match page.admit(item, || format!("{}:{}\n", f.path, f.count)) {
+            Some(Some(c)) => out.push(c),
+            Some(None) => {}
             None => break,
         }
     }
@@ -763,19 +765,20 @@ fn page_matches(files: &[FileHits], page: &mut Page) -> Vec<GrepMatch> {
     let mut last: Option<(String, u64)> = None;
     for f in files {
         for h in &f.hits {
-            match page.admit(&content_entry(f, h, last.as_ref())) {
-                Some(true) => {
+            let item = || GrepMatch {
+                file: f.path.clone(),
+                line: h.line,
+                text: (!f.outside).then(|| h.text.clone()),
+                before: h.before.clone(),
+                after: h.after.clone(),
+                outside_cage: f.outside,
+            };
+            match page.admit(item, || content_entry(f, h, last.as_ref())) {
+                Some(Some(m)) => {
                     last = Some((f.path.clone(), h.after.last().map_or(h.line, |c| c.line)));
-                    out.push(GrepMatch {
-                        file: f.path.clone(),
-                        line: h.line,
-                        text: (!f.outside).then(|| h.text.clone()),
-                        before: h.before.clone(),
-                        after: h.after.clone(),
-                        outside_cage: f.outside,
-                    });
+                    out.push(m);
                 }
-                Some(false) => {}
+                Some(None) => {}
                 None => return out,
             }
         }

@@ -30,9 +30,8 @@ pub struct Args {
     pub search_timeout_ms: u64,
 
     /// Largest answer of one search, in bytes, measured as its structured result (JSON);
-    /// past it the answer is truncated. The default keeps a page under the 50 KB at which
-    /// Claude Code replaces a result with a preview.
-    #[arg(long, default_value_t = 40 * 1024)]
+    /// past it the answer is truncated. The default is the suite's result budget (issue #37).
+    #[arg(long, default_value_t = kitbag_shared::limits::RESULT_BUDGET_BYTES)]
     pub max_output_bytes: usize,
 
     /// Interval between progress notifications of a long search, in milliseconds.

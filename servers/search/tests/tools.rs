@@ -731,3 +731,152 @@ fn case_insensitive_grep_with_the_literal_prefilter_misses_nothing() {
     );
     assert_eq!(strings(&r.structured["files"]), vec!["b.rs"], "{}", r.text);
 }
+
+/// The compact JSON size of a result's `structuredContent`, as the issue #37 budget counts it.
+fn structured_len(r: &kitbag_testkit::ToolCall) -> usize {
+    kitbag_shared::limits::json_len(&r.structured)
+}
+
+#[test]
+fn grep_default_page_holds_the_budget() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    let fx = Fx::new(&[]);
+    // Multiline matches of 250 lines each: JSON carries each newline as two bytes.
+    let block = format!("{}y\n", "x\n".repeat(250));
+    fx.write("blank/b.txt", block.repeat(240).as_bytes());
+    let mut c = fx.client(&[]);
+    let args = json!({"pattern": "(x\\n){250}", "multiline": true, "output_mode": "content"});
+    let r = c.call_ok("search_grep", args.clone());
+    assert!(
+        structured_len(&r) < RESULT_BUDGET_BYTES,
+        "grep: {}",
+        structured_len(&r)
+    );
+    assert_eq!(r.structured["truncated"], true);
+    let shown = r.structured["returned"].as_u64().expect("returned");
+    assert_eq!(r.structured["next_offset"], shown);
+    let mut next = args;
+    next["offset"] = json!(shown);
+    let more = c.call_ok("search_grep", next);
+    // Blocks of 251 lines: the next page's first match is block `shown`.
+    assert_eq!(more.structured["matches"][0]["line"], shown * 251 + 1);
+}
+
+#[test]
+fn glob_default_page_holds_the_budget() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    let fx = Fx::new(&[]);
+    // 300 files with long names in a long-named directory.
+    let dir = "d".repeat(240);
+    for i in 0..300 {
+        fx.write(&format!("{dir}/{i:03}-{}.log", "n".repeat(200)), b"x\n");
+    }
+    let mut c = fx.client(&[]);
+    let r = c.call_ok("search_glob", json!({"pattern": "*.log", "sort": "path"}));
+    assert!(
+        structured_len(&r) < RESULT_BUDGET_BYTES,
+        "glob: {}",
+        structured_len(&r)
+    );
+    assert_eq!(r.structured["truncated"], true);
+    let files = strings(&r.structured["files"]);
+    assert!(files.len() < 100, "cut by bytes before the default limit");
+    assert_eq!(r.structured["next_offset"], files.len() as u64);
+    let more = c.call_ok(
+        "search_glob",
+        json!({"pattern": "*.log", "sort": "path", "offset": files.len()}),
+    );
+    let next = strings(&more.structured["files"]);
+    assert!(
+        next[0].starts_with(&format!("{dir}/{:03}-", files.len())),
+        "{}",
+        next[0]
+    );
+}
+
+#[test]
+fn search_ast_default_page_holds_the_budget() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    // 300 functions of ~1,500 characters each.
+    let body: String = (0..300)
+        .map(|i| format!("fn f{i:03}() {{ {} }}\n", "let x = \"q\"; ".repeat(110)))
+        .collect();
+    let fx = Fx::new(&[("rs/big.rs", &body)]);
+    let mut c = fx.client(&[]);
+    let r = c.call_ok("search_ast", json!({"pattern": "fn $N() { $$$B }"}));
+    assert!(
+        structured_len(&r) < RESULT_BUDGET_BYTES,
+        "search_ast: {}",
+        structured_len(&r)
+    );
+    assert_eq!(r.structured["truncated"], true);
+    let count = r.structured["count"].as_u64().expect("count");
+    assert!(count < 100, "cut by bytes before the default limit");
+    assert_eq!(r.structured["next_offset"], count);
+    let more = c.call_ok(
+        "search_ast",
+        json!({"pattern": "fn $N() { $$$B }", "offset": count}),
+    );
+    assert_eq!(
+        more.structured["matches"][0]["meta_variables"]["N"],
+        format!("f{count:03}")
+    );
+    assert_eq!(more.structured["matches"][0]["start_line"], count + 1);
+}
+
+#[test]
+fn edit_ast_default_dry_run_holds_the_budget() {
+    use kitbag_shared::limits::RESULT_BUDGET_BYTES;
+    let fx = Fx::new(&[]);
+    // A call to rewrite five times in each of 300 files.
+    for i in 0..300 {
+        let calls = "old_call(\"a\", \"b\");\n".repeat(5);
+        fx.write(
+            &format!("ts/f{i:03}.ts"),
+            format!("// {i}\n{calls}").as_bytes(),
+        );
+    }
+    let mut c = fx.client(&[]);
+    let rw = json!({"old_call($A, $B)": "new_call($B, $A)"});
+    let r = c.call_ok("edit_ast", json!({"rewrites": rw, "path": "ts"}));
+    assert!(
+        structured_len(&r) < RESULT_BUDGET_BYTES,
+        "edit_ast: {}",
+        structured_len(&r)
+    );
+    assert_eq!(r.structured["total_replacements"], 1500);
+    assert_eq!(r.structured["changes_truncated"], true);
+    let changes = r.structured["changes"].as_array().expect("changes");
+    let next = r.structured["next_offset"].as_u64().expect("next_offset");
+    assert_eq!(next, changes.len() as u64);
+    let listed: u64 = r.structured["file_changes"]
+        .as_array()
+        .expect("file_changes")
+        .iter()
+        .map(|f| f["count"].as_u64().expect("count"))
+        .sum();
+    assert_eq!(listed, next, "the diffs cover the changes listed");
+    let last = changes.last().expect("a change");
+    let more = c.call_ok(
+        "edit_ast",
+        json!({"rewrites": rw, "path": "ts", "offset": next}),
+    );
+    let first = &more.structured["changes"][0];
+    // Five calls a file, on lines 2-6: the next page starts at the change after the last one.
+    let at = |c: &Value| {
+        let file = c["path"].as_str().expect("path").to_string();
+        (file, c["start_line"].as_u64().expect("line"))
+    };
+    let (lf, ll) = at(last);
+    let expect = if ll == 6 {
+        let n: u32 = lf[lf.len() - 6..lf.len() - 3].parse().expect("n");
+        (format!("ts/f{:03}.ts", n + 1), 2)
+    } else {
+        (lf, ll + 1)
+    };
+    assert_eq!(at(first), expect);
+    assert!(
+        fx.read("ts/f000.ts").contains("old_call"),
+        "a dry run writes nothing"
+    );
+}

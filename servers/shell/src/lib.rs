@@ -2,6 +2,7 @@
 
 pub mod ansi;
 pub mod bash;
+pub mod budget;
 pub mod jobs;
 pub mod logs;
 pub mod process;

@@ -326,3 +326,56 @@ fn cancellation_stops_the_process_tree() {
     let r = c.call_ok("shell_bash", json!({"command": "echo still-here"}));
     assert_eq!(r.structured["stdout"], "still-here\n");
 }
+
+/// Answers stay under the result budget (issue #37) when the output escapes 6× (control
+/// characters): shell_bash's preview is cut again (the log has everything), shell_output
+/// pages end at the budget and the next page starts exactly there.
+#[test]
+fn answers_fit_the_result_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(d.path(), &[]);
+    let cmd = "head -c 30000 /dev/zero | tr '\\0' '\\001'";
+    let r = c
+        .call_ok("shell_bash", json!({ "command": cmd }))
+        .structured;
+    assert!(json_len(&r) < RESULT_BUDGET_BYTES, "{}", json_len(&r));
+    assert_eq!(r["truncated"], true);
+    let out = r["stdout"].as_str().expect("s");
+    assert!(out.starts_with('\u{1}') && out.ends_with('\u{1}') && out.contains("log file"));
+    let log = std::fs::read(d.path().join(r["log_path"].as_str().expect("log"))).expect("log");
+    assert_eq!(log, vec![1u8; 30_000]);
+    let j = c
+        .call_ok("shell_bash", json!({ "command": cmd, "background": true }))
+        .structured;
+    let job = j["job_id"].as_str().expect("job").to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while c.call_ok("shell_jobs", json!({})).structured["jobs"][0]["running"] == true {
+        assert!(Instant::now() < deadline, "job never finished");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let first = c
+        .call_ok("shell_output", json!({ "job_id": job, "since": 0 }))
+        .structured;
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&first)
+    );
+    assert_eq!(first["more"], true);
+    let next = first["next_since"].as_u64().expect("next");
+    let o1 = first["output"].as_str().expect("o");
+    assert_eq!(o1, "\u{1}".repeat(next as usize));
+    let second = c
+        .call_ok("shell_output", json!({ "job_id": job }))
+        .structured;
+    assert!(json_len(&second) < RESULT_BUDGET_BYTES);
+    let o2 = second["output"].as_str().expect("o");
+    assert!(!o2.is_empty());
+    assert_eq!(
+        second["next_since"].as_u64(),
+        Some(next + o2.len() as u64),
+        "the second page starts where the first ended"
+    );
+    assert_eq!(o2, "\u{1}".repeat(o2.len()));
+}

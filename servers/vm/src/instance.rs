@@ -350,6 +350,41 @@ pub fn rfc3339(t: SystemTime) -> String {
     chrono::DateTime::<chrono::Utc>::from(t).to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
+impl InstanceInfo {
+    /// Cut this record to serialize within `max` bytes, where the main command (up to 256 KB
+    /// of arguments) is what makes it larger: the arguments that fit are kept, and a last one
+    /// says how much was cut.
+    pub fn fit_within(&mut self, max: usize) {
+        use crate::budget::{json_len, prefix_within};
+        let over = json_len(&*self).saturating_sub(max);
+        let Some(cmd) = self.command.as_mut().filter(|_| over > 0) else {
+            return;
+        };
+        // Room for the command, less its marker.
+        let room = json_len(&*cmd).saturating_sub(over + 128);
+        let all: usize = cmd.iter().map(String::len).sum();
+        let mut kept: Vec<String> = Vec::new();
+        let mut used = 2;
+        for a in cmd.iter() {
+            let weight = json_len(a) + 1;
+            if used + weight > room {
+                let part = prefix_within(a, room.saturating_sub(used + 3));
+                if !part.is_empty() {
+                    kept.push(part.to_string());
+                }
+                break;
+            }
+            used += weight;
+            kept.push(a.clone());
+        }
+        let shown: usize = kept.iter().map(String::len).sum();
+        kept.push(format!(
+            "… [command cut to fit the answer: {shown} of {all} bytes shown]"
+        ));
+        *cmd = kept;
+    }
+}
+
 /// An instance as tools return it.
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct InstanceInfo {

@@ -1256,3 +1256,163 @@ fn a_named_root_file_system() {
     );
     c.shutdown();
 }
+
+/// Default answers stay under the result budget (issue #37) and say where the rest is:
+/// list pages by `next_offset`, exec's streams are cut with the whole in `log_path`, logs
+/// page by `next_offset`, an inline copy too large for a default answer asks for
+/// `max_bytes`, a huge command is cut in the records that show it.
+#[test]
+fn default_answers_fit_the_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    if !kitbag_testkit::bwrap_usable() {
+        return;
+    }
+    let dir = project();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    // Records of ~8 KB each: 16 labels of 250 quotes (500 bytes escaped).
+    let labels: serde_json::Map<String, Value> = (0..16)
+        .map(|i| (format!("k{i:02}"), json!("\"".repeat(250))))
+        .collect();
+    let mut ids = Vec::new();
+    for _ in 0..7 {
+        let i = spawn(&mut c, json!({"labels": labels}));
+        ids.push(i["id"].as_str().unwrap().to_string());
+    }
+    // A command of 30 KB of quotes (60 KB escaped) comes back cut.
+    let mut argv = vec![json!("sh"), json!("-c"), json!("exec sleep 600")];
+    argv.extend((0..30).map(|_| json!("\"".repeat(1000))));
+    let s = spawn(&mut c, json!({ "command": argv }));
+    assert!(json_len(&s) < RESULT_BUDGET_BYTES, "{}", json_len(&s));
+    let cmd = s["command"].as_array().unwrap();
+    assert_eq!(
+        cmd[..3],
+        [json!("sh"), json!("-c"), json!("exec sleep 600")]
+    );
+    assert!(
+        cmd.last()
+            .unwrap()
+            .as_str()
+            .unwrap()
+            .contains("command cut")
+    );
+    ids.push(s["id"].as_str().unwrap().to_string());
+
+    // instance_list: pages under the budget, each starting where the last ended.
+    let all: Vec<String> =
+        c.call_ok("instance_list", json!({"limit": 200})).structured["instances"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|i| i["id"].as_str().unwrap().to_string())
+            .collect();
+    assert_eq!(all.len(), 8);
+    let mut paged = Vec::new();
+    let mut args = json!({});
+    let mut pages = 0;
+    loop {
+        let l = c.call_ok("instance_list", args.clone()).structured;
+        assert!(json_len(&l) < RESULT_BUDGET_BYTES, "{}", json_len(&l));
+        assert_eq!(l["total"], 8);
+        let page = l["instances"].as_array().unwrap();
+        assert!(!page.is_empty());
+        paged.extend(page.iter().map(|i| i["id"].as_str().unwrap().to_string()));
+        pages += 1;
+        match l["next_offset"].as_u64() {
+            Some(n) => {
+                assert_eq!(n as usize, paged.len());
+                args = json!({"offset": n});
+            }
+            None => break,
+        }
+    }
+    assert!(pages > 1, "the default list was not cut");
+    assert_eq!(paged, all, "pages lost or repeated instances");
+
+    // instance_exec: 30,000 quotes on stdout and 30,000 control bytes on stderr (240 KB
+    // escaped) come back cut, whole in the log.
+    let id = &ids[0];
+    let r = sh(
+        &mut c,
+        id,
+        "head -c 30000 /dev/zero | tr '\\0' '\"'; head -c 30000 /dev/zero | tr '\\0' '\\001' >&2",
+    );
+    assert!(json_len(&r) < RESULT_BUDGET_BYTES, "{}", json_len(&r));
+    assert_eq!(r["truncated"], true);
+    let (out, err) = (r["stdout"].as_str().unwrap(), r["stderr"].as_str().unwrap());
+    assert!(out.starts_with("\"\"\"") && out.ends_with("\"\"\"") && out.contains("log_path"));
+    assert!(err.starts_with('\u{1}') && err.ends_with('\u{1}'));
+    let log = std::fs::read(dir.path().join(r["log_path"].as_str().unwrap())).unwrap();
+    assert_eq!(log.len(), 60_000);
+    // Its log through instance_logs, paged by the budget: page two starts where one ended.
+    let seq = r["log_path"]
+        .as_str()
+        .unwrap()
+        .rsplit("exec-")
+        .next()
+        .unwrap();
+    let source = format!("exec:{}", seq.trim_end_matches(".log"));
+    let l1 = c
+        .call_ok("instance_logs", json!({"instance": id, "source": source}))
+        .structured;
+    assert!(json_len(&l1) < RESULT_BUDGET_BYTES, "{}", json_len(&l1));
+    assert_eq!(l1["truncated"], true);
+    let next = l1["next_offset"].as_u64().unwrap();
+    let t1 = l1["text"].as_str().unwrap();
+    assert_eq!(t1.as_bytes(), &log[..next as usize]);
+    let l2 = c
+        .call_ok(
+            "instance_logs",
+            json!({"instance": id, "source": source, "offset": next}),
+        )
+        .structured;
+    assert!(json_len(&l2) < RESULT_BUDGET_BYTES, "{}", json_len(&l2));
+    assert_eq!(l2["offset"].as_u64(), Some(next));
+    let t2 = l2["text"].as_str().unwrap();
+    assert_eq!(t2.as_bytes(), &log[next as usize..next as usize + t2.len()]);
+    // The tail: its end kept, its start later.
+    let lt = c
+        .call_ok(
+            "instance_logs",
+            json!({"instance": id, "source": source, "tail": true}),
+        )
+        .structured;
+    assert!(json_len(&lt) < RESULT_BUDGET_BYTES, "{}", json_len(&lt));
+    let off = lt["offset"].as_u64().unwrap() as usize;
+    assert_eq!(lt["text"].as_str().unwrap().as_bytes(), &log[off..]);
+
+    // instance_copy out inline: a file that fits comes back; 30,000 quotes (60 KB escaped)
+    // ask for max_bytes, which then returns them.
+    sh(
+        &mut c,
+        id,
+        "head -c 30000 /dev/zero | tr '\\0' 'a' > /tmp/a",
+    );
+    let o = c
+        .call_ok(
+            "instance_copy",
+            json!({"instance": id, "direction": "out", "guest_path": "/tmp/a"}),
+        )
+        .structured;
+    assert_eq!(o["content"].as_str().unwrap().len(), 30_000);
+    sh(
+        &mut c,
+        id,
+        "head -c 30000 /dev/zero | tr '\\0' '\"' > /tmp/q",
+    );
+    let e = c
+        .call_err(
+            "instance_copy",
+            json!({"instance": id, "direction": "out", "guest_path": "/tmp/q"}),
+            "output_too_large",
+        )
+        .expect_field("max_bytes");
+    assert!(json_len(&e.structured) < RESULT_BUDGET_BYTES);
+    let o = c
+        .call_ok(
+            "instance_copy",
+            json!({"instance": id, "direction": "out", "guest_path": "/tmp/q", "max_bytes": 262144}),
+        )
+        .structured;
+    assert_eq!(o["content"].as_str().unwrap(), "\"".repeat(30_000));
+    c.shutdown();
+}

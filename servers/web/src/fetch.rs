@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use url::Url;
 
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+
 use crate::guard::{GuardConfig, GuardResolver, Refusal, check_url};
 
 pub const DEFAULT_MAX_LENGTH: i64 = 10_000;
@@ -200,7 +202,29 @@ pub async fn run(
     };
     ctx.check_cancelled()?;
     let total = page.text.chars().count();
-    let window: String = page.text.chars().skip(start).take(max_length).collect();
+    let mut window: String = page.text.chars().skip(start).take(max_length).collect();
+    let (mut title, mut raw_head) = (page.title.clone(), page.raw_head.clone());
+    if p.max_length.is_none() {
+        // A default page also ends where the answer's budget would be passed (10,000
+        // characters weigh up to 60,000 bytes escaped). The title and the raw head give
+        // way first when they are huge.
+        let fixed = |title: &Option<String>, raw_head: &Option<String>| {
+            json_len(&url.as_str())
+                + json_len(&page.final_url)
+                + json_len(&page.content_type)
+                + json_len(title)
+                + json_len(raw_head)
+                + json_len(&page.redirects)
+                + json_len(&page.note)
+                + 512
+        };
+        if fixed(&title, &raw_head) > RESULT_BUDGET_BYTES / 2 {
+            title = title.map(|t| cut_within(&t, 2048));
+            raw_head = raw_head.map(|h| cut_within(&h, 4096));
+        }
+        let room = RESULT_BUDGET_BYTES.saturating_sub(fixed(&title, &raw_head));
+        window = cut_within(&window, room);
+    }
     let end = (start + window.chars().count()).min(total);
     let truncated = end < total;
     let mut text = window.clone();
@@ -225,19 +249,36 @@ pub async fn run(
             final_url: page.final_url.clone(),
             status: page.status,
             content_type: page.content_type.clone(),
-            title: page.title.clone(),
+            title,
             text: window,
             truncated,
             next_start_index: truncated.then_some(end as u64),
             total_length: total as u64,
             body_truncated: page.body_truncated,
-            raw: page.raw_head.clone(),
+            raw: raw_head,
             redirects: page.redirects.clone(),
             cached: from_cache,
             note: page.note.clone(),
         },
         format!("{header}{text}"),
     ))
+}
+
+/// The longest prefix of `s` that serializes (JSON-escaped, quotes excluded) within `room`
+/// bytes.
+fn cut_within(s: &str, room: usize) -> String {
+    let mut used = 0;
+    for (i, c) in s.char_indices() {
+        used += match c {
+            '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used > room {
+            return s[..i].to_string();
+        }
+    }
+    s.to_string()
 }
 
 fn net_error(e: reqwest::Error, url: &Url) -> ToolError {

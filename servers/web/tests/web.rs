@@ -65,6 +65,13 @@ fn handle(mut stream: TcpStream, port: u16) {
             long.into_bytes(),
             None,
         ),
+        // 30,000 control characters and quotes: 10,000 of them weigh 46,666 bytes escaped.
+        "/escapes" => (
+            "200 OK",
+            "text/plain; charset=utf-8",
+            "\u{1}\u{2}\"".repeat(10_000).into_bytes(),
+            None,
+        ),
         "/r1" => ("302 Found", "text/plain", Vec::new(), Some("/r2".into())),
         "/r2" => (
             "301 Moved Permanently",
@@ -208,6 +215,43 @@ fn article_becomes_clean_markdown() {
             .expect("t")
             .contains("<nav class=\"primary-nav\"")
     );
+}
+
+/// A default page stays under the result budget (issue #37) however its characters escape,
+/// and the next page starts where it ended.
+#[test]
+fn a_default_page_fits_the_result_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    let url = format!("http://127.0.0.1:{port}/escapes");
+    let full = "\u{1}\u{2}\"".repeat(10_000);
+    let first = c.call_ok("web_fetch", json!({ "url": url })).structured;
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&first)
+    );
+    assert_eq!(first["truncated"], true);
+    let t1 = first["text"].as_str().expect("text");
+    let next = first["next_start_index"].as_u64().expect("next");
+    assert_eq!(next as usize, t1.chars().count());
+    assert!(full.starts_with(t1));
+    let second = c
+        .call_ok("web_fetch", json!({ "url": url, "start_index": next }))
+        .structured;
+    assert!(
+        json_len(&second) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&second)
+    );
+    let t2 = second["text"].as_str().expect("text");
+    assert!(full[t1.len()..].starts_with(t2) && !t2.is_empty());
+    // An explicit max_length still gets what it asks for.
+    let all = c
+        .call_ok("web_fetch", json!({ "url": url, "max_length": 30_000 }))
+        .structured;
+    assert_eq!(all["text"], full);
 }
 
 #[test]

@@ -37,14 +37,28 @@ pub async fn thread_list(client: &Client) -> ToolResult<Vec<Thread>> {
 }
 
 pub async fn threads(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
+    let skip = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let core = state.live().await?;
-    let list = thread_list(&core.client).await?;
-    let text = list
+    let all = thread_list(&core.client).await?;
+    let total = all.len();
+    let mut r = DebugResult::new(p.action, "ok");
+    r.total = Some(total as u64);
+    // Held to the result budget (Delve lists every goroutine): page on with `offset`.
+    let (list, _) = super::within_budget(&r, all.into_iter().skip(skip).collect());
+    let next = skip + list.len();
+    let mut text = list
         .iter()
         .map(|t| format!("{} {}", t.id, t.name))
         .collect::<Vec<_>>()
         .join("\n");
-    let mut r = DebugResult::new(p.action, "ok");
+    if next < total {
+        r.truncated = Some(true);
+        r.next_offset = Some(next as u64);
+        text.push_str(&format!(
+            "\n[{} of {total} threads; more: offset {next}]",
+            list.len()
+        ));
+    }
     r.threads = Some(list);
     Ok(Reply::new(r, text))
 }
@@ -145,8 +159,9 @@ pub async fn stack_trace(
 ) -> ToolResult<Reply<DebugResult>> {
     let core = state.live().await?;
     let levels = args::range("levels", p.levels.unwrap_or(DEFAULT_LEVELS), 1, MAX_LEVELS)?;
+    let start = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0);
     let thread = thread_of(&core, p.thread_id).await?;
-    let (list, total) = frames(&core, thread, 0, levels as i64)
+    let (list, total) = frames(&core, thread, start, levels as i64)
         .await
         .map_err(|e| thread_field(e, p))?;
     let frames: Vec<Frame> = list
@@ -155,7 +170,7 @@ pub async fn stack_trace(
         .map(|(i, f)| {
             let at = location_of(policy, f);
             Frame {
-                id: i as i64,
+                id: start + i as i64,
                 name: at.function,
                 path: at.path,
                 line: at.line,
@@ -165,23 +180,32 @@ pub async fn stack_trace(
             }
         })
         .collect();
-    let total = total
-        .unwrap_or(frames.len() as i64)
-        .max(frames.len() as i64);
+    let listed = frames.len() as i64;
+    let total = total.unwrap_or(start + listed).max(start + listed);
+    let mut r = DebugResult::new(p.action, "stopped");
+    r.total_frames = Some(total);
+    // Held to the result budget: the page ends at the last frame that fits.
+    let (frames, cut) = super::within_budget(&r, frames);
+    let end = start + frames.len() as i64;
     let mut text = frames
         .iter()
         .map(|f| format!("#{} {} {}:{}", f.id, f.name, f.path, f.line))
         .collect::<Vec<_>>()
         .join("\n");
-    if total > frames.len() as i64 {
+    if cut {
+        r.truncated = Some(true);
+        r.next_offset = Some(end as u64);
+        text.push_str(&format!(
+            "\n[frames {start}–{} of {total}; more: offset {end}]",
+            end - 1
+        ));
+    } else if total > end {
         text.push_str(&format!(
             "\n[{} of {total} frames; raise levels for more]",
             frames.len()
         ));
     }
-    let mut r = DebugResult::new(p.action, "stopped");
     r.frames = Some(frames);
-    r.total_frames = Some(total);
     Ok(Reply::new(r, text))
 }
 
@@ -426,9 +450,12 @@ pub async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<De
     if depth > 1 {
         tree.expand(&core.client, depth, expand::child_path).await?;
     }
-    let page = tree.render();
+    let mut r = DebugResult::new(p.action, "stopped");
+    r.total = Some(all.len() as u64);
+    // Held to the result budget: the page ends at the last value that fits.
+    let (page, _) = super::within_budget(&r, tree.render());
     let next = (offset + page.len() < all.len()).then_some((offset + page.len()) as u64);
-    let mut text = tree.text();
+    let mut text = tree.text(page.len());
     if tree.truncated {
         text.push_str(&format!(
             "\n[nested values stopped at {}; expand a value by name for more]",
@@ -441,9 +468,7 @@ pub async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<De
     if text.is_empty() {
         text = "no variables".into();
     }
-    let mut r = DebugResult::new(p.action, "stopped");
     r.variables = Some(page);
-    r.total = Some(all.len() as u64);
     r.next_offset = next;
     if depth > 1 {
         r.nested_truncated = Some(tree.truncated);

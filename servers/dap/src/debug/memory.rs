@@ -2,6 +2,7 @@
 //! (disassemble, read_memory, write_memory), modules, loaded sources, and raw DAP requests.
 
 use base64::Engine;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use kitbag_shared::{PathPolicy, Reply, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
@@ -50,15 +51,23 @@ pub async fn memory(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debug
                     address: i["address"].as_str().unwrap_or("").to_string(),
                     instruction: i["instruction"].as_str().unwrap_or("").to_string(),
                     bytes: i["instructionBytes"].as_str().map(String::from),
-                    symbol: i["symbol"].as_str().map(String::from),
+                    symbol: i["symbol"].as_str().map(super::cap),
                     line: i["line"].as_i64(),
                 })
                 .collect();
-            let text = list
+            // Held to the result budget: the next page starts after the last one shown.
+            let (list, cut) = super::within_budget(&r, list);
+            let mut text = list
                 .iter()
                 .map(|i| format!("{}  {}", i.address, i.instruction))
                 .collect::<Vec<_>>()
                 .join("\n");
+            if cut {
+                let next = offset + list.len() as i64;
+                r.truncated = Some(true);
+                r.next_offset = u64::try_from(next).ok();
+                text.push_str(&format!("\n[more: offset {next}]"));
+            }
             r.instructions = Some(list);
             Ok(Reply::new(r, text))
         }
@@ -119,6 +128,26 @@ pub async fn memory(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debug
     }
 }
 
+/// A listing's page from `skip`, held to the result budget: `total`, and when entries follow,
+/// `truncated` and `next_offset` (plus a line saying so for the text).
+fn page_on<T: serde::Serialize>(
+    r: &mut DebugResult,
+    skip: usize,
+    all: usize,
+    list: Vec<T>,
+) -> (Vec<T>, Option<String>) {
+    r.total = Some(all as u64);
+    let (list, _) = super::within_budget(r, list);
+    let next = skip + list.len();
+    if next >= all {
+        return (list, None);
+    }
+    r.truncated = Some(true);
+    r.next_offset = Some(next as u64);
+    let more = format!("[{} of {all} shown; more: offset {next}]", list.len());
+    (list, Some(more))
+}
+
 pub async fn listing(
     state: &DapState,
     policy: &PathPolicy,
@@ -127,6 +156,7 @@ pub async fn listing(
     let core = state.live().await?;
     let client = &core.client;
     let mut r = DebugResult::new(p.action, "ok");
+    let skip = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     match p.action {
         Action::Modules => {
             require_capability(client, "supportsModulesRequest", "modules")?;
@@ -137,6 +167,7 @@ pub async fn listing(
             let all = body["modules"].as_array().cloned().unwrap_or_default();
             let list: Vec<Module> = all
                 .iter()
+                .skip(skip)
                 .take(MAX_LISTED)
                 .map(|m| Module {
                     id: match &m["id"] {
@@ -147,10 +178,11 @@ pub async fn listing(
                     path: m["path"].as_str().map(|p| shown_path(policy, Some(p))),
                 })
                 .collect();
-            r.truncated = (all.len() > MAX_LISTED).then_some(true);
+            let (list, more) = page_on(&mut r, skip, all.len(), list);
             let text = list
                 .iter()
                 .map(|m| format!("{} {}", m.name, m.path.as_deref().unwrap_or("")))
+                .chain(more)
                 .collect::<Vec<_>>()
                 .join("\n");
             r.modules = Some(list);
@@ -165,16 +197,18 @@ pub async fn listing(
             let all = body["sources"].as_array().cloned().unwrap_or_default();
             let list: Vec<SourceEntry> = all
                 .iter()
+                .skip(skip)
                 .take(MAX_LISTED)
                 .map(|s| SourceEntry {
                     name: s["name"].as_str().unwrap_or("").to_string(),
                     path: shown_path(policy, s["path"].as_str()),
                 })
                 .collect();
-            r.truncated = (all.len() > MAX_LISTED).then_some(true);
+            let (list, more) = page_on(&mut r, skip, all.len(), list);
             let text = list
                 .iter()
                 .map(|s| s.path.clone())
+                .chain(more)
                 .collect::<Vec<_>>()
                 .join("\n");
             r.sources = Some(list);
@@ -197,7 +231,9 @@ pub async fn listing(
                     m
                 }
             };
-            if text.chars().count() > MAX_BODY_CHARS {
+            // Cut by characters for the text, and by bytes against the result budget.
+            let room = RESULT_BUDGET_BYTES.saturating_sub(json_len(&r) + 16);
+            if text.chars().count() > MAX_BODY_CHARS || json_len(&body) >= room {
                 let shown: String = text.chars().take(MAX_BODY_CHARS).collect();
                 r.truncated = Some(true);
                 return Ok(Reply::new(
@@ -208,5 +244,46 @@ pub async fn listing(
             r.body = Some(body);
             Ok(Reply::new(r, text))
         }
+    }
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+
+    /// 3,000 modules with long, quote-laden paths (before: the first 2,000, ≈ 800 KB): a
+    /// default page stays under the budget, says where the next starts, and the next page
+    /// starts exactly there.
+    #[test]
+    fn listings_page_within_the_budget() {
+        let all: Vec<Module> = (0..3000)
+            .map(|i| Module {
+                id: i.to_string(),
+                name: format!("lib{i}.so"),
+                path: Some(format!("/opt/\"{}\"/lib{i}.so", "q".repeat(200))),
+            })
+            .collect();
+        let mut seen = 0;
+        let mut pages = 0;
+        while seen < all.len() {
+            let mut r = DebugResult::new(Action::Modules, "ok");
+            let list = all.iter().skip(seen).take(MAX_LISTED).cloned().collect();
+            let (list, more) = page_on(&mut r, seen, all.len(), list);
+            assert_eq!(list[0].id, seen.to_string(), "nothing lost or repeated");
+            r.modules = Some(list.clone());
+            assert!(json_len(&r) < RESULT_BUDGET_BYTES, "{}", json_len(&r));
+            seen += list.len();
+            if seen < all.len() {
+                assert_eq!(r.truncated, Some(true));
+                assert_eq!(r.next_offset, Some(seen as u64));
+                assert!(more.is_some());
+            } else {
+                assert_eq!(r.next_offset, None);
+            }
+            pages += 1;
+        }
+        assert!(pages > 10, "{pages}");
     }
 }

@@ -45,9 +45,9 @@ pub const DEFAULT_WAIT_MS: u64 = 10_000;
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
-    description: "Debug a program with a real debugger (one session per connection): launch or \
+    description: "Debug a program with a real debugger: launch or \
         attach, set_breakpoint, continue/step_*, stack_trace, variables, evaluate, disconnect. \
-        Paths are root-relative.",
+        Paths are root-relative; a cut list goes on at `next_offset`.",
     read_only: false,
     destructive: true,
     idempotent: false,
@@ -220,6 +220,29 @@ pub fn require_capability(client: &Client, capability: &str, what: &str) -> Tool
 fn need<'a, T>(v: &'a Option<T>, field: &str, what: &str) -> ToolResult<&'a T> {
     v.as_ref()
         .ok_or_else(|| ToolError::invalid_field(field, what))
+}
+
+/// Room kept under the budget for a list's field name, `truncated`, `next_offset`, `cursor`
+/// and `total` (set after the list is cut).
+const PAGING_ROOM: usize = 160;
+
+/// The longest prefix of `items` that keeps `r` (serialized with the list added) under
+/// [`RESULT_BUDGET_BYTES`](kitbag_shared::limits::RESULT_BUDGET_BYTES) — at least one entry, so
+/// paging always moves on. Returns the kept entries and whether any were left out.
+pub fn within_budget<T: serde::Serialize>(r: &DebugResult, items: Vec<T>) -> (Vec<T>, bool) {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let mut used = json_len(r) + PAGING_ROOM;
+    let total = items.len();
+    let mut kept = Vec::new();
+    for item in items {
+        used += json_len(&item) + 1;
+        if used >= RESULT_BUDGET_BYTES && !kept.is_empty() {
+            break;
+        }
+        kept.push(item);
+    }
+    let cut = kept.len() < total;
+    (kept, cut)
 }
 
 /// A value cut to `MAX_VALUE_CHARS` characters.

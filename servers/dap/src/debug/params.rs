@@ -155,7 +155,7 @@ pub struct DebugParams {
     /// evaluate: watch (default, no side effects) or repl.
     #[serde(default)]
     pub context: Option<EvalContext>,
-    /// variables: skip N; output: cursor; memory/instructions: offset.
+    /// Lists: skip N (a result's next_offset); output: cursor; memory/instructions: offset.
     #[serde(default)]
     pub offset: Option<i64>,
     /// variables (default 100).

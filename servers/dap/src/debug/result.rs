@@ -53,10 +53,10 @@ pub struct DebugResult {
     pub scopes: Option<Vec<Scope>>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub variables: Option<Vec<Variable>>,
-    /// variables: how many matched (before paging).
+    /// variables, threads, modules, loaded_sources: how many in all (before paging).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub total: Option<u64>,
-    /// variables: the `offset` of the next page.
+    /// A list was cut to fit: the `offset` of the next page.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_offset: Option<u64>,
     /// variables with depth > 1: whether nested values stopped at the overall bound.
@@ -96,7 +96,7 @@ pub struct DebugResult {
     /// custom_request: the adapter's response body.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub body: Option<serde_json::Map<String, serde_json::Value>>,
-    /// The body or list was cut to fit.
+    /// The body or a list was cut to fit (page on: `next_offset`, output's `cursor`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub truncated: Option<bool>,
 }

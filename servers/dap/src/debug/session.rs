@@ -268,8 +268,15 @@ fn started(
 /// A launch or attach result also names the session and its threads (the seed's shape).
 async fn with_session_facts(core: &Core, r: &mut Reply<DebugResult>) {
     r.data.debug_session_id = Some(core.id.clone());
-    if r.data.status == "stopped" || r.data.status == "running" {
-        r.data.threads = super::inspect::thread_list(&core.client).await.ok();
+    if (r.data.status == "stopped" || r.data.status == "running")
+        && let Ok(all) = super::inspect::thread_list(&core.client).await
+    {
+        // Held to the result budget; the `threads` action pages through them all.
+        let (list, cut) = super::within_budget(&r.data, all);
+        if cut {
+            r.data.truncated = Some(true);
+        }
+        r.data.threads = Some(list);
     }
 }
 
@@ -511,27 +518,40 @@ pub async fn output(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debug
     let core = state.live().await?;
     // The cursor from the last output call.
     let since = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
-    let items: Vec<(String, String)> = {
+    let (items, more): (Vec<(String, String)>, bool) = {
         let e = core.client.events.locked();
-        e.output
+        let items: Vec<_> = e
+            .output
             .iter()
             .skip(since)
             .take(OUTPUT_PAGE)
             .cloned()
-            .collect()
+            .collect();
+        let more = e.output.len() > since + items.len();
+        (items, more)
     };
-    let cursor = since + items.len();
-    let text: String = items.iter().map(|(_, t)| t.as_str()).collect();
     let mut r = DebugResult::new(p.action, "ok");
-    r.output = Some(
-        items
-            .into_iter()
-            .map(|(category, text)| OutputChunk {
-                category,
-                text: cap(&text),
-            })
-            .collect(),
-    );
+    let chunks = items
+        .into_iter()
+        .map(|(category, text)| OutputChunk {
+            category,
+            text: cap(&text),
+        })
+        .collect();
+    // Held to the result budget: the cursor stops after the last chunk shown.
+    let (chunks, cut) = super::within_budget(&r, chunks);
+    let cursor = since + chunks.len();
+    let text: String = chunks.iter().map(|c| c.text.as_str()).collect();
+    r.output = Some(chunks);
     r.cursor = Some(cursor as u64);
-    Ok(Reply::new(r, format!("{}\n[cursor {cursor}]", cap(&text))))
+    r.truncated = (cut || more).then_some(true);
+    let more = if cut || more {
+        format!(" — more: offset {cursor}")
+    } else {
+        String::new()
+    };
+    Ok(Reply::new(
+        r,
+        format!("{}\n[cursor {cursor}{more}]", cap(&text)),
+    ))
 }

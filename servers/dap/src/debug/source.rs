@@ -44,6 +44,6 @@ pub fn location_of(policy: &PathPolicy, frame: &Value) -> Location {
         line,
         column: frame["column"].as_i64().unwrap_or(0),
         source_preview: cap(&preview),
-        function: frame["name"].as_str().unwrap_or("").to_string(),
+        function: cap(frame["name"].as_str().unwrap_or("")),
     }
 }

@@ -134,9 +134,11 @@ impl Tree {
         v
     }
 
-    pub fn text(&self) -> String {
+    /// The first `roots` top-level values (and what they hold) as text.
+    pub fn text(&self, roots: usize) -> String {
         let mut out = String::new();
-        self.text_of(&self.roots, 0, &mut out);
+        let shown = &self.roots[..roots.min(self.roots.len())];
+        self.text_of(shown, 0, &mut out);
         out
     }
 

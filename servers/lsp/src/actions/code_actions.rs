@@ -152,7 +152,11 @@ pub async fn code_actions(
     {
         actions.push(code_action_entry(&o, policy, a, resolvable && i < 20).await);
     }
-    let text = if actions.is_empty() {
+    // All of them, unless the caller pages (`limit`/`offset`) or the budget cuts the list.
+    let (actions, mut pg) = crate::result::page(actions, p, 10_000);
+    let mut result = LspResult::new(p.action);
+    let actions = pg.fit(&result, actions);
+    let mut text = if actions.is_empty() {
         format!("no code actions at {}:{}", o.rel, line + 1)
     } else {
         actions
@@ -172,10 +176,12 @@ pub async fn code_actions(
             .collect::<Vec<_>>()
             .join("\n")
     };
-    let result = LspResult {
-        count: Some(actions.len()),
-        actions: Some(actions),
-        ..LspResult::new(p.action)
-    };
+    result.actions = Some(actions);
+    let mut more = Vec::new();
+    pg.mark(&mut result, &mut more);
+    for line in more {
+        text.push('\n');
+        text.push_str(&line);
+    }
     Ok((result, text))
 }

@@ -16,6 +16,9 @@ use crate::result::{Diagnostic, LspResult, page};
 use crate::text::{Encoding, Lines};
 use crate::tool::{LspParams, language_for, need};
 
+/// The note of an answer returned before the servers went quiet.
+const NOT_SETTLED: &str = "returned before the language server went quiet: results may be incomplete; call again or raise wait_ms";
+
 /// Files a directory `diagnostics` call opens at most.
 pub const MAX_DIR_FILES: usize = 200;
 
@@ -176,7 +179,17 @@ pub async fn diagnostics(
     g.all.retain(|d| passes(severity, &d.severity));
     g.all
         .sort_by(|a, b| (&a.path, a.line, a.character).cmp(&(&b.path, b.line, b.character)));
-    let (shown, pg) = page(g.all, p, 100);
+    let (shown, mut pg) = page(g.all, p, 100);
+    let mut result = LspResult {
+        path: Some(r.rel.clone()),
+        files_checked: Some(g.files_checked),
+        settled: Some(g.settled),
+        waited_ms: Some(g.waited_ms),
+        files_truncated: files_truncated.then_some(true),
+        note: (!g.settled).then(|| NOT_SETTLED.to_string()),
+        ..LspResult::new(p.action)
+    };
+    let shown = pg.fit(&result, shown);
     let mut text: Vec<String> = shown
         .iter()
         .map(|d| {
@@ -200,25 +213,14 @@ pub async fn diagnostics(
             r.rel, g.files_checked
         ));
     }
-    let mut result = LspResult {
-        path: Some(r.rel),
-        diagnostics: Some(shown),
-        files_checked: Some(g.files_checked),
-        settled: Some(g.settled),
-        waited_ms: Some(g.waited_ms),
-        ..LspResult::new(p.action)
-    };
+    result.diagnostics = Some(shown);
     pg.mark(&mut result, &mut text);
     if files_truncated {
-        result.files_truncated = Some(true);
         text.push(format!(
             "only the first {MAX_DIR_FILES} files were checked; narrow `path`"
         ));
     }
     if !g.settled {
-        result.note = Some(
-            "returned before the language server went quiet: results may be incomplete; call again or raise wait_ms".into(),
-        );
         text.push("note: the language server was still working when this returned; results may be incomplete".into());
     }
     Ok((result, text.join("\n")))

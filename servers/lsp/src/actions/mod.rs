@@ -28,7 +28,7 @@ pub use code_actions::{code_actions, edit_entries};
 pub use diagnose::{MAX_DIR_FILES, diagnostics};
 pub use hover::{MAX_HOVER_CHARS, hover};
 pub use navigate::{goto, locations, references};
-pub use server::{MAX_RAW_BYTES, capabilities, raw_request, reload, status};
+pub use server::{capabilities, raw_request, reload, status, text_page};
 pub use symbols::{symbol_kind, symbols};
 
 /// An action's answer: the structured result and the text for a model to read.

@@ -14,6 +14,10 @@ use crate::result::{Location, LspResult, page};
 use crate::text::{Lines, uri_to_path};
 use crate::tool::{Action, LspParams};
 
+/// The default page of definitions, type definitions and implementations: every one (the
+/// result budget still cuts it).
+const ALL: u64 = 10_000;
+
 /// Turn Location / Location[] / LocationLink[] into caller-facing entries.
 pub async fn locations(server: &Server, policy: &PathPolicy, result: &Value) -> Vec<Location> {
     let items: Vec<Value> = match result {
@@ -116,15 +120,16 @@ pub async fn goto(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolR
         crate::ready::project_loaded(&o.server, "implementations", crate::ready::LOAD_WAIT).await?;
     }
     let answer = ask(pool, &o.server, method, tdp).await?;
-    let entries = locations(&o.server, policy, &answer).await;
+    let all = locations(&o.server, policy, &answer).await;
+    // All of them, unless the caller pages (`limit`/`offset`) or the budget cuts the list.
+    let (entries, mut pg) = page(all, p, ALL);
+    let mut result = LspResult::new(p.action);
+    let entries = pg.fit(&result, entries);
     let mut text = location_text(&entries);
-    if text.is_empty() {
+    if pg.total == 0 {
         text.push(format!("no {what} found at {}:{}:{}", o.rel, line + 1, ch));
     }
-    let mut result = LspResult {
-        count: Some(entries.len()),
-        ..LspResult::new(p.action)
-    };
+    pg.mark(&mut result, &mut text);
     match p.action {
         Action::TypeDefinition => result.type_definitions = Some(entries),
         Action::Implementation => result.implementations = Some(entries),
@@ -144,12 +149,11 @@ pub async fn references(
     tdp["context"] = json!({"includeDeclaration": p.include_declaration.unwrap_or(false)});
     let answer = ask(pool, &o.server, "textDocument/references", tdp).await?;
     let all = locations(&o.server, policy, &answer).await;
-    let (shown, pg) = page(all, p, 100);
+    let (shown, mut pg) = page(all, p, 100);
+    let mut result = LspResult::new(p.action);
+    let shown = pg.fit(&result, shown);
     let mut text = location_text(&shown);
-    let mut result = LspResult {
-        references: Some(shown),
-        ..LspResult::new(p.action)
-    };
+    result.references = Some(shown);
     pg.mark(&mut result, &mut text);
     if pg.total == 0 {
         text.push("no references found".into());

@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use kitbag_shared::{ErrorCode, PathPolicy, ToolError, ToolResult};
 use serde_json::Value;
 
@@ -10,9 +11,6 @@ use super::{Answer, language_of, server_of};
 use crate::pool::{Pool, Server};
 use crate::result::{LspResult, ServerInfo, Supports};
 use crate::tool::{Action, LspParams, need};
-
-/// A raw `request` answer beyond this is cut.
-pub const MAX_RAW_BYTES: usize = 256 * 1024;
 
 pub async fn status(pool: &Arc<Pool>) -> ToolResult<Answer> {
     let servers = pool.status().await;
@@ -121,15 +119,50 @@ pub async fn raw_request(
         method: Some(method.clone()),
         ..LspResult::new(p.action)
     };
-    if text.len() > MAX_RAW_BYTES {
-        let (cut, _) = kitbag_shared::limits::truncate_str(&text, MAX_RAW_BYTES);
-        let text = format!("{cut}… [truncated at {MAX_RAW_BYTES} bytes]");
-        result.truncated = Some(true);
-        result.result_text = Some(cut.to_string());
+    let start = p.offset.unwrap_or(0) as usize;
+    if start == 0 && json_len(&result) + text.len() + 16 < RESULT_BUDGET_BYTES {
+        result.result = Some(answer);
         return Ok((result, text));
     }
-    result.result = Some(answer);
-    Ok((result, text))
+    // Longer than the result budget (or paged): the answer's JSON text, a page at a time.
+    let room = RESULT_BUDGET_BYTES - json_len(&result) - 80;
+    let (page, next) = text_page(&text, start, room);
+    let page = page.to_string();
+    let mut shown = page.clone();
+    if let Some(next) = next {
+        result.truncated = Some(true);
+        result.next_offset = Some(next);
+        shown.push_str(&format!(
+            "… [{} of {} bytes; more: offset {next}]",
+            next,
+            text.len()
+        ));
+    }
+    result.result_text = Some(page);
+    Ok((result, shown))
+}
+
+/// The part of `text` from byte `start` (moved back to a character boundary) whose JSON
+/// string form fits in `room` bytes, and the offset after it when text follows.
+pub fn text_page(text: &str, start: usize, room: usize) -> (&str, Option<usize>) {
+    let mut start = start.min(text.len());
+    while !text.is_char_boundary(start) {
+        start -= 1;
+    }
+    let mut used = 2; // the quotes
+    let mut end = start;
+    for c in text[start..].chars() {
+        used += match c {
+            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
+            c if (c as u32) < 0x20 => 6,
+            c => c.len_utf8(),
+        };
+        if used > room {
+            return (&text[start..end], Some(end));
+        }
+        end += c.len_utf8();
+    }
+    (&text[start..], None)
 }
 
 fn raw_error(e: crate::rpc::RpcError) -> ToolError {
@@ -144,4 +177,31 @@ fn raw_error(e: crate::rpc::RpcError) -> ToolError {
         },
         format!("request failed: {e}"),
     )
+}
+
+#[cfg(test)]
+#[allow(clippy::unwrap_used)]
+mod tests {
+    use super::*;
+
+    /// A 300 KB answer of quotes, newlines and control characters (before: cut at 256 KB,
+    /// ≈ 600 KB serialized): every page fits the room, and the pages put together are the
+    /// whole text, nothing lost or repeated.
+    #[test]
+    fn raw_text_pages_fit_and_join_up() {
+        let text: String = "\"é\n\u{1}x".repeat(60_000);
+        let (mut at, mut joined, mut pages) = (0, String::new(), 0);
+        loop {
+            let (page, next) = text_page(&text, at, 39_000);
+            assert!(json_len(page) <= 39_000, "{}", json_len(page));
+            joined.push_str(page);
+            pages += 1;
+            match next {
+                Some(n) => at = n,
+                None => break,
+            }
+        }
+        assert_eq!(joined, text);
+        assert!(pages > 5);
+    }
 }

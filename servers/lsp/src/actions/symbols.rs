@@ -186,7 +186,9 @@ pub async fn symbols(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> To
         document_symbols(pool, policy, p).await?
     };
     let all = symbol_entries(policy, &answer, p.query.as_deref()).await;
-    let (shown, pg) = page(all, p, 50);
+    let (shown, mut pg) = page(all, p, 50);
+    let mut result = LspResult::new(p.action);
+    let shown = pg.fit(&result, shown);
     let mut text: Vec<String> = shown
         .iter()
         .map(|s| {
@@ -203,10 +205,7 @@ pub async fn symbols(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> To
             )
         })
         .collect();
-    let mut result = LspResult {
-        symbols: Some(shown),
-        ..LspResult::new(p.action)
-    };
+    result.symbols = Some(shown);
     pg.mark(&mut result, &mut text);
     if pg.total == 0 {
         text.push("no symbols found".into());

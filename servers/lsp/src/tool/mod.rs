@@ -23,7 +23,7 @@ pub const DEF: ToolDef = ToolDef {
     description: "Code intelligence from real language servers for rust, python, typescript/JS, go \
         and c/C++, synced with files on disk. A position is `path` + 1-based `line` + 0-based \
         `character` (code points), or `symbol`. rename edits all files atomically; rename_file \
-        lets the server fix imports; request: any LSP method. Fields name their actions.",
+        lets the server fix imports; request: any LSP method. Cut answers go on at `next_offset`.",
     read_only: false,
     destructive: false,
     idempotent: false,

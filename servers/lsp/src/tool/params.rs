@@ -116,10 +116,10 @@ pub struct LspParams {
     /// symbols: name filter (required for workspace).
     #[serde(default)]
     pub query: Option<String>,
-    /// references/symbols/diagnostics: page size (default 100; symbols 50).
+    /// Lists: page size (references/diagnostics 100, symbols 50, else all).
     #[serde(default)]
     pub limit: Option<u64>,
-    /// Same: skip this many (a result's `next_offset`).
+    /// Lists: skip this many; request: bytes of `result_text` (a result's `next_offset`).
     #[serde(default)]
     pub offset: Option<u64>,
     /// rename: an identifier.

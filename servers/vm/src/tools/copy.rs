@@ -19,12 +19,15 @@ use crate::{Caller, VmState};
 
 /// Content returned inline at most.
 pub const MAX_INLINE: u64 = 256 * 1024;
+/// Content returned inline without `max_bytes`: what the answer's budget holds (its
+/// serialized size is checked too).
+pub const DEFAULT_INLINE: u64 = (crate::budget::RESULT_BUDGET_BYTES - 1024) as u64;
 
 pub const DEF: ToolDef = ToolDef::write(
     "instance_copy",
     "Copy files to or from instance",
-    "Copy a file or directory into (in) or out of (out) an instance; out without host_path \
-     returns the file inline (≤ 256 KB). Atomic; keeps existing targets unless overwrite.",
+    "Copy a file or directory into or out of an instance; out without host_path returns it \
+     inline (≤ 38 KB; max_bytes: ≤ 256 KB). Atomic; keeps existing targets unless overwrite.",
 )
 .destructive();
 
@@ -348,8 +351,12 @@ async fn copy_out(
         Some(h) => Some(ctx.policy().resolve(h, "host_path", Access::Write)?),
         None => None,
     };
+    // Inline without max_bytes: what a default answer holds.
+    let fit = target.is_none() && p.max_bytes.is_none();
     let limit = if target.is_some() {
         max
+    } else if fit {
+        DEFAULT_INLINE
     } else {
         MAX_INLINE.min(max)
     };
@@ -420,7 +427,19 @@ async fn copy_out(
         return Err(ToolError::internal("the instance sent less than announced"));
     }
     drop(_busy);
-    Ok(inline_reply(id, p.guest_path.clone(), p.encoding, bytes))
+    let reply = inline_reply(id, p.guest_path.clone(), p.encoding, bytes);
+    let weight = crate::budget::json_len(&reply.data);
+    if fit && weight >= crate::budget::RESULT_BUDGET_BYTES {
+        return Err(ToolError::new(
+            ErrorCode::OutputTooLarge,
+            format!(
+                "{} ({size} bytes) is {weight} bytes in the answer (escaped or base64), more than a default answer holds: pass max_bytes (≤ {MAX_INLINE}) to have it inline, or host_path",
+                p.guest_path
+            ),
+        )
+        .with_detail(json!({ "field": "max_bytes", "size": size })));
+    }
+    Ok(reply)
 }
 
 /// The instance refused to send `guest_path`. Too large to return inline gets its own hint.
@@ -429,9 +448,14 @@ fn out_refused(answer: &Answer, inline: bool, limit: u64, guest_path: &str) -> T
         return ToolError::new(
             ErrorCode::OutputTooLarge,
             format!(
-                "{} has {} bytes, more than is returned inline ({limit}): pass host_path to copy it to a file",
+                "{} has {} bytes, more than is returned inline ({limit}): pass host_path to copy it to a file{}",
                 guest_path,
-                answer.size.unwrap_or(0)
+                answer.size.unwrap_or(0),
+                if limit < MAX_INLINE {
+                    format!(", or max_bytes (≤ {MAX_INLINE}) for more inline")
+                } else {
+                    String::new()
+                }
             ),
         )
         .with_detail(json!({ "field": "host_path", "size": answer.size }));

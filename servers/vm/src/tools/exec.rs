@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
+use crate::budget::{self, RESULT_BUDGET_BYTES, json_len};
 use crate::instance_dir;
 use crate::proto::{self, ExecRequest, ExitStatus, Frame, Request};
 use crate::tools::validate;
@@ -141,6 +142,8 @@ pub async fn run(
         ));
     }
     let timeout = validate::range("timeout_seconds", p.timeout_seconds.unwrap_or(60), 1, 600)?;
+    // Without max_output_bytes both streams together must fit the answer's budget.
+    let fit = p.max_output_bytes.is_none();
     let max_out = validate::range(
         "max_output_bytes",
         p.max_output_bytes.unwrap_or(32 * 1024),
@@ -186,8 +189,8 @@ pub async fn run(
         return job_started(&mut read, id, job, shown, started).await;
     }
     let mut capture = Capture::new(max_out as usize, &log_path);
-    let exit = wait_exit(read, write, &mut capture, &id, timeout, &shown).await?;
-    Ok(finished(id, exit, &capture, started, shown))
+    let exit = wait_exit(read, write, &mut capture, &id, timeout, &shown, fit).await?;
+    Ok(finished(id, exit, &capture, started, shown, fit))
 }
 
 /// The instance's next job number (0 when the instance is gone meanwhile).
@@ -243,6 +246,27 @@ struct Capture {
 }
 
 impl Capture {
+    /// Both previews; with `fit`, cut (head + tail) so that together they serialize within
+    /// the answer's budget less `besides` bytes. Says whether `fit` cut anything.
+    fn streams(&self, fit: bool, besides: usize) -> (String, String, bool) {
+        let (out, err) = (self.stdout.render(), self.stderr.render());
+        let room = RESULT_BUDGET_BYTES.saturating_sub(besides);
+        if !fit || json_len(&out) + json_len(&err) <= room {
+            return (out, err, false);
+        }
+        // A stream that fits in half leaves the rest to the other.
+        let half = room / 2;
+        let (out_room, err_room) = match (json_len(&out), json_len(&err)) {
+            (o, _) if o <= half => (o, room - o),
+            (_, e) if e <= half => (room - e, e),
+            _ => (half, room - half),
+        };
+        const WHERE: &str = "all of it in log_path";
+        let (out, a) = budget::head_tail_within(&out, out_room, WHERE);
+        let (err, b) = budget::head_tail_within(&err, err_room, WHERE);
+        (out, err, a || b)
+    }
+
     fn new(cap: usize, log_path: &std::path::Path) -> Self {
         Self {
             stdout: HeadTail::new(cap),
@@ -261,6 +285,7 @@ async fn wait_exit<R: tokio::io::AsyncRead + Unpin, W>(
     id: &str,
     timeout: u64,
     shown: &str,
+    fit: bool,
 ) -> ToolResult<ExitStatus> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(timeout);
     loop {
@@ -268,13 +293,12 @@ async fn wait_exit<R: tokio::io::AsyncRead + Unpin, W>(
             Err(_) => None,
             Ok(Ok(Some(f))) => Some(f),
             Ok(Ok(None)) | Ok(Err(_)) => {
+                let (stdout, stderr, _) = capture.streams(fit, 1024);
                 return Err(ToolError::new(
                     ErrorCode::InstanceNotRunning,
                     format!("instance {id} ended while the command ran"),
                 )
-                .with_detail(
-                    json!({ "stdout": capture.stdout.render(), "stderr": capture.stderr.render() }),
-                ));
+                .with_detail(json!({ "stdout": stdout, "stderr": stderr })));
             }
         };
         match frame {
@@ -282,14 +306,15 @@ async fn wait_exit<R: tokio::io::AsyncRead + Unpin, W>(
                 // Dropping the connection makes the agent kill the whole process group.
                 drop(read);
                 drop(write);
+                let (stdout, stderr, _) = capture.streams(fit, 1024 + json_len(shown));
                 return Err(ToolError::new(
                     ErrorCode::Timeout,
                     format!("the command ran past {timeout} s; its process group was killed"),
                 )
                 .with_detail(json!({
                     "timeout_seconds": timeout,
-                    "stdout": capture.stdout.render(),
-                    "stderr": capture.stderr.render(),
+                    "stdout": stdout,
+                    "stderr": stderr,
                     "log_path": shown,
                 })));
             }
@@ -316,12 +341,13 @@ fn finished(
     capture: &Capture,
     started: Instant,
     shown: String,
+    fit: bool,
 ) -> Reply<ExecResult> {
-    let truncated = capture.stdout.truncated() || capture.stderr.truncated();
     let duration_ms = started.elapsed().as_millis() as u64;
     let mut text = format!("exit {} in {duration_ms} ms", exit.code);
-    let out = capture.stdout.render();
-    let err = capture.stderr.render();
+    // What the answer holds besides the two streams: ids, numbers, field names, log_path.
+    let (out, err, cut) = capture.streams(fit, 512 + json_len(&id) + json_len(&shown));
+    let truncated = cut || capture.stdout.truncated() || capture.stderr.truncated();
     if !out.is_empty() {
         text.push_str(&format!("\n{out}"));
     }

@@ -6,6 +6,7 @@ use kitbag_shared::{Reply, ToolDef, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::budget::{RESULT_BUDGET_BYTES, json_len};
 use crate::instance::{InstanceInfo, State};
 use crate::tools::validate;
 use crate::{Caller, VmState};
@@ -67,11 +68,35 @@ pub fn run(state: &VmState, p: ListParams, caller: &Caller) -> ToolResult<Reply<
         })
         .collect();
     let total = matched.len() as u64;
-    let page: Vec<_> = matched
+    // Without a limit the page also stops where the answer's budget would be passed (never
+    // before its first instance, so paging moves on).
+    let fit = p.limit.is_none();
+    let mut used = json_len(&ListResult {
+        instances: Vec::new(),
+        total,
+        next_offset: Some(u64::MAX),
+    });
+    let mut page = Vec::new();
+    let mut infos = Vec::new();
+    for i in matched
         .into_iter()
         .skip(offset as usize)
         .take(limit as usize)
-        .collect();
+    {
+        let mut info = i.info(&state.root);
+        if fit {
+            if infos.is_empty() {
+                info.fit_within(RESULT_BUDGET_BYTES - used - 1);
+            }
+            let weight = json_len(&info) + 1;
+            if !infos.is_empty() && used + weight >= RESULT_BUDGET_BYTES {
+                break;
+            }
+            used += weight;
+        }
+        page.push(i);
+        infos.push(info);
+    }
     let next = offset + page.len() as u64;
     let mut text = if page.is_empty() {
         "no instances".to_string()
@@ -83,7 +108,7 @@ pub fn run(state: &VmState, p: ListParams, caller: &Caller) -> ToolResult<Reply<
     }
     Ok(Reply::new(
         ListResult {
-            instances: page.iter().map(|i| i.info(&state.root)).collect(),
+            instances: infos,
             total,
             next_offset: (next < total).then_some(next),
         },

@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::budget;
 use crate::instance_dir;
 use crate::tools::validate;
 use crate::{Caller, VmState};
@@ -113,7 +114,8 @@ pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<
         }
     })?;
     let size = file.metadata().map(|m| m.len()).unwrap_or(0);
-    let offset = if p.tail.unwrap_or(false) {
+    let tail = p.tail.unwrap_or(false);
+    let mut offset = if tail {
         size.saturating_sub(max)
     } else {
         p.offset.unwrap_or(0).min(size)
@@ -125,6 +127,20 @@ pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<
         .read_at(&mut buf, offset)
         .map_err(|e| ToolError::io(&source, &e))?;
     buf.truncate(got);
+    if p.max_bytes.is_none() {
+        // A default page also ends where the answer's budget would be passed (escaping grows
+        // text up to 6×); a tail keeps its end and starts later.
+        let room =
+            budget::RESULT_BUDGET_BYTES - 512 - budget::json_len(&id) - budget::json_len(&source);
+        let keep = budget::bytes_within(&buf, room, tail);
+        if tail {
+            offset += (buf.len() - keep) as u64;
+            buf.drain(..buf.len() - keep);
+        } else {
+            buf.truncate(keep);
+        }
+    }
+    let got = buf.len();
     let exit = exit_name
         .and_then(|f| instance_dir::read_guest_log(&dir, &f, 4096).ok())
         .and_then(|b| serde_json::from_slice::<crate::proto::ExitStatus>(&b).ok());

@@ -145,7 +145,11 @@ pub fn info(
         },
         instance: caller
             .as_ref()
-            .and_then(|me| state.lock().get(me).map(|i| i.info(&state.root))),
+            .and_then(|me| state.lock().get(me).map(|i| i.info(&state.root)))
+            .map(|mut i| {
+                i.fit_within(crate::budget::RESULT_BUDGET_BYTES / 2);
+                i
+            }),
         host: if caller.is_some() { None } else { host() },
         machine: MachineInfo {
             hostname: read_trim("/proc/sys/kernel/hostname"),

@@ -252,7 +252,9 @@ pub async fn run(
     let Some(inst) = map.get(&id) else {
         return Err(ToolError::internal("the instance vanished"));
     };
-    let info = inst.info(&state.root);
+    let mut info = inst.info(&state.root);
+    // A command of up to 256 KB is not sent back whole.
+    info.fit_within(crate::budget::RESULT_BUDGET_BYTES - 64);
     let text = summary(inst, &info);
     Ok(Reply::new(
         SpawnResult {
