@@ -1,7 +1,7 @@
 //! How an entry is shown to a client (shared by create, list, enable, disable, delete).
 
 use chrono::{DateTime, Utc};
-use kitbag_shared::limits::{json_len, truncate_str};
+use kitbag_shared::limits::{fit_str, json_len, truncate_str};
 use schemars::JsonSchema;
 use serde::Serialize;
 
@@ -85,14 +85,14 @@ impl EntryView {
             return false;
         }
         let room = json_len(self.message.as_str()).saturating_sub(over);
-        self.message = fit_str(&self.message, room);
+        self.message = fit_str(&self.message, room, "").0;
         self.message_truncated = true;
         let over = json_len(&*self).saturating_sub(max);
         if over > 0
             && let Some(c) = &mut self.command
         {
             let room = json_len(c.run.as_str()).saturating_sub(over);
-            c.run = fit_str(&c.run, room);
+            c.run = fit_str(&c.run, room, "").0;
             self.command_truncated = true;
         }
         true
@@ -139,35 +139,5 @@ impl EntryView {
         let (m, cut) = truncate_str(&one_line, 120);
         s.push_str(&format!(" — {}{}", m, if cut { "…" } else { "" }));
         s
-    }
-}
-
-/// The longest prefix of `s` (on a char boundary) whose JSON string weighs at most
-/// `max_json` bytes.
-pub fn fit_str(s: &str, max_json: usize) -> String {
-    let (mut lo, mut hi) = (0usize, s.len());
-    while lo < hi {
-        let mid = (lo + hi).div_ceil(2);
-        let (prefix, _) = truncate_str(s, mid);
-        if json_len(prefix) <= max_json {
-            lo = mid;
-        } else {
-            hi = mid - 1;
-        }
-    }
-    truncate_str(s, lo).0.to_string()
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fit_str_holds_escaped_text() {
-        let s = "\u{1}\"é".repeat(1000);
-        let cut = fit_str(&s, 500);
-        assert!(json_len(cut.as_str()) <= 500);
-        assert!(json_len(cut.as_str()) > 490);
-        assert_eq!(fit_str("abc", 10), "abc");
     }
 }

@@ -315,7 +315,7 @@ fn edit_locked(
     let cap = MAX_DIFF_BYTES
         .min(RESULT_BUDGET_BYTES.saturating_sub(RESERVE_BYTES + json_len(r.rel.as_str())));
     let (diff, diff_truncated) = {
-        let (d, cut) = truncate_json(&diff_full, cap);
+        let (d, cut) = kitbag_shared::limits::json_prefix(&diff_full, cap);
         (d.to_string(), cut)
     };
     let first_changed_line = first_changed_line(&decoded.text, &new_text);
@@ -349,24 +349,6 @@ fn edit_locked(
         },
         text,
     ))
-}
-
-/// Cut `s` on a char boundary so that it serializes (quotes included) to at most `max` bytes.
-/// Returns the kept prefix and whether anything was cut.
-pub fn truncate_json(s: &str, max: usize) -> (&str, bool) {
-    let mut used = 2;
-    for (i, c) in s.char_indices() {
-        let cost = match c {
-            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
-        };
-        if used + cost > max {
-            return (&s[..i], true);
-        }
-        used += cost;
-    }
-    (s, false)
 }
 
 fn normalize_arg(d: &Decoded, s: &str) -> String {
@@ -927,25 +909,6 @@ mod tests {
             .header("a/f", "b/f")
             .to_string();
         assert_eq!(unified_diff("f", o, n), full);
-    }
-
-    #[test]
-    fn truncate_json_counts_as_serde_does() {
-        let s = "a\"b\\c\n\t\u{1}é😀\u{7f}".repeat(50);
-        for max in 0..s.len() * 3 {
-            let (kept, cut) = truncate_json(&s, max);
-            let len = kitbag_shared::limits::json_len(kept);
-            assert!(len <= max.max(2), "{max}: {len}");
-            assert_eq!(cut, kept.len() < s.len());
-            if cut {
-                let next = s[kept.len()..].chars().next().expect("char");
-                let longer = &s[..kept.len() + next.len_utf8()];
-                assert!(
-                    kitbag_shared::limits::json_len(longer) > max,
-                    "{max}: cut too early"
-                );
-            }
-        }
     }
 
     #[test]

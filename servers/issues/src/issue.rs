@@ -11,13 +11,13 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Deserializer, Serialize};
 use serde_json::json;
 
-use crate::budget::{RESULT_BUDGET_BYTES, fit_str, json_len};
 use crate::db::{self, Edit, StatusFilter};
 use crate::model::{
     IssueSummary, MAX_BODY_BYTES, MAX_TITLE_CHARS, Status, Todo, TodoStatus, Update, Visibility,
 };
 use crate::render;
 use crate::state::IssuesState;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, fit_str, json_len};
 
 pub const DEFAULT_LIMIT: i64 = 25;
 pub const MAX_LIMIT: i64 = 100;

@@ -7,7 +7,6 @@
 //! Resources `issues://open` and `issues://N` with change notifications; the prompt
 //! `todo_reminder`. `kitbag-issues export` / `import` move issues through JSONL.
 
-pub mod budget;
 pub mod db;
 pub mod issue;
 pub mod model;

@@ -10,7 +10,6 @@
 //! there is nothing at the position, and a code action the server gave no kind has
 //! `"kind": null`.
 
-use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -334,21 +333,10 @@ pub fn page<T>(all: Vec<T>, p: &LspParams, default_limit: u64) -> (Vec<T>, Page)
 const PAGING_ROOM: usize = 160;
 
 /// The longest prefix of `items` that keeps `r` (serialized with the list added) under
-/// [`RESULT_BUDGET_BYTES`] — at least one entry, so paging always moves on. Returns the kept
+/// [`RESULT_BUDGET_BYTES`](kitbag_shared::limits::RESULT_BUDGET_BYTES) — at least one entry, so paging always moves on. Returns the kept
 /// entries and whether any were left out.
-pub fn within_budget<T: Serialize>(r: &LspResult, items: Vec<T>) -> (Vec<T>, bool) {
-    let mut used = json_len(r) + PAGING_ROOM;
-    let total = items.len();
-    let mut kept = Vec::new();
-    for item in items {
-        used += json_len(&item) + 1;
-        if used >= RESULT_BUDGET_BYTES && !kept.is_empty() {
-            break;
-        }
-        kept.push(item);
-    }
-    let cut = kept.len() < total;
-    (kept, cut)
+pub fn within_budget<T: serde::Serialize>(r: &LspResult, items: Vec<T>) -> (Vec<T>, bool) {
+    kitbag_shared::limits::within_budget(kitbag_shared::limits::json_len(r) + PAGING_ROOM, items)
 }
 
 impl Page {

@@ -334,15 +334,18 @@ fn finished(
     let (bytes, truncated) = capture.preview();
     // The preview is 30 KB of bytes; escaped (quotes, control characters) it can weigh up to
     // 6× that: cut again to the answer's budget, less the other fields.
-    let room = crate::budget::RESULT_BUDGET_BYTES
+    let room = kitbag_shared::limits::RESULT_BUDGET_BYTES
         - 1024
-        - crate::budget::json_len(&log_shown)
+        - kitbag_shared::limits::json_len(&log_shown)
         - running
             .contain
             .note()
-            .map_or(0, |n| crate::budget::json_len(&n));
-    let (stdout, cut) =
-        crate::budget::head_tail_within(&render(&String::from_utf8_lossy(&bytes)), room);
+            .map_or(0, |n| kitbag_shared::limits::json_len(&n));
+    let (stdout, cut) = kitbag_shared::limits::head_tail_within(
+        &render(&String::from_utf8_lossy(&bytes)),
+        room,
+        "the log file has them",
+    );
     let truncated = truncated || cut;
     let mut text = stdout.trim_end_matches('\n').to_string();
     let mut footer = vec![format!("exit code {}", exit.code)];

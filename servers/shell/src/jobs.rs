@@ -214,11 +214,13 @@ pub async fn output(
     let mut bytes = read.bytes;
     // The page also ends where the answer's budget would be passed (escaping grows output up
     // to 6×); the next call starts there.
-    let room = crate::budget::RESULT_BUDGET_BYTES
+    let room = kitbag_shared::limits::RESULT_BUDGET_BYTES
         - 1024
-        - crate::budget::json_len(&job.log_shown)
-        - crate::budget::json_len(&p.job_id);
-    let keep = crate::budget::bytes_within(&bytes, room, |b| render(&String::from_utf8_lossy(b)));
+        - kitbag_shared::limits::json_len(&job.log_shown)
+        - kitbag_shared::limits::json_len(&p.job_id);
+    let keep = kitbag_shared::limits::bytes_within(&bytes, room, false, |b| {
+        render(&String::from_utf8_lossy(b))
+    });
     bytes.truncate(keep);
     let next = read.start + bytes.len() as u64;
     *job.cursor.locked() = next;

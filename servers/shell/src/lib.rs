@@ -2,7 +2,6 @@
 
 pub mod ansi;
 pub mod bash;
-pub mod budget;
 pub mod jobs;
 pub mod logs;
 pub mod process;

@@ -355,7 +355,7 @@ impl InstanceInfo {
     /// of arguments) is what makes it larger: the arguments that fit are kept, and a last one
     /// says how much was cut.
     pub fn fit_within(&mut self, max: usize) {
-        use crate::budget::{json_len, prefix_within};
+        use kitbag_shared::limits::{json_len, json_prefix};
         let over = json_len(&*self).saturating_sub(max);
         let Some(cmd) = self.command.as_mut().filter(|_| over > 0) else {
             return;
@@ -368,7 +368,7 @@ impl InstanceInfo {
         for a in cmd.iter() {
             let weight = json_len(a) + 1;
             if used + weight > room {
-                let part = prefix_within(a, room.saturating_sub(used + 3));
+                let part = json_prefix(a, room.saturating_sub(used + 3) + 2).0;
                 if !part.is_empty() {
                     kept.push(part.to_string());
                 }

@@ -10,7 +10,6 @@
 pub mod agent;
 pub mod agent_link;
 pub mod backend;
-pub mod budget;
 pub mod bwrap;
 pub mod cgroup;
 pub mod disk;

@@ -230,19 +230,7 @@ const PAGING_ROOM: usize = 160;
 /// [`RESULT_BUDGET_BYTES`](kitbag_shared::limits::RESULT_BUDGET_BYTES) — at least one entry, so
 /// paging always moves on. Returns the kept entries and whether any were left out.
 pub fn within_budget<T: serde::Serialize>(r: &DebugResult, items: Vec<T>) -> (Vec<T>, bool) {
-    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
-    let mut used = json_len(r) + PAGING_ROOM;
-    let total = items.len();
-    let mut kept = Vec::new();
-    for item in items {
-        used += json_len(&item) + 1;
-        if used >= RESULT_BUDGET_BYTES && !kept.is_empty() {
-            break;
-        }
-        kept.push(item);
-    }
-    let cut = kept.len() < total;
-    (kept, cut)
+    kitbag_shared::limits::within_budget(kitbag_shared::limits::json_len(r) + PAGING_ROOM, items)
 }
 
 /// A value cut to `MAX_VALUE_CHARS` characters.

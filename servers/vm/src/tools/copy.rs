@@ -21,7 +21,7 @@ use crate::{Caller, VmState};
 pub const MAX_INLINE: u64 = 256 * 1024;
 /// Content returned inline without `max_bytes`: what the answer's budget holds (its
 /// serialized size is checked too).
-pub const DEFAULT_INLINE: u64 = (crate::budget::RESULT_BUDGET_BYTES - 1024) as u64;
+pub const DEFAULT_INLINE: u64 = (kitbag_shared::limits::RESULT_BUDGET_BYTES - 1024) as u64;
 
 pub const DEF: ToolDef = ToolDef::write(
     "instance_copy",
@@ -428,8 +428,8 @@ async fn copy_out(
     }
     drop(_busy);
     let reply = inline_reply(id, p.guest_path.clone(), p.encoding, bytes);
-    let weight = crate::budget::json_len(&reply.data);
-    if fit && weight >= crate::budget::RESULT_BUDGET_BYTES {
+    let weight = kitbag_shared::limits::json_len(&reply.data);
+    if fit && weight >= kitbag_shared::limits::RESULT_BUDGET_BYTES {
         return Err(ToolError::new(
             ErrorCode::OutputTooLarge,
             format!(

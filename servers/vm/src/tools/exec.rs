@@ -11,11 +11,11 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::io::AsyncWriteExt;
 
-use crate::budget::{self, RESULT_BUDGET_BYTES, json_len};
 use crate::instance_dir;
 use crate::proto::{self, ExecRequest, ExitStatus, Frame, Request};
 use crate::tools::validate;
 use crate::{Caller, VmState};
+use kitbag_shared::limits::{self as budget, RESULT_BUDGET_BYTES, json_len};
 
 pub const MAX_STDIN: usize = 1 << 20;
 /// The full output of one exec kept on disk (head of it).

@@ -6,10 +6,10 @@ use kitbag_shared::{Reply, ToolDef, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::budget::{RESULT_BUDGET_BYTES, json_len};
 use crate::instance::{InstanceInfo, State};
 use crate::tools::validate;
 use crate::{Caller, VmState};
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 
 pub const DEF: ToolDef = ToolDef::read(
     "instance_list",

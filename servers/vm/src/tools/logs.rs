@@ -5,10 +5,10 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::budget;
 use crate::instance_dir;
 use crate::tools::validate;
 use crate::{Caller, VmState};
+use kitbag_shared::limits as budget;
 
 pub const DEF: ToolDef = ToolDef::read(
     "instance_logs",
@@ -132,7 +132,9 @@ pub async fn run(state: &VmState, p: LogsParams, caller: &Caller) -> ToolResult<
         // text up to 6×); a tail keeps its end and starts later.
         let room =
             budget::RESULT_BUDGET_BYTES - 512 - budget::json_len(&id) - budget::json_len(&source);
-        let keep = budget::bytes_within(&buf, room, tail);
+        let keep = budget::bytes_within(&buf, room, tail, |b| {
+            String::from_utf8_lossy(b).into_owned()
+        });
         if tail {
             offset += (buf.len() - keep) as u64;
             buf.drain(..buf.len() - keep);

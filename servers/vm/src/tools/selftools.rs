@@ -147,7 +147,7 @@ pub fn info(
             .as_ref()
             .and_then(|me| state.lock().get(me).map(|i| i.info(&state.root)))
             .map(|mut i| {
-                i.fit_within(crate::budget::RESULT_BUDGET_BYTES / 2);
+                i.fit_within(kitbag_shared::limits::RESULT_BUDGET_BYTES / 2);
                 i
             }),
         host: if caller.is_some() { None } else { host() },

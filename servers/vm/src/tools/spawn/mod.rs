@@ -254,7 +254,7 @@ pub async fn run(
     };
     let mut info = inst.info(&state.root);
     // A command of up to 256 KB is not sent back whole.
-    info.fit_within(crate::budget::RESULT_BUDGET_BYTES - 64);
+    info.fit_within(kitbag_shared::limits::RESULT_BUDGET_BYTES - 64);
     let text = summary(inst, &info);
     Ok(Reply::new(
         SpawnResult {
