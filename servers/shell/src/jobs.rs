@@ -36,7 +36,7 @@ pub const KILL_DEF: ToolDef = ToolDef::write(
 pub const JOBS_DEF: ToolDef = ToolDef::read(
     "shell_jobs",
     "List background jobs",
-    "List this session's background jobs: id, command, running, exit code, output size, log file.",
+    "List this session's background jobs: id, command, running, exit code, output size, log file. A cut list goes on at `next_offset` (pass it as `offset`).",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -100,7 +100,11 @@ pub struct KillResult {
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct JobsParams {}
+pub struct JobsParams {
+    /// Jobs to skip, oldest first.
+    #[serde(default)]
+    pub offset: Option<usize>,
+}
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobInfo {
@@ -119,7 +123,14 @@ pub struct JobInfo {
 
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobsResult {
+    /// Oldest first, from `offset`, as many as fit the answer.
     pub jobs: Vec<JobInfo>,
+    /// Jobs in all.
+    pub total: usize,
+    /// More follow: call again with `offset` = `next_offset`.
+    pub truncated: bool,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_offset: Option<usize>,
 }
 
 pub struct Job {
@@ -313,19 +324,22 @@ pub async fn kill(
 
 pub async fn list(
     state: Arc<ShellState>,
-    _p: JobsParams,
+    p: JobsParams,
     _ctx: CallCtx,
 ) -> ToolResult<Reply<JobsResult>> {
-    let jobs: Vec<(String, Arc<Job>)> = state
+    let mut jobs: Vec<(String, Arc<Job>)> = state
         .jobs
         .table
         .locked()
         .iter()
         .map(|(k, v)| (k.clone(), v.clone()))
         .collect();
+    // Oldest first (`job-9` before `job-10`), so pages follow one another.
+    jobs.sort_by_key(|(id, _)| id.strip_prefix("job-").and_then(|n| n.parse::<u64>().ok()));
+    let total = jobs.len();
+    let offset = p.offset.unwrap_or(0).min(total);
     let mut out = Vec::new();
-    let mut text = String::new();
-    for (id, job) in jobs {
+    for (id, job) in jobs.into_iter().skip(offset) {
         let exit = job.exit();
         let total = job.running.capture.locked().total;
         let info = JobInfo {
@@ -339,6 +353,20 @@ pub async fn list(
             log_path: job.log_shown.clone(),
             containment: job.running.contain.kind().as_str().into(),
         };
+        out.push(info);
+    }
+    let empty = JobsResult {
+        jobs: Vec::new(),
+        total,
+        truncated: true,
+        next_offset: Some(total),
+    };
+    // Room beside the list for its paging fields.
+    let used = kitbag_shared::limits::json_len(&empty) + 32;
+    let (out, cut) = kitbag_shared::limits::within_budget(used, out);
+    let mut text = String::new();
+    for info in &out {
+        let id = &info.job_id;
         text.push_str(&format!(
             "{id}  {}  {}  {}\n",
             if info.running {
@@ -349,13 +377,24 @@ pub async fn list(
             info.log_path,
             info.command
         ));
-        out.push(info);
     }
-    if out.is_empty() {
+    let next_offset = cut.then_some(offset + out.len());
+    if let Some(next) = next_offset {
+        text.push_str(&format!(
+            "… {} more of {total}: call again with offset {next}\n",
+            total - next
+        ));
+    }
+    if total == 0 {
         text = "no background jobs".into();
     }
     Ok(Reply::new(
-        JobsResult { jobs: out },
+        JobsResult {
+            jobs: out,
+            total,
+            truncated: cut,
+            next_offset,
+        },
         text.trim_end().to_string(),
     ))
 }

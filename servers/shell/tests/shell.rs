@@ -379,3 +379,43 @@ fn answers_fit_the_result_budget() {
     );
     assert_eq!(o2, "\u{1}".repeat(o2.len()));
 }
+
+/// shell_jobs listed every job of the session whole: 40 jobs whose commands carry 190 control
+/// characters each (~1.2 KB escaped apiece) were ~50 KB. A default list stops at the budget and
+/// pages on, oldest first, nothing lost or repeated.
+#[test]
+fn the_job_list_pages_at_the_result_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = client(d.path(), &[]);
+    let comment = "\u{1}".repeat(190);
+    let mut ids = Vec::new();
+    for _ in 0..40 {
+        let j = c
+            .call_ok(
+                "shell_bash",
+                json!({ "command": format!("true #{comment}"), "background": true }),
+            )
+            .structured;
+        ids.push(j["job_id"].as_str().expect("job").to_string());
+    }
+    let first = c.call_ok("shell_jobs", json!({})).structured;
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&first)
+    );
+    assert_eq!(first["truncated"], true, "{}", first["total"]);
+    assert_eq!(first["total"], 40);
+    let next = first["next_offset"].as_u64().expect("next");
+    let second = c
+        .call_ok("shell_jobs", json!({ "offset": next }))
+        .structured;
+    assert_eq!(second["truncated"], false);
+    let listed: Vec<String> = [&first, &second]
+        .iter()
+        .flat_map(|r| r["jobs"].as_array().expect("jobs").clone())
+        .map(|j| j["job_id"].as_str().expect("id").to_string())
+        .collect();
+    assert_eq!(listed, ids, "oldest first, each once");
+}
