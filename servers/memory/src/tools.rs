@@ -512,6 +512,11 @@ pub struct DeleteResult {
     pub deleted: Vec<String>,
     /// Ids that were not found.
     pub unknown: Vec<String>,
+    /// How many were deleted and unknown in all: the two lists above are cut to fit the
+    /// answer (`truncated`) when a long `ids` list was given.
+    pub deleted_count: usize,
+    pub unknown_count: usize,
+    pub truncated: bool,
 }
 
 pub async fn delete(
@@ -540,11 +545,43 @@ pub async fn delete(
     }
     let (deleted, unknown) =
         with_db(&state, move |conn, _| conn.delete(&ids).map_err(db_err)).await?;
-    let mut text = format!("deleted {}", deleted.len());
-    if !unknown.is_empty() {
-        text.push_str(&format!("; unknown: {}", unknown.join(", ")));
+    let (deleted_count, unknown_count) = (deleted.len(), unknown.len());
+    // The unknown ids first: they are what the caller must look at again.
+    let base = kitbag_shared::limits::json_len(&DeleteResult {
+        deleted: Vec::new(),
+        unknown: Vec::new(),
+        deleted_count,
+        unknown_count,
+        truncated: true,
+    });
+    let (unknown, cut_unknown) = kitbag_shared::limits::within_budget(base, unknown);
+    let used = base + kitbag_shared::limits::json_len(&unknown);
+    let (deleted, cut_deleted) = if used + 64 < kitbag_shared::limits::RESULT_BUDGET_BYTES {
+        kitbag_shared::limits::within_budget(used, deleted)
+    } else {
+        (Vec::new(), deleted_count > 0)
+    };
+    let truncated = cut_unknown || cut_deleted;
+    let mut text = format!("deleted {deleted_count}");
+    if unknown_count > 0 {
+        text.push_str(&format!(
+            "; unknown ({unknown_count}): {}",
+            unknown.join(", ")
+        ));
+        if cut_unknown {
+            text.push_str(", …");
+        }
     }
-    Ok(Reply::new(DeleteResult { deleted, unknown }, text))
+    Ok(Reply::new(
+        DeleteResult {
+            deleted,
+            unknown,
+            deleted_count,
+            unknown_count,
+            truncated,
+        },
+        text,
+    ))
 }
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

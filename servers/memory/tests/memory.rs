@@ -204,8 +204,19 @@ fn store_search_delete_dedupe_and_filters(b: &Backend) {
         r.structured["unknown"],
         json!(["01NOPE00000000000000000000"])
     );
+    assert_eq!(r.structured["truncated"], false);
     let r = c.call_ok("memory_search", json!({"query": "staging", "tags": ["db"]}));
     assert_eq!(r.structured["count"], 0);
+    // 1,000 unknown ids of 64 bytes were echoed whole (~67 KB): the lists now fit the budget,
+    // the counts say how many there were.
+    let ids: Vec<String> = (0..1000).map(|i| format!("{i:064}")).collect();
+    let r = c.call_ok("memory_delete", json!({ "ids": ids }));
+    let size = kitbag_shared::limits::json_len(&r.structured);
+    assert!(size < kitbag_shared::limits::RESULT_BUDGET_BYTES, "{size}");
+    assert_eq!(r.structured["unknown_count"], 1000);
+    assert_eq!(r.structured["deleted_count"], 0);
+    assert_eq!(r.structured["truncated"], true);
+    assert!(r.structured["unknown"].as_array().expect("unknown").len() > 400);
 }
 
 fn ranking_puts_the_relevant_memory_first_and_recency_breaks_ties(b: &Backend) {
