@@ -43,8 +43,11 @@ pub struct StatusResult {
     /// Calls forwarded at the byte level (fastpath.rs) since start.
     pub byte_level_calls: u64,
     /// The agent's sessions in `.kitbag/sessions` of the working directory, with their token
-    /// totals (`kitbag run`, `chat`, `daemon`).
+    /// totals (`kitbag run`, `chat`, `daemon`), by name — as many as fit the answer
+    /// (`sessions_total` counts them all; `kitbag sessions` lists every one).
     pub sessions: Vec<kitbag_agent::record::SessionTotals>,
+    pub sessions_total: usize,
+    pub sessions_truncated: bool,
 }
 
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
@@ -92,7 +95,10 @@ pub fn status(hub: &Hub, settings: Vec<kitbag_config::settings::Setting>) -> Sta
             last_error: ch.last_error.clone(),
         })
         .collect();
-    StatusResult {
+    let sessions = std::env::current_dir()
+        .map(|d| kitbag_agent::session::all_totals(&d))
+        .unwrap_or_default();
+    let mut status = StatusResult {
         servers,
         tools: flat.tools.len() + 1,
         collisions: flat
@@ -103,10 +109,16 @@ pub fn status(hub: &Hub, settings: Vec<kitbag_config::settings::Setting>) -> Sta
             .collect(),
         settings,
         byte_level_calls: fastpath::forwarded(),
-        sessions: std::env::current_dir()
-            .map(|d| kitbag_agent::session::all_totals(&d))
-            .unwrap_or_default(),
-    }
+        sessions: Vec::new(),
+        sessions_total: sessions.len(),
+        sessions_truncated: true,
+    };
+    // Sessions only grow: they take what the rest of the answer leaves of the budget.
+    let used = kitbag_shared::limits::json_len(&status);
+    let (sessions, cut) = kitbag_shared::limits::within_budget(used, sessions);
+    status.sessions = sessions;
+    status.sessions_truncated = cut;
+    status
 }
 
 pub fn status_tool() -> Tool {
@@ -149,6 +161,12 @@ pub fn status_text(status: &StatusResult) -> String {
     }
     for s in &status.sessions {
         text.push_str(&format!("session {}: {s}\n", s.name));
+    }
+    if status.sessions_truncated {
+        text.push_str(&format!(
+            "… {} sessions in all: `kitbag sessions` lists them\n",
+            status.sessions_total
+        ));
     }
     text.trim_end().to_string()
 }

@@ -199,6 +199,38 @@ fn status(c: &mut McpClient) -> Value {
     r.structured
 }
 
+/// host_status listed every agent session of the project whole: 600 sessions were ~80 KB. The
+/// list now takes what the rest of the answer leaves of the 40,000-byte budget and says how
+/// many there are.
+#[test]
+fn host_status_holds_the_result_budget_with_many_sessions() {
+    let d = project();
+    let sessions = d.path().join(".kitbag/sessions");
+    std::fs::create_dir_all(&sessions).expect("mkdir");
+    for i in 0..600 {
+        std::fs::write(sessions.join(format!("session-{i:04}.jsonl")), "").expect("w");
+    }
+    let cfg = write_config(
+        d.path(),
+        "agent.json",
+        json!({"mcp": {"files": files_entry(d.path())}}),
+    );
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", cfg.to_str().expect("u"), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    let s = status(&mut c);
+    let size = serde_json::to_vec(&s).expect("json").len();
+    assert!(size < 40_000, "{size}");
+    assert_eq!(s["sessions_total"], 600);
+    assert_eq!(s["sessions_truncated"], true);
+    let shown = s["sessions"].as_array().expect("sessions").len();
+    assert!(shown > 100 && shown < 600, "{shown}");
+    assert_eq!(s["sessions"][0]["name"], "session-0000");
+}
+
 #[test]
 fn crashed_child_restarts_keeps_its_tools_and_nothing_is_left_behind() {
     let d = project();
