@@ -721,7 +721,12 @@ impl Page {
         let cost = json_len(&item) + 1;
         if self.charged + cost > self.cap {
             self.cut_by.get_or_insert("output_cap");
-            return None;
+            // A page's first entry is taken even when it alone passes the cap (a match with
+            // much explicit context): an empty page would send the caller back to the same
+            // offset for ever.
+            if self.returned > 0 {
+                return None;
+            }
         }
         self.charged += cost;
         self.text.push_str(&entry());
@@ -812,4 +817,32 @@ fn content_entry(f: &FileHits, h: &Hit, last: Option<&(String, u64)>) -> String 
         entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
     }
     entry
+}
+
+#[cfg(test)]
+mod page_tests {
+    use super::*;
+
+    /// An entry bigger than the cap by itself still makes the page (and the next one moves
+    /// on); the entries after it wait for the next page.
+    #[test]
+    fn a_page_always_moves_on() {
+        let mut page = Page::new(0, None, 100);
+        let big = "x".repeat(500);
+        assert!(matches!(
+            page.admit(|| big.clone(), String::new),
+            Some(Some(_))
+        ));
+        assert!(page.admit(|| "small".to_string(), String::new).is_none());
+        assert_eq!((page.returned, page.cut_by), (1, Some("output_cap")));
+        let mut next = Page::new(1, None, 100);
+        assert!(matches!(
+            next.admit(|| big.clone(), String::new),
+            Some(None)
+        ));
+        assert!(matches!(
+            next.admit(|| "small".to_string(), String::new),
+            Some(Some(_))
+        ));
+    }
 }
