@@ -98,7 +98,9 @@ def main():
         sock.recv(10)
     except OSError:
         pass
-    for _ in range(100):
+    # The refusal comes on the port's error channel, after the data channel closed: on a
+    # loaded machine that took longer than 5 s once. Wait up to 30 s (it ends at the error).
+    for _ in range(600):
         if pf.error(8099) is not None:
             break
         time.sleep(0.05)
