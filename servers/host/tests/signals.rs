@@ -234,6 +234,18 @@ enum Ending {
 
 const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"exit-matrix","version":"1"}}}"#;
 
+/// A server under test that is killed and reaped if the test fails before it exits.
+struct Reaped(std::process::Child);
+
+impl Drop for Reaped {
+    fn drop(&mut self) {
+        if self.0.try_wait().ok().flatten().is_none() {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+}
+
 /// Start `program args` on `kind`, let it answer `initialize`, end the session with `ending`
 /// (a file or `/dev/null` ends it by itself) and return how long it took to exit, with the
 /// children it had then.
@@ -290,7 +302,8 @@ fn time_exit(
         }
     }
     let started = Instant::now();
-    let mut child = cmd.spawn().expect("spawn");
+    let mut child = Reaped(cmd.spawn().expect("spawn"));
+    let child = &mut child.0;
     if let Some(stdin) = child.stdin.take() {
         client = Some(Box::new(stdin));
     }
@@ -328,7 +341,7 @@ fn time_exit(
         }
         assert!(
             asked.elapsed() < Duration::from_secs(10),
-            "{program:?} on {kind:?}: still running 10 s after {ending:?}"
+            "{program:?} {args:?} on {kind:?}: still running 10 s after {ending:?}"
         );
         std::thread::sleep(Duration::from_millis(2));
     }
