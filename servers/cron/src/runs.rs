@@ -1,6 +1,6 @@
 //! `cron_runs`: the run history, newest first.
 
-use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, truncate_str};
+use kitbag_shared::limits::{json_len, truncate_str, within_budget};
 use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -63,22 +63,16 @@ pub fn run(state: &CronState, p: RunsParams) -> ToolResult<Reply<RunsResult>> {
     }
     // Cut at the budget (a run carries up to 4 KB of output, six times that escaped); the
     // first run always fits.
-    let mut used = json_len(&RunsResult {
-        runs: Vec::new(),
-        total,
-        truncated: true,
-        next_offset: Some(usize::MAX),
-    });
-    let mut keep = 0;
-    for (i, r) in runs.iter().enumerate() {
-        used += json_len(r) + usize::from(i > 0);
-        // The budget holds a default call; an explicit `limit` gets what it asks for.
-        if i > 0 && used > RESULT_BUDGET_BYTES && p.limit.is_none() {
-            break;
-        }
-        keep = i + 1;
+    // The budget holds a default call; an explicit `limit` gets what it asks for.
+    if p.limit.is_none() {
+        let used = json_len(&RunsResult {
+            runs: Vec::new(),
+            total,
+            truncated: true,
+            next_offset: Some(usize::MAX),
+        });
+        runs = within_budget(used, runs).0;
     }
-    runs.truncate(keep);
     let end = offset + runs.len();
     let truncated = end < total;
     let mut text = String::new();

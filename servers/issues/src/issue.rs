@@ -17,7 +17,7 @@ use crate::model::{
 };
 use crate::render;
 use crate::state::IssuesState;
-use kitbag_shared::limits::{RESULT_BUDGET_BYTES, fit_str, json_len};
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, fit_str, json_len, within_budget};
 
 pub const DEFAULT_LIMIT: i64 = 25;
 pub const MAX_LIMIT: i64 = 100;
@@ -195,23 +195,17 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
         offset,
     )?;
     // Cut at the budget (a title escapes to up to 1.2 KB); the first issue always fits.
-    let mut used = json_len(&ListResult {
-        issues: Vec::new(),
-        total,
-        limit,
-        offset,
-        next_offset: Some(i64::MAX),
-    });
-    let mut keep = 0;
-    for (i, x) in issues.iter().enumerate() {
-        used += json_len(x) + usize::from(i > 0);
-        // The budget holds a default call; an explicit `limit` gets what it asks for.
-        if i > 0 && used > RESULT_BUDGET_BYTES && p.limit.is_none() {
-            break;
-        }
-        keep = i + 1;
+    // The budget holds a default call; an explicit `limit` gets what it asks for.
+    if p.limit.is_none() {
+        let used = json_len(&ListResult {
+            issues: Vec::new(),
+            total,
+            limit,
+            offset,
+            next_offset: Some(i64::MAX),
+        });
+        issues = within_budget(used, issues).0;
     }
-    issues.truncate(keep);
     let end = offset + issues.len() as i64;
     let next_offset = (end < total).then_some(end);
     let what = match filter {

@@ -611,6 +611,29 @@ fn the_first_rename_is_whole() {
     );
 }
 
+/// Ask with defaults: the answer holds the result budget and says its `list` was cut; then ask
+/// for the page at `next_offset`. Returns the first answer, and the line of its last entry and
+/// of the second page's first.
+fn two_pages(c: &mut McpClient, ask: Value, list: &str) -> (Value, u64, u64) {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let line_of = |v: &Value| v["line"].as_u64().unwrap();
+    let first = ok(c, ask.clone());
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{list}: {}",
+        json_len(&first)
+    );
+    assert_eq!(first["truncated"], true, "{list}");
+    let shown = first[list].as_array().unwrap();
+    let next = first["next_offset"].as_u64().unwrap();
+    assert_eq!(next, shown.len() as u64, "{list}");
+    let mut more = ask;
+    more["offset"] = json!(next);
+    let second = ok(c, more);
+    let lines = (line_of(shown.last().unwrap()), line_of(&second[list][0]));
+    (first, lines.0, lines.1)
+}
+
 /// Issue #37's result budget, worst cases under defaults: 150 references on lines of 190
 /// emoji, 120 undefined 1,500-character names, 60 functions with 2,000-character names, and
 /// the raw documentSymbol answer of that file. Each default call stays under 40,000 bytes of
@@ -645,68 +668,26 @@ fn default_results_stay_within_the_budget() {
     std::fs::write(d.path().join("names.py"), names).unwrap();
     let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
     c.timeout = Duration::from_secs(90);
-    let line_of = |v: &Value| v["line"].as_u64().unwrap();
-
-    // references: the page ends at the last one that fits; the next starts right after.
-    let ask = json!({"action": "references", "path": "refs.py", "line": 1, "symbol": "f"});
-    let first = ok(&mut c, ask.clone());
-    assert!(
-        json_len(&first) < RESULT_BUDGET_BYTES,
-        "{}",
-        json_len(&first)
+    // Each list: the page ends at the last entry that fits, the next starts right after it.
+    let (first, last, next) = two_pages(
+        &mut c,
+        json!({"action": "references", "path": "refs.py", "line": 1, "symbol": "f"}),
+        "references",
     );
-    assert_eq!(first["truncated"], true);
     assert_eq!(first["count"], 150);
-    let shown = first["references"].as_array().unwrap();
-    let next = first["next_offset"].as_u64().unwrap();
-    assert_eq!(next, shown.len() as u64);
-    let mut more = ask.clone();
-    more["offset"] = json!(next);
-    let second = ok(&mut c, more);
-    assert_eq!(
-        line_of(&second["references"][0]),
-        line_of(shown.last().unwrap()) + 1
+    assert_eq!(next, last + 1, "references");
+    let (_, last, next) = two_pages(
+        &mut c,
+        json!({"action": "diagnostics", "path": "undefined.py"}),
+        "diagnostics",
     );
-
-    // diagnostics: the same.
-    let ask = json!({"action": "diagnostics", "path": "undefined.py"});
-    let first = ok(&mut c, ask.clone());
-    assert!(
-        json_len(&first) < RESULT_BUDGET_BYTES,
-        "{}",
-        json_len(&first)
+    assert_eq!(next, last + 1, "diagnostics");
+    let (_, last, next) = two_pages(
+        &mut c,
+        json!({"action": "symbols", "path": "names.py"}),
+        "symbols",
     );
-    assert_eq!(first["truncated"], true);
-    let shown = first["diagnostics"].as_array().unwrap();
-    let next = first["next_offset"].as_u64().unwrap();
-    assert_eq!(next, shown.len() as u64);
-    let mut more = ask.clone();
-    more["offset"] = json!(next);
-    let second = ok(&mut c, more);
-    assert_eq!(
-        line_of(&second["diagnostics"][0]),
-        line_of(shown.last().unwrap()) + 1
-    );
-
-    // symbols: the same.
-    let ask = json!({"action": "symbols", "path": "names.py"});
-    let first = ok(&mut c, ask.clone());
-    assert!(
-        json_len(&first) < RESULT_BUDGET_BYTES,
-        "{}",
-        json_len(&first)
-    );
-    assert_eq!(first["truncated"], true);
-    let shown = first["symbols"].as_array().unwrap();
-    let next = first["next_offset"].as_u64().unwrap();
-    assert_eq!(next, shown.len() as u64);
-    let mut more = ask.clone();
-    more["offset"] = json!(next);
-    let second = ok(&mut c, more);
-    assert_eq!(
-        line_of(&second["symbols"][0]),
-        line_of(shown.last().unwrap()) + 4
-    );
+    assert_eq!(next, last + 4, "symbols: a function every four lines");
 
     // request: the raw answer's JSON text in pages that join up to the whole answer.
     let uri = url::Url::from_file_path(d.path().canonicalize().unwrap().join("names.py"))

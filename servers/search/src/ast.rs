@@ -13,7 +13,7 @@ use ast_grep_core::tree_sitter::StrDoc;
 use ast_grep_core::{AstGrep, Pattern};
 use ast_grep_language::SupportLang;
 use ignore::WalkState;
-use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, truncate_line};
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, json_prefix, truncate_line};
 use kitbag_shared::paths::fd;
 use kitbag_shared::{
     Access, CallCtx, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
@@ -448,7 +448,7 @@ fn capture_vars(
                     let mut text = cut(&node.text(), MAX_MATCH_CHARS);
                     let cost = json_len(&text);
                     if cost > left {
-                        text = format!("{}…", cut_json(&text, left.saturating_sub(8)));
+                        text = format!("{}…", json_prefix(&text, left.saturating_sub(8)).0);
                     }
                     left = left.saturating_sub(cost.min(left));
                     out.insert(name.clone(), Captured::One(text));
@@ -478,23 +478,6 @@ fn capture_vars(
         }
     }
     out
-}
-
-/// The longest prefix of `s` (on a char boundary) that serializes, quotes included, to at
-/// most `max` bytes.
-fn cut_json(s: &str, max: usize) -> &str {
-    let mut used = 2;
-    for (i, c) in s.char_indices() {
-        used += match c {
-            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
-        };
-        if used > max {
-            return &s[..i];
-        }
-    }
-    s
 }
 
 fn cut(s: &str, max: usize) -> String {
@@ -1045,7 +1028,7 @@ fn edit_reply(
         let keep = json_len(fc.diff.as_str()).saturating_sub(listed - cap + 64);
         fc.diff = format!(
             "{}\n[diff cut: answer cap reached]",
-            cut_json(&fc.diff, keep)
+            json_prefix(&fc.diff, keep).0
         );
     }
     let result = EditResult {

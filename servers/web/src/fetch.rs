@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use url::Url;
 
-use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, json_prefix};
 
 use crate::guard::{GuardConfig, GuardResolver, Refusal, check_url};
 
@@ -219,11 +219,11 @@ pub async fn run(
                 + 512
         };
         if fixed(&title, &raw_head) > RESULT_BUDGET_BYTES / 2 {
-            title = title.map(|t| cut_within(&t, 2048));
-            raw_head = raw_head.map(|h| cut_within(&h, 4096));
+            title = title.map(|t| json_prefix(&t, 2048 + 2).0.to_string());
+            raw_head = raw_head.map(|h| json_prefix(&h, 4096 + 2).0.to_string());
         }
         let room = RESULT_BUDGET_BYTES.saturating_sub(fixed(&title, &raw_head));
-        window = cut_within(&window, room);
+        window = json_prefix(&window, room + 2).0.to_string();
     }
     let end = (start + window.chars().count()).min(total);
     let truncated = end < total;
@@ -262,23 +262,6 @@ pub async fn run(
         },
         format!("{header}{text}"),
     ))
-}
-
-/// The longest prefix of `s` that serializes (JSON-escaped, quotes excluded) within `room`
-/// bytes.
-fn cut_within(s: &str, room: usize) -> String {
-    let mut used = 0;
-    for (i, c) in s.char_indices() {
-        used += match c {
-            '"' | '\\' | '\u{8}' | '\u{c}' | '\n' | '\r' | '\t' => 2,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
-        };
-        if used > room {
-            return s[..i].to_string();
-        }
-    }
-    s.to_string()
 }
 
 fn net_error(e: reqwest::Error, url: &Url) -> ToolError {

@@ -152,11 +152,7 @@ pub fn text_page(text: &str, start: usize, room: usize) -> (&str, Option<usize>)
     let mut used = 2; // the quotes
     let mut end = start;
     for c in text[start..].chars() {
-        used += match c {
-            '"' | '\\' | '\n' | '\r' | '\t' | '\u{8}' | '\u{c}' => 2,
-            c if (c as u32) < 0x20 => 6,
-            c => c.len_utf8(),
-        };
+        used += kitbag_shared::limits::escaped_len(c);
         if used > room {
             return (&text[start..end], Some(end));
         }
