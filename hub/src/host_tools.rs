@@ -11,6 +11,11 @@ use crate::registry::{Hub, ReloadReport, State};
 pub const STATUS_TOOL: &str = "host_status";
 pub const RELOAD_TOOL: &str = "host_reload";
 
+/// The arguments of both host tools: none.
+#[derive(serde::Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NoParams {}
+
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct ServerStatus {
     pub name: String,

@@ -422,9 +422,16 @@ impl OwnTools for HostServer {
     fn call_own<'a>(
         &'a self,
         name: &'a str,
-        _arguments: Option<JsonObject>,
+        arguments: Option<JsonObject>,
     ) -> futures::future::BoxFuture<'a, CallToolResult> {
         Box::pin(async move {
+            // Neither takes a parameter: an unexpected one is a typed error naming it, as on
+            // every server's own tools.
+            if let Err(e) = kitbag_shared::server::decode_args::<host_tools::NoParams>(
+                arguments.unwrap_or_default(),
+            ) {
+                return e.into_call_result();
+            }
             if name == STATUS_TOOL {
                 self.status_call()
             } else {
@@ -458,7 +465,8 @@ impl HostServer {
                 r.structured_content = serde_json::to_value(&report).ok();
                 r
             }
-            Err(e) => error_result("invalid_params", e.to_string()),
+            // Every reload failure is the configuration's (unreadable, no file, an agent gone).
+            Err(e) => error_result("config_invalid", e.to_string()),
         }
     }
 }

@@ -59,3 +59,36 @@ pub fn project(root: &Path) -> PathBuf {
     std::fs::write(root.join("a.txt"), "alpha\n").unwrap_or_else(|e| panic!("a.txt: {e}"));
     root.to_path_buf()
 }
+
+/// `dir/.venv`'s python, when the `package==V` pinned by `dir/requirements.txt` is installed in
+/// it (a venv left from an older pin does not count).
+pub fn venv_python(dir: &Path, package: &str) -> Option<PathBuf> {
+    let venv = dir.join(".venv");
+    let python = venv.join("bin/python");
+    let pinned = std::fs::read_to_string(dir.join("requirements.txt")).ok()?;
+    let version = pinned
+        .lines()
+        .find_map(|l| l.trim().strip_prefix(package)?.strip_prefix("=="))?;
+    let dist = package.replace('-', "_");
+    let installed = std::fs::read_dir(venv.join("lib"))
+        .ok()?
+        .flatten()
+        .any(|d| {
+            d.path()
+                .join(format!("site-packages/{dist}-{version}.dist-info"))
+                .exists()
+        });
+    (installed && python.exists()).then_some(python)
+}
+
+/// Whether Node and the TypeScript SDK (`testkit/js/node_modules`) are there; see [`require`].
+pub fn ts_sdk_ready(manifest_dir: &str) -> bool {
+    let installed = testkit_dir(manifest_dir)
+        .join("js/node_modules/@modelcontextprotocol/sdk/package.json")
+        .exists();
+    let node = Command::new("node").arg("--version").output().is_ok();
+    require(
+        installed && node,
+        "the TypeScript SDK is not installed (run scripts/test, or npm ci in testkit/js)",
+    )
+}

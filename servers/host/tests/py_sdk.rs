@@ -17,7 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use kitbag_testkit::clients::{json_report, project, require, testkit_dir};
+use kitbag_testkit::clients::{json_report, project, require, testkit_dir, venv_python};
 use kitbag_testkit::http::HttpServer;
 use serde_json::{Value, json};
 
@@ -32,27 +32,6 @@ fn py_dir() -> PathBuf {
 /// The venv's python, when the pinned SDK is installed in it.
 fn python() -> Option<PathBuf> {
     venv_python(&py_dir(), "mcp")
-}
-
-/// `dir/.venv`'s python, when the `package==V` pinned by `dir/requirements.txt` is installed in
-/// it.
-fn venv_python(dir: &Path, package: &str) -> Option<PathBuf> {
-    let venv = dir.join(".venv");
-    let python = venv.join("bin/python");
-    let pinned = std::fs::read_to_string(dir.join("requirements.txt")).ok()?;
-    let version = pinned
-        .lines()
-        .find_map(|l| l.trim().strip_prefix(package)?.strip_prefix("=="))?;
-    let dist = package.replace('-', "_");
-    let installed = std::fs::read_dir(venv.join("lib"))
-        .ok()?
-        .flatten()
-        .any(|d| {
-            d.path()
-                .join(format!("site-packages/{dist}-{version}.dist-info"))
-                .exists()
-        });
-    (installed && python.exists()).then_some(python)
 }
 
 /// A host project whose agent.json runs the files server (the runs add memory to it).

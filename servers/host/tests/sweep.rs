@@ -1,0 +1,368 @@
+//! Every tool of every server, called at least once successfully and once failing, through the
+//! official Python SDK's client (both eras) and the TypeScript SDK's client (the handshake era,
+//! the only one it speaks), against `kitbag serve` (stdio, and Streamable HTTP) and against each
+//! single server (`kitbag server FAMILY` for Python, the installed binaries `kitbag-FAMILY` for
+//! TypeScript): each validates every result it receives against the tool's own outputSchema,
+//! error results included.
+//!
+//! The calls are the case table `testkit/sweep/cases.json`, read by both drivers
+//! (`testkit/py/sweep.py`, `testkit/js/sweep.mjs`). A tool of the catalog (`manifests/`) without
+//! a successful and a failing case fails this test before anything runs, so a new tool needs
+//! its cases the day it lands; each run also fails on a listed tool the table does not call.
+//!
+//! Needs `testkit/py/.venv` and `testkit/js/node_modules` (made by `scripts/test`). Under
+//! `CI=true` their absence fails the test; elsewhere it skips loudly.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use kitbag_testkit::clients::{json_report, require, testkit_dir, ts_sdk_ready, venv_python};
+use kitbag_testkit::http::HttpServer;
+use kitbag_testkit::{pids_with_cmdline, sibling_binary, wait_until, workspace_root};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag"))
+}
+
+fn cases_path() -> PathBuf {
+    testkit_dir(env!("CARGO_MANIFEST_DIR")).join("sweep/cases.json")
+}
+
+/// The catalog: each family's tool names, from `manifests/<family>/tools.json` (the host's own
+/// tools under `host`).
+fn catalog() -> BTreeMap<String, Vec<String>> {
+    let dir = workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests");
+    let mut out = BTreeMap::new();
+    for entry in std::fs::read_dir(&dir).expect("manifests").flatten() {
+        let family = entry.file_name().to_string_lossy().into_owned();
+        let text = std::fs::read_to_string(entry.path().join("tools.json")).expect("tools.json");
+        let tools: Value = serde_json::from_str(&text).expect("json");
+        let names = tools["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| t["name"].as_str().expect("name").to_string())
+            .collect();
+        out.insert(family, names);
+    }
+    out
+}
+
+/// The arguments a family's server gets in the sweep: the web server may fetch the loopback
+/// page the test serves; the issues server needs a project.
+fn family_args(family: &str) -> Vec<String> {
+    let mut args = vec!["server".to_string(), family.to_string()];
+    match family {
+        "web" => args.push("--allow-private".into()),
+        "issues" => args.extend(["--project".into(), "sweep".into()]),
+        _ => {}
+    }
+    args
+}
+
+/// An agent.json running every family, each as the single-server runs start it.
+fn host_config(dir: &Path, families: &[&String]) -> PathBuf {
+    let mcp: serde_json::Map<String, Value> = families
+        .iter()
+        .map(|f| {
+            (
+                f.to_string(),
+                json!({"command": bin(), "args": family_args(f)}),
+            )
+        })
+        .collect();
+    let cfg = dir.join("agent.json");
+    std::fs::write(&cfg, json!({"mcp": mcp}).to_string()).expect("agent.json");
+    cfg
+}
+
+/// A small page on loopback for `web_fetch`.
+fn serve_page() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+            let mut line = String::new();
+            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
+                line.clear();
+            }
+            let body = "<html><head><title>Sweep</title></head><body><h1>Sweep</h1>\
+                        <p>Every tool, once right and once wrong.</p></body></html>";
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    format!("http://127.0.0.1:{port}/page")
+}
+
+/// Every catalog tool has a successful and a failing case.
+fn missing_cases(cases: &Value, catalog: &BTreeMap<String, Vec<String>>) -> Vec<String> {
+    let steps = cases["steps"].as_array().expect("steps");
+    let has = |tool: &str, ok: bool| {
+        steps
+            .iter()
+            .any(|s| s["tool"] == tool && ((s.get("expect").is_none_or(|e| e == "ok")) == ok))
+    };
+    let mut missing = Vec::new();
+    for tool in catalog.values().flatten() {
+        if !has(tool, true) {
+            missing.push(format!("{tool}: no successful case"));
+        }
+        if !has(tool, false) {
+            missing.push(format!("{tool}: no failing case"));
+        }
+    }
+    missing
+}
+
+/// Checks one driver's reports: nothing failed, and each run called every tool it should.
+fn check_reports(
+    client: &str,
+    runs: &[Value],
+    reports: &Value,
+    expected: &BTreeMap<String, usize>,
+    stderr: &str,
+) {
+    for run in runs {
+        let name = run["name"].as_str().expect("name");
+        let r = &reports[name];
+        assert_eq!(r["failures"], json!([]), "{client} {name}: {r:#}\n{stderr}");
+        let tools = r["tools"].as_object().expect("tools");
+        assert_eq!(
+            r["listed"].as_u64(),
+            Some(expected[name] as u64),
+            "{client} {name}: {r:#}"
+        );
+        assert_eq!(tools.len(), expected[name], "{client} {name}: {r:#}");
+        for (tool, tally) in tools {
+            let ok = tally["ok"].as_u64() > Some(0) || tally["waived"].as_u64() > Some(0);
+            assert!(
+                ok && tally["failed"].as_u64() > Some(0),
+                "{client} {name} {tool}: {tally}"
+            );
+        }
+    }
+}
+
+#[test]
+fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() {
+    let cases: Value =
+        serde_json::from_str(&std::fs::read_to_string(cases_path()).expect("cases")).expect("json");
+    let catalog = catalog();
+    let missing = missing_cases(&cases, &catalog);
+    assert!(
+        missing.is_empty(),
+        "testkit/sweep/cases.json lacks cases:\n{}",
+        missing.join("\n")
+    );
+    let python = venv_python(&testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py"), "mcp");
+    if !require(
+        python.is_some(),
+        "the Python MCP SDK is not installed in testkit/py/.venv (run scripts/test)",
+    ) || !ts_sdk_ready(env!("CARGO_MANIFEST_DIR"))
+    {
+        return;
+    }
+    let python = python.expect("python");
+    let page = serve_page();
+    let d = tempfile::tempdir().expect("tmp");
+    let families: Vec<&String> = catalog.keys().filter(|f| *f != "host").collect();
+    let all_tools: usize = catalog.values().map(Vec::len).sum();
+    let kitbag = bin().to_str().expect("utf8");
+
+    // Each run gets a directory of its own: the cases change files and stores.
+    let dir = |name: &str| {
+        let p = d.path().join(name.replace(' ', "-"));
+        std::fs::create_dir_all(&p).expect("mkdir");
+        p
+    };
+    let mut expected = BTreeMap::new();
+    let mut run = |name: String, mode: &str, target: Value, cwd: &Path, tools: usize| {
+        expected.insert(name.clone(), tools);
+        // A single server runs alone: no host above it.
+        let alone = tools < all_tools;
+        json!({"name": name, "mode": mode, "target": target, "cwd": cwd, "vars": {"page": page},
+               "alone": alone})
+    };
+    let mut py_runs = Vec::new();
+    let mut ts_runs = Vec::new();
+    let mut http = Vec::new();
+    for mode in ["legacy", "2026-07-28"] {
+        let cwd = dir(&format!("py host {mode}"));
+        let cfg = host_config(&cwd, &families);
+        let target = json!([kitbag, "--config", cfg, "serve"]);
+        py_runs.push(run(
+            format!("host stdio {mode}"),
+            mode,
+            target,
+            &cwd,
+            all_tools,
+        ));
+        for family in &families {
+            let cwd = dir(&format!("py {family} {mode}"));
+            let mut target = vec![json!(kitbag)];
+            target.extend(family_args(family).into_iter().map(Value::from));
+            let tools = catalog[*family].len();
+            py_runs.push(run(
+                format!("{family} {mode}"),
+                mode,
+                json!(target),
+                &cwd,
+                tools,
+            ));
+        }
+    }
+    // The host over Streamable HTTP (stateless), in the newer era.
+    let cwd = dir("py host http");
+    let cfg = host_config(&cwd, &families);
+    let cfg_s = cfg.to_str().expect("utf8");
+    let server = HttpServer::start(
+        bin(),
+        &["--config", cfg_s, "serve", "--http", "127.0.0.1:0"],
+        &cwd,
+        &[],
+    );
+    py_runs.push(run(
+        "host http 2026-07-28".into(),
+        "2026-07-28",
+        json!(server.url()),
+        &cwd,
+        all_tools,
+    ));
+    http.push(server);
+    let cwd = dir("ts host");
+    let cfg = host_config(&cwd, &families);
+    let target = json!([kitbag, "--config", cfg, "serve"]);
+    ts_runs.push(run(
+        "ts host stdio".into(),
+        "legacy",
+        target,
+        &cwd,
+        all_tools,
+    ));
+    for family in &families {
+        let cwd = dir(&format!("ts {family}"));
+        // The TypeScript runs start the binaries users install (`kitbag-files`, …) where the
+        // build made them; the Python runs start `kitbag server FAMILY`.
+        let single = sibling_binary(&format!("kitbag-{family}"));
+        let mut target = vec![json!(kitbag)];
+        let mut args = family_args(family);
+        if single.exists() {
+            target = vec![json!(single)];
+            args.drain(..2);
+        }
+        target.extend(args.into_iter().map(Value::from));
+        let tools = catalog[*family].len();
+        ts_runs.push(run(
+            format!("ts {family}"),
+            "legacy",
+            json!(target),
+            &cwd,
+            tools,
+        ));
+    }
+
+    // Both drivers at once (each runs a few of its runs at a time).
+    let driver = |program: &Path, script: &str, runs: &[Value]| {
+        json_report(
+            Command::new(program)
+                .arg(testkit_dir(env!("CARGO_MANIFEST_DIR")).join(script))
+                .arg(cases_path())
+                .arg(Value::Array(runs.to_vec()).to_string()),
+        )
+    };
+    let ((py_out, py_reports), (ts_out, ts_reports)) = std::thread::scope(|s| {
+        let ts = s.spawn(|| driver(Path::new("node"), "js/sweep.mjs", &ts_runs));
+        let py = driver(&python, "py/sweep.py", &py_runs);
+        (py, ts.join().expect("node driver"))
+    });
+    let stderr = String::from_utf8_lossy(&py_out.stderr);
+    check_reports("python", &py_runs, &py_reports, &expected, &stderr);
+    for r in &py_runs {
+        let name = r["name"].as_str().expect("name");
+        let want = if r["mode"] == "legacy" {
+            "2025-11-25"
+        } else {
+            "2026-07-28"
+        };
+        assert_eq!(py_reports[name]["protocol"], want, "{name}");
+    }
+    let stderr = String::from_utf8_lossy(&ts_out.stderr);
+    check_reports("typescript", &ts_runs, &ts_reports, &expected, &stderr);
+
+    // Nothing a run started outlives it: no host, server, sandbox or job of these directories.
+    drop(http);
+    let root = d.path().to_str().expect("utf8").to_string();
+    wait_until("every sweep process gone", 10, || {
+        pids_with_cmdline(&root).is_empty()
+    });
+}
+
+/// The drivers' schema checks are live: a server answering off its own outputSchema, in a
+/// successful and in an error result, fails both calls in both SDKs.
+#[test]
+fn the_sweep_reports_results_off_their_schema_success_and_error() {
+    let python = venv_python(&testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py"), "mcp");
+    if !require(
+        python.is_some(),
+        "the Python MCP SDK is not installed in testkit/py/.venv (run scripts/test)",
+    ) || !ts_sdk_ready(env!("CARGO_MANIFEST_DIR"))
+    {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let cases = d.path().join("cases.json");
+    let steps = json!({"steps": [
+        {"tool": "shape", "args": {}},
+        {"tool": "shape", "args": {"fail": true}, "expect": "boom"}
+    ]});
+    std::fs::write(&cases, steps.to_string()).expect("cases");
+    let server = testkit_dir(env!("CARGO_MANIFEST_DIR")).join("sweep/misshapen_server.py");
+    let runs = json!([{"name": "misshapen", "mode": "legacy", "cwd": d.path(),
+                       "target": ["python3", server]}]);
+    let drivers = [
+        (
+            python.expect("python"),
+            testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py/sweep.py"),
+            "Invalid structured content",
+        ),
+        (
+            PathBuf::from("node"),
+            testkit_dir(env!("CARGO_MANIFEST_DIR")).join("js/sweep.mjs"),
+            "does not match the tool's output schema",
+        ),
+    ];
+    for (program, script, says) in drivers {
+        let (out, reports) = json_report(
+            Command::new(program)
+                .arg(&script)
+                .arg(&cases)
+                .arg(runs.to_string()),
+        );
+        assert!(!out.status.success(), "{}: {reports}", script.display());
+        let failures = reports["misshapen"]["failures"]
+            .as_array()
+            .expect("failures");
+        let off_schema = |args: &str| {
+            failures.iter().any(|f| {
+                let f = f.as_str().unwrap_or("");
+                f.starts_with(&format!("shape {args}")) && f.contains(says)
+            })
+        };
+        assert!(off_schema("{}"), "{}: {failures:#?}", script.display());
+        assert!(
+            off_schema("{\"fail\":") || off_schema("{\"fail\": "),
+            "{}: {failures:#?}",
+            script.display()
+        );
+    }
+}
