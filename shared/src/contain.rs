@@ -517,20 +517,12 @@ impl Job {
             self.cleanup();
             return false;
         }
-        for &p in &members {
-            let _ = kill(Pid::from_raw(p), Signal::SIGTERM);
-            let _ = kill(Pid::from_raw(p), Signal::SIGCONT);
+        if crate::process::stop(self, grace) {
+            self.kill();
+            return true;
         }
-        let until = Instant::now() + grace;
-        while Instant::now() < until {
-            if !members.iter().any(|&p| alive(p)) && !self.alive() {
-                self.cleanup();
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        self.kill();
-        true
+        self.cleanup();
+        false
     }
 
     /// SIGKILL every process of the job now, and remove its cgroup.
@@ -825,6 +817,18 @@ pub fn reap_orphans() {
         {
             let _ = waitpid(Pid::from_raw(pid), Some(WaitPidFlag::WNOHANG));
         }
+    }
+}
+
+/// A job stops the one way every process does ([`crate::process::stop`]): gone once none of
+/// its processes is left.
+impl crate::process::Stoppable for Job {
+    fn signal(&self, signal: Signal) {
+        Job::signal(self, signal);
+    }
+
+    fn alive(&self) -> bool {
+        Job::alive(self)
     }
 }
 

@@ -164,8 +164,8 @@ fn shell(script: &str, cwd: &Path, env: &[(&str, String)], job: Option<&contain:
     cmd
 }
 
-/// Wait for the shell until `deadline`; past it, SIGTERM, then SIGKILL after a grace.
-/// Returns its status and whether the deadline ended it.
+/// Wait for the shell until `deadline`; past it, the one stop sequence (SIGTERM, a grace,
+/// SIGKILL) on its group and job. Returns its status and whether the deadline ended it.
 async fn wait_or_kill(
     child: &mut tokio::process::Child,
     pgid: i32,
@@ -175,18 +175,44 @@ async fn wait_or_kill(
     match tokio::time::timeout_at(deadline, child.wait()).await {
         Ok(s) => (s.ok(), false),
         Err(_) => {
-            signal_group(pgid, Signal::SIGTERM);
-            signal_job(job, Signal::SIGTERM).await;
-            let status = match tokio::time::timeout(TERM_GRACE, child.wait()).await {
-                Ok(s) => s.ok(),
-                Err(_) => {
-                    signal_group(pgid, Signal::SIGKILL);
-                    kill_job(job).await;
-                    child.wait().await.ok()
-                }
+            let overdue = Overdue {
+                shell: child.id().unwrap_or(0),
+                pgid,
+                job: job.clone(),
             };
-            (status, true)
+            let killed = tokio::task::spawn_blocking(move || {
+                kitbag_shared::process::stop(&overdue, TERM_GRACE).then_some(overdue)
+            })
+            .await
+            .ok()
+            .flatten();
+            if let Some(Overdue { job: Some(j), .. }) = killed {
+                // The grace ran out: the job's cgroup goes at once too.
+                let _ = tokio::task::spawn_blocking(move || j.kill()).await;
+            }
+            (child.wait().await.ok(), true)
         }
+    }
+}
+
+/// A command past its deadline: signals reach its process group and its job; it is gone once
+/// the shell has exited (what it leaves behind is [`stop_leftovers`]' business).
+struct Overdue {
+    shell: u32,
+    pgid: i32,
+    job: Option<Arc<contain::Job>>,
+}
+
+impl kitbag_shared::process::Stoppable for Overdue {
+    fn signal(&self, signal: Signal) {
+        signal_group(self.pgid, signal);
+        if let Some(j) = &self.job {
+            j.signal(signal);
+        }
+    }
+
+    fn alive(&self) -> bool {
+        kitbag_shared::process::running(self.shell)
     }
 }
 
@@ -214,12 +240,6 @@ async fn stop_leftovers(
     // Whatever the command left running — in its group or escaped from it — is stopped.
     if let Some(j) = job.clone() {
         let _ = tokio::task::spawn_blocking(move || j.terminate(TERM_GRACE)).await;
-    }
-}
-
-async fn signal_job(job: &Option<Arc<contain::Job>>, sig: Signal) {
-    if let Some(j) = job.clone() {
-        let _ = tokio::task::spawn_blocking(move || j.signal(sig)).await;
     }
 }
 

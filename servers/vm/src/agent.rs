@@ -9,7 +9,7 @@
 use kitbag_shared::lock::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -808,41 +808,35 @@ fn place(
     Ok(true)
 }
 
-/// SIGTERM every process of the instance but init and this agent, wait up to `grace` for
-/// them to go, then SIGKILL what is left. `kill(-1, …)` inside the instance's PID namespace
-/// reaches exactly the instance's processes.
-async fn stop_everything(grace: Duration) {
-    let _ = kill(Pid::from_raw(-1), Signal::SIGTERM);
-    let deadline = Instant::now() + grace;
-    while Instant::now() < deadline && others_alive() {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
-    let _ = kill(Pid::from_raw(-1), Signal::SIGKILL);
-}
+/// Every process of the instance but init and this agent: `kill(-1, …)` inside the
+/// instance's PID namespace reaches exactly them.
+struct EveryoneElse;
 
-/// Whether any process other than PID 1 and this agent is alive (zombies do not count).
-fn others_alive() -> bool {
-    let me = std::process::id();
-    let Ok(dir) = std::fs::read_dir("/proc") else {
-        return false;
-    };
-    dir.flatten().any(|e| {
-        let Some(pid) = e.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+impl kitbag_shared::process::Stoppable for EveryoneElse {
+    fn signal(&self, signal: Signal) {
+        let _ = kill(Pid::from_raw(-1), signal);
+    }
+
+    /// Whether any process other than PID 1 and this agent runs (zombies do not count).
+    fn alive(&self) -> bool {
+        let me = std::process::id();
+        let Ok(dir) = std::fs::read_dir("/proc") else {
             return false;
         };
-        if pid == 1 || pid == me {
-            return false;
-        }
-        std::fs::read_to_string(e.path().join("stat"))
-            .map(|s| {
-                !s.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(false)
-    })
+        dir.flatten().any(|e| {
+            e.file_name()
+                .to_str()
+                .and_then(|s| s.parse::<i32>().ok())
+                .is_some_and(|pid| {
+                    pid != 1 && pid as u32 != me && kitbag_shared::proc_stat::running(pid)
+                })
+        })
+    }
+}
+
+/// Stop every process of the instance but init and this agent (the one stop sequence).
+async fn stop_everything(grace: Duration) {
+    kitbag_shared::process::stop_async(&EveryoneElse, grace).await;
 }
 
 async fn restart_main(agent: &Arc<Agent>, grace: Duration) -> Answer {
