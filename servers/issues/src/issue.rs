@@ -784,6 +784,12 @@ pub struct BindResult {
     /// The bound issue's checklist as markdown.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub markdown: Option<String>,
+    /// Live todos in all.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub todos_total: Option<i64>,
+    /// The markdown stopped at 40 KB: `todos_offset` for todo view.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_todos_offset: Option<i64>,
 }
 
 pub fn bind(state: &IssuesState, conn: &mut Store, p: BindParams) -> ToolResult<Reply<BindResult>> {
@@ -806,6 +812,8 @@ pub fn bind(state: &IssuesState, conn: &mut Store, p: BindParams) -> ToolResult<
                     title: None,
                     status: None,
                     markdown: None,
+                    todos_total: None,
+                    next_todos_offset: None,
                 },
                 match previous {
                     Some(n) => format!("unbound from #{n}"),
@@ -820,19 +828,35 @@ pub fn bind(state: &IssuesState, conn: &mut Store, p: BindParams) -> ToolResult<
                 .into_iter()
                 .filter(|t| t.status != TodoStatus::Abandoned)
                 .collect();
-            let md = render::todos_markdown(&todos);
             let previous = state.set_bound(Some(n));
-            let text = format!("bound to #{n} {} [{}]\n{md}", row.title, row.status);
-            Ok(Reply::new(
-                BindResult {
-                    bound: Some(n),
-                    previous,
-                    title: Some(row.title),
-                    status: Some(row.status),
-                    markdown: Some(md),
-                },
-                text,
-            ))
+            let mut result = BindResult {
+                bound: Some(n),
+                previous,
+                title: Some(row.title),
+                status: Some(row.status),
+                markdown: Some(String::new()),
+                todos_total: Some(todos.len() as i64),
+                next_todos_offset: Some(i64::MAX),
+            };
+            // The pages of todo view (which weigh the todos' JSON too), so that its
+            // `todos_offset` resumes here.
+            let total = todos.len() as i64;
+            let page = crate::todo::page(todos, 0, json_len(&result));
+            let (md, next) = (page.markdown, page.next);
+            let mut text = format!(
+                "bound to #{n} {} [{}]\n{md}",
+                result.title.as_deref().unwrap_or(""),
+                row.status
+            );
+            if let Some(next) = next {
+                text.push_str(&format!(
+                    "\n… {} more todos; todo {{\"action\": \"view\", \"todos_offset\": {next}}}",
+                    total - next
+                ));
+            }
+            result.markdown = Some(md);
+            result.next_todos_offset = next;
+            Ok(Reply::new(result, text))
         }
     }
 }

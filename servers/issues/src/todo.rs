@@ -7,6 +7,7 @@
 
 use crate::db::Store;
 use kitbag_shared::args;
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -81,6 +82,9 @@ pub struct TodoParams {
     /// For view.
     #[serde(default)]
     pub include_abandoned: Option<bool>,
+    /// For view.
+    #[serde(default)]
+    pub todos_offset: Option<i64>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -97,6 +101,14 @@ pub struct TodoResult {
     pub markdown: String,
     /// Abandoned todos not listed.
     pub abandoned_hidden: usize,
+    /// Todos in the list (not only this page).
+    pub todos_total: i64,
+    /// `todos_offset` (action view) for the next todos, when the answer stopped at 40 KB.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub next_todos_offset: Option<i64>,
+    /// A todo too big for a page alone lost its oldest notes.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub text_truncated: bool,
 }
 
 fn no_bound_issue() -> ToolError {
@@ -233,6 +245,7 @@ fn unused(p: &TodoParams, allowed: &[&str]) -> ToolResult<()> {
         ("text", p.text.is_some()),
         ("origin_agent", p.origin_agent.is_some()),
         ("include_abandoned", p.include_abandoned.is_some()),
+        ("todos_offset", p.todos_offset.is_some()),
     ];
     for (name, is) in present {
         if is && !allowed.contains(&name) {
@@ -348,7 +361,15 @@ pub fn run(state: &IssuesState, conn: &mut Store, p: TodoParams) -> ToolResult<R
     let number = state.bound().ok_or_else(no_bound_issue)?;
     let include_abandoned = p.include_abandoned.unwrap_or(false);
     if p.action == Action::View {
-        return view(state, conn, number, p.action, None, include_abandoned);
+        return view(
+            state,
+            conn,
+            number,
+            p.action,
+            None,
+            include_abandoned,
+            args.offset,
+        );
     }
     let kind = p.kind.unwrap_or_default();
     // The op needs values computed from the current list: plan on a read, then apply with a
@@ -389,11 +410,13 @@ pub fn run(state: &IssuesState, conn: &mut Store, p: TodoParams) -> ToolResult<R
         p.action,
         plan.target,
         include_abandoned,
+        0,
     )
 }
 
 /// The arguments a todo action uses, checked (each present when its action needs it).
 struct Checked {
+    offset: i64,
     content: Option<String>,
     note: Option<String>,
     phase: Option<String>,
@@ -402,7 +425,7 @@ struct Checked {
 
 fn validate(p: &TodoParams) -> ToolResult<Checked> {
     match p.action {
-        Action::View => unused(p, &["include_abandoned"])?,
+        Action::View => unused(p, &["include_abandoned", "todos_offset"])?,
         Action::Set | Action::Add => unused(p, &["items", "phase", "kind", "origin_agent"])?,
         Action::Start | Action::Done | Action::Drop => unused(p, &["content"])?,
         Action::Note => unused(p, &["content", "text"])?,
@@ -420,6 +443,7 @@ fn validate(p: &TodoParams) -> ToolResult<Checked> {
     } else {
         None
     };
+    let offset = args::opt_range("todos_offset", p.todos_offset, 0, i64::MAX / 2)?.unwrap_or(0);
     let phase = short_text("phase", &p.phase, 100)?;
     let origin = short_text("origin_agent", &p.origin_agent, 200)?;
     if p.items.is_none() && matches!(p.action, Action::Set | Action::Add) {
@@ -432,6 +456,7 @@ fn validate(p: &TodoParams) -> ToolResult<Checked> {
         ));
     }
     Ok(Checked {
+        offset,
         content,
         note,
         phase,
@@ -535,6 +560,7 @@ fn still_applies(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 fn view(
     state: &IssuesState,
     conn: &mut Store,
@@ -542,6 +568,7 @@ fn view(
     action: Action,
     target: Option<String>,
     include_abandoned: bool,
+    offset: i64,
 ) -> ToolResult<Reply<TodoResult>> {
     let row = db::find(conn, &state.project, number)?;
     let all = db::todos(conn, row.seq)?;
@@ -556,8 +583,20 @@ fn view(
         .into_iter()
         .filter(|t| include_abandoned || t.status != TodoStatus::Abandoned)
         .collect();
-    let markdown = render::todos_markdown(&todos);
-    let head = match (&target, action) {
+    let mut result = TodoResult {
+        issue: number,
+        action: action.as_str().to_string(),
+        target,
+        todos: Vec::new(),
+        markdown: String::new(),
+        abandoned_hidden: hidden,
+        todos_total: todos.len() as i64,
+        // Room for the paging fields, whatever they end up being.
+        next_todos_offset: Some(i64::MAX),
+        text_truncated: true,
+    };
+    let page = page(todos, offset, json_len(&result));
+    let head = match (&result.target, action) {
         (Some(t), Action::Start) => format!("started {t:?}"),
         (Some(t), Action::Done) => format!("completed {t:?}"),
         (Some(t), Action::Drop) => format!("dropped {t:?}"),
@@ -566,18 +605,84 @@ fn view(
         (_, Action::Add) => "added".to_string(),
         _ => "todos".to_string(),
     };
-    let text = format!("{head} · #{number} {}\n{markdown}", row.title);
-    Ok(Reply::new(
-        TodoResult {
-            issue: number,
-            action: action.as_str().to_string(),
-            target,
-            todos,
-            markdown,
-            abandoned_hidden: hidden,
-        },
-        text,
-    ))
+    let mut text = format!("{head} · #{number} {}\n{}", row.title, page.markdown);
+    if let Some(n) = page.next {
+        text.push_str(&format!(
+            "\n… {} more todos; todo {{\"action\": \"view\", \"todos_offset\": {n}}}",
+            result.todos_total - n
+        ));
+    }
+    result.todos = page.todos;
+    result.markdown = page.markdown;
+    result.next_todos_offset = page.next;
+    result.text_truncated = page.cut;
+    Ok(Reply::new(result, text))
+}
+
+/// One page of a checklist: the todos from `offset` whose JSON and markdown together fit
+/// [`RESULT_BUDGET_BYTES`] beside `used` bytes (the rest of the answer); at least one, so that
+/// paging moves on — a todo too big alone loses its oldest notes.
+pub struct Page {
+    pub todos: Vec<Todo>,
+    pub markdown: String,
+    /// The offset of the first todo left out.
+    pub next: Option<i64>,
+    /// Notes were cut.
+    pub cut: bool,
+}
+
+pub fn page(list: Vec<Todo>, offset: i64, used: usize) -> Page {
+    let total = list.len();
+    let start = usize::try_from(offset).unwrap_or(usize::MAX).min(total);
+    let mut rest: Vec<Todo> = list.into_iter().skip(start).collect();
+    let cost = |part: &[Todo]| used + json_len(part) + json_len(&render::todos_markdown(part));
+    let fits = |part: &[Todo]| cost(part) < RESULT_BUDGET_BYTES;
+    let mut cut = false;
+    let keep = if rest.is_empty() || fits(&rest) {
+        rest.len()
+    } else {
+        // The most todos that fit (the cost grows with the count), at least one.
+        let (mut lo, mut hi) = (1, rest.len());
+        while lo + 1 < hi {
+            let mid = lo + (hi - lo) / 2;
+            if fits(&rest[..mid]) {
+                lo = mid;
+            } else {
+                hi = mid;
+            }
+        }
+        if !fits(&rest[..1]) {
+            cut = true;
+            let first = &mut rest[0];
+            // Keep the newest notes the room takes (each weighs its JSON, and its markdown
+            // line when the todo is in progress), then drop the oldest until it fits.
+            let notes = std::mem::take(&mut first.notes);
+            let room = RESULT_BUDGET_BYTES.saturating_sub(cost(std::slice::from_ref(first)));
+            let echo = first.status == TodoStatus::InProgress;
+            let mut weight = 0;
+            let from = notes
+                .iter()
+                .rposition(|n| {
+                    weight += json_len(n) + 1 + if echo { json_len(&n.text) + 8 } else { 0 };
+                    weight >= room
+                })
+                .map_or(0, |i| i + 1);
+            first.notes = notes.into_iter().skip(from).collect();
+            while !fits(&rest[..1]) && !rest[0].notes.is_empty() {
+                rest[0].notes.remove(0);
+            }
+        }
+        lo
+    };
+    rest.truncate(keep);
+    let markdown = render::todos_markdown(&rest);
+    let end = start + rest.len();
+    Page {
+        todos: rest,
+        markdown,
+        next: (end < total).then_some(end as i64),
+        cut,
+    }
 }
 
 #[cfg(test)]

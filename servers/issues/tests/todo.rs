@@ -16,6 +16,7 @@ on_both_backends!(
     content_addressing_lookup_and_coaching,
     bad_input_names_the_field_and_changes_nothing,
     sticky_reminder_prompt_and_modern_era,
+    todo_and_bind_page_at_the_result_budget,
 );
 
 fn todo(c: &mut McpClient, args: Value) -> Value {
@@ -552,4 +553,90 @@ fn sticky_reminder_prompt_and_modern_era(env: &Env) {
         "content_addressing_hint",
     );
     assert!(e.is_error);
+}
+
+/// Issue #37: 500 todos of 499 characters that escape to six bytes each made a default `todo`
+/// answer ~3 MB (the list and its markdown) and `issue_bind` ~1.5 MB; both now stop under
+/// 40 KB with `next_todos_offset`, and `todo` view pages on from there. A todo whose notes
+/// alone pass the budget keeps its newest notes and says so.
+fn todo_and_bind_page_at_the_result_budget(env: &Env) {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let mut c = bound(env, &[]);
+    let items: Vec<String> = (0..500)
+        .map(|i| format!("{i:03} {}", "\u{1}".repeat(495)))
+        .collect();
+    for chunk in items.chunks(100) {
+        let v = todo(&mut c, json!({"action": "add", "items": chunk}));
+        assert!(json_len(&v) < RESULT_BUDGET_BYTES, "{}", json_len(&v));
+    }
+    let v = todo(&mut c, json!({"action": "view"}));
+    assert!(json_len(&v) < RESULT_BUDGET_BYTES, "{}", json_len(&v));
+    assert_eq!(v["todos_total"], 500);
+    let shown = contents(&v);
+    let k = shown.len();
+    assert!(k > 0 && k < 500, "{k}");
+    assert_eq!(
+        v["next_todos_offset"], k as i64,
+        "says where the rest starts"
+    );
+    let md = v["markdown"].as_str().expect("md");
+    assert!(md.contains(&items[k - 1]) && !md.contains(&items[k]));
+    // Every page in turn: each todo once, in order.
+    let mut seen = shown;
+    let mut next = k as i64;
+    loop {
+        let v = todo(&mut c, json!({"action": "view", "todos_offset": next}));
+        assert!(json_len(&v) < RESULT_BUDGET_BYTES, "{}", json_len(&v));
+        let page = contents(&v);
+        assert_eq!(
+            page.first(),
+            Some(&items[next as usize]),
+            "resumes at the offset"
+        );
+        assert!(v["markdown"].as_str().expect("md").contains(&page[0]));
+        seen.extend(page);
+        match v["next_todos_offset"].as_i64() {
+            Some(n) => next = n,
+            None => break,
+        }
+    }
+    assert_eq!(seen, items, "nothing lost or repeated");
+
+    // issue_bind answers the same first page of markdown, and todo view goes on from it.
+    let b = c.call_ok("issue_bind", json!({"number": 1})).structured;
+    assert!(json_len(&b) < RESULT_BUDGET_BYTES, "{}", json_len(&b));
+    assert_eq!(b["todos_total"], 500);
+    let m = b["next_todos_offset"].as_u64().expect("cut") as usize;
+    let md = b["markdown"].as_str().expect("md");
+    assert!(md.contains(&items[0]) && md.contains(&items[m - 1]) && !md.contains(&items[m]));
+    let v = todo(&mut c, json!({"action": "view", "todos_offset": m}));
+    assert_eq!(contents(&v)[0], items[m]);
+
+    // One todo whose notes weigh ~360 KB: its newest notes, under the budget, flagged.
+    create(&mut c, "notes", "b");
+    c.call_ok("issue_bind", json!({"number": 2}));
+    todo(&mut c, json!({"action": "add", "items": ["big"]}));
+    todo(&mut c, json!({"action": "start", "content": "big"}));
+    for i in 0..30 {
+        let text = format!("n{i:02}{}", "\u{1}".repeat(1990));
+        let v = todo(
+            &mut c,
+            json!({"action": "note", "content": "big", "text": text}),
+        );
+        assert!(json_len(&v) < RESULT_BUDGET_BYTES, "{}", json_len(&v));
+    }
+    let v = todo(&mut c, json!({"action": "view"}));
+    assert!(json_len(&v) < RESULT_BUDGET_BYTES, "{}", json_len(&v));
+    assert_eq!(v["text_truncated"], true);
+    let notes = v["todos"][0]["notes"].as_array().expect("notes");
+    assert!(!notes.is_empty() && notes.len() < 30, "{}", notes.len());
+    assert!(
+        notes.last().expect("n")["text"]
+            .as_str()
+            .expect("t")
+            .starts_with("n29")
+    );
+    let b = c.call_ok("issue_bind", json!({"number": 2})).structured;
+    assert!(json_len(&b) < RESULT_BUDGET_BYTES, "{}", json_len(&b));
+    assert_eq!(c.shutdown(), Some(0));
 }

@@ -89,7 +89,13 @@ pub struct ServerStatus {
     pub uptime_ms: Option<u64>,
     pub restarts: u32,
     pub spawns: u32,
+    /// Documents open in the server (root-relative), cut to fit the answer.
     pub open_files: Vec<String>,
+    /// How many are open in all.
+    pub open_files_count: usize,
+    /// Some were left out of `open_files` to fit the answer.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub open_files_truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub position_encoding: Option<String>,
     pub installed: bool,
@@ -380,6 +386,8 @@ impl Pool {
                 restarts: 0,
                 spawns: 0,
                 open_files: Vec::new(),
+                open_files_count: 0,
+                open_files_truncated: false,
                 position_encoding: None,
                 installed,
                 last_error: None,
@@ -398,6 +406,7 @@ impl Pool {
                         let mut files: Vec<String> =
                             docs.keys().map(|p| display(&self.root, p)).collect();
                         files.sort();
+                        st.open_files_count = files.len();
                         st.open_files = files;
                         SlotState::Running
                     }

@@ -282,6 +282,10 @@ pub struct CodeAction {
     /// The command it would run, when it runs one.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub command: Option<String>,
+    /// Present when this action alone passed the result budget: how many edits it has; the
+    /// edits that fit are given, the last of them with texts cut (ending `… [cut]`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edits_total: Option<usize>,
 }
 
 /// One text replacement, in caller coordinates.
@@ -389,6 +393,7 @@ mod tests {
             preferred: None,
             edits: Vec::new(),
             command: Some("_typescript.organizeImports".into()),
+            edits_total: None,
         };
         let kindless = CodeAction {
             kind: Some(None),

@@ -96,3 +96,86 @@ fn servers_are_rooted_at_the_clients_root() {
     assert_eq!(s["definitions"][0]["path"], "lib.py", "{s}");
     assert_eq!(s["definitions"][0]["line"], 1);
 }
+
+/// A language server that offers one code action of three edits, each inserting 30,000
+/// quotes (180 KB escaped in all): more than the result budget by itself.
+const HUGE_ACTION_SERVER: &str = r#"
+import json, sys
+def read():
+    length = 0
+    while True:
+        line = sys.stdin.buffer.readline()
+        if not line:
+            sys.exit(0)
+        if line in (b"\r\n", b"\n"):
+            break
+        if line.lower().startswith(b"content-length:"):
+            length = int(line.split(b":")[1])
+    return json.loads(sys.stdin.buffer.read(length))
+def send(msg):
+    body = json.dumps(msg).encode()
+    sys.stdout.buffer.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+    sys.stdout.buffer.flush()
+while True:
+    m = read()
+    if "id" not in m or "method" not in m:
+        if m.get("method") == "exit":
+            sys.exit(0)
+        continue
+    result = None
+    if m["method"] == "initialize":
+        result = {"capabilities": {"codeActionProvider": True, "textDocumentSync": 1}}
+    elif m["method"] == "textDocument/codeAction":
+        uri = m["params"]["textDocument"]["uri"]
+        at = {"line": 0, "character": 0}
+        edits = [{"range": {"start": at, "end": at}, "newText": '"' * 30000} for _ in range(3)]
+        result = [{"title": "quote everything", "kind": "quickfix",
+                   "edit": {"changes": {uri: edits}}}]
+    send({"jsonrpc": "2.0", "id": m["id"], "result": result})
+"#;
+
+/// Issue #37: one code action larger than the budget by itself was returned whole (~180 KB);
+/// it is now cut itself — the edits that fit, the last with its texts cut — and says how many
+/// edits it has.
+#[test]
+fn a_code_action_larger_than_the_budget_is_cut_itself() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    if !have("python3") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    write(
+        d.path(),
+        &[
+            ("huge.py", HUGE_ACTION_SERVER),
+            (
+                "lsp.toml",
+                "[lsp.servers.huge]\ncommand = [\"python3\", \"huge.py\"]\nextensions = [\"hg\"]\n",
+            ),
+            ("a.hg", "x\n"),
+        ],
+    );
+    let mut c = McpClient::spawn(bin(), &["--config", "lsp.toml"], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(60);
+    let r = ok(
+        &mut c,
+        json!({"action": "code_actions", "path": "a.hg", "line": 1, "include_diagnostics": false}),
+    );
+    assert!(json_len(&r) < RESULT_BUDGET_BYTES, "{}", json_len(&r));
+    assert_eq!(r["count"], 1);
+    let a = &r["actions"][0];
+    assert_eq!(a["title"], "quote everything");
+    assert_eq!(a["edits_total"], 3, "says it was cut");
+    let edits = a["edits"].as_array().unwrap();
+    assert!(!edits.is_empty() && edits.len() <= 3);
+    let last = edits.last().unwrap()["new"].as_str().unwrap();
+    assert!(
+        last.ends_with("… [cut]") && last.starts_with("\"\"\""),
+        "{last}"
+    );
+    assert!(
+        json_len(&r) > RESULT_BUDGET_BYTES * 3 / 4,
+        "the room is used"
+    );
+    assert_eq!(c.shutdown(), Some(0));
+}

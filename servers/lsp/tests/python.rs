@@ -724,3 +724,39 @@ fn default_results_stay_within_the_budget() {
     assert_eq!(whole.as_array().unwrap().len(), 60);
     c.shutdown();
 }
+
+/// Issue #37: `status` listed every open file of every server — 60 files four directories of
+/// 200 characters deep made ~52 KB. The list is now cut to the budget, with the count of all
+/// open files and a flag.
+#[test]
+fn status_holds_the_open_files_to_the_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    if !have("pyright-langserver") {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    let deep: String = (0..4).map(|i| format!("{i}{}/", "d".repeat(200))).collect();
+    let files: Vec<String> = (0..60).map(|i| format!("{deep}f{i:02}.py")).collect();
+    for f in &files {
+        common::write(d.path(), &[(f.as_str(), "x = 1\n")]);
+    }
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    c.timeout = Duration::from_secs(90);
+    for f in &files {
+        ok(&mut c, json!({"action": "symbols", "path": f}));
+    }
+    let s = ok(&mut c, json!({"action": "status"}));
+    assert!(json_len(&s) < RESULT_BUDGET_BYTES, "{}", json_len(&s));
+    let py = python_status(&mut c);
+    assert_eq!(py["open_files_count"], 60);
+    assert_eq!(py["open_files_truncated"], true);
+    let shown: Vec<&str> = py["open_files"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|f| f.as_str().unwrap())
+        .collect();
+    assert!(!shown.is_empty() && shown.len() < 60, "{}", shown.len());
+    assert_eq!(shown, files[..shown.len()], "the first, in order");
+    c.shutdown();
+}

@@ -282,6 +282,8 @@ impl Instance {
                     expires_at: rfc3339(l.expires),
                 })
                 .collect(),
+            leases_total: self.leases.len() as u64,
+            leases_truncated: false,
             idle: IdleInfo {
                 timeout_seconds: self.idle_timeout,
                 on_idle: self.on_idle,
@@ -351,11 +353,29 @@ pub fn rfc3339(t: SystemTime) -> String {
 }
 
 impl InstanceInfo {
-    /// Cut this record to serialize within `max` bytes, where the main command (up to 256 KB
-    /// of arguments) is what makes it larger: the arguments that fit are kept, and a last one
-    /// says how much was cut.
+    /// Cut this record to serialize within `max` bytes, where its leases (as many as were
+    /// acquired) and the main command (up to 256 KB of arguments) are what make it larger: the
+    /// leases that fit are kept (`leases_truncated`), then the arguments that fit, and a last
+    /// one says how much was cut.
     pub fn fit_within(&mut self, max: usize) {
         use kitbag_shared::limits::{json_len, json_prefix};
+        if json_len(&*self) > max && self.leases.len() > 1 {
+            // Leases first (instance_list pages them), the first always kept so that paging
+            // moves on: those that fit beside the rest of the record.
+            let leases = std::mem::take(&mut self.leases);
+            let all = leases.len();
+            self.leases_truncated = true;
+            let mut used = json_len(&*self);
+            for l in leases {
+                let weight = json_len(&l) + 1;
+                if !self.leases.is_empty() && used + weight > max {
+                    break;
+                }
+                used += weight;
+                self.leases.push(l);
+            }
+            self.leases_truncated = self.leases.len() < all;
+        }
         let over = json_len(&*self).saturating_sub(max);
         let Some(cmd) = self.command.as_mut().filter(|_| over > 0) else {
             return;
@@ -428,6 +448,12 @@ pub struct InstanceInfo {
     pub network: Network,
     pub ports: Vec<PortInfo>,
     pub leases: Vec<LeaseInfo>,
+    /// Its live leases in all.
+    pub leases_total: u64,
+    /// More leases follow these, cut to fit the answer: instance_list with `instance` and
+    /// `leases_offset`.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub leases_truncated: bool,
     pub idle: IdleInfo,
     pub ttl: TtlInfo,
     pub resources: ResourcesInfo,

@@ -1416,3 +1416,78 @@ fn default_answers_fit_the_budget() {
     assert_eq!(o["content"].as_str().unwrap(), "\"".repeat(30_000));
     c.shutdown();
 }
+
+/// Issue #37: an instance's leases were listed whole — 60 leases with reasons of 200 control
+/// characters (~1.3 KB each escaped) made `self_info` and the instance's record ~80 KB. Both
+/// now stop under the budget with `leases_total` and `leases_truncated`, and instance_list's
+/// `leases_offset` pages one instance's leases.
+#[test]
+fn lease_lists_fit_the_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    if !kitbag_testkit::bwrap_usable() {
+        return;
+    }
+    let dir = project();
+    let mut c = server(dir.path(), &[], Era::Handshake);
+    let id = spawn(&mut c, json!({}))["id"].as_str().unwrap().to_string();
+    let reason = "\u{1}".repeat(200);
+    let mut ids: Vec<String> = (0..60)
+        .map(|_| {
+            c.call_ok(
+                "keepalive_acquire",
+                json!({"instance": id, "reason": reason}),
+            )
+            .structured["lease_id"]
+                .as_str()
+                .unwrap()
+                .to_string()
+        })
+        .collect();
+    ids.sort();
+    let lease_ids = |v: &Value| -> Vec<String> {
+        v.as_array()
+            .unwrap()
+            .iter()
+            .map(|l| l["lease_id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let info = c.call_ok("self_info", json!({})).structured;
+    assert!(json_len(&info) < RESULT_BUDGET_BYTES, "{}", json_len(&info));
+    assert_eq!(info["leases_total"], 60);
+    assert_eq!(info["leases_truncated"], true);
+    let shown = lease_ids(&info["leases"]);
+    assert!(!shown.is_empty() && shown.len() < 60, "{}", shown.len());
+    assert_eq!(shown, ids[..shown.len()]);
+    // The record, alone on its page and by default in a list: cut, then paged.
+    for args in [json!({}), json!({"instance": id})] {
+        let l = c.call_ok("instance_list", args).structured;
+        assert!(json_len(&l) < RESULT_BUDGET_BYTES, "{}", json_len(&l));
+        assert_eq!(l["instances"][0]["leases_total"], 60);
+        assert_eq!(l["instances"][0]["leases_truncated"], true);
+    }
+    let mut seen: Vec<String> = Vec::new();
+    loop {
+        let l = c
+            .call_ok(
+                "instance_list",
+                json!({"instance": id, "leases_offset": seen.len()}),
+            )
+            .structured;
+        assert!(json_len(&l) < RESULT_BUDGET_BYTES, "{}", json_len(&l));
+        let rec = &l["instances"][0];
+        let page = lease_ids(&rec["leases"]);
+        assert!(!page.is_empty());
+        seen.extend(page);
+        if rec["leases_truncated"] != true {
+            break;
+        }
+    }
+    assert_eq!(seen, ids, "leases lost or repeated");
+    c.call_err(
+        "instance_list",
+        json!({"leases_offset": 1}),
+        "invalid_params",
+    )
+    .expect_field("leases_offset");
+    c.shutdown();
+}

@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use url::Url;
 
-use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, json_prefix};
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, fit_str, json_len, json_prefix};
 
 use crate::guard::{GuardConfig, GuardResolver, Refusal, check_url};
 
@@ -21,6 +21,30 @@ pub const MAX_MAX_LENGTH: i64 = 1_000_000;
 pub const DEFAULT_TIMEOUT_SECS: i64 = 30;
 pub const MAX_REDIRECTS: usize = 10;
 pub const RAW_HEAD_BYTES: usize = 2048;
+/// What `url` and `final_url` may weigh in an answer (JSON bytes), and the redirect hops
+/// together: a chain of long URLs would pass the result budget.
+const URL_ROOM: usize = 4096;
+const REDIRECTS_ROOM: usize = 8192;
+const CONTENT_TYPE_ROOM: usize = 512;
+
+/// `s` within `room` JSON bytes, a cut one ending in a marker that says so.
+fn cut_to(s: &str, room: usize) -> String {
+    fit_str(
+        s,
+        room,
+        &format!("… [cut to fit the answer: {} bytes]", s.len()),
+    )
+    .0
+}
+
+/// The redirect hops within [`REDIRECTS_ROOM`]: when they pass it, each cut to its share.
+fn cut_hops(hops: &[String]) -> Vec<String> {
+    if json_len(hops) <= REDIRECTS_ROOM {
+        return hops.to_vec();
+    }
+    let share = REDIRECTS_ROOM / hops.len().max(1) - 1;
+    hops.iter().map(|h| cut_to(h, share)).collect()
+}
 
 pub const DEF: ToolDef = ToolDef::read(
     "web_fetch",
@@ -54,7 +78,7 @@ pub struct FetchParams {
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct FetchResult {
     pub url: String,
-    /// The URL after redirects.
+    /// The URL after redirects (one longer than 4 KB cut, saying so).
     pub final_url: String,
     pub status: u16,
     pub content_type: String,
@@ -73,7 +97,7 @@ pub struct FetchResult {
     /// HTML only: the first 2 KB of the raw body, for debugging the conversion.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub raw: Option<String>,
-    /// Redirect hops followed, in order.
+    /// Redirect hops followed, in order (cut to 8 KB together, saying so).
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub redirects: Vec<String>,
     /// Served from the 15-minute cache.
@@ -201,6 +225,10 @@ pub async fn run(
         }
     };
     ctx.check_cancelled()?;
+    let shown_url = cut_to(url.as_str(), URL_ROOM);
+    let final_url = cut_to(&page.final_url, URL_ROOM);
+    let redirects = cut_hops(&page.redirects);
+    let content_type = cut_to(&page.content_type, CONTENT_TYPE_ROOM);
     let total = page.text.chars().count();
     let mut window: String = page.text.chars().skip(start).take(max_length).collect();
     let (mut title, mut raw_head) = (page.title.clone(), page.raw_head.clone());
@@ -209,12 +237,12 @@ pub async fn run(
         // characters weigh up to 60,000 bytes escaped). The title and the raw head give
         // way first when they are huge.
         let fixed = |title: &Option<String>, raw_head: &Option<String>| {
-            json_len(&url.as_str())
-                + json_len(&page.final_url)
-                + json_len(&page.content_type)
+            json_len(&shown_url)
+                + json_len(&final_url)
+                + json_len(&content_type)
                 + json_len(title)
                 + json_len(raw_head)
-                + json_len(&page.redirects)
+                + json_len(&redirects)
                 + json_len(&page.note)
                 + 512
         };
@@ -236,19 +264,16 @@ pub async fn run(
             "\n\n[truncated: characters {start}–{end} of {total}; continue with start_index={end}]"
         ));
     }
-    let mut header = format!(
-        "{} {} ({})\n\n",
-        page.status, page.final_url, page.content_type
-    );
+    let mut header = format!("{} {final_url} ({content_type})\n\n", page.status);
     if let Some(note) = &page.note {
         header.push_str(&format!("[{note}]\n\n"));
     }
     Ok(Reply::new(
         FetchResult {
-            url: url.to_string(),
-            final_url: page.final_url.clone(),
+            url: shown_url,
+            final_url,
             status: page.status,
-            content_type: page.content_type.clone(),
+            content_type,
             title,
             text: window,
             truncated,
@@ -256,7 +281,7 @@ pub async fn run(
             total_length: total as u64,
             body_truncated: page.body_truncated,
             raw: raw_head,
-            redirects: page.redirects.clone(),
+            redirects,
             cached: from_cache,
             note: page.note.clone(),
         },

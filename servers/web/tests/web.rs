@@ -72,6 +72,25 @@ fn handle(mut stream: TcpStream, port: u16) {
             "\u{1}\u{2}\"".repeat(10_000).into_bytes(),
             None,
         ),
+        // /chain/N/<padding>: N more redirects, each to a URL as long, then /escapes' body.
+        p if p.starts_with("/chain/") => {
+            let rest = &p["/chain/".len()..];
+            let (n, pad) = rest.split_once('/').unwrap_or((rest, ""));
+            match n.parse::<u32>().unwrap_or(0) {
+                0 => (
+                    "200 OK",
+                    "text/plain; charset=utf-8",
+                    "\u{1}\u{2}\"".repeat(10_000).into_bytes(),
+                    None,
+                ),
+                n => (
+                    "302 Found",
+                    "text/plain",
+                    Vec::new(),
+                    Some(format!("/chain/{}/{pad}", n - 1)),
+                ),
+            }
+        }
         "/r1" => ("302 Found", "text/plain", Vec::new(), Some("/r2".into())),
         "/r2" => (
             "301 Moved Permanently",
@@ -252,6 +271,50 @@ fn a_default_page_fits_the_result_budget() {
         .call_ok("web_fetch", json!({ "url": url, "max_length": 30_000 }))
         .structured;
     assert_eq!(all["text"], full);
+}
+
+/// Issue #37: ten redirects through 30 KB URLs made a default answer ~360 KB of URLs alone;
+/// `url`, `final_url` and the hops are now cut (each saying so) and the text takes the room
+/// left, paged on by `next_start_index` as usual.
+#[test]
+fn a_redirect_chain_of_long_urls_fits_the_result_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    let url = format!("http://127.0.0.1:{port}/chain/10/{}", "a".repeat(30_000));
+    let full = "\u{1}\u{2}\"".repeat(10_000);
+    let first = c.call_ok("web_fetch", json!({ "url": url })).structured;
+    assert!(
+        json_len(&first) < RESULT_BUDGET_BYTES,
+        "{}",
+        json_len(&first)
+    );
+    let hops = first["redirects"].as_array().expect("redirects");
+    assert_eq!(hops.len(), 10);
+    let final_url = first["final_url"].as_str().expect("final_url");
+    for u in hops
+        .iter()
+        .map(|h| h.as_str().expect("hop"))
+        .chain([final_url, first["url"].as_str().expect("url")])
+    {
+        assert!(
+            u.contains("bytes]") && u.starts_with("http://127.0.0.1:"),
+            "{u}"
+        );
+        assert!(u.contains("cut to fit the answer"), "{u}");
+    }
+    assert!(final_url.contains("/chain/0/aaa"));
+    assert_eq!(first["truncated"], true);
+    let t1 = first["text"].as_str().expect("text");
+    assert!(!t1.is_empty() && full.starts_with(t1));
+    let next = first["next_start_index"].as_u64().expect("next");
+    assert_eq!(next as usize, t1.chars().count());
+    let second = c
+        .call_ok("web_fetch", json!({ "url": url, "start_index": next }))
+        .structured;
+    assert!(json_len(&second) < RESULT_BUDGET_BYTES);
+    let t2 = second["text"].as_str().expect("text");
+    assert!(full[t1.len()..].starts_with(t2) && !t2.is_empty());
 }
 
 #[test]

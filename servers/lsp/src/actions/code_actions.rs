@@ -3,6 +3,7 @@
 
 use std::sync::Arc;
 
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, fit_str, json_len};
 use kitbag_shared::{PathPolicy, ToolResult};
 use serde_json::{Value, json};
 
@@ -97,6 +98,7 @@ async fn code_action_entry(o: &Opened, policy: &PathPolicy, a: Value, resolve: b
             preferred: None,
             edits: Vec::new(),
             command: Some(command.to_string()),
+            edits_total: None,
         };
     }
     let mut a = a;
@@ -116,6 +118,39 @@ async fn code_action_entry(o: &Opened, policy: &PathPolicy, a: Value, resolve: b
         preferred: Some(a["isPreferred"].as_bool().unwrap_or(false)),
         edits,
         command: a["command"]["command"].as_str().map(str::to_string),
+        edits_total: None,
+    }
+}
+
+const CUT: &str = "… [cut]";
+
+/// Cut `a` to weigh at most `room` bytes when it alone passes it (an edit may replace a
+/// whole file): its title to 1 KB, the edits that fit, then the next one with its texts cut
+/// to the room left; `edits_total` says how many it has.
+pub fn fit_action(a: &mut CodeAction, room: usize) {
+    if json_len(&*a) <= room {
+        return;
+    }
+    a.edits_total = Some(a.edits.len());
+    a.title = fit_str(&a.title, 1024, CUT).0;
+    let edits = std::mem::take(&mut a.edits);
+    let mut used = json_len(&*a);
+    for mut e in edits {
+        let weight = json_len(&e) + 1;
+        if used + weight <= room {
+            used += weight;
+            a.edits.push(e);
+            continue;
+        }
+        // The room left for its two texts: the old one up to half, the new one the rest.
+        let left = room.saturating_sub(used + weight - json_len(&e.old) - json_len(&e.new));
+        if left > 128 {
+            let old_room = json_len(&e.old).min(left / 2);
+            e.old = fit_str(&e.old, old_room, CUT).0;
+            e.new = fit_str(&e.new, left - old_room, CUT).0;
+            a.edits.push(e);
+        }
+        break;
     }
 }
 
@@ -155,7 +190,14 @@ pub async fn code_actions(
     // All of them, unless the caller pages (`limit`/`offset`) or the budget cuts the list.
     let (actions, mut pg) = crate::result::page(actions, p, 10_000);
     let mut result = LspResult::new(p.action);
-    let actions = pg.fit(&result, actions);
+    let mut actions = pg.fit(&result, actions);
+    // The first alone may pass the budget: it is cut itself.
+    if let Some(first) = actions.first_mut() {
+        fit_action(
+            first,
+            RESULT_BUDGET_BYTES.saturating_sub(json_len(&result) + 200),
+        );
+    }
     let mut text = if actions.is_empty() {
         format!("no code actions at {}:{}", o.rel, line + 1)
     } else {

@@ -40,7 +40,13 @@ fn diagnostic_entry(
         end_line: el + 1,
         end_character: lines.to_chars(el, ec, enc).1,
         severity: severity_name(&d["severity"]).to_string(),
-        message: d["message"].as_str().unwrap_or("").to_string(),
+        // A message can be any length (a type error printing whole types): 8 KB of it.
+        message: kitbag_shared::limits::fit_str(
+            d["message"].as_str().unwrap_or(""),
+            8 * 1024,
+            "… [cut to fit the answer]",
+        )
+        .0,
         code: code_string(&d["code"]),
         source: d["source"].as_str().map(str::to_string),
     }

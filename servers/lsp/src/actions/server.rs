@@ -3,22 +3,23 @@
 
 use std::sync::Arc;
 
-use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len, within_budget};
 use kitbag_shared::{ErrorCode, PathPolicy, ToolError, ToolResult};
 use serde_json::Value;
 
 use super::{Answer, language_of, server_of};
-use crate::pool::{Pool, Server};
+use crate::pool::{Pool, Server, ServerStatus};
 use crate::result::{LspResult, ServerInfo, Supports};
 use crate::tool::{Action, LspParams, need};
 
 pub async fn status(pool: &Arc<Pool>) -> ToolResult<Answer> {
-    let servers = pool.status().await;
+    let mut servers = pool.status().await;
+    fit_open_files(&mut servers);
     let text = servers
         .iter()
         .map(|s| {
             format!(
-                "{}: {}{}{} (restarts {}, {} open files){}",
+                "{}: {}{}{} (restarts {}, {} open files{}){}",
                 s.language,
                 s.state,
                 s.pid.map(|p| format!(" pid {p}")).unwrap_or_default(),
@@ -26,7 +27,12 @@ pub async fn status(pool: &Arc<Pool>) -> ToolResult<Answer> {
                     .map(|u| format!(" up {:.1}s", u as f64 / 1000.0))
                     .unwrap_or_default(),
                 s.restarts,
-                s.open_files.len(),
+                s.open_files_count,
+                if s.open_files_truncated {
+                    format!(", {} listed", s.open_files.len())
+                } else {
+                    String::new()
+                },
                 if s.installed { "" } else { " [not installed]" }
             )
         })
@@ -37,6 +43,34 @@ pub async fn status(pool: &Arc<Pool>) -> ToolResult<Answer> {
         ..LspResult::new(Action::Status)
     };
     Ok((result, text))
+}
+
+/// Hold the servers' `open_files` (up to 400 paths each) to the result budget: each server
+/// in turn gets an even share of the room left, the first file always.
+fn fit_open_files(servers: &mut [ServerStatus]) {
+    let lists: Vec<Vec<String>> = servers
+        .iter_mut()
+        .map(|s| {
+            s.open_files_truncated = true;
+            std::mem::take(&mut s.open_files)
+        })
+        .collect();
+    // `{"action":"status","servers":[…]}` around them.
+    let mut room = RESULT_BUDGET_BYTES.saturating_sub(json_len(&*servers) + 64);
+    let mut waiting = lists.iter().filter(|l| !l.is_empty()).count();
+    for (s, files) in servers.iter_mut().zip(lists) {
+        s.open_files_truncated = false;
+        if files.is_empty() {
+            continue;
+        }
+        let share = room / waiting.max(1);
+        waiting -= 1;
+        // The files that fit in `share` beside a budget's worth less `share`.
+        let (kept, cut) = within_budget(RESULT_BUDGET_BYTES.saturating_sub(share), files);
+        room = room.saturating_sub(json_len(&kept));
+        s.open_files = kept;
+        s.open_files_truncated = cut;
+    }
 }
 
 pub async fn reload(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolResult<Answer> {

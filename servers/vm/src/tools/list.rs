@@ -35,6 +35,8 @@ pub struct ListParams {
     pub limit: Option<u64>,
     #[serde(default)]
     pub offset: Option<u64>,
+    #[serde(default)]
+    pub leases_offset: Option<u64>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -54,6 +56,12 @@ pub fn run(state: &VmState, p: ListParams, caller: &Caller) -> ToolResult<Reply<
         Some(key) => Some(VmState::find(&map, key, "instance", caller)?),
         None => None,
     };
+    if p.leases_offset.is_some() && p.instance.is_none() {
+        return Err(kitbag_shared::ToolError::invalid_field(
+            "leases_offset",
+            "pages one instance's leases; give instance too",
+        ));
+    }
     let include_ended = p.include_ended.unwrap_or(true);
     let matched: Vec<&crate::instance::Instance> = map
         .values()
@@ -84,6 +92,12 @@ pub fn run(state: &VmState, p: ListParams, caller: &Caller) -> ToolResult<Reply<
         .take(limit as usize)
     {
         let mut info = i.info(&state.root);
+        if let Some(skip) = p.leases_offset {
+            let skip = usize::try_from(skip)
+                .unwrap_or(usize::MAX)
+                .min(info.leases.len());
+            info.leases.drain(..skip);
+        }
         if fit {
             if infos.is_empty() {
                 info.fit_within(RESULT_BUDGET_BYTES - used - 1);
@@ -103,6 +117,16 @@ pub fn run(state: &VmState, p: ListParams, caller: &Caller) -> ToolResult<Reply<
     } else {
         page.iter().map(|i| i.line()).collect::<Vec<_>>().join("\n")
     };
+    for i in infos.iter().filter(|i| i.leases_truncated) {
+        let from = p.leases_offset.unwrap_or(0) + i.leases.len() as u64;
+        text.push_str(&format!(
+            "\n{}: {} of {} leases shown (instance {}, leases_offset {from} for more)",
+            i.id,
+            i.leases.len(),
+            i.leases_total,
+            i.id
+        ));
+    }
     if next < total {
         text.push_str(&format!("\n… {} more (offset {next})", total - next));
     }

@@ -8,6 +8,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use kitbag_shared::limits::{json_len, within_budget};
+
 use crate::instance::State;
 use crate::{Caller, VmState};
 
@@ -84,8 +86,13 @@ pub struct InfoResult {
     pub machine: MachineInfo,
     pub backends: Vec<BackendInfo>,
     pub children: Children,
-    /// Live keepalive leases on the instances the caller sees.
+    /// Live keepalive leases on the instances the caller sees, cut to fit the answer.
     pub leases: Vec<HeldLease>,
+    /// Those leases in all.
+    pub leases_total: u64,
+    /// Some were left out: instance_list with `instance` and `leases_offset` lists them.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub leases_truncated: bool,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -134,7 +141,7 @@ pub fn info(
     let (ok, detail) = state.probe().clone();
     let (running, paused, leases) = visible_children(state, caller);
     let cgroups = cgroups_summary();
-    let result = InfoResult {
+    let mut result = InfoResult {
         server: ServerInfo {
             version: env!("CARGO_PKG_VERSION").into(),
             pid: std::process::id(),
@@ -161,14 +168,19 @@ pub fn info(
             cgroups,
         },
         backends: backends(state, ok, detail),
-        leases,
+        leases: Vec::new(),
+        leases_total: leases.len() as u64,
+        leases_truncated: true,
         children: Children {
             running,
             paused,
             max: state.opts.max_instances as u64,
         },
     };
-    let text = format!(
+    let (kept, cut) = within_budget(json_len(&result), leases);
+    result.leases = kept;
+    result.leases_truncated = cut;
+    let mut text = format!(
         "kitbag-vm {} pid {} ({}); bwrap {}; {} running, {} paused of {}",
         result.server.version,
         result.server.pid,
@@ -181,6 +193,13 @@ pub fn info(
         paused,
         state.opts.max_instances
     );
+    if cut {
+        text.push_str(&format!(
+            "; {} of {} leases shown (instance_list with instance and leases_offset for the rest)",
+            result.leases.len(),
+            result.leases_total
+        ));
+    }
     Ok(Reply::new(result, text))
 }
 
