@@ -67,6 +67,9 @@ pub enum ErrorCode {
     UnsupportedLanguage,
     // dap
     DapAdapterNotFound,
+    /// The runtime is there but too old for what was asked (Node before 22.6 for a `.ts`
+    /// script): `detail` names `version_found` and `version_needed`.
+    RuntimeTooOld,
     DapSessionEnded,
     SessionActive,
     UnsupportedByAdapter,

@@ -66,7 +66,7 @@ async fn direct(node: &Path, dir: &Path) -> (f64, Vec<f64>) {
         }
     };
     tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
-    let (cdp, mut events) = Cdp::connect(&url).await.unwrap();
+    let (cdp, mut events) = Cdp::connect(&url, false).await.unwrap();
     let (a, b) = (
         cdp.send("Runtime.enable", json!({})),
         cdp.send("Debugger.enable", json!({})),

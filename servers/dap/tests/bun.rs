@@ -1,8 +1,12 @@
 //! Bun through its own inspector (WebKit's protocol, kitbag's CDP bridge): the seed's launch
-//! example (`runtime: "bun"`, a TypeScript entry point) and the usual session.
+//! example (`runtime: "bun"`, a TypeScript entry point) and the usual session, the stop on
+//! entry in a script that imports another module, `watch` that cannot change the program,
+//! and attach to a `bun --inspect` process.
 #![allow(clippy::unwrap_used)]
 
 mod common;
+
+use std::time::Duration;
 
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
@@ -76,30 +80,51 @@ fn session(era: Era) {
     assert_eq!(var(&r.structured, "a")["value"], "41", "{:?}", r.raw);
     let r = c.call("debug", json!({"action": "stack_trace"}));
     assert_eq!(r.structured["frames"][1]["line"], 14, "{:?}", r.raw);
+    // watch (the default) never changes the program: JavaScriptCore has no side-effect check,
+    // so an assignment, an increment or a call is refused before it runs, naming
+    // `expression`; `a` is as it was. repl may change it: the program prints 10 + 1.
+    for expr in ["a = 5", "a++", "Math.random()", "b += 1"] {
+        let r = c.call("debug", json!({"action": "evaluate", "expression": expr}));
+        assert_eq!(
+            r.error_code(),
+            Some("invalid_params"),
+            "{expr}: {:?}",
+            r.raw
+        );
+        assert_eq!(r.structured["error"]["detail"]["field"], "expression");
+        assert!(r.text.contains("repl"), "{}", r.text);
+    }
+    let r = c.call("debug", json!({"action": "evaluate", "expression": "a"}));
+    assert_eq!(r.structured["result"], "41", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "a = 10", "context": "repl"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
     let kids = common::descendants(c.pid());
-    // Bun 1.4 keeps a program alive while a debugger is connected and says nothing when its
-    // last line has run: past the end the status stays `running` (a documented limit);
-    // disconnect ends it.
-    let r = c.call("debug", json!({"action": "continue", "wait_ms": 1500}));
-    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
+    // Past its last line the program has exited, with its exit code (kitbag's session asks
+    // Bun not to keep the program alive for the debugger).
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    assert_eq!(r.structured["exit_code"], 0, "{:?}", r.raw);
     // The output arrives through the program's pipe: give a loaded machine a moment.
     let mut r = c.call("debug", json!({"action": "output"}));
     for _ in 0..50 {
-        if r.text.contains("result 42") {
+        if r.text.contains("result 11") {
             break;
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
         r = c.call("debug", json!({"action": "output"}));
     }
     assert!(
-        r.text.contains("start test --port 3000") && r.text.contains("result 42"),
+        r.text.contains("start test --port 3000") && r.text.contains("result 11"),
         "{}",
         r.text
     );
     assert!(!r.text.contains("Bun Inspector"), "{}", r.text);
-    let r = c.call("debug", json!({"action": "disconnect"}));
-    assert_eq!(r.structured["disconnected"], true);
     common::all_gone(&kids);
+    let r = c.call("debug", json!({"action": "status"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
     c.shutdown();
 }
 
@@ -111,4 +136,121 @@ fn bun_typescript_modern() {
 #[test]
 fn bun_typescript_handshake() {
     session(Era::Handshake);
+}
+
+/// The seed's fixture shape: src/main.ts imports src/auth.ts. ES modules run their imports
+/// first, and the runtime's first pause is inside auth.ts; `stop_on_entry` stops at the
+/// script's own first line all the same (the import has run by then). A program that ends
+/// with a code reports it.
+pub const MAIN_TS: &str = "import { check } from \"./auth.ts\";\n\nconst token: string = \"t0k\";\nconst ok = check(token);\nconsole.log(\"ok\", ok);\nprocess.exit(3);\n";
+pub const AUTH_TS: &str = "// auth\nconsole.log(\"auth loaded\");\n\nexport function check(token: string): boolean {\n  return token.length > 0;\n}\n";
+
+#[test]
+fn bun_stops_on_entry_in_the_script_not_its_imports() {
+    let Some(bun) = bun() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("src")).unwrap();
+    std::fs::write(d.path().join("src/main.ts"), MAIN_TS).unwrap();
+    std::fs::write(d.path().join("src/auth.ts"), AUTH_TS).unwrap();
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &[],
+        d.path(),
+        Era::Modern,
+        &[("KITBAG_DAP_BUN", &bun)],
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "bun", "script": "./src/main.ts"}),
+    );
+    assert_eq!(r.structured["stopped_reason"], "entry", "{:?}", r.raw);
+    assert_eq!(
+        r.structured["location"]["path"], "src/main.ts",
+        "{:?}",
+        r.raw
+    );
+    assert_eq!(r.structured["location"]["line"], 1, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "step_over"}));
+    assert_eq!(
+        r.structured["location"]["path"], "src/main.ts",
+        "{:?}",
+        r.raw
+    );
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    assert_eq!(r.structured["exit_code"], 3, "{:?}", r.raw);
+    c.shutdown();
+}
+
+/// Attach to `bun --inspect=127.0.0.1:0`: Bun lists no targets (404 on /json/list) and serves
+/// only the random path it printed, so attach by port alone names `url`; attach by that `url`
+/// breaks in, detaches leaving it running, and a second attach's plain disconnect ends it
+/// (seed 004: terminate_debuggee defaults to true after an attach too).
+#[test]
+fn bun_attach() {
+    let Some(bun) = bun() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("spin.ts"),
+        "let n: number = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
+    )
+    .unwrap();
+    let (mut target, url) = common::inspected(&bun, "spin.ts", d.path());
+    let port = common::port_of(&url);
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &[],
+        d.path(),
+        Era::Modern,
+        &[("KITBAG_DAP_BUN", &bun)],
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "attach", "runtime": "bun", "port": port, "host": "localhost"}),
+    );
+    assert_eq!(r.error_code(), Some("invalid_params"), "{:?}", r.raw);
+    assert_eq!(
+        r.structured["error"]["detail"]["field"], "url",
+        "{:?}",
+        r.raw
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "attach", "runtime": "bun", "url": url}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "pause"}));
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "typeof setInterval"}),
+    );
+    assert_eq!(r.structured["result"], "\"function\"", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "disconnect", "terminate_debuggee": false}),
+    );
+    assert_eq!(r.structured["debuggee_terminated"], false, "{:?}", r.raw);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        target.0.try_wait().unwrap().is_none(),
+        "the attach target should keep running"
+    );
+    let r = c.call(
+        "debug",
+        json!({"action": "attach", "runtime": "bun", "url": url}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert_eq!(r.structured["debuggee_terminated"], true, "{:?}", r.raw);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while target.0.try_wait().unwrap().is_none() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the attach target should have ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    c.shutdown();
 }

@@ -10,7 +10,7 @@ use std::time::Duration;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
-use common::{KillOnDrop, bin, disconnect_leaves_nothing, names, node22, var};
+use common::{bin, disconnect_leaves_nothing, names, node22, var};
 
 const APP: &str = "function add(a, b) {\n  const total = a + b;\n  return total;\n}\n\nconst user = { name: \"alice\", role: \"admin\", address: { city: \"Oslo\" } };\nlet count = 41;\nconsole.log(\"start\", process.env.APP_MODE);\nconst result = add(count, 1);\nconsole.log(\"result\", result);\n";
 
@@ -334,20 +334,8 @@ fn node_attach() {
         "let n = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
     )
     .unwrap();
-    // Node picks the port and says it: a port chosen here and freed could be taken by another
-    // test's process before Node binds it (then a listener that is not ours answers, and goes).
-    let mut target = KillOnDrop(
-        std::process::Command::new(&node)
-            .arg("--inspect=127.0.0.1:0")
-            .arg("spin.js")
-            .current_dir(d.path())
-            .stdin(std::process::Stdio::null())
-            .stdout(std::process::Stdio::null())
-            .stderr(std::process::Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let port = inspector_port(&mut target.0);
+    let (mut target, url) = common::inspected(&node, "spin.js", d.path());
+    let port = common::port_of(&url);
     let mut c = client(d.path(), Era::Modern, &node);
     let r = c.call(
         "debug",
@@ -415,20 +403,98 @@ fn node_dies_with_a_killed_server() {
     common::all_gone(&kids);
 }
 
-/// The port a `node --inspect=HOST:0` process listens on, from its "Debugger listening on
-/// ws://HOST:PORT/…" line; the rest of its stderr is drained on a thread.
-fn inspector_port(child: &mut std::process::Child) -> u16 {
-    use std::io::BufRead;
-    let mut lines = std::io::BufReader::new(child.stderr.take().expect("stderr")).lines();
-    let port = lines
-        .by_ref()
-        .map_while(Result::ok)
-        .find_map(|line| {
-            let rest = line.split("ws://").nth(1)?;
-            let authority = rest.split('/').next()?;
-            authority.rsplit(':').next()?.parse::<u16>().ok()
-        })
-        .expect("node printed the inspector's address");
-    std::thread::spawn(move || lines.for_each(drop));
-    port
+/// The seed's fixture shape: src/main.ts imports src/auth.ts. As ES modules, the import runs
+/// first and Node's start-up pause is inside auth.ts; `stop_on_entry` stops at the script's
+/// own first statement all the same. In a function that captures nothing, `scope: "closure"`
+/// is an empty list (seed 004). The program's exit code is reported.
+#[test]
+fn node_stops_on_entry_in_the_script_not_its_imports() {
+    let Some(node) = node22() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::create_dir(d.path().join("src")).unwrap();
+    std::fs::write(
+        d.path().join("src/main.ts"),
+        "import { check } from \"./auth.ts\";\n\nconst token: string = \"t0k\";\nconst ok = check(token);\nconsole.log(\"ok\", ok);\nprocess.exit(3);\n",
+    )
+    .unwrap();
+    std::fs::write(
+        d.path().join("src/auth.ts"),
+        "// auth\nconsole.log(\"auth loaded\");\n\nexport function check(token: string): boolean {\n  return token.length > 0;\n}\n",
+    )
+    .unwrap();
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "./src/main.ts"}),
+    );
+    assert_eq!(r.structured["stopped_reason"], "entry", "{:?}", r.raw);
+    assert_eq!(
+        r.structured["location"]["path"], "src/main.ts",
+        "{:?}",
+        r.raw
+    );
+    assert_eq!(r.structured["location"]["line"], 3, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "set_breakpoint", "path": "src/auth.ts", "line": 5}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["stopped_reason"], "breakpoint", "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["path"], "src/auth.ts");
+    let r = c.call("debug", json!({"action": "variables", "scope": "closure"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["variables"], json!([]), "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "continue"}));
+    assert_eq!(r.structured["status"], "exited", "{:?}", r.raw);
+    assert_eq!(r.structured["exit_code"], 3, "{:?}", r.raw);
+    c.shutdown();
+}
+
+/// A Node older than 22.6 (the machine's own node, when it is one) asked to run TypeScript
+/// answers before anything starts, naming the version found and the one needed.
+#[test]
+fn node_too_old_for_typescript_says_so() {
+    let Some(old) = std::process::Command::new("node")
+        .arg("--version")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+    else {
+        eprintln!("SKIP: no node on PATH");
+        return;
+    };
+    let mut parts = old.trim_start_matches('v').split('.');
+    let major: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    let minor: u32 = parts.next().and_then(|p| p.parse().ok()).unwrap_or(0);
+    if major == 0 || major > 22 || (major == 22 && minor >= 6) {
+        eprintln!("SKIP: the node on PATH ({old}) strips types");
+        return;
+    }
+    let node = String::from_utf8_lossy(
+        &std::process::Command::new("sh")
+            .args(["-c", "command -v node"])
+            .output()
+            .unwrap()
+            .stdout,
+    )
+    .trim()
+    .to_string();
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.ts"), "const n: number = 1;\n").unwrap();
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "app.ts"}),
+    );
+    assert_eq!(r.error_code(), Some("runtime_too_old"), "{:?}", r.raw);
+    let detail = &r.structured["error"]["detail"];
+    assert_eq!(detail["version_needed"], "22.6");
+    assert_eq!(detail["version_found"], format!("{major}.{minor}"));
+    assert!(r.text.contains("22.6"), "{}", r.text);
+    assert!(
+        common::descendants(c.pid()).is_empty(),
+        "nothing was started"
+    );
+    c.shutdown();
 }

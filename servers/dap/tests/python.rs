@@ -141,6 +141,41 @@ fn session(era: Era) {
     let r = c.call("debug", json!({"action": "variables", "frame_id": 7}));
     assert_eq!(r.error_code(), Some("invalid_params"), "{:?}", r.raw);
     assert_eq!(r.structured["error"]["detail"]["field"], "frame_id");
+    // watch (the default) never changes the program: debugpy has no such check of its own,
+    // so a call, an assignment or an augmented assignment is refused before it runs (naming
+    // `expression`, pointing to repl), and the dict is as it was.
+    for expr in [
+        "cfg.setdefault('k', 1)",
+        "count = 5",
+        "count += 1",
+        "[*cfg]",
+    ] {
+        let r = c.call("debug", json!({"action": "evaluate", "expression": expr}));
+        assert_eq!(
+            r.error_code(),
+            Some("invalid_params"),
+            "{expr}: {:?}",
+            r.raw
+        );
+        assert_eq!(r.structured["error"]["detail"]["field"], "expression");
+        assert!(r.text.contains("repl"), "{}", r.text);
+    }
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "'k' in cfg or count != 41"}),
+    );
+    assert_eq!(r.structured["result"], "False", "{:?}", r.raw);
+    // repl may: the call runs and the dict grows.
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "cfg.setdefault('k', 1)", "context": "repl"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "cfg['k']"}),
+    );
+    assert_eq!(r.structured["result"], "1", "{:?}", r.raw);
     // The repl context runs statements; watch would refuse an assignment.
     let r = c.call(
         "debug",
@@ -712,5 +747,71 @@ fn default_results_stay_within_the_budget() {
         first.structured["frames"][frames as usize - 1]["adapter_frame_id"]
     );
     c.call("debug", json!({"action": "disconnect"}));
+    c.shutdown();
+}
+
+/// Issue #37's result budget for `list_breakpoints`: 120 breakpoints, each with a
+/// 20,000-character condition of quotes (40,000 bytes as JSON) and a log message of control
+/// characters (6 bytes each as JSON) — ≈ 19 MB uncut. The listing bounds each field and cuts
+/// the list at the last entry that fits, with `truncated`, `total` and a `next_offset` that
+/// goes on exactly there. (No session needed: breakpoints are kept until a launch.)
+#[test]
+fn list_breakpoints_stays_within_the_budget() {
+    use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("many.py"), "x = 1\n".repeat(120)).unwrap();
+    let mut c = McpClient::spawn(bin(), &[], d.path(), Era::Modern);
+    let condition = "\"".repeat(20_000);
+    let log = "\u{1}".repeat(20_000);
+    for line in 1..=120 {
+        let r = c.call(
+            "debug",
+            json!({"action": "set_breakpoint", "path": "many.py", "line": line,
+                "condition": condition, "log_message": log}),
+        );
+        assert!(!r.is_error, "{:?}", r.raw);
+    }
+    let ids = |r: &kitbag_testkit::ToolCall| -> Vec<i64> {
+        r.structured["breakpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|b| b["id"].as_i64().unwrap())
+            .collect()
+    };
+    let first = c.call("debug", json!({"action": "list_breakpoints"}));
+    let size = json_len(&first.structured);
+    assert!(size < RESULT_BUDGET_BYTES, "{size} bytes");
+    assert_eq!(first.structured["truncated"], true);
+    assert_eq!(first.structured["total"], 120);
+    let shown = ids(&first);
+    assert!(!shown.is_empty());
+    let b = &first.structured["breakpoints"][0];
+    assert!(b["condition"].as_str().unwrap().ends_with("[truncated]"));
+    assert!(b["log_message"].as_str().unwrap().ends_with("[truncated]"));
+    let next = first.structured["next_offset"].as_u64().unwrap();
+    assert_eq!(next, shown.len() as u64);
+    let second = c.call(
+        "debug",
+        json!({"action": "list_breakpoints", "offset": next}),
+    );
+    assert!(json_len(&second.structured) < RESULT_BUDGET_BYTES);
+    let more = ids(&second);
+    assert!(
+        !more.iter().any(|id| shown.contains(id)),
+        "{shown:?} then {more:?}"
+    );
+    // Paged to the end, every breakpoint is listed once.
+    let mut all = shown;
+    all.extend(more);
+    let mut offset = second.structured["next_offset"].as_u64();
+    while let Some(o) = offset {
+        let r = c.call("debug", json!({"action": "list_breakpoints", "offset": o}));
+        all.extend(ids(&r));
+        offset = r.structured["next_offset"].as_u64();
+    }
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 120);
     c.shutdown();
 }

@@ -49,12 +49,14 @@ pub enum AdapterFailure {
     /// The connection to `host:port` failed.
     #[error("{0}")]
     Io(#[from] std::io::Error),
-    #[error("no answer to /json/list")]
+    #[error("no HTTP answer from the inspector")]
     NoListAnswer,
     #[error("no inspector there (/json/list is not JSON)")]
     NotAnInspector,
     #[error("the inspector lists no target")]
     NoTarget,
+    #[error("{}", super::BUN_NEEDS_URL)]
+    BunNeedsUrl,
 
     // ---- the WebSocket (ws.rs)
     #[error("the inspector at {0} did not answer")]

@@ -38,6 +38,38 @@ impl Inspector {
     }
 }
 
+/// Why attach by port alone cannot reach Bun: it lists no targets and serves only the random
+/// path it printed (`bun --inspect=HOST:PORT/NAME` names the path).
+pub const BUN_NEEDS_URL: &str = "Bun's inspector answers only at the address it printed under \"Listening:\" (ws://HOST:PORT/ID): pass that as `url`";
+
+/// The Node that first strips TypeScript types.
+const NODE_FOR_TYPESCRIPT: &str = "22.6";
+
+/// Checked before anything starts: a runtime too old for `script` (a Node older than 22.6
+/// asked to run TypeScript) is told as such, naming the version found and the one needed.
+pub fn preflight(runtime: Inspector, script: &std::path::Path) -> ToolResult<()> {
+    // A missing binary is `spawn`'s to report.
+    let Ok(bin) = process::binary(runtime) else {
+        return Ok(());
+    };
+    match process::flags(runtime, &bin, script) {
+        Err(failure::AdapterFailure::NoTypeScript { bin, major, minor }) => Err(ToolError::new(
+            ErrorCode::RuntimeTooOld,
+            format!(
+                "runtime too old: {} is Node {major}.{minor}; TypeScript needs Node {NODE_FOR_TYPESCRIPT} or later (set KITBAG_DAP_NODE to one)",
+                bin.display()
+            ),
+        )
+        .with_detail(serde_json::json!({
+            "runtime": runtime.name(),
+            "version_found": format!("{major}.{minor}"),
+            "version_needed": NODE_FOR_TYPESCRIPT,
+            "command": bin.to_string_lossy(),
+        }))),
+        _ => Ok(()),
+    }
+}
+
 /// Start the inspector bridge for `runtime` and a client of it. The runtime itself starts on
 /// `launch` (or is reached on `attach`).
 pub fn spawn(runtime: Inspector) -> ToolResult<Arc<Client>> {

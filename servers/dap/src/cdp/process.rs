@@ -71,7 +71,7 @@ fn node_version(node: &Path) -> Option<(u32, u32)> {
 
 /// The runtime's own flags for a script: the inspector paused at start, and TypeScript type
 /// stripping where this Node needs asking (22.6–22.17; later versions strip by default).
-fn flags(runtime: Inspector, bin: &Path, script: &Path) -> AdapterResult<Vec<String>> {
+pub fn flags(runtime: Inspector, bin: &Path, script: &Path) -> AdapterResult<Vec<String>> {
     let mut flags = Vec::new();
     match runtime {
         Inspector::Bun => flags.push("--inspect-brk=127.0.0.1:0".to_string()),
@@ -192,8 +192,30 @@ pub fn inspector_chatter(line: &str) -> bool {
         || (l.starts_with("ws://") && !l.contains(' '))
 }
 
-/// The WebSocket address of the inspector listening on `host:port` (`/json/list`).
+/// The WebSocket address of the inspector listening on `host:port` (`/json/list`). Bun's
+/// inspector has no list (it answers 404): it serves only the path it printed, so its
+/// `/json/version` is asked to tell that case.
 pub async fn discover(host: &str, port: u16) -> AdapterResult<String> {
+    let list = http_get(host, port, "/json/list").await?;
+    let Ok(list) = serde_json::from_str::<serde_json::Value>(list.trim()) else {
+        let version = http_get(host, port, "/json/version")
+            .await
+            .unwrap_or_default();
+        if serde_json::from_str::<serde_json::Value>(version.trim())
+            .is_ok_and(|v| v["Browser"] == "Bun")
+        {
+            return Err(AdapterFailure::BunNeedsUrl);
+        }
+        return Err(AdapterFailure::NotAnInspector);
+    };
+    list.as_array()
+        .and_then(|a| a.iter().find_map(|t| t["webSocketDebuggerUrl"].as_str()))
+        .map(String::from)
+        .ok_or(AdapterFailure::NoTarget)
+}
+
+/// The body of `GET path` on `host:port` (empty when there is none).
+async fn http_get(host: &str, port: u16, path: &str) -> AdapterResult<String> {
     let mut stream = tokio::time::timeout(
         Duration::from_secs(5),
         tokio::net::TcpStream::connect((host, port)),
@@ -201,7 +223,7 @@ pub async fn discover(host: &str, port: u16) -> AdapterResult<String> {
     .await
     .map_err(|_| AdapterFailure::NoAnswer)??;
     let request =
-        format!("GET /json/list HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
+        format!("GET {path} HTTP/1.1\r\nHost: {host}:{port}\r\nConnection: close\r\n\r\n");
     stream.write_all(request.as_bytes()).await?;
     // Read the headers, then Content-Length bytes of body: the inspector keeps the
     // connection open.
@@ -232,11 +254,5 @@ pub async fn discover(host: &str, port: u16) -> AdapterResult<String> {
         .await
         .map_err(|_| AdapterFailure::NoListAnswer)??;
     let text = String::from_utf8_lossy(&body);
-    let json = text.split("\r\n\r\n").nth(1).unwrap_or("");
-    let list: serde_json::Value =
-        serde_json::from_str(json.trim()).map_err(|_| AdapterFailure::NotAnInspector)?;
-    list.as_array()
-        .and_then(|a| a.iter().find_map(|t| t["webSocketDebuggerUrl"].as_str()))
-        .map(String::from)
-        .ok_or(AdapterFailure::NoTarget)
+    Ok(text.split("\r\n\r\n").nth(1).unwrap_or("").to_string())
 }

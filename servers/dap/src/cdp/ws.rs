@@ -30,13 +30,29 @@ pub struct Cdp {
 
 impl Cdp {
     /// Connect to `ws_url`; events arrive on the returned receiver until the socket closes
-    /// (then the receiver ends).
+    /// (then the receiver ends). `unref`: ask Bun not to keep the program alive for this
+    /// session (its `Ref-Event-Loop: 0` header), so a program that ran its last line exits.
     pub async fn connect(
         ws_url: &str,
+        unref: bool,
     ) -> AdapterResult<(Arc<Cdp>, mpsc::UnboundedReceiver<Event>)> {
+        use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+        let mut request =
+            ws_url
+                .into_client_request()
+                .map_err(|source| AdapterFailure::Connect {
+                    url: ws_url.to_string(),
+                    source,
+                })?;
+        if unref {
+            request.headers_mut().insert(
+                "Ref-Event-Loop",
+                tokio_tungstenite::tungstenite::http::HeaderValue::from_static("0"),
+            );
+        }
         let (socket, _) =
             // Nagle off: each command is one small frame awaiting its answer.
-            tokio::time::timeout(COMMAND_TIMEOUT, tokio_tungstenite::connect_async_with_config(ws_url, None, true))
+            tokio::time::timeout(COMMAND_TIMEOUT, tokio_tungstenite::connect_async_with_config(request, None, true))
                 .await
                 .map_err(|_| AdapterFailure::ConnectTimeout(ws_url.to_string()))?
                 .map_err(|source| AdapterFailure::Connect { url: ws_url.to_string(), source })?;

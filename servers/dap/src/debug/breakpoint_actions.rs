@@ -2,8 +2,9 @@
 //! lines, or a function by `name`), set_function_breakpoint, set_exception_breakpoints, and the
 //! per-run instruction and data breakpoints. Each change resends one kind's whole list.
 
+use kitbag_shared::limits;
 use kitbag_shared::lock::LockExt;
-use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, Resolved, ToolError, ToolResult};
+use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, Resolved, ToolError, ToolResult, args};
 use serde_json::json;
 
 use super::breakpoints::{
@@ -11,7 +12,7 @@ use super::breakpoints::{
     source_args,
 };
 use super::params::{Action, DebugParams, HitSyntax};
-use super::result::{DataBreakpointInfo, DebugResult};
+use super::result::{BreakpointEntry, DataBreakpointInfo, DebugResult};
 use super::source::read_source;
 use super::{Core, DapState, REQUEST_TIMEOUT, adapter_failure, inspect, need, require_capability};
 
@@ -122,15 +123,24 @@ async fn list(
     policy: &PathPolicy,
     p: &DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
+    let skip = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let changes = match state.live().await {
         Ok(core) => core.client.events.locked().breakpoint_changes.clone(),
         Err(_) => Default::default(),
     };
     let mut bps = state.breakpoints.lock().await;
     bps.absorb(&changes);
-    let list = bps.entries(policy);
+    let all = bps.entries(policy);
     drop(bps);
-    let text = list
+    let total = all.len();
+    let mut r = DebugResult::new(p.action, "ok");
+    r.total = Some(total as u64);
+    // Held to the result budget: each text field bounded, the list cut at the last entry
+    // that fits (page on with `offset`).
+    let shown: Vec<BreakpointEntry> = all.into_iter().skip(skip).map(bounded_entry).collect();
+    let (list, _) = super::within_budget(&r, shown);
+    let next = skip + list.len();
+    let mut text = list
         .iter()
         .map(|b| match (&b.path, b.line, &b.target) {
             (Some(path), Some(line), _) => format!("#{} {path}:{line}", b.id),
@@ -139,14 +149,37 @@ async fn list(
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let mut r = DebugResult::new(p.action, "ok");
+    if next < total {
+        r.truncated = Some(true);
+        r.next_offset = Some(next as u64);
+        text.push_str(&format!(
+            "\n[{} of {total} breakpoints; more: offset {next}]",
+            list.len()
+        ));
+    }
     r.breakpoints = Some(list);
-    let text = if text.is_empty() {
-        "no breakpoints".to_string()
-    } else {
-        text
-    };
+    if text.is_empty() {
+        text = "no breakpoints".to_string();
+    }
     Ok(Reply::new(r, text))
+}
+
+/// Most bytes (as JSON) one breakpoint's path, target, condition, hit count or log message
+/// shows in a listing: one entry stays well under the result budget.
+const ENTRY_FIELD_BYTES: usize = 4000;
+
+fn bounded_entry(mut b: BreakpointEntry) -> BreakpointEntry {
+    let fit = |s: &mut Option<String>| {
+        if let Some(v) = s.as_mut() {
+            *v = limits::fit_str(v, ENTRY_FIELD_BYTES, "… [truncated]").0;
+        }
+    };
+    fit(&mut b.path);
+    fit(&mut b.target);
+    fit(&mut b.condition);
+    fit(&mut b.hit_count);
+    fit(&mut b.log_message);
+    b
 }
 
 /// The source file and line a breakpoint goes on: the file readable, the line inside it.

@@ -479,6 +479,19 @@ pub async fn variables(state: &DapState, p: &DebugParams) -> ToolResult<Reply<De
 pub async fn evaluate(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
     let core = state.live().await?;
     let expr = need(&p.expression, "expression", "the expression to evaluate")?;
+    let configured = state.config.adapters.contains_key(core.runtime.name());
+    if p.context != Some(EvalContext::Repl)
+        && let Some(syntax) = core.runtime.watch_syntax(configured)
+        && let Some(why) = super::watch::side_effect(expr, syntax)
+    {
+        return Err(ToolError::invalid_field(
+            "expression",
+            format!(
+                "context \"watch\" (the default) must not change the program, and on {} it takes only reads (names, member and index reads, literals, operators); this has {why}. Use context \"repl\" to run it",
+                core.runtime.name()
+            ),
+        ));
+    }
     let running = core.client.events.locked().stopped.is_none();
     let mut args = json!({"expression": expr,
         "context": if p.context == Some(EvalContext::Repl) { "repl" } else { "watch" }});

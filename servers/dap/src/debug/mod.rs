@@ -19,6 +19,7 @@ pub mod runtime;
 mod session;
 mod source;
 mod tree;
+pub mod watch;
 
 use kitbag_shared::lock::LockExt;
 use std::sync::Arc;

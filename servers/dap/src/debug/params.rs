@@ -105,6 +105,9 @@ pub struct DebugParams {
     pub host: Option<String>,
     #[serde(default)]
     pub port: Option<u16>,
+    /// attach (node, bun): the ws:// address it printed.
+    #[serde(default)]
+    pub url: Option<String>,
     /// disconnect (default true).
     #[serde(default)]
     pub terminate_debuggee: Option<bool>,

@@ -103,6 +103,20 @@ impl Runtime {
         }
     }
 
+    /// The expression language `watch` is checked in, where the adapter does not keep
+    /// `watch` free of side effects itself (None: Node's inspector, which V8 checks).
+    pub fn watch_syntax(&self, configured: bool) -> Option<super::watch::Syntax> {
+        use super::watch::Syntax;
+        match self {
+            Runtime::Node if !configured => None,
+            Runtime::Python => Some(Syntax::Python),
+            Runtime::Node | Runtime::Bun => Some(Syntax::JavaScript),
+            Runtime::Lldb => Some(Syntax::C),
+            Runtime::Go => Some(Syntax::Go),
+            Runtime::Configured(_) => Some(Syntax::Other),
+        }
+    }
+
     pub fn entry_stop(&self) -> EntryStop {
         match self {
             Runtime::Lldb => EntryStop::FunctionBreakpoint("main"),

@@ -56,6 +56,7 @@ pub async fn launch(
     let mut launch_args = runtime::launch_arguments(&runtime, &plan);
     let configured = state.config.adapters.contains_key(runtime.name());
     let client = if let Some(inspector) = runtime.inspector().filter(|_| !configured) {
+        crate::cdp::preflight(inspector, &prog.abs)?;
         crate::cdp::spawn(inspector)?
     } else {
         let cmd = runtime::adapter_command(&runtime, &state.config, &mut launch_args)?;
@@ -167,20 +168,32 @@ pub async fn attach(
     }
     let runtime = runtime::Runtime::parse(p.runtime.as_deref(), &state.config)?;
     let how_to_start = runtime::attach_target(&runtime)?;
-    let port = *need(
-        &p.port,
-        "port",
-        &format!("the port of a `{how_to_start}` process"),
-    )?;
-    let host = p.host.clone().unwrap_or_else(|| "127.0.0.1".into());
+    let ws_url = inspector_url(&runtime, p.url.as_deref())?;
+    let port = match &ws_url {
+        Some(u) => u.port().unwrap_or(80),
+        None => *need(
+            &p.port,
+            "port",
+            &format!("the port of a `{how_to_start}` process"),
+        )?,
+    };
+    let host = match &ws_url {
+        Some(u) => u.host_str().unwrap_or("127.0.0.1").to_string(),
+        None => p.host.clone().unwrap_or_else(|| "127.0.0.1".into()),
+    };
     let host = if host == "localhost" {
         "127.0.0.1".to_string()
     } else {
         host
     };
     let unreachable = |e: &dyn std::fmt::Display| {
+        let e = e.to_string();
+        if e.contains(crate::cdp::BUN_NEEDS_URL) {
+            return ToolError::invalid_field("url", format!("{host}:{port}: {e}"));
+        }
+        let field = if ws_url.is_some() { "url" } else { "port" };
         ToolError::invalid_field(
-            "port",
+            field,
             format!("cannot connect to {host}:{port}: {e}; start the program with {how_to_start}"),
         )
     };
@@ -197,7 +210,10 @@ pub async fn attach(
         return Err(ToolError::new(ErrorCode::DapSessionEnded, m.to_string()));
     }
     let core = new_core(state, client, runtime.clone(), true, None);
-    let args = runtime::attach_arguments(&runtime, &host, port);
+    let mut args = runtime::attach_arguments(&runtime, &host, port);
+    if let Some(u) = &ws_url {
+        args["connect"]["url"] = json!(u.as_str());
+    }
     if let Err(m) = start(state, &core, "attach", args).await {
         core.client.kill();
         if runtime.is_inspector() {
@@ -218,6 +234,24 @@ pub async fn attach(
     .await?;
     with_session_facts(&core, &mut r).await;
     Ok(r)
+}
+
+/// attach's `url`: a `ws://` address, for the inspector runtimes only.
+fn inspector_url(runtime: &Runtime, url: Option<&str>) -> ToolResult<Option<url::Url>> {
+    let Some(raw) = url else { return Ok(None) };
+    if !runtime.is_inspector() {
+        return Err(ToolError::invalid_field(
+            "url",
+            "only node and bun attach by url; give `port` (and `host`)",
+        ));
+    }
+    match url::Url::parse(raw) {
+        Ok(u) if u.scheme() == "ws" && u.host_str().is_some() => Ok(Some(u)),
+        _ => Err(ToolError::invalid_field(
+            "url",
+            format!("a ws://HOST:PORT/PATH address, as the runtime printed it (got {raw:?})"),
+        )),
+    }
 }
 
 fn active() -> ToolError {

@@ -228,3 +228,45 @@ pub fn delve_headless(dir: &Path) -> (KillOnDrop, u16) {
         Err(_) => panic!("Delve did not start listening within 90 s"),
     }
 }
+
+/// `bin --inspect=127.0.0.1:0 script` in `dir` (Node or Bun: each picks its port — one chosen
+/// here and freed could be taken by another test's process first — and prints its `ws://`
+/// address on stderr), with that address; the rest of its stderr is drained on a thread.
+pub fn inspected(bin: &str, script: &str, dir: &Path) -> (KillOnDrop, String) {
+    use std::io::BufRead;
+    let mut target = KillOnDrop(
+        std::process::Command::new(bin)
+            .arg("--inspect=127.0.0.1:0")
+            .arg(script)
+            .current_dir(dir)
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .expect("start the inspected runtime"),
+    );
+    let stderr = target.0.stderr.take().expect("stderr");
+    let mut lines = std::io::BufReader::new(stderr).lines();
+    let url = lines
+        .by_ref()
+        .map_while(Result::ok)
+        .find_map(|line| {
+            let at = line.find("ws://")?;
+            line[at..].split_whitespace().next().map(str::to_string)
+        })
+        .expect("the runtime printed its inspector's address");
+    std::thread::spawn(move || lines.for_each(drop));
+    (target, url)
+}
+
+/// The port of an inspector's `ws://HOST:PORT/…` address.
+pub fn port_of(ws_url: &str) -> u16 {
+    ws_url
+        .trim_start_matches("ws://")
+        .split('/')
+        .next()
+        .and_then(|authority| authority.rsplit(':').next())
+        .and_then(|port| port.parse().ok())
+        .expect("a port in the inspector's address")
+}

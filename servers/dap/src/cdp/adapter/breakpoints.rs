@@ -171,7 +171,7 @@ fn set_condition(params: &mut Value, dialect: Dialect, condition: Option<&str>) 
 
 /// The URLs a runtime may give a file's script: its `file://` URL, or the bare path (Node's
 /// type-stripped TypeScript carries a `sourceURL` of the path).
-fn url_pattern(path: &Path) -> String {
+pub(super) fn url_pattern(path: &Path) -> String {
     let raw = path.to_string_lossy();
     let url = url::Url::from_file_path(path)
         .map(|u| u.to_string())

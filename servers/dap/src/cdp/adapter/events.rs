@@ -6,7 +6,8 @@ use std::sync::Arc;
 
 use serde_json::{Value, json};
 
-use super::{Adapter, Expect, Paused, Script, url_path};
+use super::breakpoints::url_pattern;
+use super::{Adapter, Dialect, Expect, Paused, Script, url_path};
 use crate::cdp::failure::{AdapterFailure, AdapterResult};
 use crate::cdp::sourcemap;
 
@@ -137,16 +138,27 @@ impl Adapter {
         let expect = std::mem::replace(&mut self.expect, Expect::Nothing);
         let exception = matches!(cdp_reason, "exception" | "promiseRejection");
         // A breakpoint not due yet (hit count): go on as if nothing happened.
-        if hit.is_empty() && counted_out && expect == Expect::Nothing && !exception {
+        if hit.is_empty()
+            && counted_out
+            && matches!(expect, Expect::Nothing | Expect::Entry)
+            && !exception
+        {
+            self.expect = expect;
             if let Some(cdp) = &self.cdp {
                 drop(cdp.send("Debugger.resume", json!({})));
             }
             return;
         }
+        // The entry stop is over at the first pause, wherever it is.
+        if expect == Expect::Entry {
+            self.end_entry();
+        }
         let reason = if !hit.is_empty() {
             "breakpoint"
         } else if exception {
             "exception"
+        } else if expect == Expect::Entry && frames.first().is_some_and(|f| self.in_program(f)) {
+            "entry"
         } else if expect == Expect::Step {
             "step"
         } else if expect == Expect::Pause {
@@ -173,14 +185,82 @@ impl Adapter {
         self.stopped(reason, &hit, text).await;
     }
 
+    /// Whether a call frame is in the launched script itself.
+    pub(super) fn in_program(&self, frame: &Value) -> bool {
+        let Some(program) = &self.program else {
+            return false;
+        };
+        let id = frame["location"]["scriptId"].as_str().unwrap_or("");
+        self.scripts
+            .get(id)
+            .and_then(|s| s.path.as_ref())
+            .is_some_and(|p| p == program || std::fs::canonicalize(p).is_ok_and(|c| &c == program))
+    }
+
+    /// Whether the start-up pause is in the launched script itself.
+    pub(super) fn paused_in_program(&self) -> bool {
+        self.paused
+            .as_ref()
+            .and_then(|p| p.frames.first())
+            .is_some_and(|f| self.in_program(f))
+    }
+
+    /// Run from a start-up pause in an imported module to the script's own first line: a
+    /// temporary breakpoint on its first line (V8); Bun's `--inspect-brk` starts the entry
+    /// script with a `debugger;` statement, which pauses once debugger statements do.
+    pub(super) async fn run_to_entry(&mut self) -> AdapterResult<()> {
+        let cdp = self.cdp()?;
+        match (self.dialect, &self.program) {
+            (Dialect::V8, Some(program)) => {
+                let r = cdp
+                    .call(
+                        "Debugger.setBreakpointByUrl",
+                        json!({"lineNumber": 0, "urlRegex": url_pattern(program)}),
+                    )
+                    .await?;
+                self.entry_bp = r["breakpointId"].as_str().map(String::from);
+            }
+            (Dialect::WebKit, _) => {
+                cdp.call(
+                    "Debugger.setPauseOnDebuggerStatements",
+                    json!({"enabled": true}),
+                )
+                .await?;
+            }
+            _ => {}
+        }
+        self.paused = None;
+        self.handles.clear();
+        self.expect = Expect::Entry;
+        cdp.call("Debugger.resume", json!({})).await?;
+        Ok(())
+    }
+
+    /// Undo what stood for the entry stop.
+    fn end_entry(&mut self) {
+        let Some(cdp) = &self.cdp else { return };
+        match self.entry_bp.take() {
+            Some(id) => drop(cdp.send("Debugger.removeBreakpoint", json!({"breakpointId": id}))),
+            None if self.dialect == Dialect::WebKit => drop(cdp.send(
+                "Debugger.setPauseOnDebuggerStatements",
+                json!({"enabled": false}),
+            )),
+            None => {}
+        }
+    }
+
     pub(super) async fn resume(&mut self, method: &str, expect: Expect) -> AdapterResult<Value> {
         let cdp = self.cdp()?;
         if self.paused.is_none() {
             return Err(AdapterFailure::NotPaused);
         }
         self.expect = expect;
-        cdp.call(method, json!({})).await?;
-        Ok(json!({"allThreadsContinued": true}))
+        match cdp.call(method, json!({})).await {
+            // The program ran to its end and the runtime went before it answered: it did
+            // resume (its exit is told next).
+            Ok(_) | Err(AdapterFailure::Closed) => Ok(json!({"allThreadsContinued": true})),
+            Err(e) => Err(e),
+        }
     }
 
     pub(super) async fn pause(&mut self) -> AdapterResult<Value> {

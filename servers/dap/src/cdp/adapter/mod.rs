@@ -93,6 +93,8 @@ enum Expect {
     Nothing,
     Step,
     Pause,
+    /// The stop on entry, in the program's own script (not in a module it imports).
+    Entry,
 }
 
 /// The inspector protocol's flavour: V8's (Node.js) or WebKit's (Bun, on JavaScriptCore).
@@ -112,6 +114,10 @@ struct Adapter {
     child: Option<Child>,
     launched: bool,
     stop_on_entry: bool,
+    /// The launched script (canonical), where the entry stop belongs.
+    program: Option<PathBuf>,
+    /// V8: the temporary breakpoint standing for the entry stop, until the next pause.
+    entry_bp: Option<String>,
     configured: bool,
     scripts: HashMap<String, Script>,
     bps: HashMap<PathBuf, Vec<Bp>>,
@@ -152,6 +158,8 @@ pub async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
         child: None,
         launched: false,
         stop_on_entry: false,
+        program: None,
+        entry_bp: None,
         configured: false,
         scripts: HashMap::new(),
         bps: HashMap::new(),
@@ -321,6 +329,7 @@ impl Adapter {
             .unwrap_or_default();
         self.stop_on_entry = args["stopOnEntry"].as_bool().unwrap_or(true);
         self.launched = true;
+        self.program = Some(std::fs::canonicalize(&program).unwrap_or_else(|_| program.clone()));
         let started = process::start(self.runtime, &program, &argv, &cwd, &env).await?;
         let mut child = started.child;
         if let (Some(pid), Ok(mut owned)) = (child.id(), self.owned.lock()) {
@@ -338,9 +347,14 @@ impl Adapter {
     }
 
     async fn attach(&mut self, args: &Value) -> AdapterResult<Value> {
-        let host = args["connect"]["host"].as_str().unwrap_or("127.0.0.1");
-        let port = args["connect"]["port"].as_u64().unwrap_or(9229) as u16;
-        let ws = process::discover(host, port).await?;
+        let ws = match args["connect"]["url"].as_str() {
+            Some(url) => url.to_string(),
+            None => {
+                let host = args["connect"]["host"].as_str().unwrap_or("127.0.0.1");
+                let port = args["connect"]["port"].as_u64().unwrap_or(9229) as u16;
+                process::discover(host, port).await?
+            }
+        };
         self.connect(&ws, false).await?;
         Ok(json!({}))
     }
@@ -348,7 +362,7 @@ impl Adapter {
     /// Connect, enable the domains, let a waiting runtime run to its first-line pause, then
     /// tell the client it may configure.
     async fn connect(&mut self, ws_url: &str, launched: bool) -> AdapterResult<()> {
-        let (cdp, events) = Cdp::connect(ws_url).await?;
+        let (cdp, events) = Cdp::connect(ws_url, self.dialect == Dialect::WebKit).await?;
         self.cdp = Some(cdp.clone());
         self.events = Some(events);
         let mut enables = vec![
@@ -415,8 +429,12 @@ impl Adapter {
     async fn configuration_done(&mut self) -> AdapterResult<Value> {
         self.configured = true;
         if self.launched && self.paused.is_some() {
-            if self.stop_on_entry {
+            if self.stop_on_entry && self.paused_in_program() {
                 self.stopped("entry", &[], None).await;
+            } else if self.stop_on_entry {
+                // Paused in a module the script imports (ES modules run their imports
+                // first): run on to the script's own first line.
+                self.run_to_entry().await?;
             } else {
                 let cdp = self.cdp()?;
                 self.paused = None;
