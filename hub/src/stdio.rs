@@ -31,16 +31,21 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
         budget.clone(),
         conn.clone(),
     ));
-    let running = host
-        .serve(
-            kitbag_shared::transport::LineTransport::new(
-                fastpath::ChannelReader::new(rmcp_rx),
-                fastpath::LineWriter::new(out_tx),
-            )
-            .with_budget(budget)
-            .traced(conn),
+    // Signals are heard from now on, the handshake included.
+    let mut stop = Box::pin(kitbag_shared::runtime::shutdown_signal());
+    let serving = host.serve(
+        kitbag_shared::transport::LineTransport::new(
+            fastpath::ChannelReader::new(rmcp_rx),
+            fastpath::LineWriter::new(out_tx),
         )
-        .await;
+        .with_budget(budget)
+        .traced(conn),
+    );
+    let running = tokio::select! {
+        running = serving => running,
+        // Told to stop before the handshake ended: the caller stops whatever started.
+        () = &mut stop => return Ok(()),
+    };
     let running = match running {
         Ok(r) => r,
         Err(e) => return kitbag_shared::server::handshake_failed(e),
@@ -51,7 +56,7 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     tokio::spawn({
         let signalled = signalled.clone();
         async move {
-            kitbag_shared::runtime::shutdown_signal().await;
+            stop.await;
             signalled.cancel();
             cancel.cancel();
         }

@@ -65,18 +65,26 @@ where
 }
 
 /// Resolves on the first SIGTERM or SIGINT (never, if the handlers cannot be installed).
-pub async fn shutdown_signal() {
+///
+/// The handlers are installed when this is called, not when it is first awaited: a server
+/// calls it at start, so a signal during the handshake is heard too — also when SIGINT came
+/// ignored from the parent (a shell starts background jobs so), which until the handler
+/// exists would drop it and leave the server running. Call it inside the runtime.
+pub fn shutdown_signal() -> impl Future<Output = ()> + Send + 'static {
     use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int)) = (
+    let handlers = (
         signal(SignalKind::terminate()),
         signal(SignalKind::interrupt()),
-    ) else {
-        std::future::pending::<()>().await;
-        return;
-    };
-    tokio::select! {
-        _ = term.recv() => {},
-        _ = int.recv() => {},
+    );
+    async move {
+        let (Ok(mut term), Ok(mut int)) = handlers else {
+            std::future::pending::<()>().await;
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {},
+            _ = int.recv() => {},
+        }
     }
 }
 

@@ -899,21 +899,27 @@ pub const OTEL_FLUSH_LIMIT: std::time::Duration = std::time::Duration::from_secs
 /// Serve over stdin/stdout until the client closes stdin (or SIGTERM/SIGINT arrives).
 pub async fn serve_stdio<S: Send + Sync + 'static>(server: McpServer<S>) -> anyhow::Result<()> {
     widen_stdout_pipe();
-    let running = server
+    // Heard from now on, the handshake included.
+    let mut stop = Box::pin(shutdown_signal());
+    let serving = server
         // Non-blocking pipes when stdin/stdout are FIFOs (how clients launch servers): no
         // blocking-pool hand-off per message; a socket or terminal read through the reactor.
         .serve({
             let (stdin, stdout) = crate::stdin::stdio();
             crate::transport::LineTransport::new(stdin, stdout).traced(crate::otel::Conn::pipe())
-        })
-        .await;
+        });
+    let running = tokio::select! {
+        running = serving => running,
+        // Told to stop before the handshake ended: nothing is running yet.
+        () = &mut stop => return Ok(()),
+    };
     let running = match running {
         Ok(r) => r,
         Err(e) => return handshake_failed(e),
     };
     let cancel = running.cancellation_token();
     tokio::spawn(async move {
-        shutdown_signal().await;
+        stop.await;
         cancel.cancel();
     });
     let _ = running.waiting().await;

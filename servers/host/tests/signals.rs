@@ -402,3 +402,30 @@ fn every_server_exits_soon_whatever_its_stdin() {
         slow.join("\n")
     );
 }
+
+/// A server whose parent ignored SIGINT (a shell starts background jobs so, and the
+/// disposition survives `exec`) still stops on SIGINT sent right after its `initialize`
+/// answer, before the handshake ends: its handlers are installed at start. Before, they came
+/// after the handshake, and the signal was dropped — the server ran on (found under a
+/// backgrounded CI run: "still running 10 s after Int").
+#[test]
+fn sigint_during_the_handshake_stops_a_server_whose_parent_ignored_it() {
+    let d = tempfile::tempdir().expect("tmp");
+    let singles = ["kitbag-files", "kitbag-shell", "kitbag-vm"];
+    for (program, args) in servers(&singles) {
+        let program = program.to_str().expect("utf8");
+        let mut wrapped = vec!["-c", "trap '' INT; exec \"$0\" \"$@\"", program];
+        wrapped.extend(args.iter().copied());
+        for kind in [StdinKind::Pipe, StdinKind::Socket] {
+            // time_exit fails the test when the server is still there 10 s later.
+            let (_, children) =
+                time_exit(Path::new("/bin/sh"), &wrapped, d.path(), kind, Ending::Int);
+            for c in children {
+                assert!(
+                    wait_gone(c, Duration::from_secs(3)),
+                    "{program} {args:?} {kind:?}: child {c} outlived it"
+                );
+            }
+        }
+    }
+}
