@@ -81,7 +81,7 @@ fn refused_words(syntax: Syntax) -> &'static [&'static str] {
 pub fn side_effect(expr: &str, syntax: Syntax) -> Option<String> {
     let toks = match lex(expr, syntax) {
         Ok(t) => t,
-        Err(why) => return Some(why),
+        Err(Refusal(why)) => return Some(why.to_string()),
     };
     let mut prev: Option<&Tok> = None;
     for t in &toks {
@@ -147,7 +147,11 @@ fn python_prefix(name: &str) -> bool {
             .all(|c| matches!(c.to_ascii_lowercase(), 'r' | 'b' | 'u' | 'f'))
 }
 
-fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, String> {
+/// Why the lexer refused an expression outright: the kind of form, for the error message.
+#[derive(Debug)]
+struct Refusal(&'static str);
+
+fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, Refusal> {
     let chars: Vec<char> = expr.chars().collect();
     let mut out: Vec<Tok> = Vec::new();
     let mut i = 0;
@@ -177,14 +181,14 @@ fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, String> {
                     Some(Tok::Name(_)) | Some(Tok::Punct(')' | ']')) | Some(Tok::Str)
                 )
             {
-                return Err("a call (a tagged template)".into());
+                return Err(Refusal("a call (a tagged template)"));
             }
             let (end, body) = string_end(&chars, i)?;
             if c == '`' && syntax != Syntax::Go && body.contains("${") {
-                return Err("a template literal with `${…}`".into());
+                return Err(Refusal("a template literal with `${…}`"));
             }
             if prefix.contains('f') && body.contains('{') {
-                return Err("an f-string with `{…}`".into());
+                return Err(Refusal("an f-string with `{…}`"));
             }
             out.push(Tok::Str);
             i = end;
@@ -232,7 +236,7 @@ fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, String> {
 
 /// Where the string starting at `start` ends (the index after its closing quote), and its
 /// body. Triple quotes (Python) and backslash escapes are honoured.
-fn string_end(chars: &[char], start: usize) -> Result<(usize, String), String> {
+fn string_end(chars: &[char], start: usize) -> Result<(usize, String), Refusal> {
     let q = chars[start];
     let triple = q != '`' && chars.get(start + 1) == Some(&q) && chars.get(start + 2) == Some(&q);
     let mut i = start + if triple { 3 } else { 1 };
@@ -258,7 +262,7 @@ fn string_end(chars: &[char], start: usize) -> Result<(usize, String), String> {
         body.push(c);
         i += 1;
     }
-    Err("an unterminated string".into())
+    Err(Refusal("an unterminated string"))
 }
 
 #[cfg(test)]

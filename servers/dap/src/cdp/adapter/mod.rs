@@ -329,7 +329,11 @@ impl Adapter {
             .unwrap_or_default();
         self.stop_on_entry = args["stopOnEntry"].as_bool().unwrap_or(true);
         self.launched = true;
-        self.program = Some(std::fs::canonicalize(&program).unwrap_or_else(|_| program.clone()));
+        self.program = Some(
+            tokio::fs::canonicalize(&program)
+                .await
+                .unwrap_or_else(|_| program.clone()),
+        );
         let started = process::start(self.runtime, &program, &argv, &cwd, &env).await?;
         let mut child = started.child;
         if let (Some(pid), Ok(mut owned)) = (child.id(), self.owned.lock()) {
