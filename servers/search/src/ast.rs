@@ -97,13 +97,14 @@ pub enum Captured {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct AstMatch {
     pub file: String,
-    pub start_line: u64,
+    /// 1-based line where the match starts (seed 004's `line`).
+    pub line: u64,
     pub start_column: u64,
     pub end_line: u64,
     pub end_column: u64,
     /// The matched code (cut at 2000 characters); absent outside the readable mounts.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
+    pub content: Option<String>,
     /// Captured meta-variables: `$NAME` → text, `$$$ARGS` → list of texts (separators dropped;
     /// a list past 12 KB ends with `… [N more]`).
     pub meta_variables: BTreeMap<String, Captured>,
@@ -617,11 +618,11 @@ fn search_file(
             };
             AstMatch {
                 file: shown.clone(),
-                start_line: sl,
+                line: sl,
                 start_column: sc,
                 end_line: el,
                 end_column: ec,
-                text: (!outside).then(|| cut(&nm.text(), MAX_MATCH_CHARS)),
+                content: (!outside).then(|| cut(&nm.text(), MAX_MATCH_CHARS)),
                 meta_variables: if outside {
                     BTreeMap::new()
                 } else {
@@ -744,17 +745,17 @@ fn match_text(m: &AstMatch) -> String {
     for c in &m.context_before {
         text.push_str(&format!("  {c}\n"));
     }
-    match &m.text {
+    match &m.content {
         Some(t) => text.push_str(&format!(
             "{}:{}:{}: {}\n",
             m.file,
-            m.start_line,
+            m.line,
             m.start_column,
             t.lines().next().unwrap_or("")
         )),
         None => text.push_str(&format!(
             "{}:{}:{}: [outside the readable mounts]\n",
-            m.file, m.start_line, m.start_column
+            m.file, m.line, m.start_column
         )),
     }
     if !m.meta_variables.is_empty() {

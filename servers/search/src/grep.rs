@@ -113,7 +113,7 @@ pub struct GrepParams {
 #[derive(Debug, Clone, Serialize, JsonSchema)]
 pub struct ContextLine {
     pub line: u64,
-    pub text: String,
+    pub content: String,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -122,9 +122,10 @@ pub struct GrepMatch {
     pub file: String,
     /// 1-based line of the match (its first line for a multiline match).
     pub line: u64,
-    /// The matching line(s); absent for files outside the caller's readable mounts.
+    /// The matching line(s), as seed 004 names them; absent for files outside the caller's
+    /// readable mounts.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub text: Option<String>,
+    pub content: Option<String>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
     pub before: Vec<ContextLine>,
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -321,7 +322,7 @@ impl Sink for FileSink<'_> {
         }
         let line = ContextLine {
             line: ctx.line_number().unwrap_or(0),
-            text: line_text(ctx.bytes()),
+            content: line_text(ctx.bytes()),
         };
         match ctx.kind() {
             SinkContextKind::Before => self.pending_before.push(line),
@@ -773,7 +774,7 @@ fn page_matches(files: &[FileHits], page: &mut Page) -> Vec<GrepMatch> {
             let item = || GrepMatch {
                 file: f.path.clone(),
                 line: h.line,
-                text: (!f.outside).then(|| h.text.clone()),
+                content: (!f.outside).then(|| h.text.clone()),
                 before: h.before.clone(),
                 after: h.after.clone(),
                 outside_cage: f.outside,
@@ -803,7 +804,7 @@ fn content_entry(f: &FileHits, h: &Hit, last: Option<&(String, u64)>) -> String 
         entry.push_str("--\n");
     }
     for c in &h.before {
-        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
+        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.content));
     }
     if f.outside {
         entry.push_str(&format!(
@@ -814,7 +815,7 @@ fn content_entry(f: &FileHits, h: &Hit, last: Option<&(String, u64)>) -> String 
         entry.push_str(&format!("{}:{}:{}\n", f.path, h.line, h.text));
     }
     for c in &h.after {
-        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.text));
+        entry.push_str(&format!("{}-{}-{}\n", f.path, c.line, c.content));
     }
     entry
 }

@@ -349,7 +349,7 @@ fn ast_search_captures() {
     assert_eq!(r.structured["count"], 1);
     let m = &r.structured["matches"][0];
     assert_eq!(m["file"], "src/main.ts");
-    assert_eq!(m["start_line"], 2);
+    assert_eq!(m["line"], 2);
     assert_eq!(m["meta_variables"]["MSG"], "\"server started\"");
     let r = c.call_ok(
         "search_ast",
@@ -539,7 +539,7 @@ fn caged_server_marks_outside_and_refuses_apply() {
         .clone();
     assert_eq!(core["outside_cage"], true);
     assert!(
-        core.get("text").is_none(),
+        core.get("content").is_none(),
         "no text outside the cage: {core}"
     );
     let main = r.structured["matches"]
@@ -550,13 +550,13 @@ fn caged_server_marks_outside_and_refuses_apply() {
         .expect("main")
         .clone();
     assert!(main.get("outside_cage").is_none());
-    assert!(main["text"].as_str().is_some());
+    assert!(main["content"].as_str().is_some());
     let r = c.call_ok(
         "search_ast",
         json!({"pattern": "$X.unwrap()", "paths": "lib"}),
     );
     assert_eq!(r.structured["matches"][0]["outside_cage"], true);
-    assert!(r.structured["matches"][0].get("text").is_none());
+    assert!(r.structured["matches"][0].get("content").is_none());
     let rw = json!({"console.log($MSG)": "logger.debug($MSG)"});
     c.call_ok(
         "edit_ast",
@@ -821,7 +821,7 @@ fn search_ast_default_page_holds_the_budget() {
         more.structured["matches"][0]["meta_variables"]["N"],
         format!("f{count:03}")
     );
-    assert_eq!(more.structured["matches"][0]["start_line"], count + 1);
+    assert_eq!(more.structured["matches"][0]["line"], count + 1);
 }
 
 #[test]
