@@ -25,7 +25,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "todo",
     "Todo checklist",
     "Checklist of the issue bound by issue_bind; answers the live list and its markdown. `set`: \
-     abandon the todos of `kind`, add `items`; `add`: append `items`; `start`: mark `content` in \
+     abandon the list (criteria: operator only), add `items`; `add`: append `items`; `start`: mark `content` in \
      progress (others back to pending); `done`: complete it (for a criterion only a claim: the \
      issue stays open); `drop`: abandon a step (criteria: operator only); `note`: append `text` to \
      it. `content` is the todo's text, any case, or a unique prefix or part; ids like \"task-1\" \
@@ -290,12 +290,15 @@ fn short_text(field: &str, v: &Option<String>, max: usize) -> ToolResult<Option<
 }
 
 /// Validate `items`, returning them trimmed.
-fn items(
-    p: &TodoParams,
-    live: &[Todo],
-    kind: TodoKind,
-    replacing: bool,
-) -> ToolResult<Vec<String>> {
+/// Whether `set` abandons `t`: the seed's `set` replaces the whole list, but only the operator
+/// may drop acceptance criteria, so an agent's `set` keeps them.
+fn replaced_by_set(t: &Todo, operator: bool) -> bool {
+    t.kind == TodoKind::Step || operator
+}
+
+/// The new items, checked; `replacing_as`: `set` by the operator (`Some(true)`) or an agent.
+fn items(p: &TodoParams, live: &[Todo], replacing_as: Option<bool>) -> ToolResult<Vec<String>> {
+    let replacing = replacing_as.is_some();
     let Some(items) = &p.items else {
         return Err(ToolError::invalid_field(
             "items",
@@ -315,7 +318,10 @@ fn items(
     let mut out: Vec<String> = Vec::with_capacity(items.len());
     let mut seen: Vec<String> = live
         .iter()
-        .filter(|t| t.status != TodoStatus::Abandoned && !(replacing && t.kind == kind))
+        .filter(|t| {
+            t.status != TodoStatus::Abandoned
+                && !replacing_as.is_some_and(|operator| replaced_by_set(t, operator))
+        })
         .map(|t| normalize(&t.content))
         .collect();
     for (i, item) in items.iter().enumerate() {
@@ -380,6 +386,7 @@ pub fn run(state: &IssuesState, conn: &mut Store, p: TodoParams) -> ToolResult<R
     let plan = plan(&current, &p, kind, operator, args.content.as_deref())?;
     let new = NewTodos {
         items: &plan.new_items,
+        replaces_criteria: operator,
         kind,
         phase: args.phase.as_deref(),
         origin_agent: args.origin.as_deref(),
@@ -401,7 +408,7 @@ pub fn run(state: &IssuesState, conn: &mut Store, p: TodoParams) -> ToolResult<R
         &state.principal,
         number,
         &op,
-        |current| still_applies(current, p.action, kind, &plan.new_items, &plan.op_id),
+        |current| still_applies(current, p.action, operator, &plan.new_items, &plan.op_id),
     )?;
     view(
         state,
@@ -487,7 +494,7 @@ fn plan(
     match p.action {
         Action::Set | Action::Add => {
             let replacing = p.action == Action::Set;
-            plan.new_items = items(p, current, kind, replacing)?;
+            plan.new_items = items(p, current, replacing.then_some(operator))?;
             if replacing
                 && kind == TodoKind::Criterion
                 && !operator
@@ -523,7 +530,7 @@ fn plan(
 fn still_applies(
     current: &[Todo],
     action: Action,
-    kind: TodoKind,
+    operator: bool,
     new_items: &[String],
     op_id: &str,
 ) -> ToolResult<()> {
@@ -532,7 +539,8 @@ fn still_applies(
             let live: Vec<String> = current
                 .iter()
                 .filter(|t| {
-                    t.status != TodoStatus::Abandoned && !(action == Action::Set && t.kind == kind)
+                    t.status != TodoStatus::Abandoned
+                        && !(action == Action::Set && replaced_by_set(t, operator))
                 })
                 .map(|t| normalize(&t.content))
                 .collect();

@@ -177,9 +177,10 @@ fn set_add_kind_phase_positions(env: &Env) {
     assert_eq!(find(&v, "Tests pass")["kind"], "criterion");
     assert_eq!(
         contents(&v),
-        ["x", "y", "z", "Tests pass", "Docs updated"],
-        "set of criteria keeps steps"
+        ["Tests pass", "Docs updated"],
+        "set replaces the whole list (seed 004), steps included"
     );
+    todo(&mut c, json!({"action": "add", "items": ["x", "y", "z"]}));
     let v = todo(
         &mut c,
         json!({"action": "add", "items": ["Read the code", "Map callers"], "phase": "discovery"}),
@@ -386,6 +387,16 @@ fn operator_may_drop_and_replace_criteria(env: &Env) {
     let mut op = env.spawn(&["--issue", "1", "--principal", "operator"]);
     let v = todo(&mut op, json!({"action": "drop", "content": "latency"}));
     assert!(contents(&v).is_empty());
+    // `set` replaces the list (seed 004), but an agent's keeps the criteria only the operator
+    // may drop; the operator's replaces them too.
+    todo(
+        &mut agent,
+        json!({"action": "add", "items": ["Errors under 1%"], "kind": "criterion"}),
+    );
+    let v = todo(&mut agent, json!({"action": "set", "items": ["Profile"]}));
+    assert_eq!(contents(&v), ["Errors under 1%", "Profile"]);
+    let v = todo(&mut op, json!({"action": "set", "items": ["Ship it"]}));
+    assert_eq!(contents(&v), ["Ship it"]);
 }
 
 fn content_addressing_lookup_and_coaching(env: &Env) {

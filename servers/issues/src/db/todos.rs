@@ -42,6 +42,8 @@ pub fn todos(conn: &mut impl Sql, issue_seq: i64) -> ToolResult<Vec<Todo>> {
 /// New todos to append.
 pub struct NewTodos<'a> {
     pub items: &'a [String],
+    /// `set` abandons the criteria too (the operator's `set`; an agent's keeps them).
+    pub replaces_criteria: bool,
     pub kind: TodoKind,
     pub phase: Option<&'a str>,
     pub origin_agent: Option<&'a str>,
@@ -49,7 +51,7 @@ pub struct NewTodos<'a> {
 
 /// A todo mutation, run in one write transaction by [`todo_change`].
 pub enum TodoOp<'a> {
-    /// Abandon the live todos of `new.kind`, then append `new`.
+    /// Abandon the live steps (and criteria when `new.replaces_criteria`), then append `new`.
     Set(NewTodos<'a>),
     Add(NewTodos<'a>),
     Start(String),
@@ -77,10 +79,15 @@ pub fn todo_change(
     match op {
         TodoOp::Set(new) | TodoOp::Add(new) => {
             if matches!(op, TodoOp::Set(_)) {
+                let also = if new.replaces_criteria {
+                    TodoKind::Criterion
+                } else {
+                    TodoKind::Step
+                };
                 tx.exec(
                     "UPDATE issue_todos SET status = 'abandoned', updated_at = ?1
-                     WHERE issue_seq = ?2 AND kind = ?3 AND status != 'abandoned'",
-                    &[&at, &row.seq, &new.kind.as_str()],
+                     WHERE issue_seq = ?2 AND kind IN (?3, ?4) AND status != 'abandoned'",
+                    &[&at, &row.seq, &TodoKind::Step.as_str(), &also.as_str()],
                 )?;
             }
             for (i, item) in new.items.iter().enumerate() {
