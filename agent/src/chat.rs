@@ -38,11 +38,15 @@ pub async fn run(
     config: &Config,
     session_name: &str,
     session_prompt: Option<&str>,
+    issue: Option<i64>,
 ) -> anyhow::Result<i32> {
     let root = std::env::current_dir()?;
     let mut session = Session::open(&root, session_name)?;
     if let Some(p) = session_prompt {
         session.set_prompt(p)?;
+    }
+    if let Some(n) = issue {
+        session.set_issue(n)?;
     }
     let live = std::io::stderr().is_terminal();
     let mut interrupt = signal(SignalKind::interrupt())?;

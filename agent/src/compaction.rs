@@ -123,7 +123,10 @@ struct Valid {
 pub fn source_hash(records: &[Record]) -> String {
     let mut h = Sha256::new();
     for r in records {
-        if matches!(r, Record::Compaction { .. } | Record::SessionPrompt { .. }) {
+        if matches!(
+            r,
+            Record::Compaction { .. } | Record::SessionPrompt { .. } | Record::IssueBound { .. }
+        ) {
             continue;
         }
         if let Ok(line) = serde_json::to_string(r) {
@@ -141,7 +144,9 @@ pub fn last_ts(records: &[Record]) -> Option<&str> {
         | Record::Assistant { ts, .. }
         | Record::ToolResult { ts, .. }
         | Record::Usage { ts, .. } => Some(ts.as_str()),
-        Record::Compaction { .. } | Record::SessionPrompt { .. } => None,
+        Record::Compaction { .. } | Record::SessionPrompt { .. } | Record::IssueBound { .. } => {
+            None
+        }
     })
 }
 

@@ -16,6 +16,7 @@ pub mod router;
 pub mod session;
 pub mod session_pg;
 pub mod skills;
+pub mod todo_reminder;
 pub mod turn;
 pub mod window;
 
@@ -145,6 +146,16 @@ pub struct PreparedRun {
     content: Vec<Block>,
     session: String,
     session_prompt: Option<String>,
+    /// `--issue`: the issue the session works on from now on (0 unbinds).
+    issue: Option<i64>,
+}
+
+impl PreparedRun {
+    /// Bind the session to `issue` before the turn (`kitbag run --issue N`; 0 unbinds).
+    pub fn with_issue(mut self, issue: Option<i64>) -> Self {
+        self.issue = issue;
+        self
+    }
 }
 
 /// `--agent NAME`: the pack `.kitbag/agents/NAME.md` and/or the config's agent profile NAME
@@ -238,6 +249,7 @@ pub async fn prepare_run(
         content,
         session: session_name.to_owned(),
         session_prompt: session_prompt.map(str::to_owned),
+        issue: None,
     })
 }
 
@@ -264,11 +276,15 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
         content,
         session: session_name,
         session_prompt,
+        issue,
     } = run;
     let root = std::env::current_dir()?;
     let mut session = Session::open(&root, &session_name)?;
     if let Some(p) = &session_prompt {
         session.set_prompt(p)?;
+    }
+    if let Some(n) = issue {
+        session.set_issue(n)?;
     }
     if let Some(d) = &decision {
         let prompt = kitbag_llm::types::blocks_text(&content);
@@ -413,6 +429,12 @@ pub fn show(records: &[Record]) -> String {
             }
             Record::SessionPrompt { text, ts } => {
                 out.push_str(&format!("\n## session prompt · {ts}\n{text}\n"));
+            }
+            Record::IssueBound { number: 0, ts } => {
+                out.push_str(&format!("\n## issue unbound · {ts}\n"));
+            }
+            Record::IssueBound { number, ts } => {
+                out.push_str(&format!("\n## bound to issue #{number} · {ts}\n"));
             }
         }
     }

@@ -63,6 +63,10 @@ impl Progress {
                     "[context] {what}, near the window: old tool outputs cleared (~{saved_tokens} tokens)"
                 )
             }
+            Note::IssueNotBound { issue, why } => {
+                self.end_line();
+                eprintln!("[issue] #{issue} not bound this turn: {why}");
+            }
             Note::ResultCut(cut) => {
                 self.end_line();
                 let place = match &cut.kept {

@@ -46,6 +46,10 @@ pub enum Record {
     /// The session's own instructions (seed 002's session prompt layer, after the workspace
     /// prompt): the newest one applies to every later turn; an empty text clears it.
     SessionPrompt { text: String, ts: String },
+    /// The issue the session works on (`kitbag run --issue N`): the loop binds it in
+    /// kitbag-issues at every turn and keeps its open todos in view. The newest applies; 0
+    /// unbinds.
+    IssueBound { number: i64, ts: String },
 }
 
 /// A session prompt joins every model call's system prompt: kept well under a context's worth.

@@ -171,6 +171,31 @@ impl Session {
         Ok(true)
     }
 
+    /// The issue the session works on: the newest `issue_bound` record's, unless 0.
+    pub fn issue(&self) -> Option<i64> {
+        self.records
+            .iter()
+            .rev()
+            .find_map(|r| match r {
+                Record::IssueBound { number, .. } => Some(*number),
+                _ => None,
+            })
+            .filter(|n| *n > 0)
+    }
+
+    /// Bind the session to issue `number` (0 unbinds); nothing is appended when it would not
+    /// change. Returns whether it changed.
+    pub fn set_issue(&mut self, number: i64) -> anyhow::Result<bool> {
+        if number < 0 {
+            anyhow::bail!("issue: {number}; an issue number is 1 or more (0 unbinds)");
+        }
+        if self.issue().unwrap_or(0) == number {
+            return Ok(false);
+        }
+        self.append(Record::IssueBound { number, ts: now() })?;
+        Ok(true)
+    }
+
     /// Token totals of every model call in the session.
     pub fn totals(&self) -> (Usage, usize) {
         totals(&self.records)

@@ -19,6 +19,7 @@ use super::packs::Pack;
 use super::record::{Record, now};
 use super::session::Session;
 use super::skills::{self, Skill};
+use super::todo_reminder;
 use super::window::Window;
 use crate::host::ToolHost;
 
@@ -83,6 +84,11 @@ pub enum Note<'a> {
     },
     /// A tool result was too long for the model: cut, and kept whole in a file.
     ResultCut(&'a Cut),
+    /// The session's issue could not be bound this turn (the turn goes on without it).
+    IssueNotBound {
+        issue: i64,
+        why: &'a str,
+    },
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -114,6 +120,13 @@ pub async fn run_turn(
         ts: now(),
         origin,
     })?;
+    // The session's issue, bound in kitbag-issues for this turn's `todo` calls (its servers
+    // may have restarted since the last turn).
+    if let Some(issue) = session.issue()
+        && let Err(why) = todo_reminder::bind(host, &session.name, issue).await
+    {
+        note(Note::IssueNotBound { issue, why: &why });
+    }
     // Made once per turn, not per step: a system prompt that changed between the steps of a
     // tool loop would void the provider's prompt cache.
     let mut system = cfg.system.clone();
@@ -294,6 +307,10 @@ async fn build_request(
                 prune_tool_outputs(&mut messages);
             }
         }
+    }
+    // The open todos ride at the tail, made fresh each step (not kept in the session).
+    if let Some(reminder) = todo_reminder::for_step(host, &session.name, &messages).await {
+        todo_reminder::attach(&mut messages, reminder);
     }
     let mut system = system_with(&summary);
     if step.budget_spent {

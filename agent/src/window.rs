@@ -159,7 +159,10 @@ pub fn messages(records: &[Record]) -> Vec<Message> {
                     content,
                 });
             }
-            Record::Usage { .. } | Record::Compaction { .. } | Record::SessionPrompt { .. } => {}
+            Record::Usage { .. }
+            | Record::Compaction { .. }
+            | Record::SessionPrompt { .. }
+            | Record::IssueBound { .. } => {}
         }
     }
     close_pending(&mut pending, &mut out);

@@ -88,6 +88,10 @@ pub enum Command {
         /// Set the session's own instructions (kept for its later turns; "" clears them).
         #[arg(long, value_name = "TEXT")]
         session_prompt: Option<String>,
+        /// Work on this issue (kept for the session's later turns; 0 unbinds): bound in the
+        /// issues server every turn, its open todos shown to the model at every step.
+        #[arg(long, value_name = "N")]
+        issue: Option<i64>,
         prompt: String,
     },
     /// List the sessions with turns and token totals, or show one as text.
@@ -101,6 +105,9 @@ pub enum Command {
         /// Set the session's own instructions (kept for its later turns; "" clears them).
         #[arg(long, value_name = "TEXT")]
         session_prompt: Option<String>,
+        /// Work on this issue (as `run --issue`; kept for the session's later turns).
+        #[arg(long, value_name = "N")]
+        issue: Option<i64>,
     },
     /// Keep every server and the agent running: each kitbag-cron firing becomes a user
     /// message in its entry's session and runs a turn there. SIGTERM or Ctrl-C stops.
@@ -248,6 +255,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Chat {
             session,
             session_prompt,
+            issue,
         } => match prepared_agent {
             Some(Prepared::Chat(a)) => {
                 kitbag_agent::chat::run(
@@ -256,6 +264,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
                     &load_config(&cli)?,
                     session,
                     session_prompt.as_deref(),
+                    *issue,
                 )
                 .await?
             }
@@ -309,6 +318,7 @@ async fn prepare_agent(
             image,
             prompt,
             session_prompt,
+            issue,
         } => (
             Some(
                 kitbag_agent::prepare_run(
@@ -319,7 +329,8 @@ async fn prepare_agent(
                     image,
                     session_prompt.as_deref(),
                 )
-                .await?,
+                .await?
+                .with_issue(*issue),
             ),
             None,
         ),

@@ -1126,3 +1126,109 @@ fn near_the_token_window_old_tool_outputs_are_cleared_then_earlier_turns_summari
         1
     );
 }
+
+/// `kitbag run --issue N` (seed 004's amendment of 2026-06-05): the session keeps its issue, the
+/// loop binds it in kitbag-issues at every turn (the model never calls issue_bind), and while
+/// the issue has open todos every model request ends with them — except right after a `todo`
+/// result, and never in the session itself.
+#[test]
+fn a_run_bound_to_an_issue_binds_it_and_shows_the_open_todos_at_each_step() {
+    let d = project();
+    let server = |family: &str, extra: &[&str]| {
+        let mut args = vec![
+            json!("server"),
+            json!(family),
+            json!("--root"),
+            json!(d.path()),
+        ];
+        args.extend(extra.iter().map(|a| json!(a)));
+        json!({"command": bin(), "args": args})
+    };
+    let cfg = json!({"mcp": {"files": server("files", &[]), "issues": server("issues", &["--project", "t"])}});
+    std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("agent.json");
+    let made = kitbag(
+        d.path(),
+        &[],
+        &[
+            "call",
+            "issue_create",
+            r#"{"title": "Ship", "body": "ship it"}"#,
+        ],
+    );
+    assert_eq!(made.status.code(), Some(0), "{}", text(&made).1);
+
+    let mock = MockLlm::start(vec![
+        Reply::sse(tool_call_sse(
+            "t1",
+            "todo",
+            &json!({"action": "add", "items": ["Write the code", "Test it"]}),
+        )),
+        Reply::sse(tool_call_sse("t2", "file_read", &json!({"path": "a.txt"}))),
+        Reply::sse(A_TEXT),
+    ]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["run", "--session", "s", "--issue", "1", "ship it"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert_eq!(sent.len(), 3);
+    // The tail of each request: the last message's text blocks.
+    let tail = |r: &Received| -> String {
+        let messages = r.body["messages"].as_array().expect("messages");
+        let last = messages.last().expect("a message");
+        last["content"]
+            .as_array()
+            .expect("blocks")
+            .iter()
+            .filter(|b| b["type"] == "text")
+            .filter_map(|b| b["text"].as_str())
+            .collect::<Vec<_>>()
+            .join("\n")
+    };
+    // No todos yet; then the todo result itself; then the reminder.
+    assert!(!tail(&sent[0]).contains("Open todos"), "{}", tail(&sent[0]));
+    assert!(!tail(&sent[1]).contains("Open todos"), "{}", tail(&sent[1]));
+    // The todo call worked without the model binding anything: the loop bound issue #1.
+    assert!(
+        !sent[1].body.to_string().contains("no_bound_issue"),
+        "{}",
+        sent[1].body
+    );
+    assert_eq!(
+        tail(&sent[2]),
+        "Open todos of issue #1 (the `todo` tool updates them):\n- [ ] Write the code\n- [ ] Test it"
+    );
+    let records = session(d.path(), "s");
+    assert!(
+        records
+            .iter()
+            .any(|r| r["role"] == "issue_bound" && r["number"] == 1),
+        "{records:?}"
+    );
+    assert!(
+        !Value::Array(records).to_string().contains("Open todos"),
+        "the reminder is not kept in the session"
+    );
+
+    // A later run of the session, without --issue: still bound, still reminded.
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT)]);
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &["run", "--session", "s", "what is left?"],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    let sent = mock.received();
+    assert!(
+        tail(&sent[0]).contains("- [ ] Test it"),
+        "{}",
+        tail(&sent[0])
+    );
+    assert!(
+        tail(&sent[0]).starts_with("what is left?"),
+        "{}",
+        tail(&sent[0])
+    );
+}
