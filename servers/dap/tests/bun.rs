@@ -6,8 +6,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
@@ -214,43 +212,10 @@ fn bun_attach() {
         "{:?}",
         r.raw
     );
-    let r = c.call(
-        "debug",
-        json!({"action": "attach", "runtime": "bun", "url": url}),
+    common::attach_detach_then_end(
+        &mut c,
+        &json!({"action": "attach", "runtime": "bun", "url": url}),
+        &mut target,
     );
-    assert!(!r.is_error, "{:?}", r.raw);
-    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "pause"}));
-    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
-    let r = c.call(
-        "debug",
-        json!({"action": "evaluate", "expression": "typeof setInterval"}),
-    );
-    assert_eq!(r.structured["result"], "\"function\"", "{:?}", r.raw);
-    let r = c.call(
-        "debug",
-        json!({"action": "disconnect", "terminate_debuggee": false}),
-    );
-    assert_eq!(r.structured["debuggee_terminated"], false, "{:?}", r.raw);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        target.0.try_wait().unwrap().is_none(),
-        "the attach target should keep running"
-    );
-    let r = c.call(
-        "debug",
-        json!({"action": "attach", "runtime": "bun", "url": url}),
-    );
-    assert!(!r.is_error, "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "disconnect"}));
-    assert_eq!(r.structured["debuggee_terminated"], true, "{:?}", r.raw);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while target.0.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the attach target should have ended"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
     c.shutdown();
 }

@@ -5,8 +5,6 @@
 
 mod common;
 
-use std::time::Duration;
-
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
@@ -337,48 +335,11 @@ fn node_attach() {
     let (mut target, url) = common::inspected(&node, "spin.js", d.path());
     let port = common::port_of(&url);
     let mut c = client(d.path(), Era::Modern, &node);
-    let r = c.call(
-        "debug",
-        json!({"action": "attach", "runtime": "node", "port": port, "host": "localhost"}),
+    common::attach_detach_then_end(
+        &mut c,
+        &json!({"action": "attach", "runtime": "node", "port": port, "host": "localhost"}),
+        &mut target,
     );
-    assert!(!r.is_error, "{:?}", r.raw);
-    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "pause"}));
-    assert_eq!(r.structured["stopped_reason"], "pause", "{:?}", r.raw);
-    // The pause lands wherever the event loop runs JavaScript next (timers' internals
-    // included): the expression must not depend on the frame.
-    let r = c.call(
-        "debug",
-        json!({"action": "evaluate", "expression": "typeof setInterval"}),
-    );
-    assert_eq!(r.structured["result"], "\"function\"", "{:?}", r.raw);
-    let r = c.call(
-        "debug",
-        json!({"action": "disconnect", "terminate_debuggee": false}),
-    );
-    assert_eq!(r.structured["debuggee_terminated"], false, "{:?}", r.raw);
-    std::thread::sleep(Duration::from_millis(300));
-    assert!(
-        target.0.try_wait().unwrap().is_none(),
-        "the attach target should keep running"
-    );
-    // Attached again, a plain disconnect ends it (seed 004: terminate_debuggee defaults to
-    // true).
-    let r = c.call(
-        "debug",
-        json!({"action": "attach", "runtime": "node", "port": port, "host": "localhost"}),
-    );
-    assert!(!r.is_error, "{:?}", r.raw);
-    let r = c.call("debug", json!({"action": "disconnect"}));
-    assert_eq!(r.structured["debuggee_terminated"], true, "{:?}", r.raw);
-    let deadline = std::time::Instant::now() + Duration::from_secs(10);
-    while target.0.try_wait().unwrap().is_none() {
-        assert!(
-            std::time::Instant::now() < deadline,
-            "the attach target should have ended"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
     c.shutdown();
 }
 

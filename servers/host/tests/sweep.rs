@@ -104,6 +104,17 @@ fn serve_page() -> String {
     format!("http://127.0.0.1:{port}/page")
 }
 
+/// The Python SDK's venv python, when it and the TypeScript SDK are installed (see
+/// [`require`]: under `CI=true` a missing one fails the test).
+fn both_sdks() -> Option<PathBuf> {
+    let python = venv_python(&testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py"), "mcp");
+    let ready = require(
+        python.is_some(),
+        "the Python MCP SDK is not installed in testkit/py/.venv (run scripts/test)",
+    ) && ts_sdk_ready(env!("CARGO_MANIFEST_DIR"));
+    python.filter(|_| ready)
+}
+
 /// Every catalog tool has a successful and a failing case.
 fn missing_cases(cases: &Value, catalog: &BTreeMap<String, Vec<String>>) -> Vec<String> {
     let steps = cases["steps"].as_array().expect("steps");
@@ -164,15 +175,9 @@ fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() 
         "testkit/sweep/cases.json lacks cases:\n{}",
         missing.join("\n")
     );
-    let python = venv_python(&testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py"), "mcp");
-    if !require(
-        python.is_some(),
-        "the Python MCP SDK is not installed in testkit/py/.venv (run scripts/test)",
-    ) || !ts_sdk_ready(env!("CARGO_MANIFEST_DIR"))
-    {
+    let Some(python) = both_sdks() else {
         return;
-    }
-    let python = python.expect("python");
+    };
     let page = serve_page();
     let d = tempfile::tempdir().expect("tmp");
     let families: Vec<&String> = catalog.keys().filter(|f| *f != "host").collect();
@@ -311,14 +316,9 @@ fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() 
 /// successful and in an error result, fails both calls in both SDKs.
 #[test]
 fn the_sweep_reports_results_off_their_schema_success_and_error() {
-    let python = venv_python(&testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py"), "mcp");
-    if !require(
-        python.is_some(),
-        "the Python MCP SDK is not installed in testkit/py/.venv (run scripts/test)",
-    ) || !ts_sdk_ready(env!("CARGO_MANIFEST_DIR"))
-    {
+    let Some(python) = both_sdks() else {
         return;
-    }
+    };
     let d = tempfile::tempdir().expect("tmp");
     let cases = d.path().join("cases.json");
     let steps = json!({"steps": [
@@ -331,7 +331,7 @@ fn the_sweep_reports_results_off_their_schema_success_and_error() {
                        "target": ["python3", server]}]);
     let drivers = [
         (
-            python.expect("python"),
+            python,
             testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py/sweep.py"),
             "Invalid structured content",
         ),

@@ -270,3 +270,51 @@ pub fn port_of(ws_url: &str) -> u16 {
         .and_then(|port| port.parse().ok())
         .expect("a port in the inspector's address")
 }
+
+/// The attach round both inspector runtimes share: attach with `attach` (running), break in,
+/// evaluate, detach with `terminate_debuggee: false` (the target keeps running), attach again
+/// and a plain disconnect ends it (seed 004: `terminate_debuggee` defaults to true after an
+/// attach too).
+pub fn attach_detach_then_end(
+    c: &mut kitbag_testkit::McpClient,
+    attach: &serde_json::Value,
+    target: &mut KillOnDrop,
+) {
+    use serde_json::json;
+    use std::time::{Duration, Instant};
+    let r = c.call("debug", attach.clone());
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert_eq!(r.structured["status"], "running", "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "pause"}));
+    assert_eq!(r.structured["status"], "stopped", "{:?}", r.raw);
+    assert_eq!(r.structured["stopped_reason"], "pause", "{:?}", r.raw);
+    // The pause lands wherever the event loop runs JavaScript next (timers' internals
+    // included): the expression must not depend on the frame.
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "typeof setInterval"}),
+    );
+    assert_eq!(r.structured["result"], "\"function\"", "{:?}", r.raw);
+    let r = c.call(
+        "debug",
+        json!({"action": "disconnect", "terminate_debuggee": false}),
+    );
+    assert_eq!(r.structured["debuggee_terminated"], false, "{:?}", r.raw);
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(
+        target.0.try_wait().expect("wait").is_none(),
+        "the attach target should keep running"
+    );
+    let r = c.call("debug", attach.clone());
+    assert!(!r.is_error, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "disconnect"}));
+    assert_eq!(r.structured["debuggee_terminated"], true, "{:?}", r.raw);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while target.0.try_wait().expect("wait").is_none() {
+        assert!(
+            Instant::now() < deadline,
+            "the attach target should have ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
