@@ -11,10 +11,6 @@ use crate::registry::{Hub, ReloadReport, State};
 pub const STATUS_TOOL: &str = "host_status";
 pub const RELOAD_TOOL: &str = "host_reload";
 
-/// The arguments of both host tools: none.
-#[derive(serde::Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct NoParams {}
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct ServerStatus {
@@ -55,9 +51,10 @@ pub struct StatusResult {
     pub sessions_truncated: bool,
 }
 
+/// The arguments of both host tools: none (an unexpected one is `invalid_params` naming it).
 #[derive(Debug, serde::Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-pub struct StatusParams {}
+pub struct NoParams {}
 
 /// Every server's state, as `host_status` reports it.
 pub fn status(hub: &Hub, settings: Vec<kitbag_config::settings::Setting>) -> StatusResult {
@@ -127,7 +124,7 @@ pub fn status(hub: &Hub, settings: Vec<kitbag_config::settings::Setting>) -> Sta
 }
 
 pub fn status_tool() -> Tool {
-    let input = kitbag_shared::schema::input_schema::<StatusParams>().unwrap_or_default();
+    let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
     Tool::new(
         STATUS_TOOL,
         "Report every server the host runs: state (ready, restarting, failed), pid, uptime, restarts, tool count and last error, plus tool-name collisions.",
@@ -138,7 +135,7 @@ pub fn status_tool() -> Tool {
 }
 
 pub fn reload_tool() -> Tool {
-    let input = kitbag_shared::schema::input_schema::<StatusParams>().unwrap_or_default();
+    let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
     Tool::new(
         RELOAD_TOOL,
         "Re-read the host's configuration (the --config file, else agent.json) and apply it without dropping this connection: new and changed servers start and take every new call, unchanged ones keep running, and removed or changed ones stop once the calls they are answering finish (at most 5 s). A config that cannot be read changes nothing. Edit the config file first, then call this. SIGHUP does the same.",
