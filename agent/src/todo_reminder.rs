@@ -16,13 +16,17 @@ const BIND_TOOL: &str = "issue_bind";
 /// Open items a reminder lists.
 const MAX_ITEMS: usize = 5;
 
-/// Bind `issue` through the host's `issue_bind`, when the host offers it. The error text when
-/// the binding failed (an issue that does not exist, no issues server allowed).
-pub async fn bind(host: &dyn ToolHost, session: &str, issue: i64) -> Result<(), String> {
+/// Why the session's issue could not be bound this turn, in words for the user.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct NotBound(String);
+
+/// Bind `issue` through the host's `issue_bind`, when the host offers it.
+pub async fn bind(host: &dyn ToolHost, session: &str, issue: i64) -> Result<(), NotBound> {
     if !host.tools().iter().any(|t| t.name == BIND_TOOL) {
-        return Err(format!(
+        return Err(NotBound(format!(
             "the session is bound to issue #{issue}, but no issue_bind tool is offered (add the issues server, or allow its tools)"
-        ));
+        )));
     }
     let args = json!({"number": issue});
     let r = host
@@ -33,7 +37,7 @@ pub async fn bind(host: &dyn ToolHost, session: &str, issue: i64) -> Result<(), 
             CancellationToken::new(),
         )
         .await
-        .map_err(|e| e.message.to_string())?;
+        .map_err(|e| NotBound(e.message.to_string()))?;
     if r.is_error == Some(true) {
         let text = r
             .content
@@ -41,7 +45,7 @@ pub async fn bind(host: &dyn ToolHost, session: &str, issue: i64) -> Result<(), 
             .filter_map(|c| c.as_text().map(|t| t.text.clone()))
             .collect::<Vec<_>>()
             .join(" ");
-        return Err(text);
+        return Err(NotBound(text));
     }
     Ok(())
 }

@@ -125,7 +125,10 @@ pub async fn run_turn(
     if let Some(issue) = session.issue()
         && let Err(why) = todo_reminder::bind(host, &session.name, issue).await
     {
-        note(Note::IssueNotBound { issue, why: &why });
+        note(Note::IssueNotBound {
+            issue,
+            why: &why.to_string(),
+        });
     }
     // Made once per turn, not per step: a system prompt that changed between the steps of a
     // tool loop would void the provider's prompt cache.
