@@ -1,7 +1,6 @@
 //! The host's own tools: `host_status` (every server's state, each agent session's use) and
 //! `host_reload` (re-read the configuration), their schemas and their text.
 
-use kitbag_shared::lock::LockExt;
 use rmcp::model::Tool;
 use serde::Serialize;
 
@@ -10,7 +9,6 @@ use crate::registry::{Hub, ReloadReport, State};
 
 pub const STATUS_TOOL: &str = "host_status";
 pub const RELOAD_TOOL: &str = "host_reload";
-
 
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct ServerStatus {
@@ -60,7 +58,7 @@ pub struct NoParams {}
 pub fn status(hub: &Hub, settings: Vec<kitbag_config::settings::Setting>) -> StatusResult {
     let flat = hub.flat();
     let catalog = hub.catalog();
-    let c = hub.children.locked();
+    let c = hub.lock();
     let servers = c
         .iter()
         .map(|ch| ServerStatus {

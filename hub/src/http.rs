@@ -8,7 +8,6 @@ use futures::future::BoxFuture;
 use http::HeaderMap;
 use kitbag_shared::http::metrics::label;
 use kitbag_shared::http::{Answer, HttpOptions, Intercept, Principal};
-use kitbag_shared::lock::LockExt;
 use kitbag_shared::otel::Propagate;
 use kitbag_shared::tier::Tier;
 
@@ -88,7 +87,7 @@ impl Intercept for ByteCalls {
     /// The children: up (ready) or not, restarts; and the calls taken at the byte level.
     fn render_metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
-        let children = self.host.hub.children.locked();
+        let children = self.host.hub.lock();
         out.push_str("# HELP kitbag_child_up Whether a child server is ready (1) or not: starting, restarting, failed (0).\n# TYPE kitbag_child_up gauge\n");
         for ch in children.iter() {
             let up = u8::from(ch.state == crate::registry::State::Ready);

@@ -343,14 +343,14 @@ pub struct FlatList {
 }
 
 pub struct Hub {
-    pub children: Mutex<Vec<Child>>,
+    children: Mutex<Vec<Child>>,
     progress: ProgressMap,
     /// Progress notifications being forwarded right now (see `drain_progress`).
     progress_inflight: std::sync::atomic::AtomicUsize,
     /// The host's clients (stdio, HTTP sessions) and their subscriptions.
     pub(crate) upstreams: crate::upstream::Upstreams,
     /// 2026-07-28 calls that take their child's requests, and calls parked for input.
-    pub mrtr: Arc<crate::mrtr::Registry>,
+    pub(crate) mrtr: Arc<crate::mrtr::Registry>,
     /// The flat list, rebuilt only when a child's tools change (not on every call).
     flat_cache: Mutex<Option<Arc<FlatList>>>,
     next_id: std::sync::atomic::AtomicU64,
@@ -361,7 +361,7 @@ pub struct Hub {
     /// 2026-07-28 clients' `subscriptions/listen` streams (list changes, resource updates).
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
     /// The merged prompts and resources, and resource subscriptions (catalog.rs).
-    pub relay: crate::child_catalog::Relay,
+    pub(crate) relay: crate::child_catalog::Relay,
     /// Children a reload took out of the config that are still finishing their calls; here
     /// so that `stop_all` stops them too.
     retiring: Mutex<Vec<Child>>,
