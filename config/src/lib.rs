@@ -9,6 +9,7 @@
 
 pub mod entry;
 pub mod policy;
+pub mod profile;
 pub mod recursion;
 pub mod settings;
 
@@ -19,6 +20,8 @@ use serde::Deserialize;
 
 use crate::entry::{ServerEntry, ServerSpec, check_shape, expand_spec};
 use crate::settings::{FileSettings, Setting, Source};
+
+pub use crate::profile::AgentProfile;
 
 /// Foreign entries: extra fields (description, ...) are ignored.
 #[derive(Debug, Clone, Deserialize)]
@@ -45,8 +48,9 @@ struct ForeignEntry {
 struct AgentFile {
     #[serde(default)]
     mcp: serde_json::Map<String, serde_json::Value>,
+    /// Agent profiles, read by [`profile::parse_agents`] (two forms of `tools`).
     #[serde(default)]
-    agents: BTreeMap<String, AgentProfile>,
+    agents: BTreeMap<String, serde_json::Value>,
     /// Privilege groups: group name → tool names (globs) that only its members may use.
     #[serde(default)]
     tool_privileges: BTreeMap<String, Vec<String>>,
@@ -73,24 +77,6 @@ struct AgentFile {
     max_tool_result_bytes: Option<u64>,
     #[serde(default)]
     memory: Option<settings::MemorySettings>,
-}
-
-/// What one agent may use (`kitbag serve --agent NAME`).
-#[derive(Debug, Clone, Deserialize, Default)]
-#[serde(deny_unknown_fields)]
-pub struct AgentProfile {
-    /// Allowlist of tool names (globs); absent = every tool the other rules permit.
-    #[serde(default)]
-    pub allow: Option<Vec<String>>,
-    /// Privilege groups the agent belongs to.
-    #[serde(default)]
-    pub privilege_groups: Vec<String>,
-    /// Privileged tools granted individually, beyond the groups.
-    #[serde(default)]
-    pub tools: Vec<String>,
-    /// The root principal may use root-only tools (`_meta` `kitbag/principal_scope: root-only`).
-    #[serde(default)]
-    pub root: bool,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -146,7 +132,9 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
     } else {
         let file: AgentFile = serde_json::from_value(value)
             .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-        for (name, profile) in &file.agents {
+        let profiles = profile::parse_agents(file.agents)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        for (name, profile) in &profiles {
             for g in &profile.privilege_groups {
                 if !file.tool_privileges.contains_key(g) {
                     anyhow::bail!(
@@ -156,7 +144,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
                 }
             }
         }
-        agents = file.agents;
+        agents = profiles;
         tool_privileges = file.tool_privileges;
         file_settings = FileSettings {
             model: file.model,

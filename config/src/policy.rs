@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use rmcp::model::Tool;
 
 use crate::AgentProfile;
+use crate::profile::matches;
 
 /// The `_meta` key a server uses to declare a tool root-only.
 pub const PRINCIPAL_SCOPE: &str = "kitbag/principal_scope";
@@ -61,14 +62,6 @@ impl Agents {
 /// Why a tool is refused: the error code and a sentence.
 pub type Denial = (&'static str, String);
 
-fn matches(patterns: &[String], name: &str) -> bool {
-    patterns.iter().any(|p| {
-        globset::Glob::new(p)
-            .map(|g| g.compile_matcher().is_match(name))
-            .unwrap_or(p == name)
-    })
-}
-
 impl Policy {
     pub fn new(
         agent: &str,
@@ -121,6 +114,35 @@ impl Policy {
                 "capability_denied",
                 format!("{name} is not in agent `{}`'s allowlist", self.agent),
             ));
+        }
+        if let Some(enabled) = &self.profile.enabled {
+            let why = if let Some(off) = self
+                .profile
+                .disabled
+                .iter()
+                .find(|k| matches(std::slice::from_ref(k), name))
+            {
+                Some(format!(
+                    "its `tools` map turns it off (\"{off}\": {{\"enabled\": false}})"
+                ))
+            } else if !matches(enabled, name) {
+                Some(format!(
+                    "its `tools` map enables {}",
+                    if enabled.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        enabled.join(", ")
+                    }
+                ))
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err((
+                    "capability_denied",
+                    format!("{name} is not enabled for agent `{}`: {why}", self.agent),
+                ));
+            }
         }
         let groups: Vec<&String> = self
             .privileges
@@ -177,6 +199,7 @@ pub fn for_agent(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
 
     fn tool(name: &str, root_only: bool) -> Tool {
@@ -260,5 +283,163 @@ mod tests {
             message.contains("`ghost`") && message.contains("agents: none"),
             "{message}"
         );
+    }
+
+    /// A config file on disk, loaded as the host loads it.
+    fn load_text(name: &str, text: &str) -> anyhow::Result<crate::Config> {
+        let dir = std::env::temp_dir().join(format!("kitbag-config-{}-{name}", std::process::id()));
+        std::fs::create_dir_all(&dir).expect("dir");
+        let path = dir.join("agent.json");
+        std::fs::write(&path, text).expect("write");
+        let cfg = crate::load(&path);
+        let _ = std::fs::remove_dir_all(&dir);
+        cfg
+    }
+
+    fn allowed(cfg: &crate::Config, agent: &str, name: &str) -> bool {
+        let p = for_agent(cfg, Some(agent)).expect("agent").expect("policy");
+        let root_only = crate::profile::ROOT_ONLY_TOOLS.contains(&name);
+        p.check(&tool(name, root_only)).is_ok()
+    }
+
+    /// Seed 004's per-agent resolution, written in agent.json: the `tools` map with dotted
+    /// globs gives the coder the file and search tools and nothing else.
+    #[test]
+    fn seed_tools_map_with_dotted_globs_loads_and_resolves() {
+        let cfg = load_text(
+            "map",
+            r#"{
+  "tool_privileges": {"writers": ["file_write", "edit_text"]},
+  "agents": {
+    "primary": {"root": true},
+    "coder": {
+      "tools": {
+        "file.*": { "enabled": true },
+        "search.*": { "enabled": true },
+        "lsp.*": { "enabled": true }
+      }
+    }
+  }
+}"#,
+        )
+        .expect("the seed's tools map loads");
+        for t in [
+            "file_read",
+            "file_write",
+            "file_list",
+            "search_grep",
+            "search_glob",
+        ] {
+            assert!(allowed(&cfg, "coder", t), "coder gets {t}");
+        }
+        for t in ["shell_bash", "web_fetch", "edit_text", "issue_list", "todo"] {
+            assert!(!allowed(&cfg, "coder", t), "coder does not get {t}");
+        }
+        let p = for_agent(&cfg, Some("coder")).unwrap().unwrap();
+        let (code, why) = p.check(&tool("shell_bash", false)).unwrap_err();
+        assert_eq!(code, "capability_denied");
+        assert!(why.contains("file.*") && why.contains("`coder`"), "{why}");
+        // `root: true` with `tools` omitted keeps kitbag's default: every tool.
+        for t in ["file_read", "shell_bash", "issue_create"] {
+            assert!(allowed(&cfg, "primary", t), "primary gets {t}");
+        }
+    }
+
+    /// Role defaults (seed 004): with a `tools` map, the root agent starts from the issue
+    /// tools, any other agent from nothing; `enabled: false` suppresses a default.
+    #[test]
+    fn a_tools_map_starts_from_the_role_defaults() {
+        let cfg = load_text(
+            "roles",
+            r#"{"agents": {
+  "primary": {"root": true, "tools": {}},
+  "quiet": {"root": true, "tools": {"kaged.issue.*": {"enabled": false}, "file.read": {"enabled": true}}},
+  "sub": {"tools": {}}
+}}"#,
+        )
+        .expect("loads");
+        assert!(allowed(&cfg, "primary", "issue_create") && allowed(&cfg, "primary", "todo"));
+        assert!(!allowed(&cfg, "primary", "file_read"));
+        assert!(!allowed(&cfg, "quiet", "issue_list"), "default suppressed");
+        assert!(allowed(&cfg, "quiet", "todo") && allowed(&cfg, "quiet", "file_read"));
+        let p = for_agent(&cfg, Some("quiet")).unwrap().unwrap();
+        let why = p.check(&tool("issue_list", true)).unwrap_err().1;
+        assert!(
+            why.contains(r#""kaged.issue.*": {"enabled": false}"#),
+            "{why}"
+        );
+        for t in ["file_read", "issue_list", "shell_bash"] {
+            assert!(!allowed(&cfg, "sub", t), "sub gets nothing: {t}");
+        }
+    }
+
+    /// Seed 004: enabling a root-only tool on a non-root agent is a load error naming the
+    /// agent and the tool — in the map form, in the list form, and through a glob.
+    #[test]
+    fn root_only_tools_on_a_non_root_agent_are_refused_at_load() {
+        let e = load_text(
+            "rootonly",
+            r#"{"agents": {"coder": {"tools": {
+        "file.*": { "enabled": true },
+        "kaged.issue.create": { "enabled": true }
+}}}}"#,
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            e.contains("agents.coder.tools")
+                && e.contains("`kaged.issue.create`")
+                && e.contains("`issue_create`")
+                && e.contains("root-only")
+                && e.contains(r#""root": true"#),
+            "{e}"
+        );
+        let e = load_text(
+            "rootlist",
+            r#"{"agents": {"helper": {"tools": ["issue_create"]}}}"#,
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            e.contains("`helper`") && e.contains("`issue_create`"),
+            "{e}"
+        );
+        let e = load_text(
+            "rootglob",
+            r#"{"agents": {"helper": {"tools": {"*": {"enabled": true}}}}}"#,
+        )
+        .expect_err("refused")
+        .to_string();
+        assert!(
+            e.contains("`*` grants `issue_bind`") && e.contains(r#""enabled": false"#),
+            "{e}"
+        );
+        // Turning them off again, or being the root, loads.
+        load_text(
+            "rootok",
+            r#"{"agents": {
+  "helper": {"tools": {"*": {"enabled": true}, "issue.*": {"enabled": false}, "todo": {"enabled": false}}},
+  "boss": {"root": true, "tools": ["issue_create"]}
+}}"#,
+        )
+        .expect("loads");
+    }
+
+    /// The dotted spelling works in `allow` and `tool_privileges` too.
+    #[test]
+    fn dotted_globs_work_in_allow_and_privilege_groups() {
+        let cfg = load_text(
+            "allow",
+            r#"{"tool_privileges": {"exec": ["shell.*"]},
+  "agents": {"reader": {"allow": ["file.*", "shell.bash"]}, "runner": {"privilege_groups": ["exec"]}}}"#,
+        )
+        .expect("loads");
+        assert!(allowed(&cfg, "reader", "file_read"));
+        assert!(!allowed(&cfg, "reader", "search_grep"));
+        assert!(
+            !allowed(&cfg, "reader", "shell_bash"),
+            "privileged: group exec"
+        );
+        assert!(allowed(&cfg, "runner", "shell_bash"));
     }
 }

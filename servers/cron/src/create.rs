@@ -27,6 +27,9 @@ pub const DEF: ToolDef = ToolDef::write(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
+    /// Optional id (≤ 128 letters, digits, `._-:`) that no entry has; default the next `cron-N`.
+    #[serde(default)]
+    pub id: Option<String>,
     /// E.g. `0 9 * * mon-fri`.
     pub schedule: String,
     /// 1 to 16384 bytes.
@@ -65,6 +68,14 @@ const SESSION: args::NameRules = args::NameRules {
     first: session_byte,
     rest: session_byte,
     describe: "use 1–128 letters, digits, `.`, `_`, `-` or `:`",
+};
+
+/// An id given to `cron_create` (seed 001 writes entries with theirs).
+const ID: args::NameRules = args::NameRules {
+    max_len: 128,
+    first: session_byte,
+    rest: session_byte,
+    describe: "use 1–128 letters, digits, `.`, `_`, `-` or `:` (or omit `id` to get the next `cron-N`)",
 };
 
 fn session_byte(b: u8) -> bool {
@@ -124,8 +135,12 @@ pub fn validate(state: &CronState, p: &CreateParams) -> ToolResult<Entry> {
             })
         }
     };
+    let id = match &p.id {
+        Some(i) => args::name("id", i, &ID)?.to_string(),
+        None => String::new(),
+    };
     Ok(Entry {
-        id: String::new(),
+        id,
         schedule: p.schedule.trim().to_string(),
         message: p.message.clone(),
         session,
@@ -153,7 +168,17 @@ pub fn run(state: &CronState, p: CreateParams) -> ToolResult<Reply<CreateResult>
                 format!("the store already holds {MAX_ENTRIES} entries; delete some first"),
             ));
         }
-        entry.id = tx.allocate_id()?;
+        if entry.id.is_empty() {
+            entry.id = tx.allocate_id()?;
+        } else if tx.get(&entry.id)?.is_some() {
+            return Err(ToolError::invalid_field(
+                "id",
+                format!(
+                    "an entry `{}` exists already; omit `id` to get the next free `cron-N`, or give an id no entry has",
+                    entry.id
+                ),
+            ));
+        }
         tx.insert(&entry)?;
         Ok(entry)
     })?;

@@ -209,6 +209,10 @@ pub struct StatusResult {
     pub claude_channel: bool,
     pub store: String,
     pub now: String,
+    /// Entries of a hand-written `cron.json` that could not be read, kept as written: listed
+    /// under `problems` by cron_list.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub unparsable_entries: Option<usize>,
 }
 
 pub fn status(state: &CronState, _p: StatusParams) -> ToolResult<Reply<StatusResult>> {
@@ -225,12 +229,17 @@ pub fn status(state: &CronState, _p: StatusParams) -> ToolResult<Reply<StatusRes
             next = Some((t, e.id.clone()));
         }
     }
+    let unparsable = doc
+        .slots
+        .iter()
+        .filter(|s| matches!(s, Slot::Invalid { .. }))
+        .count();
     let scheduler = if state.writable {
         "running"
     } else {
         "read_only"
     };
-    let text = format!(
+    let mut text = format!(
         "{enabled} of {total} entries enabled; keepalive {}; next {}; scheduler {scheduler}; client {}",
         if enabled > 0 { "needed" } else { "not needed" },
         next.as_ref()
@@ -242,6 +251,12 @@ pub fn status(state: &CronState, _p: StatusParams) -> ToolResult<Reply<StatusRes
             "not connected"
         },
     );
+    if unparsable > 0 {
+        text.push_str(&format!(
+            "; {unparsable} unparsable entries kept as written in {} (cron_list shows them under problems)",
+            state.store.location()
+        ));
+    }
     Ok(Reply::new(
         StatusResult {
             total_entries: total,
@@ -254,6 +269,7 @@ pub fn status(state: &CronState, _p: StatusParams) -> ToolResult<Reply<StatusRes
             claude_channel: state.claude_channel,
             store: state.store.location(),
             now: now.to_rfc3339(),
+            unparsable_entries: (unparsable > 0).then_some(unparsable),
         },
         text,
     ))

@@ -194,14 +194,25 @@ impl std::fmt::Display for DocError {
         match self {
             DocError::Json(e) => e.fmt(f),
             DocError::EntriesNotArray => f.write_str("`entries` must be an array"),
-            DocError::NotAStore => {
-                f.write_str("the file must hold an object with `entries` (or an array)")
-            }
+            DocError::NotAStore => f.write_str(
+                "write an array of entries, one entry object ({\"id\": \"cron-1\", \"schedule\": \"*/5 * * * *\", \"message\": \"…\"}), or {\"next_id\": N, \"entries\": [...]}",
+            ),
         }
     }
 }
 
 impl std::error::Error for DocError {}
+
+/// What to write for an entry of a hand-written `cron.json` without a usable id.
+const ID_HINT: &str =
+    "give each entry an `id` no other entry has (e.g. \"cron-7\"), or create it with cron_create";
+
+/// An object holding entry fields (`schedule`, `message`, `id`): one entry, not a store.
+fn looks_like_entry(m: &Map<String, Value>) -> bool {
+    ["schedule", "message", "id"]
+        .iter()
+        .any(|k| m.contains_key(*k))
+}
 
 impl Doc {
     pub fn parse(text: &str) -> Result<Self, DocError> {
@@ -211,11 +222,17 @@ impl Doc {
         let v: Value = serde_json::from_str(text).map_err(DocError::Json)?;
         let (next_id, items) = match v {
             Value::Array(items) => (0, items),
+            // One entry written as the seed prints it: that entry.
+            Value::Object(m) if !m.contains_key("entries") && looks_like_entry(&m) => {
+                (0, vec![Value::Object(m)])
+            }
             Value::Object(mut m) => {
                 let next = m.get("next_id").and_then(Value::as_u64).unwrap_or(0);
                 match m.remove("entries") {
                     Some(Value::Array(items)) => (next, items),
-                    None => (next, Vec::new()),
+                    // `{}` or `{"next_id": N}`: a store without entries.
+                    None if m.keys().all(|k| k == "next_id") => (next, Vec::new()),
+                    None => return Err(DocError::NotAStore),
                     Some(_) => return Err(DocError::EntriesNotArray),
                 }
             }
@@ -226,7 +243,11 @@ impl Doc {
             .map(|raw| match serde_json::from_value::<Entry>(raw.clone()) {
                 Ok(e) if e.id.trim().is_empty() => Slot::Invalid {
                     raw,
-                    error: "`id` is empty".into(),
+                    error: format!("`id` is empty; {ID_HINT}"),
+                },
+                Err(_) if raw.is_object() && raw.get("id").is_none() => Slot::Invalid {
+                    raw,
+                    error: format!("`id` is missing; {ID_HINT}"),
                 },
                 Ok(e) => Slot::Entry(Box::new(e)),
                 Err(e) => Slot::Invalid {

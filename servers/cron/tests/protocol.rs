@@ -579,6 +579,110 @@ fn hand_written_cron_json_is_imported() {
     );
 }
 
+/// Seed 001's cron entry, exactly as the seed prints it.
+const SEED_001_ENTRY: &str = r#"{
+  "id": "cron-1",
+  "schedule": "*/5 * * * *",
+  "message": "Check if the web server at http://localhost:8080 is responding. If not, restart it.",
+  "session": "health-check",
+  "enabled": true
+}"#;
+
+/// The seed's entry written alone into `.kitbag/cron.json` (one object, not an array) is
+/// imported as one entry with its id; a file that holds no entries kitbag can read stays
+/// where it is and every tool, `cron_status` included, names it and says what to write.
+#[test]
+fn seed_cron_entry_as_one_object_in_cron_json_is_imported() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), Era::Handshake, &[]);
+    std::fs::create_dir_all(d.path().join(".kitbag")).expect("dir");
+    let file = d.path().join(".kitbag/cron.json");
+    std::fs::write(&file, SEED_001_ENTRY).expect("write");
+    let l = c.call("cron_list", json!({}));
+    assert!(!l.is_error, "{}", l.text);
+    assert_eq!(l.structured["total"], 1, "{}", l.text);
+    let e = &l.structured["entries"][0];
+    assert_eq!(e["id"], "cron-1");
+    assert_eq!(e["session"], "health-check");
+    assert_eq!(e["schedule"], "*/5 * * * *");
+    assert!(!file.exists());
+    assert_eq!(
+        std::fs::read_to_string(d.path().join(".kitbag/cron.json.bak")).expect("backup"),
+        SEED_001_ENTRY
+    );
+    // The next created entry does not take the imported id.
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "@daily", "message": "digest"}),
+    );
+    assert_eq!(r.structured["entry"]["id"], "cron-2", "{}", r.text);
+
+    // Something that is neither a store nor an entry is not imported, not moved, and reported.
+    let odd = r#"{"jobs": [{"every": "5m", "say": "hi"}]}"#;
+    std::fs::write(&file, odd).expect("write");
+    let s = c.call("cron_status", json!({}));
+    assert_eq!(s.error_code(), Some("io_error"), "{}", s.text);
+    assert!(
+        s.text.contains("cron.json")
+            && s.text.contains("one entry object")
+            && s.text.contains("not imported"),
+        "{}",
+        s.text
+    );
+    assert_eq!(std::fs::read_to_string(&file).expect("kept in place"), odd);
+    assert!(!d.path().join(".kitbag/cron.json.bak.2").exists());
+    std::fs::remove_file(&file).expect("rm");
+
+    // An entry without an id is kept as written and reported, with what to write.
+    std::fs::write(&file, r#"[{"schedule": "@hourly", "message": "no id"}]"#).expect("write");
+    let s = c.call("cron_status", json!({}));
+    assert!(!s.is_error, "{}", s.text);
+    assert_eq!(s.structured["unparsable_entries"], 1, "{}", s.text);
+    assert!(s.text.contains("1 unparsable entries"), "{}", s.text);
+    let l = c.call("cron_list", json!({}));
+    let problem = l.structured["problems"][0]["error"]
+        .as_str()
+        .expect("problem");
+    assert!(
+        problem.contains("`id` is missing") && problem.contains("\"cron-7\""),
+        "{problem}"
+    );
+}
+
+/// Seed 001's entry as `cron_create` arguments: its `id` is kept; a taken or malformed id is
+/// refused with what to write instead.
+#[test]
+fn seed_cron_entry_with_id_is_created_with_that_id() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = spawn(d.path(), Era::Handshake, &[]);
+    let seed: Value = serde_json::from_str(SEED_001_ENTRY).expect("seed json");
+    let r = c.call("cron_create", seed.clone());
+    assert!(!r.is_error, "{}", r.text);
+    assert_eq!(r.structured["entry"]["id"], "cron-1");
+    assert_eq!(r.structured["entry"]["session"], "health-check");
+    let again = c.call("cron_create", seed);
+    assert_eq!(again.error_code(), Some("invalid_params"), "{}", again.text);
+    assert_eq!(again.structured["error"]["detail"]["field"], "id");
+    assert!(
+        again.text.contains("exists already") && again.text.contains("omit `id`"),
+        "{}",
+        again.text
+    );
+    let bad = c.call(
+        "cron_create",
+        json!({"id": "cron 2", "schedule": "@daily", "message": "m"}),
+    );
+    assert_eq!(
+        bad.structured["error"]["detail"]["field"], "id",
+        "{}",
+        bad.text
+    );
+    assert!(bad.text.contains("omit `id`"), "{}", bad.text);
+    // Without an id the next free one is handed out.
+    let r = c.call("cron_create", json!({"schedule": "@daily", "message": "m"}));
+    assert_eq!(r.structured["entry"]["id"], "cron-2", "{}", r.text);
+}
+
 fn command_action_is_recorded_and_killed_with_its_children_on_timeout(b: &Backend) {
     let mut c = b.spawn(
         Era::Handshake,
