@@ -243,7 +243,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Serve { .. } => serve(host, http_options).await?,
         Command::Tools { json } => print_tools(&host, *json)?,
         Command::Call { tool, args } => call(&host, tool, args.as_deref()).await?,
-        Command::Doctor => doctor(&host, started, cli.command.is_none()),
+        Command::Doctor => doctor(&host, started, cli.command.is_none()).await,
         Command::Run { .. } => match prepared_run {
             Some(run) => kitbag_agent::run_command(&host, run).await?,
             None => 1,
@@ -454,7 +454,7 @@ async fn call(host: &HostServer, tool: &str, args: Option<&str>) -> anyhow::Resu
 
 /// `kitbag doctor` (and a bare `kitbag` on a terminal, `first_look`): each server's state,
 /// collisions and overridden settings. Exit 1 when something is wrong.
-fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
+async fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
     let status = host.status();
     let mut problems = 0;
     for s in &status.servers {
@@ -484,6 +484,10 @@ fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
         problems += 1;
         println!("collision: {c}");
     }
+    if let Some(problem) = cron_store_problem(host).await {
+        problems += 1;
+        println!("{problem}");
+    }
     println!(
         "{} tools from {} servers in {} ms",
         status.tools,
@@ -510,6 +514,37 @@ fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
         println!("More: kitbag tools · kitbag call TOOL '{{...}}' · kitbag doctor");
     }
     i32::from(problems > 0)
+}
+
+/// What kitbag-cron could not import from a hand-written `.kitbag/cron.json` (kept in place,
+/// never dropped): a store it cannot read at all, or entries kept as written.
+async fn cron_store_problem(host: &HostServer) -> Option<String> {
+    use kitbag_agent::host::ToolHost;
+    const TOOL: &str = "cron_status";
+    if !host.tools().iter().any(|t| t.name == TOOL) {
+        return None;
+    }
+    let r = host
+        .call(
+            TOOL,
+            None,
+            "doctor/cron_status".into(),
+            tokio_util::sync::CancellationToken::new(),
+        )
+        .await
+        .ok()?;
+    if r.is_error == Some(true) {
+        let text: Vec<String> = r
+            .content
+            .iter()
+            .filter_map(|c| c.as_text().map(|t| t.text.clone()))
+            .collect();
+        return Some(format!("cron: {}", text.join(" ")));
+    }
+    let unparsable = r.structured_content?["unparsable_entries"].as_u64()?;
+    (unparsable > 0).then(|| {
+        format!("cron: {unparsable} entries of cron.json kept as written, not scheduled (cron_list lists them under problems)")
+    })
 }
 
 /// `kitbag call`: forward the call with a progress token and draw the progress on stderr.

@@ -1082,3 +1082,41 @@ fn seed_tool_names_resolve_in_calls() {
         assert!(r.get("error").is_some(), "{r}");
     }
 }
+
+/// A hand-written `.kitbag/cron.json` kitbag-cron cannot import is kept in place and shown by
+/// `kitbag doctor` (seed 001's cron entry as one object is imported; a file of another shape is
+/// not, and says so), never dropped silently.
+#[test]
+fn doctor_reports_a_cron_store_it_cannot_import() {
+    let d = project();
+    let cron = json!({"command": bin(), "args": ["server", "cron", "--root", d.path()]});
+    let cfg = write_config(d.path(), "agent.json", json!({"mcp": {"cron": cron}}));
+    std::fs::create_dir_all(d.path().join(".kitbag")).expect("mkdir");
+    let store = d.path().join(".kitbag/cron.json");
+    std::fs::write(&store, r#"{"jobs": [{"every": "5m"}]}"#).expect("cron.json");
+    let doctor = || {
+        Command::new(bin())
+            .args(["--config", cfg.to_str().expect("u"), "doctor"])
+            .current_dir(d.path())
+            .output()
+            .expect("doctor")
+    };
+    let out = doctor();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(!out.status.success(), "{text}");
+    assert!(
+        text.contains("cron: ") && text.contains("cron.json"),
+        "{text}"
+    );
+    assert!(store.exists(), "the file stays where it was");
+    // Seed 001's entry, as one object, is imported: nothing to report.
+    std::fs::write(
+        &store,
+        r#"{"id": "cron-1", "schedule": "*/5 * * * *", "message": "check the build", "session": "ops", "enabled": true}"#,
+    )
+    .expect("cron.json");
+    let out = doctor();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}");
+    assert!(!text.contains("cron: "), "{text}");
+}
