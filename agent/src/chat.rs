@@ -30,7 +30,7 @@ pub enum Agent {
     Auto,
 }
 
-const HELP: &str = "Commands: /agent [NAME|auto] (show or switch the agent pack), /prompt [TEXT|clear] (show, set or clear this session's prompt), /help, /exit. Ctrl-C cancels a turn; Ctrl-D leaves.";
+const HELP: &str = "Commands: /agent [NAME|auto] (show or switch the agent pack), /prompt [TEXT|clear] (show, set or clear this session's prompt), /issue [N|0] (show, bind or unbind this session's issue), /help, /exit. Ctrl-C cancels a turn; Ctrl-D leaves.";
 
 pub async fn run(
     host: &dyn ToolHost,
@@ -256,6 +256,26 @@ async fn command_line(
                     (true, true) => "session prompt cleared",
                     (true, false) =>
                         "session prompt set: it joins every later turn's system prompt",
+                }
+            );
+        }
+        "issue" if rest.is_empty() => match session.issue() {
+            Some(n) => eprintln!("issue: #{n}"),
+            None => eprintln!("no issue (/issue N binds one)"),
+        },
+        "issue" => {
+            let Ok(n) = rest.trim_start_matches('#').parse::<i64>() else {
+                anyhow::bail!("/issue {rest}: give an issue number (0 unbinds)");
+            };
+            let changed = session.set_issue(n)?;
+            eprintln!(
+                "{}",
+                match (changed, n) {
+                    (false, _) => "issue unchanged".to_string(),
+                    (true, 0) => "issue unbound".to_string(),
+                    (true, n) => format!(
+                        "issue: #{n}, bound every turn; its open todos are shown to the model"
+                    ),
                 }
             );
         }

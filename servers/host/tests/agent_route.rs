@@ -310,7 +310,7 @@ fn chat_commands_switch_agents_set_the_session_prompt_and_route_each_line() {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn chat");
-    let lines = "/prompt Be terse.\n/prompt\nwhy does it crash on start?\n/agent review\n/agent\nwhat is in a.txt?\n/nope\n/agent nosuch\n/agent auto\nthanks\n/exit\n";
+    let lines = "/prompt Be terse.\n/prompt\nwhy does it crash on start?\n/agent review\n/agent\nwhat is in a.txt?\n/nope\n/agent nosuch\n/agent auto\nthanks\n/issue\n/issue 3\n/issue\n/issue x\n/exit\n";
     child
         .stdin
         .take()
@@ -328,6 +328,19 @@ fn chat_commands_switch_agents_set_the_session_prompt_and_route_each_line() {
     assert!(stderr.contains("/nope: not a command"), "{stderr}");
     assert!(stderr.contains("--agent nosuch: no pack"), "{stderr}");
     assert!(stderr.contains("[router] chat.quick"), "{stderr}");
+    assert!(stderr.contains("no issue (/issue N binds one)"), "{stderr}");
+    assert!(stderr.contains("issue: #3, bound every turn"), "{stderr}");
+    assert!(stderr.contains("issue: #3\n"), "{stderr}");
+    assert!(
+        stderr.contains("/issue x: give an issue number"),
+        "{stderr}"
+    );
+    assert!(
+        session(d.path(), "c")
+            .iter()
+            .any(|r| r["role"] == "issue_bound" && r["number"] == 3),
+        "the binding is kept in the session"
+    );
     let sent = mock.received();
     assert_eq!(sent.len(), 3, "commands never reach the model");
     assert_eq!(tool_names(&sent[0]), ["host_status"]);
