@@ -14,8 +14,6 @@
 //! `CI=true` their absence fails the test; elsewhere it skips loudly.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -82,25 +80,9 @@ fn host_config(dir: &Path, families: &[&String]) -> PathBuf {
 
 /// A small page on loopback for `web_fetch`.
 fn serve_page() -> String {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut line = String::new();
-            while reader.read_line(&mut line).is_ok_and(|n| n > 2) {
-                line.clear();
-            }
-            let body = "<html><head><title>Sweep</title></head><body><h1>Sweep</h1>\
-                        <p>Every tool, once right and once wrong.</p></body></html>";
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Type: text/html; charset=utf-8\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
+    let body = "<html><head><title>Sweep</title></head><body><h1>Sweep</h1>\
+                <p>Every tool, once right and once wrong.</p></body></html>";
+    let port = kitbag_testkit::http::serve_page(body.as_bytes().to_vec());
     format!("http://127.0.0.1:{port}/page")
 }
 

@@ -2,8 +2,6 @@
 //! race against files and search, a page nested 50,000 levels deep for web, and commands that
 //! leave their process group for shell. What a user runs is the host; it must hold there too.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::TcpListener;
 use std::os::unix::fs::symlink;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -84,28 +82,6 @@ fn symlink_swap_race_through_the_host() {
     assert!(changed.is_empty(), "outside changed: {changed:?}");
 }
 
-/// A loopback server answering every request with `body` (HTML).
-fn serve_page(body: Vec<u8>) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for mut stream in listener.incoming().flatten() {
-            let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-            let mut line = String::new();
-            while reader.read_line(&mut line).is_ok_and(|n| n > 0) && line != "\r\n" {
-                line.clear();
-            }
-            let head = format!(
-                "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = stream.write_all(head.as_bytes());
-            let _ = stream.write_all(&body);
-        }
-    });
-    port
-}
-
 #[test]
 fn a_deeply_nested_page_through_the_host() {
     let root = tempfile::tempdir().expect("tmp");
@@ -113,7 +89,7 @@ fn a_deeply_nested_page_through_the_host() {
         "<!DOCTYPE html><html><body>{}innermost b</body></html>",
         "<b>".repeat(50_000)
     );
-    let port = serve_page(page.into_bytes());
+    let port = kitbag_testkit::http::serve_page(page.into_bytes());
     let mut c = host(root.path(), &[("web", &["--allow-host", "127.0.0.1"])]);
     let status = |c: &mut McpClient| -> Value {
         let s = c.call("host_status", json!({}));
