@@ -5,7 +5,7 @@
 //! is made fresh at each step, and left out when the last message already carries a `todo`
 //! result (the model has just seen the list).
 
-use kitbag_llm::{Block, Message, Role};
+use kitbag_llm::{Block, Message, Role, ToolSpec};
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
@@ -50,10 +50,16 @@ pub async fn bind(host: &dyn ToolHost, session: &str, issue: i64) -> Result<(), 
     Ok(())
 }
 
-/// The reminder for this step, when the `todo` tool is offered, an issue is bound and it has
-/// open todos, and the last message is not a `todo` result already.
-pub async fn for_step(host: &dyn ToolHost, session: &str, messages: &[Message]) -> Option<String> {
-    if answered_by_todo(messages) || !host.tools().iter().any(|t| t.name == TODO_TOOL) {
+/// The reminder for this step, when the `todo` tool is among the step's `tools` (what the
+/// policy and the pack offer the model), an issue is bound and it has open todos, and the last
+/// message is not a `todo` result already.
+pub async fn for_step(
+    host: &dyn ToolHost,
+    session: &str,
+    tools: &[ToolSpec],
+    messages: &[Message],
+) -> Option<String> {
+    if answered_by_todo(messages) || !tools.iter().any(|t| t.name == TODO_TOOL) {
         return None;
     }
     let args = json!({"action": "view"});

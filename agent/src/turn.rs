@@ -312,7 +312,7 @@ async fn build_request(
         }
     }
     // The open todos ride at the tail, made fresh each step (not kept in the session).
-    if let Some(reminder) = todo_reminder::for_step(host, &session.name, &messages).await {
+    if let Some(reminder) = todo_reminder::for_step(host, &session.name, &tools, &messages).await {
         todo_reminder::attach(&mut messages, reminder);
     }
     let mut system = system_with(&summary);
