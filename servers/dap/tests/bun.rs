@@ -6,6 +6,8 @@
 
 mod common;
 
+use std::os::unix::process::CommandExt;
+
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
@@ -92,6 +94,22 @@ fn session(era: Era) {
         assert_eq!(r.structured["error"]["detail"]["field"], "expression");
         assert!(r.text.contains("repl"), "{}", r.text);
     }
+    // The built-in string and array reads pass (seed 004's `user.permissions.includes('write')`
+    // form), once the paused program shows each is the built-in one; a method of that name on
+    // anything else is refused before any of the expression runs.
+    for (expr, want) in [
+        ("user.role.startsWith('ad')", "true"),
+        ("[1, 41].includes(a)", "true"),
+    ] {
+        let r = c.call("debug", json!({"action": "evaluate", "expression": expr}));
+        assert_eq!(r.structured["result"], want, "{expr}: {:?}", r.raw);
+    }
+    let r = c.call(
+        "debug",
+        json!({"action": "evaluate", "expression": "user.includes('x')"}),
+    );
+    assert_eq!(r.error_code(), Some("invalid_params"), "{:?}", r.raw);
+    assert_eq!(r.structured["error"]["detail"]["field"], "expression");
     let r = c.call("debug", json!({"action": "evaluate", "expression": "a"}));
     assert_eq!(r.structured["result"], "41", "{:?}", r.raw);
     let r = c.call(
@@ -215,6 +233,54 @@ fn bun_attach() {
     common::attach_detach_then_end(
         &mut c,
         &json!({"action": "attach", "runtime": "bun", "url": url}),
+        &mut target,
+    );
+    c.shutdown();
+}
+
+/// Seed 004's attach by port alone, to a Bun whose output goes to a log file (a program started
+/// in the background): the address Bun printed there is read back, and the attach runs.
+#[test]
+fn bun_attach_by_port_reads_the_printed_address_from_the_programs_log() {
+    let Some(bun) = bun() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("spin.ts"),
+        "let n: number = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
+    )
+    .unwrap();
+    let log = std::fs::File::create(d.path().join("app.log")).unwrap();
+    let mut target = common::KillOnDrop(
+        std::process::Command::new(&bun)
+            .args(["--inspect=127.0.0.1:0", "spin.ts"])
+            .current_dir(d.path())
+            .process_group(0)
+            .stdin(std::process::Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap(),
+    );
+    let mut url = None;
+    kitbag_testkit::wait_until("bun printed its address", 15, || {
+        let text = std::fs::read_to_string(d.path().join("app.log")).unwrap_or_default();
+        url = text
+            .split_whitespace()
+            .find(|w| w.starts_with("ws://"))
+            .map(String::from);
+        url.is_some()
+    });
+    let port = common::port_of(&url.unwrap());
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &[],
+        d.path(),
+        Era::Modern,
+        &[("KITBAG_DAP_BUN", &bun)],
+    );
+    common::attach_detach_then_end(
+        &mut c,
+        &json!({"action": "attach", "runtime": "bun", "port": port, "host": "localhost"}),
         &mut target,
     );
     c.shutdown();

@@ -10,6 +10,11 @@
 //! a successful and a failing case fails this test before anything runs, so a new tool needs
 //! its cases the day it lands; each run also fails on a listed tool the table does not call.
 //!
+//! Seed 004's JSON examples run the same way, verbatim (`testkit/sweep/seed004.json`): every
+//! example's name and arguments as the seed writes them, through `kitbag serve` and through the
+//! single server that owns the tool, each result held against the outputSchema of the tool the
+//! seed's name resolves to and checked for the seed's fields.
+//!
 //! Needs `testkit/py/.venv` and `testkit/js/node_modules` (made by `scripts/test`). Under
 //! `CI=true` their absence fails the test; elsewhere it skips loudly.
 
@@ -292,6 +297,110 @@ fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() 
     wait_until("every sweep process gone", 10, || {
         pids_with_cmdline(&root).is_empty()
     });
+}
+
+/// Bun (`testkit/bun`, made by `scripts/test`) for the seed's `runtime: "bun"` examples, put
+/// first on PATH for the servers and the programs a run starts.
+fn path_with_bun() -> String {
+    let bun =
+        testkit_dir(env!("CARGO_MANIFEST_DIR")).join("bun/node_modules/@oven/bun-linux-x64/bin");
+    format!(
+        "{}:{}",
+        bun.display(),
+        std::env::var("PATH").unwrap_or_default()
+    )
+}
+
+#[test]
+fn every_seed_004_example_runs_verbatim_through_the_host_and_its_single_server() {
+    let table_path = testkit_dir(env!("CARGO_MANIFEST_DIR")).join("sweep/seed004.json");
+    let table: Value =
+        serde_json::from_str(&std::fs::read_to_string(&table_path).expect("table")).expect("json");
+    let Some(python) = both_sdks() else {
+        return;
+    };
+    if !require(
+        which("typescript-language-server"),
+        "typescript-language-server is not installed (run scripts/test)",
+    ) {
+        return;
+    }
+    let seeds: Vec<&str> = table["steps"]
+        .as_array()
+        .expect("steps")
+        .iter()
+        .filter_map(|s| s["seed"].as_str())
+        .collect();
+    let families = ["files", "search", "shell", "lsp", "dap", "issues"].map(String::from);
+    let d = tempfile::tempdir().expect("tmp");
+    let kitbag = bin().to_str().expect("utf8");
+    let env = json!({"PATH": path_with_bun()});
+    let host_dir = d.path().join("host");
+    std::fs::create_dir_all(&host_dir).expect("mkdir");
+    let cfg = host_config(&host_dir, &families.iter().collect::<Vec<_>>());
+    let mut runs = vec![
+        json!({"name": "host", "mode": "2026-07-28", "cwd": host_dir, "env": env,
+                               "target": [kitbag, "--config", cfg, "serve"]}),
+    ];
+    for family in &families {
+        let cwd = d.path().join(family);
+        std::fs::create_dir_all(&cwd).expect("mkdir");
+        // The binary a user installs (`kitbag-files`, …) where the build made it.
+        let single = sibling_binary(&format!("kitbag-{family}"));
+        let mut target = vec![json!(kitbag)];
+        let mut args = family_args(family);
+        if single.exists() {
+            target = vec![json!(single)];
+            args.drain(..2);
+        }
+        target.extend(args.into_iter().map(Value::from));
+        runs.push(
+            json!({"name": family, "mode": "legacy", "cwd": cwd, "env": env,
+                         "target": target}),
+        );
+    }
+    let (out, reports) = json_report(
+        Command::new(&python)
+            .arg(testkit_dir(env!("CARGO_MANIFEST_DIR")).join("py/sweep.py"))
+            .arg(&table_path)
+            .arg(Value::Array(runs.clone()).to_string()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for run in &runs {
+        let name = run["name"].as_str().expect("name");
+        assert_eq!(
+            reports[name]["failures"],
+            json!([]),
+            "{name}: {:#}\n{stderr}",
+            reports[name]
+        );
+    }
+    // Every example ran through the host, and through exactly one single server.
+    let ran = |name: &str| -> Vec<String> {
+        reports[name]["seed_steps"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .filter_map(|s| s.as_str().map(String::from))
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(ran("host"), seeds, "{reports:#}");
+    let mut singles: Vec<String> = families.iter().flat_map(|f| ran(f)).collect();
+    singles.sort();
+    let mut want: Vec<String> = seeds.iter().map(|s| s.to_string()).collect();
+    want.sort();
+    assert_eq!(singles, want, "{reports:#}");
+    let root = d.path().to_str().expect("utf8").to_string();
+    wait_until("every seed-run process gone", 10, || {
+        pids_with_cmdline(&root).is_empty()
+    });
+}
+
+fn which(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
 /// The drivers' schema checks are live: a server answering off its own outputSchema, in a

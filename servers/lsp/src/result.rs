@@ -106,6 +106,10 @@ pub struct LspResult {
     /// hover: the text (markdown, capped at 4000 characters); null when nothing was found.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub content: Option<Option<String>>,
+    /// hover: the prose of the text (its doc comment) without the code blocks that state the
+    /// signature; null when the server gave none.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub documentation: Option<Option<String>>,
     /// hover: the span the text is about.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub range: Option<Range>,
@@ -381,11 +385,12 @@ mod tests {
         let nothing = LspResult {
             found: Some(false),
             content: Some(None),
+            documentation: Some(None),
             ..LspResult::new(Action::Hover)
         };
         assert_eq!(
             serde_json::to_value(&nothing).unwrap(),
-            json!({"action": "hover", "found": false, "content": null})
+            json!({"action": "hover", "found": false, "content": null, "documentation": null})
         );
         let bare = CodeAction {
             title: "Organize imports".into(),

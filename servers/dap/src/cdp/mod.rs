@@ -5,6 +5,7 @@
 
 mod adapter;
 pub mod failure;
+mod printed;
 mod process;
 pub mod sourcemap;
 mod values;
@@ -40,7 +41,7 @@ impl Inspector {
 
 /// Why attach by port alone cannot reach Bun: it lists no targets and serves only the random
 /// path it printed (`bun --inspect=HOST:PORT/NAME` names the path).
-pub const BUN_NEEDS_URL: &str = "Bun's inspector answers only at the address it printed under \"Listening:\" (ws://HOST:PORT/ID): pass that as `url`";
+pub const BUN_NEEDS_URL: &str = "Bun's inspector answers only at the address it printed under \"Listening:\" (ws://HOST:PORT/ID), and the program's output is not a file kitbag can read it from: pass that address as `url`";
 
 /// The Node that first strips TypeScript types.
 const NODE_FOR_TYPESCRIPT: &str = "22.6";

@@ -194,7 +194,8 @@ pub fn inspector_chatter(line: &str) -> bool {
 
 /// The WebSocket address of the inspector listening on `host:port` (`/json/list`). Bun's
 /// inspector has no list (it answers 404): it serves only the path it printed, so its
-/// `/json/version` is asked to tell that case.
+/// `/json/version` is asked to tell that case, and on this machine the path is looked up where
+/// the program's output went (see [`super::printed`]).
 pub async fn discover(host: &str, port: u16) -> AdapterResult<String> {
     let list = http_get(host, port, "/json/list").await?;
     let Ok(list) = serde_json::from_str::<serde_json::Value>(list.trim()) else {
@@ -204,7 +205,19 @@ pub async fn discover(host: &str, port: u16) -> AdapterResult<String> {
         if serde_json::from_str::<serde_json::Value>(version.trim())
             .is_ok_and(|v| v["Browser"] == "Bun")
         {
-            return Err(AdapterFailure::BunNeedsUrl);
+            let local = matches!(
+                host,
+                "localhost" | "127.0.0.1" | "::1" | "[::1]" | "0.0.0.0"
+            );
+            let printed = if local {
+                kitbag_shared::blocking::unblock(move || Ok(super::printed::printed_address(port)))
+                    .await
+                    .ok()
+                    .flatten()
+            } else {
+                None
+            };
+            return printed.ok_or(AdapterFailure::BunNeedsUrl);
         }
         return Err(AdapterFailure::NotAnInspector);
     };

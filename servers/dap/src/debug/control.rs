@@ -37,7 +37,7 @@ pub async fn resume(
     if exited {
         return Err(ToolError::new(
             ErrorCode::DapSessionEnded,
-            "the program has exited; disconnect and launch again",
+            "the program has exited; launch or attach again",
         ));
     }
     let command = match p.action {

@@ -480,38 +480,82 @@ pub async fn evaluate(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Deb
     let core = state.live().await?;
     let expr = need(&p.expression, "expression", "the expression to evaluate")?;
     let configured = state.config.adapters.contains_key(core.runtime.name());
-    if p.context != Some(EvalContext::Repl)
-        && let Some(syntax) = core.runtime.watch_syntax(configured)
-        && let Some(why) = super::watch::side_effect(expr, syntax)
-    {
-        return Err(ToolError::invalid_field(
-            "expression",
-            format!(
-                "context \"watch\" (the default) must not change the program, and on {} it takes only reads (names, member and index reads, literals, operators); this has {why}. Use context \"repl\" to run it",
-                core.runtime.name()
-            ),
-        ));
-    }
+    let repl = p.context == Some(EvalContext::Repl);
+    let guards = match core.runtime.watch_syntax(configured).filter(|_| !repl) {
+        Some(syntax) => super::watch::guarded_reads(expr, syntax).map_err(|why| {
+            ToolError::invalid_field(
+                "expression",
+                format!(
+                    "context \"watch\" (the default) must not change the program, and on {} it takes only reads (names, member and index reads, literals, operators{}); this has {why}. Use context \"repl\" to run it",
+                    core.runtime.name(),
+                    if syntax == super::watch::Syntax::JavaScript {
+                        ", and the built-in string and array reads such as includes, indexOf, startsWith"
+                    } else {
+                        ""
+                    }
+                ),
+            )
+        })?,
+        None => Vec::new(),
+    };
     let running = core.client.events.locked().stopped.is_none();
-    let mut args = json!({"expression": expr,
-        "context": if p.context == Some(EvalContext::Repl) { "repl" } else { "watch" }});
-    // Running and no frame asked for: the adapter's global context, where it has one.
-    if !(running && p.frame_id.is_none()) {
-        args["frameId"] = json!(frame_ref(&core, p).await?);
+    let frame = if running && p.frame_id.is_none() {
+        // Running and no frame asked for: the adapter's global context, where it has one.
+        None
+    } else {
+        Some(frame_ref(&core, p).await?)
+    };
+    if !guards.is_empty() {
+        check_guards(&core, &guards, frame).await?;
     }
-    let body = core
-        .client
-        .request("evaluate", args, REQUEST_TIMEOUT)
-        .await
-        .map_err(|m| {
-            adapter_failure(&core.client, m).with_detail(json!({"field": "expression"}))
-        })?;
+    let body = ask_evaluate(&core, expr, if repl { "repl" } else { "watch" }, frame).await?;
     let value = cap(body["result"].as_str().unwrap_or(""));
     let mut r = DebugResult::new(p.action, if running { "running" } else { "stopped" });
     r.result = Some(value.clone());
     r.value_type = body["type"].as_str().map(String::from);
     r.variables_reference = body["variablesReference"].as_i64().filter(|r| *r > 0);
     Ok(Reply::new(r, format!("{expr} = {value}")))
+}
+
+async fn ask_evaluate(
+    core: &Core,
+    expr: &str,
+    context: &str,
+    frame: Option<i64>,
+) -> ToolResult<Value> {
+    let mut args = json!({"expression": expr, "context": context});
+    if let Some(f) = frame {
+        args["frameId"] = json!(f);
+    }
+    core.client
+        .request("evaluate", args, REQUEST_TIMEOUT)
+        .await
+        .map_err(|m| adapter_failure(&core.client, m).with_detail(json!({"field": "expression"})))
+}
+
+/// The built-in reads a `watch` expression calls are built-in reads in this program (see
+/// [`super::watch::Guard`]): else nothing of the expression runs.
+async fn check_guards(
+    core: &Core,
+    guards: &[super::watch::Guard],
+    frame: Option<i64>,
+) -> ToolResult<()> {
+    let all: Vec<String> = guards
+        .iter()
+        .map(|g| format!("({})", g.condition))
+        .collect();
+    let body = ask_evaluate(core, &all.join(" && "), "watch", frame).await?;
+    if body["result"].as_str() == Some("true") {
+        return Ok(());
+    }
+    let calls: Vec<&str> = guards.iter().map(|g| g.call.as_str()).collect();
+    Err(ToolError::invalid_field(
+        "expression",
+        format!(
+            "context \"watch\" runs {} only as the built-in string or array read, and here the receiver is not a string or an array, its method is not the built-in one, or an argument is not of the type the method reads without converting it. Use context \"repl\" to run it",
+            calls.join(", ")
+        ),
+    ))
 }
 
 /// The `dataBreakpointInfo` arguments for a variable `name` (inside the `expand` path's

@@ -34,9 +34,7 @@ pub async fn launch(
     p: &DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
     let mut guard = state.session.lock().await;
-    if guard.is_some() {
-        return Err(active());
-    }
+    clear_ended(&mut guard)?;
     let runtime = runtime::Runtime::parse(p.runtime.as_deref(), &state.config)?;
     let script = need(&p.script, "script", "a root-relative entry point to run")?;
     let (prog, cwd) = launch_paths(policy, p, script)?;
@@ -163,9 +161,7 @@ pub async fn attach(
     p: &DebugParams,
 ) -> ToolResult<Reply<DebugResult>> {
     let mut guard = state.session.lock().await;
-    if guard.is_some() {
-        return Err(active());
-    }
+    clear_ended(&mut guard)?;
     let runtime = runtime::Runtime::parse(p.runtime.as_deref(), &state.config)?;
     let how_to_start = runtime::attach_target(&runtime)?;
     let ws_url = inspector_url(&runtime, p.url.as_deref())?;
@@ -252,6 +248,25 @@ fn inspector_url(runtime: &Runtime, url: Option<&str>) -> ToolResult<Option<url:
             format!("a ws://HOST:PORT/PATH address, as the runtime printed it (got {raw:?})"),
         )),
     }
+}
+
+/// A session whose program has ended is put away, so a launch or attach after the program's
+/// exit needs no `disconnect` first; a live one refuses with `session_active`.
+fn clear_ended(guard: &mut Option<Session>) -> ToolResult<()> {
+    let Some(session) = guard.as_ref() else {
+        return Ok(());
+    };
+    let client = &session.core.client;
+    let ended = client.is_closed() || {
+        let e = client.events.locked();
+        e.exited.is_some() || e.terminated
+    };
+    if !ended {
+        return Err(active());
+    }
+    session.core.ended("exited");
+    *guard = None;
+    Ok(())
 }
 
 fn active() -> ToolError {

@@ -35,6 +35,22 @@ fn hover_text(contents: &Value) -> String {
     }
 }
 
+/// The prose of a hover text: what stands outside its fenced code blocks (which hold the
+/// signature), trimmed; None when that is nothing.
+fn documentation(text: &str) -> Option<String> {
+    let mut prose = Vec::new();
+    let mut in_code = false;
+    for line in text.lines() {
+        if line.trim_start().starts_with("```") {
+            in_code = !in_code;
+        } else if !in_code {
+            prose.push(line);
+        }
+    }
+    let doc = prose.join("\n").trim().to_string();
+    (!doc.is_empty()).then_some(doc)
+}
+
 /// An LSP range in caller coordinates (1-based lines, characters).
 fn caller_range(lines: &Lines, r: &Value, enc: Encoding) -> Range {
     let point = |v: &Value| {
@@ -58,6 +74,7 @@ pub async fn hover(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Tool
         let result = LspResult {
             found: Some(false),
             content: Some(None),
+            documentation: Some(None),
             ..LspResult::new(p.action)
         };
         return Ok((
@@ -78,6 +95,7 @@ pub async fn hover(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Tool
         .map(|r| caller_range(&o.lines, r, o.server.encoding));
     let result = LspResult {
         found: Some(true),
+        documentation: Some(documentation(&content)),
         content: Some(Some(content.clone())),
         truncated: truncated.then_some(true),
         range,
@@ -103,5 +121,16 @@ mod tests {
             "```python\ndef f()\n```\n\ndoc"
         );
         assert_eq!(hover_text(&Value::Null), "");
+    }
+
+    #[test]
+    fn documentation_is_the_prose_outside_the_code_blocks() {
+        let ts = "\n```typescript\n(property) User.name: string\n```\nThe user's display name.\n\n*@since* 2";
+        assert_eq!(
+            documentation(ts).as_deref(),
+            Some("The user's display name.\n\n*@since* 2")
+        );
+        assert_eq!(documentation("```rust\nfn f()\n```\n"), None);
+        assert_eq!(documentation("plain words").as_deref(), Some("plain words"));
     }
 }

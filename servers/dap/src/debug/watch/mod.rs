@@ -8,6 +8,11 @@
 //! never lets one of those forms through. A getter or an overloaded operator behind a read is
 //! the program's own code and is not seen.
 
+mod builtins;
+
+pub use builtins::Guard;
+use builtins::builtin_call;
+
 /// The expression language, for the few forms that differ.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Syntax {
@@ -18,6 +23,14 @@ pub enum Syntax {
     Go,
     /// A `--config` runtime: every language's keywords count.
     Other,
+}
+
+/// A token and the characters of the expression it covers (`start..end`).
+#[derive(Debug, Clone)]
+struct Lexed {
+    tok: Tok,
+    start: usize,
+    end: usize,
 }
 
 #[derive(Debug, Clone, PartialEq)]
@@ -79,54 +92,71 @@ fn refused_words(syntax: Syntax) -> &'static [&'static str] {
 
 /// Why `expr` may change the program, or None when it only reads.
 pub fn side_effect(expr: &str, syntax: Syntax) -> Option<String> {
-    let toks = match lex(expr, syntax) {
-        Ok(t) => t,
-        Err(Refusal(why)) => return Some(why.to_string()),
-    };
-    let mut prev: Option<&Tok> = None;
-    for t in &toks {
+    check(expr, syntax, false).err()
+}
+
+/// What `expr` needs to hold to only read, for JavaScript (Bun) `watch`: besides the reading
+/// forms, calls of the built-in string and array reads (`includes`, `indexOf`, `startsWith`,
+/// …) pass here, each with the [`Guard`] that must evaluate true in the paused program before
+/// the expression runs (the receiver really is an array or a string, the method the built-in
+/// one, the arguments of the types it reads without converting). Err: why it may change the
+/// program.
+pub fn guarded_reads(expr: &str, syntax: Syntax) -> Result<Vec<Guard>, String> {
+    check(expr, syntax, syntax == Syntax::JavaScript)
+}
+
+fn check(expr: &str, syntax: Syntax, builtins: bool) -> Result<Vec<Guard>, String> {
+    let chars: Vec<char> = expr.chars().collect();
+    let toks = lex(&chars, syntax).map_err(|Refusal(why)| why.to_string())?;
+    let mut guards = Vec::new();
+    for (k, t) in toks.iter().enumerate() {
+        let prev = k.checked_sub(1).map(|p| &toks[p].tok);
         let after_member = matches!(prev, Some(Tok::Punct('.')) | Some(Tok::Op("?." | "->")));
-        match t {
-            Tok::Punct('=') => return Some("an assignment (`=`)".into()),
-            Tok::Punct(';') => return Some("a statement separator (`;`)".into()),
+        match &t.tok {
+            Tok::Punct('=') => return Err("an assignment (`=`)".into()),
+            Tok::Punct(';') => return Err("a statement separator (`;`)".into()),
             Tok::Op(op) if WRITES.contains(op) => {
-                return Some(match *op {
+                return Err(match *op {
                     "++" | "--" => format!("an increment or decrement (`{op}`)"),
                     "=>" => "a function (`=>`)".into(),
                     _ => format!("an assignment (`{op}`)"),
                 });
             }
             Tok::Op("<-") if matches!(syntax, Syntax::Go | Syntax::Other) => {
-                return Some("a channel operation (`<-`)".into());
+                return Err("a channel operation (`<-`)".into());
             }
             Tok::Op("...") if syntax != Syntax::Python => {
-                return Some("a spread (`...`), which runs an iterator".into());
+                return Err("a spread (`...`), which runs an iterator".into());
             }
             Tok::Punct('*') if syntax == Syntax::Python && is_operand_start(prev) => {
-                return Some("unpacking (`*`), which runs an iterator".into());
+                return Err("unpacking (`*`), which runs an iterator".into());
             }
             Tok::Op("**") if syntax == Syntax::Python && is_operand_start(prev) => {
-                return Some("unpacking (`**`)".into());
+                return Err("unpacking (`**`)".into());
             }
             Tok::Name(w) if !after_member && refused_words(syntax).contains(&w.as_str()) => {
-                return Some(format!("`{w}`"));
+                return Err(format!("`{w}`"));
             }
-            Tok::Punct('(') => {
-                let call = match prev {
-                    // A name calls, unless it is an operator word (`not (a)`, `typeof (x)`).
-                    Some(Tok::Name(w)) => !OPERATOR_WORDS.contains(&w.as_str()),
-                    Some(Tok::Punct(')' | ']')) | Some(Tok::Str) | Some(Tok::Op("?.")) => true,
-                    _ => false,
-                };
-                if call {
-                    return Some("a call".into());
+            Tok::Punct('(') if is_call(prev) => {
+                match builtins.then(|| builtin_call(&chars, &toks, k)).flatten() {
+                    Some(guard) => guards.push(guard),
+                    None => return Err("a call".into()),
                 }
             }
             _ => {}
         }
-        prev = Some(t);
     }
-    None
+    Ok(guards)
+}
+
+/// Whether a `(` after `prev` calls (rather than groups).
+fn is_call(prev: Option<&Tok>) -> bool {
+    match prev {
+        // A name calls, unless it is an operator word (`not (a)`, `typeof (x)`).
+        Some(Tok::Name(w)) => !OPERATOR_WORDS.contains(&w.as_str()),
+        Some(Tok::Punct(')' | ']')) | Some(Tok::Str) | Some(Tok::Op("?.")) => true,
+        _ => false,
+    }
 }
 
 /// Whether the next token starts an operand (so `*` there is unary).
@@ -151,9 +181,9 @@ fn python_prefix(name: &str) -> bool {
 #[derive(Debug)]
 struct Refusal(&'static str);
 
-fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, Refusal> {
-    let chars: Vec<char> = expr.chars().collect();
-    let mut out: Vec<Tok> = Vec::new();
+fn lex(chars: &[char], syntax: Syntax) -> Result<Vec<Lexed>, Refusal> {
+    let mut out: Vec<Lexed> = Vec::new();
+    let push = |out: &mut Vec<Lexed>, tok, start, end| out.push(Lexed { tok, start, end });
     let mut i = 0;
     while i < chars.len() {
         let c = chars[i];
@@ -163,38 +193,45 @@ fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, Refusal> {
         }
         if matches!(c, '"' | '\'' | '`') {
             let mut prefix = String::new();
+            let mut start = i;
             // A Python prefix lexed as a name just before: it belongs to this string.
             if syntax == Syntax::Python
-                && let Some(Tok::Name(n)) = out.last()
+                && let Some(Lexed {
+                    tok: Tok::Name(n),
+                    start: at,
+                    ..
+                }) = out.last()
                 && python_prefix(n)
                 && i > 0
                 && !chars[i - 1].is_whitespace()
             {
                 prefix = n.to_ascii_lowercase();
+                start = *at;
                 out.pop();
             }
             // JavaScript: a template right after a value is a tagged template, a call.
             if c == '`'
                 && syntax != Syntax::Go
                 && matches!(
-                    out.last(),
+                    out.last().map(|l| &l.tok),
                     Some(Tok::Name(_)) | Some(Tok::Punct(')' | ']')) | Some(Tok::Str)
                 )
             {
                 return Err(Refusal("a call (a tagged template)"));
             }
-            let (end, body) = string_end(&chars, i)?;
+            let (end, body) = string_end(chars, i)?;
             if c == '`' && syntax != Syntax::Go && body.contains("${") {
                 return Err(Refusal("a template literal with `${…}`"));
             }
             if prefix.contains('f') && body.contains('{') {
                 return Err(Refusal("an f-string with `{…}`"));
             }
-            out.push(Tok::Str);
+            push(&mut out, Tok::Str, start, end);
             i = end;
             continue;
         }
         if c.is_ascii_digit() || (c == '.' && chars.get(i + 1).is_some_and(char::is_ascii_digit)) {
+            let start = i;
             i += 1;
             while i < chars.len() {
                 let d = chars[i];
@@ -206,7 +243,7 @@ fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, Refusal> {
                     break;
                 }
             }
-            out.push(Tok::Number);
+            push(&mut out, Tok::Number, start, i);
             continue;
         }
         if c.is_alphabetic() || c == '_' || c == '$' {
@@ -216,7 +253,12 @@ fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, Refusal> {
             {
                 i += 1;
             }
-            out.push(Tok::Name(chars[start..i].iter().collect()));
+            push(
+                &mut out,
+                Tok::Name(chars[start..i].iter().collect()),
+                start,
+                i,
+            );
             continue;
         }
         if let Some(op) = OPS.iter().find(|op| {
@@ -224,11 +266,12 @@ fn lex(expr: &str, syntax: Syntax) -> Result<Vec<Tok>, Refusal> {
                 .enumerate()
                 .all(|(k, oc)| chars.get(i + k) == Some(&oc))
         }) {
-            out.push(Tok::Op(op));
+            let start = i;
             i += op.chars().count();
+            push(&mut out, Tok::Op(op), start, i);
             continue;
         }
-        out.push(Tok::Punct(c));
+        push(&mut out, Tok::Punct(c), i, i + 1);
         i += 1;
     }
     Ok(out)

@@ -1,0 +1,8 @@
+// The people who use the app.
+
+export interface User {
+  id: number;
+  name: string;
+  role: string;
+  permissions: string[];
+}
