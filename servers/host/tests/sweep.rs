@@ -67,6 +67,20 @@ fn family_args(family: &str) -> Vec<String> {
     args
 }
 
+/// The command line of the binary a user installs for `family` (`kitbag-files`, …) where the
+/// build made it, else `kitbag server FAMILY`; with the sweep's arguments.
+fn installed_single(family: &str) -> Value {
+    let single = sibling_binary(&format!("kitbag-{family}"));
+    let mut args = family_args(family);
+    let mut target = vec![json!(bin())];
+    if single.exists() {
+        target = vec![json!(single)];
+        args.drain(..2);
+    }
+    target.extend(args.into_iter().map(Value::from));
+    Value::Array(target)
+}
+
 /// An agent.json running every family, each as the single-server runs start it.
 fn host_config(dir: &Path, families: &[&String]) -> PathBuf {
     let mcp: serde_json::Map<String, Value> = families
@@ -243,16 +257,9 @@ fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() 
     ));
     for family in &families {
         let cwd = dir(&format!("ts {family}"));
-        // The TypeScript runs start the binaries users install (`kitbag-files`, …) where the
-        // build made them; the Python runs start `kitbag server FAMILY`.
-        let single = sibling_binary(&format!("kitbag-{family}"));
-        let mut target = vec![json!(kitbag)];
-        let mut args = family_args(family);
-        if single.exists() {
-            target = vec![json!(single)];
-            args.drain(..2);
-        }
-        target.extend(args.into_iter().map(Value::from));
+        // The TypeScript runs start the binaries users install (`kitbag-files`, …); the
+        // Python runs start `kitbag server FAMILY`.
+        let target = installed_single(family);
         let tools = catalog[*family].len();
         ts_runs.push(run(
             format!("ts {family}"),
@@ -345,15 +352,7 @@ fn every_seed_004_example_runs_verbatim_through_the_host_and_its_single_server()
     for family in &families {
         let cwd = d.path().join(family);
         std::fs::create_dir_all(&cwd).expect("mkdir");
-        // The binary a user installs (`kitbag-files`, …) where the build made it.
-        let single = sibling_binary(&format!("kitbag-{family}"));
-        let mut target = vec![json!(kitbag)];
-        let mut args = family_args(family);
-        if single.exists() {
-            target = vec![json!(single)];
-            args.drain(..2);
-        }
-        target.extend(args.into_iter().map(Value::from));
+        let target = installed_single(family);
         runs.push(
             json!({"name": family, "mode": "legacy", "cwd": cwd, "env": env,
                          "target": target}),
