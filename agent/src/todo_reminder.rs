@@ -121,7 +121,15 @@ pub fn answered_by_todo(messages: &[Message]) -> bool {
         .content
         .iter()
         .filter_map(|b| match b {
-            Block::ToolUse { id, name, .. } if name == TODO_TOOL => Some(id.as_str()),
+            // The seed's spellings (`kaged.todo`) are the todo tool too.
+            Block::ToolUse {
+                id, name, input, ..
+            } if name == TODO_TOOL
+                || kitbag_shared::aliases::resolve(name, input.as_object(), |n| n == TODO_TOOL)
+                    .is_some() =>
+            {
+                Some(id.as_str())
+            }
             _ => None,
         })
         .collect();
@@ -192,6 +200,8 @@ mod tests {
             }],
         };
         assert!(answered_by_todo(&[call("todo"), result.clone()]));
+        // The seed's spelling of the same tool.
+        assert!(answered_by_todo(&[call("kaged.todo"), result.clone()]));
         assert!(!answered_by_todo(&[call("file_read"), result.clone()]));
         assert!(!answered_by_todo(&[result]));
     }

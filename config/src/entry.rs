@@ -52,6 +52,11 @@ pub struct ServerEntry {
     pub startup_timeout_sec: Option<u64>,
     #[serde(default)]
     pub tool_timeout_sec: Option<u64>,
+    /// When the server starts: on its first call (`true`, the default for this binary's own
+    /// families, whose tools the host knows without starting them) or with the host
+    /// (`false`; every other server always does).
+    #[serde(default)]
+    pub lazy: Option<bool>,
 }
 
 fn yes() -> bool {

@@ -35,6 +35,15 @@ impl Intercept for ByteCalls {
         self.host.tier_of(tool)
     }
 
+    fn prepare(&self, tool: &str) -> BoxFuture<'static, ()> {
+        // Each request is a task of its own here: it may wait out the whole start.
+        let (hub, tool) = (self.host.hub.clone(), tool.to_string());
+        Box::pin(async move {
+            hub.wake_route(&tool, std::time::Duration::from_secs(24 * 3600))
+                .await
+        })
+    }
+
     fn intercept(
         &self,
         headers: &HeaderMap,

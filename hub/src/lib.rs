@@ -7,7 +7,8 @@
 //! - children and remote connections: [`fastpath`] (the byte-level link to a child),
 //!   [`remote`], [`relay`] (a child's requests asked of the client), [`mrtr`], [`upstream`];
 //! - the registry: [`registry`] (`Hub`: children, the flat list and its routes, reload),
-//!   [`child_catalog`] and [`catalog_sync`] (prompts and resources);
+//!   [`wake`] (servers that start on their first call), [`child_catalog`] and
+//!   [`catalog_sync`] (prompts and resources);
 //! - who may call what: [`access`]; a call's record: [`ledger`];
 //! - the one call pipeline: [`pipeline`] (route → permit → record → forward through rmcp)
 //!   and [`byte_call`] (forward as bytes), [`host_tools`] (`host_status`, `host_reload`),
@@ -37,3 +38,4 @@ pub mod remote;
 pub mod serve;
 pub mod stdio;
 pub mod upstream;
+pub mod wake;

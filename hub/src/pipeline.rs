@@ -109,6 +109,8 @@ impl Pipeline<'_> {
         arguments: Option<JsonObject>,
         meta: CallMeta,
     ) -> CallToolResult {
+        // A server waiting for its first call starts now; this call waits for it.
+        self.hub.wake(route.child_id).await;
         self.hub
             .call(route, arguments, meta.progress, meta.ct, meta.trace)
             .await

@@ -47,6 +47,8 @@ struct Changed {
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 #[serde(rename_all = "snake_case")]
 pub enum State {
+    /// Waiting for its first call, which starts it (its tools are known without it).
+    Idle,
     Starting,
     Ready,
     Restarting,
@@ -373,7 +375,25 @@ pub struct Hub {
     /// Custom notifications from children (e.g. kitbag-cron's `cron_fired`), for in-process
     /// listeners such as `kitbag daemon`; they also go to the upstream client.
     child_events: tokio::sync::broadcast::Sender<ChildEvent>,
+    /// The tools of a server known without starting it, when it may wait for its first call.
+    known: Option<KnownTools>,
+    /// Whether some server may still be idle: false spares the byte path a lookup per call.
+    some_idle: std::sync::atomic::AtomicBool,
     me: Weak<Hub>,
+}
+
+/// Which servers may start on their first call, and what they offer until then: `Some` for a
+/// server whose tools are known without starting it (the binary's own families), None for
+/// one that starts with the host.
+pub type KnownTools = Arc<dyn Fn(&ServerSpec) -> Option<Known> + Send + Sync>;
+
+/// What a server offers, known without starting it.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    pub tools: Vec<Tool>,
+    /// The families it declares beyond tools: the host declares them at its handshake, and a
+    /// prompt or resource request starts the server (`wake.rs`).
+    pub families: crate::child_catalog::Families,
 }
 
 /// A custom notification a child sent.
@@ -385,22 +405,30 @@ pub struct ChildEvent {
 }
 
 impl Child {
-    fn new(spec: ServerSpec, id: u64) -> Self {
+    /// `known`: what it offers when that is known without starting it; it then waits `Idle`
+    /// for its first call.
+    fn new(spec: ServerSpec, id: u64, known: Option<Known>) -> Self {
+        let idle = known.is_some() && spec.error.is_none();
         Child {
             id,
             state: if spec.skipped.is_some() {
                 State::Skipped
-            } else if spec.entry.enabled {
-                State::Starting
-            } else {
+            } else if !spec.entry.enabled {
                 State::Disabled
+            } else if idle {
+                State::Idle
+            } else {
+                State::Starting
             },
             last_error: spec.skipped.clone().or_else(|| spec.error.clone()),
             spec,
             peer: None,
             fast: None,
-            tools: Vec::new(),
-            catalog: Default::default(),
+            catalog: crate::child_catalog::ChildCatalog {
+                families: known.as_ref().map(|k| k.families).unwrap_or_default(),
+                ..Default::default()
+            },
+            tools: known.map(|k| k.tools).unwrap_or_default(),
             pid: None,
             started: None,
             ready_ms: None,
@@ -467,17 +495,25 @@ fn glob_match(patterns: &[String], name: &str) -> bool {
 impl Hub {
     /// `config_file`: the absolute path of the config the servers came from (None for the
     /// embedded default), given to every child as `KITBAG_HOST_CONFIG`.
-    pub fn new(specs: Vec<ServerSpec>, config_file: Option<std::path::PathBuf>) -> Arc<Hub> {
+    /// `known`: the servers that start on their first call instead (None: all start now).
+    pub fn new(
+        specs: Vec<ServerSpec>,
+        config_file: Option<std::path::PathBuf>,
+        known: Option<KnownTools>,
+    ) -> Arc<Hub> {
         let next_id = std::sync::atomic::AtomicU64::new(0);
         let children = specs
             .into_iter()
             .map(|spec| {
+                let tools = known.as_ref().and_then(|k| k(&spec));
                 Child::new(
                     spec,
                     next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    tools,
                 )
             })
-            .collect();
+            .collect::<Vec<Child>>();
+        let some_idle = children.iter().any(|c| c.state == State::Idle);
         Arc::new_cyclic(|me| Hub {
             children: Mutex::new(children),
             progress: Mutex::new(HashMap::new()),
@@ -495,12 +531,26 @@ impl Hub {
             settled: tokio::sync::watch::Sender::new(0),
             config_file,
             child_events: tokio::sync::broadcast::Sender::new(256),
+            some_idle: std::sync::atomic::AtomicBool::new(some_idle),
+            known,
             me: me.clone(),
         })
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {
         self.children.locked()
+    }
+
+    /// Whether a server may be idle (`wake.rs`): false once none is.
+    pub(crate) fn may_be_idle(&self) -> bool {
+        self.some_idle.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Look again whether a server is idle (after one started, or a reload).
+    pub(crate) fn note_idle(&self) {
+        let any = self.lock().iter().any(|c| c.state == State::Idle);
+        self.some_idle
+            .store(any, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// Children's custom notifications from now on.
@@ -533,14 +583,15 @@ impl Hub {
     }
 
     /// Boxed with an explicit `Send` bound: start → crash → restart → start is recursive.
-    fn start(self: Arc<Self>, id: u64) -> futures::future::BoxFuture<'static, ()> {
+    pub(crate) fn start(self: Arc<Self>, id: u64) -> futures::future::BoxFuture<'static, ()> {
         Box::pin(async move {
             let (entry, name, generation, preset_error) = {
                 let mut c = self.lock();
                 let Some(child) = c.iter_mut().find(|c| c.id == id) else {
                     return;
                 };
-                if matches!(child.state, State::Disabled | State::Skipped) {
+                // An idle server starts on its first call (`wake`), which marks it Starting.
+                if matches!(child.state, State::Disabled | State::Skipped | State::Idle) {
                     return;
                 }
                 child.generation += 1;
@@ -835,7 +886,8 @@ impl Hub {
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         report.started.push(spec.name.clone());
                         to_start.push(id);
-                        new.push(Child::new(spec, id));
+                        let tools = self.known.as_ref().and_then(|k| k(&spec));
+                        new.push(Child::new(spec, id, tools));
                     }
                 }
             }
@@ -846,6 +898,7 @@ impl Hub {
             (to_start, old)
         };
         self.invalidate_flat();
+        self.note_idle();
         for gone in retired {
             self.retire(gone);
         }

@@ -248,6 +248,15 @@ impl ServerHandler for HostServer {
     }
 
     async fn listen(&self, context: rmcp::service::SubscriptionContext) -> Result<(), McpError> {
+        // Resource subscriptions are held at their servers: those start now.
+        if context
+            .accepted()
+            .resource_subscriptions
+            .as_ref()
+            .is_some_and(|uris| !uris.is_empty())
+        {
+            self.hub.wake_catalogs().await;
+        }
         crate::catalog::listen(&self.catalog_scope(), context).await;
         Ok(())
     }
@@ -259,6 +268,7 @@ impl ServerHandler for HostServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListPromptsResult, McpError> {
+        self.hub.wake_catalogs().await;
         Ok(ListPromptsResult::with_all_items(
             crate::catalog::list_prompts(&self.catalog_scope()),
         ))
@@ -269,6 +279,7 @@ impl ServerHandler for HostServer {
         request: GetPromptRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<GetPromptResponse, McpError> {
+        self.hub.wake_catalogs().await;
         crate::catalog::get_prompt(
             &self.catalog_scope(),
             request,
@@ -284,6 +295,7 @@ impl ServerHandler for HostServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourcesResult, McpError> {
+        self.hub.wake_catalogs().await;
         Ok(ListResourcesResult::with_all_items(
             crate::catalog::list_resources(&self.catalog_scope()).await,
         ))
@@ -294,6 +306,7 @@ impl ServerHandler for HostServer {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListResourceTemplatesResult, McpError> {
+        self.hub.wake_catalogs().await;
         Ok(ListResourceTemplatesResult::with_all_items(
             crate::catalog::list_resource_templates(&self.catalog_scope()),
         ))
@@ -304,6 +317,7 @@ impl ServerHandler for HostServer {
         request: ReadResourceRequestParams,
         context: RequestContext<RoleServer>,
     ) -> Result<ReadResourceResponse, McpError> {
+        self.hub.wake_catalogs().await;
         crate::catalog::read_resource(
             &self.catalog_scope(),
             request,
@@ -321,6 +335,7 @@ impl ServerHandler for HostServer {
         context: RequestContext<RoleServer>,
     ) -> Result<(), McpError> {
         self.hub.set_upstream(context.peer.clone());
+        self.hub.wake_catalogs().await;
         crate::catalog::subscribe(&self.catalog_scope(), &context.peer, request.uri).await
     }
 

@@ -129,6 +129,11 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                     false
                 }
                 fastpath::Upstream::Call(call) if handshake || call.modern => {
+                    // A server waiting for its first call starts first: the byte path
+                    // needs it running.
+                    host.hub
+                        .wake_route(call.name.as_ref(), crate::wake::INLINE_WAKE_LIMIT)
+                        .await;
                     call_fast(&host, call, &out, &inflight, &conn)
                 }
                 fastpath::Upstream::Refuse(answer) => out.send(answer).is_ok(),

@@ -100,6 +100,12 @@ pub trait Intercept: Send + Sync + 'static {
 
     /// More series for `/metrics` (the host's children).
     fn render_metrics(&self, _out: &mut String) {}
+
+    /// Ready what a call of `tool` needs before [`Intercept::intercept`] sees it (the host:
+    /// start the tool's server if it waits for its first call).
+    fn prepare(&self, _tool: &str) -> BoxFuture<'static, ()> {
+        Box::pin(async {})
+    }
 }
 
 /// The tier a tool needs (None: no such tool; MCP answers that).
@@ -333,6 +339,12 @@ impl Front {
                 scope,
             };
             return (self.refuse(refusal), None);
+        }
+        if parts.method == Method::POST
+            && let Some(intercept) = &self.intercept
+            && let Some(name) = &tool
+        {
+            intercept.prepare(name).await;
         }
         if parts.method == Method::POST
             && let Some(intercept) = &self.intercept

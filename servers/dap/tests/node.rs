@@ -412,6 +412,32 @@ fn node_stops_on_entry_in_the_script_not_its_imports() {
     c.shutdown();
 }
 
+/// A function declared above the script's first statement: the entry stop is on that
+/// statement, before any top-level code ran — not in the function's body, where a
+/// breakpoint at line 0 binds (and is hit only once the top-level code has run).
+#[test]
+fn node_entry_is_before_the_top_level_code_when_a_function_comes_first() {
+    let Some(node) = node22() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("m.mjs"),
+        "// entry\nimport { k } from \"./lib.mjs\";\nfunction later() { return k; }\nconsole.log(\"top-level ran\");\nlater();\n",
+    )
+    .unwrap();
+    std::fs::write(d.path().join("lib.mjs"), "export const k = 1;\n").unwrap();
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "m.mjs"}),
+    );
+    assert_eq!(r.structured["stopped_reason"], "entry", "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["path"], "m.mjs", "{:?}", r.raw);
+    assert_eq!(r.structured["location"]["line"], 4, "{:?}", r.raw);
+    let r = c.call("debug", json!({"action": "output"}));
+    assert!(!r.text.contains("top-level ran"), "{}", r.text);
+    c.shutdown();
+}
+
 /// A Node older than 22.6 (the machine's own node, when it is one) asked to run TypeScript
 /// answers before anything starts, naming the version found and the one needed.
 #[test]

@@ -3,9 +3,13 @@
 //! still its own process. Adding a family is one line in `FAMILIES`.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use clap::Parser;
 use futures::future::BoxFuture;
+use kitbag_hub::child_catalog::Families;
+use kitbag_hub::registry::{Known, KnownTools};
+use rmcp::model::Tool;
 
 use kitbag_config::Config;
 use kitbag_config::entry::{ServerEntry, ServerSpec};
@@ -78,6 +82,64 @@ pub const FAMILIES: &[(&str, Runner)] = &[
         ))))
     }),
 ];
+
+/// The families whose server may wait for its first call, with what they offer (each
+/// family's router: the tools its server lists; the families it declares beyond tools). Not
+/// here: cron, whose scheduler runs from the start.
+type WhatItOffers = fn() -> Known;
+
+const START_ON_FIRST_CALL: &[(&str, WhatItOffers)] = &[
+    ("files", || tools_only(kitbag_files::router().list())),
+    ("search", || tools_only(kitbag_search::router().list())),
+    ("shell", || tools_only(kitbag_shell::router().list())),
+    ("web", || tools_only(kitbag_web::router().list())),
+    ("lsp", || tools_only(kitbag_lsp::router().list())),
+    ("dap", || tools_only(kitbag_dap::router().list())),
+    ("vm", || tools_only(kitbag_vm::router().list())),
+    ("memory", || Known {
+        tools: kitbag_memory::router().list(),
+        families: Families {
+            prompts: true,
+            ..Default::default()
+        },
+    }),
+    ("issues", || Known {
+        tools: kitbag_issues::router().list(),
+        families: Families {
+            prompts: true,
+            resources: true,
+            subscribe: true,
+            logging: false,
+        },
+    }),
+];
+
+fn tools_only(tools: Vec<Tool>) -> Known {
+    Known {
+        tools,
+        families: Families::default(),
+    }
+}
+
+/// Which servers the host may start on their first call: an entry that runs this binary's
+/// `server FAMILY` for a family of [`START_ON_FIRST_CALL`], with what that family offers.
+pub fn known_tools() -> anyhow::Result<KnownTools> {
+    let exe = std::env::current_exe()?.to_string_lossy().into_owned();
+    Ok(Arc::new(move |spec: &ServerSpec| {
+        let e = &spec.entry;
+        if e.lazy == Some(false)
+            || e.command != exe
+            || e.args.first().map(String::as_str) != Some("server")
+        {
+            return None;
+        }
+        let family = e.args.get(1)?;
+        START_ON_FIRST_CALL
+            .iter()
+            .find(|(name, _)| name == family)
+            .map(|(_, known)| known())
+    }))
+}
 
 pub async fn run(family: &str, args: Vec<String>) -> anyhow::Result<()> {
     match FAMILIES.iter().find(|(name, _)| *name == family) {

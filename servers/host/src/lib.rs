@@ -160,11 +160,18 @@ type Started = (
     Vec<kitbag_config::settings::Setting>,
 );
 
-async fn start(cli: &Cli, agent: Option<&str>) -> anyhow::Result<Started> {
+/// `everything`: start every server now (`kitbag doctor` checks them all); else the
+/// embedded families that can wait start on their first call.
+async fn start(cli: &Cli, agent: Option<&str>, everything: bool) -> anyhow::Result<Started> {
     let cfg = load_config(cli)?;
     let policy = kitbag_config::policy::for_agent(&cfg, agent)?;
     let agents = kitbag_config::policy::Agents::new(&cfg);
-    let hub = Hub::new(cfg.servers, config_file(cli));
+    let known = if everything {
+        None
+    } else {
+        Some(families::known_tools()?)
+    };
+    let hub = Hub::new(cfg.servers, config_file(cli), known);
     hub.start_all().await;
     Ok((hub, policy, agents, cfg.settings))
 }
@@ -220,7 +227,8 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         _ => cli.agent.clone(),
     };
     let started = Instant::now();
-    let (hub, policy, agents, settings) = start(&cli, policy_agent.as_deref()).await?;
+    let everything = matches!(command, Command::Doctor);
+    let (hub, policy, agents, settings) = start(&cli, policy_agent.as_deref(), everything).await?;
     let host = HostServer {
         hub: hub.clone(),
         started,

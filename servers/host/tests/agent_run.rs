@@ -196,7 +196,9 @@ fn parallel_calls_run_and_answer_in_the_order_asked_errors_included() {
         results[2]["content"][0]["text"]
             .as_str()
             .expect("t")
-            .contains("files: Ready"),
+            // The parallel file_read starts the files server (it waits for its first call):
+            // host_status may see it ready or still starting.
+            .contains(", 7 tools, 0 restarts"),
         "{results:?}"
     );
 }

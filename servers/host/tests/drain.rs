@@ -28,8 +28,7 @@ fn call(id: u64, command: &str, progress: bool) -> Value {
 fn sigterm_drains_then_finishes_calls_in_flight() {
     let dir = tempfile::tempdir().expect("tmp");
     let exe = kitbag().to_str().expect("utf-8");
-    let config =
-        json!({"mcp": {"shell": {"command": exe, "args": ["server", "shell", "--root", "."]}}});
+    let config = json!({"mcp": {"shell": {"command": exe, "args": ["server", "shell", "--root", "."], "lazy": false}}});
     std::fs::write(dir.path().join("agent.json"), config.to_string()).expect("config");
     let mut server = HttpServer::start(
         kitbag(),

@@ -67,6 +67,90 @@ fn embedded_default_offers_one_sorted_list_in_both_eras() {
     }
 }
 
+/// The embedded families that can wait start on their first call: `kitbag serve` lists every
+/// tool with only cron running; `file_read` starts the files server (that call answers
+/// right); a prompt list starts the servers that declare prompts; `kitbag doctor` starts them
+/// all. Nothing outlives the host.
+#[test]
+fn waiting_families_start_on_their_first_call() {
+    let d = project();
+    let root = d.path().to_str().expect("utf8").to_string();
+    let running = |family: &str| {
+        !kitbag_testkit::pids_with_cmdline(&format!("server\0{family}\0--root\0{root}\0"))
+            .is_empty()
+    };
+    let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Modern);
+    let list = names(&mut c);
+    assert!(list.contains(&"file_read".to_string()), "{list:?}");
+    assert!(list.contains(&"instance_spawn".to_string()), "{list:?}");
+    assert!(running("cron"), "cron's scheduler starts with the host");
+    for family in [
+        "files", "search", "shell", "web", "lsp", "dap", "vm", "memory", "issues",
+    ] {
+        assert!(!running(family), "{family} waits for its first call");
+    }
+    // Its handshake declared what the waiting servers serve besides tools.
+    let caps = &c.opened["capabilities"];
+    assert!(
+        caps.get("prompts").is_some() && caps.get("resources").is_some(),
+        "{caps}"
+    );
+    let s = status(&mut c);
+    let state = |s: &Value, name: &str| {
+        s["servers"]
+            .as_array()
+            .expect("servers")
+            .iter()
+            .find(|x| x["name"] == name)
+            .map(|x| x["state"].clone())
+            .unwrap_or_default()
+    };
+    assert_eq!(state(&s, "files"), "idle", "{s:#}");
+    let r = c.call("file_read", json!({"path": "a.txt"}));
+    assert_eq!(r.text, "1: alpha\n2: beta", "{:?}", r.raw);
+    assert!(running("files"));
+    let s = status(&mut c);
+    assert_eq!(state(&s, "files"), "ready", "{s:#}");
+    assert!(s["servers"][0].get("ready_ms").is_some() || state(&s, "files") == "ready");
+    // The first call started only its own server; the list never changed.
+    assert!(!running("search") && !running("memory"));
+    let prompts = c.request("prompts/list", json!({}));
+    let names: Vec<&str> = prompts["result"]["prompts"]
+        .as_array()
+        .expect("prompts")
+        .iter()
+        .filter_map(|p| p["name"].as_str())
+        .collect();
+    assert!(!names.is_empty(), "{prompts}");
+    assert!(running("memory") && running("issues"));
+    assert!(
+        !c.take_notifications()
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed"),
+        "the started server listed what the host already offered"
+    );
+    c.shutdown();
+    kitbag_testkit::wait_until("no server of the host left", 10, || {
+        kitbag_testkit::pids_with_cmdline(&root).is_empty()
+    });
+    // doctor checks every server: it starts them all.
+    let out = Command::new(bin())
+        .arg("doctor")
+        .current_dir(d.path())
+        .output()
+        .expect("doctor");
+    let text = String::from_utf8_lossy(&out.stdout);
+    for family in [
+        "files", "search", "shell", "web", "lsp", "dap", "vm", "memory", "issues",
+    ] {
+        assert!(
+            text.lines()
+                .any(|l| l.contains(&format!(" {family} ")) && l.contains("ready")),
+            "{family}: {text}"
+        );
+    }
+}
+
 #[test]
 fn agent_json_expansion_prefix_and_collisions() {
     let d = project();
@@ -237,7 +321,7 @@ fn crashed_child_restarts_keeps_its_tools_and_nothing_is_left_behind() {
     let cfg = write_config(
         d.path(),
         "agent.json",
-        json!({"mcp": {"files": files_entry(d.path())}}),
+        json!({"mcp": {"files": {"command": bin(), "args": ["server", "files", "--root", d.path()], "lazy": false}}}),
     );
     let mut c = McpClient::spawn(
         bin(),

@@ -22,14 +22,17 @@ fn project() -> tempfile::TempDir {
     d
 }
 
+/// Started with the host (`lazy: false`): these tests follow the server processes a reload
+/// keeps, replaces and stops.
 fn files_entry(root: &Path) -> Value {
-    json!({"command": bin(), "args": ["server", "files", "--root", root]})
+    json!({"command": bin(), "args": ["server", "files", "--root", root], "lazy": false})
 }
 
 /// kitbag's shell server with `GEN` in its environment: which incarnation answered a call
 /// shows in its output, and changing `GEN` changes the entry (a reload replaces the server).
 fn shell_entry(root: &Path, generation: &str) -> Value {
-    json!({"command": bin(), "args": ["server", "shell", "--root", root], "env": {"GEN": generation}})
+    json!({"command": bin(), "args": ["server", "shell", "--root", root], "env": {"GEN": generation},
+           "lazy": false})
 }
 
 fn write_config(path: &Path, servers: Value) {
@@ -166,6 +169,15 @@ fn children_are_told_the_host_pid_and_the_config_path() {
     // The embedded default has no file: no KITBAG_HOST_CONFIG at all.
     let empty = tempfile::tempdir().expect("tmp");
     let mut c = McpClient::spawn_with_env(bin(), &["serve"], empty.path(), Era::Handshake, &stale);
+    // The families that wait for their first call: a few calls start them.
+    for (tool, args) in [
+        ("file_list", json!({"path": "."})),
+        ("search_glob", json!({"pattern": "*"})),
+        ("shell_jobs", json!({})),
+        ("memory_search", json!({"query": "x"})),
+    ] {
+        c.call(tool, args);
+    }
     let pids: Vec<u32> = status(&mut c)["servers"]
         .as_array()
         .expect("servers")

@@ -58,7 +58,7 @@ fn children_that_fail_to_start_leave_nothing_behind() {
     }
     mcp.insert(
         "files".into(),
-        json!({"command": bin(), "args": ["server", "files", "--root", d.path()]}),
+        json!({"command": bin(), "args": ["server", "files", "--root", d.path()], "lazy": false}),
     );
     let cfg = d.path().join("agent.json");
     std::fs::write(&cfg, json!({ "mcp": mcp }).to_string()).expect("w");

@@ -22,7 +22,8 @@ fn host(root: &Path, families: &[(&str, &[&str])]) -> McpClient {
         args.extend(extra.iter().map(|a| json!(a)));
         mcp.insert(
             (*family).to_string(),
-            json!({"command": bin(), "args": args}),
+            // Started with the host: the tests compare its pid before and after calls.
+            json!({"command": bin(), "args": args, "lazy": false}),
         );
     }
     let cfg: PathBuf = root.join("agent.json");

@@ -102,6 +102,17 @@ fn cron_inside_an_instance_keeps_it_awake() {
     c.shutdown();
 }
 
+/// Under the embedded default there is no config file to re-read: `self_restart` says so
+/// (`unsupported`) instead of answering that a reload was asked for.
+#[test]
+fn self_restart_without_a_config_file_says_there_is_nothing_to_reload() {
+    let d = tempfile::tempdir().expect("tmp");
+    let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Handshake);
+    let r = c.call_err("self_restart", json!({}), "unsupported");
+    assert!(r.text.contains("nothing to reload"), "{}", r.text);
+    c.shutdown();
+}
+
 /// vm.md §4 item 28: the agent edits agent.json and calls `self_restart`; the answer arrives,
 /// `tools/list_changed` follows, the new server's tools are listed, the vm server (and its
 /// instance) keep running. A config that does not parse changes nothing.

@@ -36,9 +36,10 @@ fn hover_text(contents: &Value) -> String {
 }
 
 /// The prose of a hover text: what stands outside its fenced code blocks (which hold the
-/// signature), trimmed; None when that is nothing.
+/// signature), without the rules servers draw between the parts (pyright's `---`), trimmed;
+/// None when that is nothing.
 fn documentation(text: &str) -> Option<String> {
-    let mut prose = Vec::new();
+    let mut prose: Vec<&str> = Vec::new();
     let mut in_code = false;
     for line in text.lines() {
         if line.trim_start().starts_with("```") {
@@ -46,6 +47,16 @@ fn documentation(text: &str) -> Option<String> {
         } else if !in_code {
             prose.push(line);
         }
+    }
+    let is_rule = |l: &&str| {
+        let t = l.trim();
+        t.is_empty() || (t.len() >= 3 && t.chars().all(|c| matches!(c, '-' | '*' | '_')))
+    };
+    while prose.first().is_some_and(is_rule) {
+        prose.remove(0);
+    }
+    while prose.last().is_some_and(is_rule) {
+        prose.pop();
     }
     let doc = prose.join("\n").trim().to_string();
     (!doc.is_empty()).then_some(doc)
@@ -132,5 +143,11 @@ mod tests {
         );
         assert_eq!(documentation("```rust\nfn f()\n```\n"), None);
         assert_eq!(documentation("plain words").as_deref(), Some("plain words"));
+        // pyright: a rule between the signature and the docstring.
+        assert_eq!(
+            documentation("```python\ndef f() -> None\n```\n---\nDoc for f.").as_deref(),
+            Some("Doc for f.")
+        );
+        assert_eq!(documentation("```python\nx: int\n```\n---\n"), None);
     }
 }

@@ -337,7 +337,17 @@ pub async fn restart(
             "not running under the kitbag host or inside a kitbag instance: restart the MCP client (or call host_reload if your host has it)",
         ));
     };
-    if let Some(config) = &host.config {
+    // The embedded default (no config file): a reload would re-read nothing.
+    let Some(config) = &host.config else {
+        return Err(ToolError::new(
+            ErrorCode::Unsupported,
+            format!(
+                "the host (pid {}) runs its built-in servers, not a config file: there is nothing to reload; write agent.json and start the host with it (or restart the MCP client)",
+                host.pid
+            ),
+        ));
+    };
+    {
         let text = tokio::fs::read_to_string(config).await.map_err(|e| {
             ToolError::new(
                 ErrorCode::ConfigInvalid,

@@ -212,12 +212,24 @@ impl Adapter {
         let cdp = self.cdp()?;
         match (self.dialect, &self.program) {
             (Dialect::V8, Some(program)) => {
-                let r = cdp
-                    .call(
-                        "Debugger.setBreakpointByUrl",
-                        json!({"lineNumber": 0, "urlRegex": url_pattern(program)}),
-                    )
-                    .await?;
+                // The script's first top-level statement, where V8 knows the script already
+                // (ES modules are all parsed before the first runs). A breakpoint at line 0
+                // would bind to the first place V8 can stop, which may be inside a function
+                // declared above the first statement — hit only once the top-level code ran.
+                let first = self.first_statement(&cdp).await;
+                let r = match first {
+                    Some(location) => {
+                        cdp.call("Debugger.setBreakpoint", json!({"location": location}))
+                            .await?
+                    }
+                    None => {
+                        cdp.call(
+                            "Debugger.setBreakpointByUrl",
+                            json!({"lineNumber": 0, "urlRegex": url_pattern(program)}),
+                        )
+                        .await?
+                    }
+                };
                 self.entry_bp = r["breakpointId"].as_str().map(String::from);
             }
             (Dialect::WebKit, _) => {
@@ -234,6 +246,29 @@ impl Adapter {
         self.expect = Expect::Entry;
         cdp.call("Debugger.resume", json!({})).await?;
         Ok(())
+    }
+
+    /// Where the launched script's top-level code begins: the first place V8 can stop in the
+    /// script's own function (not in the functions it declares). None when V8 has not parsed
+    /// the script yet.
+    async fn first_statement(&self, cdp: &crate::cdp::ws::Cdp) -> Option<Value> {
+        let script = self.scripts.keys().find(|id| {
+            let frame = json!({"location": {"scriptId": id}});
+            self.in_program(&frame)
+        })?;
+        let r = cdp
+            .call(
+                "Debugger.getPossibleBreakpoints",
+                json!({"start": {"scriptId": script, "lineNumber": 0, "columnNumber": 0},
+                       "restrictToFunction": true}),
+            )
+            .await
+            .ok()?;
+        let first = r["locations"].as_array()?.first()?;
+        Some(
+            json!({"scriptId": script, "lineNumber": first["lineNumber"],
+                    "columnNumber": first["columnNumber"]}),
+        )
     }
 
     /// Undo what stood for the entry stop.

@@ -90,9 +90,31 @@ fn refused_words(syntax: Syntax) -> &'static [&'static str] {
     }
 }
 
+/// Why an expression may change the program: the form it has (`"a call"`, …).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MayChange(pub String);
+
+impl std::fmt::Display for MayChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl From<String> for MayChange {
+    fn from(s: String) -> Self {
+        MayChange(s)
+    }
+}
+
+impl From<&str> for MayChange {
+    fn from(s: &str) -> Self {
+        MayChange(s.to_string())
+    }
+}
+
 /// Why `expr` may change the program, or None when it only reads.
 pub fn side_effect(expr: &str, syntax: Syntax) -> Option<String> {
-    check(expr, syntax, false).err()
+    check(expr, syntax, false).err().map(|m| m.0)
 }
 
 /// What `expr` needs to hold to only read, for JavaScript (Bun) `watch`: besides the reading
@@ -101,13 +123,13 @@ pub fn side_effect(expr: &str, syntax: Syntax) -> Option<String> {
 /// the expression runs (the receiver really is an array or a string, the method the built-in
 /// one, the arguments of the types it reads without converting). Err: why it may change the
 /// program.
-pub fn guarded_reads(expr: &str, syntax: Syntax) -> Result<Vec<Guard>, String> {
+pub fn guarded_reads(expr: &str, syntax: Syntax) -> Result<Vec<Guard>, MayChange> {
     check(expr, syntax, syntax == Syntax::JavaScript)
 }
 
-fn check(expr: &str, syntax: Syntax, builtins: bool) -> Result<Vec<Guard>, String> {
+fn check(expr: &str, syntax: Syntax, builtins: bool) -> Result<Vec<Guard>, MayChange> {
     let chars: Vec<char> = expr.chars().collect();
-    let toks = lex(&chars, syntax).map_err(|Refusal(why)| why.to_string())?;
+    let toks = lex(&chars, syntax).map_err(|Refusal(why)| MayChange::from(why))?;
     let mut guards = Vec::new();
     for (k, t) in toks.iter().enumerate() {
         let prev = k.checked_sub(1).map(|p| &toks[p].tok);
@@ -116,11 +138,11 @@ fn check(expr: &str, syntax: Syntax, builtins: bool) -> Result<Vec<Guard>, Strin
             Tok::Punct('=') => return Err("an assignment (`=`)".into()),
             Tok::Punct(';') => return Err("a statement separator (`;`)".into()),
             Tok::Op(op) if WRITES.contains(op) => {
-                return Err(match *op {
+                return Err(MayChange(match *op {
                     "++" | "--" => format!("an increment or decrement (`{op}`)"),
                     "=>" => "a function (`=>`)".into(),
                     _ => format!("an assignment (`{op}`)"),
-                });
+                }));
             }
             Tok::Op("<-") if matches!(syntax, Syntax::Go | Syntax::Other) => {
                 return Err("a channel operation (`<-`)".into());
@@ -135,7 +157,7 @@ fn check(expr: &str, syntax: Syntax, builtins: bool) -> Result<Vec<Guard>, Strin
                 return Err("unpacking (`**`)".into());
             }
             Tok::Name(w) if !after_member && refused_words(syntax).contains(&w.as_str()) => {
-                return Err(format!("`{w}`"));
+                return Err(MayChange(format!("`{w}`")));
             }
             Tok::Punct('(') if is_call(prev) => {
                 match builtins.then(|| builtin_call(&chars, &toks, k)).flatten() {
