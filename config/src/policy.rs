@@ -41,6 +41,19 @@ impl Agents {
         Self { policies }
     }
 
+    /// Each agent's grants that match none of the `offered` tools, as
+    /// "agents.NAME.tools: `KEY` matches no tool" lines.
+    pub fn unmatched(&self, offered: &[&str]) -> Vec<String> {
+        self.policies
+            .iter()
+            .flat_map(|(name, p)| {
+                p.profile.unmatched(offered).into_iter().map(move |key| {
+                    format!("agents.{name}: `{key}` matches no tool this host offers")
+                })
+            })
+            .collect()
+    }
+
     /// The policy of `agent`; an agent the config does not define may call nothing.
     pub fn policy(&self, agent: &str) -> std::sync::Arc<Policy> {
         match self.policies.get(agent) {

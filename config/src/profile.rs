@@ -176,6 +176,23 @@ impl AgentProfile {
         matches(&self.tools, tool) && !matches(&self.disabled, tool)
     }
 
+    /// The names and globs of `tools` and `allow` that match none of the `offered` tools: a
+    /// grant that does nothing (seed 004's `"lsp.*"` — kitbag's language-server tool is
+    /// `code_lsp`), reported by `kitbag doctor` rather than dropped without a word.
+    pub fn unmatched<'a>(&'a self, offered: &[&str]) -> Vec<&'a str> {
+        self.tools
+            .iter()
+            .chain(&self.disabled)
+            .chain(self.allow.iter().flatten())
+            .filter(|key| {
+                !offered
+                    .iter()
+                    .any(|t| matches(std::slice::from_ref(*key), t))
+            })
+            .map(String::as_str)
+            .collect()
+    }
+
     /// The agent is not the root, yet its `tools` grant a root-only tool: the first such
     /// tool and the key that grants it.
     pub fn root_only_grant(&self) -> Option<(&'static str, &str)> {

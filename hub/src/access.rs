@@ -83,6 +83,11 @@ impl Access {
         *self.agents.write_locked() = agents;
     }
 
+    /// The agents' grants that match none of the `offered` tools (`kitbag doctor`).
+    pub fn unmatched_grants(&self, offered: &[&str]) -> Vec<String> {
+        self.agents.read_locked().unmatched(offered)
+    }
+
     /// Check a call of the child tool offered as `name` against the policy and the caller's
     /// tiers; Err is the error result to return. A name no child offers passes (the caller
     /// learns it is unknown).

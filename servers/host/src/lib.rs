@@ -496,6 +496,19 @@ async fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
         problems += 1;
         println!("{problem}");
     }
+    // A grant that matches nothing does nothing: said, not dropped.
+    let offered: Vec<String> = host
+        .hub
+        .flat()
+        .tools
+        .iter()
+        .map(|t| t.name.to_string())
+        .chain(["host_status".to_string(), "host_reload".to_string()])
+        .collect();
+    let offered: Vec<&str> = offered.iter().map(String::as_str).collect();
+    for note in host.access.unmatched_grants(&offered) {
+        println!("note: {note}");
+    }
     println!(
         "{} tools from {} servers in {} ms",
         status.tools,

@@ -245,7 +245,9 @@ fn doctor_reports_a_missing_binary_and_an_unset_variable() {
             "files": files_entry(d.path()),
             "ghost": {"command": "/nonexistent/kitbag-ghost"},
             "needs_var": {"command": "${KITBAG_TEST_NEVER_SET_2}"}
-        }}),
+        },
+        // Seed 004's map with a glob that names no kitbag tool: said, not dropped.
+        "agents": {"coder": {"tools": {"file.*": {"enabled": true}, "lsp.*": {"enabled": true}}}}}),
     );
     let out = Command::new(bin())
         .args(["--config", cfg.to_str().expect("u"), "doctor"])
@@ -254,6 +256,11 @@ fn doctor_reports_a_missing_binary_and_an_unset_variable() {
     let text = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(1), "{text}");
     assert!(text.contains("ok   files"), "{text}");
+    assert!(
+        text.contains("note: agents.coder: `lsp.*` matches no tool this host offers"),
+        "{text}"
+    );
+    assert!(!text.contains("`file.*` matches no tool"), "{text}");
     assert!(
         text.contains("FAIL ghost") && text.contains("cannot start `/nonexistent/kitbag-ghost`"),
         "{text}"
