@@ -438,6 +438,32 @@ fn node_entry_is_before_the_top_level_code_when_a_function_comes_first() {
     c.shutdown();
 }
 
+/// A program that ends while it loads (an import that does not resolve) answers with its
+/// exit code and what it printed — not a bare "the connection closed".
+#[test]
+fn node_program_that_fails_to_load_says_why() {
+    let Some(node) = node22() else { return };
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(
+        d.path().join("main.mjs"),
+        "import { x } from \"./missing.mjs\";\nconsole.log(x);\n",
+    )
+    .unwrap();
+    let mut c = client(d.path(), Era::Modern, &node);
+    let r = c.call(
+        "debug",
+        json!({"action": "launch", "runtime": "node", "script": "main.mjs"}),
+    );
+    assert_eq!(r.error_code(), Some("dap_session_ended"), "{:?}", r.raw);
+    assert!(r.text.contains("exited with code 1"), "{}", r.text);
+    assert!(
+        r.text.contains("ERR_MODULE_NOT_FOUND") || r.text.contains("Cannot find module"),
+        "{}",
+        r.text
+    );
+    c.shutdown();
+}
+
 /// A Node older than 22.6 (the machine's own node, when it is one) asked to run TypeScript
 /// answers before anything starts, naming the version found and the one needed.
 #[test]

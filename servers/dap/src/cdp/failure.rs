@@ -79,6 +79,10 @@ pub enum AdapterFailure {
     NotRunning,
     #[error("the runtime did not pause at its first line")]
     NoFirstPause,
+    /// The program ended while it loaded, before its first line ran (a module it imports
+    /// cannot be found, a syntax error): its exit code, its output quoted by the caller.
+    #[error("the program exited{} before its first line ran; its output says why", .0.map(|c| format!(" with code {c}")).unwrap_or_default())]
+    ExitedAtStart(Option<i64>),
     #[error("the program is not paused")]
     NotPaused,
     #[error("no frame {0}")]

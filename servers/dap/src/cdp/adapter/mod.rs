@@ -346,8 +346,30 @@ impl Adapter {
         self.readers
             .push(forward(self.out.clone(), "stderr", started.stderr));
         self.child = Some(child);
-        self.connect(&started.ws_url, true).await?;
-        Ok(json!({}))
+        match self.connect(&started.ws_url, true).await {
+            Err(AdapterFailure::Closed | AdapterFailure::NoFirstPause) => {
+                Err(self.ended_at_start().await)
+            }
+            other => other.map(|()| json!({})),
+        }
+    }
+
+    /// The inspector went away before the first pause: when the program has ended, its exit
+    /// code — its output (what it printed while loading) is told first, so the failure that
+    /// follows can quote it.
+    async fn ended_at_start(&mut self) -> AdapterFailure {
+        let Some(child) = self.child.as_mut() else {
+            return AdapterFailure::Closed;
+        };
+        let code = match tokio::time::timeout(Duration::from_secs(2), child.wait()).await {
+            Ok(Ok(status)) => status.code().map(i64::from),
+            _ => return AdapterFailure::Closed,
+        };
+        self.child = None;
+        for reader in self.readers.drain(..) {
+            let _ = tokio::time::timeout(Duration::from_secs(1), reader).await;
+        }
+        AdapterFailure::ExitedAtStart(code)
     }
 
     async fn attach(&mut self, args: &Value) -> AdapterResult<Value> {
