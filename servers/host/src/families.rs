@@ -83,42 +83,100 @@ pub const FAMILIES: &[(&str, Runner)] = &[
     }),
 ];
 
-/// The families whose server may wait for its first call, with what they offer (each
-/// family's router: the tools its server lists; the families it declares beyond tools). Not
-/// here: cron, whose scheduler runs from the start.
-type WhatItOffers = fn() -> Known;
+/// A family whose server may wait for its first call, and what it offers until then.
+struct Waiting {
+    family: &'static str,
+    /// Its tools as its server lists them: `manifests/<family>/tools.json`, which the catalog
+    /// tests hold equal to the server's `tools/list` (and `catalogs_are_the_routers` here to
+    /// its router). Compiled in as text: reading it costs a JSON parse, not a schema
+    /// generation per tool.
+    catalog: &'static str,
+    /// What it declares beyond tools.
+    families: Families,
+}
 
-const START_ON_FIRST_CALL: &[(&str, WhatItOffers)] = &[
-    ("files", || tools_only(kitbag_files::router().list())),
-    ("search", || tools_only(kitbag_search::router().list())),
-    ("shell", || tools_only(kitbag_shell::router().list())),
-    ("web", || tools_only(kitbag_web::router().list())),
-    ("lsp", || tools_only(kitbag_lsp::router().list())),
-    ("dap", || tools_only(kitbag_dap::router().list())),
-    ("vm", || tools_only(kitbag_vm::router().list())),
-    ("memory", || Known {
-        tools: kitbag_memory::router().list(),
+macro_rules! catalog {
+    ($family:literal) => {
+        include_str!(concat!(
+            env!("CARGO_MANIFEST_DIR"),
+            "/../../manifests/",
+            $family,
+            "/tools.json"
+        ))
+    };
+}
+
+const TOOLS_ONLY: Families = Families {
+    prompts: false,
+    resources: false,
+    subscribe: false,
+    logging: false,
+};
+
+/// Not here: cron, whose scheduler runs from the start.
+const START_ON_FIRST_CALL: &[Waiting] = &[
+    Waiting {
+        family: "files",
+        catalog: catalog!("files"),
+        families: TOOLS_ONLY,
+    },
+    Waiting {
+        family: "search",
+        catalog: catalog!("search"),
+        families: TOOLS_ONLY,
+    },
+    Waiting {
+        family: "shell",
+        catalog: catalog!("shell"),
+        families: TOOLS_ONLY,
+    },
+    Waiting {
+        family: "web",
+        catalog: catalog!("web"),
+        families: TOOLS_ONLY,
+    },
+    Waiting {
+        family: "lsp",
+        catalog: catalog!("lsp"),
+        families: TOOLS_ONLY,
+    },
+    Waiting {
+        family: "dap",
+        catalog: catalog!("dap"),
+        families: TOOLS_ONLY,
+    },
+    Waiting {
+        family: "vm",
+        catalog: catalog!("vm"),
+        families: TOOLS_ONLY,
+    },
+    Waiting {
+        family: "memory",
+        catalog: catalog!("memory"),
         families: Families {
             prompts: true,
-            ..Default::default()
+            ..TOOLS_ONLY
         },
-    }),
-    ("issues", || Known {
-        tools: kitbag_issues::router().list(),
+    },
+    Waiting {
+        family: "issues",
+        catalog: catalog!("issues"),
         families: Families {
             prompts: true,
             resources: true,
             subscribe: true,
             logging: false,
         },
-    }),
+    },
 ];
 
-fn tools_only(tools: Vec<Tool>) -> Known {
-    Known {
-        tools,
-        families: Families::default(),
+/// The tools of a compiled-in catalog (`{"tools": [...]}`).
+fn parse_catalog(text: &str) -> Option<Vec<Tool>> {
+    #[derive(serde::Deserialize)]
+    struct Catalog {
+        tools: Vec<Tool>,
     }
+    serde_json::from_str::<Catalog>(text).ok().map(|c| c.tools)
 }
 
 /// Which servers the host may start on their first call: an entry that runs this binary's
@@ -134,10 +192,11 @@ pub fn known_tools() -> anyhow::Result<KnownTools> {
             return None;
         }
         let family = e.args.get(1)?;
-        START_ON_FIRST_CALL
-            .iter()
-            .find(|(name, _)| name == family)
-            .map(|(_, known)| known())
+        let waiting = START_ON_FIRST_CALL.iter().find(|w| w.family == family)?;
+        Some(Known {
+            tools: parse_catalog(waiting.catalog)?,
+            families: waiting.families,
+        })
     }))
 }
 
@@ -195,6 +254,36 @@ mod tests {
     use std::path::Path;
 
     use super::*;
+
+    /// The compiled-in catalogs are what each family's router lists (so a waiting server is
+    /// listed exactly as it will answer once started).
+    #[test]
+    fn catalogs_are_the_routers() {
+        let routers: [(&str, Vec<Tool>); 9] = [
+            ("files", kitbag_files::router().list()),
+            ("search", kitbag_search::router().list()),
+            ("shell", kitbag_shell::router().list()),
+            ("web", kitbag_web::router().list()),
+            ("lsp", kitbag_lsp::router().list()),
+            ("dap", kitbag_dap::router().list()),
+            ("vm", kitbag_vm::router().list()),
+            ("memory", kitbag_memory::router().list()),
+            ("issues", kitbag_issues::router().list()),
+        ];
+        for (family, tools) in routers {
+            let waiting = START_ON_FIRST_CALL
+                .iter()
+                .find(|w| w.family == family)
+                .expect("waiting family");
+            let compiled = parse_catalog(waiting.catalog).expect("catalog parses");
+            assert_eq!(
+                serde_json::to_value(&compiled).expect("json"),
+                serde_json::to_value(&tools).expect("json"),
+                "manifests/{family}/tools.json differs from its router: regenerate it with KITBAG_UPDATE_CATALOG=1"
+            );
+        }
+        assert_eq!(START_ON_FIRST_CALL.len(), 9);
+    }
 
     #[test]
     fn the_example_config_is_valid() {
