@@ -168,13 +168,7 @@ fn bun_stops_on_entry_in_the_script_not_its_imports() {
     std::fs::create_dir(d.path().join("src")).unwrap();
     std::fs::write(d.path().join("src/main.ts"), MAIN_TS).unwrap();
     std::fs::write(d.path().join("src/auth.ts"), AUTH_TS).unwrap();
-    let mut c = McpClient::spawn_with_env(
-        bin(),
-        &[],
-        d.path(),
-        Era::Modern,
-        &[("KITBAG_DAP_BUN", &bun)],
-    );
+    let mut c = bun_client(d.path(), &bun);
     let r = c.call(
         "debug",
         json!({"action": "launch", "runtime": "bun", "script": "./src/main.ts"}),
@@ -198,6 +192,20 @@ fn bun_stops_on_entry_in_the_script_not_its_imports() {
     c.shutdown();
 }
 
+/// A program that runs until it is stopped: what the attach tests attach to.
+fn write_spin(dir: &std::path::Path) {
+    std::fs::write(
+        dir.join("spin.ts"),
+        "let n: number = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
+    )
+    .unwrap();
+}
+
+/// kitbag-dap with this Bun, in `dir`.
+fn bun_client(dir: &std::path::Path, bun: &str) -> McpClient {
+    McpClient::spawn_with_env(bin(), &[], dir, Era::Modern, &[("KITBAG_DAP_BUN", bun)])
+}
+
 /// Attach to `bun --inspect=127.0.0.1:0`: Bun lists no targets (404 on /json/list) and serves
 /// only the random path it printed, so attach by port alone names `url`; attach by that `url`
 /// breaks in, detaches leaving it running, and a second attach's plain disconnect ends it
@@ -206,20 +214,10 @@ fn bun_stops_on_entry_in_the_script_not_its_imports() {
 fn bun_attach() {
     let Some(bun) = bun() else { return };
     let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("spin.ts"),
-        "let n: number = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
-    )
-    .unwrap();
+    write_spin(d.path());
     let (mut target, url) = common::inspected(&bun, "spin.ts", d.path());
     let port = common::port_of(&url);
-    let mut c = McpClient::spawn_with_env(
-        bin(),
-        &[],
-        d.path(),
-        Era::Modern,
-        &[("KITBAG_DAP_BUN", &bun)],
-    );
+    let mut c = bun_client(d.path(), &bun);
     let r = c.call(
         "debug",
         json!({"action": "attach", "runtime": "bun", "port": port, "host": "localhost"}),
@@ -244,11 +242,7 @@ fn bun_attach() {
 fn bun_attach_by_port_reads_the_printed_address_from_the_programs_log() {
     let Some(bun) = bun() else { return };
     let d = tempfile::tempdir().unwrap();
-    std::fs::write(
-        d.path().join("spin.ts"),
-        "let n: number = 0;\nsetInterval(() => {\n  n += 1;\n}, 5);\n",
-    )
-    .unwrap();
+    write_spin(d.path());
     let log = std::fs::File::create(d.path().join("app.log")).unwrap();
     let mut target = common::KillOnDrop(
         std::process::Command::new(&bun)
@@ -271,13 +265,7 @@ fn bun_attach_by_port_reads_the_printed_address_from_the_programs_log() {
         url.is_some()
     });
     let port = common::port_of(&url.unwrap());
-    let mut c = McpClient::spawn_with_env(
-        bin(),
-        &[],
-        d.path(),
-        Era::Modern,
-        &[("KITBAG_DAP_BUN", &bun)],
-    );
+    let mut c = bun_client(d.path(), &bun);
     common::attach_detach_then_end(
         &mut c,
         &json!({"action": "attach", "runtime": "bun", "port": port, "host": "localhost"}),
