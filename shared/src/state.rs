@@ -17,11 +17,21 @@
 //!
 //! A directory outside the root (`--db /var/lib/…`, chosen by whoever starts the server) is
 //! opened as given, links followed, and then held the same way.
+//!
+//! The stores kept in it, and on a shared PostgreSQL, are built from:
+//! - [`sqlite`]: opening a database through the held directory;
+//! - [`schema`]: the one opening sequence and versioned migrations of a SQLite store;
+//! - [`pg`] (and [`pg_tls`]): the reconnecting PostgreSQL connection and its migrations;
+//! - [`sql`]: one store on either engine, so a family writes each query once.
 
 #[cfg(feature = "postgres")]
 pub mod pg;
 #[cfg(feature = "postgres")]
 pub mod pg_tls;
+#[cfg(feature = "sqlite")]
+pub mod schema;
+#[cfg(feature = "sql")]
+pub mod sql;
 #[cfg(feature = "sqlite")]
 pub mod sqlite;
 

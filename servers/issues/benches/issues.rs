@@ -73,7 +73,7 @@ fn bench_policy() -> kitbag_shared::paths::PathPolicy {
 }
 
 fn populate(path: &Path) -> (String, String) {
-    let mut conn = db::Store::Sqlite(db::open(&bench_policy(), path).unwrap());
+    let mut conn = db::Store::sqlite(db::FAMILY, db::open(&bench_policy(), path).unwrap());
     let mut w = Words::new();
     let per_issue = (UPDATES - BIG_UPDATES) / (ISSUES as usize - 1);
     let mut extra = (UPDATES - BIG_UPDATES) % (ISSUES as usize - 1);
@@ -173,7 +173,7 @@ fn main() {
         t.elapsed().as_secs_f64()
     );
 
-    let mut conn = db::Store::Sqlite(db::open(&bench_policy(), &path).unwrap());
+    let mut conn = db::Store::sqlite(db::FAMILY, db::open(&bench_policy(), &path).unwrap());
     let direct_hits = db::list(
         &mut conn,
         "bench",

@@ -181,7 +181,7 @@ fn open_store(args: &Args) -> anyhow::Result<(db::Store, Option<PathBuf>)> {
         None => {
             let path = db_path(args)?;
             let conn = db::open(&args.common.policy()?, &path)?;
-            Ok((db::Store::Sqlite(conn), Some(path)))
+            Ok((db::Store::sqlite(db::FAMILY, conn), Some(path)))
         }
     }
 }

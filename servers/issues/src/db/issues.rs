@@ -2,9 +2,9 @@
 
 use serde_json::{Value, json};
 
-use super::sql::{Cells, Engine, Sql, Store, Tx};
 use super::{log_change, new_id, not_found, now};
 use crate::model::{IssueSummary, Status, Update, UpdateKind, Visibility};
+use kitbag_shared::state::sql::{Cells, Engine, Sql, Store, Tx};
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 
 /// The row behind an issue number.
@@ -285,7 +285,7 @@ fn list_query(
         StatusFilter::Only(s) => Some(s.as_str()),
         _ => None,
     };
-    let mut args: Vec<&dyn super::sql::Param> = vec![&project];
+    let mut args: Vec<&dyn kitbag_shared::state::sql::Param> = vec![&project];
     let mut conditions = String::from("i.project = ?1");
     let (from, order) = match (&search, conn.engine()) {
         (None, _) => ("issues i", "i.number DESC".to_string()),

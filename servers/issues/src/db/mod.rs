@@ -7,14 +7,13 @@
 //! project. Every change also appends to `change_log`, which each process watches to send
 //! `notifications/resources/updated` (PostgreSQL also NOTIFYs the other replicas).
 //!
-//! `sql`: the two engines behind one interface, so each query below is written once;
-//! `schema`: the SQLite file, the PostgreSQL schema, their migrations; `issues`: issue rows,
+//! The two engines sit behind kitbag-shared's one store interface (`state::sql`), so each
+//! query below is written once. `schema`: the SQLite file, the PostgreSQL schema, their migrations; `issues`: issue rows,
 //! updates and status changes; `todos`: an issue's checklist; `transfer`: export and import.
 //! The helpers every query uses (errors, the change log) are here.
 
 mod issues;
 mod schema;
-mod sql;
 mod todos;
 mod transfer;
 mod watch;
@@ -23,8 +22,8 @@ use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 use serde_json::json;
 
 pub use issues::*;
-pub use schema::{BUSY_TIMEOUT, SCHEMA_VERSION, open, open_postgres};
-pub use sql::{Engine, Sql, Store, Tx};
+pub use kitbag_shared::state::sql::{Engine, Sql, Store, Tx};
+pub use schema::{FAMILY, open, open_postgres};
 pub use todos::*;
 pub use transfer::{export, import};
 pub use watch::{listen, reopen};
@@ -118,7 +117,7 @@ mod tests {
     fn db() -> (tempfile::TempDir, Store) {
         let d = tempfile::tempdir().unwrap();
         let c = open(&policy(d.path()), &d.path().join("x/issues.db")).unwrap();
-        (d, Store::Sqlite(c))
+        (d, Store::sqlite(FAMILY, c))
     }
 
     #[test]

@@ -3,18 +3,18 @@
 //! `kitbag_migrations`, family `issues`).
 
 use std::path::Path;
-use std::time::Duration;
 
 use kitbag_shared::paths::PathPolicy;
 use kitbag_shared::state::pg::PgConn;
-use kitbag_shared::state::sqlite::{self, StateDb};
-use rusqlite::Connection;
+use kitbag_shared::state::schema::{self, Layout, PrepareError, Step};
+use kitbag_shared::state::sql::{Family, Store};
+use kitbag_shared::state::sqlite::StateDb;
 
-use super::sql::{PgStore, Store};
-
-pub const SCHEMA_VERSION: i64 = 1;
-/// How long a writer waits for another process's transaction.
-pub const BUSY_TIMEOUT: Duration = Duration::from_secs(10);
+/// The issues store: errors say "issues database", PostgreSQL writes take this lock.
+pub const FAMILY: Family = Family {
+    name: "issues",
+    write_lock: 0x6b69_7462_6167_0003,
+};
 
 const SCHEMA: &str = "
 CREATE TABLE issues (
@@ -162,89 +162,30 @@ CREATE TABLE change_log (
 /// Connect to PostgreSQL at `url` and bring the issues schema up to date.
 pub fn open_postgres(url: &str) -> anyhow::Result<Store> {
     let conn = PgConn::open(url, "issues", "issues", &[PG_V1])?;
-    Ok(Store::Postgres(Box::new(PgStore::new(conn))))
+    Ok(Store::postgres(FAMILY, conn))
 }
 
+/// The SQLite store: one step, the whole schema (the file has had one layout so far).
+static LAYOUT: Layout = Layout {
+    family: "issues",
+    steps: &[Step::Sql(SCHEMA)],
+    adopt: &[],
+    tables: &[
+        "issues",
+        "issue_updates",
+        "issue_todos",
+        "change_log",
+        "issues_fts",
+    ],
+};
+
+/// Open (creating when missing) and prepare the SQLite store at `path`.
 pub fn open(policy: &PathPolicy, path: &Path) -> anyhow::Result<StateDb> {
-    let conn = StateDb::open_path(policy, path, sqlite::read_write_create())
-        .map_err(|e| anyhow::anyhow!("issues database: {e}"))?;
-    conn.busy_timeout(BUSY_TIMEOUT)?;
-    // Switching a new file to WAL takes an exclusive lock that SQLite does not wait for (the
-    // busy timeout is not consulted): a server starting beside another retries briefly.
-    let check = kitbag_shared::lock::retry_while_busy(
-        BUSY_TIMEOUT,
-        |e: &rusqlite::Error| e.sqlite_error_code() == Some(rusqlite::ErrorCode::DatabaseBusy),
-        || {
-            conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get::<_, String>(0))?;
-            conn.query_row("PRAGMA quick_check", [], |r| r.get::<_, String>(0))
-        },
-    );
-    match check {
-        Ok(s) if s == "ok" => {}
-        Ok(s) => anyhow::bail!(
-            "issues database {} is corrupted ({s}); restore it from a backup or an `export`, or start with a new --db",
+    schema::open_store(policy, path, &LAYOUT).map_err(|e| match e {
+        PrepareError::Open(e) => anyhow::anyhow!("issues database: {e}"),
+        e => anyhow::anyhow!(
+            "issues database {} is {e}; restore it from a backup or an `export`, or start with a new --db",
             path.display()
         ),
-        Err(e) => anyhow::bail!(
-            "issues database {} is not a usable SQLite database ({e}); restore it from a backup or an `export`, or start with a new --db",
-            path.display()
-        ),
-    }
-    conn.execute_batch("PRAGMA synchronous=NORMAL; PRAGMA foreign_keys=ON;")?;
-    migrate(&conn).map_err(|e| {
-        anyhow::anyhow!(
-            "preparing issues database {}: {e}; restore it from a backup or an `export`",
-            path.display()
-        )
-    })?;
-    Ok(conn)
-}
-
-fn migrate(conn: &Connection) -> anyhow::Result<()> {
-    let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-    if v > SCHEMA_VERSION {
-        anyhow::bail!(
-            "schema version {v} is newer than this kitbag-issues understands ({SCHEMA_VERSION})"
-        );
-    }
-    if v == SCHEMA_VERSION {
-        // Make sure it really is ours (a foreign database with a matching user_version).
-        let n: i64 = conn.query_row(
-            "SELECT count(*) FROM sqlite_master WHERE type='table' AND name IN ('issues','issue_updates','issue_todos','change_log','issues_fts')",
-            [],
-            |r| r.get(0),
-        )?;
-        if n != 5 {
-            anyhow::bail!("the database lacks the kitbag-issues tables");
-        }
-        return Ok(());
-    }
-    // IMMEDIATE: two processes starting on a new file must not both create the schema.
-    conn.execute_batch("BEGIN IMMEDIATE")?;
-    let result = (|| -> anyhow::Result<()> {
-        let v: i64 = conn.query_row("PRAGMA user_version", [], |r| r.get(0))?;
-        if v == 0 {
-            let foreign: i64 = conn.query_row(
-                "SELECT count(*) FROM sqlite_master WHERE type='table' AND name NOT LIKE 'sqlite_%'",
-                [],
-                |r| r.get(0),
-            )?;
-            if foreign > 0 {
-                anyhow::bail!(
-                    "the database holds other tables; it is not a kitbag-issues database"
-                );
-            }
-            conn.execute_batch(SCHEMA)?;
-            conn.execute_batch(&format!("PRAGMA user_version = {SCHEMA_VERSION};"))?;
-        }
-        Ok(())
-    })();
-    match result {
-        Ok(()) => conn.execute_batch("COMMIT")?,
-        Err(e) => {
-            let _ = conn.execute_batch("ROLLBACK");
-            return Err(e);
-        }
-    }
-    Ok(())
+    })
 }

@@ -1,8 +1,8 @@
 //! An issue's todos: the row, the list, and every change to it in one write transaction.
 
-use super::sql::{Cells, Sql, Store};
 use super::{find, log_change, new_id, now};
 use crate::model::{Note, Todo, TodoKind, TodoStatus};
+use kitbag_shared::state::sql::{Cells, Sql, Store};
 use kitbag_shared::{ToolError, ToolResult};
 
 pub(super) const TODO_COLS: &str = "id, content, status, kind, phase, position, notes, origin_agent, created_by, created_at, updated_at, started_at, completed_at";

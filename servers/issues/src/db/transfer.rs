@@ -1,11 +1,11 @@
 //! Export and import: every issue with its updates and todos, as records.
 
 use super::issues::{ISSUE_COL_COUNT, ISSUE_COLS, IssueRow, issue_row};
-use super::sql::{Sql, Store};
 use super::todos::TODO_COLS;
 use super::{log_change, todos, updates};
 use crate::model::IssueRecord;
 use kitbag_shared::ToolResult;
+use kitbag_shared::state::sql::{Sql, Store};
 
 /// Every issue of every project, with its updates and todos, in (project, number) order.
 pub fn export(conn: &mut impl Sql) -> ToolResult<Vec<IssueRecord>> {

@@ -4,35 +4,28 @@
 use std::path::Path;
 use std::time::Duration;
 
-use kitbag_shared::state::sqlite::{self, StateDb};
+use kitbag_shared::state::sql::{Conn, Store};
 use postgres::fallible_iterator::FallibleIterator;
 
 use super::NOTIFY_CHANNEL;
-use super::schema::BUSY_TIMEOUT;
-use super::sql::{PgStore, Store};
 
 /// A second connection to the store `conn` is on (`path`: the SQLite file).
 pub fn reopen(conn: &Store, path: Option<&Path>) -> anyhow::Result<Store> {
-    match conn {
-        Store::Sqlite(c) => {
-            let name = path
-                .and_then(Path::file_name)
-                .ok_or_else(|| anyhow::anyhow!("the database path has no file name"))?
-                .to_string_lossy()
-                .into_owned();
-            let db = StateDb::open(c.dir().clone(), &name, sqlite::read_write_create())?;
-            db.busy_timeout(BUSY_TIMEOUT)?;
-            Ok(Store::Sqlite(db))
-        }
-        Store::Postgres(p) => Ok(Store::Postgres(Box::new(PgStore::new(p.conn.reopen()?)))),
+    let name = path
+        .and_then(Path::file_name)
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    if name.is_empty() && matches!(conn.conn(), Conn::Sqlite(_)) {
+        anyhow::bail!("the database path has no file name");
     }
+    conn.reopen(&name).map_err(|e| anyhow::anyhow!(e.message))
 }
 
 /// On PostgreSQL, call `changed` on every change any server commits (and once after each
 /// (re)connection, for what was missed meanwhile), from a thread of its own, until `changed`
 /// answers false. On SQLite, nothing: the watcher's poll finds other processes' changes.
 pub fn listen(conn: &Store, mut changed: impl FnMut() -> bool + Send + 'static) {
-    let Store::Postgres(p) = conn else {
+    let Conn::Postgres(p) = conn.conn() else {
         return;
     };
     let mut client = match p.conn.reopen() {

@@ -1,21 +1,30 @@
-//! The two engines behind one small interface, so every query is written once: SQLite (a file
-//! of one machine) and PostgreSQL (`--database-url`, shared by replicas).
+//! One store on either engine, so every query of a family is written once: SQLite (a file of
+//! one machine, opened by [`super::schema`]) and PostgreSQL (`--database-url`, shared by
+//! replicas, migrated by [`super::pg::migrate`]).
 //!
 //! Queries use SQLite's `?N` placeholders; PostgreSQL gets them as `$N`. Rows come back as
-//! [`Cells`] (integers and texts — the only types the schema has). What differs between the
-//! engines — starting a write, full-text search, errors — is asked of [`Engine`].
+//! [`Cells`] (integers, reals and texts). What differs between the engines — starting a
+//! write, full-text search, errors — is asked of [`Engine`].
 
 use std::collections::HashMap;
 
-use kitbag_shared::state::pg::PgConn;
-use kitbag_shared::state::sqlite::StateDb;
-use kitbag_shared::{ErrorCode, ToolError, ToolResult};
 use rusqlite::TransactionBehavior;
 
-/// The advisory lock every PostgreSQL write takes: writes are serialised as SQLite's
-/// IMMEDIATE transactions serialise them, so issue numbers and the change log's order are the
-/// order of commits.
-const WRITE_LOCK: i64 = 0x6b69_7462_6167_0003;
+use super::pg::PgConn;
+use super::sqlite::StateDb;
+use crate::{ErrorCode, ToolError, ToolResult};
+
+/// The family a store belongs to: it names the store in errors and keys the advisory lock
+/// every PostgreSQL write takes. Writes are serialised as SQLite's IMMEDIATE transactions
+/// serialise them, so numbers a family hands out follow the order of commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Family {
+    /// `issues`: errors say "issues database: …".
+    pub name: &'static str,
+    /// The PostgreSQL advisory lock of this family's writes (one per family, shared by every
+    /// process on the database).
+    pub write_lock: i64,
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Engine {
@@ -32,47 +41,60 @@ impl<T: rusqlite::ToSql + postgres::types::ToSql + Sync + ?Sized> Param for T {}
 pub enum Cell {
     Null,
     Int(i64),
+    Real(f64),
     Text(String),
 }
 
 /// A result row.
 #[derive(Debug, Clone)]
-pub struct Cells(Vec<Cell>);
+pub struct Cells {
+    family: &'static str,
+    cells: Vec<Cell>,
+}
 
 impl Cells {
     fn cell(&self, i: usize) -> ToolResult<&Cell> {
-        self.0
+        self.cells
             .get(i)
-            .ok_or_else(|| ToolError::internal(format!("issues database: no column {i}")))
+            .ok_or_else(|| self.wrong(format_args!("no column {i}")))
+    }
+
+    fn wrong(&self, what: std::fmt::Arguments<'_>) -> ToolError {
+        ToolError::internal(format!("{} database: {what}", self.family))
     }
 
     pub fn int(&self, i: usize) -> ToolResult<i64> {
         self.opt_int(i)?
-            .ok_or_else(|| ToolError::internal(format!("issues database: column {i} is NULL")))
+            .ok_or_else(|| self.wrong(format_args!("column {i} is NULL")))
     }
 
     pub fn opt_int(&self, i: usize) -> ToolResult<Option<i64>> {
         match self.cell(i)? {
             Cell::Null => Ok(None),
             Cell::Int(v) => Ok(Some(*v)),
-            Cell::Text(_) => Err(ToolError::internal(format!(
-                "issues database: column {i} is text, not an integer"
-            ))),
+            _ => Err(self.wrong(format_args!("column {i} is not an integer"))),
+        }
+    }
+
+    /// A real; an integer column reads as one too.
+    pub fn real(&self, i: usize) -> ToolResult<f64> {
+        match self.cell(i)? {
+            Cell::Real(v) => Ok(*v),
+            Cell::Int(v) => Ok(*v as f64),
+            _ => Err(self.wrong(format_args!("column {i} is not a number"))),
         }
     }
 
     pub fn text(&self, i: usize) -> ToolResult<String> {
         self.opt_text(i)?
-            .ok_or_else(|| ToolError::internal(format!("issues database: column {i} is NULL")))
+            .ok_or_else(|| self.wrong(format_args!("column {i} is NULL")))
     }
 
     pub fn opt_text(&self, i: usize) -> ToolResult<Option<String>> {
         match self.cell(i)? {
             Cell::Null => Ok(None),
             Cell::Text(v) => Ok(Some(v.clone())),
-            Cell::Int(_) => Err(ToolError::internal(format!(
-                "issues database: column {i} is an integer, not text"
-            ))),
+            _ => Err(self.wrong(format_args!("column {i} is not text"))),
         }
     }
 }
@@ -80,6 +102,7 @@ impl Cells {
 /// Where queries run: a connection or a transaction of either engine.
 pub trait Sql {
     fn engine(&self) -> Engine;
+    fn family(&self) -> Family;
     /// Every row `sql` returns.
     fn rows(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>>;
     /// Run a statement; the number of rows it changed.
@@ -92,16 +115,67 @@ pub trait Sql {
 
     /// The integer in the first column of the one row `sql` returns (a count, a new seq).
     fn int(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<i64> {
+        let family = self.family().name;
         self.row(sql, args)?
-            .ok_or_else(|| ToolError::internal("issues database: a query returned no row"))?
+            .ok_or_else(|| {
+                ToolError::internal(format!("{family} database: a query returned no row"))
+            })?
             .int(0)
     }
 }
 
-/// The store of one server: its connection, whichever the engine.
-pub enum Store {
+/// The store of one server: its family and its connection, whichever the engine.
+pub struct Store {
+    family: Family,
+    conn: Conn,
+}
+
+/// A store's connection.
+pub enum Conn {
     Sqlite(StateDb),
     Postgres(Box<PgStore>),
+}
+
+impl Store {
+    pub fn sqlite(family: Family, db: StateDb) -> Store {
+        Store {
+            family,
+            conn: Conn::Sqlite(db),
+        }
+    }
+
+    pub fn postgres(family: Family, conn: PgConn) -> Store {
+        Store {
+            family,
+            conn: Conn::Postgres(Box::new(PgStore::new(conn))),
+        }
+    }
+
+    /// The connection, for what only one engine has (another connection, LISTEN).
+    pub fn conn(&self) -> &Conn {
+        &self.conn
+    }
+
+    /// Another connection to the same store (a watcher); on SQLite the file `name` in the
+    /// same directory.
+    pub fn reopen(&self, name: &str) -> ToolResult<Store> {
+        let family = self.family;
+        let conn = match &self.conn {
+            Conn::Sqlite(db) => {
+                let again =
+                    StateDb::open(db.dir().clone(), name, super::sqlite::read_write_create())
+                        .map_err(|e| sqlite_error(family, e))?;
+                again
+                    .busy_timeout(super::schema::BUSY_TIMEOUT)
+                    .map_err(|e| sqlite_error(family, e))?;
+                Conn::Sqlite(again)
+            }
+            Conn::Postgres(p) => Conn::Postgres(Box::new(PgStore::new(
+                p.conn.reopen().map_err(|e| pg_error(family, e))?,
+            ))),
+        };
+        Ok(Store { family, conn })
+    }
 }
 
 /// A PostgreSQL connection and the statements it has prepared.
@@ -142,7 +216,12 @@ impl PgStore {
 }
 
 /// A write transaction of either engine; dropped without [`Tx::commit`] it rolls back.
-pub enum Tx<'a> {
+pub struct Tx<'a> {
+    family: Family,
+    inner: TxInner<'a>,
+}
+
+enum TxInner<'a> {
     Sqlite(rusqlite::Transaction<'a>),
     Postgres {
         tx: postgres::Transaction<'a>,
@@ -151,68 +230,78 @@ pub enum Tx<'a> {
 }
 
 impl Store {
-    /// Begin a write: SQLite's IMMEDIATE transaction, or PostgreSQL's with the write lock.
+    /// Begin a write: SQLite's IMMEDIATE transaction, or PostgreSQL's with the family's write
+    /// lock.
     pub fn write(&mut self) -> ToolResult<Tx<'_>> {
-        match self {
-            Store::Sqlite(c) => c
+        let family = self.family;
+        let inner = match &mut self.conn {
+            Conn::Sqlite(c) => c
                 .transaction_with_behavior(TransactionBehavior::Immediate)
-                .map(Tx::Sqlite)
-                .map_err(sqlite_error),
+                .map(TxInner::Sqlite)
+                .map_err(|e| sqlite_error(family, e))?,
             // A write that loses the connection leaves it closed: the next call reconnects.
-            Store::Postgres(p) => {
-                let (client, prepared) = p.parts().map_err(pg_error)?;
-                let mut tx = client.transaction().map_err(pg_error)?;
-                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&WRITE_LOCK])
-                    .map_err(pg_error)?;
-                Ok(Tx::Postgres { tx, prepared })
+            Conn::Postgres(p) => {
+                let (client, prepared) = p.parts().map_err(|e| pg_error(family, e))?;
+                let mut tx = client.transaction().map_err(|e| pg_error(family, e))?;
+                tx.execute("SELECT pg_advisory_xact_lock($1)", &[&family.write_lock])
+                    .map_err(|e| pg_error(family, e))?;
+                TxInner::Postgres { tx, prepared }
             }
-        }
+        };
+        Ok(Tx { family, inner })
     }
 }
 
 impl Tx<'_> {
     pub fn commit(self) -> ToolResult<()> {
-        match self {
-            Tx::Sqlite(tx) => tx.commit().map_err(sqlite_error),
-            Tx::Postgres { tx, .. } => tx.commit().map_err(pg_error),
+        let family = self.family;
+        match self.inner {
+            TxInner::Sqlite(tx) => tx.commit().map_err(|e| sqlite_error(family, e)),
+            TxInner::Postgres { tx, .. } => tx.commit().map_err(|e| pg_error(family, e)),
         }
     }
 }
 
 impl Sql for Store {
     fn engine(&self) -> Engine {
-        match self {
-            Store::Sqlite(_) => Engine::Sqlite,
-            Store::Postgres(_) => Engine::Postgres,
+        match self.conn {
+            Conn::Sqlite(_) => Engine::Sqlite,
+            Conn::Postgres(_) => Engine::Postgres,
         }
     }
 
+    fn family(&self) -> Family {
+        self.family
+    }
+
     fn rows(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>> {
-        match self {
-            Store::Sqlite(c) => sqlite_rows(c, sql, args),
-            Store::Postgres(p) => {
+        let family = self.family;
+        match &mut self.conn {
+            Conn::Sqlite(c) => sqlite_rows(family, c, sql, args),
+            Conn::Postgres(p) => {
                 let result = p
                     .parts()
-                    .and_then(|(client, prepared)| pg_rows(client, prepared, sql, args));
+                    .and_then(|(client, prepared)| pg_rows(family, client, prepared, sql, args));
                 if let Err(e) = &result {
                     p.conn.failed(e);
                 }
-                result.map_err(pg_error)
+                result.map_err(|e| pg_error(family, e))
             }
         }
     }
 
     fn exec(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<u64> {
-        match self {
-            Store::Sqlite(c) => sqlite_exec(c, sql, args),
-            Store::Postgres(p) => {
+        let family = self.family;
+        match &mut self.conn {
+            Conn::Sqlite(c) => sqlite_exec(family, c, sql, args),
+            Conn::Postgres(p) => {
                 let result = p
                     .parts()
                     .and_then(|(client, prepared)| pg_exec(client, prepared, sql, args));
                 if let Err(e) = &result {
                     p.conn.failed(e);
                 }
-                result.map_err(pg_error)
+                result.map_err(|e| pg_error(family, e))
             }
         }
     }
@@ -220,23 +309,33 @@ impl Sql for Store {
 
 impl Sql for Tx<'_> {
     fn engine(&self) -> Engine {
-        match self {
-            Tx::Sqlite(_) => Engine::Sqlite,
-            Tx::Postgres { .. } => Engine::Postgres,
+        match self.inner {
+            TxInner::Sqlite(_) => Engine::Sqlite,
+            TxInner::Postgres { .. } => Engine::Postgres,
         }
     }
 
+    fn family(&self) -> Family {
+        self.family
+    }
+
     fn rows(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>> {
-        match self {
-            Tx::Sqlite(tx) => sqlite_rows(tx, sql, args),
-            Tx::Postgres { tx, prepared } => pg_rows(tx, prepared, sql, args).map_err(pg_error),
+        let family = self.family;
+        match &mut self.inner {
+            TxInner::Sqlite(tx) => sqlite_rows(family, tx, sql, args),
+            TxInner::Postgres { tx, prepared } => {
+                pg_rows(family, tx, prepared, sql, args).map_err(|e| pg_error(family, e))
+            }
         }
     }
 
     fn exec(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<u64> {
-        match self {
-            Tx::Sqlite(tx) => sqlite_exec(tx, sql, args),
-            Tx::Postgres { tx, prepared } => pg_exec(tx, prepared, sql, args).map_err(pg_error),
+        let family = self.family;
+        match &mut self.inner {
+            TxInner::Sqlite(tx) => sqlite_exec(family, tx, sql, args),
+            TxInner::Postgres { tx, prepared } => {
+                pg_exec(tx, prepared, sql, args).map_err(|e| pg_error(family, e))
+            }
         }
     }
 }
@@ -245,7 +344,13 @@ fn sqlite_args<'a>(args: &'a [&'a dyn Param]) -> Vec<&'a dyn rusqlite::ToSql> {
     args.iter().map(|a| *a as &dyn rusqlite::ToSql).collect()
 }
 
-fn sqlite_rows(c: &rusqlite::Connection, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>> {
+fn sqlite_rows(
+    family: Family,
+    c: &rusqlite::Connection,
+    sql: &str,
+    args: &[&dyn Param],
+) -> ToolResult<Vec<Cells>> {
+    let sqlite_error = |e| sqlite_error(family, e);
     let mut stmt = c.prepare_cached(sql).map_err(sqlite_error)?;
     let columns = stmt.column_count();
     let mut rows = stmt
@@ -262,15 +367,24 @@ fn sqlite_rows(c: &rusqlite::Connection, sql: &str, args: &[&dyn Param]) -> Tool
                 ValueRef::Text(t) | ValueRef::Blob(t) => {
                     Cell::Text(String::from_utf8_lossy(t).into_owned())
                 }
-                ValueRef::Real(v) => Cell::Int(v as i64),
+                ValueRef::Real(v) => Cell::Real(v),
             });
         }
-        out.push(Cells(cells));
+        out.push(Cells {
+            family: family.name,
+            cells,
+        });
     }
     Ok(out)
 }
 
-fn sqlite_exec(c: &rusqlite::Connection, sql: &str, args: &[&dyn Param]) -> ToolResult<u64> {
+fn sqlite_exec(
+    family: Family,
+    c: &rusqlite::Connection,
+    sql: &str,
+    args: &[&dyn Param],
+) -> ToolResult<u64> {
+    let sqlite_error = |e| sqlite_error(family, e);
     c.prepare_cached(sql)
         .map_err(sqlite_error)?
         .execute(sqlite_args(args).as_slice())
@@ -312,6 +426,7 @@ fn pg_args<'a>(args: &'a [&'a dyn Param]) -> Vec<&'a (dyn postgres::types::ToSql
 }
 
 fn pg_rows(
+    family: Family,
     client: &mut impl postgres::GenericClient,
     prepared: &mut HashMap<String, postgres::Statement>,
     sql: &str,
@@ -330,12 +445,20 @@ fn pg_rows(
             } else if *ty == Type::INT4 {
                 row.try_get::<_, Option<i32>>(i)?
                     .map(|v| Cell::Int(i64::from(v)))
+            } else if *ty == Type::FLOAT8 {
+                row.try_get::<_, Option<f64>>(i)?.map(Cell::Real)
+            } else if *ty == Type::FLOAT4 {
+                row.try_get::<_, Option<f32>>(i)?
+                    .map(|v| Cell::Real(f64::from(v)))
             } else {
                 row.try_get::<_, Option<String>>(i)?.map(Cell::Text)
             };
             cells.push(cell.unwrap_or(Cell::Null));
         }
-        out.push(Cells(cells));
+        out.push(Cells {
+            family: family.name,
+            cells,
+        });
     }
     Ok(out)
 }
@@ -351,30 +474,29 @@ fn pg_exec(
 }
 
 /// A SQLite failure as a tool error (busy is the one a caller can act on).
-pub fn sqlite_error(e: rusqlite::Error) -> ToolError {
-    if let rusqlite::Error::SqliteFailure(f, _) = &e
-        && matches!(
-            f.code,
-            rusqlite::ErrorCode::DatabaseBusy | rusqlite::ErrorCode::DatabaseLocked
-        )
-    {
+pub fn sqlite_error(family: Family, e: rusqlite::Error) -> ToolError {
+    if super::schema::is_busy(&e) {
         return ToolError::new(
             ErrorCode::FileBusy,
-            "the issues database stayed locked by another process for 10 s; try again",
+            format!(
+                "the {} database stayed locked by another process for {} s; try again",
+                family.name,
+                super::schema::BUSY_TIMEOUT.as_secs()
+            ),
         );
     }
-    ToolError::internal(format!("issues database: {e}"))
+    ToolError::internal(format!("{} database: {e}", family.name))
 }
 
 /// A PostgreSQL failure as a tool error; a lost connection says the next call reconnects.
-pub fn pg_error(e: postgres::Error) -> ToolError {
+pub fn pg_error(family: Family, e: postgres::Error) -> ToolError {
     if e.as_db_error().is_none() {
         return ToolError::new(
             ErrorCode::BackendUnavailable,
-            format!("issues database: {e}; the next call reconnects"),
+            format!("{} database: {e}; the next call reconnects", family.name),
         );
     }
-    ToolError::internal(format!("issues database: {e}"))
+    ToolError::internal(format!("{} database: {e}", family.name))
 }
 
 #[cfg(test)]
@@ -391,12 +513,24 @@ mod tests {
 
     #[test]
     fn cells_read_typed_and_refuse_the_wrong_type() {
-        let row = Cells(vec![Cell::Int(4), Cell::Text("a".into()), Cell::Null]);
+        let row = Cells {
+            family: "test",
+            cells: vec![
+                Cell::Int(4),
+                Cell::Text("a".into()),
+                Cell::Null,
+                Cell::Real(0.5),
+            ],
+        };
         assert_eq!(row.int(0).ok(), Some(4));
         assert_eq!(row.text(1).ok().as_deref(), Some("a"));
         assert_eq!(row.opt_text(2).ok(), Some(None));
         assert!(row.int(1).is_err());
         assert!(row.text(2).is_err());
         assert!(row.int(9).is_err());
+        assert_eq!(row.real(3).ok(), Some(0.5));
+        assert_eq!(row.real(0).ok(), Some(4.0));
+        let e = row.int(1).expect_err("text is not an integer").to_string();
+        assert!(e.contains("test database: column 1"), "{e}");
     }
 }
