@@ -8,7 +8,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kitbag_dap::dap::Client;
+use kitbag_dap::dap::{Client, RunState};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
@@ -24,13 +24,11 @@ fn p50(mut v: Vec<f64>) -> f64 {
     v[v.len() / 2]
 }
 
-async fn wait_stop(c: &Client) {
-    loop {
-        let n = c.notify.notified();
-        if c.events.lock().unwrap().stopped.is_some() {
-            return;
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(50), n).await;
+/// The thread of the next stop (the program must stop, not end, within the request timeout).
+async fn wait_stop(c: &Client) -> i64 {
+    match c.events().settle(Duration::from_secs(15)).await {
+        RunState::Stopped(stop) => stop.thread_id().unwrap(),
+        other => panic!("expected a stop, got {other:?}"),
     }
 }
 
@@ -63,13 +61,7 @@ async fn direct(dir: &Path, case: &Case) -> (f64, Vec<f64>) {
     };
     c.request("initialize", json!({"clientID": "bench", "adapterID": case.adapter_id, "linesStartAt1": true, "columnsStartAt1": true, "pathFormat": "path", "supportsVariableType": true}), to).await.unwrap();
     let rx = c.start("launch", case.launch.clone()).await.unwrap();
-    loop {
-        let n = c.notify.notified();
-        if c.events.lock().unwrap().initialized {
-            break;
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(50), n).await;
-    }
+    assert!(c.events().started(Instant::now() + to).await);
     // The same configuration kitbag sends (its launch also stops on uncaught exceptions),
     // both requests in flight at once.
     let bp = c
@@ -88,8 +80,7 @@ async fn direct(dir: &Path, case: &Case) -> (f64, Vec<f64>) {
     c.request("configurationDone", json!({}), to).await.unwrap();
     let resp = rx.await.unwrap();
     assert_eq!(resp["success"], true, "{resp}");
-    wait_stop(&c).await;
-    let tid = c.events.lock().unwrap().stopped.as_ref().unwrap()["threadId"].clone();
+    let tid = wait_stop(&c).await;
     // Where it stopped: what kitbag's launch answer reports too.
     let top = c
         .request("stackTrace", json!({"threadId": tid, "levels": 1}), to)
@@ -107,15 +98,12 @@ async fn direct(dir: &Path, case: &Case) -> (f64, Vec<f64>) {
     let mut steps = Vec::new();
     for _ in 0..STEPS {
         let t = Instant::now();
-        let before = c.events.lock().unwrap().stop_count;
-        c.events.lock().unwrap().stopped = None;
+        let mark = c.events().stop_mark();
         c.request("next", json!({"threadId": tid}), to)
             .await
             .unwrap();
-        while c.events.lock().unwrap().stop_count == before {
-            let n = c.notify.notified();
-            let _ = tokio::time::timeout(Duration::from_millis(50), n).await;
-        }
+        c.events().resumed(mark);
+        wait_stop(&c).await;
         c.request("stackTrace", json!({"threadId": tid, "levels": 1}), to)
             .await
             .unwrap();

@@ -3,7 +3,6 @@
 //! per-run instruction and data breakpoints. Each change resends one kind's whole list.
 
 use kitbag_shared::limits;
-use kitbag_shared::lock::LockExt;
 use kitbag_shared::{Access, ErrorCode, PathPolicy, Reply, Resolved, ToolError, ToolResult, args};
 use serde_json::json;
 
@@ -125,7 +124,7 @@ async fn list(
 ) -> ToolResult<Reply<DebugResult>> {
     let skip = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
     let changes = match state.live().await {
-        Ok(core) => core.client.events.locked().breakpoint_changes.clone(),
+        Ok(core) => core.client.events().breakpoint_changes(),
         Err(_) => Default::default(),
     };
     let mut bps = state.breakpoints.lock().await;
@@ -336,14 +335,7 @@ pub async fn exceptions(state: &DapState, p: &DebugParams) -> ToolResult<Reply<D
     let filters = need(&p.filters, "filters", "a list of exception filter ids")?.clone();
     let core = state.live().await.ok();
     if let Some(core) = &core {
-        let offered: Vec<String> = core.client.events.locked().caps["exceptionBreakpointFilters"]
-            .as_array()
-            .map(|a| {
-                a.iter()
-                    .filter_map(|f| f["filter"].as_str().map(String::from))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let offered = core.client.events().exception_filters();
         if let Some(bad) = filters.iter().find(|f| !offered.contains(f)) {
             return Err(ToolError::invalid_field(
                 "filters",

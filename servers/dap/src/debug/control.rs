@@ -3,7 +3,7 @@
 
 use kitbag_shared::lock::LockExt;
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use kitbag_shared::{ErrorCode, PathPolicy, Reply, ToolError, ToolResult};
 use serde_json::{Value, json};
@@ -12,6 +12,7 @@ use super::params::{Action, DebugParams};
 use super::result::DebugResult;
 use super::source::location_of;
 use super::{Core, DEFAULT_WAIT_MS, DapState, REQUEST_TIMEOUT, adapter_failure, cap};
+use crate::dap::{RunState, Stop};
 
 /// The longest `wait_ms`.
 const MAX_WAIT_MS: u64 = 60_000;
@@ -24,22 +25,22 @@ pub async fn resume(
 ) -> ToolResult<Reply<DebugResult>> {
     let core = state.live().await?;
     let client = &core.client;
-    if client.is_closed() {
+    if client.events().is_closed() {
         return Err(ToolError::new(
             ErrorCode::DapSessionEnded,
             "the debug adapter has ended; disconnect and launch again",
         ));
     }
-    let (stopped, exited) = {
-        let e = client.events.locked();
-        (e.stopped.is_some(), e.exited.is_some() || e.terminated)
+    let stopped = match client.events().run_state() {
+        RunState::Ended { .. } => {
+            return Err(ToolError::new(
+                ErrorCode::DapSessionEnded,
+                "the program has exited; launch or attach again",
+            ));
+        }
+        RunState::Stopped(_) => true,
+        RunState::Running => false,
     };
-    if exited {
-        return Err(ToolError::new(
-            ErrorCode::DapSessionEnded,
-            "the program has exited; launch or attach again",
-        ));
-    }
     let command = match p.action {
         Action::Continue => "continue",
         Action::StepOver => "next",
@@ -61,7 +62,7 @@ pub async fn resume(
         None if p.action == Action::Pause => first_thread(&core).await?,
         None => stopped_thread(&core).unwrap_or(1),
     };
-    let before = client.events.locked().stop_count;
+    let mark = client.events().stop_mark();
     client
         .request(command, json!({"threadId": thread}), REQUEST_TIMEOUT)
         .await
@@ -74,22 +75,14 @@ pub async fn resume(
             }
         })?;
     if p.action != Action::Pause {
-        let mut e = client.events.locked();
-        if e.stop_count == before {
-            e.stopped = None;
-        }
+        client.events().resumed(mark);
     }
     settle(state, &core, policy, p.action, p.wait_ms).await
 }
 
 /// The thread the program stopped in.
 pub fn stopped_thread(core: &Core) -> Option<i64> {
-    core.client
-        .events
-        .locked()
-        .stopped
-        .as_ref()
-        .and_then(|s| s["threadId"].as_i64())
+    core.client.events().stop().and_then(|s| s.thread_id())
 }
 
 async fn first_thread(core: &Core) -> ToolResult<i64> {
@@ -113,36 +106,22 @@ pub async fn settle(
     action: Action,
     wait_ms: Option<u64>,
 ) -> ToolResult<Reply<DebugResult>> {
-    let client = &core.client;
     let wait = Duration::from_millis(wait_ms.unwrap_or(DEFAULT_WAIT_MS).min(MAX_WAIT_MS));
-    let deadline = Instant::now() + wait;
-    loop {
-        let notified = client.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let (stopped, exited, terminated, stop_count) = {
-            let e = client.events.locked();
-            (e.stopped.clone(), e.exited, e.terminated, e.stop_count)
-        };
-        if let Some(stop) = stopped {
-            return stopped_reply(state, core, policy, action, &stop, stop_count).await;
-        }
-        if exited.is_some() || terminated {
+    match core.client.events().settle(wait).await {
+        RunState::Stopped(stop) => stopped_reply(state, core, policy, action, &stop).await,
+        RunState::Ended { exit_code } => {
             let mut r = DebugResult::new(action, "exited");
-            r.exit_code = exited;
-            let text = match exited {
+            r.exit_code = exit_code;
+            let text = match exit_code {
                 Some(c) => format!("program exited with code {c}"),
                 None => "program terminated".to_string(),
             };
-            return Ok(Reply::new(r, text));
+            Ok(Reply::new(r, text))
         }
-        if Instant::now() >= deadline {
-            return Ok(Reply::new(
-                DebugResult::new(action, "running"),
-                "program is still running; call status later".to_string(),
-            ));
-        }
-        let _ = tokio::time::timeout(Duration::from_millis(100).min(wait), notified).await;
+        RunState::Running => Ok(Reply::new(
+            DebugResult::new(action, "running"),
+            "program is still running; call status later".to_string(),
+        )),
     }
 }
 
@@ -152,11 +131,10 @@ async fn stopped_reply(
     core: &Core,
     policy: &PathPolicy,
     action: Action,
-    stop: &Value,
-    stop_count: u64,
+    stop: &Stop,
 ) -> ToolResult<Reply<DebugResult>> {
     let client = &core.client;
-    let thread = stop["threadId"].as_i64();
+    let (thread, stop_count, stop) = (stop.thread_id(), stop.count, &stop.body);
     let top = super::inspect::frames(core, thread, 0, 1)
         .await
         .ok()

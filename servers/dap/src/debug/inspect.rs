@@ -1,7 +1,6 @@
 //! Inspection while stopped: threads, frames (the seed's numbering: 0 is the top frame of the
 //! current stop), scopes, variables (by scope kind, by name path, nested), evaluate.
 
-use kitbag_shared::lock::LockExt;
 use kitbag_shared::{ErrorCode, PathPolicy, Reply, ToolError, ToolResult, args};
 use serde_json::{Value, json};
 
@@ -96,13 +95,7 @@ pub async fn frames(
     levels: i64,
 ) -> ToolResult<(Vec<Value>, Option<i64>)> {
     // One look at the stop: whether there is one, and its thread.
-    let stop = core
-        .client
-        .events
-        .locked()
-        .stopped
-        .as_ref()
-        .map(|s| s["threadId"].as_i64());
+    let stop = core.client.events().stop().map(|s| s.thread_id());
     let Some(stopped) = stop else {
         return Err(not_stopped());
     };
@@ -498,7 +491,7 @@ pub async fn evaluate(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Deb
         })?,
         None => Vec::new(),
     };
-    let running = core.client.events.locked().stopped.is_none();
+    let running = !core.client.events().is_stopped();
     let frame = if running && p.frame_id.is_none() {
         // Running and no frame asked for: the adapter's global context, where it has one.
         None

@@ -21,7 +21,6 @@ mod source;
 mod tree;
 pub mod watch;
 
-use kitbag_shared::lock::LockExt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
@@ -194,7 +193,7 @@ fn no_session() -> ToolError {
 /// A failed adapter request. Only a gone adapter ends the session; a refusal (bad frame,
 /// bad expression, unsupported request) is the adapter's message and the session lives on.
 pub fn adapter_failure(client: &Client, message: impl std::fmt::Display) -> ToolError {
-    if client.is_closed() {
+    if client.events().is_closed() {
         ToolError::new(
             ErrorCode::DapSessionEnded,
             format!("the debug adapter has ended: {message}"),
@@ -206,8 +205,7 @@ pub fn adapter_failure(client: &Client, message: impl std::fmt::Display) -> Tool
 
 /// A capability the adapter must advertise for an action.
 pub fn require_capability(client: &Client, capability: &str, what: &str) -> ToolResult<()> {
-    let advertised = client.events.locked().caps[capability].as_bool() == Some(true);
-    if advertised {
+    if client.events().capability(capability) {
         return Ok(());
     }
     Err(ToolError::new(

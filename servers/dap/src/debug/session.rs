@@ -1,7 +1,6 @@
 //! A session's life: launch or attach (spawn or reach the adapter, initialize, configure,
 //! start), status and output while it lives, disconnect at the end.
 
-use kitbag_shared::lock::LockExt;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -256,12 +255,7 @@ fn clear_ended(guard: &mut Option<Session>) -> ToolResult<()> {
     let Some(session) = guard.as_ref() else {
         return Ok(());
     };
-    let client = &session.core.client;
-    let ended = client.is_closed() || {
-        let e = client.events.locked();
-        e.exited.is_some() || e.terminated
-    };
-    if !ended {
+    if !session.core.client.events().has_ended() {
         return Err(active());
     }
     session.core.ended("exited");
@@ -423,21 +417,12 @@ async fn start(
 async fn await_initialized(client: &Client, answer: &mut StartAnswer) -> Result<(), RequestError> {
     let deadline = Instant::now() + REQUEST_TIMEOUT;
     loop {
-        let notified = client.notify.notified();
-        tokio::pin!(notified);
-        notified.as_mut().enable();
-        let started = {
-            let e = client.events.locked();
-            e.initialized || e.terminated
-        };
-        if started {
-            return Ok(());
-        }
-        if Instant::now() >= deadline {
-            return Err(RequestError::NoInitialized);
-        }
         tokio::select! {
-            _ = tokio::time::timeout(Duration::from_millis(200), notified) => {}
+            // First: an `initialized` already on record wins over an answer ready too.
+            biased;
+            started = client.events().started(deadline) => {
+                return if started { Ok(()) } else { Err(RequestError::NoInitialized) };
+            }
             early = answer.early() => {
                 // A refusal before `initialized` (a Go build error, a missing program) is the
                 // whole story: say it now instead of waiting for an event that never comes.
@@ -494,13 +479,7 @@ impl StartAnswer {
 /// is often only there (Delve: "Build error: Check the debug console for details").
 fn with_start_output(client: &Client, failure: RequestError) -> String {
     let message = failure.to_string();
-    let printed: String = client
-        .events
-        .locked()
-        .output
-        .iter()
-        .map(|(_, text)| text.as_str())
-        .collect();
+    let printed = client.events().output_text();
     let printed = printed.trim();
     if printed.is_empty() {
         return message;
@@ -567,18 +546,7 @@ pub async fn output(state: &DapState, p: &DebugParams) -> ToolResult<Reply<Debug
     let core = state.live().await?;
     // The cursor from the last output call.
     let since = args::opt_at_least("offset", p.offset, 0)?.unwrap_or(0) as usize;
-    let (items, more): (Vec<(String, String)>, bool) = {
-        let e = core.client.events.locked();
-        let items: Vec<_> = e
-            .output
-            .iter()
-            .skip(since)
-            .take(OUTPUT_PAGE)
-            .cloned()
-            .collect();
-        let more = e.output.len() > since + items.len();
-        (items, more)
-    };
+    let (items, more) = core.client.events().output_page(since, OUTPUT_PAGE);
     let mut r = DebugResult::new(p.action, "ok");
     let chunks = items
         .into_iter()

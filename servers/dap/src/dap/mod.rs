@@ -1,4 +1,7 @@
-//! Content-Length framing and the request/response/event envelope, written by hand.
+//! Content-Length framing and the request/response/event envelope, written by hand. What the
+//! adapter says unasked (events, output, capabilities) is kept by [`Events`].
+
+mod events;
 
 use kitbag_shared::lock::LockExt;
 use std::collections::HashMap;
@@ -9,26 +12,10 @@ use std::time::Duration;
 use serde_json::{Value, json};
 use tokio::io::{AsyncWriteExt, BufReader};
 use tokio::process::{Child, Command};
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::oneshot;
 
+pub use events::{BreakpointChange, Events, RunState, Stop, StopMark};
 pub use kitbag_shared::framing::{encode, read_message};
-
-/// Everything the adapter told us asynchronously.
-#[derive(Default)]
-pub struct Events {
-    pub initialized: bool,
-    pub stopped: Option<Value>,
-    pub exited: Option<i64>,
-    pub terminated: bool,
-    /// The adapter's output stream ended: no response will ever arrive.
-    pub closed: bool,
-    pub output: Vec<(String, String)>,
-    pub stop_count: u64,
-    /// The adapter's capabilities from the `initialize` response.
-    pub caps: Value,
-    /// `breakpoint` events: the adapter's breakpoint id → (verified, line) as last told.
-    pub breakpoint_changes: HashMap<i64, (bool, Option<i64>)>,
-}
 
 type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<Value>>>>;
 
@@ -36,8 +23,7 @@ pub struct Client {
     stdin: tokio::sync::Mutex<Box<dyn tokio::io::AsyncWrite + Send + Unpin>>,
     seq: Mutex<i64>,
     pending: Pending,
-    pub events: Arc<Mutex<Events>>,
-    pub notify: Arc<Notify>,
+    events: Events,
     pub child: Mutex<Option<Child>>,
     /// Processes an in-process adapter started (Node.js, Bun): killed with the client.
     owned: Arc<Mutex<Vec<u32>>>,
@@ -144,14 +130,8 @@ impl Client {
                     Ok(_) => {}
                 }
                 let Some(c) = weak.upgrade() else { return };
-                {
-                    let mut e = c.events.locked();
-                    e.output.push((
-                        category.to_string(),
-                        String::from_utf8_lossy(&line).into_owned(),
-                    ));
-                }
-                c.notify.notify_waiters();
+                c.events
+                    .push_output(category, String::from_utf8_lossy(&line).into_owned());
             }
         });
     }
@@ -183,8 +163,7 @@ impl Client {
             stdin: tokio::sync::Mutex::new(stdin),
             seq: Mutex::new(0),
             pending: Arc::default(),
-            events: Arc::default(),
-            notify: Arc::new(Notify::new()),
+            events: Events::default(),
             child: Mutex::new(child),
             owned,
         });
@@ -196,15 +175,10 @@ impl Client {
                 c.dispatch(msg).await;
             }
             if let Some(c) = weak.upgrade() {
-                {
-                    let mut e = c.events.locked();
-                    e.terminated = true;
-                    e.closed = true;
-                }
+                c.events.close();
                 // Nothing more will arrive: fail every waiting request at once (after
                 // `closed` is set, so `start` sees one or the other).
                 c.pending.locked().clear();
-                c.notify.notify_waiters();
             }
         });
         client
@@ -216,47 +190,16 @@ impl Client {
             Some("response") => {
                 let id = msg["request_seq"].as_i64().unwrap_or(-1);
                 if msg["command"] == "initialize" {
-                    self.events.locked().caps = msg["body"].clone();
+                    self.events.set_capabilities(msg["body"].clone());
                 }
                 let tx = self.pending.locked().remove(&id);
                 if let Some(tx) = tx {
                     let _ = tx.send(msg);
                 }
             }
-            Some("event") => {
-                let body = &msg["body"];
-                {
-                    let mut e = self.events.locked();
-                    match msg["event"].as_str().unwrap_or("") {
-                        "initialized" => e.initialized = true,
-                        "breakpoint" => {
-                            let b = &body["breakpoint"];
-                            if let Some(id) = b["id"].as_i64() {
-                                e.breakpoint_changes.insert(
-                                    id,
-                                    (b["verified"].as_bool().unwrap_or(false), b["line"].as_i64()),
-                                );
-                            }
-                        }
-                        "stopped" => {
-                            e.stopped = Some(body.clone());
-                            e.stop_count += 1;
-                        }
-                        "continued" => e.stopped = None,
-                        "exited" => e.exited = body["exitCode"].as_i64(),
-                        "terminated" => e.terminated = true,
-                        "output" => {
-                            let cat = body["category"].as_str().unwrap_or("console").to_string();
-                            if cat != "telemetry" {
-                                let text = body["output"].as_str().unwrap_or("").to_string();
-                                e.output.push((cat, text));
-                            }
-                        }
-                        _ => {}
-                    }
-                }
-                self.notify.notify_waiters();
-            }
+            Some("event") => self
+                .events
+                .on_event(msg["event"].as_str().unwrap_or(""), &msg["body"]),
             Some("request") => {
                 // Reverse requests: we never run a terminal and never start child sessions.
                 let cmd = msg["command"].as_str().unwrap_or("").to_string();
@@ -295,7 +238,7 @@ impl Client {
             *s
         };
         self.pending.locked().insert(seq, tx);
-        if self.events.locked().closed {
+        if self.events.is_closed() {
             self.pending.locked().remove(&seq);
             return Err(std::io::Error::other("debug adapter ended"));
         }
@@ -332,9 +275,9 @@ impl Client {
         }
     }
 
-    /// Whether the adapter's stream has ended: no answer will ever come.
-    pub fn is_closed(&self) -> bool {
-        self.events.locked().closed
+    /// What the adapter said unasked, and the program's run state that follows from it.
+    pub fn events(&self) -> &Events {
+        &self.events
     }
 
     /// Kill the adapter's whole process group (adapter and debuggee).
