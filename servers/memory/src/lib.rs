@@ -1,8 +1,8 @@
 //! kitbag-memory: persistent agent memory over MCP (SQLite + FTS5 on one machine, or a shared
 //! PostgreSQL), with secret rejection and a context block for injection before LLM calls.
 
-pub mod db;
-pub mod pg;
+pub mod record;
+pub mod schema;
 pub mod secrets;
 pub mod store;
 pub mod tools;
@@ -180,8 +180,8 @@ fn db_path(args: &Args) -> anyhow::Result<PathBuf> {
 /// unset), else the SQLite file.
 pub fn open_store(args: &Args) -> anyhow::Result<store::Store> {
     match kitbag_shared::state::pg::url_given(args.database_url.as_deref()) {
-        Some(url) => Ok(store::Store::Postgres(Box::new(pg::open(url)?))),
-        None => Ok(store::Store::Sqlite(db::open(
+        Some(url) => Ok(store::Store::new(schema::open_postgres(url)?)),
+        None => Ok(store::Store::new(schema::open_sqlite(
             &args.common.policy()?,
             &db_path(args)?,
         )?)),
@@ -248,7 +248,7 @@ fn run_command(args: &Args) -> anyhow::Result<()> {
                 if line.trim().is_empty() {
                     continue;
                 }
-                let r: db::Record = serde_json::from_str(&line)
+                let r: record::Record = serde_json::from_str(&line)
                     .map_err(|e| anyhow::anyhow!("line {}: {e}", i + 1))?;
                 if let Some(f) = secrets::scan(&r.content) {
                     anyhow::bail!(

@@ -11,9 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::db::{Filter, Record, Stored};
+use crate::record::{Filter, Record, Stored};
 use crate::secrets;
-use crate::store::{self as backend, Store, StoreError};
+use crate::store::Store;
 
 pub const STORE_DEF: ToolDef = ToolDef::write(
     "memory_store",
@@ -95,10 +95,6 @@ async fn with_db<T: Send + 'static>(
         f(&mut conn, &s.cfg)
     })
     .await
-}
-
-fn db_err(e: StoreError) -> ToolError {
-    ToolError::new(ErrorCode::IoError, format!("memory database error: {e}"))
 }
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -185,7 +181,6 @@ pub async fn store(
             cfg.max_total,
             cfg.evict_when_full,
         )
-        .map_err(db_err)
     })
     .await?;
     match outcome {
@@ -300,12 +295,7 @@ fn age_days(created_at: &str) -> f64 {
 
 /// Rank memories for `query`: full-text relevance (BM25 on SQLite, `ts_rank_cd` on
 /// PostgreSQL) with a small bonus for recent entries.
-pub fn rank(
-    store: &mut Store,
-    query: &str,
-    filter: &Filter,
-    limit: usize,
-) -> backend::Backend<Vec<Hit>> {
+pub fn rank(store: &mut Store, query: &str, filter: &Filter, limit: usize) -> ToolResult<Vec<Hit>> {
     let words = terms(query);
     if words.is_empty() {
         return Ok(store
@@ -452,7 +442,7 @@ pub async fn search(
     let filter = filter_from(p.tags, p.scope, p.session)?;
     let query = query_arg(p.query)?;
     let (hits, next_offset) = with_db(&state, move |conn, _| {
-        let ranked = rank(conn, &query, &filter, limit).map_err(db_err)?;
+        let ranked = rank(conn, &query, &filter, limit)?;
         // The budget holds a default call; an explicit `limit` gets what it asks for.
         let budget = if explicit {
             usize::MAX
@@ -461,7 +451,7 @@ pub async fn search(
         };
         let (hits, next) = page(ranked, offset, budget);
         let ids: Vec<String> = hits.iter().map(|h| h.id.clone()).collect();
-        conn.touch(&ids).map_err(db_err)?;
+        conn.touch(&ids)?;
         Ok((hits, next))
     })
     .await?;
@@ -543,8 +533,7 @@ pub async fn delete(
             format!("each id is at most {MAX_ID_BYTES} bytes"),
         ));
     }
-    let (deleted, unknown) =
-        with_db(&state, move |conn, _| conn.delete(&ids).map_err(db_err)).await?;
+    let (deleted, unknown) = with_db(&state, move |conn, _| conn.delete(&ids)).await?;
     let (deleted_count, unknown_count) = (deleted.len(), unknown.len());
     // The unknown ids first: they are what the caller must look at again.
     let base = kitbag_shared::limits::json_len(&DeleteResult {
@@ -636,13 +625,12 @@ pub fn context_block(conn: &mut Store, p: &ContextParams) -> ToolResult<ContextR
     }
     let query = query_arg(p.query.clone())?;
     let mut hits = match mode {
-        Mode::Relevant => rank(conn, &query, &filter, max_count).map_err(db_err)?,
+        Mode::Relevant => rank(conn, &query, &filter, max_count)?,
         _ => Vec::new(),
     };
     if hits.is_empty() {
         hits = conn
-            .recent(&filter, max_count)
-            .map_err(db_err)?
+            .recent(&filter, max_count)?
             .into_iter()
             .map(|r| hit(r, 0.0))
             .collect();
@@ -671,7 +659,7 @@ pub fn context_block(conn: &mut Store, p: &ContextParams) -> ToolResult<ContextR
         });
     }
     block.push_str(footer);
-    conn.touch(&ids).map_err(db_err)?;
+    conn.touch(&ids)?;
     Ok(ContextResult { block, ids, mode })
 }
 
@@ -721,11 +709,12 @@ mod tests {
     /// with a SKIP line where PostgreSQL is not installed, required under CI=true).
     fn on_each_store(check: impl Fn(&mut Store)) {
         let dir = tempfile::tempdir().unwrap();
-        let mut sqlite =
-            Store::Sqlite(crate::db::open(&policy(dir.path()), &dir.path().join("m.db")).unwrap());
+        let mut sqlite = Store::new(
+            crate::schema::open_sqlite(&policy(dir.path()), &dir.path().join("m.db")).unwrap(),
+        );
         check(&mut sqlite);
         if let Some(server) = kitbag_testkit::pg::PgServer::start() {
-            let mut pg = Store::Postgres(Box::new(crate::pg::open(&server.url).unwrap()));
+            let mut pg = Store::new(crate::schema::open_postgres(&server.url).unwrap());
             check(&mut pg);
         }
     }

@@ -498,9 +498,9 @@ fn older_schema_migrates_and_export_import_round_trips() {
 fn rusqlite_like_v1(db: &Path) -> bool {
     let sql = format!(
         "{}\nINSERT INTO memories (id, content, tags, scope, session, created_at) VALUES ('01HZZZLEGACY0000000000000A', 'legacy deploy runbook lives in the wiki', '[\"ops\"]', 'project', NULL, '2025-01-01T00:00:00.000Z');",
-        kitbag_memory::db::V1_SCHEMA
+        kitbag_memory::schema::V1_SCHEMA
     );
-    let conn = kitbag_memory::db::open_raw(db).expect("open");
+    let conn = kitbag_memory::schema::open_raw(db).expect("open");
     conn.execute_batch(&sql).is_ok()
 }
 
@@ -602,7 +602,17 @@ fn a_dropped_database_connection_is_reopened() {
     }
     let first = c.call("memory_search", json!({"query": "drop"}));
     if first.is_error {
-        assert_eq!(first.error_code(), Some("io_error"), "{}", first.text);
+        assert_eq!(
+            first.error_code(),
+            Some("backend_unavailable"),
+            "{}",
+            first.text
+        );
+        assert!(
+            first.text.contains("the next call reconnects"),
+            "{}",
+            first.text
+        );
     }
     let r = c.call_ok("memory_search", json!({"query": "drop"}));
     assert_eq!(r.structured["count"], 1, "{}", r.text);

@@ -164,7 +164,7 @@ impl PgConn {
     /// Note a failed call: an error the server did not answer with (I/O, a closed
     /// connection) means the connection is not to be trusted again.
     pub fn failed(&mut self, e: &postgres::Error) {
-        if e.as_db_error().is_none() {
+        if connection_lost(e) {
             self.broken = true;
         }
     }
@@ -172,6 +172,24 @@ impl PgConn {
     /// The URL with its password hidden, for messages.
     pub fn redacted_url(&self) -> String {
         redact_url(&self.url)
+    }
+}
+
+/// Whether `e` means the connection is gone (I/O, a closed connection, or the server ending
+/// the session: an administrator's `pg_terminate_backend`, a shutdown, a failover), rather
+/// than a statement the server refused.
+pub fn connection_lost(e: &postgres::Error) -> bool {
+    if e.is_closed() {
+        return true;
+    }
+    match e.code() {
+        None => e.as_db_error().is_none(),
+        // Class 08: connection exception; 57P01–57P03: admin or crash shutdown, cannot
+        // connect now.
+        Some(code) => {
+            let code = code.code();
+            code.starts_with("08") || matches!(code, "57P01" | "57P02" | "57P03")
+        }
     }
 }
 

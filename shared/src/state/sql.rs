@@ -103,10 +103,26 @@ impl Cells {
 pub trait Sql {
     fn engine(&self) -> Engine;
     fn family(&self) -> Family;
-    /// Every row `sql` returns.
-    fn rows(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>>;
+    /// Call `each` on the rows `sql` returns, as they are read, until it answers false (a
+    /// filter applied in code stops reading once it has enough).
+    fn each(
+        &mut self,
+        sql: &str,
+        args: &[&dyn Param],
+        each: &mut dyn FnMut(Cells) -> ToolResult<bool>,
+    ) -> ToolResult<()>;
     /// Run a statement; the number of rows it changed.
     fn exec(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<u64>;
+
+    /// Every row `sql` returns.
+    fn rows(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>> {
+        let mut out = Vec::new();
+        self.each(sql, args, &mut |row| {
+            out.push(row);
+            Ok(true)
+        })?;
+        Ok(out)
+    }
 
     /// The first row, if any.
     fn row(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Option<Cells>> {
@@ -154,6 +170,22 @@ impl Store {
     /// The connection, for what only one engine has (another connection, LISTEN).
     pub fn conn(&self) -> &Conn {
         &self.conn
+    }
+
+    /// Run statements that take no arguments and cannot be prepared (`VACUUM`, `ANALYZE`)
+    /// outside any transaction.
+    pub fn batch(&mut self, sql: &str) -> ToolResult<()> {
+        let family = self.family;
+        match &mut self.conn {
+            Conn::Sqlite(c) => c.execute_batch(sql).map_err(|e| sqlite_error(family, e)),
+            Conn::Postgres(p) => {
+                let result = p.conn.client().and_then(|c| c.batch_execute(sql));
+                if let Err(e) = &result {
+                    p.conn.failed(e);
+                }
+                result.map_err(|e| pg_error(family, e))
+            }
+        }
     }
 
     /// Another connection to the same store (a watcher); on SQLite the file `name` in the
@@ -274,18 +306,23 @@ impl Sql for Store {
         self.family
     }
 
-    fn rows(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>> {
+    fn each(
+        &mut self,
+        sql: &str,
+        args: &[&dyn Param],
+        each: &mut dyn FnMut(Cells) -> ToolResult<bool>,
+    ) -> ToolResult<()> {
         let family = self.family;
         match &mut self.conn {
-            Conn::Sqlite(c) => sqlite_rows(family, c, sql, args),
+            Conn::Sqlite(c) => sqlite_each(family, c, sql, args, each),
             Conn::Postgres(p) => {
-                let result = p
-                    .parts()
-                    .and_then(|(client, prepared)| pg_rows(family, client, prepared, sql, args));
+                let result = p.parts().and_then(|(client, prepared)| {
+                    pg_each(family, client, prepared, sql, args, each)
+                });
                 if let Err(e) = &result {
                     p.conn.failed(e);
                 }
-                result.map_err(|e| pg_error(family, e))
+                result.map_err(|e| pg_error(family, e))?
             }
         }
     }
@@ -319,12 +356,17 @@ impl Sql for Tx<'_> {
         self.family
     }
 
-    fn rows(&mut self, sql: &str, args: &[&dyn Param]) -> ToolResult<Vec<Cells>> {
+    fn each(
+        &mut self,
+        sql: &str,
+        args: &[&dyn Param],
+        each: &mut dyn FnMut(Cells) -> ToolResult<bool>,
+    ) -> ToolResult<()> {
         let family = self.family;
         match &mut self.inner {
-            TxInner::Sqlite(tx) => sqlite_rows(family, tx, sql, args),
+            TxInner::Sqlite(tx) => sqlite_each(family, tx, sql, args, each),
             TxInner::Postgres { tx, prepared } => {
-                pg_rows(family, tx, prepared, sql, args).map_err(|e| pg_error(family, e))
+                pg_each(family, tx, prepared, sql, args, each).map_err(|e| pg_error(family, e))?
             }
         }
     }
@@ -344,19 +386,20 @@ fn sqlite_args<'a>(args: &'a [&'a dyn Param]) -> Vec<&'a dyn rusqlite::ToSql> {
     args.iter().map(|a| *a as &dyn rusqlite::ToSql).collect()
 }
 
-fn sqlite_rows(
+/// Call `each` on the rows of `sql` until it answers false.
+fn sqlite_each(
     family: Family,
     c: &rusqlite::Connection,
     sql: &str,
     args: &[&dyn Param],
-) -> ToolResult<Vec<Cells>> {
+    each: &mut dyn FnMut(Cells) -> ToolResult<bool>,
+) -> ToolResult<()> {
     let sqlite_error = |e| sqlite_error(family, e);
     let mut stmt = c.prepare_cached(sql).map_err(sqlite_error)?;
     let columns = stmt.column_count();
     let mut rows = stmt
         .query(sqlite_args(args).as_slice())
         .map_err(sqlite_error)?;
-    let mut out = Vec::new();
     while let Some(row) = rows.next().map_err(sqlite_error)? {
         let mut cells = Vec::with_capacity(columns);
         for i in 0..columns {
@@ -370,12 +413,15 @@ fn sqlite_rows(
                 ValueRef::Real(v) => Cell::Real(v),
             });
         }
-        out.push(Cells {
+        let more = each(Cells {
             family: family.name,
             cells,
-        });
+        })?;
+        if !more {
+            break;
+        }
     }
-    Ok(out)
+    Ok(())
 }
 
 fn sqlite_exec(
@@ -425,42 +471,54 @@ fn pg_args<'a>(args: &'a [&'a dyn Param]) -> Vec<&'a (dyn postgres::types::ToSql
         .collect()
 }
 
-fn pg_rows(
+/// Call `each` on the rows of `sql` until it answers false; rows are read as they arrive.
+/// The outer error is the database's, the inner one `each`'s.
+fn pg_each(
     family: Family,
     client: &mut impl postgres::GenericClient,
     prepared: &mut HashMap<String, postgres::Statement>,
     sql: &str,
     args: &[&dyn Param],
-) -> Result<Vec<Cells>, postgres::Error> {
-    use postgres::types::Type;
+    each: &mut dyn FnMut(Cells) -> ToolResult<bool>,
+) -> Result<ToolResult<()>, postgres::Error> {
+    use postgres::fallible_iterator::FallibleIterator;
     let stmt = statement(client, prepared, sql)?;
-    let rows = client.query(&stmt, &pg_args(args))?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let mut cells = Vec::with_capacity(row.len());
-        for (i, column) in row.columns().iter().enumerate() {
-            let ty = column.type_();
-            let cell = if *ty == Type::INT8 {
-                row.try_get::<_, Option<i64>>(i)?.map(Cell::Int)
-            } else if *ty == Type::INT4 {
-                row.try_get::<_, Option<i32>>(i)?
-                    .map(|v| Cell::Int(i64::from(v)))
-            } else if *ty == Type::FLOAT8 {
-                row.try_get::<_, Option<f64>>(i)?.map(Cell::Real)
-            } else if *ty == Type::FLOAT4 {
-                row.try_get::<_, Option<f32>>(i)?
-                    .map(|v| Cell::Real(f64::from(v)))
-            } else {
-                row.try_get::<_, Option<String>>(i)?.map(Cell::Text)
-            };
-            cells.push(cell.unwrap_or(Cell::Null));
-        }
-        out.push(Cells {
+    let mut rows = client.query_raw(&stmt, pg_args(args))?;
+    while let Some(row) = rows.next()? {
+        let cells = pg_cells(&row)?;
+        match each(Cells {
             family: family.name,
             cells,
-        });
+        }) {
+            Ok(true) => {}
+            Ok(false) => break,
+            Err(e) => return Ok(Err(e)),
+        }
     }
-    Ok(out)
+    Ok(Ok(()))
+}
+
+fn pg_cells(row: &postgres::Row) -> Result<Vec<Cell>, postgres::Error> {
+    use postgres::types::Type;
+    let mut cells = Vec::with_capacity(row.len());
+    for (i, column) in row.columns().iter().enumerate() {
+        let ty = column.type_();
+        let cell = if *ty == Type::INT8 {
+            row.try_get::<_, Option<i64>>(i)?.map(Cell::Int)
+        } else if *ty == Type::INT4 {
+            row.try_get::<_, Option<i32>>(i)?
+                .map(|v| Cell::Int(i64::from(v)))
+        } else if *ty == Type::FLOAT8 {
+            row.try_get::<_, Option<f64>>(i)?.map(Cell::Real)
+        } else if *ty == Type::FLOAT4 {
+            row.try_get::<_, Option<f32>>(i)?
+                .map(|v| Cell::Real(f64::from(v)))
+        } else {
+            row.try_get::<_, Option<String>>(i)?.map(Cell::Text)
+        };
+        cells.push(cell.unwrap_or(Cell::Null));
+    }
+    Ok(cells)
 }
 
 fn pg_exec(
@@ -490,13 +548,18 @@ pub fn sqlite_error(family: Family, e: rusqlite::Error) -> ToolError {
 
 /// A PostgreSQL failure as a tool error; a lost connection says the next call reconnects.
 pub fn pg_error(family: Family, e: postgres::Error) -> ToolError {
-    if e.as_db_error().is_none() {
+    // A server-side error shows as just "db error": say what the server said.
+    let said = match e.as_db_error() {
+        Some(db) => format!("{} ({})", db.message(), db.code().code()),
+        None => e.to_string(),
+    };
+    if super::pg::connection_lost(&e) {
         return ToolError::new(
             ErrorCode::BackendUnavailable,
-            format!("{} database: {e}; the next call reconnects", family.name),
+            format!("{} database: {said}; the next call reconnects", family.name),
         );
     }
-    ToolError::internal(format!("{} database: {e}", family.name))
+    ToolError::internal(format!("{} database: {said}", family.name))
 }
 
 #[cfg(test)]
