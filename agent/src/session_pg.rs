@@ -10,8 +10,10 @@
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
+use kitbag_shared::ToolResult;
 use kitbag_shared::lock::LockExt;
 use kitbag_shared::state::pg::{PgConn, PgError};
+use kitbag_shared::state::sql::{self, Family, Sql, Store};
 
 use super::record::{Record, SessionTotals};
 
@@ -45,9 +47,16 @@ pub fn workspace(root: &Path) -> String {
         })
 }
 
+/// The sessions store: errors say "sessions database"; appends take no write lock (each is
+/// one row, ordered by its sequence number), so the lock key is only there to be unique.
+const FAMILY: Family = Family {
+    name: "sessions",
+    write_lock: 0x6b69_7462_6167_0005,
+};
+
 /// One connection per process, opened (and the schema migrated) on first use.
 pub struct PgSessions {
-    conn: Mutex<PgConn>,
+    store: Mutex<Store>,
 }
 
 static SHARED: OnceLock<Mutex<Option<Arc<PgSessions>>>> = OnceLock::new();
@@ -71,43 +80,35 @@ impl PgSessions {
         }
         let conn = off_runtime(|| PgConn::open(url, "sessions", "agent_sessions", MIGRATIONS))?;
         let store = Arc::new(PgSessions {
-            conn: Mutex::new(conn),
+            store: Mutex::new(Store::postgres(FAMILY, conn)),
         });
         *slot = Some(store.clone());
         Ok(store)
     }
 
-    /// Run one database call, noting a lost connection so that the next call reconnects.
+    /// Run one database call off the runtime (a lost connection is reopened by the next).
     fn with<T: Send>(
         &self,
-        f: impl FnOnce(&mut postgres::Client) -> Result<T, postgres::Error> + Send,
+        f: impl FnOnce(&mut Store) -> ToolResult<T> + Send,
     ) -> anyhow::Result<T> {
-        off_runtime(|| {
-            let mut conn = self.conn.locked();
-            let result = conn.client().and_then(f);
-            if let Err(e) = &result {
-                conn.failed(e);
-            }
-            result.map_err(|e| anyhow::anyhow!("sessions database {}: {e}", conn.redacted_url()))
-        })
+        off_runtime(|| f(&mut self.store.locked())).map_err(|e| anyhow::anyhow!(e.message))
     }
 
     /// Every record of a session, in order, and how many rows could not be read.
     pub fn load(&self, workspace: &str, name: &str) -> anyhow::Result<(Vec<Record>, usize)> {
-        let rows = self.with(|c| {
-            c.query(
+        let rows = self.with(|s| {
+            s.rows(
                 "SELECT record::text FROM kitbag_agent_sessions
-                 WHERE workspace = $1 AND name = $2 ORDER BY seq",
+                 WHERE workspace = ?1 AND name = ?2 ORDER BY seq",
                 &[&workspace, &name],
             )
         })?;
         let mut records = Vec::with_capacity(rows.len());
         let mut skipped = 0;
         for row in rows {
-            let text: String = row.get(0);
-            match serde_json::from_str(&text) {
-                Ok(r) => records.push(r),
-                Err(_) => skipped += 1,
+            match row.text(0).ok().and_then(|t| serde_json::from_str(&t).ok()) {
+                Some(r) => records.push(r),
+                None => skipped += 1,
             }
         }
         Ok((records, skipped))
@@ -116,10 +117,10 @@ impl PgSessions {
     /// Append one record (one row; its sequence number orders it).
     pub fn append(&self, workspace: &str, name: &str, record: &Record) -> anyhow::Result<()> {
         let json = serde_json::to_string(record)?;
-        self.with(|c| {
-            c.execute(
+        self.with(|s| {
+            s.exec(
                 "INSERT INTO kitbag_agent_sessions (workspace, name, record)
-                 VALUES ($1, $2, $3::text::jsonb)",
+                 VALUES (?1, ?2, CAST(?3 AS TEXT)::jsonb)",
                 &[&workspace, &name, &json],
             )
         })?;
@@ -128,8 +129,8 @@ impl PgSessions {
 
     /// Every session of the workspace with its turns and token totals, summed by the database.
     pub fn totals(&self, workspace: &str) -> anyhow::Result<Vec<SessionTotals>> {
-        let rows = self.with(|c| {
-            c.query(
+        let rows = self.with(|s| {
+            s.rows(
                 "SELECT name,
                         count(*) FILTER (WHERE record->>'role' = 'user'),
                         count(*) FILTER (WHERE record->>'role' = 'usage'),
@@ -137,33 +138,37 @@ impl PgSessions {
                         coalesce(sum((record->>'output_tokens')::bigint), 0)::bigint,
                         coalesce(sum((record->>'cache_read')::bigint), 0)::bigint,
                         coalesce(sum((record->>'cache_creation')::bigint), 0)::bigint
-                 FROM kitbag_agent_sessions WHERE workspace = $1
+                 FROM kitbag_agent_sessions WHERE workspace = ?1
                  GROUP BY name ORDER BY name",
                 &[&workspace],
             )
         })?;
-        Ok(rows
-            .iter()
-            .map(|r| SessionTotals {
-                name: r.get(0),
-                turns: r.get::<_, i64>(1) as usize,
-                model_calls: r.get::<_, i64>(2) as usize,
-                input_tokens: r.get::<_, i64>(3) as u64,
-                output_tokens: r.get::<_, i64>(4) as u64,
-                cache_read: r.get::<_, i64>(5) as u64,
-                cache_creation: r.get::<_, i64>(6) as u64,
+        let count = |r: &sql::Cells, i| r.int(i).map(|n| n.max(0) as u64);
+        rows.iter()
+            .map(|r| {
+                Ok(SessionTotals {
+                    name: r.text(0)?,
+                    turns: count(r, 1)? as usize,
+                    model_calls: count(r, 2)? as usize,
+                    input_tokens: count(r, 3)?,
+                    output_tokens: count(r, 4)?,
+                    cache_read: count(r, 5)?,
+                    cache_creation: count(r, 6)?,
+                })
             })
-            .collect())
+            .collect::<ToolResult<_>>()
+            .map_err(|e| anyhow::anyhow!(e.message))
     }
 
     /// Whether the workspace has a session of this name.
     pub fn exists(&self, workspace: &str, name: &str) -> anyhow::Result<bool> {
-        let row = self.with(|c| {
-            c.query_one(
-                "SELECT EXISTS (SELECT 1 FROM kitbag_agent_sessions WHERE workspace = $1 AND name = $2)",
+        let found = self.with(|s| {
+            s.int(
+                "SELECT count(*) FROM (SELECT 1 FROM kitbag_agent_sessions
+                  WHERE workspace = ?1 AND name = ?2 LIMIT 1) one",
                 &[&workspace, &name],
             )
         })?;
-        Ok(row.get(0))
+        Ok(found > 0)
     }
 }
