@@ -1,0 +1,198 @@
+//! The hub: the child servers, their tools, and the flat list the host offers.
+//!
+//! - [`child`]: one child server — its state, its client handler, its calls in flight, how it
+//!   is spawned or connected;
+//! - [`lifecycle`]: starting, restarting after a crash, stopping, reloading the config;
+//! - [`notify`]: list-changed and progress notifications to the host's clients;
+//! - [`flat`]: the flat list of tools, routing a name to its child, and the call itself.
+
+mod child;
+mod flat;
+mod lifecycle;
+mod notify;
+
+pub use child::{
+    CUT_OFF_REASON, CallGuard, Calls, Child, ChildClient, StartGuard, State, kill_group,
+};
+pub use flat::{FastRoute, FlatList, Route, sanitize};
+use notify::ListFingerprint;
+
+use kitbag_shared::lock::LockExt;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+use rmcp::ErrorData as McpError;
+use rmcp::model::{ProgressNotificationParam, ProgressToken, Tool};
+use rmcp::service::{Peer, RoleServer, SubscriptionSink};
+
+use kitbag_config::entry::ServerSpec;
+
+const MAX_CRASHES: usize = 5;
+const CRASH_WINDOW: Duration = Duration::from_secs(60);
+const LIST_CHANGED_DEBOUNCE: Duration = Duration::from_millis(100);
+/// How long the host waits at exit for its children to stop by themselves (after SIGTERM and
+/// the end of their input) before SIGKILL. A shell's job kill grace fits well inside.
+pub const STOP_GRACE: Duration = Duration::from_secs(5);
+pub struct Hub {
+    children: Mutex<Vec<Child>>,
+    progress: ProgressMap,
+    /// Progress notifications being forwarded right now (see `drain_progress`).
+    progress_inflight: std::sync::atomic::AtomicUsize,
+    /// The host's clients (stdio, HTTP sessions) and their subscriptions.
+    pub(crate) upstreams: crate::upstream::Upstreams,
+    /// 2026-07-28 calls that take their child's requests, and calls parked for input.
+    pub(crate) mrtr: Arc<crate::mrtr::Registry>,
+    /// The flat list, rebuilt only when a child's tools change (not on every call).
+    flat_cache: Mutex<Option<Arc<FlatList>>>,
+    next_id: std::sync::atomic::AtomicU64,
+    notify_pending: Mutex<bool>,
+    local_progress: Mutex<Option<tokio::sync::mpsc::UnboundedSender<ProgressNotificationParam>>>,
+    /// The list as last announced (names and descriptions), to skip no-op notifications.
+    last_notified: Mutex<Option<ListFingerprint>>,
+    /// 2026-07-28 clients' `subscriptions/listen` streams (list changes, resource updates).
+    listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
+    /// The merged prompts and resources, and resource subscriptions (catalog.rs).
+    pub(crate) relay: crate::child_catalog::Relay,
+    /// Children a reload took out of the config that are still finishing their calls; here
+    /// so that `stop_all` stops them too.
+    retiring: Mutex<Vec<Child>>,
+    /// Bumped whenever a child leaves `Starting` (ready or failed); see `settle`.
+    settled: tokio::sync::watch::Sender<u64>,
+    /// `KITBAG_HOST_CONFIG` for children: the config file this host read (absolute), None
+    /// for the embedded default.
+    config_file: Option<std::path::PathBuf>,
+    /// Custom notifications from children (e.g. kitbag-cron's `cron_fired`), for in-process
+    /// listeners such as `kitbag daemon`; they also go to the upstream client.
+    child_events: tokio::sync::broadcast::Sender<ChildEvent>,
+    /// The tools of a server known without starting it, when it may wait for its first call.
+    known: Option<KnownTools>,
+    /// Whether some server may still be idle: false spares the byte path a lookup per call.
+    some_idle: std::sync::atomic::AtomicBool,
+    me: Weak<Hub>,
+}
+
+/// Which servers may start on their first call, and what they offer until then: `Some` for a
+/// server whose tools are known without starting it (the binary's own families), None for
+/// one that starts with the host.
+pub type KnownTools = Arc<dyn Fn(&ServerSpec) -> Option<Known> + Send + Sync>;
+
+/// What a server offers, known without starting it.
+#[derive(Debug, Clone, Default)]
+pub struct Known {
+    pub tools: Vec<Tool>,
+    /// The families it declares beyond tools: the host declares them at its handshake, and a
+    /// prompt or resource request starts the server (`wake.rs`).
+    pub families: crate::child_catalog::Families,
+}
+
+/// A custom notification a child sent.
+#[derive(Debug, Clone)]
+pub struct ChildEvent {
+    pub server: String,
+    pub method: String,
+    pub params: serde_json::Value,
+}
+
+/// What a reload changed.
+#[derive(Debug, Default, serde::Serialize, schemars::JsonSchema)]
+pub struct ReloadReport {
+    pub started: Vec<String>,
+    pub stopped: Vec<String>,
+    pub unchanged: Vec<String>,
+}
+
+impl Hub {
+    /// `config_file`: the absolute path of the config the servers came from (None for the
+    /// embedded default), given to every child as `KITBAG_HOST_CONFIG`.
+    /// `known`: the servers that start on their first call instead (None: all start now).
+    pub fn new(
+        specs: Vec<ServerSpec>,
+        config_file: Option<std::path::PathBuf>,
+        known: Option<KnownTools>,
+    ) -> Arc<Hub> {
+        let next_id = std::sync::atomic::AtomicU64::new(0);
+        let children = specs
+            .into_iter()
+            .map(|spec| {
+                let tools = known.as_ref().and_then(|k| k(&spec));
+                Child::new(
+                    spec,
+                    next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
+                    tools,
+                )
+            })
+            .collect::<Vec<Child>>();
+        let some_idle = children.iter().any(|c| c.state == State::Idle);
+        Arc::new_cyclic(|me| Hub {
+            children: Mutex::new(children),
+            progress: Mutex::new(HashMap::new()),
+            progress_inflight: std::sync::atomic::AtomicUsize::new(0),
+            upstreams: Default::default(),
+            mrtr: Default::default(),
+            flat_cache: Mutex::new(None),
+            next_id,
+            notify_pending: Mutex::new(false),
+            local_progress: Mutex::new(None),
+            last_notified: Mutex::new(None),
+            listeners: Mutex::new(Vec::new()),
+            relay: Default::default(),
+            retiring: Mutex::new(Vec::new()),
+            settled: tokio::sync::watch::Sender::new(0),
+            config_file,
+            child_events: tokio::sync::broadcast::Sender::new(256),
+            some_idle: std::sync::atomic::AtomicBool::new(some_idle),
+            known,
+            me: me.clone(),
+        })
+    }
+
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {
+        self.children.locked()
+    }
+
+    /// Whether a server may be idle (`wake.rs`): false once none is.
+    pub(crate) fn may_be_idle(&self) -> bool {
+        self.some_idle.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Look again whether a server is idle (after one started, or a reload).
+    pub(crate) fn note_idle(&self) {
+        let any = self.lock().iter().any(|c| c.state == State::Idle);
+        self.some_idle
+            .store(any, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    /// Children's custom notifications from now on.
+    pub fn child_events(&self) -> tokio::sync::broadcast::Receiver<ChildEvent> {
+        self.child_events.subscribe()
+    }
+
+    /// A request came from `peer`'s client: remember it (and release the subscriptions of
+    /// clients that went away).
+    pub fn set_upstream(&self, peer: Peer<RoleServer>) {
+        let orphans = self.upstreams.seen(&peer);
+        if orphans.is_empty() {
+            return;
+        }
+        let Some(hub) = self.me.upgrade() else { return };
+        tokio::spawn(async move {
+            for (id, uri) in orphans {
+                hub.release(id, &uri).await;
+            }
+        });
+    }
+}
+/// The environment variables that tell a child which host started it (`self_info` and
+/// `self_restart` in kitbag-vm check `KITBAG_HOST_PID` against their parent pid before
+/// signalling it).
+pub const HOST_PID_VAR: &str = "KITBAG_HOST_PID";
+pub const HOST_CONFIG_VAR: &str = "KITBAG_HOST_CONFIG";
+
+pub fn protocol_error(msg: impl Into<String>) -> McpError {
+    McpError::invalid_params(msg.into(), None)
+}
+
+/// (child id, child's token) → the caller's token and the peer of the request that made the
+/// call.
+type ProgressMap = Mutex<HashMap<(u64, ProgressToken), (ProgressToken, Option<Peer<RoleServer>>)>>;
