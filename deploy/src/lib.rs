@@ -225,7 +225,7 @@ fn serve_args(args: &RenderArgs, token_file: &str, config: Option<&str>) -> Vec<
 fn secret(args: &RenderArgs, keys: &[&str]) -> anyhow::Result<Value> {
     let mut data = serde_json::Map::new();
     for k in keys {
-        let token = kitbag_shared::http::token::random_hex(32)
+        let token = kitbag_shared::random::hex(32)
             .map_err(|e| anyhow::anyhow!("reading /dev/urandom for a token: {e}"))?;
         data.insert(k.to_string(), Value::String(token));
     }

@@ -6,8 +6,8 @@ use std::sync::Arc;
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use http::HeaderMap;
-use kitbag_shared::http::metrics::label;
 use kitbag_shared::http::{Answer, HttpOptions, Intercept, Principal};
+use kitbag_shared::metrics::label;
 use kitbag_shared::otel::Propagate;
 use kitbag_shared::tier::Tier;
 

@@ -86,7 +86,7 @@ impl Ledger {
                 None => Outcome::Ok,
             });
         }
-        kitbag_shared::http::metrics::calls().record(
+        kitbag_shared::metrics::calls().record(
             &self.tool,
             code,
             self.started.elapsed().as_secs_f64(),

@@ -33,6 +33,7 @@ pub struct CommonArgs {
     #[arg(long, value_name = "FILE")]
     pub audit_log: Option<PathBuf>,
 
+    #[cfg(feature = "serving")]
     #[command(flatten)]
     pub serving: crate::http::HttpArgs,
 }

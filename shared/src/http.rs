@@ -18,7 +18,6 @@ pub mod guard;
 pub mod jwt;
 pub mod limits;
 mod listen;
-pub mod metrics;
 pub mod oauth;
 pub mod seal;
 pub mod sessions;
@@ -43,9 +42,9 @@ use rmcp::transport::streamable_http_server::{
 };
 use tokio_util::sync::CancellationToken;
 
+pub use crate::caller::{Principal, principal_of};
 pub use args::{HttpArgs, HttpOptions, Listen, Tls};
 pub use auth::Auth;
-pub use caller::{Principal, principal_of};
 use guard::{Guard, Refusal};
 use limits::{BodyError, Budget, Held};
 use listen::accept_loop;
@@ -192,7 +191,7 @@ struct Peer {
 
 struct Front {
     mcp: McpService,
-    metrics: Arc<metrics::Metrics>,
+    metrics: Arc<crate::metrics::Metrics>,
     guard: Guard,
     auth: Auth,
     tier_of: TierOf,

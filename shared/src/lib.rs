@@ -1,28 +1,30 @@
-//! kitbag-shared: what every kitbag MCP server shares.
+//! kitbag-shared: what every kitbag MCP server shares, in two parts.
 //!
-//! - [`server`]: the tool router, per-call context and the rmcp `ServerHandler`;
-//! - [`aliases`]: the seeds' tool names (`file.read`, `kaged.issue.list`, `read_file`) resolved
-//!   to kitbag's in `tools/call`;
-//! - [`error`]: the one error enum, rendered as `isError` results;
-//! - [`paths`]: root confinement, symlink-safe resolution, ro/rw mounts;
-//! - [`flags`]: `--root`, `--allow`, `--read-only`, logging and audit flags;
-//! - [`atomic`], [`lock`], [`limits`], [`audit`]: atomic writes, per-path locks,
-//!   output caps, audit events;
-//! - [`framing`], [`process`]: Content-Length framing and process-tree kills for the
-//!   LSP and DAP bridges;
-//! - [`proc_stat`]: the one reader of `/proc/<pid>/stat` (state, parent, group, start time);
-//! - [`transport`], [`json_out`], [`salvage`]: the stdio line transport, its fast JSON writer,
-//!   and the id finder that lets undecodable requests be answered;
-//! - [`http`]: MCP Streamable HTTP serving (`--http`, `--unix`), its Host/Origin guard and
-//!   bearer token, `/metrics`;
-//! - [`otel`]: a span per MCP request, exported over OTLP/HTTP (feature `otel`);
-//! - [`schema`]: tool schemas cleaned for every client (and admitting the error object);
-//! - [`budget`]: the bound on requests in flight per connection (backpressure);
-//! - [`contain`]: every process a shell or cron command starts, found and killed (cgroup,
-//!   else child subreaper + environment tag);
-//! - [`runtime`]: every binary's start (a cleared signal mask, then the runtime);
-//! - [`blocking`]: filesystem work from async code, on tokio's blocking threads;
+//! **Core** — what any server, and the crates beside them (config, deploy, the agent loop), use:
+//! - [`error`], [`args`]: the one error enum, rendered as `isError` results; argument
+//!   decoding that names the field at fault;
+//! - [`paths`], [`state`]: root confinement and symlink-safe resolution; a server's own state
+//!   directory held by descriptor, and its stores on SQLite or PostgreSQL (features `sqlite`,
+//!   `postgres`, `sql`);
+//! - [`atomic`], [`lock`], [`limits`], [`budget`]: atomic writes, per-path locks, output caps,
+//!   the bound on requests in flight;
+//! - [`process`], [`proc_stat`], [`contain`], [`runtime`], [`blocking`]: process-tree stops,
+//!   the one `/proc/<pid>/stat` reader, containment of what commands start, every binary's
+//!   start, filesystem work from async code;
+//! - [`server`], [`transport`], [`stdin`], [`framing`], [`json_out`], [`salvage`],
+//!   [`schema`], [`aliases`]: the tool router and rmcp `ServerHandler`, the stdio line
+//!   transport and its fast writer, Content-Length framing (LSP, DAP), tool schemas every
+//!   client accepts, the seeds' tool names;
+//! - [`flags`], [`audit`], [`caller`], [`tier`], [`metrics`], [`otel`]: common CLI flags, the
+//!   audit log, who is calling and what tiers they hold, call counters, a span per request
+//!   (exported over OTLP/HTTP with feature `otel`);
+//! - [`random`]: random bytes from the kernel (secrets, trace-id seeds);
 //! - [`vmlink`]: a call from inside a kitbag-vm instance to the kitbag-vm running it.
+//!
+//! **Serving** (feature `serving`, with the dependencies only it needs — hyper, rustls, reqwest,
+//! the JWT and OAuth code): [`http`], MCP Streamable HTTP (`--http`, `--unix`) with its
+//! Host/Origin guard, bearer token or OAuth resource server, TLS and mTLS, sessions and
+//! `/metrics`. Without it a server speaks stdio only.
 
 pub mod aliases;
 pub mod args;
@@ -30,18 +32,22 @@ pub mod atomic;
 pub mod audit;
 pub mod blocking;
 pub mod budget;
+pub mod caller;
 pub mod contain;
 pub mod error;
 pub mod flags;
 pub mod framing;
+#[cfg(feature = "serving")]
 pub mod http;
 pub mod json_out;
 pub mod limits;
 pub mod lock;
+pub mod metrics;
 pub mod otel;
 pub mod paths;
 pub mod proc_stat;
 pub mod process;
+pub mod random;
 pub mod runtime;
 pub mod salvage;
 pub mod schema;

@@ -270,7 +270,7 @@ fn next_u64() -> u64 {
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let seed = *SEED.get_or_init(|| {
         let mut b = [0u8; 8];
-        if ring::rand::SecureRandom::fill(&ring::rand::SystemRandom::new(), &mut b).is_ok() {
+        if crate::random::fill(&mut b).is_ok() {
             u64::from_le_bytes(b)
         } else {
             let nanos = SystemTime::now()

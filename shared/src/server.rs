@@ -612,7 +612,7 @@ impl<S: Send + Sync + 'static> McpServer<S> {
         };
         let seconds = started.elapsed().as_secs_f64();
         let ms = seconds * 1000.0;
-        let calls = crate::http::metrics::calls();
+        let calls = crate::metrics::calls();
         match outcome {
             Ok(result) => {
                 let code = (result.is_error == Some(true)).then(|| {
@@ -733,7 +733,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
     ) -> Result<ListToolsResult, McpError> {
         let mut tools = self.router.list();
         // Over HTTP, a token lists only the tools its tiers grant.
-        if let Some(caller) = crate::http::principal_of(&context.extensions) {
+        if let Some(caller) = crate::caller::principal_of(&context.extensions) {
             tools.retain(|t| caller.allows(crate::tier::of_tool(t)));
         }
         Ok(ListToolsResult::with_all_items(tools))
@@ -766,7 +766,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
                 None,
             ));
         }
-        if let Some(caller) = crate::http::principal_of(&context.extensions)
+        if let Some(caller) = crate::caller::principal_of(&context.extensions)
             && let Some(tool) = self.router.get(&name)
             && let tier = crate::tier::of_tool(tool)
             && !caller.allows(tier)
@@ -874,6 +874,7 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
 }
 
 /// Serve as the flags ask: MCP Streamable HTTP with `--http`/`--unix`, else stdio.
+#[cfg(feature = "serving")]
 pub async fn serve<S: Send + Sync + 'static>(
     mut server: McpServer<S>,
     args: &CommonArgs,
@@ -891,6 +892,15 @@ pub async fn serve<S: Send + Sync + 'static>(
     // The last spans go out before the process does.
     crate::otel::shutdown(OTEL_FLUSH_LIMIT).await;
     served
+}
+
+/// Serve over stdio (built without HTTP serving).
+#[cfg(not(feature = "serving"))]
+pub async fn serve<S: Send + Sync + 'static>(
+    server: McpServer<S>,
+    _args: &CommonArgs,
+) -> anyhow::Result<()> {
+    serve_stdio(server).await
 }
 
 /// How long a server's last spans may take to reach the collector at exit.

@@ -387,6 +387,7 @@ fn read_line(raw: &[u8]) -> Line {
 /// surrogate, a number beyond f64, nesting past the limit), -32600 (-32602 for `tools/call`)
 /// when it decodes but is no message. For HTTP, which answers every request: where stdio stays
 /// silent (not an object, a notification, a response) the answer has a null id.
+#[cfg_attr(not(feature = "serving"), allow(dead_code))]
 pub(crate) fn unreadable_answer(message: &[u8]) -> Vec<u8> {
     let refusal = match read_line(message) {
         Line::Refuse(refusal) => refusal,

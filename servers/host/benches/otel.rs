@@ -230,7 +230,7 @@ fn main() {
             sink_bits += 1;
         }
         sink_bits += usize::from(call.passthrough().is_some());
-        kitbag_shared::http::metrics::calls().record("file_read", None, f64::from(i % 1000) * 1e-6);
+        kitbag_shared::metrics::calls().record("file_read", None, f64::from(i % 1000) * 1e-6);
     }
     let per = start.elapsed() / n;
     println!(

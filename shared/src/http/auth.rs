@@ -12,8 +12,9 @@ use http::HeaderMap;
 use http::header::AUTHORIZATION;
 use sha2::{Digest, Sha256};
 
-use super::caller::{Principal, Refusal};
+use super::caller::Refusal;
 use super::oauth::ResourceServer;
+use crate::caller::Principal;
 
 /// The static bearer token, kept only as its SHA-256 (a token file may hold the digest
 /// itself, `sha256:<hex>`, so the server's disk never holds the secret).

@@ -15,8 +15,9 @@ use std::time::{Duration, Instant, SystemTime};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
-use super::caller::{Principal, Refusal};
+use super::caller::Refusal;
 use super::jwt::{self, Jwk, JwtError};
+use crate::caller::Principal;
 use crate::lock::RwLockExt;
 use crate::tier::Tier;
 

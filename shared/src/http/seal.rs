@@ -19,8 +19,8 @@ use ring::rand::{SecureRandom, SystemRandom};
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 
-use super::caller::Principal;
 pub use super::sessions::SessionRefusal;
+use crate::caller::Principal;
 
 /// Prefix of a sealed id (the format's version).
 const PREFIX: &str = "ks1.";
@@ -76,7 +76,7 @@ impl SessionKeys {
         let secrets = match path {
             Some(path) => read_secrets(path)?,
             None => {
-                let secret = super::token::random_hex(32)
+                let secret = crate::random::hex(32)
                     .map_err(|e| anyhow::anyhow!("reading /dev/urandom for a session key: {e}"))?;
                 tracing::info!(
                     "--sealed-sessions without --session-key-file: a key of this process only (replicas need a shared key file)"

@@ -26,7 +26,7 @@ use http::StatusCode;
 use rmcp::transport::streamable_http_server::SessionManager;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 
-use super::caller::Principal;
+use crate::caller::Principal;
 
 pub const DEFAULT_MAX_SESSIONS: usize = 1_000;
 pub const DEFAULT_MAX_SESSIONS_PER_CALLER: usize = 100;

@@ -40,19 +40,11 @@ pub fn read(path: &Path) -> anyhow::Result<String> {
     Ok(token.to_string())
 }
 
-/// `bytes` random bytes from the kernel, as hex: a secret (bearer tokens, an instance's
-/// agent token).
-pub fn random_hex(bytes: usize) -> std::io::Result<String> {
-    let mut buf = vec![0u8; bytes];
-    std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut buf))?;
-    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
-}
-
 /// Create `path` holding a new random token (256 bits, hex), readable by its owner only.
 /// An existing file is kept: the token in it is read instead.
 pub fn generate(path: &Path) -> anyhow::Result<String> {
     let token =
-        random_hex(32).map_err(|e| anyhow::anyhow!("reading /dev/urandom for a new token: {e}"))?;
+        crate::random::hex(32).map_err(|e| anyhow::anyhow!("random bytes for a new token: {e}"))?;
     let created = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)

@@ -172,8 +172,7 @@ impl KubePod {
         if !spec.outbound {
             isolate(&api, kind, &name, &spec.id, &created).await?;
         }
-        let token = kitbag_shared::http::token::random_hex(16)
-            .map_err(|e| VmError::io("/dev/urandom", e))?;
+        let token = kitbag_shared::random::hex(16).map_err(|e| VmError::io("/dev/urandom", e))?;
         let (exit_tx, exit) = watch::channel(None);
         let pod = Arc::new(KubePod {
             id: spec.id.clone(),

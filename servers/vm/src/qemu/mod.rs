@@ -646,7 +646,7 @@ fn first_line(s: &str) -> String {
 }
 
 fn random_token() -> VmResult<String> {
-    kitbag_shared::http::token::random_hex(16).map_err(|e| VmError::io("/dev/urandom", e))
+    kitbag_shared::random::hex(16).map_err(|e| VmError::io("getrandom", e))
 }
 
 fn free_port() -> std::io::Result<u16> {
