@@ -19,9 +19,10 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeDelta, Utc};
 use kitbag_cron::backend::Backend;
 use kitbag_cron::clock::Clock;
+use kitbag_cron::model::{Entry, Outcome};
 use kitbag_cron::scheduler::{Due, claim_only};
 use kitbag_cron::state::{CronState, Options};
-use kitbag_cron::store::{Entry, Outcome, Store};
+use kitbag_cron::store::Store;
 use kitbag_shared::paths::PathPolicy;
 use kitbag_testkit::pg::PgServer;
 

@@ -1,52 +1,20 @@
 //! Where entries and the run history live: the SQLite file under the root (`store.rs`, the
 //! default) or a PostgreSQL shared by several servers (`pg.rs`, with `--database-url`). Tools
-//! and the scheduler see one [`Backend`]; what is due, and whether a fire is owed, is decided
-//! the same way on both (scheduler.rs) — only storage differs.
+//! and the scheduler see one [`Backend`]. The entries' queries are the same on both
+//! (`entries.rs`), and what is due, and whether a fire is owed, is decided the same way
+//! (scheduler.rs); what differs is below: how the database is reached (a file opened on first
+//! use, with a `cron.json` to import, or one shared connection), how a cached read learns of
+//! other processes' commits (`data_version` and inotify, or NOTIFY), and where the run history
+//! is kept (JSON lines beside the file, or a table).
 
 use std::sync::Arc;
 
-use chrono::{DateTime, Utc};
 use kitbag_shared::ToolResult;
 
-use crate::entry_tx::EntryTx;
+use crate::entries::Changes;
+use crate::model::{Doc, RunRecord};
 use crate::pg::PgStore;
-use crate::store::{Doc, Entry, Outcome, RunRecord, Store, Tx};
-
-/// The SQLite store's IMMEDIATE transaction is one change in progress.
-impl EntryTx for Tx<'_> {
-    fn count(&self) -> ToolResult<usize> {
-        Tx::count(self)
-    }
-    fn get(&self, id: &str) -> ToolResult<Option<Entry>> {
-        Tx::get(self, id)
-    }
-    fn put(&self, e: &Entry) -> ToolResult<bool> {
-        Tx::put(self, e)
-    }
-    fn insert(&self, e: &Entry) -> ToolResult<()> {
-        Tx::insert(self, e)
-    }
-    fn remove(&self, id: &str) -> ToolResult<bool> {
-        Tx::remove(self, id)
-    }
-    fn allocate_id(&self) -> ToolResult<String> {
-        Tx::allocate_id(self)
-    }
-    fn some_ids(&self, n: usize) -> ToolResult<Vec<String>> {
-        Tx::some_ids(self, n)
-    }
-    fn claim_fire(
-        &self,
-        _id: &str,
-        _scheduled_at: DateTime<Utc>,
-        _fired_at: DateTime<Utc>,
-        _outcome: Outcome,
-    ) -> ToolResult<bool> {
-        // The IMMEDIATE transaction is the only writer: the caller's re-read of
-        // `last_scheduled_at` cannot be overtaken.
-        Ok(true)
-    }
-}
+use crate::store::Store;
 
 // One per server, made once: the SQLite store's size is of no concern.
 #[allow(clippy::large_enum_variant)]
@@ -57,9 +25,9 @@ pub enum Backend {
 
 impl Backend {
     /// Change the store in one transaction; `f` returning an error changes nothing.
-    pub fn write<T>(&self, f: impl FnOnce(&dyn EntryTx) -> ToolResult<T>) -> ToolResult<T> {
+    pub fn write<T>(&self, f: impl FnOnce(&mut Changes<'_>) -> ToolResult<T>) -> ToolResult<T> {
         match self {
-            Backend::Sqlite(s) => s.write(|tx| f(tx)),
+            Backend::Sqlite(s) => s.write(f),
             Backend::Postgres(p) => p.write(f),
         }
     }
@@ -85,10 +53,7 @@ impl Backend {
     /// Add a run to the history (trimmed to `--history-max-bytes`).
     pub fn record_run(&self, rec: &RunRecord) -> ToolResult<()> {
         match self {
-            Backend::Sqlite(s) => {
-                let lock = s.lock()?;
-                s.append_run(rec, &lock)
-            }
+            Backend::Sqlite(s) => s.record_run(rec),
             Backend::Postgres(p) => p.record_run(rec),
         }
     }

@@ -17,7 +17,7 @@ use tokio::sync::Mutex;
 use kitbag_shared::contain::{self, ChildReg};
 use kitbag_shared::process::signal_group;
 
-use crate::store::CommandOutcome;
+use crate::model::CommandOutcome;
 
 /// Bytes of combined output kept for the run history.
 pub const TAIL_BYTES: usize = 4096;

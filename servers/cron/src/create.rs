@@ -4,9 +4,9 @@ use kitbag_shared::{ErrorCode, Reply, ToolDef, ToolError, ToolResult, args};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::model::{CommandAction, DEFAULT_COMMAND_TIMEOUT, Entry, MAX_ENTRIES};
 use crate::schedule::{Schedule, parse_tz};
 use crate::state::CronState;
-use crate::store::{CommandAction, DEFAULT_COMMAND_TIMEOUT, Entry, MAX_ENTRIES};
 use crate::view::EntryView;
 
 pub const MAX_MESSAGE_BYTES: usize = 16 * 1024;

@@ -6,8 +6,8 @@ use kitbag_shared::{Reply, ToolDef, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
+use crate::model::Slot;
 use crate::state::CronState;
-use crate::store::Slot;
 use crate::view::EntryView;
 
 pub const DEFAULT_LIMIT: i64 = 100;

@@ -5,7 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::entry_tx::EntryTx;
+use crate::entries::Changes;
 use crate::state::CronState;
 use crate::view::EntryView;
 
@@ -50,7 +50,7 @@ pub struct ToggleResult {
     pub changed: bool,
 }
 
-fn unknown(tx: &dyn EntryTx, id: &str) -> ToolError {
+fn unknown(tx: &mut Changes<'_>, id: &str) -> ToolError {
     let known = tx.some_ids(20).unwrap_or_default();
     ToolError::new(
         ErrorCode::NotFound,

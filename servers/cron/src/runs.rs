@@ -7,8 +7,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 
 use crate::list::bounded;
+use crate::model::RunRecord;
 use crate::state::CronState;
-use crate::store::RunRecord;
 
 pub const DEFAULT_LIMIT: i64 = 20;
 pub const MAX_LIMIT: i64 = 500;

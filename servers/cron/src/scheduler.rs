@@ -19,9 +19,9 @@ use chrono::{DateTime, Utc};
 use serde_json::json;
 
 use crate::command;
+use crate::model::{CommandOutcome, Entry, LastRun, Outcome, RunRecord};
 use crate::schedule::GRACE;
 use crate::state::CronState;
-use crate::store::{CommandOutcome, Entry, LastRun, Outcome, RunRecord};
 
 /// Longest single sleep: re-checks the wall clock after suspends and clock changes.
 pub const MAX_SLEEP: Duration = Duration::from_secs(15 * 60);

@@ -15,8 +15,8 @@ use tokio::sync::Notify;
 
 use crate::backend::Backend;
 use crate::clock::Clock;
+use crate::model::Entry;
 use crate::schedule::{GRACE, Schedule};
-use crate::store::Entry;
 
 /// The notification a firing is delivered as.
 pub const CRON_FIRED: &str = "notifications/kitbag/cron_fired";

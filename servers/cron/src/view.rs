@@ -5,8 +5,8 @@ use kitbag_shared::limits::{fit_str, json_len, truncate_str};
 use schemars::JsonSchema;
 use serde::Serialize;
 
+use crate::model::{CommandAction, Entry, LastRun};
 use crate::state::CronState;
-use crate::store::{CommandAction, Entry, LastRun};
 
 /// Characters of a message shown in a listing (the whole message is in the store).
 pub const MESSAGE_PREVIEW: usize = 500;

@@ -559,6 +559,17 @@ pub fn pg_error(family: Family, e: postgres::Error) -> ToolError {
             format!("{} database: {said}; the next call reconnects", family.name),
         );
     }
+    // A lock waited for past the session's `lock_timeout` (a family that sets one): busy, as
+    // SQLite's busy timeout is.
+    if e.code() == Some(&postgres::error::SqlState::LOCK_NOT_AVAILABLE) {
+        return ToolError::new(
+            ErrorCode::FileBusy,
+            format!(
+                "the {} database stayed locked by another server past its lock_timeout; try again",
+                family.name
+            ),
+        );
+    }
     ToolError::internal(format!("{} database: {said}", family.name))
 }
 
