@@ -267,11 +267,11 @@ pub async fn subscribe(
             None,
         ));
     }
-    if scope.hub.upstreams.has(peer, &uri) {
+    if scope.hub.upstreams().has(peer, &uri) {
         return Ok(()); // this client already subscribed: once is enough
     }
     scope.hub.hold(id, &uri).await?;
-    scope.hub.upstreams.subscribe(peer, uri, id);
+    scope.hub.upstreams().subscribe(peer, uri, id);
     Ok(())
 }
 
@@ -281,7 +281,7 @@ pub async fn unsubscribe(
     peer: &Peer<RoleServer>,
     uri: String,
 ) -> Result<(), McpError> {
-    if let Some(id) = scope.hub.upstreams.unsubscribe(peer, &uri) {
+    if let Some(id) = scope.hub.upstreams().unsubscribe(peer, &uri) {
         scope.hub.release(id, &uri).await;
     }
     Ok(())

@@ -1,6 +1,6 @@
 //! What each child offers beside its tools — its prompts, resources and resource templates —
 //! and the merged view the host serves from them (names, URI ownership, collisions). Plain
-//! data under the hub: `catalog_sync.rs` keeps it current, `catalog.rs` answers clients from
+//! data under the hub: `registry/catalog.rs` keeps it current, `catalog.rs` answers clients from
 //! it. The rules are in `catalog.rs`'s documentation.
 
 use kitbag_shared::lock::LockExt;

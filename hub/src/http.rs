@@ -194,7 +194,7 @@ impl ByteCalls {
         supplied: Map<String, Value>,
         trace: Option<&Propagate>,
     ) -> Option<BoxFuture<'static, Answer>> {
-        let registry = self.host.hub.mrtr.clone();
+        let registry = self.host.hub.mrtr().clone();
         let child = self.host.hub.route(call.name.as_ref())?.child_id;
         let slot = registry.slot(child, Caps::from_meta(meta.as_ref()), supplied);
         let pending = crate::access::as_caller_sync(principal.cloned(), || {
@@ -272,7 +272,7 @@ impl ByteCalls {
             let trace = trace.cloned().or_else(|| call.passthrough());
             return self.modern_call(&call, principal, &p.meta, responses, trace.as_ref());
         };
-        let registry = self.host.hub.mrtr.clone();
+        let registry = self.host.hub.mrtr().clone();
         let tool = bound_tool(&p.name, principal);
         Some(Box::pin(async move {
             match registry.resume(&state, &tool, &responses, &id).await {

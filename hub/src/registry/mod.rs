@@ -4,8 +4,10 @@
 //!   is spawned or connected;
 //! - [`lifecycle`]: starting, restarting after a crash, stopping, reloading the config;
 //! - [`notify`]: list-changed and progress notifications to the host's clients;
-//! - [`flat`]: the flat list of tools, routing a name to its child, and the call itself.
+//! - [`flat`]: the flat list of tools, routing a name to its child, and the call itself;
+//! - [`catalog`]: the merged prompts and resources kept current, and subscriptions held.
 
+mod catalog;
 mod child;
 mod flat;
 mod lifecycle;
@@ -40,9 +42,9 @@ pub struct Hub {
     /// Progress notifications being forwarded right now (see `drain_progress`).
     progress_inflight: std::sync::atomic::AtomicUsize,
     /// The host's clients (stdio, HTTP sessions) and their subscriptions.
-    pub(crate) upstreams: crate::upstream::Upstreams,
+    upstreams: crate::upstream::Upstreams,
     /// 2026-07-28 calls that take their child's requests, and calls parked for input.
-    pub(crate) mrtr: Arc<crate::mrtr::Registry>,
+    mrtr: Arc<crate::mrtr::Registry>,
     /// The flat list, rebuilt only when a child's tools change (not on every call).
     flat_cache: Mutex<Option<Arc<FlatList>>>,
     next_id: std::sync::atomic::AtomicU64,
@@ -53,7 +55,7 @@ pub struct Hub {
     /// 2026-07-28 clients' `subscriptions/listen` streams (list changes, resource updates).
     listeners: Mutex<Vec<(u64, SubscriptionSink)>>,
     /// The merged prompts and resources, and resource subscriptions (catalog.rs).
-    pub(crate) relay: crate::child_catalog::Relay,
+    relay: crate::child_catalog::Relay,
     /// Children a reload took out of the config that are still finishing their calls; here
     /// so that `stop_all` stops them too.
     retiring: Mutex<Vec<Child>>,
@@ -145,6 +147,16 @@ impl Hub {
             known,
             me: me.clone(),
         })
+    }
+
+    /// The host's clients and their subscriptions.
+    pub(crate) fn upstreams(&self) -> &crate::upstream::Upstreams {
+        &self.upstreams
+    }
+
+    /// 2026-07-28 calls that take their child's requests, and calls parked for input.
+    pub(crate) fn mrtr(&self) -> &Arc<crate::mrtr::Registry> {
+        &self.mrtr
     }
 
     pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, Vec<Child>> {

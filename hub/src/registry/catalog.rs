@@ -14,8 +14,8 @@ use rmcp::model::{
 };
 use rmcp::service::{Peer, RoleClient};
 
+use super::{Hub, State};
 use crate::child_catalog::{SUBSCRIBE_TIMEOUT, View, bounded, fetch};
-use crate::registry::{Hub, State};
 
 impl Hub {
     /// The merged prompts and resources (cached until a child's catalog changes).
