@@ -2,14 +2,13 @@
 
 use kitbag_shared::args;
 use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
-use kitbag_shared::lock::LockExt;
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex};
-use std::time::{Instant, SystemTime};
+use std::sync::Arc;
+use std::time::{Duration, Instant, SystemTime};
 
 use globset::{GlobBuilder, GlobMatcher};
-use ignore::WalkState;
+use kitbag_shared::rustix::fs::{AtFlags, OFlags, statat};
 use kitbag_shared::{
     Access, CallCtx, ErrorCode, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
 };
@@ -18,8 +17,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use crate::dirwalk::{self, DirWalkOptions, FileEntry, Visitor};
 use crate::grep::GrepLimits;
-use crate::walk::{WalkOptions, builder};
 
 pub const DEFAULT_LIMIT: i64 = 100;
 pub const MAX_LIMIT: i64 = 10_000;
@@ -102,19 +101,6 @@ pub fn compile(pattern: &str) -> ToolResult<(GlobMatcher, bool)> {
 
 type Hit = (String, SystemTime, bool);
 
-/// One walker thread's hits, handed to the shared list when the thread is done.
-struct Batch {
-    local: Vec<Hit>,
-    shared: Arc<Mutex<Vec<Hit>>>,
-}
-
-impl Drop for Batch {
-    fn drop(&mut self) {
-        let mut all = self.shared.locked();
-        all.append(&mut self.local);
-    }
-}
-
 pub async fn run(
     policy: Arc<PathPolicy>,
     limits: GrepLimits,
@@ -132,115 +118,152 @@ pub async fn run(
                 .with_detail(json!({ "field": "path" })),
         );
     }
-    let opts = WalkOptions {
+    let opts = DirWalkOptions {
         hidden: p.hidden.unwrap_or(false),
         no_ignore: p.no_ignore.unwrap_or(false),
-        globs_field: "pattern",
-        ..Default::default()
+        threads: crate::walk::threads(),
     };
-    let walker = builder(&root.abs, &opts)?;
     let sort = p.sort.unwrap_or_default();
     let visit = Visit {
         matcher,
         basename_only,
-        base: root.abs.clone(),
         want_mtime: sort == SortBy::Mtime,
         deadline: Instant::now() + limits.budget,
         cancel: ctx.cancel.clone(),
-        found: Arc::default(),
-        timed_out: Arc::new(AtomicBool::new(false)),
     };
-    let (found, timed_out) = (visit.found.clone(), visit.timed_out.clone());
-    kitbag_shared::blocking(move || {
-        walk(walker, &policy, &visit);
-        Ok(())
-    })
-    .await?;
+    let (all, timed_out) =
+        kitbag_shared::blocking(move || Ok(walk(&policy, &root.abs, opts, &visit))).await?;
     ctx.check_cancelled()?;
-    let all = std::mem::take(&mut *found.locked());
-    Ok(reply(
-        all,
-        sort,
-        offset,
-        limit,
-        timed_out.load(Ordering::Relaxed),
-        &p.pattern,
-    ))
+    Ok(reply(all, sort, offset, limit, timed_out, &p.pattern))
 }
 
-/// What every walker thread needs to judge an entry and record a hit.
-#[derive(Clone)]
+/// What every walker thread needs to judge a file and record a hit.
 struct Visit {
     matcher: GlobMatcher,
-    /// A pattern without `/` matches the file name; with one, the path below `base`.
+    /// A pattern without `/` matches the file name; with one, the path below the search
+    /// directory.
     basename_only: bool,
-    base: PathBuf,
     want_mtime: bool,
     deadline: Instant,
     cancel: CancellationToken,
-    found: Arc<Mutex<Vec<Hit>>>,
-    timed_out: Arc<AtomicBool>,
 }
 
-impl Visit {
-    fn matches(&self, entry: &ignore::DirEntry) -> bool {
-        if self.basename_only {
-            self.matcher.is_match(entry.file_name())
-        } else {
-            entry
-                .path()
-                .strip_prefix(&self.base)
-                .is_ok_and(|rel| self.matcher.is_match(rel))
+/// Walk `dir` (a real directory under the root) by descriptors (see [`dirwalk`]): every name
+/// comes from a directory reached from the root without links, so a hit needs no check of its
+/// own. Its hits, and whether the time budget ran out.
+fn walk(
+    policy: &PathPolicy,
+    dir: &std::path::Path,
+    opts: DirWalkOptions,
+    visit: &Visit,
+) -> (Vec<Hit>, bool) {
+    // Beneath the root's descriptor, refusing links; a directory that cannot be listed (or was
+    // swapped for a link since it was resolved) has no files, as before.
+    let Ok(start) = policy.open_real(dir, OFlags::RDONLY | OFlags::DIRECTORY) else {
+        return (Vec::new(), false);
+    };
+    let walked = dirwalk::walk(
+        start,
+        dir,
+        &policy.display(dir),
+        opts,
+        || Hits {
+            visit,
+            policy,
+            local: Vec::new(),
+            scratch: PathBuf::new(),
+            dir_readable: (PathBuf::new(), false),
+        },
+        || visit.cancel.is_cancelled() || Instant::now() > visit.deadline,
+    );
+    let timed_out = walked.stopped && !visit.cancel.is_cancelled();
+    let mut visitors = walked.visitors.into_iter();
+    let mut all = visitors.next().map(|h| h.local).unwrap_or_default();
+    for mut h in visitors {
+        all.append(&mut h.local);
+    }
+    (all, timed_out)
+}
+
+/// One walker thread's hits.
+struct Hits<'a> {
+    visit: &'a Visit,
+    policy: &'a PathPolicy,
+    local: Vec<Hit>,
+    scratch: PathBuf,
+    /// The directory of the last hit, and whether a readable mount covers it.
+    dir_readable: (PathBuf, bool),
+}
+
+impl Hits<'_> {
+    /// Whether the file lies in a readable mount. A mount over its directory covers it, so
+    /// the mounts are searched once per directory, and per file only where none does (a
+    /// mount may name the file itself).
+    fn readable(&mut self, f: &FileEntry<'_>) -> bool {
+        // Compared as bytes: `Path` equality parses components.
+        if self.dir_readable.0.as_os_str().as_bytes() != f.dir_abs.as_os_str().as_bytes() {
+            self.dir_readable = (
+                f.dir_abs.to_path_buf(),
+                self.policy.allows(f.dir_abs, Access::Read),
+            );
         }
+        if self.dir_readable.1 {
+            return true;
+        }
+        self.scratch.as_mut_os_string().clear();
+        self.scratch.push(f.dir_abs);
+        self.scratch.push(f.name);
+        self.policy.allows(&self.scratch, Access::Read)
     }
 }
 
-fn walk(walker: ignore::WalkBuilder, policy: &PathPolicy, visit: &Visit) {
-    walker.build_parallel().run(|| {
-        let visit = visit.clone();
-        // Each hit is checked beneath the root without links: a name the walker saw
-        // through a directory swapped for a link meanwhile is dropped, never shown.
-        let mut beneath = policy.beneath();
-        let mut seen = 0u32;
-        // Hits gather per walker thread and join the shared list once, when the
-        // thread's visitor is dropped: no lock per hit.
-        let mut batch = Batch {
-            local: Vec::new(),
-            shared: visit.found.clone(),
+impl Visitor for Hits<'_> {
+    fn wants(&mut self, f: &FileEntry<'_>) -> bool {
+        if self.visit.basename_only {
+            return self.visit.matcher.is_match(f.name);
+        }
+        self.scratch.as_mut_os_string().clear();
+        self.scratch.push(f.dir_sub);
+        self.scratch.push(f.name);
+        self.visit.matcher.is_match(&self.scratch)
+    }
+
+    fn found(&mut self, f: &FileEntry<'_>) {
+        // The time is read only to sort by it, from the open directory (a file gone
+        // meanwhile is dropped).
+        let mtime = if self.visit.want_mtime {
+            match statat(f.dir, f.name, AtFlags::SYMLINK_NOFOLLOW) {
+                Ok(st) => mtime_of(&st),
+                Err(_) => return,
+            }
+        } else {
+            SystemTime::UNIX_EPOCH
         };
-        Box::new(move |entry| {
-            seen += 1;
-            if seen.is_multiple_of(512)
-                && (visit.cancel.is_cancelled() || Instant::now() > visit.deadline)
-            {
-                visit
-                    .timed_out
-                    .store(!visit.cancel.is_cancelled(), Ordering::Relaxed);
-                return WalkState::Quit;
-            }
-            let Ok(entry) = entry else {
-                return WalkState::Continue;
-            };
-            if !entry.file_type().is_some_and(|t| t.is_file()) {
-                return WalkState::Continue;
-            }
-            if visit.matches(&entry) {
-                let Ok(meta) = beneath.lstat(entry.path()) else {
-                    return WalkState::Continue;
-                };
-                let mtime = if visit.want_mtime {
-                    meta.modified
-                } else {
-                    SystemTime::UNIX_EPOCH
-                };
-                let outside = !policy.allows(entry.path(), Access::Read);
-                batch
-                    .local
-                    .push((policy.display(entry.path()), mtime, outside));
-            }
-            WalkState::Continue
-        })
-    });
+        let outside = !self.readable(f);
+        let name = String::from_utf8_lossy(f.name.as_bytes());
+        let shown = if f.dir_display == "." {
+            name.into_owned()
+        } else {
+            let mut s = String::with_capacity(f.dir_display.len() + 1 + name.len());
+            s.push_str(f.dir_display);
+            s.push('/');
+            s.push_str(&name);
+            s
+        };
+        self.local.push((shown, mtime, outside));
+    }
+}
+
+/// `st_mtime` as a time (before 1970 too).
+// The field widths of `struct stat` differ between architectures; `as` converts all of them.
+#[allow(clippy::unnecessary_cast)]
+fn mtime_of(st: &kitbag_shared::rustix::fs::Stat) -> SystemTime {
+    let (secs, nanos) = (st.st_mtime as i64, st.st_mtime_nsec as u32);
+    if secs >= 0 {
+        SystemTime::UNIX_EPOCH + Duration::new(secs as u64, nanos)
+    } else {
+        SystemTime::UNIX_EPOCH - Duration::from_secs(secs.unsigned_abs())
+    }
 }
 
 /// What the result's counters and keys weigh at most, serialized.

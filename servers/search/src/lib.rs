@@ -1,6 +1,7 @@
 //! kitbag-search: grep, glob, AST search and AST rewrite over MCP, confined to a root.
 
 pub mod ast;
+pub mod dirwalk;
 pub mod glob;
 pub mod grep;
 pub mod languages;
