@@ -125,7 +125,7 @@ pub fn status_tool() -> Tool {
     let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
     Tool::new(
         STATUS_TOOL,
-        "Report every server the host runs: state (idle until its first call, ready, restarting, failed), pid, uptime, restarts, tool count and last error, plus tool-name collisions.",
+        "Report every server the host runs: state, pid, uptime, restarts, tool count and last error, plus tool-name collisions.",
         input,
     )
     .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<StatusResult>("host_status")))
@@ -136,7 +136,7 @@ pub fn reload_tool() -> Tool {
     let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
     Tool::new(
         RELOAD_TOOL,
-        "Re-read the host's configuration (the --config file, else agent.json) and apply it without dropping this connection: new and changed servers start and take every new call, unchanged ones keep running, and removed or changed ones stop once the calls they are answering finish (at most 5 s). A config that cannot be read changes nothing. Edit the config file first, then call this. SIGHUP does the same.",
+        "Re-read the host's config file (edit it first) and apply it without dropping this connection: changed servers restart once their running calls finish, unchanged ones keep running. A config that cannot be read changes nothing.",
         input,
     )
     .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<crate::registry::ReloadReport>("host_reload")))

@@ -17,24 +17,24 @@ pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
     "Schedule a message to you (a new user message in its own session), optionally after a shell \
-     command: polling, health checks, reports, reminders. `schedule`: cron `minute hour \
-     day-of-month month day-of-week` (`*`, `*/N`, `N-M`, `N,M`, names like `mon`, `jan`; no \
-     seconds) or @hourly/@daily/@weekly/@monthly/@yearly, in `timezone`. The command's exit code \
-     and output tail go into the message and cron_runs.",
+     command. `schedule`: cron `minute hour \
+     day-of-month month day-of-week` (`*/N`, `N-M`, `N,M`, names like `mon`; no seconds) or \
+     @hourly/@daily/@weekly/@monthly/@yearly. The command's exit code and output tail go into the \
+     message.",
 )
 .exec();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
-    /// Optional id (≤ 128 letters, digits, `._-:`) that no entry has; default the next `cron-N`.
+    /// Unique; ≤ 128 letters, digits, `._-:` (default `cron-N`).
     #[serde(default)]
     pub id: Option<String>,
     /// E.g. `0 9 * * mon-fri`.
     pub schedule: String,
     /// 1 to 16384 bytes.
     pub message: String,
-    /// Target session: ≤ 128 letters, digits, `._-:`. Default: the entry id.
+    /// Target session (default the entry id).
     #[serde(default)]
     pub session: Option<String>,
     /// false: create it paused.
@@ -52,7 +52,7 @@ pub struct CreateParams {
     /// Run by /bin/sh -c in the root at each firing.
     #[serde(default)]
     pub command: Option<String>,
-    /// Kill it after this long: 1 to 86400, default 60.
+    /// 1 to 86400, default 60.
     #[serde(default)]
     pub command_timeout_secs: Option<i64>,
 }

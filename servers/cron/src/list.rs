@@ -16,16 +16,14 @@ pub const MAX_LIMIT: i64 = 1000;
 pub const LIST_DEF: ToolDef = ToolDef::read(
     "cron_list",
     "List scheduled tasks",
-    "List cron entries: schedule, zone, session, next fire, last run; messages cut to 500 bytes. \
-     If `truncated`, call again with `offset` = `next_offset`. Hand-edited entries that cannot be \
-     scheduled carry `error`; unparsable ones are in `problems`.",
+    "List cron entries: schedule, zone, session, next fire, last run; messages cut to 500 bytes.",
 );
 
 pub const STATUS_DEF: ToolDef = ToolDef::read(
     "cron_status",
     "Scheduler status",
-    "Whether any enabled cron entry exists and when the next fires (`keepalive_needed`: hold a \
-     keepalive lease), whether a client is connected to receive firings, and the store's location.",
+    "When the next cron entry fires (`keepalive_needed`: hold a keepalive lease), whether a client \
+     is connected to receive firings, and the store's location.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -35,7 +33,7 @@ pub struct ListParams {
     pub enabled_only: Option<bool>,
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Default 100 (cut at 40 KB), max 1000.
+    /// Default 100, max 1000.
     #[serde(default)]
     pub limit: Option<i64>,
 }

@@ -12,7 +12,7 @@ use crate::view::EntryView;
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "cron_delete",
     "Delete a scheduled task",
-    "Delete a cron entry for good (its cron_runs history stays). cron_disable only pauses.",
+    "Delete a cron entry (its cron_runs history stays); cron_disable only pauses.",
 )
 .destructive()
 .idempotent();

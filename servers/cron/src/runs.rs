@@ -16,9 +16,8 @@ pub const MAX_LIMIT: i64 = 500;
 pub const DEF: ToolDef = ToolDef::read(
     "cron_runs",
     "Scheduled task history",
-    "Past cron runs, newest first: outcome (`fired`; `caught_up`: made up after downtime; \
-     `missed`: catch_up false; `skipped_busy`: command still running), delivery, command exit \
-     code, status, output tail. If `truncated`, pass `offset` = `next_offset`.",
+    "Past cron runs, newest first: outcome (fired, caught_up, missed, skipped_busy), delivery, \
+     command exit code and output tail.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -27,7 +26,7 @@ pub struct RunsParams {
     /// Only this entry's runs.
     #[serde(default)]
     pub id: Option<String>,
-    /// Default 20 (cut at 40 KB), max 500.
+    /// Default 20, max 500.
     #[serde(default)]
     pub limit: Option<i64>,
     /// Newest runs to skip.

@@ -29,12 +29,10 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub const DEF: ToolDef = ToolDef::write(
     "edit_text",
     "Edit text",
-    "Replace text in a file; returns a unified diff. The file must have been read with file_read this \
-     session and be unchanged since (else file_not_read / file_changed_since_read: read it again). \
-     String mode: `old_string` → `new_string`; `old_string` must match exactly (whitespace included) \
-     and be unique unless `replace_all` or `occurrence`; errors list the matches' lines or the \
-     closest match. Line mode: `start_line`..`end_line` (1-based, inclusive) → `new_string`. Literal \
-     replacement (`$1` stays); CRLF, BOM and final newline are kept."
+    "Replace text in a file read with file_read this session and unchanged since; returns a \
+     unified diff. String mode: `old_string` → `new_string`, matched exactly (whitespace included) \
+     and unique unless `replace_all` or `occurrence`. Line mode: `start_line`..`end_line` \
+     (1-based, inclusive) → `new_string`. Literal; CRLF, BOM and final newline kept.",
 )
 .destructive();
 
@@ -75,8 +73,8 @@ pub struct EditParams {
     /// Default `start_line`.
     #[serde(default)]
     pub end_line: Option<i64>,
-    /// Several edits (fields as above), all applied or none: all string edits (applied in order) or
-    /// all line edits (numbered as in the original file). Not with the single-edit fields.
+    /// Instead of the fields above: several string edits (in order) or line edits (original
+    /// numbering), all applied or none.
     #[serde(default)]
     pub edits: Option<Vec<EditSpec>>,
     /// Diff only, no write.

@@ -19,16 +19,16 @@ use crate::state::FilesState;
 pub const MOVE_DEF: ToolDef = ToolDef::write(
     "file_move",
     "Move or rename",
-    "Move or rename a file or directory, creating the destination's parents. Fails with file_exists \
-     if the destination exists, unless `overwrite` (files only; a directory is never replaced)."
+    "Move or rename a file or directory, creating the destination's parents. An existing \
+     destination fails unless `overwrite` (files only; a directory is never replaced).",
 )
 .destructive();
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "file_delete",
     "Delete",
-    "Delete a file, a symlink (not its target), or, only with `recursive: true`, a directory and all \
-     it contains. The root cannot be deleted.",
+    "Delete a file, a symlink (not its target), or with `recursive: true` a directory and all it \
+     contains; not the root.",
 )
 .destructive()
 .idempotent();

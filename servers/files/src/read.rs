@@ -36,8 +36,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "file_read",
     "Read file",
     "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file. \
-     file_write and edit_text need a prior read. Output capped at 39 KB; lines over 2000 characters \
-     are cut. When `truncated`, pass `next_offset` as `offset`.",
+     Output capped at 39 KB; lines over 2000 characters are cut.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -16,18 +16,16 @@ use crate::state::FilesState;
 pub const WRITE_DEF: ToolDef = ToolDef::write(
     "file_write",
     "Write file",
-    "Write a whole file, creating it (and parent directories) or overwriting it. An existing file \
-     must have been read with file_read this session and be unchanged since, else file_not_read / \
-     file_changed_since_read: read it again. Prefer edit_text for partial changes. Atomic; keeps \
-     permissions; content capped (default 10 MB).",
+    "Write a whole file, creating it (and parent directories) or overwriting it: an existing file \
+     must have been read with file_read this session and be unchanged since. Prefer edit_text for \
+     partial changes. ≤ 10 MB by default.",
 )
 .destructive();
 
 pub const CREATE_DEF: ToolDef = ToolDef::write(
     "file_create",
     "Create file",
-    "Create a new file and its parent directories. Fails with file_exists if the path exists: use \
-     file_write to overwrite.",
+    "Create a new file and its parent directories; fails with file_exists if the path exists.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

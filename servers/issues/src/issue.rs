@@ -116,7 +116,7 @@ pub const LIST_DEF: ToolDef = ToolDef::read(
     "issue_list",
     "List issues",
     "List issues, newest first (best match first with `search`): find a number, check for \
-     duplicates, see what is open. `total` counts all matches; page with `offset` = `next_offset`.",
+     duplicates, see what is open.",
 );
 
 /// A status, or `all`.
@@ -139,7 +139,7 @@ pub struct ListParams {
     /// Default: all but resolved and rejected.
     #[serde(default)]
     pub status: Option<StatusArg>,
-    /// 1 to 100, default 25 (cut at 40 KB).
+    /// 1 to 100, default 25.
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]
@@ -250,14 +250,12 @@ pub const GET_DEF: ToolDef = ToolDef::read(
     "issue_get",
     "Get an issue",
     "One issue in full: body (original too, if edited), status, assignment, resolution, update \
-     stream (status changes, comments incl. operator-only, edits), todos. Pages at 40 KB: pass \
-     `next_updates_offset` / `next_todos_offset` as `updates_offset` / `todos_offset`.",
+     stream (status changes, comments, edits) and todos, paged at 40 KB.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct GetParams {
-    /// 42 for #42.
     pub number: i64,
     #[serde(default)]
     pub updates_offset: Option<i64>,
@@ -485,8 +483,7 @@ pub fn issue_markdown(r: &GetResult) -> String {
 pub const CREATE_DEF: ToolDef = ToolDef::write(
     "issue_create",
     "File an issue",
-    "File a new issue (next number, status `open`). Check issue_list `search` first for \
-     duplicates.",
+    "File a new issue (status `open`). Check issue_list `search` for duplicates first.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -531,8 +528,8 @@ pub fn create(
 pub const UPDATE_DEF: ToolDef = ToolDef::write(
     "issue_update",
     "Edit an issue",
-    "Change an issue's title, body and/or assignment (the first body edit keeps the original as \
-     `original_body`); unchanged values are no-ops. For status use issue_transition.",
+    "Change an issue's title, body and/or assignment (the first body edit keeps the original). \
+     For status use issue_transition.",
 )
 .idempotent();
 
@@ -662,8 +659,7 @@ pub const TRANSITION_DEF: ToolDef = ToolDef::write(
     "issue_transition",
     "Change an issue's status",
     "Change an issue's status, forward and skipping steps as needed: open|reopened → triaged → \
-     assigned → in_progress → resolved|rejected; resolved|rejected → reopened. Other moves fail \
-     with invalid_transition, listing the legal targets.",
+     assigned → in_progress → resolved|rejected; resolved|rejected → reopened.",
 );
 
 // A status an issue can be moved to.
@@ -757,8 +753,8 @@ pub fn transition(
 pub const BIND_DEF: ToolDef = ToolDef::write(
     "issue_bind",
     "Bind the session to an issue",
-    "Set the issue this session works on (whose checklist `todo` manages), replacing any earlier \
-     binding; `unbind: true` clears it. Answers the checklist.",
+    "Set the issue this session works on (whose checklist `todo` manages); `unbind: true` clears \
+     it.",
 )
 .idempotent();
 

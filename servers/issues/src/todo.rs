@@ -24,12 +24,11 @@ use crate::state::IssuesState;
 pub const DEF: ToolDef = ToolDef::write(
     "todo",
     "Todo checklist",
-    "Checklist of the issue bound by issue_bind; answers the live list and its markdown. `set`: \
-     abandon the list (criteria: operator only), add `items`; `add`: append `items`; `start`: mark `content` in \
-     progress (others back to pending); `done`: complete it (for a criterion only a claim: the \
-     issue stays open); `drop`: abandon a step (criteria: operator only); `note`: append `text` to \
-     it. `content` is the todo's text, any case, or a unique prefix or part; ids like \"task-1\" \
-     fail.",
+    "Checklist of the issue bound by issue_bind. `set`: replace the steps with `items`; `add`: \
+     append `items`; `start`: mark `content` in progress (others back to pending); `done`: \
+     complete it (a criterion: only a claim); `drop`: abandon a step; `note`: append `text` to \
+     it. Only the operator drops criteria. `content`: the todo's text or a unique part of it, not \
+     an id.",
 );
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]
@@ -70,19 +69,16 @@ pub struct TodoParams {
     /// Work stage of the new items.
     #[serde(default)]
     pub phase: Option<String>,
-    /// `step` (default; your plan) or `criterion` (acceptance criterion).
+    /// step (default; your plan) or criterion (acceptance).
     #[serde(default)]
     pub kind: Option<TodoKind>,
-    /// ≤ 2000 characters.
     #[serde(default)]
     pub text: Option<String>,
     /// The proposing subagent's tree path, e.g. "primary/researcher".
     #[serde(default)]
     pub origin_agent: Option<String>,
-    /// For view.
     #[serde(default)]
     pub include_abandoned: Option<bool>,
-    /// For view.
     #[serde(default)]
     pub todos_offset: Option<i64>,
 }

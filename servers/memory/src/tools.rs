@@ -19,8 +19,7 @@ pub const STORE_DEF: ToolDef = ToolDef::write(
     "memory_store",
     "Remember",
     "Remember a fact, preference or decision for later sessions. Identical content in the same \
-     scope is stored once (`duplicate: true`). Anything credential-like (keys, tokens, \
-     passwords) is refused with `secret_detected`.",
+     scope is stored once. Anything credential-like (keys, tokens, passwords) is refused.",
 )
 // A refused secret must leave no trace: the content and tags never reach a log.
 .private_args(&["content", "tags"]);
@@ -28,8 +27,7 @@ pub const STORE_DEF: ToolDef = ToolDef::write(
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "memory_search",
     "Recall",
-    "Search memories (full text, content and tags). If `truncated`, pass `offset` = \
-     `next_offset`.",
+    "Search memories (full text, content and tags).",
 );
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
@@ -43,8 +41,8 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const CONTEXT_DEF: ToolDef = ToolDef::read(
     "memory_context",
     "Memory context block",
-    "Build a memory block to prepend to an LLM call, matched to `query` (the latest turn). \
-     `mode`: relevant (default; most recent if none match), recent_only or off.",
+    "Build a memory block to prepend to an LLM call, matched to `query` (the latest turn); \
+     `mode` relevant (default) falls back to the most recent.",
 );
 
 static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {
@@ -240,7 +238,7 @@ pub struct SearchParams {
     pub scope: Option<Scope>,
     #[serde(default)]
     pub session: Option<String>,
-    /// 1–100, default 10 (cut at 40 KB).
+    /// 1–100, default 10.
     #[serde(default)]
     pub limit: Option<i64>,
     /// Of the `limit` best, skip this many.

@@ -46,15 +46,15 @@ pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "Structural code search",
     "Search code by syntax tree with an ast-grep pattern in `lang`: `$NAME` matches one node, \
      `$$$ARGS` any number (both captured; `$_` captures nothing), e.g. \
-     `fn $NAME($$$ARGS) -> Result<$T>`. More: pass `next_offset` as `offset`.",
+     `fn $NAME($$$ARGS) -> Result<$T>`.",
 );
 
 pub const EDIT_DEF: ToolDef = ToolDef::write(
     "edit_ast",
     "Structural rewrite",
     "Rewrite code structurally with ast-grep (patterns as in search_ast). DRY RUN BY DEFAULT: returns \
-     the changes and per-file diffs (more: pass `next_offset` as `offset`); `dry_run: false` writes \
-     every touched file or none. Unparsable files are skipped (`parse_errors`)."
+     the changes and per-file diffs; `dry_run: false` writes every touched file or none. Unparsable \
+     files are skipped."
 )
 .destructive();
 
@@ -63,8 +63,8 @@ pub const EDIT_DEF: ToolDef = ToolDef::write(
 pub struct SearchParams {
     /// Must parse as code of `lang`.
     pub pattern: String,
-    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ...; default: inferred from
-    /// file extensions if they agree.
+    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ...; default: from file
+    /// extensions if they agree.
     #[serde(default)]
     pub lang: Option<String>,
     /// Files or directories (default the root).
@@ -149,7 +149,7 @@ pub struct SearchResult {
 pub struct EditParams {
     /// Pattern → template with its meta-variables, applied in order, e.g. {"$A.unwrap()": "$A?"}.
     pub rewrites: serde_json::Map<String, serde_json::Value>,
-    /// Default: inferred from file extensions if they agree.
+    /// Default: from file extensions if they agree.
     #[serde(default)]
     pub lang: Option<String>,
     /// File or directory (default the root).

@@ -27,9 +27,8 @@ pub const DEF: ToolDef = ToolDef::read(
     "search_glob",
     "Find files by name",
     "Find files by glob, newest first (or `sort: \"path\"`). Without `/` the pattern matches file names \
-     at any depth (`*.rs`); with `/`, the path under `path` (`src/**/*.test.ts`); `**` crosses \
-     directories. Skips hidden and ignored (.gitignore) files unless `hidden`/`no_ignore`. More: pass \
-     `next_offset` as `offset`.",
+     at any depth (`*.rs`); with `/`, the path under `path` (`src/**/*.test.ts`). Skips hidden and \
+     ignored (.gitignore) files unless `hidden`/`no_ignore`.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

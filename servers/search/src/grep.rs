@@ -41,8 +41,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "Search file contents",
     "Search file contents with a regex (Rust syntax, as ripgrep) in a directory tree or one file. \
      Skips binary files, and hidden or ignored (.gitignore/.ignore) ones unless `hidden`/\
-     `no_ignore`. Sorted by path, then line. Capped at 60 s and 40 KB; when `truncated`, narrow the search or pass \
-     `next_offset` as `offset`.",
+     `no_ignore`. Sorted by path, then line. Capped at 60 s and 40 KB.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]
@@ -82,24 +81,21 @@ pub struct GrepParams {
     /// `pattern` is literal text.
     #[serde(default)]
     pub fixed_strings: Option<bool>,
-    /// Whole words only.
     #[serde(default)]
     pub word: Option<bool>,
-    /// Matches may span lines (`\n`).
     #[serde(default)]
     pub multiline: Option<bool>,
     #[serde(default)]
     pub before: Option<i64>,
     #[serde(default)]
     pub after: Option<i64>,
-    /// Lines around each match (0–50; `before`/`after` for one side), content mode only.
+    /// Lines around each match (0–50), content mode.
     #[serde(default)]
     pub context: Option<i64>,
-    /// `files_with_matches` (default): paths; `content`: `path:line:text`; `count`: matching
-    /// lines per file (matches with multiline).
+    /// files_with_matches (default): paths; content: `path:line:text`; count: lines per file.
     #[serde(default)]
     pub output_mode: Option<OutputMode>,
-    /// Most entries (files, lines or counts) to return.
+    /// Most entries to return.
     #[serde(default)]
     pub head_limit: Option<i64>,
     #[serde(default)]

@@ -49,11 +49,9 @@ fn cut_hops(hops: &[String]) -> Vec<String> {
 pub const DEF: ToolDef = ToolDef::read(
     "web_fetch",
     "Fetch a web page",
-    "Fetch an http(s) URL as text: HTML as markdown of the main content (navigation, scripts, \
-     footers, cookie banners dropped), JSON pretty-printed, text as is, other types described. If \
-     truncated, call again with start_index = next_start_index. ≤ 10 redirects, 5 MB body. \
-     Private, loopback and link-local addresses refused. HTTP error statuses are data (status). \
-     Cached 15 min.",
+    "Fetch an http(s) URL as text: HTML as markdown of the main content, JSON pretty-printed, \
+     text as is, other types described. ≤ 10 redirects, 5 MB body. Private, loopback and \
+     link-local addresses refused. HTTP error statuses are data. Cached 15 min.",
 )
 .open_world();
 
@@ -64,7 +62,6 @@ pub struct FetchParams {
     /// Characters; default 10000, max 1000000.
     #[serde(default)]
     pub max_length: Option<i64>,
-    /// Default 0.
     #[serde(default)]
     pub start_index: Option<i64>,
     /// Unconverted body (HTML source).

@@ -45,9 +45,8 @@ pub const DEFAULT_WAIT_MS: u64 = 10_000;
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
-    description: "Debug a program with a real debugger: launch or \
-        attach, set_breakpoint, continue/step_*, stack_trace, variables, evaluate, disconnect. \
-        Paths are root-relative; a cut list goes on at `next_offset`.",
+    description: "Debug a program with a real debugger: launch or attach, set breakpoints, \
+        step, inspect the stack and variables, evaluate, disconnect.",
     read_only: false,
     destructive: true,
     idempotent: false,

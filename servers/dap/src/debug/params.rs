@@ -82,48 +82,45 @@ impl AccessType {
 #[serde(deny_unknown_fields)]
 pub struct DebugParams {
     pub action: Action,
-    /// launch/attach: python (default), node, bun, lldb (C/C++/Rust), go, or configured.
+    /// python (default), node, bun, lldb (C/C++/Rust), go, or configured.
     #[serde(default)]
     pub runtime: Option<String>,
     /// launch: entry point.
     #[serde(default, alias = "program")]
     pub script: Option<String>,
-    /// launch.
     #[serde(default)]
     pub args: Option<Vec<String>>,
-    /// launch.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// launch (default true).
+    /// Default true.
     #[serde(default)]
     pub stop_on_entry: Option<bool>,
-    /// launch (default the root).
+    /// Default the root.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// attach (default 127.0.0.1).
+    /// Default 127.0.0.1.
     #[serde(default)]
     pub host: Option<String>,
     #[serde(default)]
     pub port: Option<u16>,
-    /// attach (node, bun): the ws:// address it printed.
+    /// attach (node, bun): the ws:// address.
     #[serde(default)]
     pub url: Option<String>,
-    /// disconnect (default true).
+    /// Default true.
     #[serde(default)]
     pub terminate_debuggee: Option<bool>,
-    /// set/remove_breakpoint: source file.
     #[serde(default)]
     pub path: Option<String>,
-    /// set/remove_breakpoint: 1-based.
+    /// 1-based.
     #[serde(default)]
     pub line: Option<i64>,
-    /// set_*breakpoint: break if true.
+    /// Break only if true.
     #[serde(default)]
     pub condition: Option<String>,
-    /// set_breakpoint: log ({expr} expanded), don't stop.
+    /// Log it ({expr} expanded), don't stop.
     #[serde(default)]
     pub log_message: Option<String>,
-    /// set_*breakpoint: N (from hit N on) or e.g. "%2".
+    /// N (from hit N on) or e.g. "%2".
     #[serde(default)]
     pub hit_count: Option<HitCount>,
     /// set_function_breakpoint: function; data_breakpoint_info: variable.
@@ -132,25 +129,24 @@ pub struct DebugParams {
     /// set_exception_breakpoints: uncaught, raised, all, ...
     #[serde(default)]
     pub filters: Option<Vec<String>>,
-    /// continue, step_*, pause, stack_trace.
     #[serde(default)]
     pub thread_id: Option<i64>,
-    /// stack_trace (default 20).
+    /// Default 20.
     #[serde(default)]
     pub levels: Option<u64>,
-    /// scopes, variables, evaluate: 0 = top (default), 1 = caller, ...
+    /// 0 = top (default), 1 = caller, ...
     #[serde(default)]
     pub frame_id: Option<i64>,
-    /// variables: local (default), closure, global, or e.g. registers.
+    /// local (default), closure, global, or e.g. registers.
     #[serde(default)]
     pub scope: Option<String>,
-    /// variables: a name, dotted path ("a.b") or variables_reference.
+    /// A name, dotted path ("a.b") or variables_reference.
     #[serde(default)]
     pub expand: Option<Expand>,
-    /// variables: nesting (1-4, default 1).
+    /// 1-4 (default 1).
     #[serde(default)]
     pub depth: Option<u64>,
-    /// variables: name substring.
+    /// Name substring.
     #[serde(default)]
     pub filter: Option<String>,
     #[serde(default)]
@@ -158,25 +154,24 @@ pub struct DebugParams {
     /// evaluate: watch (default, no side effects) or repl.
     #[serde(default)]
     pub context: Option<EvalContext>,
-    /// Lists: skip N (a result's next_offset); output: cursor; memory/instructions: offset.
+    /// A result's next_offset; memory/instructions: from the address.
     #[serde(default)]
     pub offset: Option<i64>,
-    /// variables (default 100).
+    /// Default 100.
     #[serde(default)]
     pub limit: Option<u64>,
-    /// memory/instructions: address.
     #[serde(default)]
     pub memory_reference: Option<String>,
     /// disassemble: instructions; read_memory: bytes (default 32, max 4096).
     #[serde(default)]
     pub count: Option<u64>,
-    /// write_memory: base64.
+    /// Base64.
     #[serde(default)]
     pub data: Option<String>,
-    /// set/remove_data_breakpoint: from data_breakpoint_info.
+    /// From data_breakpoint_info.
     #[serde(default)]
     pub data_id: Option<String>,
-    /// set_data_breakpoint (default write).
+    /// Default write.
     #[serde(default)]
     pub access_type: Option<AccessType>,
     /// custom_request.
@@ -184,8 +179,7 @@ pub struct DebugParams {
     pub command: Option<String>,
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, Value>>,
-    /// launch, continue, step_*: ms to await a stop, else status running (default 10000,
-    /// max 60000).
+    /// ms to await a stop, else status running (default 10000, max 60000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
 }

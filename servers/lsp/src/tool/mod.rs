@@ -20,10 +20,10 @@ pub use validate::{need, position};
 pub const DEF: ToolDef = ToolDef {
     name: "code_lsp",
     title: "Code intelligence",
-    description: "Code intelligence from real language servers for rust, python, typescript/JS, go \
-        and c/C++, synced with files on disk. A position is `path` + 1-based `line` + 0-based \
-        `character` (code points), or `symbol`. rename edits all files atomically; rename_file \
-        lets the server fix imports; request: any LSP method. Cut answers go on at `next_offset`.",
+    description: "Code intelligence from language servers (rust, python, typescript/JS, go, \
+        c/C++). A position is `path` + 1-based `line` + 0-based `character` (code points), or \
+        `symbol`. rename edits all files atomically; rename_file fixes imports; request: any LSP \
+        method.",
     read_only: false,
     destructive: false,
     idempotent: false,

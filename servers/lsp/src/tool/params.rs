@@ -93,54 +93,50 @@ pub enum Scope {
 #[serde(deny_unknown_fields)]
 pub struct LspParams {
     pub action: Action,
-    /// Root-relative file (diagnostics: or directory). Required except for status, workspace
-    /// symbols, or with `language`.
+    /// File (diagnostics: or directory). Needed unless status, workspace symbols or `language`.
     #[serde(default)]
     pub path: Option<String>,
     #[serde(default)]
     pub line: Option<u64>,
     #[serde(default)]
     pub character: Option<u64>,
-    /// Instead of `character`: a name on `line` (no `line`: first in the file).
+    /// Instead of `character`: a name on `line` (or first in the file).
     #[serde(default)]
     pub symbol: Option<String>,
-    /// diagnostics: this severity and worse (default all).
+    /// diagnostics: this and worse (default all).
     #[serde(default)]
     pub severity: Option<Severity>,
-    /// references (default false).
     #[serde(default)]
     pub include_declaration: Option<bool>,
-    /// symbols: document (`path`'s outline, default) or workspace (by `query`).
+    /// symbols: document (`path`'s outline, default) or workspace.
     #[serde(default)]
     pub scope: Option<Scope>,
     /// symbols: name filter (required for workspace).
     #[serde(default)]
     pub query: Option<String>,
-    /// Lists: page size (references/diagnostics 100, symbols 50, else all).
+    /// Lists: page size (references/diagnostics 100, symbols 50).
     #[serde(default)]
     pub limit: Option<u64>,
-    /// Lists: skip this many; request: bytes of `result_text` (a result's `next_offset`).
+    /// A result's `next_offset` (request: bytes of `result_text`).
     #[serde(default)]
     pub offset: Option<u64>,
-    /// rename: an identifier.
     #[serde(default)]
     pub new_name: Option<String>,
-    /// rename_file: root-relative; must not exist.
+    /// rename_file: must not exist.
     #[serde(default)]
     pub new_path: Option<String>,
-    /// code_actions: send that line's diagnostics (default true).
+    /// code_actions: with that line's diagnostics (default true).
     #[serde(default)]
     pub include_diagnostics: Option<bool>,
-    /// reload/capabilities/request without `path`: a language name.
+    /// reload/capabilities/request without `path`.
     #[serde(default)]
     pub language: Option<String>,
     /// request: e.g. `textDocument/foldingRange`.
     #[serde(default)]
     pub method: Option<String>,
-    /// request: its params.
     #[serde(default)]
     pub params: Option<Value>,
-    /// diagnostics: ms to wait for analysis (default 20000, max 120000).
+    /// diagnostics: ms to await analysis (default 20000, max 120000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
 }

@@ -27,7 +27,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "instance_copy",
     "Copy files to or from instance",
     "Copy a file or directory into or out of an instance; out without host_path returns it \
-     inline (≤ 38 KB; max_bytes: ≤ 256 KB). Atomic; keeps existing targets unless overwrite.",
+     inline (≤ 38 KB, or max_bytes ≤ 256 KB). Atomic.",
 )
 .destructive();
 

@@ -32,7 +32,6 @@ pub const RELEASE_DEF: ToolDef = ToolDef::write(
 pub struct AcquireParams {
     #[serde(default)]
     pub instance: Option<String>,
-    /// ≤ 200 chars.
     #[serde(default)]
     pub reason: Option<String>,
     /// Default 3600.

@@ -13,8 +13,8 @@ use kitbag_shared::limits as budget;
 pub const DEF: ToolDef = ToolDef::read(
     "instance_logs",
     "Read instance logs",
-    "Read an instance's log by byte offset (pass next_offset back), also after it ended. Not \
-     activity.",
+    "Read an instance's log from a byte offset (next_offset continues), also after it ended. \
+     Not activity.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

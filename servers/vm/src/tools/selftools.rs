@@ -22,9 +22,8 @@ pub const INFO_DEF: ToolDef = ToolDef::read(
 pub const RESTART_DEF: ToolDef = ToolDef::write(
     "self_restart",
     "Restart host or instance",
-    "Under the kitbag host: reply, then have it reload its config (edit agent.json first; the \
-     conversation stays; a bad config: config_invalid, no change). In an instance: restart its \
-     main command. Else: unsupported.",
+    "Under the kitbag host: reply, then have it reload its config (edit agent.json first; a bad \
+     config changes nothing). In an instance: restart its main command.",
 )
 .destructive()
 .exec();

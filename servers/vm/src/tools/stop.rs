@@ -16,7 +16,7 @@ use crate::{Caller, VmState};
 pub const DEF: ToolDef = ToolDef::write(
     "instance_stop",
     "Stop instance",
-    "Stop an instance (SIGTERM, then SIGKILL), closing its ports and leases. Idempotent.",
+    "Stop an instance (SIGTERM, then SIGKILL), closing its ports and leases.",
 )
 .destructive()
 .idempotent();

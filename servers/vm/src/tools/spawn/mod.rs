@@ -20,12 +20,10 @@ use crate::{Caller, VmState};
 pub const DEF: ToolDef = ToolDef::write(
     "instance_spawn",
     "Spawn instance",
-    "Start an isolated instance: bubblewrap sandbox (default; host files read-only, writable \
-     /work at `work_dir` on the host) or qemu VM (/work inside; outbound network reaches host \
-     loopback). No `command`: an idle box for instance_exec; else it ends with its command. \
-     Pauses (on_idle) after idle_timeout_seconds with no tool call on it or relayed connection \
-     (its processes don't count) unless an exec, connection or lease holds it. Ends with this \
-     server. Example: \
+    "Start an isolated instance: bubblewrap sandbox (default; host files read-only, /work \
+     writable) or qemu VM. No `command`: an idle box for instance_exec; else it ends with its \
+     command. After idle_timeout_seconds without a tool call or relayed connection on it (its \
+     own processes don't count) it pauses or stops (on_idle), unless a lease holds it. Example: \
      {\"command\":[\"python3\",\"-m\",\"http.server\",\"8080\"],\"ports\":[8080],\"ready\":{\"port\":8080}}",
 )
 .exec();
@@ -90,7 +88,7 @@ pub struct ReadyParam {
 #[derive(Debug, Default, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct SpawnParams {
-    /// Unique [a-z0-9-]; usable as the id.
+    /// [a-z0-9-]; usable as the id.
     #[serde(default)]
     pub name: Option<String>,
     /// Default bwrap; see self_info.
@@ -101,11 +99,9 @@ pub struct SpawnParams {
     /// Default /work.
     #[serde(default)]
     pub cwd: Option<String>,
-    /// KITBAG_* reserved.
     #[serde(default)]
     pub env: Option<BTreeMap<String, String>>,
-    /// bwrap: host (default) or a rootfs name; docker: local image; kube: image with /bin/sh
-    /// or warmpool:NAME.
+    /// bwrap: host (default) or a rootfs; docker: local image; kube: image or warmpool:NAME.
     #[serde(default)]
     pub image: Option<String>,
     /// bwrap only.
@@ -130,7 +126,6 @@ pub struct SpawnParams {
     pub on_idle: Option<OnIdle>,
     #[serde(default)]
     pub ready: Option<ReadyParam>,
-    /// Up to 16.
     #[serde(default)]
     pub labels: Option<BTreeMap<String, String>>,
 }
