@@ -1,6 +1,9 @@
 //! With 10,000 stored memories: `memory_search` and `memory_store` round trips over stdio.
 //!
-//! Run: `cargo bench -p kitbag-memory`. Prints medians; nothing here asserts on time.
+//! Run: `cargo bench -p kitbag-memory`. Prints medians; nothing here asserts on time. With
+//! `KITBAG_BENCH_BASELINE="/path/to/an/older/kitbag-memory"` (or `"/path/to/kitbag server
+//! memory"`: a command line, split on spaces), the same runs follow against that build: a
+//! change's before and after, measured in one run.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -44,17 +47,18 @@ const WORDS: &[&str] = &[
     "alerts",
 ];
 
+/// A memory server on the database `db`: `server` is the program and its leading arguments.
+fn spawn(server: &[String], db: &Path, cwd: &Path) -> McpClient {
+    let mut args: Vec<&str> = server[1..].iter().map(String::as_str).collect();
+    args.extend(["--db", db.to_str().expect("u"), "--max-total", "100000"]);
+    McpClient::spawn(Path::new(&server[0]), &args, cwd, Era::Handshake)
+}
+
 /// Search p50 on 10,000 memories written with a varied vocabulary (each word in ~0.2% of them).
-fn varied_corpus() {
+fn varied_corpus(server: &[String]) {
     let dir = tempfile::tempdir().expect("tmp");
     let db = dir.path().join("varied.db");
-    let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-memory"));
-    let mut c = McpClient::spawn(
-        bin,
-        &["--db", db.to_str().expect("u"), "--max-total", "100000"],
-        dir.path(),
-        Era::Handshake,
-    );
+    let mut c = spawn(server, &db, dir.path());
     let mut seed: u64 = 0x9e37_79b9_7f4a_7c15;
     let mut next = move || {
         seed ^= seed << 13;
@@ -83,16 +87,24 @@ fn varied_corpus() {
 }
 
 fn main() {
-    varied_corpus();
+    let this = vec![env!("CARGO_BIN_EXE_kitbag-memory").to_string()];
+    let baseline: Option<Vec<String>> = std::env::var("KITBAG_BENCH_BASELINE")
+        .ok()
+        .map(|v| v.split_whitespace().map(str::to_string).collect())
+        .filter(|v: &Vec<String>| !v.is_empty());
+    for (label, server) in std::iter::once(("this build", this)).chain(baseline.map(|b| ("baseline", b))) {
+        println!("== {label}: {}", server.join(" "));
+        varied_corpus(&server);
+        adversarial_corpus(&server);
+    }
+}
+
+/// Store, search and context p50 on 10,000 memories over a 20-word vocabulary (each query term
+/// in ~20% of the store).
+fn adversarial_corpus(server: &[String]) {
     let dir = tempfile::tempdir().expect("tmp");
     let db = dir.path().join("bench.db");
-    let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-memory"));
-    let mut c = McpClient::spawn(
-        bin,
-        &["--db", db.to_str().expect("u"), "--max-total", "100000"],
-        dir.path(),
-        Era::Handshake,
-    );
+    let mut c = spawn(server, &db, dir.path());
     let t = Instant::now();
     for i in 0..10_000usize {
         let content = format!(
