@@ -92,7 +92,9 @@ fn main() {
         .ok()
         .map(|v| v.split_whitespace().map(str::to_string).collect())
         .filter(|v: &Vec<String>| !v.is_empty());
-    for (label, server) in std::iter::once(("this build", this)).chain(baseline.map(|b| ("baseline", b))) {
+    for (label, server) in
+        std::iter::once(("this build", this)).chain(baseline.map(|b| ("baseline", b)))
+    {
         println!("== {label}: {}", server.join(" "));
         varied_corpus(&server);
         adversarial_corpus(&server);
