@@ -178,13 +178,9 @@ impl Store {
         let family = self.family;
         match &mut self.conn {
             Conn::Sqlite(c) => c.execute_batch(sql).map_err(|e| sqlite_error(family, e)),
-            Conn::Postgres(p) => {
-                let result = p.conn.client().and_then(|c| c.batch_execute(sql));
-                if let Err(e) = &result {
-                    p.conn.failed(e);
-                }
-                result.map_err(|e| pg_error(family, e))
-            }
+            Conn::Postgres(p) => p
+                .run(|client, _| client.batch_execute(sql))
+                .map_err(|e| pg_error(family, e)),
         }
     }
 
@@ -244,6 +240,26 @@ impl PgStore {
         }
         let client = self.conn.client()?;
         Ok((client, &mut self.prepared))
+    }
+}
+
+impl PgStore {
+    /// Run one call on the client and its prepared statements; a failure that lost the
+    /// connection is noted, so the next call reconnects.
+    fn run<T>(
+        &mut self,
+        call: impl FnOnce(
+            &mut postgres::Client,
+            &mut HashMap<String, postgres::Statement>,
+        ) -> Result<T, postgres::Error>,
+    ) -> Result<T, postgres::Error> {
+        let result = self
+            .parts()
+            .and_then(|(client, prepared)| call(client, prepared));
+        if let Err(e) = &result {
+            self.conn.failed(e);
+        }
+        result
     }
 }
 
@@ -315,15 +331,9 @@ impl Sql for Store {
         let family = self.family;
         match &mut self.conn {
             Conn::Sqlite(c) => sqlite_each(family, c, sql, args, each),
-            Conn::Postgres(p) => {
-                let result = p.parts().and_then(|(client, prepared)| {
-                    pg_each(family, client, prepared, sql, args, each)
-                });
-                if let Err(e) = &result {
-                    p.conn.failed(e);
-                }
-                result.map_err(|e| pg_error(family, e))?
-            }
+            Conn::Postgres(p) => p
+                .run(|client, prepared| pg_each(family, client, prepared, sql, args, each))
+                .map_err(|e| pg_error(family, e))?,
         }
     }
 
@@ -331,15 +341,9 @@ impl Sql for Store {
         let family = self.family;
         match &mut self.conn {
             Conn::Sqlite(c) => sqlite_exec(family, c, sql, args),
-            Conn::Postgres(p) => {
-                let result = p
-                    .parts()
-                    .and_then(|(client, prepared)| pg_exec(client, prepared, sql, args));
-                if let Err(e) = &result {
-                    p.conn.failed(e);
-                }
-                result.map_err(|e| pg_error(family, e))
-            }
+            Conn::Postgres(p) => p
+                .run(|client, prepared| pg_exec(client, prepared, sql, args))
+                .map_err(|e| pg_error(family, e)),
         }
     }
 }
