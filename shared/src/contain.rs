@@ -25,7 +25,7 @@
 //! cannot leave the cgroup except within a subtree delegated to it; the same rule covers that.
 //!
 //! Zombies re-parented to the server are reaped here, only by pid and only when they are not
-//! a direct child that tokio or portable-pty waits on (see [`ChildReg`]).
+//! a direct child that tokio or the shell's pump waits on (see [`ChildReg`]).
 
 use crate::lock::LockExt;
 use std::collections::BTreeSet;
@@ -769,7 +769,7 @@ pub fn alive(pid: i32) -> bool {
     crate::proc_stat::running(pid)
 }
 
-/// A direct child some other code waits on (a tokio `Child`, a portable-pty child): the
+/// A direct child some other code waits on (a tokio `Child`, the shell's pidfd pump): the
 /// reaper leaves its exit status alone while this lives. Take [`ChildReg::lock`] before
 /// spawning and [`ChildReg::register`] the pid under it, so the reaper never sees the child
 /// unregistered.

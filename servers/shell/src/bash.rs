@@ -198,7 +198,7 @@ pub async fn run(
     let cancel = ctx.cancel.clone();
     kitbag_shared::blocking(move || {
         let (log_path, log_shown) = state.next_log_path();
-        let running = spawn(&state, &prepared, log_path)?;
+        let running = spawn(&state, &prepared, log_path, false)?;
         let cancelled = || cancel.is_cancelled();
         let (exit, timed_out) = wait_and_stop(&running, &state, prepared.timeout_ms, &cancelled);
         if cancel.is_cancelled() {
@@ -223,6 +223,7 @@ fn spawn(
     state: &ShellState,
     p: &Prepared,
     log_path: std::path::PathBuf,
+    background: bool,
 ) -> ToolResult<process::Running> {
     process::spawn(SpawnSpec {
         command: &p.command,
@@ -232,6 +233,7 @@ fn spawn(
         preview_bytes: state.preview_bytes,
         log_caps: state.log_caps,
         logs: state.logs.clone(),
+        background,
     })
     .map_err(|e| {
         ToolError::new(
@@ -249,7 +251,7 @@ fn start_background(
     p: Prepared,
 ) -> ToolResult<Reply<BashResult>> {
     let (log_path, log_shown) = state.next_log_path();
-    let running = spawn(&state, &p, log_path)?;
+    let running = spawn(&state, &p, log_path, true)?;
     let log_shown = policy.display(&log_shown);
     let pid = running.pid;
     let containment = running.contain.kind().as_str().to_string();

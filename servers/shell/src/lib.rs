@@ -5,6 +5,8 @@ pub mod bash;
 pub mod jobs;
 pub mod logs;
 pub mod process;
+pub mod pump;
+pub mod spawn;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -75,7 +77,8 @@ pub struct ShellState {
 
 impl ShellState {
     /// A fresh log file: the path to write it by (through the held directory) and the path
-    /// to show. Old logs are pruned when a command's output ends ([`logs::LogDir::prune`]).
+    /// to show. Old logs are pruned when a command starts and when its output ends
+    /// ([`logs::LogDir`]).
     pub fn next_log_path(&self) -> (PathBuf, PathBuf) {
         let n = self.seq.fetch_add(1, Ordering::Relaxed);
         let name = format!("{}-{}-{n}.log", std::process::id(), unix_millis());

@@ -12,11 +12,12 @@
 //! to whatever file holds them and reports a requested range that was dropped.
 
 use kitbag_shared::lock::LockExt;
-use std::collections::HashSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
+use std::time::{SystemTime, UNIX_EPOCH};
 
 /// Room kept for the marker line of a consolidated log, so that head + marker + tail stays
 /// within the per-log cap.
@@ -281,7 +282,23 @@ fn create_no_follow(path: &Path) -> std::io::Result<File> {
         .open(path)
 }
 
+/// How many commands may begin between two reads of the logs directory. In between, the
+/// directory is known from what this server wrote (see [`LogDir`]).
+pub const RESCAN_EVERY: u32 = 64;
+
 /// The logs directory: the logs being written, and the limits applied when pruning.
+///
+/// Pruning must not cost a command a read of the whole directory (a `stat` of each of up to
+/// `keep` logs, twice per command; issue #43). The directory is read at server start and every
+/// [`RESCAN_EVERY`] commands; in between a ledger of its logs is kept up to date from what
+/// this server itself does — a log begun (counted at its cap), a log ended (its size read
+/// back: one `stat` per file of it), a log deleted — so each prune decides from memory and
+/// touches the disk only to delete. What another process adds in between (another server's
+/// logs) is counted from the next read on.
+///
+/// The deletions a command's start decides on are carried out by [`LogDir::sweep`], which
+/// the spawn calls once the shell is started — while the shell loads, before any of the new
+/// command's output is written — rather than before it.
 pub struct LogDir {
     pub dir: PathBuf,
     pub keep: usize,
@@ -290,7 +307,25 @@ pub struct LogDir {
     /// The most one log of this server grows to (0: unbounded). A log being written is counted
     /// at this size, so the total holds while it grows, not only at the prunes.
     pub per_log_max: u64,
-    active: Mutex<HashSet<PathBuf>>,
+    ledger: Mutex<Ledger>,
+}
+
+/// What the logs directory holds, as far as this server knows.
+#[derive(Default)]
+struct Ledger {
+    /// Each log (`NAME.log` with its `NAME.log.tailN` segments): newest modification time,
+    /// bytes on disk. Logs being written are in here from the moment they begin.
+    logs: HashMap<PathBuf, (SystemTime, u64)>,
+    /// The same logs, oldest first (the order they are pruned in).
+    order: BTreeSet<(SystemTime, PathBuf)>,
+    /// Bytes of the directory's other files.
+    other_bytes: u64,
+    /// Logs being written by this server: never pruned.
+    active: HashSet<PathBuf>,
+    /// Commands begun since the directory was last read.
+    since_scan: u32,
+    /// Logs taken out of the ledger, to be deleted by the next [`LogDir::sweep`].
+    doomed: Vec<PathBuf>,
 }
 
 impl LogDir {
@@ -300,105 +335,205 @@ impl LogDir {
             keep,
             max_total,
             per_log_max,
-            active: Mutex::new(HashSet::new()),
+            ledger: Mutex::new(Ledger::default()),
         }
     }
 
     /// A command starts writing `log`: it is never pruned while written, and room for all of
-    /// it is made now.
+    /// it is made now (the logs that go are deleted by the next [`LogDir::sweep`]).
     pub fn begin(&self, log: &Path) {
-        self.lock().insert(log.to_path_buf());
-        self.prune();
+        let mut l = self.ledger.locked();
+        l.since_scan += 1;
+        if l.since_scan >= RESCAN_EVERY {
+            self.scan(&mut l);
+        }
+        l.active.insert(log.to_path_buf());
+        l.set(log, Some((SystemTime::now(), 0)));
+        self.prune_known(&mut l);
     }
 
-    /// The command's output ended: its log may now be pruned; prune.
+    /// The command's output ended: its log may now be pruned; its size is read back; prune.
     pub fn end(&self, log: &Path) {
-        self.lock().remove(log);
-        self.prune();
+        let mut l = self.ledger.locked();
+        l.active.remove(log);
+        l.set(log, log_on_disk(log));
+        self.prune_known(&mut l);
+        drop(l);
+        self.sweep();
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashSet<PathBuf>> {
-        self.active.locked()
+    /// Delete the logs that the last prunes took out of the ledger. (They stay listed until
+    /// deleted, so that a read of the directory meanwhile does not count them again.)
+    pub fn sweep(&self) {
+        let doomed = self.ledger.locked().doomed.clone();
+        if doomed.is_empty() {
+            return;
+        }
+        for log in &doomed {
+            let _ = std::fs::remove_file(log);
+            for seg in segments(log) {
+                let _ = std::fs::remove_file(seg);
+            }
+        }
+        self.ledger.locked().doomed.retain(|d| !doomed.contains(d));
     }
 
-    /// Delete finished commands' logs, oldest first, while there are more than `keep` of them
-    /// or the directory holds more than `max_total` bytes (this server's logs being written
-    /// counted at `per_log_max`). Never a log being written by this server, nor one of another
-    /// server that is still running (`PID-…` names). Returns the directory's size afterwards,
-    /// counted the same way.
+    /// Read the directory, then delete finished commands' logs, oldest first, while there are
+    /// more than `keep` of them or the directory holds more than `max_total` bytes (this
+    /// server's logs being written counted at `per_log_max`). Never a log being written by
+    /// this server, nor one of another server that is still running (`PID-…` names). Returns
+    /// the directory's size afterwards, counted the same way.
     pub fn prune(&self) -> u64 {
-        let Ok(rd) = std::fs::read_dir(&self.dir) else {
-            return 0;
+        let total = {
+            let mut l = self.ledger.locked();
+            self.scan(&mut l);
+            self.prune_known(&mut l)
         };
-        // Files grouped by their log (`NAME.log` and its `NAME.log.tailN` segments).
-        let mut groups: std::collections::HashMap<PathBuf, (std::time::SystemTime, u64)> =
-            Default::default();
-        let mut total = 0u64;
+        self.sweep();
+        total
+    }
+
+    /// The ledger from the directory as it is now (logs begun but not created yet kept).
+    fn scan(&self, l: &mut Ledger) {
+        l.since_scan = 0;
+        let Ok(rd) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let mut logs: HashMap<PathBuf, (SystemTime, u64)> = HashMap::new();
+        let mut other = 0u64;
         for e in rd.flatten() {
             let Ok(md) = e.metadata() else { continue };
             if !md.is_file() {
                 continue;
             }
-            total += md.len();
             let name = e.file_name().to_string_lossy().into_owned();
-            let Some(i) = name.find(".log") else { continue };
-            let rest = &name[i + 4..];
-            if !(rest.is_empty() || rest.starts_with(".tail")) {
+            let Some(key) = log_key(&name) else {
+                other += md.len();
                 continue;
+            };
+            let key = self.dir.join(key);
+            if l.doomed.contains(&key) {
+                continue; // gone with the next sweep
             }
-            let key = self.dir.join(&name[..i + 4]);
-            let mtime = md.modified().unwrap_or(std::time::UNIX_EPOCH);
-            let g = groups.entry(key).or_insert((mtime, 0));
+            let mtime = md.modified().unwrap_or(UNIX_EPOCH);
+            let g = logs.entry(key).or_insert((mtime, 0));
             g.0 = g.0.max(mtime);
             g.1 += md.len();
         }
-        let active = self.lock().clone();
+        for a in &l.active {
+            logs.entry(a.clone()).or_insert((SystemTime::now(), 0));
+        }
+        l.order = logs.iter().map(|(p, g)| (g.0, p.clone())).collect();
+        l.logs = logs;
+        l.other_bytes = other;
+    }
+
+    /// Prune by the ledger (see [`LogDir::prune`]); the total afterwards.
+    fn prune_known(&self, l: &mut Ledger) -> u64 {
+        let mut total = l.other_bytes + l.logs.values().map(|g| g.1).sum::<u64>();
         // Logs being written still grow: counted at the most they may hold.
         if self.per_log_max > 0 {
-            for log in &active {
-                let written = groups.get(log).map_or(0, |g| g.1);
+            for log in &l.active {
+                let written = l.logs.get(log).map_or(0, |g| g.1);
                 total += self.per_log_max.saturating_sub(written);
             }
         }
-        let mut count = groups.len();
-        let mut finished: Vec<(std::time::SystemTime, PathBuf, u64)> = groups
-            .into_iter()
-            .filter(|(p, _)| !active.contains(p) && !owner_running(p))
-            .map(|(p, (t, n))| (t, p, n))
-            .collect();
-        finished.sort();
+        let mut count = l.logs.len();
         let over = |count: usize, total: u64| {
             count > self.keep || (self.max_total > 0 && total > self.max_total)
         };
-        for (_, log, size) in finished {
+        if !over(count, total) {
+            return total;
+        }
+        // Oldest first, past the logs that may not go; each owner looked up once.
+        let mut owners: HashMap<u32, bool> = HashMap::new();
+        let mut going = Vec::new();
+        for (_, log) in &l.order {
             if !over(count, total) {
                 break;
             }
-            let _ = std::fs::remove_file(&log);
-            for k in 0..2 {
-                let mut seg = log.clone().into_os_string();
-                seg.push(format!(".tail{k}"));
-                let _ = std::fs::remove_file(seg);
+            if l.active.contains(log) {
+                continue;
+            }
+            if let Some(pid) = other_owner(log)
+                && *owners.entry(pid).or_insert_with(|| pid_running(pid))
+            {
+                continue;
             }
             count -= 1;
-            total = total.saturating_sub(size);
+            total = total.saturating_sub(l.logs.get(log).map_or(0, |g| g.1));
+            going.push(log.clone());
+        }
+        for log in going {
+            l.set(&log, None);
+            l.doomed.push(log);
         }
         total
     }
 }
 
-/// Whether the log was written by another server process that is still alive (its commands
-/// may be running). Log names start with the server's PID.
-fn owner_running(log: &Path) -> bool {
-    let Some(pid) = log
+impl Ledger {
+    /// Record `log` as `entry` (newest modification time, bytes), or as gone.
+    fn set(&mut self, log: &Path, entry: Option<(SystemTime, u64)>) {
+        if let Some((t, _)) = self.logs.remove(log) {
+            self.order.remove(&(t, log.to_path_buf()));
+        }
+        if let Some(e) = entry {
+            self.logs.insert(log.to_path_buf(), e);
+            self.order.insert((e.0, log.to_path_buf()));
+        }
+    }
+}
+
+/// `NAME.log` for a log's own file or one of its segments (`NAME.log.tailN`).
+fn log_key(name: &str) -> Option<&str> {
+    let i = name.find(".log")?;
+    let rest = &name[i + 4..];
+    (rest.is_empty() || rest.starts_with(".tail")).then(|| &name[..i + 4])
+}
+
+/// A log's tail segment files.
+fn segments(log: &Path) -> [PathBuf; 2] {
+    [0, 1].map(|k| {
+        let mut seg = log.as_os_str().to_os_string();
+        seg.push(format!(".tail{k}"));
+        PathBuf::from(seg)
+    })
+}
+
+/// A log's newest modification time and bytes on disk (its segments included), or `None`
+/// when none of its files exists.
+fn log_on_disk(log: &Path) -> Option<(SystemTime, u64)> {
+    let mut found: Option<(SystemTime, u64)> = None;
+    let [a, b] = segments(log);
+    for f in [log.to_path_buf(), a, b] {
+        let Ok(md) = std::fs::symlink_metadata(&f) else {
+            continue;
+        };
+        if !md.is_file() {
+            continue;
+        }
+        let mtime = md.modified().unwrap_or(UNIX_EPOCH);
+        let g = found.get_or_insert((mtime, 0));
+        g.0 = g.0.max(mtime);
+        g.1 += md.len();
+    }
+    found
+}
+
+/// The PID of the server that wrote `log` when it is another process (log names start with
+/// the server's PID): its commands may still be running.
+fn other_owner(log: &Path) -> Option<u32> {
+    let pid = log
         .file_name()
         .and_then(|n| n.to_str())
         .and_then(|n| n.split('-').next())
-        .and_then(|p| p.parse::<u32>().ok())
-    else {
-        return false;
-    };
-    pid != std::process::id() && Path::new(&format!("/proc/{pid}")).exists()
+        .and_then(|p| p.parse::<u32>().ok())?;
+    (pid != std::process::id()).then_some(pid)
+}
+
+fn pid_running(pid: u32) -> bool {
+    Path::new(&format!("/proc/{pid}")).exists()
 }
 
 #[cfg(test)]
@@ -407,6 +542,120 @@ mod tests {
 
     fn stream(n: usize) -> Vec<u8> {
         (0..n).map(|i| (i % 251) as u8).collect()
+    }
+
+    /// One command's life as the spawn and the pump tell the directory about it.
+    fn command(dir: &LogDir, n: usize, bytes: usize) -> PathBuf {
+        let log = dir.dir.join(format!("{}-{n:04}-0.log", std::process::id()));
+        dir.begin(&log);
+        std::fs::write(&log, vec![b'x'; bytes]).expect("w");
+        dir.sweep();
+        dir.end(&log);
+        log
+    }
+
+    fn listing(dir: &Path) -> Vec<String> {
+        let mut v: Vec<String> = std::fs::read_dir(dir)
+            .expect("ls")
+            .map(|e| e.expect("e").file_name().to_string_lossy().into_owned())
+            .collect();
+        v.sort();
+        v
+    }
+
+    #[test]
+    fn the_ledger_keeps_the_directory_bounded_between_reads() {
+        let d = tempfile::tempdir().expect("tmp");
+        let logs = LogDir::new(d.path().to_path_buf(), 3, 350, 100);
+        logs.prune();
+        let mut last = PathBuf::new();
+        for n in 0..2 * RESCAN_EVERY as usize {
+            if n == 10 {
+                // Another (dead) server's log appears between two reads of the directory:
+                // counted, and pruned as the oldest, once the directory is read again.
+                let foreign = d.path().join("4194305-1-0.log");
+                std::fs::write(&foreign, vec![b'f'; 10]).expect("w");
+                filetime_past(&foreign);
+            }
+            last = command(&logs, n, 100);
+            let names = listing(d.path());
+            assert!(names.len() <= 4, "{n}: {names:?}");
+            let bytes: u64 = std::fs::read_dir(d.path())
+                .expect("ls")
+                .map(|e| e.expect("e").metadata().expect("m").len())
+                .sum();
+            assert!(bytes <= 350, "{n}: {bytes}");
+            assert!(last.exists(), "the newest log is kept");
+        }
+        let names = listing(d.path());
+        assert_eq!(names.len(), 3, "{names:?}");
+        assert!(
+            !names.iter().any(|n| n.starts_with("4194305-")),
+            "{names:?}"
+        );
+        assert!(last.exists());
+    }
+
+    #[test]
+    fn logs_being_written_are_never_pruned() {
+        let d = tempfile::tempdir().expect("tmp");
+        let logs = LogDir::new(d.path().to_path_buf(), 2, 0, 0);
+        let old = command(&logs, 0, 10);
+        let running: Vec<PathBuf> = (1..5)
+            .map(|n| {
+                let log = d
+                    .path()
+                    .join(format!("{}-{n:04}-0.log", std::process::id()));
+                logs.begin(&log);
+                std::fs::write(&log, b"r").expect("w");
+                logs.sweep();
+                log
+            })
+            .collect();
+        assert!(!old.exists(), "the finished log made room");
+        assert!(
+            running.iter().all(|l| l.exists()),
+            "{:?}",
+            listing(d.path())
+        );
+        for l in &running {
+            logs.end(l);
+        }
+        assert_eq!(listing(d.path()).len(), 2);
+        assert!(running[2].exists() && running[3].exists());
+    }
+
+    /// Another live server's logs are never deleted, and passing them costs each prune one
+    /// look per server, not one per log (issue #43: several servers sharing a directory).
+    #[test]
+    fn another_live_servers_logs_are_passed_over_cheaply() {
+        let d = tempfile::tempdir().expect("tmp");
+        // PID 1 runs as long as this test does.
+        for n in 0..2000 {
+            let f = d.path().join(format!("1-0-{n}.log"));
+            std::fs::write(&f, b"o").expect("w");
+            filetime_past(&f);
+        }
+        let logs = LogDir::new(d.path().to_path_buf(), 10, 0, 0);
+        logs.prune();
+        let t = std::time::Instant::now();
+        for n in 0..2 * RESCAN_EVERY as usize {
+            command(&logs, n, 10);
+        }
+        let took = t.elapsed();
+        assert_eq!(
+            listing(d.path()).len(),
+            2000,
+            "only this server's logs went"
+        );
+        assert!(took < std::time::Duration::from_secs(5), "{took:?}");
+    }
+
+    /// Back-date a file's modification time by an hour (oldest of the directory).
+    fn filetime_past(p: &Path) {
+        let f = File::options().write(true).open(p).expect("open");
+        let t = std::time::SystemTime::now() - std::time::Duration::from_secs(3600);
+        f.set_modified(t).expect("mtime");
     }
 
     #[test]

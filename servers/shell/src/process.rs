@@ -1,17 +1,18 @@
 //! A command running in its own PTY session, its output streamed to a log file.
 //!
-//! portable-pty makes the shell a session and process-group leader (`setsid`), so the tree
-//! it starts — `&` jobs and `nohup` children included — shares its process group. Processes
-//! that leave the group (`setsid -f`, `setpgid(0, 0)`) are still found through the command's
-//! containment ([`kitbag_shared::contain`]: a cgroup where writable, else the subreaper and
-//! the `KITBAG_JOB` environment tag); [`Running::terminate`] stops both.
+//! The shell is started with `posix_spawn` ([`crate::spawn`]: no copy of the server's address
+//! space) as a session and process-group leader (`setsid`) with the terminal as its
+//! controlling terminal, so the tree it starts — `&` jobs and `nohup` children included —
+//! shares its process group. Processes that leave the group (`setsid -f`, `setpgid(0, 0)`)
+//! are still found through the command's containment ([`kitbag_shared::contain`]: a cgroup
+//! where writable, else the subreaper and the `KITBAG_JOB` environment tag);
+//! [`Running::terminate`] stops both.
 
 use kitbag_shared::lock::LockExt;
-use std::collections::VecDeque;
-use std::io::Read;
-use std::os::fd::{AsRawFd, BorrowedFd};
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsFd, BorrowedFd};
+use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
-use std::sync::mpsc::{Receiver, RecvTimeoutError, channel};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -19,74 +20,22 @@ use kitbag_shared::contain::{self, ChildReg};
 use kitbag_shared::process::{Stoppable, signal_group};
 
 use crate::logs::{CappedLog, LogDir};
+pub use crate::pump::{Capture, Exit};
+use crate::pump::{Pump, Shared, Status};
+use crate::spawn::{self, Pty};
 use nix::sys::signal::Signal;
-use portable_pty::{CommandBuilder, PtySize, native_pty_system};
-
-/// How a command ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Exit {
-    pub code: i32,
-    pub signal: Option<String>,
-}
-
-/// Output captured so far: the stream goes to the (capped) log file; the first and last bytes
-/// are also kept in memory for the preview.
-pub struct Capture {
-    pub log_path: PathBuf,
-    pub log: CappedLog,
-    head: Vec<u8>,
-    tail: VecDeque<u8>,
-    pub total: u64,
-    pub eof: bool,
-    head_cap: usize,
-    tail_cap: usize,
-}
-
-impl Capture {
-    fn push(&mut self, bytes: &[u8]) {
-        self.log.write(bytes);
-        self.total += bytes.len() as u64;
-        let room = self.head_cap.saturating_sub(self.head.len());
-        let (to_head, rest) = bytes.split_at(room.min(bytes.len()));
-        self.head.extend_from_slice(to_head);
-        for &b in rest {
-            if self.tail.len() == self.tail_cap {
-                self.tail.pop_front();
-            }
-            self.tail.push_back(b);
-        }
-    }
-
-    /// The whole output if it fit, else head + tail; and whether anything was left out.
-    pub fn preview(&self) -> (Vec<u8>, bool) {
-        let kept = (self.head.len() + self.tail.len()) as u64;
-        let mut out = self.head.clone();
-        if kept >= self.total {
-            out.extend(self.tail.iter());
-            return (out, false);
-        }
-        let elided = self.total - kept;
-        let where_ = if self.log.dropped() > 0 {
-            "the log file keeps the first and last part of the output"
-        } else {
-            "the full output is in the log file"
-        };
-        out.extend_from_slice(format!("\n… [{elided} bytes elided; {where_}] …\n").as_bytes());
-        out.extend(self.tail.iter());
-        (out, true)
-    }
-}
 
 pub struct Running {
     pub pid: i32,
     pub capture: Arc<Mutex<Capture>>,
-    exit_rx: Mutex<Receiver<Exit>>,
-    reader_rx: Mutex<Receiver<()>>,
+    /// The exit and end-of-output, as the pump finds them.
+    shared: Arc<Shared>,
+    /// A foreground command's pump, moved along by whoever waits (see [`crate::pump`]);
+    /// `None` for a background job, pumped by a thread of its own.
+    pump: Option<Mutex<Pump>>,
     pub started: Instant,
     /// Every process of the command, wherever it moved.
     pub contain: contain::Job,
-    /// Keeps the PTY open for the session's lifetime.
-    _master: Mutex<Box<dyn portable_pty::MasterPty + Send>>,
 }
 
 pub struct SpawnSpec<'a> {
@@ -100,6 +49,9 @@ pub struct SpawnSpec<'a> {
     pub log_caps: (u64, u64),
     /// Told when the log is complete, so that it may be pruned.
     pub logs: Arc<LogDir>,
+    /// A background job: its output is read on a thread of its own; else by the caller's
+    /// thread while it waits ([`Running::wait`], [`Running::drain`], …).
+    pub background: bool,
 }
 
 pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
@@ -111,75 +63,82 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
 }
 
 fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
-    let pty = native_pty_system();
-    let pair = pty.openpty(PtySize {
-        rows: 50,
-        cols: 200,
-        pixel_width: 0,
-        pixel_height: 0,
-    })?;
+    let pty = Pty::open(50, 200)?;
     let job = contain::container("shell").job();
-    let cmd = shell_command(&spec, &job);
+    let (argv, envp) = shell_command(&spec, &job)?;
     if let Some(dir) = spec.log_path.parent() {
         std::fs::create_dir_all(dir)?;
     }
     let log = CappedLog::create(&spec.log_path, spec.log_caps.0, spec.log_caps.1)?;
     // Registered under the reaper's lock: the orphan reaper never takes this child's status.
-    let (child, pid, reg) = {
+    let (pid, reg) = {
         let mut children = ChildReg::lock();
-        let child = pair.slave.spawn_command(cmd)?;
-        let pid = child
-            .process_id()
-            .map(|p| p as i32)
-            .ok_or_else(|| anyhow::anyhow!("spawned process has no pid"))?;
+        let pid = spawn::spawn(&spawn::Spec {
+            program: SHELL,
+            argv: &argv,
+            envp: &envp,
+            tty: pty.tty.as_fd(),
+            cwd: spec.cwd,
+        })?;
         let reg = ChildReg::register(&mut children, pid);
-        (child, pid, reg)
+        (pid, reg)
     };
     job.attach(pid);
-    drop(pair.slave); // only the child holds the terminal now: EOF when it (and its tree) close it
-    let reader = pair.master.try_clone_reader()?;
-    let half = spec.preview_bytes / 2;
-    let capture = Arc::new(Mutex::new(Capture {
-        log_path: spec.log_path.clone(),
+    drop(pty.tty); // only the child holds the terminal now: EOF when it (and its tree) close it
+    // The logs pruned to make room for this one go while the shell loads: nothing of its
+    // output is written before the pump's first read.
+    spec.logs.sweep();
+    let capture = Arc::new(Mutex::new(Capture::new(
+        spec.log_path.clone(),
         log,
-        head: Vec::new(),
-        tail: VecDeque::new(),
-        total: 0,
-        eof: false,
-        head_cap: half,
-        tail_cap: spec.preview_bytes - half,
-    }));
-    let reader_rx = read_output(reader, capture.clone(), spec.logs.clone(), spec.log_path);
-    let exit_rx = wait_exit(child, reg);
+        spec.preview_bytes,
+    )));
+    let shared = Arc::new(Shared::default());
+    let pump = Pump::new(
+        pty.master,
+        pid,
+        reg,
+        capture.clone(),
+        spec.logs.clone(),
+        shared.clone(),
+    );
+    let pump = if spec.background {
+        std::thread::spawn(move || pump.run_to_end());
+        None
+    } else {
+        Some(Mutex::new(pump))
+    };
     Ok(Running {
         pid,
         capture,
-        exit_rx: Mutex::new(exit_rx),
-        reader_rx: Mutex::new(reader_rx),
+        shared,
+        pump,
         started: Instant::now(),
         contain: job,
-        _master: Mutex::new(pair.master),
     })
 }
 
-/// `sh -c` with the command, in the working directory, with a plain terminal's environment.
-fn shell_command(spec: &SpawnSpec<'_>, job: &contain::Job) -> CommandBuilder {
-    let mut cmd = CommandBuilder::new("/bin/sh");
-    cmd.arg("-c");
+/// The shell every command runs in.
+const SHELL: &std::ffi::CStr = c"/bin/sh";
+
+/// `sh -c` with the command, and a plain terminal's environment: `argv` and `envp`.
+fn shell_command(
+    spec: &SpawnSpec<'_>,
+    job: &contain::Job,
+) -> anyhow::Result<(Vec<CString>, Vec<CString>)> {
     // Stdin at end-of-file: a program waiting for input sees EOF instead of hanging until the
     // timeout. Output still goes to the terminal. Same line, so sh's line numbers are unchanged.
     // Before anything else the shell moves itself into the job's cgroup (when there is one).
-    cmd.arg(format!(
-        "{}exec </dev/null; {}",
-        job.shell_prefix(),
-        spec.command
-    ));
-    // The child changes into the descriptor's directory itself: the standard library's
-    // `chdir` runs in the forked child before `exec`, while this descriptor (close-on-exec)
-    // is still open there, and `/proc/self/fd/N` names exactly the directory it holds — not
-    // whatever its path leads to by now. `fchdir` in a `pre_exec` hook would do the same, but
-    // portable-pty offers no hook.
-    cmd.cwd(format!("/proc/self/fd/{}", spec.cwd.as_raw_fd()));
+    let script = format!("{}exec </dev/null; {}", job.shell_prefix(), spec.command);
+    let argv = vec![
+        SHELL.to_owned(),
+        c"-c".to_owned(),
+        CString::new(script).map_err(|_| anyhow::anyhow!("the command holds a NUL byte"))?,
+    ];
+    // The server's environment, `SHELL` set (the login shell unless the server has one).
+    let mut env: std::collections::BTreeMap<OsString, OsString> = std::env::vars_os().collect();
+    env.entry("SHELL".into())
+        .or_insert_with(|| login_shell().into());
     // A plain terminal: no colours, no pagers waiting for a key press.
     for (k, v) in [
         ("TERM", "dumb"),
@@ -188,89 +147,40 @@ fn shell_command(spec: &SpawnSpec<'_>, job: &contain::Job) -> CommandBuilder {
         ("GIT_PAGER", "cat"),
         ("GIT_TERMINAL_PROMPT", "0"),
     ] {
-        cmd.env(k, v);
+        env.insert(k.into(), v.into());
     }
-    cmd.env_remove(kitbag_shared::process::HOST_DEPTH_VAR);
+    env.remove(std::ffi::OsStr::new(kitbag_shared::process::HOST_DEPTH_VAR));
     for (k, v) in spec.env {
-        cmd.env(k, v);
+        env.insert(k.into(), v.into());
     }
     // After the caller's variables: a command cannot choose its own tag.
     let (k, v) = job.env();
-    cmd.env(k, v);
-    cmd
+    env.insert(k.into(), v.into());
+    let envp = env
+        .into_iter()
+        .filter_map(|(k, v)| {
+            let mut kv = k.as_bytes().to_vec();
+            kv.push(b'=');
+            kv.extend_from_slice(v.as_bytes());
+            CString::new(kv).ok()
+        })
+        .collect();
+    Ok((argv, envp))
 }
 
-/// Copy the terminal's output into `capture` until EOF, on a thread; the receiver hears
-/// when the log is complete.
-fn read_output(
-    mut reader: Box<dyn Read + Send>,
-    cap: Arc<Mutex<Capture>>,
-    logs: Arc<LogDir>,
-    log_path: PathBuf,
-) -> Receiver<()> {
-    let (reader_tx, reader_rx) = channel();
-    std::thread::spawn(move || {
-        let mut buf = vec![0u8; 64 * 1024];
-        loop {
-            match reader.read(&mut buf) {
-                Ok(0) | Err(_) => break, // EOF, or EIO once every holder of the terminal closed it
-                Ok(n) => cap.locked().push(&buf[..n]),
-            }
-        }
-        {
-            let mut c = cap.locked();
-            c.log.finish();
-            c.eof = true;
-        }
-        logs.end(&log_path);
-        let _ = reader_tx.send(());
-    });
-    reader_rx
-}
-
-/// Wait for the child on a thread (its registration with the reaper ends with the wait).
-fn wait_exit(
-    mut child: Box<dyn portable_pty::Child + Send + Sync>,
-    reg: ChildReg,
-) -> Receiver<Exit> {
-    let (exit_tx, exit_rx) = channel();
-    std::thread::spawn(move || {
-        let status = child.wait();
-        drop(reg);
-        let exit = match status {
-            Ok(s) => match s.signal() {
-                Some(name) => Exit {
-                    code: 128 + signal_number(name),
-                    signal: Some(name.to_string()),
-                },
-                None => Exit {
-                    code: s.exit_code() as i32,
-                    signal: None,
-                },
-            },
-            Err(_) => Exit {
-                code: -1,
-                signal: None,
-            },
-        };
-        let _ = exit_tx.send(exit);
-    });
-    exit_rx
-}
-
-fn signal_number(name: &str) -> i32 {
-    match name {
-        "Hangup" => 1,
-        "Interrupt" => 2,
-        "Quit" => 3,
-        "Aborted" => 6,
-        "Killed" => 9,
-        "Segmentation fault" => 11,
-        "Broken pipe" => 13,
-        "Alarm clock" => 14,
-        "Terminated" => 15,
-        _ => 0,
-    }
+/// The user's login shell from the password database (`/bin/sh` when there is none).
+fn login_shell() -> String {
+    static SHELL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    SHELL
+        .get_or_init(|| {
+            nix::unistd::User::from_uid(nix::unistd::getuid())
+                .ok()
+                .flatten()
+                .map(|u| u.shell.to_string_lossy().into_owned())
+                .filter(|s| !s.is_empty())
+                .unwrap_or_else(|| "/bin/sh".into())
+        })
+        .clone()
 }
 
 /// Why waiting stopped.
@@ -281,6 +191,28 @@ pub enum Waited {
 }
 
 impl Running {
+    /// Move the command along until `cond` holds or `limit` passes: pump it here (a
+    /// foreground command), or wait for its thread to (a background job).
+    fn until(&self, limit: Duration, cond: impl Fn(&Status) -> bool) -> Status {
+        let deadline = Instant::now() + limit;
+        match &self.pump {
+            None => {
+                self.shared.wait_until(deadline, &cond);
+            }
+            Some(pump) => {
+                let mut pump = pump.locked();
+                loop {
+                    let now = Instant::now();
+                    if cond(&self.shared.status()) || now >= deadline || pump.done() {
+                        break;
+                    }
+                    pump.step(deadline - now);
+                }
+            }
+        }
+        self.shared.status()
+    }
+
     /// Wait for the shell to exit, the deadline, or `cancelled()` to turn true.
     pub fn wait(&self, deadline: Instant, cancelled: &dyn Fn() -> bool) -> Waited {
         loop {
@@ -289,31 +221,23 @@ impl Running {
                 return Waited::TimedOut;
             }
             let slice = (deadline - now).min(Duration::from_millis(50));
-            match self.exit_rx.locked().recv_timeout(slice) {
-                Ok(exit) => return Waited::Exited(exit),
-                Err(RecvTimeoutError::Disconnected) => {
-                    return Waited::Exited(Exit {
-                        code: -1,
-                        signal: None,
-                    });
-                }
-                Err(RecvTimeoutError::Timeout) => {
-                    if cancelled() {
-                        return Waited::Cancelled;
-                    }
-                }
+            if let Some(exit) = self.until(slice, |s| s.exit.is_some()).exit {
+                return Waited::Exited(exit);
+            }
+            if cancelled() {
+                return Waited::Cancelled;
             }
         }
     }
 
     /// Non-blocking: the exit, if the shell has ended.
     pub fn try_exit(&self) -> Option<Exit> {
-        self.exit_rx.locked().try_recv().ok()
+        self.until(Duration::ZERO, |s| s.exit.is_some()).exit
     }
 
     /// Block until the shell's exit is known (after a kill).
     pub fn wait_exit(&self, limit: Duration) -> Option<Exit> {
-        self.exit_rx.locked().recv_timeout(limit).ok()
+        self.until(limit, |s| s.exit.is_some()).exit
     }
 
     /// Whether any process of the command (shell, group, escaped descendants) is alive.
@@ -331,9 +255,22 @@ impl Running {
         overdue
     }
 
-    /// Let the reader drain what the terminal still holds (bounded).
+    /// Take in what the terminal still holds, until its end-of-file (bounded).
     pub fn drain(&self, limit: Duration) {
-        let _ = self.reader_rx.locked().recv_timeout(limit);
+        self.until(limit, |s| s.eof);
+    }
+}
+
+/// A foreground command dropped before its output ended or its shell was reaped (a
+/// descendant holding the terminal past the drain): a thread finishes the log and the reap.
+impl Drop for Running {
+    fn drop(&mut self) {
+        if let Some(pump) = self.pump.take() {
+            let pump = pump.into_inner().unwrap_or_else(|p| p.into_inner());
+            if !pump.done() {
+                std::thread::spawn(move || pump.run_to_end());
+            }
+        }
     }
 }
 

@@ -231,3 +231,31 @@ fn the_logs_directory_total_is_capped() {
     assert!(live.exists());
     c.call_ok("shell_kill", json!({"job_id": job}));
 }
+
+/// `--keep-logs` holds after every command, with the directory read only now and then
+/// (issue #43: the prune decides from what the server wrote, not from a `stat` of every log).
+#[test]
+fn the_log_count_is_capped_after_every_command() {
+    let d = tempfile::tempdir().expect("tmp");
+    let logs = d.path().join(".kitbag/shell/logs");
+    let mut c = client(d.path(), &["--keep-logs", "5"]);
+    let mut kept = Vec::new();
+    for i in 0..12 {
+        let r = c.call_ok("shell_bash", json!({"command": format!("echo run-{i}")}));
+        kept.push(
+            d.path()
+                .join(r.structured["log_path"].as_str().expect("log")),
+        );
+        let n = std::fs::read_dir(&logs).expect("ls").count();
+        assert!(n <= 5, "after command {i}: {n} logs");
+        assert!(
+            kept.last().is_some_and(|l| l.exists()),
+            "the newest log is kept"
+        );
+    }
+    assert!(
+        kept[..7].iter().all(|l| !l.exists()),
+        "the oldest went first"
+    );
+    assert!(kept[7..].iter().all(|l| l.exists()));
+}

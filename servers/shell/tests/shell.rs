@@ -116,6 +116,73 @@ fn happy_path_exit_codes_cwd_env() {
     );
 }
 
+/// What the spawn sets up before the command runs (issue #43: `posix_spawn` instead of a
+/// fork with a `pre_exec` hook): the shell is the server's child, leads its own session and
+/// process group, has the terminal as its controlling terminal, no blocked and no ignored
+/// signals (the server ignores `SIGPIPE`), no descriptor but the terminal and `/dev/null`, the
+/// checked working directory, and the server's environment with the terminal's variables and
+/// the job tag.
+#[test]
+fn the_shell_starts_as_a_terminal_session_of_its_own() {
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::create_dir_all(d.path().join("sub")).expect("mkdir");
+    let mut c = McpClient::spawn_with_env(
+        bin(),
+        &[],
+        d.path(),
+        Era::Handshake,
+        &[
+            ("KITBAG_SPAWN_PROBE", "from-server"),
+            ("KITBAG_HOST_DEPTH", "1"),
+        ],
+    );
+    let server = c.pid();
+    let cmd = r#"set -- $(sed 's/.*) //' /proc/$$/stat)
+echo "ppid=$2 pgrp=$(($3 - $$)) sid=$(($4 - $$)) tty=$5 fg=$(($6 - $$))"
+grep -E '^Sig(Blk|Ign)' /proc/$$/status | tr -d ' \t'
+ls -l /proc/$$/fd >fds.txt; echo "fds=$(sed -n 's|.* -> ||p' fds.txt | grep -v /fds.txt | sed 's|/dev/pts/[0-9]*|tty|' | sort -u | tr '\n' ' ')"
+echo "cwd=$(readlink /proc/$$/cwd)"
+{ : </dev/tty; } 2>/dev/null && echo ctty=yes
+echo "env=$KITBAG_SPAWN_PROBE ${KITBAG_HOST_DEPTH-unset} $TERM ${KITBAG_JOB:+tagged} ${SHELL:+shell}""#;
+    let r = c.call_ok("shell_bash", json!({"command": cmd, "cwd": "sub"}));
+    let out = r.structured["stdout"].as_str().expect("stdout");
+    assert!(
+        out.contains(&format!("ppid={server} pgrp=0 sid=0 ")),
+        "the server's child, leading its own session and group: {out}"
+    );
+    assert!(!out.contains(" tty=0 "), "a controlling terminal: {out}");
+    assert!(
+        out.contains(" fg=0\n"),
+        "its group in the foreground: {out}"
+    );
+    assert!(out.contains("SigBlk:0000000000000000\n"), "{out}");
+    // glibc's spawn leaves its two internal signals (32, 33) ignored, as for every process
+    // it spawns (the standard library's too); glibc programs set their own handlers for them.
+    let ignored = out
+        .lines()
+        .find_map(|l| l.strip_prefix("SigIgn:"))
+        .and_then(|h| u64::from_str_radix(h, 16).ok())
+        .expect("SigIgn");
+    assert_eq!(
+        ignored & 0x7fff_ffff,
+        0,
+        "no signal below 32 ignored: {out}"
+    );
+    // dash keeps a copy of stdin (fd 10) after `exec </dev/null`, and holds `fds.txt` open
+    // while `ls` writes it.
+    assert!(
+        out.contains("fds=/dev/null tty \n"),
+        "nothing inherited: {out}"
+    );
+    let sub = d.path().join("sub").canonicalize().expect("canon");
+    assert!(out.contains(&format!("cwd={}\n", sub.display())), "{out}");
+    assert!(out.contains("ctty=yes\n"), "/dev/tty opens: {out}");
+    assert!(
+        out.contains("env=from-server unset dumb tagged shell\n"),
+        "{out}"
+    );
+}
+
 #[test]
 fn timeouts_clamp_and_kill_the_whole_tree() {
     let d = tempfile::tempdir().expect("tmp");
