@@ -54,62 +54,129 @@ pub fn write_all_atomic_at(files: &[(ParentDir, Vec<u8>)]) -> io::Result<()> {
 
 /// Put several complete staged files in place, all or nothing: if any rename fails, the
 /// files already replaced are put back as they were (from hard-link backups taken first).
-pub fn commit_all<D: Borrow<ParentDir>>(mut staged: Vec<Staged<D>>) -> io::Result<()> {
-    // Keep a hard-link backup of each existing target so a failed rename can be undone.
-    let mut backups: Vec<Backup<'_>> = Vec::with_capacity(staged.len());
-    for s in &staged {
-        let t = s.target.borrow();
-        let exists = match t.stat() {
-            Ok(st) => st.is_some(),
+pub fn commit_all<D: Borrow<ParentDir>>(staged: Vec<Staged<D>>) -> io::Result<()> {
+    commit_changes(Changes {
+        replace: staged,
+        create: Vec::new(),
+        remove: Vec::new(),
+    })
+}
+
+/// A change to several files, made all or nothing by [`commit_changes`].
+pub struct Changes<'a, D: Borrow<ParentDir>> {
+    /// Sealed files put over their targets (or at a free name).
+    pub replace: Vec<Staged<D>>,
+    /// Sealed files given names nothing holds: a file created meanwhile is never clobbered.
+    pub create: Vec<Staged<D>>,
+    /// Files removed.
+    pub remove: Vec<&'a ParentDir>,
+}
+
+/// One step [`commit_changes`] has taken, and how to take it back.
+enum Done<'a> {
+    /// A name that did not exist was given a file: remove it.
+    Created(&'a ParentDir),
+    /// A name was replaced or removed; `backup` holds what it had (`None`: nothing).
+    Changed(&'a ParentDir, Option<OsString>),
+}
+
+/// Make every change of `changes` or none: files are created first, then replaced, then
+/// removed; if any step fails, the steps taken are undone in reverse (replaced and removed
+/// files come back from hard-link backups taken before the first step).
+pub fn commit_changes<D: Borrow<ParentDir>>(mut changes: Changes<'_, D>) -> io::Result<()> {
+    let mut backups: Vec<(&ParentDir, Option<OsString>)> = Vec::new();
+    let targets = changes
+        .replace
+        .iter()
+        .map(|s| s.target.borrow())
+        .chain(changes.remove.iter().copied());
+    for t in targets {
+        match backup(t) {
+            Ok(name) => backups.push((t, name)),
             Err(e) => {
                 cleanup(&backups);
                 return Err(e);
             }
-        };
-        let name = if exists {
-            let name = unique_sibling(t, "bak");
-            if let Err(e) = linkat(t.dir(), t.name(), t.dir(), &name, AtFlags::empty()) {
-                cleanup(&backups);
-                return Err(e.into());
-            }
-            Some(name)
-        } else {
-            None
-        };
-        backups.push(Backup { target: t, name });
+        }
     }
-    let mut done = 0;
+    let backup_of = |t: &ParentDir| {
+        backups
+            .iter()
+            .find(|(b, _)| std::ptr::eq(*b, t))
+            .and_then(|(_, n)| n.clone())
+    };
+    let mut done: Vec<Done<'_>> = Vec::new();
     let mut failure = None;
-    for s in &staged {
-        match s.rename_into_place() {
-            Ok(()) => done += 1,
+    for s in &changes.create {
+        match s.link_new() {
+            Ok(()) => done.push(Done::Created(s.target.borrow())),
             Err(e) => {
                 failure = Some(e);
                 break;
             }
         }
     }
-    if let Some(e) = &failure {
-        tracing::debug!(error = %e, done, "a rename failed; putting the replaced files back");
-        for b in backups.iter().take(done) {
-            let t = b.target;
-            match &b.name {
-                Some(name) => {
-                    let _ = renameat(t.dir(), name, t.dir(), t.name());
+    let mut renamed = 0;
+    if failure.is_none() {
+        for s in &changes.replace {
+            let t = s.target.borrow();
+            match s.rename_into_place() {
+                Ok(()) => {
+                    renamed += 1;
+                    done.push(Done::Changed(t, backup_of(t)));
                 }
-                None => {
+                Err(e) => {
+                    failure = Some(e);
+                    break;
+                }
+            }
+        }
+    }
+    if failure.is_none() {
+        for t in &changes.remove {
+            match unlinkat(t.dir(), t.name(), AtFlags::empty()) {
+                Ok(()) => {
+                    t.sync_dir();
+                    done.push(Done::Changed(t, backup_of(t)));
+                }
+                Err(e) => {
+                    failure = Some(e.into());
+                    break;
+                }
+            }
+        }
+    }
+    if let Some(e) = &failure {
+        tracing::debug!(error = %e, done = done.len(), "a step failed; undoing the steps taken");
+        for step in done.iter().rev() {
+            match step {
+                Done::Created(t) | Done::Changed(t, None) => {
                     let _ = unlinkat(t.dir(), t.name(), AtFlags::empty());
+                }
+                Done::Changed(t, Some(name)) => {
+                    let _ = renameat(t.dir(), name, t.dir(), t.name());
                 }
             }
         }
     }
     cleanup(&backups);
-    drop(backups);
-    // The renamed temp names are gone: nothing for their drop to remove.
-    for s in staged.iter_mut().take(done) {
+    drop((done, backups));
+    // The renamed temp names are gone: nothing for their drop to remove. (Created names hold
+    // their content now; their temp names still go on drop.)
+    for s in changes.replace.iter_mut().take(renamed) {
         s.temp = None;
     }
     failure.map_or(Ok(()), Err)
+}
+
+/// A hard link to `t`'s current file under a backup name, or `None` when there is none.
+fn backup(t: &ParentDir) -> io::Result<Option<OsString>> {
+    if t.stat()?.is_none() {
+        return Ok(None);
+    }
+    let name = unique_sibling(t, "bak");
+    linkat(t.dir(), t.name(), t.dir(), &name, AtFlags::empty())?;
+    Ok(Some(name))
 }
 
 /// Create `target` with `bytes`, never replacing anything: a complete temp file is hard-linked
@@ -119,16 +186,11 @@ pub fn create_new_at(target: &ParentDir, bytes: &[u8]) -> io::Result<()> {
     stage(target, bytes, Some(0o666 & !process_umask()))?.commit_new()
 }
 
-/// A backup hard link of a target about to be replaced (`None`: there was no target).
-struct Backup<'a> {
-    target: &'a ParentDir,
-    name: Option<OsString>,
-}
-
-fn cleanup(backups: &[Backup<'_>]) {
-    for b in backups {
-        if let Some(name) = &b.name {
-            let _ = unlinkat(b.target.dir(), name, AtFlags::empty());
+/// Remove the backup hard links (`None`: the target had no file to back up).
+fn cleanup(backups: &[(&ParentDir, Option<OsString>)]) {
+    for (t, name) in backups {
+        if let Some(name) = name {
+            let _ = unlinkat(t.dir(), name, AtFlags::empty());
         }
     }
 }
@@ -190,6 +252,16 @@ impl<D: Borrow<ParentDir>> Staged<D> {
         Ok(())
     }
 
+    /// Link the temp file to the target's name if nothing holds it (the temp name stays,
+    /// removed on drop).
+    fn link_new(&self) -> io::Result<()> {
+        let t = self.target.borrow();
+        let temp = self.temp.as_ref().ok_or(io::ErrorKind::NotFound)?;
+        linkat(t.dir(), temp, t.dir(), t.name(), AtFlags::empty())?;
+        t.sync_dir();
+        Ok(())
+    }
+
     /// Replace the target with the sealed file.
     pub fn commit(mut self) -> io::Result<()> {
         self.rename_into_place()?;
@@ -200,11 +272,8 @@ impl<D: Borrow<ParentDir>> Staged<D> {
     /// Give the sealed file the target's name only if nothing has it: `linkat` fails if the
     /// name exists (even one created meanwhile by someone else); then the temp name goes.
     pub fn commit_new(self) -> io::Result<()> {
-        let t = self.target.borrow();
-        let temp = self.temp.as_ref().ok_or(io::ErrorKind::NotFound)?;
-        linkat(t.dir(), temp, t.dir(), t.name(), AtFlags::empty())?;
-        t.sync_dir();
-        Ok(()) // dropping `self` removes the temp name; the content lives on as the target
+        // Dropping `self` removes the temp name; the content lives on as the target.
+        self.link_new()
     }
 }
 
@@ -217,7 +286,7 @@ impl<D: Borrow<ParentDir>> Drop for Staged<D> {
 }
 
 /// Write `bytes` to a new, sealed temp file beside `target` (mode as [`begin`]).
-fn stage<'a>(
+pub fn stage<'a>(
     target: &'a ParentDir,
     bytes: &[u8],
     mode: Option<u32>,
@@ -422,6 +491,59 @@ mod tests {
         }
         assert!(too_deep.exists() && outside.exists());
         assert_eq!(sweep_stale_temps(&d.path().join("missing")), 0);
+    }
+
+    /// Creates, replacements and removals land together; a step that fails late (a removal
+    /// whose file went meanwhile) takes back every step before it.
+    #[test]
+    fn changes_land_all_or_none() {
+        let d = tempfile::tempdir().expect("tmp");
+        let at = |n: &str| d.path().join(n);
+        let parent = |n: &str| ParentDir::of_path(&at(n), false).expect("parent");
+        let listing = || {
+            let mut names: Vec<String> = fs::read_dir(d.path())
+                .expect("ls")
+                .map(|e| e.expect("entry").file_name().to_string_lossy().into_owned())
+                .collect();
+            names.sort();
+            names
+        };
+        fs::write(at("keep.txt"), "old").expect("w");
+        fs::write(at("gone.txt"), "bye").expect("w");
+        let (new, kept, gone) = (parent("new.txt"), parent("keep.txt"), parent("gone.txt"));
+        commit_changes(Changes {
+            replace: vec![stage(&kept, b"changed", None).expect("stage")],
+            create: vec![stage(&new, b"fresh", None).expect("stage")],
+            remove: vec![&gone],
+        })
+        .expect("commit");
+        assert_eq!(listing(), ["keep.txt", "new.txt"], "no temp or backup left");
+        assert_eq!(fs::read_to_string(at("keep.txt")).expect("r"), "changed");
+        assert_eq!(fs::read_to_string(at("new.txt")).expect("r"), "fresh");
+
+        // The removal fails (its file is missing): the create and the replace are undone.
+        let (other, missing) = (parent("other.txt"), parent("missing.txt"));
+        let err = commit_changes(Changes {
+            replace: vec![stage(&kept, b"again", None).expect("stage")],
+            create: vec![stage(&other, b"x", None).expect("stage")],
+            remove: vec![&new, &missing],
+        })
+        .expect_err("a removal fails");
+        assert_eq!(err.kind(), io::ErrorKind::NotFound, "{err}");
+        assert_eq!(listing(), ["keep.txt", "new.txt"], "as before the call");
+        assert_eq!(fs::read_to_string(at("keep.txt")).expect("r"), "changed");
+        assert_eq!(fs::read_to_string(at("new.txt")).expect("r"), "fresh");
+
+        // A create whose name is taken changes nothing and says so.
+        let err = commit_changes(Changes::<&ParentDir> {
+            replace: vec![],
+            create: vec![stage(&kept, b"clobber", None).expect("stage")],
+            remove: vec![],
+        })
+        .expect_err("exists");
+        assert!(is_exists(&err), "{err}");
+        assert_eq!(fs::read_to_string(at("keep.txt")).expect("r"), "changed");
+        assert_eq!(listing(), ["keep.txt", "new.txt"]);
     }
 
     #[test]

@@ -33,6 +33,8 @@ pub enum ErrorCode {
     EncodingUnsupported,
     OldStringNotFound,
     MultipleMatches,
+    // A hunk of `edit_patch` matched nowhere (its detail names the closest place).
+    HunkNotFound,
     NoChange,
     EncodingMismatch,
     IoError,

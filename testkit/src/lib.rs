@@ -593,6 +593,18 @@ pub fn workspace_root(manifest_dir: &str) -> std::path::PathBuf {
     dir
 }
 
+/// How many tools a family's checked-in catalog (`manifests/<family>/tools.json`) lists: for
+/// tests that count a listing, so a new tool changes one file, not every count.
+pub fn catalog_tool_count(family: &str) -> u64 {
+    let path = workspace_root(env!("CARGO_MANIFEST_DIR"))
+        .join("manifests")
+        .join(family)
+        .join("tools.json");
+    let text = std::fs::read_to_string(&path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    let v: Value = serde_json::from_str(&text).expect("catalog json");
+    v["tools"].as_array().map_or(0, |t| t.len() as u64)
+}
+
 /// Processes whose parent is `pid` (from /proc), for "nothing left behind" checks.
 pub fn child_pids(pid: u32) -> Vec<u32> {
     let mut out = Vec::new();

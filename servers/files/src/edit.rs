@@ -41,9 +41,9 @@ pub const DEF: ToolDef = ToolDef::write(
 pub struct EditSpec {
     // No doc comments here: they would become schema descriptions repeating EditParams' own,
     // which every tools/list puts in front of the model again.
-    #[serde(default)]
+    #[serde(default, alias = "old_str")]
     pub old_string: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "new_str")]
     pub new_string: Option<String>,
     #[serde(default)]
     pub replace_all: Option<bool>,
@@ -59,9 +59,10 @@ pub struct EditSpec {
 #[serde(deny_unknown_fields)]
 pub struct EditParams {
     pub path: String,
-    #[serde(default)]
+    // `old_str`/`new_str`: the spelling of Claude's text-editor tool, accepted as it is.
+    #[serde(default, alias = "old_str")]
     pub old_string: Option<String>,
-    #[serde(default)]
+    #[serde(default, alias = "new_str")]
     pub new_string: Option<String>,
     #[serde(default)]
     pub replace_all: Option<bool>,

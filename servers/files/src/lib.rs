@@ -5,6 +5,7 @@
 pub mod edit;
 pub mod list;
 pub mod manage;
+pub mod patch;
 pub mod read;
 pub mod state;
 pub mod write;
@@ -67,6 +68,12 @@ pub fn router() -> ToolRouter<FilesState> {
             edit::DEF,
             |s: Arc<FilesState>, p, ctx: CallCtx| async move {
                 edit::run(s, ctx.policy().clone(), p).await
+            },
+        )
+        .tool(
+            patch::DEF,
+            |s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                patch::run(s, ctx.policy().clone(), p).await
             },
         )
         .tool(

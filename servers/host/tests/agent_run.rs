@@ -198,7 +198,7 @@ fn parallel_calls_run_and_answer_in_the_order_asked_errors_included() {
             .expect("t")
             // The parallel file_read starts the files server (it waits for its first call):
             // host_status may see it ready or still starting.
-            .contains(", 7 tools, 0 restarts"),
+            .contains(", 8 tools, 0 restarts"),
         "{results:?}"
     );
 }

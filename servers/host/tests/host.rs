@@ -229,6 +229,7 @@ fn claude_code_mcp_json_is_imported() {
     assert_eq!(
         list,
         [
+            "edit_patch",
             "edit_text",
             "file_create",
             "file_delete",

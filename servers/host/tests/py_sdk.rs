@@ -17,6 +17,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kitbag_testkit::catalog_tool_count;
 use kitbag_testkit::clients::{json_report, project, require, testkit_dir, venv_python};
 use kitbag_testkit::http::HttpServer;
 use serde_json::{Value, json};
@@ -146,14 +147,19 @@ fn the_python_sdk_lists_calls_keeps_typed_errors_and_listens_in_both_eras() {
         assert_eq!(r["error"]["code"], "file_not_found", "{name}: {r}");
         assert_eq!(r["unknown_tool"]["code"], -32602, "{name}: {r}");
         let tools = r["tools"].as_u64().unwrap_or(0);
+        let files = catalog_tool_count("files");
         if name.starts_with("files") {
-            assert_eq!(tools, 7, "{name}: {r}");
+            assert_eq!(tools, files, "{name}: {r}");
         } else if name.starts_with("all") {
             assert!(tools >= 38, "{name}: {r}");
         } else {
-            // files' 7 + host_status + host_reload; memory's 4 more after the reload.
-            assert_eq!(tools, 9, "{name}: {r}");
-            assert_eq!(r["listen"]["toolsAfter"], 13, "{name}: {r}");
+            // files' tools + host_status + host_reload; memory's 4 more after the reload.
+            assert_eq!(tools, files + 2, "{name}: {r}");
+            assert_eq!(
+                r["listen"]["toolsAfter"],
+                files + 2 + catalog_tool_count("memory"),
+                "{name}: {r}"
+            );
             if mode == "legacy" {
                 assert_eq!(r["listen"]["toolsListChanged"], true, "{name}: {r}");
             } else {
@@ -216,7 +222,7 @@ fn run_framework(folder: &str, package: &str, script: &str) -> Option<Vec<(Strin
         );
         let tools = r["tools"].as_u64().unwrap_or(0);
         if name == "files" {
-            assert_eq!(tools, 7, "{package}, {name}: {r}");
+            assert_eq!(tools, catalog_tool_count("files"), "{package}, {name}: {r}");
         } else {
             assert!(tools >= 38, "{package}, {name}: {r}");
         }

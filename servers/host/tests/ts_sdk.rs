@@ -10,6 +10,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use kitbag_testkit::catalog_tool_count;
 use kitbag_testkit::clients::ts_sdk_ready;
 use kitbag_testkit::http::HttpServer;
 use kitbag_testkit::workspace_root;
@@ -75,7 +76,7 @@ fn the_ts_sdk_over_streamable_http_lists_calls_and_keeps_typed_errors() {
         &[],
     );
     let r = check(d.path(), Path::new(&files.url()), &[]);
-    assert_eq!(r["tools"], 7, "{r}");
+    assert_eq!(r["tools"], catalog_tool_count("files"), "{r}");
     assert_eq!(r["success"]["isError"], false, "{r}");
     assert_eq!(r["error"]["code"], "file_not_found", "{r}");
 }
