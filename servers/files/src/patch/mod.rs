@@ -647,3 +647,47 @@ fn summary(o: Outcome, diff: &str) -> PatchedFile {
         hunks_moved: o.notes,
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every prefix of a patch of each format, and every one with a byte changed, parses or
+    /// fails typed: no panic on any input.
+    #[test]
+    fn cut_and_mangled_patches_never_panic() {
+        let samples = [
+            "*** Begin Patch\n*** Update File: a/b.rs\n*** Move to: c.rs\n@@ fn x() {\n@@\n ctx\n-old\n+new\n*** End of File\n*** Add File: n\n+1\n*** Delete File: d\n*** End Patch\n",
+            "diff --git \"a/sp ace\" \"b/sp ace\"\nrename from x\nrename to y\n--- a/x\n+++ b/y\n@@ -1,2 +1,2 @@ h\n a\n-b\n+c\n\\ No newline at end of file\n--- /dev/null\n+++ b/n\n@@ -0,0 +1 @@\n+z\n",
+            r#"[{"command":"insert","path":"a","insert_line":3,"new_str":"x"},{"path":"a","old_str":"é","new_str":""}]"#,
+        ];
+        let text = "ctx\nold\na\nb\n";
+        for s in samples {
+            let bytes = s.as_bytes();
+            for cut in 0..=bytes.len() {
+                for variant in [bytes[..cut].to_vec(), {
+                    let mut b = bytes.to_vec();
+                    if cut < b.len() {
+                        b[cut] = b"@ -+\n\\\"*"[cut % 8];
+                    }
+                    b
+                }] {
+                    let Ok(p) = String::from_utf8(variant) else {
+                        continue;
+                    };
+                    if let Ok((_, changes)) = parse(&p, FormatParam::Auto) {
+                        for c in changes {
+                            if let Op::Update { edits, .. } = c.op {
+                                for e in edits {
+                                    if let Edits::Hunks(h) = e {
+                                        let _ = hunks::apply(text, &h);
+                                    }
+                                }
+                            }
+                        }
+                    }
+                }
+            }
+        }
+    }
+}
