@@ -43,6 +43,7 @@ pub enum ErrorCode {
     // shell
     ShellSpawnFailed,
     JobNotFound,
+    JobNotRunning,
     // web
     FetchFailed,
     UrlBlocked,

@@ -69,7 +69,8 @@ pub use error::{ErrorCode, ToolError, ToolResult};
 pub use flags::CommonArgs;
 pub use paths::{Access, Parents, PathPolicy, Resolved};
 pub use server::{
-    CallCtx, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, blocking, serve, serve_stdio,
+    CallCtx, ClientLog, Extras, Identity, McpServer, Reply, ToolDef, ToolRouter, blocking, serve,
+    serve_stdio,
 };
 
 // Re-exported so servers use the same versions without naming them.

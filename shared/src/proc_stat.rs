@@ -13,6 +13,9 @@ pub struct ProcStat {
     /// The process group.
     pub pgrp: i32,
     pub session: i32,
+    /// The controlling terminal's device number as the kernel encodes it here (major in bits
+    /// 8–15, minor in bits 0–7 and 20–31; 0: none): see [`tty_device`].
+    pub tty_nr: i32,
     /// CPU time in user and kernel mode, in clock ticks.
     pub utime: u64,
     pub stime: u64,
@@ -47,10 +50,17 @@ pub fn parse(stat: &str) -> Option<ProcStat> {
         ppid: int(1)?,
         pgrp: int(2)?,
         session: int(3)?,
+        tty_nr: int(4)?,
         utime: number(11)?,
         stime: number(12)?,
         start_time: number(19)?,
     })
+}
+
+/// `tty_nr` as (major, minor), to compare with a device's numbers (`rustix::fs::major`).
+pub fn tty_device(tty_nr: i32) -> (u32, u32) {
+    let n = tty_nr as u32;
+    ((n >> 8) & 0xff, (n & 0xff) | ((n >> 12) & 0xfff00))
 }
 
 /// Whether process `pid` runs: it exists and is not a zombie.
@@ -101,6 +111,7 @@ mod tests {
                 ppid: 1,
                 pgrp: 4242,
                 session: 4242,
+                tty_nr: 0,
                 utime: 7,
                 stime: 3,
                 start_time: 987654,
@@ -108,6 +119,9 @@ mod tests {
         );
         assert!(s.running());
         assert!(!parse(&line.replace(") S ", ") Z ")).unwrap().running());
+        // /dev/pts/3 is 136:3; minor 300 spills into the high bits.
+        assert_eq!(tty_device(34819), (136, 3));
+        assert_eq!(tty_device((136 << 8) | 44 | (1 << 20)), (136, 300));
     }
 
     #[test]

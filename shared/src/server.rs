@@ -207,6 +207,15 @@ impl CallCtx {
         }
     }
 
+    /// A handle to send the client log messages after this call has answered (a background
+    /// job's end); `None` without a connected client.
+    pub fn client_log(&self) -> Option<ClientLog> {
+        Some(ClientLog {
+            peer: self.peer.clone()?,
+            runtime: tokio::runtime::Handle::try_current().ok()?,
+        })
+    }
+
     /// `Err(cancelled)` once the client cancelled this request.
     pub fn check_cancelled(&self) -> ToolResult<()> {
         if self.cancel.is_cancelled() {
@@ -217,6 +226,43 @@ impl CallCtx {
         } else {
             Ok(())
         }
+    }
+}
+
+/// Sends `notifications/message` to a client, from any thread. The notification is
+/// deprecated by SEP-2577, but it is what handshake-era clients show; best effort: a client
+/// gone or not listening loses it.
+#[derive(Clone)]
+pub struct ClientLog {
+    peer: Peer<RoleServer>,
+    runtime: tokio::runtime::Handle,
+}
+
+impl ClientLog {
+    pub fn new(peer: Peer<RoleServer>, runtime: tokio::runtime::Handle) -> ClientLog {
+        ClientLog { peer, runtime }
+    }
+
+    pub fn info(&self, logger: &str, data: serde_json::Value) {
+        #[allow(deprecated)]
+        self.send(rmcp::model::LoggingLevel::Info, logger, data);
+    }
+
+    pub fn warning(&self, logger: &str, data: serde_json::Value) {
+        #[allow(deprecated)]
+        self.send(rmcp::model::LoggingLevel::Warning, logger, data);
+    }
+
+    #[allow(deprecated)]
+    fn send(&self, level: rmcp::model::LoggingLevel, logger: &str, data: serde_json::Value) {
+        let param =
+            rmcp::model::LoggingMessageNotificationParam::new(level, data).with_logger(logger);
+        let peer = self.peer.clone();
+        self.runtime.spawn(async move {
+            if let Err(e) = peer.notify_logging_message(param).await {
+                tracing::debug!("log notification failed: {e}");
+            }
+        });
     }
 }
 

@@ -74,8 +74,7 @@ pub struct EditParams {
     /// Default `start_line`.
     #[serde(default)]
     pub end_line: Option<i64>,
-    /// Instead of the fields above: several string edits (in order) or line edits (original
-    /// numbering), all applied or none.
+    /// Instead: several edits of one mode, all or none.
     #[serde(default)]
     pub edits: Option<Vec<EditSpec>>,
     /// Diff only, no write.

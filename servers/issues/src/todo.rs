@@ -74,7 +74,7 @@ pub struct TodoParams {
     pub kind: Option<TodoKind>,
     #[serde(default)]
     pub text: Option<String>,
-    /// The proposing subagent's tree path, e.g. "primary/researcher".
+    /// Proposing subagent, e.g. "primary/researcher".
     #[serde(default)]
     pub origin_agent: Option<String>,
     #[serde(default)]

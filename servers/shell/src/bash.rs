@@ -26,12 +26,11 @@ pub const MAX_TIMEOUT_MS: i64 = 600_000;
 pub const DEF: ToolDef = ToolDef::write(
     "shell_bash",
     "Run shell command",
-    "Run a command with `/bin/sh -c` in a PTY; returns its output (stdout and stderr merged), exit \
-     code and duration. A non-zero exit is data, not an error. On timeout the process tree gets \
-     SIGTERM, then SIGKILL 5 s later (`timed_out`). Output past 30 KB shows head and tail; all of \
-     it is in `log_path` (huge output: first and last MB only, see `log_dropped_bytes`). Stdin is \
-     at EOF. Leftover processes, even outside its process group, are stopped when the command \
-     ends: for servers and watchers use `background: true`, then shell_output and shell_kill.",
+    "Run a command with `/bin/sh -c` in a PTY: output (stdout and stderr merged), exit code (a \
+     non-zero exit is data), duration. On timeout the tree gets SIGTERM, then SIGKILL 5 s later. \
+     Output past 30 KB shows head and tail; all of it is in `log_path`. Stdin is at EOF; a \
+     command waiting on its terminal (a password prompt) returns as a job `waiting_for_input` \
+     for shell_input. Leftovers are stopped at the end: for servers use `background: true`.",
 )
 .destructive()
 .open_world()
@@ -45,7 +44,7 @@ pub struct BashParams {
     /// Root-relative (default the root).
     #[serde(default)]
     pub cwd: Option<String>,
-    /// ms (default 120000; clamped to 1000–600000).
+    /// ms, 1000–600000 (default 120000; background: none).
     #[serde(default)]
     pub timeout: Option<i64>,
     /// Merged over the server's environment (at most 64).
@@ -72,7 +71,7 @@ pub struct BashResult {
     /// `log_dropped_bytes` > 0).
     pub truncated: bool,
     pub duration_ms: u64,
-    /// The time limit applied, after clamping.
+    /// The time limit applied (0: none, a background job without `timeout`).
     pub timeout_ms: u64,
     /// Bytes the command wrote.
     pub output_bytes: u64,
@@ -88,6 +87,10 @@ pub struct BashResult {
     /// Background jobs only: true while it runs.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub running: Option<bool>,
+    /// A process of the command sleeps reading its terminal; the command goes on as job
+    /// `job_id`: answer it with shell_input, or stop it with shell_kill.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_input: bool,
     /// How the command's processes were contained, so that all of them could be stopped:
     /// `cgroup-v2`, `cgroup-v1-freezer`, `subreaper` or `env-tag` (strongest first).
     pub containment: String,
@@ -104,6 +107,8 @@ pub struct Prepared {
     pub cwd: OwnedFd,
     pub env: Vec<(String, String)>,
     pub timeout_ms: u64,
+    /// `timeout` was given: a background job is held to it too.
+    pub timeout_given: bool,
 }
 
 pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolResult<Prepared> {
@@ -146,10 +151,16 @@ pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolR
         }
         Err(e) => return Err(e),
     };
-    let timeout_ms = p
-        .timeout
-        .unwrap_or(DEFAULT_TIMEOUT_MS)
-        .clamp(MIN_TIMEOUT_MS, MAX_TIMEOUT_MS) as u64;
+    let timeout_ms = match p.timeout {
+        None => DEFAULT_TIMEOUT_MS as u64,
+        Some(t) if (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&t) => t as u64,
+        Some(t) => {
+            return Err(ToolError::invalid_field(
+                "timeout",
+                format!("{t} ms is out of range; {MIN_TIMEOUT_MS}–{MAX_TIMEOUT_MS} ms is accepted"),
+            ));
+        }
+    };
     let mut env = Vec::new();
     if let Some(map) = &p.env {
         args::max_count("env", map.len(), MAX_ENV_ENTRIES, "entries")?;
@@ -182,6 +193,7 @@ pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolR
         cwd,
         env,
         timeout_ms,
+        timeout_given: p.timeout.is_some(),
     })
 }
 
@@ -191,16 +203,28 @@ pub async fn run(
     ctx: CallCtx,
 ) -> ToolResult<Reply<BashResult>> {
     let prepared = prepare(&state, ctx.policy(), &p)?;
+    let client_log = ctx.client_log();
     if p.background.unwrap_or(false) {
-        return start_background(state, ctx.policy(), prepared);
+        return start_background(state, ctx.policy(), prepared, client_log);
     }
     let policy = ctx.policy().clone();
     let cancel = ctx.cancel.clone();
     kitbag_shared::blocking(move || {
         let (log_path, log_shown) = state.next_log_path();
-        let running = spawn(&state, &prepared, log_path, false)?;
+        let mut running = spawn(&state, &prepared, log_path, false)?;
+        let log_shown = policy.display(&log_shown);
         let cancelled = || cancel.is_cancelled();
-        let (exit, timed_out) = wait_and_stop(&running, &state, prepared.timeout_ms, &cancelled);
+        let deadline = running.started + Duration::from_millis(prepared.timeout_ms);
+        let waited = running.wait(deadline, &cancelled, true);
+        if matches!(waited, Waited::Input) {
+            // It cannot go on until someone types: it becomes a job the caller can answer,
+            // still held to the call's timeout.
+            running.detach();
+            return Ok(waiting_job(
+                &state, running, &prepared, log_shown, deadline, client_log,
+            ));
+        }
+        let (exit, timed_out) = stop_after(&running, &state, waited);
         if cancel.is_cancelled() {
             return Err(ToolError::new(
                 ErrorCode::Cancelled,
@@ -212,10 +236,73 @@ pub async fn run(
             exit,
             timed_out,
             prepared.timeout_ms,
-            policy.display(&log_shown),
+            log_shown,
         ))
     })
     .await
+}
+
+/// A foreground command found waiting for input, kept as a job: the answer shows what it
+/// printed (its prompt last) and the job to answer.
+fn waiting_job(
+    state: &Arc<ShellState>,
+    running: process::Running,
+    p: &Prepared,
+    log_shown: String,
+    deadline: std::time::Instant,
+    client_log: Option<kitbag_shared::ClientLog>,
+) -> Reply<BashResult> {
+    let (mut reply_stdout, truncated, total, prompt) = {
+        let capture = running.capture.locked();
+        let (bytes, truncated) = capture.preview();
+        (
+            render(&String::from_utf8_lossy(&bytes)),
+            truncated,
+            capture.total,
+            capture.screen.cursor_line(),
+        )
+    };
+    let room = kitbag_shared::limits::RESULT_BUDGET_BYTES
+        - 1024
+        - kitbag_shared::limits::json_len(&log_shown);
+    let cut;
+    (reply_stdout, cut) =
+        kitbag_shared::limits::head_tail_within(&reply_stdout, room, "the log file has them");
+    let duration_ms = running.started.elapsed().as_millis() as u64;
+    let containment = running.contain.kind().as_str().to_string();
+    let containment_note = running.contain.note();
+    let pid = running.pid;
+    let job = state
+        .jobs
+        .add(p.command.clone(), running, log_shown.clone());
+    crate::jobs::supervise(state, &job, Some(deadline), client_log);
+    let text = format!(
+        "{}\n[waiting for input on its terminal: {prompt:?}; it goes on as {} (pid {pid}): \
+         answer with shell_input, read with shell_output, stop with shell_kill]",
+        reply_stdout.trim_end_matches('\n'),
+        job.id
+    );
+    Reply::new(
+        BashResult {
+            stdout: reply_stdout,
+            stderr: String::new(),
+            exit_code: 0,
+            signal: None,
+            timed_out: false,
+            truncated: truncated || cut,
+            duration_ms,
+            timeout_ms: p.timeout_ms,
+            output_bytes: total,
+            log_path: log_shown,
+            log_dropped_bytes: 0,
+            job_id: Some(job.id.clone()),
+            running: Some(true),
+            waiting_for_input: true,
+            containment,
+            containment_note,
+        },
+        text,
+    )
 }
 
 /// Start the prepared command in its pseudo-terminal, logging to `log_path`.
@@ -249,6 +336,7 @@ fn start_background(
     state: Arc<ShellState>,
     policy: &PathPolicy,
     p: Prepared,
+    client_log: Option<kitbag_shared::ClientLog>,
 ) -> ToolResult<Reply<BashResult>> {
     let (log_path, log_shown) = state.next_log_path();
     let running = spawn(&state, &p, log_path, true)?;
@@ -256,9 +344,14 @@ fn start_background(
     let pid = running.pid;
     let containment = running.contain.kind().as_str().to_string();
     let containment_note = running.contain.note();
-    let id = state
+    let deadline = p
+        .timeout_given
+        .then(|| running.started + Duration::from_millis(p.timeout_ms));
+    let job = state
         .jobs
         .add(p.command.clone(), running, log_shown.clone());
+    crate::jobs::supervise(&state, &job, deadline, client_log);
+    let id = job.id.clone();
     let mut text = format!(
         "started {id} (pid {pid}); read its output with shell_output, stop it with shell_kill"
     );
@@ -274,12 +367,13 @@ fn start_background(
             timed_out: false,
             truncated: false,
             duration_ms: 0,
-            timeout_ms: 0,
+            timeout_ms: if p.timeout_given { p.timeout_ms } else { 0 },
             output_bytes: 0,
             log_path: log_shown,
             log_dropped_bytes: 0,
             job_id: Some(id),
             running: Some(true),
+            waiting_for_input: false,
             containment,
             containment_note,
         },
@@ -287,16 +381,13 @@ fn start_background(
     ))
 }
 
-/// Wait for the command until it exits, times out or is cancelled; then stop whatever it
-/// left running. Returns how it ended and whether the timeout ended it.
-fn wait_and_stop(
+/// After the wait: stop whatever the command left running (everything, when the wait ended
+/// in a timeout or a cancel). Returns how it ended and whether the timeout ended it.
+fn stop_after(
     running: &process::Running,
     state: &ShellState,
-    timeout_ms: u64,
-    cancelled: &dyn Fn() -> bool,
+    waited: Waited,
 ) -> (process::Exit, bool) {
-    let deadline = running.started + Duration::from_millis(timeout_ms);
-    let waited = running.wait(deadline, cancelled);
     match waited {
         Waited::Exited(exit) => {
             // Output still in the terminal, then anything the command left running.
@@ -307,7 +398,7 @@ fn wait_and_stop(
             }
             (exit, false)
         }
-        Waited::TimedOut | Waited::Cancelled => {
+        Waited::TimedOut | Waited::Cancelled | Waited::Input => {
             running.terminate(state.kill_grace);
             let exit = running.wait_exit(Duration::from_secs(5));
             running.drain(Duration::from_millis(500));
@@ -393,6 +484,7 @@ fn finished(
             log_dropped_bytes: capture.log.dropped(),
             job_id: None,
             running: None,
+            waiting_for_input: false,
             containment: running.contain.kind().as_str().into(),
             containment_note,
         },

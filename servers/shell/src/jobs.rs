@@ -3,10 +3,11 @@
 use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use kitbag_shared::{CallCtx, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
+use kitbag_shared::{CallCtx, ClientLog, ErrorCode, Reply, ToolDef, ToolError, ToolResult};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -19,9 +20,8 @@ use crate::process::{Exit, Running};
 pub const OUTPUT_DEF: ToolDef = ToolDef::read(
     "shell_output",
     "Read background job output",
-    "Read a background job's output since the last call, and whether it still runs. At most 30 KB \
-     per call: call again for more. A `since` inside the part a huge log dropped reads from the kept \
-     tail (`dropped`).",
+    "Read a background job's new output, its terminal `screen`, and whether it runs or waits \
+     for input. At most 30 KB per call.",
 );
 
 pub const KILL_DEF: ToolDef = ToolDef::write(
@@ -60,6 +60,15 @@ pub struct OutputResult {
     pub running: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
+    /// Its `timeout` ended it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub timed_out: bool,
+    /// A process of the job sleeps reading its terminal: answer with shell_input.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_input: bool,
+    /// The terminal's screen now, as a person would see it (cursor movement, clears and
+    /// redrawn progress bars applied; the last prompt is its last line).
+    pub screen: String,
     pub log_path: String,
     /// Set when `since` fell in the middle of the output that the capped log dropped: those
     /// bytes are gone and `output` starts at `dropped.to` instead.
@@ -112,6 +121,8 @@ pub struct JobInfo {
     pub command: String,
     pub pid: i32,
     pub running: bool,
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub waiting_for_input: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub exit_code: Option<i32>,
     pub output_bytes: u64,
@@ -134,16 +145,20 @@ pub struct JobsResult {
 }
 
 pub struct Job {
+    pub id: String,
     pub command: String,
     pub running: Running,
     exit: Mutex<Option<Exit>>,
     /// Where the last shell_output stopped.
     cursor: Mutex<u64>,
     log_shown: String,
+    /// Its `timeout` ended it.
+    timed_out: AtomicBool,
 }
 
 impl Job {
-    fn exit(&self) -> Option<Exit> {
+    /// The exit, once known.
+    pub fn exit(&self) -> Option<Exit> {
         let mut slot = self.exit.locked();
         if slot.is_none()
             && let Some(e) = self.running.try_exit()
@@ -161,25 +176,27 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    /// Keep a started background command as a new job; its id (`job-N`).
-    pub fn add(&self, command: String, running: Running, log_shown: String) -> String {
+    /// Keep a started background command as a new job (`job-N`).
+    pub fn add(&self, command: String, running: Running, log_shown: String) -> Arc<Job> {
         let id = {
             let mut n = self.next.locked();
             *n += 1;
             format!("job-{n}")
         };
         let job = Arc::new(Job {
+            id: id.clone(),
             command,
             running,
             exit: Mutex::new(None),
             cursor: Mutex::new(0),
             log_shown,
+            timed_out: AtomicBool::new(false),
         });
-        self.table.locked().insert(id.clone(), job);
-        id
+        self.table.locked().insert(id, job.clone());
+        job
     }
 
-    fn get(&self, id: &str) -> ToolResult<Arc<Job>> {
+    pub fn get(&self, id: &str) -> ToolResult<Arc<Job>> {
         self.table.locked().get(id).cloned().ok_or_else(|| {
             ToolError::new(
                 ErrorCode::JobNotFound,
@@ -200,6 +217,56 @@ impl Jobs {
             }
         }
     }
+}
+
+/// Watch a job from a thread of its own: stop it at `deadline` (its `timeout`), and tell the
+/// client when it ends (a log message), so that nobody has to poll for the end.
+pub fn supervise(
+    state: &Arc<crate::ShellState>,
+    job: &Arc<Job>,
+    deadline: Option<Instant>,
+    client_log: Option<ClientLog>,
+) {
+    let (job, grace) = (job.clone(), state.kill_grace);
+    std::thread::spawn(move || {
+        let exit = loop {
+            let limit = deadline.map_or(Duration::from_secs(3600), |d| {
+                d.saturating_duration_since(Instant::now())
+            });
+            if let Some(e) = job.running.wait_exit(limit) {
+                break e;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                job.timed_out.store(true, Ordering::Relaxed);
+                job.running.terminate(grace);
+                break job
+                    .running
+                    .wait_exit(Duration::from_secs(10))
+                    .unwrap_or(Exit {
+                        code: 137,
+                        signal: Some("Killed".into()),
+                    });
+            }
+        };
+        job.exit.locked().get_or_insert_with(|| exit.clone());
+        if let Some(log) = client_log {
+            let timed_out = job.timed_out.load(Ordering::Relaxed);
+            let how = if timed_out {
+                " (its timeout stopped it)"
+            } else {
+                ""
+            };
+            log.info(
+                "kitbag-shell",
+                json!({
+                    "message": format!("{} ended with exit code {}{how}; shell_output {{\"job_id\": \"{}\"}} reads the rest", job.id, exit.code, job.id),
+                    "job_id": job.id,
+                    "exit_code": exit.code,
+                    "timed_out": timed_out,
+                }),
+            );
+        }
+    });
 }
 
 pub async fn output(
@@ -237,6 +304,9 @@ pub async fn output(
     *job.cursor.locked() = next;
     let output = render(&String::from_utf8_lossy(&bytes));
     let running = exit.is_none();
+    let waiting_for_input = running && job.running.waiting_for_input();
+    let screen = job.running.capture.locked().screen.text();
+    let timed_out = job.timed_out.load(Ordering::Relaxed);
     let mut text = String::new();
     if let Some((from, to)) = read.dropped {
         text.push_str(&format!(
@@ -246,7 +316,12 @@ pub async fn output(
     }
     text.push_str(output.trim_end_matches('\n'));
     let status = match &exit {
+        Some(e) if timed_out => format!("stopped by its timeout (exit code {})", e.code),
         Some(e) => format!("exited with code {}", e.code),
+        None if waiting_for_input => format!(
+            "waiting for input on its terminal: {:?}; answer with shell_input",
+            job.running.capture.locked().screen.cursor_line()
+        ),
         None => "still running".to_string(),
     };
     if !text.is_empty() {
@@ -269,6 +344,9 @@ pub async fn output(
             more: next < total,
             running,
             exit_code: exit.map(|e| e.code),
+            timed_out,
+            waiting_for_input,
+            screen,
             log_path: job.log_shown.clone(),
             dropped: read.dropped.map(|(from, to)| DroppedRange { from, to }),
             log_dropped_bytes: log_dropped,
@@ -347,6 +425,7 @@ pub async fn list(
             command: job.command.chars().take(200).collect(),
             pid: job.running.pid,
             running: exit.is_none(),
+            waiting_for_input: exit.is_none() && job.running.waiting_for_input(),
             exit_code: exit.as_ref().map(|e| e.code),
             output_bytes: total,
             seconds: job.running.started.elapsed().as_secs(),

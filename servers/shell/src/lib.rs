@@ -2,11 +2,14 @@
 
 pub mod ansi;
 pub mod bash;
+pub mod input;
 pub mod jobs;
 pub mod logs;
 pub mod process;
 pub mod pump;
+pub mod screen;
 pub mod spawn;
+pub mod waiting;
 
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -104,6 +107,9 @@ pub fn router() -> ToolRouter<ShellState> {
         })
         .tool(jobs::OUTPUT_DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
             jobs::output(s, p, ctx)
+        })
+        .tool(input::DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
+            input::run(s, p, ctx)
         })
         .tool(jobs::KILL_DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
             jobs::kill(s, p, ctx)

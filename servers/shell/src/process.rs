@@ -23,7 +23,11 @@ use crate::logs::{CappedLog, LogDir};
 pub use crate::pump::{Capture, Exit};
 use crate::pump::{Pump, Shared, Status};
 use crate::spawn::{self, Pty};
+use crate::waiting::{self, Terminal};
 use nix::sys::signal::Signal;
+
+/// The size of every command's terminal at start.
+pub const TERMINAL_SIZE: (u16, u16) = (50, 200);
 
 pub struct Running {
     pub pid: i32,
@@ -36,6 +40,10 @@ pub struct Running {
     pub started: Instant,
     /// Every process of the command, wherever it moved.
     pub contain: contain::Job,
+    /// The terminal's server side again, for what is typed into it and its size.
+    input: std::fs::File,
+    /// The command's terminal, to tell when a process of it waits reading it.
+    tty: Terminal,
 }
 
 pub struct SpawnSpec<'a> {
@@ -50,7 +58,8 @@ pub struct SpawnSpec<'a> {
     /// Told when the log is complete, so that it may be pruned.
     pub logs: Arc<LogDir>,
     /// A background job: its output is read on a thread of its own; else by the caller's
-    /// thread while it waits ([`Running::wait`], [`Running::drain`], …).
+    /// thread while it waits ([`Running::wait`], [`Running::drain`], …). A background job's
+    /// stdin is its terminal (answered with `shell_input`); a foreground command's is at EOF.
     pub background: bool,
 }
 
@@ -63,7 +72,10 @@ pub fn spawn(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
 }
 
 fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
-    let pty = Pty::open(50, 200)?;
+    let (rows, cols) = TERMINAL_SIZE;
+    let pty = Pty::open(rows, cols)?;
+    let tty = Terminal::of(&pty.tty)?;
+    let input = std::fs::File::from(rustix::io::fcntl_dupfd_cloexec(&pty.master, 3)?);
     let job = contain::container("shell").job();
     let (argv, envp) = shell_command(&spec, &job)?;
     if let Some(dir) = spec.log_path.parent() {
@@ -92,6 +104,7 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         spec.log_path.clone(),
         log,
         spec.preview_bytes,
+        TERMINAL_SIZE,
     )));
     let shared = Arc::new(Shared::default());
     let pump = Pump::new(
@@ -115,6 +128,8 @@ fn spawn_logged(spec: SpawnSpec<'_>) -> anyhow::Result<Running> {
         pump,
         started: Instant::now(),
         contain: job,
+        input,
+        tty,
     })
 }
 
@@ -126,10 +141,17 @@ fn shell_command(
     spec: &SpawnSpec<'_>,
     job: &contain::Job,
 ) -> anyhow::Result<(Vec<CString>, Vec<CString>)> {
-    // Stdin at end-of-file: a program waiting for input sees EOF instead of hanging until the
-    // timeout. Output still goes to the terminal. Same line, so sh's line numbers are unchanged.
-    // Before anything else the shell moves itself into the job's cgroup (when there is one).
-    let script = format!("{}exec </dev/null; {}", job.shell_prefix(), spec.command);
+    // A foreground command's stdin at end-of-file: a program waiting for input sees EOF
+    // instead of hanging until the timeout (one that opens /dev/tty is found waiting, see
+    // `crate::waiting`). A background job keeps the terminal, where shell_input types. Same
+    // line, so sh's line numbers are unchanged. Before anything else the shell moves itself
+    // into the job's cgroup (when there is one).
+    let stdin = if spec.background {
+        ""
+    } else {
+        "exec </dev/null; "
+    };
+    let script = format!("{}{stdin}{}", job.shell_prefix(), spec.command);
     let argv = vec![
         SHELL.to_owned(),
         c"-c".to_owned(),
@@ -188,7 +210,13 @@ pub enum Waited {
     Exited(Exit),
     TimedOut,
     Cancelled,
+    /// A process of the command sleeps reading the terminal.
+    Input,
 }
+
+/// How long a command runs before it is first checked for a read of its terminal, and how
+/// often after that: reading `/proc` for every call would cost a fast command its speed.
+const INPUT_CHECK: Duration = Duration::from_millis(250);
 
 impl Running {
     /// Move the command along until `cond` holds or `limit` passes: pump it here (a
@@ -213,8 +241,15 @@ impl Running {
         self.shared.status()
     }
 
-    /// Wait for the shell to exit, the deadline, or `cancelled()` to turn true.
-    pub fn wait(&self, deadline: Instant, cancelled: &dyn Fn() -> bool) -> Waited {
+    /// Wait for the shell to exit, the deadline, `cancelled()` to turn true, or (with
+    /// `watch_input`) a process of the command to wait reading the terminal.
+    pub fn wait(
+        &self,
+        deadline: Instant,
+        cancelled: &dyn Fn() -> bool,
+        watch_input: bool,
+    ) -> Waited {
+        let mut next_check = self.started + INPUT_CHECK;
         loop {
             let now = Instant::now();
             if now >= deadline {
@@ -227,6 +262,124 @@ impl Running {
             if cancelled() {
                 return Waited::Cancelled;
             }
+            if watch_input && Instant::now() >= next_check {
+                if self.waiting_for_input() {
+                    return Waited::Input;
+                }
+                next_check = Instant::now() + INPUT_CHECK;
+            }
+        }
+    }
+
+    /// Whether a process of the command sleeps reading its terminal.
+    pub fn waiting_for_input(&self) -> bool {
+        if self.shared.status().exit.is_some() && !self.alive() {
+            return false;
+        }
+        let mut pids = vec![self.pid];
+        pids.extend(
+            kitbag_shared::process::descendants(self.pid as u32)
+                .into_iter()
+                .filter_map(|p| i32::try_from(p).ok()),
+        );
+        for p in self.contain.members() {
+            if !pids.contains(&p) {
+                pids.push(p);
+            }
+        }
+        if waiting::first_reading(&pids, self.tty).is_none() {
+            return false;
+        }
+        // What it printed before it blocked (its prompt) may still sit in the terminal: let
+        // the pump take it in, so that the screen shown with the answer holds it.
+        let deadline = Instant::now() + Duration::from_millis(300);
+        while self.output_pending() && Instant::now() < deadline {
+            self.until(Duration::from_millis(10), |_| false);
+        }
+        true
+    }
+
+    /// Whether the terminal holds output the pump has not read yet.
+    fn output_pending(&self) -> bool {
+        let mut fds = [rustix::event::PollFd::new(
+            &self.input,
+            rustix::event::PollFlags::IN,
+        )];
+        let zero = rustix::event::Timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        matches!(rustix::event::poll(&mut fds, Some(&zero)), Ok(n) if n > 0)
+            && fds[0].revents().contains(rustix::event::PollFlags::IN)
+    }
+
+    /// Type `bytes` into the terminal (waiting up to `limit` while its buffer is full).
+    pub fn type_in(&self, bytes: &[u8], limit: Duration) -> std::io::Result<()> {
+        use std::io::Write;
+        let deadline = Instant::now() + limit;
+        let mut rest = bytes;
+        while !rest.is_empty() {
+            match (&self.input).write(rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if Instant::now() >= deadline {
+                        return Err(std::io::Error::new(
+                            std::io::ErrorKind::TimedOut,
+                            format!(
+                                "the terminal took {} of {} bytes: the program is not reading",
+                                bytes.len() - rest.len(),
+                                bytes.len()
+                            ),
+                        ));
+                    }
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Give the terminal a new size (its programs get `SIGWINCH`), and the screen with it.
+    pub fn resize(&self, rows: u16, cols: u16) -> std::io::Result<()> {
+        rustix::termios::tcsetwinsize(
+            &self.input,
+            rustix::termios::Winsize {
+                ws_row: rows,
+                ws_col: cols,
+                ws_xpixel: 0,
+                ws_ypixel: 0,
+            },
+        )?;
+        self.capture.locked().screen.resize(rows, cols);
+        Ok(())
+    }
+
+    /// Hand a foreground command's output to a thread of its own: it becomes a background
+    /// job (one found waiting for input is answered with shell_input).
+    pub fn detach(&mut self) {
+        if let Some(pump) = self.pump.take() {
+            let pump = pump.into_inner().unwrap_or_else(|p| p.into_inner());
+            std::thread::spawn(move || pump.run_to_end());
+        }
+    }
+
+    /// Block until output has been quiet for `quiet`, the shell exits, or `limit` passes.
+    pub fn settle(&self, quiet: Duration, limit: Duration) {
+        let deadline = Instant::now() + limit;
+        let mut seen = self.capture.locked().total;
+        loop {
+            let now = Instant::now();
+            if now >= deadline {
+                return;
+            }
+            let status = self.until(quiet.min(deadline - now), |s| s.exit.is_some());
+            let total = self.capture.locked().total;
+            if status.exit.is_some() || total == seen {
+                return;
+            }
+            seen = total;
         }
     }
 

@@ -20,6 +20,7 @@ use nix::unistd::Pid;
 use rustix::event::{PollFd, PollFlags};
 
 use crate::logs::{CappedLog, LogDir};
+use crate::screen::Screen;
 
 /// How a command ended.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -37,13 +38,21 @@ pub struct Capture {
     tail: VecDeque<u8>,
     pub total: u64,
     pub eof: bool,
+    /// The terminal's screen as the output left it.
+    pub screen: Screen,
     head_cap: usize,
     tail_cap: usize,
 }
 
 impl Capture {
-    /// An empty capture writing `log`, keeping `preview_bytes` (head + tail) in memory.
-    pub fn new(log_path: PathBuf, log: CappedLog, preview_bytes: usize) -> Capture {
+    /// An empty capture writing `log`, keeping `preview_bytes` (head + tail) in memory and the
+    /// screen of a `rows` × `cols` terminal.
+    pub fn new(
+        log_path: PathBuf,
+        log: CappedLog,
+        preview_bytes: usize,
+        (rows, cols): (u16, u16),
+    ) -> Capture {
         let half = preview_bytes / 2;
         Capture {
             log_path,
@@ -52,6 +61,7 @@ impl Capture {
             tail: VecDeque::new(),
             total: 0,
             eof: false,
+            screen: Screen::new(rows, cols),
             head_cap: half,
             tail_cap: preview_bytes - half,
         }
@@ -59,6 +69,7 @@ impl Capture {
 
     fn push(&mut self, bytes: &[u8]) {
         self.log.write(bytes);
+        self.screen.feed(bytes);
         self.total += bytes.len() as u64;
         let room = self.head_cap.saturating_sub(self.head.len());
         let (to_head, rest) = bytes.split_at(room.min(bytes.len()));
@@ -335,7 +346,12 @@ mod tests {
         let logs = Arc::new(LogDir::new(d.path().to_path_buf(), 10, 0, 0));
         logs.begin(&log_path);
         let log = CappedLog::create(&log_path, 1 << 23, 1 << 23).expect("log");
-        let capture = Arc::new(Mutex::new(Capture::new(log_path.clone(), log, 4096)));
+        let capture = Arc::new(Mutex::new(Capture::new(
+            log_path.clone(),
+            log,
+            4096,
+            (24, 80),
+        )));
         let pty = Pty::open(24, 80).expect("pty");
         let cwd = File::open(d.path()).expect("cwd");
         let argv = [

@@ -184,13 +184,24 @@ echo "env=$KITBAG_SPAWN_PROBE ${KITBAG_HOST_DEPTH-unset} $TERM ${KITBAG_JOB:+tag
 }
 
 #[test]
-fn timeouts_clamp_and_kill_the_whole_tree() {
+fn timeouts_out_of_range_are_refused_and_a_timeout_kills_the_whole_tree() {
     let d = tempfile::tempdir().expect("tmp");
     let mut c = client(d.path(), &["--kill-grace-ms", "1000"]);
-    let r = c.call_ok("shell_bash", json!({"command": "true", "timeout": 500}));
+    for bad in [500, 999999, -1] {
+        let r = c.call_err(
+            "shell_bash",
+            json!({"command": "touch ran", "timeout": bad}),
+            "invalid_params",
+        );
+        assert!(r.text.contains("1000–600000 ms is accepted"), "{}", r.text);
+        assert_eq!(r.structured["error"]["detail"]["field"], "timeout");
+    }
+    assert!(
+        !d.path().join("ran").exists(),
+        "a refused call runs nothing"
+    );
+    let r = c.call_ok("shell_bash", json!({"command": "true", "timeout": 1000}));
     assert_eq!(r.structured["timeout_ms"], 1000);
-    let r = c.call_ok("shell_bash", json!({"command": "true", "timeout": 999999}));
-    assert_eq!(r.structured["timeout_ms"], 600000);
     let started = Instant::now();
     let r = c.call_ok("shell_bash", json!({
             "command": "sleep 100 & echo $! > bg.pid; nohup sleep 100 >/dev/null 2>&1 & echo $! > nohup.pid; trap '' TERM; sleep 60",

@@ -351,22 +351,14 @@ impl VmState {
         Ok((id, sandbox, guard))
     }
 
-    /// Send a warning to the client (best effort). `notifications/message` is deprecated by
-    /// SEP-2577 but is still what handshake-era clients show; the deadline is also in
-    /// instance_list for clients that drop it.
-    #[allow(deprecated)]
+    /// Send a warning to the client (best effort, see [`kitbag_shared::ClientLog`]); the
+    /// deadline is also in instance_list for clients that drop it.
     pub fn warn_client(&self, message: String) {
         tracing::info!("{message}");
         let peer = self.peer.locked().clone();
-        if let Some(peer) = peer {
-            tokio::spawn(async move {
-                let param = kitbag_shared::rmcp::model::LoggingMessageNotificationParam::new(
-                    kitbag_shared::rmcp::model::LoggingLevel::Warning,
-                    json!({ "message": message }),
-                )
-                .with_logger("kitbag-vm");
-                let _ = peer.notify_logging_message(param).await;
-            });
+        if let (Some(peer), Ok(runtime)) = (peer, tokio::runtime::Handle::try_current()) {
+            kitbag_shared::ClientLog::new(peer, runtime)
+                .warning("kitbag-vm", json!({ "message": message }));
         }
     }
 }
