@@ -1219,3 +1219,45 @@ fn doctor_reports_a_cron_store_it_cannot_import() {
     assert!(out.status.success(), "{text}");
     assert!(!text.contains("cron: "), "{text}");
 }
+
+/// Issue #41 through the host, in both eras: a patch in Codex's format lands all-or-nothing,
+/// and a command waiting on its terminal comes back as a job that shell_input answers.
+#[test]
+fn patches_and_terminal_prompts_work_through_the_host_in_both_eras() {
+    for era in [Era::Handshake, Era::Modern] {
+        let d = project();
+        let mut c = McpClient::spawn(bin(), &["serve"], d.path(), era);
+        c.call_ok("file_read", json!({"path": "a.txt"}));
+        let patch = "*** Begin Patch\n*** Update File: a.txt\n@@\n alpha\n-beta\n+BETA\n*** Add File: b.txt\n+new\n*** End Patch\n";
+        let r = c.call_ok("edit_patch", json!({"patch": patch}));
+        assert_eq!(r.structured["format"], "apply_patch", "{era:?}");
+        assert_eq!(
+            std::fs::read_to_string(d.path().join("a.txt")).expect("a"),
+            "alpha\nBETA\n"
+        );
+        let r = c.call_ok(
+            "shell_bash",
+            json!({"command": "printf 'Name: '; read -r n </dev/tty; echo \"hi $n\""}),
+        );
+        assert_eq!(
+            r.structured["waiting_for_input"], true,
+            "{era:?}: {}",
+            r.structured
+        );
+        let job = r.structured["job_id"].as_str().expect("job").to_string();
+        c.call_ok(
+            "shell_input",
+            json!({"job_id": job, "text": "kit", "keys": ["Enter"]}),
+        );
+        let deadline = Instant::now() + Duration::from_secs(10);
+        loop {
+            let o = c.call_ok("shell_output", json!({"job_id": job}));
+            if o.structured["running"] == false {
+                assert_eq!(o.structured["screen"], "Name: kit\nhi kit", "{era:?}");
+                break;
+            }
+            assert!(Instant::now() < deadline, "{era:?}: {}", o.structured);
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+}
