@@ -8,6 +8,7 @@ pub mod convert;
 pub mod daemon;
 pub mod frontmatter;
 pub mod host;
+pub mod includes;
 pub mod overflow;
 pub mod packs;
 pub mod progress;
@@ -47,13 +48,23 @@ fn count(settings: &[Setting], key: &str, default: u64) -> u64 {
 }
 
 pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path) -> TurnConfig {
-    let (skills, problems) = skills::load_all(root);
+    let (mut skills, problems) = skills::load_all(root);
     for p in problems {
         eprintln!("[skills] skipped: {p}");
     }
+    // `{file:…}` / `{cmd:…}` made once per run, in every text the prompt is built from.
+    let includes = includes::Includes::new(settings, root);
+    for s in &mut skills {
+        s.body = includes.expand(&s.body, &format!(".kitbag/skills/{}", s.name));
+    }
+    let mut pack = pack;
+    if let Some(p) = &mut pack {
+        p.prompt = includes.expand(&p.prompt, &format!(".kitbag/agents/{}.md", p.name));
+    }
     let workspace_prompt = std::fs::read_to_string(root.join(".kitbag").join("prompt.md"))
         .ok()
-        .filter(|p| !p.trim().is_empty());
+        .filter(|p| !p.trim().is_empty())
+        .map(|p| includes.expand(&p, ".kitbag/prompt.md"));
     let history_turns = pack.as_ref().and_then(|p| p.max_history_turns);
     TurnConfig {
         system: get(settings, "system_prompt")

@@ -77,6 +77,8 @@ struct AgentFile {
     max_tool_result_bytes: Option<u64>,
     #[serde(default)]
     memory: Option<settings::MemorySettings>,
+    #[serde(default)]
+    prompt_includes: Option<settings::PromptIncludeSettings>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -158,6 +160,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
             tool_timeout_sec: file.tool_timeout_sec,
             max_tool_result_bytes: file.max_tool_result_bytes,
             memory: file.memory,
+            prompt_includes: file.prompt_includes,
         };
         for (name, v) in file.mcp {
             let entry: ServerEntry = serde_json::from_value(v)

@@ -32,7 +32,25 @@ pub struct FileSettings {
     pub max_tool_result_bytes: Option<u64>,
     /// Memory injection and limits (seed 001).
     pub memory: Option<MemorySettings>,
+    /// `{file:…}` and `{cmd:…}` in prompts, packs and skills (seed 002).
+    pub prompt_includes: Option<PromptIncludeSettings>,
 }
+
+/// The `prompt_includes` block of `agent.json`.
+#[derive(Debug, Clone, Default, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct PromptIncludeSettings {
+    /// The most bytes one include brings in (its head and tail are kept).
+    pub max_bytes: Option<u64>,
+    /// `{cmd:…}` runs at all (default false).
+    pub cmd: Option<bool>,
+    /// The commands `{cmd:…}` may run: each entry a command and its first arguments
+    /// (`git log`), which the include's words must start with.
+    pub cmd_allow: Option<Vec<String>>,
+}
+
+/// `prompt_includes.max_bytes` when unset.
+pub const DEFAULT_INCLUDE_MAX_BYTES: u64 = 16 * 1024;
 
 /// How long a server may take to start and answer `initialize` when nothing says otherwise.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
@@ -79,6 +97,10 @@ pub struct Setting {
 enum Kind {
     Text,
     Count,
+    /// true or false (environment: true/false, 1/0, on/off).
+    Flag,
+    /// Strings (environment: comma-separated).
+    List,
     /// One of these words.
     Choice(&'static [&'static str]),
 }
@@ -175,6 +197,24 @@ const SPECS: &[Spec] = &[
         kind: Kind::Count,
         default: || json!(500),
     },
+    Spec {
+        key: "prompt_includes.max_bytes",
+        env: "KITBAG_PROMPT_INCLUDES_MAX_BYTES",
+        kind: Kind::Count,
+        default: || json!(DEFAULT_INCLUDE_MAX_BYTES),
+    },
+    Spec {
+        key: "prompt_includes.cmd",
+        env: "KITBAG_PROMPT_INCLUDES_CMD",
+        kind: Kind::Flag,
+        default: || json!(false),
+    },
+    Spec {
+        key: "prompt_includes.cmd_allow",
+        env: "KITBAG_PROMPT_INCLUDES_CMD_ALLOW",
+        kind: Kind::List,
+        default: || json!([]),
+    },
 ];
 
 /// A setting's value that is not accepted, from the environment or from agent.json.
@@ -219,6 +259,24 @@ pub fn resolve(
                         }
                         Value::String(raw.trim().to_owned())
                     }
+                    Kind::Flag => match raw.trim().to_ascii_lowercase().as_str() {
+                        "true" | "1" | "on" => json!(true),
+                        "false" | "0" | "off" => json!(false),
+                        _ => {
+                            return Err(SettingError::Env {
+                                var: spec.env,
+                                raw,
+                                accepted: "true or false".into(),
+                                key: spec.key,
+                            });
+                        }
+                    },
+                    Kind::List => json!(
+                        raw.split(',')
+                            .map(str::trim)
+                            .filter(|s| !s.is_empty())
+                            .collect::<Vec<_>>()
+                    ),
                     Kind::Count => match raw.trim().parse::<u64>() {
                         Ok(n) if n > 0 => json!(n),
                         _ => {

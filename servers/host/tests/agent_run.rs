@@ -1234,3 +1234,46 @@ fn a_run_bound_to_an_issue_binds_it_and_shows_the_open_todos_at_each_step() {
         tail(&sent[0])
     );
 }
+
+/// Seed 002's prompt includes: `{file:…}` in the workspace prompt and a pack reaches the model
+/// as the file's text; `{cmd:…}` runs only an allowlisted command and is logged; a path out of
+/// the root becomes a visible note, not the file.
+#[test]
+fn prompt_includes_bring_files_and_allowed_commands_into_the_prompt() {
+    let d = project();
+    write(d.path(), "docs/rules.md", "Never push on Fridays.\n");
+    write(
+        d.path(),
+        ".kitbag/agents/careful.md",
+        "---\nname: careful\n---\nRules: {file:docs/rules.md}\n",
+    );
+    write(
+        d.path(),
+        ".kitbag/prompt.md",
+        "Docs: {cmd:ls docs}. Secret: {file:../outside.txt}. Off: {cmd:cat a.txt}",
+    );
+    let mock = MockLlm::start(vec![Reply::sse(A_TEXT)]);
+    let mut env = anthropic_env(&mock);
+    env.push(("KITBAG_PROMPT_INCLUDES_CMD", "true".into()));
+    env.push(("KITBAG_PROMPT_INCLUDES_CMD_ALLOW", "ls".into()));
+    let out = kitbag(d.path(), &env, &["--agent", "careful", "run", "hello"]);
+    let (_, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    let sent = mock.received();
+    let system = sent[0].body["system"].to_string();
+    assert!(system.contains("Rules: Never push on Fridays."), "{system}");
+    assert!(system.contains("Docs: rules.md."), "{system}");
+    assert!(!system.contains("OUTSIDE"), "{system}");
+    assert!(
+        system.contains("[include {file:../outside.txt}: the path must be relative"),
+        "{system}"
+    );
+    assert!(
+        system.contains("[include {cmd:cat a.txt}: not allowed"),
+        "{system}"
+    );
+    assert!(
+        stderr.contains("ran {cmd:ls docs} in") && stderr.contains("exit 0, stdout 9 bytes"),
+        "the run is logged: {stderr}"
+    );
+}
