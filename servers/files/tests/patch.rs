@@ -610,3 +610,86 @@ fn apply_patch_envelopes_apply_like_codex_itself() {
     );
     eprintln!("{compared} apply_patch envelopes: same files as Codex ({refused} Codex refused)");
 }
+
+/// What GNU `diff -ruN old new` writes — paths one directory up, timestamps, files added and
+/// removed marked by the epoch, a file without a final newline, a CRLF file — applied to the
+/// old tree gives the new one, as `patch -p1` does.
+#[test]
+fn gnu_diff_of_two_trees_turns_the_old_one_into_the_new_one() {
+    let d = tempfile::tempdir().expect("tmp");
+    let (old, new) = (d.path().join("old"), d.path().join("new"));
+    let files_old = [
+        ("src/main.c", "int main() {\n    return 0;\n}\n"),
+        (
+            "README",
+            "line 1\nline 2\nline 3\nline 4\nline 5\nline 6\nline 7\nline 8\n",
+        ),
+        ("gone.txt", "bye\n"),
+        ("no-eol.txt", "a\nb"),
+        ("win.ini", "[a]\r\nx=1\r\n"),
+    ];
+    let files_new = [
+        (
+            "src/main.c",
+            "#include <stdio.h>\nint main() {\n    puts(\"hi\");\n    return 0;\n}\n",
+        ),
+        (
+            "README",
+            "line 1\nline 2\nLINE 3\nline 4\nline 5\nline 6\nline 7\nline eight\n",
+        ),
+        ("docs/new.md", "# New\n"),
+        ("no-eol.txt", "a\nB"),
+        ("win.ini", "[a]\r\nx=2\r\n"),
+    ];
+    for (tree, files) in [(&old, &files_old[..]), (&new, &files_new[..])] {
+        for (p, c) in files {
+            write(tree, p, c);
+        }
+    }
+    let o = Command::new("diff")
+        .current_dir(d.path())
+        .args(["-ruN", "old", "new"])
+        .output()
+        .expect("diff");
+    assert_eq!(o.status.code(), Some(1), "diff finds differences");
+    let diff = String::from_utf8(o.stdout).expect("utf8");
+    // The tree to patch: the old files, at the root.
+    let root = tempfile::tempdir().expect("tmp");
+    for (p, c) in files_old {
+        write(root.path(), p, c);
+    }
+    let mut c = client(root.path());
+    read_all(
+        &mut c,
+        &["src/main.c", "README", "gone.txt", "no-eol.txt", "win.ini"],
+    );
+    let r = c.call_ok("edit_patch", json!({"patch": diff}));
+    assert_eq!(r.structured["format"], "unified");
+    let mut want: Vec<String> = files_new
+        .iter()
+        .map(|(p, c)| format!("{p} {}", c.len()))
+        .collect();
+    want.sort();
+    assert_eq!(walk(root.path()), want, "{}", r.structured);
+    for (p, c) in files_new {
+        assert_eq!(read(root.path(), p), c, "{p}");
+    }
+    // GNU patch agrees on the same input.
+    let gnu = tempfile::tempdir().expect("tmp");
+    for (p, c) in files_old {
+        write(gnu.path(), p, c);
+    }
+    let o = Command::new("patch")
+        .current_dir(gnu.path())
+        .args(["-p1", "-s", "-E", "--no-backup-if-mismatch"])
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .and_then(|mut ch| {
+            use std::io::Write;
+            ch.stdin.take().expect("stdin").write_all(diff.as_bytes())?;
+            ch.wait_with_output()
+        })
+        .expect("patch");
+    assert!(o.status.success());
+    assert_eq!(walk(gnu.path()), want);
+}

@@ -192,23 +192,23 @@ pub async fn run(
 fn resolve_all(
     policy: &PathPolicy,
     format: Format,
-    changes: Vec<FileChange>,
+    mut changes: Vec<FileChange>,
     access: Access,
 ) -> ToolResult<Vec<Planned>> {
+    if format == Format::Unified && strips_one_level(policy, &changes) {
+        for c in &mut changes {
+            c.path = without_first_dir(&c.path).to_string();
+            if let Op::Update {
+                move_to: Some(to), ..
+            } = &mut c.op
+            {
+                *to = without_first_dir(to).to_string();
+            }
+        }
+    }
     let mut plan: Vec<Planned> = Vec::with_capacity(changes.len());
     for change in changes {
-        let mut from = policy.resolve(&change.path, "patch", access)?;
-        // `diff -u dir.orig/f dir/f` names paths one level up: use the path without its first
-        // directory when only that one exists (what `patch -p1` is told by hand).
-        if format == Format::Unified
-            && !matches!(change.op, Op::Add(_))
-            && !from.abs.exists()
-            && let Some((_, rest)) = change.path.split_once('/')
-            && let Ok(r) = policy.resolve(rest, "patch", access)
-            && r.abs.exists()
-        {
-            from = r;
-        }
+        let from = policy.resolve(&change.path, "patch", access)?;
         let to = match &change.op {
             Op::Update {
                 move_to: Some(to), ..
@@ -231,6 +231,30 @@ fn resolve_all(
         plan.push(Planned { change, from, to });
     }
     Ok(plan)
+}
+
+/// `diff -ruN old new` names `old/f`, `new/f`: paths one directory up from the root (what
+/// `patch -p1` is told by hand). True when no file the patch changes exists as named but one
+/// does without its first directory; then every path of the patch, added ones too, drops it.
+fn strips_one_level(policy: &PathPolicy, changes: &[FileChange]) -> bool {
+    let exists = |p: &str| {
+        policy
+            .resolve(p, "patch", Access::Read)
+            .is_ok_and(|r| r.abs.exists())
+    };
+    let existing: Vec<&str> = changes
+        .iter()
+        .filter(|c| !matches!(c.op, Op::Add(_)))
+        .map(|c| c.path.as_str())
+        .collect();
+    !existing.iter().any(|p| exists(p))
+        && existing
+            .iter()
+            .any(|p| p.contains('/') && exists(without_first_dir(p)))
+}
+
+fn without_first_dir(path: &str) -> &str {
+    path.split_once('/').map_or(path, |(_, rest)| rest)
 }
 
 /// One file's outcome, checked and computed, not yet written.

@@ -30,6 +30,9 @@ struct Section {
     rename_to: Option<String>,
     created: bool,
     deleted: bool,
+    /// `diff -N`'s way to say "absent": the epoch as the old (new) side's timestamp.
+    old_epoch: bool,
+    new_epoch: bool,
     hunks: Vec<Hunk>,
 }
 
@@ -65,6 +68,8 @@ pub fn parse(text: &str) -> Result<Vec<FileChange>, ParseError> {
             let mut s = s;
             s.old = Some(header_path(&line[4..]));
             s.new = Some(header_path(&lines[i + 1][4..]));
+            s.old_epoch = is_epoch(&line[4..]);
+            s.new_epoch = is_epoch(&lines[i + 1][4..]);
             cur = Some(s);
             i += 1;
         } else if line.starts_with("@@ ") {
@@ -196,6 +201,45 @@ fn header_path(s: &str) -> String {
     unquote(s)
 }
 
+/// Whether a `---`/`+++` line's timestamp is the epoch (in any zone): how `diff -N` marks a
+/// file absent on that side, and what GNU patch reads as "create" or "delete".
+fn is_epoch(header: &str) -> bool {
+    let Some(stamp) = header.split('\t').nth(1).map(str::trim) else {
+        return false;
+    };
+    // `1970-01-01 00:00:00.000000000 +0000`, or `-0500` and the local date before it.
+    let mut parts = stamp.split_whitespace();
+    let (Some(date), Some(time)) = (parts.next(), parts.next()) else {
+        return false;
+    };
+    let zone = parts.next().unwrap_or("+0000");
+    let num = |s: &str| s.parse::<i64>().ok();
+    let d: Vec<i64> = date.split('-').filter_map(num).collect();
+    let t: Vec<i64> = time.split(['.', ':']).take(3).filter_map(num).collect();
+    let (sign, zh, zm) = match (zone.as_bytes().first(), zone.get(1..3), zone.get(3..5)) {
+        (Some(b'+'), Some(h), Some(m)) => (1, num(h), num(m)),
+        (Some(b'-'), Some(h), Some(m)) => (-1, num(h), num(m)),
+        _ => return false,
+    };
+    let ([y, mo, day], [h, mi, sec], Some(zh), Some(zm)) = (d.as_slice(), t.as_slice(), zh, zm)
+    else {
+        return false;
+    };
+    // Days from 1970-01-01 to the date (proleptic Gregorian).
+    let (y, m) = if *mo <= 2 {
+        (y - 1, mo + 9)
+    } else {
+        (*y, mo - 3)
+    };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let doy = (153 * m + 2) / 5 + day - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    let days = era * 146_097 + doe - 719_468;
+    let seconds = days * 86_400 + h * 3600 + mi * 60 + sec - sign * (zh * 3600 + zm * 60);
+    seconds == 0
+}
+
 /// `a/X b/Y` of a `diff --git` line (names without spaces, or quoted).
 fn split_git_names(rest: &str) -> Option<(String, String)> {
     if rest.starts_with('"') {
@@ -307,8 +351,15 @@ fn finish(s: Option<Section>, out: &mut Vec<FileChange>, line: usize) -> Result<
                 .map(|p| strip(p, git, "b/"))
         })
         .or_else(|| s.git_names.as_ref().map(|(_, b)| strip(b, git, "b/")));
-    let created = s.created || s.old.as_deref() == Some(DEV_NULL);
-    let deleted = s.deleted || s.new.as_deref() == Some(DEV_NULL);
+    let only = |kind: Kind| {
+        s.hunks
+            .iter()
+            .all(|h| h.lines.iter().all(|(k, _)| *k == kind))
+    };
+    let created =
+        s.created || s.old.as_deref() == Some(DEV_NULL) || (s.old_epoch && only(Kind::Add));
+    let deleted =
+        s.deleted || s.new.as_deref() == Some(DEV_NULL) || (s.new_epoch && only(Kind::Remove));
     if created {
         let path = new.ok_or_else(|| err("a new file without a name"))?;
         let mut text = String::new();
@@ -426,6 +477,33 @@ mod tests {
             panic!()
         };
         assert_eq!(h[0].old_start, Some(2));
+    }
+
+    #[test]
+    fn epoch_timestamps_mark_absent_files_in_any_zone() {
+        assert!(is_epoch("old/a\t1970-01-01 00:00:00.000000000 +0000"));
+        assert!(is_epoch("old/a\t1969-12-31 19:00:00.000000000 -0500"));
+        assert!(is_epoch("old/a\t1970-01-01 01:00:00 +0100"));
+        assert!(!is_epoch("old/a\t2026-11-29 22:16:37.177063797 +0000"));
+        assert!(!is_epoch("old/a"));
+        assert!(!is_epoch("old/a\tgarbage"));
+        let d = "--- old/added\t1970-01-01 00:00:00.000000000 +0000\n+++ new/added\t2026-11-29 22:16:37.1 +0000\n@@ -0,0 +1 @@\n+x\n\
+                 --- old/deleted\t2026-11-29 22:16:37.1 +0000\n+++ new/deleted\t1970-01-01 00:00:00.000000000 +0000\n@@ -1 +0,0 @@\n-gone\n";
+        let c = parse(d).expect("parse");
+        assert_eq!(
+            c[0],
+            FileChange {
+                path: "new/added".into(),
+                op: Op::Add("x\n".into())
+            }
+        );
+        assert_eq!(
+            c[1],
+            FileChange {
+                path: "old/deleted".into(),
+                op: Op::Delete
+            }
+        );
     }
 
     #[test]
