@@ -154,6 +154,10 @@ pub struct ListResult {
     pub issues: Vec<IssueSummary>,
     /// Every issue matching the filter (not only this page).
     pub total: i64,
+    /// Always true: `total` is counted, never estimated.
+    pub total_exact: bool,
+    /// More issues follow this page (`next_offset`).
+    pub truncated: bool,
     pub limit: i64,
     pub offset: i64,
     /// `offset` for the next page, when there is one.
@@ -200,6 +204,8 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
         let used = json_len(&ListResult {
             issues: Vec::new(),
             total,
+            total_exact: true,
+            truncated: true,
             limit,
             offset,
             next_offset: Some(i64::MAX),
@@ -236,6 +242,8 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
         ListResult {
             issues,
             total,
+            total_exact: true,
+            truncated: next_offset.is_some(),
             limit,
             offset,
             next_offset,

@@ -24,6 +24,7 @@ on_both_backends!(
     resources_read_and_notify_in_both_eras,
     get_pages_updates_and_todos_at_the_result_budget,
     list_pages_at_the_result_budget,
+    list_pages_say_when_they_are_cut,
 );
 
 fn get(c: &mut McpClient, n: i64) -> Value {
@@ -1088,4 +1089,47 @@ fn list_pages_at_the_result_budget(env: &Env) {
     assert_eq!(r["issues"][shown - 1]["number"], 30 - (shown as i64 - 1));
     let r2 = c.call_ok("issue_list", json!({"offset": shown})).structured;
     assert_eq!(r2["issues"][0]["number"], 30 - shown as i64);
+}
+
+/// Issue #41: every page says whether it is cut (`truncated`), of how many (`total`,
+/// `total_exact`), and `next_offset` walks the list without overlap or gap.
+fn list_pages_say_when_they_are_cut(env: &Env) {
+    let mut c = env.spawn(&[]);
+    for i in 1..=13 {
+        let word = if i % 2 == 0 { "even" } else { "odd" };
+        create(&mut c, &format!("{word} issue {i}"), "");
+    }
+    for (args, total) in [(json!({}), 13), (json!({"search": "odd"}), 7)] {
+        let whole = c.call_ok("issue_list", args.clone()).structured;
+        assert_eq!(whole["truncated"], false, "{args}");
+        assert_eq!(whole["total"], total);
+        let mut paged = Vec::new();
+        let mut offset = 0;
+        loop {
+            let mut a = args.clone();
+            a["limit"] = json!(5);
+            a["offset"] = json!(offset);
+            let r = c.call_ok("issue_list", a).structured;
+            assert_eq!(r["total"], total, "{r}");
+            assert_eq!(r["total_exact"], true);
+            let page = r["issues"].as_array().expect("issues").clone();
+            assert_eq!(
+                page.len() as i64,
+                (total - offset).min(5),
+                "{args} @{offset}"
+            );
+            paged.extend(page);
+            if r["truncated"] == false {
+                assert!(r.get("next_offset").is_none(), "{r}");
+                break;
+            }
+            assert_eq!(r["next_offset"], offset + 5, "{args}");
+            offset += 5;
+        }
+        assert_eq!(
+            &paged,
+            whole["issues"].as_array().expect("issues"),
+            "{args}"
+        );
+    }
 }

@@ -142,6 +142,13 @@ pub struct LspResult {
     /// Lists: how many entries there are in all (before paging).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub count: Option<usize>,
+    /// Lists: the same as `count`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total: Option<usize>,
+    /// Lists: false when `total` is a lower bound (diagnostics of part of a directory, or
+    /// not settled).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_exact: Option<bool>,
     /// A list was cut (page on with `next_offset`; rename's `changes` only name the first
     /// files), a hover text was capped, or a raw answer was paged (see `result_text`).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -318,6 +325,8 @@ pub struct Page {
     offset: usize,
     limit: usize,
     pub total: usize,
+    /// False when the list may lack entries that were never gathered.
+    pub exact: bool,
 }
 
 /// Cut `all` to the page the caller asked for.
@@ -332,6 +341,7 @@ pub fn page<T>(all: Vec<T>, p: &LspParams, default_limit: u64) -> (Vec<T>, Page)
             offset,
             limit,
             total,
+            exact: true,
         },
     )
 }
@@ -358,13 +368,15 @@ impl Page {
         kept
     }
 
-    /// `count`, and when more follows: `truncated`/`next_offset` and a line saying how to
-    /// go on.
+    /// `count`/`total`/`total_exact`, `truncated` (also when the list itself is partial),
+    /// and when more follows: `next_offset` and a line saying how to go on.
     pub fn mark(&self, r: &mut LspResult, text: &mut Vec<String>) {
         r.count = Some(self.total);
-        let next = self.offset + self.limit;
+        r.total = Some(self.total);
+        r.total_exact = Some(self.exact);
+        let next = self.offset.saturating_add(self.limit);
+        r.truncated = Some(next < self.total || !self.exact);
         if next < self.total {
-            r.truncated = Some(true);
             r.next_offset = Some(next);
             text.push(format!(
                 "… {} more; call again with offset {next}",

@@ -241,7 +241,6 @@ pub struct SearchParams {
     /// 1–100, default 10.
     #[serde(default)]
     pub limit: Option<i64>,
-    /// Of the `limit` best, skip this many.
     #[serde(default)]
     pub offset: Option<i64>,
 }
@@ -263,7 +262,11 @@ pub struct Hit {
 pub struct SearchResult {
     pub memories: Vec<Hit>,
     pub count: u64,
-    /// More of the `limit` best were left out to keep the answer under 40 KB.
+    /// Memories matching, counted up to one past this page.
+    pub total: u64,
+    /// False: more match than `total`.
+    pub total_exact: bool,
+    /// More memories follow (`next_offset`), past `limit` or the 40 KB answer.
     pub truncated: bool,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_offset: Option<u64>,
@@ -294,15 +297,28 @@ fn age_days(created_at: &str) -> f64 {
 /// Rank memories for `query`: full-text relevance (BM25 on SQLite, `ts_rank_cd` on
 /// PostgreSQL) with a small bonus for recent entries.
 pub fn rank(store: &mut Store, query: &str, filter: &Filter, limit: usize) -> ToolResult<Vec<Hit>> {
+    rank_to(store, query, filter, limit, limit)
+}
+
+/// The `depth` best memories for `query`, chosen among all-words or any-word matches as for
+/// a page of `limit`: the choice does not depend on the depth, so consecutive pages of one
+/// search rank alike and neither repeat nor skip a memory.
+pub fn rank_to(
+    store: &mut Store,
+    query: &str,
+    filter: &Filter,
+    limit: usize,
+    depth: usize,
+) -> ToolResult<Vec<Hit>> {
     let words = terms(query);
     if words.is_empty() {
         return Ok(store
-            .recent(filter, limit)?
+            .recent(filter, depth)?
             .into_iter()
             .map(|r| hit(r, 0.0))
             .collect());
     }
-    let want = (limit * 5).max(50);
+    let want = depth.saturating_mul(5).max(50);
     let mut hits: Vec<Hit> = store
         .candidates(&words, filter, limit, want)?
         .into_iter()
@@ -319,22 +335,23 @@ pub fn rank(store: &mut Store, query: &str, filter: &Filter, limit: usize) -> To
             .then_with(|| b.created_at.cmp(&a.created_at))
             .then_with(|| b.id.cmp(&a.id))
     });
-    hits.truncate(limit);
+    hits.truncate(depth);
     Ok(hits)
 }
 
-/// The ranked hits from `offset` on, as many as fit `budget` bytes of JSON (the first always,
-/// its content cut if it alone would not fit); and where the next page starts.
-pub fn page(ranked: Vec<Hit>, offset: usize, budget: usize) -> (Vec<Hit>, Option<usize>) {
-    let total = ranked.len();
+/// The ranked hits from `offset` on, at most `limit` and as many as fit `budget` bytes of
+/// JSON (the first always, its content cut if it alone would not fit).
+pub fn page(ranked: Vec<Hit>, offset: usize, limit: usize, budget: usize) -> Vec<Hit> {
     let mut used = json_len(&SearchResult {
         memories: Vec::new(),
         count: u64::MAX,
+        total: u64::MAX,
+        total_exact: false,
         truncated: true,
         next_offset: Some(u64::MAX),
     });
     let mut out: Vec<Hit> = Vec::new();
-    for mut h in ranked.into_iter().skip(offset) {
+    for mut h in ranked.into_iter().skip(offset).take(limit) {
         let first = out.is_empty();
         let mut add = json_len(&h) + usize::from(!first);
         if used + add > budget {
@@ -356,8 +373,7 @@ pub fn page(ranked: Vec<Hit>, offset: usize, budget: usize) -> (Vec<Hit>, Option
         used += add;
         out.push(h);
     }
-    let end = offset.saturating_add(out.len());
-    (out, (end < total).then_some(end))
+    out
 }
 
 fn hit(r: Record, score: f64) -> Hit {
@@ -418,6 +434,9 @@ fn filter_from(
     })
 }
 
+/// The deepest `offset` accepted: every page ranks the memories before it again.
+const MAX_OFFSET: i64 = 10_000;
+
 /// The longest search query accepted (a memory is at most 4 KB; a query needs no more).
 pub const MAX_QUERY_BYTES: usize = 4096;
 
@@ -435,24 +454,28 @@ pub async fn search(
 ) -> ToolResult<Reply<SearchResult>> {
     let limit = limit_arg("limit", p.limit, 10, 100)?;
     let explicit = p.limit.is_some();
-    let offset = args::opt_range("offset", p.offset, 0, i64::MAX)?.unwrap_or(0);
-    let offset = usize::try_from(offset).unwrap_or(usize::MAX);
+    let offset = args::opt_range("offset", p.offset, 0, MAX_OFFSET)?.unwrap_or(0) as usize;
     let filter = filter_from(p.tags, p.scope, p.session)?;
     let query = query_arg(p.query)?;
-    let (hits, next_offset) = with_db(&state, move |conn, _| {
-        let ranked = rank(conn, &query, &filter, limit)?;
+    let (hits, found, depth) = with_db(&state, move |conn, _| {
+        // One past the page: whether more follow, without counting every match.
+        let depth = offset + limit + 1;
+        let ranked = rank_to(conn, &query, &filter, limit, depth)?;
+        let found = ranked.len();
         // The budget holds a default call; an explicit `limit` gets what it asks for.
         let budget = if explicit {
             usize::MAX
         } else {
             RESULT_BUDGET_BYTES
         };
-        let (hits, next) = page(ranked, offset, budget);
+        let hits = page(ranked, offset, limit, budget);
         let ids: Vec<String> = hits.iter().map(|h| h.id.clone()).collect();
         conn.touch(&ids)?;
-        Ok((hits, next))
+        Ok((hits, found, depth))
     })
     .await?;
+    let end = offset + hits.len();
+    let next_offset = (end < found).then_some(end);
     let mut text = String::new();
     for h in &hits {
         let tags = if h.tags.is_empty() {
@@ -479,6 +502,8 @@ pub async fn search(
         SearchResult {
             count: hits.len() as u64,
             memories: hits,
+            total: found as u64,
+            total_exact: found < depth,
             truncated: next_offset.is_some(),
             next_offset: next_offset.map(|n| n as u64),
         },

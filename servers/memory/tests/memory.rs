@@ -116,6 +116,7 @@ on_both_backends!(
     export_import_round_trips,
     servers_starting_together_on_a_new_store_all_start,
     search_pages_at_the_result_budget,
+    search_pages_say_when_they_are_cut,
 );
 
 fn eras_prompt_and_catalog(b: &Backend) {
@@ -710,8 +711,68 @@ fn search_pages_at_the_result_budget(b: &Backend) {
                 }
             }
         }
-        assert_eq!(seen.len(), 10, "the default 10, over pages");
+        assert_eq!(seen.len(), 30, "every memory, over pages");
         let unique: HashSet<&String> = seen.iter().collect();
-        assert_eq!(unique.len(), 10, "nothing repeated: {seen:?}");
+        assert_eq!(unique.len(), 30, "nothing repeated: {seen:?}");
     }
+}
+
+/// Issue #41: a page says whether more follow (`truncated`, `next_offset`) and how many match
+/// (`total`, a lower bound while `total_exact` is false); following `next_offset` walks every
+/// match once, in rank order.
+fn search_pages_say_when_they_are_cut(b: &Backend) {
+    let mut c = client(b, &[]);
+    for i in 0..12 {
+        c.call_ok(
+            "memory_store",
+            json!({"content": format!("note {i} about deploy")}),
+        );
+    }
+    c.call_ok(
+        "memory_store",
+        json!({"content": "unrelated cooking recipe"}),
+    );
+    for (query, matching) in [(json!({"query": "deploy"}), 12), (json!({}), 13)] {
+        let mut whole = query.clone();
+        whole["limit"] = json!(100);
+        let whole = c.call_ok("memory_search", whole).structured;
+        assert_eq!(whole["total"], matching, "{whole}");
+        assert_eq!(whole["total_exact"], true);
+        assert_eq!(whole["truncated"], false);
+        let ids = |r: &serde_json::Value| -> Vec<String> {
+            r["memories"]
+                .as_array()
+                .expect("memories")
+                .iter()
+                .map(|m| m["id"].as_str().expect("id").to_string())
+                .collect()
+        };
+        let mut paged = Vec::new();
+        let mut offset = 0u64;
+        loop {
+            let mut a = query.clone();
+            a["limit"] = json!(5);
+            a["offset"] = json!(offset);
+            let r = c.call_ok("memory_search", a).structured;
+            let page = ids(&r);
+            assert_eq!(page.len() as u64, (matching - offset).min(5), "{r}");
+            paged.extend(page);
+            if r["truncated"] == false {
+                assert_eq!(r["total"], matching);
+                assert_eq!(r["total_exact"], true);
+                assert!(r.get("next_offset").is_none(), "{r}");
+                break;
+            }
+            // Counted one past the page: at least that many.
+            assert_eq!(r["total"], offset + 6, "{r}");
+            assert_eq!(r["total_exact"], false);
+            assert_eq!(r["next_offset"], offset + 5);
+            offset += 5;
+        }
+        assert_eq!(paged, ids(&whole), "{query}: no overlap, no gap");
+    }
+    c.call_err("memory_search", json!({"offset": 10_001}), "invalid_params")
+        .expect_field("offset");
+    c.call_err("memory_search", json!({"offset": -1}), "invalid_params")
+        .expect_field("offset");
 }

@@ -129,6 +129,8 @@ pub struct SearchResult {
     pub count: u64,
     /// Matches found in total.
     pub total: u64,
+    /// Always true: every file is searched, so `total` is exact.
+    pub total_exact: bool,
     /// More matches exist past those returned.
     pub truncated: bool,
     /// `offset` for the next page when truncated.
@@ -702,6 +704,7 @@ fn search_reply(
             count: all.len() as u64,
             matches: all,
             total,
+            total_exact: true,
             truncated,
             next_offset: truncated.then_some(next),
             files_searched,

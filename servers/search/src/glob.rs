@@ -67,6 +67,8 @@ pub struct GlobResult {
     pub count: u64,
     /// Files that matched in total.
     pub total: u64,
+    /// False: the walk ran out of time, so `total` is a lower bound.
+    pub total_exact: bool,
     /// More files matched than returned, or the walk ran out of time.
     pub truncated: bool,
     /// `offset` for the next page when more files matched.
@@ -320,6 +322,7 @@ fn reply(
             count: files.len() as u64,
             files,
             total,
+            total_exact: !timed_out,
             truncated,
             next_offset: more.then_some(next),
             outside_cage,

@@ -160,6 +160,10 @@ pub struct GrepResult {
     pub files_searched: u64,
     /// Entries in this answer.
     pub returned: u64,
+    /// Entries `offset` pages over (files, or matches in content mode).
+    pub total: u64,
+    /// False: the search stopped early, so `total` is a lower bound.
+    pub total_exact: bool,
     /// More results exist than this answer holds, or the search stopped early.
     pub truncated: bool,
     /// Why: `head_limit`, `output_cap`, `time_budget` or `memory_budget`.
@@ -621,6 +625,11 @@ fn render(
         total_matches: (mode != OutputMode::FilesWithMatches).then_some(total_matches),
         files_searched,
         returned: 0,
+        total: match mode {
+            OutputMode::Content => total_matches,
+            _ => total_files,
+        },
+        total_exact: stopped.is_none(),
         truncated: false,
         truncated_reason: None,
         next_offset: None,
@@ -652,10 +661,7 @@ fn render(
     match reason {
         Some("head_limit") | Some("output_cap") => text.push_str(&format!(
             "\n[truncated: {returned} of {} shown; continue with offset={}, or narrow with path/include/type]",
-            match mode {
-                OutputMode::Content => total_matches,
-                _ => total_files,
-            },
+            result.total,
             offset + returned
         )),
         Some("time_budget") => text.push_str(&format!(

@@ -186,6 +186,7 @@ pub async fn diagnostics(
     g.all
         .sort_by(|a, b| (&a.path, a.line, a.character).cmp(&(&b.path, b.line, b.character)));
     let (shown, mut pg) = page(g.all, p, 100);
+    pg.exact = !files_truncated && g.settled;
     let mut result = LspResult {
         path: Some(r.rel.clone()),
         files_checked: Some(g.files_checked),
