@@ -25,6 +25,39 @@ use kitbag_shared::{Access, PathPolicy};
 /// How long a `{cmd:…}` may run.
 const CMD_TIMEOUT: Duration = Duration::from_secs(5);
 
+/// Why an include could not be made (shown in its place and on stderr).
+#[derive(Debug, thiserror::Error)]
+pub enum IncludeError {
+    #[error("option {0:?} is not one of maxBytes=N (N > 0), head, tail")]
+    Option(String),
+    #[error("no path")]
+    NoPath,
+    #[error("the path must be relative to the project root, without `..`")]
+    NotRelative,
+    #[error("the project root cannot be opened")]
+    NoRoot,
+    #[error("{0}")]
+    Refused(String),
+    #[error("is a directory")]
+    Directory,
+    #[error("{0}")]
+    Read(#[from] std::io::Error),
+    #[error(
+        "{{cmd:…}} is off (set prompt_includes.cmd: true and list the command in prompt_includes.cmd_allow)"
+    )]
+    CommandsOff,
+    #[error("no command")]
+    NoCommand,
+    #[error("not allowed: prompt_includes.cmd_allow has no entry that `{0}` starts with")]
+    NotAllowed(String),
+    #[error("cannot run {0}: {1}")]
+    CannotRun(String, std::io::Error),
+    #[error("exit {0}")]
+    Exit(i32),
+    #[error("exit none: stopped after 5 s")]
+    Stopped,
+}
+
 /// Which end of a long include is kept.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Keep {
@@ -110,7 +143,7 @@ impl Includes {
     }
 
     /// `PATH|maxBytes=N|head|tail`.
-    fn file(&self, body: &str) -> Result<String, String> {
+    fn file(&self, body: &str) -> Result<String, IncludeError> {
         let mut parts = body.split('|');
         let path = parts.next().unwrap_or_default().trim();
         let (mut max, mut keep) = (self.max_bytes, Keep::Both);
@@ -120,49 +153,39 @@ impl Includes {
                 "tail" => keep = Keep::Tail,
                 _ => match opt.strip_prefix("maxBytes=").map(str::parse::<usize>) {
                     Some(Ok(n)) if n > 0 => max = n.min(self.max_bytes),
-                    _ => {
-                        return Err(format!(
-                            "option {opt:?} is not one of maxBytes=N (N > 0), head, tail"
-                        ));
-                    }
+                    _ => return Err(IncludeError::Option(opt.to_string())),
                 },
             }
         }
         if path.is_empty() {
-            return Err("no path".into());
+            return Err(IncludeError::NoPath);
         }
         if path.starts_with('/') || Path::new(path).components().any(|c| c.as_os_str() == "..") {
-            return Err("the path must be relative to the project root, without `..`".into());
+            return Err(IncludeError::NotRelative);
         }
-        let policy = self
-            .policy
-            .as_ref()
-            .ok_or("the project root cannot be opened")?;
+        let policy = self.policy.as_ref().ok_or(IncludeError::NoRoot)?;
         let (_, mut f) = policy
             .open_file(path, "file", Access::Read)
-            .map_err(|e| e.message)?;
-        if f.metadata().map_err(|e| e.to_string())?.is_dir() {
-            return Err("is a directory".into());
+            .map_err(|e| IncludeError::Refused(e.message))?;
+        if f.metadata()?.is_dir() {
+            return Err(IncludeError::Directory);
         }
         let mut bytes = Vec::new();
-        f.read_to_end(&mut bytes).map_err(|e| e.to_string())?;
+        f.read_to_end(&mut bytes)?;
         Ok(cut(&String::from_utf8_lossy(&bytes), max, keep))
     }
 
     /// Run an allowlisted command; its stdout, cut like a file.
-    fn command(&self, body: &str, source: &str) -> Result<String, String> {
+    fn command(&self, body: &str, source: &str) -> Result<String, IncludeError> {
         let Some(allow) = &self.commands else {
-            return Err("{cmd:…} is off (set prompt_includes.cmd: true and list the command in prompt_includes.cmd_allow)".into());
+            return Err(IncludeError::CommandsOff);
         };
         let words: Vec<String> = body.split_whitespace().map(String::from).collect();
         if words.is_empty() {
-            return Err("no command".into());
+            return Err(IncludeError::NoCommand);
         }
         if !allow.iter().any(|a| words.starts_with(a)) {
-            return Err(format!(
-                "not allowed: prompt_includes.cmd_allow has no entry that `{}` starts with",
-                words.join(" ")
-            ));
+            return Err(IncludeError::NotAllowed(words.join(" ")));
         }
         let ran = run_bounded(&words, &self.root)?;
         let line = format!(
@@ -175,12 +198,10 @@ impl Includes {
         );
         eprintln!("{line}");
         tracing::info!("{line}");
-        if ran.code != Some(0) {
-            return Err(format!(
-                "exit {}",
-                ran.code
-                    .map_or("none: stopped after 5 s".into(), |c| c.to_string())
-            ));
+        match ran.code {
+            Some(0) => {}
+            Some(c) => return Err(IncludeError::Exit(c)),
+            None => return Err(IncludeError::Stopped),
         }
         Ok(cut(
             String::from_utf8_lossy(&ran.stdout).trim_end(),
@@ -198,7 +219,7 @@ struct Ran {
 
 /// Run `words` in `cwd` with stdin closed, at most [`CMD_TIMEOUT`], its process group killed
 /// after that.
-fn run_bounded(words: &[String], cwd: &Path) -> Result<Ran, String> {
+fn run_bounded(words: &[String], cwd: &Path) -> Result<Ran, IncludeError> {
     use std::os::unix::process::CommandExt;
     let mut child = Command::new(&words[0])
         .args(&words[1..])
@@ -208,7 +229,7 @@ fn run_bounded(words: &[String], cwd: &Path) -> Result<Ran, String> {
         .stderr(Stdio::piped())
         .process_group(0)
         .spawn()
-        .map_err(|e| format!("cannot run {}: {e}", words[0]))?;
+        .map_err(|e| IncludeError::CannotRun(words[0].clone(), e))?;
     let read_all = |mut r: Box<dyn Read + Send>| {
         std::thread::spawn(move || {
             let mut v = Vec::new();

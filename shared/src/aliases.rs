@@ -16,6 +16,13 @@ const SEED_000: &[(&str, &str)] = &[
     ("grep", "search_grep"),
 ];
 
+/// Seed 003's tool names (`tool.*`) and the kitbag tools they became.
+const SEED_003: &[(&str, &str)] = &[
+    ("tool.python", "python"),
+    ("tool.cli", "shell_bash"),
+    ("tool.fetch", "web_fetch"),
+];
+
 /// The namespace seed 004 puts the issue, todo and workflow tools under.
 const KAGED: &str = "kaged.";
 
@@ -50,7 +57,11 @@ pub fn resolve(
     if let Some(alias) = plain(underscored.clone()) {
         return Some(alias);
     }
-    if let Some((_, kitbag)) = SEED_000.iter().find(|(seed, _)| *seed == name) {
+    if let Some((_, kitbag)) = SEED_000
+        .iter()
+        .chain(SEED_003)
+        .find(|(seed, _)| *seed == name)
+    {
         return plain((*kitbag).to_string());
     }
     // The unified form: `kaged.issue` + `{"action": "list"}` → `issue_list`.
@@ -93,6 +104,7 @@ mod tests {
         "shell_bash",
         "search_grep",
         "debug",
+        "python",
     ];
 
     fn known(n: &str) -> bool {
@@ -103,6 +115,13 @@ mod tests {
         let mut args = args.as_object().cloned();
         let resolved = resolve_call(name, &mut args, known);
         (resolved, Value::Object(args.unwrap_or_default()))
+    }
+
+    #[test]
+    fn seed_003_names_resolve() {
+        assert_eq!(call("tool.python", json!({})).0.as_deref(), Some("python"));
+        assert_eq!(call("tool.cli", json!({})).0.as_deref(), Some("shell_bash"));
+        assert_eq!(call("tool.fetch", json!({})).0, None, "no web_fetch here");
     }
 
     #[test]

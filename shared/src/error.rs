@@ -70,6 +70,7 @@ pub enum ErrorCode {
     UnsupportedLanguage,
     // dap
     DapAdapterNotFound,
+    RuntimeNotFound,
     /// The runtime is there but too old for what was asked (Node before 22.6 for a `.ts`
     /// script): `detail` names `version_found` and `version_needed`.
     RuntimeTooOld,

@@ -17,10 +17,9 @@ pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
     "Schedule a message to you (a new user message in its own session), optionally after a shell \
-     command. `schedule`: cron `minute hour \
-     day-of-month month day-of-week` (`*/N`, `N-M`, `N,M`, names like `mon`; no seconds) or \
-     @hourly/@daily/@weekly/@monthly/@yearly. The command's exit code and output tail go into the \
-     message.",
+     command whose exit code and output tail go into it. `schedule`: cron `minute hour \
+     day-of-month month day-of-week` (`*/N`, `N-M`, `N,M`, `mon`) or @hourly/@daily/@weekly/\
+     @monthly/@yearly.",
 )
 .exec();
 

@@ -32,7 +32,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "Replace text in a file read with file_read this session and unchanged since; returns a \
      unified diff. String mode: `old_string` → `new_string`, matched exactly (whitespace included) \
      and unique unless `replace_all` or `occurrence`. Line mode: `start_line`..`end_line` \
-     (1-based, inclusive) → `new_string`. Literal; CRLF, BOM and final newline kept.",
+     (1-based, inclusive) → `new_string`.",
 )
 .destructive();
 

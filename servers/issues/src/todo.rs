@@ -24,11 +24,9 @@ use crate::state::IssuesState;
 pub const DEF: ToolDef = ToolDef::write(
     "todo",
     "Todo checklist",
-    "Checklist of the issue bound by issue_bind. `set`: replace the steps with `items`; `add`: \
-     append `items`; `start`: mark `content` in progress (others back to pending); `done`: \
-     complete it (a criterion: only a claim); `drop`: abandon a step; `note`: append `text` to \
-     it. Only the operator drops criteria. `content`: the todo's text or a unique part of it, not \
-     an id.",
+    "Checklist of the issue bound by issue_bind. `set`/`add`: replace/append steps (`items`); \
+     `start`, `done`, `drop`, `note` (`text`) act on `content`: the todo's text or a unique part \
+     of it. A criterion's `done` is a claim; only the operator drops criteria.",
 );
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]

@@ -26,8 +26,8 @@ pub const MAX_TIMEOUT_MS: i64 = 600_000;
 pub const DEF: ToolDef = ToolDef::write(
     "shell_bash",
     "Run shell command",
-    "Run a command with `/bin/sh -c` in a PTY: output (stdout and stderr merged), exit code (a \
-     non-zero exit is data), duration. On timeout the tree gets SIGTERM, then SIGKILL 5 s later. \
+    "Run a command with `/bin/sh -c` in a PTY: output (stdout and stderr merged), exit code, \
+     duration. On timeout the tree gets SIGTERM, then SIGKILL 5 s later. \
      Output past 30 KB shows head and tail; all of it is in `log_path`. Stdin is at EOF; a \
      command waiting on its terminal (a password prompt) returns as a job `waiting_for_input` \
      for shell_input. Leftovers are stopped at the end: for servers use `background: true`.",
@@ -203,15 +203,37 @@ pub async fn run(
     ctx: CallCtx,
 ) -> ToolResult<Reply<BashResult>> {
     let prepared = prepare(&state, ctx.policy(), &p)?;
-    let client_log = ctx.client_log();
     if p.background.unwrap_or(false) {
-        return start_background(state, ctx.policy(), prepared, client_log);
+        return start_background(state, ctx.policy(), prepared, ctx.client_log());
     }
+    run_foreground(state, &ctx, prepared, None).await
+}
+
+pub use crate::jobs::OnEnd;
+
+/// Run a prepared command in the foreground: its answer when it ends, or a job when it waits
+/// for input (see [`waiting_job`]).
+pub async fn run_foreground(
+    state: Arc<ShellState>,
+    ctx: &CallCtx,
+    prepared: Prepared,
+    on_end: Option<OnEnd>,
+) -> ToolResult<Reply<BashResult>> {
+    let client_log = ctx.client_log();
     let policy = ctx.policy().clone();
     let cancel = ctx.cancel.clone();
     kitbag_shared::blocking(move || {
         let (log_path, log_shown) = state.next_log_path();
-        let mut running = spawn(&state, &prepared, log_path, false)?;
+        let spawned = spawn(&state, &prepared, log_path, false);
+        let mut running = match spawned {
+            Ok(r) => r,
+            Err(e) => {
+                if let Some(f) = on_end {
+                    f();
+                }
+                return Err(e);
+            }
+        };
         let log_shown = policy.display(&log_shown);
         let cancelled = || cancel.is_cancelled();
         let deadline = running.started + Duration::from_millis(prepared.timeout_ms);
@@ -221,10 +243,13 @@ pub async fn run(
             // still held to the call's timeout.
             running.detach();
             return Ok(waiting_job(
-                &state, running, &prepared, log_shown, deadline, client_log,
+                &state, running, &prepared, log_shown, deadline, client_log, on_end,
             ));
         }
         let (exit, timed_out) = stop_after(&running, &state, waited);
+        if let Some(f) = on_end {
+            f();
+        }
         if cancel.is_cancelled() {
             return Err(ToolError::new(
                 ErrorCode::Cancelled,
@@ -251,6 +276,7 @@ fn waiting_job(
     log_shown: String,
     deadline: std::time::Instant,
     client_log: Option<kitbag_shared::ClientLog>,
+    on_end: Option<OnEnd>,
 ) -> Reply<BashResult> {
     let (mut reply_stdout, truncated, total, prompt) = {
         let capture = running.capture.locked();
@@ -275,7 +301,7 @@ fn waiting_job(
     let job = state
         .jobs
         .add(p.command.clone(), running, log_shown.clone());
-    crate::jobs::supervise(state, &job, Some(deadline), client_log);
+    crate::jobs::supervise(state, &job, Some(deadline), client_log, on_end);
     let text = format!(
         "{}\n[waiting for input on its terminal: {prompt:?}; it goes on as {} (pid {pid}): \
          answer with shell_input, read with shell_output, stop with shell_kill]",
@@ -330,6 +356,27 @@ fn spawn(
     })
 }
 
+/// Start a prepared command as a background job, listed as `title`: kept in the server's job
+/// table, held to its `timeout` when one was given, `on_end` run when it ends.
+pub fn start_job(
+    state: &Arc<ShellState>,
+    policy: &PathPolicy,
+    p: &Prepared,
+    title: String,
+    client_log: Option<kitbag_shared::ClientLog>,
+    on_end: Option<OnEnd>,
+) -> ToolResult<Arc<crate::jobs::Job>> {
+    let (log_path, log_shown) = state.next_log_path();
+    let running = spawn(state, p, log_path, true)?;
+    let log_shown = policy.display(&log_shown);
+    let deadline = p
+        .timeout_given
+        .then(|| running.started + Duration::from_millis(p.timeout_ms));
+    let job = state.jobs.add(title, running, log_shown);
+    crate::jobs::supervise(state, &job, deadline, client_log, on_end);
+    Ok(job)
+}
+
 /// Start the command as a background job (kept in the server's job table) and answer at once
 /// with its `job_id`.
 fn start_background(
@@ -338,19 +385,10 @@ fn start_background(
     p: Prepared,
     client_log: Option<kitbag_shared::ClientLog>,
 ) -> ToolResult<Reply<BashResult>> {
-    let (log_path, log_shown) = state.next_log_path();
-    let running = spawn(&state, &p, log_path, true)?;
-    let log_shown = policy.display(&log_shown);
-    let pid = running.pid;
-    let containment = running.contain.kind().as_str().to_string();
-    let containment_note = running.contain.note();
-    let deadline = p
-        .timeout_given
-        .then(|| running.started + Duration::from_millis(p.timeout_ms));
-    let job = state
-        .jobs
-        .add(p.command.clone(), running, log_shown.clone());
-    crate::jobs::supervise(&state, &job, deadline, client_log);
+    let job = start_job(&state, policy, &p, p.command.clone(), client_log, None)?;
+    let (pid, log_shown) = (job.running.pid, job.log_shown().to_string());
+    let containment = job.running.contain.kind().as_str().to_string();
+    let containment_note = job.running.contain.note();
     let id = job.id.clone();
     let mut text = format!(
         "started {id} (pid {pid}); read its output with shell_output, stop it with shell_kill"

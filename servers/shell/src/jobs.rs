@@ -157,6 +157,11 @@ pub struct Job {
 }
 
 impl Job {
+    /// Its log, as answers show it.
+    pub fn log_shown(&self) -> &str {
+        &self.log_shown
+    }
+
     /// The exit, once known.
     pub fn exit(&self) -> Option<Exit> {
         let mut slot = self.exit.locked();
@@ -219,6 +224,10 @@ impl Jobs {
     }
 }
 
+/// Work to do once a command has ended (its scratch files removed), whether it ended during
+/// the call or later as a job.
+pub type OnEnd = Box<dyn FnOnce() + Send>;
+
 /// Watch a job from a thread of its own: stop it at `deadline` (its `timeout`), and tell the
 /// client when it ends (a log message), so that nobody has to poll for the end.
 pub fn supervise(
@@ -226,6 +235,7 @@ pub fn supervise(
     job: &Arc<Job>,
     deadline: Option<Instant>,
     client_log: Option<ClientLog>,
+    on_end: Option<OnEnd>,
 ) {
     let (job, grace) = (job.clone(), state.kill_grace);
     std::thread::spawn(move || {
@@ -249,6 +259,9 @@ pub fn supervise(
             }
         };
         job.exit.locked().get_or_insert_with(|| exit.clone());
+        if let Some(f) = on_end {
+            f();
+        }
         if let Some(log) = client_log {
             let timed_out = job.timed_out.load(Ordering::Relaxed);
             let how = if timed_out {

@@ -7,6 +7,7 @@ pub mod jobs;
 pub mod logs;
 pub mod process;
 pub mod pump;
+pub mod python;
 pub mod screen;
 pub mod spawn;
 pub mod waiting;
@@ -75,10 +76,18 @@ pub struct ShellState {
     pub log_caps: (u64, u64),
     pub logs: Arc<logs::LogDir>,
     pub jobs: jobs::Jobs,
+    /// Scratch files of `python` (none when read-only).
+    pub scratch: Option<Arc<python::Scratch>>,
+    pub python_sessions: python::session::Sessions,
     seq: AtomicU64,
 }
 
 impl ShellState {
+    /// A number for a scratch file's name, unique in this server.
+    pub fn next_scratch(&self) -> u64 {
+        self.seq.fetch_add(1, Ordering::Relaxed)
+    }
+
     /// A fresh log file: the path to write it by (through the held directory) and the path
     /// to show. Old logs are pruned when a command starts and when its output ends
     /// ([`logs::LogDir`]).
@@ -107,6 +116,9 @@ pub fn router() -> ToolRouter<ShellState> {
         })
         .tool(jobs::OUTPUT_DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
             jobs::output(s, p, ctx)
+        })
+        .tool(python::DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
+            python::run(s, p, ctx)
         })
         .tool(input::DEF, |s: Arc<ShellState>, p, ctx: CallCtx| {
             input::run(s, p, ctx)
@@ -141,6 +153,18 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         })?)),
         None => None,
     };
+    let scratch = match &held {
+        Some(h) => Some(Arc::new(python::Scratch::new(
+            h.subdir("python", true).map_err(|e| {
+                anyhow::anyhow!(
+                    "scratch directory {}: {e}",
+                    state_dir.join("python").display()
+                )
+            })?,
+            state_dir.join("python"),
+        ))),
+        None => None,
+    };
     let logs = Arc::new(logs::LogDir::new(
         log_held
             .as_ref()
@@ -149,6 +173,9 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         args.logs_max_total_bytes,
         args.log_max_bytes,
     ));
+    if let Some(s) = &scratch {
+        s.sweep();
+    }
     if let Some(held) = &held {
         // Logs of earlier servers beyond the limits, and temp files of writes that a kill
         // cut short in the state directories.
@@ -171,6 +198,8 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         log_caps: logs::split_cap(args.log_max_bytes),
         logs,
         jobs: jobs::Jobs::default(),
+        scratch,
+        python_sessions: python::session::Sessions::default(),
         seq: AtomicU64::new(0),
     };
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
@@ -189,6 +218,9 @@ pub async fn run(args: Args) -> anyhow::Result<()> {
     let _ = tokio::task::spawn_blocking(move || {
         state.jobs.stop_all(grace);
         container.shutdown();
+        if let Some(s) = &state.scratch {
+            s.sweep();
+        }
     })
     .await;
     result
