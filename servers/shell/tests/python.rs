@@ -107,6 +107,10 @@ fn a_session_keeps_its_variables_until_it_is_stopped() {
     assert_eq!(r.structured["stdout"], "['p'] q\n");
     let r = c.call_ok("python", json!({"code": "print(x)", "session": "s1"}));
     assert_eq!(r.structured["stdout"], "41\n");
+    // A request larger than the FIFO's buffer goes through while the interpreter reads it.
+    let big = format!("y = '{}'\nprint(len(y))", "a".repeat(300_000));
+    let r = c.call_ok("python", json!({"code": big, "session": "s1"}));
+    assert_eq!(r.structured["stdout"], "300000\n");
     // Another session is another interpreter.
     let r = c.call_ok(
         "python",

@@ -110,7 +110,10 @@ impl Scratch {
             rustix::fs::Mode::from_raw_mode(0o600),
             0,
         )?;
-        self.held.open_file(name, rustix::fs::OFlags::RDWR)
+        let f = self.held.open_file(name, rustix::fs::OFlags::RDWR)?;
+        // Writes never wait on an interpreter that stopped reading (see `session::send`).
+        rustix::io::ioctl_fionbio(&f, true)?;
+        Ok(f)
     }
 
     pub fn remove(&self, name: &str) -> std::io::Result<()> {

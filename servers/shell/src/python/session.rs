@@ -278,9 +278,7 @@ pub async fn run(
         let start = s.job.running.capture.locked().total;
         let mut line = request.to_string();
         line.push('\n');
-        requests
-            .write_all(line.as_bytes())
-            .map_err(|e| ToolError::io("session", &e))?;
+        send(&mut requests, line.as_bytes(), &s.job)?;
         let outcome = wait_for_end(&s.job, start, &tag, Duration::from_millis(timeout_ms));
         *s.last_used.locked() = Instant::now();
         let (end, status, timed_out) = match outcome {
@@ -332,6 +330,33 @@ pub async fn run(
         ))
     })
     .await
+}
+
+/// Write a request into the FIFO (non-blocking): while the interpreter reads it, however
+/// long; an error once it has ended or has read nothing for 5 s.
+fn send(fifo: &mut std::fs::File, mut bytes: &[u8], job: &Job) -> ToolResult<()> {
+    let mut stalled = Instant::now();
+    while !bytes.is_empty() {
+        match fifo.write(bytes) {
+            Ok(n) => {
+                bytes = &bytes[n..];
+                stalled = Instant::now();
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if job.exit().is_some() || stalled.elapsed() > Duration::from_secs(5) {
+                    return Err(ToolError::new(
+                        ErrorCode::IoError,
+                        "session: the interpreter stopped reading requests; stop it with \
+                         shell_kill (the next call starts a new one)",
+                    ));
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(ToolError::io("session", &e)),
+        }
+    }
+    Ok(())
 }
 
 enum Ended {
