@@ -303,6 +303,8 @@ pub struct GetResult {
     /// `todos_offset` to read the next todos, when some were left out.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_todos_offset: Option<i64>,
+    /// Updates or todos were left out: their `next_*_offset` goes on.
+    pub truncated: bool,
     /// A text (body, original_body, a comment, a todo's older notes) was cut to fit 40 KB.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub text_truncated: bool,
@@ -351,6 +353,7 @@ pub fn get(state: &IssuesState, conn: &mut Store, p: GetParams) -> ToolResult<Re
         todos: Vec::new(),
         todos_total,
         next_todos_offset: Some(i64::MAX),
+        truncated: true,
         text_truncated: true,
     };
     let cut_texts = fit_fields(&mut result);
@@ -411,6 +414,7 @@ pub fn get(state: &IssuesState, conn: &mut Store, p: GetParams) -> ToolResult<Re
     }
     result.next_updates_offset = (end < total).then_some(end);
     result.next_todos_offset = todos_left.then_some(todos_end);
+    result.truncated = result.next_updates_offset.is_some() || todos_left;
     result.text_truncated = cut_texts || cut_items;
     let text = issue_markdown(&result);
     Ok(Reply::new(result, text))

@@ -100,6 +100,8 @@ pub struct TodoResult {
     /// `todos_offset` (action view) for the next todos, when the answer stopped at 40 KB.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub next_todos_offset: Option<i64>,
+    /// Todos were left out: `next_todos_offset` goes on.
+    pub truncated: bool,
     /// A todo too big for a page alone lost its oldest notes.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub text_truncated: bool,
@@ -595,6 +597,7 @@ fn view(
         todos_total: todos.len() as i64,
         // Room for the paging fields, whatever they end up being.
         next_todos_offset: Some(i64::MAX),
+        truncated: true,
         text_truncated: true,
     };
     let page = page(todos, offset, json_len(&result));
@@ -617,6 +620,7 @@ fn view(
     result.todos = page.todos;
     result.markdown = page.markdown;
     result.next_todos_offset = page.next;
+    result.truncated = page.next.is_some();
     result.text_truncated = page.cut;
     Ok(Reply::new(result, text))
 }

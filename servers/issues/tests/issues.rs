@@ -248,6 +248,7 @@ fn get_detail_not_found_and_operator_only_updates(env: &Env) {
         .structured;
     assert_eq!(g["updates"].as_array().expect("u").len(), 2);
     assert_eq!(g["next_updates_offset"], 2);
+    assert_eq!(g["truncated"], true);
     let g = c
         .call_ok("issue_get", json!({"number": 42, "updates_offset": 2}))
         .structured;
@@ -1060,6 +1061,7 @@ fn get_pages_updates_and_todos_at_the_result_budget(env: &Env) {
     assert!(first > 0 && first < 100, "{first}");
     assert_eq!(g["next_todos_offset"], first as i64);
     assert_eq!(g["next_updates_offset"], 0, "updates come after the todos");
+    assert_eq!(g["truncated"], true);
     let g2 = c
         .call_ok("issue_get", json!({"number": n, "todos_offset": first}))
         .structured;

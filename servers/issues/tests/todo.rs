@@ -590,6 +590,7 @@ fn todo_and_bind_page_at_the_result_budget(env: &Env) {
         v["next_todos_offset"], k as i64,
         "says where the rest starts"
     );
+    assert_eq!(v["truncated"], true);
     let md = v["markdown"].as_str().expect("md");
     assert!(md.contains(&items[k - 1]) && !md.contains(&items[k]));
     // Every page in turn: each todo once, in order.
@@ -606,6 +607,7 @@ fn todo_and_bind_page_at_the_result_budget(env: &Env) {
         );
         assert!(v["markdown"].as_str().expect("md").contains(&page[0]));
         seen.extend(page);
+        assert_eq!(v["truncated"], v["next_todos_offset"].is_i64());
         match v["next_todos_offset"].as_i64() {
             Some(n) => next = n,
             None => break,

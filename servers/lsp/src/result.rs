@@ -331,6 +331,7 @@ pub struct Page {
 
 /// Cut `all` to the page the caller asked for.
 pub fn page<T>(all: Vec<T>, p: &LspParams, default_limit: u64) -> (Vec<T>, Page) {
+    // `validate` refused a `limit` outside 1..=10,000; the clamp only guards the default.
     let limit = p.limit.unwrap_or(default_limit).clamp(1, 10_000) as usize;
     let offset = p.offset.unwrap_or(0) as usize;
     let total = all.len();

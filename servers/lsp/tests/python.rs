@@ -75,6 +75,14 @@ fn bad_input_is_refused_before_any_server_starts() {
         (json!({"action": "symbols", "scope": "workspace"}), "query"),
         (json!({"action": "diagnostics"}), "path"),
         (
+            json!({"action": "references", "path": "app.py", "line": 4, "symbol": "greet", "limit": 0}),
+            "limit",
+        ),
+        (
+            json!({"action": "diagnostics", "path": "app.py", "limit": 10001}),
+            "limit",
+        ),
+        (
             json!({"action": "request", "language": "python", "method": "shutdown"}),
             "method",
         ),

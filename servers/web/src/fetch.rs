@@ -103,6 +103,14 @@ pub struct FetchResult {
     /// unwrapped (their text kept).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
+    /// A PDF: its pages, and how many of them (the first) are in the text.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pdf_pages: Option<u64>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pdf_pages_converted: Option<u64>,
+    /// An RSS or Atom feed: its entries (every one is in the text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub feed_entries: Option<u64>,
 }
 
 #[derive(Clone)]
@@ -116,6 +124,14 @@ struct Page {
     body_truncated: bool,
     redirects: Vec<String>,
     note: Option<String>,
+    kind: Kind,
+}
+
+/// What a body was read as, beyond its text.
+#[derive(Clone, Copy, Default)]
+struct Kind {
+    pdf: Option<(u64, u64)>,
+    feed_entries: Option<u64>,
 }
 
 pub struct WebState {
@@ -281,6 +297,9 @@ pub async fn run(
             redirects,
             cached: from_cache,
             note: page.note.clone(),
+            pdf_pages: page.kind.pdf.map(|(pages, _)| pages),
+            pdf_pages_converted: page.kind.pdf.map(|(_, shown)| shown),
+            feed_entries: page.kind.feed_entries,
         },
         format!("{header}{text}"),
     ))
@@ -323,7 +342,11 @@ async fn fetch(state: &WebState, url: Url, raw: bool) -> ToolResult<Page> {
         text,
         raw_head,
         note,
-    } = show(&body, &content_type, body_truncated, raw);
+        kind,
+    } = show(&body, &content_type, body_truncated, raw).map_err(|e| {
+        ToolError::new(ErrorCode::Unsupported, format!("{url}: {e}"))
+            .with_detail(json!({ "field": "url", "reason": e.reason() }))
+    })?;
     Ok(Page {
         final_url,
         status,
@@ -334,6 +357,7 @@ async fn fetch(state: &WebState, url: Url, raw: bool) -> ToolResult<Page> {
         body_truncated,
         redirects,
         note,
+        kind,
     })
 }
 
@@ -411,10 +435,17 @@ struct Shown {
     text: String,
     raw_head: Option<String>,
     note: Option<String>,
+    kind: Kind,
 }
 
-/// HTML as markdown (or raw), JSON pretty-printed, other text as is, binaries described.
-fn show(body: &[u8], content_type: &str, body_truncated: bool, raw: bool) -> Shown {
+/// HTML as markdown (or raw), JSON pretty-printed, feeds as their entries, PDFs as their
+/// pages' text, other text as is, binaries described.
+fn show(
+    body: &[u8],
+    content_type: &str,
+    body_truncated: bool,
+    raw: bool,
+) -> Result<Shown, crate::pdf::PdfError> {
     let mime = content_type
         .split(';')
         .next()
@@ -423,7 +454,36 @@ fn show(body: &[u8], content_type: &str, body_truncated: bool, raw: bool) -> Sho
         .to_ascii_lowercase();
     let decoded = || decode(body, content_type);
     let mut note = None;
-    let (title, text, raw_head) = if mime == "text/html" || mime == "application/xhtml+xml" {
+    let mut kind = Kind::default();
+    let xmlish = mime.ends_with("+xml") || mime == "application/xml" || mime == "text/xml";
+    let is_pdf = mime == "application/pdf"
+        || (mime == "application/octet-stream" && body.starts_with(b"%PDF-"));
+    let feed = if xmlish && !raw {
+        crate::feed::parse(&decoded())
+    } else {
+        None
+    };
+    let (title, text, raw_head) = if let Some(feed) = feed {
+        kind.feed_entries = Some(feed.entries.len() as u64);
+        let title = (!feed.title.is_empty()).then(|| feed.title.clone());
+        (title, crate::feed::to_text(&feed), None)
+    } else if is_pdf && !raw {
+        // A parser bug on a hostile file must not take the server down.
+        let converted = std::panic::catch_unwind(|| crate::pdf::to_text(body, body_truncated))
+            .unwrap_or_else(|_| {
+                Err(crate::pdf::PdfError::Broken(
+                    "the PDF parser could not read it".into(),
+                ))
+            })?;
+        kind.pdf = Some((converted.pages as u64, converted.shown as u64));
+        if converted.shown < converted.pages {
+            note = Some(format!(
+                "the PDF has {} pages; the first {} are converted",
+                converted.pages, converted.shown
+            ));
+        }
+        (None, converted.text, None)
+    } else if mime == "text/html" || mime == "application/xhtml+xml" {
         let html = decoded();
         let head: String = kitbag_shared::limits::truncate_str(&html, RAW_HEAD_BYTES)
             .0
@@ -466,12 +526,13 @@ fn show(body: &[u8], content_type: &str, body_truncated: bool, raw: bool) -> Sho
             None,
         )
     };
-    Shown {
+    Ok(Shown {
         title,
         text,
         raw_head,
         note,
-    }
+        kind,
+    })
 }
 
 /// Decode by the declared charset, else UTF-8 (invalid bytes replaced).

@@ -1,8 +1,10 @@
 //! kitbag-web: fetch web pages as clean text over MCP, behind an SSRF guard.
 
+pub mod feed;
 pub mod fetch;
 pub mod guard;
 pub mod html;
+pub mod pdf;
 
 use std::sync::Arc;
 use std::time::Duration;

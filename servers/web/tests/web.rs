@@ -115,6 +115,39 @@ fn handle(mut stream: TcpStream, port: u16) {
             page.push_str("<p>The article text arrives after two megabytes of markup.</p></article></main></body></html>");
             ("200 OK", "text/html", page.into_bytes(), None)
         }
+        "/feed.rss" => (
+            "200 OK",
+            "application/rss+xml",
+            RSS.as_bytes().to_vec(),
+            None,
+        ),
+        "/feed.atom" => ("200 OK", "application/xml", ATOM.as_bytes().to_vec(), None),
+        "/doc.pdf" => (
+            "200 OK",
+            "application/pdf",
+            pdf(&["First page text", "Second (page) text", "Third page"]),
+            None,
+        ),
+        "/unlabelled.pdf" => (
+            "200 OK",
+            "application/octet-stream",
+            pdf(&["Served without its type"]),
+            None,
+        ),
+        "/scan.pdf" => ("200 OK", "application/pdf", pdf(&["", ""]), None),
+        "/broken.pdf" => (
+            "200 OK",
+            "application/pdf",
+            b"%PDF-1.4\n1 0 obj << /Type /Catalog".to_vec(),
+            None,
+        ),
+        "/big.pdf" => {
+            let pages: Vec<String> = (1..=12)
+                .map(|i| format!("page {i} {}", "x".repeat(2000)))
+                .collect();
+            let refs: Vec<&str> = pages.iter().map(String::as_str).collect();
+            ("200 OK", "application/pdf", pdf(&refs), None)
+        }
         "/image" => (
             "200 OK",
             "image/png",
@@ -142,6 +175,172 @@ fn handle(mut stream: TcpStream, port: u16) {
     head.push_str("\r\n");
     let _ = stream.write_all(head.as_bytes());
     let _ = stream.write_all(&body);
+}
+
+const RSS: &str = r#"<?xml version="1.0" encoding="utf-8"?>
+<rss version="2.0"><channel><title>Kitbag &amp; friends</title><link>https://example.org/</link>
+<item><title>Release 1.2</title><link>https://example.org/1.2</link>
+<pubDate>Mon, 23 Nov 2026 09:00:00 GMT</pubDate>
+<description><![CDATA[<p>Faster <b>shell</b> and a patch tool.</p>]]></description></item>
+<item><title>Release 1.1</title><link>https://example.org/1.1</link>
+<description>Bug fixes &amp; docs.</description></item>
+</channel></rss>"#;
+
+const ATOM: &str = r#"<?xml version="1.0" encoding="utf-8"?>
+<feed xmlns="http://www.w3.org/2005/Atom"><title>Atom news</title>
+<entry><title>Entry one</title><link rel="alternate" href="https://example.org/e1"/>
+<updated>2026-11-20T10:00:00Z</updated><summary>Short summary.</summary></entry>
+</feed>"#;
+
+/// A PDF with one page per text (an empty text: a page with no text layer), written out by
+/// hand — objects, offsets, cross-reference table — so the parser is checked against a file
+/// it did not write.
+fn pdf(pages: &[&str]) -> Vec<u8> {
+    let n = pages.len();
+    let kids: Vec<String> = (0..n).map(|i| format!("{} 0 R", 4 + 2 * i)).collect();
+    let mut objects = vec![
+        "<< /Type /Catalog /Pages 2 0 R >>".to_string(),
+        format!("<< /Type /Pages /Kids [{}] /Count {n} >>", kids.join(" ")),
+        "<< /Type /Font /Subtype /Type1 /BaseFont /Helvetica >>".to_string(),
+    ];
+    for (i, text) in pages.iter().enumerate() {
+        let escaped = text.replace('(', "\\(").replace(')', "\\)");
+        let content = if text.is_empty() {
+            "0 0 m 10 10 l S".to_string()
+        } else {
+            format!("BT /F1 12 Tf 72 720 Td ({escaped}) Tj ET")
+        };
+        objects.push(format!(
+            "<< /Type /Page /Parent 2 0 R /MediaBox [0 0 612 792] /Resources << /Font << /F1 3 0 R >> >> /Contents {} 0 R >>",
+            5 + 2 * i
+        ));
+        objects.push(format!(
+            "<< /Length {} >>\nstream\n{content}\nendstream",
+            content.len()
+        ));
+    }
+    let mut out = b"%PDF-1.4\n".to_vec();
+    let mut offsets = Vec::new();
+    for (i, o) in objects.iter().enumerate() {
+        offsets.push(out.len());
+        out.extend(format!("{} 0 obj\n{o}\nendobj\n", i + 1).as_bytes());
+    }
+    let xref = out.len();
+    out.extend(format!("xref\n0 {}\n0000000000 65535 f \n", objects.len() + 1).as_bytes());
+    for off in offsets {
+        out.extend(format!("{off:010} 00000 n \n").as_bytes());
+    }
+    out.extend(
+        format!(
+            "trailer\n<< /Size {} /Root 1 0 R >>\nstartxref\n{xref}\n%%EOF\n",
+            objects.len() + 1
+        )
+        .as_bytes(),
+    );
+    out
+}
+
+/// Feeds become their entries; PDFs their pages' text, with page markers; what cannot be read
+/// says why, typed.
+#[test]
+fn feeds_and_pdfs_become_text() {
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    let base = format!("http://127.0.0.1:{port}");
+    let r = c.call_ok("web_fetch", json!({"url": format!("{base}/feed.rss")}));
+    assert_eq!(r.structured["feed_entries"], 2);
+    assert_eq!(r.structured["title"], "Kitbag & friends");
+    let text = r.structured["text"].as_str().expect("text");
+    assert!(
+        text.contains("1. **Release 1.2** — Mon, 23 Nov 2026 09:00:00 GMT\n   https://example.org/1.2\n   Faster shell and a patch tool."),
+        "{text}"
+    );
+    assert!(text.contains("Bug fixes & docs."), "{text}");
+    let r = c.call_ok("web_fetch", json!({"url": format!("{base}/feed.atom")}));
+    assert_eq!(r.structured["feed_entries"], 1);
+    assert!(
+        r.structured["text"]
+            .as_str()
+            .expect("text")
+            .contains("https://example.org/e1")
+    );
+    let r = c.call_ok("web_fetch", json!({"url": format!("{base}/doc.pdf")}));
+    assert_eq!(r.structured["pdf_pages"], 3);
+    assert_eq!(r.structured["pdf_pages_converted"], 3);
+    let text = r.structured["text"].as_str().expect("text");
+    for want in [
+        "--- page 1 ---",
+        "First page text",
+        "--- page 2 ---",
+        "Second (page) text",
+        "--- page 3 ---",
+        "Third page",
+    ] {
+        assert!(text.contains(want), "{want}: {text}");
+    }
+    let r = c.call_ok(
+        "web_fetch",
+        json!({"url": format!("{base}/unlabelled.pdf")}),
+    );
+    assert!(
+        r.structured["text"]
+            .as_str()
+            .expect("t")
+            .contains("Served without its type")
+    );
+    // Paged like any text: the second page of a long PDF goes on where the first stopped.
+    let first = c.call_ok(
+        "web_fetch",
+        json!({"url": format!("{base}/big.pdf"), "max_length": 5000}),
+    );
+    assert_eq!(first.structured["pdf_pages"], 12);
+    assert_eq!(first.structured["truncated"], true);
+    let next = first.structured["next_start_index"].as_u64().expect("next");
+    let second = c.call_ok(
+        "web_fetch",
+        json!({"url": format!("{base}/big.pdf"), "max_length": 5000, "start_index": next}),
+    );
+    let (a, b) = (
+        first.structured["text"].as_str().expect("t"),
+        second.structured["text"].as_str().expect("t"),
+    );
+    assert!(a.contains("--- page 2 ---") && !a.contains("--- page 4 ---"));
+    assert!(b.contains("--- page 4 ---") && !b.contains("--- page 2 ---"));
+    let e = c.call_err(
+        "web_fetch",
+        json!({"url": format!("{base}/scan.pdf")}),
+        "unsupported",
+    );
+    assert_eq!(
+        e.structured["error"]["detail"]["reason"], "image_only",
+        "{}",
+        e.text
+    );
+    assert!(e.text.contains("needs OCR"), "{}", e.text);
+    let e = c.call_err(
+        "web_fetch",
+        json!({"url": format!("{base}/broken.pdf")}),
+        "unsupported",
+    );
+    assert_eq!(e.structured["error"]["detail"]["reason"], "broken");
+    let mut small = client(&["--allow-host", "127.0.0.1", "--max-body-bytes", "1000"]);
+    let e = small.call_err(
+        "web_fetch",
+        json!({"url": format!("{base}/big.pdf")}),
+        "unsupported",
+    );
+    assert_eq!(e.structured["error"]["detail"]["reason"], "cut");
+    // raw: the bytes as they came, not converted.
+    let r = c.call_ok(
+        "web_fetch",
+        json!({"url": format!("{base}/feed.rss"), "raw": true}),
+    );
+    assert!(
+        r.structured["text"]
+            .as_str()
+            .expect("t")
+            .starts_with("<?xml")
+    );
 }
 
 fn client(args: &[&str]) -> McpClient {

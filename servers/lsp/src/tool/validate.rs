@@ -13,6 +13,9 @@ use super::params::{Action, LspParams, Scope};
 use crate::pool::Pool;
 use crate::text::{Lines, find_word, preview_of};
 
+/// The most entries one page of a list may ask for.
+pub const MAX_LIMIT: u64 = 10_000;
+
 /// The value of an optional parameter an action requires, or `invalid_params` naming it.
 pub fn need<'a, T>(v: &'a Option<T>, field: &str, what: &str) -> ToolResult<&'a T> {
     v.as_ref()
@@ -21,6 +24,14 @@ pub fn need<'a, T>(v: &'a Option<T>, field: &str, what: &str) -> ToolResult<&'a 
 
 /// Check what can be checked without a language server, so bad input never spawns one.
 pub fn validate(p: &LspParams) -> ToolResult<()> {
+    if let Some(limit) = p.limit
+        && !(1..=MAX_LIMIT).contains(&limit)
+    {
+        return Err(ToolError::invalid_field(
+            "limit",
+            format!("{limit} is out of range; 1–{MAX_LIMIT} is accepted"),
+        ));
+    }
     required_path(p)?;
     required_position(p)?;
     match p.action {
