@@ -152,6 +152,22 @@ fn a_session_keeps_its_variables_until_it_is_stopped() {
         json!({"code": "pass", "session": "bad name!"}),
         "invalid_params",
     );
+    // Code that waits on the terminal (getpass) answers at once with the session's job; the
+    // session takes no other code until shell_input has answered it.
+    let r = c.call_ok(
+        "python",
+        json!({"code": "import getpass\nsecret = getpass.getpass('Secret: ')\nprint('got', len(secret))", "session": "w"}),
+    );
+    let job = r.structured["job_id"].as_str().expect("job_id").to_string();
+    assert!(r.text.contains("waiting for input"), "{}", r.text);
+    c.call_err(
+        "python",
+        json!({"code": "print(1)", "session": "w"}),
+        "session_active",
+    );
+    c.call_ok("shell_input", json!({"job_id": job, "text": "hunter2\n"}));
+    let r = c.call_ok("python", json!({"code": "print(secret)", "session": "w"}));
+    assert_eq!(r.structured["stdout"], "hunter2\n", "{}", r.structured);
     // The server's end takes every interpreter with it.
     let pids = child_pids(c.pid());
     assert!(!pids.is_empty());

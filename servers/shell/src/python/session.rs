@@ -33,6 +33,9 @@ use crate::jobs::Job;
 pub const MAX_SESSIONS: usize = 4;
 pub const IDLE: Duration = Duration::from_secs(15 * 60);
 pub const MEMORY_LIMIT: u64 = 2 * 1024 * 1024 * 1024;
+/// How long a call waits for code it follows (code that waited for input, just answered)
+/// to end, before it says the session is busy.
+const EARLIER_WAIT: Duration = Duration::from_millis(1500);
 
 /// Runs in the interpreter: `python3 -u -c DRIVER FIFO`.
 const DRIVER: &str = r#"
@@ -73,6 +76,9 @@ with open(sys.argv[1], "r", encoding="utf-8") as requests:
 /// One named interpreter.
 pub struct Session {
     job: Arc<Job>,
+    /// A request that stopped waiting on the terminal: its tag and where its output began.
+    /// The next call goes ahead only once its end marker is out.
+    pending: Mutex<Option<(String, u64)>>,
     /// The FIFO the driver reads requests from (opened read-write: never blocks on open).
     requests: Mutex<std::fs::File>,
     last_used: Mutex<Instant>,
@@ -195,6 +201,7 @@ fn start(
     *on_end.1.locked() = job.id.clone();
     let session = Arc::new(Session {
         job,
+        pending: Mutex::new(None),
         requests: Mutex::new(requests),
         last_used: Mutex::new(Instant::now()),
     });
@@ -275,14 +282,39 @@ pub async fn run(
         // One request at a time per interpreter: this call's output is between its request
         // and its end marker.
         let mut requests = s.requests.locked();
+        let earlier = s.pending.locked().clone();
+        if let Some((tag, start)) = earlier {
+            if matches!(
+                wait_for_end(&s.job, start, &tag, EARLIER_WAIT, false),
+                Ended::TimedOut
+            ) {
+                return Err(ToolError::new(
+                    ErrorCode::SessionActive,
+                    format!(
+                        "session {name}: the earlier code still waits for input on its terminal; \
+                         answer it with shell_input {{\"job_id\": \"{}\"}} or stop the session \
+                         with shell_kill",
+                        s.job.id
+                    ),
+                )
+                .with_detail(json!({ "field": "session", "job_id": s.job.id })));
+            }
+            *s.pending.locked() = None;
+        }
         let start = s.job.running.capture.locked().total;
         let mut line = request.to_string();
         line.push('\n');
         send(&mut requests, line.as_bytes(), &s.job)?;
-        let outcome = wait_for_end(&s.job, start, &tag, Duration::from_millis(timeout_ms));
+        let limit = Duration::from_millis(timeout_ms);
+        let outcome = wait_for_end(&s.job, start, &tag, limit, true);
         *s.last_used.locked() = Instant::now();
+        let waiting = matches!(outcome, Ended::Waiting);
         let (end, status, timed_out) = match outcome {
             Ended::Marker { at, status } => (at, status, false),
+            Ended::Waiting => {
+                *s.pending.locked() = Some((tag.clone(), start));
+                (s.job.running.capture.locked().total, 0, false)
+            }
             Ended::Died(code) => {
                 let total = s.job.running.capture.locked().total;
                 (total, code, false)
@@ -300,6 +332,12 @@ pub async fn run(
         let mut footer = vec![format!("exit code {status}"), format!("session {name}")];
         if new {
             footer.push("new interpreter".into());
+        }
+        if waiting {
+            footer.push(format!(
+                "waiting for input on its terminal: answer with shell_input {{\"job_id\": \"{}\"}}",
+                s.job.id
+            ));
         }
         if timed_out {
             footer.push(format!(
@@ -324,7 +362,7 @@ pub async fn run(
                 log_path: s.job.log_shown().to_string(),
                 session: Some(name),
                 session_new: new,
-                job_id: None,
+                job_id: waiting.then(|| s.job.id.clone()),
             },
             text,
         ))
@@ -365,15 +403,20 @@ enum Ended {
         at: u64,
         status: i32,
     },
+    /// The code waits reading the terminal (`getpass`, a password prompt).
+    Waiting,
     /// The interpreter exited (its code) before the marker.
     Died(i32),
     TimedOut,
 }
 
-/// Wait for request `tag`'s end marker in the job's output after byte `start`.
-fn wait_for_end(job: &Job, start: u64, tag: &str, limit: Duration) -> Ended {
+/// Wait for request `tag`'s end marker in the job's output after byte `start` (with
+/// `watch_input`, also stop once the code waits reading the terminal).
+fn wait_for_end(job: &Job, start: u64, tag: &str, limit: Duration, watch_input: bool) -> Ended {
     let marker = format!("\x1ekitbag-end {tag} ");
-    let deadline = Instant::now() + limit;
+    let began = Instant::now();
+    let deadline = began + limit;
+    let mut next_check = began + Duration::from_millis(250);
     let mut scanned = start;
     loop {
         let total = job.running.capture.locked().total;
@@ -401,8 +444,15 @@ fn wait_for_end(job: &Job, start: u64, tag: &str, limit: Duration) -> Ended {
         if let Some(e) = job.exit() {
             return Ended::Died(e.code);
         }
-        if Instant::now() >= deadline {
+        let now = Instant::now();
+        if now >= deadline {
             return Ended::TimedOut;
+        }
+        if watch_input && now >= next_check {
+            if job.running.waiting_for_input() {
+                return Ended::Waiting;
+            }
+            next_check = Instant::now() + Duration::from_millis(250);
         }
         std::thread::sleep(Duration::from_millis(5));
     }
