@@ -42,9 +42,11 @@ fn symlink_swap_never_reaches_outside() {
     let (mut calls, mut leaks, mut ok) = (0u64, 0u64, 0u64);
     let mut codes: std::collections::BTreeMap<String, u64> = Default::default();
     let mut leaked_by: std::collections::BTreeMap<String, u64> = Default::default();
+    let mut ok_by: std::collections::BTreeMap<String, u64> = Default::default();
     let mut check = |tool: &str, r: ToolCall| {
         calls += 1;
         ok += u64::from(!r.is_error);
+        *ok_by.entry(tool.to_string()).or_default() += u64::from(!r.is_error);
         *codes
             .entry(r.error_code().unwrap_or("ok").to_string())
             .or_default() += 1;
@@ -75,6 +77,14 @@ fn symlink_swap_never_reaches_outside() {
             (
                 "edit_text",
                 json!({"path": "d/f.txt", "start_line": 1, "end_line": 1, "new_string": format!("edited {i}")}),
+            ),
+            (
+                "edit_patch",
+                json!({"patch": format!("*** Begin Patch\n*** Update File: d/f.txt\n@@\n second line\n+patched {i}\n*** Add File: d/patched/p{i}.txt\n+p\n*** End Patch\n")}),
+            ),
+            (
+                "edit_patch",
+                json!({"patch": format!("--- a/d/f.txt\n+++ b/d/f.txt\n@@ -2,2 +2,2 @@\n second line\n-patched {i}\n+unified {i}\n")}),
             ),
             (
                 "file_create",
@@ -110,6 +120,10 @@ fn symlink_swap_never_reaches_outside() {
     );
     // Some calls must have got through, or the test proves nothing.
     assert!(swaps > 0 && ok > 0, "no call succeeded: {codes:?}");
+    assert!(
+        ok_by.get("edit_patch").is_some_and(|&n| n > 0),
+        "edit_patch never applied between swaps: {ok_by:?}"
+    );
     assert_eq!(leaks, 0, "answers leaked outside content: {leaked_by:?}");
     assert!(
         changed.is_empty(),
