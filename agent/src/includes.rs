@@ -263,40 +263,22 @@ fn run_bounded(words: &[String], cwd: &Path) -> Result<Ran, IncludeError> {
 
 /// `text` within `max` bytes (on character boundaries), keeping `keep`, a marker for the cut.
 pub fn cut(text: &str, max: usize, keep: Keep) -> String {
-    if text.len() <= max {
-        return text.to_string();
-    }
-    let floor = |mut i: usize| {
-        while !text.is_char_boundary(i) {
-            i -= 1;
-        }
-        i
-    };
-    let ceil = |mut i: usize| {
-        while !text.is_char_boundary(i) {
-            i += 1;
-        }
-        i
-    };
-    let left = text.len();
+    use kitbag_shared::limits::{head_tail, truncate_str};
     match keep {
-        Keep::Head => {
-            let end = floor(max);
-            format!("{}\n[… {} bytes left out]", &text[..end], left - end)
-        }
+        Keep::Both => head_tail(text, max).0,
+        Keep::Head => match truncate_str(text, max) {
+            (head, true) => format!("{head}\n[… {} bytes left out]", text.len() - head.len()),
+            (all, false) => all.to_string(),
+        },
         Keep::Tail => {
-            let start = ceil(left - max);
+            if text.len() <= max {
+                return text.to_string();
+            }
+            let mut start = text.len() - max;
+            while !text.is_char_boundary(start) {
+                start += 1;
+            }
             format!("[{start} bytes left out …]\n{}", &text[start..])
-        }
-        Keep::Both => {
-            let head = floor(max / 2);
-            let start = ceil(left - (max - head));
-            format!(
-                "{}\n[… {} bytes left out …]\n{}",
-                &text[..head],
-                start - head,
-                &text[start..]
-            )
         }
     }
 }
@@ -344,7 +326,7 @@ mod tests {
             big.starts_with(&"a".repeat(20)) && big.ends_with(&"z".repeat(20)),
             "{big}"
         );
-        assert!(big.contains("[… 60 bytes left out …]"), "{big}");
+        assert!(big.contains("… [60 bytes elided] …"), "{big}");
         let head = inc.expand("{file:big.txt|maxBytes=10|head}", "p");
         assert_eq!(head, format!("{}\n[… 90 bytes left out]", "a".repeat(10)));
         let tail = inc.expand("{file:big.txt|tail|maxBytes=5}", "p");

@@ -111,6 +111,18 @@ pub struct Prepared {
     pub timeout_given: bool,
 }
 
+/// A call's `timeout` in ms: the default when absent, refused (not clamped) out of range.
+pub fn timeout_ms(timeout: Option<i64>) -> ToolResult<u64> {
+    match timeout {
+        None => Ok(DEFAULT_TIMEOUT_MS as u64),
+        Some(t) if (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&t) => Ok(t as u64),
+        Some(t) => Err(ToolError::invalid_field(
+            "timeout",
+            format!("{t} ms is out of range; {MIN_TIMEOUT_MS}–{MAX_TIMEOUT_MS} ms is accepted"),
+        )),
+    }
+}
+
 pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolResult<Prepared> {
     if state.read_only {
         return Err(ToolError::new(
@@ -151,16 +163,7 @@ pub fn prepare(state: &ShellState, policy: &PathPolicy, p: &BashParams) -> ToolR
         }
         Err(e) => return Err(e),
     };
-    let timeout_ms = match p.timeout {
-        None => DEFAULT_TIMEOUT_MS as u64,
-        Some(t) if (MIN_TIMEOUT_MS..=MAX_TIMEOUT_MS).contains(&t) => t as u64,
-        Some(t) => {
-            return Err(ToolError::invalid_field(
-                "timeout",
-                format!("{t} ms is out of range; {MIN_TIMEOUT_MS}–{MAX_TIMEOUT_MS} ms is accepted"),
-            ));
-        }
-    };
+    let timeout_ms = timeout_ms(p.timeout)?;
     let mut env = Vec::new();
     if let Some(map) = &p.env {
         args::max_count("env", map.len(), MAX_ENV_ENTRIES, "entries")?;

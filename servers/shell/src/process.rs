@@ -313,45 +313,23 @@ impl Running {
             && fds[0].revents().contains(rustix::event::PollFlags::IN)
     }
 
-    /// Type `bytes` into the terminal (waiting up to `limit` while its buffer is full).
-    pub fn type_in(&self, bytes: &[u8], limit: Duration) -> std::io::Result<()> {
-        use std::io::Write;
-        let deadline = Instant::now() + limit;
-        let mut rest = bytes;
-        while !rest.is_empty() {
-            match (&self.input).write(rest) {
-                Ok(n) => rest = &rest[n..],
-                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if Instant::now() >= deadline {
-                        return Err(std::io::Error::new(
-                            std::io::ErrorKind::TimedOut,
-                            format!(
-                                "the terminal took {} of {} bytes: the program is not reading",
-                                bytes.len() - rest.len(),
-                                bytes.len()
-                            ),
-                        ));
-                    }
-                    std::thread::sleep(Duration::from_millis(5));
-                }
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
+    /// Type `bytes` into the terminal (waiting up to `stall` whenever its buffer stays full).
+    pub fn type_in(&self, bytes: &[u8], stall: Duration) -> std::io::Result<()> {
+        write_while_read(&self.input, bytes, stall, &|| false).map_err(|e| {
+            if e.kind() == std::io::ErrorKind::TimedOut {
+                std::io::Error::new(
+                    std::io::ErrorKind::TimedOut,
+                    "the terminal's buffer stays full: the program is not reading",
+                )
+            } else {
+                e
             }
-        }
-        Ok(())
+        })
     }
 
     /// Give the terminal a new size (its programs get `SIGWINCH`), and the screen with it.
     pub fn resize(&self, rows: u16, cols: u16) -> std::io::Result<()> {
-        rustix::termios::tcsetwinsize(
-            &self.input,
-            rustix::termios::Winsize {
-                ws_row: rows,
-                ws_col: cols,
-                ws_xpixel: 0,
-                ws_ypixel: 0,
-            },
-        )?;
+        spawn::set_size(&self.input, rows, cols)?;
         self.capture.locked().screen.resize(rows, cols);
         Ok(())
     }
@@ -361,7 +339,9 @@ impl Running {
     pub fn detach(&mut self) {
         if let Some(pump) = self.pump.take() {
             let pump = pump.into_inner().unwrap_or_else(|p| p.into_inner());
-            std::thread::spawn(move || pump.run_to_end());
+            if !pump.done() {
+                std::thread::spawn(move || pump.run_to_end());
+            }
         }
     }
 
@@ -418,16 +398,43 @@ impl Running {
 /// descendant holding the terminal past the drain): a thread finishes the log and the reap.
 impl Drop for Running {
     fn drop(&mut self) {
-        if let Some(pump) = self.pump.take() {
-            let pump = pump.into_inner().unwrap_or_else(|p| p.into_inner());
-            if !pump.done() {
-                std::thread::spawn(move || pump.run_to_end());
-            }
-        }
+        self.detach();
     }
 }
 
 pub use kitbag_shared::process::group_alive;
+
+/// Write all of `bytes` to the non-blocking `out` while its reader keeps reading: `TimedOut`
+/// once nothing was taken for `stall`, `BrokenPipe` once `gone()` says the reader ended.
+pub fn write_while_read(
+    mut out: &std::fs::File,
+    mut bytes: &[u8],
+    stall: Duration,
+    gone: &dyn Fn() -> bool,
+) -> std::io::Result<()> {
+    use std::io::{ErrorKind, Write};
+    let mut progress = Instant::now();
+    while !bytes.is_empty() {
+        match out.write(bytes) {
+            Ok(n) => {
+                bytes = &bytes[n..];
+                progress = Instant::now();
+            }
+            Err(e) if e.kind() == ErrorKind::WouldBlock => {
+                if gone() {
+                    return Err(ErrorKind::BrokenPipe.into());
+                }
+                if progress.elapsed() > stall {
+                    return Err(ErrorKind::TimedOut.into());
+                }
+                std::thread::sleep(Duration::from_millis(2));
+            }
+            Err(e) if e.kind() == ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
 
 /// A command is every process of it: its group and what escaped it (shared's stop sequence).
 impl Stoppable for Running {

@@ -63,17 +63,24 @@ impl Pty {
                 )?
             }
         };
-        rustix::termios::tcsetwinsize(
-            &tty,
-            rustix::termios::Winsize {
-                ws_row: rows,
-                ws_col: cols,
-                ws_xpixel: 0,
-                ws_ypixel: 0,
-            },
-        )?;
+        set_size(&tty, rows, cols)?;
         Ok(Pty { master, tty })
     }
+}
+
+/// Give a terminal (either side) the size `rows` × `cols`; its foreground programs get
+/// `SIGWINCH` when it changes.
+pub fn set_size(terminal: impl AsFd, rows: u16, cols: u16) -> io::Result<()> {
+    rustix::termios::tcsetwinsize(
+        terminal,
+        rustix::termios::Winsize {
+            ws_row: rows,
+            ws_col: cols,
+            ws_xpixel: 0,
+            ws_ypixel: 0,
+        },
+    )?;
+    Ok(())
 }
 
 /// What to start.

@@ -15,7 +15,6 @@
 //! call starts a new one and says so: `session_new`).
 
 use std::collections::BTreeMap;
-use std::io::Write;
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -240,20 +239,7 @@ pub async fn run(
     p: PythonParams,
 ) -> ToolResult<Reply<PythonResult>> {
     check_name(&name)?;
-    let timeout_ms = match p.timeout {
-        None => bash::DEFAULT_TIMEOUT_MS as u64,
-        Some(t) if (bash::MIN_TIMEOUT_MS..=bash::MAX_TIMEOUT_MS).contains(&t) => t as u64,
-        Some(t) => {
-            return Err(ToolError::invalid_field(
-                "timeout",
-                format!(
-                    "{t} ms is out of range; {}–{} ms is accepted",
-                    bash::MIN_TIMEOUT_MS,
-                    bash::MAX_TIMEOUT_MS
-                ),
-            ));
-        }
-    };
+    let timeout_ms = bash::timeout_ms(p.timeout)?;
     let cwd_arg = p.cwd.clone().unwrap_or_else(|| ".".into());
     let cwd = ctx.policy().resolve(&cwd_arg, "cwd", Access::Write)?;
     if !cwd.abs.is_dir() {
@@ -281,7 +267,7 @@ pub async fn run(
         let started = Instant::now();
         // One request at a time per interpreter: this call's output is between its request
         // and its end marker.
-        let mut requests = s.requests.locked();
+        let requests = s.requests.locked();
         let earlier = s.pending.locked().clone();
         if let Some((tag, start)) = earlier {
             if matches!(
@@ -304,7 +290,7 @@ pub async fn run(
         let start = s.job.running.capture.locked().total;
         let mut line = request.to_string();
         line.push('\n');
-        send(&mut requests, line.as_bytes(), &s.job)?;
+        send(&requests, line.as_bytes(), &s.job)?;
         let limit = Duration::from_millis(timeout_ms);
         let outcome = wait_for_end(&s.job, start, &tag, limit, true);
         *s.last_used.locked() = Instant::now();
@@ -370,31 +356,20 @@ pub async fn run(
     .await
 }
 
-/// Write a request into the FIFO (non-blocking): while the interpreter reads it, however
+/// Write a request into the FIFO (non-blocking) while the interpreter reads it, however
 /// long; an error once it has ended or has read nothing for 5 s.
-fn send(fifo: &mut std::fs::File, mut bytes: &[u8], job: &Job) -> ToolResult<()> {
-    let mut stalled = Instant::now();
-    while !bytes.is_empty() {
-        match fifo.write(bytes) {
-            Ok(n) => {
-                bytes = &bytes[n..];
-                stalled = Instant::now();
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                if job.exit().is_some() || stalled.elapsed() > Duration::from_secs(5) {
-                    return Err(ToolError::new(
-                        ErrorCode::IoError,
-                        "session: the interpreter stopped reading requests; stop it with \
-                         shell_kill (the next call starts a new one)",
-                    ));
-                }
-                std::thread::sleep(Duration::from_millis(2));
-            }
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(e) => return Err(ToolError::io("session", &e)),
-        }
-    }
-    Ok(())
+fn send(fifo: &std::fs::File, bytes: &[u8], job: &Job) -> ToolResult<()> {
+    crate::process::write_while_read(fifo, bytes, Duration::from_secs(5), &|| {
+        job.exit().is_some()
+    })
+    .map_err(|e| match e.kind() {
+        std::io::ErrorKind::TimedOut | std::io::ErrorKind::BrokenPipe => ToolError::new(
+            ErrorCode::IoError,
+            "session: the interpreter stopped reading requests; stop it with shell_kill (the \
+             next call starts a new one)",
+        ),
+        _ => ToolError::io("session", &e),
+    })
 }
 
 enum Ended {
