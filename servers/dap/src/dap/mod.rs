@@ -24,7 +24,7 @@ pub struct Client {
     seq: Mutex<i64>,
     pending: Pending,
     events: Events,
-    pub child: Mutex<Option<Child>>,
+    child: Mutex<Option<Child>>,
     /// Processes an in-process adapter started (Node.js, Bun): killed with the client.
     owned: Arc<Mutex<Vec<u32>>>,
 }
@@ -278,6 +278,26 @@ impl Client {
     /// What the adapter said unasked, and the program's run state that follows from it.
     pub fn events(&self) -> &Events {
         &self.events
+    }
+
+    /// Wait up to `grace` for a spawned adapter to end by itself; true when it has (or when
+    /// there is no child to wait for). An adapter told `disconnect` cleans up as it exits —
+    /// Delve deletes the binary it built — so it gets this time before [`Client::kill`].
+    pub async fn exited_within(&self, grace: std::time::Duration) -> bool {
+        let deadline = tokio::time::Instant::now() + grace;
+        loop {
+            let done = match self.child.locked().as_mut() {
+                None => true,
+                Some(child) => !matches!(child.try_wait(), Ok(None)),
+            };
+            if done {
+                return true;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return false;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        }
     }
 
     /// Kill the adapter's whole process group (adapter and debuggee).

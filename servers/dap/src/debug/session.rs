@@ -490,6 +490,9 @@ fn with_start_output(client: &Client, failure: RequestError) -> String {
     format!("{message}\nadapter output:\n{cut}{tail}")
 }
 
+/// How long an adapter told `disconnect` may take to end by itself.
+const DISCONNECT_GRACE: Duration = Duration::from_secs(2);
+
 pub async fn disconnect(state: &DapState, p: &DebugParams) -> ToolResult<Reply<DebugResult>> {
     let session = state.session.lock().await.take();
     let Some(session) = session else {
@@ -506,6 +509,8 @@ pub async fn disconnect(state: &DapState, p: &DebugParams) -> ToolResult<Reply<D
             Duration::from_secs(3),
         )
         .await;
+    // Let the adapter finish its own clean-up before the kill that follows.
+    core.client.exited_within(DISCONNECT_GRACE).await;
     core.ended("disconnect");
     drop(session);
     let mut r = DebugResult::new(Action::Disconnect, "ok");
