@@ -39,7 +39,7 @@ pub fn dir(images_dir: &Path) -> PathBuf {
 /// ~2 s) and after kitbag-vm was rebuilt (a new initramfs, ~0.3 s).
 pub fn ensure(images_dir: &Path, exe: &Path) -> VmResult<Image> {
     let dir = dir(images_dir);
-    if !dir.join("vmlinuz").is_file() || !dir.join("modules").join("order").is_file() {
+    if !kernel_present(&dir) {
         fetch_kernel(&dir)?;
     }
     let agent = agent_binary(exe);
@@ -67,14 +67,23 @@ pub fn agent_binary(exe: &Path) -> PathBuf {
 
 /// Initramfs files of earlier builds (~2–30 MB each). A VM that booted one keeps running
 /// without it (QEMU reads it once); a server of an older build would build its own again.
+/// One made in the last ten minutes stays: a server of another build may be about to boot
+/// from it.
 fn remove_other_initrds(dir: &Path, keep: &Path) {
+    const RECENT: std::time::Duration = std::time::Duration::from_secs(600);
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
     for e in rd.flatten() {
         let p = e.path();
         let name = e.file_name().to_string_lossy().into_owned();
-        if p != keep && name.starts_with("initrd-") && name.ends_with(".cpio") {
+        let recent = e
+            .metadata()
+            .and_then(|m| m.modified())
+            .ok()
+            .and_then(|t| t.elapsed().ok())
+            .is_none_or(|age| age < RECENT);
+        if p != keep && name.starts_with("initrd-") && name.ends_with(".cpio") && !recent {
             let _ = std::fs::remove_file(p);
         }
     }
@@ -160,10 +169,33 @@ fn fetch_kernel(dir: &Path) -> VmResult<()> {
     }
     std::fs::write(modules.join("order"), order.join("\n") + "\n")?;
     std::fs::write(staged.join("kernel-package"), format!("{package}\n"))?;
-    // Into place in one step; a concurrent builder that won keeps its copy.
-    let _ = std::fs::remove_dir_all(dir);
-    std::fs::rename(&staged, dir).map_err(|e| VmError::io(dir.display(), e))?;
-    Ok(())
+    // Into place in one step. A complete image is never replaced: a concurrent builder that
+    // got there first keeps its copy, and with it the initramfs it may have built beside it
+    // and booted from already.
+    let mut last = None;
+    for _ in 0..3 {
+        if kernel_present(dir) {
+            return Ok(());
+        }
+        match std::fs::rename(&staged, dir) {
+            Ok(()) => return Ok(()),
+            Err(_) if kernel_present(dir) => return Ok(()),
+            // An incomplete directory (an interrupted build, an older layout): set aside.
+            Err(e) => {
+                last = Some(e);
+                let _ = std::fs::rename(dir, work.path().join("incomplete"));
+            }
+        }
+    }
+    Err(VmError::io(
+        dir.display(),
+        last.unwrap_or_else(|| std::io::Error::other("cannot put the image in place")),
+    ))
+}
+
+/// Whether `dir` holds the kernel part of the image.
+fn kernel_present(dir: &Path) -> bool {
+    dir.join("vmlinuz").is_file() && dir.join("modules").join("order").is_file()
 }
 
 /// Every module under a kernel's module tree: name → (path, its `depends=`).
