@@ -52,11 +52,19 @@ pub struct ServerEntry {
     pub startup_timeout_sec: Option<u64>,
     #[serde(default)]
     pub tool_timeout_sec: Option<u64>,
-    /// When the server starts: on its first call (`true`, the default for this binary's own
-    /// families, whose tools the host knows without starting them) or with the host
-    /// (`false`; every other server always does).
+    /// When the server starts: on its first call (`true`) or with the host (`false`). This
+    /// binary's own families start on their first call unless `false` (their tools are
+    /// compiled in); another server only when `true`, and only once the host has kept its
+    /// catalog from an earlier start (its first start is with the host).
     #[serde(default)]
     pub lazy: Option<bool>,
+    /// A server that started on its first call stops again after this many seconds without
+    /// a call, and starts again on the next (0: never). Default: the `idle_stop_secs`
+    /// setting for the families that keep nothing between calls (search, web, memory);
+    /// never for the others — what they hold (files' read record, shell jobs, warm language
+    /// servers, a debug session, instances, the bound issue, cron's scheduler) would be lost.
+    #[serde(default)]
+    pub idle_stop_secs: Option<u64>,
 }
 
 fn yes() -> bool {

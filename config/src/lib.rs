@@ -74,6 +74,8 @@ struct AgentFile {
     #[serde(default)]
     tool_timeout_sec: Option<u64>,
     #[serde(default)]
+    idle_stop_secs: Option<u64>,
+    #[serde(default)]
     max_tool_result_bytes: Option<u64>,
     #[serde(default)]
     memory: Option<settings::MemorySettings>,
@@ -158,6 +160,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
             system_prompt: file.system_prompt,
             startup_timeout_sec: file.startup_timeout_sec,
             tool_timeout_sec: file.tool_timeout_sec,
+            idle_stop_secs: file.idle_stop_secs,
             max_tool_result_bytes: file.max_tool_result_bytes,
             memory: file.memory,
             prompt_includes: file.prompt_includes,

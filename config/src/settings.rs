@@ -27,6 +27,10 @@ pub struct FileSettings {
     pub startup_timeout_sec: Option<u64>,
     /// Default for every server without its own `tool_timeout_sec`.
     pub tool_timeout_sec: Option<u64>,
+    /// How long a server that started on its first call and keeps nothing between calls
+    /// may stay unused before it stops again (0: never); an entry's own `idle_stop_secs`
+    /// overrides it.
+    pub idle_stop_secs: Option<u64>,
     /// Text bytes of one tool result the agent loop passes to the model and the session; the
     /// rest is kept in a file the result names (issue #42).
     pub max_tool_result_bytes: Option<u64>,
@@ -54,6 +58,9 @@ pub const DEFAULT_INCLUDE_MAX_BYTES: u64 = 16 * 1024;
 
 /// How long a server may take to start and answer `initialize` when nothing says otherwise.
 pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long an unused server that keeps nothing between calls runs before it stops, when
+/// nothing says otherwise.
+pub const DEFAULT_IDLE_STOP: Duration = Duration::from_secs(300);
 /// How long one tool call may take when nothing says otherwise.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -166,6 +173,12 @@ const SPECS: &[Spec] = &[
         env: "KITBAG_TOOL_TIMEOUT_SEC",
         kind: Kind::Count,
         default: || json!(DEFAULT_TOOL_TIMEOUT.as_secs()),
+    },
+    Spec {
+        key: "idle_stop_secs",
+        env: "KITBAG_IDLE_STOP_SECS",
+        kind: Kind::Count,
+        default: || json!(DEFAULT_IDLE_STOP.as_secs()),
     },
     Spec {
         key: "max_tool_result_bytes",

@@ -19,7 +19,7 @@ pub(crate) const SUBSCRIBE_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_TEMPLATE_MATCH_URI: usize = 8 * 1024;
 
 /// The MCP families a child declared in its handshake (beyond tools).
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Families {
     pub prompts: bool,
     pub resources: bool,

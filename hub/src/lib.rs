@@ -8,7 +8,8 @@
 //!   [`remote`], [`relay`] (a child's requests asked of the client), [`mrtr`], [`upstream`];
 //! - the registry: [`registry`] (`Hub`: children, the flat list and its routes, reload),
 //!   [`wake`] (servers that start on their first call), [`child_catalog`] (prompts and
-//!   resources: the data; the registry keeps it current);
+//!   resources: the data; the registry keeps it current), [`catalog_cache`] (what lazy
+//!   external servers offered at their last start);
 //! - who may call what: [`access`]; a call's record: [`ledger`];
 //! - the one call pipeline: [`pipeline`] (route → permit → record → forward through rmcp)
 //!   and [`byte_call`] (forward as bytes), [`host_tools`] (`host_status`, `host_reload`),
@@ -21,6 +22,7 @@ pub mod access;
 pub mod agent_host;
 pub mod byte_call;
 pub mod catalog;
+pub mod catalog_cache;
 pub mod child_catalog;
 pub mod failure;
 pub mod fastpath;

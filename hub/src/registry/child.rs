@@ -213,6 +213,8 @@ pub struct Child {
     pub(super) stopping: bool,
     /// Calls in flight on this server (every incarnation), which a reload waits for.
     pub(crate) calls: Arc<Calls>,
+    /// Stopped after this long without a call, back to `Idle` (see `idle.rs`).
+    pub(super) idle_stop: Option<Duration>,
 }
 
 /// The calls in flight on one child. A call holds a [`CallGuard`] from the moment it is
@@ -294,6 +296,13 @@ impl Child {
     /// for its first call.
     pub(super) fn new(spec: ServerSpec, id: u64, known: Option<Known>) -> Self {
         let idle = known.is_some() && spec.error.is_none();
+        // A family's own default, else the entry's (any server: once started, its tools are
+        // known, so it can wait for its next call).
+        let idle_stop = known
+            .as_ref()
+            .and_then(|k| k.idle_stop)
+            .or_else(|| spec.entry.idle_stop_secs.map(Duration::from_secs))
+            .filter(|d| !d.is_zero());
         Child {
             id,
             state: if spec.skipped.is_some() {
@@ -313,6 +322,7 @@ impl Child {
                 families: known.as_ref().map(|k| k.families).unwrap_or_default(),
                 ..Default::default()
             },
+            idle_stop,
             tools: known.map(|k| k.tools).unwrap_or_default(),
             pid: None,
             started: None,

@@ -202,23 +202,34 @@ impl Hub {
         cancel: tokio_util::sync::CancellationToken,
         trace: Option<kitbag_shared::otel::Propagate>,
     ) -> Result<CallToolResult, CallFailure> {
-        let (connected, name, timeout, state) = {
-            let c = self.lock();
-            let Some(child) = c.iter().find(|c| c.id == route.child_id) else {
-                return Err(CallFailure::Removed);
+        let mut woken = false;
+        let (connected, name, timeout, state) = loop {
+            let found = {
+                let c = self.lock();
+                let Some(child) = c.iter().find(|c| c.id == route.child_id) else {
+                    return Err(CallFailure::Removed);
+                };
+                (
+                    // Counted from here, under the lock: a reload waits for this call.
+                    child.peer.clone().map(|peer| (peer, child.calls.begin())),
+                    child.spec.name.clone(),
+                    child
+                        .spec
+                        .entry
+                        .tool_timeout_sec
+                        .map(Duration::from_secs)
+                        .unwrap_or(DEFAULT_TOOL_TIMEOUT),
+                    child.state.clone(),
+                )
             };
-            (
-                // Counted from here, under the lock: a reload waits for this call.
-                child.peer.clone().map(|peer| (peer, child.calls.begin())),
-                child.spec.name.clone(),
-                child
-                    .spec
-                    .entry
-                    .tool_timeout_sec
-                    .map(Duration::from_secs)
-                    .unwrap_or(DEFAULT_TOOL_TIMEOUT),
-                child.state.clone(),
-            )
+            // Stopped for being unused since the caller woke it (`idle.rs`): started again.
+            match (&found.3, self.me.upgrade()) {
+                (State::Idle, Some(hub)) if !woken => {
+                    woken = true;
+                    hub.wake(route.child_id).await;
+                }
+                _ => break found,
+            }
         };
         let Some((peer, guard)) = connected else {
             return Err(match state {

@@ -97,6 +97,21 @@ impl Hub {
                             return;
                         };
                         let pid = guard.ready();
+                        // A lazy external server's catalog, kept for the next host when it
+                        // is new or changed.
+                        let keep = (child.spec.entry.lazy == Some(true)
+                            && (child.tools != tools
+                                || child.catalog.families != catalog.families))
+                            .then(|| (child.spec.entry.clone(), tools.clone(), catalog.families));
+                        if let (Some((entry, tools, families)), Some(cache)) =
+                            (keep, self.catalogs.clone())
+                        {
+                            tokio::task::spawn_blocking(move || {
+                                if let Err(e) = cache.save(&entry, &tools, families) {
+                                    tracing::warn!("keeping the catalog of a lazy server: {e}");
+                                }
+                            });
+                        }
                         child.peer = Some(peer);
                         child.fast = link;
                         child.tools = tools;
@@ -106,6 +121,9 @@ impl Hub {
                         child.ready_ms = Some(started.elapsed().as_millis() as u64);
                         child.stop = Some(stop);
                         child.last_error = None;
+                        if let Some(after) = child.idle_stop {
+                            self.stop_when_idle(id, generation, &child.calls, after);
+                        }
                     }
                     self.settled.send_modify(|n| *n += 1);
                     self.invalidate_flat();
@@ -327,7 +345,8 @@ impl Hub {
                             .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
                         report.started.push(spec.name.clone());
                         to_start.push(id);
-                        let tools = self.known.as_ref().and_then(|k| k(&spec));
+                        let tools =
+                            super::known_now(self.known.as_ref(), self.catalogs.as_ref(), &spec);
                         new.push(Child::new(spec, id, tools));
                     }
                 }

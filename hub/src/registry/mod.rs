@@ -3,6 +3,7 @@
 //! - [`child`]: one child server — its state, its client handler, its calls in flight, how it
 //!   is spawned or connected;
 //! - [`lifecycle`]: starting, restarting after a crash, stopping, reloading the config;
+//! - [`idle`]: stopping a server that went unused, to wait for its next call again;
 //! - [`notify`]: list-changed and progress notifications to the host's clients;
 //! - [`flat`]: the flat list of tools, routing a name to its child, and the call itself;
 //! - [`catalog`]: the merged prompts and resources kept current, and subscriptions held.
@@ -10,6 +11,7 @@
 mod catalog;
 mod child;
 mod flat;
+mod idle;
 mod lifecycle;
 mod notify;
 
@@ -69,6 +71,8 @@ pub struct Hub {
     child_events: tokio::sync::broadcast::Sender<ChildEvent>,
     /// The tools of a server known without starting it, when it may wait for its first call.
     known: Option<KnownTools>,
+    /// The kept catalogs of external servers marked `"lazy": true`.
+    catalogs: Option<crate::catalog_cache::CatalogCache>,
     /// Whether some server may still be idle: false spares the byte path a lookup per call.
     some_idle: std::sync::atomic::AtomicBool,
     me: Weak<Hub>,
@@ -86,6 +90,8 @@ pub struct Known {
     /// The families it declares beyond tools: the host declares them at its handshake, and a
     /// prompt or resource request starts the server (`wake.rs`).
     pub families: crate::child_catalog::Families,
+    /// Once started, it stops again after this long without a call (see `idle.rs`).
+    pub idle_stop: Option<Duration>,
 }
 
 /// A custom notification a child sent.
@@ -104,20 +110,46 @@ pub struct ReloadReport {
     pub unchanged: Vec<String>,
 }
 
+/// What a server offers before it starts, if it may wait for its first call: a family the
+/// host knows, or an external server marked `"lazy": true` whose catalog was kept at its last
+/// start (its own `idle_stop_secs` applies).
+fn known_now(
+    known: Option<&KnownTools>,
+    catalogs: Option<&crate::catalog_cache::CatalogCache>,
+    spec: &ServerSpec,
+) -> Option<Known> {
+    let known = known?;
+    if let Some(k) = known(spec) {
+        return Some(k);
+    }
+    if spec.entry.lazy != Some(true) {
+        return None;
+    }
+    let (tools, families) = catalogs?.load(&spec.entry)?;
+    Some(Known {
+        tools,
+        families,
+        idle_stop: None,
+    })
+}
+
 impl Hub {
     /// `config_file`: the absolute path of the config the servers came from (None for the
     /// embedded default), given to every child as `KITBAG_HOST_CONFIG`.
     /// `known`: the servers that start on their first call instead (None: all start now).
+    /// `catalogs`: where the catalogs of external servers marked `"lazy": true` are kept;
+    /// with `known`, such a server whose catalog is there waits for its first call too.
     pub fn new(
         specs: Vec<ServerSpec>,
         config_file: Option<std::path::PathBuf>,
         known: Option<KnownTools>,
+        catalogs: Option<crate::catalog_cache::CatalogCache>,
     ) -> Arc<Hub> {
         let next_id = std::sync::atomic::AtomicU64::new(0);
         let children = specs
             .into_iter()
             .map(|spec| {
-                let tools = known.as_ref().and_then(|k| k(&spec));
+                let tools = known_now(known.as_ref(), catalogs.as_ref(), &spec);
                 Child::new(
                     spec,
                     next_id.fetch_add(1, std::sync::atomic::Ordering::Relaxed),
@@ -145,6 +177,7 @@ impl Hub {
             child_events: tokio::sync::broadcast::Sender::new(256),
             some_idle: std::sync::atomic::AtomicBool::new(some_idle),
             known,
+            catalogs,
             me: me.clone(),
         })
     }

@@ -14,6 +14,7 @@ pub mod dir;
 pub mod entries;
 pub mod file_lock;
 pub mod history;
+pub mod idle;
 pub mod keepalive;
 pub mod legacy;
 pub mod list;

@@ -4,6 +4,7 @@
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use clap::Parser;
 use futures::future::BoxFuture;
@@ -93,6 +94,38 @@ struct Waiting {
     catalog: &'static str,
     /// What it declares beyond tools.
     families: Families,
+    /// Whether an entry of this family must start with the host after all: it has work to do
+    /// in the background from the start.
+    busy_at_start: fn(&ServerEntry) -> bool,
+    /// It keeps nothing between calls but caches, so it may stop when unused
+    /// (`idle_stop_secs`) and start again on the next call without anyone noticing. Not
+    /// files (its read record), shell (jobs, sessions), lsp (warm language servers), dap
+    /// (a debug session), vm (instances), issues (the bound issue), cron (its scheduler).
+    stateless: bool,
+}
+
+fn never(_: &ServerEntry) -> bool {
+    false
+}
+
+/// cron's scheduler runs from the start when there is an entry to fire (or a store other
+/// servers share); with none, cron waits for its first call like the others. The entry's
+/// arguments are read as the server will read them: its own environment and working
+/// directory included.
+fn cron_has_work(e: &ServerEntry) -> bool {
+    let url = e.env.get("KITBAG_DATABASE_URL");
+    if url.is_some_and(|u| !u.trim().is_empty()) {
+        return true;
+    }
+    let flags = e.args.get(2..).unwrap_or_default().to_vec();
+    let Ok(mut args) = kitbag_cron::Args::try_parse_from(argv("kitbag-cron", flags)) else {
+        return true;
+    };
+    if let Some(cwd) = &e.cwd {
+        let root = args.common.root.take().unwrap_or_else(|| ".".into());
+        args.common.root = Some(std::path::Path::new(cwd).join(root));
+    }
+    kitbag_cron::idle::has_work(&args)
 }
 
 macro_rules! catalog {
@@ -113,42 +146,55 @@ const TOOLS_ONLY: Families = Families {
     logging: false,
 };
 
-/// Not here: cron, whose scheduler runs from the start.
 const START_ON_FIRST_CALL: &[Waiting] = &[
     Waiting {
         family: "files",
         catalog: catalog!("files"),
         families: TOOLS_ONLY,
+        busy_at_start: never,
+        stateless: false,
     },
     Waiting {
         family: "search",
         catalog: catalog!("search"),
         families: TOOLS_ONLY,
+        busy_at_start: never,
+        stateless: true,
     },
     Waiting {
         family: "shell",
         catalog: catalog!("shell"),
         families: TOOLS_ONLY,
+        busy_at_start: never,
+        stateless: false,
     },
     Waiting {
         family: "web",
         catalog: catalog!("web"),
         families: TOOLS_ONLY,
+        busy_at_start: never,
+        stateless: true,
     },
     Waiting {
         family: "lsp",
         catalog: catalog!("lsp"),
         families: TOOLS_ONLY,
+        busy_at_start: never,
+        stateless: false,
     },
     Waiting {
         family: "dap",
         catalog: catalog!("dap"),
         families: TOOLS_ONLY,
+        busy_at_start: never,
+        stateless: false,
     },
     Waiting {
         family: "vm",
         catalog: catalog!("vm"),
         families: TOOLS_ONLY,
+        busy_at_start: never,
+        stateless: false,
     },
     Waiting {
         family: "memory",
@@ -157,6 +203,8 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
             prompts: true,
             ..TOOLS_ONLY
         },
+        busy_at_start: never,
+        stateless: true,
     },
     Waiting {
         family: "issues",
@@ -167,6 +215,15 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
             subscribe: true,
             logging: false,
         },
+        busy_at_start: never,
+        stateless: false,
+    },
+    Waiting {
+        family: "cron",
+        catalog: catalog!("cron"),
+        families: TOOLS_ONLY,
+        busy_at_start: cron_has_work,
+        stateless: false,
     },
 ];
 
@@ -181,7 +238,9 @@ fn parse_catalog(text: &str) -> Option<Vec<Tool>> {
 
 /// Which servers the host may start on their first call: an entry that runs this binary's
 /// `server FAMILY` for a family of [`START_ON_FIRST_CALL`], with what that family offers.
-pub fn known_tools() -> anyhow::Result<KnownTools> {
+/// `idle_stop`: the `idle_stop_secs` setting, for the families that keep nothing between
+/// calls and entries that do not set their own.
+pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     Ok(Arc::new(move |spec: &ServerSpec| {
         let e = &spec.entry;
@@ -193,9 +252,18 @@ pub fn known_tools() -> anyhow::Result<KnownTools> {
         }
         let family = e.args.get(1)?;
         let waiting = START_ON_FIRST_CALL.iter().find(|w| w.family == family)?;
+        if (waiting.busy_at_start)(e) {
+            return None;
+        }
+        let idle_stop = match e.idle_stop_secs {
+            Some(secs) => Duration::from_secs(secs),
+            None if waiting.stateless => idle_stop,
+            None => Duration::ZERO,
+        };
         Some(Known {
             tools: parse_catalog(waiting.catalog)?,
             families: waiting.families,
+            idle_stop: (!idle_stop.is_zero()).then_some(idle_stop),
         })
     }))
 }
@@ -259,7 +327,7 @@ mod tests {
     /// listed exactly as it will answer once started).
     #[test]
     fn catalogs_are_the_routers() {
-        let routers: [(&str, Vec<Tool>); 9] = [
+        let routers: [(&str, Vec<Tool>); 10] = [
             ("files", kitbag_files::router().list()),
             ("search", kitbag_search::router().list()),
             ("shell", kitbag_shell::router().list()),
@@ -269,6 +337,7 @@ mod tests {
             ("vm", kitbag_vm::router().list()),
             ("memory", kitbag_memory::router().list()),
             ("issues", kitbag_issues::router().list()),
+            ("cron", kitbag_cron::router().list()),
         ];
         for (family, tools) in routers {
             let waiting = START_ON_FIRST_CALL
@@ -282,7 +351,11 @@ mod tests {
                 "manifests/{family}/tools.json differs from its router: regenerate it with KITBAG_UPDATE_CATALOG=1"
             );
         }
-        assert_eq!(START_ON_FIRST_CALL.len(), 9);
+        assert_eq!(
+            START_ON_FIRST_CALL.len(),
+            FAMILIES.len(),
+            "every family can wait"
+        );
     }
 
     #[test]

@@ -169,9 +169,13 @@ async fn start(cli: &Cli, agent: Option<&str>, everything: bool) -> anyhow::Resu
     let known = if everything {
         None
     } else {
-        Some(families::known_tools()?)
+        let secs = kitbag_config::settings::get(&cfg.settings, "idle_stop_secs")
+            .and_then(|s| s.value.as_u64())
+            .unwrap_or(kitbag_config::settings::DEFAULT_IDLE_STOP.as_secs());
+        Some(families::known_tools(std::time::Duration::from_secs(secs))?)
     };
-    let hub = Hub::new(cfg.servers, config_file(cli), known);
+    let catalogs = kitbag_hub::catalog_cache::CatalogCache::for_user();
+    let hub = Hub::new(cfg.servers, config_file(cli), known, catalogs);
     hub.start_all().await;
     Ok((hub, policy, agents, cfg.settings))
 }

@@ -1,0 +1,188 @@
+//! Servers that start on their first call and stop when unused: cron waits while it has
+//! nothing to fire, an unused server stops and its next call starts it again, and an external
+//! server marked `"lazy": true` waits too once the host has kept its catalog.
+
+use std::path::{Path, PathBuf};
+
+use kitbag_testkit::{Era, McpClient};
+use serde_json::{Value, json};
+
+fn bin() -> &'static Path {
+    Path::new(env!("CARGO_BIN_EXE_kitbag"))
+}
+
+fn project() -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("tmp");
+    std::fs::write(d.path().join("a.txt"), "alpha\nbeta\n").expect("w");
+    d
+}
+
+fn write_config(dir: &Path, cfg: Value) -> PathBuf {
+    let p = dir.join("agent.json");
+    std::fs::write(&p, serde_json::to_string_pretty(&cfg).expect("json")).expect("w");
+    p
+}
+
+fn names(c: &mut McpClient) -> Vec<String> {
+    c.list_tools()
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_string())
+        .collect()
+}
+
+/// `server` as `host_status` reports it.
+fn server_status(c: &mut McpClient, server: &str) -> Value {
+    let s = c.call("host_status", json!({}));
+    s.structured["servers"]
+        .as_array()
+        .expect("servers")
+        .iter()
+        .find(|x| x["name"] == server)
+        .cloned()
+        .unwrap_or_else(|| panic!("{server} not in {:#}", s.structured))
+}
+
+/// Whether a `kitbag server FAMILY --root ROOT` process runs.
+fn running(family: &str, root: &str) -> bool {
+    !kitbag_testkit::pids_with_cmdline(&format!("server\0{family}\0--root\0{root}\0")).is_empty()
+}
+
+/// cron waits while it has nothing to fire; its first call (here the entry it makes) starts its
+/// scheduler, and a host started on a root with an entry starts cron with itself, so the
+/// entry fires without any call.
+#[test]
+fn cron_starts_with_the_host_once_it_has_an_entry() {
+    let d = project();
+    let root = d.path().to_str().expect("utf8").to_string();
+    let running = || running("cron", &root);
+    let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Modern);
+    names(&mut c);
+    assert!(!running(), "no entry: cron waits");
+    let r = c.call(
+        "cron_create",
+        json!({"schedule": "@daily", "message": "digest"}),
+    );
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert!(running(), "the call started cron");
+    c.shutdown();
+    kitbag_testkit::wait_until("no server of the host left", 10, || !running());
+    let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Modern);
+    names(&mut c);
+    assert!(running(), "an entry to fire: cron starts with the host");
+    c.shutdown();
+}
+
+/// A server unused for its `idle_stop_secs` stops and waits for its next call again, which
+/// starts it and is answered right; a call in flight longer than that keeps it running.
+#[test]
+fn an_unused_server_stops_and_its_next_call_starts_it_again() {
+    let d = project();
+    let root = d.path().to_str().expect("utf8").to_string();
+    let entry = |family: &str| json!({"command": bin(), "args": ["server", family, "--root", root], "idle_stop_secs": 1});
+    let cfg = write_config(
+        d.path(),
+        json!({"mcp": {"search": entry("search"), "shell": entry("shell")}}),
+    );
+    let running = |family: &str| running(family, &root);
+    let cfg = cfg.to_str().expect("utf8");
+    let mut c = McpClient::spawn(bin(), &["--config", cfg, "serve"], d.path(), Era::Modern);
+    names(&mut c);
+    let grep = json!({"pattern": "beta"});
+    let first = c.call("search_grep", grep.clone());
+    assert!(!first.is_error, "{:?}", first.raw);
+    assert!(running("search"));
+    kitbag_testkit::wait_until("search stops unused", 10, || !running("search"));
+    let search = server_status(&mut c, "search");
+    assert_eq!(search["state"], "idle", "{search:#}");
+    let again = c.call("search_grep", grep);
+    assert_eq!(again.structured, first.structured, "{:?}", again.raw);
+    assert!(running("search"));
+    // A call of 2.5 s on a server that stops after 1 s unused: answered, not cut.
+    let r = c.call("shell_bash", json!({"command": "sleep 2.5; echo done"}));
+    assert!(!r.is_error && r.text.contains("done"), "{:?}", r.raw);
+    kitbag_testkit::wait_until("shell stops unused", 10, || !running("shell"));
+    assert!(
+        !c.take_notifications()
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed"),
+        "stopping and starting again changes no list"
+    );
+    c.shutdown();
+    kitbag_testkit::wait_until("no server of the host left", 10, || {
+        kitbag_testkit::pids_with_cmdline(&root).is_empty()
+    });
+}
+
+/// An external server marked `"lazy": true` starts with the host the first time, which keeps
+/// its catalog; the next host lists its tools without starting it, and the first call starts
+/// it. A changed entry is another server: it starts with the host again.
+#[test]
+fn a_lazy_external_server_waits_once_its_catalog_is_kept() {
+    let d = project();
+    let cache = tempfile::tempdir().expect("tmp");
+    let root = d.path().to_str().expect("utf8").to_string();
+    // Through `sh`: for the host, a server of another program.
+    let entry = |extra: &[&str]| {
+        let mut args = vec![
+            "-c",
+            "exec \"$0\" \"$@\"",
+            bin().to_str().expect("utf8"),
+            "server",
+            "files",
+            "--root",
+            &root,
+        ];
+        args.extend_from_slice(extra);
+        json!({"command": "sh", "args": args, "lazy": true})
+    };
+    let env = [("KITBAG_CACHE_DIR", cache.path().to_str().expect("utf8"))];
+    let start = |entry: Value| {
+        let cfg = write_config(d.path(), json!({"mcp": {"ext": entry}}));
+        let cfg = cfg.to_str().expect("utf8").to_string();
+        let mut c = McpClient::spawn_with_env(
+            bin(),
+            &["--config", &cfg, "serve"],
+            d.path(),
+            Era::Modern,
+            &env,
+        );
+        let list = names(&mut c);
+        assert!(list.contains(&"file_read".to_string()), "{list:?}");
+        c
+    };
+    let c = start(entry(&[]));
+    assert!(
+        running("files", &root),
+        "no catalog kept yet: it starts with the host"
+    );
+    c.shutdown();
+    kitbag_testkit::wait_until("the server stops with its host", 10, || {
+        !running("files", &root)
+    });
+    let kept = std::fs::read_dir(cache.path()).expect("cache").count();
+    assert_eq!(kept, 1, "one catalog kept");
+
+    let mut c = start(entry(&[]));
+    assert!(!running("files", &root), "its catalog is kept: it waits");
+    assert_eq!(server_status(&mut c, "ext")["state"], "idle");
+    let r = c.call("file_read", json!({"path": "a.txt"}));
+    assert_eq!(r.text, "1: alpha\n2: beta", "{:?}", r.raw);
+    assert!(running("files", &root));
+    assert!(
+        !c.take_notifications()
+            .iter()
+            .any(|n| n["method"] == "notifications/tools/list_changed"),
+        "the kept catalog was the server's list"
+    );
+    c.shutdown();
+    kitbag_testkit::wait_until("the server stops with its host", 10, || {
+        !running("files", &root)
+    });
+
+    let c = start(entry(&["--read-only"]));
+    assert!(
+        running("files", &root),
+        "another entry: started with the host"
+    );
+    c.shutdown();
+}
