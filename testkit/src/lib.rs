@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod bench;
 pub mod clients;
 pub mod fuzz;
 pub mod http;

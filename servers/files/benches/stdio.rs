@@ -6,6 +6,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kitbag_testkit::bench::{Summary, status_kb as rss_kb, summary};
 use kitbag_testkit::{Era, McpClient, RawClient};
 use serde_json::json;
 
@@ -20,18 +21,6 @@ fn fmt(d: Duration) -> String {
     } else {
         format!("{:.2} ms", d.as_secs_f64() * 1e3)
     }
-}
-
-fn rss_kb(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
 }
 
 fn cold_start(bin: &Path, args: &[&str], cwd: &Path, n: usize) -> Duration {
@@ -371,6 +360,37 @@ fn main() {
                 node_rss,
                 node_rss as f64 / idle_rss.max(1) as f64
             );
+            let rows = [
+                (
+                    "cold start to tools/list",
+                    fmt(cold),
+                    fmt(cold_node),
+                    cold_node.as_secs_f64() / cold.as_secs_f64(),
+                ),
+                (
+                    "file_read 2,000 lines, p50",
+                    fmt(read_p50),
+                    fmt(node_p50),
+                    node_p50.as_secs_f64() / read_p50.as_secs_f64(),
+                ),
+                (
+                    "idle RSS",
+                    format!("{idle_rss} KB"),
+                    format!("{node_rss} KB"),
+                    node_rss as f64 / idle_rss.max(1) as f64,
+                ),
+            ];
+            for (measure, ours, theirs, times) in rows {
+                summary(Summary {
+                    area: "files",
+                    measure,
+                    kitbag: ours,
+                    reference: format!("official Node server {theirs}"),
+                    compared: format!("{times:.1}× better"),
+                    target: "",
+                    met: None,
+                });
+            }
         }
         None => println!(
             "\n(mcp-server-filesystem not installed: `npm i -g @modelcontextprotocol/server-filesystem` to compare)"

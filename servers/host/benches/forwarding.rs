@@ -8,17 +8,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kitbag_testkit::bench::{Summary, median, summary, us};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn us(d: Duration) -> String {
-    format!("{:.0} µs", d.as_secs_f64() * 1e6)
-}
 
 fn main() {
     let bin = Path::new(env!("CARGO_BIN_EXE_kitbag"));
@@ -76,10 +68,17 @@ fn main() {
         println!("file_read 20 lines, {label} era, median of 1000 (interleaved):");
         println!("  direct to the files server: {}", us(dm));
         println!("  through the host:           {}", us(hm));
-        println!(
-            "  forwarding overhead:        {}",
-            us(hm.saturating_sub(dm))
-        );
+        let added = hm.saturating_sub(dm);
+        println!("  forwarding overhead:        {}", us(added));
+        summary(Summary {
+            area: "host",
+            measure: &format!("forwarding, file_read 20 lines, stdio, {label} era, p50"),
+            kitbag: us(hm),
+            reference: format!("direct {}", us(dm)),
+            compared: format!("+{}", us(added)),
+            target: "≤ +20 µs",
+            met: Some(added <= Duration::from_micros(20)),
+        });
         if !b.is_empty() {
             let bm = median(b);
             println!("  through the baseline host:  {}", us(bm));

@@ -7,16 +7,12 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kitbag_testkit::bench::{Summary, percentile, summary};
 use kitbag_testkit::http::{HttpConn, HttpServer, modern_headers, modern_request};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
 const CALLS: usize = 1000;
-
-fn pct(v: &mut [Duration], p: f64) -> Duration {
-    v.sort();
-    v[((v.len() as f64 - 1.0) * p) as usize]
-}
 
 fn us(d: Duration) -> String {
     format!("{:>6.0} µs", d.as_secs_f64() * 1e6)
@@ -54,15 +50,24 @@ fn compare(label: &str, stdio: &mut McpClient, conn: &mut HttpConn, era: Era, ar
         assert_eq!(answer["result"]["isError"], false, "{answer}");
     }
     let (s50, s99, h50, h99) = (
-        pct(&mut s, 0.5),
-        pct(&mut s, 0.99),
-        pct(&mut h, 0.5),
-        pct(&mut h, 0.99),
+        percentile(s.clone(), 50),
+        percentile(s, 99),
+        percentile(h.clone(), 50),
+        percentile(h, 99),
     );
     println!("{label}, file_read 20 lines, {CALLS} calls interleaved:");
     println!("  stdio: p50 {}  p99 {}", us(s50), us(s99));
     println!("  HTTP:  p50 {}  p99 {}", us(h50), us(h99));
     println!("  HTTP overhead at p50: {}", us(h50.saturating_sub(s50)));
+    summary(Summary {
+        area: "http",
+        measure: &format!("{label}, file_read 20 lines over HTTP, p50"),
+        kitbag: us(h50).trim().to_string(),
+        reference: format!("stdio {}", us(s50).trim()),
+        compared: format!("+{}", us(h50.saturating_sub(s50)).trim()),
+        target: "",
+        met: None,
+    });
 }
 
 fn main() {

@@ -73,19 +73,6 @@ fn default_tools() -> Vec<Value> {
     tools
 }
 
-/// The bytes a model sees for one tool.
-fn cost(tool: &Value) -> usize {
-    let mut seen = serde_json::Map::new();
-    for key in ["name", "description", "inputSchema"] {
-        if let Some(v) = tool.get(key) {
-            seen.insert(key.into(), v.clone());
-        }
-    }
-    serde_json::to_vec(&Value::Object(seen))
-        .expect("serialize")
-        .len()
-}
-
 #[test]
 fn the_default_tool_list_fits_the_context_budget() {
     let tools = default_tools();
@@ -94,7 +81,11 @@ fn the_default_tool_list_fits_the_context_budget() {
         .iter()
         .map(|t| {
             let desc = t["description"].as_str().map_or(0, str::len);
-            (cost(t), desc, t["name"].as_str().unwrap_or("?").to_string())
+            (
+                kitbag_testkit::bench::model_visible_bytes(t),
+                desc,
+                t["name"].as_str().unwrap_or("?").to_string(),
+            )
         })
         .collect();
     rows.sort_by(|a, b| b.0.cmp(&a.0).then_with(|| a.2.cmp(&b.2)));

@@ -9,19 +9,11 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
+use kitbag_testkit::bench::{Summary, median, ms, status_kb, summary};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
 const RUNS: usize = 7;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.1} ms", d.as_secs_f64() * 1e3)
-}
 
 fn dir_size_mb(p: &Path) -> u64 {
     let out = Command::new("du").arg("-sm").arg(p).output().expect("du");
@@ -29,18 +21,6 @@ fn dir_size_mb(p: &Path) -> u64 {
         .split_whitespace()
         .next()
         .and_then(|s| s.parse().ok())
-        .unwrap_or(0)
-}
-
-fn rss_kb(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
         .unwrap_or(0)
 }
 
@@ -134,6 +114,8 @@ fn main() {
         "\n{:<26} {:<19} {:>10} {:>10} {:>7}  results",
         "query", "mode", "kitbag", "rg", "ratio"
     );
+    // The worst ratio of all queries: (ratio, query).
+    let mut worst = (0.0f64, String::new());
     for (name, pattern, rg_flags, extra) in &queries {
         for (mode, rg_mode) in [("content", vec!["-n"]), ("files_with_matches", vec!["-l"])] {
             let mut args = json!({"pattern": pattern, "output_mode": mode});
@@ -154,26 +136,40 @@ fn main() {
                 ours, rg_lines,
                 "{name} {mode}: kitbag found {ours}, rg {rg_lines}"
             );
+            let r = kt.as_secs_f64() / rt.as_secs_f64();
             println!(
                 "{:<26} {:<19} {:>10} {:>10} {:>7.2}  {}",
                 name,
                 mode,
                 ms(kt),
                 ms(rt),
-                kt.as_secs_f64() / rt.as_secs_f64(),
+                r,
                 ours
             );
+            if r > worst.0 {
+                worst = (r, format!("{name}, {mode}: {} vs rg {}", ms(kt), ms(rt)));
+            }
         }
     }
     println!(
         "\nserver peak RSS during the greps: {} KB",
-        rss_kb(c.pid(), "VmHWM:")
+        status_kb(c.pid(), "VmHWM:")
     );
 
     println!(
         "\n{:<26} {:>10} {:>10} {:>7}  results",
         "search_glob vs fdfind", "kitbag", "fdfind", "ratio"
     );
+    summary(Summary {
+        area: "search",
+        measure: "search_grep vs rg, worst of 6 queries",
+        kitbag: worst.1,
+        reference: "rg".into(),
+        compared: format!("{:.2}×", worst.0),
+        target: "",
+        met: None,
+    });
+    let mut worst = (0.0f64, String::new());
     for pattern in ["Cargo.toml", "*.rs", "**/tests/*.rs"] {
         // fd 8 has no --no-require-git: compare without ignore files on both sides (-I).
         let (kt, res) = time_call(
@@ -187,18 +183,31 @@ fn main() {
             vec!["-I", "-t", "f", "-g", pattern, "."]
         };
         let (ft, fd_lines) = time_cmd("fdfind", &fd_args, &tree);
+        let r = kt.as_secs_f64() / ft.as_secs_f64();
         println!(
             "{:<26} {:>10} {:>10} {:>7.2}  {} (fd {})",
             pattern,
             ms(kt),
             ms(ft),
-            kt.as_secs_f64() / ft.as_secs_f64(),
+            r,
             res["total"],
             fd_lines
         );
+        if r > worst.0 {
+            worst = (r, format!("{pattern}: {} vs fd {}", ms(kt), ms(ft)));
+        }
     }
+    summary(Summary {
+        area: "search",
+        measure: "search_glob vs fd, worst of 3 queries",
+        kitbag: worst.1,
+        reference: "fdfind".into(),
+        compared: format!("{:.2}×", worst.0),
+        target: "≤ 1.0×",
+        met: Some(worst.0 <= 1.0),
+    });
     println!(
         "\nserver peak RSS overall: {} KB",
-        rss_kb(c.pid(), "VmHWM:")
+        status_kb(c.pid(), "VmHWM:")
     );
 }

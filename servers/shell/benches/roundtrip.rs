@@ -6,17 +6,9 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kitbag_testkit::bench::{Summary, median, ms, ratio, summary};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
 
 fn main() {
     let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-shell"));
@@ -130,12 +122,21 @@ fn versus_bash(c: &mut McpClient) {
         assert_eq!(r.structured["exit_code"], 0);
     }
     let (ours, bash) = (median(ours), median(bash));
+    let (r, shown) = ratio(ours, bash);
     println!(
-        "interleaved, median of 300: shell_bash `true` {}, `bash -c true` {} (ratio {:.2}); \
+        "interleaved, median of 300: shell_bash `true` {}, `bash -c true` {} (ratio {r:.2}); \
          shell_bash through McpClient::call (+ outputSchema validation) {}",
         ms(ours),
         ms(bash),
-        ours.as_secs_f64() / bash.as_secs_f64(),
         ms(median(validated))
     );
+    summary(Summary {
+        area: "shell",
+        measure: "shell_bash true, round trip p50",
+        kitbag: ms(ours),
+        reference: format!("bash -c true {}", ms(bash)),
+        compared: shown,
+        target: "≤ 1.2×",
+        met: Some(r <= 1.2),
+    });
 }

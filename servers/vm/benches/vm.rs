@@ -12,17 +12,9 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
+use kitbag_testkit::bench::{Summary, median, ms, summary};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
-
-fn median(mut v: Vec<Duration>) -> Duration {
-    v.sort();
-    v[v.len() / 2]
-}
-
-fn ms(d: Duration) -> String {
-    format!("{:.2} ms", d.as_secs_f64() * 1e3)
-}
 
 /// Bulk sender on 9000 (256 MiB per connection), echo on 9001.
 const SERVERS: &str = r#"
@@ -85,7 +77,14 @@ fn main() {
     let bin = Path::new(env!("CARGO_BIN_EXE_kitbag-vm"));
     let dir = tempfile::tempdir().unwrap();
 
-    let mut bare = Vec::new();
+    let mut c = McpClient::spawn(
+        bin,
+        &["--default-idle-timeout", "0"],
+        dir.path(),
+        Era::Handshake,
+    );
+    // Interleaved: a bare bwrap, then an instance to running and stopped, 30 times.
+    let (mut bare, mut round, mut server_side) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..30 {
         let t = Instant::now();
         let ok = std::process::Command::new("bwrap")
@@ -106,16 +105,6 @@ fn main() {
             .success();
         bare.push(t.elapsed());
         assert!(ok);
-    }
-    let mut c = McpClient::spawn(
-        bin,
-        &["--default-idle-timeout", "0"],
-        dir.path(),
-        Era::Handshake,
-    );
-    let mut round = Vec::new();
-    let mut server_side = Vec::new();
-    for _ in 0..30 {
         let t = Instant::now();
         let r = c.call_ok("instance_spawn", json!({}));
         round.push(t.elapsed());
@@ -139,10 +128,20 @@ fn main() {
         "  of which in the server (elapsed_ms), median:            {}",
         ms(median(server_side))
     );
+    let added = median(round.clone()).saturating_sub(median(bare.clone()));
     println!(
         "  added over bare bwrap:                                  {}",
-        ms(median(round).saturating_sub(median(bare)))
+        ms(added)
     );
+    summary(Summary {
+        area: "vm",
+        measure: "instance_spawn {} to running, p50",
+        kitbag: ms(median(round)),
+        reference: format!("bare bwrap {}", ms(median(bare))),
+        compared: format!("+{}", ms(added)),
+        target: "≤ +5 ms",
+        met: Some(added <= Duration::from_millis(5)),
+    });
 
     let id = c.call_ok("instance_spawn", json!({})).structured["id"]
         .as_str()
