@@ -106,6 +106,10 @@ pub struct KubePod {
     main_exit: Mutex<Option<ExitStatus>>,
     main_ended: remote::MainEnded<KubePod>,
     paused: Mutex<bool>,
+    /// Counts the pods this instance had: bumped when a suspension takes its pod away, so
+    /// that the tasks of an earlier pod (its `hold` line, its main command's watch), which
+    /// may only see their pod go after the resume, know it is not the instance's end.
+    incarnation: std::sync::atomic::AtomicU64,
     /// False while a resumed Sandbox's new pod comes up: connections wait for it.
     ready: watch::Sender<bool>,
     log_sync: tokio::sync::Mutex<()>,
@@ -197,6 +201,7 @@ impl KubePod {
             main_exit: Mutex::new(None),
             main_ended: spec.main_ended,
             paused: Mutex::new(false),
+            incarnation: std::sync::atomic::AtomicU64::new(0),
             ready: watch::channel(true).0,
             log_sync: tokio::sync::Mutex::new(()),
             disk: spec.limits.disk_mb.map(|mb| match pool {
@@ -308,9 +313,10 @@ impl KubePod {
         .map_err(|e| VmError::engine(format!("{e} (pod {pod_name})")))?;
         let has_main = remote::set_up(|| self.connect(), &self.setup).await?;
         let hold = self.hold().await?;
-        tokio::spawn(hold_until_end(self.clone(), hold));
+        let incarnation = self.incarnation();
+        tokio::spawn(hold_until_end(self.clone(), hold, incarnation));
         if has_main {
-            tokio::spawn(watch_main(self.clone()));
+            tokio::spawn(watch_main(self.clone(), incarnation));
         }
         Ok(())
     }
@@ -441,6 +447,16 @@ impl KubePod {
         lock(&self.paused)
     }
 
+    fn incarnation(&self) -> u64 {
+        self.incarnation.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
+    /// Whether what a task of pod `incarnation` saw is about the instance: not while it is
+    /// suspended, nor once a suspension took that pod away.
+    fn still(&self, incarnation: u64) -> bool {
+        !self.is_frozen() && self.incarnation() == incarnation
+    }
+
     /// A Sandbox is suspended (`operatingMode: Suspended`): its pod is deleted, so its
     /// processes are lost; a plain Pod cannot pause.
     pub fn pause(self: &Arc<Self>) -> VmResult<()> {
@@ -461,7 +477,10 @@ impl KubePod {
             }
         }
         set(&self.paused, true);
-        let _ = self.ready.send(false);
+        self.incarnation
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        // `send_replace`: `send` stores nothing while no one waits, and no one does yet.
+        self.ready.send_replace(false);
         let me = self.clone();
         tokio::spawn(async move {
             let patch = json!({ "spec": { "operatingMode": "Suspended" } });
@@ -485,7 +504,7 @@ impl KubePod {
                 Err(e) => Err(VmError::from(e)),
                 Ok(_) => me.bring_up(Instant::now() + Duration::from_secs(120)).await,
             };
-            let _ = me.ready.send(true);
+            me.ready.send_replace(true);
             if let Err(e) = result {
                 tracing::warn!(instance = me.id, "resuming the Sandbox: {e}");
                 me.end(ExitStatus {
@@ -533,12 +552,16 @@ impl KubePod {
 }
 
 /// The agent ends the instance by closing this line (it stopped everything and exits), and
-/// the line breaks when the pod goes. Unless the Sandbox was suspended on purpose, that is
-/// the instance's end.
-async fn hold_until_end(pod: Arc<KubePod>, mut hold: tokio::io::BufReader<Stream>) {
+/// the line breaks when the pod goes. Unless the Sandbox was suspended on purpose — even if
+/// it was resumed by the time the break is seen — that is the instance's end.
+async fn hold_until_end(
+    pod: Arc<KubePod>,
+    mut hold: tokio::io::BufReader<Stream>,
+    incarnation: u64,
+) {
     let mut sink = [0u8; 64];
     while matches!(hold.read(&mut sink).await, Ok(n) if n > 0) {}
-    if pod.is_frozen() {
+    if !pod.still(incarnation) {
         return;
     }
     pod.end(ExitStatus {
@@ -548,10 +571,14 @@ async fn hold_until_end(pod: Arc<KubePod>, mut hold: tokio::io::BufReader<Stream
     .await;
 }
 
-async fn watch_main(pod: Arc<KubePod>) {
+async fn watch_main(pod: Arc<KubePod>, incarnation: u64) {
     let Some(status) = remote::wait_main(pod.agent().await).await else {
         return;
     };
+    // The main command of a pod a suspension took away: the resume starts it again.
+    if !pod.still(incarnation) {
+        return;
+    }
     set(&pod.main_exit, Some(status));
     let main_ended = pod.main_ended;
     main_ended(pod).await;
