@@ -587,10 +587,24 @@ pub fn error_line(id: &str, code: &str, message: &str, modern: bool) -> Line {
     }
 }
 
+/// Whether `body` may hold `"isError": true`: a text scan, so that a success result — most
+/// of them, some of many kilobytes — is not parsed a second time. A `"isError"` key followed
+/// by `true` anywhere (also nested) says "maybe", and the parse decides.
+fn may_be_error(body: &str) -> bool {
+    let bytes = body.as_bytes();
+    memchr::memmem::find_iter(bytes, b"\"isError\"").any(|at| {
+        let rest = &bytes[at + b"\"isError\"".len()..];
+        let rest = rest.trim_ascii_start();
+        rest.strip_prefix(b":")
+            .is_some_and(|v| v.trim_ascii_start().starts_with(b"true"))
+    })
+}
+
 /// Whether a raw result is an error result, and its code (for the audit log).
 pub fn result_error_code(reply: &Reply) -> Option<String> {
     match reply {
         Reply::Error(_) => Some("server_unavailable".into()),
+        Reply::Result(r) if !may_be_error(r.get()) => None,
         Reply::Result(r) => {
             #[derive(Deserialize)]
             struct Peek<'a> {
@@ -730,6 +744,32 @@ mod tests {
             classify(r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{}}"#),
             Upstream::Initialize
         ));
+    }
+
+    #[test]
+    fn error_results_are_found_without_parsing_every_success() {
+        let code = |body: &str| {
+            result_error_code(&Reply::Result(
+                RawValue::from_string(body.to_string()).expect("raw"),
+            ))
+        };
+        assert_eq!(code(r#"{"content":[],"isError":false}"#), None);
+        assert_eq!(
+            code(r#"{"content":[{"type":"text","text":"isError"}]}"#),
+            None
+        );
+        // Escaped inside a string: no key.
+        assert_eq!(
+            code(r#"{"content":[{"type":"text","text":"\"isError\": true"}]}"#),
+            None
+        );
+        assert_eq!(
+            code(r#"{"isError" : true,"structuredContent":{"error":{"code":"not_found"}}}"#),
+            Some("not_found".into())
+        );
+        assert_eq!(code(r#"{"isError":true}"#), Some("tool_error".into()));
+        // Nested: a maybe that the parse turns down.
+        assert_eq!(code(r#"{"structuredContent":{"isError":true}}"#), None);
     }
 
     #[test]

@@ -57,6 +57,7 @@ pub mod stdin;
 pub mod tier;
 pub mod transport;
 pub mod vmlink;
+pub mod working_set;
 
 /// Every kitbag binary allocates with mimalloc: glibc's allocator handed the pages of each
 /// large answer back to the kernel and faulted them in again on the next call (a 50 KB file

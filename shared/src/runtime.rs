@@ -53,7 +53,11 @@ where
     }
     .enable_all()
     .build()?;
-    let result = runtime.block_on(body());
+    let result = runtime.block_on(async {
+        // Once the server idles after its start, the pages start-up alone needed go back.
+        crate::working_set::trim_after_start();
+        body().await
+    });
     // Dropping the runtime would wait for every blocking task — among them a read of stdin
     // that only ends when the client closes it (on a socket or a tty stdin is read blocking,
     // as Claude Code's stdio is a Unix socket): a server told to stop by SIGTERM while its
