@@ -5,8 +5,9 @@
 //!
 //! Run: `cargo bench -p kitbag --bench cold_start` (the single servers are measured when their
 //! binaries sit beside this one: `cargo build --release --bins` first, as `scripts/bench`
-//! does). Medians of 9 starts; memory read 1 s after `tools/list`. Nothing here asserts on
-//! time.
+//! does). Medians of 9 starts; memory read 2 s after `tools/list`, a second after each process
+//! gave back the pages only its start-up used (`kitbag_shared::working_set`). Nothing here
+//! asserts on time.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -44,7 +45,7 @@ fn measure(bin: &Path, args: &[&str], dir: &Path) -> Figures {
     start(bin, args, dir, Duration::ZERO);
     let (mut times, mut rss, mut pss) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..STARTS {
-        let (t, (r, p)) = start(bin, args, dir, Duration::from_secs(1));
+        let (t, (r, p)) = start(bin, args, dir, Duration::from_secs(2));
         times.push(t);
         rss.push(r);
         pss.push(p);
