@@ -123,7 +123,7 @@ fn claude_project_file(dir: &Path) {
 fn a_project_mcp_json_listing_kitbag_is_not_read() {
     let d = tempfile::tempdir().expect("tmp");
     claude_project_file(d.path());
-    // The embedded default: the host plus its nine servers, never more.
+    // The embedded default: the host plus its ten servers, never more.
     let (out, peak) = watched(d.path(), &["tools", "--json"], 12);
     assert!(
         out.status.success(),
@@ -138,9 +138,22 @@ fn a_project_mcp_json_listing_kitbag_is_not_read() {
         .filter_map(|t| t["name"].as_str())
         .collect();
     assert!(names.contains(&"file_read") && names.contains(&"cron_list"));
+    assert!(peak >= 1, "the watch saw the host ({peak})");
+    // Listing starts no server (each waits for its first call); a call starts one (and
+    // lasts long enough for the watch to see it).
+    let (out, peak) = watched(
+        d.path(),
+        &["call", "shell_bash", r#"{"command": "sleep 0.3"}"#],
+        12,
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     assert!(
         peak >= 2,
-        "the watch saw the host and its children ({peak})"
+        "the watch saw the host and the server its call started ({peak})"
     );
 }
 

@@ -175,6 +175,7 @@ fn children_are_told_the_host_pid_and_the_config_path() {
         ("search_glob", json!({"pattern": "*"})),
         ("shell_jobs", json!({})),
         ("memory_search", json!({"query": "x"})),
+        ("cron_list", json!({})),
     ] {
         c.call(tool, args);
     }
