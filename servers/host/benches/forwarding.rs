@@ -19,6 +19,11 @@ fn main() {
         .map(|i| format!("line {i} of a small source file\n"))
         .collect();
     std::fs::write(dir.path().join("small.rs"), body).expect("w");
+    // About 25 KB of answer: the second size.
+    let big: String = (1..=640)
+        .map(|i| format!("line {i} of a larger source file\n"))
+        .collect();
+    std::fs::write(dir.path().join("big.rs"), big).expect("w");
     let root = dir.path().to_str().expect("utf8");
     let cfg = dir.path().join("agent.json");
     let entry =
@@ -78,6 +83,33 @@ fn main() {
             compared: format!("+{}", us(added)),
             target: "≤ +20 µs",
             met: Some(added <= Duration::from_micros(20)),
+        });
+        // A ~25 KB answer, interleaved the same way.
+        let big = json!({"path": "big.rs", "limit": 640});
+        let (mut d, mut h) = (Vec::new(), Vec::new());
+        for _ in 0..300 {
+            let t = Instant::now();
+            assert!(!direct.call("file_read", big.clone()).is_error);
+            d.push(t.elapsed());
+            let t = Instant::now();
+            assert!(!hosted.call("file_read", big.clone()).is_error);
+            h.push(t.elapsed());
+        }
+        let (bd, bh) = (median(d), median(h));
+        let added = bh.saturating_sub(bd);
+        println!(
+            "  ~25 KB answers: direct {}, through the host {}",
+            us(bd),
+            us(bh)
+        );
+        summary(Summary {
+            area: "host",
+            measure: &format!("forwarding, file_read ~25 KB, stdio, {label} era, p50"),
+            kitbag: us(bh),
+            reference: format!("direct {}", us(bd)),
+            compared: format!("+{}", us(added)),
+            target: "≤ +40 µs",
+            met: Some(added <= Duration::from_micros(40)),
         });
         if !b.is_empty() {
             let bm = median(b);
