@@ -296,12 +296,14 @@ impl Child {
     /// for its first call.
     pub(super) fn new(spec: ServerSpec, id: u64, known: Option<Known>) -> Self {
         let idle = known.is_some() && spec.error.is_none();
-        // A family's own default, else the entry's (any server: once started, its tools are
-        // known, so it can wait for its next call).
-        let idle_stop = known
-            .as_ref()
-            .and_then(|k| k.idle_stop)
-            .or_else(|| spec.entry.idle_stop_secs.map(Duration::from_secs))
+        // The entry's own `idle_stop_secs` (0: never), else what the host knows of the
+        // server's family. Any server may have one: once started, its tools are known, so it
+        // can wait for its next call.
+        let idle_stop = spec
+            .entry
+            .idle_stop_secs
+            .map(Duration::from_secs)
+            .or_else(|| known.as_ref().and_then(|k| k.idle_stop))
             .filter(|d| !d.is_zero());
         Child {
             id,

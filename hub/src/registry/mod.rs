@@ -90,7 +90,8 @@ pub struct Known {
     /// The families it declares beyond tools: the host declares them at its handshake, and a
     /// prompt or resource request starts the server (`wake.rs`).
     pub families: crate::child_catalog::Families,
-    /// Once started, it stops again after this long without a call (see `idle.rs`).
+    /// Once started, it stops again after this long without a call (see `idle.rs`), unless
+    /// its entry sets its own `idle_stop_secs`.
     pub idle_stop: Option<Duration>,
 }
 

@@ -12,6 +12,20 @@ use kitbag_testkit::bench::{Summary, median, summary, us};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::json;
 
+/// The summary row of one size: the host's p50 beside the direct one, against `target_us`.
+fn report(era: &str, size: &str, direct: Duration, hosted: Duration, target_us: u64) {
+    let added = hosted.saturating_sub(direct);
+    summary(Summary {
+        area: "host",
+        measure: &format!("forwarding, file_read {size}, stdio, {era} era, p50"),
+        kitbag: us(hosted),
+        reference: format!("direct {}", us(direct)),
+        compared: format!("+{}", us(added)),
+        target: &format!("≤ +{target_us} µs"),
+        met: Some(added <= Duration::from_micros(target_us)),
+    });
+}
+
 fn main() {
     let bin = Path::new(env!("CARGO_BIN_EXE_kitbag"));
     let dir = tempfile::tempdir().expect("tmp");
@@ -73,44 +87,28 @@ fn main() {
         println!("file_read 20 lines, {label} era, median of 1000 (interleaved):");
         println!("  direct to the files server: {}", us(dm));
         println!("  through the host:           {}", us(hm));
-        let added = hm.saturating_sub(dm);
-        println!("  forwarding overhead:        {}", us(added));
-        summary(Summary {
-            area: "host",
-            measure: &format!("forwarding, file_read 20 lines, stdio, {label} era, p50"),
-            kitbag: us(hm),
-            reference: format!("direct {}", us(dm)),
-            compared: format!("+{}", us(added)),
-            target: "≤ +20 µs",
-            met: Some(added <= Duration::from_micros(20)),
-        });
+        println!(
+            "  forwarding overhead:        {}",
+            us(hm.saturating_sub(dm))
+        );
+        report(label, "20 lines", dm, hm, 20);
         // A ~25 KB answer, interleaved the same way.
         let big = json!({"path": "big.rs", "limit": 640});
         let (mut d, mut h) = (Vec::new(), Vec::new());
         for _ in 0..300 {
-            let t = Instant::now();
-            assert!(!direct.call("file_read", big.clone()).is_error);
-            d.push(t.elapsed());
-            let t = Instant::now();
-            assert!(!hosted.call("file_read", big.clone()).is_error);
-            h.push(t.elapsed());
+            for (client, into) in [(&mut direct, &mut d), (&mut hosted, &mut h)] {
+                let t = Instant::now();
+                assert!(!client.call("file_read", big.clone()).is_error);
+                into.push(t.elapsed());
+            }
         }
         let (bd, bh) = (median(d), median(h));
-        let added = bh.saturating_sub(bd);
         println!(
             "  ~25 KB answers: direct {}, through the host {}",
             us(bd),
             us(bh)
         );
-        summary(Summary {
-            area: "host",
-            measure: &format!("forwarding, file_read ~25 KB, stdio, {label} era, p50"),
-            kitbag: us(bh),
-            reference: format!("direct {}", us(bd)),
-            compared: format!("+{}", us(added)),
-            target: "≤ +40 µs",
-            met: Some(added <= Duration::from_micros(40)),
-        });
+        report(label, "~25 KB", bd, bh, 40);
         if !b.is_empty() {
             let bm = median(b);
             println!("  through the baseline host:  {}", us(bm));

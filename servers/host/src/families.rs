@@ -238,8 +238,8 @@ fn parse_catalog(text: &str) -> Option<Vec<Tool>> {
 
 /// Which servers the host may start on their first call: an entry that runs this binary's
 /// `server FAMILY` for a family of [`START_ON_FIRST_CALL`], with what that family offers.
-/// `idle_stop`: the `idle_stop_secs` setting, for the families that keep nothing between
-/// calls and entries that do not set their own.
+/// `idle_stop`: the `idle_stop_secs` setting, the default of the families that keep nothing
+/// between calls.
 pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
     let exe = std::env::current_exe()?.to_string_lossy().into_owned();
     Ok(Arc::new(move |spec: &ServerSpec| {
@@ -255,15 +255,11 @@ pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
         if (waiting.busy_at_start)(e) {
             return None;
         }
-        let idle_stop = match e.idle_stop_secs {
-            Some(secs) => Duration::from_secs(secs),
-            None if waiting.stateless => idle_stop,
-            None => Duration::ZERO,
-        };
         Some(Known {
             tools: parse_catalog(waiting.catalog)?,
             families: waiting.families,
-            idle_stop: (!idle_stop.is_zero()).then_some(idle_stop),
+            // The family's default; the entry's own `idle_stop_secs` wins (the hub applies it).
+            idle_stop: (waiting.stateless && !idle_stop.is_zero()).then_some(idle_stop),
         })
     }))
 }

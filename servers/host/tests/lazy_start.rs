@@ -42,6 +42,15 @@ fn server_status(c: &mut McpClient, server: &str) -> Value {
         .unwrap_or_else(|| panic!("{server} not in {:#}", s.structured))
 }
 
+/// The client was told of no change to the tool list.
+fn no_list_change(c: &mut McpClient, why: &str) {
+    let told = c
+        .take_notifications()
+        .iter()
+        .any(|n| n["method"] == "notifications/tools/list_changed");
+    assert!(!told, "{why}");
+}
+
 /// Whether a `kitbag server FAMILY --root ROOT` process runs.
 fn running(family: &str, root: &str) -> bool {
     !kitbag_testkit::pids_with_cmdline(&format!("server\0{family}\0--root\0{root}\0")).is_empty()
@@ -101,12 +110,7 @@ fn an_unused_server_stops_and_its_next_call_starts_it_again() {
     let r = c.call("shell_bash", json!({"command": "sleep 2.5; echo done"}));
     assert!(!r.is_error && r.text.contains("done"), "{:?}", r.raw);
     kitbag_testkit::wait_until("shell stops unused", 10, || !running("shell"));
-    assert!(
-        !c.take_notifications()
-            .iter()
-            .any(|n| n["method"] == "notifications/tools/list_changed"),
-        "stopping and starting again changes no list"
-    );
+    no_list_change(&mut c, "stopping and starting again changes no list");
     c.shutdown();
     kitbag_testkit::wait_until("no server of the host left", 10, || {
         kitbag_testkit::pids_with_cmdline(&root).is_empty()
@@ -168,12 +172,7 @@ fn a_lazy_external_server_waits_once_its_catalog_is_kept() {
     let r = c.call("file_read", json!({"path": "a.txt"}));
     assert_eq!(r.text, "1: alpha\n2: beta", "{:?}", r.raw);
     assert!(running("files", &root));
-    assert!(
-        !c.take_notifications()
-            .iter()
-            .any(|n| n["method"] == "notifications/tools/list_changed"),
-        "the kept catalog was the server's list"
-    );
+    no_list_change(&mut c, "the kept catalog was the server's list");
     c.shutdown();
     kitbag_testkit::wait_until("the server stops with its host", 10, || {
         !running("files", &root)
