@@ -374,13 +374,32 @@ impl McpClient {
     /// `tools/call` that must succeed; panics with the tool, its arguments and the answer.
     pub fn call_ok(&mut self, tool: &str, args: Value) -> ToolCall {
         let r = self.call(tool, args.clone());
+        Self::assert_success(tool, &args, &r);
+        r
+    }
+
+    /// [`Self::call_ok`], timed from the request's write to its answer's arrival: the client's
+    /// own checks (the outputSchema validation) come after and are not counted. For benchmarks.
+    pub fn timed_call_ok(&mut self, tool: &str, args: Value) -> (ToolCall, Duration) {
+        let started = Instant::now();
+        let r = self.request(
+            "tools/call",
+            json!({"name": tool, "arguments": args.clone()}),
+        );
+        let took = started.elapsed();
+        let call = Self::to_tool_call(r);
+        self.check_output(tool, &call);
+        Self::assert_success(tool, &args, &call);
+        (call, took)
+    }
+
+    fn assert_success(tool: &str, args: &Value, r: &ToolCall) {
         assert!(!r.is_error, "{tool} {args} failed: {}", r.text);
         assert!(
             r.structured.is_object(),
             "{tool}: a success carries a structuredContent object: {}",
             r.raw
         );
-        r
     }
 
     /// `tools/call` that must fail with `code` (an `isError` result, not a protocol error).

@@ -29,8 +29,16 @@ fn instances_through_the_host() {
         "instance_exec",
         json!({"instance": id, "command": ["sh", "-c", "echo $KITBAG_INSTANCE_ID; cat /proc/2/comm"]}),
     );
-    // The agent inside is the host binary itself, mounted at /run/kitbag-bin/kitbag-vm.
-    assert_eq!(r.structured["stdout"], format!("{id}\nkitbag-vm\n"));
+    // The agent inside is kitbag-vm-agent when it was built beside the host (this workspace
+    // builds it with kitbag-vm), else the host binary itself, mounted at
+    // /run/kitbag-bin/kitbag-vm.
+    let beside = bin().parent().expect("dir").join("kitbag-vm-agent");
+    let agent = if beside.is_file() {
+        "kitbag-vm-agent"
+    } else {
+        "kitbag-vm"
+    };
+    assert_eq!(r.structured["stdout"], format!("{id}\n{agent}\n"));
     assert!(
         !kitbag_testkit::pids_with_cmdline(&marker).is_empty(),
         "the main command runs"

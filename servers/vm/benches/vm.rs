@@ -105,9 +105,8 @@ fn main() {
             .success();
         bare.push(t.elapsed());
         assert!(ok);
-        let t = Instant::now();
-        let r = c.call_ok("instance_spawn", json!({}));
-        round.push(t.elapsed());
+        let (r, took) = c.timed_call_ok("instance_spawn", json!({}));
+        round.push(took);
         server_side.push(Duration::from_millis(
             r.structured["elapsed_ms"].as_u64().unwrap(),
         ));
@@ -149,12 +148,11 @@ fn main() {
         .to_string();
     let mut execs = Vec::new();
     for _ in 0..200 {
-        let t = Instant::now();
-        let r = c.call_ok(
+        let (r, took) = c.timed_call_ok(
             "instance_exec",
             json!({"instance": id, "command": ["true"]}),
         );
-        execs.push(t.elapsed());
+        execs.push(took);
         assert_eq!(r.structured["exit_code"], 0);
     }
     println!(
@@ -166,9 +164,7 @@ fn main() {
         let mut s = McpClient::spawn(&shell, &[], dir.path(), Era::Handshake);
         let mut runs = Vec::new();
         for _ in 0..200 {
-            let t = Instant::now();
-            s.call_ok("shell_bash", json!({"command": "true"}));
-            runs.push(t.elapsed());
+            runs.push(s.timed_call_ok("shell_bash", json!({"command": "true"})).1);
         }
         println!(
             "shell_bash \"true\" round trip (kitbag-shell), median of 200: {}",

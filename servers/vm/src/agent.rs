@@ -79,6 +79,12 @@ pub fn main(args: &[String]) -> anyhow::Result<()> {
         (Some(addr), Some(token)) if token.len() >= 16 => Listen::Tcp(addr, token),
         _ => anyhow::bail!("kitbag-vm __agent: --listen needs --token (16 characters or more)"),
     };
+    // Before the runtime, where they cannot hold up a task: through tokio::fs each would start
+    // a blocking thread first, while the server waits for the socket.
+    std::fs::create_dir_all(ctl.join(LOGS_DIR))?;
+    if matches!(listen, Listen::Unix) {
+        let _ = std::fs::remove_file(ctl.join(AGENT_SOCKET));
+    }
     let rt = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()?;
@@ -91,7 +97,7 @@ async fn run(ctl: PathBuf, listen: Listen) -> anyhow::Result<()> {
     // can trust the socket's listener to be the agent (crate::agent_link). The commands it
     // starts are dumpable again after their exec.
     nix::sys::prctl::set_dumpable(false)?;
-    tokio::fs::create_dir_all(ctl.join(LOGS_DIR)).await?;
+
     let agent = Arc::new(Agent {
         ctl: ctl.clone(),
         main_pgid: Mutex::new(None),
@@ -110,7 +116,6 @@ async fn run(ctl: PathBuf, listen: Listen) -> anyhow::Result<()> {
     match listen {
         Listen::Unix => {
             let sock = ctl.join(AGENT_SOCKET);
-            let _ = tokio::fs::remove_file(&sock).await;
             let listener = UnixListener::bind(&sock)?;
             loop {
                 let (stream, _) = listener.accept().await?;

@@ -30,6 +30,9 @@ use kitbag_shared::proc_stat::{is_root, start_time};
 /// Where the agent binary is mounted inside (outside the bound control directory, so the
 /// instance cannot replace it on the host).
 pub const AGENT_EXE: &str = "/run/kitbag-bin/kitbag-vm";
+/// Where the agent alone (`kitbag-vm-agent`) is mounted, when it was installed beside the
+/// server; the whole server stays at [`AGENT_EXE`] for guests that run it.
+pub const AGENT_ALONE: &str = "/run/kitbag-bin/kitbag-vm-agent";
 /// Where the host's loader and C library are mounted for the agent in a foreign root.
 pub const AGENT_LIB: &str = "/run/kitbag-lib";
 /// The PATH every instance starts with.
@@ -53,6 +56,9 @@ pub struct SandboxSpec {
     /// the (device, inode) the resolution found, checked inside before anything runs.
     pub mounts: Vec<(PathBuf, String, bool, (u64, u64))>,
     pub exe: PathBuf,
+    /// The agent alone, when installed beside the server: it is ready in ~1.3 ms where the
+    /// whole server takes ~2 ms (and holds less memory for the instance's life).
+    pub agent: Option<PathBuf>,
     /// A root file system directory (`image` other than `host`); None: the host's root.
     pub rootfs: Option<PathBuf>,
 }
@@ -196,6 +202,9 @@ fn bwrap_args(spec: &SandboxSpec, disk: Option<&WorkDisk>) -> Vec<String> {
     }
     push(&["--bind", &ctl, CTL_DIR]);
     push(&["--ro-bind", &exe, AGENT_EXE]);
+    if let Some(agent) = &spec.agent {
+        push(&["--ro-bind", &agent.to_string_lossy(), AGENT_ALONE]);
+    }
     if let Some((lib_dir, _)) = &loader {
         let l = lib_dir.to_string_lossy().into_owned();
         push(&["--ro-bind", &l, AGENT_LIB]);
@@ -236,7 +245,10 @@ fn bwrap_args(spec: &SandboxSpec, disk: Option<&WorkDisk>) -> Vec<String> {
         let ld = format!("{AGENT_LIB}/{loader_name}");
         push(&[&ld, "--library-path", AGENT_LIB]);
     }
-    push(&[AGENT_EXE, "__agent", "--ctl", CTL_DIR]);
+    match &spec.agent {
+        Some(_) => push(&[AGENT_ALONE, "--ctl", CTL_DIR]),
+        None => push(&[AGENT_EXE, "__agent", "--ctl", CTL_DIR]),
+    }
     a
 }
 
@@ -347,6 +359,7 @@ pub fn write_main_spec(ctl: &Path, argv: &[String], cwd: &str) -> VmResult<()> {
 }
 
 /// How `/work` is limited in size (`resources.disk_mb`; see [`crate::disk`]).
+#[derive(Clone)]
 enum WorkDisk {
     /// An ext4 image, loop-mounted on the work directory in the sandbox's mount namespace.
     Image { mb: u64, image: PathBuf },
@@ -442,22 +455,29 @@ impl Sandbox {
         spawner: &Spawner,
         timeout: Duration,
     ) -> VmResult<Arc<Sandbox>> {
-        let ctl = prepare_dirs(&spec)?;
-        let ctl_fd = open_ctl(&ctl)?;
+        // Each step's time since the start, for the debug log (profiling a slow start).
+        let t0 = Instant::now();
+        let mut steps: Vec<(&str, u128)> = Vec::with_capacity(8);
+        let mut mark = |step| steps.push((step, t0.elapsed().as_micros()));
         let disk = match spec.limits.disk_mb {
             Some(mb) => Some(WorkDisk::choose(&spec.dir, mb).await),
             None => None,
         };
-        let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
-        let log = tokio::fs::File::create(backend_log(&spec.dir))
+        // The directories, the log and bwrap's arguments (which list the root): one trip to
+        // a blocking thread for all of it.
+        let (ctl_fd, log, mut cmd) = {
+            let (spec, disk) = (spec.clone(), disk.clone());
+            tokio::task::spawn_blocking(move || -> VmResult<_> {
+                let ctl_fd = open_ctl(&prepare_dirs(&spec)?)?;
+                let log = std::fs::File::create(backend_log(&spec.dir))
+                    .map_err(|e| VmError::io("backend.log", e))?;
+                Ok((ctl_fd, log, bwrap_command(&spec, disk.as_ref())?))
+            })
             .await
-            .map_err(|e| VmError::io("backend.log", e))?
-            .into_std()
-            .await;
-        let mut cmd = bwrap_command(&spec, disk.as_ref())?;
+            .map_err(|e| VmError::engine(format!("preparing the sandbox failed: {e}")))??
+        };
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
-            cgroups.remove();
             if e.kind() == std::io::ErrorKind::NotFound {
                 VmError::missing("bwrap is not installed (apt-get install bubblewrap)")
             } else {
@@ -465,6 +485,7 @@ impl Sandbox {
             }
         })?;
         let bwrap_pid = child.id() as i32;
+        mark("spawned");
         let (Some(mut block), Some(status)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(VmError::engine("bwrap's pipes were not set up"));
         };
@@ -477,12 +498,17 @@ impl Sandbox {
             .name(format!("vm-{}", spec.id))
             .spawn(move || monitor(child, status, pid_tx, exit_tx, dir))
             .map_err(|e| VmError::io("the monitor thread", e))?;
+        // bwrap waits on its block pipe before it starts anything inside: the cgroups are
+        // made meanwhile (~0.7 ms), and joined before it is released.
+        let cgroups = InstanceCgroups::create(&spec.id, spec.limits);
+        mark("cgroups");
         let fail =
             |msg: String, cgroups: &InstanceCgroups| start_failed(bwrap_pid, msg, &spec, cgroups);
         let child_pid = match tokio::time::timeout(timeout, pid_rx).await {
             Ok(Ok(Some(pid))) => pid,
             _ => return Err(fail("bwrap did not start".into(), &cgroups)),
         };
+        mark("child");
         if let Err(e) = cgroups.attach(child_pid) {
             tracing::warn!(instance = spec.id, "cgroup attach failed: {e}");
         }
@@ -511,12 +537,19 @@ impl Sandbox {
             frozen: Mutex::new(false),
             disk: disk.as_ref().map(WorkDisk::info),
         });
+        mark("released");
         sandbox.write_record();
         if let Err(why) = sandbox.wait_for_agent(timeout).await {
             let msg = fail(why.into(), &sandbox.cgroups);
             sandbox.kill();
             return Err(msg);
         }
+        mark("answered");
+        tracing::debug!(
+            instance = spec.id,
+            ?steps,
+            "sandbox start: µs at the end of each step"
+        );
         sandbox.check_mounts(&spec)?;
         if spec.command.is_some() {
             match sandbox.request(&Request::StartMain).await {
@@ -536,6 +569,8 @@ impl Sandbox {
     /// Ping the agent until it answers; why not, when the sandbox ends or `timeout` passes.
     async fn wait_for_agent(&self, timeout: Duration) -> Result<(), &'static str> {
         let deadline = Instant::now() + timeout;
+        self.socket_appeared(deadline.min(Instant::now() + Duration::from_secs(1)))
+            .await;
         loop {
             if let Ok(a) = self.request(&Request::Ping).await
                 && a.ok
@@ -551,6 +586,28 @@ impl Sandbox {
             }
             tokio::time::sleep(Duration::from_micros(500)).await;
         }
+    }
+
+    /// Whether the agent's socket appeared in the control directory before `until` (or the
+    /// sandbox's end). It appears 1–2 ms after the release; watched in 100 µs steps on a
+    /// blocking thread, since each of tokio's timer waits rounds up to a millisecond.
+    async fn socket_appeared(&self, until: Instant) -> bool {
+        use kitbag_shared::rustix::fs::{AtFlags, statat};
+        let Ok(ctl) = self.ctl_fd.try_clone() else {
+            return false;
+        };
+        let exit = self.exit.clone();
+        tokio::task::spawn_blocking(move || {
+            while Instant::now() < until && exit.borrow().is_none() {
+                if statat(&ctl, AGENT_SOCKET, AtFlags::SYMLINK_NOFOLLOW).is_ok() {
+                    return true;
+                }
+                std::thread::sleep(Duration::from_micros(100));
+            }
+            false
+        })
+        .await
+        .unwrap_or(false)
     }
 
     /// bwrap binds mounts by path: a link swapped in after the server resolved a path
@@ -598,7 +655,7 @@ impl Sandbox {
         };
         if let Ok(bytes) = serde_json::to_vec_pretty(&record) {
             let _ =
-                kitbag_shared::atomic::write_atomic(&self.dir.join("record.json"), &bytes, false);
+                kitbag_shared::atomic::write_atomic_volatile(&self.dir.join("record.json"), &bytes);
         }
     }
 

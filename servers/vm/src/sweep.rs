@@ -63,7 +63,7 @@ pub fn sweep(state: &Arc<VmState>) -> SweepReport {
             let _ = std::fs::remove_file(dir.join("ctl").join(crate::proto::AGENT_SOCKET));
             record.lost = true;
             if let Ok(b) = serde_json::to_vec_pretty(&record) {
-                let _ = kitbag_shared::atomic::write_atomic(&dir.join("record.json"), &b, false);
+                let _ = kitbag_shared::atomic::write_atomic_volatile(&dir.join("record.json"), &b);
             }
         }
         if record.lost {

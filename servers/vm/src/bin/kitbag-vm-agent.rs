@@ -3,6 +3,11 @@
 //! stripped: 1.5 MB against 16 MB).
 
 fn main() -> anyhow::Result<()> {
+    // The server runs an agent beside it only when it is of its own version.
+    if std::env::args().nth(1).as_deref() == Some("--version") {
+        println!("{}", kitbag_vm::agent_link::agent_version());
+        return Ok(());
+    }
     let args: Vec<String> = std::env::args()
         .skip(1)
         .skip_while(|a| a == "__agent")

@@ -35,7 +35,7 @@ impl Payload {
     /// The agent (`kitbag-vm-agent` beside the server, else the server), stripped, with
     /// the libraries and loader `ldd` lists: the image need not have a matching C library.
     pub fn build(exe: &Path) -> VmResult<Payload> {
-        let agent = crate::qemu::image::agent_binary(exe);
+        let agent = crate::agent_link::agent_binary(exe);
         let mut files = vec![("agent".to_string(), crate::qemu::image::stripped(&agent)?)];
         let mut loader = None;
         for lib in crate::qemu::image::shared_libraries(&agent)? {

@@ -42,7 +42,7 @@ pub fn ensure(images_dir: &Path, exe: &Path) -> VmResult<Image> {
     if !kernel_present(&dir) {
         fetch_kernel(&dir)?;
     }
-    let agent = agent_binary(exe);
+    let agent = crate::agent_link::agent_binary(exe);
     let key = agent_key(&agent)?;
     let initrd = dir.join(format!("initrd-{key}.cpio"));
     if !initrd.is_file() {
@@ -53,16 +53,6 @@ pub fn ensure(images_dir: &Path, exe: &Path) -> VmResult<Image> {
         kernel: dir.join("vmlinuz"),
         initrd,
     })
-}
-
-/// The agent to put in the guest: `kitbag-vm-agent` beside the server when it was installed
-/// with it (ten times smaller, so the guest boots faster), else the server itself
-/// (`__agent`).
-pub fn agent_binary(exe: &Path) -> PathBuf {
-    exe.parent()
-        .map(|d| d.join("kitbag-vm-agent"))
-        .filter(|a| a.is_file())
-        .unwrap_or_else(|| exe.to_path_buf())
 }
 
 /// Initramfs files of earlier builds (~2–30 MB each). A VM that booted one keeps running

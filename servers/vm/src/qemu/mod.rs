@@ -411,7 +411,7 @@ impl QemuVm {
         };
         if let Ok(bytes) = serde_json::to_vec_pretty(&record) {
             let _ =
-                kitbag_shared::atomic::write_atomic(&self.dir.join("record.json"), &bytes, false);
+                kitbag_shared::atomic::write_atomic_volatile(&self.dir.join("record.json"), &bytes);
         }
     }
 }

@@ -454,6 +454,7 @@ async fn start(inner: Arc<Inner>, uid: String, id: String, pod: Value, rt: PodRt
         limits: limits(&c),
         mounts,
         exe: inner.opts.agent_exe.clone(),
+        agent: None,
         rootfs: None,
     });
     let started = match spec {

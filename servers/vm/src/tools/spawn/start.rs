@@ -40,6 +40,17 @@ pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolR
             crate::tools::guest_socket::GUEST_SOCKET
         ),
     ));
+    // The agent alone is checked once (it is run with --version), off the runtime.
+    let agent = match crate::agent_link::known_agent_alone(&state.exe) {
+        Some(known) => known,
+        None => {
+            let exe = state.exe.clone();
+            tokio::task::spawn_blocking(move || crate::agent_link::agent_alone(&exe))
+                .await
+                .ok()
+                .flatten()
+        }
+    };
     let spec = SandboxSpec {
         id: id.to_string(),
         hostname: c.name.clone().unwrap_or_else(|| id.to_string()),
@@ -52,6 +63,7 @@ pub async fn start_sandbox(state: &Arc<VmState>, id: &str, c: &Checked) -> ToolR
         limits: c.limits,
         mounts: c.mounts.clone(),
         exe: state.exe.clone(),
+        agent,
         rootfs: c.rootfs.clone(),
     };
     let sandbox = Sandbox::start(spec, &state.spawner, Duration::from_secs(20))
