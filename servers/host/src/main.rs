@@ -1,6 +1,9 @@
 use clap::Parser;
 use kitbag_shared::runtime::{Threads, unblock_shutdown_signals};
 
+/// The subcommands that build the hub (none: `serve`).
+const HUB_COMMANDS: &[&str] = &["serve", "run", "daemon", "chat", "tools", "call"];
+
 fn main() {
     // `kitbag server vm` mounts this binary into each instance as its agent.
     if let Some(args) = kitbag_vm::agent_args() {
@@ -9,6 +12,12 @@ fn main() {
             std::process::exit(1);
         }
         return;
+    }
+    // Commands that serve the flat list need every embedded family's catalog: parsing starts
+    // now, beside the argument parsing (not for `kitbag server FAMILY`, a child).
+    let first = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    if first.as_deref().is_none_or(|c| HUB_COMMANDS.contains(&c)) {
+        kitbag::families::prefetch_catalogs();
     }
     let cli = kitbag::Cli::parse();
     // Before any thread exists: clients may start us with SIGINT/SIGTERM blocked.
