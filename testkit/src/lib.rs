@@ -483,7 +483,8 @@ impl McpClient {
 /// lines, no reader thread and no parsing, so a timing covers only the server and the pipe.
 pub struct RawClient {
     child: Child,
-    stdin: ChildStdin,
+    /// None once [`RawClient::shutdown`] closed it.
+    stdin: Option<ChildStdin>,
     stdout: BufReader<std::process::ChildStdout>,
     line: Vec<u8>,
     id: u64,
@@ -504,7 +505,7 @@ impl RawClient {
         let stdout = BufReader::with_capacity(1 << 20, child.stdout.take().expect("stdout"));
         let mut c = RawClient {
             child,
-            stdin,
+            stdin: Some(stdin),
             stdout,
             line: Vec::with_capacity(1 << 20),
             id: 0,
@@ -522,8 +523,9 @@ impl RawClient {
         let mut msg = Vec::with_capacity(line.len() + 1);
         msg.extend_from_slice(line.as_bytes());
         msg.push(b'\n');
-        self.stdin.write_all(&msg).expect("write");
-        self.stdin.flush().expect("flush");
+        let stdin = self.stdin.as_mut().expect("stdin is open");
+        stdin.write_all(&msg).expect("write");
+        stdin.flush().expect("flush");
     }
 
     fn read_line(&mut self) -> usize {
@@ -534,13 +536,37 @@ impl RawClient {
     /// One `tools/call` with `params` (raw JSON: `{"name":…,"arguments":…}`); waits for the
     /// answer line and returns its size in bytes.
     pub fn call(&mut self, params: &str) -> usize {
+        self.request("tools/call", params)
+    }
+
+    /// Any request with `params` (raw JSON); waits for the next line (the answer, for a server
+    /// that sends nothing else meanwhile) and returns its size in bytes. For benchmarks: the
+    /// time is the answer's arrival, with nothing parsed.
+    pub fn request(&mut self, method: &str, params: &str) -> usize {
         self.id += 1;
         let msg = format!(
-            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"tools/call\",\"params\":{params}}}",
+            "{{\"jsonrpc\":\"2.0\",\"id\":{},\"method\":\"{method}\",\"params\":{params}}}",
             self.id
         );
         self.send(&msg);
         self.read_line()
+    }
+
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Close the server's stdin and wait for it to exit (killed after 10 s).
+    pub fn shutdown(mut self) -> Option<i32> {
+        drop(self.stdin.take());
+        let deadline = Instant::now() + Duration::from_secs(10);
+        while Instant::now() < deadline {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                return status.code();
+            }
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        None
     }
 
     /// The last answer line, as received.
