@@ -215,6 +215,9 @@ pub struct Child {
     pub(crate) calls: Arc<Calls>,
     /// Stopped after this long without a call, back to `Idle` (see `idle.rs`).
     pub(super) idle_stop: Option<Duration>,
+    /// Known without starting it, but started with the host all the same (in the
+    /// background, see [`super::Known::start_now`]).
+    pub(super) start_now: bool,
 }
 
 /// The calls in flight on one child. A call holds a [`CallGuard`] from the moment it is
@@ -325,6 +328,7 @@ impl Child {
                 ..Default::default()
             },
             idle_stop,
+            start_now: known.as_ref().is_some_and(|k| k.start_now),
             tools: known.map(|k| k.tools).unwrap_or_default(),
             pid: None,
             started: None,

@@ -17,6 +17,7 @@ impl Hub {
     /// Start every enabled child in parallel; returns when each is ready or has failed.
     pub async fn start_all(self: &Arc<Self>) {
         let ids: Vec<u64> = self.lock().iter().map(|c| c.id).collect();
+        let ids = self.start_in_background(ids);
         let starts: Vec<_> = ids.into_iter().map(|id| self.clone().start(id)).collect();
         futures::future::join_all(starts).await;
         // The first list is what the client will fetch: nothing to announce.
@@ -362,9 +363,28 @@ impl Hub {
         for gone in retired {
             self.retire(gone);
         }
+        let to_start = self.start_in_background(to_start);
         futures::future::join_all(to_start.into_iter().map(|id| self.clone().start(id))).await;
         self.notify_list_changed().await;
         report
+    }
+
+    /// Of `ids`, the idle servers that run from the start all the same (`Known::start_now`):
+    /// started now, without waiting for them — their tools are listed already. Returns the
+    /// others, to start as usual.
+    fn start_in_background(self: &Arc<Self>, ids: Vec<u64>) -> Vec<u64> {
+        let (now, others): (Vec<u64>, Vec<u64>) = {
+            let c = self.lock();
+            ids.into_iter().partition(|id| {
+                c.iter()
+                    .any(|c| c.id == *id && c.start_now && c.state == State::Idle)
+            })
+        };
+        for id in now {
+            let hub = self.clone();
+            tokio::spawn(async move { hub.wake(id).await });
+        }
+        others
     }
 
     pub async fn refresh_tools(&self, name: &str) {

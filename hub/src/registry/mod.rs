@@ -93,6 +93,9 @@ pub struct Known {
     /// Once started, it stops again after this long without a call (see `idle.rs`), unless
     /// its entry sets its own `idle_stop_secs`.
     pub idle_stop: Option<Duration>,
+    /// It runs from the start all the same (cron with an entry to fire): listed at once from
+    /// what is known, started in the background, so `tools/list` does not wait for it.
+    pub start_now: bool,
 }
 
 /// A custom notification a child sent.
@@ -131,6 +134,7 @@ fn known_now(
         tools,
         families,
         idle_stop: None,
+        start_now: false,
     })
 }
 

@@ -98,7 +98,8 @@ struct Waiting {
     /// What it declares beyond tools.
     families: Families,
     /// Whether an entry of this family must start with the host after all: it has work to do
-    /// in the background from the start.
+    /// in the background from the start. It is still listed from its catalog at once and
+    /// started in the background (`Known::start_now`): `tools/list` does not wait for it.
     busy_at_start: fn(&ServerEntry) -> bool,
     /// It keeps nothing between calls but caches, so it may stop when unused
     /// (`idle_stop_secs`) and start again on the next call without anyone noticing. Not
@@ -309,14 +310,12 @@ pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
             .iter()
             .position(|w| w.family == family)?;
         let waiting = &START_ON_FIRST_CALL[index];
-        if (waiting.busy_at_start)(e) {
-            return None;
-        }
         Some(Known {
             tools: parsed()[index].clone()?,
             families: waiting.families,
             // The family's default; the entry's own `idle_stop_secs` wins (the hub applies it).
             idle_stop: (waiting.stateless && !idle_stop.is_zero()).then_some(idle_stop),
+            start_now: (waiting.busy_at_start)(e),
         })
     }))
 }

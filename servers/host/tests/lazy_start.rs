@@ -76,8 +76,15 @@ fn cron_starts_with_the_host_once_it_has_an_entry() {
     c.shutdown();
     kitbag_testkit::wait_until("no server of the host left", 10, || !running());
     let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Modern);
+    // Listed from its catalog at once; started in the background, not waited for.
+    assert!(names(&mut c).iter().any(|n| n == "cron_create"));
+    kitbag_testkit::wait_until("an entry to fire: cron starts with the host", 10, running);
+    kitbag_testkit::wait_until("cron ready", 10, || {
+        server_status(&mut c, "cron")["state"] == "ready"
+    });
+    // Its own list is the catalog's: no change to announce once it is up.
     names(&mut c);
-    assert!(running(), "an entry to fire: cron starts with the host");
+    no_list_change(&mut c, "cron's start changed nothing in the list");
     c.shutdown();
 }
 
