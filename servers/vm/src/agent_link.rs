@@ -164,10 +164,15 @@ pub fn agent_alone(exe: &Path) -> Option<PathBuf> {
                         && String::from_utf8_lossy(&o.stdout).trim() == agent_version()
                 })
         });
-    AGENTS_ALONE
-        .locked()
-        .push((exe.to_path_buf(), found.clone()));
-    found
+    let mut known = AGENTS_ALONE.locked();
+    // Two first spawns may both have checked: the first answer stays.
+    match known.iter().find(|(e, _)| e == exe) {
+        Some((_, first)) => first.clone(),
+        None => {
+            known.push((exe.to_path_buf(), found.clone()));
+            found
+        }
+    }
 }
 
 /// What [`agent_alone`] found for `exe` before, without running anything.

@@ -105,6 +105,15 @@ pub fn probe() -> (bool, String) {
     }
 }
 
+/// A program that did not run: `missing` (how to install it) when it is not there.
+fn run_failed(e: std::io::Error, program: &str, missing: &str) -> VmError {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        VmError::missing(missing)
+    } else {
+        VmError::io(format!("cannot run {program}"), e)
+    }
+}
+
 /// A start that failed after bwrap ran: kill it, drop its cgroups, and tell why with the
 /// tail of its log.
 fn start_failed(
@@ -156,11 +165,11 @@ impl Sandbox {
         };
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
-            if e.kind() == std::io::ErrorKind::NotFound {
-                VmError::missing("bwrap is not installed (apt-get install bubblewrap)")
-            } else {
-                VmError::io("cannot run bwrap", e)
-            }
+            run_failed(
+                e,
+                "bwrap",
+                "bwrap is not installed (apt-get install bubblewrap)",
+            )
         })?;
         let bwrap_pid = child.id() as i32;
         mark("spawned");
@@ -561,11 +570,11 @@ async fn start_slirp(spawner: &Spawner, child_pid: i32, dir: &Path) -> VmResult<
         .stdout(Stdio::null())
         .stderr(log);
     let mut child = spawner.spawn(cmd).await.map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            VmError::missing("network \"outbound\" needs slirp4netns: apt-get install slirp4netns")
-        } else {
-            VmError::io("cannot run slirp4netns", e)
-        }
+        run_failed(
+            e,
+            "slirp4netns",
+            "network \"outbound\" needs slirp4netns: apt-get install slirp4netns",
+        )
     })?;
     // Ready once tap0 is up with its address in the sandbox.
     let deadline = Instant::now() + Duration::from_secs(5);
