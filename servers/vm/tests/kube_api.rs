@@ -857,12 +857,13 @@ async fn python_client_exec_portforward_watch() {
     assert_eq!(r["exec_output"], "from-exec\nto-err\n");
     assert_eq!(r["exec_returncode"], 7);
     assert_eq!(r["portforward_status_line"], "HTTP/1.0 200 OK");
+    // The client's proxy thread prints to stderr if it dies; show it with the report.
     assert!(
         r["refused_error"]
             .as_str()
-            .unwrap()
-            .contains("Connection refused"),
-        "{r}"
+            .is_some_and(|e| e.contains("Connection refused")),
+        "{r}\n{}",
+        String::from_utf8_lossy(&out.stderr)
     );
     env.wait_for("the python pod to go", 20, |f| {
         f.object("pods", "default", "py-web").is_none()

@@ -197,7 +197,16 @@ impl Sandbox {
         };
         mark("child");
         if let Err(e) = cgroups.attach(child_pid) {
-            tracing::warn!(instance = spec.id, "cgroup attach failed: {e}");
+            // A child that already ended (bwrap failed a mount) fails the start below with
+            // bwrap's own message; only a live child running without its limits is news.
+            if kitbag_shared::proc_stat::running(child_pid) {
+                tracing::warn!(instance = spec.id, "cgroup attach failed: {e}");
+            } else {
+                tracing::debug!(
+                    instance = spec.id,
+                    "cgroup attach: the child has ended: {e}"
+                );
+            }
         }
         let slirp = if spec.outbound {
             match start_slirp(spawner, child_pid, &spec.dir).await {

@@ -375,9 +375,20 @@ async fn exec(ws: Ws, engine: Arc<Engine>, j: ExecJob) {
     let status = run_exec(&engine, &j, stdin, &mut tx, &mut rx).await;
     let _ = tx.send(channel_msg(3, status.to_string().as_bytes())).await;
     let _ = tx.send(normal_close()).await;
-    // Let the client read the close before the connection drops.
-    let _ = tokio::time::timeout(Duration::from_secs(2), async {
-        while rx.next().await.is_some() {}
+    linger(&mut rx).await;
+}
+
+/// After our close frame, read until the client's close (or its end) before dropping the
+/// connection. Dropping it with the client's late frames unread makes the kernel answer
+/// with a reset, and a reset can discard what the client had not read yet: the exit status,
+/// or a port's error. Bounded, for a client that never answers.
+async fn linger(rx: &mut futures::stream::SplitStream<Ws>) {
+    let _ = tokio::time::timeout(Duration::from_secs(10), async {
+        while let Some(Ok(m)) = rx.next().await {
+            if matches!(m, Message::Close(_)) {
+                break;
+            }
+        }
     })
     .await;
 }
@@ -502,6 +513,7 @@ async fn forward(ws: Ws, engine: Arc<Engine>, ports: Vec<u16>, who: String) {
     }
     drop(out_tx);
     let _ = tokio::time::timeout(Duration::from_secs(2), writer).await;
+    linger(&mut rx).await;
 }
 
 type Halves = (
