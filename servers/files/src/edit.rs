@@ -15,13 +15,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::feedback;
 use crate::state::FilesState;
+use kitbag_lsp_client::check::EditDiagnostics;
 
 /// Largest diff returned in a result, in bytes of JSON string; the edit itself is never
 /// limited by this.
 pub const MAX_DIFF_BYTES: usize = 32 * 1024;
-/// What the result's fields other than `path` and `diff` weigh at most, serialized.
-const RESERVE_BYTES: usize = 256;
+/// What the result's fields other than `path` and `diff` weigh at most, serialized (the
+/// language server's diagnostics included).
+const RESERVE_BYTES: usize = 1024 + kitbag_lsp_client::check::MAX_BYTES;
 /// Lines of the matches listed when `old_string` is not unique.
 const MAX_LINES_LISTED: usize = 100;
 const BOM: &[u8] = b"\xEF\xBB\xBF";
@@ -80,6 +83,9 @@ pub struct EditParams {
     /// Diff only, no write.
     #[serde(default)]
     pub dry_run: Option<bool>,
+    /// Diagnostics introduced/fixed (--lsp; default on).
+    #[serde(default)]
+    pub check: Option<bool>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -98,6 +104,9 @@ pub struct EditResult {
     /// First line (1-based, in the new file) that changed.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub first_changed_line: Option<u64>,
+    /// What the edit did to the language server's diagnostics (servers run with --lsp).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<EditDiagnostics>,
 }
 
 /// The file's text and how to write it back exactly as it was encoded.
@@ -269,11 +278,28 @@ pub async fn run(
     let access = if dry_run { Access::Read } else { Access::Write };
     // Read and written through the same open parent directory: the file edited is the one read.
     let path = p.path.clone();
-    let (r, target) =
-        blocking(move || policy.parent(&path, "path", access, Parents::MustExist)).await?;
-    let _guard = state.locks.lock(&r.abs).await?;
-    // Reading, diffing, fsync and rename wait on the disk: off the async threads.
-    blocking(move || edit_locked(&state, r, target, p, mode, dry_run)).await
+    let (r, target) = {
+        let policy = policy.clone();
+        blocking(move || policy.parent(&path, "path", access, Parents::MustExist)).await?
+    };
+    let check = if dry_run { Some(false) } else { p.check };
+    let pending = feedback::before(
+        state.feedback.as_ref(),
+        &policy,
+        std::slice::from_ref(&r.abs),
+        check,
+    )
+    .await;
+    let mut reply = {
+        let _guard = state.locks.lock(&r.abs).await?;
+        // Reading, diffing, fsync and rename wait on the disk: off the async threads.
+        let state = state.clone();
+        blocking(move || edit_locked(&state, r, target, p, mode, dry_run)).await?
+    };
+    let d = feedback::after(pending, &policy, &[]).await;
+    feedback::append(&mut reply.text, d.as_ref());
+    reply.data.diagnostics = d;
+    Ok(reply)
 }
 
 fn edit_locked(
@@ -344,6 +370,7 @@ fn edit_locked(
             diff,
             diff_truncated,
             first_changed_line,
+            diagnostics: None,
         },
         text,
     ))

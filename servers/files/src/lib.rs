@@ -3,6 +3,7 @@
 //! Each tool's logic is a plain function in its own module; this file only wires them.
 
 pub mod edit;
+pub mod feedback;
 pub mod list;
 pub mod manage;
 pub mod patch;
@@ -30,6 +31,9 @@ pub struct Args {
     /// Largest `content` accepted by file_write / file_create / edit_text, in bytes.
     #[arg(long, default_value_t = 10 * 1024 * 1024)]
     pub max_content_bytes: usize,
+
+    #[command(flatten)]
+    pub lsp: feedback::LspFlags,
 }
 
 pub const IDENTITY: Identity = Identity {
@@ -44,6 +48,10 @@ pub fn router() -> ToolRouter<FilesState> {
             read::DEF,
             |s: Arc<FilesState>, p, ctx: CallCtx| async move {
                 let target = read::open(ctx.policy(), p)?;
+                // An edit usually follows a read: its language server starts now.
+                if let (Some(f), Some(path)) = (&s.feedback, target.file_path()) {
+                    f.warm(ctx.policy(), path);
+                }
                 if target.is_quick() {
                     target.read(&s, ctx.policy())
                 } else {
@@ -98,12 +106,19 @@ pub fn router() -> ToolRouter<FilesState> {
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<FilesState>> {
     let policy = args.common.policy()?;
-    let state = FilesState::new(args.max_content_bytes);
+    let state = FilesState::new(args.max_content_bytes)
+        .with_feedback(feedback::Feedback::from_flags(&args.lsp)?);
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;
-    kitbag_shared::serve(server, &args.common).await
+    let state = server.state().clone();
+    let served = kitbag_shared::serve(server, &args.common).await;
+    if let Some(f) = &state.feedback {
+        // Language servers get a clean shutdown rather than a kill when we can.
+        let _ = tokio::time::timeout(std::time::Duration::from_secs(5), f.shutdown()).await;
+    }
+    served
 }

@@ -159,6 +159,11 @@ pub fn run(
 }
 
 impl Target {
+    /// The absolute path read, when it is a regular file.
+    pub fn file_path(&self) -> Option<&std::path::Path> {
+        self.meta.is_file().then_some(self.resolved.abs.as_path())
+    }
+
     /// A small regular file: cheap enough to read without leaving the async thread.
     pub fn is_quick(&self) -> bool {
         self.meta.is_file() && self.meta.len() <= QUICK_READ_BYTES

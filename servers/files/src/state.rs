@@ -14,6 +14,8 @@ pub struct FilesState {
     read_hashes: Mutex<HashMap<PathBuf, u128>>,
     pub locks: PathLocks,
     pub max_content_bytes: usize,
+    /// Language servers that check every write (`--lsp`); None: no edit feedback.
+    pub feedback: Option<crate::feedback::Feedback>,
 }
 
 impl FilesState {
@@ -22,7 +24,14 @@ impl FilesState {
             read_hashes: Mutex::new(HashMap::new()),
             locks: PathLocks::new(kitbag_shared::lock::DEFAULT_LOCK_WAIT),
             max_content_bytes,
+            feedback: None,
         }
+    }
+
+    /// With language servers checking every write.
+    pub fn with_feedback(mut self, feedback: Option<crate::feedback::Feedback>) -> Self {
+        self.feedback = feedback;
+        self
     }
 
     pub fn record(&self, path: &Path, bytes: &[u8]) {

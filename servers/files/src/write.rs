@@ -11,7 +11,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
+use crate::feedback;
 use crate::state::FilesState;
+use kitbag_lsp_client::check::EditDiagnostics;
 
 pub const WRITE_DEF: ToolDef = ToolDef::write(
     "file_write",
@@ -34,6 +36,9 @@ pub struct WriteParams {
     pub path: String,
     /// Complete file content (UTF-8).
     pub content: String,
+    /// Diagnostics introduced/fixed (--lsp; default on).
+    #[serde(default)]
+    pub check: Option<bool>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -43,6 +48,9 @@ pub struct WriteResult {
     pub bytes_written: u64,
     /// True when the file did not exist before.
     pub created: bool,
+    /// What the write did to the language server's diagnostics (servers run with --lsp).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<EditDiagnostics>,
 }
 
 fn check_content(state: &FilesState, content: &str) -> ToolResult<()> {
@@ -76,9 +84,27 @@ pub async fn write(
     check_content(&state, &p.content)?;
     // Missing parents are made now: a file under them cannot exist, so it is being created.
     let (r, target) = writable_parent(&policy, &p.path).await?;
-    let _guard = state.locks.lock(&r.abs).await?;
-    // Reading, hashing, fsync and rename wait on the disk: off the async threads.
-    blocking(move || write_locked(&state, r, target, p.content)).await
+    let pending = feedback::before(
+        state.feedback.as_ref(),
+        &policy,
+        std::slice::from_ref(&r.abs),
+        p.check,
+    )
+    .await;
+    let mut reply = {
+        let _guard = state.locks.lock(&r.abs).await?;
+        // Reading, hashing, fsync and rename wait on the disk: off the async threads.
+        let state = state.clone();
+        blocking(move || write_locked(&state, r, target, p.content)).await?
+    };
+    checked(&mut reply, feedback::after(pending, &policy, &[]).await);
+    Ok(reply)
+}
+
+/// The check's outcome added to a write's answer.
+fn checked(reply: &mut Reply<WriteResult>, d: Option<EditDiagnostics>) {
+    feedback::append(&mut reply.text, d.as_ref());
+    reply.data.diagnostics = d;
 }
 
 fn write_locked(
@@ -110,6 +136,7 @@ fn write_locked(
             path: r.rel,
             bytes_written: content.len() as u64,
             created,
+            diagnostics: None,
         },
         text,
     ))
@@ -122,8 +149,20 @@ pub async fn create(
 ) -> ToolResult<Reply<WriteResult>> {
     check_content(&state, &p.content)?;
     let (r, target) = writable_parent(&policy, &p.path).await?;
-    let _guard = state.locks.lock(&r.abs).await?;
-    blocking(move || create_locked(&state, r, target, p.content)).await
+    let pending = feedback::before(
+        state.feedback.as_ref(),
+        &policy,
+        std::slice::from_ref(&r.abs),
+        p.check,
+    )
+    .await;
+    let mut reply = {
+        let _guard = state.locks.lock(&r.abs).await?;
+        let state = state.clone();
+        blocking(move || create_locked(&state, r, target, p.content)).await?
+    };
+    checked(&mut reply, feedback::after(pending, &policy, &[]).await);
+    Ok(reply)
 }
 
 fn create_locked(
@@ -161,6 +200,7 @@ fn create_locked(
             path: r.rel,
             bytes_written: content.len() as u64,
             created: true,
+            diagnostics: None,
         },
         text,
     ))

@@ -8,8 +8,8 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use kitbag_lsp::rpc::Rpc;
-use kitbag_lsp::text::path_to_uri;
+use kitbag_lsp_client::rpc::Rpc;
+use kitbag_lsp_client::text::path_to_uri;
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
@@ -206,7 +206,7 @@ fn kitbag(case: &Case, root: &Path) -> (f64, f64, f64) {
 fn main() {
     let rt = tokio::runtime::Runtime::new().unwrap();
     for case in CASES {
-        if kitbag_lsp::config::find_program(case.command[0]).is_none() {
+        if kitbag_lsp_client::config::find_program(case.command[0]).is_none() {
             println!("{}: not installed, skipped", case.name);
             continue;
         }
@@ -238,7 +238,7 @@ fn main() {
 /// What the pre-request sync costs per open document: the re-read and hash it used to do for
 /// every one, against the metadata check that now spares it for settled, untouched files.
 fn open_documents_check() {
-    use kitbag_lsp::stamp::Stamp;
+    use kitbag_lsp_client::stamp::Stamp;
     let d = tempfile::tempdir().unwrap();
     let line = "value = compute(argument_one, argument_two)  # a typical line\n";
     let paths: Vec<_> = (0..300)

@@ -4,28 +4,21 @@
 //!   validation (`tool::validate`) and the steps every action shares (`tool::open`);
 //! - [`dispatch`]: a call handed to its action;
 //! - [`actions`], [`rename`]: what each action asks the server and how answers are shown;
-//! - [`result`]: the one typed result every action fills; [`edits`]: workspace edits;
-//! - [`pool`]: spawning, sharing, idle-stopping and restarting servers, file sync;
-//! - [`rpc`]: JSON-RPC over the server's stdio; [`diagnostics`]: waiting for fresh ones;
-//! - [`text`]: lines, position encodings, symbol lookup; [`config`]: the registry.
+//! - [`result`]: the one typed result every action fills.
+//!
+//! The language servers themselves — registry, pool, JSON-RPC, document sync, fresh
+//! diagnostics — are kitbag-lsp-client's, shared with kitbag-files' edit feedback.
 
 pub mod actions;
-pub mod config;
-pub mod diagnostics;
 pub mod dispatch;
-pub mod edits;
-pub mod pool;
-pub mod ready;
 pub mod rename;
 pub mod result;
-pub mod rpc;
-pub mod stamp;
-pub mod text;
 pub mod tool;
 
 use std::sync::Arc;
 
 use clap::Parser;
+use kitbag_lsp_client::config;
 use kitbag_shared::{CallCtx, CommonArgs, Identity, McpServer, ToolRouter};
 
 pub use tool::LspState;
@@ -73,16 +66,7 @@ pub fn router() -> ToolRouter<LspState> {
 
 /// The pool configuration from flags and the config file.
 pub fn config_from(args: &Args) -> anyhow::Result<config::Config> {
-    let mut cfg = config::Config::default();
-    if let Some(path) = &args.config {
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
-        cfg.apply_toml(&text)
-            .map_err(|e| anyhow::anyhow!("--config {}: {e}", path.display()))?;
-    }
-    for s in &args.servers {
-        cfg.apply_flag(s)?;
-    }
+    let mut cfg = config::Config::load(args.config.as_deref(), &args.servers)?;
     if let Some(d) = args.idle_timeout {
         cfg.idle_timeout = d;
     }
@@ -98,7 +82,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<LspState>> {
         Some(p) => Some(kitbag_shared::audit::AuditLog::open(p)?),
         None => None,
     };
-    let state = LspState::with_audit(config_from(args)?, audit);
+    let state = LspState::new(config_from(args)?, audit);
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 

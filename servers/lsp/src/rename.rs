@@ -11,12 +11,12 @@ use serde_json::{Value, json};
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::actions::Answer;
-use crate::edits::TextEdit;
-use crate::pool::{Pool, Server};
 use crate::result::{FileChange, LspResult};
-use crate::rpc::RpcError;
-use crate::text::{Lines, path_to_uri};
 use crate::tool::{LspParams, need, open, position, rpc_error};
+use kitbag_lsp_client::edits::TextEdit;
+use kitbag_lsp_client::pool::{Pool, Server};
+use kitbag_lsp_client::rpc::RpcError;
+use kitbag_lsp_client::text::{Lines, path_to_uri};
 
 pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolResult<Answer> {
     let path = need(&p.path, "path", "required")?;
@@ -31,7 +31,12 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
         .with_detail(json!({"capability": "renameProvider"})));
     }
     let (line, ch) = position(&o.lines, p, p.action)?;
-    crate::ready::project_loaded(server, "a rename", crate::ready::LOAD_WAIT).await?;
+    kitbag_lsp_client::ready::project_loaded(
+        server,
+        "a rename",
+        kitbag_lsp_client::ready::LOAD_WAIT,
+    )
+    .await?;
     let units = o.lines.to_units(line, ch, server.encoding);
     let tdp = json!({"textDocument": {"uri": path_to_uri(&o.abs)},
         "position": {"line": line, "character": units}});
@@ -62,7 +67,8 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
         Err(RpcError::Server { message, .. }) => return Err(not_possible(message)),
         Err(e) => return Err(rpc_error(pool, server, "textDocument/rename", e).await),
     };
-    let files = crate::edits::files_of(&edit).map_err(|e| not_possible(e.to_string()))?;
+    let files =
+        kitbag_lsp_client::edits::files_of(&edit).map_err(|e| not_possible(e.to_string()))?;
     if files.is_empty() {
         return Err(not_possible("the server returned no edits".into()));
     }
@@ -136,7 +142,12 @@ pub async fn rename_file(
     refuse_existing(policy, &to)?;
     let o = open(pool, policy, path).await?;
     let server = &o.server;
-    crate::ready::project_loaded(server, "a file rename", crate::ready::LOAD_WAIT).await?;
+    kitbag_lsp_client::ready::project_loaded(
+        server,
+        "a file rename",
+        kitbag_lsp_client::ready::LOAD_WAIT,
+    )
+    .await?;
     let (old_uri, new_uri) = (path_to_uri(&from.abs), path_to_uri(&to.abs));
     let supports = !server.capabilities["workspace"]["fileOperations"]["willRename"].is_null();
     let files = if supports {
@@ -228,7 +239,7 @@ async fn will_rename_edits(
     let params = json!({"files": [{"oldUri": old_uri, "newUri": new_uri}]});
     match server.request("workspace/willRenameFiles", params).await {
         Ok(Value::Null) => Ok(BTreeMap::new()),
-        Ok(edit) => crate::edits::files_of(&edit).map_err(|why| {
+        Ok(edit) => kitbag_lsp_client::edits::files_of(&edit).map_err(|why| {
             ToolError::new(
                 ErrorCode::RenameNotPossible,
                 format!("cannot rename {}: {why}", from.rel),
@@ -286,7 +297,7 @@ impl Move {
             Some(b) => b,
             None => policy
                 .open_real_read(&from.abs)
-                .and_then(crate::pool::read_all)
+                .and_then(kitbag_lsp_client::pool::read_all)
                 .map_err(|e| ToolError::io(&from.rel, &e))?,
         };
         Ok(mv)
@@ -389,7 +400,7 @@ async fn plan(
     for (file, edits) in files {
         let old = policy
             .open_real_read(file)
-            .and_then(crate::pool::read_all)
+            .and_then(kitbag_lsp_client::pool::read_all)
             .map_err(|e| ToolError::io(&policy.display(file), &e))?;
         if seen.get(file).is_some_and(|h| *h != xxh3_64(&old)) {
             return Err(ToolError::new(
@@ -401,9 +412,10 @@ async fn plan(
             ));
         }
         let lines = Lines::new(String::from_utf8_lossy(&old).into_owned());
-        let new = crate::edits::apply(&lines, edits, server.encoding).map_err(|why| {
-            ToolError::new(ErrorCode::RenameNotPossible, format!("cannot apply: {why}"))
-        })?;
+        let new =
+            kitbag_lsp_client::edits::apply(&lines, edits, server.encoding).map_err(|why| {
+                ToolError::new(ErrorCode::RenameNotPossible, format!("cannot apply: {why}"))
+            })?;
         out.push(Planned {
             file: file.clone(),
             old,

@@ -14,8 +14,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
-use crate::pool::ServerStatus;
 use crate::tool::{Action, LspParams};
+use kitbag_lsp_client::pool::ServerStatus;
 
 #[derive(Debug, Default, Serialize, JsonSchema)]
 pub struct LspResult {
@@ -215,23 +215,7 @@ impl Supports {
     }
 }
 
-#[derive(Debug, Clone, Serialize, JsonSchema)]
-pub struct Diagnostic {
-    pub path: String,
-    pub line: usize,
-    pub character: usize,
-    pub end_line: usize,
-    pub end_character: usize,
-    /// error, warning, information or hint.
-    pub severity: String,
-    pub message: String,
-    /// The server's code for it (a number is given as text).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub code: Option<String>,
-    /// Which tool reported it (e.g. Pyright, rustc, clang).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub source: Option<String>,
-}
+pub use kitbag_lsp_client::diagnostics::Diagnostic;
 
 /// A place in a file: a definition, a reference. Outside the caller's readable mounts only
 /// `path`, `line` and `outside_cage` are given.

@@ -260,7 +260,7 @@ fn pyright_end_to_end() {
     let s = ok(
         &mut c,
         json!({"action": "request", "path": "models.py", "method": "textDocument/documentHighlight",
-            "params": {"textDocument": {"uri": kitbag_lsp::text::path_to_uri(&std::fs::canonicalize(d.path()).unwrap().join("models.py"))},
+            "params": {"textDocument": {"uri": kitbag_lsp_client::text::path_to_uri(&std::fs::canonicalize(d.path()).unwrap().join("models.py"))},
                 "position": {"line": 0, "character": 7}}}),
     );
     assert!(s["result"].as_array().is_some_and(|a| a.len() >= 2), "{s}");

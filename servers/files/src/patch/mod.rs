@@ -15,6 +15,9 @@ pub mod model;
 pub mod replace;
 pub mod unified;
 
+use crate::feedback;
+use kitbag_lsp_client::check::EditDiagnostics;
+use std::path::PathBuf;
 use std::sync::Arc;
 
 use kitbag_shared::atomic::{self, Changes, is_exists};
@@ -54,12 +57,15 @@ pub enum FormatParam {
 #[serde(deny_unknown_fields)]
 pub struct PatchParams {
     pub patch: String,
-    /// Default: detected.
+    // Default: detected (`auto`).
     #[serde(default)]
     pub format: Option<FormatParam>,
-    /// Check and diff only, no write.
+    /// Diff only, no write.
     #[serde(default)]
     pub dry_run: Option<bool>,
+    /// Diagnostics introduced/fixed (--lsp; default on).
+    #[serde(default)]
+    pub check: Option<bool>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, JsonSchema, PartialEq, Eq)]
@@ -107,6 +113,9 @@ pub struct PatchResult {
     pub diff: String,
     /// The diff was cut at 32 KB (the patch itself is whole).
     pub diff_truncated: bool,
+    /// What the patch did to the language servers' diagnostics (servers run with --lsp).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<EditDiagnostics>,
 }
 
 /// A patch text that does not parse: the 1-based line and why.
@@ -183,8 +192,22 @@ pub async fn run(
         .iter()
         .flat_map(|p| std::iter::once(p.from.abs.clone()).chain(p.to.iter().map(|t| t.abs.clone())))
         .collect();
-    let _guard = state.locks.lock_many(&paths).await?;
-    blocking(move || apply_locked(&state, &policy, format, plan, dry_run)).await
+    let moved: Vec<(PathBuf, PathBuf)> = plan
+        .iter()
+        .filter_map(|p| Some((p.from.abs.clone(), p.to.as_ref()?.abs.clone())))
+        .collect();
+    let changed: Vec<PathBuf> = plan.iter().map(|p| p.from.abs.clone()).collect();
+    let check = if dry_run { Some(false) } else { p.check };
+    let pending = feedback::before(state.feedback.as_ref(), &policy, &changed, check).await;
+    let mut reply = {
+        let _guard = state.locks.lock_many(&paths).await?;
+        let (state, policy) = (state.clone(), policy.clone());
+        blocking(move || apply_locked(&state, &policy, format, plan, dry_run)).await?
+    };
+    let d = feedback::after(pending, &policy, &moved).await;
+    feedback::append(&mut reply.text, d.as_ref());
+    reply.data.diagnostics = d;
+    Ok(reply)
 }
 
 /// Resolve every path the patch names (each at most once), before anything is locked.
@@ -290,10 +313,11 @@ fn apply_locked(
         .collect();
     let diff_full = diffs.concat();
     let budget = RESULT_BUDGET_BYTES.saturating_sub(
-        512 + outcomes
-            .iter()
-            .map(|o| 160 + 2 * json_len(o.from.rel.as_str()) + 64 * o.notes.len())
-            .sum::<usize>(),
+        1024 + kitbag_lsp_client::check::MAX_BYTES
+            + outcomes
+                .iter()
+                .map(|o| 160 + 2 * json_len(o.from.rel.as_str()) + 64 * o.notes.len())
+                .sum::<usize>(),
     );
     let (diff, diff_truncated) = {
         let (d, cut) = kitbag_shared::limits::json_prefix(&diff_full, MAX_DIFF_BYTES.min(budget));
@@ -329,6 +353,7 @@ fn apply_locked(
             files,
             diff,
             diff_truncated,
+            diagnostics: None,
         },
         text,
     ))

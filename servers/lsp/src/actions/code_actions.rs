@@ -8,16 +8,16 @@ use kitbag_shared::{PathPolicy, ToolResult};
 use serde_json::{Value, json};
 
 use super::{Answer, ask, unsupported_unless};
-use crate::diagnostics;
-use crate::pool::{Pool, Server};
 use crate::result::{CodeAction, Edit, LspResult};
-use crate::text::path_to_uri;
 use crate::tool::{Action, LspParams, Opened, need, open, position};
+use kitbag_lsp_client::diagnostics;
+use kitbag_lsp_client::pool::{Pool, Server};
+use kitbag_lsp_client::text::path_to_uri;
 
 /// Edits of a WorkspaceEdit as caller-facing `{path, line, character, end_line,
 /// end_character, old, new}` entries.
 pub async fn edit_entries(server: &Server, policy: &PathPolicy, edit: &Value) -> Vec<Edit> {
-    let Ok(files) = crate::edits::files_of(edit) else {
+    let Ok(files) = kitbag_lsp_client::edits::files_of(edit) else {
         return Vec::new();
     };
     let enc = server.encoding;

@@ -6,51 +6,20 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use kitbag_shared::{Access, ErrorCode, PathPolicy, Resolved, ToolError, ToolResult};
-use serde_json::Value;
 
-use super::{Answer, lsp_position};
-use crate::config::LanguageConfig;
-use crate::diagnostics::{self, code_string, passes, severity_name};
-use crate::pool::Pool;
+use super::Answer;
 use crate::result::{Diagnostic, LspResult, page};
-use crate::text::{Encoding, Lines};
 use crate::tool::{LspParams, language_for, need};
+use kitbag_lsp_client::config::LanguageConfig;
+use kitbag_lsp_client::diagnostics::{self, passes};
+use kitbag_lsp_client::pool::Pool;
+use kitbag_lsp_client::text::Lines;
 
 /// The note of an answer returned before the servers went quiet.
 const NOT_SETTLED: &str = "returned before the language server went quiet: results may be incomplete; call again or raise wait_ms";
 
 /// Files a directory `diagnostics` call opens at most.
 pub const MAX_DIR_FILES: usize = 200;
-
-/// One diagnostic in caller coordinates.
-fn diagnostic_entry(
-    policy: &PathPolicy,
-    path: &Path,
-    lines: &Lines,
-    d: &Value,
-    enc: Encoding,
-) -> Diagnostic {
-    let (sl, sc) = lsp_position(&d["range"]["start"]);
-    let el = d["range"]["end"]["line"].as_u64().unwrap_or(sl as u64) as usize;
-    let ec = d["range"]["end"]["character"].as_u64().unwrap_or(sc as u64) as usize;
-    Diagnostic {
-        path: policy.display(path),
-        line: sl + 1,
-        character: lines.to_chars(sl, sc, enc).1,
-        end_line: el + 1,
-        end_character: lines.to_chars(el, ec, enc).1,
-        severity: severity_name(&d["severity"]).to_string(),
-        // A message can be any length (a type error printing whole types): 8 KB of it.
-        message: kitbag_shared::limits::fit_str(
-            d["message"].as_str().unwrap_or(""),
-            8 * 1024,
-            "… [cut to fit the answer]",
-        )
-        .0,
-        code: code_string(&d["code"]),
-        source: d["source"].as_str().map(str::to_string),
-    }
-}
 
 /// What `diagnostics` was asked about: the resolved path and whether it is a directory,
 /// asked of a descriptor opened beneath the root (issue #22 §1).
@@ -145,7 +114,7 @@ async fn gather(
             seen.push(path.clone());
             for d in items {
                 g.all
-                    .push(diagnostic_entry(policy, path, lines, d, server.encoding));
+                    .push(diagnostics::entry(policy, path, lines, d, server.encoding));
             }
         }
         // Under a directory, also what the server pushed for files nobody opened.
@@ -156,8 +125,13 @@ async fn gather(
             }
             if let Some(lines) = server.text_of(&path).await {
                 for d in &items {
-                    g.all
-                        .push(diagnostic_entry(policy, &path, &lines, d, server.encoding));
+                    g.all.push(diagnostics::entry(
+                        policy,
+                        &path,
+                        &lines,
+                        d,
+                        server.encoding,
+                    ));
                 }
             }
         }

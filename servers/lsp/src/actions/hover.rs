@@ -6,10 +6,10 @@ use kitbag_shared::{PathPolicy, ToolResult};
 use serde_json::Value;
 
 use super::{Answer, ask, at_position, lsp_position, unsupported_unless};
-use crate::pool::Pool;
 use crate::result::{LspResult, Position, Range};
-use crate::text::{Encoding, Lines};
 use crate::tool::LspParams;
+use kitbag_lsp_client::pool::Pool;
+use kitbag_lsp_client::text::{Encoding, Lines};
 
 /// Hover text beyond this is cut with a marker.
 pub const MAX_HOVER_CHARS: usize = 4000;

@@ -16,13 +16,13 @@ use std::sync::Arc;
 use kitbag_shared::{Access, ErrorCode, PathPolicy, ToolError, ToolResult};
 use serde_json::{Value, json};
 
-use crate::config::LanguageConfig;
-use crate::pool::{Pool, Server};
 use crate::result::LspResult;
-use crate::text::path_to_uri;
 use crate::tool::{
     Action, LspParams, Opened, language_for, language_named, need, open, position, rpc_error,
 };
+use kitbag_lsp_client::config::LanguageConfig;
+use kitbag_lsp_client::pool::{Pool, Server};
+use kitbag_lsp_client::text::path_to_uri;
 
 pub use code_actions::{code_actions, edit_entries};
 pub use diagnose::{MAX_DIR_FILES, diagnostics};

@@ -9,10 +9,10 @@ use kitbag_shared::{Access, PathPolicy, ToolResult};
 use serde_json::{Value, json};
 
 use super::{Answer, ask, at_position, lsp_position, unsupported_unless};
-use crate::pool::{Pool, Server};
 use crate::result::{Location, LspResult, page};
-use crate::text::{Lines, uri_to_path};
 use crate::tool::{Action, LspParams};
+use kitbag_lsp_client::pool::{Pool, Server};
+use kitbag_lsp_client::text::{Lines, uri_to_path};
 
 /// The default page of definitions, type definitions and implementations: every one (the
 /// result budget still cuts it).
@@ -117,7 +117,12 @@ pub async fn goto(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolR
     unsupported_unless(&o.server, cap, p.action)?;
     if p.action == Action::Implementation {
         // Implementations may be anywhere in the project.
-        crate::ready::project_loaded(&o.server, "implementations", crate::ready::LOAD_WAIT).await?;
+        kitbag_lsp_client::ready::project_loaded(
+            &o.server,
+            "implementations",
+            kitbag_lsp_client::ready::LOAD_WAIT,
+        )
+        .await?;
     }
     let answer = ask(pool, &o.server, method, tdp).await?;
     let all = locations(&o.server, policy, &answer).await;
@@ -145,7 +150,12 @@ pub async fn references(
 ) -> ToolResult<Answer> {
     let (o, mut tdp, _) = at_position(pool, policy, p).await?;
     unsupported_unless(&o.server, "referencesProvider", p.action)?;
-    crate::ready::project_loaded(&o.server, "references", crate::ready::LOAD_WAIT).await?;
+    kitbag_lsp_client::ready::project_loaded(
+        &o.server,
+        "references",
+        kitbag_lsp_client::ready::LOAD_WAIT,
+    )
+    .await?;
     tdp["context"] = json!({"includeDeclaration": p.include_declaration.unwrap_or(false)});
     let answer = ask(pool, &o.server, "textDocument/references", tdp).await?;
     let all = locations(&o.server, policy, &answer).await;

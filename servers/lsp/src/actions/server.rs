@@ -8,9 +8,9 @@ use kitbag_shared::{ErrorCode, PathPolicy, ToolError, ToolResult};
 use serde_json::Value;
 
 use super::{Answer, language_of, server_of};
-use crate::pool::{Pool, Server, ServerStatus};
 use crate::result::{LspResult, ServerInfo, Supports};
 use crate::tool::{Action, LspParams, need};
+use kitbag_lsp_client::pool::{Pool, Server, ServerStatus};
 
 pub async fn status(pool: &Arc<Pool>) -> ToolResult<Answer> {
     let mut servers = pool.status().await;
@@ -195,8 +195,8 @@ pub fn text_page(text: &str, start: usize, room: usize) -> (&str, Option<usize>)
     (&text[start..], None)
 }
 
-fn raw_error(e: crate::rpc::RpcError) -> ToolError {
-    use crate::rpc::RpcError;
+fn raw_error(e: kitbag_lsp_client::rpc::RpcError) -> ToolError {
+    use kitbag_lsp_client::rpc::RpcError;
     // Raw requests do not kill the server on timeout: the method may simply be slow.
     ToolError::new(
         match e {

@@ -9,10 +9,10 @@ use kitbag_shared::{Access, PathPolicy, ToolResult};
 use serde_json::{Value, json};
 
 use super::{Answer, ask, lsp_position, server_of, unsupported_unless};
-use crate::pool::{Pool, Server};
 use crate::result::{LspResult, Symbol, page};
-use crate::text::{Lines, path_to_uri, uri_to_path};
 use crate::tool::{LspParams, Scope, need, open};
+use kitbag_lsp_client::pool::{Pool, Server};
+use kitbag_lsp_client::text::{Lines, path_to_uri, uri_to_path};
 
 pub fn symbol_kind(k: &Value) -> &'static str {
     const KINDS: [&str; 26] = [
@@ -89,7 +89,12 @@ async fn workspace_symbols(
     let server = server_of(pool, policy, p).await?;
     server.sync(&[]).await?;
     unsupported_unless(&server, "workspaceSymbolProvider", p.action)?;
-    crate::ready::project_loaded(&server, "workspace symbols", crate::ready::LOAD_WAIT).await?;
+    kitbag_lsp_client::ready::project_loaded(
+        &server,
+        "workspace symbols",
+        kitbag_lsp_client::ready::LOAD_WAIT,
+    )
+    .await?;
     let q = p.query.clone().unwrap_or_default();
     let answer = ask(pool, &server, "workspace/symbol", json!({"query": q})).await?;
     Ok(SymbolAnswer {

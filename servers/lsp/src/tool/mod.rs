@@ -6,13 +6,8 @@ pub mod open;
 pub mod params;
 pub mod validate;
 
-use kitbag_shared::lock::LockExt;
-use std::path::PathBuf;
-use std::sync::Arc;
-
 use kitbag_shared::ToolDef;
 
-use crate::pool::Pool;
 pub use open::{Opened, language_for, language_named, open, rpc_error};
 pub use params::{Action, LspParams, Scope, Severity};
 pub use validate::{need, position};
@@ -33,46 +28,5 @@ pub const DEF: ToolDef = ToolDef {
     private_args: &[],
 };
 
-/// One pool per project root: the root comes from `--root`, or from the client's first
-/// MCP root, so a client that names its roots gets servers rooted there.
-pub struct LspState {
-    pub config: crate::config::Config,
-    pools: std::sync::Mutex<std::collections::HashMap<PathBuf, Arc<Pool>>>,
-    audit: Option<kitbag_shared::audit::AuditLog>,
-}
-
-impl LspState {
-    pub fn new(config: crate::config::Config) -> Self {
-        Self::with_audit(config, None)
-    }
-
-    /// Language-server lifecycle events are appended to `audit` (the `--audit-log` file).
-    pub fn with_audit(
-        config: crate::config::Config,
-        audit: Option<kitbag_shared::audit::AuditLog>,
-    ) -> Self {
-        LspState {
-            config,
-            pools: Default::default(),
-            audit,
-        }
-    }
-
-    pub fn pool_for(&self, root: &std::path::Path) -> Arc<Pool> {
-        self.pools
-            .locked()
-            .entry(root.to_path_buf())
-            .or_insert_with(|| {
-                Pool::with_audit(self.config.clone(), root.to_path_buf(), self.audit.clone())
-            })
-            .clone()
-    }
-
-    /// Shut every language server down (server exit).
-    pub async fn shutdown_all(&self) {
-        let pools: Vec<Arc<Pool>> = self.pools.locked().values().cloned().collect();
-        for pool in pools {
-            pool.shutdown_all().await;
-        }
-    }
-}
+/// The `code_lsp` state: one pool of language servers per project root.
+pub type LspState = kitbag_lsp_client::pools::Pools;

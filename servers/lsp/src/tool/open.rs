@@ -7,10 +7,10 @@ use std::sync::Arc;
 
 use kitbag_shared::{Access, ErrorCode, PathPolicy, Resolved, ToolError, ToolResult};
 
-use crate::config::LanguageConfig;
-use crate::pool::{Pool, Server};
-use crate::rpc::RpcError;
-use crate::text::Lines;
+use kitbag_lsp_client::config::LanguageConfig;
+use kitbag_lsp_client::pool::{Pool, Server};
+use kitbag_lsp_client::rpc::RpcError;
+use kitbag_lsp_client::text::Lines;
 
 /// A file opened in its server, ready for a request.
 pub struct Opened {

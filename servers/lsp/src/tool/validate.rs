@@ -10,8 +10,8 @@ use kitbag_shared::{PathPolicy, ToolError, ToolResult};
 
 use super::open::{is_dir, language_for, open_path};
 use super::params::{Action, LspParams, Scope};
-use crate::pool::Pool;
-use crate::text::{Lines, find_word, preview_of};
+use kitbag_lsp_client::pool::Pool;
+use kitbag_lsp_client::text::{Lines, find_word, preview_of};
 
 /// The most entries one page of a list may ask for.
 pub const MAX_LIMIT: u64 = 10_000;
@@ -93,7 +93,7 @@ fn required_position(p: &LspParams) -> ToolResult<()> {
 /// rename: `new_name` is given and is an identifier.
 fn new_name(p: &LspParams) -> ToolResult<()> {
     let name = need(&p.new_name, "new_name", "required for action `rename`")?;
-    if !crate::text::is_identifier(name) {
+    if !kitbag_lsp_client::text::is_identifier(name) {
         return Err(ToolError::invalid_field(
             "new_name",
             format!(
@@ -158,7 +158,8 @@ pub fn preflight(pool: &Pool, policy: &PathPolicy, p: &LspParams) -> ToolResult<
         language_for(pool, &r.abs, &r.rel)?;
     }
     if p.action.needs_position() || p.action == Action::CodeActions {
-        let bytes = crate::pool::read_all(file).map_err(|e| ToolError::io(&r.rel, &e))?;
+        let bytes =
+            kitbag_lsp_client::pool::read_all(file).map_err(|e| ToolError::io(&r.rel, &e))?;
         let lines = Lines::new(String::from_utf8_lossy(&bytes).into_owned());
         position(&lines, p, p.action)?;
     }

@@ -12,7 +12,7 @@ pub fn bin() -> &'static Path {
 
 /// Whether a language server is installed; under CI a missing one fails the test.
 pub fn have(program: &str) -> bool {
-    let mut ok = kitbag_lsp::config::find_program(program).is_some();
+    let mut ok = kitbag_lsp_client::config::find_program(program).is_some();
     // ~/.cargo/bin/rust-analyzer is a rustup proxy that exists even without the component.
     if ok && program == "rust-analyzer" {
         ok = std::process::Command::new(program)

@@ -4,7 +4,7 @@
 
 use kitbag_shared::lock::LockExt;
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -12,7 +12,10 @@ use serde_json::{Value, json};
 
 use crate::pool::Server;
 use crate::rpc::Published;
-use crate::text::{Lines, path_to_uri};
+use crate::text::{Encoding, Lines, path_to_uri};
+use kitbag_shared::PathPolicy;
+use schemars::JsonSchema;
+use serde::Serialize;
 
 /// A server counts as quiet after this long without any notification.
 pub const QUIET: Duration = Duration::from_millis(300);
@@ -32,6 +35,16 @@ pub async fn collect(
     files: &[(PathBuf, Arc<Lines>)],
     wait: Duration,
 ) -> Collected {
+    collect_within(server, files, wait, QUIET).await
+}
+
+/// [`collect`] with the server counted as quiet after `quiet` without a notification.
+pub async fn collect_within(
+    server: &Server,
+    files: &[(PathBuf, Arc<Lines>)],
+    wait: Duration,
+    quiet: Duration,
+) -> Collected {
     let start = Instant::now();
     let mut pulled = pull(server, files).await;
     // What each document looked like when we last changed it.
@@ -50,7 +63,7 @@ pub async fn collect(
             })
             .collect()
     };
-    let settled = wait_until_settled(server, files, &pulled, &marks, start + wait).await;
+    let settled = wait_until_settled(server, files, &pulled, &marks, start + wait, quiet).await;
     let ev = server.rpc.events.locked();
     let mut by_file = Vec::new();
     for (path, lines) in files {
@@ -119,7 +132,7 @@ async fn pull(server: &Server, files: &[(PathBuf, Arc<Lines>)]) -> HashMap<PathB
 }
 
 /// Wait until every file not pulled has current pushed diagnostics and the server has
-/// been quiet (no progress running, no event) for [`QUIET`]. False when the deadline or
+/// been quiet (no progress running, no event) for `quiet`. False when the deadline or
 /// the server's exit came first.
 async fn wait_until_settled(
     server: &Server,
@@ -127,6 +140,7 @@ async fn wait_until_settled(
     pulled: &HashMap<PathBuf, Vec<Value>>,
     marks: &HashMap<PathBuf, Mark>,
     deadline: Instant,
+    quiet: Duration,
 ) -> bool {
     let uris: Vec<(&PathBuf, String)> = files.iter().map(|(p, _)| (p, path_to_uri(p))).collect();
     loop {
@@ -141,13 +155,13 @@ async fn wait_until_settled(
                         .is_some_and(|pubd| is_current(pubd, marks.get(*p)))
             });
             let quiet_for = if ev.active_progress.is_empty() {
-                ev.last_event.map(|t| t.elapsed()).unwrap_or(QUIET)
+                ev.last_event.map(|t| t.elapsed()).unwrap_or(quiet)
             } else {
                 Duration::ZERO
             };
             (fresh, quiet_for)
         };
-        if fresh && quiet_for >= QUIET {
+        if fresh && quiet_for >= quiet {
             return true;
         }
         if !server.rpc.is_alive() {
@@ -158,7 +172,7 @@ async fn wait_until_settled(
             return false;
         }
         let nap = if fresh {
-            (QUIET - quiet_for).min(deadline - now)
+            (quiet - quiet_for).min(deadline - now)
         } else {
             deadline - now
         };
@@ -171,7 +185,7 @@ async fn wait_until_settled(
 
 /// Diagnostics the server pushed for files we did not open (e.g. rust-analyzer's
 /// `cargo check` covers the whole crate), under `dir`.
-pub fn pushed_under(server: &Server, dir: &std::path::Path) -> Vec<(PathBuf, Vec<Value>)> {
+pub fn pushed_under(server: &Server, dir: &Path) -> Vec<(PathBuf, Vec<Value>)> {
     let ev = server.rpc.events.locked();
     let mut out: Vec<(PathBuf, Vec<Value>)> = ev
         .diagnostics
@@ -183,6 +197,64 @@ pub fn pushed_under(server: &Server, dir: &std::path::Path) -> Vec<(PathBuf, Vec
         .collect();
     out.sort_by(|a, b| a.0.cmp(&b.0));
     out
+}
+
+/// One diagnostic as kitbag's answers show it: lines 1-based, characters counted as
+/// characters.
+#[derive(Debug, Clone, PartialEq, Serialize, JsonSchema)]
+pub struct Diagnostic {
+    pub path: String,
+    pub line: usize,
+    pub character: usize,
+    pub end_line: usize,
+    pub end_character: usize,
+    /// error, warning, information or hint.
+    pub severity: String,
+    pub message: String,
+    /// The server's code for it (a number is given as text).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub code: Option<String>,
+    /// Which tool reported it (e.g. Pyright, rustc, clang).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub source: Option<String>,
+}
+
+/// One diagnostic in caller coordinates.
+pub fn entry(
+    policy: &PathPolicy,
+    path: &Path,
+    lines: &Lines,
+    d: &Value,
+    enc: Encoding,
+) -> Diagnostic {
+    let (sl, sc) = position(&d["range"]["start"]);
+    let el = d["range"]["end"]["line"].as_u64().unwrap_or(sl as u64) as usize;
+    let ec = d["range"]["end"]["character"].as_u64().unwrap_or(sc as u64) as usize;
+    Diagnostic {
+        path: policy.display(path),
+        line: sl + 1,
+        character: lines.to_chars(sl, sc, enc).1,
+        end_line: el + 1,
+        end_character: lines.to_chars(el, ec, enc).1,
+        severity: severity_name(&d["severity"]).to_string(),
+        // A message can be any length (a type error printing whole types): 8 KB of it.
+        message: kitbag_shared::limits::fit_str(
+            d["message"].as_str().unwrap_or(""),
+            8 * 1024,
+            "… [cut to fit the answer]",
+        )
+        .0,
+        code: code_string(&d["code"]),
+        source: d["source"].as_str().map(str::to_string),
+    }
+}
+
+/// An LSP position's (line, units), 0 when missing.
+fn position(v: &Value) -> (usize, usize) {
+    (
+        v["line"].as_u64().unwrap_or(0) as usize,
+        v["character"].as_u64().unwrap_or(0) as usize,
+    )
 }
 
 pub fn severity_name(v: &Value) -> &'static str {

@@ -226,6 +226,23 @@ impl Config {
         Ok(())
     }
 
+    /// The built-ins, then `file` (kitbag-lsp's TOML, `[lsp.servers.<language>]`), then each
+    /// `LANG=COMMAND` of `servers`, in rising precedence — what kitbag-lsp's `--config` and
+    /// `--server` flags describe, and kitbag-files' `--lsp-config` and `--lsp-server`.
+    pub fn load(file: Option<&Path>, servers: &[String]) -> anyhow::Result<Config> {
+        let mut cfg = Config::default();
+        if let Some(path) = file {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            cfg.apply_toml(&text)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+        }
+        for s in servers {
+            cfg.apply_flag(s)?;
+        }
+        Ok(cfg)
+    }
+
     /// Apply one `--server LANG=COMMAND ARGS...` flag.
     pub fn apply_flag(&mut self, flag: &str) -> Result<(), ConfigError> {
         let (name, cmd) = flag
