@@ -70,7 +70,8 @@ pub struct EditDiagnostics {
     pub languages: Vec<String>,
     /// Time spent waiting for the servers, before and after the write together.
     pub waited_ms: u64,
-    /// Files that could not be checked, and why (no server installed, it crashed, ...).
+    /// Files that could not be checked, and why (no server installed, it crashed, it was
+    /// still loading): nothing is claimed about them.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub note: Option<String>,
 }
@@ -140,6 +141,9 @@ struct FileBefore {
     /// None: the file did not exist (it is being created).
     lines: Option<Arc<Lines>>,
     items: Vec<Value>,
+    /// The server had not described this text within the wait: what the edit changed in
+    /// this file is unknown.
+    unknown: bool,
 }
 
 /// One language's side of a check.
@@ -222,6 +226,7 @@ impl Checker {
                 .by_file
                 .into_iter()
                 .map(|(path, lines, items)| FileBefore {
+                    unknown: got.stale.contains(&path),
                     path,
                     lines: Some(lines),
                     items,
@@ -233,6 +238,7 @@ impl Checker {
                         path: p.clone(),
                         lines: None,
                         items: Vec::new(),
+                        unknown: false,
                     });
                 }
             }
@@ -276,6 +282,7 @@ impl Checker {
             ..Default::default()
         };
         let mut notes = before.notes;
+        let mut unknown: Vec<String> = Vec::new();
         let mut introduced = Vec::new();
         let mut fixed = Vec::new();
         for group in before.groups {
@@ -311,6 +318,12 @@ impl Checker {
             };
             for f in &group.files {
                 let to = after_path(&f.path);
+                // Right or silent: a side the server did not describe in time is no basis
+                // for "introduced" or "fixed".
+                if f.unknown || got.stale.contains(&to) {
+                    unknown.push(policy.display(&to));
+                    continue;
+                }
                 let after = got.by_file.iter().find(|(p, _, _)| *p == to);
                 let empty = Vec::new();
                 let (after_lines, after_items) = match after {
@@ -352,6 +365,16 @@ impl Checker {
                 introduced.extend(new.into_iter().map(|d| show(&path, &lines, d)));
                 fixed.extend(gone.into_iter().map(|d| show(&path, &lines, d)));
             }
+        }
+        if !unknown.is_empty() {
+            out.settled = false;
+            notes.insert(
+                0,
+                format!(
+                    "not compared (the language server had not described the text before or after the write within the wait; still loading?): {}",
+                    unknown.join(", ")
+                ),
+            );
         }
         let order = |a: &Diagnostic, b: &Diagnostic| {
             (&a.path, a.line, a.character).cmp(&(&b.path, b.line, b.character))

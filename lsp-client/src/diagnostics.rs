@@ -25,6 +25,9 @@ pub struct Collected {
     pub by_file: Vec<(PathBuf, Arc<Lines>, Vec<Value>)>,
     pub settled: bool,
     pub waited_ms: u64,
+    /// Files of which the server had said nothing about the current text when the wait
+    /// ended (neither pulled nor pushed for it): their lists say nothing, not "none".
+    pub stale: Vec<PathBuf>,
 }
 
 /// Collect diagnostics for `files` (already synced and open in `server`): pull them where
@@ -66,11 +69,18 @@ pub async fn collect_within(
     let settled = wait_until_settled(server, files, &pulled, &marks, start + wait, quiet).await;
     let ev = server.rpc.events.locked();
     let mut by_file = Vec::new();
+    let mut stale = Vec::new();
     for (path, lines) in files {
+        let was_pulled = pulled.contains_key(path);
         let mut items = pulled.remove(path).unwrap_or_default();
-        if let Some(pubd) = ev.diagnostics.get(&path_to_uri(path))
-            && is_current(pubd, marks.get(path))
-        {
+        let pushed = ev
+            .diagnostics
+            .get(&path_to_uri(path))
+            .filter(|pubd| is_current(pubd, marks.get(path)));
+        if !was_pulled && pushed.is_none() {
+            stale.push(path.clone());
+        }
+        if let Some(pubd) = pushed {
             for d in &pubd.items {
                 let dup = items
                     .iter()
@@ -86,6 +96,7 @@ pub async fn collect_within(
         by_file,
         settled,
         waited_ms: start.elapsed().as_millis() as u64,
+        stale,
     }
 }
 

@@ -5,7 +5,8 @@
 //! - [`pools`]: a pool per project root; [`pool`]: spawning, sharing, idle-stopping and restarting servers, and keeping their
 //!   documents in sync with the disk; [`rpc`]: JSON-RPC over a server's stdio;
 //! - [`diagnostics`]: waiting for diagnostics that describe the current text; [`ready`]:
-//!   waiting for a project to load; [`check`]: what an edit introduced and fixed;
+//!   waiting for a project to load; [`check`]: what an edit introduced and fixed, and
+//!   [`feedback`]: the flags and steps a server that writes files wraps its writes in;
 //! - [`text`]: lines, position encodings, URIs; [`edits`]: workspace edits; [`stamp`]: when
 //!   a file's metadata proves it unchanged.
 
@@ -13,6 +14,7 @@ pub mod check;
 pub mod config;
 pub mod diagnostics;
 pub mod edits;
+pub mod feedback;
 pub mod pool;
 pub mod pools;
 pub mod ready;

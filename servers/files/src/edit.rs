@@ -15,9 +15,9 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::feedback;
 use crate::state::FilesState;
 use kitbag_lsp_client::check::EditDiagnostics;
+use kitbag_lsp_client::feedback;
 
 /// Largest diff returned in a result, in bytes of JSON string; the edit itself is never
 /// limited by this.
@@ -32,8 +32,7 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub const DEF: ToolDef = ToolDef::write(
     "edit_text",
     "Edit text",
-    "Replace text in a file read with file_read this session and unchanged since; returns a \
-     unified diff. String mode: `old_string` → `new_string`, matched exactly (whitespace included) \
+    "Replace text in a file read with file_read this session and unchanged since. String mode: `old_string` → `new_string`, matched exactly (whitespace included) \
      and unique unless `replace_all` or `occurrence`. Line mode: `start_line`..`end_line` \
      (1-based, inclusive) → `new_string`.",
 )
@@ -83,7 +82,7 @@ pub struct EditParams {
     /// Diff only, no write.
     #[serde(default)]
     pub dry_run: Option<bool>,
-    /// Diagnostics introduced/fixed (--lsp; default on).
+    /// Report new/fixed diagnostics.
     #[serde(default)]
     pub check: Option<bool>,
 }

@@ -3,7 +3,6 @@
 //! Each tool's logic is a plain function in its own module; this file only wires them.
 
 pub mod edit;
-pub mod feedback;
 pub mod list;
 pub mod manage;
 pub mod patch;
@@ -33,7 +32,7 @@ pub struct Args {
     pub max_content_bytes: usize,
 
     #[command(flatten)]
-    pub lsp: feedback::LspFlags,
+    pub lsp: kitbag_lsp_client::feedback::LspFlags,
 }
 
 pub const IDENTITY: Identity = Identity {
@@ -106,8 +105,9 @@ pub fn router() -> ToolRouter<FilesState> {
 
 pub fn build(args: &Args) -> anyhow::Result<McpServer<FilesState>> {
     let policy = args.common.policy()?;
-    let state = FilesState::new(args.max_content_bytes)
-        .with_feedback(feedback::Feedback::from_flags(&args.lsp)?);
+    let state = FilesState::new(args.max_content_bytes).with_feedback(
+        kitbag_lsp_client::feedback::Feedback::from_flags(&args.lsp)?,
+    );
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 

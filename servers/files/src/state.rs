@@ -15,7 +15,7 @@ pub struct FilesState {
     pub locks: PathLocks,
     pub max_content_bytes: usize,
     /// Language servers that check every write (`--lsp`); None: no edit feedback.
-    pub feedback: Option<crate::feedback::Feedback>,
+    pub feedback: Option<kitbag_lsp_client::feedback::Feedback>,
 }
 
 impl FilesState {
@@ -29,7 +29,10 @@ impl FilesState {
     }
 
     /// With language servers checking every write.
-    pub fn with_feedback(mut self, feedback: Option<crate::feedback::Feedback>) -> Self {
+    pub fn with_feedback(
+        mut self,
+        feedback: Option<kitbag_lsp_client::feedback::Feedback>,
+    ) -> Self {
         self.feedback = feedback;
         self
     }

@@ -11,16 +11,16 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::feedback;
 use crate::state::FilesState;
 use kitbag_lsp_client::check::EditDiagnostics;
+use kitbag_lsp_client::feedback;
 
 pub const WRITE_DEF: ToolDef = ToolDef::write(
     "file_write",
     "Write file",
     "Write a whole file, creating it (and parent directories) or overwriting it: an existing file \
      must have been read with file_read this session and be unchanged since. Prefer edit_text for \
-     partial changes. ≤ 10 MB by default.",
+     partial changes.",
 )
 .destructive();
 
@@ -36,7 +36,7 @@ pub struct WriteParams {
     pub path: String,
     /// Complete file content (UTF-8).
     pub content: String,
-    /// Diagnostics introduced/fixed (--lsp; default on).
+    /// Report new/fixed diagnostics.
     #[serde(default)]
     pub check: Option<bool>,
 }

@@ -243,3 +243,41 @@ fn without_lsp_no_write_waits_or_reports() {
         r.structured
     );
 }
+
+/// Right or silent on first contact: with no time to wait, a cold server has not described
+/// the file before or after the edit — the answer claims nothing (a pre-existing error is
+/// not "introduced") and says it did not settle.
+#[test]
+fn a_cold_server_with_no_wait_claims_nothing() {
+    if !require(
+        on_path("pyright-langserver"),
+        "pyright-langserver is not installed",
+    ) {
+        return;
+    }
+    let d = tempfile::tempdir().unwrap();
+    std::fs::write(d.path().join("app.py"), APP).unwrap();
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--lsp", "--check-wait-ms", "0"],
+        d.path(),
+        Era::Handshake,
+    );
+    // The read starts the server in the background; the edit comes at once.
+    c.call_ok("file_read", json!({"path": "app.py"}));
+    let r = c.call_ok(
+        "edit_text",
+        json!({"path": "app.py", "old_string": "def greet", "new_string": "# hello\ndef greet"}),
+    );
+    let dg = &r.structured["diagnostics"];
+    assert_eq!(dg["settled"], false, "{dg}");
+    assert_eq!(dg["introduced_count"], 0, "the old error is not new: {dg}");
+    assert_eq!(dg["fixed_count"], 0, "{dg}");
+    assert!(
+        dg["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("not compared") && n.contains("app.py")),
+        "{dg}"
+    );
+    c.shutdown();
+}

@@ -1260,3 +1260,55 @@ fn patches_and_terminal_prompts_work_through_the_host_in_both_eras() {
         }
     }
 }
+
+/// Edit feedback through the host (issue #41 item 1): a files entry run with `--lsp`
+/// answers `edit_text` with the diagnostics it introduced and fixed, from pyright, in both
+/// protocol eras — each answer checked against the host's outputSchema by the client.
+#[test]
+fn edits_through_the_host_report_what_they_broke() {
+    if !kitbag_testkit::clients::require(
+        std::env::var_os("PATH").is_some_and(|p| {
+            std::env::split_paths(&p).any(|d| d.join("pyright-langserver").is_file())
+        }),
+        "pyright-langserver is not installed",
+    ) {
+        return;
+    }
+    for era in [Era::Modern, Era::Handshake] {
+        let d = project();
+        let app =
+            "def greet(name: str) -> str:\n    return \"hi \" + name\n\n\nprint(greet(\"x\"))\n";
+        std::fs::write(d.path().join("app.py"), app).expect("w");
+        let files = json!({"command": bin(),
+            "args": ["server", "files", "--root", d.path(), "--lsp", "--check-wait-ms", "30000"]});
+        let cfg = write_config(d.path(), "agent.json", json!({"mcp": {"files": files}}));
+        let mut c = McpClient::spawn(
+            bin(),
+            &["--config", cfg.to_str().expect("utf8"), "serve"],
+            d.path(),
+            era,
+        );
+        c.timeout = Duration::from_secs(90);
+        c.call_ok("file_read", json!({"path": "app.py"}));
+        let r = c.call_ok(
+            "edit_text",
+            json!({"path": "app.py", "old_string": "greet(\"x\")", "new_string": "greet(1)"}),
+        );
+        let dg = &r.structured["diagnostics"];
+        assert_eq!(dg["settled"], true, "{era:?}: {dg}");
+        assert_eq!(dg["introduced_count"], 1, "{era:?}: {dg}");
+        assert_eq!(dg["introduced"][0]["line"], 5, "{era:?}: {dg}");
+        assert!(r.text.contains("+ app.py:5:"), "{}", r.text);
+        let r = c.call_ok(
+            "edit_text",
+            json!({"path": "app.py", "old_string": "greet(1)", "new_string": "greet(\"y\")"}),
+        );
+        let dg = &r.structured["diagnostics"];
+        assert_eq!(
+            (&dg["introduced_count"], &dg["fixed_count"]),
+            (&json!(0), &json!(1)),
+            "{era:?}: {dg}"
+        );
+        c.shutdown();
+    }
+}

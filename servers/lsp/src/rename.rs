@@ -13,10 +13,12 @@ use xxhash_rust::xxh3::xxh3_64;
 use crate::actions::Answer;
 use crate::result::{FileChange, LspResult};
 use crate::tool::{LspParams, need, open, position, rpc_error};
+use kitbag_lsp_client::check::{Before, Checker, EditDiagnostics};
 use kitbag_lsp_client::edits::TextEdit;
 use kitbag_lsp_client::pool::{Pool, Server};
 use kitbag_lsp_client::rpc::RpcError;
 use kitbag_lsp_client::text::{Lines, path_to_uri};
+use std::time::Duration;
 
 pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> ToolResult<Answer> {
     let path = need(&p.path, "path", "required")?;
@@ -81,11 +83,14 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
             edits: p.edits,
         })
         .collect();
+    let edited: Vec<PathBuf> = planned.iter().map(|p| p.file.clone()).collect();
+    let before = check_before(pool, p, &edited).await;
     let writes: Vec<(PathBuf, Vec<u8>)> = planned.into_iter().map(|p| (p.file, p.new)).collect();
     write_all(policy, writes).await?;
     // Tell the server about the new text right away.
     server.sync(&[]).await?;
-    let text = format!(
+    let checked = check_after(pool, before, &[], policy).await;
+    let mut text = format!(
         "renamed to `{new_name}`: {total} edits in {} files\n{}",
         changes.len(),
         changes
@@ -99,8 +104,44 @@ pub async fn rename(pool: &Arc<Pool>, policy: &PathPolicy, p: &LspParams) -> Too
         files_changed: Some(files.len()),
         ..LspResult::new(p.action)
     };
+    with_check(&mut result, &mut text, checked);
     list_changes(&mut result, changes);
     Ok((result, text))
+}
+
+/// The state before a write of `files`, unless the call said `check: false`.
+async fn check_before(
+    pool: &Arc<Pool>,
+    p: &LspParams,
+    files: &[PathBuf],
+) -> Option<(Before, Duration)> {
+    let wait = p.check_wait()?;
+    Some((Checker::new(pool.clone()).before(files, wait).await, wait))
+}
+
+/// What the write introduced and fixed; `moved`: (path before, path after) of a moved file.
+async fn check_after(
+    pool: &Arc<Pool>,
+    before: Option<(Before, Duration)>,
+    moved: &[(PathBuf, PathBuf)],
+    policy: &PathPolicy,
+) -> Option<EditDiagnostics> {
+    let (before, wait) = before?;
+    Some(
+        Checker::new(pool.clone())
+            .after(before, moved, policy, wait)
+            .await,
+    )
+}
+
+/// The check's outcome into the answer and its text. Its room is kept first: the list of
+/// changed files is cut to what fits after it.
+fn with_check(result: &mut LspResult, text: &mut String, checked: Option<EditDiagnostics>) {
+    if let Some(d) = &checked {
+        text.push('\n');
+        text.push_str(&d.text());
+    }
+    result.edit_diagnostics = checked;
 }
 
 /// Write every file of a rename all-or-nothing, each through its directory opened beneath
@@ -157,8 +198,11 @@ pub async fn rename_file(
     };
     let planned = plan(server, policy, &files, &format!("moving {}", from.rel)).await?;
     let total: usize = planned.iter().map(|p| p.edits).sum();
+    let mut edited: Vec<PathBuf> = planned.iter().map(|p| p.file.clone()).collect();
+    edited.push(from.abs.clone());
     let mv = Move::new(policy, &from, &to, planned)?;
     let changes = mv.changes.clone();
+    let before = check_before(pool, p, &edited).await;
     apply_move(policy, mv).await?;
     let _ = server
         .rpc
@@ -169,6 +213,7 @@ pub async fn rename_file(
         .await;
     // The old document is gone from disk: sync closes it and opens the new one.
     server.sync(std::slice::from_ref(&to.abs)).await?;
+    let checked = check_after(pool, before, &[(from.abs.clone(), to.abs.clone())], policy).await;
     let mut text = format!("moved {} → {}", from.rel, to.rel);
     if supports {
         text.push_str(&format!(
@@ -193,6 +238,7 @@ pub async fn rename_file(
         references_updated: Some(supports),
         ..LspResult::new(p.action)
     };
+    with_check(&mut result, &mut text, checked);
     list_changes(&mut result, changes);
     Ok((result, text))
 }

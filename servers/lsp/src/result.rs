@@ -138,6 +138,9 @@ pub struct LspResult {
     /// part in file renames).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub references_updated: Option<bool>,
+    /// rename, rename_file: the diagnostics the change introduced and fixed.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub edit_diagnostics: Option<kitbag_lsp_client::check::EditDiagnostics>,
 
     /// Lists: how many entries there are in all (before paging).
     #[serde(skip_serializing_if = "Option::is_none")]

@@ -294,6 +294,14 @@ fn pyright_end_to_end() {
     assert_eq!(s["files_changed"], 3, "{s}");
     let total = s["total_edits"].as_u64().unwrap();
     assert!(total >= 6, "{s}");
+    // Checked by the server that made it: a whole rename introduces nothing.
+    let dg = &s["edit_diagnostics"];
+    assert_eq!(
+        (&dg["introduced_count"], &dg["languages"]),
+        (&json!(0), &json!(["python"])),
+        "{s}"
+    );
+    assert!(dg["remaining"].is_u64(), "{s}");
     for f in ["models.py", "app.py", "other.py"] {
         let text = std::fs::read_to_string(d.path().join(f)).unwrap();
         assert!(text.contains("AppUser"), "{f}: {text}");

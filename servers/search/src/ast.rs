@@ -1,5 +1,7 @@
 //! `search_ast` and `edit_ast`: structural search and rewrite with ast-grep.
 
+use kitbag_lsp_client::check::EditDiagnostics;
+use kitbag_lsp_client::feedback::Feedback;
 use kitbag_shared::args;
 use kitbag_shared::lock::LockExt;
 use std::collections::BTreeMap;
@@ -39,7 +41,7 @@ pub const MAX_CAPTURE_BYTES: usize = 12 * 1024;
 const MAX_PARSE_ERROR_BYTES: usize = 4 * 1024;
 /// What a result's counters, flags and keys weigh at most, serialized: held back from the
 /// budget (issue #37) that pages of matches and changes are cut to.
-const RESERVE_BYTES: usize = 512;
+const RESERVE_BYTES: usize = 1024 + kitbag_lsp_client::check::MAX_BYTES;
 
 pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "search_ast",
@@ -63,8 +65,8 @@ pub const EDIT_DEF: ToolDef = ToolDef::write(
 pub struct SearchParams {
     /// Must parse as code of `lang`.
     pub pattern: String,
-    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ...; default: from file
-    /// extensions if they agree.
+    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ...; default: by file
+    /// extension.
     #[serde(default)]
     pub lang: Option<String>,
     /// Files or directories (default the root).
@@ -151,7 +153,7 @@ pub struct SearchResult {
 pub struct EditParams {
     /// Pattern → template with its meta-variables, applied in order, e.g. {"$A.unwrap()": "$A?"}.
     pub rewrites: serde_json::Map<String, serde_json::Value>,
-    /// Default: from file extensions if they agree.
+    /// Default: by file extension.
     #[serde(default)]
     pub lang: Option<String>,
     /// File or directory (default the root).
@@ -172,6 +174,9 @@ pub struct EditParams {
     pub hidden: Option<bool>,
     #[serde(default)]
     pub no_ignore: Option<bool>,
+    /// Report new/fixed diagnostics.
+    #[serde(default)]
+    pub check: Option<bool>,
 }
 
 #[derive(Debug, Clone, Serialize, JsonSchema)]
@@ -219,6 +224,9 @@ pub struct EditResult {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub parse_errors_unlisted: Option<u64>,
     pub lang: String,
+    /// What the rewrite did to the language servers' diagnostics (servers run with --lsp).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub diagnostics: Option<EditDiagnostics>,
 }
 
 /// Names accepted for `lang`, for error messages.
@@ -788,6 +796,7 @@ struct Planned {
 }
 
 pub async fn edit(
+    feedback: Option<&Feedback>,
     policy: Arc<PathPolicy>,
     p: EditParams,
     ctx: CallCtx,
@@ -819,7 +828,10 @@ pub async fn edit(
         ..Default::default()
     };
     let cancel = ctx.cancel.clone();
-    kitbag_shared::blocking(move || {
+    let check = p.check;
+    let plan_policy = policy.clone();
+    let (mut chosen, files_searched, lang) = kitbag_shared::blocking(move || {
+        let policy = plan_policy;
         let files = candidates(std::slice::from_ref(&root.abs), &opts)?;
         let (lang, files) = select_language(p.lang.as_deref(), files)?;
         let mut patterns = Vec::new();
@@ -839,7 +851,7 @@ pub async fn edit(
             ));
         }
         let files_searched = files.len() as u64;
-        let mut chosen = choose(planned, max_files, max_replacements);
+        let chosen = choose(planned, max_files, max_replacements);
         // A single file the caller named that does not parse is an error, not an empty edit.
         if single_file && !chosen.parse_errors.is_empty() && chosen.writes.is_empty() {
             let e = &chosen.parse_errors[0];
@@ -849,9 +861,17 @@ pub async fn edit(
             )
             .with_detail(json!({ "field": "path" })));
         }
-        let applied = !dry_run && !chosen.writes.is_empty();
+        Ok((chosen, files_searched, lang))
+    })
+    .await?;
+    let applied = !dry_run && !chosen.writes.is_empty();
+    let touched: Vec<PathBuf> = chosen.writes.iter().map(|(p, _)| p.clone()).collect();
+    let check = if applied { check } else { Some(false) };
+    let pending = kitbag_lsp_client::feedback::before(feedback, &policy, &touched, check).await;
+    let write_policy = policy.clone();
+    let mut reply = kitbag_shared::blocking(move || {
         if !dry_run {
-            write_rewrites(&policy, &mut chosen.writes)?;
+            write_rewrites(&write_policy, &mut chosen.writes)?;
         }
         Ok(edit_reply(
             chosen,
@@ -862,7 +882,11 @@ pub async fn edit(
             lang,
         ))
     })
-    .await
+    .await?;
+    let d = kitbag_lsp_client::feedback::after(pending, &policy, &[]).await;
+    kitbag_lsp_client::feedback::append(&mut reply.text, d.as_ref());
+    reply.data.diagnostics = d;
+    Ok(reply)
 }
 
 /// The `rewrites` argument as (pattern, template) pairs, in the given order.
@@ -1052,6 +1076,7 @@ fn edit_reply(
         parse_errors,
         parse_errors_unlisted,
         lang,
+        diagnostics: None,
     };
     let text = edit_text(&result, offset, dry_run);
     Reply::new(result, text)

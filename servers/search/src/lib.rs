@@ -38,6 +38,10 @@ pub struct Args {
     /// Interval between progress notifications of a long search, in milliseconds.
     #[arg(long, default_value_t = 250)]
     pub progress_interval_ms: u64,
+
+    /// Edit feedback for `edit_ast` from language servers.
+    #[command(flatten)]
+    pub lsp: kitbag_lsp_client::feedback::LspFlags,
 }
 
 pub const IDENTITY: Identity = Identity {
@@ -46,9 +50,11 @@ pub const IDENTITY: Identity = Identity {
     instructions: "Code search confined to the server's root: search_grep (regex over contents, ripgrep engine), search_glob (file names), search_ast (structural patterns with meta-variables) and edit_ast (structural rewrite, dry run by default).",
 };
 
-/// Server state: the bounds every search runs under.
+/// Server state: the bounds every search runs under, and the language servers that check
+/// `edit_ast`'s writes (`--lsp`).
 pub struct SearchState {
     pub limits: GrepLimits,
+    pub feedback: Option<kitbag_lsp_client::feedback::Feedback>,
 }
 
 pub fn router() -> ToolRouter<SearchState> {
@@ -73,8 +79,8 @@ pub fn router() -> ToolRouter<SearchState> {
         )
         .tool(
             ast::EDIT_DEF,
-            |_s: Arc<SearchState>, p, ctx: CallCtx| async move {
-                ast::edit(ctx.policy().clone(), p, ctx).await
+            |s: Arc<SearchState>, p, ctx: CallCtx| async move {
+                ast::edit(s.feedback.as_ref(), ctx.policy().clone(), p, ctx).await
             },
         )
 }
@@ -87,6 +93,7 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<SearchState>> {
             max_output_bytes: args.max_output_bytes.max(1024),
             progress_interval: Duration::from_millis(args.progress_interval_ms.max(1)),
         },
+        feedback: kitbag_lsp_client::feedback::Feedback::from_flags(&args.lsp)?,
     };
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
@@ -94,5 +101,11 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<SearchState>> {
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;
-    kitbag_shared::serve(server, &args.common).await
+    let state = server.state().clone();
+    let served = kitbag_shared::serve(server, &args.common).await;
+    if let Some(f) = &state.feedback {
+        // Language servers get a clean shutdown rather than a kill when we can.
+        let _ = tokio::time::timeout(Duration::from_secs(5), f.shutdown()).await;
+    }
+    served
 }

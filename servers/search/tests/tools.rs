@@ -880,3 +880,47 @@ fn edit_ast_default_dry_run_holds_the_budget() {
         "a dry run writes nothing"
     );
 }
+
+/// Edit feedback (issue #41 item 1): with `--lsp`, an applied `edit_ast` names the error its
+/// rewrite introduced, from pyright; a dry run is not checked.
+#[test]
+fn edit_ast_reports_what_the_rewrite_broke() {
+    let installed = std::env::var_os("PATH")
+        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("pyright-langserver").is_file()));
+    if !kitbag_testkit::clients::require(installed, "pyright-langserver is not installed") {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let app = "def greet(name: str) -> str:\n    return \"hi \" + name\n\n\nprint(greet(\"x\"))\n";
+    std::fs::write(d.path().join("app.py"), app).expect("w");
+    // Far above what pyright needs: the answer comes once it is quiet.
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--lsp", "--check-wait-ms", "30000"],
+        d.path(),
+        Era::Modern,
+    );
+    c.timeout = Duration::from_secs(90);
+    let rewrite =
+        json!({"rewrites": {"greet($A)": "greet(1)"}, "path": "app.py", "lang": "python"});
+    let r = c.call_ok("edit_ast", rewrite.clone());
+    assert!(
+        r.structured.get("diagnostics").is_none(),
+        "a dry run: {}",
+        r.structured
+    );
+    let mut apply = rewrite;
+    apply["dry_run"] = json!(false);
+    let r = c.call_ok("edit_ast", apply);
+    assert_eq!(r.structured["applied"], true);
+    let dg = &r.structured["diagnostics"];
+    assert_eq!(dg["settled"], true, "{dg}");
+    assert_eq!(dg["introduced_count"], 1, "{dg}");
+    assert_eq!(
+        (&dg["introduced"][0]["line"], &dg["introduced"][0]["code"]),
+        (&json!(5), &json!("reportArgumentType")),
+        "{dg}"
+    );
+    assert!(r.text.contains("+ app.py:5:"), "{}", r.text);
+    c.shutdown();
+}

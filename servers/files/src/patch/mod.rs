@@ -15,8 +15,8 @@ pub mod model;
 pub mod replace;
 pub mod unified;
 
-use crate::feedback;
 use kitbag_lsp_client::check::EditDiagnostics;
+use kitbag_lsp_client::feedback;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -63,7 +63,7 @@ pub struct PatchParams {
     /// Diff only, no write.
     #[serde(default)]
     pub dry_run: Option<bool>,
-    /// Diagnostics introduced/fixed (--lsp; default on).
+    /// Report new/fixed diagnostics.
     #[serde(default)]
     pub check: Option<bool>,
 }

@@ -139,9 +139,23 @@ pub struct LspParams {
     /// diagnostics: ms to await analysis (default 20000, max 120000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
+    /// rename*: report new/fixed diagnostics.
+    #[serde(default)]
+    pub check: Option<bool>,
 }
 
 impl LspParams {
+    /// rename, rename_file: how long each side of the edit's check waits (`wait_ms`, else
+    /// the check's default); None when the call said `check: false`.
+    pub fn check_wait(&self) -> Option<Duration> {
+        (self.check != Some(false)).then(|| {
+            self.wait_ms
+                .map_or(kitbag_lsp_client::check::DEFAULT_WAIT, |ms| {
+                    Duration::from_millis(ms.min(120_000))
+                })
+        })
+    }
+
     /// diagnostics: how long to wait for the server to finish analysing.
     pub fn wait(&self) -> Duration {
         Duration::from_millis(self.wait_ms.unwrap_or(20_000).min(120_000))

@@ -22,8 +22,8 @@ pub const DEF: ToolDef = ToolDef::write(
     "Spawn instance",
     "Start an isolated instance: bubblewrap sandbox (default; host files read-only, /work \
      writable) or qemu VM. No `command`: an idle box for instance_exec; else it ends with its \
-     command. After idle_timeout_seconds without a tool call or relayed connection on it it \
-     pauses or stops (on_idle), unless a lease holds it.",
+     command. Idle (no tool call or relayed connection) past idle_timeout_seconds, it pauses or \
+     stops (on_idle) unless a lease holds it.",
 )
 .exec();
 

@@ -1,17 +1,17 @@
-//! Edit feedback: with language servers configured (`--lsp`, `--lsp-config`,
-//! `--lsp-server`), every write — `file_write`, `file_create`, `edit_text`, `edit_patch` —
-//! answers with the diagnostics it introduced and fixed (kitbag-lsp-client's `check`), and
-//! `file_read` opens the file in its server so the state before the edit that usually
-//! follows is ready when the edit comes.
+//! Edit feedback for a server whose tools write files (kitbag-files, kitbag-search's
+//! `edit_ast`): the flags that turn it on (`--lsp`, `--lsp-config`, `--lsp-server`,
+//! `--check-wait-ms`), the language servers they configure, and the two steps around a
+//! write — the state before it, and after it what it introduced and fixed ([`crate::check`]).
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use clap::Args as ClapArgs;
-use kitbag_lsp_client::check::{Before, Checker, EditDiagnostics};
-use kitbag_lsp_client::config::Config;
-use kitbag_lsp_client::pools::Pools;
 use kitbag_shared::PathPolicy;
+
+use crate::check::{Before, Checker, EditDiagnostics};
+use crate::config::Config;
+use crate::pools::Pools;
 
 /// The flags that turn edit feedback on.
 #[derive(Debug, Clone, ClapArgs)]
@@ -44,7 +44,7 @@ impl Default for LspFlags {
             lsp: false,
             lsp_config: None,
             lsp_servers: Vec::new(),
-            check_wait_ms: kitbag_lsp_client::check::DEFAULT_WAIT.as_millis() as u64,
+            check_wait_ms: crate::check::DEFAULT_WAIT.as_millis() as u64,
         }
     }
 }
@@ -73,7 +73,8 @@ impl Feedback {
         Checker::new(self.pools.pool_for(policy.root()))
     }
 
-    /// After a read: open the file in its server in the background.
+    /// After a read: open the file in its server in the background, so the state before
+    /// the edit that usually follows is ready when the edit comes.
     pub fn warm(&self, policy: &PathPolicy, path: &Path) {
         let checker = self.checker(policy);
         if checker.covers(path) {
