@@ -165,8 +165,13 @@ async fn wait_until_settled(
                         .get(uri)
                         .is_some_and(|pubd| is_current(pubd, marks.get(*p)))
             });
+            // Quiet: nothing heard *and* nothing told for a while. A server that answered a
+            // pull at once may still start work on the save we just sent (rust-analyzer's
+            // `cargo check`), and shows it as progress only a moment later.
             let quiet_for = if ev.active_progress.is_empty() {
-                ev.last_event.map(|t| t.elapsed()).unwrap_or(quiet)
+                let heard = ev.last_event.map(|t| t.elapsed()).unwrap_or(quiet);
+                let told = server.rpc.last_told().map(|t| t.elapsed()).unwrap_or(quiet);
+                heard.min(told)
             } else {
                 Duration::ZERO
             };

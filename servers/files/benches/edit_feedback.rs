@@ -2,7 +2,9 @@
 //! to the write, per server — `edit_text` through `kitbag-files --lsp` with the check on,
 //! against the same edit with `check: false`, in one run. Each round introduces an error
 //! and then fixes it; the bench also counts how many introduced errors the answers named
-//! and how many answers were settled.
+//! and how many answers were settled. The reference is what an agent does without it: run
+//! the language's own checker on the broken file (`pyright`, `tsc --noEmit`, `go vet`,
+//! `gcc -fsyntax-only`, `cargo check`), timed the same way.
 //!
 //! `cargo bench -p kitbag-files --bench edit_feedback` — servers not installed are skipped.
 #![allow(clippy::unwrap_used)]
@@ -22,6 +24,8 @@ struct Case {
     files: &'static [(&'static str, &'static str)],
     /// The file edited, its correct text and the text that breaks it.
     edit: (&'static str, &'static str, &'static str),
+    /// The language's own checker, run in the project (it must fail on the broken file).
+    reference: &'static [&'static str],
 }
 
 const CASES: &[Case] = &[
@@ -33,6 +37,7 @@ const CASES: &[Case] = &[
             "def greet(name: str) -> str:\n    return \"hi \" + name\n\n\nprint(greet(\"x\"))\n",
         )],
         edit: ("app.py", "greet(\"x\"))", "greet(1))"),
+        reference: &["pyright", "app.py"],
     },
     Case {
         name: "typescript",
@@ -42,6 +47,7 @@ const CASES: &[Case] = &[
             "function greet(name: string): string {\n  return \"hi \" + name;\n}\n\nconsole.log(greet(\"x\"));\n",
         )],
         edit: ("index.ts", "greet(\"x\"))", "greet(1))"),
+        reference: &["tsc", "--noEmit", "index.ts"],
     },
     Case {
         name: "gopls",
@@ -54,6 +60,7 @@ const CASES: &[Case] = &[
             ),
         ],
         edit: ("main.go", "greet(\"x\"))", "greet(1))"),
+        reference: &["go", "vet", "./..."],
     },
     Case {
         name: "clangd",
@@ -63,6 +70,7 @@ const CASES: &[Case] = &[
             "int area(int w, int h) { return w * h; }\n\nint main(void) { return area(2, 3); }\n",
         )],
         edit: ("main.c", "area(2, 3);", "area(2);"),
+        reference: &["gcc", "-fsyntax-only", "main.c"],
     },
     Case {
         name: "rust-analyzer",
@@ -78,16 +86,22 @@ const CASES: &[Case] = &[
             ),
         ],
         edit: ("src/main.rs", "greet(\"x\"))", "greet(1))"),
+        reference: &["cargo", "check", "--quiet"],
     },
 ];
 
 fn installed(program: &str) -> bool {
-    std::process::Command::new(program)
-        .arg("--version")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
+    if kitbag_lsp_client::config::find_program(program).is_none() {
+        return false;
+    }
+    // ~/.cargo/bin/rust-analyzer is a rustup proxy that exists even without the component.
+    program != "rust-analyzer"
+        || std::process::Command::new(program)
+            .arg("--version")
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .is_ok_and(|s| s.success())
 }
 
 fn project(case: &Case) -> tempfile::TempDir {
@@ -114,6 +128,35 @@ struct Row {
     unchecked: Duration,
     named: usize,
     settled: usize,
+    /// The checker's run on the broken file (None: not installed).
+    reference: Option<Duration>,
+}
+
+/// p50 of the reference checker's runs on the broken file; it must report the error.
+fn reference(case: &Case, dir: &Path) -> Option<Duration> {
+    kitbag_lsp_client::config::find_program(case.reference[0])?;
+    let (path, good, bad) = case.edit;
+    let file = dir.join(path);
+    let text = std::fs::read_to_string(&file).unwrap();
+    std::fs::write(&file, text.replacen(good, bad, 1)).unwrap();
+    let run = || {
+        let t = std::time::Instant::now();
+        let out = std::process::Command::new(case.reference[0])
+            .args(&case.reference[1..])
+            .current_dir(dir)
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{} did not find the error",
+            case.reference.join(" ")
+        );
+        t.elapsed()
+    };
+    run(); // warm: caches, cargo's metadata and build directory
+    let times = (0..5).map(|_| run()).collect();
+    std::fs::write(&file, text).unwrap();
+    Some(median(times))
 }
 
 fn run(case: &Case) -> Row {
@@ -156,6 +199,7 @@ fn run(case: &Case) -> Row {
         unchecked: median(unchecked),
         named,
         settled,
+        reference: reference(case, d.path()),
     }
 }
 
@@ -165,7 +209,7 @@ fn main() {
         2 * ROUNDS
     );
     println!(
-        "{:<14} {:>10} {:>10} {:>10} {:>14} {:>9}",
+        "{:<14} {:>10} {:>10} {:>10} {:>14} {:>9}   reference: its checker",
         "server", "checked", "check off", "added", "errors named", "settled"
     );
     for case in CASES {
@@ -174,8 +218,24 @@ fn main() {
             continue;
         }
         let r = run(case);
+        let reference = r.reference.map_or("not installed".to_string(), |t| {
+            format!("{} ({})", ms(t), case.reference.join(" "))
+        });
+        kitbag_testkit::bench::summary(kitbag_testkit::bench::Summary {
+            area: "edit feedback",
+            measure: &format!("edit_text with its check, {} (p50)", case.name),
+            kitbag: ms(r.checked),
+            reference: reference.clone(),
+            compared: format!(
+                "+{} over check: false; {}/{ROUNDS} errors named",
+                ms(r.checked.saturating_sub(r.unchecked)),
+                r.named
+            ),
+            target: "",
+            met: None,
+        });
         println!(
-            "{:<14} {:>10} {:>10} {:>10} {:>14} {:>9}",
+            "{:<14} {:>10} {:>10} {:>10} {:>14} {:>9}   {reference}",
             case.name,
             ms(r.checked),
             ms(r.unchecked),
