@@ -133,6 +133,8 @@ impl EditDiagnostics {
 #[derive(Clone)]
 pub struct Checker {
     pub pool: Arc<Pool>,
+    /// How long a server must stay quiet for its diagnostics to count as final.
+    quiet: Duration,
 }
 
 /// A changed file as the server saw it before the write.
@@ -166,7 +168,14 @@ pub struct Before {
 
 impl Checker {
     pub fn new(pool: Arc<Pool>) -> Self {
-        Checker { pool }
+        Checker { pool, quiet: QUIET }
+    }
+
+    /// With another quiet period than [`QUIET`] (a slow machine, a server that publishes
+    /// in pieces).
+    pub fn with_quiet(mut self, quiet: Duration) -> Self {
+        self.quiet = quiet;
+        self
     }
 
     /// Whether a language server is configured for this file.
@@ -220,7 +229,7 @@ impl Checker {
             };
             let pairs: Vec<(PathBuf, Arc<Lines>)> = existing.into_iter().zip(texts).collect();
             let left = wait.saturating_sub(start.elapsed());
-            let got = diagnostics::collect_within(&server, &pairs, left, QUIET).await;
+            let got = diagnostics::collect_within(&server, &pairs, left, self.quiet).await;
             out.settled &= got.settled;
             let mut files: Vec<FileBefore> = got
                 .by_file
@@ -311,7 +320,7 @@ impl Checker {
             };
             let pairs: Vec<(PathBuf, Arc<Lines>)> = now.into_iter().zip(texts).collect();
             let left = wait.saturating_sub(start.elapsed());
-            let got = diagnostics::collect_within(server, &pairs, left, QUIET).await;
+            let got = diagnostics::collect_within(server, &pairs, left, self.quiet).await;
             out.settled &= got.settled;
             let show = |path: &Path, lines: &Lines, d: &Value| {
                 diagnostics::entry(policy, path, lines, d, server.encoding)

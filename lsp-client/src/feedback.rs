@@ -36,6 +36,13 @@ pub struct LspFlags {
     #[arg(long, value_name = "MS", default_value_t = 1500,
         value_parser = clap::value_parser!(u64).range(0..=60_000))]
     pub check_wait_ms: u64,
+
+    /// How long a language server must stay quiet (nothing heard from it, nothing told to
+    /// it) before its diagnostics count as final, in milliseconds. Raise it on a loaded
+    /// machine, where a server's answers for other files can come in pieces.
+    #[arg(long, value_name = "MS", default_value_t = 150,
+        value_parser = clap::value_parser!(u64).range(0..=10_000))]
+    pub check_quiet_ms: u64,
 }
 
 impl Default for LspFlags {
@@ -45,6 +52,7 @@ impl Default for LspFlags {
             lsp_config: None,
             lsp_servers: Vec::new(),
             check_wait_ms: crate::check::DEFAULT_WAIT.as_millis() as u64,
+            check_quiet_ms: crate::check::QUIET.as_millis() as u64,
         }
     }
 }
@@ -53,6 +61,7 @@ impl Default for LspFlags {
 pub struct Feedback {
     pools: Pools,
     wait: Duration,
+    quiet: Duration,
 }
 
 impl Feedback {
@@ -66,11 +75,12 @@ impl Feedback {
         Ok(Some(Feedback {
             pools: Pools::new(config, None),
             wait: Duration::from_millis(f.check_wait_ms),
+            quiet: Duration::from_millis(f.check_quiet_ms),
         }))
     }
 
     fn checker(&self, policy: &PathPolicy) -> Checker {
-        Checker::new(self.pools.pool_for(policy.root()))
+        Checker::new(self.pools.pool_for(policy.root())).with_quiet(self.quiet)
     }
 
     /// After a read: open the file in its server in the background, so the state before

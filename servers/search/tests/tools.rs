@@ -896,7 +896,13 @@ fn edit_ast_reports_what_the_rewrite_broke() {
     // Far above what pyright needs: the answer comes once it is quiet.
     let mut c = McpClient::spawn(
         bin(),
-        &["--lsp", "--check-wait-ms", "30000"],
+        &[
+            "--lsp",
+            "--check-wait-ms",
+            "30000",
+            "--check-quiet-ms",
+            "1000",
+        ],
         d.path(),
         Era::Modern,
     );
