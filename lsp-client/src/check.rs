@@ -97,18 +97,7 @@ impl EditDiagnostics {
             ));
         }
         for d in &self.introduced {
-            out.push(format!(
-                "  + {}:{}:{}: {}: {}{}",
-                d.path,
-                d.line,
-                d.character,
-                d.severity,
-                d.message,
-                d.code
-                    .as_ref()
-                    .map(|c| format!(" [{c}]"))
-                    .unwrap_or_default()
-            ));
+            out.push(format!("  + {}", d.line()));
         }
         if self.introduced_count > self.introduced.len() {
             out.push(format!(

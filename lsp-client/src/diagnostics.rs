@@ -235,6 +235,21 @@ pub struct Diagnostic {
     pub source: Option<String>,
 }
 
+impl Diagnostic {
+    /// `path:line:character: severity: message [code]`, as answers' texts list them.
+    pub fn line(&self) -> String {
+        let code = self
+            .code
+            .as_ref()
+            .map(|c| format!(" [{c}]"))
+            .unwrap_or_default();
+        format!(
+            "{}:{}:{}: {}: {}{code}",
+            self.path, self.line, self.character, self.severity, self.message
+        )
+    }
+}
+
 /// One diagnostic in caller coordinates.
 pub fn entry(
     policy: &PathPolicy,

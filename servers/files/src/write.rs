@@ -84,6 +84,22 @@ pub async fn write(
     check_content(&state, &p.content)?;
     // Missing parents are made now: a file under them cannot exist, so it is being created.
     let (r, target) = writable_parent(&policy, &p.path).await?;
+    checked_write(state, policy, r, target, p, write_locked).await
+}
+
+/// How a write is done once its path is locked: `write_locked` or `create_locked`.
+type Locked = fn(&FilesState, Resolved, ParentDir, String) -> ToolResult<Reply<WriteResult>>;
+
+/// The write under the path's lock, between the edit check's two sides (`--lsp`): the state
+/// before is taken first, the one after once the lock is released.
+async fn checked_write(
+    state: Arc<FilesState>,
+    policy: Arc<PathPolicy>,
+    r: Resolved,
+    target: ParentDir,
+    p: WriteParams,
+    locked: Locked,
+) -> ToolResult<Reply<WriteResult>> {
     let pending = feedback::before(
         state.feedback.as_ref(),
         &policy,
@@ -95,16 +111,12 @@ pub async fn write(
         let _guard = state.locks.lock(&r.abs).await?;
         // Reading, hashing, fsync and rename wait on the disk: off the async threads.
         let state = state.clone();
-        blocking(move || write_locked(&state, r, target, p.content)).await?
+        blocking(move || locked(&state, r, target, p.content)).await?
     };
-    checked(&mut reply, feedback::after(pending, &policy, &[]).await);
-    Ok(reply)
-}
-
-/// The check's outcome added to a write's answer.
-fn checked(reply: &mut Reply<WriteResult>, d: Option<EditDiagnostics>) {
+    let d: Option<EditDiagnostics> = feedback::after(pending, &policy, &[]).await;
     feedback::append(&mut reply.text, d.as_ref());
     reply.data.diagnostics = d;
+    Ok(reply)
 }
 
 fn write_locked(
@@ -149,20 +161,7 @@ pub async fn create(
 ) -> ToolResult<Reply<WriteResult>> {
     check_content(&state, &p.content)?;
     let (r, target) = writable_parent(&policy, &p.path).await?;
-    let pending = feedback::before(
-        state.feedback.as_ref(),
-        &policy,
-        std::slice::from_ref(&r.abs),
-        p.check,
-    )
-    .await;
-    let mut reply = {
-        let _guard = state.locks.lock(&r.abs).await?;
-        let state = state.clone();
-        blocking(move || create_locked(&state, r, target, p.content)).await?
-    };
-    checked(&mut reply, feedback::after(pending, &policy, &[]).await);
-    Ok(reply)
+    checked_write(state, policy, r, target, p, create_locked).await
 }
 
 fn create_locked(

@@ -171,23 +171,7 @@ pub async fn diagnostics(
         ..LspResult::new(p.action)
     };
     let shown = pg.fit(&result, shown);
-    let mut text: Vec<String> = shown
-        .iter()
-        .map(|d| {
-            format!(
-                "{}:{}:{}: {}: {}{}",
-                d.path,
-                d.line,
-                d.character,
-                d.severity,
-                d.message,
-                d.code
-                    .as_ref()
-                    .map(|c| format!(" [{c}]"))
-                    .unwrap_or_default()
-            )
-        })
-        .collect();
+    let mut text: Vec<String> = shown.iter().map(Diagnostic::line).collect();
     if pg.total == 0 {
         text.push(format!(
             "no diagnostics in {} ({} files)",
