@@ -21,6 +21,13 @@ pub fn require(installed: bool, why: &str) -> bool {
     false
 }
 
+/// Whether `program` is a file in one of `$PATH`'s directories (a language server, a
+/// checker the test drives).
+pub fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
+}
+
 /// `testkit/` of the workspace.
 pub fn testkit_dir(manifest_dir: &str) -> PathBuf {
     crate::workspace_root(manifest_dir).join("testkit")

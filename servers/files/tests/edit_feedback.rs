@@ -5,17 +5,12 @@
 
 use std::path::Path;
 
-use kitbag_testkit::clients::require;
+use kitbag_testkit::clients::{on_path, require};
 use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
 fn bin() -> &'static Path {
     Path::new(env!("CARGO_BIN_EXE_kitbag-files"))
-}
-
-fn on_path(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
 
 const APP: &str = "\

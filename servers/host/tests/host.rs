@@ -1267,9 +1267,7 @@ fn patches_and_terminal_prompts_work_through_the_host_in_both_eras() {
 #[test]
 fn edits_through_the_host_report_what_they_broke() {
     if !kitbag_testkit::clients::require(
-        std::env::var_os("PATH").is_some_and(|p| {
-            std::env::split_paths(&p).any(|d| d.join("pyright-langserver").is_file())
-        }),
+        kitbag_testkit::clients::on_path("pyright-langserver"),
         "pyright-langserver is not installed",
     ) {
         return;

@@ -327,7 +327,7 @@ fn every_seed_004_example_runs_verbatim_through_the_host_and_its_single_server()
         return;
     };
     if !require(
-        which("typescript-language-server"),
+        kitbag_testkit::clients::on_path("typescript-language-server"),
         "typescript-language-server is not installed (run scripts/test)",
     ) {
         return;
@@ -395,11 +395,6 @@ fn every_seed_004_example_runs_verbatim_through_the_host_and_its_single_server()
     wait_until("every seed-run process gone", 10, || {
         pids_with_cmdline(&root).is_empty()
     });
-}
-
-fn which(program: &str) -> bool {
-    std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(program).is_file()))
 }
 
 /// The drivers' schema checks are live: a server answering off its own outputSchema, in a

@@ -885,8 +885,7 @@ fn edit_ast_default_dry_run_holds_the_budget() {
 /// rewrite introduced, from pyright; a dry run is not checked.
 #[test]
 fn edit_ast_reports_what_the_rewrite_broke() {
-    let installed = std::env::var_os("PATH")
-        .is_some_and(|p| std::env::split_paths(&p).any(|d| d.join("pyright-langserver").is_file()));
+    let installed = kitbag_testkit::clients::on_path("pyright-langserver");
     if !kitbag_testkit::clients::require(installed, "pyright-langserver is not installed") {
         return;
     }
