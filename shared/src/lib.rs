@@ -54,6 +54,7 @@ pub mod schema;
 pub mod server;
 pub mod state;
 pub mod stdin;
+pub mod subscribers;
 pub mod tier;
 pub mod transport;
 pub mod vmlink;

@@ -325,6 +325,10 @@ impl Child {
             fast: None,
             catalog: crate::child_catalog::ChildCatalog {
                 families: known.as_ref().map(|k| k.families).unwrap_or_default(),
+                templates: known
+                    .as_ref()
+                    .map(|k| k.templates.clone())
+                    .unwrap_or_default(),
                 ..Default::default()
             },
             idle_stop,

@@ -90,6 +90,9 @@ pub struct Known {
     /// The families it declares beyond tools: the host declares them at its handshake, and a
     /// prompt or resource request starts the server (`wake.rs`).
     pub families: crate::child_catalog::Families,
+    /// Its resource templates, so that a resource request or a subscription to one of its
+    /// URIs is routed to it (and starts it) before it ever ran.
+    pub templates: Vec<rmcp::model::ResourceTemplate>,
     /// Once started, it stops again after this long without a call (see `idle.rs`), unless
     /// its entry sets its own `idle_stop_secs`.
     pub idle_stop: Option<Duration>,
@@ -133,6 +136,7 @@ fn known_now(
     Some(Known {
         tools,
         families,
+        templates: Vec::new(),
         idle_stop: None,
         start_now: false,
     })

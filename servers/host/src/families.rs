@@ -13,7 +13,7 @@ use clap::Parser;
 use futures::future::BoxFuture;
 use kitbag_hub::child_catalog::Families;
 use kitbag_hub::registry::{Known, KnownTools};
-use rmcp::model::Tool;
+use rmcp::model::{ResourceTemplate, Tool};
 
 use kitbag_config::Config;
 use kitbag_config::entry::{ServerEntry, ServerSpec};
@@ -97,6 +97,8 @@ struct Waiting {
     catalog: &'static str,
     /// What it declares beyond tools.
     families: Families,
+    /// Its resource templates (routed to it before it ever ran).
+    templates: fn() -> Vec<ResourceTemplate>,
     /// Whether an entry of this family must start with the host after all: it has work to do
     /// in the background from the start. It is still listed from its catalog at once and
     /// started in the background (`Known::start_now`): `tools/list` does not wait for it.
@@ -110,6 +112,10 @@ struct Waiting {
 
 fn never(_: &ServerEntry) -> bool {
     false
+}
+
+fn no_templates() -> Vec<ResourceTemplate> {
+    Vec::new()
 }
 
 /// cron's scheduler runs from the start when there is an entry to fire (or a store other
@@ -156,6 +162,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
         catalog: catalog!("files"),
         families: TOOLS_ONLY,
         busy_at_start: never,
+        templates: no_templates,
         stateless: false,
     },
     Waiting {
@@ -163,13 +170,20 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
         catalog: catalog!("search"),
         families: TOOLS_ONLY,
         busy_at_start: never,
+        templates: no_templates,
         stateless: true,
     },
     Waiting {
         family: "shell",
         catalog: catalog!("shell"),
-        families: TOOLS_ONLY,
+        // Its background jobs: `shell://jobs`, `shell://jobs/<id>`.
+        families: Families {
+            resources: true,
+            subscribe: true,
+            ..TOOLS_ONLY
+        },
         busy_at_start: never,
+        templates: kitbag_shell::resources::templates,
         stateless: false,
     },
     Waiting {
@@ -177,6 +191,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
         catalog: catalog!("web"),
         families: TOOLS_ONLY,
         busy_at_start: never,
+        templates: no_templates,
         stateless: true,
     },
     Waiting {
@@ -184,6 +199,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
         catalog: catalog!("lsp"),
         families: TOOLS_ONLY,
         busy_at_start: never,
+        templates: no_templates,
         stateless: false,
     },
     Waiting {
@@ -191,6 +207,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
         catalog: catalog!("dap"),
         families: TOOLS_ONLY,
         busy_at_start: never,
+        templates: no_templates,
         stateless: false,
     },
     Waiting {
@@ -198,6 +215,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
         catalog: catalog!("vm"),
         families: TOOLS_ONLY,
         busy_at_start: never,
+        templates: no_templates,
         stateless: false,
     },
     Waiting {
@@ -208,6 +226,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
             ..TOOLS_ONLY
         },
         busy_at_start: never,
+        templates: no_templates,
         stateless: true,
     },
     Waiting {
@@ -220,6 +239,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
             logging: false,
         },
         busy_at_start: never,
+        templates: kitbag_issues::resources::templates,
         stateless: false,
     },
     Waiting {
@@ -227,6 +247,7 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
         catalog: catalog!("cron"),
         families: TOOLS_ONLY,
         busy_at_start: cron_has_work,
+        templates: no_templates,
         stateless: false,
     },
 ];
@@ -313,6 +334,7 @@ pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
         Some(Known {
             tools: parsed()[index].clone()?,
             families: waiting.families,
+            templates: (waiting.templates)(),
             // The family's default; the entry's own `idle_stop_secs` wins (the hub applies it).
             idle_stop: (waiting.stateless && !idle_stop.is_zero()).then_some(idle_stop),
             start_now: (waiting.busy_at_start)(e),

@@ -455,3 +455,108 @@ fn reload_announces_prompt_and_resource_list_changes() {
         ["memory_context", "todo_reminder"]
     );
 }
+
+/// The first notification `pred` picks, taken out of `seen` (the others arrived with it stay
+/// there for the next look).
+fn take_told(
+    c: &McpClient,
+    seen: &mut Vec<Value>,
+    what: &str,
+    pred: impl Fn(&Value) -> bool,
+) -> Value {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        seen.extend(c.take_notifications());
+        if let Some(i) = seen.iter().position(&pred) {
+            return seen.remove(i);
+        }
+        assert!(Instant::now() < deadline, "no {what}: {seen:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// Background jobs of kitbag-shell through the host, in both eras: a subscription made before
+/// the shell has started (it starts for it) hears the job's prompt and its end, and the
+/// job's resource reads how it ended.
+#[test]
+fn shell_jobs_tell_subscribers_through_the_host() {
+    let d = tempfile::tempdir().expect("tmp");
+    let cfg = write_config(
+        d.path(),
+        json!({"mcp": {"shell": server("shell", d.path())}}),
+    );
+    for era in [Era::Handshake, Era::Modern] {
+        let mut c = serve(d.path(), &cfg, &[], era);
+        assert_eq!(
+            c.opened["capabilities"]["resources"]["subscribe"], true,
+            "{}",
+            c.opened
+        );
+        let uri = "shell://jobs/job-1";
+        let stream = match era {
+            Era::Handshake => {
+                ok(&c.request("resources/subscribe", json!({"uri": uri})));
+                None
+            }
+            Era::Modern => {
+                let id = c.send_request(
+                    "subscriptions/listen",
+                    json!({"notifications": {"resourceSubscriptions": [uri]}}),
+                );
+                let ack = wait_notification(&c, "acknowledgment", |n| {
+                    n["method"] == "notifications/subscriptions/acknowledged"
+                });
+                assert_eq!(
+                    ack["params"]["notifications"]["resourceSubscriptions"],
+                    json!([uri]),
+                    "{ack}"
+                );
+                Some(id)
+            }
+        };
+        let on_stream = |n: &Value| {
+            stream.is_none_or(|id| {
+                n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == id
+            })
+        };
+        let mut seen = Vec::new();
+        let r = c.call_ok(
+            "shell_bash",
+            json!({"command": "sleep 0.3; printf 'Continue? [y/N] '; read -r a </dev/tty; test \"$a\" = y", "background": true}),
+        );
+        assert_eq!(r.structured["job_id"], "job-1");
+        take_told(&c, &mut seen, "the job waiting", |n| {
+            updated("shell://jobs/job-1")(n) && on_stream(n)
+        });
+        let r = c.request("resources/read", json!({"uri": uri}));
+        let text = ok(&r)["contents"][0]["text"].as_str().expect("text");
+        assert!(
+            text.starts_with("job-1: waiting for input on its terminal: \"Continue? [y/N]\""),
+            "{text}"
+        );
+        // A log message says so too where the era has one outside a request.
+        if era == Era::Handshake {
+            let told = take_told(&c, &mut seen, "the prompt", |n| {
+                n["method"] == "notifications/message"
+                    && n["params"]["data"]["waiting_for_input"] == true
+            });
+            assert_eq!(
+                told["params"]["data"]["prompt"], "Continue? [y/N]",
+                "{told}"
+            );
+        }
+        c.call_ok("shell_input", json!({"job_id": "job-1", "text": "y\n"}));
+        take_told(&c, &mut seen, "the job ended", |n| {
+            updated("shell://jobs/job-1")(n) && on_stream(n)
+        });
+        if era == Era::Handshake {
+            let ended = take_told(&c, &mut seen, "the end", |n| {
+                n["method"] == "notifications/message" && n["params"]["data"]["job_id"] == "job-1"
+            });
+            assert_eq!(ended["params"]["data"]["exit_code"], 0, "{ended}");
+        }
+        let r = c.request("resources/read", json!({"uri": uri}));
+        let text = ok(&r)["contents"][0]["text"].as_str().expect("text");
+        assert!(text.starts_with("job-1: exited with code 0\n"), "{text}");
+    }
+}

@@ -6,7 +6,6 @@
 //! (handshake era) or `subscriptions/listen` (2026-07-28).
 
 use kitbag_shared::lock::LockExt;
-use std::collections::HashSet;
 use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -25,6 +24,7 @@ use kitbag_shared::rmcp::model::{
     Resource, ResourceContents, ResourceTemplate, Role, ServerCapabilities, SubscriptionFilter,
 };
 use kitbag_shared::rmcp::service::{Peer, RoleServer, SubscriptionContext};
+use kitbag_shared::subscribers;
 
 pub const OPEN_URI: &str = "issues://open";
 /// Open issues listed in `issues://open` (and in `resources/list`).
@@ -43,6 +43,16 @@ pub fn parse_uri(uri: &str) -> Option<Option<i64>> {
     }
     let n: i64 = rest.strip_prefix('#').unwrap_or(rest).parse().ok()?;
     (n >= 1).then_some(Some(n))
+}
+
+/// The issue resource's template (the host routes by it before this server has started).
+pub fn templates() -> Vec<ResourceTemplate> {
+    vec![
+        ResourceTemplate::new("issues://{number}", "issue")
+            .with_title("An issue")
+            .with_description("One issue by number, with its updates and todos, as markdown")
+            .with_mime_type("text/markdown"),
+    ]
 }
 
 /// Watch the change log and announce changed resources, while anyone listens.
@@ -116,12 +126,12 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
             };
             last = newest;
             state.notifier.cursor.store(last, Ordering::SeqCst);
-            if numbers.is_empty() || !state.notifier.has_subscribers() {
+            if numbers.is_empty() || !state.notifier.subscribers.has_subscribers() {
                 continue;
             }
             let mut uris = vec![OPEN_URI.to_string()];
             uris.extend(numbers.iter().map(|n| format!("issues://{n}")));
-            state.notifier.send(&uris).await;
+            state.notifier.subscribers.send(&uris).await;
         }
     });
 }
@@ -190,7 +200,7 @@ impl Extras<IssuesState> for IssuesExtras {
     }
 
     fn on_connected(&self, state: Arc<IssuesState>, peer: Peer<RoleServer>) {
-        state.notifier.set_peer(peer);
+        state.notifier.subscribers.set_peer(peer);
     }
 
     fn list_resources(
@@ -235,13 +245,7 @@ impl Extras<IssuesState> for IssuesExtras {
         &self,
         _state: Arc<IssuesState>,
     ) -> BoxFuture<'static, Result<ListResourceTemplatesResult, McpError>> {
-        Box::pin(async {
-            let t = ResourceTemplate::new("issues://{number}", "issue")
-                .with_title("An issue")
-                .with_description("One issue by number, with its updates and todos, as markdown")
-                .with_mime_type("text/markdown");
-            Ok(ListResourceTemplatesResult::with_all_items(vec![t]))
-        })
+        Box::pin(async { Ok(ListResourceTemplatesResult::with_all_items(templates())) })
     }
 
     fn read_resource(
@@ -297,14 +301,13 @@ impl Extras<IssuesState> for IssuesExtras {
                 None,
             ));
         }
-        state.notifier.set_peer(peer);
-        state.notifier.subscribe(uri);
+        state.notifier.subscribers.subscribe(uri, peer);
         ensure_watcher(&state);
         Ok(())
     }
 
     fn unsubscribe(&self, state: Arc<IssuesState>, uri: String) -> Result<(), McpError> {
-        state.notifier.unsubscribe(&uri);
+        state.notifier.subscribers.unsubscribe(&uri);
         Ok(())
     }
 
@@ -312,18 +315,9 @@ impl Extras<IssuesState> for IssuesExtras {
         &self,
         requested: &SubscriptionFilter,
     ) -> Option<SubscriptionFilter> {
-        let uris: Vec<String> = requested
-            .resource_subscriptions
-            .iter()
-            .flatten()
-            .filter(|u| parse_uri(u).is_some())
-            .cloned()
-            .collect();
-        Some(
-            SubscriptionFilter::builder()
-                .resource_subscriptions(uris)
-                .build(),
-        )
+        Some(subscribers::accepted_filter(requested, |u| {
+            parse_uri(u).is_some()
+        }))
     }
 
     fn listen(
@@ -332,17 +326,12 @@ impl Extras<IssuesState> for IssuesExtras {
         context: SubscriptionContext,
     ) -> BoxFuture<'static, Result<(), McpError>> {
         Box::pin(async move {
-            let uris: HashSet<String> = context
-                .accepted()
-                .resource_subscriptions
-                .iter()
-                .flatten()
-                .cloned()
-                .collect();
-            let id = state.notifier.add_stream(context.sink().clone(), uris);
-            ensure_watcher(&state);
-            context.cancelled().await;
-            state.notifier.remove_stream(id);
+            let watched = state.clone();
+            state
+                .notifier
+                .subscribers
+                .listen(context, || ensure_watcher(&watched))
+                .await;
             Ok(())
         })
     }

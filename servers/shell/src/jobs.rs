@@ -14,6 +14,7 @@ use serde_json::json;
 
 use crate::ShellState;
 use crate::ansi::render;
+use crate::tell::Teller;
 
 use crate::process::{Exit, Running};
 
@@ -132,6 +133,21 @@ pub struct JobInfo {
     pub containment: String,
 }
 
+impl JobInfo {
+    /// Its line in shell_jobs' text: id, state, log, command.
+    pub fn line(&self) -> String {
+        let state = if self.running {
+            "running".to_string()
+        } else {
+            format!("exit {}", self.exit_code.unwrap_or(-1))
+        };
+        format!(
+            "{}  {state}  {}  {}",
+            self.job_id, self.log_path, self.command
+        )
+    }
+}
+
 #[derive(Debug, Serialize, JsonSchema)]
 pub struct JobsResult {
     /// Oldest first, from `offset`, as many as fit the answer.
@@ -160,6 +176,39 @@ impl Job {
     /// Its log, as answers show it.
     pub fn log_shown(&self) -> &str {
         &self.log_shown
+    }
+
+    /// What shell_jobs and the `shell://jobs` resources show of it.
+    pub fn info(&self) -> JobInfo {
+        let exit = self.exit();
+        JobInfo {
+            job_id: self.id.clone(),
+            command: self.command.chars().take(200).collect(),
+            pid: self.running.pid,
+            running: exit.is_none(),
+            waiting_for_input: exit.is_none() && self.running.waiting_for_input(),
+            exit_code: exit.as_ref().map(|e| e.code),
+            output_bytes: self.running.capture.locked().total,
+            seconds: self.running.started.elapsed().as_secs(),
+            log_path: self.log_shown.clone(),
+            containment: self.running.contain.kind().as_str().into(),
+        }
+    }
+
+    /// How it stands, in words: "still running", "waiting for input on its terminal: …",
+    /// "exited with code N", "stopped by its timeout (exit code N)".
+    pub fn status(&self, exit: Option<&Exit>, waiting_for_input: bool) -> String {
+        match exit {
+            Some(e) if self.timed_out.load(Ordering::Relaxed) => {
+                format!("stopped by its timeout (exit code {})", e.code)
+            }
+            Some(e) => format!("exited with code {}", e.code),
+            None if waiting_for_input => format!(
+                "waiting for input on its terminal: {:?}; answer with shell_input",
+                self.running.capture.locked().screen.cursor_line()
+            ),
+            None => "still running".to_string(),
+        }
     }
 
     /// The exit, once known.
@@ -201,6 +250,18 @@ impl Jobs {
         job
     }
 
+    /// Every job, oldest first (`job-9` before `job-10`), so pages follow one another.
+    pub fn all(&self) -> Vec<(String, Arc<Job>)> {
+        let mut jobs: Vec<(String, Arc<Job>)> = self
+            .table
+            .locked()
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        jobs.sort_by_key(|(id, _)| id.strip_prefix("job-").and_then(|n| n.parse::<u64>().ok()));
+        jobs
+    }
+
     pub fn get(&self, id: &str) -> ToolResult<Arc<Job>> {
         self.table.locked().get(id).cloned().ok_or_else(|| {
             ToolError::new(
@@ -228,8 +289,12 @@ impl Jobs {
 /// the call or later as a job.
 pub type OnEnd = Box<dyn FnOnce() + Send>;
 
+/// How often a supervised job is looked at for a prompt on its terminal.
+const WATCH_EVERY: Duration = Duration::from_millis(500);
+
 /// Watch a job from a thread of its own: stop it at `deadline` (its `timeout`), and tell the
-/// client when it ends (a log message), so that nobody has to poll for the end.
+/// client when it starts waiting for input and when it ends (a log message, and a resource
+/// update where it subscribed), so that nobody has to poll.
 pub fn supervise(
     state: &Arc<crate::ShellState>,
     job: &Arc<Job>,
@@ -238,10 +303,14 @@ pub fn supervise(
     on_end: Option<OnEnd>,
 ) {
     let (job, grace) = (job.clone(), state.kill_grace);
+    let tell = Teller::new(client_log, state.subscribers.clone());
+    tell.started();
     std::thread::spawn(move || {
+        // A foreground command handed over as a job was already reported waiting.
+        let mut waiting = job.running.waiting_for_input();
         let exit = loop {
-            let limit = deadline.map_or(Duration::from_secs(3600), |d| {
-                d.saturating_duration_since(Instant::now())
+            let limit = deadline.map_or(WATCH_EVERY, |d| {
+                d.saturating_duration_since(Instant::now()).min(WATCH_EVERY)
             });
             if let Some(e) = job.running.wait_exit(limit) {
                 break e;
@@ -257,28 +326,18 @@ pub fn supervise(
                         signal: Some("Killed".into()),
                     });
             }
+            let now_waiting = job.running.waiting_for_input();
+            if now_waiting && !waiting {
+                let prompt = job.running.capture.locked().screen.cursor_line();
+                tell.waiting(&job.id, &prompt);
+            }
+            waiting = now_waiting;
         };
         job.exit.locked().get_or_insert_with(|| exit.clone());
         if let Some(f) = on_end {
             f();
         }
-        if let Some(log) = client_log {
-            let timed_out = job.timed_out.load(Ordering::Relaxed);
-            let how = if timed_out {
-                " (its timeout stopped it)"
-            } else {
-                ""
-            };
-            log.info(
-                "kitbag-shell",
-                json!({
-                    "message": format!("{} ended with exit code {}{how}; shell_output {{\"job_id\": \"{}\"}} reads the rest", job.id, exit.code, job.id),
-                    "job_id": job.id,
-                    "exit_code": exit.code,
-                    "timed_out": timed_out,
-                }),
-            );
-        }
+        tell.ended(&job.id, exit.code, job.timed_out.load(Ordering::Relaxed));
     });
 }
 
@@ -328,15 +387,7 @@ pub async fn output(
         ));
     }
     text.push_str(output.trim_end_matches('\n'));
-    let status = match &exit {
-        Some(e) if timed_out => format!("stopped by its timeout (exit code {})", e.code),
-        Some(e) => format!("exited with code {}", e.code),
-        None if waiting_for_input => format!(
-            "waiting for input on its terminal: {:?}; answer with shell_input",
-            job.running.capture.locked().screen.cursor_line()
-        ),
-        None => "still running".to_string(),
-    };
+    let status = job.status(exit.as_ref(), waiting_for_input);
     if !text.is_empty() {
         text.push('\n');
     }
@@ -418,35 +469,14 @@ pub async fn list(
     p: JobsParams,
     _ctx: CallCtx,
 ) -> ToolResult<Reply<JobsResult>> {
-    let mut jobs: Vec<(String, Arc<Job>)> = state
-        .jobs
-        .table
-        .locked()
-        .iter()
-        .map(|(k, v)| (k.clone(), v.clone()))
-        .collect();
-    // Oldest first (`job-9` before `job-10`), so pages follow one another.
-    jobs.sort_by_key(|(id, _)| id.strip_prefix("job-").and_then(|n| n.parse::<u64>().ok()));
+    let jobs = state.jobs.all();
     let total = jobs.len();
     let offset = p.offset.unwrap_or(0).min(total);
-    let mut out = Vec::new();
-    for (id, job) in jobs.into_iter().skip(offset) {
-        let exit = job.exit();
-        let total = job.running.capture.locked().total;
-        let info = JobInfo {
-            job_id: id.clone(),
-            command: job.command.chars().take(200).collect(),
-            pid: job.running.pid,
-            running: exit.is_none(),
-            waiting_for_input: exit.is_none() && job.running.waiting_for_input(),
-            exit_code: exit.as_ref().map(|e| e.code),
-            output_bytes: total,
-            seconds: job.running.started.elapsed().as_secs(),
-            log_path: job.log_shown.clone(),
-            containment: job.running.contain.kind().as_str().into(),
-        };
-        out.push(info);
-    }
+    let out: Vec<JobInfo> = jobs
+        .into_iter()
+        .skip(offset)
+        .map(|(_, job)| job.info())
+        .collect();
     let empty = JobsResult {
         jobs: Vec::new(),
         total,
@@ -458,17 +488,8 @@ pub async fn list(
     let (out, cut) = kitbag_shared::limits::within_budget(used, out);
     let mut text = String::new();
     for info in &out {
-        let id = &info.job_id;
-        text.push_str(&format!(
-            "{id}  {}  {}  {}\n",
-            if info.running {
-                "running".to_string()
-            } else {
-                format!("exit {}", info.exit_code.unwrap_or(-1))
-            },
-            info.log_path,
-            info.command
-        ));
+        text.push_str(&info.line());
+        text.push('\n');
     }
     let next_offset = cut.then_some(offset + out.len());
     if let Some(next) = next_offset {

@@ -8,8 +8,10 @@ pub mod logs;
 pub mod process;
 pub mod pump;
 pub mod python;
+pub mod resources;
 pub mod screen;
 pub mod spawn;
+pub mod tell;
 pub mod waiting;
 
 use std::path::PathBuf;
@@ -79,6 +81,8 @@ pub struct ShellState {
     /// Scratch files of `python` (none when read-only).
     pub scratch: Option<Arc<python::Scratch>>,
     pub python_sessions: python::session::Sessions,
+    /// Who subscribed to the `shell://jobs` resources.
+    pub subscribers: Arc<kitbag_shared::subscribers::Subscribers>,
     seq: AtomicU64,
 }
 
@@ -200,9 +204,12 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         jobs: jobs::Jobs::default(),
         scratch,
         python_sessions: python::session::Sessions::default(),
+        subscribers: Default::default(),
         seq: AtomicU64::new(0),
     };
-    McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
+    McpServer::new(IDENTITY, state, router(), policy)
+        .with_extras(resources::ShellExtras)
+        .with_common_args(&args.common)
 }
 
 pub async fn run(args: Args) -> anyhow::Result<()> {

@@ -227,3 +227,128 @@ fn background_timeouts_hold_and_ends_are_told() {
     assert_eq!(told["params"]["data"]["exit_code"], 4, "{told}");
     assert_eq!(told["params"]["logger"], "kitbag-shell");
 }
+
+/// The first notification `matches` picks, waiting up to 10 s (the others seen are kept in
+/// `seen`).
+fn wait_told(c: &McpClient, seen: &mut Vec<Value>, what: &str, matches: impl Fn(&Value) -> bool) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if let Some(i) = seen.iter().position(&matches) {
+            seen.remove(i);
+            return;
+        }
+        assert!(Instant::now() < deadline, "never told {what}: {seen:#?}");
+        seen.extend(c.take_notifications());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// `resources/updated` of `uri`; on a `subscriptions/listen` stream, that stream's.
+fn updated(uri: &str, stream: Option<u64>) -> impl Fn(&Value) -> bool + '_ {
+    move |n| {
+        n["method"] == "notifications/resources/updated"
+            && n["params"]["uri"] == uri
+            && stream.is_none_or(|id| {
+                n["params"]["_meta"]["io.modelcontextprotocol/subscriptionId"] == id
+            })
+    }
+}
+
+/// Background jobs are resources (`shell://jobs`, `shell://jobs/<id>`); a subscribed client
+/// hears when a job starts waiting for input and when it ends, in both eras, with no polling.
+#[test]
+fn jobs_are_resources_and_subscribers_hear_prompts_and_ends() {
+    for era in [Era::Handshake, Era::Modern] {
+        let d = tempfile::tempdir().expect("tmp");
+        let mut c = McpClient::spawn(bin(), &[], d.path(), era);
+        assert_eq!(
+            c.opened["capabilities"]["resources"]["subscribe"], true,
+            "{}",
+            c.opened
+        );
+        // The first job is job-1: subscribe before it exists, so nothing can be missed.
+        let job_uri = "shell://jobs/job-1";
+        let listen = match era {
+            Era::Handshake => {
+                for uri in ["shell://jobs", job_uri] {
+                    let s = c.request("resources/subscribe", json!({"uri": uri}));
+                    assert!(s.get("result").is_some(), "{s}");
+                }
+                let bad = c.request("resources/subscribe", json!({"uri": "issues://1"}));
+                assert!(bad.get("error").is_some(), "{bad}");
+                None
+            }
+            Era::Modern => {
+                let id = c.send_request(
+                    "subscriptions/listen",
+                    json!({"notifications": {"resourceSubscriptions": ["shell://jobs", job_uri, "issues://1"]}}),
+                );
+                let mut seen = Vec::new();
+                wait_told(&c, &mut seen, "the acknowledgment", |n| {
+                    n["method"] == "notifications/subscriptions/acknowledged"
+                        && n["params"]["notifications"]["resourceSubscriptions"]
+                            == json!(["shell://jobs", job_uri])
+                });
+                Some(id)
+            }
+        };
+        let r = c.call_ok(
+            "shell_bash",
+            json!({"command": "sleep 0.3; printf 'Name: '; read -r n </dev/tty; echo \"hi $n\"; exit 3", "background": true}),
+        );
+        assert_eq!(r.structured["job_id"], "job-1");
+        let mut seen = Vec::new();
+        wait_told(
+            &c,
+            &mut seen,
+            "the new job",
+            updated("shell://jobs", listen),
+        );
+        wait_told(&c, &mut seen, "the prompt", |n| {
+            n["method"] == "notifications/message"
+                && n["params"]["data"]["job_id"] == "job-1"
+                && n["params"]["data"]["waiting_for_input"] == true
+                && n["params"]["data"]["prompt"] == "Name:"
+        });
+        wait_told(&c, &mut seen, "the job waiting", updated(job_uri, listen));
+        let r = c.request("resources/read", json!({"uri": job_uri}));
+        let text = r["result"]["contents"][0]["text"].as_str().expect("text");
+        assert!(
+            text.starts_with("job-1: waiting for input on its terminal: \"Name:\""),
+            "{text}"
+        );
+        c.call_ok("shell_input", json!({"job_id": "job-1", "text": "kit\n"}));
+        wait_told(&c, &mut seen, "the end", |n| {
+            n["method"] == "notifications/message" && n["params"]["data"]["exit_code"] == 3
+        });
+        wait_told(&c, &mut seen, "the job ended", updated(job_uri, listen));
+        let r = c.request("resources/read", json!({"uri": job_uri}));
+        let text = r["result"]["contents"][0]["text"].as_str().expect("text");
+        assert!(text.starts_with("job-1: exited with code 3\n"), "{text}");
+        assert!(text.contains("hi kit"), "{text}");
+        let list = c.request("resources/list", json!({}));
+        let uris: Vec<&str> = list["result"]["resources"]
+            .as_array()
+            .expect("resources")
+            .iter()
+            .filter_map(|r| r["uri"].as_str())
+            .collect();
+        assert_eq!(uris, ["shell://jobs", job_uri], "{list}");
+        let r = c.request("resources/read", json!({"uri": "shell://jobs"}));
+        let text = r["result"]["contents"][0]["text"].as_str().expect("text");
+        assert!(text.starts_with("job-1  exit 3  "), "{text}");
+        let t = c.request("resources/templates/list", json!({}));
+        assert_eq!(
+            t["result"]["resourceTemplates"][0]["uriTemplate"],
+            "shell://jobs/{job_id}"
+        );
+        let missing = c.request("resources/read", json!({"uri": "shell://jobs/job-9"}));
+        assert!(
+            missing["error"]["message"]
+                .as_str()
+                .is_some_and(|m| m.contains("no job job-9")),
+            "{missing}"
+        );
+        nothing_left(&c);
+    }
+}
