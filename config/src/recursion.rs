@@ -56,6 +56,22 @@ fn this_executable() -> Option<PathBuf> {
     std::fs::canonicalize(std::env::current_exe().ok()?).ok()
 }
 
+/// Whether `entry` runs one of this executable's own servers (`kitbag server FAMILY`): its
+/// output is written by kitbag-shared's serializer, so the host may take its answers apart
+/// by their known framing instead of parsing them (`fastpath.rs`).
+pub fn runs_own_server(entry: &ServerEntry) -> bool {
+    static ME: std::sync::OnceLock<Option<PathBuf>> = std::sync::OnceLock::new();
+    let Some(me) = ME.get_or_init(this_executable) else {
+        return false;
+    };
+    entry.url.is_none()
+        && subcommand(&entry.args) == Some("server")
+        && resolve_command(entry)
+            .and_then(|c| std::fs::canonicalize(c).ok())
+            .as_ref()
+            == Some(me)
+}
+
 /// Why `entry` would start this executable as a host, or `None` when it would not.
 pub fn runs_host(entry: &ServerEntry, me: &Path) -> Option<String> {
     if entry.url.is_some() {

@@ -218,12 +218,35 @@ impl Front {
             p if p.starts_with("/.well-known/") => "/.well-known",
             _ => "other",
         };
-        let response = self.answer(request, peer).await;
+        let sent_body = request
+            .headers()
+            .contains_key(http::header::TRANSFER_ENCODING)
+            || request
+                .headers()
+                .get(http::header::CONTENT_LENGTH)
+                .is_some_and(|v| v.as_bytes() != b"0");
+        let mut body_read = false;
+        let mut response = self.answer(request, peer, &mut body_read).await;
         self.metrics.request(path, response.status().as_u16());
+        // A refusal made before the body was read (or while it was, past a limit) leaves its
+        // rest unread: hyper then drains what has already arrived, but closes the connection
+        // when more is on its way, which a client reusing the connection meets as a
+        // disconnect on its next request. Saying so lets it open a new one (RFC 9112 §9.6).
+        if sent_body && !body_read {
+            response.headers_mut().insert(
+                http::header::CONNECTION,
+                http::HeaderValue::from_static("close"),
+            );
+        }
         response
     }
 
-    async fn answer(&self, request: Request<Incoming>, peer: Peer) -> HttpResponse {
+    async fn answer(
+        &self,
+        request: Request<Incoming>,
+        peer: Peer,
+        body_read: &mut bool,
+    ) -> HttpResponse {
         if let Err(refusal) = guard::check_framing(request.uri(), request.headers()) {
             return self.refuse(refusal);
         }
@@ -279,7 +302,10 @@ impl Front {
         let mut held = self.budget.hold();
         let body = if parts.method == Method::POST {
             match self.read_body(&parts.headers, body, &mut held).await {
-                Ok(bytes) => bytes,
+                Ok(bytes) => {
+                    *body_read = true;
+                    bytes
+                }
                 Err(response) => return response,
             }
         } else {

@@ -473,7 +473,12 @@ pub(super) async fn connect(
     tokio::spawn(async move {
         let _ = child.wait().await;
     });
-    let (reader, writer, link) = crate::fastpath::wire_child(&name, stdout, stdin);
+    let framing = if kitbag_config::recursion::runs_own_server(entry) {
+        crate::fastpath::Framing::Known
+    } else {
+        crate::fastpath::Framing::Parse
+    };
+    let (reader, writer, link) = crate::fastpath::wire_child(&name, stdout, stdin, framing);
     let running = match client.serve((reader, writer)).await {
         Ok(r) => r,
         Err(e) => {

@@ -391,6 +391,12 @@ fn another_callers_token_is_refused_on_a_session() {
     let r = post(&server, &bob, Some(&session), &list);
     assert_eq!(r.status, 403, "bob's POST: {}", r.text());
     assert_eq!(r.messages()[0]["error"]["code"], -32001, "{}", r.text());
+    // A refusal made before the body is read closes the connection, and says so: a client
+    // reusing it would otherwise meet a disconnect on its next request.
+    assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
+    let anonymous = server.connect().post_mcp(&list, &[LEGACY]);
+    assert_eq!(anonymous.status, 401, "{}", anonymous.text());
+    assert_eq!(anonymous.header("connection"), Some("close"));
     for method in ["GET", "DELETE"] {
         let headers = [
             ("authorization", bob.as_str()),
