@@ -207,6 +207,11 @@ struct Front {
     draining: std::sync::atomic::AtomicBool,
 }
 
+/// A body a refusal left unread is read to its end (and dropped) when it is at most this
+/// long and arrives within [`DRAIN_DEADLINE`]; otherwise the connection is closed.
+const DRAIN_MAX_BYTES: usize = 64 * 1024;
+const DRAIN_DEADLINE: std::time::Duration = std::time::Duration::from_secs(1);
+
 impl Front {
     /// One request, counted by path and status while in flight.
     async fn handle(&self, request: Request<Incoming>, peer: Peer) -> HttpResponse {
@@ -218,21 +223,21 @@ impl Front {
             p if p.starts_with("/.well-known/") => "/.well-known",
             _ => "other",
         };
-        let sent_body = request
-            .headers()
-            .contains_key(http::header::TRANSFER_ENCODING)
-            || request
-                .headers()
-                .get(http::header::CONTENT_LENGTH)
-                .is_some_and(|v| v.as_bytes() != b"0");
-        let mut body_read = false;
-        let mut response = self.answer(request, peer, &mut body_read).await;
+        let (parts, body) = request.into_parts();
+        let mut unread = Some(body);
+        let mut response = self.answer(parts, &mut unread, peer).await;
         self.metrics.request(path, response.status().as_u16());
-        // A refusal made before the body was read (or while it was, past a limit) leaves its
-        // rest unread: hyper then drains what has already arrived, but closes the connection
-        // when more is on its way, which a client reusing the connection meets as a
-        // disconnect on its next request. Saying so lets it open a new one (RFC 9112 §9.6).
-        if sent_body && !body_read {
+        // A refusal made before the body was read leaves it on the connection: hyper drains
+        // what has arrived already, and closes the connection when more is still on its way
+        // — which a client reusing it (httpx sends the head and the body apart) meets as a
+        // disconnect on its next request. So a small body is read to its end here, and a
+        // connection whose body is not (too large, too slow) is closed and the client told
+        // (RFC 9112 §9.6).
+        let clean = match unread {
+            Some(body) => limits::drain_body(body, DRAIN_MAX_BYTES, DRAIN_DEADLINE).await,
+            None => true,
+        };
+        if !clean {
             response.headers_mut().insert(
                 http::header::CONNECTION,
                 http::HeaderValue::from_static("close"),
@@ -241,26 +246,29 @@ impl Front {
         response
     }
 
+    /// The answer to one request; its body is taken out of `unread` when it is read (a body
+    /// left there is drained by [`Front::handle`]).
     async fn answer(
         &self,
-        request: Request<Incoming>,
+        mut parts: http::request::Parts,
+        unread: &mut Option<Incoming>,
         peer: Peer,
-        body_read: &mut bool,
     ) -> HttpResponse {
-        if let Err(refusal) = guard::check_framing(request.uri(), request.headers()) {
+        if let Err(refusal) = guard::check_framing(&parts.uri, &parts.headers) {
             return self.refuse(refusal);
         }
-        let path = request.uri().path();
+        let path = parts.uri.path().to_string();
+        let path = path.as_str();
         let oauth = self.auth.oauth.as_ref();
         match path {
-            "/healthz" if request.method() == Method::GET => {
+            "/healthz" if parts.method == Method::GET => {
                 if self.draining.load(std::sync::atomic::Ordering::Relaxed) {
                     return text(StatusCode::SERVICE_UNAVAILABLE, "draining\n");
                 }
                 return text(StatusCode::OK, "ok\n");
             }
-            METRICS_PATH if request.method() == Method::GET => {
-                return self.metrics_page(request.headers()).await;
+            METRICS_PATH if parts.method == Method::GET => {
+                return self.metrics_page(&parts.headers).await;
             }
             MCP_PATH => {}
             _ if oauth.is_some_and(|rs| path == rs.metadata_path || path == oauth::WELL_KNOWN) => {}
@@ -268,7 +276,7 @@ impl Front {
                 return text(StatusCode::NOT_FOUND, "Not Found: MCP is served at /mcp\n");
             }
         }
-        if let Err(refusal) = self.guard.check(request.headers()) {
+        if let Err(refusal) = self.guard.check(&parts.headers) {
             return self.refuse(refusal);
         }
         if path != MCP_PATH
@@ -282,11 +290,10 @@ impl Front {
             );
             return response;
         }
-        let principal = match self.auth.principal(request.headers()).await {
+        let principal = match self.auth.principal(&parts.headers).await {
             Ok(p) => p,
             Err(refusal) => return self.refuse(refusal),
         };
-        let (mut parts, body) = request.into_parts();
         // The credential stops here: nothing handed on (children, logs) can see it.
         parts.headers.remove(http::header::AUTHORIZATION);
         let admitted = match (&self.sealed, &self.sessions) {
@@ -300,16 +307,25 @@ impl Front {
         }
         // The body's bytes count against the listener's budget until the answer is made.
         let mut held = self.budget.hold();
-        let body = if parts.method == Method::POST {
-            match self.read_body(&parts.headers, body, &mut held).await {
-                Ok(bytes) => {
-                    *body_read = true;
-                    bytes
+        let body = match unread.take() {
+            Some(body) if parts.method == Method::POST => {
+                match self.read_body(&parts.headers, body, &mut held).await {
+                    Ok(bytes) => bytes,
+                    // Cut off while it was read: the rest is not read on this connection.
+                    Err(mut response) => {
+                        response.headers_mut().insert(
+                            http::header::CONNECTION,
+                            http::HeaderValue::from_static("close"),
+                        );
+                        return response;
+                    }
                 }
-                Err(response) => return response,
             }
-        } else {
-            Bytes::new()
+            // A GET or DELETE: its body (there should be none) is drained by `handle`.
+            other => {
+                *unread = other;
+                Bytes::new()
+            }
         };
         // The request's span (when tracing): opened here, ended with the answer.
         let span = (crate::otel::enabled() && parts.method == Method::POST)

@@ -151,6 +151,35 @@ impl HttpConn {
         headers: &[(&str, &str)],
         body: &[u8],
     ) -> std::io::Result<()> {
+        // One write: a server that answers from the head alone (413) and closes must not
+        // turn the body's write into a broken pipe before the answer is read.
+        let mut message = self.head(method, path, headers, body.len());
+        message.extend_from_slice(body);
+        let stream = self.reader.get_mut();
+        stream.write_all(&message)?;
+        stream.flush()
+    }
+
+    /// [`Self::write_request`] the way some clients send it (httpx): the head, then the body
+    /// in a write of its own, `pause` later.
+    pub fn write_request_split(
+        &mut self,
+        method: &str,
+        path: &str,
+        headers: &[(&str, &str)],
+        body: &[u8],
+        pause: Duration,
+    ) -> std::io::Result<()> {
+        let head = self.head(method, path, headers, body.len());
+        let stream = self.reader.get_mut();
+        stream.write_all(&head)?;
+        stream.flush()?;
+        std::thread::sleep(pause);
+        stream.write_all(body)?;
+        stream.flush()
+    }
+
+    fn head(&self, method: &str, path: &str, headers: &[(&str, &str)], length: usize) -> Vec<u8> {
         let mut head = format!("{method} {path} HTTP/1.1\r\n");
         if !headers.iter().any(|(k, _)| k.eq_ignore_ascii_case("host")) {
             head.push_str(&format!("host: {}\r\n", self.host));
@@ -161,16 +190,10 @@ impl HttpConn {
         if !headers.iter().any(|(k, _)| {
             k.eq_ignore_ascii_case("content-length") || k.eq_ignore_ascii_case("transfer-encoding")
         }) {
-            head.push_str(&format!("content-length: {}\r\n", body.len()));
+            head.push_str(&format!("content-length: {length}\r\n"));
         }
         head.push_str("\r\n");
-        // One write: a server that answers from the head alone (413) and closes must not
-        // turn the body's write into a broken pipe before the answer is read.
-        let mut message = head.into_bytes();
-        message.extend_from_slice(body);
-        let stream = self.reader.get_mut();
-        stream.write_all(&message)?;
-        stream.flush()
+        head.into_bytes()
     }
 
     /// Status line and headers only: the body is left for [`Self::read_event`].

@@ -391,12 +391,6 @@ fn another_callers_token_is_refused_on_a_session() {
     let r = post(&server, &bob, Some(&session), &list);
     assert_eq!(r.status, 403, "bob's POST: {}", r.text());
     assert_eq!(r.messages()[0]["error"]["code"], -32001, "{}", r.text());
-    // A refusal made before the body is read closes the connection, and says so: a client
-    // reusing it would otherwise meet a disconnect on its next request.
-    assert_eq!(r.header("connection"), Some("close"), "{:?}", r.headers);
-    let anonymous = server.connect().post_mcp(&list, &[LEGACY]);
-    assert_eq!(anonymous.status, 401, "{}", anonymous.text());
-    assert_eq!(anonymous.header("connection"), Some("close"));
     for method in ["GET", "DELETE"] {
         let headers = [
             ("authorization", bob.as_str()),
@@ -430,6 +424,64 @@ fn another_callers_token_is_refused_on_a_session() {
     assert_eq!(r.status, 403, "{}", r.text());
     assert!(r.text().contains("no subject"), "{}", r.text());
     assert_eq!(r.header("mcp-session-id"), None);
+}
+
+/// A refusal made before the body is read (no token: 401) keeps the connection usable for
+/// the next request when the body follows the head in a write of its own, as httpx sends it
+/// (the Python SDK's OAuth client then retries on the same connection); a body too large to
+/// read through is not read, and the connection is closed with `Connection: close`.
+#[test]
+fn a_refused_request_leaves_its_connection_usable() {
+    let dir = tempfile::tempdir().expect("tmp");
+    let tokens = Tokens::new();
+    let server = tokens.server(dir.path(), &[]);
+    let alice = tokens.bearer(Some("alice"));
+    let body = initialize().to_string();
+    let mcp = [
+        ("content-type", "application/json"),
+        ("accept", "application/json, text/event-stream"),
+        LEGACY,
+    ];
+    let mut conn = server.connect();
+    for round in 0..3 {
+        conn.write_request_split(
+            "POST",
+            "/mcp",
+            &mcp,
+            body.as_bytes(),
+            Duration::from_millis(150),
+        )
+        .expect("write");
+        let refused = conn.read_response().expect("the 401");
+        assert_eq!(refused.status, 401, "round {round}: {}", refused.text());
+        assert_eq!(refused.header("connection"), None, "{:?}", refused.headers);
+    }
+    let mut with_token = mcp.to_vec();
+    with_token.push(("authorization", alice.as_str()));
+    let r = conn
+        .send("POST", "/mcp", &with_token, body.as_bytes())
+        .expect("the same connection takes the next request");
+    assert_eq!(r.status, 200, "{}", r.text());
+
+    // 100 KB announced, 1 KB sent: answered without reading it, and the connection closed.
+    let mut conn = server.connect();
+    let mut big = mcp.to_vec();
+    big.push(("content-length", "102400"));
+    conn.write_request("POST", "/mcp", &big, &[b' '; 1024])
+        .expect("write");
+    let refused = conn.read_response().expect("the 401");
+    assert_eq!(refused.status, 401);
+    assert_eq!(
+        refused.header("connection"),
+        Some("close"),
+        "{:?}",
+        refused.headers
+    );
+    assert!(
+        conn.send("POST", "/mcp", &with_token, body.as_bytes())
+            .is_err(),
+        "the connection is closed"
+    );
 }
 
 /// N7: sessions are capped per caller and in total (503, `Retry-After`, a JSON-RPC error

@@ -123,6 +123,30 @@ pub enum BodyError {
     Read(String),
 }
 
+/// Read a body no one wants to its end, dropping it as it comes: true when it ended within
+/// `max` bytes and `deadline` (the connection can take the next request), false when it did
+/// not (too long, too slow, broken: the connection is to be closed).
+pub async fn drain_body<B>(body: B, max: usize, deadline: Duration) -> bool
+where
+    B: hyper::body::Body<Data = Bytes> + Unpin,
+{
+    let drain = async move {
+        let mut body = body;
+        let mut seen = 0usize;
+        while let Some(frame) = body.frame().await {
+            let Ok(frame) = frame else { return false };
+            if let Ok(data) = frame.into_data() {
+                seen += data.len();
+                if seen > max {
+                    return false;
+                }
+            }
+        }
+        true
+    };
+    tokio::time::timeout(deadline, drain).await.unwrap_or(false)
+}
+
 /// The whole body: at most `max` bytes (an announced `Content-Length` above it is refused
 /// before a byte is read), each byte taken from `held` before it is kept (an announced length
 /// is taken at once, so a body that cannot fit is refused before it is sent), all of it
