@@ -163,6 +163,7 @@ impl Sandbox {
             .await
             .map_err(|e| VmError::engine(format!("preparing the sandbox failed: {e}")))??
         };
+        mark("prepared");
         cmd.stdin(Stdio::piped()).stdout(Stdio::piped()).stderr(log);
         let mut child = spawner.spawn(cmd).await.map_err(|e| {
             run_failed(
@@ -235,12 +236,16 @@ impl Sandbox {
         });
         mark("released");
         sandbox.write_record();
-        if let Err(why) = sandbox.wait_for_agent(timeout).await {
-            let msg = fail(why.into(), &sandbox.cgroups);
-            sandbox.kill();
-            return Err(msg);
-        }
-        mark("answered");
+        let appeared = match sandbox.wait_for_agent(timeout).await {
+            Ok(at) => at,
+            Err(why) => {
+                let msg = fail(why.into(), &sandbox.cgroups);
+                sandbox.kill();
+                return Err(msg);
+            }
+        };
+        steps.push(("socket", appeared.duration_since(t0).as_micros()));
+        steps.push(("answered", t0.elapsed().as_micros()));
         tracing::debug!(
             instance = spec.id,
             ?steps,
@@ -262,16 +267,18 @@ impl Sandbox {
         Ok(sandbox)
     }
 
-    /// Ping the agent until it answers; why not, when the sandbox ends or `timeout` passes.
-    async fn wait_for_agent(&self, timeout: Duration) -> Result<(), &'static str> {
+    /// Ping the agent until it answers (and when its socket appeared, for the start's
+    /// profile); why not, when the sandbox ends or `timeout` passes.
+    async fn wait_for_agent(&self, timeout: Duration) -> Result<Instant, &'static str> {
         let deadline = Instant::now() + timeout;
         self.socket_appeared(deadline.min(Instant::now() + Duration::from_secs(1)))
             .await;
+        let appeared = Instant::now();
         loop {
             if let Ok(a) = self.request(&Request::Ping).await
                 && a.ok
             {
-                return Ok(());
+                return Ok(appeared);
             }
             if self.exit_status().is_some() || Instant::now() > deadline {
                 return Err(if self.exit_status().is_some() {
