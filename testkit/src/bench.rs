@@ -156,6 +156,19 @@ pub fn ratio(a: Duration, b: Duration) -> (f64, String) {
     (r, format!("{r:.2}×"))
 }
 
+/// A temporary project made of `files` (relative path, text), directories included.
+pub fn project(files: &[(&str, &str)]) -> tempfile::TempDir {
+    let d = tempfile::tempdir().expect("tempdir");
+    for (name, text) in files {
+        let p = d.path().join(name);
+        if let Some(parent) = p.parent() {
+            std::fs::create_dir_all(parent).expect("mkdir");
+        }
+        std::fs::write(p, text).expect("write");
+    }
+    d
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -28,6 +28,17 @@ pub fn on_path(program: &str) -> bool {
         .is_some_and(|paths| std::env::split_paths(&paths).any(|d| d.join(program).is_file()))
 }
 
+/// kitbag-files/-search flags for edit-feedback tests: a wait far above what a language
+/// server needs (the answer comes once it has been quiet for a second), so a loaded machine
+/// never cuts a check short and its answers for other open files are in before it counts.
+pub const PATIENT_EDIT_CHECK: [&str; 5] = [
+    "--lsp",
+    "--check-wait-ms",
+    "30000",
+    "--check-quiet-ms",
+    "1000",
+];
+
 /// `testkit/` of the workspace.
 pub fn testkit_dir(manifest_dir: &str) -> PathBuf {
     crate::workspace_root(manifest_dir).join("testkit")

@@ -104,16 +104,6 @@ fn installed(program: &str) -> bool {
             .is_ok_and(|s| s.success())
 }
 
-fn project(case: &Case) -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    for (name, text) in case.files {
-        let p = d.path().join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    d
-}
-
 /// One edit: its round trip, and its `diagnostics` (null when not checked).
 fn edit(c: &mut McpClient, path: &str, old: &str, new: &str, check: bool) -> (Duration, Value) {
     let (r, took) = c.timed_call_ok(
@@ -160,7 +150,7 @@ fn reference(case: &Case, dir: &Path) -> Option<Duration> {
 }
 
 fn run(case: &Case) -> Row {
-    let d = project(case);
+    let d = kitbag_testkit::bench::project(case.files);
     let mut c = McpClient::spawn(
         Path::new(env!("CARGO_BIN_EXE_kitbag-files")),
         &["--lsp"],

@@ -43,18 +43,9 @@ fn messages(list: &Value) -> Vec<String> {
 }
 
 fn start(dir: &Path) -> McpClient {
-    // A bound far above what pyright needs: the answer comes when it has gone quiet, so the
-    // test is as fast as the server and never cut short on a loaded machine; a second of
-    // quiet, so a loaded machine's answers for the other open file are in before it counts.
     McpClient::spawn(
         bin(),
-        &[
-            "--lsp",
-            "--check-wait-ms",
-            "30000",
-            "--check-quiet-ms",
-            "1000",
-        ],
+        &kitbag_testkit::clients::PATIENT_EDIT_CHECK,
         dir,
         Era::Modern,
     )

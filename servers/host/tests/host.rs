@@ -1277,8 +1277,14 @@ fn edits_through_the_host_report_what_they_broke() {
         let app =
             "def greet(name: str) -> str:\n    return \"hi \" + name\n\n\nprint(greet(\"x\"))\n";
         std::fs::write(d.path().join("app.py"), app).expect("w");
-        let files = json!({"command": bin(),
-            "args": ["server", "files", "--root", d.path(), "--lsp", "--check-wait-ms", "30000", "--check-quiet-ms", "1000"]});
+        let mut args = vec![
+            json!("server"),
+            json!("files"),
+            json!("--root"),
+            json!(d.path()),
+        ];
+        args.extend(kitbag_testkit::clients::PATIENT_EDIT_CHECK.map(|a| json!(a)));
+        let files = json!({"command": bin(), "args": args});
         let cfg = write_config(d.path(), "agent.json", json!({"mcp": {"files": files}}));
         let mut c = McpClient::spawn(
             bin(),

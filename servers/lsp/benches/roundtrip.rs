@@ -92,16 +92,6 @@ fn ms(t: Instant) -> f64 {
     t.elapsed().as_secs_f64() * 1000.0
 }
 
-fn project(case: &Case) -> tempfile::TempDir {
-    let d = tempfile::tempdir().unwrap();
-    for (name, text) in case.files {
-        let p = d.path().join(name);
-        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
-        std::fs::write(p, text).unwrap();
-    }
-    d
-}
-
 fn useful(v: &Value) -> bool {
     match v {
         Value::Null => false,
@@ -210,7 +200,7 @@ fn main() {
             println!("{}: not installed, skipped", case.name);
             continue;
         }
-        let d = project(case);
+        let d = kitbag_testkit::bench::project(case.files);
         let root = std::fs::canonicalize(d.path()).unwrap();
         // Warm the OS caches (and rust-analyzer's cargo metadata) once before measuring.
         rt.block_on(direct(case, &root));

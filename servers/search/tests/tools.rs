@@ -892,16 +892,9 @@ fn edit_ast_reports_what_the_rewrite_broke() {
     let d = tempfile::tempdir().expect("tmp");
     let app = "def greet(name: str) -> str:\n    return \"hi \" + name\n\n\nprint(greet(\"x\"))\n";
     std::fs::write(d.path().join("app.py"), app).expect("w");
-    // Far above what pyright needs: the answer comes once it is quiet.
     let mut c = McpClient::spawn(
         bin(),
-        &[
-            "--lsp",
-            "--check-wait-ms",
-            "30000",
-            "--check-quiet-ms",
-            "1000",
-        ],
+        &kitbag_testkit::clients::PATIENT_EDIT_CHECK,
         d.path(),
         Era::Modern,
     );

@@ -164,7 +164,7 @@ impl Extras<ShellState> for ShellExtras {
     ) -> Result<(), McpError> {
         if parse_uri(&uri).is_none() {
             return Err(McpError::invalid_params(
-                format!("cannot subscribe to {uri}: {}", not_ours(&uri)),
+                format!("cannot subscribe: {}", not_ours(&uri)),
                 None,
             ));
         }
