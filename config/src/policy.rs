@@ -424,14 +424,15 @@ mod tests {
         .expect_err("refused")
         .to_string();
         assert!(
-            e.contains("`*` grants `issue_bind`") && e.contains(r#""enabled": false"#),
+            e.contains("`*` grants `ask`") && e.contains(r#""form": {"enabled": false}"#),
             "{e}"
         );
         // Turning them off again, or being the root, loads.
         load_text(
             "rootok",
             r#"{"agents": {
-  "helper": {"tools": {"*": {"enabled": true}, "issue.*": {"enabled": false}, "todo": {"enabled": false}}},
+  "helper": {"tools": {"*": {"enabled": true}, "issue.*": {"enabled": false}, "todo": {"enabled": false},
+             "ask": {"enabled": false}, "form": {"enabled": false}}},
   "boss": {"root": true, "tools": ["issue_create"]}
 }}"#,
         )

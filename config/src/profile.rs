@@ -24,6 +24,8 @@ use serde_json::Value;
 /// The tools kitbag's servers declare root-only (`_meta` `kitbag/principal_scope`): every
 /// tool of kitbag-issues. Checked against the tool catalogs in `manifests/` by a test.
 pub const ROOT_ONLY_TOOLS: &[&str] = &[
+    "ask",
+    "form",
     "issue_bind",
     "issue_comment",
     "issue_create",
@@ -35,9 +37,11 @@ pub const ROOT_ONLY_TOOLS: &[&str] = &[
 ];
 
 /// What the root agent has enabled before its `tools` map says anything (seed 004: the root
-/// agent receives the issue and workflow tools by default; kitbag has no workflow tools).
+/// agent receives the issue and workflow tools by default; kitbag has no workflow tools yet),
+/// and the questions to the operator (`ask`, `form`). These keys also turn every root-only
+/// tool off, as a refusal advises.
 /// Every other agent starts with none.
-pub const ROOT_DEFAULTS: &[&str] = &["issue_*", "todo"];
+pub const ROOT_DEFAULTS: &[&str] = &["issue_*", "todo", "ask", "form"];
 
 /// The namespace seed 004 puts the issue, todo and workflow tools under.
 const KAGED: &str = "kaged.";
@@ -222,8 +226,13 @@ pub fn parse_agents(
         let profile = AgentProfile::parse(&name, v)?;
         if let Some((tool, key)) = profile.root_only_grant() {
             let fix = if profile.enabled.is_some() && key != tool && kitbag_glob(key) != tool {
+                let off: Vec<String> = ROOT_DEFAULTS
+                    .iter()
+                    .map(|t| format!("\"{t}\": {{\"enabled\": false}}"))
+                    .collect();
                 format!(
-                    "narrow the glob, turn the root-only tools off with {{\"issue_*\": {{\"enabled\": false}}, \"todo\": {{\"enabled\": false}}}}, or make `{name}` the root agent with \"root\": true"
+                    "narrow the glob, turn the root-only tools off with {{{}}}, or make `{name}` the root agent with \"root\": true",
+                    off.join(", ")
                 )
             } else {
                 format!("remove it, or make `{name}` the root agent with \"root\": true")

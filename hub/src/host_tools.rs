@@ -136,7 +136,7 @@ pub fn reload_tool() -> Tool {
     let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
     Tool::new(
         RELOAD_TOOL,
-        "Re-read the host's config file (edit it first) and apply it without dropping this connection: changed servers restart once their running calls finish, unchanged ones keep running. A config that cannot be read changes nothing.",
+        "Re-read the host's config file (edit it first) and apply it, keeping this connection: changed servers restart once their calls finish. A bad config changes nothing.",
         input,
     )
     .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<crate::registry::ReloadReport>("host_reload")))

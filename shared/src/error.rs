@@ -21,6 +21,13 @@ pub enum ErrorCode {
     PrincipalScopeViolation,
     FileBusy,
     OutputTooLarge,
+    /// The tool asks the operator (MCP elicitation) and the client cannot answer.
+    ElicitationUnsupported,
+    /// A 2026-07-28 call waits for the client's `inputResponses` (never a final answer: the
+    /// call answers `input_required` instead).
+    InputRequired,
+    /// The client's answer to an elicitation does not fit the form it was asked with.
+    InvalidAnswer,
     // files
     FileNotFound,
     FileExists,

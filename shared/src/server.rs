@@ -164,6 +164,8 @@ pub struct CallCtx {
     policy: Arc<PathPolicy>,
     peer: Option<Peer<RoleServer>>,
     progress_token: Option<ProgressToken>,
+    /// What the client can answer mid-call, and what a 2026-07-28 retry already answered.
+    input: Option<Arc<crate::elicit::Input>>,
 }
 
 impl CallCtx {
@@ -175,7 +177,27 @@ impl CallCtx {
             policy,
             peer: None,
             progress_token: None,
+            input: None,
         }
+    }
+
+    /// Ask the operator through the client (MCP elicitation, form mode): `message` and a
+    /// form of `schema`, whose answer comes back typed. `key` names the question across a
+    /// 2026-07-28 retry (see `elicit.rs`).
+    pub async fn elicit(
+        &self,
+        key: &str,
+        message: &str,
+        schema: &Value,
+    ) -> ToolResult<rmcp::model::ElicitResult> {
+        crate::elicit::ask(
+            self.input.as_deref(),
+            self.peer.as_ref(),
+            key,
+            message,
+            schema,
+        )
+        .await
     }
 
     pub fn policy(&self) -> &Arc<PathPolicy> {
@@ -698,7 +720,35 @@ impl<S: Send + Sync + 'static> McpServer<S> {
             policy: self.policy(),
             peer: Some(context.peer.clone()),
             progress_token: context.meta.get_progress_token(),
+            input: None,
         }
+    }
+
+    /// What the call's client can answer mid-call: in 2026-07-28 by `input_required` and a
+    /// retry (its capabilities in the request's `_meta`), else by a request on the connection.
+    fn input_for(
+        context: &RequestContext<RoleServer>,
+        responses: Option<rmcp::model::InputResponses>,
+        state: Option<&str>,
+    ) -> crate::elicit::Input {
+        let modern = context
+            .protocol_version()
+            .or_else(|| context.meta.protocol_version())
+            .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
+        let capable = if modern {
+            context
+                .meta
+                .client_capabilities()
+                .is_some_and(|c| c.elicitation.is_some())
+        } else {
+            context
+                .peer
+                .peer_info()
+                .is_some_and(|i| i.capabilities.elicitation.is_some())
+        };
+        let mut input = crate::elicit::Input::new(modern, capable, responses.unwrap_or_default());
+        input.add_earlier(state);
+        input
     }
 
     #[allow(deprecated)] // roots are deprecated by SEP-2577 but still offered by most clients
@@ -824,9 +874,21 @@ impl<S: Send + Sync + 'static> ServerHandler for McpServer<S> {
             .into_call_result()
             .into());
         }
-        let ctx = self.ctx_for(&context);
+        let input = Arc::new(Self::input_for(
+            &context,
+            request.input_responses,
+            request.request_state.as_deref(),
+        ));
+        let mut ctx = self.ctx_for(&context);
+        ctx.input = Some(input.clone());
         let args = arguments.unwrap_or_default();
-        Ok(self.dispatch(&name, args, ctx).await.into())
+        let result = self.dispatch(&name, args, ctx).await;
+        // A 2026-07-28 call that asked for input answers with the question, not an error.
+        if let Some(requests) = input.input_requests() {
+            let asked = rmcp::model::InputRequiredResult::new(Some(requests), input.state());
+            return Ok(CallToolResponse::InputRequired(asked));
+        }
+        Ok(result.into())
     }
 
     async fn on_initialized(&self, context: NotificationContext<RoleServer>) {

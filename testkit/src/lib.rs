@@ -65,6 +65,10 @@ impl ToolCall {
     }
 }
 
+/// How a test client answers the server's `elicitation/create`: the request's params in, the
+/// `ElicitResult` out (`{"action": "accept", "content": {...}}`).
+pub type Elicitor = Arc<dyn Fn(&Value) -> Value + Send + Sync>;
+
 pub struct McpClient {
     child: Child,
     stdin: Arc<Mutex<Option<ChildStdin>>>,
@@ -84,6 +88,11 @@ pub struct McpClient {
     /// validating clients do); the schemas come from `tools/list`, listed once if needed.
     pub validate: bool,
     output_schemas: HashMap<String, Option<jsonschema::Validator>>,
+    /// Answers elicitation: on the connection (handshake era) or by retrying a call that
+    /// answered `input_required` (2026-07-28).
+    elicitor: Option<Elicitor>,
+    /// The `elicitation/create` params seen, in order (both eras).
+    pub elicited: Arc<Mutex<Vec<Value>>>,
 }
 
 impl McpClient {
@@ -99,7 +108,19 @@ impl McpClient {
         era: Era,
         env: &[(&str, &str)],
     ) -> Self {
-        Self::spawn_full(bin, args, cwd, era, env, None)
+        Self::spawn_full(bin, args, cwd, era, env, None, None)
+    }
+
+    /// Spawn declaring the `elicitation` capability and answering each `elicitation/create`
+    /// with `elicitor` (in 2026-07-28, by answering `input_required` and calling again).
+    pub fn spawn_eliciting(
+        bin: &Path,
+        args: &[&str],
+        cwd: &Path,
+        era: Era,
+        elicitor: Elicitor,
+    ) -> Self {
+        Self::spawn_full(bin, args, cwd, era, &[], None, Some(elicitor))
     }
 
     /// Spawn with the handshake era, declaring the `roots` capability and answering the
@@ -109,7 +130,7 @@ impl McpClient {
             .iter()
             .map(|r| json!({"uri": format!("file://{}", r.display()), "name": r.display().to_string()}))
             .collect();
-        Self::spawn_full(bin, args, cwd, Era::Handshake, &[], Some(roots))
+        Self::spawn_full(bin, args, cwd, Era::Handshake, &[], Some(roots), None)
     }
 
     fn spawn_full(
@@ -119,6 +140,7 @@ impl McpClient {
         era: Era,
         env: &[(&str, &str)],
         roots: Option<Vec<Value>>,
+        elicitor: Option<Elicitor>,
     ) -> Self {
         let mut cmd = Command::new(bin);
         cmd.args(args)
@@ -136,6 +158,8 @@ impl McpClient {
         let stdout = child.stdout.take().unwrap();
         let replies = stdin.clone();
         let offered_roots = roots.clone();
+        let elicited = Arc::new(Mutex::new(Vec::new()));
+        let (answerer, seen) = (elicitor.clone(), elicited.clone());
         let (tx, rx): (Sender<Value>, Receiver<Value>) = channel();
         let notifications = Arc::new(Mutex::new(Vec::new()));
         let garbage = Arc::new(Mutex::new(Vec::new()));
@@ -153,10 +177,15 @@ impl McpClient {
                         }
                     }
                     Ok(v) if v.get("method").is_some() && v.get("id").is_some() => {
-                        // A request from the server: answer roots/list, refuse the rest.
-                        let reply = match (v["method"].as_str(), &offered_roots) {
-                            (Some("roots/list"), Some(roots)) => {
+                        // A request from the server: answer roots/list and elicitation when
+                        // offered, refuse the rest.
+                        let reply = match (v["method"].as_str(), &offered_roots, &answerer) {
+                            (Some("roots/list"), Some(roots), _) => {
                                 json!({"jsonrpc": "2.0", "id": v["id"], "result": {"roots": roots}})
+                            }
+                            (Some("elicitation/create"), _, Some(answer)) => {
+                                seen.lock().unwrap().push(v["params"].clone());
+                                json!({"jsonrpc": "2.0", "id": v["id"], "result": answer(&v["params"])})
                             }
                             _ => {
                                 json!({"jsonrpc": "2.0", "id": v["id"], "error": {"code": -32601, "message": "not supported by the test client"}})
@@ -185,13 +214,15 @@ impl McpClient {
             server_info: Value::Null,
             opened: Value::Null,
             timeout: Duration::from_secs(60),
-            capabilities: if roots.is_some() {
-                json!({"roots": {"listChanged": false}})
-            } else {
-                json!({})
+            capabilities: match (roots.is_some(), elicitor.is_some()) {
+                (true, _) => json!({"roots": {"listChanged": false}}),
+                (false, true) => json!({"elicitation": {"form": {}}}),
+                (false, false) => json!({}),
             },
             validate: true,
             output_schemas: HashMap::new(),
+            elicitor,
+            elicited,
         };
         client.open();
         client
@@ -227,11 +258,11 @@ impl McpClient {
         }
     }
 
-    fn modern_meta() -> Value {
+    fn modern_meta(&self) -> Value {
         json!({
             "io.modelcontextprotocol/protocolVersion": MODERN_VERSION,
             "io.modelcontextprotocol/clientInfo": {"name": "kitbag-testkit", "version": "0"},
-            "io.modelcontextprotocol/clientCapabilities": {}
+            "io.modelcontextprotocol/clientCapabilities": self.capabilities.clone()
         })
     }
 
@@ -252,7 +283,7 @@ impl McpClient {
                 .unwrap()
                 .entry("_meta")
                 .or_insert_with(|| json!({}));
-            if let (Some(m), Value::Object(base)) = (meta.as_object_mut(), Self::modern_meta()) {
+            if let (Some(m), Value::Object(base)) = (meta.as_object_mut(), self.modern_meta()) {
                 for (k, v) in base {
                     m.entry(k).or_insert(v);
                 }
@@ -365,7 +396,31 @@ impl McpClient {
     /// `tools/call`; panics on a JSON-RPC error (use [`Self::request`] to test those), and when
     /// the result does not match the tool's outputSchema.
     pub fn call(&mut self, name: &str, args: Value) -> ToolCall {
-        let r = self.request("tools/call", json!({"name": name, "arguments": args}));
+        let mut r = self.request("tools/call", json!({"name": name, "arguments": args}));
+        // 2026-07-28: a call that needs input answers `input_required`; answer and call again
+        // with the same arguments (as the SDKs do, at most 10 rounds).
+        for _ in 0..10 {
+            let Some(answer) = self.elicitor.clone() else {
+                break;
+            };
+            if r["result"]["resultType"] != "input_required" {
+                break;
+            }
+            let mut responses = serde_json::Map::new();
+            for (key, request) in r["result"]["inputRequests"].as_object().unwrap() {
+                assert_eq!(request["method"], "elicitation/create", "{r}");
+                self.elicited
+                    .lock()
+                    .unwrap()
+                    .push(request["params"].clone());
+                responses.insert(key.clone(), answer(&request["params"]));
+            }
+            let mut params = json!({"name": name, "arguments": args, "inputResponses": responses});
+            if let Some(state) = r["result"].get("requestState") {
+                params["requestState"] = state.clone();
+            }
+            r = self.request("tools/call", params);
+        }
         let call = Self::to_tool_call(r);
         self.check_output(name, &call);
         call

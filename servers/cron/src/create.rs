@@ -16,10 +16,9 @@ pub const MAX_COMMAND_TIMEOUT: i64 = 24 * 3600;
 pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
-    "Schedule a message to you (a new user message in its own session), optionally after a shell \
-     command whose exit code and output tail go into it. `schedule`: cron `minute hour \
-     day-of-month month day-of-week` (`*/N`, `N-M`, `N,M`, `mon`) or @hourly/@daily/@weekly/\
-     @monthly/@yearly.",
+    "Schedule a message to you (a user message in its own session), optionally after a shell \
+     command whose exit code and output tail go into it. `schedule`: cron `min hour day month \
+     weekday` (`*/N`, `N-M`, `N,M`, `mon`) or @hourly/@daily/@weekly/@monthly/@yearly.",
 )
 .exec();
 
@@ -45,7 +44,7 @@ pub struct CreateParams {
     /// false: fire once, then disable.
     #[serde(default)]
     pub recurring: Option<bool>,
-    /// Default true: a run missed while down fires once at start-up.
+    /// Default true: a missed run fires once at start-up.
     #[serde(default)]
     pub catch_up: Option<bool>,
     /// Run by /bin/sh -c in the root at each firing.

@@ -16,8 +16,7 @@ pub const MAX_LIMIT: i64 = 500;
 pub const DEF: ToolDef = ToolDef::read(
     "cron_runs",
     "Scheduled task history",
-    "Past cron runs, newest first: outcome (fired, caught_up, missed, skipped_busy), delivery, \
-     command exit code and output tail.",
+    "Past cron runs, newest first: outcome, delivery, command exit code and output tail.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -32,9 +32,9 @@ const BOM: &[u8] = b"\xEF\xBB\xBF";
 pub const DEF: ToolDef = ToolDef::write(
     "edit_text",
     "Edit text",
-    "Replace text in a file read with file_read this session and unchanged since. String mode: `old_string` → `new_string`, matched exactly (whitespace included) \
-     and unique unless `replace_all` or `occurrence`. Line mode: `start_line`..`end_line` \
-     (1-based, inclusive) → `new_string`.",
+    "Replace text in a file read with file_read and unchanged since: `old_string` (exact, \
+     unique unless `replace_all`/`occurrence`) or lines `start_line`..`end_line` (1-based, \
+     inclusive) → `new_string`.",
 )
 .destructive();
 

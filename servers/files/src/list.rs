@@ -18,8 +18,8 @@ const RESERVE_BYTES: usize = 128;
 pub const DEF: ToolDef = ToolDef::read(
     "file_list",
     "List files",
-    "List a directory's entries (name, type, size, mtime), sorted by path. Skips \
-     hidden and ignored (.gitignore/.ignore) entries unless `hidden`/`no_ignore`.",
+    "List a directory's entries (name, type, size, mtime), sorted by path. Skips hidden and \
+     ignored entries unless `hidden`/`no_ignore`.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

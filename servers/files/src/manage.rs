@@ -20,15 +20,15 @@ pub const MOVE_DEF: ToolDef = ToolDef::write(
     "file_move",
     "Move or rename",
     "Move or rename a file or directory, creating the destination's parents. An existing \
-     destination fails unless `overwrite` (files only; a directory is never replaced).",
+     destination fails unless `overwrite` (files only).",
 )
 .destructive();
 
 pub const DELETE_DEF: ToolDef = ToolDef::write(
     "file_delete",
     "Delete",
-    "Delete a file, a symlink (not its target), or with `recursive: true` a directory and all it \
-     contains; not the root.",
+    "Delete a file, a symlink (not its target), or with `recursive: true` a directory tree; \
+     not the root.",
 )
 .destructive()
 .idempotent();

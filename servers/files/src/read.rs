@@ -35,8 +35,8 @@ const SNIFF_BYTES: usize = 8192;
 pub const DEF: ToolDef = ToolDef::read(
     "file_read",
     "Read file",
-    "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary file. \
-     Output capped at 39 KB; lines over 2000 characters are cut.",
+    "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary \
+     file. Capped at 39 KB; lines over 2000 characters are cut.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -18,9 +18,8 @@ use kitbag_lsp_client::feedback;
 pub const WRITE_DEF: ToolDef = ToolDef::write(
     "file_write",
     "Write file",
-    "Write a whole file, creating it (and parent directories) or overwriting it: an existing file \
-     must have been read with file_read this session and be unchanged since. Prefer edit_text for \
-     partial changes.",
+    "Write a whole file, creating it (and parents) or overwriting one read with file_read and \
+     unchanged since. Prefer edit_text for partial changes.",
 )
 .destructive();
 

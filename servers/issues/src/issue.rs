@@ -115,8 +115,7 @@ pub fn assignment(state: &IssuesState, a: &str) -> ToolResult<()> {
 pub const LIST_DEF: ToolDef = ToolDef::read(
     "issue_list",
     "List issues",
-    "List issues, newest first (best match first with `search`): find a number, check for \
-     duplicates, see what is open.",
+    "List issues, newest first (best match first with `search`).",
 );
 
 /// A status, or `all`.
@@ -257,8 +256,8 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
 pub const GET_DEF: ToolDef = ToolDef::read(
     "issue_get",
     "Get an issue",
-    "One issue in full: body (original too, if edited), status, assignment, resolution, update \
-     stream (status changes, comments, edits) and todos, paged at 40 KB.",
+    "One issue in full: body (and original), status, assignment, resolution, updates and \
+     todos, paged at 40 KB.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -540,8 +539,8 @@ pub fn create(
 pub const UPDATE_DEF: ToolDef = ToolDef::write(
     "issue_update",
     "Edit an issue",
-    "Change an issue's title, body and/or assignment (the first body edit keeps the original). \
-     For status use issue_transition.",
+    "Change an issue's title, body or assignment (the original body is kept). Status: \
+     issue_transition.",
 )
 .idempotent();
 
@@ -670,8 +669,8 @@ pub fn comment(
 pub const TRANSITION_DEF: ToolDef = ToolDef::write(
     "issue_transition",
     "Change an issue's status",
-    "Change an issue's status, forward and skipping steps as needed: open|reopened → triaged → \
-     assigned → in_progress → resolved|rejected; resolved|rejected → reopened.",
+    "Change an issue's status, forward, skipping steps as needed: open|reopened → triaged → \
+     assigned → in_progress → resolved|rejected → reopened.",
 );
 
 // A status an issue can be moved to.

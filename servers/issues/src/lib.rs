@@ -2,12 +2,14 @@
 //! shared PostgreSQL with `--database-url`).
 //!
 //! Tools: `issue_list`, `issue_get`, `issue_create`, `issue_update`, `issue_comment`,
-//! `issue_transition`, `issue_bind` and `todo`; every one declares
+//! `issue_transition`, `issue_bind` and `todo`; `ask` and `form`, which put questions to the
+//! operator through the client (MCP elicitation, `interaction.rs`). Every one declares
 //! `_meta["kitbag/principal_scope"] = "root-only"` so a host offers them to its root agent only.
 //! Resources `issues://open` and `issues://N` with change notifications; the prompt
 //! `todo_reminder`. `kitbag-issues export` / `import` move issues through JSONL.
 
 pub mod db;
+pub mod interaction;
 pub mod issue;
 pub mod model;
 pub mod notifier;
@@ -160,6 +162,18 @@ pub fn router() -> ToolRouter<IssuesState> {
             root_only(issue::BIND_DEF),
             |s: Arc<IssuesState>, p: issue::BindParams, ctx: CallCtx| async move {
                 read(s, ctx, move |st, c| issue::bind(st, c, p)).await
+            },
+        )
+        .tool(
+            root_only(interaction::ASK_DEF),
+            |_: Arc<IssuesState>, p: interaction::AskParams, ctx: CallCtx| async move {
+                interaction::run(&ctx, "ask", interaction::ask_form(&p)?).await
+            },
+        )
+        .tool(
+            root_only(interaction::FORM_DEF),
+            |_: Arc<IssuesState>, p: interaction::FormParams, ctx: CallCtx| async move {
+                interaction::run(&ctx, "form", interaction::form_form(&p)?).await
             },
         )
         .tool(

@@ -25,8 +25,8 @@ pub const DEF: ToolDef = ToolDef::write(
     "todo",
     "Todo checklist",
     "Checklist of the issue bound by issue_bind. `set`/`add`: replace/append steps (`items`); \
-     `start`, `done`, `drop`, `note` (`text`) act on `content`: the todo's text or a unique part \
-     of it. A criterion's `done` is a claim; only the operator drops criteria.",
+     `start`, `done`, `drop`, `note` (`text`) act on `content`: a todo's text or a unique part. \
+     Only the operator drops criteria.",
 );
 
 #[derive(Debug, Clone, Copy, Deserialize, JsonSchema, PartialEq, Eq)]

@@ -39,6 +39,8 @@ fn both_eras_catalog_and_root_only_meta(env: &Env) {
         assert_eq!(
             names,
             [
+                "ask",
+                "form",
                 "issue_bind",
                 "issue_comment",
                 "issue_create",

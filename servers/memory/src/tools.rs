@@ -18,8 +18,8 @@ use crate::store::Store;
 pub const STORE_DEF: ToolDef = ToolDef::write(
     "memory_store",
     "Remember",
-    "Remember a fact, preference or decision for later sessions. Identical content in the same \
-     scope is stored once. Anything credential-like (keys, tokens, passwords) is refused.",
+    "Remember a fact, preference or decision for later sessions (stored once per scope). \
+     Anything credential-like (keys, tokens, passwords) is refused.",
 )
 // A refused secret must leave no trace: the content and tags never reach a log.
 .private_args(&["content", "tags"]);
@@ -41,8 +41,8 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const CONTEXT_DEF: ToolDef = ToolDef::read(
     "memory_context",
     "Memory context block",
-    "Build a memory block to prepend to an LLM call, matched to `query` (the latest turn); \
-     `mode` relevant (default) falls back to the most recent.",
+    "A memory block to prepend to an LLM call, matched to `query` (the latest turn), else \
+     the most recent.",
 );
 
 static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {

@@ -54,9 +54,9 @@ pub const SEARCH_DEF: ToolDef = ToolDef::read(
 pub const EDIT_DEF: ToolDef = ToolDef::write(
     "edit_ast",
     "Structural rewrite",
-    "Rewrite code structurally with ast-grep (patterns as in search_ast). DRY RUN BY DEFAULT: returns \
-     the changes and per-file diffs; `dry_run: false` writes every touched file or none. Unparsable \
-     files are skipped."
+    "Rewrite code structurally with ast-grep (patterns as in search_ast). DRY RUN BY DEFAULT: \
+     per-file diffs; `dry_run: false` writes every touched file or none. Unparsable files are \
+     skipped.",
 )
 .destructive();
 
@@ -65,8 +65,7 @@ pub const EDIT_DEF: ToolDef = ToolDef::write(
 pub struct SearchParams {
     /// Must parse as code of `lang`.
     pub pattern: String,
-    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, ...; default: by file
-    /// extension.
+    /// rust, python, typescript, tsx, javascript, go, java, c, cpp, …; default: by extension.
     #[serde(default)]
     pub lang: Option<String>,
     /// Files or directories (default the root).

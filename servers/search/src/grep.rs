@@ -39,9 +39,9 @@ pub const MAX_CONTEXT: i64 = 50;
 pub const DEF: ToolDef = ToolDef::read(
     "search_grep",
     "Search file contents",
-    "Search file contents with a regex (Rust syntax, as ripgrep) in a directory tree or one file. \
-     Skips binary files, and hidden or ignored (.gitignore/.ignore) ones unless `hidden`/\
-     `no_ignore`. Sorted by path, then line. Capped at 60 s and 40 KB.",
+    "Search file contents with a regex (Rust syntax, as ripgrep) in a tree or one file. Skips \
+     binary, hidden and ignored files unless `hidden`/`no_ignore`. Sorted by path, then line. \
+     Capped at 60 s and 40 KB.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

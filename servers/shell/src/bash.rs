@@ -26,11 +26,10 @@ pub const MAX_TIMEOUT_MS: i64 = 600_000;
 pub const DEF: ToolDef = ToolDef::write(
     "shell_bash",
     "Run shell command",
-    "Run a command with `/bin/sh -c` in a PTY: output (stdout and stderr merged), exit code, \
-     duration. On timeout the tree gets SIGTERM, then SIGKILL 5 s later. \
-     Output past 30 KB shows head and tail; all of it is in `log_path`. Stdin is at EOF; a \
-     command waiting on its terminal (a password prompt) returns as a job `waiting_for_input` \
-     for shell_input. Leftovers are stopped at the end: for servers use `background: true`.",
+    "Run a command with `/bin/sh -c` in a PTY: output (stdout+stderr), exit code, duration. \
+     Timeout: SIGTERM, SIGKILL 5 s later. Past 30 KB: head and tail, all in `log_path`. Stdin \
+     is at EOF; a command waiting on its terminal (a password prompt) returns as a job \
+     `waiting_for_input` for shell_input. Leftovers are stopped; servers: `background: true`.",
 )
 .destructive()
 .open_world()
@@ -47,7 +46,7 @@ pub struct BashParams {
     /// ms, 1000–600000 (default 120000; background: none).
     #[serde(default)]
     pub timeout: Option<i64>,
-    /// Merged over the server's environment (at most 64).
+    /// Merged over the server's (≤ 64).
     #[serde(default)]
     pub env: Option<serde_json::Map<String, serde_json::Value>>,
     /// Run as a background job; returns `job_id` at once.

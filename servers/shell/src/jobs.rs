@@ -22,14 +22,14 @@ pub const OUTPUT_DEF: ToolDef = ToolDef::read(
     "shell_output",
     "Read background job output",
     "Read a background job's new output, its terminal `screen`, and whether it runs or waits \
-     for input. At most 30 KB per call.",
+     for input. ≤ 30 KB a call.",
 );
 
 pub const KILL_DEF: ToolDef = ToolDef::write(
     "shell_kill",
     "Stop background job",
-    "Stop a background job and every process it started, even outside its process group: SIGTERM, \
-     then SIGKILL after a grace period. Returns its exit code.",
+    "Stop a background job and every process it started (even outside its group): SIGTERM, \
+     then SIGKILL.",
 )
 .destructive()
 .idempotent();
@@ -37,14 +37,15 @@ pub const KILL_DEF: ToolDef = ToolDef::write(
 pub const JOBS_DEF: ToolDef = ToolDef::read(
     "shell_jobs",
     "List background jobs",
-    "List this session's background jobs: id, command, running, exit code, output size, log file. A cut list goes on at `next_offset` (pass it as `offset`).",
+    "List this session's background jobs: id, command, running, exit code, output size, log \
+     file. Paged by `offset`.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct OutputParams {
     pub job_id: String,
-    /// Byte offset since the job started (default: where the last call stopped).
+    /// Byte offset (default: where the last call stopped).
     #[serde(default)]
     pub since: Option<i64>,
 }

@@ -154,7 +154,7 @@ pub struct DebugParams {
     /// evaluate: watch (default, no side effects) or repl.
     #[serde(default)]
     pub context: Option<EvalContext>,
-    /// A result's next_offset; memory/instructions: from the address.
+    /// A result's next_offset, or from the address.
     #[serde(default)]
     pub offset: Option<i64>,
     /// Default 100.
@@ -179,7 +179,7 @@ pub struct DebugParams {
     pub command: Option<String>,
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, Value>>,
-    /// ms to await a stop, else status running (default 10000, max 60000).
+    /// ms to await a stop (default 10000, max 60000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
 }

@@ -38,8 +38,8 @@ pub const DEF: ToolDef = ToolDef::write(
     "edit_patch",
     "Apply patch",
     "Apply a multi-file patch all-or-nothing: Codex apply_patch (`*** Begin Patch`), a unified \
-     diff (git diff, diff -u) or str_replace JSON commands. Changed files must have been read \
-     with file_read and be unchanged since.",
+     diff (git diff, diff -u) or str_replace JSON commands. Changed files must be read with \
+     file_read and unchanged since.",
 )
 .destructive();
 

@@ -93,7 +93,7 @@ pub enum Scope {
 #[serde(deny_unknown_fields)]
 pub struct LspParams {
     pub action: Action,
-    /// File (diagnostics: or directory). Needed unless status, workspace symbols or `language`.
+    /// File (diagnostics: or directory).
     #[serde(default)]
     pub path: Option<String>,
     #[serde(default)]
@@ -114,7 +114,7 @@ pub struct LspParams {
     /// symbols: name filter (required for workspace).
     #[serde(default)]
     pub query: Option<String>,
-    /// Lists: page size (references/diagnostics 100, symbols 50).
+    /// Page size (default 100; symbols 50).
     #[serde(default)]
     pub limit: Option<u64>,
     /// A result's `next_offset` (request: bytes of `result_text`).

@@ -21,8 +21,8 @@ use crate::bash::{self, BashParams};
 pub const DEF: ToolDef = ToolDef::write(
     "python",
     "Run Python",
-    "Run Python 3 source without shell quoting (`args`: sys.argv[1:]), as shell_bash runs a \
-     command. `session`: a named interpreter whose variables persist.",
+    "Run Python 3 source without shell quoting (`args`: sys.argv[1:]), like shell_bash. \
+     `session`: a named interpreter keeping its variables.",
 )
 .destructive()
 .open_world()

@@ -21,9 +21,8 @@ pub const DEF: ToolDef = ToolDef::write(
     "instance_spawn",
     "Spawn instance",
     "Start an isolated instance: bubblewrap sandbox (default; host files read-only, /work \
-     writable) or qemu VM. No `command`: an idle box for instance_exec; else it ends with its \
-     command. Idle (no tool call or relayed connection) past idle_timeout_seconds, it pauses or \
-     stops (on_idle) unless a lease holds it.",
+     writable) or VM. No `command`: an idle box for instance_exec; else it ends with its \
+     command. Unused past idle_timeout_seconds, it pauses or stops (on_idle) unless leased.",
 )
 .exec();
 
