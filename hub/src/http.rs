@@ -11,11 +11,10 @@ use kitbag_shared::metrics::label;
 use kitbag_shared::otel::Propagate;
 use kitbag_shared::tier::Tier;
 
-use serde_json::value::RawValue;
-use serde_json::{Map, Value};
+use serde_json::Map;
 
+use crate::asking;
 use crate::fastpath;
-use crate::mrtr::Caps;
 use crate::serve::HostServer;
 
 /// Protocol revisions a handshake-era call may name in `MCP-Protocol-Version`.
@@ -56,7 +55,18 @@ impl Intercept for ByteCalls {
             fastpath::Upstream::Call(call) => call,
             // A 2026-07-28 call that carries `inputResponses` / `requestState` (SEP-2322).
             fastpath::Upstream::Other => {
-                return self.input_call(headers, text.trim(), principal, trace);
+                let agree = |call: &fastpath::FastCall<'_>| headers_agree(headers, call);
+                return match asking::input_call(
+                    &self.host,
+                    text.trim(),
+                    principal,
+                    trace,
+                    &agree,
+                    GONE,
+                )? {
+                    asking::InputCall::Start(call) => Some(call.answer),
+                    asking::InputCall::Resume(answer) => Some(answer),
+                };
             }
             _ => return None,
         };
@@ -67,8 +77,15 @@ impl Intercept for ByteCalls {
         // The child continues the request's span; without one, the client's own context.
         let trace = trace.cloned().or_else(|| call.passthrough());
         if call.modern {
-            let meta = request_meta(text.trim());
-            return self.modern_call(&call, principal, &meta, Map::new(), trace.as_ref());
+            let meta = asking::request_meta(text.trim());
+            let from = asking::From {
+                principal,
+                trace: trace.as_ref(),
+                span: None,
+                gone: GONE,
+            };
+            return asking::modern_call(&self.host, &call, &meta, Map::new(), from)
+                .map(|call| call.answer);
         }
         // The caller's agent and tiers apply (a call they forbid is left to the full path,
         // which answers it with the typed error).
@@ -127,173 +144,6 @@ impl Intercept for ByteCalls {
 
 /// Why a child's call is cancelled when its HTTP client hangs up.
 const GONE: &str = "the HTTP client went away";
-
-/// A `tools/call` as SEP-2322 shapes its retries.
-#[derive(serde::Deserialize)]
-struct InputCall<'a> {
-    #[serde(borrow)]
-    id: &'a RawValue,
-    method: std::borrow::Cow<'a, str>,
-    #[serde(borrow)]
-    params: InputCallParams<'a>,
-}
-
-#[derive(serde::Deserialize)]
-struct InputCallParams<'a> {
-    #[serde(borrow)]
-    name: std::borrow::Cow<'a, str>,
-    #[serde(borrow, default)]
-    arguments: Option<&'a RawValue>,
-    #[serde(rename = "_meta", default)]
-    meta: Option<Value>,
-    /// `Some` also for `null` (a protocol error to answer, not an absent field).
-    #[serde(
-        rename = "inputResponses",
-        borrow,
-        default,
-        deserialize_with = "present"
-    )]
-    input_responses: Option<&'a RawValue>,
-    #[serde(rename = "requestState", default)]
-    request_state: Option<String>,
-}
-
-fn present<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<&'de RawValue>, D::Error> {
-    <&RawValue as serde::Deserialize>::deserialize(d).map(Some)
-}
-
-/// A string key of a request's `_meta` (its W3C trace context).
-fn meta_text(meta: &Option<Value>, key: &str) -> Option<std::borrow::Cow<'static, str>> {
-    let text = meta.as_ref()?.get(key)?.as_str()?;
-    Some(std::borrow::Cow::Owned(text.to_owned()))
-}
-
-/// A request's `params._meta`, parsed (only on the 2026-07-28 path, which needs its declared
-/// client capabilities).
-fn request_meta(text: &str) -> Option<Value> {
-    #[derive(serde::Deserialize)]
-    struct Peek {
-        params: PeekParams,
-    }
-    #[derive(serde::Deserialize)]
-    struct PeekParams {
-        #[serde(rename = "_meta", default)]
-        meta: Option<Value>,
-    }
-    serde_json::from_str::<Peek>(text).ok()?.params.meta
-}
-
-impl ByteCalls {
-    /// A 2026-07-28 call through the byte path, its child's requests turned into an
-    /// `InputRequiredResult` (mrtr.rs).
-    fn modern_call(
-        &self,
-        call: &fastpath::FastCall<'_>,
-        principal: Option<&Principal>,
-        meta: &Option<Value>,
-        supplied: Map<String, Value>,
-        trace: Option<&Propagate>,
-    ) -> Option<BoxFuture<'static, Answer>> {
-        let registry = self.host.hub.mrtr().clone();
-        let child = self.host.hub.route(call.name.as_ref())?.child_id;
-        let slot = registry.slot(child, Caps::from_meta(meta.as_ref()), supplied);
-        let pending = crate::access::as_caller_sync(principal.cloned(), || {
-            self.host.pipeline().start_bytes(call, trace)
-        })?;
-        let stop = fastpath::CancelOnDrop {
-            link: pending.link.clone(),
-            child_id: pending.child_id.clone(),
-            reason: GONE,
-        };
-        let tool = bound_tool(call.name.as_ref(), principal);
-        let id = call.id.get().to_owned();
-        Some(Box::pin(async move {
-            let answer: crate::mrtr::CallFuture = Box::pin(pending.answer(|| true));
-            registry.drive(answer, slot, &tool, stop, &id).await
-        }))
-    }
-
-    /// A `tools/call` with `inputResponses` and/or `requestState` (SEP-2322): a retry resumes
-    /// its parked call; a first call with responses given in advance starts with them.
-    fn input_call(
-        &self,
-        headers: &HeaderMap,
-        text: &str,
-        principal: Option<&Principal>,
-        trace: Option<&Propagate>,
-    ) -> Option<BoxFuture<'static, Answer>> {
-        let req: InputCall<'_> = serde_json::from_str(text).ok()?;
-        let p = &req.params;
-        if req.method != "tools/call" || (p.input_responses.is_none() && p.request_state.is_none())
-        {
-            return None;
-        }
-        let modern = p
-            .meta
-            .as_ref()
-            .and_then(|m| m.get("io.modelcontextprotocol/protocolVersion"))
-            .and_then(Value::as_str)
-            == Some(fastpath::MODERN_VERSION);
-        let call = fastpath::FastCall {
-            id: req.id,
-            name: p.name.clone(),
-            arguments: p.arguments,
-            modern,
-            traceparent: meta_text(&p.meta, "traceparent"),
-            tracestate: meta_text(&p.meta, "tracestate"),
-            baggage: meta_text(&p.meta, "baggage"),
-        };
-        if !modern || !headers_agree(headers, &call) {
-            return None;
-        }
-        let id = req.id.get().to_owned();
-        let refuse = |message: String| -> Option<BoxFuture<'static, Answer>> {
-            let line = fastpath::protocol_error_line(&id, -32602, &message);
-            Some(Box::pin(async move { Answer::unread(line) }))
-        };
-        let responses = match p
-            .input_responses
-            .map(|r| serde_json::from_str::<Value>(r.get()))
-        {
-            None => Map::new(),
-            Some(Ok(Value::Object(m))) => m,
-            Some(_) => {
-                return refuse(
-                    "inputResponses: must be an object whose keys are the inputRequests keys and whose values are the client's results".into(),
-                );
-            }
-        };
-        if let Some((key, _)) = responses.iter().find(|(_, v)| !v.is_object()) {
-            return refuse(format!(
-                "inputResponses.{key}: must be an object (the result of that input request)"
-            ));
-        }
-        let Some(state) = p.request_state.clone() else {
-            let trace = trace.cloned().or_else(|| call.passthrough());
-            return self.modern_call(&call, principal, &p.meta, responses, trace.as_ref());
-        };
-        let registry = self.host.hub.mrtr().clone();
-        let tool = bound_tool(&p.name, principal);
-        Some(Box::pin(async move {
-            match registry.resume(&state, &tool, &responses, &id).await {
-                Ok(answer) => answer,
-                Err(e) => {
-                    Answer::unread(fastpath::protocol_error_line(&id, -32602, &e.to_string()))
-                }
-            }
-        }))
-    }
-}
-
-/// The tool a parked call's state is sealed to, with who called it: another caller's token
-/// cannot resume it (a token without a subject is its own caller: see
-/// `kitbag_shared::http::oauth::unnamed_subject`).
-fn bound_tool(tool: &str, principal: Option<&Principal>) -> String {
-    match principal {
-        Some(p) => format!("{tool}\u{0}{}", p.subject),
-        None => tool.to_owned(),
-    }
-}
 
 /// The headers are what rmcp would accept for this call without a word: the protocol
 /// version matches the era of the body, and the 2026-07-28 routing headers name this call.

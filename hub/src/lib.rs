@@ -20,6 +20,7 @@
 
 pub mod access;
 pub mod agent_host;
+pub mod asking;
 pub mod byte_call;
 pub mod catalog;
 pub mod catalog_cache;

@@ -4,6 +4,7 @@
 
 use std::sync::Arc;
 
+use crate::asking;
 use crate::fastpath;
 use crate::serve::HostServer;
 
@@ -134,7 +135,13 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                     host.hub
                         .wake_route(call.name.as_ref(), crate::wake::INLINE_WAKE_LIMIT)
                         .await;
-                    call_fast(&host, call, &out, &inflight, &conn)
+                    // A 2026-07-28 client that can be asked: the child's questions become
+                    // an `InputRequiredResult` (asking.rs).
+                    let asks = call.modern && asking::may_ask(text);
+                    call_fast(&host, call, asks.then_some(text), &out, &inflight, &conn)
+                }
+                fastpath::Upstream::Other if asking::may_be_retry(text) => {
+                    retry(&host, text.trim_end(), &out, &inflight)
                 }
                 fastpath::Upstream::Refuse(answer) => out.send(answer).is_ok(),
                 fastpath::Upstream::Cancelled(id) => match inflight.remove(&id) {
@@ -213,9 +220,59 @@ async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
 }
 
 /// Forward a plain stdio call as bytes; false leaves it to rmcp.
+/// A SEP-2322 retry of a 2026-07-28 call: its parked call resumes, or a call starts with
+/// its answers given in advance. False: not one (rmcp answers the line).
+fn retry(
+    host: &HostServer,
+    text: &str,
+    out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    inflight: &Arc<fastpath::InFlight>,
+) -> bool {
+    let Some(call) = asking::input_call(host, text, None, None, &|_| true, GONE) else {
+        return false;
+    };
+    match call {
+        asking::InputCall::Start(asking) => {
+            let key = serde_json::from_str::<serde_json::Value>(text)
+                .map(|v| v["id"].to_string())
+                .unwrap_or_default();
+            answer_asking(asking, key, out, inflight);
+        }
+        asking::InputCall::Resume(answer) => {
+            let out = out.clone();
+            tokio::spawn(async move {
+                let _ = out.send(answer.await.body);
+            });
+        }
+    }
+    true
+}
+
+/// Why a child's call is cancelled when the host stops waiting for it.
+const GONE: &str = "the host's stdio client went away";
+
+/// Send an asking call's answer unless the client cancelled it meanwhile.
+fn answer_asking(
+    asking: asking::Asking,
+    key: String,
+    out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    inflight: &Arc<fastpath::InFlight>,
+) {
+    inflight.insert(key.clone(), asking.link.clone(), asking.child_id.clone());
+    let (out, inflight) = (out.clone(), inflight.clone());
+    tokio::spawn(async move {
+        let answer = asking.answer.await;
+        if inflight.remove(&key).is_some() {
+            let _ = out.send(answer.body);
+        }
+    });
+}
+
+/// `asking`: the call's line, when its child's questions go to the client (asking.rs).
 fn call_fast(
     host: &HostServer,
     call: fastpath::FastCall<'_>,
+    asking: Option<&str>,
     out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
     inflight: &Arc<fastpath::InFlight>,
     conn: &kitbag_shared::otel::Conn,
@@ -263,6 +320,21 @@ fn call_fast(
         Some(span) => Some(span.propagate()),
         None => call.passthrough(),
     };
+    if let Some(text) = asking {
+        let meta = asking::request_meta(text);
+        let from = asking::From {
+            principal: None,
+            trace: trace.as_ref(),
+            span,
+            gone: GONE,
+        };
+        let Some(call) = asking::modern_call(host, &call, &meta, serde_json::Map::new(), from)
+        else {
+            return false;
+        };
+        answer_asking(call, key, out, inflight);
+        return true;
+    }
     // Left to rmcp: its transport opens the span there (this one is dropped unrecorded).
     let Some(pending) = host.pipeline().start_bytes(&call, trace.as_ref()) else {
         return false;

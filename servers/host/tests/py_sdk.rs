@@ -316,3 +316,55 @@ fn agent_framework_fastmcp_client_and_proxy_list_call_and_keep_typed_errors() {
         }
     }
 }
+
+/// `ask` and `form` answered by the Python SDK's `elicitation_callback` (issue #39), in both
+/// eras: a single `kitbag server issues` over stdio, `kitbag serve` over stdio, and
+/// `kitbag serve` over HTTP (2026-07-28 through the host's `InputRequiredResult`; the legacy
+/// era over an HTTP session, which can be asked back). Answers and a refusal come back typed.
+#[test]
+fn the_python_sdks_elicitation_callback_answers_ask_and_form() {
+    let Some(python) = python() else {
+        require(
+            false,
+            "the Python MCP SDK is not installed in testkit/py/.venv (run scripts/test)",
+        );
+        return;
+    };
+    let d = tempfile::tempdir().expect("tmp");
+    let kitbag = bin().to_str().expect("utf8");
+    let root = project(d.path());
+    let http = HttpServer::start(
+        bin(),
+        &["serve", "--http", "127.0.0.1:0", "--http-sessions"],
+        &root,
+        &[],
+    );
+    let mut runs = Vec::new();
+    for mode in MODES {
+        runs.push(
+            json!({"name": format!("issues stdio {mode}"), "mode": mode, "cwd": root,
+            "target": [kitbag, "server", "issues"]}),
+        );
+        runs.push(
+            json!({"name": format!("host stdio {mode}"), "mode": mode, "cwd": root,
+            "target": [kitbag, "serve"]}),
+        );
+        runs.push(
+            json!({"name": format!("host http {mode}"), "mode": mode, "cwd": root,
+            "target": http.url()}),
+        );
+    }
+    let (out, reports) = json_report(
+        Command::new(&python)
+            .arg(py_dir().join("elicit_check.py"))
+            .arg(Value::Array(runs.clone()).to_string()),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    for run in &runs {
+        let name = run["name"].as_str().expect("name");
+        let r = &reports[name];
+        assert_eq!(r["failures"], json!([]), "{name}: {r:#}\n{stderr}");
+        assert_eq!(r["forms_seen"], 3, "{name}: {r:#}");
+    }
+    assert!(out.status.success(), "{reports:#}\n{stderr}");
+}

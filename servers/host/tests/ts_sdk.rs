@@ -29,8 +29,12 @@ fn sdk_ready() -> bool {
 }
 
 fn check(cwd: &Path, command: &Path, args: &[&str]) -> Value {
+    run_script("ts_sdk_check.mjs", cwd, command, args)
+}
+
+fn run_script(script: &str, cwd: &Path, command: &Path, args: &[&str]) -> Value {
     let out = Command::new("node")
-        .arg(js_dir().join("ts_sdk_check.mjs"))
+        .arg(js_dir().join(script))
         .arg(cwd)
         .arg(command)
         .args(args)
@@ -79,4 +83,31 @@ fn the_ts_sdk_over_streamable_http_lists_calls_and_keeps_typed_errors() {
     assert_eq!(r["tools"], catalog_tool_count("files"), "{r}");
     assert_eq!(r["success"]["isError"], false, "{r}");
     assert_eq!(r["error"]["code"], "file_not_found", "{r}");
+}
+
+/// `ask` and `form` answered by the TypeScript SDK's `elicitation/create` handler (issue #39):
+/// a single `kitbag server issues` and `kitbag serve` over stdio, and `kitbag serve` over
+/// Streamable HTTP with a session (which the host can ask back on). The answers and a
+/// refusal come back as the tools' typed results.
+#[test]
+fn the_ts_sdks_elicitation_handler_answers_ask_and_form() {
+    if !sdk_ready() {
+        return;
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let script = "ts_elicit_check.mjs";
+    let single = run_script(script, d.path(), bin(), &["server", "issues"]);
+    let host = run_script(script, d.path(), bin(), &["serve"]);
+    let server = HttpServer::start(
+        bin(),
+        &["serve", "--http", "127.0.0.1:0", "--http-sessions"],
+        d.path(),
+        &[],
+    );
+    let http = run_script(script, d.path(), Path::new(&server.url()), &[]);
+    for r in [single, host, http] {
+        assert_eq!(r["failures"], serde_json::json!([]), "{r:#}");
+        assert_eq!(r["ask"]["answers"]["target"], "staging", "{r:#}");
+        assert_eq!(r["declined"]["action"], "decline", "{r:#}");
+    }
 }
