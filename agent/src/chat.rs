@@ -18,7 +18,9 @@ use super::{PreparedAgent, prepare_agent, router};
 use crate::host::ToolHost;
 use kitbag_config::Config;
 
+mod asking;
 mod input;
+use asking::{Asked, ChatOperator, ask_on_terminal};
 use input::{Input, Lines};
 
 /// Who answers the next line: one agent, or the router's choice per line (`--agent auto`).
@@ -65,6 +67,9 @@ pub async fn run(
     } else {
         Lines::piped(tokio::io::BufReader::new(tokio::io::stdin()).lines())
     };
+    // The servers' questions to the operator are asked here, between the turn's steps.
+    let (operator, mut asks) = ChatOperator::new();
+    host.set_operator(Some(operator));
     loop {
         let line = tokio::select! {
             l = lines.next() => l?,
@@ -109,32 +114,38 @@ pub async fn run(
                 }
             },
         };
-        if turn(
-            host,
-            current,
-            &mut session,
-            prompt,
-            live,
-            &mut interrupt,
-            &mut terminate,
-        )
-        .await
-        {
+        let mut io = TurnIo {
+            lines: &mut lines,
+            asks: &mut asks,
+            interrupt: &mut interrupt,
+            terminate: &mut terminate,
+        };
+        if turn(host, current, &mut session, prompt, live, &mut io).await {
             break;
         }
     }
+    host.set_operator(None);
     Ok(0)
 }
 
-/// One turn, cancelled by Ctrl-C; `true` when SIGTERM asked the chat to end.
+/// What a turn listens to besides its own work: the signals, and the servers' questions to
+/// the operator, answered from the chat's lines.
+struct TurnIo<'a> {
+    lines: &'a mut Lines,
+    asks: &'a mut tokio::sync::mpsc::UnboundedReceiver<Asked>,
+    interrupt: &'a mut tokio::signal::unix::Signal,
+    terminate: &'a mut tokio::signal::unix::Signal,
+}
+
+/// One turn, cancelled by Ctrl-C; `true` when SIGTERM asked the chat to end. A server's
+/// question to the operator is asked on the terminal meanwhile.
 async fn turn(
     host: &dyn ToolHost,
     agent: &PreparedAgent,
     session: &mut Session,
     prompt: &str,
     live: bool,
-    interrupt: &mut tokio::signal::unix::Signal,
-    terminate: &mut tokio::signal::unix::Signal,
+    io: &mut TurnIo<'_>,
 ) -> bool {
     let cancel = CancellationToken::new();
     let mut progress = Progress::new(live);
@@ -149,8 +160,11 @@ async fn turn(
         loop {
             tokio::select! {
                 o = &mut turn => break o,
-                _ = interrupt.recv() => cancel.cancel(),
-                _ = terminate.recv() => {
+                Some((question, reply)) = io.asks.recv() => {
+                    let _ = reply.send(ask_on_terminal(io.lines, &question).await);
+                }
+                _ = io.interrupt.recv() => cancel.cancel(),
+                _ = io.terminate.recv() => {
                     cancel.cancel();
                     stop = true;
                 }

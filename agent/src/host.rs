@@ -34,7 +34,33 @@ pub trait ToolHost: Send + Sync {
 
     /// Custom notifications the servers send, from now on, in order.
     fn notifications(&self) -> BoxStream<'static, Heard>;
+
+    /// Who answers the servers' questions to the operator (MCP elicitation) from now on:
+    /// `kitbag chat` asks on the terminal, `kitbag run` and `daemon` pause the session
+    /// (`None`: nobody; a server asking gets a refusal).
+    fn set_operator(&self, operator: Option<std::sync::Arc<dyn Operator>>);
 }
+
+/// A server's question to the operator: an `elicitation/create` in form mode.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Question {
+    /// The server asking (as the host names it).
+    pub server: String,
+    pub message: String,
+    /// The form: an object schema of primitive properties.
+    pub schema: serde_json::Value,
+}
+
+/// Answers [`Question`]s: the result is an `ElicitResult` (`{"action": "accept", "content":
+/// {...}}`, `{"action": "decline"}`, `{"action": "cancel"}`).
+pub trait Operator: Send + Sync {
+    fn ask(&self, question: Question) -> BoxFuture<'static, Result<serde_json::Value, Unanswered>>;
+}
+
+/// Why nobody can answer a question (the chat ended, the terminal failed).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("{0}")]
+pub struct Unanswered(pub String);
 
 /// What [`ToolHost::notifications`] yields.
 #[derive(Debug, Clone)]

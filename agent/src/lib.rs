@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod frontmatter;
 pub mod host;
 pub mod includes;
+pub mod operator;
 pub mod overflow;
 pub mod packs;
 pub mod progress;

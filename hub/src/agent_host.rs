@@ -3,7 +3,7 @@
 
 use futures::future::BoxFuture;
 use futures::stream::BoxStream;
-use kitbag_agent::host::{Heard, ToolHost};
+use kitbag_agent::host::{Heard, Operator, ToolHost};
 use kitbag_config::policy::Policy;
 use rmcp::ErrorData;
 use rmcp::model::{CallToolResult, JsonObject, Tool};
@@ -42,6 +42,10 @@ impl ToolHost for HostServer {
 
     fn set_policy(&self, policy: Option<std::sync::Arc<Policy>>) {
         self.access.set_configured(policy);
+    }
+
+    fn set_operator(&self, operator: Option<std::sync::Arc<dyn Operator>>) {
+        self.hub.set_operator(operator);
     }
 
     fn notifications(&self) -> BoxStream<'static, Heard> {

@@ -79,6 +79,45 @@ pub async fn elicitation(
     }
 }
 
+/// A child's `elicitation/create` when the host runs its own agent loop: its operator answers
+/// (`kitbag chat`'s terminal, or `run`/`daemon` pausing the session).
+pub async fn to_operator(
+    operator: std::sync::Arc<dyn kitbag_agent::host::Operator>,
+    server: &str,
+    params: ElicitRequestParams,
+) -> Result<ElicitResult, McpError> {
+    let ElicitRequestParams::FormElicitationParams {
+        message,
+        requested_schema,
+        ..
+    } = params
+    else {
+        return Err(McpError::invalid_request(
+            format!(
+                "server {server} asked for a URL elicitation, which the agent loop cannot open"
+            ),
+            None,
+        ));
+    };
+    let schema = serde_json::to_value(&requested_schema)
+        .map_err(|e| McpError::internal_error(format!("elicitation schema: {e}"), None))?;
+    let question = kitbag_agent::host::Question {
+        server: server.to_owned(),
+        message,
+        schema,
+    };
+    let answer = operator
+        .ask(question)
+        .await
+        .map_err(|why| McpError::invalid_request(why.to_string(), None))?;
+    serde_json::from_value(answer).map_err(|e| {
+        McpError::internal_error(
+            format!("the operator's answer is no elicitation result: {e}"),
+            None,
+        )
+    })
+}
+
 /// A child's request while a 2026-07-28 call is in flight at it (mrtr.rs): what that call's
 /// client gives, as the typed result; `None` when no such call takes it.
 pub async fn to_call<P: serde::Serialize, R: serde::de::DeserializeOwned>(

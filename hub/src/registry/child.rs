@@ -97,6 +97,9 @@ impl ClientHandler for ChildClient {
         {
             return r;
         }
+        if let Some(operator) = hub.operator() {
+            return crate::relay::to_operator(operator, &self.name, params).await;
+        }
         crate::relay::elicitation(&hub.upstreams, &self.name, params).await
     }
 

@@ -75,6 +75,9 @@ pub struct Hub {
     catalogs: Option<crate::catalog_cache::CatalogCache>,
     /// Whether some server may still be idle: false spares the byte path a lookup per call.
     some_idle: std::sync::atomic::AtomicBool,
+    /// Who answers the children's questions to the operator when the host runs its own agent
+    /// loop (`kitbag chat`, `run`, `daemon`); `None` when serving: its client is asked.
+    operator: Mutex<Option<Arc<dyn kitbag_agent::host::Operator>>>,
     me: Weak<Hub>,
 }
 
@@ -187,8 +190,19 @@ impl Hub {
             some_idle: std::sync::atomic::AtomicBool::new(some_idle),
             known,
             catalogs,
+            operator: Mutex::new(None),
             me: me.clone(),
         })
+    }
+
+    /// Who answers the children's questions to the operator (the agent loop's terminal or
+    /// pause), instead of the host's client.
+    pub fn set_operator(&self, operator: Option<Arc<dyn kitbag_agent::host::Operator>>) {
+        *self.operator.locked() = operator;
+    }
+
+    pub(crate) fn operator(&self) -> Option<Arc<dyn kitbag_agent::host::Operator>> {
+        self.operator.locked().clone()
     }
 
     /// The host's clients and their subscriptions.
