@@ -125,7 +125,11 @@ pub fn source_hash(records: &[Record]) -> String {
     for r in records {
         if matches!(
             r,
-            Record::Compaction { .. } | Record::SessionPrompt { .. } | Record::IssueBound { .. }
+            Record::Compaction { .. }
+                | Record::SessionPrompt { .. }
+                | Record::IssueBound { .. }
+                | Record::Waiting { .. }
+                | Record::Answer { .. }
         ) {
             continue;
         }
@@ -144,9 +148,11 @@ pub fn last_ts(records: &[Record]) -> Option<&str> {
         | Record::Assistant { ts, .. }
         | Record::ToolResult { ts, .. }
         | Record::Usage { ts, .. } => Some(ts.as_str()),
-        Record::Compaction { .. } | Record::SessionPrompt { .. } | Record::IssueBound { .. } => {
-            None
-        }
+        Record::Compaction { .. }
+        | Record::SessionPrompt { .. }
+        | Record::IssueBound { .. }
+        | Record::Waiting { .. }
+        | Record::Answer { .. } => None,
     })
 }
 

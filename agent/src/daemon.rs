@@ -13,7 +13,7 @@ use tokio_util::sync::CancellationToken;
 use super::PreparedAgent;
 use super::record::check_name;
 use super::session::Session;
-use super::turn::{Note, audit, run_turn};
+use super::turn::{Note, TurnOutcome, audit, run_turn};
 use crate::host::{Heard, ToolHost};
 
 pub const CRON_FIRED: &str = "notifications/kitbag/cron_fired";
@@ -80,8 +80,13 @@ fn firing_of(server: &str, method: &str, params: serde_json::Value) -> Option<Fi
 }
 
 pub async fn run(host: &dyn ToolHost, agent: PreparedAgent) -> anyhow::Result<i32> {
-    let PreparedAgent { llm, cfg, .. } = agent;
+    let PreparedAgent { llm, mut cfg, .. } = agent;
     let root = std::env::current_dir()?;
+    // Nobody to ask: a question to the operator pauses that firing's session until
+    // `kitbag sessions answer`; the next firing into it resumes the answered turn first.
+    let pause = super::pause::PauseOperator::new();
+    cfg.pause = Some(pause.clone());
+    host.set_operator(Some(pause));
     let mut events = host.notifications();
     let stop = CancellationToken::new();
     let on_signal = stop.clone();
@@ -153,6 +158,13 @@ pub async fn run(host: &dyn ToolHost, agent: PreparedAgent) -> anyhow::Result<i3
         )
         .await
         {
+            Ok(TurnOutcome {
+                waiting: Some(q), ..
+            }) => eprintln!(
+                "[daemon] {}: {}",
+                firing.id,
+                super::pause::how_to_answer(&session.name, &q)
+            ),
             Ok(o) => eprintln!(
                 "[daemon] {} answered in {:.1} s ({} model calls, {} tool calls): {}",
                 firing.id,

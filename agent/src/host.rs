@@ -35,6 +35,9 @@ pub trait ToolHost: Send + Sync {
     /// Custom notifications the servers send, from now on, in order.
     fn notifications(&self) -> BoxStream<'static, Heard>;
 
+    /// The server a tool is routed to (as the host names it); `None` for the host's own.
+    fn server_of(&self, tool: &str) -> Option<String>;
+
     /// Who answers the servers' questions to the operator (MCP elicitation) from now on:
     /// `kitbag chat` asks on the terminal, `kitbag run` and `daemon` pause the session
     /// (`None`: nobody; a server asking gets a refusal).

@@ -12,6 +12,7 @@ pub mod includes;
 pub mod operator;
 pub mod overflow;
 pub mod packs;
+pub mod pause;
 pub mod progress;
 pub mod record;
 pub mod router;
@@ -33,7 +34,7 @@ use crate::host::ToolHost;
 use kitbag_config::settings::{Setting, get};
 use record::Record;
 use session::Session;
-use turn::{Note, TurnConfig, run_turn};
+use turn::{Note, TurnConfig, TurnOutcome, run_turn};
 use window::Window;
 
 /// The system prompt when `system_prompt` is not set.
@@ -96,6 +97,7 @@ pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path)
         pack,
         workspace_prompt,
         skills,
+        pause: None,
     }
 }
 
@@ -265,6 +267,41 @@ pub async fn prepare_run(
     })
 }
 
+/// `kitbag sessions answer NAME …`: the operator's answer to the question the session stopped
+/// at, checked against its form and recorded before any server starts; the run then resumes
+/// the turn. `refusal`: `decline` or `cancel` instead of answers.
+pub async fn prepare_answer(
+    config: &kitbag_config::Config,
+    agent: Option<&str>,
+    session_name: &str,
+    pairs: &[String],
+    refusal: Option<&str>,
+) -> anyhow::Result<PreparedRun> {
+    record::check_name(session_name)?;
+    let root = std::env::current_dir()?;
+    if !session::exists(&root, session_name)? {
+        anyhow::bail!("session {session_name}: no such session");
+    }
+    let mut session = Session::open(&root, session_name)?;
+    let Some(w) = pause::waiting(&session.records) else {
+        anyhow::bail!("session {session_name} is not waiting for the operator");
+    };
+    let answer = pause::answer_of(&w.question, pairs, refusal)
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", pause::how_to_answer(session_name, &w.question)))?;
+    let agent = prepare_agent(config, agent, None).await?;
+    session.append(Record::Answer {
+        answer,
+        ts: record::now(),
+    })?;
+    Ok(PreparedRun {
+        agent,
+        content: Vec::new(),
+        session: session_name.to_owned(),
+        session_prompt: None,
+        issue: None,
+    })
+}
+
 /// SIGTERM or SIGINT (Ctrl-C), whichever comes first.
 pub async fn wait_for_stop_signal() {
     use tokio::signal::unix::{SignalKind, signal};
@@ -278,13 +315,23 @@ pub async fn wait_for_stop_signal() {
     }
 }
 
+/// Exit code of a `kitbag run` (or `sessions answer`) that stopped at a question to the
+/// operator: the session waits for `kitbag sessions answer`.
+pub const EXIT_WAITING: i32 = 3;
+
 /// `kitbag run`: one turn, the answer on stdout, progress on stderr. The exit code is 0 for
-/// an answer, 1 for an error.
+/// an answer, 1 for an error, 3 ([`EXIT_WAITING`]) when a tool asked the operator: the
+/// question and how to answer it are on stdout. Without content (`sessions answer`) the
+/// waiting turn resumes.
 pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Result<i32> {
     let PreparedRun {
-        agent: PreparedAgent {
-            llm, cfg, decision, ..
-        },
+        agent:
+            PreparedAgent {
+                llm,
+                mut cfg,
+                decision,
+                ..
+            },
         content,
         session: session_name,
         session_prompt,
@@ -316,19 +363,34 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
     let started = std::time::Instant::now();
     let mut progress = progress::Progress::new(std::io::stderr().is_terminal());
     let mut note = |n: Note<'_>| progress.note(n);
-    let outcome = run_turn(
-        host,
-        &llm,
-        &cfg,
-        &mut session,
-        content,
-        None,
-        &cancel,
-        &mut note,
-    )
-    .await;
+    // Nobody to ask here: a question to the operator pauses the session.
+    let pause = pause::PauseOperator::new();
+    cfg.pause = Some(pause.clone());
+    host.set_operator(Some(pause));
+    let outcome = if content.is_empty() {
+        turn::resume_turn(host, &llm, &cfg, &mut session, &cancel, &mut note).await
+    } else {
+        run_turn(
+            host,
+            &llm,
+            &cfg,
+            &mut session,
+            content,
+            None,
+            &cancel,
+            &mut note,
+        )
+        .await
+    };
+    host.set_operator(None);
     progress.end_line();
     match outcome {
+        Ok(TurnOutcome {
+            waiting: Some(q), ..
+        }) => {
+            println!("{}", pause::how_to_answer(&session.name, &q));
+            Ok(EXIT_WAITING)
+        }
         Ok(o) => {
             println!("{}", o.text);
             let (total, calls) = session.totals();
@@ -447,6 +509,19 @@ pub fn show(records: &[Record]) -> String {
             }
             Record::IssueBound { number, ts } => {
                 out.push_str(&format!("\n## bound to issue #{number} · {ts}\n"));
+            }
+            Record::Waiting {
+                server,
+                message,
+                ts,
+                ..
+            } => {
+                out.push_str(&format!(
+                    "\n## waiting for the operator · {server} asks · {ts}\n{message}\n"
+                ));
+            }
+            Record::Answer { answer, ts } => {
+                out.push_str(&format!("\n## the operator answered · {ts}\n{answer}\n"));
             }
         }
     }

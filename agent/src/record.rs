@@ -50,6 +50,23 @@ pub enum Record {
     /// kitbag-issues at every turn and keeps its open todos in view. The newest applies; 0
     /// unbinds.
     IssueBound { number: i64, ts: String },
+    /// The turn stopped at a server's question to the operator (MCP elicitation in `kitbag
+    /// run` or `daemon`): the form, the step's calls to run again once it is answered (those
+    /// of the asking server), and the results the step's other calls gave.
+    Waiting {
+        server: String,
+        message: String,
+        schema: serde_json::Value,
+        pending: Vec<String>,
+        done: Vec<Block>,
+        ts: String,
+    },
+    /// The operator's answer to the question the session waits at (`kitbag sessions
+    /// answer`): an `ElicitResult`.
+    Answer {
+        answer: serde_json::Value,
+        ts: String,
+    },
 }
 
 /// A session prompt joins every model call's system prompt: kept well under a context's worth.

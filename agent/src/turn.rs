@@ -3,6 +3,7 @@
 //! and audit as served calls — and repeat until it answers. Every step is appended to the
 //! session as it happens, so a crash leaves a session the next run resumes.
 
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use kitbag_llm::{Block, Client, Request, ResultPart, StopReason, StreamEvent, ToolSpec, Usage};
@@ -16,12 +17,13 @@ use super::compaction::{
 use super::convert::{result_parts, tool_spec};
 use super::overflow::{Cut, bound};
 use super::packs::Pack;
+use super::pause::{self, PauseOperator};
 use super::record::{Record, now};
 use super::session::Session;
 use super::skills::{self, Skill};
 use super::todo_reminder;
 use super::window::Window;
-use crate::host::ToolHost;
+use crate::host::{Question, ToolHost};
 
 /// The settings a turn runs with.
 #[derive(Debug, Clone)]
@@ -44,6 +46,9 @@ pub struct TurnConfig {
     /// `.kitbag/prompt.md`: the workspace's own instructions.
     pub workspace_prompt: Option<String>,
     pub skills: Vec<Skill>,
+    /// `kitbag run` and `daemon`: a server's question to the operator pauses the session
+    /// (`pause.rs`); `None` in a chat, which asks on the terminal.
+    pub pause: Option<Arc<PauseOperator>>,
 }
 
 /// What kitbag-memory's `memory_context` block adds to the system prompt (seed 001).
@@ -99,6 +104,9 @@ pub struct TurnOutcome {
     pub model_calls: u32,
     pub tool_calls: u32,
     pub usage: Usage,
+    /// The turn stopped at this question to the operator (the session waits for
+    /// `kitbag sessions answer`).
+    pub waiting: Option<Question>,
 }
 
 /// Run one turn for `user` (a prompt, or a synthetic message with its `origin`).
@@ -113,13 +121,99 @@ pub async fn run_turn(
     cancel: &CancellationToken,
     note: &mut (dyn FnMut(Note<'_>) + Send),
 ) -> anyhow::Result<TurnOutcome> {
-    let turn_started = Instant::now();
+    // A session stopped for the operator goes on first, once answered.
+    if let Some(w) = pause::waiting(&session.records) {
+        if w.answer.is_none() {
+            anyhow::bail!("{}", pause::how_to_answer(&session.name, &w.question));
+        }
+        let resumed = resume_turn(host, llm, cfg, session, cancel, note).await?;
+        if resumed.waiting.is_some() {
+            return Ok(resumed);
+        }
+    }
     let prompt = kitbag_llm::types::blocks_text(&user);
     session.append(Record::User {
         content: user,
         ts: now(),
         origin,
     })?;
+    let turn = Turn {
+        host,
+        llm,
+        cfg,
+        cancel,
+    };
+    steps(&turn, session, &prompt, None, note).await
+}
+
+/// Go on with the turn a session stopped at for the operator, now that the answer is
+/// recorded: the step's pending calls run again (the question they ask again is answered
+/// from the record), then the turn goes on as usual.
+pub async fn resume_turn(
+    host: &dyn ToolHost,
+    llm: &Client,
+    cfg: &TurnConfig,
+    session: &mut Session,
+    cancel: &CancellationToken,
+    note: &mut (dyn FnMut(Note<'_>) + Send),
+) -> anyhow::Result<TurnOutcome> {
+    let Some(w) = pause::waiting(&session.records) else {
+        anyhow::bail!("session {} is not waiting for the operator", session.name);
+    };
+    let Some(answer) = w.answer.clone() else {
+        anyhow::bail!("{}", pause::how_to_answer(&session.name, &w.question));
+    };
+    let Some(pause) = &cfg.pause else {
+        anyhow::bail!("this command cannot resume a session waiting for the operator");
+    };
+    pause.give(answer);
+    let (prompt, step) = pause::stopped_step(&session.records);
+    let turn = Turn {
+        host,
+        llm,
+        cfg,
+        cancel,
+    };
+    let resume = Resume {
+        step,
+        pending: w.pending,
+        done: w.done,
+    };
+    steps(&turn, session, &prompt, Some(resume), note).await
+}
+
+/// What a turn's steps run with.
+struct Turn<'a> {
+    host: &'a dyn ToolHost,
+    llm: &'a Client,
+    cfg: &'a TurnConfig,
+    cancel: &'a CancellationToken,
+}
+
+/// The step a resumed turn finishes first: the assistant message's calls, those to run
+/// again, and the results of the others.
+struct Resume {
+    step: Vec<Block>,
+    pending: Vec<String>,
+    done: Vec<Block>,
+}
+
+/// The steps of a turn whose user message (`prompt`) is recorded: model calls and their
+/// tool calls until an answer, the step budget, or a question to the operator.
+async fn steps(
+    turn: &Turn<'_>,
+    session: &mut Session,
+    prompt: &str,
+    resume: Option<Resume>,
+    note: &mut (dyn FnMut(Note<'_>) + Send),
+) -> anyhow::Result<TurnOutcome> {
+    let Turn {
+        host,
+        llm,
+        cfg,
+        cancel,
+    } = *turn;
+    let turn_started = Instant::now();
     // The session's issue, bound in kitbag-issues for this turn's `todo` calls (its servers
     // may have restarted since the last turn).
     if let Some(issue) = session.issue()
@@ -138,7 +232,7 @@ pub async fn run_turn(
         cfg.workspace_prompt.clone(),
         session.prompt().map(str::to_owned),
         (!cfg.skills.is_empty()).then(|| {
-            let injected = skills::relevant(&cfg.skills, &prompt);
+            let injected = skills::relevant(&cfg.skills, prompt);
             skills::block(&cfg.skills, &injected)
         }),
         memory_block(host, cfg, session).await,
@@ -156,7 +250,22 @@ pub async fn run_turn(
         model_calls: 0,
         tool_calls: 0,
         usage: Usage::default(),
+        waiting: None,
     };
+    if let Some(r) = resume {
+        let calls: Vec<&Block> = r
+            .step
+            .iter()
+            .filter(|b| matches!(b, Block::ToolUse { id, .. } if r.pending.contains(id)))
+            .collect();
+        out.tool_calls += calls.len() as u32;
+        let results = run_calls(host, cfg, &session.name, &calls, cancel, note).await;
+        let order: Vec<&Block> = r.step.iter().collect();
+        if let Some(q) = record_step(turn, session, &order, &calls, results, r.done, note)? {
+            out.waiting = Some(q);
+            return Ok(out);
+        }
+    }
     let budget = cfg.pack.as_ref().and_then(|p| p.max_tool_calls);
     let mut last_tokens = last_call_tokens(&session.records);
     for _ in 0..cfg.max_steps {
@@ -197,14 +306,10 @@ pub async fn run_turn(
         }
         out.tool_calls += calls.len() as u32;
         let results = run_calls(host, cfg, &session.name, &calls, cancel, note).await;
-        let (results, cuts) = bound(results, cfg.max_result_bytes, session);
-        for cut in &cuts {
-            note(Note::ResultCut(cut));
+        if let Some(q) = record_step(turn, session, &calls, &calls, results, Vec::new(), note)? {
+            out.waiting = Some(q);
+            return Ok(out);
         }
-        session.append(Record::ToolResult {
-            content: results,
-            ts: now(),
-        })?;
         if cancel.is_cancelled() {
             anyhow::bail!("cancelled");
         }
@@ -213,6 +318,48 @@ pub async fn run_turn(
         "the model was still calling tools after {} model calls; the turn was stopped (the session keeps every step)",
         cfg.max_steps
     )
+}
+
+/// Record a step's results — `results` of the calls `ran`, with `done` (results kept from
+/// before a pause), in the order of the step's calls `order` — or, when a call asked the
+/// operator and this loop pauses, the `waiting` record instead; then the question is
+/// returned.
+fn record_step(
+    turn: &Turn<'_>,
+    session: &mut Session,
+    order: &[&Block],
+    ran: &[&Block],
+    results: Vec<Block>,
+    done: Vec<Block>,
+    note: &mut (dyn FnMut(Note<'_>) + Send),
+) -> anyhow::Result<Option<Question>> {
+    let (results, cuts) = bound(results, turn.cfg.max_result_bytes, session);
+    for cut in &cuts {
+        note(Note::ResultCut(cut));
+    }
+    let mut all: Vec<Block> = done.into_iter().chain(results).collect();
+    let position = |b: &Block| {
+        order.iter().position(|c| {
+            matches!((c, b), (Block::ToolUse { id, .. }, Block::ToolResult { tool_use_id, .. }) if id == tool_use_id)
+        })
+    };
+    all.sort_by_key(|b| position(b).unwrap_or(usize::MAX));
+    if let Some(question) = turn.cfg.pause.as_ref().and_then(|p| p.take_asked()) {
+        let calls: Vec<(String, Option<String>)> = ran
+            .iter()
+            .filter_map(|b| match b {
+                Block::ToolUse { id, name, .. } => Some((id.clone(), turn.host.server_of(name))),
+                _ => None,
+            })
+            .collect();
+        session.append(pause::record(question.clone(), &calls, all))?;
+        return Ok(Some(question));
+    }
+    session.append(Record::ToolResult {
+        content: all,
+        ts: now(),
+    })?;
+    Ok(None)
 }
 
 /// What one step of the loop carries into its request.

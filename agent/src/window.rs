@@ -162,7 +162,9 @@ pub fn messages(records: &[Record]) -> Vec<Message> {
             Record::Usage { .. }
             | Record::Compaction { .. }
             | Record::SessionPrompt { .. }
-            | Record::IssueBound { .. } => {}
+            | Record::IssueBound { .. }
+            | Record::Waiting { .. }
+            | Record::Answer { .. } => {}
         }
     }
     close_pending(&mut pending, &mut out);

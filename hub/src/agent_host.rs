@@ -44,6 +44,12 @@ impl ToolHost for HostServer {
         self.access.set_configured(policy);
     }
 
+    fn server_of(&self, tool: &str) -> Option<String> {
+        let route = self.hub.route(tool)?;
+        let children = self.hub.lock();
+        children.get(route.child).map(|c| c.spec.name.clone())
+    }
+
     fn set_operator(&self, operator: Option<std::sync::Arc<dyn Operator>>) {
         self.hub.set_operator(operator);
     }

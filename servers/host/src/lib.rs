@@ -59,6 +59,21 @@ pub struct Cli {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum SessionsCommand {
+    /// Answer the question a session stopped at — a tool of a `kitbag run` or `daemon` turn
+    /// asked the operator (exit code 3) — and go on with that turn: one KEY=VALUE per field
+    /// (an option by its number or text; several comma-separated), or --decline / --cancel.
+    Answer {
+        session: String,
+        answers: Vec<String>,
+        #[arg(long)]
+        decline: bool,
+        #[arg(long, conflicts_with = "decline")]
+        cancel: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the flat tool list over stdio (what MCP clients run), or over MCP Streamable
     /// HTTP with --http / --unix.
@@ -94,8 +109,14 @@ pub enum Command {
         issue: Option<i64>,
         prompt: String,
     },
-    /// List the sessions with turns and token totals, or show one as text.
-    Sessions { name: Option<String> },
+    /// List the sessions with turns and token totals, show one as text, or answer the
+    /// question one waits at (`sessions answer`).
+    #[command(args_conflicts_with_subcommands = true)]
+    Sessions {
+        #[command(subcommand)]
+        action: Option<SessionsCommand>,
+        name: Option<String>,
+    },
     /// Talk with the agent: one turn per line of input, in one session. Ctrl-C cancels the
     /// turn in flight; Ctrl-D or /exit leaves; /help lists the commands.
     Chat {
@@ -247,7 +268,14 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
     };
     if matches!(
         command,
-        Command::Serve { .. } | Command::Run { .. } | Command::Daemon | Command::Chat { .. }
+        Command::Serve { .. }
+            | Command::Run { .. }
+            | Command::Daemon
+            | Command::Chat { .. }
+            | Command::Sessions {
+                action: Some(_),
+                ..
+            }
     ) {
         reload_on_sighup(&host);
     }
@@ -256,7 +284,10 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         Command::Tools { json } => print_tools(&host, *json)?,
         Command::Call { tool, args } => call(&host, tool, args.as_deref()).await?,
         Command::Doctor => doctor(&host, started, cli.command.is_none()).await,
-        Command::Run { .. } => match prepared_run {
+        Command::Run { .. }
+        | Command::Sessions {
+            action: Some(_), ..
+        } => match prepared_run {
             Some(run) => kitbag_agent::run_command(&host, run).await?,
             None => 1,
         },
@@ -283,7 +314,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             _ => 1,
         },
         Command::Server { .. }
-        | Command::Sessions { .. }
+        | Command::Sessions { action: None, .. }
         | Command::Deploy { .. }
         | Command::Auth { .. } => 0,
     };
@@ -298,7 +329,9 @@ async fn run_without_hub(cli: &Cli) -> Option<anyhow::Result<i32>> {
         Some(Command::Server { family, args }) => {
             Some(families::run(family, args.clone()).await.map(|()| 0))
         }
-        Some(Command::Sessions { name }) => Some(kitbag_agent::sessions_command(name.as_deref())),
+        Some(Command::Sessions { action: None, name }) => {
+            Some(kitbag_agent::sessions_command(name.as_deref()))
+        }
         Some(Command::Deploy {
             action: DeployCommand::Render(args),
         }) => Some(kitbag_deploy::render_command(args)),
@@ -346,6 +379,26 @@ async fn prepare_agent(
             ),
             None,
         ),
+        Command::Sessions {
+            action:
+                Some(SessionsCommand::Answer {
+                    session,
+                    answers,
+                    decline,
+                    cancel,
+                }),
+            ..
+        } => {
+            let refusal = match (decline, cancel) {
+                (true, _) => Some("decline"),
+                (_, true) => Some("cancel"),
+                _ => None,
+            };
+            let config = load_config(cli)?;
+            let run =
+                kitbag_agent::prepare_answer(&config, agent, session, answers, refusal).await?;
+            (Some(run), None)
+        }
         Command::Daemon => (
             None,
             Some(Prepared::Daemon(Box::new(

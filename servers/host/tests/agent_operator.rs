@@ -1,6 +1,8 @@
 //! The operator inside kitbag's own agent loop (issue #39): a model that calls `ask` or
 //! `form` in `kitbag chat` has the form asked on the terminal (here: the piped lines after the
 //! prompt), each field checked as typed, and the answers reach the model as the tool's result.
+//! In `kitbag run` nobody can be asked: the session stops at the question (exit code 3) and
+//! `kitbag sessions answer` records the answer and finishes the turn.
 
 mod agent_common;
 
@@ -17,11 +19,13 @@ fn ask_call() -> Value {
     ]})
 }
 
-/// A project whose agent.json runs the issues server (which offers `ask` and `form`).
+/// A project whose agent.json runs the issues server (which offers `ask` and `form`) and
+/// the files server.
 fn operator_project() -> tempfile::TempDir {
     let d = project();
-    let issues = json!({"command": bin(), "args": ["server", "issues", "--root", d.path()]});
-    let cfg = json!({"mcp": {"issues": issues}});
+    let server =
+        |family: &str| json!({"command": bin(), "args": ["server", family, "--root", d.path()]});
+    let cfg = json!({"mcp": {"issues": server("issues"), "files": server("files")}});
     std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("agent.json");
     d
 }
@@ -111,5 +115,132 @@ fn chat_declines_and_the_model_is_told_so() {
     assert!(
         results[0].contains("declined"),
         "the tool result says the operator declined: {results:?}"
+    );
+}
+
+/// One Anthropic stream asking for two tool calls at once.
+fn two_calls_sse(first: (&str, &str, &Value), second: (&str, &str, &Value)) -> String {
+    let mut events = vec![
+        json!({"type":"message_start","message":{"id":"msg_2","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+    ];
+    for (i, (id, name, input)) in [first, second].into_iter().enumerate() {
+        events.push(json!({"type":"content_block_start","index":i,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}));
+        events.push(json!({"type":"content_block_delta","index":i,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}));
+        events.push(json!({"type":"content_block_stop","index":i}));
+    }
+    events.push(json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}));
+    events.push(json!({"type":"message_stop"}));
+    anthropic_stream(&events)
+}
+
+#[test]
+fn run_stops_at_the_question_and_sessions_answer_finishes_the_turn() {
+    let d = operator_project();
+    let mock = MockLlm::start(vec![
+        Reply::sse(two_calls_sse(
+            ("toolu_r", "file_read", &json!({"path": "a.txt"})),
+            ("toolu_a", "ask", &ask_call()),
+        )),
+        Reply::sse(text_sse("Deploying to staging.")),
+    ]);
+    let env = anthropic_env(&mock);
+    // The run stops at the question: exit code 3, the question and how to answer on stdout.
+    let out = kitbag(d.path(), &env, &["run", "--session", "s", "Ship it?"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains(
+            "session s is waiting for the operator: issues asks: The agent has 2 questions for you."
+        ) && stdout.contains("Deploy where? (1 staging, 2 production)")
+            && stdout.contains("kitbag sessions answer s KEY=VALUE"),
+        "{stdout}"
+    );
+    let records = session(d.path(), "s");
+    let last = records.last().expect("records");
+    assert_eq!(last["role"], "waiting", "{records:#?}");
+    assert_eq!(
+        last["pending"],
+        json!(["toolu_a"]),
+        "only the asking call runs again"
+    );
+    assert_eq!(last["done"][0]["tool_use_id"], "toolu_r");
+
+    // A new prompt on a waiting session is refused, saying how to answer.
+    let out = kitbag(d.path(), &env, &["run", "--session", "s", "Something else"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).1.contains("is waiting for the operator"),
+        "{}",
+        text(&out).1
+    );
+    // An answer outside the form is refused and changes nothing.
+    let out = kitbag(
+        d.path(),
+        &env,
+        &["sessions", "answer", "s", "target=9", "why=x"],
+    );
+    assert_eq!(out.status.code(), Some(1));
+    assert!(
+        text(&out).1.contains("\"9\" is not one of"),
+        "{}",
+        text(&out).1
+    );
+    assert_eq!(session(d.path(), "s").len(), records.len());
+    assert_eq!(mock.received().len(), 1);
+
+    // The answer resumes the turn: the asking call runs again and gets it; the other call's
+    // result is the one kept from before.
+    let out = kitbag(
+        d.path(),
+        &env,
+        &["sessions", "answer", "s", "target=1", "why=the freeze ends"],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "Deploying to staging.", "{stderr}");
+    assert!(
+        !stderr.contains("[tool] file_read"),
+        "file_read ran again: {stderr}"
+    );
+    let results = last_results(&mock);
+    assert_eq!(results.len(), 2, "{results:?}");
+    assert!(results[0].contains("alpha"), "{results:?}");
+    assert!(
+        results[1].contains("target: \"staging\"") && results[1].contains("the freeze ends"),
+        "{results:?}"
+    );
+    let roles: Vec<String> = session(d.path(), "s")
+        .iter()
+        .map(|r| r["role"].as_str().unwrap_or("").to_owned())
+        .collect();
+    assert!(
+        roles.ends_with(&[
+            "waiting".into(),
+            "answer".into(),
+            "tool_result".into(),
+            "assistant".into(),
+            "usage".into()
+        ]),
+        "{roles:?}"
+    );
+}
+
+#[test]
+fn a_declined_question_resumes_with_the_refusal() {
+    let d = operator_project();
+    let mock = MockLlm::start(vec![
+        Reply::sse(tool_call_sse("toolu_1", "ask", &ask_call())),
+        Reply::sse(text_sse("Not deploying.")),
+    ]);
+    let env = anthropic_env(&mock);
+    let out = kitbag(d.path(), &env, &["run", "--session", "s", "Ship it?"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out).1);
+    let out = kitbag(d.path(), &env, &["sessions", "answer", "s", "--decline"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    assert_eq!(text(&out).0.trim(), "Not deploying.");
+    assert!(
+        last_results(&mock)[0].contains("declined"),
+        "{:?}",
+        last_results(&mock)
     );
 }
