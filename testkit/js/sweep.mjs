@@ -13,6 +13,8 @@ import { dirname, join } from "node:path";
 import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
+import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { fill } from "./answer_form.mjs";
 
 function writeFiles(root, files) {
   for (const [rel, text] of Object.entries(files)) {
@@ -115,7 +117,15 @@ async function run(spec, cases) {
         cwd: spec.cwd,
         stderr: "ignore",
       });
-  const client = new Client({ name: "kitbag-ts-sweep", version: "1.0.0" });
+  const client = new Client(
+    { name: "kitbag-ts-sweep", version: "1.0.0" },
+    { capabilities: { elicitation: {} } },
+  );
+  // The operator: `ask` and `form` get their forms filled in (MCP elicitation).
+  client.setRequestHandler(ElicitRequestSchema, async (request) => ({
+    action: "accept",
+    content: fill(request.params.requestedSchema),
+  }));
   try {
     await client.connect(transport);
     report.protocol = transport.protocolVersion ?? client.getServerVersion()?.protocolVersion ?? null;

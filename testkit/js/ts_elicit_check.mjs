@@ -10,25 +10,12 @@ import { Client } from "@modelcontextprotocol/sdk/client/index.js";
 import { StdioClientTransport } from "@modelcontextprotocol/sdk/client/stdio.js";
 import { StreamableHTTPClientTransport } from "@modelcontextprotocol/sdk/client/streamableHttp.js";
 import { ElicitRequestSchema } from "@modelcontextprotocol/sdk/types.js";
+import { fill } from "./answer_form.mjs";
 
 const [cwd, command, ...args] = process.argv.slice(2);
 const http = /^https?:\/\//.test(command);
 const report = { transport: http ? "http" : "stdio", forms: [], failures: [] };
 const fail = (msg) => report.failures.push(msg);
-
-// What an operator would type: the first option, every option of a multi-select, a word, a
-// number, yes.
-function fill(schema) {
-  const out = {};
-  for (const [key, prop] of Object.entries(schema.properties ?? {})) {
-    if (prop.type === "array") out[key] = [...prop.items.enum];
-    else if (prop.enum) out[key] = prop.enum[0];
-    else if (prop.type === "integer") out[key] = 3;
-    else if (prop.type === "boolean") out[key] = true;
-    else out[key] = `typed ${key}`;
-  }
-  return out;
-}
 
 const same = (a, b) => JSON.stringify(a) === JSON.stringify(b);
 const sorted = (o) => (o && typeof o === "object" && !Array.isArray(o)

@@ -20,6 +20,8 @@ import sys
 import anyio
 from mcp import Client, StdioServerParameters, types
 
+from answer_form import fill, schema_of
+
 QUESTIONS = {"questions": [
     {"id": "target", "title": "Deploy where?", "options": ["staging", "production"]},
     {"id": "checks", "title": "Which checks?", "options": ["unit", "e2e"], "multiple": True},
@@ -32,31 +34,11 @@ FIELDS = {"message": "Release", "fields": [
 ]}
 
 
-def fill(schema: dict) -> dict:
-    """What an operator would type: the first option, every option of a multi-select, a word,
-    a number, yes."""
-    out = {}
-    for key, prop in schema.get("properties", {}).items():
-        kind = prop.get("type")
-        if kind == "array":
-            out[key] = list(prop["items"]["enum"])
-        elif "enum" in prop:
-            out[key] = prop["enum"][0]
-        elif kind == "integer":
-            out[key] = 3
-        elif kind == "boolean":
-            out[key] = True
-        else:
-            out[key] = f"typed {key}"
-    return out
-
-
 async def check(spec: dict, report: dict) -> None:
     seen: list[dict] = []
 
     async def on_elicit(context, params: types.ElicitRequestParams):
-        schema = params.requested_schema
-        schema = schema if isinstance(schema, dict) else schema.model_dump(exclude_none=True)
+        schema = schema_of(params)
         seen.append({"message": params.message, "schema": schema})
         if params.message == "Decline me":
             return types.ElicitResult(action="decline")

@@ -44,7 +44,9 @@ import sys
 import time
 
 import anyio
-from mcp import Client, MCPError, StdioServerParameters
+from mcp import Client, MCPError, StdioServerParameters, types
+
+from answer_form import fill, schema_of
 
 
 def write_files(root: str, files: dict) -> None:
@@ -221,7 +223,12 @@ async def run(spec: dict, cases: dict) -> dict:
     started: list = []
     t0 = time.monotonic()
     try:
-        async with Client(target, mode=spec["mode"], read_timeout_seconds=120, cache=None) as client:
+        # The operator: `ask` and `form` get their forms filled in (MCP elicitation).
+        async def on_elicit(context, params: types.ElicitRequestParams):
+            return types.ElicitResult(action="accept", content=fill(schema_of(params)))
+
+        async with Client(target, mode=spec["mode"], elicitation_callback=on_elicit,
+                          read_timeout_seconds=120, cache=None) as client:
             report["protocol"] = client.protocol_version
             listed = {t.name for t in (await client.list_tools()).tools}
             report["listed"] = len(listed)

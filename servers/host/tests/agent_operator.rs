@@ -244,3 +244,86 @@ fn a_declined_question_resumes_with_the_refusal() {
         last_results(&mock)
     );
 }
+
+#[test]
+fn the_daemon_stops_a_firing_at_the_question_and_answering_finishes_it() {
+    let d = project();
+    // kitbag-cron on a test clock: a minute passes every real second.
+    let server = |family: &str, extra: &[&str]| {
+        let mut args = vec![
+            json!("server"),
+            json!(family),
+            json!("--root"),
+            json!(d.path()),
+        ];
+        args.extend(extra.iter().map(|a| json!(a)));
+        json!({"command": bin(), "args": args})
+    };
+    let cfg = json!({"mcp": {
+        "issues": server("issues", &[]),
+        "cron": server("cron", &["--test-clock-start", "2026-03-08T06:58:58Z", "--test-clock-rate", "60"])
+    }});
+    std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("w");
+    let entry = json!({"schedule": "* * * * *", "message": "ship?", "session": "nightly", "catch_up": false});
+    let out = kitbag(d.path(), &[], &["call", "cron_create", &entry.to_string()]);
+    assert!(out.status.success(), "{}", text(&out).1);
+    let mock = MockLlm::start(vec![
+        Reply::sse(tool_call_sse("toolu_1", "ask", &ask_call())),
+        Reply::sse(text_sse("Shipped to staging.")),
+    ]);
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(d.path())
+        .arg("daemon")
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in anthropic_env(&mock) {
+        cmd.env(k, v);
+    }
+    let mut daemon = cmd.spawn().expect("daemon");
+    let file = d.path().join(".kitbag/sessions/nightly.jsonl");
+    let waiting = || {
+        std::fs::read_to_string(&file)
+            .unwrap_or_default()
+            .lines()
+            .rev()
+            .find_map(|l| serde_json::from_str::<Value>(l).ok())
+            .is_some_and(|r| r["role"] == "waiting")
+    };
+    kitbag_testkit::wait_until("the firing's session waits", 20, waiting);
+    // Later firings into the waiting session are refused without a model call.
+    std::thread::sleep(std::time::Duration::from_millis(2500));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = daemon.wait().expect("wait");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(daemon.stderr.as_mut().expect("stderr"), &mut stderr)
+        .expect("read");
+    assert_eq!(status.code(), Some(0), "{stderr}");
+    assert!(
+        stderr
+            .matches("session nightly is waiting for the operator")
+            .count()
+            >= 2,
+        "the pause, then a refused firing: {stderr}"
+    );
+    assert_eq!(mock.received().len(), 1, "{stderr}");
+    let out = kitbag(
+        d.path(),
+        &anthropic_env(&mock),
+        &[
+            "sessions",
+            "answer",
+            "nightly",
+            "target=staging",
+            "why=it is ready",
+        ],
+    );
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    assert_eq!(text(&out).0.trim(), "Shipped to staging.");
+    assert!(last_results(&mock)[0].contains("target: \"staging\""));
+}

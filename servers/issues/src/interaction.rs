@@ -133,10 +133,43 @@ pub enum Action {
 #[derive(Debug, Clone, Serialize, JsonSchema, PartialEq)]
 pub struct Answered {
     pub action: Action,
-    /// By question id / field name (accept only): text, a number, true/false, or a list of
-    /// options for a `multiple` question. An optional field left empty is absent.
+    /// By question id / field name (accept only). An optional field left empty is absent.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub answers: Option<BTreeMap<String, Value>>,
+    pub answers: Option<BTreeMap<String, AnswerValue>>,
+}
+
+/// One answer, as the form's field typed it.
+#[derive(Debug, Clone, Serialize, JsonSchema, PartialEq)]
+#[serde(untagged)]
+pub enum AnswerValue {
+    Flag(bool),
+    Whole(i64),
+    Number(f64),
+    /// Free text, or the option chosen.
+    Text(String),
+    /// The options chosen for a `multiple` question.
+    Choices(Vec<String>),
+}
+
+impl AnswerValue {
+    /// `v` as an answer, once `check_value` has held it against its field.
+    fn of(v: &Value) -> Option<AnswerValue> {
+        Some(match v {
+            Value::Bool(b) => AnswerValue::Flag(*b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => AnswerValue::Whole(i),
+                None => AnswerValue::Number(n.as_f64()?),
+            },
+            Value::String(s) => AnswerValue::Text(s.clone()),
+            Value::Array(items) => AnswerValue::Choices(
+                items
+                    .iter()
+                    .map(|i| i.as_str().map(str::to_owned))
+                    .collect::<Option<_>>()?,
+            ),
+            _ => return None,
+        })
+    }
 }
 
 /// One form: its message, its JSON Schema, and the rules its answers are checked by.
@@ -345,7 +378,9 @@ pub fn answered(form: &Form, result: ElicitResult) -> ToolResult<Answered> {
             None | Some(Value::Null) => {}
             Some(v) => {
                 check_value(key, property, v)?;
-                answers.insert(key.clone(), v.clone());
+                let typed = AnswerValue::of(v)
+                    .ok_or_else(|| bad_answer(key, format!("is {v}, not what the form asks")))?;
+                answers.insert(key.clone(), typed);
             }
         }
     }
@@ -371,7 +406,10 @@ pub fn answered(form: &Form, result: ElicitResult) -> ToolResult<Answered> {
 pub fn reply(a: Answered) -> Reply<Answered> {
     let text = match (a.action, &a.answers) {
         (Action::Accept, Some(answers)) => {
-            let lines: Vec<String> = answers.iter().map(|(k, v)| format!("{k}: {v}")).collect();
+            let lines: Vec<String> = answers
+                .iter()
+                .map(|(k, v)| format!("{k}: {}", serde_json::to_value(v).unwrap_or_default()))
+                .collect();
             format!("The operator answered.\n{}", lines.join("\n"))
         }
         (Action::Accept, None) => "The operator answered.".to_string(),
@@ -440,7 +478,7 @@ mod tests {
             3,
             "a key the form did not ask for is not kept"
         );
-        assert_eq!(answers["checks"], json!(["unit"]));
+        assert_eq!(answers["checks"], AnswerValue::Choices(vec!["unit".into()]));
     }
 
     #[test]
