@@ -1,10 +1,16 @@
 //! The operator's side of a server's question (MCP elicitation, form mode) inside the agent
-//! loop: `kitbag chat` asks it on the terminal a field at a time (`chat.rs`); `kitbag run` and
-//! `daemon` pause the session until `kitbag sessions answer` gives the values (`pause.rs`).
-//! Plain functions over the form's schema: its fields, a typed value from what a person
-//! types, and `KEY=VALUE` pairs checked into a whole answer.
+//! loop: `kitbag chat` (`chat/asking.rs`) and `kitbag call` ([`StdinOperator`]) ask it a field
+//! at a time ([`ask_lines`]); `kitbag run` and `daemon` pause the session until
+//! `kitbag sessions answer` gives the values (`pause.rs`). Plain functions over the form's
+//! schema: its fields, a typed value from what a person types, and `KEY=VALUE` pairs checked
+//! into a whole answer.
 
+use std::sync::Arc;
+
+use futures::future::BoxFuture;
 use serde_json::{Map, Value, json};
+
+use crate::host::{Operator, Question, Unanswered};
 
 /// Why a typed answer was not taken, in words for the operator ("\"7\" is not one of: …").
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
@@ -188,6 +194,86 @@ pub fn parse(field: &Field, typed: &str) -> Result<Option<Value>, AnswerError> {
         }
     };
     Ok(Some(v))
+}
+
+/// Where a person's answers come from, a line at a time: `None` when they stop (Ctrl-C, the
+/// end of the input).
+pub trait LineSource: Send {
+    fn next_line(&mut self) -> BoxFuture<'_, Result<Option<String>, Unanswered>>;
+}
+
+/// Ask `question` a field at a time from `lines`, prompts on stderr: its message, then each
+/// field until a valid value (or an empty line for an optional one). `/decline` declines;
+/// `/cancel`, Ctrl-C or the end of the input cancels.
+pub async fn ask_lines(
+    lines: &mut dyn LineSource,
+    question: &Question,
+) -> Result<Value, Unanswered> {
+    eprintln!(
+        "\n[{} asks] {}  (/decline or /cancel to refuse)",
+        question.server, question.message
+    );
+    let mut content = Map::new();
+    for field in fields(&question.schema) {
+        loop {
+            eprintln!("  {}", prompt(&field));
+            let Some(line) = lines.next_line().await? else {
+                return Ok(json!({"action": "cancel"}));
+            };
+            match line.trim() {
+                "/decline" => return Ok(json!({"action": "decline"})),
+                "/cancel" => return Ok(json!({"action": "cancel"})),
+                _ => {}
+            }
+            match parse(&field, &line) {
+                Ok(Some(v)) => {
+                    content.insert(field.key.clone(), v);
+                    break;
+                }
+                Ok(None) => break,
+                Err(why) => eprintln!("  {why}"),
+            }
+        }
+    }
+    Ok(json!({"action": "accept", "content": content}))
+}
+
+/// The operator of `kitbag call`: the person at the command's stdin answers, one question at
+/// a time.
+pub struct StdinOperator {
+    lines: Arc<tokio::sync::Mutex<StdinLines>>,
+}
+
+type StdinReader = tokio::io::Lines<tokio::io::BufReader<tokio::io::Stdin>>;
+
+struct StdinLines(StdinReader);
+
+impl LineSource for StdinLines {
+    fn next_line(&mut self) -> BoxFuture<'_, Result<Option<String>, Unanswered>> {
+        Box::pin(async move {
+            self.0
+                .next_line()
+                .await
+                .map_err(|e| Unanswered(format!("reading the answer: {e}")))
+        })
+    }
+}
+
+impl StdinOperator {
+    pub fn new() -> Arc<StdinOperator> {
+        use tokio::io::AsyncBufReadExt;
+        let lines = tokio::io::BufReader::new(tokio::io::stdin()).lines();
+        Arc::new(StdinOperator {
+            lines: Arc::new(tokio::sync::Mutex::new(StdinLines(lines))),
+        })
+    }
+}
+
+impl Operator for StdinOperator {
+    fn ask(&self, question: Question) -> BoxFuture<'static, Result<Value, Unanswered>> {
+        let lines = self.lines.clone();
+        Box::pin(async move { ask_lines(&mut *lines.lock().await, &question).await })
+    }
 }
 
 /// A whole answer from `KEY=VALUE` pairs (`kitbag sessions answer`): every key a field of the

@@ -1,16 +1,17 @@
 //! A server's question to the operator during a `kitbag chat` turn, asked on the terminal: the
-//! hub hands it to [`ChatOperator`], the chat's turn loop asks it a field at a time from the
-//! same lines the prompts come from (so a pipe can answer too), checked as typed.
+//! hub hands it to [`ChatOperator`], the chat's turn loop asks it a field at a time
+//! (`operator::ask_lines`) from the same lines the prompts come from (so a pipe can answer
+//! too), checked as typed.
 
 use std::sync::Arc;
 
 use futures::future::BoxFuture;
-use serde_json::{Map, Value, json};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::input::{Input, Lines};
 use crate::host::{Operator, Question, Unanswered};
-use crate::operator::{self, fields, parse};
+use crate::operator::{LineSource, ask_lines};
 
 /// A question waiting for the chat's turn loop, and where its answer goes.
 pub type Asked = (Question, oneshot::Sender<Result<Value, Unanswered>>);
@@ -39,39 +40,20 @@ impl Operator for ChatOperator {
     }
 }
 
-const CANCEL: &str = "cancel";
-
-/// Ask `question` on the terminal: its message, then each field until a valid value (or an
-/// empty line for an optional one). `/decline` declines, `/cancel`, Ctrl-C or the end of the
-/// input cancels.
-pub async fn ask_on_terminal(lines: &mut Lines, question: &Question) -> Result<Value, Unanswered> {
-    eprintln!(
-        "\n[{} asks] {}  (/decline or /cancel to refuse)",
-        question.server, question.message
-    );
-    let mut content = Map::new();
-    for field in fields(&question.schema) {
-        loop {
-            eprintln!("  {}", operator::prompt(&field));
-            let line = match lines.next().await {
-                Ok(Input::Line(l)) => l,
-                Ok(Input::Interrupted | Input::Eof) => return Ok(json!({"action": CANCEL})),
-                Err(e) => return Err(Unanswered(format!("reading the answer: {e}"))),
-            };
-            match line.trim() {
-                "/decline" => return Ok(json!({"action": "decline"})),
-                "/cancel" => return Ok(json!({"action": CANCEL})),
-                _ => {}
+/// The chat's lines as answers: Ctrl-C and the end of the input stop the answering.
+impl LineSource for Lines {
+    fn next_line(&mut self) -> BoxFuture<'_, Result<Option<String>, Unanswered>> {
+        Box::pin(async move {
+            match self.next().await {
+                Ok(Input::Line(l)) => Ok(Some(l)),
+                Ok(Input::Interrupted | Input::Eof) => Ok(None),
+                Err(e) => Err(Unanswered(format!("reading the answer: {e}"))),
             }
-            match parse(&field, &line) {
-                Ok(Some(v)) => {
-                    content.insert(field.key.clone(), v);
-                    break;
-                }
-                Ok(None) => break,
-                Err(why) => eprintln!("  {why}"),
-            }
-        }
+        })
     }
-    Ok(json!({"action": "accept", "content": content}))
+}
+
+/// Ask `question` on the chat's terminal (or pipe), a field at a time.
+pub async fn ask_on_terminal(lines: &mut Lines, question: &Question) -> Result<Value, Unanswered> {
+    ask_lines(lines, question).await
 }

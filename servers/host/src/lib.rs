@@ -499,6 +499,11 @@ async fn call(host: &HostServer, tool: &str, args: Option<&str>) -> anyhow::Resu
     let Some(obj) = args.as_object().cloned() else {
         anyhow::bail!("arguments: must be a JSON object");
     };
+    // A tool that asks the operator (`ask`, `form`) asks the person at this command's stdin.
+    kitbag_agent::host::ToolHost::set_operator(
+        host,
+        Some(kitbag_agent::operator::StdinOperator::new()),
+    );
     // Through dispatch, as an MCP client's call goes: the host's own tools too, the
     // agent policy, the audit log.
     Ok(match call_with_progress_bar(host, tool, obj).await {

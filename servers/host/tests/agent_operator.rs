@@ -23,8 +23,7 @@ fn ask_call() -> Value {
 /// the files server.
 fn operator_project() -> tempfile::TempDir {
     let d = project();
-    let server =
-        |family: &str| json!({"command": bin(), "args": ["server", family, "--root", d.path()]});
+    let server = |family: &str| family_server(d.path(), family, &[]);
     let cfg = json!({"mcp": {"issues": server("issues"), "files": server("files")}});
     std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("agent.json");
     d
@@ -249,16 +248,7 @@ fn a_declined_question_resumes_with_the_refusal() {
 fn the_daemon_stops_a_firing_at_the_question_and_answering_finishes_it() {
     let d = project();
     // kitbag-cron on a test clock: a minute passes every real second.
-    let server = |family: &str, extra: &[&str]| {
-        let mut args = vec![
-            json!("server"),
-            json!(family),
-            json!("--root"),
-            json!(d.path()),
-        ];
-        args.extend(extra.iter().map(|a| json!(a)));
-        json!({"command": bin(), "args": args})
-    };
+    let server = |family: &str, extra: &[&str]| family_server(d.path(), family, extra);
     let cfg = json!({"mcp": {
         "issues": server("issues", &[]),
         "cron": server("cron", &["--test-clock-start", "2026-03-08T06:58:58Z", "--test-clock-rate", "60"])
@@ -271,17 +261,7 @@ fn the_daemon_stops_a_firing_at_the_question_and_answering_finishes_it() {
         Reply::sse(tool_call_sse("toolu_1", "ask", &ask_call())),
         Reply::sse(text_sse("Shipped to staging.")),
     ]);
-    let mut cmd = Command::new(bin());
-    cmd.current_dir(d.path())
-        .arg("daemon")
-        .env_remove("KITBAG_HOST_DEPTH")
-        .env_remove("KITBAG_CONFIG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    for (k, v) in anthropic_env(&mock) {
-        cmd.env(k, v);
-    }
-    let mut daemon = cmd.spawn().expect("daemon");
+    let daemon = spawn_daemon(d.path(), &anthropic_env(&mock));
     let file = d.path().join(".kitbag/sessions/nightly.jsonl");
     let waiting = || {
         std::fs::read_to_string(&file)
@@ -294,15 +274,7 @@ fn the_daemon_stops_a_firing_at_the_question_and_answering_finishes_it() {
     kitbag_testkit::wait_until("the firing's session waits", 20, waiting);
     // Later firings into the waiting session are refused without a model call.
     std::thread::sleep(std::time::Duration::from_millis(2500));
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
-    let status = daemon.wait().expect("wait");
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(daemon.stderr.as_mut().expect("stderr"), &mut stderr)
-        .expect("read");
+    let (status, stderr) = stop_daemon(daemon);
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(
         stderr
@@ -326,4 +298,34 @@ fn the_daemon_stops_a_firing_at_the_question_and_answering_finishes_it() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
     assert_eq!(text(&out).0.trim(), "Shipped to staging.");
     assert!(last_results(&mock)[0].contains("target: \"staging\""));
+}
+
+#[test]
+fn kitbag_call_asks_the_person_at_its_stdin() {
+    let d = operator_project();
+    let mut child = Command::new(bin())
+        .current_dir(d.path())
+        .args(["call", "ask", &ask_call().to_string()])
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("kitbag call");
+    {
+        let mut stdin = child.stdin.take().expect("stdin");
+        std::io::Write::write_all(&mut stdin, b"production\nbecause\n").expect("write");
+    }
+    let out = child.wait_with_output().expect("wait");
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert!(
+        stderr.contains("Deploy where? (1 staging, 2 production)"),
+        "{stderr}"
+    );
+    assert!(
+        stdout.contains("target: \"production\"") && stdout.contains("why: \"because\""),
+        "{stdout}"
+    );
 }

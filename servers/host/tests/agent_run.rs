@@ -707,17 +707,7 @@ fn the_daemon_turns_cron_firings_into_turns_in_their_sessions() {
     );
     assert!(out.status.success(), "{}", text(&out).1);
     let mock = MockLlm::start((0..20).map(|_| Reply::sse(A_TEXT)).collect());
-    let mut cmd = Command::new(bin());
-    cmd.current_dir(d.path())
-        .arg("daemon")
-        .env_remove("KITBAG_HOST_DEPTH")
-        .env_remove("KITBAG_CONFIG")
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::piped());
-    for (k, v) in anthropic_env(&mock) {
-        cmd.env(k, v);
-    }
-    let mut daemon = cmd.spawn().expect("daemon");
+    let daemon = spawn_daemon(d.path(), &anthropic_env(&mock));
     let file = d.path().join(".kitbag/sessions/nightly.jsonl");
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
     let answered = loop {
@@ -732,15 +722,7 @@ fn the_daemon_turns_cron_firings_into_turns_in_their_sessions() {
         }
         std::thread::sleep(std::time::Duration::from_millis(100));
     };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(daemon.id() as i32),
-        nix::sys::signal::Signal::SIGTERM,
-    )
-    .expect("SIGTERM");
-    let status = daemon.wait().expect("wait");
-    let mut stderr = String::new();
-    std::io::Read::read_to_string(daemon.stderr.as_mut().expect("stderr"), &mut stderr)
-        .expect("read");
+    let (status, stderr) = stop_daemon(daemon);
     assert_eq!(status.code(), Some(0), "{stderr}");
     assert!(stderr.contains("fired into session nightly"), "{stderr}");
     assert_eq!(answered[0]["role"], "user", "{answered:?}\n{stderr}");
@@ -1136,16 +1118,7 @@ fn near_the_token_window_old_tool_outputs_are_cleared_then_earlier_turns_summari
 #[test]
 fn a_run_bound_to_an_issue_binds_it_and_shows_the_open_todos_at_each_step() {
     let d = project();
-    let server = |family: &str, extra: &[&str]| {
-        let mut args = vec![
-            json!("server"),
-            json!(family),
-            json!("--root"),
-            json!(d.path()),
-        ];
-        args.extend(extra.iter().map(|a| json!(a)));
-        json!({"command": bin(), "args": args})
-    };
+    let server = |family: &str, extra: &[&str]| family_server(d.path(), family, extra);
     let cfg = json!({"mcp": {"files": server("files", &[]), "issues": server("issues", &["--project", "t"])}});
     std::fs::write(d.path().join("agent.json"), cfg.to_string()).expect("agent.json");
     let made = kitbag(

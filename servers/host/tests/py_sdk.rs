@@ -46,6 +46,15 @@ fn host_project(dir: &Path) -> (PathBuf, PathBuf) {
 
 const MODES: [&str; 2] = ["legacy", "2026-07-28"];
 
+/// `script` of testkit/py run by the SDK's python on `runs`: its output and its report.
+fn drive(python: &Path, script: &str, runs: &[Value]) -> (std::process::Output, Value) {
+    json_report(
+        Command::new(python)
+            .arg(py_dir().join(script))
+            .arg(Value::Array(runs.to_vec()).to_string()),
+    )
+}
+
 #[test]
 fn the_python_sdk_lists_calls_keeps_typed_errors_and_listens_in_both_eras() {
     let Some(python) = python() else {
@@ -126,11 +135,7 @@ fn the_python_sdk_lists_calls_keeps_typed_errors_and_listens_in_both_eras() {
                      "target": sealed.url()}),
     );
 
-    let (out, reports) = json_report(
-        Command::new(&python)
-            .arg(py_dir().join("client_check.py"))
-            .arg(Value::Array(runs.clone()).to_string()),
-    );
+    let (out, reports) = drive(&python, "client_check.py", &runs);
     let stderr = String::from_utf8_lossy(&out.stderr);
     for run in &runs {
         let name = run["name"].as_str().expect("name");
@@ -354,11 +359,7 @@ fn the_python_sdks_elicitation_callback_answers_ask_and_form() {
             "target": http.url()}),
         );
     }
-    let (out, reports) = json_report(
-        Command::new(&python)
-            .arg(py_dir().join("elicit_check.py"))
-            .arg(Value::Array(runs.clone()).to_string()),
-    );
+    let (out, reports) = drive(&python, "elicit_check.py", &runs);
     let stderr = String::from_utf8_lossy(&out.stderr);
     for run in &runs {
         let name = run["name"].as_str().expect("name");

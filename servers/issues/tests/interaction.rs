@@ -104,6 +104,12 @@ fn form_values_are_typed_and_a_refusal_is_a_result() {
         assert_eq!(schema["properties"]["when"]["format"], "date-time");
         assert_eq!(schema["required"], json!(["version", "replicas"]));
 
+        // Seed 004's names reach the same tools.
+        let r = c.call_ok(
+            "kaged.form",
+            json!({"message": "Release", "fields": fields}),
+        );
+        assert_eq!(r.structured["action"], "accept", "{era:?}");
         let r = c.call_ok("form", json!({"message": "Decline me", "fields": fields}));
         assert_eq!(r.structured, json!({"action": "decline"}), "{era:?}");
         let r = c.call_ok(

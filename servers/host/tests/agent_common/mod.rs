@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use std::path::{Path, PathBuf};
-use std::process::{Command, Output};
+use std::process::{Child, Command, ExitStatus, Output};
 
 use kitbag_testkit::llm_mock::{MockLlm, Received};
 use serde_json::{Value, json};
@@ -190,4 +190,40 @@ pub fn audit_event(path: &Path, name: &str) -> Value {
         .into_iter()
         .find(|e| e["event"] == name)
         .unwrap_or_else(|| panic!("no {name} event in {}", path.display()))
+}
+
+/// An agent.json entry running this binary's `server FAMILY --root DIR EXTRA…`.
+pub fn family_server(dir: &Path, family: &str, extra: &[&str]) -> Value {
+    let mut args = vec![json!("server"), json!(family), json!("--root"), json!(dir)];
+    args.extend(extra.iter().map(|a| json!(a)));
+    json!({"command": bin(), "args": args})
+}
+
+/// `kitbag daemon` in `dir` with `env` (the model's), its stderr kept for [`stop_daemon`].
+pub fn spawn_daemon(dir: &Path, env: &[(&'static str, String)]) -> Child {
+    let mut cmd = Command::new(bin());
+    cmd.current_dir(dir)
+        .arg("daemon")
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped());
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.spawn().expect("daemon")
+}
+
+/// SIGTERM to the daemon, then how it exited and what it said on stderr.
+pub fn stop_daemon(mut daemon: Child) -> (ExitStatus, String) {
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(daemon.id() as i32),
+        nix::sys::signal::Signal::SIGTERM,
+    )
+    .expect("SIGTERM");
+    let status = daemon.wait().expect("wait");
+    let mut stderr = String::new();
+    std::io::Read::read_to_string(daemon.stderr.as_mut().expect("stderr"), &mut stderr)
+        .expect("read");
+    (status, stderr)
 }
