@@ -241,11 +241,40 @@ fn pdf(pages: &[&str]) -> Vec<u8> {
 }
 
 /// Feeds become their entries; PDFs their pages' text, with page markers; what cannot be read
-/// says why, typed.
+/// says why, typed — from the single server and through `kitbag serve` alike.
 #[test]
 fn feeds_and_pdfs_become_text() {
     let port = serve();
-    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    for through_host in [false, true] {
+        feeds_and_pdfs_become_text_via(port, through_host);
+    }
+}
+
+/// The web server with `args`: alone, or as the one server of a `kitbag serve` (the host
+/// binary built beside this crate's; its temporary config dir is returned to keep).
+fn client_via(args: &[&str], through_host: bool) -> (McpClient, Option<tempfile::TempDir>) {
+    if !through_host {
+        return (client(args), None);
+    }
+    let d = tempfile::tempdir().expect("tmp");
+    let kitbag = kitbag_testkit::sibling_binary("kitbag");
+    let mut web_args = vec!["server".to_string(), "web".to_string()];
+    web_args.extend(args.iter().map(|a| a.to_string()));
+    let cfg = d.path().join("agent.json");
+    let entry = json!({"command": kitbag, "args": web_args});
+    std::fs::write(&cfg, json!({"mcp": {"web": entry}}).to_string()).expect("agent.json");
+    let c = McpClient::spawn(
+        &kitbag,
+        &["--config", &cfg.to_string_lossy(), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    assert_eq!(c.server_info["name"], "kitbag", "the host answers");
+    (c, Some(d))
+}
+
+fn feeds_and_pdfs_become_text_via(port: u16, through_host: bool) {
+    let (mut c, _cfg) = client_via(&["--allow-host", "127.0.0.1"], through_host);
     let base = format!("http://127.0.0.1:{port}");
     let r = c.call_ok("web_fetch", json!({"url": format!("{base}/feed.rss")}));
     assert_eq!(r.structured["feed_entries"], 2);
@@ -323,7 +352,10 @@ fn feeds_and_pdfs_become_text() {
         "unsupported",
     );
     assert_eq!(e.structured["error"]["detail"]["reason"], "broken");
-    let mut small = client(&["--allow-host", "127.0.0.1", "--max-body-bytes", "1000"]);
+    let (mut small, _small_cfg) = client_via(
+        &["--allow-host", "127.0.0.1", "--max-body-bytes", "1000"],
+        through_host,
+    );
     let e = small.call_err(
         "web_fetch",
         json!({"url": format!("{base}/big.pdf")}),
