@@ -94,6 +94,9 @@ pub struct Config {
     pub file_settings: FileSettings,
     /// The settings in force after `KITBAG_*` overrides (filled by [`with_env`]).
     pub settings: Vec<Setting>,
+    /// The file has a server list (`mcp`, or a foreign `mcpServers`), empty or not. Without
+    /// one the host serves its embedded default; `"mcp": {}` means no server.
+    pub servers_given: bool,
 }
 
 /// Where a config error is: file, line, column.
@@ -108,6 +111,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
     let mut servers = Vec::new();
     let (mut agents, mut tool_privileges) = (BTreeMap::new(), BTreeMap::new());
     let mut file_settings = FileSettings::default();
+    let servers_given = value.get("mcp").is_some() || value.get("mcpServers").is_some();
     if value.get("mcpServers").is_some() && value.get("mcp").is_none() {
         let map = value["mcpServers"].as_object().cloned().unwrap_or_default();
         for (name, v) in map {
@@ -180,6 +184,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         tool_privileges,
         file_settings,
         settings: Vec::new(),
+        servers_given,
     })
 }
 

@@ -169,9 +169,22 @@ fn config_path(cli: &Cli) -> Option<PathBuf> {
 
 pub fn load_config(cli: &Cli) -> anyhow::Result<Config> {
     match config_path(cli) {
-        Some(p) => kitbag_config::load(&p),
+        Some(p) => load_file(&p),
         None => families::embedded_default(),
     }
+}
+
+/// A config file as the host runs it: a file without a server list (say one that only sets
+/// `model`, or declares agents) serves the embedded default with its settings and agents;
+/// `"mcp": {}` means no server.
+fn load_file(path: &std::path::Path) -> anyhow::Result<Config> {
+    let mut cfg = kitbag_config::load(path)?;
+    if !cfg.servers_given {
+        cfg.servers = families::embedded_default()?.servers;
+        // The file's timeouts and memory limit reach the default's servers too.
+        cfg = kitbag_config::with_env(cfg, |k| std::env::var(k).ok())?;
+    }
+    Ok(cfg)
 }
 
 type Started = (
@@ -679,5 +692,5 @@ fn config_file(cli: &Cli) -> Option<PathBuf> {
 /// How `host_reload` re-reads the configuration: the same file, found the same way.
 fn config_loader(cli: &Cli) -> Option<serve::ConfigLoader> {
     let path = config_file(cli)?;
-    Some(Arc::new(move || kitbag_config::load(&path)))
+    Some(Arc::new(move || load_file(&path)))
 }

@@ -67,6 +67,39 @@ fn embedded_default_offers_one_sorted_list_in_both_eras() {
     }
 }
 
+/// An agent.json without a server list (one that only sets the model and declares an agent)
+/// serves the embedded default, as no agent.json does; `"mcp": {}` serves no server; its
+/// settings and agents apply either way (issue #39 §3).
+#[test]
+fn an_agent_json_without_servers_serves_the_embedded_default() {
+    let d = project();
+    let default_names = {
+        let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Handshake);
+        names(&mut c)
+    };
+    write_config(
+        d.path(),
+        "agent.json",
+        json!({"model": "anthropic/claude-test", "agents": {"main": {"root": true}}}),
+    );
+    let mut c = McpClient::spawn(bin(), &["serve"], d.path(), Era::Handshake);
+    // The same servers; with a file to re-read, `host_reload` joins the host's own tools.
+    let mut want = default_names.clone();
+    want.push("host_reload".into());
+    want.sort();
+    assert_eq!(names(&mut c), want);
+    let r = c.call("file_read", json!({"path": "a.txt"}));
+    assert_eq!(r.text, "1: alpha\n2: beta", "{}", r.text);
+    let empty = write_config(d.path(), "none.json", json!({"mcp": {}}));
+    let mut c = McpClient::spawn(
+        bin(),
+        &["--config", &empty.to_string_lossy(), "serve"],
+        d.path(),
+        Era::Handshake,
+    );
+    assert_eq!(names(&mut c), ["host_reload", "host_status"]);
+}
+
 /// The embedded families start on their first call: `kitbag serve` lists every tool with no
 /// server running (cron has no entry to fire yet); `file_read` starts the files server (that call answers
 /// right); a prompt list starts the servers that declare prompts; `kitbag doctor` starts them
