@@ -15,7 +15,7 @@ use super::compaction::{
     prune_tool_outputs, source_hash, transcript,
 };
 use super::convert::{result_parts, tool_spec};
-use super::overflow::{Cut, bound};
+use super::overflow::Cut;
 use super::packs::Pack;
 use super::pause::{self, PauseOperator};
 use super::record::{Record, now};
@@ -24,6 +24,10 @@ use super::skills::{self, Skill};
 use super::todo_reminder;
 use super::window::Window;
 use crate::host::{Question, ToolHost};
+
+mod resume;
+pub use resume::resume_turn;
+use resume::{Resume, record_step};
 
 /// The settings a turn runs with.
 #[derive(Debug, Clone)]
@@ -146,56 +150,12 @@ pub async fn run_turn(
     steps(&turn, session, &prompt, None, note).await
 }
 
-/// Go on with the turn a session stopped at for the operator, now that the answer is
-/// recorded: the step's pending calls run again (the question they ask again is answered
-/// from the record), then the turn goes on as usual.
-pub async fn resume_turn(
-    host: &dyn ToolHost,
-    llm: &Client,
-    cfg: &TurnConfig,
-    session: &mut Session,
-    cancel: &CancellationToken,
-    note: &mut (dyn FnMut(Note<'_>) + Send),
-) -> anyhow::Result<TurnOutcome> {
-    let Some(w) = pause::waiting(&session.records) else {
-        anyhow::bail!("session {} is not waiting for the operator", session.name);
-    };
-    let Some(answer) = w.answer.clone() else {
-        anyhow::bail!("{}", pause::how_to_answer(&session.name, &w.question));
-    };
-    let Some(pause) = &cfg.pause else {
-        anyhow::bail!("this command cannot resume a session waiting for the operator");
-    };
-    pause.give(answer);
-    let (prompt, step) = pause::stopped_step(&session.records);
-    let turn = Turn {
-        host,
-        llm,
-        cfg,
-        cancel,
-    };
-    let resume = Resume {
-        step,
-        pending: w.pending,
-        done: w.done,
-    };
-    steps(&turn, session, &prompt, Some(resume), note).await
-}
-
 /// What a turn's steps run with.
 struct Turn<'a> {
     host: &'a dyn ToolHost,
     llm: &'a Client,
     cfg: &'a TurnConfig,
     cancel: &'a CancellationToken,
-}
-
-/// The step a resumed turn finishes first: the assistant message's calls, those to run
-/// again, and the results of the others.
-struct Resume {
-    step: Vec<Block>,
-    pending: Vec<String>,
-    done: Vec<Block>,
 }
 
 /// The steps of a turn whose user message (`prompt`) is recorded: model calls and their
@@ -318,48 +278,6 @@ async fn steps(
         "the model was still calling tools after {} model calls; the turn was stopped (the session keeps every step)",
         cfg.max_steps
     )
-}
-
-/// Record a step's results — `results` of the calls `ran`, with `done` (results kept from
-/// before a pause), in the order of the step's calls `order` — or, when a call asked the
-/// operator and this loop pauses, the `waiting` record instead; then the question is
-/// returned.
-fn record_step(
-    turn: &Turn<'_>,
-    session: &mut Session,
-    order: &[&Block],
-    ran: &[&Block],
-    results: Vec<Block>,
-    done: Vec<Block>,
-    note: &mut (dyn FnMut(Note<'_>) + Send),
-) -> anyhow::Result<Option<Question>> {
-    let (results, cuts) = bound(results, turn.cfg.max_result_bytes, session);
-    for cut in &cuts {
-        note(Note::ResultCut(cut));
-    }
-    let mut all: Vec<Block> = done.into_iter().chain(results).collect();
-    let position = |b: &Block| {
-        order.iter().position(|c| {
-            matches!((c, b), (Block::ToolUse { id, .. }, Block::ToolResult { tool_use_id, .. }) if id == tool_use_id)
-        })
-    };
-    all.sort_by_key(|b| position(b).unwrap_or(usize::MAX));
-    if let Some(question) = turn.cfg.pause.as_ref().and_then(|p| p.take_asked()) {
-        let calls: Vec<(String, Option<String>)> = ran
-            .iter()
-            .filter_map(|b| match b {
-                Block::ToolUse { id, name, .. } => Some((id.clone(), turn.host.server_of(name))),
-                _ => None,
-            })
-            .collect();
-        session.append(pause::record(question.clone(), &calls, all))?;
-        return Ok(Some(question));
-    }
-    session.append(Record::ToolResult {
-        content: all,
-        ts: now(),
-    })?;
-    Ok(None)
 }
 
 /// What one step of the loop carries into its request.
