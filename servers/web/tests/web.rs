@@ -631,10 +631,17 @@ fn redirects_statuses_types_and_limits() {
     assert!(started.elapsed() < Duration::from_secs(5));
 }
 
+/// Also through `kitbag serve`: the guard is the web server's, whoever calls it.
 #[test]
 fn redirect_from_allowed_host_to_loopback_literal_is_refused() {
     let port = serve();
-    let mut c = client(&["--allow-host", "localhost"]);
+    for through_host in [false, true] {
+        redirect_to_a_loopback_literal_is_refused_via(port, through_host);
+    }
+}
+
+fn redirect_to_a_loopback_literal_is_refused_via(port: u16, through_host: bool) {
+    let (mut c, _cfg) = client_via(&["--allow-host", "localhost"], through_host);
     let r = c.call_err(
         "web_fetch",
         json!({"url": format!("http://localhost:{port}/to-ip")}),
@@ -649,9 +656,16 @@ fn redirect_from_allowed_host_to_loopback_literal_is_refused() {
     assert_eq!(r.structured["status"], 200);
 }
 
+/// Also through `kitbag serve`, the metadata address included.
 #[test]
 fn ssrf_guard_refuses_internal_targets() {
-    let mut c = client(&[]);
+    for through_host in [false, true] {
+        ssrf_guard_refuses_internal_targets_via(through_host);
+    }
+}
+
+fn ssrf_guard_refuses_internal_targets_via(through_host: bool) {
+    let (mut c, _cfg) = client_via(&[], through_host);
     for url in [
         "http://127.0.0.1/",
         "http://[::1]/",
