@@ -20,7 +20,7 @@ use kitbag_config::Config;
 
 mod asking;
 mod input;
-use asking::{Asked, ChatOperator, ask_on_terminal};
+use asking::{Asked, ChatOperator};
 use input::{Input, Lines};
 
 /// Who answers the next line: one agent, or the router's choice per line (`--agent auto`).
@@ -161,7 +161,7 @@ async fn turn(
             tokio::select! {
                 o = &mut turn => break o,
                 Some((question, reply)) = io.asks.recv() => {
-                    let _ = reply.send(ask_on_terminal(io.lines, &question).await);
+                    let _ = reply.send(crate::operator::ask_lines(io.lines, &question).await);
                 }
                 _ = io.interrupt.recv() => cancel.cancel(),
                 _ = io.terminate.recv() => {

@@ -11,6 +11,7 @@ use std::sync::{Arc, Mutex};
 
 use futures::future::BoxFuture;
 use kitbag_llm::Block;
+use kitbag_shared::lock::LockExt;
 use serde_json::{Value, json};
 
 use crate::host::{Operator, Question, Unanswered};
@@ -32,34 +33,21 @@ impl PauseOperator {
 
     /// The next question is answered with `answer` (a resumed step's).
     pub fn give(&self, answer: Value) {
-        self.lock_answers().push_back(answer);
+        self.answers.locked().push_back(answer);
     }
 
     /// The question asked with no answer to give, if one was (once).
     pub fn take_asked(&self) -> Option<Question> {
-        self.asked
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .take()
-    }
-
-    fn lock_answers(&self) -> std::sync::MutexGuard<'_, VecDeque<Value>> {
-        self.answers
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        self.asked.locked().take()
     }
 }
 
 impl Operator for PauseOperator {
     fn ask(&self, question: Question) -> BoxFuture<'static, Result<Value, Unanswered>> {
-        let answer = match self.lock_answers().pop_front() {
+        let answer = match self.answers.locked().pop_front() {
             Some(a) => a,
             None => {
-                let mut asked = self
-                    .asked
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner);
-                asked.get_or_insert(question);
+                self.asked.locked().get_or_insert(question);
                 json!({"action": "cancel"})
             }
         };

@@ -18,6 +18,8 @@ use crate::serve::HostServer;
 
 /// A call under way: what cancels it at its child, and its answer to come.
 pub struct Asking {
+    /// The client's request id, as it wrote it.
+    pub id: String,
     pub link: Arc<FastLink>,
     pub child_id: String,
     pub answer: BoxFuture<'static, Answer>,
@@ -142,6 +144,7 @@ pub fn modern_call(
         registry.drive(answer, slot, &tool, stop, &id).await
     });
     Some(Asking {
+        id: call.id.get().to_owned(),
         link,
         child_id,
         answer,

@@ -233,9 +233,7 @@ fn retry(
     };
     match call {
         asking::InputCall::Start(asking) => {
-            let key = serde_json::from_str::<serde_json::Value>(text)
-                .map(|v| v["id"].to_string())
-                .unwrap_or_default();
+            let key = inflight_key(&asking.id);
             answer_asking(asking, key, out, inflight);
         }
         asking::InputCall::Resume(answer) => {
@@ -246,6 +244,14 @@ fn retry(
         }
     }
     true
+}
+
+/// A call's key among those in flight: its id's value, so a cancellation spelling it
+/// differently still matches.
+fn inflight_key(upstream_id: &str) -> String {
+    serde_json::from_str::<serde_json::Value>(upstream_id)
+        .map(|v| v.to_string())
+        .unwrap_or_else(|_| upstream_id.to_string())
 }
 
 /// Why a child's call is cancelled when the host stops waiting for it.
@@ -278,10 +284,7 @@ fn call_fast(
     conn: &kitbag_shared::otel::Conn,
 ) -> bool {
     let upstream_id = call.id.get();
-    // Keyed by the id's value, so a cancellation spelling it differently still matches.
-    let key = serde_json::from_str::<serde_json::Value>(upstream_id)
-        .map(|v| v.to_string())
-        .unwrap_or_else(|_| upstream_id.to_string());
+    let key = inflight_key(upstream_id);
     if inflight.contains(&key) {
         // Two answers with one id could not be told apart: the second is refused.
         let _ = out.send(fastpath::protocol_error_line(

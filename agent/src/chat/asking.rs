@@ -11,7 +11,7 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::input::{Input, Lines};
 use crate::host::{Operator, Question, Unanswered};
-use crate::operator::{LineSource, ask_lines};
+use crate::operator::LineSource;
 
 /// A question waiting for the chat's turn loop, and where its answer goes.
 pub type Asked = (Question, oneshot::Sender<Result<Value, Unanswered>>);
@@ -51,9 +51,4 @@ impl LineSource for Lines {
             }
         })
     }
-}
-
-/// Ask `question` on the chat's terminal (or pipe), a field at a time.
-pub async fn ask_on_terminal(lines: &mut Lines, question: &Question) -> Result<Value, Unanswered> {
-    ask_lines(lines, question).await
 }

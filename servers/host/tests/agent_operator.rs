@@ -43,26 +43,41 @@ fn last_results(mock: &MockLlm) -> Vec<String> {
         .collect()
 }
 
-fn chat(dir: &std::path::Path, mock: &MockLlm, input: &str) -> (String, String) {
+/// `kitbag ARGS` in `dir` with `env`, `input` on its stdin: its output, once it exited 0.
+fn fed(
+    dir: &std::path::Path,
+    env: &[(&str, String)],
+    args: &[&str],
+    input: &str,
+) -> (String, String) {
     let mut cmd = Command::new(bin());
     cmd.current_dir(dir)
-        .args(["chat", "--session", "ops"])
+        .args(args)
         .env_remove("KITBAG_HOST_DEPTH")
         .env_remove("KITBAG_CONFIG")
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped());
-    for (k, v) in anthropic_env(mock) {
+    for (k, v) in env {
         cmd.env(k, v);
     }
-    let mut child = cmd.spawn().expect("chat");
+    let mut child = cmd.spawn().expect("kitbag");
     {
         let mut stdin = child.stdin.take().expect("stdin");
         std::io::Write::write_all(&mut stdin, input.as_bytes()).expect("write");
     }
     let out = child.wait_with_output().expect("wait");
-    assert_eq!(out.status.code(), Some(0), "{}", text(&out).1);
+    assert_eq!(out.status.code(), Some(0), "{args:?}: {}", text(&out).1);
     text(&out)
+}
+
+fn chat(dir: &std::path::Path, mock: &MockLlm, input: &str) -> (String, String) {
+    fed(
+        dir,
+        &anthropic_env(mock),
+        &["chat", "--session", "ops"],
+        input,
+    )
 }
 
 #[test]
@@ -303,23 +318,13 @@ fn the_daemon_stops_a_firing_at_the_question_and_answering_finishes_it() {
 #[test]
 fn kitbag_call_asks_the_person_at_its_stdin() {
     let d = operator_project();
-    let mut child = Command::new(bin())
-        .current_dir(d.path())
-        .args(["call", "ask", &ask_call().to_string()])
-        .env_remove("KITBAG_HOST_DEPTH")
-        .env_remove("KITBAG_CONFIG")
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("kitbag call");
-    {
-        let mut stdin = child.stdin.take().expect("stdin");
-        std::io::Write::write_all(&mut stdin, b"production\nbecause\n").expect("write");
-    }
-    let out = child.wait_with_output().expect("wait");
-    let (stdout, stderr) = text(&out);
-    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let call = ask_call().to_string();
+    let (stdout, stderr) = fed(
+        d.path(),
+        &[],
+        &["call", "ask", &call],
+        "production\nbecause\n",
+    );
     assert!(
         stderr.contains("Deploy where? (1 staging, 2 production)"),
         "{stderr}"
