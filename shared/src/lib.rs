@@ -34,6 +34,7 @@ pub mod blocking;
 pub mod budget;
 pub mod caller;
 pub mod contain;
+pub mod diff;
 pub mod elicit;
 pub mod error;
 pub mod flags;

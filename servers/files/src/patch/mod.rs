@@ -308,7 +308,7 @@ fn apply_locked(
         .iter()
         .map(|o| {
             let shown = o.to.as_ref().map_or(&o.from.rel, |(t, _)| &t.rel);
-            edit::unified_diff(shown, &o.old, &o.new)
+            kitbag_shared::diff::unified_diff(shown, &o.old, &o.new)
         })
         .collect();
     let diff_full = diffs.concat();
