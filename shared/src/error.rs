@@ -28,6 +28,12 @@ pub enum ErrorCode {
     InputRequired,
     /// The client's answer to an elicitation does not fit the form it was asked with.
     InvalidAnswer,
+    // checkpoints
+    CheckpointNotFound,
+    /// A file a restore would rewind holds what kitbag did not write: nothing is restored.
+    ChangedOutsideSession,
+    /// A file's earlier content was not kept (too large, not recorded, altered).
+    NotRestorable,
     // files
     FileNotFound,
     FileExists,

@@ -1,0 +1,177 @@
+//! What a write path calls so its changes can be rewound: [`Recorder::begin`] before it reads
+//! the files it will change, [`Recorder::before`] for each (the old content is stored only
+//! while a checkpoint is kept), [`Recorder::after`] for each file once the change is in place,
+//! [`Recorder::finish`] at the end. A change that failed is never recorded: `after` is not
+//! called for it.
+//!
+//! Recording is best effort: a journal that cannot be written costs the write nothing (it is
+//! logged); a restore then finds the file's content unexpected and refuses rather than guess.
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use kitbag_shared::PathPolicy;
+use kitbag_shared::paths::ParentDir;
+
+use crate::store::{self, Change, Hold, Image, Line, Store};
+
+/// A file's content as the caller has it.
+#[derive(Debug, Clone, Copy)]
+pub enum Content<'a> {
+    /// These bytes.
+    Bytes(&'a [u8]),
+    /// No file.
+    Absent,
+    /// Whatever the file there holds (read only if it is needed).
+    At(&'a ParentDir),
+}
+
+/// The changes of one tool call, recorded to the root's journal.
+pub struct Recorder {
+    store: Option<Store>,
+    active: bool,
+    policy: PathPolicy,
+    root: PathBuf,
+    tool: String,
+    pending: Vec<(String, Image)>,
+    done: Vec<Line>,
+}
+
+/// Bytes of objects this process stored since the store was last pruned: past
+/// [`PRUNE_EVERY_BYTES`] a recorder's finish prunes it.
+static STORED: AtomicU64 = AtomicU64::new(0);
+const PRUNE_EVERY_BYTES: u64 = 32 << 20;
+
+impl Recorder {
+    /// Start recording `tool`'s changes in `policy`'s root.
+    pub fn begin(policy: &PathPolicy, tool: &str) -> Recorder {
+        let store = if policy.is_read_only() {
+            None
+        } else {
+            match Store::open(policy, true, Hold::Shared) {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(error = %e, "{}: changes not journaled", store::DIR);
+                    None
+                }
+            }
+        };
+        let active = store.as_ref().is_some_and(Store::active);
+        Recorder {
+            store,
+            active,
+            policy: policy.clone(),
+            root: policy.root().to_path_buf(),
+            tool: tool.to_string(),
+            pending: Vec::new(),
+            done: Vec::new(),
+        }
+    }
+
+    /// `abs` as the journal names it: root-relative, `/`-separated; `None` for paths outside
+    /// the root (extra mounts) and for the checkpoint directory itself.
+    fn rel(&self, abs: &Path) -> Option<String> {
+        let rel = abs.strip_prefix(&self.root).ok()?;
+        let rel = rel.to_str()?.to_string();
+        if rel.is_empty() || rel == store::DIR || rel.starts_with(&format!("{}/", store::DIR)) {
+            return None;
+        }
+        Some(rel)
+    }
+
+    fn image(&self, content: Content<'_>, store_it: bool) -> Image {
+        let bytes = match content {
+            Content::Absent => return Image::Absent,
+            Content::Bytes(b) => std::borrow::Cow::Borrowed(b),
+            Content::At(parent) => match parent.stat() {
+                Ok(None) => return Image::Absent,
+                Ok(Some(s)) if s.is_dir() => return Image::Unknown,
+                Ok(Some(s)) if s.len > store::MAX_OBJECT_BYTES => {
+                    return Image::TooLarge { size: s.len };
+                }
+                Ok(Some(_)) => match parent.read() {
+                    Ok(b) => std::borrow::Cow::Owned(b),
+                    Err(_) => return Image::Unknown,
+                },
+                Err(_) => return Image::Unknown,
+            },
+        };
+        if !store_it {
+            return Image::Content {
+                sha256: store::digest(&bytes),
+                size: bytes.len() as u64,
+            };
+        }
+        let Some(s) = &self.store else {
+            return Image::Unknown;
+        };
+        match s.put(&bytes) {
+            Ok(image) => {
+                if let Image::Content { size, .. } = image {
+                    STORED.fetch_add(size, Ordering::Relaxed);
+                }
+                image
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "{}: an earlier content not stored", store::DIR);
+                Image::Unknown
+            }
+        }
+    }
+
+    /// `abs` is about to change; `content` is what it holds now.
+    pub fn before(&mut self, abs: &Path, content: Content<'_>) {
+        let Some(rel) = self.rel(abs) else { return };
+        if self.store.is_none() || self.pending.iter().any(|(p, _)| *p == rel) {
+            return;
+        }
+        let image = match (self.active, content) {
+            (_, Content::Absent) => Image::Absent,
+            // No checkpoint to rewind to: the path (and whether the file is new) is all the
+            // journal needs.
+            (false, Content::At(parent)) if matches!(parent.stat(), Ok(None)) => Image::Absent,
+            (false, _) => Image::Unknown,
+            (true, c) => self.image(c, true),
+        };
+        self.pending.push((rel, image));
+    }
+
+    /// `abs` changed and now holds `content`.
+    pub fn after(&mut self, abs: &Path, content: Content<'_>) {
+        let Some(rel) = self.rel(abs) else { return };
+        let Some(at) = self.pending.iter().position(|(p, _)| *p == rel) else {
+            return;
+        };
+        let (path, before) = self.pending.swap_remove(at);
+        let after = match (self.active, content) {
+            (_, Content::Absent) => Image::Absent,
+            (false, _) => Image::Unknown,
+            (true, c) => self.image(c, false),
+        };
+        self.done.push(Line::Change(Change {
+            ts: store::now(),
+            tool: self.tool.clone(),
+            path,
+            before,
+            after,
+        }));
+    }
+
+    /// Write the recorded changes to the journal.
+    pub fn finish(self) {
+        let Some(store) = self.store else { return };
+        if let Err(e) = store.append(&self.done) {
+            tracing::warn!(error = %e, "{}: changes not journaled", store::DIR);
+        }
+        let big = store.journal_bytes() > crate::checkpoint::COMPACT_JOURNAL_BYTES;
+        let heavy = STORED.load(Ordering::Relaxed) > PRUNE_EVERY_BYTES;
+        let policy = self.policy;
+        drop(store);
+        if big || heavy {
+            STORED.store(0, Ordering::Relaxed);
+            if let Err(e) = crate::checkpoint::tidy(&policy) {
+                tracing::warn!(error = %e, "{}: not pruned", store::DIR);
+            }
+        }
+    }
+}
