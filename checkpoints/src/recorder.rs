@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use kitbag_shared::PathPolicy;
-use kitbag_shared::paths::ParentDir;
+use kitbag_shared::paths::{Access, ParentDir, Parents};
 
 use crate::store::{self, Change, Hold, Image, Line, Store};
 
@@ -35,6 +35,32 @@ pub struct Recorder {
     tool: String,
     pending: Vec<(String, Image)>,
     done: Vec<Line>,
+}
+
+/// Most files of a directory a recursive delete or a move notes one by one.
+pub const MAX_TREE_FILES: usize = 10_000;
+
+/// The regular files under `dir` (links not followed), up to [`MAX_TREE_FILES`]; false when
+/// there were more or a directory could not be read.
+fn walk(dir: &Path, out: &mut Vec<PathBuf>) -> bool {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    for e in entries {
+        let Ok(e) = e else { return false };
+        let Ok(t) = e.file_type() else { return false };
+        if t.is_dir() {
+            if !walk(&e.path(), out) {
+                return false;
+            }
+        } else if t.is_file() {
+            if out.len() == MAX_TREE_FILES {
+                return false;
+            }
+            out.push(e.path());
+        }
+    }
+    true
 }
 
 /// Bytes of objects this process stored since the store was last pruned: past
@@ -134,6 +160,55 @@ impl Recorder {
             (true, c) => self.image(c, true),
         };
         self.pending.push((rel, image));
+    }
+
+    /// `abs`, a directory, is about to be removed or moved: each regular file under it is
+    /// noted (its content stored while a checkpoint is kept), up to [`MAX_TREE_FILES`]; the
+    /// files noted, for [`Recorder::after`]. Past the bound the directory itself is noted with
+    /// its content unknown, so a restore refuses it rather than bring back a part.
+    pub fn before_tree(&mut self, abs: &Path) -> Vec<PathBuf> {
+        if self.store.is_none() || self.rel(abs).is_none() {
+            return Vec::new();
+        }
+        if !self.active {
+            self.pending
+                .extend(self.rel(abs).map(|r| (r, Image::Unknown)));
+            return vec![abs.to_path_buf()];
+        }
+        let mut files = Vec::new();
+        let complete = walk(abs, &mut files);
+        for f in &files {
+            let Some(rel) = self.rel(f) else { continue };
+            match self
+                .policy
+                .entry_parent(&rel, "path", Access::Read, Parents::MustExist)
+            {
+                Ok((_, parent)) => self.before(f, Content::At(&parent)),
+                Err(_) => self.pending.push((rel, Image::Unknown)),
+            }
+        }
+        if !complete {
+            self.pending
+                .extend(self.rel(abs).map(|r| (r, Image::Unknown)));
+            files.push(abs.to_path_buf());
+        }
+        files
+    }
+
+    /// A file [`Recorder::before`] noted, now at `abs` (after a move): read through the
+    /// policy when its content is needed.
+    pub fn after_at(&mut self, abs: &Path) {
+        let Some(rel) = self.rel(abs) else { return };
+        if !self.active {
+            return self.after(abs, Content::Bytes(b""));
+        }
+        match self
+            .policy
+            .entry_parent(&rel, "path", Access::Read, Parents::MustExist)
+        {
+            Ok((_, parent)) => self.after(abs, Content::At(&parent)),
+            Err(_) => self.after(abs, Content::Absent),
+        }
     }
 
     /// `abs` changed and now holds `content`.

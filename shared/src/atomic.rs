@@ -247,6 +247,11 @@ pub fn begin<D: Borrow<ParentDir>>(target: D, mode: Option<u32>) -> io::Result<(
 }
 
 impl<D: Borrow<ParentDir>> Staged<D> {
+    /// Where the file goes.
+    pub fn target(&self) -> &ParentDir {
+        self.target.borrow()
+    }
+
     /// The file [`begin`] handed out is complete: give it its mode and make it durable.
     pub fn seal(&self, file: File) -> io::Result<()> {
         file.set_permissions(fs::Permissions::from_mode(self.mode))?;

@@ -16,21 +16,20 @@ pub const MAX_COMMAND_TIMEOUT: i64 = 24 * 3600;
 pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
-    "Schedule a message to you (a user message in its own session), optionally after a shell \
-     command whose exit code and output tail go into it. `schedule`: cron `min hour day month \
-     weekday` (`*/N`, `N-M`, `N,M`, `mon`) or @hourly/@daily/@weekly/@monthly/@yearly.",
+    "Schedule a message to you (in its own session), optionally after a shell command whose \
+     exit code and output tail go into it. `schedule`: cron `min hour day month weekday` or \
+     @hourly/@daily/@weekly/@monthly/@yearly.",
 )
 .exec();
 
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
-    /// Unique; ≤ 128 letters, digits, `._-:` (default `cron-N`).
+    /// Unique (default `cron-N`).
     #[serde(default)]
     pub id: Option<String>,
     /// E.g. `0 9 * * mon-fri`.
     pub schedule: String,
-    /// 1 to 16384 bytes.
     pub message: String,
     /// Target session (default the entry id).
     #[serde(default)]
@@ -44,13 +43,13 @@ pub struct CreateParams {
     /// false: fire once, then disable.
     #[serde(default)]
     pub recurring: Option<bool>,
-    /// Default true: a missed run fires once at start-up.
+    /// Default true: fire a missed run at start.
     #[serde(default)]
     pub catch_up: Option<bool>,
     /// Run by /bin/sh -c in the root at each firing.
     #[serde(default)]
     pub command: Option<String>,
-    /// 1 to 86400, default 60.
+    /// Default 60.
     #[serde(default)]
     pub command_timeout_secs: Option<i64>,
 }

@@ -33,7 +33,7 @@ pub struct ListParams {
     pub enabled_only: Option<bool>,
     #[serde(default)]
     pub offset: Option<i64>,
-    /// Default 100, max 1000.
+    /// Default 100.
     #[serde(default)]
     pub limit: Option<i64>,
 }

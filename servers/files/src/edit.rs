@@ -4,6 +4,7 @@
 //! every line ends in CRLF), every edit is applied in memory, and only if all succeed is the
 //! result re-encoded exactly as the original (BOM, CRLF, final newline) and written atomically.
 
+use kitbag_checkpoints::{Content, Recorder};
 use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use std::sync::Arc;
 
@@ -292,8 +293,8 @@ pub async fn run(
     let mut reply = {
         let _guard = state.locks.lock(&r.abs).await?;
         // Reading, diffing, fsync and rename wait on the disk: off the async threads.
-        let state = state.clone();
-        blocking(move || edit_locked(&state, r, target, p, mode, dry_run)).await?
+        let (state, policy) = (state.clone(), policy.clone());
+        blocking(move || edit_locked(&state, &policy, r, target, p, mode, dry_run)).await?
     };
     let d = feedback::after(pending, &policy, &[]).await;
     feedback::append(&mut reply.text, d.as_ref());
@@ -303,6 +304,7 @@ pub async fn run(
 
 fn edit_locked(
     state: &FilesState,
+    policy: &PathPolicy,
     r: Resolved,
     target: ParentDir,
     p: EditParams,
@@ -344,8 +346,12 @@ fn edit_locked(
     let first_changed_line = first_changed_line(&decoded.text, &new_text);
     if !dry_run {
         let out = encode(&decoded, &new_text);
+        let mut journal = Recorder::begin(policy, "file_edit");
+        journal.before(&r.abs, Content::At(&target));
         kitbag_shared::atomic::write_atomic_at(&target, &out)
             .map_err(|e| ToolError::io(&r.rel, &e))?;
+        journal.after(&r.abs, Content::Bytes(&out));
+        journal.finish();
         state.record(&r.abs, &out);
     }
     let head = if dry_run {

@@ -37,7 +37,7 @@ pub struct ListParams {
     pub hidden: Option<bool>,
     #[serde(default)]
     pub no_ignore: Option<bool>,
-    /// Default 1000, max 10000.
+    /// Default 1000.
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]

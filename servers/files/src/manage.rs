@@ -4,8 +4,10 @@
 //! file it points to (the parent directory is resolved through the policy, the final name is not).
 //! They act through the open parent directories (`renameat2`, `unlinkat`), never by path.
 
+use std::path::PathBuf;
 use std::sync::Arc;
 
+use kitbag_checkpoints::{Content, Recorder};
 use kitbag_shared::paths::{EntryKind, ParentDir, Resolved};
 use kitbag_shared::{
     Access, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult, blocking,
@@ -131,6 +133,28 @@ fn move_locked(
         }
         overwritten = true;
     }
+    // The files that move, by where they are and where they go (a directory's one by one).
+    let mut journal = Recorder::begin(policy, "file_move");
+    let moving: Vec<(PathBuf, PathBuf)> = if src_meta.is_dir() {
+        journal
+            .before_tree(&src.abs)
+            .into_iter()
+            .filter_map(|f| {
+                let to = dst.abs.join(f.strip_prefix(&src.abs).ok()?);
+                Some((f, to))
+            })
+            .collect()
+    } else {
+        journal.before(&src.abs, Content::At(&src_entry));
+        vec![(src.abs.clone(), dst.abs.clone())]
+    };
+    for (_, to) in &moving {
+        if to == &dst.abs {
+            journal.before(to, Content::At(&dst_entry));
+        } else {
+            journal.before(to, Content::Absent);
+        }
+    }
     // Without an approved overwrite the kernel refuses to replace anything (RENAME_NOREPLACE),
     // so an entry appearing after the check above is never clobbered.
     src_entry
@@ -139,6 +163,11 @@ fn move_locked(
             std::io::ErrorKind::AlreadyExists => exists(&dst.rel),
             _ => ToolError::io(&src.rel, &e),
         })?;
+    for (from, to) in &moving {
+        journal.after(from, Content::Absent);
+        journal.after_at(to);
+    }
+    journal.finish();
     state.rename(&src.abs, &dst.abs);
     let text = format!(
         "moved {} → {}{}",
@@ -170,16 +199,18 @@ pub async fn delete(
     p: DeleteParams,
 ) -> ToolResult<Reply<DeleteResult>> {
     let path = p.path.clone();
+    let pol = policy.clone();
     let (r, entry) =
-        blocking(move || policy.entry_parent(&path, "path", Access::Write, Parents::MustExist))
+        blocking(move || pol.entry_parent(&path, "path", Access::Write, Parents::MustExist))
             .await?;
     let _guard = state.locks.lock(&r.abs).await?;
     // A recursive delete can take long: off the async threads.
-    blocking(move || delete_locked(&state, r, entry, p)).await
+    blocking(move || delete_locked(&state, &policy, r, entry, p)).await
 }
 
 fn delete_locked(
     state: &FilesState,
+    policy: &PathPolicy,
     r: Resolved,
     entry: ParentDir,
     p: DeleteParams,
@@ -188,6 +219,16 @@ fn delete_locked(
         .stat()
         .and_then(|m| m.ok_or_else(|| std::io::ErrorKind::NotFound.into()))
         .map_err(|e| ToolError::io(&r.rel, &e))?;
+    let mut journal = Recorder::begin(policy, "file_delete");
+    let gone = match meta.kind {
+        EntryKind::Dir if p.recursive.unwrap_or(false) => journal.before_tree(&r.abs),
+        EntryKind::File => {
+            journal.before(&r.abs, Content::At(&entry));
+            vec![r.abs.clone()]
+        }
+        // Links and special files: kitbag never wrote them, a restore never makes them.
+        _ => Vec::new(),
+    };
     let kind = match meta.kind {
         EntryKind::Symlink => {
             entry.remove_file().map_err(|e| ToolError::io(&r.rel, &e))?;
@@ -215,6 +256,10 @@ fn delete_locked(
             "file"
         }
     };
+    for f in &gone {
+        journal.after(f, Content::Absent);
+    }
+    journal.finish();
     state.forget(&r.abs);
     let text = format!("deleted {kind} {}", r.rel);
     Ok(Reply::new(

@@ -1,5 +1,6 @@
 //! `file_write` (overwrite after a read) and `file_create` (new files only).
 
+use kitbag_checkpoints::{Content, Recorder};
 use kitbag_shared::atomic::{create_new_at, is_exists, write_atomic_at};
 use std::sync::Arc;
 
@@ -87,7 +88,8 @@ pub async fn write(
 }
 
 /// How a write is done once its path is locked: `write_locked` or `create_locked`.
-type Locked = fn(&FilesState, Resolved, ParentDir, String) -> ToolResult<Reply<WriteResult>>;
+type Locked =
+    fn(&FilesState, &PathPolicy, Resolved, ParentDir, String) -> ToolResult<Reply<WriteResult>>;
 
 /// The write under the path's lock, between the edit check's two sides (`--lsp`): the state
 /// before is taken first, the one after once the lock is released.
@@ -109,8 +111,8 @@ async fn checked_write(
     let mut reply = {
         let _guard = state.locks.lock(&r.abs).await?;
         // Reading, hashing, fsync and rename wait on the disk: off the async threads.
-        let state = state.clone();
-        blocking(move || locked(&state, r, target, p.content)).await?
+        let (state, policy) = (state.clone(), policy.clone());
+        blocking(move || locked(&state, &policy, r, target, p.content)).await?
     };
     let d: Option<EditDiagnostics> = feedback::after(pending, &policy, &[]).await;
     feedback::append(&mut reply.text, d.as_ref());
@@ -120,6 +122,7 @@ async fn checked_write(
 
 fn write_locked(
     state: &FilesState,
+    policy: &PathPolicy,
     r: Resolved,
     target: ParentDir,
     content: String,
@@ -138,7 +141,11 @@ fn write_locked(
         Ok(None) => true,
         Err(e) => return Err(ToolError::io(&r.rel, &e)),
     };
+    let mut journal = Recorder::begin(policy, "file_write");
+    journal.before(&r.abs, Content::At(&target));
     write_atomic_at(&target, content.as_bytes()).map_err(|e| ToolError::io(&r.rel, &e))?;
+    journal.after(&r.abs, Content::Bytes(content.as_bytes()));
+    journal.finish();
     state.record(&r.abs, content.as_bytes());
     let verb = if created { "created" } else { "overwrote" };
     let text = format!("{verb} {} ({} bytes)", r.rel, content.len());
@@ -165,6 +172,7 @@ pub async fn create(
 
 fn create_locked(
     state: &FilesState,
+    policy: &PathPolicy,
     r: Resolved,
     target: ParentDir,
     content: String,
@@ -183,6 +191,8 @@ fn create_locked(
     {
         return Err(exists());
     }
+    let mut journal = Recorder::begin(policy, "file_create");
+    journal.before(&r.abs, Content::Absent);
     // Linked into place: a file created meanwhile by someone else is never clobbered.
     create_new_at(&target, content.as_bytes()).map_err(|e| {
         if is_exists(&e) {
@@ -191,6 +201,8 @@ fn create_locked(
             ToolError::io(&r.rel, &e)
         }
     })?;
+    journal.after(&r.abs, Content::Bytes(content.as_bytes()));
+    journal.finish();
     state.record(&r.abs, content.as_bytes());
     let text = format!("created {} ({} bytes)", r.rel, content.len());
     Ok(Reply::new(

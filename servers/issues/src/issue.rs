@@ -138,7 +138,7 @@ pub struct ListParams {
     /// Default: all but resolved and rejected.
     #[serde(default)]
     pub status: Option<StatusArg>,
-    /// 1 to 100, default 25.
+    /// Default 25.
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]
@@ -500,9 +500,9 @@ pub const CREATE_DEF: ToolDef = ToolDef::write(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateParams {
-    /// One line, ≤ 200 characters.
+    /// One line.
     pub title: String,
-    /// Markdown, ≤ 16 KB.
+    /// Markdown.
     pub body: String,
 }
 
@@ -539,8 +539,7 @@ pub fn create(
 pub const UPDATE_DEF: ToolDef = ToolDef::write(
     "issue_update",
     "Edit an issue",
-    "Change an issue's title, body or assignment (the original body is kept). Status: \
-     issue_transition.",
+    "Change an issue's title, body or assignment. Status: issue_transition.",
 )
 .idempotent();
 
@@ -557,10 +556,10 @@ where
 #[serde(deny_unknown_fields)]
 pub struct UpdateParams {
     pub number: i64,
-    /// One line, ≤ 200 characters.
+    /// One line.
     #[serde(default)]
     pub title: Option<String>,
-    /// Markdown, ≤ 16 KB.
+    /// Markdown.
     #[serde(default)]
     pub body: Option<String>,
     /// null (unassign), "primary", "workflow:<name>" or "session:<sid>".
@@ -629,7 +628,7 @@ pub const COMMENT_DEF: ToolDef = ToolDef::write(
 #[serde(deny_unknown_fields)]
 pub struct CommentParams {
     pub number: i64,
-    /// Markdown, ≤ 16 KB.
+    /// Markdown.
     pub body: String,
     /// Default `all`; `operator_only` is an internal note for the operator.
     #[serde(default)]

@@ -61,7 +61,6 @@ pub struct TodoParams {
     pub action: Action,
     #[serde(default)]
     pub content: Option<String>,
-    /// Each 1 to 500 characters; ≤ 100 per call.
     #[serde(default)]
     pub items: Option<Vec<String>>,
     /// Work stage of the new items.
@@ -72,7 +71,7 @@ pub struct TodoParams {
     pub kind: Option<TodoKind>,
     #[serde(default)]
     pub text: Option<String>,
-    /// Proposing subagent, e.g. "primary/researcher".
+    /// Proposing subagent.
     #[serde(default)]
     pub origin_agent: Option<String>,
     #[serde(default)]

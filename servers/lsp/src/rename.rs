@@ -6,6 +6,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kitbag_checkpoints::{Content, Recorder};
 use kitbag_shared::{Access, ErrorCode, Parents, PathPolicy, Resolved, ToolError, ToolResult};
 use serde_json::{Value, json};
 use xxhash_rust::xxh3::xxh3_64;
@@ -157,13 +158,24 @@ async fn write_all(policy: &PathPolicy, writes: Vec<(PathBuf, Vec<u8>)>) -> Tool
             )
         };
         let mut targets = Vec::with_capacity(writes.len());
+        let mut files = Vec::with_capacity(writes.len());
         for (file, bytes) in writes {
             let dir = beneath
                 .parent_real(&file, Parents::MustExist)
                 .map_err(not_applied)?;
             targets.push((dir, bytes));
+            files.push(file);
         }
-        kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(not_applied)
+        let mut journal = Recorder::begin(&beneath, "lsp_rename");
+        for (file, (dir, _)) in files.iter().zip(&targets) {
+            journal.before(file, Content::At(dir));
+        }
+        kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(not_applied)?;
+        for (file, (_, bytes)) in files.iter().zip(&targets) {
+            journal.after(file, Content::Bytes(bytes));
+        }
+        journal.finish();
+        Ok(())
     })
     .await
 }
@@ -371,17 +383,25 @@ async fn apply_move(policy: &PathPolicy, mv: Move) -> ToolResult<()> {
             .map_err(not_applied)?;
         let mut targets = Vec::with_capacity(mv.writes.len());
         let mut undo = Vec::with_capacity(mv.originals.len());
+        let mut files = Vec::with_capacity(mv.writes.len());
         for (file, bytes) in mv.writes {
             let dir = beneath
                 .parent_real(&file, Parents::MustExist)
                 .map_err(not_applied)?;
             targets.push((dir, bytes));
+            files.push(file);
         }
         for (file, bytes) in mv.originals {
             let dir = beneath
                 .parent_real(&file, Parents::MustExist)
                 .map_err(not_applied)?;
             undo.push((dir, bytes));
+        }
+        let mut journal = Recorder::begin(&beneath, "lsp_rename_file");
+        journal.before(&mv.src, Content::At(&src_dir));
+        journal.before(&mv.dest, Content::Absent);
+        for (file, (dir, _)) in files.iter().zip(&targets) {
+            journal.before(file, Content::At(dir));
         }
         kitbag_shared::atomic::create_new_at(&dest_dir, &mv.moved).map_err(not_applied)?;
         if let Err(e) = kitbag_shared::atomic::write_all_atomic_at(&targets) {
@@ -397,6 +417,12 @@ async fn apply_move(policy: &PathPolicy, mv: Move) -> ToolResult<()> {
                 format!("could not remove the old file, so nothing was changed: {e}"),
             ));
         }
+        journal.after(&mv.src, Content::Absent);
+        journal.after(&mv.dest, Content::Bytes(&mv.moved));
+        for (file, (_, bytes)) in files.iter().zip(&targets) {
+            journal.after(file, Content::Bytes(bytes));
+        }
+        journal.finish();
         Ok(())
     })
     .await

@@ -19,7 +19,7 @@ pub const STORE_DEF: ToolDef = ToolDef::write(
     "memory_store",
     "Remember",
     "Remember a fact, preference or decision for later sessions (stored once per scope). \
-     Anything credential-like (keys, tokens, passwords) is refused.",
+     Credentials are refused.",
 )
 // A refused secret must leave no trace: the content and tags never reach a log.
 .private_args(&["content", "tags"]);
@@ -98,9 +98,7 @@ async fn with_db<T: Send + 'static>(
 #[derive(Debug, Deserialize, JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct StoreParams {
-    /// ≤ 4 KB by default.
     pub content: String,
-    /// ≤ 20, each ≤ 64 characters.
     #[serde(default)]
     pub tags: Option<Vec<String>>,
     /// Default `project`; `user`: about the person, any project; `session`: needs `session`.
@@ -612,10 +610,10 @@ pub struct ContextParams {
     pub query: Option<String>,
     #[serde(default)]
     pub mode: Option<Mode>,
-    /// Default 2048, max 65536.
+    /// Default 2048.
     #[serde(default)]
     pub max_inject_chars: Option<i64>,
-    /// Default 10, max 100.
+    /// Default 10.
     #[serde(default)]
     pub max_inject_count: Option<i64>,
     #[serde(default)]

@@ -55,8 +55,7 @@ pub const EDIT_DEF: ToolDef = ToolDef::write(
     "edit_ast",
     "Structural rewrite",
     "Rewrite code structurally with ast-grep (patterns as in search_ast). DRY RUN BY DEFAULT: \
-     per-file diffs; `dry_run: false` writes every touched file or none. Unparsable files are \
-     skipped.",
+     per-file diffs; `dry_run: false` writes every touched file or none.",
 )
 .destructive();
 
@@ -77,7 +76,7 @@ pub struct SearchParams {
     /// Lines around each match (0–10).
     #[serde(default)]
     pub context: Option<i64>,
-    /// Default 100, max 1000.
+    /// Default 100.
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]
@@ -1232,7 +1231,16 @@ fn write_rewrites(policy: &PathPolicy, writes: &mut [(PathBuf, Vec<u8>)]) -> Too
             .map_err(failed)?;
         targets.push((parent, std::mem::take(bytes)));
     }
-    kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(failed)
+    let mut journal = kitbag_checkpoints::Recorder::begin(policy, "edit_ast");
+    for ((path, _), (parent, _)) in writes.iter().zip(&targets) {
+        journal.before(path, kitbag_checkpoints::Content::At(parent));
+    }
+    kitbag_shared::atomic::write_all_atomic_at(&targets).map_err(failed)?;
+    for ((path, _), (_, bytes)) in writes.iter().zip(&targets) {
+        journal.after(path, kitbag_checkpoints::Content::Bytes(bytes));
+    }
+    journal.finish();
+    Ok(())
 }
 
 fn plan_file(

@@ -40,8 +40,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "search_grep",
     "Search file contents",
     "Search file contents with a regex (Rust syntax, as ripgrep) in a tree or one file. Skips \
-     binary, hidden and ignored files unless `hidden`/`no_ignore`. Sorted by path, then line. \
-     Capped at 60 s and 40 KB.",
+     binary, hidden and ignored files unless `hidden`/`no_ignore`. Sorted by path, then line.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

@@ -50,8 +50,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "web_fetch",
     "Fetch a web page",
     "Fetch an http(s) URL as text: HTML as markdown of the main content, JSON pretty-printed, \
-     text as is, other types described. ≤ 10 redirects, 5 MB; private addresses refused; HTTP \
-     errors are data; cached 15 min.",
+     text as is, other types described. Private addresses refused; HTTP errors are data.",
 )
 .open_world();
 

@@ -162,7 +162,7 @@ pub struct DebugParams {
     pub limit: Option<u64>,
     #[serde(default)]
     pub memory_reference: Option<String>,
-    /// disassemble: instructions; read_memory: bytes (default 32, max 4096).
+    /// disassemble: instructions; read_memory: bytes (default 32).
     #[serde(default)]
     pub count: Option<u64>,
     /// Base64.
@@ -179,7 +179,7 @@ pub struct DebugParams {
     pub command: Option<String>,
     #[serde(default)]
     pub arguments: Option<serde_json::Map<String, Value>>,
-    /// ms to await a stop (default 10000, max 60000).
+    /// ms to await a stop (default 10000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
 }

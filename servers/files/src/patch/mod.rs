@@ -20,6 +20,7 @@ use kitbag_lsp_client::feedback;
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use kitbag_checkpoints::{Content, Recorder};
 use kitbag_shared::atomic::{self, Changes, is_exists};
 use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 use kitbag_shared::paths::{ParentDir, Resolved};
@@ -611,6 +612,17 @@ fn commit(state: &FilesState, policy: &PathPolicy, outcomes: &mut [Outcome]) -> 
             _ => {}
         }
     }
+    let mut journal = Recorder::begin(policy, "file_patch");
+    for o in outcomes.iter() {
+        match (o.action, &o.from_dir) {
+            (Action::Added, _) => journal.before(&o.from.abs, Content::Absent),
+            (_, Some(dir)) => journal.before(&o.from.abs, Content::At(dir)),
+            (_, None) => {}
+        }
+        if let Some((to, Some(dir))) = &o.to {
+            journal.before(&to.abs, Content::At(dir));
+        }
+    }
     let bytes: Vec<Vec<u8>> = outcomes
         .iter()
         .map(|o| match &o.encoding {
@@ -659,6 +671,17 @@ fn commit(state: &FilesState, policy: &PathPolicy, outcomes: &mut [Outcome]) -> 
             ToolError::io("patch", &e)
         }
     })?;
+    for (o, b) in outcomes.iter().zip(&bytes) {
+        match (o.action, &o.to) {
+            (Action::Deleted, _) => journal.after(&o.from.abs, Content::Absent),
+            (Action::Moved, Some((to, _))) => {
+                journal.after(&o.from.abs, Content::Absent);
+                journal.after(&to.abs, Content::Bytes(b));
+            }
+            _ => journal.after(&o.from.abs, Content::Bytes(b)),
+        }
+    }
+    journal.finish();
     for (o, b) in outcomes.iter().zip(&bytes) {
         match (o.action, &o.to) {
             (Action::Deleted, _) => state.forget(&o.from.abs),

@@ -136,7 +136,7 @@ pub struct LspParams {
     pub method: Option<String>,
     #[serde(default)]
     pub params: Option<Value>,
-    /// diagnostics: ms to await analysis (default 20000, max 120000).
+    /// diagnostics: ms to await analysis (default 20000).
     #[serde(default)]
     pub wait_ms: Option<u64>,
     /// rename*: report new/fixed diagnostics.

@@ -3,6 +3,7 @@
 use std::sync::Arc;
 
 use base64::Engine;
+use kitbag_checkpoints::{Content, Recorder};
 use kitbag_shared::atomic;
 use kitbag_shared::{
     Access, CallCtx, ErrorCode, Parents, PathPolicy, Reply, ToolDef, ToolError, ToolResult,
@@ -27,7 +28,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "instance_copy",
     "Copy files to or from instance",
     "Copy a file or directory into or out of an instance; out without host_path returns it \
-     inline (≤ 38 KB, or max_bytes ≤ 256 KB). Atomic.",
+     inline (≤ 38 KB). Atomic.",
 )
 .destructive();
 
@@ -513,8 +514,8 @@ async fn receive_file<R: tokio::io::AsyncRead + Unpin>(
     };
     let policy = ctx.policy().clone();
     let h2 = h.to_string();
-    let (staged, file) = kitbag_shared::blocking(move || {
-        let (_, parent) = policy.parent(&h2, "host_path", Access::Write, Parents::Create)?;
+    let (abs, staged, file) = kitbag_shared::blocking(move || {
+        let (resolved, parent) = policy.parent(&h2, "host_path", Access::Write, Parents::Create)?;
         let io =
             |e: std::io::Error| ToolError::io(&h2, &e).with_detail(json!({ "field": "host_path" }));
         if !overwrite && parent.stat().map_err(io)?.is_some() {
@@ -522,7 +523,8 @@ async fn receive_file<R: tokio::io::AsyncRead + Unpin>(
         }
         // A new file gets a new file's mode; a replaced one keeps its own.
         let mode = (!overwrite).then(|| 0o666 & !atomic::process_umask());
-        atomic::begin(parent, mode).map_err(io)
+        let (staged, file) = atomic::begin(parent, mode).map_err(io)?;
+        Ok((resolved.abs, staged, file))
     })
     .await?;
     let mut out = tokio::fs::File::from_std(file);
@@ -537,7 +539,10 @@ async fn receive_file<R: tokio::io::AsyncRead + Unpin>(
     }
     let file = out.into_std().await;
     let h2 = h.to_string();
+    let policy = ctx.policy().clone();
     kitbag_shared::blocking(move || {
+        let mut journal = Recorder::begin(&policy, "instance_copy");
+        journal.before(&abs, Content::At(staged.target()));
         let placed = staged.seal(file).and_then(|()| {
             if overwrite {
                 staged.commit()
@@ -545,6 +550,10 @@ async fn receive_file<R: tokio::io::AsyncRead + Unpin>(
                 staged.commit_new()
             }
         });
+        if placed.is_ok() {
+            journal.after_at(&abs);
+            journal.finish();
+        }
         placed.map_err(|e| {
             if atomic::is_exists(&e) {
                 exists(&h2)

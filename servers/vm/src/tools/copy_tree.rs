@@ -5,6 +5,7 @@
 
 use std::path::{Path, PathBuf};
 
+use kitbag_checkpoints::{Content, Recorder};
 use kitbag_shared::atomic::{self, Staged};
 use kitbag_shared::paths::ParentDir;
 use kitbag_shared::paths::fd::open_dirs;
@@ -32,7 +33,7 @@ pub async fn receive_dir<R: tokio::io::AsyncBufRead + Unpin>(
     let mut dirs: Vec<PathBuf> = Vec::new();
     // Each file is streamed into a temp file beside its target as it arrives; none is put in
     // place before the last has arrived whole (dropping these removes the temps).
-    let mut staged: Vec<Staged<ParentDir>> = Vec::new();
+    let mut staged: Vec<(PathBuf, Staged<ParentDir>)> = Vec::new();
     let mut bytes = 0u64;
     let mut skipped_links = 0;
     loop {
@@ -81,7 +82,17 @@ pub async fn receive_dir<R: tokio::io::AsyncBufRead + Unpin>(
                 .unwrap_or(Path::new("."));
             open_dirs(policy.root_fd(), under, true).map_err(|e| ToolError::io(&path, &e))?;
         }
-        atomic::commit_all(staged).map_err(|e| ToolError::io(&host, &e))
+        let mut journal = Recorder::begin(&policy, "instance_copy");
+        for (abs, s) in &staged {
+            journal.before(abs, Content::At(s.target()));
+        }
+        let (paths, staged): (Vec<PathBuf>, Vec<_>) = staged.into_iter().unzip();
+        atomic::commit_all(staged).map_err(|e| ToolError::io(&host, &e))?;
+        for abs in &paths {
+            journal.after_at(abs);
+        }
+        journal.finish();
+        Ok(())
     })
     .await?;
     Ok(Received {
@@ -104,11 +115,11 @@ async fn receive_file<R: tokio::io::AsyncBufRead + Unpin>(
     rel: &Path,
     size: u64,
     overwrite: bool,
-) -> ToolResult<Staged<ParentDir>> {
+) -> ToolResult<(PathBuf, Staged<ParentDir>)> {
     let policy = ctx.policy().clone();
     let path = join(host, rel);
     let p2 = path.clone();
-    let (staged, file) = kitbag_shared::blocking(move || {
+    let (abs, staged, file) = kitbag_shared::blocking(move || {
         let (resolved, parent) = policy.parent(&p2, "host_path", Access::Write, Parents::Create)?;
         let exists = parent.stat().map_err(|e| ToolError::io(&p2, &e))?.is_some();
         if exists && !overwrite {
@@ -118,7 +129,8 @@ async fn receive_file<R: tokio::io::AsyncBufRead + Unpin>(
             )
             .with_detail(json!({ "field": "host_path", "path": resolved.rel })));
         }
-        atomic::begin(parent, None).map_err(|e| ToolError::io(&p2, &e))
+        let (staged, file) = atomic::begin(parent, None).map_err(|e| ToolError::io(&p2, &e))?;
+        Ok((resolved.abs, staged, file))
     })
     .await?;
     let mut out = tokio::fs::File::from_std(file);
@@ -128,7 +140,7 @@ async fn receive_file<R: tokio::io::AsyncBufRead + Unpin>(
     let file = out.into_std().await;
     kitbag_shared::blocking(move || {
         staged.seal(file).map_err(|e| ToolError::io(&path, &e))?;
-        Ok(staged)
+        Ok((abs, staged))
     })
     .await
 }

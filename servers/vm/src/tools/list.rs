@@ -30,7 +30,7 @@ pub struct ListParams {
     /// Default true.
     #[serde(default)]
     pub include_ended: Option<bool>,
-    /// 1–200, default 50.
+    /// Default 50.
     #[serde(default)]
     pub limit: Option<u64>,
     #[serde(default)]

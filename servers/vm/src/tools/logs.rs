@@ -26,7 +26,7 @@ pub struct LogsParams {
     pub source: Option<String>,
     #[serde(default)]
     pub offset: Option<u64>,
-    /// Default 32768, max 262144.
+    /// Default 32768.
     #[serde(default)]
     pub max_bytes: Option<u64>,
     /// Last max_bytes.

@@ -22,7 +22,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "Spawn instance",
     "Start an isolated instance: bubblewrap sandbox (default; host files read-only, /work \
      writable) or VM. No `command`: an idle box for instance_exec; else it ends with its \
-     command. Unused past idle_timeout_seconds, it pauses or stops (on_idle) unless leased.",
+     command. Idle, it pauses or stops (on_idle) unless leased.",
 )
 .exec();
 
@@ -78,7 +78,7 @@ pub struct ReadyParam {
     /// Regex on main output.
     #[serde(default)]
     pub log: Option<String>,
-    /// Default 30, then it is removed.
+    /// Default 30.
     #[serde(default)]
     pub timeout_seconds: Option<u64>,
 }
