@@ -52,6 +52,20 @@ pub struct Question {
     pub message: String,
     /// The form: an object schema of primitive properties.
     pub schema: serde_json::Value,
+    /// What the server calls the question (`_meta["io.kitbag/inputKey"]`: `ask`, `form`,
+    /// `checkpoint-N`), when it says.
+    pub key: Option<String>,
+}
+
+impl Question {
+    /// The checkpoint this question signs off, when it is one (`checkpoint-N`).
+    pub fn checkpoint(&self) -> Option<u64> {
+        self.key
+            .as_deref()?
+            .strip_prefix("checkpoint-")?
+            .parse()
+            .ok()
+    }
 }
 
 /// Answers [`Question`]s: the result is an `ElicitResult` (`{"action": "accept", "content":

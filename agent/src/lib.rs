@@ -435,8 +435,9 @@ pub fn sessions_command(name: Option<&str>) -> anyhow::Result<i32> {
             }
             for s in all {
                 println!(
-                    "{:<24} {:>4} turns {:>5} model calls  in {:>9} (cache read {:>9}, write {:>8})  out {:>8}",
+                    "{:<24} {:<10} {:>4} turns {:>5} model calls  in {:>9} (cache read {:>9}, write {:>8})  out {:>8}",
                     s.name,
+                    state(&root, &s.name),
                     s.turns,
                     s.model_calls,
                     s.input_tokens,
@@ -455,6 +456,21 @@ pub fn sessions_command(name: Option<&str>) -> anyhow::Result<i32> {
             print!("{}", show(&s.records));
             Ok(0)
         }
+    }
+}
+
+/// Where a session stands for `kitbag sessions`: `checkpoint` (stopped for the operator's
+/// sign-off of a checkpoint), `waiting` (stopped at another question), `answered` (goes on
+/// at the next run), else `idle`.
+fn state(root: &std::path::Path, name: &str) -> &'static str {
+    let waiting = Session::open(root, name)
+        .ok()
+        .and_then(|s| pause::waiting(&s.records));
+    match waiting {
+        None => "idle",
+        Some(w) if w.answer.is_some() => "answered",
+        Some(w) if w.question.checkpoint().is_some() => "checkpoint",
+        Some(_) => "waiting",
     }
 }
 
@@ -513,12 +529,15 @@ pub fn show(records: &[Record]) -> String {
             Record::Waiting {
                 server,
                 message,
+                key,
                 ts,
                 ..
             } => {
-                out.push_str(&format!(
-                    "\n## waiting for the operator · {server} asks · {ts}\n{message}\n"
-                ));
+                let head = match key.as_deref().and_then(|k| k.strip_prefix("checkpoint-")) {
+                    Some(id) => format!("stopped at checkpoint {id} for the operator's sign-off"),
+                    None => format!("waiting for the operator · {server} asks"),
+                };
+                out.push_str(&format!("\n## {head} · {ts}\n{message}\n"));
             }
             Record::Answer { answer, ts } => {
                 out.push_str(&format!("\n## the operator answered · {ts}\n{answer}\n"));

@@ -80,6 +80,7 @@ pub fn waiting(records: &[Record]) -> Option<Waiting> {
                 server,
                 message,
                 schema,
+                key,
                 pending,
                 done,
                 ..
@@ -89,6 +90,7 @@ pub fn waiting(records: &[Record]) -> Option<Waiting> {
                         server: server.clone(),
                         message: message.clone(),
                         schema: schema.clone(),
+                        key: key.clone(),
                     },
                     pending: pending.clone(),
                     done: done.clone(),
@@ -128,6 +130,7 @@ pub fn record(
         server: question.server,
         message: question.message,
         schema: question.schema,
+        key: question.key,
         pending,
         done,
         ts: crate::record::now(),
@@ -181,10 +184,16 @@ pub fn answer_of(
 /// What a person reads when a session stops for the operator: the question, its fields, and
 /// the command that answers it.
 pub fn how_to_answer(session: &str, question: &Question) -> String {
-    let mut s = format!(
-        "session {session} is waiting for the operator: {} asks: {}\n",
-        question.server, question.message
-    );
+    let mut s = match question.checkpoint() {
+        Some(id) => format!(
+            "session {session} stopped at checkpoint {id} for the operator's sign-off: {}\n",
+            question.message
+        ),
+        None => format!(
+            "session {session} is waiting for the operator: {} asks: {}\n",
+            question.server, question.message
+        ),
+    };
     for f in operator::fields(&question.schema) {
         let prompt = operator::prompt(&f);
         if f.title == f.key {
@@ -207,6 +216,7 @@ mod tests {
         Question {
             server: "issues".into(),
             message: "Deploy?".into(),
+            key: Some("ask".into()),
             schema: json!({"type": "object", "required": ["target"], "properties": {
                 "target": {"type": "string", "enum": ["staging", "production"]}}}),
         }

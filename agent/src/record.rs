@@ -57,6 +57,9 @@ pub enum Record {
         server: String,
         message: String,
         schema: serde_json::Value,
+        /// The question's key (`checkpoint-N` for a checkpoint's sign-off).
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        key: Option<String>,
         pending: Vec<String>,
         done: Vec<Block>,
         ts: String,

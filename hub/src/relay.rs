@@ -84,6 +84,7 @@ pub async fn elicitation(
 pub async fn to_operator(
     operator: std::sync::Arc<dyn kitbag_agent::host::Operator>,
     server: &str,
+    key: Option<String>,
     params: ElicitRequestParams,
 ) -> Result<ElicitResult, McpError> {
     let ElicitRequestParams::FormElicitationParams {
@@ -105,6 +106,7 @@ pub async fn to_operator(
         server: server.to_owned(),
         message,
         schema,
+        key,
     };
     let answer = operator
         .ask(question)

@@ -92,13 +92,19 @@ impl ClientHandler for ChildClient {
     ) -> Result<rmcp::model::ElicitResult, McpError> {
         let hub = self.upgrade()?;
         let key = crate::relay::input_key(&ctx);
-        if let Some(r) =
-            crate::relay::to_call(&hub.mrtr, self.id, "elicitation/create", key, &params).await
+        if let Some(r) = crate::relay::to_call(
+            &hub.mrtr,
+            self.id,
+            "elicitation/create",
+            key.clone(),
+            &params,
+        )
+        .await
         {
             return r;
         }
         if let Some(operator) = hub.operator() {
-            return crate::relay::to_operator(operator, &self.name, params).await;
+            return crate::relay::to_operator(operator, &self.name, key, params).await;
         }
         crate::relay::elicitation(&hub.upstreams, &self.name, params).await
     }

@@ -240,6 +240,8 @@ fn str_replace_commands_and_crlf_files() {
 }
 
 /// Every file under `root`, root-relative, sorted, with its bytes' length.
+/// The files under `root`, with sizes — kitbag's own state (`.kitbag`: the change journal)
+/// left out.
 fn walk(root: &Path) -> Vec<String> {
     let mut out = Vec::new();
     let mut stack = vec![root.to_path_buf()];
@@ -247,6 +249,9 @@ fn walk(root: &Path) -> Vec<String> {
         for e in std::fs::read_dir(&dir).expect("ls") {
             let e = e.expect("entry");
             let p = e.path();
+            if p == root.join(".kitbag") {
+                continue;
+            }
             if e.file_type().expect("type").is_dir() {
                 stack.push(p);
             } else {

@@ -2,7 +2,8 @@
 //! `form` in `kitbag chat` has the form asked on the terminal (here: the piped lines after the
 //! prompt), each field checked as typed, and the answers reach the model as the tool's result.
 //! In `kitbag run` nobody can be asked: the session stops at the question (exit code 3) and
-//! `kitbag sessions answer` records the answer and finishes the turn.
+//! `kitbag sessions answer` records the answer and finishes the turn; a `checkpoint` stops
+//! it the same way, in state `checkpoint`.
 
 mod agent_common;
 
@@ -236,6 +237,91 @@ fn run_stops_at_the_question_and_sessions_answer_finishes_the_turn() {
             "usage".into()
         ]),
         "{roles:?}"
+    );
+}
+
+/// A `checkpoint` in `kitbag run` (issue #39 §2): the session stops at the sign-off in state
+/// `checkpoint`; `kitbag sessions answer` signs it off and the turn goes on — with one
+/// checkpoint, not two (the resumed call finds the one it made).
+#[test]
+fn run_stops_at_a_checkpoint_and_the_sign_off_resumes_it() {
+    let d = operator_project();
+    let mock = MockLlm::start(vec![
+        Reply::sse(tool_call_sse(
+            "toolu_w",
+            "file_write",
+            &json!({"path": "draft.md", "content": "# Draft\n"}),
+        )),
+        Reply::sse(tool_call_sse(
+            "toolu_c",
+            "checkpoint",
+            &json!({"reason": "first draft", "summary": "the outline"}),
+        )),
+        Reply::sse(text_sse("Draft signed off.")),
+    ]);
+    let env = anthropic_env(&mock);
+    let out = kitbag(d.path(), &env, &["run", "--session", "s", "Write a draft"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(3), "{stdout}\n{stderr}");
+    assert!(
+        stdout.contains("session s stopped at checkpoint 1 for the operator's sign-off")
+            && stdout.contains("first draft")
+            && stdout.contains("draft.md")
+            && stdout.contains("kitbag sessions answer s KEY=VALUE"),
+        "{stdout}"
+    );
+    let listed = text(&kitbag(d.path(), &env, &["sessions"])).0;
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("s ") && l.contains(" checkpoint ")),
+        "{listed}"
+    );
+
+    let out = kitbag(
+        d.path(),
+        &env,
+        &[
+            "sessions",
+            "answer",
+            "s",
+            "decision=approve",
+            "comment=ship it",
+        ],
+    );
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    assert_eq!(stdout.trim(), "Draft signed off.", "{stderr}");
+    let results = last_results(&mock);
+    assert!(
+        results.iter().any(
+            |r| r.contains("checkpoint 1 (1 file): the operator approved") && r.contains("ship it")
+        ),
+        "{results:?}"
+    );
+    let journal = std::fs::read_to_string(d.path().join(".kitbag/checkpoints/journal.jsonl"))
+        .expect("journal");
+    let lines: Vec<Value> = journal
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("json"))
+        .collect();
+    let kinds: Vec<&str> = lines.iter().filter_map(|l| l["kind"].as_str()).collect();
+    assert_eq!(
+        kinds.iter().filter(|k| **k == "checkpoint").count(),
+        1,
+        "{journal}"
+    );
+    assert_eq!(
+        lines.last().expect("lines")["decision"],
+        "approve",
+        "{journal}"
+    );
+    let listed = text(&kitbag(d.path(), &env, &["sessions"])).0;
+    assert!(
+        listed
+            .lines()
+            .any(|l| l.starts_with("s ") && l.contains(" idle ")),
+        "{listed}"
     );
 }
 

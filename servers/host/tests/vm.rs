@@ -43,6 +43,48 @@ fn instances_through_the_host() {
         !kitbag_testkit::pids_with_cmdline(&marker).is_empty(),
         "the main command runs"
     );
+    // Copies out of an instance into the root are journaled like any kitbag write: a
+    // checkpoint taken before them rewinds them (issue #39 §2).
+    c.call_ok(
+        "file_write",
+        json!({"path": "out/report.txt", "content": "old\n"}),
+    );
+    c.call_ok("checkpoint", json!({"reason": "before the copies"}));
+    c.call_ok(
+        "instance_exec",
+        json!({"instance": id, "command": ["sh", "-c",
+            "echo new > /work/report.txt; mkdir -p /work/tree/sub; echo x > /work/tree/x.txt; echo y > /work/tree/sub/y.txt"]}),
+    );
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/work/report.txt",
+            "host_path": "out/report.txt", "overwrite": true}),
+    );
+    c.call_ok(
+        "instance_copy",
+        json!({"instance": id, "direction": "out", "guest_path": "/work/tree", "host_path": "tree"}),
+    );
+    let read = |rel: &str| std::fs::read_to_string(d.path().join(rel)).ok();
+    assert_eq!(read("out/report.txt").as_deref(), Some("new\n"));
+    assert_eq!(read("tree/sub/y.txt").as_deref(), Some("y\n"));
+    let l = c.call_ok("checkpoint_list", json!({}));
+    let mut changed: Vec<String> = l.structured["changed"]
+        .as_array()
+        .expect("changed")
+        .iter()
+        .filter_map(|p| p.as_str().map(str::to_owned))
+        .collect();
+    changed.sort();
+    assert_eq!(
+        changed,
+        ["out/report.txt", "tree/sub/y.txt", "tree/x.txt"],
+        "{}",
+        l.structured
+    );
+    c.call_ok("checkpoint_restore", json!({"id": 1}));
+    assert_eq!(read("out/report.txt").as_deref(), Some("old\n"));
+    assert_eq!(read("tree/x.txt"), None);
+    assert_eq!(read("tree/sub/y.txt"), None);
     // The host exits (stdin closed): the vm server stops its instances.
     c.shutdown();
     let deadline = Instant::now() + Duration::from_secs(10);

@@ -310,6 +310,17 @@ fn pyright_end_to_end() {
             "{f}: {text}"
         );
     }
+    // Journaled for checkpoints (issue #39 §2): one change per file, by the rename.
+    let journal =
+        std::fs::read_to_string(d.path().join(".kitbag/checkpoints/journal.jsonl")).unwrap();
+    let mut renamed: Vec<String> = journal
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["tool"] == "lsp_rename")
+        .map(|l| l["path"].as_str().unwrap().to_owned())
+        .collect();
+    renamed.sort();
+    assert_eq!(renamed, ["app.py", "models.py", "other.py"], "{journal}");
     // And the server sees the renamed code: no new errors.
     let s = ok(&mut c, json!({"action": "diagnostics", "path": "."}));
     assert!(
