@@ -279,9 +279,9 @@ pub fn list(policy: &PathPolicy) -> ToolResult<Listing> {
 }
 
 /// Compact the journal and prune old checkpoints (a write path's recorder calls this when the
-/// journal or the objects grew).
+/// journal or the objects grew); skipped while another process holds the directory.
 pub fn tidy(policy: &PathPolicy) -> io::Result<()> {
-    let Some(store) = Store::open(policy, false, Hold::Exclusive)? else {
+    let Some(store) = Store::open(policy, false, Hold::ExclusiveIfFree)? else {
         return Ok(());
     };
     let journal = Journal::of(store.lines()?);

@@ -8,6 +8,8 @@
 //! - [`restore`]: rewinding files to a checkpoint, all or nothing, refused for files changed
 //!   outside kitbag since, with a diff preview;
 //! - [`store`] and [`journal`]: the directory (`<root>/.kitbag/checkpoints`) and its journal.
+//!
+//! kitbag-files serves the tools over it.
 
 pub mod checkpoint;
 pub mod journal;

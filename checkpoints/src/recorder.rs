@@ -99,7 +99,7 @@ impl Recorder {
     fn rel(&self, abs: &Path) -> Option<String> {
         let rel = abs.strip_prefix(&self.root).ok()?;
         let rel = rel.to_str()?.to_string();
-        if rel.is_empty() || rel == store::DIR || rel.starts_with(&format!("{}/", store::DIR)) {
+        if rel.is_empty() || store::is_own(&rel) {
             return None;
         }
         Some(rel)

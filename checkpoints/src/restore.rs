@@ -117,7 +117,12 @@ pub fn restore(
         .ok_or_else(|| not_found(id))?;
     let journal = Journal::of(store.lines().map_err(|e| ToolError::io(store::DIR, &e))?);
     let at = journal.position(id).ok_or_else(|| not_found(id))?;
-    let since = Journal::merged(journal.segments[at..].iter().flat_map(|s| &s.changes));
+    // Nothing of kitbag's own checkpoint directory is ever rewound (only a forged line names it).
+    let since: Vec<Change> =
+        Journal::merged(journal.segments[at..].iter().flat_map(|s| &s.changes))
+            .into_iter()
+            .filter(|c| !store::is_own(&c.path))
+            .collect();
     if let Some(ps) = paths {
         for (i, p) in ps.iter().enumerate() {
             if !since

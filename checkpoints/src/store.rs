@@ -125,6 +125,9 @@ pub enum Hold {
     Shared,
     /// Making a checkpoint, restoring, rewriting the journal: alone.
     Exclusive,
+    /// Alone, or not at all when another holds it (tidying after a write: it waits for
+    /// nobody; the next write tidies).
+    ExclusiveIfFree,
 }
 
 /// The open checkpoint directory of one root, locked.
@@ -137,7 +140,8 @@ pub struct Store {
 
 impl Store {
     /// Open the root's checkpoint directory (made when `create`), locked as `hold`. `None`
-    /// when it does not exist and `create` is false.
+    /// when it does not exist and `create` is false, or is held by another and `hold` is
+    /// [`Hold::ExclusiveIfFree`].
     pub fn open(policy: &PathPolicy, create: bool, hold: Hold) -> io::Result<Option<Store>> {
         let path = policy.root().join(DIR);
         let dir = match StateDir::open(policy, &path, create) {
@@ -149,9 +153,13 @@ impl Store {
         let op = match hold {
             Hold::Shared => FlockOperation::LockShared,
             Hold::Exclusive => FlockOperation::LockExclusive,
+            Hold::ExclusiveIfFree => FlockOperation::NonBlockingLockExclusive,
         };
-        flock(&lock, op)?;
-        Ok(Some(Store { dir, _lock: lock }))
+        match flock(&lock, op) {
+            Ok(()) => Ok(Some(Store { dir, _lock: lock })),
+            Err(rustix::io::Errno::WOULDBLOCK) if hold == Hold::ExclusiveIfFree => Ok(None),
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// Whether a checkpoint is kept: only then are earlier contents worth storing.
@@ -302,6 +310,12 @@ impl Store {
     pub fn shown(&self) -> &Path {
         self.dir.shown()
     }
+}
+
+/// Whether a root-relative path lies in the checkpoint directory itself.
+pub fn is_own(rel: &str) -> bool {
+    let rel = rel.trim_start_matches("./");
+    rel == DIR || rel.starts_with(&format!("{DIR}/"))
 }
 
 /// The hex SHA-256 of `bytes`.

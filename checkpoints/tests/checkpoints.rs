@@ -263,3 +263,48 @@ fn without_a_checkpoint_only_paths_are_journaled() {
     assert_eq!(made.files[0].change, ChangeKind::Created);
     assert_eq!(made.files[0].bytes, Some(4));
 }
+
+/// Writers in flight while checkpoints are made (threads here; the lock is `flock`, per open
+/// file, so processes behave the same): a restore gives every file exactly the content the
+/// checkpoint's snapshot recorded for it — no write slips between a snapshot and its journal.
+#[test]
+fn a_checkpoint_taken_during_writes_restores_to_its_own_snapshot() {
+    let d = tempfile::tempdir().expect("tmp");
+    let p = policy(d.path());
+    for i in 0..4 {
+        write(&p, &format!("t{i}.txt"), b"start\n");
+    }
+    let writers: Vec<_> = (0..4)
+        .map(|i| {
+            let p = p.clone();
+            std::thread::spawn(move || {
+                for k in 0..60 {
+                    write(&p, &format!("t{i}.txt"), format!("t{i} v{k}\n").as_bytes());
+                }
+            })
+        })
+        .collect();
+    std::thread::sleep(std::time::Duration::from_millis(5));
+    let made = checkpoint::create(&p, "mid-flight", None).expect("checkpoint");
+    for w in writers {
+        w.join().expect("writer");
+    }
+    let journal = d.path().join(store::DIR).join("journal.jsonl");
+    let marker = fs::read_to_string(&journal)
+        .expect("journal")
+        .lines()
+        .map(|l| serde_json::from_str::<Line>(l).expect("line"))
+        .find_map(|l| match l {
+            Line::Checkpoint(m) if m.id == made.id => Some(m),
+            _ => None,
+        })
+        .expect("marker");
+    restore(&p, made.id, None, false).expect("restore");
+    for f in &marker.files {
+        let now = fs::read(d.path().join(&f.path)).expect("read");
+        match &f.now {
+            Image::Content { sha256, .. } => assert_eq!(&store::digest(&now), sha256, "{}", f.path),
+            other => panic!("{}: {other:?}", f.path),
+        }
+    }
+}

@@ -13,6 +13,8 @@
 //! A client without the capability (or a host with no client to ask) gets a typed
 //! `elicitation_unsupported`.
 
+pub mod answer;
+
 use std::collections::BTreeMap;
 use std::sync::Mutex;
 

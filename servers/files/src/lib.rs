@@ -1,7 +1,10 @@
 //! kitbag-files: file tools over MCP, confined to a root.
 //!
-//! Each tool's logic is a plain function in its own module; this file only wires them.
+//! Each tool's logic is a plain function in its own module; this file only wires them. Every
+//! write is journaled (kitbag-checkpoints), and `checkpoint`, `checkpoint_list`,
+//! `checkpoint_restore` (`checkpoint.rs`) rewind them.
 
+pub mod checkpoint;
 pub mod edit;
 pub mod list;
 pub mod manage;
@@ -99,6 +102,20 @@ pub fn router() -> ToolRouter<FilesState> {
             manage::DELETE_DEF,
             |s: Arc<FilesState>, p, ctx: CallCtx| async move {
                 manage::delete(s, ctx.policy().clone(), p).await
+            },
+        )
+        .tool(
+            checkpoint::DEF,
+            |_s: Arc<FilesState>, p, ctx: CallCtx| async move { checkpoint::run(&ctx, p).await },
+        )
+        .tool(
+            checkpoint::LIST_DEF,
+            |_s: Arc<FilesState>, p, ctx: CallCtx| async move { checkpoint::list(&ctx, p).await },
+        )
+        .tool(
+            checkpoint::RESTORE_DEF,
+            |_s: Arc<FilesState>, p, ctx: CallCtx| async move {
+                checkpoint::restore(&ctx, p).await
             },
         )
 }

@@ -261,6 +261,9 @@ fn claude_code_mcp_json_is_imported() {
     assert_eq!(
         list,
         [
+            "checkpoint",
+            "checkpoint_list",
+            "checkpoint_restore",
             "edit_patch",
             "edit_text",
             "file_create",

@@ -80,7 +80,7 @@ fn read(root: &Path, rel: &str) -> Option<String> {
 }
 
 /// `checkpoint` through `kitbag serve` (issue #39 §2): the files family's writes, the search
-/// family's `edit_ast` and a shell command all land in one root; the issues family snapshots
+/// family's `edit_ast` and a shell command all land in one root; the files family snapshots
 /// and asks the operator to sign off (one question per checkpoint in both eras: the retry of
 /// 2026-07-28 finds the checkpoint its first round made); a restore rewinds kitbag's writes and
 /// refuses a file a shell command changed since.

@@ -3,14 +3,11 @@
 //!
 //! Tools: `issue_list`, `issue_get`, `issue_create`, `issue_update`, `issue_comment`,
 //! `issue_transition`, `issue_bind` and `todo`; `ask` and `form`, which put questions to the
-//! operator through the client (MCP elicitation, `interaction.rs`); `checkpoint`,
-//! `checkpoint_list` and `checkpoint_restore` (`checkpoint.rs`). Every one but the checkpoint
-//! tools declares `_meta["kitbag/principal_scope"] = "root-only"` so a host offers them to its
-//! root agent only (seed 004: `kaged.checkpoint` has no such restriction).
+//! operator through the client (MCP elicitation, `interaction.rs`). Every one declares
+//! `_meta["kitbag/principal_scope"] = "root-only"` so a host offers them to its root agent only.
 //! Resources `issues://open` and `issues://N` with change notifications; the prompt
 //! `todo_reminder`. `kitbag-issues export` / `import` move issues through JSONL.
 
-pub mod checkpoint;
 pub mod db;
 pub mod interaction;
 pub mod issue;
@@ -177,24 +174,6 @@ pub fn router() -> ToolRouter<IssuesState> {
             root_only(interaction::FORM_DEF),
             |_: Arc<IssuesState>, p: interaction::FormParams, ctx: CallCtx| async move {
                 interaction::run(&ctx, "form", interaction::form_form(&p)?).await
-            },
-        )
-        .tool(
-            checkpoint::DEF,
-            |_: Arc<IssuesState>, p: checkpoint::CheckpointParams, ctx: CallCtx| async move {
-                checkpoint::run(&ctx, p).await
-            },
-        )
-        .tool(
-            checkpoint::LIST_DEF,
-            |_: Arc<IssuesState>, p: checkpoint::ListParams, ctx: CallCtx| async move {
-                checkpoint::list(&ctx, p).await
-            },
-        )
-        .tool(
-            checkpoint::RESTORE_DEF,
-            |_: Arc<IssuesState>, p: checkpoint::RestoreParams, ctx: CallCtx| async move {
-                checkpoint::restore(&ctx, p).await
             },
         )
         .tool(

@@ -40,9 +40,6 @@ fn both_eras_catalog_and_root_only_meta(env: &Env) {
             names,
             [
                 "ask",
-                "checkpoint",
-                "checkpoint_list",
-                "checkpoint_restore",
                 "form",
                 "issue_bind",
                 "issue_comment",
@@ -55,16 +52,11 @@ fn both_eras_catalog_and_root_only_meta(env: &Env) {
             ]
         );
         for t in &tools {
-            // Seed 004: `kaged.checkpoint` has no principal scope; every other tool is root's.
-            let scope = if t["name"]
-                .as_str()
-                .is_some_and(|n| n.starts_with("checkpoint"))
-            {
-                Value::Null
-            } else {
-                json!("root-only")
-            };
-            assert_eq!(t["_meta"]["kitbag/principal_scope"], scope, "{}", t["name"]);
+            assert_eq!(
+                t["_meta"]["kitbag/principal_scope"], "root-only",
+                "{}",
+                t["name"]
+            );
             assert_eq!(t["outputSchema"]["type"], "object", "{}", t["name"]);
         }
         let n = create(&mut c, &format!("era {era:?}"), "works");

@@ -1,7 +1,8 @@
 //! `checkpoint`, `checkpoint_list`, `checkpoint_restore` (seed 004's `kaged.checkpoint`): the
 //! agent marks a point the operator can sign off and the files can be rewound to. The journal
 //! and the snapshots are kitbag-checkpoints'; this module is the tools around them and the
-//! sign-off question (an MCP elicitation, like `ask`).
+//! sign-off question (an MCP elicitation, like kitbag-issues' `ask`). They live with the files
+//! they rewind: kitbag-files alone gives any client its edits' undo.
 //!
 //! A call that asks is made again when its answer comes — a 2026-07-28 retry with
 //! `inputResponses`, or `kitbag run` resuming a paused session — and finds the checkpoint it
@@ -15,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
-use crate::interaction::{self, Action, AnswerValue, Form};
+use kitbag_shared::elicit::answer::{self, Action, AnswerValue, Form};
 
 pub const DEF: ToolDef = ToolDef::write(
     "checkpoint",
@@ -145,7 +146,7 @@ pub async fn run(ctx: &CallCtx, p: CheckpointParams) -> ToolResult<Reply<Checkpo
         .await
     {
         Ok(result) => {
-            let a = interaction::answered(&form, result)?;
+            let a = answer::answered(&form, result)?;
             let text = |k: &str| match a.answers.as_ref().and_then(|m| m.get(k)) {
                 Some(AnswerValue::Text(s)) => Some(s.clone()),
                 _ => None,
