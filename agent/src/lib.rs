@@ -22,6 +22,7 @@ pub mod skills;
 pub mod todo_reminder;
 pub mod turn;
 pub mod window;
+pub mod workflow;
 
 use std::io::IsTerminal;
 use std::path::{Path, PathBuf};

@@ -12,6 +12,7 @@ pub mod policy;
 pub mod profile;
 pub mod recursion;
 pub mod settings;
+pub mod workflow;
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -81,6 +82,9 @@ struct AgentFile {
     memory: Option<settings::MemorySettings>,
     #[serde(default)]
     prompt_includes: Option<settings::PromptIncludeSettings>,
+    /// Declared workflows, read by [`workflow::parse_map`].
+    #[serde(default)]
+    workflows: BTreeMap<String, serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Default)]
@@ -97,6 +101,8 @@ pub struct Config {
     /// The file has a server list (`mcp`, or a foreign `mcpServers`), empty or not. Without
     /// one the host serves its embedded default; `"mcp": {}` means no server.
     pub servers_given: bool,
+    /// The workflows the file declares (`.kitbag/workflows/` adds more: [`workflow::with_files`]).
+    pub workflows: Vec<workflow::Workflow>,
 }
 
 /// Where a config error is: file, line, column.
@@ -112,6 +118,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
     let (mut agents, mut tool_privileges) = (BTreeMap::new(), BTreeMap::new());
     let mut file_settings = FileSettings::default();
     let servers_given = value.get("mcp").is_some() || value.get("mcpServers").is_some();
+    let mut workflows = Vec::new();
     if value.get("mcpServers").is_some() && value.get("mcp").is_none() {
         let map = value["mcpServers"].as_object().cloned().unwrap_or_default();
         for (name, v) in map {
@@ -153,6 +160,8 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
             }
         }
         agents = profiles;
+        workflows = workflow::parse_map(file.workflows)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
         tool_privileges = file.tool_privileges;
         file_settings = FileSettings {
             model: file.model,
@@ -185,6 +194,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
         file_settings,
         settings: Vec::new(),
         servers_given,
+        workflows,
     })
 }
 

@@ -432,7 +432,7 @@ mod tests {
             "rootok",
             r#"{"agents": {
   "helper": {"tools": {"*": {"enabled": true}, "issue.*": {"enabled": false}, "todo": {"enabled": false},
-             "ask": {"enabled": false}, "form": {"enabled": false}}},
+             "ask": {"enabled": false}, "form": {"enabled": false}, "workflow.*": {"enabled": false}}},
   "boss": {"root": true, "tools": ["issue_create"]}
 }}"#,
         )

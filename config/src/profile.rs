@@ -22,7 +22,8 @@ use serde::Deserialize;
 use serde_json::Value;
 
 /// The tools kitbag's servers declare root-only (`_meta` `kitbag/principal_scope`): every
-/// tool of kitbag-issues. Checked against the tool catalogs in `manifests/` by a test.
+/// tool of kitbag-issues but the checkpoint ones, and the host's workflow tools. Checked
+/// against the tool catalogs in `manifests/` by a test.
 pub const ROOT_ONLY_TOOLS: &[&str] = &[
     "ask",
     "form",
@@ -34,14 +35,17 @@ pub const ROOT_ONLY_TOOLS: &[&str] = &[
     "issue_transition",
     "issue_update",
     "todo",
+    "workflow_list",
+    "workflow_status",
+    "workflow_trigger",
 ];
 
 /// What the root agent has enabled before its `tools` map says anything (seed 004: the root
-/// agent receives the issue and workflow tools by default; kitbag has no workflow tools yet),
+/// agent receives the issue and workflow tools by default),
 /// and the questions to the operator (`ask`, `form`). These keys also turn every root-only
 /// tool off, as a refusal advises.
 /// Every other agent starts with none.
-pub const ROOT_DEFAULTS: &[&str] = &["issue_*", "todo", "ask", "form"];
+pub const ROOT_DEFAULTS: &[&str] = &["issue_*", "todo", "ask", "form", "workflow_*"];
 
 /// The namespace seed 004 puts the issue, todo and workflow tools under.
 const KAGED: &str = "kaged.";
@@ -282,6 +286,9 @@ mod tests {
                 }
             }
         }
+        // The host offers the workflow tools only when workflows are declared: its catalog,
+        // made without any, does not list them.
+        declared.extend(crate::workflow::TOOLS.iter().map(|t| t.to_string()));
         declared.sort();
         assert_eq!(declared, ROOT_ONLY_TOOLS);
     }

@@ -41,3 +41,4 @@ pub mod serve;
 pub mod stdio;
 pub mod upstream;
 pub mod wake;
+pub mod workflow_tools;

@@ -60,17 +60,25 @@ impl Pipeline<'_> {
         arguments: Option<JsonObject>,
         meta: CallMeta,
     ) -> Result<CallToolResult, McpError> {
+        // A seed's spelling (`file.read`, `kaged.issue.list`, `kaged.workflow.list`,
+        // `read_file`) is the tool it names from here on — a child's or the host's own: the
+        // policy checks that tool, the audit line names it.
+        let mut arguments = arguments;
+        let resolved = if self.own.owns(name) {
+            None
+        } else {
+            let flat = self.hub.flat();
+            kitbag_shared::aliases::resolve_call(name, &mut arguments, |n| {
+                self.own.owns(n) || flat.routes.contains_key(n)
+            })
+        };
+        let name = resolved.as_deref().unwrap_or(name);
         if self.own.owns(name) {
             let ledger = self.open(name, HOST_SERVER.into(), &meta.request_id, &[], &arguments);
             let result = self.own.call_own(name, arguments).await;
             ledger.finish(error_code(&result));
             return Ok(result);
         }
-        // A seed's spelling (`file.read`, `kaged.issue.list`, `read_file`) is the tool it
-        // names from here on: the policy checks that tool, the audit line names it.
-        let mut arguments = arguments;
-        let resolved = self.hub.resolve_alias(name, &mut arguments);
-        let name = resolved.as_deref().unwrap_or(name);
         let route = match self.hub.route(name) {
             Some(route) => route,
             // Perhaps the tool of a server a reload is (re)starting: known once it is ready.

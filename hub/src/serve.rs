@@ -38,6 +38,8 @@ pub struct HostServer {
     pub settings: Arc<std::sync::Mutex<Vec<kitbag_config::settings::Setting>>>,
     /// Every tool listed, or the three discovery tools (`--tools lazy`).
     pub tools_mode: crate::lazy::ToolsMode,
+    /// The declared workflows (`workflow_*`; replaced on reload).
+    pub workflows: Arc<crate::workflow_tools::Workflows>,
 }
 
 impl HostServer {
@@ -79,6 +81,12 @@ impl HostServer {
         match name {
             STATUS_TOOL => return Some(tier::of_tool(&host_tools::status_tool())),
             RELOAD_TOOL => return Some(tier::of_tool(&host_tools::reload_tool())),
+            n if self.workflows.owns(n) => {
+                return crate::workflow_tools::tools()
+                    .iter()
+                    .find(|t| t.name == n)
+                    .map(tier::of_tool);
+            }
             _ => {}
         }
         crate::access::offered(&self.hub.flat(), name, tier::of_tool)
@@ -105,6 +113,7 @@ impl HostServer {
         }
         let before: Vec<String> = self.tools().iter().map(|t| t.name.to_string()).collect();
         self.access.set_configured(policy);
+        self.workflows.set(&cfg);
         let report = self.hub.reload(cfg.servers).await;
         let after: Vec<String> = self.tools().iter().map(|t| t.name.to_string()).collect();
         if before != after {
@@ -203,6 +212,13 @@ impl HostServer {
         let reload = host_tools::reload_tool();
         if self.loader.is_some() && self.access.visible(&reload) {
             tools.push(reload);
+        }
+        if self.workflows.any() {
+            tools.extend(
+                crate::workflow_tools::tools()
+                    .into_iter()
+                    .filter(|t| self.access.visible(t)),
+            );
         }
         tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
@@ -431,7 +447,9 @@ impl HostServer {
 /// `host_status` and `host_reload`, answered by the host itself.
 impl OwnTools for HostServer {
     fn owns(&self, name: &str) -> bool {
-        name == STATUS_TOOL || (name == RELOAD_TOOL && self.loader.is_some())
+        name == STATUS_TOOL
+            || (name == RELOAD_TOOL && self.loader.is_some())
+            || self.workflows.owns(name)
     }
 
     fn call_own<'a>(
@@ -440,6 +458,9 @@ impl OwnTools for HostServer {
         arguments: Option<JsonObject>,
     ) -> futures::future::BoxFuture<'a, CallToolResult> {
         Box::pin(async move {
+            if self.workflows.owns(name) {
+                return self.workflow_call(name, arguments);
+            }
             // Neither takes a parameter: an unexpected one is a typed error naming it, as on
             // every server's own tools.
             if let Err(e) = kitbag_shared::server::decode_args::<host_tools::NoParams>(
@@ -457,6 +478,26 @@ impl OwnTools for HostServer {
 }
 
 impl HostServer {
+    fn workflow_call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
+        let Some(tool) = crate::workflow_tools::tools()
+            .into_iter()
+            .find(|t| t.name == name)
+        else {
+            return error_result("unknown_tool", format!("no tool {name}"));
+        };
+        if let Err((code, message)) = self.access.permit_own(&tool, false) {
+            return error_result(code, message);
+        }
+        let caller = format!(
+            "agent:{}",
+            self.access
+                .configured_agent()
+                .unwrap_or_else(|| "primary".to_string())
+        );
+        let host: Arc<dyn kitbag_agent::host::ToolHost> = Arc::new(self.clone());
+        crate::workflow_tools::call(&self.workflows, host, &caller, name, arguments)
+    }
+
     fn status_call(&self) -> CallToolResult {
         if let Err((code, message)) = self.access.permit_own(&host_tools::status_tool(), true) {
             return error_result(code, message);

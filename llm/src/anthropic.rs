@@ -237,7 +237,7 @@ impl Decoder {
     pub fn event(
         &mut self,
         data: &str,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<Option<StreamError>, LlmError> {
         let event: Event = serde_json::from_str(data)
             .map_err(|e| protocol(format!("event is not valid JSON ({e}): {}", prefix(data))))?;
@@ -287,7 +287,7 @@ impl Decoder {
         &mut self,
         index: usize,
         content_block: StartBlock,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<(), LlmError> {
         let partial = match content_block {
             StartBlock::Text { text } => {
@@ -332,7 +332,7 @@ impl Decoder {
         &mut self,
         index: usize,
         delta: WireDelta,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<(), LlmError> {
         let Some(Some(partial)) = self.blocks.get_mut(index) else {
             return Err(protocol(format!(

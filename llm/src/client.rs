@@ -83,7 +83,7 @@ impl Client {
     pub async fn stream(
         &self,
         req: &Request,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<Response, LlmError> {
         let body = serde_json::to_vec(&self.request_body(req))
             .map_err(|e| LlmError::Config(format!("request body: {e}")))?;
@@ -128,7 +128,7 @@ impl Client {
     async fn attempt(
         &self,
         body: &[u8],
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<Response, Failure> {
         let provider = self.provider_name();
         let mut rb = self
@@ -241,7 +241,7 @@ impl Client {
     async fn read_stream(
         &self,
         resp: reqwest::Response,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<Response, Failure> {
         let provider = self.provider_name();
         let mut decoder = Decoder::new(self.endpoint.spec.provider);
@@ -305,7 +305,7 @@ impl Decoder {
     fn event(
         &mut self,
         data: &str,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<Option<StreamError>, LlmError> {
         match self {
             Decoder::Anthropic(d) => d.event(data, on_event),

@@ -246,7 +246,7 @@ impl Decoder {
     pub fn event(
         &mut self,
         data: &str,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<Option<StreamError>, LlmError> {
         if data.trim() == "[DONE]" {
             return Ok(None);
@@ -297,7 +297,7 @@ impl Decoder {
     fn tool_call_delta(
         &mut self,
         call: ToolCallDelta,
-        on_event: &mut dyn FnMut(StreamEvent<'_>),
+        on_event: &mut (dyn FnMut(StreamEvent<'_>) + Send),
     ) -> Result<(), LlmError> {
         if call.index > 127 {
             return Err(protocol(format!(

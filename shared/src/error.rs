@@ -28,6 +28,11 @@ pub enum ErrorCode {
     InputRequired,
     /// The client's answer to an elicitation does not fit the form it was asked with.
     InvalidAnswer,
+    // workflows
+    WorkflowNotFound,
+    RunNotFound,
+    /// A workflow's file input cannot travel in a tool call.
+    FileInputNotSupported,
     // checkpoints
     CheckpointNotFound,
     /// A file a restore would rewind holds what kitbag did not write: nothing is restored.

@@ -172,18 +172,6 @@ impl Hub {
         })
     }
 
-    /// The child tool a seed's spelling of a name stands for (`file.read` → `file_read`,
-    /// `kaged.issue.list` → `issue_list`, `read_file` → `file_read`; `kaged.issue` +
-    /// `{"action": "list"}` → `issue_list`, its `action` removed from `arguments`).
-    pub fn resolve_alias(
-        &self,
-        name: &str,
-        arguments: &mut Option<rmcp::model::JsonObject>,
-    ) -> Option<String> {
-        let flat = self.flat();
-        kitbag_shared::aliases::resolve_call(name, arguments, |n| flat.routes.contains_key(n))
-    }
-
     /// Find the route for a tool name as offered, or as the child spells it (e.g. dotted).
     pub fn route(&self, name: &str) -> Option<Route> {
         let flat = self.flat();

@@ -74,6 +74,20 @@ pub enum SessionsCommand {
 }
 
 #[derive(Debug, Subcommand)]
+pub enum WorkflowCommand {
+    /// Each workflow's name, steps and description.
+    List,
+    /// Run a workflow in this process until it ends; print the run as JSON.
+    Run {
+        name: String,
+        /// The inputs, a JSON object.
+        inputs: Option<String>,
+    },
+    /// Print a run as JSON.
+    Status { run_id: String },
+}
+
+#[derive(Debug, Subcommand)]
 pub enum Command {
     /// Serve the flat tool list over stdio (what MCP clients run), or over MCP Streamable
     /// HTTP with --http / --unix.
@@ -116,6 +130,13 @@ pub enum Command {
         #[command(subcommand)]
         action: Option<SessionsCommand>,
         name: Option<String>,
+    },
+    /// The declared workflows: `kitbag workflow list`, `run NAME ['{"input": 1}']` (runs it
+    /// here to the end: exit 0 when it succeeded — what a cron entry's command can call),
+    /// `status RUN_ID`.
+    Workflow {
+        #[command(subcommand)]
+        action: WorkflowCommand,
     },
     /// Talk with the agent: one turn per line of input, in one session. Ctrl-C cancels the
     /// turn in flight; Ctrl-D or /exit leaves; /help lists the commands.
@@ -278,7 +299,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         loader: config_loader(&cli),
         settings: Arc::new(std::sync::Mutex::new(settings)),
         tools_mode: cli.tools,
+        workflows: Arc::default(),
     };
+    if let Ok(cfg) = load_config(&cli) {
+        host.workflows.set(&cfg);
+    }
     if matches!(
         command,
         Command::Serve { .. }
@@ -326,6 +351,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             }
             _ => 1,
         },
+        Command::Workflow { action } => workflow_command(&host, action).await?,
         Command::Server { .. }
         | Command::Sessions { action: None, .. }
         | Command::Deploy { .. }
@@ -502,6 +528,66 @@ fn print_tools(host: &HostServer, json: bool) -> anyhow::Result<i32> {
 }
 
 /// `kitbag call TOOL ARGS`: exit 0 on success, 1 for a tool error, 2 for no such tool.
+/// `kitbag workflow …`: the host's workflow tools from the command line; `run` waits for the
+/// run's end (exit 0 when it succeeded, 1 when it failed).
+async fn workflow_command(host: &HostServer, action: &WorkflowCommand) -> anyhow::Result<i32> {
+    use kitbag_hub::workflow_tools;
+    let caller = "operator:cli";
+    let print = |v: &serde_json::Value| {
+        println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+    };
+    match action {
+        WorkflowCommand::List => {
+            let l = workflow_tools::list(&host.workflows);
+            if l.workflows.is_empty() {
+                println!(
+                    "no workflows: declare them in agent.json's `workflows` or .kitbag/workflows/NAME.json"
+                );
+            }
+            for w in &l.workflows {
+                println!("{:<24} {:>3} steps  {}", w.name, w.steps, w.description);
+            }
+            Ok(0)
+        }
+        WorkflowCommand::Run { name, inputs } => {
+            let inputs: serde_json::Value = match inputs {
+                Some(s) => {
+                    serde_json::from_str(s).map_err(|e| anyhow::anyhow!("inputs: not JSON: {e}"))?
+                }
+                None => serde_json::json!({}),
+            };
+            let Some(inputs) = inputs.as_object().cloned() else {
+                anyhow::bail!("inputs: must be a JSON object");
+            };
+            let host_arc: Arc<dyn kitbag_agent::host::ToolHost> = Arc::new(host.clone());
+            match workflow_tools::run_to_end(&host.workflows, host_arc, caller, name, inputs).await
+            {
+                Ok(run) => {
+                    print(&serde_json::to_value(&run)?);
+                    Ok(i32::from(
+                        run.status != kitbag_agent::workflow::run::RunStatus::Succeeded,
+                    ))
+                }
+                Err(e) => {
+                    eprintln!("kitbag workflow run: {} ({})", e.message, e.code);
+                    Ok(2)
+                }
+            }
+        }
+        WorkflowCommand::Status { run_id } => match workflow_tools::status(&host.workflows, run_id)
+        {
+            Ok(run) => {
+                print(&serde_json::to_value(&run)?);
+                Ok(0)
+            }
+            Err(e) => {
+                eprintln!("kitbag workflow status: {} ({})", e.message, e.code);
+                Ok(2)
+            }
+        },
+    }
+}
+
 async fn call(host: &HostServer, tool: &str, args: Option<&str>) -> anyhow::Result<i32> {
     let args: serde_json::Value = match args {
         Some(a) => {

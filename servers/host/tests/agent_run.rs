@@ -6,9 +6,11 @@ mod agent_common;
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
 use agent_common::*;
 use kitbag_testkit::llm_mock::{MockLlm, Received, Reply};
+use kitbag_testkit::{Era, McpClient};
 use serde_json::{Value, json};
 
 #[test]
@@ -198,7 +200,7 @@ fn parallel_calls_run_and_answer_in_the_order_asked_errors_included() {
             .expect("t")
             // The parallel file_read starts the files server (it waits for its first call):
             // host_status may see it ready or still starting.
-            .contains(", 8 tools, 0 restarts"),
+            .contains(", 11 tools, 0 restarts"),
         "{results:?}"
     );
 }
@@ -1249,4 +1251,204 @@ fn prompt_includes_bring_files_and_allowed_commands_into_the_prompt() {
         stderr.contains("ran {cmd:ls docs} in") && stderr.contains("exit 0, stdout 9 bytes"),
         "the run is logged: {stderr}"
     );
+}
+
+/// Workflows through `kitbag serve` (issue #39 §3): declared in agent.json (seed 004's input
+/// form) and in `.kitbag/workflows/`; `workflow_trigger` checks the inputs field by field and
+/// returns at once; the run's tool, shell and agent steps go through the host with the inputs
+/// put in (quoted for the shell: an input never becomes a command); `workflow_status` follows
+/// it to the end; a run a gone host left `running` reads `interrupted`.
+#[test]
+fn workflows_run_tool_shell_and_agent_steps_through_serve() {
+    let d = project();
+    let root = d.path();
+    let server = |family: &str| family_server(root, family, &[]);
+    let cfg = json!({
+        "mcp": {"files": server("files"), "shell": server("shell")},
+        "workflows": {
+            "release": {
+                "description": "Cut a release.",
+                "inputs": {
+                    "version": {"type": "string", "required": true, "description": "e.g. 1.2"},
+                    "notes": {"type": "string", "required": false, "default": "none"}
+                },
+                "steps": [
+                    {"tool": "file_write", "args": {"path": "release/{inputs.version}.txt", "content": "notes: {inputs.notes}\n"}},
+                    {"shell": "cat release/{inputs.version}.txt && echo shipped {inputs.version}"},
+                    {"prompt": "Summarize release {inputs.version}."}
+                ]
+            },
+            "broken": {"steps": [{"shell": "echo before; exit 3"}, {"shell": "echo never"}]},
+            "upload": {"inputs": {"cv": {"type": "file", "required": true}}, "steps": [{"shell": "true"}]}
+        }
+    });
+    std::fs::write(root.join("agent.json"), cfg.to_string()).expect("agent.json");
+    std::fs::create_dir_all(root.join(".kitbag/workflows")).expect("mkdir");
+    std::fs::write(
+        root.join(".kitbag/workflows/lint.json"),
+        r#"{"description": "Lint.", "steps": [{"shell": "echo lint ok"}]}"#,
+    )
+    .expect("lint.json");
+    // A run its host (a pid that cannot exist) left running.
+    std::fs::create_dir_all(root.join(".kitbag/workflow-runs")).expect("mkdir");
+    std::fs::write(
+        root.join(".kitbag/workflow-runs/wr-orphan.json"),
+        json!({"run_id": "wr-orphan", "workflow_name": "lint", "status": "running", "inputs": {},
+            "invoked_by": {"type": "operator", "id": "agent:primary"}, "session": "workflow-wr-orphan",
+            "created_at": 1, "completed_at": null, "duration_ms": null, "current_step": 0,
+            "steps_total": 1, "steps": [], "host_pid": 4194305, "host_started": 1})
+        .to_string(),
+    )
+    .expect("orphan");
+    let mock = MockLlm::start(vec![
+        Reply::sse(text_sse("Release 1.2 is out.")),
+        Reply::sse(text_sse("Release x is out.")),
+    ]);
+    let env = anthropic_env(&mock);
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut c = McpClient::spawn_with_env(bin(), &["serve"], root, Era::Handshake, &env);
+    c.timeout = Duration::from_secs(60);
+
+    let l = c.call_ok("workflow_list", json!({}));
+    let names: Vec<&str> = l.structured["workflows"]
+        .as_array()
+        .expect("workflows")
+        .iter()
+        .filter_map(|w| w["name"].as_str())
+        .collect();
+    assert_eq!(names, ["broken", "release", "upload", "lint"]);
+    assert_eq!(
+        l.structured["workflows"][1]["inputs"]["required"],
+        json!(["version"])
+    );
+    let g = c.call_ok("workflow_list", json!({"invokable_by": "guest"}));
+    assert_eq!(g.structured["count"], 0);
+    let orphan = c.call_ok("workflow_status", json!({"run_id": "wr-orphan"}));
+    assert_eq!(
+        orphan.structured["status"], "interrupted",
+        "{}",
+        orphan.structured
+    );
+
+    let wait = |c: &mut McpClient, run_id: &str| -> Value {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let s = c
+                .call_ok("workflow_status", json!({"run_id": run_id}))
+                .structured;
+            if s["status"] != "running" {
+                return s;
+            }
+            assert!(
+                s["completed_at"].is_null() && s["duration_ms"].is_null(),
+                "{s}"
+            );
+            assert!(std::time::Instant::now() < deadline, "still running: {s}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    let t = c.call_ok(
+        "workflow_trigger",
+        json!({"name": "release", "inputs": {"version": "1.2"}}),
+    );
+    assert_eq!(t.structured["status"], "running");
+    assert_eq!(t.structured["workflow_name"], "release");
+    let run = wait(&mut c, t.structured["run_id"].as_str().expect("run_id"));
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["inputs"], json!({"version": "1.2", "notes": "none"}));
+    assert_eq!(
+        run["invoked_by"],
+        json!({"type": "operator", "id": "agent:primary"})
+    );
+    let out = run["steps"][1]["output"].as_str().expect("shell output");
+    assert!(
+        out.contains("notes: none") && out.contains("shipped 1.2"),
+        "{run}"
+    );
+    assert_eq!(run["output"], "Release 1.2 is out.");
+    assert!(
+        run["duration_ms"].is_u64() && run["completed_at"].is_u64(),
+        "{run}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(root.join("release/1.2.txt")).expect("written"),
+        "notes: none\n"
+    );
+    let prompt = &mock.received()[0].body["messages"];
+    assert!(
+        prompt.to_string().contains("Summarize release 1.2."),
+        "{prompt}"
+    );
+
+    // An input is data to the shell, never a command.
+    let t = c.call_ok(
+        "workflow_trigger",
+        json!({"name": "release", "inputs": {"version": "x; touch pwned"}}),
+    );
+    let run = wait(&mut c, t.structured["run_id"].as_str().expect("run_id"));
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert!(!root.join("pwned").exists(), "an input ran as a command");
+
+    let t = c.call_ok("workflow_trigger", json!({"name": "broken"}));
+    let run = wait(&mut c, t.structured["run_id"].as_str().expect("run_id"));
+    assert_eq!(run["status"], "failed");
+    assert_eq!(run["steps"].as_array().map(Vec::len), Some(1), "{run}");
+    assert!(
+        run["failure"]
+            .as_str()
+            .is_some_and(|e| e.contains("step 0 failed: exit code 3")),
+        "{run}"
+    );
+
+    let e = c.call_err(
+        "workflow_trigger",
+        json!({"name": "release", "inputs": {}}),
+        "invalid_params",
+    );
+    assert_eq!(e.structured["error"]["detail"]["field"], "inputs.version");
+    c.call_err(
+        "workflow_trigger",
+        json!({"name": "nope", "inputs": {}}),
+        "workflow_not_found",
+    );
+    c.call_err(
+        "workflow_trigger",
+        json!({"name": "upload", "inputs": {}}),
+        "file_input_not_supported",
+    );
+    c.call_err(
+        "workflow_status",
+        json!({"run_id": "wr-nope"}),
+        "run_not_found",
+    );
+    // Seed 004's names resolve.
+    let l = c.call_ok("kaged.workflow.list", json!({}));
+    assert_eq!(l.structured["count"], 4);
+    c.shutdown();
+
+    // From the command line (what a cron entry's `command` calls): the run goes to its end
+    // in that process, and the exit code says how it ended.
+    let env = anthropic_env(&mock);
+    let out = kitbag(root, &env, &["workflow", "run", "lint"]);
+    let (stdout, stderr) = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{stdout}\n{stderr}");
+    let run: Value = serde_json::from_str(&stdout).expect("the run as JSON");
+    assert_eq!(run["status"], "succeeded");
+    assert!(
+        run["output"]
+            .as_str()
+            .is_some_and(|o| o.contains("lint ok")),
+        "{run}"
+    );
+    let out = kitbag(root, &env, &["workflow", "run", "broken"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out).1);
+    let id = run["run_id"].as_str().expect("run_id");
+    let out = kitbag(root, &env, &["workflow", "status", id]);
+    assert_eq!(out.status.code(), Some(0));
+    assert!(text(&out).0.contains("\"succeeded\""));
+    let out = kitbag(root, &env, &["workflow", "list"]);
+    assert!(text(&out).0.contains("Cut a release."), "{}", text(&out).0);
+    let out = kitbag(root, &env, &["workflow", "run", "release", "{}"]);
+    assert_eq!(out.status.code(), Some(2));
+    assert!(text(&out).1.contains("inputs.version"), "{}", text(&out).1);
 }
