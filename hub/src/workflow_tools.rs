@@ -37,7 +37,7 @@ impl Workflows {
         if !all.is_empty() {
             // Runs a gone host left `running` are marked, once, before anything is triggered.
             if let Ok(store) = self.store() {
-                let n = store.interrupt_orphans();
+                let n = store.tidy();
                 if n > 0 {
                     tracing::info!(
                         runs = n,

@@ -12,6 +12,8 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 const DIR: &str = ".kitbag/workflow-runs";
+/// Records of ended runs kept (the newest); older ones go when a host starts.
+pub const KEEP_RUNS: usize = 500;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -194,14 +196,25 @@ impl RunStore {
             .collect()
     }
 
-    /// Mark `interrupted` every run left `running` by a host that is gone; how many.
-    pub fn interrupt_orphans(&self) -> usize {
+    /// At a host's start: mark `interrupted` every run left `running` by a host that is gone,
+    /// and keep the newest [`KEEP_RUNS`] records of ended runs (older ones are removed). How
+    /// many runs were marked.
+    pub fn tidy(&self) -> usize {
+        self.tidy_keeping(KEEP_RUNS)
+    }
+
+    fn tidy_keeping(&self, keep: usize) -> usize {
+        let mut ended: Vec<(u64, String)> = Vec::new();
         let mut n = 0;
         for id in self.ids() {
             let Ok(mut run) = self.load(&id) else {
                 continue;
             };
-            if run.status != RunStatus::Running || run.host.is_some_and(host_alive) {
+            if run.status != RunStatus::Running {
+                ended.push((run.created_at, id));
+                continue;
+            }
+            if run.host.is_some_and(host_alive) {
                 continue;
             }
             run.status = RunStatus::Interrupted;
@@ -222,6 +235,12 @@ impl RunStore {
                 n += 1;
             }
         }
+        if ended.len() > keep {
+            ended.sort();
+            for (_, id) in &ended[..ended.len() - keep] {
+                let _ = self.dir.remove(format!("{id}.json"));
+            }
+        }
         n
     }
 }
@@ -235,4 +254,84 @@ pub fn this_host() -> Option<(u32, u64)> {
 fn host_alive((pid, started): (u32, u64)) -> bool {
     kitbag_shared::proc_stat::running(pid as i32)
         && kitbag_shared::proc_stat::start_time(pid as i32) == Some(started)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(id: &str, status: RunStatus, created_at: u64, host: Option<(u32, u64)>) -> Run {
+        Run {
+            run_id: id.into(),
+            workflow_name: "w".into(),
+            status,
+            inputs: Map::new(),
+            invoked_by: Invoker {
+                kind: "operator".into(),
+                id: "agent:primary".into(),
+            },
+            session: format!("workflow-{id}"),
+            created_at,
+            completed_at: None,
+            duration_ms: None,
+            current_step: Some(0),
+            steps_total: 1,
+            steps: vec![StepResult {
+                index: 0,
+                kind: "shell".into(),
+                status: StepStatus::Running,
+                output: None,
+                error: None,
+                duration_ms: None,
+            }],
+            output: None,
+            failure: None,
+            host,
+        }
+    }
+
+    #[test]
+    fn a_gone_hosts_runs_are_interrupted_a_live_ones_left_and_old_records_pruned() {
+        let d = tempfile::tempdir().expect("tmp");
+        let store = RunStore::open(d.path()).expect("store");
+        store
+            .save(&run(
+                "wr-gone",
+                RunStatus::Running,
+                10,
+                Some((4_194_305, 1)),
+            ))
+            .expect("save");
+        store
+            .save(&run("wr-live", RunStatus::Running, 11, this_host()))
+            .expect("save");
+        for (i, t) in [1, 2, 3].into_iter().enumerate() {
+            store
+                .save(&run(&format!("wr-old{i}"), RunStatus::Succeeded, t, None))
+                .expect("save");
+        }
+        assert_eq!(store.tidy_keeping(2), 1);
+        let gone = store.load("wr-gone").expect("gone");
+        assert_eq!(gone.status, RunStatus::Interrupted);
+        assert_eq!(gone.steps[0].status, StepStatus::Failed);
+        assert!(
+            gone.failure
+                .as_deref()
+                .is_some_and(|f| f.contains("during step 0"))
+        );
+        assert_eq!(
+            store.load("wr-live").expect("live").status,
+            RunStatus::Running
+        );
+        // The oldest ended record went; the interrupted one counts from the next start.
+        assert_eq!(
+            store.load("wr-old0").expect_err("pruned").code,
+            ErrorCode::RunNotFound
+        );
+        store.load("wr-old1").expect("kept");
+        assert_eq!(
+            store.load("../x").expect_err("bad id").code,
+            ErrorCode::RunNotFound
+        );
+    }
 }

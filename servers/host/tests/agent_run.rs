@@ -1452,3 +1452,72 @@ fn workflows_run_tool_shell_and_agent_steps_through_serve() {
     assert_eq!(out.status.code(), Some(2));
     assert!(text(&out).1.contains("inputs.version"), "{}", text(&out).1);
 }
+
+/// A cron entry triggers a workflow (issue #39 §3): its command is `kitbag workflow run NAME`,
+/// which runs the workflow to its end in that process and exits 0 when it succeeded; the
+/// firing's record carries that exit code, and the run is recorded like any other.
+#[test]
+fn a_cron_entry_triggers_a_workflow_through_kitbag_workflow_run() {
+    let d = project();
+    let root = d.path();
+    let server = |family: &str| family_server(root, family, &[]);
+    let cfg = json!({"mcp": {"shell": server("shell")}});
+    std::fs::write(root.join("agent.json"), cfg.to_string()).expect("agent.json");
+    std::fs::create_dir_all(root.join(".kitbag/workflows")).expect("mkdir");
+    std::fs::write(
+        root.join(".kitbag/workflows/nightly.json"),
+        r#"{"steps": [{"shell": "echo checked > nightly.out"}]}"#,
+    )
+    .expect("nightly.json");
+    let root_arg = root.to_string_lossy().to_string();
+    let mut c = McpClient::spawn(
+        bin(),
+        &[
+            "server",
+            "cron",
+            "--root",
+            &root_arg,
+            "--test-clock-start",
+            "2026-07-01T12:00:58Z",
+            "--test-clock-rate",
+            "20",
+        ],
+        root,
+        Era::Handshake,
+    );
+    c.call_ok(
+        "cron_create",
+        json!({"schedule": "* * * * *", "message": "nightly ran", "recurring": false,
+            "timezone": "UTC", "command_timeout_secs": 120,
+            "command": format!("'{}' workflow run nightly", bin().display())}),
+    );
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    let runs = loop {
+        let r = c.call_ok("cron_runs", json!({})).structured;
+        let done = r["runs"]
+            .as_array()
+            .is_some_and(|runs| runs.iter().any(|x| x["command"]["exit_code"].is_i64()));
+        if done {
+            break r;
+        }
+        assert!(std::time::Instant::now() < deadline, "no firing: {r}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    let fired = &runs["runs"][0];
+    assert_eq!(fired["command"]["exit_code"], 0, "{runs}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("nightly.out")).expect("the step ran"),
+        "checked\n"
+    );
+    let recorded: Vec<Value> = std::fs::read_dir(root.join(".kitbag/workflow-runs"))
+        .expect("runs dir")
+        .map(|e| {
+            serde_json::from_str(&std::fs::read_to_string(e.expect("entry").path()).expect("r"))
+                .expect("json")
+        })
+        .collect();
+    assert_eq!(recorded.len(), 1, "{recorded:?}");
+    assert_eq!(recorded[0]["workflow_name"], "nightly");
+    assert_eq!(recorded[0]["status"], "succeeded");
+    c.shutdown();
+}
