@@ -269,16 +269,19 @@ fn apply(policy: &PathPolicy, store: &Store, steps: &[Step]) -> ToolResult<()> {
         create: Vec::new(),
         remove: Vec::new(),
     };
+    // Every file written first (made durable together), then put in place at once.
+    let writes: Vec<(&ParentDir, &[u8])> = parents
+        .iter()
+        .filter(|(_, s)| s.action != Action::Remove)
+        .map(|(p, s)| (p, s.target_bytes.as_deref().unwrap_or_default()))
+        .collect();
+    let mut staged = atomic::stage_all(&writes)
+        .map_err(|e| ToolError::io("the restored files", &e))?
+        .into_iter();
     for (parent, s) in &parents {
-        let bytes = s.target_bytes.as_deref().unwrap_or_default();
-        let io = |e: std::io::Error| ToolError::io(&s.path, &e);
         match s.action {
-            Action::Write => changes
-                .replace
-                .push(atomic::stage(parent, bytes, None).map_err(io)?),
-            Action::Create => changes
-                .create
-                .push(atomic::stage(parent, bytes, None).map_err(io)?),
+            Action::Write => changes.replace.extend(staged.next()),
+            Action::Create => changes.create.extend(staged.next()),
             Action::Remove => changes.remove.push(parent),
         }
     }
