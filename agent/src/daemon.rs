@@ -79,7 +79,13 @@ fn firing_of(server: &str, method: &str, params: serde_json::Value) -> Option<Fi
     Some(firing)
 }
 
-pub async fn run(host: &dyn ToolHost, agent: PreparedAgent) -> anyhow::Result<i32> {
+/// `queue`: the workflow runs clients trigger while the daemon runs are queued for it (it
+/// outlives them) and taken here, every half second between turns.
+pub async fn run(
+    host: &dyn ToolHost,
+    agent: PreparedAgent,
+    queue: Option<crate::workflow::Queue>,
+) -> anyhow::Result<i32> {
     let PreparedAgent { llm, mut cfg, .. } = agent;
     let root = std::env::current_dir()?;
     // Nobody to ask: a question to the operator pauses that firing's session until
@@ -98,9 +104,35 @@ pub async fn run(host: &dyn ToolHost, agent: PreparedAgent) -> anyhow::Result<i3
         "[daemon] waiting for cron firings (model {}); SIGTERM or Ctrl-C stops",
         llm.endpoint().spec.display()
     );
+    // Held while the daemon lives: clients' workflow runs are queued for it meanwhile.
+    let (queue, _lease) = match queue.map(|q| (q.runner.store.claim_daemon(), q)) {
+        Some((Ok(Some(lease)), q)) => {
+            eprintln!("[daemon] takes the workflow runs clients trigger");
+            (Some(q), Some(lease))
+        }
+        Some((Ok(None), _)) => {
+            eprintln!("[daemon] another daemon takes this project's workflow runs");
+            (None, None)
+        }
+        Some((Err(e), _)) => {
+            eprintln!("[daemon] workflow runs: {}", e.message);
+            (None, None)
+        }
+        None => (None, None),
+    };
+    let mut tick = tokio::time::interval(std::time::Duration::from_millis(500));
     loop {
         let event = tokio::select! {
             e = events.next() => e,
+            _ = tick.tick(), if queue.is_some() => {
+                if let Some(q) = &queue {
+                    let n = crate::workflow::take_queued(&q.runner, &(q.declared)());
+                    if n > 0 {
+                        eprintln!("[daemon] started {n} queued workflow run(s)");
+                    }
+                }
+                continue;
+            }
             _ = stop.cancelled() => break,
         };
         let (server, method, params) = match event {

@@ -154,22 +154,66 @@ pub fn start(
     Ok((w.clone(), run))
 }
 
-/// Check the inputs, record the run and start it; the run goes on in the background.
+/// Check the inputs, record the run and start it; the run goes on in the background — in the
+/// `kitbag daemon` of this project when one runs (it outlives clients: the run is queued for
+/// it), else in this process.
 pub fn trigger(
     runner: &runner::Runner,
     workflows: &[Workflow],
     p: TriggerParams,
     caller: &str,
 ) -> ToolResult<Triggered> {
-    let (w, run) = start(runner, workflows, p, caller)?;
+    let (w, mut run) = start(runner, workflows, p, caller)?;
+    let to_daemon = runner.store.daemon_alive();
+    if to_daemon {
+        run.status = RunStatus::Queued;
+        run.host = None;
+        runner.store.save(&run)?;
+    }
     let answer = Triggered {
         run_id: run.run_id.clone(),
         workflow_name: run.workflow_name.clone(),
         status: run.status,
         created_at: run.created_at,
     };
-    tokio::spawn(runner.clone().execute(w, run));
+    if !to_daemon {
+        tokio::spawn(runner.clone().execute(w, run));
+    }
     Ok(answer)
+}
+
+/// What `kitbag daemon` needs to take the runs clients queued: how to run one, and the
+/// workflows declared now (a reload may change them).
+pub struct Queue {
+    pub runner: runner::Runner,
+    pub declared: Arc<dyn Fn() -> Vec<Workflow> + Send + Sync>,
+}
+
+/// In `kitbag daemon`: start every queued run (each in the background); how many.
+pub fn take_queued(runner: &runner::Runner, workflows: &[Workflow]) -> usize {
+    let queued = runner.store.queued();
+    let n = queued.len();
+    for mut run in queued {
+        run.status = RunStatus::Running;
+        run.host = run::this_host();
+        match workflows.iter().find(|w| w.name == run.workflow_name) {
+            Some(w) => {
+                if runner.store.save(&run).is_ok() {
+                    tokio::spawn(runner.clone().execute(w.clone(), run));
+                }
+            }
+            None => {
+                run.status = RunStatus::Failed;
+                run.failure = Some(format!(
+                    "workflow {} is no longer declared in this daemon's config",
+                    run.workflow_name
+                ));
+                run.completed_at = Some(run::now());
+                let _ = runner.store.save(&run);
+            }
+        }
+    }
+    n
 }
 
 /// A run's record.

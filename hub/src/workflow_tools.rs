@@ -118,6 +118,26 @@ pub fn tools() -> Vec<Tool> {
     ]
 }
 
+/// What `kitbag daemon` takes queued runs with; `None` when no workflow is declared.
+pub fn queue(
+    workflows: &Arc<Workflows>,
+    host: Arc<dyn kitbag_agent::host::ToolHost>,
+) -> Option<workflow::Queue> {
+    if !workflows.any() {
+        return None;
+    }
+    let runner = Runner {
+        host,
+        config: workflows.config.locked().clone(),
+        store: workflows.store().ok()?,
+    };
+    let source = workflows.clone();
+    Some(workflow::Queue {
+        runner,
+        declared: Arc::new(move || source.declared.locked().clone()),
+    })
+}
+
 /// Every declared workflow (`kitbag workflow list`).
 pub fn list(workflows: &Workflows) -> workflow::ListResult {
     workflow::list(
@@ -206,8 +226,14 @@ pub fn call(
             }),
             |t| {
                 format!(
-                    "workflow {} started: run {} (poll workflow_status)",
-                    t.workflow_name, t.run_id
+                    "workflow {} {}: run {} (poll workflow_status)",
+                    t.workflow_name,
+                    if t.status == workflow::run::RunStatus::Queued {
+                        "queued for this project's kitbag daemon"
+                    } else {
+                        "started"
+                    },
+                    t.run_id
                 )
             },
         ),
@@ -216,6 +242,9 @@ pub fn call(
                 .and_then(|p| workflow::status(&workflows.store()?, &p)),
             |r| {
                 let mut s = format!("run {} of {}: {:?}", r.run_id, r.workflow_name, r.status);
+                if r.status == workflow::run::RunStatus::Queued {
+                    s.push_str(" (waiting for this project's kitbag daemon)");
+                }
                 if let Some(step) = r.current_step {
                     s.push_str(&format!(", step {} of {}", step + 1, r.steps_total));
                 }

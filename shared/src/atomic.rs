@@ -716,6 +716,50 @@ mod tests {
         assert_eq!(names.len(), 2, "no temp or backup left: {names:?}");
     }
 
+    /// From `ONE_SYNC_FROM` files on, staging makes them durable together (`syncfs`): the
+    /// same all-or-nothing outcome, modes kept, no temp left — and a target that cannot take
+    /// a file still changes nothing.
+    #[test]
+    fn many_files_staged_together_land_or_roll_back_as_one() {
+        let d = tempfile::tempdir().expect("tmp");
+        let n = ONE_SYNC_FROM + 4;
+        let files: Vec<(PathBuf, Vec<u8>)> = (0..n)
+            .map(|i| {
+                (
+                    d.path().join(format!("{i}.txt")),
+                    format!("v1 {i}").into_bytes(),
+                )
+            })
+            .collect();
+        fs::write(&files[0].0, "old").expect("w");
+        fs::set_permissions(&files[0].0, fs::Permissions::from_mode(0o600)).expect("chmod");
+        write_all_atomic(&files, false).expect("write");
+        for (p, b) in &files {
+            assert_eq!(&fs::read(p).expect("r"), b);
+        }
+        let mode = fs::metadata(&files[0].0).expect("m").permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "a replaced file keeps its mode");
+        assert_eq!(
+            fs::read_dir(d.path()).expect("ls").count(),
+            n,
+            "no temp left"
+        );
+
+        // The last target is a directory: nothing of the second write lands.
+        let mut again: Vec<(PathBuf, Vec<u8>)> = files
+            .iter()
+            .map(|(p, _)| (p.clone(), b"v2".to_vec()))
+            .collect();
+        let dir = d.path().join("a-dir");
+        fs::create_dir(&dir).expect("mkdir");
+        again.push((dir, b"x".to_vec()));
+        write_all_atomic(&again, false).expect_err("a directory cannot be replaced");
+        for (p, b) in &files {
+            assert_eq!(&fs::read(p).expect("r"), b, "{}", p.display());
+        }
+        assert_eq!(fs::read_dir(d.path()).expect("ls").count(), n + 1);
+    }
+
     #[test]
     fn many_all_written() {
         let d = tempfile::tempdir().expect("tmp");

@@ -12,12 +12,16 @@ use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value, json};
 
 const DIR: &str = ".kitbag/workflow-runs";
+/// The lock `kitbag daemon` holds while it takes this project's queued runs.
+const DAEMON_LOCK: &str = "daemon.lock";
 /// Records of ended runs kept (the newest); older ones go when a host starts.
 pub const KEEP_RUNS: usize = 500;
 
 #[derive(Debug, Clone, Copy, Serialize, Deserialize, JsonSchema, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum RunStatus {
+    /// Waiting for the `kitbag daemon` running in this project to take it.
+    Queued,
     Running,
     Succeeded,
     Failed,
@@ -187,6 +191,48 @@ impl RunStore {
         Ok(run)
     }
 
+    /// Become this project's daemon: the exclusive lock on `daemon.lock`, held as long as the
+    /// file lives. `None` when another process holds it.
+    pub fn claim_daemon(&self) -> ToolResult<Option<std::fs::File>> {
+        let f = self
+            .dir
+            .open_file(DAEMON_LOCK, OFlags::RDWR | OFlags::CREATE)
+            .map_err(io)?;
+        match rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockExclusive) {
+            Ok(()) => Ok(Some(f)),
+            Err(rustix::io::Errno::WOULDBLOCK) => Ok(None),
+            Err(e) => Err(io(e.into())),
+        }
+    }
+
+    /// Whether a `kitbag daemon` holds this project's runs (its lock is taken).
+    pub fn daemon_alive(&self) -> bool {
+        let Ok(f) = self
+            .dir
+            .open_file(DAEMON_LOCK, OFlags::RDWR | OFlags::CREATE)
+        else {
+            return false;
+        };
+        // A shared lock is refused exactly while the daemon holds its exclusive one; taken, it
+        // goes with `f`.
+        matches!(
+            rustix::fs::flock(&f, rustix::fs::FlockOperation::NonBlockingLockShared),
+            Err(rustix::io::Errno::WOULDBLOCK)
+        )
+    }
+
+    /// The runs waiting for the daemon, oldest first.
+    pub fn queued(&self) -> Vec<Run> {
+        let mut runs: Vec<Run> = self
+            .ids()
+            .iter()
+            .filter_map(|id| self.load(id).ok())
+            .filter(|r| r.status == RunStatus::Queued)
+            .collect();
+        runs.sort_by_key(|r| r.created_at);
+        runs
+    }
+
     /// Every run's id.
     fn ids(&self) -> Vec<String> {
         kitbag_shared::paths::fd::list_dir(self.dir.fd())
@@ -210,6 +256,9 @@ impl RunStore {
             let Ok(mut run) = self.load(&id) else {
                 continue;
             };
+            if run.status == RunStatus::Queued {
+                continue;
+            }
             if run.status != RunStatus::Running {
                 ended.push((run.created_at, id));
                 continue;

@@ -330,7 +330,11 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
             None => 1,
         },
         Command::Daemon => match prepared_agent {
-            Some(Prepared::Daemon(d)) => kitbag_agent::daemon::run(&host, *d).await?,
+            Some(Prepared::Daemon(d)) => {
+                let as_host: Arc<dyn kitbag_agent::host::ToolHost> = Arc::new(host.clone());
+                let queue = kitbag_hub::workflow_tools::queue(&host.workflows, as_host);
+                kitbag_agent::daemon::run(&host, *d, queue).await?
+            }
             _ => 1,
         },
         Command::Chat {

@@ -1521,3 +1521,72 @@ fn a_cron_entry_triggers_a_workflow_through_kitbag_workflow_run() {
     assert_eq!(recorded[0]["status"], "succeeded");
     c.shutdown();
 }
+
+/// With a `kitbag daemon` running in the project, a client's `workflow_trigger` is queued for
+/// it and the daemon runs it: the run outlives the client that triggered it (issue #39 §3).
+#[test]
+fn a_running_daemon_takes_the_workflow_runs_clients_trigger() {
+    let d = project();
+    let root = d.path();
+    let cfg = json!({
+        "mcp": {"shell": family_server(root, "shell", &[])},
+        "workflows": {"slow": {"steps": [{"shell": "sleep 1; echo done > slow.out"}]}}
+    });
+    std::fs::write(root.join("agent.json"), cfg.to_string()).expect("agent.json");
+    let mock = MockLlm::start(vec![]);
+    let env = anthropic_env(&mock);
+    let daemon = spawn_daemon(root, &env);
+    let daemon_pid = daemon.id();
+    // The daemon holds the project's run queue once its lock is taken.
+    let lock = root.join(".kitbag/workflow-runs/daemon.lock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let held = std::fs::File::open(&lock).is_ok_and(|f| {
+            nix::fcntl::Flock::lock(f, nix::fcntl::FlockArg::LockSharedNonblock).is_err()
+        });
+        if held {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the daemon never took the queue"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let env_refs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let mut c = McpClient::spawn_with_env(bin(), &["serve"], root, Era::Handshake, &env_refs);
+    let t = c.call_ok("workflow_trigger", json!({"name": "slow"}));
+    assert_eq!(t.structured["status"], "queued", "{}", t.structured);
+    assert!(
+        t.text.contains("queued for this project's kitbag daemon"),
+        "{}",
+        t.text
+    );
+    let run_id = t.structured["run_id"].as_str().expect("run_id").to_string();
+    // The client goes at once; the run goes on in the daemon.
+    c.shutdown();
+    let record = root.join(format!(".kitbag/workflow-runs/{run_id}.json"));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    let run: Value = loop {
+        let run: Value =
+            serde_json::from_str(&std::fs::read_to_string(&record).expect("record")).expect("json");
+        if run["status"] != "queued" && run["status"] != "running" {
+            break run;
+        }
+        assert!(std::time::Instant::now() < deadline, "never ended: {run}");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(run["status"], "succeeded", "{run}");
+    assert_eq!(run["host_pid"], daemon_pid, "the daemon ran it: {run}");
+    assert_eq!(
+        std::fs::read_to_string(root.join("slow.out")).expect("ran"),
+        "done\n"
+    );
+    let (status, stderr) = stop_daemon(daemon);
+    assert!(status.success(), "{stderr}");
+    assert!(
+        stderr.contains("takes the workflow runs clients trigger")
+            && stderr.contains("started 1 queued workflow run(s)"),
+        "{stderr}"
+    );
+}
