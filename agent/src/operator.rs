@@ -69,12 +69,7 @@ fn options(schema: &Value) -> Option<Vec<String>> {
 
 /// The form's fields, in the schema's order.
 pub fn fields(schema: &Value) -> Vec<Field> {
-    let required: Vec<&str> = schema["required"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let required = kitbag_shared::schema::required_names(schema);
     let Some(properties) = schema["properties"].as_object() else {
         return Vec::new();
     };

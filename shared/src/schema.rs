@@ -91,6 +91,16 @@ pub fn output_schema_for<O: JsonSchema + 'static>(tool: &str) -> JsonObject {
     }
 }
 
+/// The property names an object schema's `required` lists (none when it has no list).
+pub fn required_names(schema: &Value) -> Vec<&str> {
+    schema["required"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .collect()
+}
+
 /// What `structuredContent` holds when a call fails (see `error::ToolError`).
 pub fn error_object_schema() -> Value {
     json!({

@@ -26,12 +26,7 @@ fn fits(kind: &str, v: &Value) -> bool {
 pub fn check(schema: &Value, given: &Map<String, Value>) -> ToolResult<Map<String, Value>> {
     let empty = Map::new();
     let properties = schema["properties"].as_object().unwrap_or(&empty);
-    let required: Vec<&str> = schema["required"]
-        .as_array()
-        .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
-        .collect();
+    let required = kitbag_shared::schema::required_names(schema);
     if let Some((name, _)) = properties.iter().find(|(k, p)| {
         p["type"] == "file" && (required.contains(&k.as_str()) || given.contains_key(*k))
     }) {

@@ -144,11 +144,8 @@ pub fn answered(form: &Form, result: ElicitResult) -> ToolResult<Answered> {
             }
         }
     }
-    if let Some(missing) = form.schema["required"]
-        .as_array()
+    if let Some(missing) = crate::schema::required_names(&form.schema)
         .into_iter()
-        .flatten()
-        .filter_map(Value::as_str)
         .find(|k| !answers.contains_key(*k))
     {
         return Err(bad_answer(
