@@ -58,26 +58,13 @@ pub fn current(policy: &PathPolicy, store: Option<&Store>, path: &str) -> (Image
         Err(e) if e.code == ErrorCode::FileNotFound => return (Image::Absent, None),
         Err(_) => return (Image::Unknown, None),
     };
-    match parent.stat() {
-        Ok(None) => return (Image::Absent, None),
-        Ok(Some(s)) if s.kind != kitbag_shared::paths::EntryKind::File => {
-            return (Image::Unknown, None);
-        }
-        Ok(Some(s)) if s.len > store::MAX_OBJECT_BYTES => {
-            return (Image::TooLarge { size: s.len }, None);
-        }
-        Ok(Some(_)) => {}
-        Err(_) => return (Image::Unknown, None),
-    }
-    let Ok(bytes) = parent.read() else {
-        return (Image::Unknown, None);
+    let bytes = match store::read_entry(&parent) {
+        Ok(b) => b,
+        Err(image) => return (image, None),
     };
     let image = match store {
         Some(s) => s.put(&bytes).unwrap_or(Image::Unknown),
-        None => Image::Content {
-            sha256: store::digest(&bytes),
-            size: bytes.len() as u64,
-        },
+        None => Image::of(&bytes),
     };
     (image, Some(bytes))
 }

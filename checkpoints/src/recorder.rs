@@ -109,24 +109,13 @@ impl Recorder {
         let bytes = match content {
             Content::Absent => return Image::Absent,
             Content::Bytes(b) => std::borrow::Cow::Borrowed(b),
-            Content::At(parent) => match parent.stat() {
-                Ok(None) => return Image::Absent,
-                Ok(Some(s)) if s.is_dir() => return Image::Unknown,
-                Ok(Some(s)) if s.len > store::MAX_OBJECT_BYTES => {
-                    return Image::TooLarge { size: s.len };
-                }
-                Ok(Some(_)) => match parent.read() {
-                    Ok(b) => std::borrow::Cow::Owned(b),
-                    Err(_) => return Image::Unknown,
-                },
-                Err(_) => return Image::Unknown,
+            Content::At(parent) => match store::read_entry(parent) {
+                Ok(b) => std::borrow::Cow::Owned(b),
+                Err(image) => return image,
             },
         };
         if !store_it {
-            return Image::Content {
-                sha256: store::digest(&bytes),
-                size: bytes.len() as u64,
-            };
+            return Image::of(&bytes);
         }
         let Some(s) = &self.store else {
             return Image::Unknown;

@@ -13,6 +13,7 @@ use std::io::{self, BufRead, BufReader, Read, Write};
 use std::path::Path;
 
 use kitbag_shared::PathPolicy;
+use kitbag_shared::paths::{EntryKind, ParentDir};
 use kitbag_shared::state::{OFlags, StateDir};
 use rustix::fs::{FlockOperation, flock};
 use serde::{Deserialize, Serialize};
@@ -47,6 +48,14 @@ pub enum Image {
 }
 
 impl Image {
+    /// The image of `bytes` (not stored).
+    pub fn of(bytes: &[u8]) -> Image {
+        Image::Content {
+            sha256: digest(bytes),
+            size: bytes.len() as u64,
+        }
+    }
+
     /// Whether two images say the same content (unknowns never match).
     pub fn same(&self, other: &Image) -> bool {
         match (self, other) {
@@ -312,6 +321,19 @@ impl Store {
     /// The directory as configured, for messages.
     pub fn shown(&self) -> &Path {
         self.dir.shown()
+    }
+}
+
+/// The bytes of the entry `parent` names when it is a regular file whose content can be kept;
+/// else the image that says why not (absent, over [`MAX_OBJECT_BYTES`], a directory, a link,
+/// unreadable).
+pub fn read_entry(parent: &ParentDir) -> Result<Vec<u8>, Image> {
+    match parent.stat() {
+        Ok(None) => Err(Image::Absent),
+        Ok(Some(s)) if s.kind != EntryKind::File => Err(Image::Unknown),
+        Ok(Some(s)) if s.len > MAX_OBJECT_BYTES => Err(Image::TooLarge { size: s.len }),
+        Ok(Some(_)) => parent.read().map_err(|_| Image::Unknown),
+        Err(_) => Err(Image::Unknown),
     }
 }
 

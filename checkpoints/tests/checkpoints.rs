@@ -198,9 +198,19 @@ fn a_tampered_journal_cannot_write_outside_the_root() {
     text.push_str(&serde_json::to_string(&forged).expect("json"));
     text.push('\n');
     fs::write(&journal, text).expect("w");
-    assert!(restore(&p, 1, None, false).is_err());
+    let e = restore(&p, 1, None, false).expect_err("the forged path is refused");
+    assert_eq!(e.code, ErrorCode::ChangedOutsideSession, "{e:?}");
+    assert_eq!(
+        e.detail["files"][0]["path"],
+        victim.display().to_string(),
+        "{e:?}"
+    );
     assert_eq!(fs::read_to_string(&victim).expect("r"), "safe\n");
     assert_eq!(read(root, "a.txt").as_deref(), Some("two\n"));
+    // The genuine change still restores; the forged one never touches the file outside.
+    restore(&p, 1, Some(&["a.txt".to_string()]), false).expect("a.txt alone");
+    assert_eq!(read(root, "a.txt").as_deref(), Some("one\n"));
+    assert_eq!(fs::read_to_string(&victim).expect("r"), "safe\n");
 
     // An object altered in place.
     let d2 = tempfile::tempdir().expect("tmp");

@@ -76,9 +76,12 @@ fn tool<P: schemars::JsonSchema + 'static, R: schemars::JsonSchema + 'static>(
 ) -> Tool {
     let input = kitbag_shared::schema::input_schema::<P>().unwrap_or_default();
     let mut meta = serde_json::Map::new();
-    meta.insert("kitbag/principal_scope".into(), json!("root-only"));
     meta.insert(
-        "kitbag/tier".into(),
+        kitbag_config::policy::PRINCIPAL_SCOPE.into(),
+        json!("root-only"),
+    );
+    meta.insert(
+        kitbag_shared::tier::TIER_META.into(),
         json!(if read_only { "read" } else { "exec" }),
     );
     Tool::new(name, description, input)
