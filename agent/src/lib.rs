@@ -9,6 +9,7 @@ pub mod daemon;
 pub mod frontmatter;
 pub mod host;
 pub mod includes;
+pub mod json_events;
 pub mod operator;
 pub mod overflow;
 pub mod packs;
@@ -163,9 +164,17 @@ pub struct PreparedRun {
     session_prompt: Option<String>,
     /// `--issue`: the issue the session works on from now on (0 unbinds).
     issue: Option<i64>,
+    /// `--json`: the turn as JSON lines on stdout (json_events.rs).
+    json: bool,
 }
 
 impl PreparedRun {
+    /// Print the turn as JSON lines (`kitbag run --json`).
+    pub fn with_json(mut self, json: bool) -> Self {
+        self.json = json;
+        self
+    }
+
     /// Bind the session to `issue` before the turn (`kitbag run --issue N`; 0 unbinds).
     pub fn with_issue(mut self, issue: Option<i64>) -> Self {
         self.issue = issue;
@@ -265,6 +274,7 @@ pub async fn prepare_run(
         session: session_name.to_owned(),
         session_prompt: session_prompt.map(str::to_owned),
         issue: None,
+        json: false,
     })
 }
 
@@ -300,6 +310,7 @@ pub async fn prepare_answer(
         session: session_name.to_owned(),
         session_prompt: None,
         issue: None,
+        json: false,
     })
 }
 
@@ -337,6 +348,7 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
         session: session_name,
         session_prompt,
         issue,
+        json,
     } = run;
     let root = std::env::current_dir()?;
     let mut session = Session::open(&root, &session_name)?;
@@ -363,7 +375,19 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
     });
     let started = std::time::Instant::now();
     let mut progress = progress::Progress::new(std::io::stderr().is_terminal());
-    let mut note = |n: Note<'_>| progress.note(n);
+    if json {
+        json_events::emit(serde_json::json!({
+            "type": "start",
+            "session": session.name,
+            "model": llm.endpoint().spec.model,
+        }));
+    }
+    let mut note = |n: Note<'_>| {
+        if json && let Some(event) = json_events::of_note(&n) {
+            json_events::emit(event);
+        }
+        progress.note(n)
+    };
     // Nobody to ask here: a question to the operator pauses the session.
     let pause = pause::PauseOperator::new();
     cfg.pause = Some(pause.clone());
@@ -385,15 +409,31 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
     };
     host.set_operator(None);
     progress.end_line();
+    let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
     match outcome {
         Ok(TurnOutcome {
             waiting: Some(q), ..
         }) => {
-            println!("{}", pause::how_to_answer(&session.name, &q));
+            let how = pause::how_to_answer(&session.name, &q);
+            if json {
+                json_events::emit(serde_json::json!({
+                    "type": "result", "ok": false, "waiting": true, "error": how,
+                    "duration_ms": duration_ms,
+                }));
+            } else {
+                println!("{how}");
+            }
             Ok(EXIT_WAITING)
         }
         Ok(o) => {
-            println!("{}", o.text);
+            if json {
+                json_events::emit(serde_json::json!({
+                    "type": "result", "ok": true, "text": o.text, "duration_ms": duration_ms,
+                    "steps": o.model_calls, "tool_calls": o.tool_calls,
+                }));
+            } else {
+                println!("{}", o.text);
+            }
             let (total, calls) = session.totals();
             eprintln!(
                 "[done] {} model calls, {} tool calls, {:.1} s; tokens in {} (+{} cache read, +{} cache write) out {}; session {} ({} calls, {} tokens in all)",
@@ -412,6 +452,12 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
         }
         Err(e) => {
             eprintln!("kitbag run: {e:#}");
+            if json {
+                json_events::emit(serde_json::json!({
+                    "type": "result", "ok": false, "error": format!("{e:#}"),
+                    "duration_ms": duration_ms,
+                }));
+            }
             Ok(1)
         }
     }

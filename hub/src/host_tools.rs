@@ -125,7 +125,7 @@ pub fn status_tool() -> Tool {
     let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
     Tool::new(
         STATUS_TOOL,
-        "Report every server the host runs: state, pid, uptime, restarts, tool count and last error, plus tool-name collisions.",
+        "Every server the host runs: state, pid, uptime, restarts, tools, last error; tool-name collisions.",
         input,
     )
     .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<StatusResult>("host_status")))

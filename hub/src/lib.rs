@@ -25,6 +25,7 @@ pub mod byte_call;
 pub mod catalog;
 pub mod catalog_cache;
 pub mod child_catalog;
+pub mod delegate_tool;
 pub mod failure;
 pub mod fastpath;
 pub mod host_tools;

@@ -34,11 +34,12 @@ pub trait OwnTools: Sync {
     /// Whether `name` is one of them (in this configuration).
     fn owns(&self, name: &str) -> bool;
 
-    /// Answer a call of one of them.
+    /// Answer a call of one of them (`meta`: its progress and cancellation).
     fn call_own<'a>(
         &'a self,
         name: &'a str,
         arguments: Option<JsonObject>,
+        meta: CallMeta,
     ) -> BoxFuture<'a, CallToolResult>;
 }
 
@@ -75,7 +76,7 @@ impl Pipeline<'_> {
         let name = resolved.as_deref().unwrap_or(name);
         if self.own.owns(name) {
             let ledger = self.open(name, HOST_SERVER.into(), &meta.request_id, &[], &arguments);
-            let result = self.own.call_own(name, arguments).await;
+            let result = self.own.call_own(name, arguments, meta).await;
             ledger.finish(error_code(&result));
             return Ok(result);
         }

@@ -81,6 +81,9 @@ impl HostServer {
         match name {
             STATUS_TOOL => return Some(tier::of_tool(&host_tools::status_tool())),
             RELOAD_TOOL => return Some(tier::of_tool(&host_tools::reload_tool())),
+            crate::delegate_tool::DELEGATE_TOOL => {
+                return Some(tier::of_tool(&crate::delegate_tool::tool()));
+            }
             n if self.workflows.owns(n) => {
                 return crate::workflow_tools::tools()
                     .iter()
@@ -212,6 +215,10 @@ impl HostServer {
         let reload = host_tools::reload_tool();
         if self.loader.is_some() && self.access.visible(&reload) {
             tools.push(reload);
+        }
+        let delegate = crate::delegate_tool::tool();
+        if self.access.visible(&delegate) {
+            tools.push(delegate);
         }
         if self.workflows.any() {
             tools.extend(
@@ -449,6 +456,7 @@ impl OwnTools for HostServer {
     fn owns(&self, name: &str) -> bool {
         name == STATUS_TOOL
             || (name == RELOAD_TOOL && self.loader.is_some())
+            || name == crate::delegate_tool::DELEGATE_TOOL
             || self.workflows.owns(name)
     }
 
@@ -456,10 +464,18 @@ impl OwnTools for HostServer {
         &'a self,
         name: &'a str,
         arguments: Option<JsonObject>,
+        meta: CallMeta,
     ) -> futures::future::BoxFuture<'a, CallToolResult> {
         Box::pin(async move {
             if self.workflows.owns(name) {
                 return self.workflow_call(name, arguments);
+            }
+            if name == crate::delegate_tool::DELEGATE_TOOL {
+                let tool = crate::delegate_tool::tool();
+                if let Err((code, message)) = self.access.permit_own(&tool, false) {
+                    return error_result(code, message);
+                }
+                return crate::delegate_tool::call(self, arguments, meta).await;
             }
             // Neither takes a parameter: an unexpected one is a typed error naming it, as on
             // every server's own tools.

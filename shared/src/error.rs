@@ -115,6 +115,10 @@ pub enum ErrorCode {
     LeaseNotFound,
     Unsupported,
     ConfigInvalid,
+    // delegate
+    /// The coding CLI a delegation names is not installed where it would run; the message
+    /// says how to install it.
+    CliNotFound,
 }
 
 impl std::fmt::Display for ErrorCode {

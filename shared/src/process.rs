@@ -134,6 +134,27 @@ pub fn terminate_group_soon(pgid: i32, grace: Duration) {
 /// agent runs (shell, cron) do not inherit it: running `kitbag` there is a deliberate act.
 pub const HOST_DEPTH_VAR: &str = "KITBAG_HOST_DEPTH";
 
+/// Where a command would run from: a path containing `/` as given, otherwise the first
+/// executable file of that name on `PATH`. `None` when there is none.
+pub fn locate(command: &str) -> Option<std::path::PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    let runnable = |p: &std::path::Path| {
+        p.metadata()
+            .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+    };
+    if command.contains('/') {
+        let p = std::path::PathBuf::from(command);
+        return runnable(&p).then_some(p);
+    }
+    if command.is_empty() {
+        return None;
+    }
+    let path = std::env::var_os("PATH")?;
+    std::env::split_paths(&path)
+        .map(|d| d.join(command))
+        .find(|c| runnable(c))
+}
+
 /// Every descendant of `pid`, read from /proc (empty where /proc is unavailable).
 pub fn descendants(pid: u32) -> Vec<u32> {
     let parent: Vec<(u32, u32)> = crate::proc_stat::parentage()

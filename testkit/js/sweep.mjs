@@ -5,7 +5,7 @@
 // schema it cached from listTools) and throws when one does not match.
 //
 // usage: node sweep.mjs CASES_JSON RUNS_JSON
-//   RUNS_JSON  a list of runs {name, target, cwd, vars?, alone?}: target is [command, args...] (stdio,
+//   RUNS_JSON  a list of runs {name, target, cwd, env?, vars?, alone?}: target is [command, args...] (stdio,
 //              started in cwd) or an http://.../mcp URL; the SDK speaks the handshake era only.
 // Prints one JSON line {name: report}; exits 1 on any failed check.
 import { mkdirSync, readFileSync, writeFileSync, existsSync, rmSync } from "node:fs";
@@ -115,6 +115,7 @@ async function run(spec, cases) {
         command: spec.target[0],
         args: spec.target.slice(1),
         cwd: spec.cwd,
+        env: spec.env,
         stderr: "ignore",
       });
   const client = new Client(

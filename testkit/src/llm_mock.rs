@@ -10,7 +10,7 @@ use std::sync::{Arc, Mutex};
 use std::thread::{self, JoinHandle};
 use std::time::{Duration, Instant};
 
-use serde_json::Value;
+use serde_json::{Value, json};
 
 /// One scripted answer.
 #[derive(Debug, Clone)]
@@ -57,6 +57,11 @@ impl Reply {
         }
     }
 
+    /// A 200 JSON body (a non-streaming answer).
+    pub fn json(body: &str) -> Self {
+        Self::error(200, body)
+    }
+
     pub fn header(mut self, name: &str, value: &str) -> Self {
         self.headers.push((name.into(), value.into()));
         self
@@ -90,9 +95,14 @@ impl Received {
     }
 }
 
+/// Answers the requests it recognizes itself, outside the script (a CLI's side calls: a
+/// title, a quota check), given the request's body.
+pub type SideRule = fn(&Value) -> Option<Reply>;
+
 pub struct MockLlm {
     port: u16,
     replies: Arc<Mutex<VecDeque<Reply>>>,
+    side: Arc<Mutex<Option<SideRule>>>,
     received: Arc<Mutex<Vec<Received>>>,
     /// Connections whose client hung up before the reply was written in full.
     hangups: Arc<Mutex<u32>>,
@@ -107,16 +117,18 @@ impl MockLlm {
         let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
+        let side: Arc<Mutex<Option<SideRule>>> = Arc::new(Mutex::new(None));
         let received = Arc::new(Mutex::new(Vec::new()));
         let hangups = Arc::new(Mutex::new(0));
         let replied = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let (r, rc, h, rp, s) = (
+        let (r, rc, h, rp, s, sd) = (
             replies.clone(),
             received.clone(),
             hangups.clone(),
             replied.clone(),
             stop.clone(),
+            side.clone(),
         );
         let handle = thread::spawn(move || {
             for conn in listener.incoming() {
@@ -124,13 +136,14 @@ impl MockLlm {
                     break;
                 }
                 let Ok(conn) = conn else { continue };
-                let (r, rc, h, rp) = (r.clone(), rc.clone(), h.clone(), rp.clone());
-                thread::spawn(move || serve(conn, &r, &rc, &h, &rp));
+                let (r, rc, h, rp, sd) = (r.clone(), rc.clone(), h.clone(), rp.clone(), sd.clone());
+                thread::spawn(move || serve(conn, &r, &sd, &rc, &h, &rp));
             }
         });
         Self {
             port,
             replies,
+            side,
             received,
             hangups,
             replied,
@@ -142,6 +155,11 @@ impl MockLlm {
     /// `http://127.0.0.1:PORT` (no path).
     pub fn url(&self) -> String {
         format!("http://127.0.0.1:{}", self.port)
+    }
+
+    /// Answer the requests `rule` recognizes with its reply, leaving the script for the rest.
+    pub fn side_replies(&self, rule: SideRule) {
+        *self.side.lock().expect("lock") = Some(rule);
     }
 
     pub fn push(&self, reply: Reply) {
@@ -175,6 +193,7 @@ impl Drop for MockLlm {
 fn serve(
     conn: TcpStream,
     replies: &Mutex<VecDeque<Reply>>,
+    side: &Mutex<Option<SideRule>>,
     received: &Mutex<Vec<Received>>,
     hangups: &Mutex<u32>,
     replied: &Mutex<Vec<Instant>>,
@@ -215,23 +234,23 @@ fn serve(
         if reader.read_exact(&mut body).is_err() {
             return;
         }
+        let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        let rule = *side.lock().expect("lock");
+        let side_reply = rule.and_then(|r| r(&body));
         received.lock().expect("lock").push(Received {
             method,
             path,
             headers,
-            body: serde_json::from_slice(&body).unwrap_or(Value::Null),
+            body,
             at: Instant::now(),
         });
-        let reply = replies
-            .lock()
-            .expect("lock")
-            .pop_front()
-            .unwrap_or_else(|| {
-                Reply::error(
-                    500,
-                    r#"{"error":{"type":"mock_exhausted","message":"no scripted reply left"}}"#,
-                )
-            });
+        let scripted = || replies.lock().expect("lock").pop_front();
+        let reply = side_reply.or_else(scripted).unwrap_or_else(|| {
+            Reply::error(
+                500,
+                r#"{"error":{"type":"mock_exhausted","message":"no scripted reply left"}}"#,
+            )
+        });
         std::thread::sleep(reply.delay);
         if write_reply(&mut conn, &reply).is_err() {
             *hangups.lock().expect("lock") += 1;
@@ -277,4 +296,70 @@ fn write_reply(conn: &mut TcpStream, reply: &Reply) -> std::io::Result<()> {
         conn.set_read_timeout(None)?;
     }
     Ok(())
+}
+
+/// One Anthropic stream asking for one tool call.
+pub fn anthropic_tool_call(id: &str, name: &str, input: &Value) -> String {
+    let events = [
+        json!({"type":"message_start","message":{"id":format!("msg_{id}"),"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
+        json!({"type":"message_stop"}),
+    ];
+    anthropic_stream(&events)
+}
+
+/// One Anthropic stream answering `text` (what a router model or a plain answer sends).
+pub fn anthropic_text(text: &str) -> String {
+    let events = [
+        json!({"type":"message_start","message":{"id":"msg_t","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}}),
+        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
+        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
+        json!({"type":"content_block_stop","index":0}),
+        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}),
+        json!({"type":"message_stop"}),
+    ];
+    anthropic_stream(&events)
+}
+
+/// Anthropic stream events as the API sends them: `event: TYPE` and `data: JSON` per event.
+pub fn anthropic_stream(events: &[Value]) -> String {
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+/// One OpenAI Responses API stream (what `codex exec` reads): `response.created`, each output
+/// item done, `response.completed` with `usage`.
+pub fn responses_stream(items: &[Value], usage: (u64, u64, u64)) -> String {
+    let (input, cached, output) = usage;
+    let mut events = vec![json!({"type": "response.created", "response": {"id": "resp_1"}})];
+    for item in items {
+        events.push(json!({"type": "response.output_item.done", "item": item}));
+    }
+    events.push(
+        json!({"type": "response.completed", "response": {"id": "resp_1", "usage": {
+        "input_tokens": input, "input_tokens_details": {"cached_tokens": cached},
+        "output_tokens": output, "output_tokens_details": {"reasoning_tokens": 0},
+        "total_tokens": input + output}}}),
+    );
+    events
+        .iter()
+        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
+        .collect()
+}
+
+/// A Responses API function call item.
+pub fn responses_call(call_id: &str, name: &str, arguments: &Value) -> Value {
+    json!({"type": "function_call", "call_id": call_id, "name": name,
+           "arguments": arguments.to_string()})
+}
+
+/// A Responses API assistant message item.
+pub fn responses_message(text: &str) -> Value {
+    json!({"type": "message", "role": "assistant",
+           "content": [{"type": "output_text", "text": text}]})
 }

@@ -17,8 +17,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
     "Schedule a message to you (in its own session), optionally after a shell command whose \
-     exit code and output tail go into it. `schedule`: cron `min hour day month weekday` or \
-     @hourly/@daily/@weekly/@monthly/@yearly.",
+     exit code and output tail go into it. `schedule`: `min hour day month weekday`, @daily, …",
 )
 .exec();
 

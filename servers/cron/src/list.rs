@@ -22,8 +22,8 @@ pub const LIST_DEF: ToolDef = ToolDef::read(
 pub const STATUS_DEF: ToolDef = ToolDef::read(
     "cron_status",
     "Scheduler status",
-    "When the next cron entry fires (`keepalive_needed`: hold a keepalive lease), whether a \
-     client receives firings, the store's location.",
+    "When the next cron entry fires, whether a client receives firings, the store's \
+     location.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

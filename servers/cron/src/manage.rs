@@ -20,7 +20,7 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const ENABLE_DEF: ToolDef = ToolDef::write(
     "cron_enable",
     "Enable a scheduled task",
-    "Resume a paused cron entry from its next time (missed runs are not made up); re-arms a \
+    "Resume a paused cron entry from its next time (missed runs are skipped); re-arms a \
      one-shot entry.",
 )
 .idempotent();

@@ -27,7 +27,7 @@
 //! one kitbag-dap cannot honour is refused with what to write instead.
 
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -323,18 +323,8 @@ impl Config {
     }
 }
 
-/// Where a command would run from: a path containing `/` as given, otherwise the first
-/// match on PATH. `None` when it does not exist.
-pub fn locate(command: &str) -> Option<PathBuf> {
-    if command.contains('/') {
-        let p = PathBuf::from(command);
-        return p.is_file().then_some(p);
-    }
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(command))
-        .find(|c| c.is_file())
-}
+/// Where a command would run from (`PATH` lookup).
+pub use kitbag_shared::process::locate;
 
 #[cfg(test)]
 mod tests {

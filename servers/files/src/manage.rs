@@ -21,8 +21,8 @@ use crate::state::FilesState;
 pub const MOVE_DEF: ToolDef = ToolDef::write(
     "file_move",
     "Move or rename",
-    "Move or rename a file or directory, creating the destination's parents. An existing \
-     destination fails unless `overwrite` (files only).",
+    "Move or rename a file or directory, creating the destination's parents; an existing \
+     file is replaced only with `overwrite`.",
 )
 .destructive();
 

@@ -36,7 +36,7 @@ pub const DEF: ToolDef = ToolDef::read(
     "file_read",
     "Read file",
     "Read a text file as numbered lines (`N: text`), list a directory, or describe a binary \
-     file. Capped at 39 KB; lines over 2000 characters are cut.",
+     file. Capped at 39 KB; very long lines are cut.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

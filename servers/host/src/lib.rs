@@ -121,6 +121,11 @@ pub enum Command {
         /// issues server every turn, its open todos shown to the model at every step.
         #[arg(long, value_name = "N")]
         issue: Option<i64>,
+        /// Print the turn as JSON lines on stdout instead of the answer: `start`,
+        /// `tool_start`, `tool_done`, `usage`, and a last `result` (for scripts and
+        /// agent_delegate).
+        #[arg(long)]
+        json: bool,
         prompt: String,
     },
     /// List the sessions with turns and token totals, show one as text, or answer the
@@ -407,6 +412,7 @@ async fn prepare_agent(
             prompt,
             session_prompt,
             issue,
+            json,
         } => (
             Some(
                 kitbag_agent::prepare_run(
@@ -418,7 +424,8 @@ async fn prepare_agent(
                     session_prompt.as_deref(),
                 )
                 .await?
-                .with_issue(*issue),
+                .with_issue(*issue)
+                .with_json(*json),
             ),
             None,
         ),

@@ -97,7 +97,11 @@ fn an_agent_json_without_servers_serves_the_embedded_default() {
         d.path(),
         Era::Handshake,
     );
-    assert_eq!(names(&mut c), ["host_reload", "host_status"]);
+    // The host's own tools.
+    assert_eq!(
+        names(&mut c),
+        ["agent_delegate", "host_reload", "host_status"]
+    );
 }
 
 /// The embedded families start on their first call: `kitbag serve` lists every tool with no
@@ -261,6 +265,7 @@ fn claude_code_mcp_json_is_imported() {
     assert_eq!(
         list,
         [
+            "agent_delegate",
             "checkpoint",
             "checkpoint_list",
             "checkpoint_restore",
@@ -904,7 +909,10 @@ fn host_catalog_of_its_own_tools() {
     let path = kitbag_testkit::workspace_root(env!("CARGO_MANIFEST_DIR"))
         .join("manifests/host/tools.json");
     kitbag_testkit::assert_catalog_matches(&mut c, &path);
-    assert_eq!(names(&mut c), vec!["host_reload", "host_status"]);
+    assert_eq!(
+        names(&mut c),
+        vec!["agent_delegate", "host_reload", "host_status"]
+    );
 }
 
 #[test]

@@ -24,6 +24,7 @@ use std::process::Command;
 
 use kitbag_testkit::clients::{json_report, require, testkit_dir, ts_sdk_ready, venv_python};
 use kitbag_testkit::http::HttpServer;
+use kitbag_testkit::llm_mock::{MockLlm, Reply, anthropic_text};
 use kitbag_testkit::{pids_with_cmdline, sibling_binary, wait_until, workspace_root};
 use serde_json::{Value, json};
 
@@ -180,6 +181,18 @@ fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() 
         return;
     };
     let page = serve_page();
+    // agent_delegate's `kitbag run` gets its model from the host's environment: a loopback
+    // stand-in that answers every turn.
+    let model = MockLlm::start(vec![Reply::sse(anthropic_text("Nothing to change.")); 40]);
+    let model_env = [
+        ("ANTHROPIC_API_KEY", "test-key".to_string()),
+        ("ANTHROPIC_BASE_URL", model.url()),
+        ("KITBAG_MODEL", "anthropic/claude-test".to_string()),
+    ];
+    let host_env: serde_json::Map<String, Value> = model_env
+        .iter()
+        .map(|(k, v)| (k.to_string(), json!(v)))
+        .collect();
     let d = tempfile::tempdir().expect("tmp");
     let families: Vec<&String> = catalog.keys().filter(|f| *f != "host").collect();
     let all_tools: usize = catalog.values().map(Vec::len).sum();
@@ -196,8 +209,9 @@ fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() 
         expected.insert(name.clone(), tools);
         // A single server runs alone: no host above it.
         let alone = tools < all_tools;
+        let env = if alone { json!({}) } else { json!(host_env) };
         json!({"name": name, "mode": mode, "target": target, "cwd": cwd, "vars": {"page": page},
-               "alone": alone})
+               "alone": alone, "env": env})
     };
     let mut py_runs = Vec::new();
     let mut ts_runs = Vec::new();
@@ -235,7 +249,10 @@ fn every_tool_succeeds_and_fails_typed_through_the_python_and_typescript_sdks() 
         bin(),
         &["--config", cfg_s, "serve", "--http", "127.0.0.1:0"],
         &cwd,
-        &[],
+        &model_env
+            .iter()
+            .map(|(k, v)| (*k, v.as_str()))
+            .collect::<Vec<_>>(),
     );
     py_runs.push(run(
         "host http 2026-07-28".into(),

@@ -256,8 +256,7 @@ pub fn list(state: &IssuesState, conn: &mut Store, p: ListParams) -> ToolResult<
 pub const GET_DEF: ToolDef = ToolDef::read(
     "issue_get",
     "Get an issue",
-    "One issue in full: body (and original), status, assignment, resolution, updates and \
-     todos, paged at 40 KB.",
+    "One issue in full: body, status, assignment, resolution, updates and todos.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]
@@ -668,7 +667,7 @@ pub fn comment(
 pub const TRANSITION_DEF: ToolDef = ToolDef::write(
     "issue_transition",
     "Change an issue's status",
-    "Change an issue's status, forward, skipping steps as needed: open|reopened → triaged → \
+    "Change an issue's status forward (steps may be skipped): open → triaged → \
      assigned → in_progress → resolved|rejected → reopened.",
 );
 

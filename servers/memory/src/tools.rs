@@ -41,8 +41,8 @@ pub const DELETE_DEF: ToolDef = ToolDef::write(
 pub const CONTEXT_DEF: ToolDef = ToolDef::read(
     "memory_context",
     "Memory context block",
-    "A memory block to prepend to an LLM call, matched to `query` (the latest turn), else \
-     the most recent.",
+    "Memories to prepend to an LLM call: those matching `query` (the latest turn), else the \
+     most recent.",
 );
 
 static STOPWORDS: LazyLock<HashSet<&'static str>> = LazyLock::new(|| {

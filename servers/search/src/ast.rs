@@ -47,7 +47,7 @@ pub const SEARCH_DEF: ToolDef = ToolDef::read(
     "search_ast",
     "Structural code search",
     "Search code by syntax tree with an ast-grep pattern in `lang`: `$NAME` matches one node, \
-     `$$$ARGS` any number (both captured; `$_` captures nothing), e.g. \
+     `$$$ARGS` any number (both captured), e.g. \
      `fn $NAME($$$ARGS) -> Result<$T>`.",
 );
 

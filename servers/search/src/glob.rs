@@ -26,9 +26,9 @@ pub const MAX_LIMIT: i64 = 10_000;
 pub const DEF: ToolDef = ToolDef::read(
     "search_glob",
     "Find files by name",
-    "Find files by glob, newest first (or `sort: \"path\"`). Without `/` it matches names at \
-     any depth (`*.rs`); with `/`, the path under `path` (`src/**/*.test.ts`). Skips hidden \
-     and ignored files unless `hidden`/`no_ignore`.",
+    "Find files by glob, newest first. `*.rs` matches names at any depth; with `/` it matches \
+     the path under `path` (`src/**/*.ts`). Skips hidden and ignored files unless \
+     `hidden`/`no_ignore`.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

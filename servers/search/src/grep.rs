@@ -39,8 +39,8 @@ pub const MAX_CONTEXT: i64 = 50;
 pub const DEF: ToolDef = ToolDef::read(
     "search_grep",
     "Search file contents",
-    "Search file contents with a regex (Rust syntax, as ripgrep) in a tree or one file. Skips \
-     binary, hidden and ignored files unless `hidden`/`no_ignore`. Sorted by path, then line.",
+    "Search file contents with a regex (ripgrep syntax) in a tree or one file, sorted by path. \
+     Skips binary, hidden and ignored files unless `hidden`/`no_ignore`.",
 );
 
 #[derive(Debug, Clone, Copy, Default, Deserialize, Serialize, JsonSchema, PartialEq, Eq)]

@@ -26,10 +26,9 @@ pub const MAX_TIMEOUT_MS: i64 = 600_000;
 pub const DEF: ToolDef = ToolDef::write(
     "shell_bash",
     "Run shell command",
-    "Run a command with `/bin/sh -c` in a PTY: output (stdout+stderr), exit code. Past 30 KB: \
-     head and tail, all in `log_path`. Stdin is at EOF; a command waiting on its terminal (a \
-     password prompt) returns as a job `waiting_for_input` for shell_input. Leftovers are \
-     stopped; servers: `background: true`.",
+    "Run a command with `/bin/sh -c` in a PTY: output, exit code; past 30 KB head and tail, \
+     all in `log_path`. Stdin is at EOF: a command waiting for terminal input returns as a job \
+     for shell_input. Servers: `background: true`.",
 )
 .destructive()
 .open_world()

@@ -16,8 +16,8 @@ use crate::screen::{COLS, ROWS};
 pub const DEF: ToolDef = ToolDef::write(
     "shell_input",
     "Type into a job",
-    "Type into a background job's terminal: `text`, then `keys` (Enter, Tab, Escape, Up, \
-     Ctrl-C, …), or resize it (`rows`, `cols`). Returns its screen.",
+    "Type into a background job's terminal (`text`, then `keys` like Enter or Ctrl-C) or \
+     resize it; returns its screen.",
 )
 .destructive();
 

@@ -22,14 +22,13 @@ pub const OUTPUT_DEF: ToolDef = ToolDef::read(
     "shell_output",
     "Read background job output",
     "Read a background job's new output, its terminal `screen`, and whether it runs or waits \
-     for input. ≤ 30 KB a call.",
+     for input.",
 );
 
 pub const KILL_DEF: ToolDef = ToolDef::write(
     "shell_kill",
     "Stop background job",
-    "Stop a background job and every process it started (even outside its group): SIGTERM, \
-     then SIGKILL.",
+    "Stop a background job and every process it started: SIGTERM, then SIGKILL.",
 )
 .destructive()
 .idempotent();
@@ -37,8 +36,7 @@ pub const KILL_DEF: ToolDef = ToolDef::write(
 pub const JOBS_DEF: ToolDef = ToolDef::read(
     "shell_jobs",
     "List background jobs",
-    "List this session's background jobs: id, command, running, exit code, output size, log \
-     file. Paged by `offset`.",
+    "List this session's background jobs: command, state, exit code, output size, log file.",
 );
 
 #[derive(Debug, Deserialize, JsonSchema)]

@@ -49,8 +49,8 @@ fn cut_hops(hops: &[String]) -> Vec<String> {
 pub const DEF: ToolDef = ToolDef::read(
     "web_fetch",
     "Fetch a web page",
-    "Fetch an http(s) URL as text: HTML as markdown of the main content, JSON pretty-printed, \
-     text as is, other types described. Private addresses refused; HTTP errors are data.",
+    "Fetch an http(s) URL as text: HTML as markdown of its main content, JSON pretty-printed, \
+     other types described. Private addresses refused; HTTP errors are data.",
 )
 .open_world();
 

@@ -45,8 +45,8 @@ pub const DEFAULT_WAIT_MS: u64 = 10_000;
 pub const DEF: ToolDef = ToolDef {
     name: "debug",
     title: "Debug a program",
-    description: "Debug a program with a real debugger: launch or attach, set breakpoints, \
-        step, inspect the stack and variables, evaluate, disconnect.",
+    description: "Debug a program with a real debugger: launch or attach, breakpoints, \
+        stepping, stack, variables, evaluate.",
     read_only: false,
     destructive: true,
     idempotent: false,

@@ -38,9 +38,8 @@ use model::{Edits, FileChange, Format, Op};
 pub const DEF: ToolDef = ToolDef::write(
     "edit_patch",
     "Apply patch",
-    "Apply a multi-file patch all-or-nothing: Codex apply_patch (`*** Begin Patch`), a unified \
-     diff (git diff, diff -u) or str_replace JSON commands. Changed files must be read with \
-     file_read and unchanged since.",
+    "Apply a multi-file patch all-or-nothing: Codex apply_patch (`*** Begin Patch`), unified \
+     diff or str_replace JSON commands, to files read with file_read and unchanged since.",
 )
 .destructive();
 

@@ -150,39 +150,10 @@ pub fn processes_mentioning(needle: &str) -> Vec<String> {
     found
 }
 
-/// One Anthropic stream asking for one tool call.
-pub fn tool_call_sse(id: &str, name: &str, input: &Value) -> String {
-    let events = [
-        json!({"type":"message_start","message":{"id":format!("msg_{id}"),"type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":10,"output_tokens":1}}}),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"tool_use","id":id,"name":name,"input":{}}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"input_json_delta","partial_json":input.to_string()}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"tool_use","stop_sequence":null},"usage":{"output_tokens":5}}),
-        json!({"type":"message_stop"}),
-    ];
-    anthropic_stream(&events)
-}
-
-/// One Anthropic stream answering `text` (what a router model or a plain answer sends).
-pub fn text_sse(text: &str) -> String {
-    let events = [
-        json!({"type":"message_start","message":{"id":"msg_t","type":"message","role":"assistant","model":"m","content":[],"stop_reason":null,"stop_sequence":null,"usage":{"input_tokens":12,"output_tokens":1}}}),
-        json!({"type":"content_block_start","index":0,"content_block":{"type":"text","text":""}}),
-        json!({"type":"content_block_delta","index":0,"delta":{"type":"text_delta","text":text}}),
-        json!({"type":"content_block_stop","index":0}),
-        json!({"type":"message_delta","delta":{"stop_reason":"end_turn","stop_sequence":null},"usage":{"output_tokens":7}}),
-        json!({"type":"message_stop"}),
-    ];
-    anthropic_stream(&events)
-}
-
-/// Anthropic stream events as the API sends them: `event: TYPE` and `data: JSON` per event.
-pub fn anthropic_stream(events: &[Value]) -> String {
-    events
-        .iter()
-        .map(|e| format!("event: {}\ndata: {e}\n\n", e["type"].as_str().unwrap_or("")))
-        .collect()
-}
+#[allow(unused_imports)]
+pub use kitbag_testkit::llm_mock::{
+    anthropic_stream, anthropic_text as text_sse, anthropic_tool_call as tool_call_sse,
+};
 
 /// The first audit-log event called `name`.
 pub fn audit_event(path: &Path, name: &str) -> Value {

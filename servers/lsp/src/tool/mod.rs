@@ -16,8 +16,8 @@ pub const DEF: ToolDef = ToolDef {
     name: "code_lsp",
     title: "Code intelligence",
     description: "Code intelligence from language servers (rust, python, TS/JS, go, C/C++). \
-        Position: `path` + 1-based `line` + 0-based `character` (code points) or `symbol`. \
-        rename: all files atomically; rename_file fixes imports; request: any LSP method.",
+        Position: `path`, 1-based `line`, 0-based `character` or `symbol`. rename is \
+        atomic; rename_file fixes imports; request: any LSP method.",
     read_only: false,
     destructive: false,
     idempotent: false,

@@ -141,15 +141,7 @@ impl Scratch {
 
 /// `python3` on `PATH`, else a typed error saying how to get it.
 pub fn interpreter() -> ToolResult<PathBuf> {
-    let found = std::env::var_os("PATH").and_then(|path| {
-        std::env::split_paths(&path)
-            .map(|d| d.join("python3"))
-            .find(|p| {
-                use std::os::unix::fs::PermissionsExt;
-                p.metadata()
-                    .is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
-            })
-    });
+    let found = kitbag_shared::process::locate("python3");
     found.ok_or_else(|| {
         ToolError::new(
             ErrorCode::RuntimeNotFound,

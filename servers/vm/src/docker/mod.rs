@@ -290,7 +290,7 @@ fn unix_now() -> u64 {
 /// The default image: the host's static busybox with a link per applet, and the directories
 /// an instance expects.
 fn default_image_tar() -> VmResult<Vec<u8>> {
-    let busybox = crate::qemu::image::which("busybox").ok_or_else(|| {
+    let busybox = kitbag_shared::process::locate("busybox").ok_or_else(|| {
         VmError::missing(
             "busybox is needed for the default container image (apt-get install busybox-static)",
         )

@@ -311,7 +311,7 @@ poweroff -f
 
 /// The initramfs: busybox, the modules, the agent with its libraries, `/init`.
 fn build_initrd(dir: &Path, exe: &Path, initrd: &Path) -> VmResult<()> {
-    let busybox = which("busybox").ok_or_else(|| {
+    let busybox = kitbag_shared::process::locate("busybox").ok_or_else(|| {
         VmError::missing(
             "busybox is needed for the QEMU image's userland (apt-get install busybox-static)",
         )
@@ -420,13 +420,6 @@ pub fn shared_libraries(bin: &Path) -> VmResult<Vec<PathBuf>> {
             path.starts_with('/').then(|| PathBuf::from(path))
         })
         .collect())
-}
-
-pub fn which(program: &str) -> Option<PathBuf> {
-    let path = std::env::var_os("PATH")?;
-    std::env::split_paths(&path)
-        .map(|d| d.join(program))
-        .find(|p| p.is_file())
 }
 
 #[cfg(test)]

@@ -25,7 +25,7 @@ pub const DEF: ToolDef = ToolDef::write(
     "instance_exec",
     "Run command in instance",
     "Run an argv ([\"sh\",\"-c\",\"…\"] for shell) in an instance: exit code, stdout, stderr \
-     (head + tail; all in log_path). background: a job_id for instance_logs `job:<id>`.",
+     (head + tail; all in log_path). background: a job for instance_logs.",
 )
 .destructive()
 .exec();

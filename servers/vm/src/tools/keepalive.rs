@@ -16,8 +16,7 @@ use crate::{Caller, VmState};
 pub const ACQUIRE_DEF: ToolDef = ToolDef::write(
     "keepalive_acquire",
     "Keep instance alive",
-    "Hold an instance's idle timer with a lease for ttl_seconds (renew: pass lease_id); never \
-     extends its TTL.",
+    "Hold an instance's idle timer with a lease (renew: pass lease_id); never extends its TTL.",
 );
 
 pub const RELEASE_DEF: ToolDef = ToolDef::write(

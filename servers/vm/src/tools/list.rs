@@ -14,8 +14,7 @@ use kitbag_shared::limits::{RESULT_BUDGET_BYTES, json_len};
 pub const DEF: ToolDef = ToolDef::read(
     "instance_list",
     "List instances",
-    "List instances (state, ports, leases, deadlines, usage), ended ones until removed. Not \
-     activity.",
+    "List instances (state, ports, leases, deadlines, usage), ended ones until removed.",
 );
 
 #[derive(Debug, Default, Deserialize, JsonSchema)]

@@ -16,8 +16,8 @@ use crate::{Caller, VmState};
 pub const EXPOSE_DEF: ToolDef = ToolDef::write(
     "expose_port",
     "Expose instance port",
-    "Relay a guest port (on its 127.0.0.1) to a host loopback listener; returns its url. \
-     Connecting resumes a paused instance.",
+    "Relay a guest port (its 127.0.0.1) to a host loopback listener; returns its url. A \
+     connection resumes a paused instance.",
 )
 .idempotent();
 

@@ -22,8 +22,8 @@ pub const INFO_DEF: ToolDef = ToolDef::read(
 pub const RESTART_DEF: ToolDef = ToolDef::write(
     "self_restart",
     "Restart host or instance",
-    "Under the kitbag host: reply, then reload its config (edit agent.json first; a bad one \
-     changes nothing). In an instance: restart its main command.",
+    "Under the kitbag host: answer, then reload its config (a bad one changes nothing). In \
+     an instance: restart its main command.",
 )
 .destructive()
 .exec();

@@ -20,9 +20,9 @@ use crate::{Caller, VmState};
 pub const DEF: ToolDef = ToolDef::write(
     "instance_spawn",
     "Spawn instance",
-    "Start an isolated instance: bubblewrap sandbox (default; host files read-only, /work \
-     writable) or VM. No `command`: an idle box for instance_exec; else it ends with its \
-     command. Idle, it pauses or stops (on_idle) unless leased.",
+    "Start an isolated instance (bubblewrap by default: host files read-only, /work \
+     writable). No `command`: an idle box for instance_exec. Idle, it pauses or stops \
+     unless leased.",
 )
 .exec();
 
