@@ -11,6 +11,7 @@ pub mod host;
 pub mod includes;
 pub mod json_events;
 pub mod operator;
+pub mod output;
 pub mod overflow;
 pub mod packs;
 pub mod pause;
@@ -100,7 +101,15 @@ pub fn turn_config(settings: &[Setting], pack: Option<packs::Pack>, root: &Path)
         workspace_prompt,
         skills,
         pause: None,
+        read_only: false,
     }
+}
+
+/// Whether a model can be reached: the `model` setting with its key, or a key that is set
+/// (what `kitbag run` would use).
+pub fn model_available(settings: &[Setting]) -> bool {
+    let model = get(settings, "model").and_then(|s| s.value.as_str());
+    Endpoint::resolve(model, &|k| std::env::var(k).ok()).is_ok()
 }
 
 /// The model client for the pack's model, else the `model` setting, else the key that is set.
@@ -172,6 +181,15 @@ impl PreparedRun {
     /// Print the turn as JSON lines (`kitbag run --json`).
     pub fn with_json(mut self, json: bool) -> Self {
         self.json = json;
+        self
+    }
+
+    /// `--max-steps N`: at most N model calls; `--read-only`: only tools that change nothing.
+    pub fn with_bounds(mut self, max_steps: Option<u32>, read_only: bool) -> Self {
+        if let Some(n) = max_steps {
+            self.agent.cfg.max_steps = n;
+        }
+        self.agent.cfg.read_only = read_only;
         self
     }
 
@@ -407,6 +425,26 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
         )
         .await
     };
+    // A pack with an output schema: the answer's JSON is checked, and a wrong one corrected
+    // once.
+    let schema = cfg.pack.as_ref().and_then(|p| p.output_schema.clone());
+    let (outcome, output) = match (outcome, schema) {
+        (Ok(o), Some(schema)) if o.waiting.is_none() => {
+            let (o, checked) = typed_output(
+                host,
+                &llm,
+                &cfg,
+                &mut session,
+                o,
+                &schema,
+                &cancel,
+                &mut note,
+            )
+            .await;
+            (o, Some(checked))
+        }
+        (outcome, _) => (outcome, None),
+    };
     host.set_operator(None);
     progress.end_line();
     let duration_ms = u64::try_from(started.elapsed().as_millis()).unwrap_or(u64::MAX);
@@ -426,13 +464,29 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
             Ok(EXIT_WAITING)
         }
         Ok(o) => {
+            let output_error = match &output {
+                Some(Err(why)) => Some(format!(
+                    "the answer does not match the pack's output_schema: {why}"
+                )),
+                _ => None,
+            };
             if json {
-                json_events::emit(serde_json::json!({
-                    "type": "result", "ok": true, "text": o.text, "duration_ms": duration_ms,
-                    "steps": o.model_calls, "tool_calls": o.tool_calls,
-                }));
+                let mut event = serde_json::json!({
+                    "type": "result", "ok": output_error.is_none(), "text": o.text,
+                    "duration_ms": duration_ms, "steps": o.model_calls, "tool_calls": o.tool_calls,
+                });
+                if let Some(Ok(v)) = &output {
+                    event["output"] = v.clone();
+                }
+                if let Some(e) = &output_error {
+                    event["error"] = serde_json::json!(e);
+                }
+                json_events::emit(event);
             } else {
                 println!("{}", o.text);
+            }
+            if let Some(e) = &output_error {
+                eprintln!("kitbag run: {e}");
             }
             let (total, calls) = session.totals();
             eprintln!(
@@ -448,7 +502,7 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
                 calls,
                 total.prompt_tokens() + total.output_tokens
             );
-            Ok(0)
+            Ok(if output_error.is_some() { 1 } else { 0 })
         }
         Err(e) => {
             eprintln!("kitbag run: {e:#}");
@@ -460,6 +514,39 @@ pub async fn run_command(host: &dyn ToolHost, run: PreparedRun) -> anyhow::Resul
             }
             Ok(1)
         }
+    }
+}
+
+/// The answer's JSON checked against `schema`; when it is missing or wrong, one more turn
+/// tells the model why and its new answer is checked again. The outcome counts both turns.
+#[allow(clippy::too_many_arguments)] // the turn's own inputs, passed on to the correction
+async fn typed_output(
+    host: &dyn ToolHost,
+    llm: &Client,
+    cfg: &TurnConfig,
+    session: &mut Session,
+    first: TurnOutcome,
+    schema: &serde_json::Value,
+    cancel: &CancellationToken,
+    note: &mut (dyn FnMut(Note<'_>) + Send),
+) -> (
+    anyhow::Result<TurnOutcome>,
+    Result<serde_json::Value, String>,
+) {
+    let why = match output::check(&first.text, schema) {
+        Ok(v) => return (Ok(first), Ok(v)),
+        Err(why) => why,
+    };
+    let fix = vec![Block::text(output::correction(&why))];
+    match run_turn(host, llm, cfg, session, fix, None, cancel, note).await {
+        Ok(mut second) => {
+            let checked = output::check(&second.text, schema);
+            second.model_calls += first.model_calls;
+            second.tool_calls += first.tool_calls;
+            second.usage.add(&first.usage);
+            (Ok(second), checked)
+        }
+        Err(e) => (Err(e), Err(why)),
     }
 }
 

@@ -17,6 +17,9 @@ pub struct Pack {
     pub tools: Option<Vec<String>>,
     pub max_tool_calls: Option<u32>,
     pub max_history_turns: Option<u64>,
+    /// A JSON Schema its answers end with (one line of JSON): the model is told it and the
+    /// answer is checked against it (`output.rs`).
+    pub output_schema: Option<serde_json::Value>,
     pub prompt: String,
 }
 
@@ -28,6 +31,7 @@ const KEYS: &[&str] = &[
     "tools",
     "max_tool_calls",
     "max_history_turns",
+    "output_schema",
 ];
 
 pub fn dir(root: &Path) -> std::path::PathBuf {
@@ -76,6 +80,20 @@ pub fn parse(name: &str, text: &str) -> Result<Pack, DocError> {
             accepted: "at least 1".into(),
         });
     }
+    let output_schema = match d.scalar("output_schema")? {
+        None => None,
+        Some(text) => {
+            let invalid = |accepted: String| DocError::Invalid {
+                key: "output_schema".into(),
+                value: text.chars().take(80).collect(),
+                accepted,
+            };
+            let schema: serde_json::Value = serde_json::from_str(text)
+                .map_err(|e| invalid(format!("JSON on one line ({e})")))?;
+            crate::output::compile(&schema).map_err(invalid)?;
+            Some(schema)
+        }
+    };
     let tools = d.list("tools")?;
     if let Some(globs) = &tools {
         for g in globs {
@@ -94,6 +112,7 @@ pub fn parse(name: &str, text: &str) -> Result<Pack, DocError> {
         tools,
         max_tool_calls,
         max_history_turns,
+        output_schema,
         prompt: d.body,
     })
 }

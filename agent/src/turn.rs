@@ -53,6 +53,9 @@ pub struct TurnConfig {
     /// `kitbag run` and `daemon`: a server's question to the operator pauses the session
     /// (`pause.rs`); `None` in a chat, which asks on the terminal.
     pub pause: Option<Arc<PauseOperator>>,
+    /// Only tools that change nothing (tier `read`) are offered and run (`kitbag run
+    /// --read-only`: subagent jobs).
+    pub read_only: bool,
 }
 
 /// What kitbag-memory's `memory_context` block adds to the system prompt (seed 001).
@@ -189,6 +192,10 @@ async fn steps(
     let mut system = cfg.system.clone();
     for part in [
         cfg.pack.as_ref().map(|p| p.prompt.clone()),
+        cfg.pack
+            .as_ref()
+            .and_then(|p| p.output_schema.as_ref())
+            .map(crate::output::instruction),
         cfg.workspace_prompt.clone(),
         session.prompt().map(str::to_owned),
         (!cfg.skills.is_empty()).then(|| {
@@ -328,6 +335,7 @@ async fn build_request(
         .tools()
         .iter()
         .filter(|t| cfg.pack.as_ref().is_none_or(|p| p.allows(&t.name)))
+        .filter(|t| !cfg.read_only || reads_only(t))
         .map(tool_spec)
         .collect();
     if !cfg.skills.is_empty() {
@@ -598,6 +606,11 @@ async fn summarize(
     Ok(())
 }
 
+/// Whether `tool` only reads (tier `read`: kitbag_shared::tier).
+fn reads_only(tool: &rmcp::model::Tool) -> bool {
+    kitbag_shared::tier::of_tool(tool) == kitbag_shared::tier::Tier::Read
+}
+
 /// Run the calls concurrently; results come back in the order the model asked.
 async fn run_calls(
     host: &dyn ToolHost,
@@ -624,11 +637,22 @@ async fn run_calls(
             unreachable!("only tool_use blocks are passed")
         };
         let denied = cfg.pack.as_ref().filter(|p| !p.allows(name) && name != skills::LOAD_TOOL);
+        let writes = cfg.read_only
+            && name != skills::LOAD_TOOL
+            && host.tools().iter().any(|t| t.name == name.as_str() && !reads_only(t));
         let (parts, is_error) = match invalid_input {
             _ if name == skills::LOAD_TOOL && invalid_input.is_none() && !cfg.skills.is_empty() => {
                 let (text, is_error) = skills::load(&cfg.skills, input);
                 (vec![ResultPart::Text { text }], is_error)
             }
+            _ if writes => (
+                vec![ResultPart::Text {
+                    text: format!(
+                        "error [capability_denied]: {name} is not read-only, and this run may only read"
+                    ),
+                }],
+                true,
+            ),
             _ if denied.is_some() => (
                 vec![ResultPart::Text {
                     text: format!(

@@ -70,6 +70,33 @@ pub fn launch(p: &DelegateParams, kitbag: &str, session: &str) -> Launch {
     Launch { program, args }
 }
 
+/// A subagent job's `kitbag run`: bounded in model calls, read-only unless asked otherwise.
+pub fn job_launch(
+    kitbag: &str,
+    session: &str,
+    pack: Option<&str>,
+    max_steps: u32,
+    read_only: bool,
+    prompt: &str,
+) -> Launch {
+    let mut args: Vec<String> = ["run", "--json", "--session", session]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+    if let Some(p) = pack {
+        args.extend(["--agent".to_string(), p.to_string()]);
+    }
+    args.extend(["--max-steps".to_string(), max_steps.to_string()]);
+    if read_only {
+        args.push("--read-only".into());
+    }
+    args.extend(["--".to_string(), prompt.to_string()]);
+    Launch {
+        program: kitbag.to_string(),
+        args,
+    }
+}
+
 /// How to install the CLI, for the error that says it is missing.
 pub fn install_hint(agent: AgentKind) -> &'static str {
     match agent {

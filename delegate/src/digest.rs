@@ -102,6 +102,8 @@ pub struct Digest {
     pub errors: Listed<String>,
     /// Lines of the stream that were not JSON (kept to explain a CLI that failed early).
     pub stray_lines: Vec<String>,
+    /// The JSON its answer ended with, checked against its pack's `output_schema` (kitbag).
+    pub output: Option<serde_json::Value>,
 }
 
 /// How many stray lines are kept (the last ones).

@@ -1,6 +1,7 @@
 //! `kitbag run --json`: `start` (session, model), `tool_start` (name, input), `tool_done`
 //! (name, ok, elapsed_ms), `usage` (per model call), and a last `result` (ok, text or error,
-//! duration_ms, steps). kitbag's own tools name root-relative paths.
+//! duration_ms, steps, and `output`: the JSON a pack's `output_schema` asked for). kitbag's own
+//! tools name root-relative paths.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
@@ -72,6 +73,7 @@ impl crate::Reader for KitbagReader {
                 }
                 d.duration_ms = e.get("duration_ms").and_then(Value::as_u64);
                 d.turns = e.get("steps").and_then(Value::as_u64);
+                d.output = e.get("output").cloned();
                 None
             }
             _ => None,

@@ -12,6 +12,7 @@ pub mod codex;
 pub mod command;
 pub mod digest;
 pub mod guest;
+pub mod jobs;
 pub mod kitbag;
 pub mod local;
 pub mod logs;

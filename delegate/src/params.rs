@@ -94,18 +94,7 @@ impl DelegateParams {
                     "only with agent \"kitbag\" (an agent pack of .kitbag/agents/)",
                 ));
             }
-            (Some(p), AgentKind::Kitbag)
-                if p.is_empty()
-                    || p.len() > 100
-                    || !p
-                        .chars()
-                        .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_') =>
-            {
-                return Err(ToolError::invalid_field(
-                    "pack",
-                    "a pack name: letters, digits, '-' and '_'",
-                ));
-            }
+            (Some(p), AgentKind::Kitbag) => check_pack(p)?,
             _ => {}
         }
         if let Some(i) = &self.instance
@@ -118,6 +107,25 @@ impl DelegateParams {
 
     pub fn timeout(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.timeout_seconds.unwrap_or(DEFAULT_TIMEOUT_SECONDS))
+    }
+}
+
+/// A pack name (`.kitbag/agents/NAME.md`): letters, digits, `-`, `_`, `.` (seed packs are
+/// named like `code.change`), not starting with a dot.
+pub fn check_pack(name: &str) -> ToolResult<()> {
+    let ok = !name.is_empty()
+        && name.len() <= 100
+        && !name.starts_with('.')
+        && name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(ToolError::invalid_field(
+            "pack",
+            "a pack name: letters, digits, '-', '_' and '.', not starting with '.'",
+        ))
     }
 }
 

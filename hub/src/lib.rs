@@ -30,6 +30,7 @@ pub mod failure;
 pub mod fastpath;
 pub mod host_tools;
 pub mod http;
+pub mod job_tools;
 pub mod lazy;
 pub mod ledger;
 pub mod mrtr;

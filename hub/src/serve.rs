@@ -40,6 +40,8 @@ pub struct HostServer {
     pub tools_mode: crate::lazy::ToolsMode,
     /// The declared workflows (`workflow_*`; replaced on reload).
     pub workflows: Arc<crate::workflow_tools::Workflows>,
+    /// Subagent jobs (`agent_job_*`), made at the first start.
+    pub jobs: Arc<crate::job_tools::HostJobs>,
 }
 
 impl HostServer {
@@ -83,6 +85,12 @@ impl HostServer {
             RELOAD_TOOL => return Some(tier::of_tool(&host_tools::reload_tool())),
             crate::delegate_tool::DELEGATE_TOOL => {
                 return Some(tier::of_tool(&crate::delegate_tool::tool()));
+            }
+            n if self.jobs_listed() && crate::job_tools::TOOLS.contains(&n) => {
+                return crate::job_tools::tools()
+                    .iter()
+                    .find(|t| t.name == n)
+                    .map(tier::of_tool);
             }
             n if self.workflows.owns(n) => {
                 return crate::workflow_tools::tools()
@@ -219,6 +227,13 @@ impl HostServer {
         let delegate = crate::delegate_tool::tool();
         if self.access.visible(&delegate) {
             tools.push(delegate);
+        }
+        if self.jobs_listed() {
+            tools.extend(
+                crate::job_tools::tools()
+                    .into_iter()
+                    .filter(|t| self.access.visible(t)),
+            );
         }
         if self.workflows.any() {
             tools.extend(
@@ -457,6 +472,7 @@ impl OwnTools for HostServer {
         name == STATUS_TOOL
             || (name == RELOAD_TOOL && self.loader.is_some())
             || name == crate::delegate_tool::DELEGATE_TOOL
+            || (self.jobs_listed() && crate::job_tools::TOOLS.contains(&name))
             || self.workflows.owns(name)
     }
 
@@ -469,6 +485,18 @@ impl OwnTools for HostServer {
         Box::pin(async move {
             if self.workflows.owns(name) {
                 return self.workflow_call(name, arguments);
+            }
+            if crate::job_tools::TOOLS.contains(&name) {
+                let Some(tool) = crate::job_tools::tools()
+                    .into_iter()
+                    .find(|t| t.name == name)
+                else {
+                    return error_result("unknown_tool", format!("no tool {name}"));
+                };
+                if let Err((code, message)) = self.access.permit_own(&tool, false) {
+                    return error_result(code, message);
+                }
+                return crate::job_tools::call(&self.jobs, name, arguments).await;
             }
             if name == crate::delegate_tool::DELEGATE_TOOL {
                 let tool = crate::delegate_tool::tool();
@@ -494,6 +522,11 @@ impl OwnTools for HostServer {
 }
 
 impl HostServer {
+    /// Whether the subagent job tools are offered: only when a model can be reached.
+    fn jobs_listed(&self) -> bool {
+        kitbag_agent::model_available(&self.settings.locked())
+    }
+
     fn workflow_call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
         let Some(tool) = crate::workflow_tools::tools()
             .into_iter()

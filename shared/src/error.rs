@@ -62,6 +62,8 @@ pub enum ErrorCode {
     ShellSpawnFailed,
     JobNotFound,
     JobNotRunning,
+    /// As many jobs run as may at once (kitbag's subagent jobs).
+    JobLimit,
     // web
     FetchFailed,
     UrlBlocked,

@@ -126,6 +126,12 @@ pub enum Command {
         /// agent_delegate).
         #[arg(long)]
         json: bool,
+        /// At most this many model calls in the turn (default 100).
+        #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=100))]
+        max_steps: Option<u32>,
+        /// Offer and run only tools that change nothing (tier `read`).
+        #[arg(long)]
+        read_only: bool,
         prompt: String,
     },
     /// List the sessions with turns and token totals, show one as text, or answer the
@@ -305,6 +311,7 @@ pub async fn run(cli: Cli) -> anyhow::Result<i32> {
         settings: Arc::new(std::sync::Mutex::new(settings)),
         tools_mode: cli.tools,
         workflows: Arc::default(),
+        jobs: Arc::default(),
     };
     if let Ok(cfg) = load_config(&cli) {
         host.workflows.set(&cfg);
@@ -413,6 +420,8 @@ async fn prepare_agent(
             session_prompt,
             issue,
             json,
+            max_steps,
+            read_only,
         } => (
             Some(
                 kitbag_agent::prepare_run(
@@ -425,7 +434,8 @@ async fn prepare_agent(
                 )
                 .await?
                 .with_issue(*issue)
-                .with_json(*json),
+                .with_json(*json)
+                .with_bounds(*max_steps, *read_only),
             ),
             None,
         ),

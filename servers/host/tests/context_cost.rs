@@ -9,8 +9,6 @@ use std::io::{BufRead, BufReader, Write};
 
 use serde_json::{Value, json};
 
-mod common;
-
 /// The whole suite's model-visible list, in bytes (issue #37: ≤ 40,000). 40 KB for the nine
 /// first families; 46 KB once kitbag-vm's twelve tools joined; back under 40,000 when every
 /// description and parameter text was trimmed to what a model needs (47,016 → 37,189 bytes
@@ -26,10 +24,30 @@ mod common;
 /// room (36,323 → 34,998 for 59 tools). Tighter budgets: `--tools lazy`, or a config without the families unused.
 const BUDGET: usize = 35_000;
 
-/// The default `tools/list`, every page, as the host serves it over stdio.
-fn default_tools() -> Vec<Value> {
+/// With a model reachable (a `model` setting or an API key) the host also lists the subagent
+/// job tools (`agent_job_start`, `agent_job_status`, `agent_job_result`: 998 bytes); without
+/// one they could only fail, so they are not listed.
+const BUDGET_WITH_MODEL: usize = 36_000;
+
+/// The default `tools/list`, every page, as the host serves it over stdio — with an API key in
+/// its environment (`model`), or with none.
+fn default_tools(model: bool) -> Vec<Value> {
     let d = tempfile::tempdir().expect("tmp");
-    let mut child = common::serve_piped(d.path());
+    let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_kitbag"));
+    cmd.args(["serve"])
+        .current_dir(d.path())
+        .env_remove("KITBAG_HOST_DEPTH")
+        .env_remove("KITBAG_CONFIG")
+        .env_remove("KITBAG_MODEL")
+        .env_remove("ANTHROPIC_API_KEY")
+        .env_remove("OPENAI_API_KEY")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null());
+    if model {
+        cmd.env("ANTHROPIC_API_KEY", "sk-context-cost");
+    }
+    let mut child = cmd.spawn().expect("spawn kitbag serve");
     let mut stdin = child.stdin.take().expect("stdin");
     let mut lines = BufReader::new(child.stdout.take().expect("stdout")).lines();
     let mut send = |v: Value| {
@@ -81,7 +99,17 @@ fn default_tools() -> Vec<Value> {
 
 #[test]
 fn the_default_tool_list_fits_the_context_budget() {
-    let tools = default_tools();
+    fits(&default_tools(false), BUDGET);
+}
+
+#[test]
+fn with_a_model_the_job_tools_join_within_their_budget() {
+    let tools = default_tools(true);
+    assert!(tools.iter().any(|t| t["name"] == "agent_job_start"));
+    fits(&tools, BUDGET_WITH_MODEL);
+}
+
+fn fits(tools: &[Value], budget: usize) {
     assert!(tools.len() >= 38, "{} tools", tools.len());
     let mut rows: Vec<(usize, usize, String)> = tools
         .iter()
@@ -101,13 +129,13 @@ fn the_default_tool_list_fits_the_context_budget() {
         table.push_str(&format!("{name:<22} {bytes:>7} {desc:>12}\n"));
     }
     table.push_str(&format!(
-        "{:<22} {total:>7}   ({} tools, budget {BUDGET})\n",
+        "{:<22} {total:>7}   ({} tools, budget {budget})\n",
         "total",
         rows.len()
     ));
     eprint!("{table}");
     assert!(
-        total <= BUDGET,
-        "the model-visible tool list is {total} bytes, over the {BUDGET}-byte budget:\n{table}"
+        total <= budget,
+        "the model-visible tool list is {total} bytes, over the {budget}-byte budget:\n{table}"
     );
 }

@@ -529,3 +529,216 @@ fn bad_input_a_missing_cli_and_a_failing_model_are_typed() {
     );
     assert!(pids_with_cmdline("claude-refused-test").is_empty());
 }
+
+/// The stand-in model's environment for `kitbag serve` and the `kitbag run` it starts.
+fn model_env(mock: &MockLlm) -> Vec<(&'static str, String)> {
+    vec![
+        ("ANTHROPIC_BASE_URL", mock.url()),
+        ("ANTHROPIC_API_KEY", "test-key".into()),
+        ("KITBAG_MODEL", "anthropic/claude-test".into()),
+    ]
+}
+
+fn serve_with(root: &Path, era: Era, env: &[(&'static str, String)]) -> McpClient {
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    serve(root, era, &env)
+}
+
+fn tool_names_sent(r: &kitbag_testkit::llm_mock::Received) -> Vec<String> {
+    r.body["tools"]
+        .as_array()
+        .map(|t| {
+            t.iter()
+                .filter_map(|t| t["name"].as_str().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+#[test]
+fn subagent_jobs_run_read_only_in_the_background_and_answer_typed() {
+    let d = project();
+    let root = d.path().canonicalize().expect("root");
+    std::fs::create_dir_all(root.join(".kitbag/agents")).expect("agents");
+    std::fs::write(
+        root.join(".kitbag/agents/lister.md"),
+        "---\nname: lister\noutput_schema: {\"type\": \"object\", \"required\": [\"files\"], \
+         \"properties\": {\"files\": {\"type\": \"array\", \"items\": {\"type\": \"string\"}}}}\n---\n\
+         You list files.\n",
+    )
+    .expect("pack");
+    let mock = MockLlm::start(vec![
+        // A write, which a read-only job may not make.
+        Reply::sse(anthropic_tool_call(
+            "j1",
+            "file_write",
+            &json!({"path": "written.txt", "content": "no\n"}),
+        )),
+        Reply::sse(anthropic_tool_call(
+            "j2",
+            "file_read",
+            &json!({"path": "notes.txt"}),
+        )),
+        // JSON of the wrong shape: corrected once.
+        Reply::sse(anthropic_text("Read it.\n```json\n{\"files\": [1]}\n```")),
+        Reply::sse(anthropic_text("```json\n{\"files\": [\"notes.txt\"]}\n```")),
+    ]);
+    let env = model_env(&mock);
+    let mut c = serve_with(&root, Era::Modern, &env);
+    let listed: Vec<String> = c
+        .list_tools()
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_string())
+        .collect();
+    for t in ["agent_job_start", "agent_job_status", "agent_job_result"] {
+        assert!(listed.iter().any(|n| n == t), "{t} not in {listed:?}");
+    }
+    let started = c.call_ok(
+        "agent_job_start",
+        json!({"pack": "lister", "prompt": "List the files you read (job-test)"}),
+    );
+    let s = &started.structured;
+    assert_eq!(s["state"], "running", "{s:#}");
+    assert_eq!(
+        (s["read_only"].clone(), s["max_steps"].clone()),
+        (json!(true), json!(20))
+    );
+    let id = s["job_id"].as_str().expect("job_id").to_string();
+    let status = c.call_ok("agent_job_status", json!({"job_id": id}));
+    assert!(
+        ["running", "succeeded"].contains(&status.structured["state"].as_str().unwrap_or("")),
+        "{:#}",
+        status.structured
+    );
+    let r = c.call_ok(
+        "agent_job_result",
+        json!({"job_id": id, "wait_seconds": 60}),
+    );
+    let s = &r.structured;
+    assert_eq!(s["state"], "succeeded", "{s:#}");
+    assert_eq!(s["output"], json!({"files": ["notes.txt"]}));
+    assert_eq!(s["files_read"], json!(["notes.txt"]));
+    assert_eq!(s["files_written"], json!([]));
+    assert!(
+        s["errors"].to_string().contains("file_write failed"),
+        "{s:#}"
+    );
+    assert_eq!(s["steps"], 4, "{s:#}");
+    assert!(!root.join("written.txt").exists());
+    // Read-only: the model was offered no tool that changes anything.
+    let sent = mock.received();
+    let offered = tool_names_sent(&sent[0]);
+    assert!(offered.iter().any(|n| n == "file_read"), "{offered:?}");
+    for w in [
+        "file_write",
+        "edit_text",
+        "shell_bash",
+        "agent_delegate",
+        "agent_job_start",
+    ] {
+        assert!(!offered.iter().any(|n| n == w), "{w} offered: {offered:?}");
+    }
+    // The pack's schema was in the system prompt, and the correction named the violation.
+    assert!(
+        sent[0].body["system"].to_string().contains("output_schema")
+            || sent[0].body["system"].to_string().contains("JSON Schema")
+    );
+    assert!(
+        sent[3].body["messages"].to_string().contains("/files/0"),
+        "{}",
+        sent[3].body["messages"]
+    );
+    // Its session and stream are kept.
+    let session = s["session"].as_str().expect("session");
+    assert!(
+        root.join(format!(".kitbag/sessions/{session}.jsonl"))
+            .exists()
+    );
+    assert!(root.join(s["log_path"].as_str().expect("log")).exists());
+    c.call_err(
+        "agent_job_status",
+        json!({"job_id": "nope"}),
+        "job_not_found",
+    );
+    c.call_err(
+        "agent_job_start",
+        json!({"prompt": "x", "max_steps": 0}),
+        "invalid_params",
+    )
+    .expect_field("max_steps");
+    c.call_err(
+        "agent_job_start",
+        json!({"prompt": "x", "pack": "missing"}),
+        "invalid_params",
+    )
+    .expect_field("pack");
+}
+
+#[test]
+fn a_job_is_bounded_in_steps_and_ends_with_its_host() {
+    let d = project();
+    let root = d.path().canonicalize().expect("root");
+    let looping = || {
+        Reply::sse(anthropic_tool_call(
+            "l",
+            "file_read",
+            &json!({"path": "notes.txt"}),
+        ))
+    };
+    let mock = MockLlm::start(vec![looping(), looping(), looping()]);
+    let env = model_env(&mock);
+    let mut c = serve_with(&root, Era::Handshake, &env);
+    let s = c.call_ok(
+        "agent_job_start",
+        json!({"prompt": "Keep reading (job-steps-test)", "max_steps": 2}),
+    );
+    let id = s.structured["job_id"].as_str().expect("id").to_string();
+    let r = c.call_ok(
+        "agent_job_result",
+        json!({"job_id": id, "wait_seconds": 60}),
+    );
+    assert_eq!(r.structured["state"], "failed", "{:#}", r.structured);
+    assert!(
+        r.structured["errors"]
+            .to_string()
+            .contains("after 2 model calls"),
+        "{:#}",
+        r.structured
+    );
+    assert_eq!(mock.received().len(), 2);
+
+    // A job whose model never answers, and a host that leaves: nothing of the job stays.
+    mock.push(Reply::sse(anthropic_text("late")).after(Duration::from_secs(60)));
+    c.call_ok(
+        "agent_job_start",
+        json!({"prompt": "Wait for a slow model (job-orphan-test)"}),
+    );
+    wait_until("the job's kitbag run started", 20, || {
+        !pids_with_cmdline("job-orphan-test").is_empty()
+    });
+    let job_pids: Vec<u32> = pids_with_cmdline("job-orphan-test")
+        .into_iter()
+        .flat_map(|p| {
+            let mut all = kitbag_testkit::child_pids(p);
+            all.push(p);
+            all
+        })
+        .collect();
+    assert!(!job_pids.is_empty());
+    c.shutdown();
+    wait_until("the job and its servers gone", 20, || {
+        job_pids.iter().all(|p| !kitbag_testkit::process_alive(*p))
+    });
+
+    // Without a model the job tools are not offered.
+    let mut bare = serve(&root, Era::Handshake, &[("KITBAG_MODEL", "")]);
+    let listed: Vec<String> = bare
+        .list_tools()
+        .iter()
+        .map(|t| t["name"].as_str().expect("name").to_string())
+        .collect();
+    assert!(
+        !listed.iter().any(|n| n.starts_with("agent_job")),
+        "{listed:?}"
+    );
+}

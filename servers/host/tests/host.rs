@@ -897,21 +897,29 @@ fn kitbag_env_overrides_beat_the_file_which_beats_defaults() {
 #[test]
 fn host_catalog_of_its_own_tools() {
     // With no servers configured the list is the host's own tools, checked against
-    // manifests/host/tools.json.
+    // manifests/host/tools.json — with a model reachable, so the subagent job tools are in it.
     let d = project();
     let cfg = write_config(d.path(), "agent.json", json!({"mcp": {}}));
-    let mut c = McpClient::spawn(
+    let mut c = McpClient::spawn_with_env(
         bin(),
         &["--config", cfg.to_str().expect("utf8"), "serve"],
         d.path(),
         Era::Handshake,
+        &[("ANTHROPIC_API_KEY", "sk-catalog")],
     );
     let path = kitbag_testkit::workspace_root(env!("CARGO_MANIFEST_DIR"))
         .join("manifests/host/tools.json");
     kitbag_testkit::assert_catalog_matches(&mut c, &path);
     assert_eq!(
         names(&mut c),
-        vec!["agent_delegate", "host_reload", "host_status"]
+        vec![
+            "agent_delegate",
+            "agent_job_result",
+            "agent_job_start",
+            "agent_job_status",
+            "host_reload",
+            "host_status"
+        ]
     );
 }
 
