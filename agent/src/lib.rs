@@ -531,7 +531,7 @@ async fn typed_output(
     note: &mut (dyn FnMut(Note<'_>) + Send),
 ) -> (
     anyhow::Result<TurnOutcome>,
-    Result<serde_json::Value, String>,
+    Result<serde_json::Value, output::OutputError>,
 ) {
     let why = match output::check(&first.text, schema) {
         Ok(v) => return (Ok(first), Ok(v)),

@@ -4,12 +4,26 @@
 
 use serde_json::Value;
 
+/// Why a schema or an answer's JSON is not what it should be.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum OutputError {
+    #[error("not an object: a JSON Schema object")]
+    NotAnObject,
+    #[error("not a JSON Schema: {0}")]
+    BadSchema(String),
+    #[error("the answer has no JSON object")]
+    NoJson,
+    /// Every violation (up to five), with its place.
+    #[error("{0}")]
+    Mismatch(String),
+}
+
 /// The schema, checked when the pack loads: an object that compiles as a JSON Schema.
-pub fn compile(schema: &Value) -> Result<jsonschema::Validator, String> {
+pub fn compile(schema: &Value) -> Result<jsonschema::Validator, OutputError> {
     if !schema.is_object() {
-        return Err("a JSON Schema object".into());
+        return Err(OutputError::NotAnObject);
     }
-    jsonschema::validator_for(schema).map_err(|e| e.to_string())
+    jsonschema::validator_for(schema).map_err(|e| OutputError::BadSchema(e.to_string()))
 }
 
 /// What the system prompt says when the pack has a schema.
@@ -21,7 +35,7 @@ pub fn instruction(schema: &Value) -> String {
 }
 
 /// What the model is told when its JSON was missing or wrong.
-pub fn correction(why: &str) -> String {
+pub fn correction(why: &OutputError) -> String {
     format!(
         "Your answer's JSON does not match the required output schema: {why}. Answer again, \
          ending with the corrected JSON object in a ```json block."
@@ -58,9 +72,9 @@ pub fn extract(text: &str) -> Option<Value> {
 }
 
 /// The answer's JSON if it matches `schema`, else why not (every violation, with its place).
-pub fn check(text: &str, schema: &Value) -> Result<Value, String> {
-    let validator = compile(schema).map_err(|e| format!("the pack's output_schema: {e}"))?;
-    let value = extract(text).ok_or_else(|| "the answer has no JSON object".to_string())?;
+pub fn check(text: &str, schema: &Value) -> Result<Value, OutputError> {
+    let validator = compile(schema)?;
+    let value = extract(text).ok_or(OutputError::NoJson)?;
     let errors: Vec<String> = validator
         .iter_errors(&value)
         .take(5)
@@ -76,7 +90,7 @@ pub fn check(text: &str, schema: &Value) -> Result<Value, String> {
     if errors.is_empty() {
         Ok(value)
     } else {
-        Err(errors.join("; "))
+        Err(OutputError::Mismatch(errors.join("; ")))
     }
 }
 
@@ -110,9 +124,9 @@ mod tests {
     #[test]
     fn a_violation_says_where() {
         let e = check("```json\n{\"files\": [3]}\n```", &schema()).unwrap_err();
-        assert!(e.starts_with("/files/0: "), "{e}");
+        assert!(e.to_string().starts_with("/files/0: "), "{e}");
         let e = check("nothing", &schema()).unwrap_err();
-        assert_eq!(e, "the answer has no JSON object");
+        assert_eq!(e, OutputError::NoJson);
     }
 
     #[test]

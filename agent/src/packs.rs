@@ -90,7 +90,7 @@ pub fn parse(name: &str, text: &str) -> Result<Pack, DocError> {
             };
             let schema: serde_json::Value = serde_json::from_str(text)
                 .map_err(|e| invalid(format!("JSON on one line ({e})")))?;
-            crate::output::compile(&schema).map_err(invalid)?;
+            crate::output::compile(&schema).map_err(|e| invalid(e.to_string()))?;
             Some(schema)
         }
     };
