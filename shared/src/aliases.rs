@@ -23,6 +23,14 @@ const SEED_003: &[(&str, &str)] = &[
     ("tool.fetch", "web_fetch"),
 ];
 
+/// Seed 003's delegated coding tools: one kitbag tool, the CLI named by an argument
+/// (`devtools.claude-agent {task}` is `agent_delegate {agent: "claude", task}`; Cursor's CLI
+/// is not one kitbag drives, so its call is refused naming the agents there are).
+const SEED_003_DELEGATES: &[(&str, &str)] = &[
+    ("devtools.claude-agent", "claude"),
+    ("devtools.cursor-agent", "cursor"),
+];
+
 /// The namespace seed 004 puts the issue, todo and workflow tools under.
 const KAGED: &str = "kaged.";
 
@@ -34,6 +42,9 @@ pub struct Alias {
     /// The call names its tool in an `action` argument (`kaged.issue` + `{"action": "list"}`):
     /// that argument is the tool's, not the tool's own parameter, and is left out.
     pub action_named: bool,
+    /// An argument the seed's name stands for (`devtools.claude-agent`: `agent` = `claude`),
+    /// set unless the call gives it.
+    pub implied: Option<(&'static str, &'static str)>,
 }
 
 /// The kitbag tool a call of `name` with `arguments` stands for, among the tools `known` says
@@ -50,8 +61,17 @@ pub fn resolve(
         known(&n).then_some(Alias {
             name: n,
             action_named: false,
+            implied: None,
         })
     };
+    if let Some((_, agent)) = SEED_003_DELEGATES.iter().find(|(seed, _)| *seed == name) {
+        let delegate = "agent_delegate";
+        return known(delegate).then_some(Alias {
+            name: delegate.to_string(),
+            action_named: false,
+            implied: Some(("agent", agent)),
+        });
+    }
     let bare = name.strip_prefix(KAGED).unwrap_or(name);
     let underscored = bare.replace('.', "_");
     if let Some(alias) = plain(underscored.clone()) {
@@ -70,6 +90,7 @@ pub fn resolve(
     known(&named).then_some(Alias {
         name: named,
         action_named: true,
+        implied: None,
     })
 }
 
@@ -86,6 +107,12 @@ pub fn resolve_call(
     {
         args.remove("action");
     }
+    if let Some((key, value)) = alias.implied {
+        arguments
+            .get_or_insert_with(Map::new)
+            .entry(key)
+            .or_insert_with(|| Value::String(value.to_string()));
+    }
     Some(alias.name)
 }
 
@@ -96,6 +123,7 @@ mod tests {
     use serde_json::json;
 
     const TOOLS: &[&str] = &[
+        "agent_delegate",
         "file_read",
         "code_lsp",
         "issue_list",
@@ -122,6 +150,18 @@ mod tests {
         assert_eq!(call("tool.python", json!({})).0.as_deref(), Some("python"));
         assert_eq!(call("tool.cli", json!({})).0.as_deref(), Some("shell_bash"));
         assert_eq!(call("tool.fetch", json!({})).0, None, "no web_fetch here");
+    }
+
+    #[test]
+    fn seed_003_delegates_name_their_cli() {
+        let (name, args) = call("devtools.claude-agent", json!({"task": "fix it"}));
+        assert_eq!(name.as_deref(), Some("agent_delegate"));
+        assert_eq!(args, json!({"agent": "claude", "task": "fix it"}));
+        let (_, args) = call("devtools.cursor-agent", json!({"task": "x"}));
+        assert_eq!(
+            args["agent"], "cursor",
+            "refused by agent_delegate, naming the field"
+        );
     }
 
     #[test]

@@ -100,6 +100,7 @@ impl Received {
 pub type SideRule = fn(&Value) -> Option<Reply>;
 
 pub struct MockLlm {
+    ip: std::net::Ipv4Addr,
     port: u16,
     replies: Arc<Mutex<VecDeque<Reply>>>,
     side: Arc<Mutex<Option<SideRule>>>,
@@ -114,7 +115,13 @@ pub struct MockLlm {
 
 impl MockLlm {
     pub fn start(replies: Vec<Reply>) -> Self {
-        let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+        Self::start_on(std::net::Ipv4Addr::LOCALHOST, replies)
+    }
+
+    /// Listen on `ip` (a machine's own address, for clients in a sandbox whose loopback is
+    /// not the machine's).
+    pub fn start_on(ip: std::net::Ipv4Addr, replies: Vec<Reply>) -> Self {
+        let listener = TcpListener::bind((ip, 0)).expect("bind");
         let port = listener.local_addr().expect("addr").port();
         let replies = Arc::new(Mutex::new(VecDeque::from(replies)));
         let side: Arc<Mutex<Option<SideRule>>> = Arc::new(Mutex::new(None));
@@ -141,6 +148,7 @@ impl MockLlm {
             }
         });
         Self {
+            ip,
             port,
             replies,
             side,
@@ -152,9 +160,9 @@ impl MockLlm {
         }
     }
 
-    /// `http://127.0.0.1:PORT` (no path).
+    /// `http://IP:PORT` (no path).
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        format!("http://{}:{}", self.ip, self.port)
     }
 
     /// Answer the requests `rule` recognizes with its reply, leaving the script for the rest.
@@ -183,7 +191,7 @@ impl MockLlm {
 impl Drop for MockLlm {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::SeqCst);
-        let _ = TcpStream::connect(("127.0.0.1", self.port));
+        let _ = TcpStream::connect((self.ip, self.port));
         if let Some(h) = self.handle.take() {
             let _ = h.join();
         }

@@ -461,6 +461,19 @@ fn bad_input_a_missing_cli_and_a_failing_model_are_typed() {
         json!({"agent": "cursor", "task": "x"}),
         "invalid_params",
     );
+    // Seed 003's names: the CLI is the name's.
+    let e = c.call_err(
+        "devtools.claude-agent",
+        json!({"task": "x"}),
+        "cli_not_found",
+    );
+    assert!(e.text.contains("Claude Code"), "{}", e.text);
+    c.call_err(
+        "devtools.cursor-agent",
+        json!({"task": "x"}),
+        "invalid_params",
+    )
+    .expect_field("agent");
     c.call_err(
         "agent_delegate",
         json!({"agent": "codex", "task": " "}),
@@ -741,4 +754,102 @@ fn a_job_is_bounded_in_steps_and_ends_with_its_host() {
         !listed.iter().any(|n| n.starts_with("agent_job")),
         "{listed:?}"
     );
+}
+
+/// This machine's own address on its outbound interface (no packet is sent): what a sandbox
+/// with `network: "outbound"` reaches the stand-in model at.
+fn machine_ip() -> Option<std::net::Ipv4Addr> {
+    let s = std::net::UdpSocket::bind("0.0.0.0:0").ok()?;
+    s.connect("10.255.255.255:9").ok()?;
+    match s.local_addr().ok()?.ip() {
+        std::net::IpAddr::V4(ip) if !ip.is_loopback() && !ip.is_unspecified() => Some(ip),
+        _ => None,
+    }
+}
+
+#[test]
+fn a_delegation_runs_inside_an_instance_and_its_stream_comes_home() {
+    if !kitbag_testkit::bwrap_usable() {
+        return;
+    }
+    let slirp = std::process::Command::new("slirp4netns")
+        .arg("--version")
+        .output()
+        .is_ok();
+    let ip = machine_ip();
+    let Some(ip) = ip.filter(|_| slirp) else {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "slirp4netns and an outbound interface are needed under CI=true (slirp4netns: {slirp}, address: {ip:?})"
+        );
+        eprintln!("SKIP: no slirp4netns or no outbound interface");
+        return;
+    };
+    let d = project();
+    let root = d.path().canonicalize().expect("root");
+    // kitbag itself, mounted read-only into the instance (linked: the debug binary is large).
+    std::fs::create_dir_all(root.join("kb")).expect("kb");
+    if std::fs::hard_link(bin(), root.join("kb/kitbag")).is_err() {
+        std::fs::copy(bin(), root.join("kb/kitbag")).expect("copy kitbag");
+    }
+    let mock = MockLlm::start_on(
+        ip,
+        vec![
+            Reply::sse(anthropic_tool_call(
+                "g1",
+                "file_write",
+                &json!({"path": "made-inside.txt", "content": "from the instance\n"}),
+            )),
+            Reply::sse(anthropic_text("Wrote made-inside.txt in the instance.")),
+        ],
+    );
+    let mut c = serve(&root, Era::Handshake, &[]);
+    let spawned = c.call_ok(
+        "instance_spawn",
+        json!({
+            "name": "delegate-box",
+            "network": "outbound",
+            "mounts": [{"host": "kb", "guest": "/kb", "mode": "ro"}],
+            "env": {
+                "PATH": "/kb:/usr/local/bin:/usr/bin:/bin",
+                "ANTHROPIC_BASE_URL": mock.url(),
+                // The key names the provider (KITBAG_* is the instance's own namespace).
+                "ANTHROPIC_API_KEY": "test-key",
+            },
+        }),
+    );
+    let id = spawned.structured["id"].as_str().expect("id").to_string();
+    let r = c.call_with_progress(
+        "agent_delegate",
+        json!({"agent": "kitbag", "task": "Write a file (instance-delegation-test)", "instance": id}),
+        "p3",
+    );
+    assert!(!r.is_error, "{}", r.text);
+    let s = &r.structured;
+    assert_eq!(s["outcome"], "succeeded", "{s:#}");
+    assert_eq!(s["instance"], json!(id));
+    assert_eq!(s["cwd"], "/work");
+    assert_eq!(s["files_written"], json!(["made-inside.txt"]));
+    // The file is the instance's, not the root's; the stream is the host's.
+    assert!(!root.join("made-inside.txt").exists());
+    let out = c.call_ok(
+        "instance_exec",
+        json!({"instance": id, "command": ["cat", "/work/made-inside.txt"]}),
+    );
+    assert_eq!(out.structured["stdout"], "from the instance\n");
+    let log = log_of(&root, s);
+    assert!(log.contains("\"tool_start\""), "{log}");
+    let progress = progress_messages(&c);
+    assert!(
+        progress.iter().any(|m| m.contains("file_write")),
+        "{progress:?}"
+    );
+    // A CLI the instance does not have is named as such.
+    let e = c.call_err(
+        "agent_delegate",
+        json!({"agent": "claude", "task": "x", "instance": id}),
+        "cli_not_found",
+    );
+    assert!(e.text.contains("instance"), "{}", e.text);
+    c.call_ok("instance_stop", json!({"instance": id}));
 }
