@@ -5,6 +5,9 @@
 //! runs the shell without asking — kitbag's shell asks nobody either); isolation is an
 //! `instance`.
 
+use kitbag_shared::{ErrorCode, ToolError};
+use serde_json::json;
+
 use crate::params::{AgentKind, DelegateParams};
 
 /// Claude Code's tools a delegated task may use without asking (`--allowedTools`). Its file
@@ -95,6 +98,20 @@ pub fn job_launch(
         program: kitbag.to_string(),
         args,
     }
+}
+
+/// The CLI `program` is not where the delegation would run (`place`: "here", "in instance
+/// x"); `field` is the parameter that chose that place.
+pub fn not_installed(agent: AgentKind, program: &str, place: &str, field: &str) -> ToolError {
+    ToolError::new(
+        ErrorCode::CliNotFound,
+        format!(
+            "{} is not installed {place}: `{program}` is not on its PATH (install it: {})",
+            agent.label(),
+            install_hint(agent)
+        ),
+    )
+    .with_detail(json!({ "field": field, "program": program }))
 }
 
 /// How to install the CLI, for the error that says it is missing.

@@ -9,11 +9,10 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use futures::future::BoxFuture;
-use kitbag_shared::{ErrorCode, ToolError, ToolResult};
-use serde_json::json;
+use kitbag_shared::{ToolError, ToolResult};
 
 use crate::stream::{Ended, Feed};
-use crate::{Context, DelegateParams, DelegateResult, command, logs, result};
+use crate::{Context, DelegateParams, DelegateResult, command, logs};
 
 /// One page of a job's output.
 #[derive(Debug, Clone, Default)]
@@ -119,16 +118,13 @@ pub async fn run(
     // `timeout` exits 124 when it stopped the CLI (137 when it had to kill it).
     let timed_out = matches!(last.exit_code, Some(124 | 137)) || (last.running && !cancelled);
     if last.exit_code == Some(127) && feed.digest.summary.is_none() {
-        return Err(ToolError::new(
-            ErrorCode::CliNotFound,
-            format!(
-                "{} is not installed in instance {instance}: `{}` is not on its PATH (install it there: {})",
-                p.agent.label(),
-                launch.program,
-                command::install_hint(p.agent)
-            ),
-        )
-        .with_detail(json!({ "field": "instance", "program": launch.program })));
+        let place = format!("in instance {instance}");
+        return Err(command::not_installed(
+            p.agent,
+            &launch.program,
+            &place,
+            "instance",
+        ));
     }
     let ended = Ended {
         exit_code: if timed_out { None } else { last.exit_code },
@@ -139,13 +135,11 @@ pub async fn run(
         // Inside an instance stderr shares the job's log: its stray lines say what went wrong.
         stderr_tail: String::new(),
     };
-    let bytes = feed.log_bytes;
-    logs::prune(cx.root);
-    Ok(result::build(
+    Ok(crate::conclude(
         p.agent,
-        feed.digest,
+        feed,
         &ended,
-        (logs::shown(cx.root, &log_path), bytes),
+        (cx.root, &log_path),
         cwd,
         Some(instance.to_string()),
     ))

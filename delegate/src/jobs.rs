@@ -247,21 +247,8 @@ impl Jobs {
         let _ = tokio::time::timeout(Duration::from_secs(wait), done.wait_for(|d| *d)).await;
         let jobs = self.jobs.locked();
         let job = find(&jobs, &p.job_id)?;
-        Ok(job.result.clone().unwrap_or_else(|| JobResult {
-            job_id: p.job_id.clone(),
-            state: JobState::Running,
-            text: String::new(),
-            output: None,
-            steps: 0,
-            tokens: Tokens::default(),
-            files_read: Vec::new(),
-            files_written: Vec::new(),
-            commands: Vec::new(),
-            other_tools: Vec::new(),
-            errors: Vec::new(),
-            duration_ms: millis(job.started.elapsed()),
-            log_path: String::new(),
-            session: format!("job-{}", p.job_id),
+        Ok(job.result.clone().unwrap_or_else(|| {
+            JobResult::without_answer(&p.job_id, JobState::Running, job.started)
         }))
     }
 }
@@ -375,7 +362,10 @@ impl Run {
         let _ = activity.await;
         let result = match outcome {
             Ok(r) => r,
-            Err(e) => failed(&self.id, &session, started, e.message),
+            Err(e) => JobResult {
+                errors: vec![e.message],
+                ..JobResult::without_answer(&self.id, JobState::Failed, started)
+            },
         };
         let mut jobs = self.jobs.locked();
         if let Some(j) = jobs.get_mut(&self.id) {
@@ -440,22 +430,25 @@ impl Run {
     }
 }
 
-fn failed(id: &str, session: &str, started: Instant, why: String) -> JobResult {
-    JobResult {
-        job_id: id.to_string(),
-        state: JobState::Failed,
-        text: String::new(),
-        output: None,
-        steps: 0,
-        tokens: Tokens::default(),
-        files_read: Vec::new(),
-        files_written: Vec::new(),
-        commands: Vec::new(),
-        other_tools: Vec::new(),
-        errors: vec![why],
-        duration_ms: millis(started.elapsed()),
-        log_path: String::new(),
-        session: session.to_string(),
+impl JobResult {
+    /// A job with no answer (yet): running, or failed before it could run.
+    fn without_answer(id: &str, state: JobState, started: Instant) -> Self {
+        Self {
+            job_id: id.to_string(),
+            state,
+            text: String::new(),
+            output: None,
+            steps: 0,
+            tokens: Tokens::default(),
+            files_read: Vec::new(),
+            files_written: Vec::new(),
+            commands: Vec::new(),
+            other_tools: Vec::new(),
+            errors: Vec::new(),
+            duration_ms: millis(started.elapsed()),
+            log_path: String::new(),
+            session: format!("job-{id}"),
+        }
     }
 }
 

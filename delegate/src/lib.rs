@@ -102,18 +102,8 @@ pub async fn delegate(p: DelegateParams, cx: Context<'_>) -> ToolResult<Delegate
     }
     let id = logs::new_id();
     let mut launch = command::launch(&p, cx.kitbag, &format!("delegate-{id}"));
-    let program = kitbag_shared::process::locate(&launch.program).ok_or_else(|| {
-        ToolError::new(
-            ErrorCode::CliNotFound,
-            format!(
-                "{} is not installed here: `{}` is not on PATH (install it: {})",
-                p.agent.label(),
-                launch.program,
-                command::install_hint(p.agent)
-            ),
-        )
-        .with_detail(json!({ "field": "agent", "program": launch.program }))
-    })?;
+    let program = kitbag_shared::process::locate(&launch.program)
+        .ok_or_else(|| command::not_installed(p.agent, &launch.program, "here", "agent"))?;
     launch.program = program.to_string_lossy().into_owned();
     let (log_path, log) = logs::create(cx.root, &id).await?;
     let mut reader = reader(p.agent, &cwd);
@@ -132,14 +122,33 @@ pub async fn delegate(p: DelegateParams, cx: Context<'_>) -> ToolResult<Delegate
             format!("{} could not start: {e}", launch.program),
         )
     })?;
-    let bytes = feed.log_bytes;
-    logs::prune(cx.root);
-    Ok(result::build(
+    Ok(conclude(
         p.agent,
-        feed.digest,
+        feed,
         &ended,
-        (logs::shown(cx.root, &log_path), bytes),
+        (cx.root, &log_path),
         cwd_arg.to_string(),
         None,
     ))
+}
+
+/// The compact result of a run that ended, reduced by `feed`; older logs are pruned.
+fn conclude(
+    agent: AgentKind,
+    feed: stream::Feed<'_>,
+    ended: &stream::Ended,
+    (root, log_path): (&Path, &Path),
+    cwd: String,
+    instance: Option<String>,
+) -> DelegateResult {
+    let bytes = feed.log_bytes;
+    logs::prune(root);
+    result::build(
+        agent,
+        feed.digest,
+        ended,
+        (logs::shown(root, log_path), bytes),
+        cwd,
+        instance,
+    )
 }

@@ -10,7 +10,7 @@ use futures::future::BoxFuture;
 use kitbag_delegate::guest::{Guest, Page};
 use kitbag_delegate::{DelegateParams, DelegateResult};
 use kitbag_shared::{ErrorCode, ToolError, ToolResult};
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, ProgressNotificationParam, Tool};
+use rmcp::model::{CallToolResult, JsonObject, ProgressNotificationParam, Tool};
 use serde_json::{Value, json};
 
 use kitbag_agent::host::ToolHost;
@@ -42,16 +42,7 @@ pub fn tool() -> Tool {
 
 /// Run one delegation to its end.
 pub async fn call(host: &dyn ToolHost, args: Option<JsonObject>, meta: CallMeta) -> CallToolResult {
-    match run(host, args, meta).await {
-        Ok(r) => {
-            let mut out = CallToolResult::success(vec![ContentBlock::text(
-                kitbag_delegate::result::text(&r),
-            )]);
-            out.structured_content = serde_json::to_value(&r).ok();
-            out
-        }
-        Err(e) => e.into_call_result(),
-    }
+    crate::own_answer::answer(run(host, args, meta).await, kitbag_delegate::result::text)
 }
 
 async fn run(
@@ -59,7 +50,7 @@ async fn run(
     args: Option<JsonObject>,
     meta: CallMeta,
 ) -> ToolResult<DelegateResult> {
-    let p: DelegateParams = kitbag_shared::server::decode_args(args.unwrap_or_default())?;
+    let p: DelegateParams = crate::own_answer::decode(args)?;
     p.check()?;
     let root = std::env::current_dir().map_err(|e| ToolError::io(".", &e))?;
     let kitbag = std::env::current_exe().map_err(|e| ToolError::io("kitbag", &e))?;

@@ -9,8 +9,10 @@ use kitbag_delegate::jobs::{
     JobResult, JobResultParams, JobStartParams, JobStatus, JobStatusParams, Jobs,
 };
 use kitbag_shared::{ToolError, ToolResult};
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
+use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde_json::json;
+
+use crate::own_answer::{answer, decode};
 
 pub const START_TOOL: &str = "agent_job_start";
 pub const STATUS_TOOL: &str = "agent_job_status";
@@ -77,24 +79,6 @@ pub fn tools() -> Vec<Tool> {
             "read",
         ),
     ]
-}
-
-fn answer<T: serde::Serialize>(
-    r: ToolResult<T>,
-    text: impl FnOnce(&T) -> String,
-) -> CallToolResult {
-    match r {
-        Ok(v) => {
-            let mut out = CallToolResult::success(vec![ContentBlock::text(text(&v))]);
-            out.structured_content = serde_json::to_value(&v).ok();
-            out
-        }
-        Err(e) => e.into_call_result(),
-    }
-}
-
-fn decode<P: serde::de::DeserializeOwned>(args: Option<JsonObject>) -> ToolResult<P> {
-    kitbag_shared::server::decode_args::<P>(args.unwrap_or_default())
 }
 
 fn status_text(s: &JobStatus) -> String {

@@ -35,6 +35,7 @@ pub mod lazy;
 pub mod ledger;
 pub mod mrtr;
 pub mod oauth_client;
+pub mod own_answer;
 pub mod pipeline;
 pub mod registry;
 pub mod relay;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use rmcp::model::{
-    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, GetPromptRequestParams,
+    CallToolRequestParams, CallToolResponse, CallToolResult, GetPromptRequestParams,
     GetPromptResponse, Implementation, JsonObject, ListPromptsResult, ListResourceTemplatesResult,
     ListResourcesResult, ListToolsResult, PaginatedRequestParams, ReadResourceRequestParams,
     ReadResourceResponse, ServerConfig, SubscribeRequestParams, Tool, UnsubscribeRequestParams,
@@ -174,9 +174,7 @@ impl HostServer {
                 for t in &found.tools {
                     text.push_str(&format!("\n{}: {}", t.name, t.summary));
                 }
-                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                r.structured_content = serde_json::to_value(&found).ok();
-                Ok(r)
+                Ok(crate::own_answer::structured(text, &found))
             })())),
             lazy::SCHEMA_TOOL => Some(decoded((|| {
                 let p: lazy::SchemaParams = kitbag_shared::server::decode_args(args)?;
@@ -199,9 +197,7 @@ impl HostServer {
                     found.description,
                     serde_json::Value::Object(found.input_schema.clone())
                 );
-                let mut r = CallToolResult::success(vec![ContentBlock::text(text)]);
-                r.structured_content = serde_json::to_value(&found).ok();
-                Ok(r)
+                Ok(crate::own_answer::structured(text, &found))
             })())),
             _ => None,
         }
@@ -487,21 +483,15 @@ impl OwnTools for HostServer {
                 return self.workflow_call(name, arguments);
             }
             if crate::job_tools::TOOLS.contains(&name) {
-                let Some(tool) = crate::job_tools::tools()
-                    .into_iter()
-                    .find(|t| t.name == name)
-                else {
-                    return error_result("unknown_tool", format!("no tool {name}"));
-                };
-                if let Err((code, message)) = self.access.permit_own(&tool, false) {
-                    return error_result(code, message);
+                if let Some(refused) = self.refusal_among(crate::job_tools::tools(), name) {
+                    return refused;
                 }
                 return crate::job_tools::call(&self.jobs, name, arguments).await;
             }
             if name == crate::delegate_tool::DELEGATE_TOOL {
-                let tool = crate::delegate_tool::tool();
-                if let Err((code, message)) = self.access.permit_own(&tool, false) {
-                    return error_result(code, message);
+                if let Some(refused) = self.refusal_among(vec![crate::delegate_tool::tool()], name)
+                {
+                    return refused;
                 }
                 return crate::delegate_tool::call(self, arguments, meta).await;
             }
@@ -527,15 +517,19 @@ impl HostServer {
         kitbag_agent::model_available(&self.settings.locked())
     }
 
-    fn workflow_call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
-        let Some(tool) = crate::workflow_tools::tools()
-            .into_iter()
-            .find(|t| t.name == name)
-        else {
-            return error_result("unknown_tool", format!("no tool {name}"));
+    /// Why this caller may not call the host's own tool `name`, one of `tools` (`unknown_tool`,
+    /// or the policy's and tiers' code); `None` when it may.
+    fn refusal_among(&self, tools: Vec<Tool>, name: &str) -> Option<CallToolResult> {
+        let Some(tool) = tools.into_iter().find(|t| t.name == name) else {
+            return Some(error_result("unknown_tool", format!("no tool {name}")));
         };
-        if let Err((code, message)) = self.access.permit_own(&tool, false) {
-            return error_result(code, message);
+        let refused = self.access.permit_own(&tool, false).err()?;
+        Some(error_result(refused.0, refused.1))
+    }
+
+    fn workflow_call(&self, name: &str, arguments: Option<JsonObject>) -> CallToolResult {
+        if let Some(refused) = self.refusal_among(crate::workflow_tools::tools(), name) {
+            return refused;
         }
         let caller = format!(
             "agent:{}",
@@ -552,10 +546,7 @@ impl HostServer {
             return error_result(code, message);
         }
         let status = self.status();
-        let mut r =
-            CallToolResult::success(vec![ContentBlock::text(host_tools::status_text(&status))]);
-        r.structured_content = serde_json::to_value(&status).ok();
-        r
+        crate::own_answer::structured(host_tools::status_text(&status), &status)
     }
 
     async fn reload_call(&self) -> CallToolResult {
@@ -563,13 +554,7 @@ impl HostServer {
             return error_result(code, message);
         }
         match self.reload().await {
-            Ok(report) => {
-                let mut r = CallToolResult::success(vec![ContentBlock::text(
-                    host_tools::reload_text(&report),
-                )]);
-                r.structured_content = serde_json::to_value(&report).ok();
-                r
-            }
+            Ok(report) => crate::own_answer::structured(host_tools::reload_text(&report), &report),
             // Every reload failure is the configuration's (unreadable, no file, an agent gone).
             Err(e) => error_result("config_invalid", e.to_string()),
         }

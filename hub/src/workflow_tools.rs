@@ -9,8 +9,10 @@ use kitbag_agent::workflow::{self, run::RunStore, runner::Runner};
 use kitbag_config::workflow::Workflow;
 use kitbag_shared::lock::LockExt;
 use kitbag_shared::{ToolError, ToolResult};
-use rmcp::model::{CallToolResult, ContentBlock, JsonObject, Tool};
+use rmcp::model::{CallToolResult, JsonObject, Tool};
 use serde_json::json;
+
+use crate::own_answer::{answer, decode};
 
 pub const LIST_TOOL: &str = "workflow_list";
 pub const TRIGGER_TOOL: &str = "workflow_trigger";
@@ -181,24 +183,6 @@ pub async fn run_to_end(
     let id = run.run_id.clone();
     runner.clone().execute(w, run).await;
     runner.store.load(&id)
-}
-
-fn answer<T: serde::Serialize>(
-    r: ToolResult<T>,
-    text: impl FnOnce(&T) -> String,
-) -> CallToolResult {
-    match r {
-        Ok(v) => {
-            let mut out = CallToolResult::success(vec![ContentBlock::text(text(&v))]);
-            out.structured_content = serde_json::to_value(&v).ok();
-            out
-        }
-        Err(e) => e.into_call_result(),
-    }
-}
-
-fn decode<P: serde::de::DeserializeOwned>(args: Option<JsonObject>) -> ToolResult<P> {
-    kitbag_shared::server::decode_args::<P>(args.unwrap_or_default())
 }
 
 /// Answer one of the three; `host` runs the triggered steps, `caller` is who triggers.
