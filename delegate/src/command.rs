@@ -73,6 +73,15 @@ pub fn launch(p: &DelegateParams, kitbag: &str, session: &str) -> Launch {
     Launch { program, args }
 }
 
+/// What the CLI's environment adds: `kitbag run` takes its model from `KITBAG_MODEL` (it has
+/// no flag for it; the other CLIs get `--model`).
+pub fn env(p: &DelegateParams) -> Vec<(String, String)> {
+    match (&p.model, p.agent) {
+        (Some(m), AgentKind::Kitbag) => vec![("KITBAG_MODEL".into(), m.clone())],
+        _ => Vec::new(),
+    }
+}
+
 /// A subagent job's `kitbag run`: bounded in model calls, read-only unless asked otherwise.
 pub fn job_launch(
     kitbag: &str,

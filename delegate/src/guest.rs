@@ -62,8 +62,14 @@ pub async fn run(
     let pid_file = format!("/tmp/kitbag-delegate-{id}.pid");
     // sh records its pid, then becomes `timeout` — which leads a process group of its own:
     // that group is what a cancellation signals.
+    // The model's name is checked to be quoting-free (params.rs); the instance's own shell
+    // sets it (an exec's environment may not name KITBAG_ variables).
+    let exports: String = command::env(&p)
+        .iter()
+        .map(|(k, v)| format!("export {k}='{v}'; "))
+        .collect();
     let script = format!(
-        "command -v {prog} >/dev/null 2>&1 || {{ echo 'kitbag: {prog} is not installed in this instance' >&2; exit 127; }}; \
+        "{exports}command -v {prog} >/dev/null 2>&1 || {{ echo 'kitbag: {prog} is not installed in this instance' >&2; exit 127; }}; \
          echo $$ > {pid_file}; exec timeout -k {KILL_AFTER_SECONDS} {secs} \"$@\"",
         prog = launch.program,
         secs = p.timeout().as_secs(),

@@ -111,7 +111,11 @@ pub async fn delegate(p: DelegateParams, cx: Context<'_>) -> ToolResult<Delegate
     let run = local::LocalRun {
         launch: &launch,
         cwd: &cwd,
-        env: &[(DEPTH_VAR.to_string(), (depth + 1).to_string())],
+        env: &[
+            vec![(DEPTH_VAR.to_string(), (depth + 1).to_string())],
+            command::env(&p),
+        ]
+        .concat(),
         env_remove: &[HOST_DEPTH],
         timeout: p.timeout(),
         ct: cx.ct,

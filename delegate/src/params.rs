@@ -80,11 +80,13 @@ impl DelegateParams {
         if let Some(m) = &self.model
             && (m.is_empty()
                 || m.len() > 200
-                || m.chars().any(|c| c.is_whitespace() || c.is_control()))
+                || !m.chars().all(|c| {
+                    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | ':' | '/' | '@')
+                }))
         {
             return Err(ToolError::invalid_field(
                 "model",
-                "a model name: 1–200 characters, no spaces",
+                "a model name: 1–200 of letters, digits and . _ - : / @",
             ));
         }
         match (&self.pack, self.agent) {

@@ -353,8 +353,11 @@ fn a_kitbag_run_does_the_task_in_a_session_of_its_own() {
     );
     let r = c.call_ok(
         "agent_delegate",
-        json!({"agent": "kitbag", "task": "Copy the notes' gist into out.txt"}),
+        json!({"agent": "kitbag", "task": "Copy the notes' gist into out.txt",
+               "model": "anthropic/claude-delegated"}),
     );
+    // `model` reached the delegated run.
+    assert_eq!(mock.received()[0].body["model"], "claude-delegated");
     let s = &r.structured;
     assert_eq!(s["outcome"], "succeeded", "{s:#}");
     assert_eq!(s["files_read"], json!(["notes.txt"]));
@@ -821,7 +824,8 @@ fn a_delegation_runs_inside_an_instance_and_its_stream_comes_home() {
     let id = spawned.structured["id"].as_str().expect("id").to_string();
     let r = c.call_with_progress(
         "agent_delegate",
-        json!({"agent": "kitbag", "task": "Write a file (instance-delegation-test)", "instance": id}),
+        json!({"agent": "kitbag", "task": "Write a file (instance-delegation-test)", "instance": id,
+               "model": "anthropic/claude-inside"}),
         "p3",
     );
     assert!(!r.is_error, "{}", r.text);
@@ -830,6 +834,7 @@ fn a_delegation_runs_inside_an_instance_and_its_stream_comes_home() {
     assert_eq!(s["instance"], json!(id));
     assert_eq!(s["cwd"], "/work");
     assert_eq!(s["files_written"], json!(["made-inside.txt"]));
+    assert_eq!(mock.received()[0].body["model"], "claude-inside");
     // The file is the instance's, not the root's; the stream is the host's.
     assert!(!root.join("made-inside.txt").exists());
     let out = c.call_ok(
