@@ -136,7 +136,7 @@ pub fn start(
             kind: "operator".into(),
             id: caller.to_string(),
         },
-        created_at: run::now(),
+        created_at: kitbag_shared::clock::unix_secs(),
         completed_at: None,
         duration_ms: None,
         current_step: None,
@@ -208,7 +208,7 @@ pub fn take_queued(runner: &runner::Runner, workflows: &[Workflow]) -> usize {
                     "workflow {} is no longer declared in this daemon's config",
                     run.workflow_name
                 ));
-                run.completed_at = Some(run::now());
+                run.completed_at = Some(kitbag_shared::clock::unix_secs());
                 let _ = runner.store.save(&run);
             }
         }

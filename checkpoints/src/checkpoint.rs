@@ -138,7 +138,7 @@ pub fn create(policy: &PathPolicy, reason: &str, summary: Option<&str>) -> ToolR
     }
     let marker = Marker {
         id: journal.next_id(),
-        ts: store::now(),
+        ts: kitbag_shared::clock::unix_secs(),
         reason: reason.to_string(),
         summary: summary.map(str::to_string),
         files,
@@ -172,7 +172,7 @@ pub fn sign_off(
     store
         .append(&[Line::SignOff(SignOff {
             id,
-            ts: store::now(),
+            ts: kitbag_shared::clock::unix_secs(),
             decision: decision.to_string(),
             comment: comment.map(str::to_string),
         })])

@@ -213,7 +213,7 @@ impl Recorder {
             (true, c) => self.image(c, false),
         };
         self.done.push(Line::Change(Change {
-            ts: store::now(),
+            ts: kitbag_shared::clock::unix_secs(),
             tool: self.tool.clone(),
             path,
             before,

@@ -300,7 +300,7 @@ fn apply(policy: &PathPolicy, store: &Store, steps: &[Step]) -> ToolResult<()> {
                 None => s.current.clone(),
             };
             Line::Change(Change {
-                ts: store::now(),
+                ts: kitbag_shared::clock::unix_secs(),
                 tool: "checkpoint_restore".into(),
                 path: s.path.clone(),
                 before,

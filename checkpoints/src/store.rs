@@ -120,13 +120,6 @@ pub struct SignOff {
     pub comment: Option<String>,
 }
 
-/// Seconds since the epoch.
-pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// How [`Store::open`] locks the directory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Hold {

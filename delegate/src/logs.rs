@@ -14,10 +14,7 @@ pub fn dir(root: &Path) -> PathBuf {
 
 /// A new delegation's id: its start time (sortable) and a random part.
 pub fn new_id() -> String {
-    let ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_millis())
-        .unwrap_or(0);
+    let ms = kitbag_shared::clock::unix_millis();
     let rand = kitbag_shared::random::hex(3).unwrap_or_default();
     format!("{ms}-{rand}")
 }

@@ -33,6 +33,7 @@ pub mod audit;
 pub mod blocking;
 pub mod budget;
 pub mod caller;
+pub mod clock;
 pub mod contain;
 pub mod diff;
 pub mod elicit;

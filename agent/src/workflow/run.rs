@@ -107,12 +107,6 @@ struct Stored {
     host_started: Option<u64>,
 }
 
-pub fn now() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
-}
-
 /// Whether `id` can name a run (what `new_id` makes): guards the file name.
 fn check_id(id: &str) -> ToolResult<()> {
     let ok =
@@ -277,7 +271,7 @@ impl RunStore {
                 s.status = StepStatus::Failed;
                 s.error = Some("interrupted".into());
             }
-            let t = now();
+            let t = kitbag_shared::clock::unix_secs();
             run.completed_at = Some(t);
             run.duration_ms = Some(t.saturating_sub(run.created_at) * 1000);
             if self.save(&run).is_ok() {

@@ -12,7 +12,7 @@ use rmcp::model::CallToolResult;
 use serde_json::{Map, Value, json};
 use tokio_util::sync::CancellationToken;
 
-use super::run::{Run, RunStatus, RunStore, StepResult, StepStatus, now};
+use super::run::{Run, RunStatus, RunStore, StepResult, StepStatus};
 use super::template;
 use crate::host::ToolHost;
 
@@ -214,7 +214,7 @@ impl Runner {
             None => run.steps.last().and_then(|s| s.output.clone()),
         };
         run.failure = failed;
-        run.completed_at = Some(now());
+        run.completed_at = Some(kitbag_shared::clock::unix_secs());
         run.duration_ms = Some(started.elapsed().as_millis() as u64);
         self.save(&run);
         self.host.audit(

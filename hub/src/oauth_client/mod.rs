@@ -12,7 +12,7 @@ mod store;
 mod transport;
 
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use serde::Deserialize;
 
@@ -69,9 +69,7 @@ struct TokenErrorResponse {
 }
 
 fn now() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    kitbag_shared::clock::unix_secs()
 }
 
 impl Stored {

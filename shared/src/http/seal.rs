@@ -10,7 +10,7 @@
 //! session lifetime.
 
 use std::path::Path;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
@@ -274,9 +274,7 @@ fn negotiated_protocol(body: &[u8]) -> Option<String> {
 }
 
 fn now_secs() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
+    crate::clock::unix_secs()
 }
 
 /// The secret lines of a key file (blank lines and `#` comments skipped).

@@ -36,10 +36,7 @@ pub const NOTIFY_CHANNEL: &str = "kitbag_issues";
 
 /// Unix seconds now.
 pub fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
+    i64::try_from(kitbag_shared::clock::unix_secs()).unwrap_or(i64::MAX)
 }
 
 pub fn new_id() -> String {
