@@ -384,15 +384,11 @@ impl Run {
         let (log_path, log) = crate::logs::create(&self.root, &format!("job-{}", self.id)).await?;
         let mut reader = crate::kitbag::KitbagReader::new(self.root.clone());
         let mut feed = crate::stream::Feed::new(&mut reader, Some(log), Some(tx));
-        let depth: u32 = std::env::var(crate::DEPTH_VAR)
-            .ok()
-            .and_then(|d| d.parse().ok())
-            .unwrap_or(0);
         let run = crate::local::LocalRun {
             launch,
             cwd: &self.root,
-            env: &[(crate::DEPTH_VAR.to_string(), (depth + 1).to_string())],
-            env_remove: &[kitbag_shared::process::HOST_DEPTH_VAR],
+            env: &[crate::deeper()],
+            env_remove: &[crate::HOST_DEPTH],
             timeout: self.timeout,
             ct: self.ct.clone(),
         };

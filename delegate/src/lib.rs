@@ -67,13 +67,23 @@ const HOST_DEPTH: &str = kitbag_shared::process::HOST_DEPTH_VAR;
 pub const DEPTH_VAR: &str = "KITBAG_DELEGATE_DEPTH";
 pub const MAX_DEPTH: u32 = 3;
 
+/// How many delegations deep this process runs.
+fn depth() -> u32 {
+    std::env::var(DEPTH_VAR)
+        .ok()
+        .and_then(|d| d.parse().ok())
+        .unwrap_or(0)
+}
+
+/// What a CLI started here gets in its environment: one level deeper.
+fn deeper() -> (String, String) {
+    (DEPTH_VAR.to_string(), (depth() + 1).to_string())
+}
+
 /// Run `p` in the root (not in an instance: see [`guest`]) to its end.
 pub async fn delegate(p: DelegateParams, cx: Context<'_>) -> ToolResult<DelegateResult> {
     p.check()?;
-    let depth: u32 = std::env::var(DEPTH_VAR)
-        .ok()
-        .and_then(|d| d.parse().ok())
-        .unwrap_or(0);
+    let depth = depth();
     if depth >= MAX_DEPTH {
         return Err(ToolError::new(
             ErrorCode::CapabilityDenied,
@@ -111,11 +121,7 @@ pub async fn delegate(p: DelegateParams, cx: Context<'_>) -> ToolResult<Delegate
     let run = local::LocalRun {
         launch: &launch,
         cwd: &cwd,
-        env: &[
-            vec![(DEPTH_VAR.to_string(), (depth + 1).to_string())],
-            command::env(&p),
-        ]
-        .concat(),
+        env: &[vec![deeper()], command::env(&p)].concat(),
         env_remove: &[HOST_DEPTH],
         timeout: p.timeout(),
         ct: cx.ct,

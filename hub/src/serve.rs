@@ -86,7 +86,7 @@ impl HostServer {
             crate::delegate_tool::DELEGATE_TOOL => {
                 return Some(tier::of_tool(&crate::delegate_tool::tool()));
             }
-            n if self.jobs_listed() && crate::job_tools::TOOLS.contains(&n) => {
+            n if crate::job_tools::TOOLS.contains(&n) && self.jobs_listed() => {
                 return crate::job_tools::tools()
                     .iter()
                     .find(|t| t.name == n)
@@ -468,7 +468,8 @@ impl OwnTools for HostServer {
         name == STATUS_TOOL
             || (name == RELOAD_TOOL && self.loader.is_some())
             || name == crate::delegate_tool::DELEGATE_TOOL
-            || (self.jobs_listed() && crate::job_tools::TOOLS.contains(&name))
+            // The name first: `owns` runs for every call, the model lookup only for these.
+            || (crate::job_tools::TOOLS.contains(&name) && self.jobs_listed())
             || self.workflows.owns(name)
     }
 

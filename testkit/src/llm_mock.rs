@@ -371,3 +371,21 @@ pub fn responses_message(text: &str) -> Value {
     json!({"type": "message", "role": "assistant",
            "content": [{"type": "output_text", "text": text}]})
 }
+
+/// Claude Code's calls without tools (a session title, a quota check) answered aside, for
+/// [`MockLlm::side_replies`]: the script is for its turns.
+pub fn claude_code_side_calls(body: &Value) -> Option<Reply> {
+    if body
+        .get("tools")
+        .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
+    {
+        return None;
+    }
+    if body["stream"] == true {
+        return Some(Reply::sse(anthropic_text("Delegated task")));
+    }
+    let message = json!({"id": "msg_side", "type": "message", "role": "assistant", "model": "m",
+        "content": [{"type": "text", "text": "Delegated task"}], "stop_reason": "end_turn",
+        "usage": {"input_tokens": 1, "output_tokens": 1}});
+    Some(Reply::json(&message.to_string()))
+}

@@ -14,9 +14,11 @@ use std::process::Command;
 use std::time::Instant;
 
 use kitbag_testkit::bench::{Summary, median, ms, summary};
-use kitbag_testkit::llm_mock::{MockLlm, Reply, anthropic_text, anthropic_tool_call};
+use kitbag_testkit::llm_mock::{
+    MockLlm, Reply, anthropic_text, anthropic_tool_call, claude_code_side_calls,
+};
 use kitbag_testkit::{Era, McpClient};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const ROUNDS: usize = 7;
 
@@ -51,17 +53,6 @@ fn script(root: &Path) -> Vec<Reply> {
     ]
 }
 
-/// Claude Code's calls without tools are answered aside (see tests/delegate.rs).
-fn side_calls(body: &Value) -> Option<Reply> {
-    if body
-        .get("tools")
-        .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
-    {
-        return None;
-    }
-    Some(Reply::sse(anthropic_text("Delegated task")))
-}
-
 fn main() {
     let Some(claude) = claude_dir() else {
         eprintln!("SKIPPED: testkit/claude is not installed (scripts/test installs it)");
@@ -72,7 +63,7 @@ fn main() {
     std::fs::write(root.join("notes.txt"), "some notes\n").expect("notes");
     let home = tempfile::tempdir().expect("home");
     let mock = MockLlm::start(Vec::new());
-    mock.side_replies(side_calls);
+    mock.side_replies(claude_code_side_calls);
     let path = format!(
         "{}:{}",
         claude.display(),

@@ -15,8 +15,8 @@ use std::time::{Duration, Instant};
 
 use kitbag_testkit::clients::{require, testkit_dir};
 use kitbag_testkit::llm_mock::{
-    MockLlm, Reply, anthropic_text, anthropic_tool_call, responses_call, responses_message,
-    responses_stream,
+    MockLlm, Reply, anthropic_text, anthropic_tool_call, claude_code_side_calls, responses_call,
+    responses_message, responses_stream,
 };
 use kitbag_testkit::{Era, McpClient, pids_with_cmdline, wait_until};
 use serde_json::{Value, json};
@@ -79,24 +79,6 @@ fn codex_home(d: &Path, mock: &MockLlm) -> PathBuf {
     );
     std::fs::write(home.join("config.toml"), config).expect("config.toml");
     home
-}
-
-/// Claude Code's calls without tools (a session title, a quota check) are answered aside:
-/// the script is for its turns.
-fn claude_side_calls(body: &Value) -> Option<Reply> {
-    if body
-        .get("tools")
-        .is_some_and(|t| t.as_array().is_some_and(|a| !a.is_empty()))
-    {
-        return None;
-    }
-    if body["stream"] == true {
-        return Some(Reply::sse(anthropic_text("Delegated task")));
-    }
-    let message = json!({"id": "msg_side", "type": "message", "role": "assistant", "model": "m",
-        "content": [{"type": "text", "text": "Delegated task"}], "stop_reason": "end_turn",
-        "usage": {"input_tokens": 1, "output_tokens": 1}});
-    Some(Reply::json(&message.to_string()))
 }
 
 /// `kitbag serve` in `root`, with `env`.
@@ -262,7 +244,7 @@ fn claude_code_does_the_task_and_a_denied_write_is_reported() {
         )),
         Reply::sse(anthropic_text("Created out.txt after reading notes.txt.")),
     ]);
-    mock.side_replies(claude_side_calls);
+    mock.side_replies(claude_code_side_calls);
     let home = tempfile::tempdir().expect("home");
     let path = path_with(&claude);
     let url = mock.url();
@@ -304,7 +286,7 @@ fn claude_code_does_the_task_and_a_denied_write_is_reported() {
     let turns: Vec<_> = mock
         .received()
         .into_iter()
-        .filter(|r| claude_side_calls(&r.body).is_none())
+        .filter(|r| claude_code_side_calls(&r.body).is_none())
         .collect();
     assert_eq!(turns.len(), 5);
     assert!(
