@@ -67,6 +67,9 @@ pub enum ErrorCode {
     // web
     FetchFailed,
     UrlBlocked,
+    /// A page needs a browser to render it and none could be started; the message says how
+    /// to install one.
+    RendererUnavailable,
     // memory
     SecretDetected,
     MemoryFull,

@@ -167,15 +167,7 @@ pub fn label(v: &str) -> String {
 }
 
 fn resident_bytes() -> Option<u64> {
-    let status = std::fs::read_to_string("/proc/self/status").ok()?;
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
+    crate::proc_stat::resident_bytes(std::process::id())
 }
 
 // ---------------------------------------------------------------------------------------

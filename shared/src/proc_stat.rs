@@ -30,6 +30,35 @@ impl ProcStat {
     }
 }
 
+/// Process `pid`'s resident memory in bytes (`VmRSS` of its status); None when it is gone.
+pub fn resident_bytes(pid: u32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kb: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
+/// Process `pid`'s proportional share of memory in bytes (`Pss` of its smaps_rollup: pages
+/// shared with others counted by share), which adds up across a process tree where resident
+/// sizes count shared pages once per process (a browser's tree: 380 MB, against 920 MB of
+/// summed VmRSS). None when it is gone or the kernel has no smaps_rollup.
+pub fn proportional_bytes(pid: u32) -> Option<u64> {
+    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
+    let kb: u64 = rollup
+        .lines()
+        .find_map(|l| l.strip_prefix("Pss:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
+}
+
 /// Read process `pid`'s stat; None when it is gone (or there is no /proc).
 pub fn read(pid: i32) -> Option<ProcStat> {
     if pid <= 0 {

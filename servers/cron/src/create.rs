@@ -16,7 +16,7 @@ pub const MAX_COMMAND_TIMEOUT: i64 = 24 * 3600;
 pub const DEF: ToolDef = ToolDef::write(
     "cron_create",
     "Create a scheduled task",
-    "Schedule a message to you (in its own session), optionally after a shell command whose \
+    "Schedule a message to you, optionally after a shell command whose \
      exit code and output tail go into it. `schedule`: `min hour day month weekday`, @daily, …",
 )
 .exec();
@@ -45,7 +45,7 @@ pub struct CreateParams {
     /// Default true: fire a missed run at start.
     #[serde(default)]
     pub catch_up: Option<bool>,
-    /// Run by /bin/sh -c in the root at each firing.
+    /// /bin/sh -c in the root, each firing.
     #[serde(default)]
     pub command: Option<String>,
     /// Default 60.

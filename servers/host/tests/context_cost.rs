@@ -21,7 +21,10 @@ use serde_json::{Value, json};
 /// parameter texts, and descriptions lost what the schema or result says (35,814 → 34,980 for
 /// 58 tools). `agent_delegate` came in at 1,343 bytes, cut to 700 (no per-variant docs: they
 /// made a `oneOf`); 23 descriptions lost asides (paging notes, defaults, examples) to make
-/// room (36,323 → 34,998 for 59 tools). Tighter budgets: `--tools lazy`, or a config without the families unused.
+/// room (36,323 → 34,998 for 59 tools). `web_fetch`'s `render` came
+/// in at 141 bytes; five parameter texts lost limits their errors name, three descriptions lost
+/// asides (35,139 → 34,983). Tighter budgets: `--tools lazy`, or a config without the families
+/// unused.
 const BUDGET: usize = 35_000;
 
 /// With a model reachable (a `model` setting or an API key) the host also lists the subagent

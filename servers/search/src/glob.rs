@@ -50,7 +50,7 @@ pub struct GlobParams {
     pub hidden: Option<bool>,
     #[serde(default)]
     pub no_ignore: Option<bool>,
-    /// Default 100, max 10000.
+    /// Default 100.
     #[serde(default)]
     pub limit: Option<i64>,
     #[serde(default)]

@@ -74,7 +74,7 @@ pub struct GrepParams {
     /// ripgrep file types, e.g. rust, py, ts.
     #[serde(default, rename = "type")]
     pub file_type: Option<OneOrMany>,
-    /// `smart` (default): insensitive unless the pattern has an uppercase letter.
+    /// `smart` (default): insensitive unless uppercase.
     #[serde(default)]
     pub case: Option<CaseMode>,
     /// `pattern` is literal text.
@@ -88,7 +88,7 @@ pub struct GrepParams {
     pub before: Option<i64>,
     #[serde(default)]
     pub after: Option<i64>,
-    /// Lines around each match (0–50), content mode.
+    /// Lines around each match (content mode).
     #[serde(default)]
     pub context: Option<i64>,
     /// files_with_matches (default): paths; content: `path:line:text`; count: lines per file.

@@ -26,7 +26,7 @@ pub const MAX_TIMEOUT_MS: i64 = 600_000;
 pub const DEF: ToolDef = ToolDef::write(
     "shell_bash",
     "Run shell command",
-    "Run a command with `/bin/sh -c` in a PTY: output, exit code; past 30 KB head and tail, \
+    "Run a `/bin/sh -c` command in a PTY: output, exit code; past 30 KB head and tail, \
      all in `log_path`. Stdin is at EOF: a command waiting for terminal input returns as a job \
      for shell_input. Servers: `background: true`.",
 )

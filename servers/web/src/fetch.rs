@@ -15,6 +15,7 @@ use url::Url;
 use kitbag_shared::limits::{RESULT_BUDGET_BYTES, fit_str, json_len, json_prefix};
 
 use crate::guard::{GuardConfig, GuardResolver, Refusal, check_url};
+use crate::render::{RenderConfig, RenderMode, Renderer, app_shell};
 
 pub const DEFAULT_MAX_LENGTH: i64 = 10_000;
 pub const MAX_MAX_LENGTH: i64 = 1_000_000;
@@ -58,17 +59,20 @@ pub const DEF: ToolDef = ToolDef::read(
 #[serde(deny_unknown_fields)]
 pub struct FetchParams {
     pub url: String,
-    /// Characters; default 10000, max 1000000.
+    /// Characters; default 10000.
     #[serde(default)]
     pub max_length: Option<i64>,
     #[serde(default)]
     pub start_index: Option<i64>,
-    /// Unconverted body (HTML source).
+    /// HTML source.
     #[serde(default)]
     pub raw: Option<bool>,
-    /// Seconds, whole transfer; default 30, 1–120.
+    /// Seconds; default 30.
     #[serde(default)]
     pub timeout: Option<i64>,
+    /// Headless Chromium; auto: scripts but no text.
+    #[serde(default)]
+    pub render: Option<RenderMode>,
 }
 
 #[derive(Debug, Serialize, JsonSchema)]
@@ -110,6 +114,12 @@ pub struct FetchResult {
     /// An RSS or Atom feed: its entries (every one is in the text).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub feed_entries: Option<u64>,
+    /// Read from the DOM of headless Chromium.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub rendered: bool,
+    /// The browser's requests the guard refused (the first 20).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub blocked_requests: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -124,6 +134,8 @@ struct Page {
     redirects: Vec<String>,
     note: Option<String>,
     kind: Kind,
+    rendered: bool,
+    blocked: Vec<String>,
 }
 
 /// What a body was read as, beyond its text.
@@ -133,16 +145,25 @@ struct Kind {
     feed_entries: Option<u64>,
 }
 
+/// A page is cached per URL, `raw` and `render`.
+type CacheKey = (String, bool, RenderMode);
+
 pub struct WebState {
     client: reqwest::Client,
     cfg: Arc<GuardConfig>,
     pub max_body: usize,
-    cache: Mutex<lru::LruCache<(String, bool), (Instant, Page)>>,
+    cache: Mutex<lru::LruCache<CacheKey, (Instant, Page)>>,
     ttl: Duration,
+    pub renderer: Renderer,
 }
 
 impl WebState {
-    pub fn new(cfg: GuardConfig, max_body: usize, ttl: Duration) -> anyhow::Result<Self> {
+    pub fn new(
+        cfg: GuardConfig,
+        max_body: usize,
+        ttl: Duration,
+        render: RenderConfig,
+    ) -> anyhow::Result<Self> {
         // reqwest is built without a default crypto provider; ring compiles fast.
         let _ = rustls::crypto::ring::default_provider().install_default();
         let cfg = Arc::new(cfg);
@@ -155,6 +176,7 @@ impl WebState {
         let cap = NonZeroUsize::new(64).unwrap_or(NonZeroUsize::MIN);
         Ok(Self {
             client,
+            renderer: Renderer::new(render, cfg.clone()),
             cfg,
             max_body,
             cache: Mutex::new(lru::LruCache::new(cap)),
@@ -200,10 +222,11 @@ pub async fn run(
     let start = positive("start_index", p.start_index, 0, 0, i64::MAX)? as usize;
     let timeout = positive("timeout", p.timeout, DEFAULT_TIMEOUT_SECS, 1, 120)? as u64;
     let raw = p.raw.unwrap_or(false);
+    let mode = p.render.unwrap_or_default();
     let url = Url::parse(p.url.trim())
         .map_err(|e| ToolError::invalid_field("url", format!("not a valid URL: {e}")))?;
     check_url(&url, &state.cfg).map_err(refusal)?;
-    let key = (url.to_string(), raw);
+    let key = (url.to_string(), raw, mode);
     let cached = {
         let mut cache = state.cache.locked();
         match cache.get(&key) {
@@ -214,9 +237,10 @@ pub async fn run(
     let (page, from_cache) = match cached {
         Some(p) => (p, true),
         None => {
+            let deadline = Instant::now() + Duration::from_secs(timeout);
             let fetched = tokio::time::timeout(
                 Duration::from_secs(timeout),
-                fetch(&state, url.clone(), raw),
+                fetch(&state, url.clone(), raw, mode, deadline),
             )
             .await;
             let page = match fetched {
@@ -299,6 +323,8 @@ pub async fn run(
             pdf_pages: page.kind.pdf.map(|(pages, _)| pages),
             pdf_pages_converted: page.kind.pdf.map(|(_, shown)| shown),
             feed_entries: page.kind.feed_entries,
+            rendered: page.rendered,
+            blocked_requests: page.blocked.clone(),
         },
         format!("{header}{text}"),
     ))
@@ -325,7 +351,13 @@ fn net_error(e: reqwest::Error, url: &Url) -> ToolError {
         .with_detail(json!({ "field": "url" }))
 }
 
-async fn fetch(state: &WebState, url: Url, raw: bool) -> ToolResult<Page> {
+async fn fetch(
+    state: &WebState,
+    url: Url,
+    raw: bool,
+    mode: RenderMode,
+    deadline: Instant,
+) -> ToolResult<Page> {
     let (response, url, redirects) = follow(state, url).await?;
     let status = response.status().as_u16();
     let content_type = response
@@ -336,28 +368,93 @@ async fn fetch(state: &WebState, url: Url, raw: bool) -> ToolResult<Page> {
         .to_string();
     let final_url = response.url().to_string();
     let (body, body_truncated) = read_body(state, response, &url).await?;
-    let Shown {
-        title,
-        text,
-        raw_head,
-        note,
-        kind,
-    } = show(&body, &content_type, body_truncated, raw).map_err(|e| {
+    let shown = show(&body, &content_type, body_truncated, raw).map_err(|e| {
         ToolError::new(ErrorCode::Unsupported, format!("{url}: {e}"))
             .with_detail(json!({ "field": "url", "reason": e.reason() }))
     })?;
-    Ok(Page {
+    let mut page = Page {
         final_url,
         status,
         content_type,
-        title,
-        text,
-        raw_head,
+        title: shown.title,
+        text: shown.text,
+        raw_head: shown.raw_head,
         body_truncated,
         redirects,
-        note,
-        kind,
-    })
+        note: shown.note,
+        kind: shown.kind,
+        rendered: false,
+        blocked: Vec::new(),
+    };
+    let wanted = match mode {
+        RenderMode::Never => false,
+        RenderMode::Always => true,
+        RenderMode::Auto => !raw && app_shell::looks_like_app_shell(&body, &page.text),
+    };
+    if wanted && is_html(&page.content_type) {
+        render_into(state, &mut page, &url, raw, deadline).await?;
+    }
+    Ok(page)
+}
+
+fn is_html(content_type: &str) -> bool {
+    let mime = content_type
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_ascii_lowercase();
+    mime == "text/html" || mime == "application/xhtml+xml"
+}
+
+/// `page` read again from the DOM of the browser (as HTML source when `raw`).
+async fn render_into(
+    state: &WebState,
+    page: &mut Page,
+    url: &Url,
+    raw: bool,
+    deadline: Instant,
+) -> ToolResult<()> {
+    let timeout_secs = deadline
+        .saturating_duration_since(Instant::now())
+        .as_secs()
+        .max(1);
+    let rendered = state
+        .renderer
+        .render(url, deadline, state.max_body)
+        .await
+        .map_err(|e| e.into_tool_error(url, timeout_secs))?;
+    let mut notes: Vec<String> = Vec::new();
+    if raw {
+        page.text = rendered.html;
+    } else {
+        let (title, md, unwrapped) =
+            tokio::task::block_in_place(|| crate::html::to_markdown(&rendered.html));
+        page.title = title;
+        page.text = md;
+        if unwrapped > 0 {
+            notes.push(format!(
+                "{unwrapped} elements nested more than {} levels deep were unwrapped; their text is kept",
+                crate::html::MAX_DEPTH
+            ));
+        }
+    }
+    notes.push("rendered in headless Chromium".into());
+    if !rendered.settled {
+        notes.push("its network was still busy when the DOM was read".into());
+    }
+    if rendered.refusals.total > 0 {
+        notes.push(format!(
+            "the guard refused {} of the browser's requests",
+            rendered.refusals.total
+        ));
+    }
+    page.note = Some(notes.join("; "));
+    page.final_url = rendered.final_url;
+    page.body_truncated |= rendered.cut;
+    page.rendered = true;
+    page.blocked = rendered.refusals.kept;
+    Ok(())
 }
 
 /// GET `url`, following redirects (each checked like the first URL). Returns the final

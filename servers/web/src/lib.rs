@@ -5,6 +5,7 @@ pub mod fetch;
 pub mod guard;
 pub mod html;
 pub mod pdf;
+pub mod render;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -40,12 +41,31 @@ pub struct Args {
     /// How long a fetched page stays cached, in seconds.
     #[arg(long, default_value_t = 900)]
     pub cache_ttl_secs: u64,
+
+    /// The browser `render` uses (a path, or a name on PATH); default: the first of chromium,
+    /// chromium-browser, google-chrome-stable, google-chrome, chrome, headless_shell on PATH.
+    #[arg(long, env = "KITBAG_CHROMIUM", value_name = "PATH")]
+    pub chromium: Option<std::path::PathBuf>,
+
+    /// Pages rendered at once (1–16); more wait their turn within their timeout.
+    #[arg(long, default_value_t = 4, value_parser = clap::value_parser!(u16).range(1..=16))]
+    pub render_pages: u16,
+
+    /// The browser's memory, all its processes together (proportional set size), in MB: past
+    /// it the browser is stopped and the render refused (the next render starts a new one).
+    #[arg(long, default_value_t = 1024, value_parser = clap::value_parser!(u64).range(128..=65536))]
+    pub render_memory_mb: u64,
+
+    /// How long a rendered page may take to go network-idle before its DOM is read anyway, in
+    /// milliseconds.
+    #[arg(long, default_value_t = 10_000, value_parser = clap::value_parser!(u64).range(100..=120_000))]
+    pub render_settle_ms: u64,
 }
 
 pub const IDENTITY: Identity = Identity {
     name: "kitbag-web",
     version: env!("CARGO_PKG_VERSION"),
-    instructions: "web_fetch turns an http(s) page into markdown (or pretty JSON / text), paged by characters. Internal addresses are refused.",
+    instructions: "web_fetch turns an http(s) page into markdown (or pretty JSON / text), paged by characters; a page JavaScript fills in is rendered in headless Chromium. Internal addresses are refused, the browser's requests too.",
 };
 
 pub fn router() -> ToolRouter<WebState> {
@@ -65,7 +85,18 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<WebState>> {
             .collect(),
     };
     let max_body = args.max_body_bytes.clamp(1024, 10 << 20);
-    let state = WebState::new(cfg, max_body, Duration::from_secs(args.cache_ttl_secs))?;
+    let render = render::RenderConfig {
+        chromium: args.chromium.clone(),
+        max_pages: usize::from(args.render_pages),
+        memory_bytes: args.render_memory_mb << 20,
+        settle: Duration::from_millis(args.render_settle_ms),
+    };
+    let state = WebState::new(
+        cfg,
+        max_body,
+        Duration::from_secs(args.cache_ttl_secs),
+        render,
+    )?;
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 

@@ -2,17 +2,16 @@
 
 use std::io::{BufRead, BufReader, Write};
 use std::net::{TcpListener, TcpStream};
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
+
+#[path = "common/clients.rs"]
+mod clients;
+use clients::{bin, client, client_via};
 use serde_json::json;
 
 const ARTICLE: &str = include_str!("fixtures/article.html");
-
-fn bin() -> &'static Path {
-    Path::new(env!("CARGO_BIN_EXE_kitbag-web"))
-}
 
 /// A small HTTP/1.1 server on 127.0.0.1 with the routes the tests need.
 fn serve() -> u16 {
@@ -250,29 +249,6 @@ fn feeds_and_pdfs_become_text() {
     }
 }
 
-/// The web server with `args`: alone, or as the one server of a `kitbag serve` (the host
-/// binary built beside this crate's; its temporary config dir is returned to keep).
-fn client_via(args: &[&str], through_host: bool) -> (McpClient, Option<tempfile::TempDir>) {
-    if !through_host {
-        return (client(args), None);
-    }
-    let d = tempfile::tempdir().expect("tmp");
-    let kitbag = kitbag_testkit::sibling_binary("kitbag");
-    let mut web_args = vec!["server".to_string(), "web".to_string()];
-    web_args.extend(args.iter().map(|a| a.to_string()));
-    let cfg = d.path().join("agent.json");
-    let entry = json!({"command": kitbag, "args": web_args});
-    std::fs::write(&cfg, json!({"mcp": {"web": entry}}).to_string()).expect("agent.json");
-    let c = McpClient::spawn(
-        &kitbag,
-        &["--config", &cfg.to_string_lossy(), "serve"],
-        d.path(),
-        Era::Handshake,
-    );
-    assert_eq!(c.server_info["name"], "kitbag", "the host answers");
-    (c, Some(d))
-}
-
 fn feeds_and_pdfs_become_text_via(port: u16, through_host: bool) {
     let (mut c, _cfg) = client_via(&["--allow-host", "127.0.0.1"], through_host);
     let base = format!("http://127.0.0.1:{port}");
@@ -373,11 +349,6 @@ fn feeds_and_pdfs_become_text_via(port: u16, through_host: bool) {
             .expect("t")
             .starts_with("<?xml")
     );
-}
-
-fn client(args: &[&str]) -> McpClient {
-    let d = std::env::temp_dir();
-    McpClient::spawn(bin(), args, &d, Era::Handshake)
 }
 
 #[test]

@@ -496,16 +496,11 @@ impl Backend for QemuVm {
 
     /// QEMU's own use: resident memory and CPU time of its process.
     fn usage(&self) -> crate::cgroup::Usage {
-        let rss_kb = std::fs::read_to_string(format!("/proc/{}/status", self.pid))
-            .ok()
-            .and_then(|s| {
-                s.lines()
-                    .find_map(|l| l.strip_prefix("VmRSS:"))
-                    .and_then(|v| v.split_whitespace().next()?.parse::<u64>().ok())
-            });
         let cpu_ticks = kitbag_shared::proc_stat::read(self.pid).map(|s| s.utime + s.stime);
         crate::cgroup::Usage {
-            memory_bytes: rss_kb.map(|k| k * 1024),
+            memory_bytes: u32::try_from(self.pid)
+                .ok()
+                .and_then(kitbag_shared::proc_stat::resident_bytes),
             cpu_seconds: cpu_ticks.map(|t| t as f64 / 100.0),
             pids: None,
         }

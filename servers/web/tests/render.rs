@@ -1,0 +1,352 @@
+//! `web_fetch`'s `render` against headless Chromium: an app-shell page served from loopback
+//! whose script fills it in — and tries to reach internal addresses through every kind of
+//! request a page can make. Each of those must be refused by the guard (a trap listening on
+//! another loopback address counts what reaches it: nothing may), and the browser must never
+//! outlive the server, however it ends.
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use kitbag_testkit::{McpClient, child_pids, process_alive, wait_until};
+use serde_json::{Value, json};
+
+#[path = "common/clients.rs"]
+mod clients;
+use clients::client_via;
+
+/// Whether Chromium is here. Under `CI=true` its absence fails the test (scripts/test
+/// installs it); elsewhere the test returns, saying SKIP.
+fn chromium_present() -> bool {
+    let found = ["chromium", "chromium-browser", "google-chrome"]
+        .iter()
+        .any(|c| kitbag_shared::process::locate(c).is_some());
+    if !found {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "Chromium is required under CI=true (scripts/test installs it)"
+        );
+        eprintln!("SKIP: no Chromium on PATH");
+    }
+    found
+}
+
+/// A listener on 127.0.0.2 (loopback, so refused by the guard) counting every connection.
+fn trap() -> (u16, Arc<AtomicUsize>) {
+    let listener = TcpListener::bind("127.0.0.2:0").expect("bind 127.0.0.2");
+    let port = listener.local_addr().expect("addr").port();
+    let hits = Arc::new(AtomicUsize::new(0));
+    let counted = hits.clone();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            counted.fetch_add(1, Ordering::SeqCst);
+            drop(s);
+        }
+    });
+    (port, hits)
+}
+
+/// The site on 127.0.0.1: `/spa` is an empty root and a script; the script reads its article
+/// from `/data.json` and, on the way, tries the trap and the metadata address every way a page
+/// can.
+fn site(trap_port: u16) -> u16 {
+    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
+    let port = listener.local_addr().expect("addr").port();
+    std::thread::spawn(move || {
+        for s in listener.incoming().flatten() {
+            std::thread::spawn(move || answer(s, trap_port));
+        }
+    });
+    port
+}
+
+const SHELL: &str = r#"<!doctype html><html><head><title>Loading…</title>
+<script type="module" src="/app.js"></script></head>
+<body><div id="root"></div><noscript>You need to enable JavaScript to run this app.</noscript></body></html>"#;
+
+fn app_js(trap: u16) -> String {
+    format!(
+        r#"
+const trap = "127.0.0.2:{trap}";
+// Subresources, XHR, fetch, a WebSocket, a redirect to the metadata address, a name that
+// resolves to loopback, an iframe: each must be refused.
+new Image().src = "http://169.254.169.254/latest/meta-data/iam";
+new Image().src = "http://" + trap + "/img";
+fetch("http://" + trap + "/fetch").catch(() => {{}});
+fetch("/to-metadata").catch(() => {{}});
+fetch("http://localhost:{trap}/by-name").catch(() => {{}});
+const x = new XMLHttpRequest(); x.open("GET", "http://" + trap + "/xhr"); x.send();
+try {{ new WebSocket("ws://" + trap + "/ws"); }} catch (e) {{}}
+const f = document.createElement("iframe"); f.src = "http://10.0.0.1/"; document.body.appendChild(f);
+if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js").catch(() => {{}});
+const data = await (await fetch("/data.json")).json();
+document.title = data.title;
+const root = document.getElementById("root");
+const article = document.createElement("article");
+article.innerHTML = "<h1>" + data.title + "</h1>" + data.paragraphs.map(p => "<p>" + p + "</p>").join("");
+root.appendChild(article);
+"#
+    )
+}
+
+const PARAGRAPHS: [&str; 3] = [
+    "Rendered pages are read from the browser's DOM once their network has gone quiet, so the article a script writes is the article the agent reads.",
+    "Every request the page makes passes the same guard as the fetch itself: names are resolved by the server, and internal addresses are refused.",
+    "The browser is started once, kept for the next page, restarted after a crash and never left running after the server has gone.",
+];
+
+fn answer(mut stream: TcpStream, trap: u16) {
+    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
+    let mut first = String::new();
+    if reader.read_line(&mut first).is_err() {
+        return;
+    }
+    loop {
+        let mut line = String::new();
+        if reader.read_line(&mut line).is_err() || line == "\r\n" || line.is_empty() {
+            break;
+        }
+    }
+    let target = first.split_whitespace().nth(1).unwrap_or("/");
+    let path = target.split('?').next().unwrap_or(target).to_string();
+    let data = json!({"title": "The rendered article", "paragraphs": PARAGRAPHS}).to_string();
+    let (status, ctype, body, location) = match path.as_str() {
+        "/spa" => ("200 OK", "text/html", SHELL.to_string(), None),
+        "/app.js" => ("200 OK", "text/javascript", app_js(trap), None),
+        "/sw.js" => (
+            "200 OK",
+            "text/javascript",
+            format!(
+                "self.addEventListener('install', () => fetch('http://127.0.0.2:{trap}/sw').catch(() => {{}}));"
+            ),
+            None,
+        ),
+        "/data.json" => ("200 OK", "application/json", data, None),
+        "/to-metadata" => (
+            "302 Found",
+            "text/plain",
+            String::new(),
+            Some("http://169.254.169.254/latest/meta-data/"),
+        ),
+        "/article" => (
+            "200 OK",
+            "text/html",
+            format!(
+                "<html><body><script>var t = 1;</script><article><h1>Plain</h1><p>{}</p></article></body></html>",
+                PARAGRAPHS.join("</p><p>")
+            ),
+            None,
+        ),
+        _ => ("404 Not Found", "text/plain", "no".to_string(), None),
+    };
+    let mut head = format!(
+        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n",
+        body.len()
+    );
+    if let Some(l) = location {
+        head.push_str(&format!("Location: {l}\r\n"));
+    }
+    head.push_str("\r\n");
+    let _ = stream.write_all(head.as_bytes());
+    let _ = stream.write_all(body.as_bytes());
+    let mut sink = Vec::new();
+    let _ = stream.read_to_end(&mut sink);
+}
+
+fn text(r: &Value) -> &str {
+    r["text"].as_str().expect("text")
+}
+
+/// Every process under `pid`, however deep.
+fn tree(pid: u32) -> Vec<u32> {
+    let mut out = Vec::new();
+    let mut todo = vec![pid];
+    while let Some(p) = todo.pop() {
+        for c in child_pids(p) {
+            out.push(c);
+            todo.push(c);
+        }
+    }
+    out
+}
+
+/// The browser's main process under the web server `server` (its command line carries the
+/// pipe flag; its helpers' do not).
+fn browser_under(server: u32) -> Option<u32> {
+    tree(server).into_iter().find(|p| {
+        std::fs::read(format!("/proc/{p}/cmdline"))
+            .is_ok_and(|c| String::from_utf8_lossy(&c).contains("--remote-debugging-pipe"))
+    })
+}
+
+#[test]
+fn an_app_shell_is_rendered_and_the_browser_reaches_nothing_internal() {
+    if !chromium_present() {
+        return;
+    }
+    let (trap_port, hits) = trap();
+    let port = site(trap_port);
+    for through_host in [false, true] {
+        let (mut c, _cfg) = client_via(&["--allow-host", "127.0.0.1"], through_host);
+        let url = format!("http://127.0.0.1:{port}/spa");
+        let r = c.call_ok("web_fetch", json!({"url": url})).structured;
+        assert_eq!(r["rendered"], true, "{r}");
+        assert_eq!(r["title"], "The rendered article");
+        for p in PARAGRAPHS {
+            assert!(text(&r).contains(p), "{p} in {}", text(&r));
+        }
+        let blocked: Vec<&str> = r["blocked_requests"]
+            .as_array()
+            .expect("blocked_requests")
+            .iter()
+            .filter_map(Value::as_str)
+            .collect();
+        for needle in [
+            "169.254.169.254/latest/meta-data/iam",
+            "169.254.169.254/latest/meta-data/ ",
+            &format!("127.0.0.2:{trap_port}/fetch"),
+            &format!("127.0.0.2:{trap_port}/xhr"),
+            &format!("localhost:{trap_port}/by-name"),
+            "10.0.0.1",
+            // The WebSocket's tunnel, and the service worker's own fetch.
+            &format!("tunnel to 127.0.0.2:{trap_port}"),
+            &format!("127.0.0.2:{trap_port}/sw"),
+        ] {
+            let needle = needle.trim_end();
+            assert!(
+                blocked.iter().any(|b| b.contains(needle)),
+                "{needle} refused: {blocked:#?}"
+            );
+        }
+        assert!(
+            r["note"]
+                .as_str()
+                .is_some_and(|n| n.contains("rendered in headless Chromium")),
+            "{r}"
+        );
+        // The same page unrendered is the empty shell.
+        let plain = c
+            .call_ok("web_fetch", json!({"url": url, "render": "never"}))
+            .structured;
+        assert!(plain.get("rendered").is_none());
+        assert!(!text(&plain).contains(PARAGRAPHS[0]));
+        // A page with its text in the HTML is not rendered under auto; always renders it.
+        let article = format!("http://127.0.0.1:{port}/article");
+        let r = c.call_ok("web_fetch", json!({"url": article})).structured;
+        assert!(r.get("rendered").is_none(), "{r}");
+        let r = c
+            .call_ok("web_fetch", json!({"url": article, "render": "always"}))
+            .structured;
+        assert_eq!(r["rendered"], true);
+        assert!(text(&r).contains(PARAGRAPHS[2]));
+        // raw + always: the DOM's HTML, as the script left it.
+        let r = c
+            .call_ok(
+                "web_fetch",
+                json!({"url": url, "render": "always", "raw": true, "max_length": 100000}),
+            )
+            .structured;
+        assert!(
+            text(&r).contains("<article><h1>The rendered article</h1>"),
+            "{}",
+            text(&r)
+        );
+        c.call_err(
+            "web_fetch",
+            json!({"url": url, "render": "sometimes"}),
+            "invalid_params",
+        )
+        .expect_field("render");
+        let server = if through_host {
+            *child_pids(c.pid())
+                .first()
+                .expect("the web server under the host")
+        } else {
+            c.pid()
+        };
+        let browser_tree: Vec<u32> = tree(server);
+        assert!(browser_under(server).is_some(), "one browser runs");
+        c.shutdown();
+        wait_until("the browser to stop with its server", 10, || {
+            browser_tree.iter().all(|p| !process_alive(*p))
+        });
+    }
+    assert_eq!(
+        hits.load(Ordering::SeqCst),
+        0,
+        "nothing reached the trap on 127.0.0.2"
+    );
+}
+
+/// A browser killed outright is started again on the next render; a server killed outright
+/// (kill -9) takes its browser with it.
+#[test]
+fn a_crashed_browser_restarts_and_a_killed_server_leaves_none() {
+    if !chromium_present() {
+        return;
+    }
+    let (trap_port, _hits) = trap();
+    let port = site(trap_port);
+    let url = format!("http://127.0.0.1:{port}/spa");
+    let mut c = clients::client(&["--allow-host", "127.0.0.1"]);
+    let first = c
+        .call_ok(
+            "web_fetch",
+            json!({"url": url, "render": "always", "raw": true}),
+        )
+        .structured;
+    assert_eq!(first["rendered"], true);
+    let browser = browser_under(c.pid()).expect("a browser");
+    kitbag_shared::process::kill_tree(browser);
+    wait_until("the browser to die", 10, || !process_alive(browser));
+    // A different URL (not the cached page): the render starts a new browser.
+    let again = c
+        .call_ok(
+            "web_fetch",
+            json!({"url": format!("{url}?again"), "render": "always"}),
+        )
+        .structured;
+    assert!(text(&again).contains(PARAGRAPHS[1]), "{again}");
+    let second = browser_under(c.pid()).expect("a browser again");
+    assert_ne!(second, browser);
+    let everything = tree(c.pid());
+    assert!(everything.len() > 1, "the browser has its helpers");
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(c.pid() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .expect("kill -9");
+    wait_until(
+        "every browser process to go after kill -9 of the server",
+        15,
+        || everything.iter().all(|p| !process_alive(*p)),
+    );
+}
+
+/// No browser: the page that needs one is refused with how to install it; never still works.
+#[test]
+fn without_a_browser_a_shell_is_refused_saying_how_to_install_one() {
+    let (trap_port, _hits) = trap();
+    let port = site(trap_port);
+    let url = format!("http://127.0.0.1:{port}/spa");
+    let mut c: McpClient = clients::client(&[
+        "--allow-host",
+        "127.0.0.1",
+        "--chromium",
+        "/nonexistent/chromium",
+    ]);
+    let r = c.call_err("web_fetch", json!({"url": url}), "renderer_unavailable");
+    let msg = r.structured["error"]["message"].as_str().expect("message");
+    assert!(msg.contains("apt-get install chromium"), "{msg}");
+    assert!(msg.contains("render: \"never\""), "{msg}");
+    let plain = c
+        .call_ok("web_fetch", json!({"url": url, "render": "never"}))
+        .structured;
+    assert_eq!(text(&plain), "# Loading…", "{plain}");
+    // A page with text needs no browser under auto.
+    c.call_ok(
+        "web_fetch",
+        json!({"url": format!("http://127.0.0.1:{port}/article")}),
+    );
+}
