@@ -52,15 +52,7 @@ pub fn status_kb(pid: u32, field: &str) -> u64 {
 /// The proportional set size of a process in kB (its share of pages it shares with others,
 /// such as one binary's text mapped by several processes); 0 when it is gone.
 pub fn pss_kb(pid: u32) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with("Pss:"))
-                .and_then(|l| l.split_whitespace().nth(1))
-                .and_then(|v| v.parse().ok())
-        })
-        .unwrap_or(0)
+    kitbag_shared::proc_stat::proportional_bytes(pid).map_or(0, |b| b / 1024)
 }
 
 /// `pid` and every process below it.

@@ -79,7 +79,12 @@ fetch("http://localhost:{trap}/by-name").catch(() => {{}});
 const x = new XMLHttpRequest(); x.open("GET", "http://" + trap + "/xhr"); x.send();
 try {{ new WebSocket("ws://" + trap + "/ws"); }} catch (e) {{}}
 const f = document.createElement("iframe"); f.src = "http://10.0.0.1/"; document.body.appendChild(f);
-if (navigator.serviceWorker) navigator.serviceWorker.register("/sw.js").catch(() => {{}});
+// The service worker's install waits for its own request, and the page for the worker: the
+// worker's request is made before the article is written.
+if (navigator.serviceWorker) {{
+  await navigator.serviceWorker.register("/sw.js");
+  await navigator.serviceWorker.ready;
+}}
 const data = await (await fetch("/data.json")).json();
 document.title = data.title;
 const root = document.getElementById("root");
@@ -118,7 +123,7 @@ fn answer(mut stream: TcpStream, trap: u16) {
             "200 OK",
             "text/javascript",
             format!(
-                "self.addEventListener('install', () => fetch('http://127.0.0.2:{trap}/sw').catch(() => {{}}));"
+                "self.addEventListener('install', e => e.waitUntil(fetch('http://127.0.0.2:{trap}/sw').catch(() => {{}})));"
             ),
             None,
         ),
@@ -129,6 +134,20 @@ fn answer(mut stream: TcpStream, trap: u16) {
             String::new(),
             Some("http://169.254.169.254/latest/meta-data/"),
         ),
+        // Writes its article, then keeps a request open for 20 s.
+        "/busy" => (
+            "200 OK",
+            "text/html",
+            format!(
+                "<html><body><div id=root></div><script>document.getElementById('root').innerHTML = '<article><p>{}</p></article>'; fetch('/slow');</script></body></html>",
+                PARAGRAPHS[2]
+            ),
+            None,
+        ),
+        "/slow" => {
+            std::thread::sleep(std::time::Duration::from_secs(20));
+            ("200 OK", "text/plain", "late".to_string(), None)
+        }
         "/article" => (
             "200 OK",
             "text/html",
@@ -321,6 +340,53 @@ fn a_crashed_browser_restarts_and_a_killed_server_leaves_none() {
         "every browser process to go after kill -9 of the server",
         15,
         || everything.iter().all(|p| !process_alive(*p)),
+    );
+}
+
+/// The caps: a browser past its memory cap is stopped and the render refused, typed, with the
+/// figures; a page whose network never goes quiet is read when its settle time runs out.
+#[test]
+fn the_memory_and_settle_caps_hold() {
+    if !chromium_present() {
+        return;
+    }
+    let (trap_port, _hits) = trap();
+    let port = site(trap_port);
+    let mut small = clients::client(&["--allow-host", "127.0.0.1", "--render-memory-mb", "128"]);
+    let r = small.call_err(
+        "web_fetch",
+        json!({"url": format!("http://127.0.0.1:{port}/spa")}),
+        "fetch_failed",
+    );
+    let error = &r.structured["error"];
+    assert_eq!(error["detail"]["reason"], "memory", "{error}");
+    assert!(
+        error["detail"]["used_bytes"].as_u64() > Some(128 << 20),
+        "{error}"
+    );
+    wait_until("the browser past its cap to be stopped", 10, || {
+        browser_under(small.pid()).is_none()
+    });
+    let mut patient = clients::client(&["--allow-host", "127.0.0.1", "--render-settle-ms", "1000"]);
+    let (r, took) = patient.timed_call_ok(
+        "web_fetch",
+        json!({"url": format!("http://127.0.0.1:{port}/busy"), "render": "always"}),
+    );
+    assert!(
+        text(&r.structured).contains(PARAGRAPHS[2]),
+        "{}",
+        r.structured
+    );
+    assert!(
+        r.structured["note"]
+            .as_str()
+            .is_some_and(|n| n.contains("still busy")),
+        "{}",
+        r.structured
+    );
+    assert!(
+        took < std::time::Duration::from_secs(10),
+        "read at its settle time, not the request's end: {took:?}"
     );
 }
 

@@ -2,6 +2,7 @@
 //! request sent through a proxy, its pages opened each in a browser context of their own, and
 //! stopped — with every process it started — when the server lets it go or dies.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -242,16 +243,11 @@ impl Browser {
             connection: c.clone(),
             session: session.clone(),
         };
-        c.call_in(&session, "Page.enable", json!({}))
-            .await
-            .map_err(failed)?;
-        c.call_in(
-            &session,
-            "Page.setLifecycleEventsEnabled",
-            json!({"enabled": true}),
-        )
-        .await
-        .map_err(failed)?;
+        for domain in ["Page.enable", "Network.enable"] {
+            c.call_in(&session, domain, json!({}))
+                .await
+                .map_err(failed)?;
+        }
         let nav = c
             .call_in(&session, "Page.navigate", json!({"url": url.as_str()}))
             .await
@@ -261,20 +257,9 @@ impl Browser {
                 "the browser could not load {url}: {err}"
             )));
         }
-        let loader = nav["loaderId"].clone();
-        let settled = tokio::time::timeout(settle, async {
-            while let Some(e) = events.recv().await {
-                if e.method == "Page.lifecycleEvent"
-                    && e.params["name"] == "networkIdle"
-                    && e.params["loaderId"] == loader
-                {
-                    return true;
-                }
-            }
-            false
-        })
-        .await
-        .unwrap_or(false);
+        let settled = tokio::time::timeout(settle, settle_after_load(&mut events))
+            .await
+            .unwrap_or(false);
         let read = c
             .call_in(
                 &session,
@@ -298,6 +283,51 @@ impl Drop for Browser {
         // Its helpers (zygote, renderers, the network service) are its descendants.
         kitbag_shared::process::kill_tree(self.pid);
         let _ = std::fs::remove_dir_all(&self.profile);
+    }
+}
+
+/// How long a loaded page's network must stay quiet before its DOM is read: long enough for a
+/// script's next request to start after the last one's answer, far shorter than Chromium's
+/// own network-idle signal (500 ms of quiet, which came ~1 s after navigation here).
+const QUIET: Duration = Duration::from_millis(150);
+
+/// Wait until the page has loaded and none of its requests has been in flight for [`QUIET`].
+/// A request counts until it finishes or fails, or its frame goes away (a cross-site frame
+/// moves to a process of its own, whose requests this page's session no longer sees). False
+/// when the events end first (the page or the browser went away).
+async fn settle_after_load(
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<kitbag_cdp::Event>,
+) -> bool {
+    // Request id → its frame.
+    let mut in_flight: HashMap<String, String> = HashMap::new();
+    let mut loaded = false;
+    loop {
+        let next = if loaded && in_flight.is_empty() {
+            match tokio::time::timeout(QUIET, events.recv()).await {
+                Ok(e) => e,
+                Err(_) => return true,
+            }
+        } else {
+            events.recv().await
+        };
+        let Some(e) = next else {
+            return false;
+        };
+        let text = |key: &str| e.params[key].as_str().unwrap_or_default().to_string();
+        match e.method.as_str() {
+            "Network.requestWillBeSent" => {
+                in_flight.insert(text("requestId"), text("frameId"));
+            }
+            "Network.loadingFinished" | "Network.loadingFailed" => {
+                in_flight.remove(&text("requestId"));
+            }
+            "Page.frameDetached" => {
+                let frame = text("frameId");
+                in_flight.retain(|_, f| *f != frame);
+            }
+            "Page.loadEventFired" => loaded = true,
+            _ => {}
+        }
     }
 }
 

@@ -128,6 +128,9 @@ pub struct Renderer {
     pages: Semaphore,
 }
 
+/// What a render keeps of its deadline for reading the DOM back.
+const READ_MARGIN: Duration = Duration::from_millis(1500);
+
 /// How often the memory cap is looked at during a render.
 const MEMORY_POLL: Duration = Duration::from_millis(200);
 
@@ -165,10 +168,12 @@ impl Renderer {
         let proxy = GuardProxy::start(self.guard.clone())
             .await
             .map_err(|e| RenderError::Failed(format!("the guard proxy: {e}")))?;
-        let settle = self
-            .cfg
-            .settle
-            .min(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        // The DOM is read before the deadline: a page that never goes quiet is still read.
+        let settle = self.cfg.settle.min(
+            deadline
+                .saturating_duration_since(tokio::time::Instant::now())
+                .saturating_sub(READ_MARGIN),
+        );
         let outcome = tokio::select! {
             r = browser.page(url, &proxy, settle, max_chars) => r,
             used = watch_memory(&browser, self.cfg.memory_bytes) => Err(RenderError::Memory { used, cap: self.cfg.memory_bytes }),
@@ -220,10 +225,10 @@ impl Renderer {
 /// Resolves (with what they use) once the browser's processes together pass `cap` bytes.
 async fn watch_memory(browser: &Browser, cap: u64) -> u64 {
     loop {
-        tokio::time::sleep(MEMORY_POLL).await;
         let used = browser.memory_bytes();
         if used > cap {
             return used;
         }
+        tokio::time::sleep(MEMORY_POLL).await;
     }
 }
