@@ -34,12 +34,12 @@ fn node() -> Option<PathBuf> {
 
 /// Wait for the next `Debugger.paused`, skipping other events.
 async fn paused(
-    events: &mut tokio::sync::mpsc::UnboundedReceiver<(String, serde_json::Value)>,
+    events: &mut tokio::sync::mpsc::UnboundedReceiver<kitbag_dap::cdp::ws::Event>,
 ) -> serde_json::Value {
     loop {
-        let (method, params) = events.recv().await.unwrap();
-        if method == "Debugger.paused" {
-            return params;
+        let e = events.recv().await.unwrap();
+        if e.method == "Debugger.paused" {
+            return e.params;
         }
     }
 }

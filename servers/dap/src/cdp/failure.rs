@@ -101,3 +101,13 @@ pub enum AdapterFailure {
 }
 
 pub type AdapterResult<T> = Result<T, AdapterFailure>;
+
+impl From<kitbag_cdp::CdpError> for AdapterFailure {
+    fn from(e: kitbag_cdp::CdpError) -> Self {
+        match e {
+            kitbag_cdp::CdpError::Refused { message, .. } => AdapterFailure::Refused(message),
+            kitbag_cdp::CdpError::Closed => AdapterFailure::Closed,
+            kitbag_cdp::CdpError::NoReply(method) => AdapterFailure::NoReply(method),
+        }
+    }
+}

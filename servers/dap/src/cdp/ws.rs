@@ -1,31 +1,26 @@
-//! One inspector connection: CDP commands over a WebSocket, answers correlated by `id`,
-//! events handed to the adapter in order.
+//! One inspector connection: CDP over a WebSocket. Commands and their answers, and events in
+//! order, are kitbag-cdp's [`Connection`]; this module carries its messages over the socket.
 
-use kitbag_shared::lock::LockExt;
-use std::collections::HashMap;
-use std::sync::atomic::{AtomicI64, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::{SinkExt, StreamExt};
-use serde_json::{Value, json};
+use kitbag_cdp::Connection;
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio_tungstenite::tungstenite::Message;
 
 use super::failure::{AdapterFailure, AdapterResult};
 
+pub use kitbag_cdp::Event;
+
 /// How long one inspector command may take.
 pub const COMMAND_TIMEOUT: Duration = Duration::from_secs(15);
 
-type Pending = Arc<Mutex<HashMap<i64, oneshot::Sender<AdapterResult<Value>>>>>;
-
-/// A CDP event: method and params.
-pub type Event = (String, Value);
-
 pub struct Cdp {
-    next_id: AtomicI64,
-    pending: Pending,
-    out: mpsc::UnboundedSender<Message>,
+    connection: Arc<Connection>,
+    /// Asks the writer to close the socket.
+    close: mpsc::UnboundedSender<()>,
 }
 
 impl Cdp {
@@ -67,90 +62,60 @@ impl Cdp {
             _ => None,
         };
         let (mut sink, mut stream) = socket.split();
-        let (out, mut out_rx) = mpsc::unbounded_channel::<Message>();
-        let (events_tx, events) = mpsc::unbounded_channel::<Event>();
-        let pending: Pending = Arc::default();
+        let (out, mut out_rx) = mpsc::unbounded_channel::<String>();
+        let (close, mut close_rx) = mpsc::unbounded_channel::<()>();
+        let (connection, inbound, events) = Connection::new(out, COMMAND_TIMEOUT);
         tokio::spawn(async move {
-            while let Some(m) = out_rx.recv().await {
-                let closing = matches!(m, Message::Close(_));
-                if sink.send(m).await.is_err() || closing {
-                    break;
+            loop {
+                tokio::select! {
+                    // Commands already queued go out before the close.
+                    biased;
+                    m = out_rx.recv() => match m {
+                        Some(text) => {
+                            if sink.send(Message::text(text)).await.is_err() {
+                                break;
+                            }
+                        }
+                        None => break,
+                    },
+                    _ = close_rx.recv() => break,
                 }
             }
             let _ = sink.close().await;
         });
-        let reader_pending = pending.clone();
         tokio::spawn(async move {
             while let Some(Ok(m)) = stream.next().await {
                 if let Some(fd) = &quick_ack {
                     let _ = rustix::net::sockopt::set_tcp_quickack(fd, true);
                 }
-                let text = match m {
-                    Message::Text(t) => t.to_string(),
-                    Message::Binary(b) => String::from_utf8_lossy(&b).into_owned(),
+                match m {
+                    Message::Text(t) => inbound.handle(&t),
+                    Message::Binary(b) => inbound.handle(&String::from_utf8_lossy(&b)),
                     Message::Close(_) => break,
                     _ => continue,
-                };
-                let Ok(v) = serde_json::from_str::<Value>(&text) else {
-                    continue;
-                };
-                tracing::trace!(target: "kitbag_dap::cdp", "<- {}", text.chars().take(2000).collect::<String>());
-                if let Some(id) = v["id"].as_i64() {
-                    let tx = reader_pending.locked().remove(&id);
-                    if let Some(tx) = tx {
-                        let answer = match v.get("error") {
-                            Some(e) => Err(AdapterFailure::Refused(
-                                e["message"]
-                                    .as_str()
-                                    .unwrap_or("the inspector refused the command")
-                                    .to_string(),
-                            )),
-                            None => Ok(v["result"].clone()),
-                        };
-                        let _ = tx.send(answer);
-                    }
-                } else if let Some(method) = v["method"].as_str() {
-                    let _ = events_tx.send((method.to_string(), v["params"].clone()));
                 }
             }
-            // The socket is gone: every waiting command fails now.
-            reader_pending.locked().clear();
+            // The socket is gone: dropping `inbound` fails every waiting command.
         });
-        Ok((
-            Arc::new(Cdp {
-                next_id: AtomicI64::new(1),
-                pending,
-                out,
-            }),
-            events,
-        ))
+        Ok((Arc::new(Cdp { connection, close }), events))
     }
 
     /// Send a command without waiting for its answer.
-    pub fn send(&self, method: &str, params: Value) -> oneshot::Receiver<AdapterResult<Value>> {
-        let id = self.next_id.fetch_add(1, Ordering::SeqCst);
-        let (tx, rx) = oneshot::channel();
-        self.pending.locked().insert(id, tx);
-        let msg = json!({"id": id, "method": method, "params": params});
-        tracing::trace!(target: "kitbag_dap::cdp", "-> {msg}");
-        if self.out.send(Message::text(msg.to_string())).is_err() {
-            self.pending.locked().remove(&id);
-        }
-        rx
+    pub fn send(
+        &self,
+        method: &str,
+        params: Value,
+    ) -> oneshot::Receiver<Result<Value, kitbag_cdp::CdpError>> {
+        self.connection.send(None, method, params)
     }
 
     /// Send a command and wait for its answer.
     pub async fn call(&self, method: &str, params: Value) -> AdapterResult<Value> {
-        let rx = self.send(method, params);
-        match tokio::time::timeout(COMMAND_TIMEOUT, rx).await {
-            Ok(Ok(answer)) => answer,
-            Ok(Err(_)) => Err(AdapterFailure::Closed),
-            Err(_) => Err(AdapterFailure::NoReply(method.to_string())),
-        }
+        Ok(self.connection.call(method, params).await?)
     }
 
     /// Close the socket (the runtime then sees the debugger detach).
     pub fn close(&self) {
-        let _ = self.out.send(Message::Close(None));
+        let _ = self.close.send(());
     }
 }

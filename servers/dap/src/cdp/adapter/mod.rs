@@ -181,7 +181,7 @@ pub async fn run<S: AsyncRead + AsyncWrite + Send + 'static>(
                 }
             }
             ev = next_event(&mut a.events) => match ev {
-                Some((method, params)) => a.event(&method, params).await,
+                Some(e) => a.event(&e.method, e.params).await,
                 None => {
                     a.events = None;
                     a.cdp = None;
@@ -445,7 +445,7 @@ impl Adapter {
                 .await
                 .map_err(|_| AdapterFailure::NoFirstPause)?;
             match ev {
-                Some((m, p)) => self.event_quiet(&m, p).await,
+                Some(e) => self.event_quiet(&e.method, e.params).await,
                 None => return Err(AdapterFailure::Closed),
             }
         }
