@@ -1,7 +1,9 @@
 """Extract every corpus page with trafilatura and with the official MCP fetch server's extractor.
 
 Run by servers/web/benches/extract.rs (`cargo bench -p kitbag-web --bench extract`):
-    extract.py CORPUS_DIR
+    extract.py CORPUS_DIR          the checked-in corpus (its manifest.tsv and pages/)
+    extract.py --pages DIR         every DIR/*.html.gz, sorted (a public benchmark's pages;
+                                   the id is the file name before its first dot), one run each
 prints one JSON object per page: {"id", "trafilatura", "trafilatura_ms", "fetch", "fetch_ms"}.
 Times are in-process extraction only (the page is already decoded text), the median of RUNS runs.
 trafilatura runs with its defaults (plain text); the fetch server's extractor is
@@ -43,17 +45,32 @@ def timed(fn, html):
     return out or "", statistics.median(times)
 
 
+COMMENTS = True
+
+
 def run_trafilatura(html):
-    return trafilatura.extract(html)
+    # A public benchmark's pages are extracted as its own scripts do (comments left out).
+    return trafilatura.extract(html, include_comments=COMMENTS)
+
+
+def pages(args):
+    """(id, gzipped file) of every page to extract."""
+    if args[0] == "--pages":
+        for path in sorted(Path(args[1]).glob("*.html.gz")):
+            yield path.name.split(".")[0], path
+        return
+    corpus = Path(args[0])
+    for row in (corpus / "manifest.tsv").read_text().splitlines()[1:]:
+        pid = row.split("\t")[0]
+        yield pid, corpus / "pages" / f"{pid}.html.gz"
 
 
 def main():
-    corpus = Path(sys.argv[1])
-    rows = (corpus / "manifest.tsv").read_text().splitlines()[1:]
-    for row in rows:
-        pid = row.split("\t")[0]
-        html = gzip.decompress((corpus / "pages" / f"{pid}.html.gz").read_bytes())
-        html = html.decode("utf-8", errors="replace")
+    global RUNS, COMMENTS
+    if sys.argv[1] == "--pages":
+        RUNS, COMMENTS = 1, False
+    for pid, path in pages(sys.argv[1:]):
+        html = gzip.decompress(path.read_bytes()).decode("utf-8", errors="replace")
         rec = {"id": pid}
         rec["trafilatura"], rec["trafilatura_ms"] = timed(run_trafilatura, html)
         if extract_content_from_html is not None:

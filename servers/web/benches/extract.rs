@@ -7,10 +7,13 @@
 //! without it only kitbag's figures are printed, with a SKIPPED line. Scoring (token F1 of the
 //! text against each page's gold main content, markdown syntax stripped) is in
 //! tests/common/corpus.rs. Times are in-process extraction of an already decoded page, the median
-//! of 3 runs per page; p50 is over the pages.
+//! of 3 runs per page; p50 is over the pages. Then the public benchmarks whose clones
+//! `KITBAG_EXTRACT_CORPORA` holds, each scored by its own metric (`extract/public.rs`).
 
 #[path = "../tests/common/corpus.rs"]
 mod corpus;
+#[path = "extract/public.rs"]
+mod public;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -230,4 +233,5 @@ fn main() {
             pages.len()
         );
     }
+    public::run();
 }

@@ -329,7 +329,8 @@ fn a_crashed_browser_restarts_and_a_killed_server_leaves_none() {
     assert!(text(&again).contains(PARAGRAPHS[1]), "{again}");
     let second = browser_under(c.pid()).expect("a browser again");
     assert_ne!(second, browser);
-    let everything = tree(c.pid());
+    let killed = c.pid();
+    let everything = tree(killed);
     assert!(everything.len() > 1, "the browser has its helpers");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(c.pid() as i32),
@@ -341,6 +342,43 @@ fn a_crashed_browser_restarts_and_a_killed_server_leaves_none() {
         15,
         || everything.iter().all(|p| !process_alive(*p)),
     );
+    // Its profile (and Chromium's socket directory inside it) is left behind; the next
+    // server's browser sweeps it.
+    let left = profiles_of(killed);
+    assert!(
+        !left.is_empty(),
+        "a killed server's profile stays until a sweep"
+    );
+    let mut next = clients::client(&["--allow-host", "127.0.0.1"]);
+    next.call_ok(
+        "web_fetch",
+        json!({"url": format!("{url}?next"), "render": "always"}),
+    );
+    assert!(
+        left.iter().all(|p| !p.exists()),
+        "swept by the next browser's start: {left:?}"
+    );
+    // A server that ends normally takes its profile along.
+    let next_pid = next.pid();
+    assert!(!profiles_of(next_pid).is_empty());
+    next.shutdown();
+    wait_until("the profile of a server that ended to go", 10, || {
+        profiles_of(next_pid).is_empty()
+    });
+}
+
+/// The browser profiles of the web server `pid` (in the temporary directory it shares with
+/// this test).
+fn profiles_of(pid: u32) -> Vec<std::path::PathBuf> {
+    let prefix = format!("kitbag-web-browser-{pid}-");
+    std::fs::read_dir(std::env::temp_dir())
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.file_name().to_string_lossy().starts_with(&prefix))
+                .map(|e| e.path())
+                .collect()
+        })
+        .unwrap_or_default()
 }
 
 /// The caps: a browser past its memory cap is stopped and the render refused, typed, with the

@@ -106,6 +106,9 @@ fn command(bin: &Path, profile: &Path, js_heap_mb: u64) -> tokio::process::Comma
         cmd.arg("--no-sandbox");
     }
     cmd.arg("about:blank");
+    // Chromium leaves a directory for its singleton socket in TMPDIR, removed only on a clean
+    // exit: inside the profile it goes with it.
+    cmd.env("TMPDIR", profile.join("tmp"));
     cmd.stdin(std::process::Stdio::null())
         .stdout(std::process::Stdio::null())
         .process_group(0)
@@ -391,7 +394,7 @@ fn new_profile() -> std::io::Result<(PathBuf, std::fs::File)> {
     sweep_profiles();
     let n = LAUNCHES.fetch_add(1, Ordering::Relaxed);
     let profile = std::env::temp_dir().join(format!("{PROFILE_PREFIX}{}-{n}", std::process::id()));
-    std::fs::create_dir_all(&profile)?;
+    std::fs::create_dir_all(profile.join("tmp"))?;
     let stderr = std::fs::File::create(profile.join("stderr.log"))?;
     Ok((profile, stderr))
 }

@@ -1,0 +1,230 @@
+//! The public article-extraction benchmarks, each scored by its own published metric, with
+//! kitbag, trafilatura, the MCP fetch server's extractor and Readability.js run side by side on
+//! the same pages in one run.
+//!
+//! The benchmarks are not copied into this repository: `KITBAG_EXTRACT_CORPORA` names a
+//! directory holding their clones, e.g.
+//!
+//! ```sh
+//! mkdir -p ~/corpora && cd ~/corpora
+//! git clone https://github.com/scrapinghub/article-extraction-benchmark
+//! KITBAG_EXTRACT_CORPORA=~/corpora cargo bench -p kitbag-web --bench extract
+//! ```
+//!
+//! - `article-extraction-benchmark` (Zyte, MIT): 181 news and blog pages with human-written
+//!   article bodies, scored by its `evaluate.py` (precision and recall of 4-token shingles per
+//!   page, averaged; F1 of the averages; bootstrap ± over pages), run on its own with our
+//!   outputs beside its ground truth.
+//!
+//! The other extractors run as the benchmark's own scripts run them: trafilatura without
+//! comments, Readability.js's `textContent` on jsdom. Markdown (kitbag, the fetch server) is
+//! reduced to its text as the checked-in corpus's scoring does.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use serde_json::{Value, json};
+
+use crate::corpus;
+
+/// One extractor's texts by page id, and its median time per page in ms.
+struct Extracted {
+    name: &'static str,
+    texts: BTreeMap<String, String>,
+    p50_ms: f64,
+}
+
+pub fn run() {
+    let Some(root) = std::env::var_os("KITBAG_EXTRACT_CORPORA").map(PathBuf::from) else {
+        println!(
+            "\n*** SKIPPED the public benchmarks: KITBAG_EXTRACT_CORPORA names no directory (see benches/extract/public.rs for the clones it holds) ***"
+        );
+        return;
+    };
+    let aeb = root.join("article-extraction-benchmark");
+    if aeb.join("ground-truth.json").is_file() {
+        article_extraction_benchmark(&aeb);
+    } else {
+        println!(
+            "\n*** SKIPPED article-extraction-benchmark: no {} ***",
+            aeb.join("ground-truth.json").display()
+        );
+    }
+}
+
+/// Every `dir/*.html.gz`, sorted: (id, HTML), the id the file name before its first dot.
+fn gz_pages(dir: &Path) -> Vec<(String, String)> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.retain(|p| p.to_string_lossy().ends_with(".html.gz"));
+    names.sort();
+    names
+        .into_iter()
+        .filter_map(|p| {
+            let id = p
+                .file_name()?
+                .to_string_lossy()
+                .split('.')
+                .next()?
+                .to_string();
+            let mut raw = Vec::new();
+            flate2::read::GzDecoder::new(std::fs::File::open(&p).ok()?)
+                .read_to_end(&mut raw)
+                .ok()?;
+            Some((id, String::from_utf8_lossy(&raw).into_owned()))
+        })
+        .collect()
+}
+
+fn kitbag(pages: &[(String, String)]) -> Extracted {
+    let mut times = Vec::new();
+    let texts = pages
+        .iter()
+        .map(|(id, html)| {
+            let t = Instant::now();
+            let text = corpus::kitbag_text(html);
+            times.push(t.elapsed().as_secs_f64() * 1e3);
+            (id.clone(), text)
+        })
+        .collect();
+    Extracted {
+        name: "kitbag",
+        texts,
+        p50_ms: crate::median(times),
+    }
+}
+
+/// JSON lines from a command, or None (with a SKIPPED line) when it cannot run.
+fn json_lines(what: &str, cmd: &mut Command, install: &str) -> Option<Vec<Value>> {
+    let out = match cmd.output() {
+        Ok(o) if o.status.success() => o,
+        Ok(o) => {
+            println!(
+                "*** SKIPPED {what}: it failed: {} ***",
+                String::from_utf8_lossy(&o.stderr)
+                    .lines()
+                    .last()
+                    .unwrap_or("")
+            );
+            return None;
+        }
+        Err(e) => {
+            println!("*** SKIPPED {what}: {e} ({install}) ***");
+            return None;
+        }
+    };
+    Some(
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect(),
+    )
+}
+
+/// `key`'s text (and `key_ms`'s time) of every line, as one extractor's run.
+fn from_lines(name: &'static str, lines: &[Value], key: &str, markdown: bool) -> Extracted {
+    let mut times = Vec::new();
+    let texts = lines
+        .iter()
+        .filter_map(|v| {
+            let text = v.get(key)?.as_str().unwrap_or_default();
+            times.push(v.get(format!("{key}_ms")).or(v.get("ms"))?.as_f64()?);
+            let text = if markdown {
+                corpus::strip_markdown(text)
+            } else {
+                text.to_string()
+            };
+            Some((v["id"].as_str()?.to_string(), text))
+        })
+        .collect();
+    Extracted {
+        name,
+        texts,
+        p50_ms: crate::median(times),
+    }
+}
+
+fn others(html_dir: &Path) -> Vec<Extracted> {
+    let testkit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit");
+    let mut runs = Vec::new();
+    let py = testkit.join("web-py/.venv/bin/python");
+    let install_py = "python3 -m venv testkit/web-py/.venv && testkit/web-py/.venv/bin/pip install -r testkit/web-py/requirements.txt";
+    if let Some(lines) = json_lines(
+        "trafilatura and mcp-server-fetch",
+        Command::new(&py)
+            .arg(testkit.join("web-py/extract.py"))
+            .arg("--pages")
+            .arg(html_dir),
+        install_py,
+    ) {
+        runs.push(from_lines("trafilatura", &lines, "trafilatura", false));
+        runs.push(from_lines("mcp-server-fetch", &lines, "fetch", true));
+    }
+    let js = testkit.join("web-js");
+    if js.join("node_modules/@mozilla/readability").is_dir() {
+        if let Some(lines) = json_lines(
+            "Readability.js",
+            Command::new("node")
+                .arg(js.join("readability.mjs"))
+                .arg(html_dir),
+            "needs node",
+        ) {
+            runs.push(from_lines("readability-js", &lines, "text", false));
+        }
+    } else {
+        println!("*** SKIPPED Readability.js: npm ci --prefix testkit/web-js ***");
+    }
+    runs
+}
+
+/// Zyte's benchmark: our outputs written beside its ground truth, then its `evaluate.py`.
+fn article_extraction_benchmark(repo: &Path) {
+    let pages = gz_pages(&repo.join("html"));
+    println!(
+        "\narticle-extraction-benchmark: {} pages (news and blogs), scored by its evaluate.py",
+        pages.len()
+    );
+    let mut runs = vec![kitbag(&pages)];
+    runs.extend(others(&repo.join("html")));
+    let scratch = std::env::temp_dir().join("kitbag-extract-aeb");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(scratch.join("output")).expect("scratch dir");
+    std::fs::copy(
+        repo.join("ground-truth.json"),
+        scratch.join("ground-truth.json"),
+    )
+    .expect("ground truth");
+    for r in &runs {
+        let output: serde_json::Map<String, Value> = pages
+            .iter()
+            .map(|(id, _)| {
+                let body = r.texts.get(id).cloned().unwrap_or_default();
+                (id.clone(), json!({ "articleBody": body }))
+            })
+            .collect();
+        let file = json!({"version": format!("p50 {:.1} ms", r.p50_ms), "output": output});
+        std::fs::write(
+            scratch.join("output").join(format!("{}.json", r.name)),
+            file.to_string(),
+        )
+        .expect("write output");
+    }
+    match Command::new("python3")
+        .arg(repo.join("evaluate.py"))
+        .args(["--n-bootstrap", "200"])
+        .current_dir(&scratch)
+        .output()
+    {
+        Ok(o) if o.status.success() => print!("{}", String::from_utf8_lossy(&o.stdout)),
+        Ok(o) => println!(
+            "*** evaluate.py failed: {} ***",
+            String::from_utf8_lossy(&o.stderr)
+        ),
+        Err(e) => println!("*** evaluate.py could not run: {e} ***"),
+    }
+    println!("(the version column holds each extractor's median time per page)");
+}
