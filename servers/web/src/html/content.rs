@@ -77,6 +77,9 @@ const DROP_MARKERS: &[&str] = &[
     "postprofile",
 ];
 
+/// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
+const POSITION_MARKERS: &[&str] = &["sidebar", "right-rail"];
+
 const DROP_ROLES: &[&str] = &[
     "navigation",
     "banner",
@@ -352,15 +355,20 @@ pub(crate) fn stats(root: &Handle) -> HashMap<Key, Stats> {
 pub(crate) fn strip_soft(root: &Handle) {
     let map = stats(root);
     let total = map.get(&key(root)).map_or(0, |s| s.text);
+    let page_prose = map.get(&key(root)).map_or(0, |s| s.text - s.link);
+    // The page's own article: a semantic main-content element holding a quarter of its text.
+    // A boilerplate-looking block around it is layout (`<div class="pg-right-rail-tall">`
+    // wrapping a page with a rail), not boilerplate; teaser `<article>` cards are too small.
+    let anchors: Vec<Handle> = elements(root)
+        .into_iter()
+        .filter(|e| semantic_main(e) && map.get(&key(e)).is_some_and(|st| st.text * 4 >= total))
+        .collect();
     remove_where(root, &mut |c| {
         let tag = name(c);
-        if tag.is_empty() || matches!(tag, "main" | "article" | "body" | "html") {
+        if tag.is_empty() || matches!(tag, "body" | "html") || semantic_main(c) {
             return false;
         }
         let role = attr_lc(c, "role").unwrap_or_default();
-        if role == "main" || attr_lc(c, "itemprop").is_some_and(|v| v.contains("articlebody")) {
-            return false;
-        }
         let boiler = SOFT_DROP.contains(&tag)
             || DROP_ROLES.contains(&role.as_str())
             || DROP_MARKERS.iter().any(|m| marks(c).contains(m));
@@ -369,13 +377,34 @@ pub(crate) fn strip_soft(root: &Handle) {
         }
         let st = map.get(&key(c)).copied().unwrap_or_default();
         let dominant = st.text * 10 >= total * 4 && st.link_density() < 0.33;
+        // A block holding nearly all of the page is the page, however many links it has: the
+        // `<form>` an ASP.NET page wraps its whole body in.
+        let whole = st.text * 10 >= total * 8;
         // A DocBook/AsciiDoc `sidebar` is a boxed note inside the text: paragraphs, few links.
         let boxed_note = tag == "div"
             && marks(c).contains("sidebar")
             && st.paras >= 2
             && st.link_density() < 0.1;
-        !dominant && !boxed_note
+        let holds_article = anchors.iter().any(|a| contains(c, a));
+        // Only a position marks it (`and-w-sidebar`, a layout with a rail) while it holds half
+        // the page's text outside links: it is the page's column, not the side one.
+        let page_column = !SOFT_DROP.contains(&tag)
+            && st.paras >= 2
+            && (st.text - st.link) * 2 >= page_prose
+            && DROP_MARKERS
+                .iter()
+                .filter(|m| marks(c).contains(*m))
+                .all(|m| POSITION_MARKERS.contains(m));
+        !dominant && !boxed_note && !whole && !holds_article && !page_column
     });
+}
+
+/// `<main>`, `<article>`, `[role=main]` or `[itemprop=articleBody]`: never dropped as
+/// boilerplate themselves.
+fn semantic_main(n: &Handle) -> bool {
+    matches!(name(n), "main" | "article")
+        || attr_lc(n, "role").is_some_and(|r| r == "main")
+        || attr_lc(n, "itemprop").is_some_and(|v| v.contains("articlebody"))
 }
 
 /// A candidate's starting points from its tag.
