@@ -10,7 +10,6 @@
 //! (markdown reduced to its text; the id is the file name before its first dot).
 
 #[path = "../tests/common/corpus.rs"]
-#[allow(dead_code)]
 mod corpus;
 
 use std::io::Read;
