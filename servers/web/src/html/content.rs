@@ -4,9 +4,11 @@
 //!    controls, hidden elements.
 //! 2. [`strip_soft`]: boilerplate by tag, ARIA role or class/id marker (navigation, headers and
 //!    footers, asides, cookie banners, share widgets, related links…) is cut out, unless the block
-//!    holds most of the page's text and little of it is links — a `<div class="has-sidebar">`
-//!    wrapping the whole page stays — or is a boxed note inside the text (a DocBook `sidebar`
-//!    `div` of paragraphs with almost no links).
+//!    holds most of the page's text and little of it is links (never for comments), nearly all
+//!    of it (an ASP.NET page's `<form>`), the page's own `<main>`/`<article>`, or — marked only by
+//!    position, `sidebar`/`right-rail` — half its text outside links (the page's column in a
+//!    layout with a rail), or is a boxed note inside the text (a DocBook `sidebar` `div` of
+//!    paragraphs with almost no links).
 //! 3. [`choose`]: every paragraph-like element (`p`, `pre`, `td`, `blockquote`, a `div` holding
 //!    only inline content, a list item that is not mostly a link, …) of 25 characters or more
 //!    gives points to its ancestors — one, plus
@@ -376,7 +378,10 @@ pub(crate) fn strip_soft(root: &Handle) {
             return false;
         }
         let st = map.get(&key(c)).copied().unwrap_or_default();
-        let dominant = st.text * 10 >= total * 4 && st.link_density() < 0.33;
+        // Readers' comments can outweigh the article they follow: their size is no reason to
+        // keep them.
+        let comments = marks(c).contains("comments");
+        let dominant = !comments && st.text * 10 >= total * 4 && st.link_density() < 0.33;
         // A block holding nearly all of the page is the page, however many links it has: the
         // `<form>` an ASP.NET page wraps its whole body in.
         let whole = st.text * 10 >= total * 8;
@@ -495,10 +500,11 @@ pub(crate) fn choose(body: &Handle) -> Choice {
         };
         // A wrapper that adds (almost) nothing is climbed; otherwise only a body split into
         // several blocks climbs — a single block's parent is where headlines, bylines and
-        // teasers live.
+        // teasers live (a headline block picked beside the body is no part: parts hold 200
+        // characters).
         let blocks = picked
             .iter()
-            .filter(|h| score.contains_key(&key(h)))
+            .filter(|h| score.contains_key(&key(h)) && st(h).text >= 200)
             .count();
         let picked_text: usize = picked.iter().map(|h| st(h).text).sum();
         let parent_text = st(&parent).text;
@@ -514,7 +520,7 @@ pub(crate) fn choose(body: &Handle) -> Choice {
     for s in semantic_roots(&all) {
         let sp = st(&s).prose();
         let around = contains(&s, &anchor)
-            && sp * 2 <= picked_prose.max(1) * 5
+            && sp * 10 <= picked_prose.max(1) * 15
             && hinted_away(&s, &anchor, &map) * 4 <= picked_prose;
         let inside = !Rc::ptr_eq(&s, &anchor)
             && contains(&anchor, &s)
@@ -639,13 +645,18 @@ fn pick_siblings(
         } else {
             let s = st(sib);
             let mut sc = final_score(sib).unwrap_or(f64::MIN);
+            let ld = s.link_density();
+            // Same kind of block as the anchor and prose like it (a thread's next post) — not a
+            // list of teasers that shares a layout class (`grid-x main-wrapper`).
             if name(sib) == name(anchor)
+                && ld < 0.3
                 && alike(anchor_class.as_deref(), attr_lc(sib, "class").as_deref())
             {
                 sc += best_score * 0.2;
             }
-            let ld = s.link_density();
-            sc >= threshold
+            // Joined by its score only while it reads as prose: a list of teasers beside the
+            // article (a third of it links) scores on its excerpts.
+            (sc >= threshold && ld < 0.25)
                 || (name(sib) == "p" && s.text > 80 && ld < 0.25)
                 || (name(sib) == "p" && s.text > 0 && ld == 0.0 && {
                     let mut t = String::new();

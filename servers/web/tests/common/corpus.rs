@@ -169,7 +169,14 @@ pub fn score(output: &str, gold: &str) -> Score {
     }
 }
 
-/// kitbag's extraction of one page as scored: `to_markdown`'s text with markdown stripped.
+/// kitbag's extraction of one page as scored: `to_markdown`'s text with markdown stripped,
+/// without the `# title` line it puts first when the content has no heading of its own (that
+/// line is the page's `<title>`, the result's `title` field, not extracted text — as the other
+/// extractors' bodies leave the title out).
 pub fn kitbag_text(html: &str) -> String {
-    strip_markdown(&kitbag_web::html::to_markdown(html).1)
+    let (title, md, _) = kitbag_web::html::to_markdown(html);
+    let body = title
+        .and_then(|t| md.strip_prefix(&format!("# {t}")).map(str::to_string))
+        .unwrap_or(md);
+    strip_markdown(&body)
 }
