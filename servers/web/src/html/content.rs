@@ -206,14 +206,33 @@ fn attr_lc(n: &Node, key: &str) -> Option<String> {
     }
 }
 
-/// `class` and `id`, lower-cased, space-separated.
+/// `class` and `id`, lower-cased, space-separated — without the tokens that describe a state
+/// or a context rather than the block ([`modifier`]).
 fn marks(n: &Node) -> String {
-    let mut s = attr_lc(n, "class").unwrap_or_default();
-    if let Some(id) = attr_lc(n, "id") {
-        s.push(' ');
-        s.push_str(&id);
-    }
-    s
+    let class = attr_lc(n, "class").unwrap_or_default();
+    let id = attr_lc(n, "id").unwrap_or_default();
+    let kept: Vec<&str> = class
+        .split_whitespace()
+        .chain(id.split_whitespace())
+        .filter(|t| !modifier(t))
+        .collect();
+    kept.join(" ")
+}
+
+/// A class such as `has-sidebar`, `and-w-sidebar`, `no-ads` or `modal-enabled`: it says what the
+/// block has around it or what state it is in, not what it is — a wrapper of the whole article
+/// carries them (`box article modal-enabled`).
+fn modifier(token: &str) -> bool {
+    let parts: Vec<&str> = token.split(['-', '_']).filter(|p| !p.is_empty()).collect();
+    let (Some(first), Some(last)) = (parts.first(), parts.last()) else {
+        return false;
+    };
+    parts.len() >= 2
+        && (matches!(*first, "has" | "with" | "without" | "no" | "is" | "and")
+            || matches!(
+                *last,
+                "enabled" | "disabled" | "open" | "active" | "visible"
+            ))
 }
 
 /// Points for class/id hints: +25 for a content hint, −25 for a boilerplate hint (both may apply).
