@@ -36,8 +36,26 @@ use markup5ever_rcdom::{Handle, Node, NodeData};
 
 /// Subtrees that are never content.
 pub(crate) const HARD_DROP: &[&str] = &[
-    "script", "style", "noscript", "template", "iframe", "svg", "canvas", "button", "dialog",
-    "select", "input", "textarea", "object", "embed", "link", "meta", "head",
+    "script",
+    "style",
+    "noscript",
+    "template",
+    "iframe",
+    "svg",
+    "canvas",
+    "button",
+    "dialog",
+    "figcaption",
+    "img",
+    "picture",
+    "select",
+    "input",
+    "textarea",
+    "object",
+    "embed",
+    "link",
+    "meta",
+    "head",
 ];
 
 /// Subtrees that are boilerplate unless they hold the page's text (see [`strip_soft`]).
@@ -74,6 +92,7 @@ const DROP_MARKERS: &[&str] = &[
     "more-videos",
     "more-topics",
     "jumpbox",
+    "caption",
     "feedback",
     "signature",
     "postprofile",
