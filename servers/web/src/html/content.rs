@@ -93,6 +93,8 @@ const DROP_MARKERS: &[&str] = &[
     "more-topics",
     "jumpbox",
     "caption",
+    "byline",
+    "popular",
     "feedback",
     "signature",
     "postprofile",
