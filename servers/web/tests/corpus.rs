@@ -7,7 +7,7 @@
 mod corpus;
 
 /// Mean token F1 over the corpus must stay at or above this (reached: see the README).
-const MEAN_F1_FLOOR: f64 = 0.94;
+const MEAN_F1_FLOOR: f64 = 0.95;
 /// No page may fall below this F1.
 const PAGE_F1_FLOOR: f64 = 0.5;
 
