@@ -32,15 +32,7 @@ impl ProcStat {
 
 /// Process `pid`'s resident memory in bytes (`VmRSS` of its status); None when it is gone.
 pub fn resident_bytes(pid: u32) -> Option<u64> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let kb: u64 = status
-        .lines()
-        .find_map(|l| l.strip_prefix("VmRSS:"))?
-        .split_whitespace()
-        .next()?
-        .parse()
-        .ok()?;
-    Some(kb * 1024)
+    kib_field(&format!("/proc/{pid}/status"), "VmRSS:")
 }
 
 /// Process `pid`'s proportional share of memory in bytes (`Pss` of its smaps_rollup: pages
@@ -48,15 +40,20 @@ pub fn resident_bytes(pid: u32) -> Option<u64> {
 /// sizes count shared pages once per process (a browser's tree: 380 MB, against 920 MB of
 /// summed VmRSS). None when it is gone or the kernel has no smaps_rollup.
 pub fn proportional_bytes(pid: u32) -> Option<u64> {
-    let rollup = std::fs::read_to_string(format!("/proc/{pid}/smaps_rollup")).ok()?;
-    let kb: u64 = rollup
+    kib_field(&format!("/proc/{pid}/smaps_rollup"), "Pss:")
+}
+
+/// A `Key:   1234 kB` line of a /proc file, in bytes.
+fn kib_field(path: &str, key: &str) -> Option<u64> {
+    let text = std::fs::read_to_string(path).ok()?;
+    let kib: u64 = text
         .lines()
-        .find_map(|l| l.strip_prefix("Pss:"))?
+        .find_map(|l| l.strip_prefix(key))?
         .split_whitespace()
         .next()?
         .parse()
         .ok()?;
-    Some(kb * 1024)
+    Some(kib * 1024)
 }
 
 /// Read process `pid`'s stat; None when it is gone (or there is no /proc).

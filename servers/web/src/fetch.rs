@@ -398,13 +398,18 @@ async fn fetch(
 }
 
 fn is_html(content_type: &str) -> bool {
-    let mime = content_type
+    let mime = mime_of(content_type);
+    mime == "text/html" || mime == "application/xhtml+xml"
+}
+
+/// The media type of a Content-Type value, lower-cased, parameters left out.
+fn mime_of(content_type: &str) -> String {
+    content_type
         .split(';')
         .next()
         .unwrap_or("")
         .trim()
-        .to_ascii_lowercase();
-    mime == "text/html" || mime == "application/xhtml+xml"
+        .to_ascii_lowercase()
 }
 
 /// `page` read again from the DOM of the browser (as HTML source when `raw`).
@@ -542,12 +547,7 @@ fn show(
     body_truncated: bool,
     raw: bool,
 ) -> Result<Shown, crate::pdf::PdfError> {
-    let mime = content_type
-        .split(';')
-        .next()
-        .unwrap_or("")
-        .trim()
-        .to_ascii_lowercase();
+    let mime = mime_of(content_type);
     let decoded = || decode(body, content_type);
     let mut note = None;
     let mut kind = Kind::default();

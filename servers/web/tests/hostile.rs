@@ -2,12 +2,14 @@
 //! served from a real HTTP server on loopback to the real binary: each is answered, the memory
 //! stays bounded and the server keeps serving.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::path::Path;
 use std::time::Instant;
 
 use kitbag_testkit::{Era, McpClient};
+
+#[path = "common/http.rs"]
+mod http;
 use serde_json::json;
 
 fn bin() -> &'static Path {
@@ -43,39 +45,18 @@ fn page(path: &str) -> Option<Vec<u8>> {
 }
 
 fn serve() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || handle(stream));
-        }
-    });
-    port
+    http::serve_on("127.0.0.1", handle)
 }
 
-fn handle(mut stream: TcpStream) {
-    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
+fn handle(mut stream: TcpStream, _port: u16) {
+    let Some(path) = http::request_target(&stream) else {
         return;
-    }
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).is_err() || line == "\r\n" || line.is_empty() {
-            break;
-        }
-    }
-    let path = request_line.split_whitespace().nth(1).unwrap_or("/");
-    let (status, body) = match page(path) {
+    };
+    let (status, body) = match page(&path) {
         Some(b) => ("200 OK", b),
         None => ("404 Not Found", b"no".to_vec()),
     };
-    let head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: text/html; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
-        body.len()
-    );
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(&body);
+    http::respond(&mut stream, status, "text/html; charset=utf-8", &body, None);
 }
 
 /// Peak resident set of a process, in kB.

@@ -4,7 +4,6 @@
 //! another loopback address counts what reaches it: nothing may), and the browser must never
 //! outlive the server, however it ends.
 
-use std::io::{BufRead, BufReader, Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -14,6 +13,8 @@ use serde_json::{Value, json};
 
 #[path = "common/clients.rs"]
 mod clients;
+#[path = "common/http.rs"]
+mod http;
 use clients::client_via;
 
 /// Whether Chromium is here. Under `CI=true` its absence fails the test (scripts/test
@@ -102,19 +103,10 @@ const PARAGRAPHS: [&str; 3] = [
 ];
 
 fn answer(mut stream: TcpStream, trap: u16) {
-    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut first = String::new();
-    if reader.read_line(&mut first).is_err() {
+    let Some(target) = http::request_target(&stream) else {
         return;
-    }
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).is_err() || line == "\r\n" || line.is_empty() {
-            break;
-        }
-    }
-    let target = first.split_whitespace().nth(1).unwrap_or("/");
-    let path = target.split('?').next().unwrap_or(target).to_string();
+    };
+    let path = target.split('?').next().unwrap_or(&target).to_string();
     let data = json!({"title": "The rendered article", "paragraphs": PARAGRAPHS}).to_string();
     let (status, ctype, body, location) = match path.as_str() {
         "/spa" => ("200 OK", "text/html", SHELL.to_string(), None),
@@ -159,18 +151,7 @@ fn answer(mut stream: TcpStream, trap: u16) {
         ),
         _ => ("404 Not Found", "text/plain", "no".to_string(), None),
     };
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if let Some(l) = location {
-        head.push_str(&format!("Location: {l}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(body.as_bytes());
-    let mut sink = Vec::new();
-    let _ = stream.read_to_end(&mut sink);
+    http::respond(&mut stream, status, ctype, body.as_bytes(), location);
 }
 
 fn text(r: &Value) -> &str {
@@ -179,15 +160,9 @@ fn text(r: &Value) -> &str {
 
 /// Every process under `pid`, however deep.
 fn tree(pid: u32) -> Vec<u32> {
-    let mut out = Vec::new();
-    let mut todo = vec![pid];
-    while let Some(p) = todo.pop() {
-        for c in child_pids(p) {
-            out.push(c);
-            todo.push(c);
-        }
-    }
-    out
+    let mut all = kitbag_testkit::bench::process_tree(pid);
+    all.retain(|p| *p != pid);
+    all
 }
 
 /// The browser's main process under the web server `server` (its command line carries the

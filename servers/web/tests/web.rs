@@ -1,13 +1,14 @@
 //! web_fetch against a real HTTP server on loopback started by the test.
 
-use std::io::{BufRead, BufReader, Write};
-use std::net::{TcpListener, TcpStream};
+use std::net::TcpStream;
 use std::time::{Duration, Instant};
 
 use kitbag_testkit::{Era, McpClient, assert_catalog_matches, workspace_root};
 
 #[path = "common/clients.rs"]
 mod clients;
+#[path = "common/http.rs"]
+mod http;
 use clients::{bin, client, client_via};
 use serde_json::json;
 
@@ -15,33 +16,13 @@ const ARTICLE: &str = include_str!("fixtures/article.html");
 
 /// A small HTTP/1.1 server on 127.0.0.1 with the routes the tests need.
 fn serve() -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").expect("bind");
-    let port = listener.local_addr().expect("addr").port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming().flatten() {
-            std::thread::spawn(move || handle(stream, port));
-        }
-    });
-    port
+    http::serve_on("127.0.0.1", handle)
 }
 
 fn handle(mut stream: TcpStream, port: u16) {
-    let mut reader = BufReader::new(stream.try_clone().expect("clone"));
-    let mut request_line = String::new();
-    if reader.read_line(&mut request_line).is_err() {
+    let Some(path) = http::request_target(&stream) else {
         return;
-    }
-    loop {
-        let mut line = String::new();
-        if reader.read_line(&mut line).is_err() || line == "\r\n" || line.is_empty() {
-            break;
-        }
-    }
-    let path = request_line
-        .split_whitespace()
-        .nth(1)
-        .unwrap_or("/")
-        .to_string();
+    };
     let long: String = (0..2500).map(|i| format!("line {i:04} é\n")).collect();
     let (status, ctype, body, location): (&str, &str, Vec<u8>, Option<String>) = match path.as_str()
     {
@@ -164,16 +145,7 @@ fn handle(mut stream: TcpStream, port: u16) {
             None,
         ),
     };
-    let mut head = format!(
-        "HTTP/1.1 {status}\r\nContent-Type: {ctype}\r\nContent-Length: {}\r\nConnection: close\r\n",
-        body.len()
-    );
-    if let Some(l) = location {
-        head.push_str(&format!("Location: {l}\r\n"));
-    }
-    head.push_str("\r\n");
-    let _ = stream.write_all(head.as_bytes());
-    let _ = stream.write_all(&body);
+    http::respond(&mut stream, status, ctype, &body, location.as_deref());
 }
 
 const RSS: &str = r#"<?xml version="1.0" encoding="utf-8"?>
