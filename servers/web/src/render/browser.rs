@@ -188,8 +188,8 @@ impl Browser {
             .to_string()
     }
 
-    /// Open `url` in a fresh context whose traffic goes through `proxy`, wait until its
-    /// network has been idle (or `settle` has passed), and read back the DOM as HTML, cut to
+    /// Open `url` in a fresh context whose traffic goes through `proxy`, wait until it has
+    /// loaded and gone quiet (or `settle` has passed), and read back the DOM as HTML, cut to
     /// `max_chars`. The context (and any page it opened) is disposed of on every path.
     pub async fn page(
         &self,
@@ -198,6 +198,45 @@ impl Browser {
         settle: Duration,
         max_chars: usize,
     ) -> Result<Snapshot, RenderError> {
+        let c = &self.connection;
+        let mut page = self.open_page(proxy).await?;
+        for domain in ["Page.enable", "Network.enable"] {
+            c.call_in(&page.session, domain, json!({}))
+                .await
+                .map_err(failed)?;
+        }
+        let nav = c
+            .call_in(&page.session, "Page.navigate", json!({"url": url.as_str()}))
+            .await
+            .map_err(failed)?;
+        if let Some(err) = nav["errorText"].as_str().filter(|e| !e.is_empty()) {
+            return Err(RenderError::Failed(format!(
+                "the browser could not load {url}: {err}"
+            )));
+        }
+        let settled = tokio::time::timeout(settle, settle_after_load(&mut page.events))
+            .await
+            .unwrap_or(false);
+        let read = c
+            .call_in(
+                &page.session,
+                "Runtime.evaluate",
+                json!({"expression": snapshot_script(max_chars), "returnByValue": true}),
+            )
+            .await
+            .map_err(failed)?;
+        let v = &read["result"]["value"];
+        Ok(Snapshot {
+            html: v["html"].as_str().unwrap_or_default().to_string(),
+            cut: v["cut"].as_bool().unwrap_or(false),
+            final_url: v["url"].as_str().unwrap_or(url.as_str()).to_string(),
+            settled,
+        })
+    }
+
+    /// A blank page in a browser context of its own — its proxy `proxy`, downloads denied —
+    /// attached as a session whose events come to the returned page.
+    async fn open_page(&self, proxy: &GuardProxy) -> Result<OpenPage, RenderError> {
         let c = &self.connection;
         let context = c
             .call(
@@ -213,7 +252,7 @@ impl Browser {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let _disposal = Disposal {
+        let disposal = Disposal {
             connection: c.clone(),
             context: context.clone(),
         };
@@ -241,44 +280,25 @@ impl Browser {
             .as_str()
             .unwrap_or_default()
             .to_string();
-        let mut events = c.subscribe(&session);
-        let _unsubscribe = Unsubscribe {
-            connection: c.clone(),
-            session: session.clone(),
-        };
-        for domain in ["Page.enable", "Network.enable"] {
-            c.call_in(&session, domain, json!({}))
-                .await
-                .map_err(failed)?;
-        }
-        let nav = c
-            .call_in(&session, "Page.navigate", json!({"url": url.as_str()}))
-            .await
-            .map_err(failed)?;
-        if let Some(err) = nav["errorText"].as_str().filter(|e| !e.is_empty()) {
-            return Err(RenderError::Failed(format!(
-                "the browser could not load {url}: {err}"
-            )));
-        }
-        let settled = tokio::time::timeout(settle, settle_after_load(&mut events))
-            .await
-            .unwrap_or(false);
-        let read = c
-            .call_in(
-                &session,
-                "Runtime.evaluate",
-                json!({"expression": snapshot_script(max_chars), "returnByValue": true}),
-            )
-            .await
-            .map_err(failed)?;
-        let v = &read["result"]["value"];
-        Ok(Snapshot {
-            html: v["html"].as_str().unwrap_or_default().to_string(),
-            cut: v["cut"].as_bool().unwrap_or(false),
-            final_url: v["url"].as_str().unwrap_or(url.as_str()).to_string(),
-            settled,
+        Ok(OpenPage {
+            events: c.subscribe(&session),
+            _unsubscribe: Unsubscribe {
+                connection: c.clone(),
+                session: session.clone(),
+            },
+            session,
+            _disposal: disposal,
         })
     }
+}
+
+/// A page being rendered: its session and events; dropping it unsubscribes and disposes of
+/// its context (fields drop in order: the subscription first).
+struct OpenPage {
+    session: String,
+    events: tokio::sync::mpsc::UnboundedReceiver<kitbag_cdp::Event>,
+    _unsubscribe: Unsubscribe,
+    _disposal: Disposal,
 }
 
 impl Drop for Browser {
