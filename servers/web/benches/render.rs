@@ -91,10 +91,7 @@ fn call(c: &mut McpClient, args: serde_json::Value) -> Duration {
 }
 
 fn main() {
-    let Some(chromium) = ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .find_map(|c| kitbag_shared::process::locate(c))
-    else {
+    let Ok(chromium) = kitbag_web::render::browser::locate(None) else {
         println!("SKIP: no Chromium on PATH");
         return;
     };

@@ -20,9 +20,8 @@ use clients::client_via;
 /// Whether Chromium is here. Under `CI=true` its absence fails the test (scripts/test
 /// installs it); elsewhere the test returns, saying SKIP.
 fn chromium_present() -> bool {
-    let found = ["chromium", "chromium-browser", "google-chrome"]
-        .iter()
-        .any(|c| kitbag_shared::process::locate(c).is_some());
+    // The server's own lookup of a browser on PATH.
+    let found = kitbag_web::render::browser::locate(None).is_ok();
     if !found {
         assert!(
             std::env::var("CI").as_deref() != Ok("true"),

@@ -409,4 +409,60 @@ mod tests {
         assert_eq!(content::class_weight("post-comments"), 0);
         assert_eq!(content::class_weight("row col-md-9"), 0);
     }
+
+    /// A story of several long paragraphs, each containing `word`.
+    fn story(word: &str) -> String {
+        (0..5)
+            .map(|i| format!("<p>Paragraph {i} about {word}, which goes on for a while, with commas, clauses and enough words to count as prose in anybody's reading.</p>"))
+            .collect()
+    }
+
+    #[test]
+    fn wrappers_that_only_look_like_boilerplate_keep_the_article() {
+        let nav: String = (0..40)
+            .map(|i| format!("<li><a href='/s{i}'>Section number {i}</a></li>"))
+            .collect();
+        // The ASP.NET page: everything inside one <form>, link-heavy menus included.
+        let page = format!(
+            "<html><body><form id='f'><ul>{nav}</ul><div class='body'>{}</div></form></body></html>",
+            story("herons")
+        );
+        assert!(
+            to_markdown(&page).1.contains("Paragraph 4 about herons"),
+            "form"
+        );
+        // A state class on the article box is not a modal, a context class not a sidebar.
+        for class in ["box article modal-enabled", "main has-sidebar"] {
+            let page = format!(
+                "<html><body><ul>{nav}</ul><div class='{class}'>{}</div></body></html>",
+                story("otters")
+            );
+            assert!(
+                to_markdown(&page).1.contains("Paragraph 4 about otters"),
+                "{class}"
+            );
+        }
+    }
+
+    #[test]
+    fn comments_images_captions_and_bylines_stay_out() {
+        let comments: String = (0..12)
+            .map(|i| format!("<div class='comment'><p>Comment {i} from a reader who has a lot to say about this, at length, with commas, and then some more words.</p></div>"))
+            .collect();
+        let page = format!(
+            "<html><body><article><p class='byline'>By Jo Writer</p><figure><img src='/b.jpg' alt='a crane'><figcaption>Photo: agency</figcaption></figure><p><img src='/a.jpg' alt='a heron'> The heron stood in the shallows for an hour, still, patient, and then it struck.</p>{}</article><div class='comments-area'>{comments}</div></body></html>",
+            story("herons")
+        );
+        let md = to_markdown(&page).1;
+        assert!(md.contains("Paragraph 4 about herons"), "{md}");
+        for gone in [
+            "Comment 3",
+            "a.jpg",
+            "a heron",
+            "Photo: agency",
+            "Jo Writer",
+        ] {
+            assert!(!md.contains(gone), "{gone} in {md}");
+        }
+    }
 }

@@ -51,17 +51,6 @@ pub struct RenderConfig {
     pub settle: Duration,
 }
 
-impl Default for RenderConfig {
-    fn default() -> Self {
-        RenderConfig {
-            chromium: None,
-            max_pages: 4,
-            memory_bytes: 1 << 30,
-            settle: Duration::from_secs(10),
-        }
-    }
-}
-
 /// Why a render gave nothing.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RenderError {
@@ -143,11 +132,6 @@ impl Renderer {
             browser: Mutex::new(None),
             pages,
         }
-    }
-
-    /// The browser's process id, when one runs (for tests and status).
-    pub async fn browser_pid(&self) -> Option<u32> {
-        self.browser.lock().await.as_ref().map(|b| b.pid)
     }
 
     /// Render `url` before `deadline`, reading back at most `max_chars` of HTML.
