@@ -252,6 +252,26 @@ impl PgServer {
         }
     }
 
+    /// A `psql` session on `url` held open between commands — to keep a transaction open
+    /// while something else runs.
+    pub fn session(&self, url: &str) -> PsqlSession {
+        let bin = bin_dir().expect("no PostgreSQL binaries");
+        let mut child = Command::new(bin.join("psql"))
+            .args(["-X", "-A", "-t", "-q", "-v", "ON_ERROR_STOP=1", "-d", url])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("start psql");
+        let stdin = child.stdin.take().expect("psql stdin");
+        let stdout = std::io::BufReader::new(child.stdout.take().expect("psql stdout"));
+        PsqlSession {
+            child,
+            stdin,
+            stdout,
+        }
+    }
+
     /// A new empty database in this cluster, and its URL.
     pub fn database(&self, name: &str) -> String {
         self.psql(&format!("CREATE DATABASE \"{name}\""))
@@ -292,5 +312,44 @@ impl Drop for PgServer {
         }
         let _ = killpg(pid, Signal::SIGKILL);
         let _ = child.wait();
+    }
+}
+
+/// One `psql` process taking commands one at a time ([`PgServer::session`]); killed on drop.
+pub struct PsqlSession {
+    child: Child,
+    stdin: std::process::ChildStdin,
+    stdout: std::io::BufReader<std::process::ChildStdout>,
+}
+
+impl PsqlSession {
+    /// Run `sql` (its last `;` may be left out) and return its output once it has run
+    /// (panics if psql stops on an error).
+    pub fn run(&mut self, sql: &str) -> String {
+        use std::io::{BufRead, Write};
+        const DONE: &str = "--psql-session-done--";
+        let sql = sql.trim_end().trim_end_matches(';');
+        writeln!(self.stdin, "{sql};\n\\echo {DONE}").expect("write to psql");
+        self.stdin.flush().expect("flush psql");
+        let mut out = String::new();
+        loop {
+            let mut line = String::new();
+            let n = self.stdout.read_line(&mut line).expect("read psql");
+            assert!(
+                n > 0,
+                "psql ended while running {sql:?}; output so far: {out}"
+            );
+            if line.trim_end() == DONE {
+                return out.trim().to_string();
+            }
+            out.push_str(&line);
+        }
+    }
+}
+
+impl Drop for PsqlSession {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
     }
 }

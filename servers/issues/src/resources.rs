@@ -13,6 +13,7 @@ use std::time::Duration;
 use crate::db::{self, Sql, StatusFilter, Store};
 use crate::issue::{self, GetParams};
 use crate::model::TodoStatus;
+use crate::notifier::ChangeCursor;
 use crate::render;
 use crate::state::IssuesState;
 use futures::future::BoxFuture;
@@ -84,7 +85,7 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
         .await;
         // Start from the change log as it was when the server opened the database: a change
         // made between a subscription and this task's start is not missed.
-        let mut last = state.notifier.cursor.load(Ordering::SeqCst);
+        let mut cursor = ChangeCursor::new(state.notifier.cursor.load(Ordering::SeqCst));
         let conn = match opened {
             Ok(Ok(v)) => v,
             Ok(Err(e)) => {
@@ -110,13 +111,13 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
             }
             let c = conn.clone();
             let project = state.project.clone();
-            let since = last;
+            let since = cursor.floor();
             let found = tokio::task::spawn_blocking(move || {
                 let mut c = c.locked();
                 db::changes_since(&mut *c, &project, since)
             })
             .await;
-            let (numbers, newest) = match found {
+            let rows = match found {
                 Ok(Ok(v)) => v,
                 Ok(Err(e)) => {
                     tracing::debug!("change log: {}", e.message);
@@ -124,8 +125,11 @@ fn ensure_watcher(state: &Arc<IssuesState>) {
                 }
                 Err(_) => continue,
             };
-            last = newest;
-            state.notifier.cursor.store(last, Ordering::SeqCst);
+            let numbers = cursor.advance(&rows, std::time::Instant::now());
+            state
+                .notifier
+                .cursor
+                .store(cursor.floor(), Ordering::SeqCst);
             if numbers.is_empty() || !state.notifier.subscribers.has_subscribers() {
                 continue;
             }

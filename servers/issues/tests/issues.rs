@@ -986,6 +986,45 @@ fn resources_read_and_notify_in_both_eras(env: &Env) {
     let _ = n3;
 }
 
+/// On PostgreSQL change numbers are taken in one order and committed in another: a change
+/// whose transaction commits after a later change was announced is still announced (the
+/// watcher once moved past it for good, and a subscriber never heard of it).
+#[test]
+fn a_change_committed_after_a_later_one_is_announced() {
+    let Some(env) = Env::postgres() else { return };
+    let mut c = env.spawn(&[]);
+    let (first, second) = (create(&mut c, "first", ""), create(&mut c, "second", ""));
+    for n in [first, second] {
+        let s = c.request(
+            "resources/subscribe",
+            json!({"uri": format!("issues://{n}")}),
+        );
+        assert!(s.get("result").is_some(), "{s}");
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    c.take_notifications();
+    // A writer takes the next change number and holds its transaction open…
+    let mut slow = env.psql_session().expect("postgres");
+    slow.run("BEGIN");
+    slow.run(&format!(
+        "INSERT INTO change_log (project, number) VALUES ('test', {first}); \
+         SELECT pg_notify('kitbag_issues', 'test')"
+    ));
+    // …while another process's later change commits and is announced.
+    let mut other = env.spawn(&[]);
+    other.call_ok("issue_comment", json!({"number": second, "body": "later"}));
+    assert!(
+        wait_for_update_within(&c, &format!("issues://{second}"), Duration::from_secs(5)),
+        "the later change announced"
+    );
+    c.take_notifications();
+    slow.run("COMMIT");
+    assert!(
+        wait_for_update_within(&c, &format!("issues://{first}"), Duration::from_secs(5)),
+        "the change committed last announced too"
+    );
+}
+
 /// Several servers starting at once on a new store: none fails with "database is locked"
 /// (switching a new file to WAL takes a lock SQLite does not wait for).
 #[test]

@@ -74,28 +74,22 @@ pub fn last_change(conn: &mut impl Sql) -> ToolResult<i64> {
     conn.int("SELECT coalesce(max(seq), 0) FROM change_log", &[])
 }
 
-/// Issue numbers of `project` changed after change `since`, and the newest change seen.
+/// Every change_log entry after `since` (all projects, so the reader sees each sequence
+/// number): `(seq, number, ours)` where `ours` says it is `project`'s. One statement, so one
+/// snapshot: a change committing meanwhile is either in it or read next time.
 pub fn changes_since(
     conn: &mut impl Sql,
     project: &str,
     since: i64,
-) -> ToolResult<(Vec<i64>, i64)> {
+) -> ToolResult<Vec<(i64, i64, bool)>> {
     let rows = conn.rows(
-        "SELECT seq, number FROM change_log WHERE seq > ?1 AND project = ?2 ORDER BY seq",
+        "SELECT seq, number, CASE WHEN project = ?2 THEN 1 ELSE 0 END FROM change_log \
+         WHERE seq > ?1 ORDER BY seq",
         &[&since, &project],
     )?;
-    let mut last = since;
-    let mut numbers = Vec::new();
-    for row in rows {
-        let (seq, n) = (row.int(0)?, row.int(1)?);
-        last = last.max(seq);
-        if !numbers.contains(&n) {
-            numbers.push(n);
-        }
-    }
-    // Other projects' changes advance the cursor too.
-    last = last.max(last_change(conn)?);
-    Ok((numbers, last))
+    rows.iter()
+        .map(|row| Ok((row.int(0)?, row.int(1)?, row.int(2)? == 1)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -62,6 +62,11 @@ impl Env {
         self.pg.is_some()
     }
 
+    /// A `psql` session on this store's database (PostgreSQL only).
+    pub fn psql_session(&self) -> Option<kitbag_testkit::pg::PsqlSession> {
+        self.pg.as_ref().map(|(server, url)| server.session(url))
+    }
+
     pub fn server(&self) -> Option<&PgServer> {
         self.pg.as_ref().map(|(s, _)| &**s)
     }
