@@ -548,7 +548,7 @@ fn show(
     raw: bool,
 ) -> Result<Shown, crate::pdf::PdfError> {
     let mime = mime_of(content_type);
-    let decoded = || decode(body, content_type);
+    let decoded = || crate::charset::decode(body, content_type);
     let mut note = None;
     let mut kind = Kind::default();
     let xmlish = mime.ends_with("+xml") || mime == "application/xml" || mime == "text/xml";
@@ -629,17 +629,4 @@ fn show(
         note,
         kind,
     })
-}
-
-/// Decode by the declared charset, else UTF-8 (invalid bytes replaced).
-fn decode(body: &[u8], content_type: &str) -> String {
-    let label = content_type
-        .split(';')
-        .filter_map(|p| p.trim().strip_prefix("charset="))
-        .next()
-        .map(|l| l.trim_matches('"'));
-    match label.and_then(|l| encoding_rs::Encoding::for_label(l.as_bytes())) {
-        Some(enc) => enc.decode(body).0.into_owned(),
-        None => String::from_utf8_lossy(body).into_owned(),
-    }
 }

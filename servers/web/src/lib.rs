@@ -1,5 +1,6 @@
 //! kitbag-web: fetch web pages as clean text over MCP, behind an SSRF guard.
 
+pub mod charset;
 pub mod feed;
 pub mod fetch;
 pub mod guard;

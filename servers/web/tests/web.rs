@@ -71,6 +71,21 @@ fn handle(mut stream: TcpStream, port: u16) {
                 ),
             }
         }
+        // Legacy encodings with no charset in the header: one declared in a <meta>, one not
+        // declared at all (windows-1252, as browsers assume).
+        "/cyrillic" => {
+            let mut page = b"<html><head><meta http-equiv=\"Content-Type\" content=\"text/html; charset=windows-1251\"><title>t</title></head><body><main><h1>".to_vec();
+            // "Привет, мир" in windows-1251.
+            page.extend_from_slice(b"\xcf\xf0\xe8\xe2\xe5\xf2, \xec\xe8\xf0");
+            page.extend_from_slice(b"</h1><p>text</p></main></body></html>");
+            ("200 OK", "text/html", page, None)
+        }
+        "/latin" => (
+            "200 OK",
+            "text/html",
+            b"<html><body><main><h1>Gr\xfc\xdfe aus K\xf6ln</h1></main></body></html>".to_vec(),
+            None,
+        ),
         "/r1" => ("302 Found", "text/plain", Vec::new(), Some("/r2".into())),
         "/r2" => (
             "301 Moved Permanently",
@@ -345,6 +360,20 @@ fn eras_and_catalog() {
                 &workspace_root(env!("CARGO_MANIFEST_DIR")).join("manifests/web/tools.json"),
             );
         }
+    }
+}
+
+#[test]
+fn legacy_encodings_are_decoded_as_the_page_declares() {
+    let port = serve();
+    let mut c = client(&["--allow-host", "127.0.0.1"]);
+    for (path, want) in [("cyrillic", "# Привет, мир"), ("latin", "# Grüße aus Köln")] {
+        let r = c.call_ok(
+            "web_fetch",
+            json!({"url": format!("http://127.0.0.1:{port}/{path}")}),
+        );
+        let text = r.structured["text"].as_str().expect("text");
+        assert!(text.starts_with(want), "{path}: {text}");
     }
 }
 
