@@ -36,8 +36,15 @@ fn scoring_strips_markdown_and_counts_multisets() {
     assert_eq!(
         corpus::tokens(&corpus::strip_markdown(md)),
         [
-            "title", "see", "the", "docs", "and", "a", "cat", "a", "b", "x", "y"
+            "title", "see", "the", "docs", "and", "a", "cat", "https", "y", "example", "z", "a",
+            "b", "x", "y"
         ]
+    );
+    // Text as a reader sees it, for metrics that match substrings: no bracket left before a
+    // link's text, no space after it, escapes undone.
+    assert_eq!(
+        corpus::strip_markdown("Wenn [Helmut Kohl](https://x.example/k), _so_ Konsument\\*innen"),
+        "Wenn Helmut Kohl, so Konsument*innen\n"
     );
     assert_eq!(corpus::tokens("東京 Tower"), ["東", "京", "tower"]);
     let s = corpus::score("a a b", "a b b c");

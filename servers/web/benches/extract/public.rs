@@ -15,6 +15,12 @@
 //!   article bodies, scored by its `evaluate.py` (precision and recall of 4-token shingles per
 //!   page, averaged; F1 of the averages; bootstrap ± over pages), run on its own with our
 //!   outputs beside its ground truth.
+//! - `trafilatura` (Apache-2.0; `git clone https://github.com/adbar/trafilatura`): its
+//!   evaluation corpus, 990 pages in many languages (news, blogs, shops, forums, public
+//!   bodies) with annotated segments that must be in the main text and segments that must not,
+//!   scored by its `tests/eval_common.py` (segment precision, recall, F1 over the corpus).
+//!   Every extractor gets the same text: the bytes decoded as web_fetch decodes a page served
+//!   without a charset (`kitbag_web::charset`).
 //!
 //! The other extractors run as the benchmark's own scripts run them: trafilatura without
 //! comments, Readability.js's `textContent` on jsdom. Markdown (kitbag, the fetch server) is
@@ -51,6 +57,15 @@ pub fn run() {
         println!(
             "\n*** SKIPPED article-extraction-benchmark: no {} ***",
             aeb.join("ground-truth.json").display()
+        );
+    }
+    let traf = root.join("trafilatura/tests");
+    if traf.join("evaldata.json").is_file() {
+        trafilatura_evaluation(&traf);
+    } else {
+        println!(
+            "\n*** SKIPPED trafilatura's evaluation: no {} ***",
+            traf.join("evaldata.json").display()
         );
     }
 }
@@ -227,4 +242,100 @@ fn article_extraction_benchmark(repo: &Path) {
         Err(e) => println!("*** evaluate.py could not run: {e} ***"),
     }
     println!("(the version column holds each extractor's median time per page)");
+}
+
+/// trafilatura's evaluation corpus: its pages decoded once and written gzipped to a scratch
+/// directory (the form every extractor's runner reads), each extractor's texts by URL handed to
+/// its own scoring code.
+fn trafilatura_evaluation(tests: &Path) {
+    let evaldata: serde_json::Map<String, Value> =
+        serde_json::from_slice(&std::fs::read(tests.join("evaldata.json")).expect("evaldata.json"))
+            .expect("evaldata.json is JSON");
+    let scratch = std::env::temp_dir().join("kitbag-extract-trafilatura");
+    let _ = std::fs::remove_dir_all(&scratch);
+    let html_dir = scratch.join("pages");
+    std::fs::create_dir_all(&html_dir).expect("scratch dir");
+    let mut urls = BTreeMap::new();
+    let mut pages = Vec::new();
+    for (url, item) in &evaldata {
+        let Some(file) = item["file"].as_str() else {
+            continue;
+        };
+        let Some(bytes) = ["cache", "eval"]
+            .iter()
+            .find_map(|d| std::fs::read(tests.join(d).join(file)).ok())
+        else {
+            println!("*** {url}: no page {file} ***");
+            continue;
+        };
+        let id = format!("{:04}", pages.len());
+        let html = kitbag_web::charset::decode(&bytes, "");
+        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut gz, html.as_bytes()).expect("gzip");
+        std::fs::write(
+            html_dir.join(format!("{id}.html.gz")),
+            gz.finish().expect("gzip"),
+        )
+        .expect("write page");
+        urls.insert(id.clone(), url.clone());
+        pages.push((id, html));
+    }
+    println!(
+        "\ntrafilatura's evaluation: {} pages in many languages, scored by its eval_common.py",
+        pages.len()
+    );
+    let mut runs = vec![kitbag(&pages)];
+    runs.extend(others(&html_dir));
+    let outputs: serde_json::Map<String, Value> = runs
+        .iter()
+        .map(|r| {
+            let texts: serde_json::Map<String, Value> = r
+                .texts
+                .iter()
+                .filter_map(|(id, text)| Some((urls.get(id)?.clone(), json!(text))))
+                .collect();
+            (r.name.to_string(), Value::Object(texts))
+        })
+        .collect();
+    // Which page is which, for looking into one extractor's result page by page.
+    std::fs::write(scratch.join("ids.json"), json!(urls).to_string()).expect("write ids");
+    let out_file = scratch.join("outputs.json");
+    std::fs::write(&out_file, Value::Object(outputs).to_string()).expect("write outputs");
+    let py = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit/web-py");
+    let scored = Command::new(py.join(".venv/bin/python"))
+        .arg(py.join("score_trafilatura_eval.py"))
+        .arg(tests)
+        .arg(&out_file)
+        .output();
+    let lines = match scored {
+        Ok(o) if o.status.success() => String::from_utf8_lossy(&o.stdout).into_owned(),
+        Ok(o) => {
+            println!(
+                "*** eval_common.py scoring failed: {} ***",
+                String::from_utf8_lossy(&o.stderr)
+            );
+            return;
+        }
+        Err(e) => {
+            println!(
+                "*** eval_common.py scoring could not run: {e} (it needs testkit/web-py/.venv) ***"
+            );
+            return;
+        }
+    };
+    println!(
+        "{:<18} {:>9} {:>7} {:>8} {:>6} {:>8}",
+        "extractor", "precision", "recall", "accuracy", "F1", "p50 ms"
+    );
+    for line in lines.lines() {
+        let f: Vec<&str> = line.split('\t').collect();
+        let [name, p, r, a, f1, _] = f[..] else {
+            continue;
+        };
+        let ms = runs
+            .iter()
+            .find(|x| x.name == name)
+            .map_or(f64::NAN, |x| x.p50_ms);
+        println!("{name:<18} {p:>9} {r:>7} {a:>8} {f1:>6} {ms:>8.1}");
+    }
 }

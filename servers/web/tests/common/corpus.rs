@@ -69,38 +69,30 @@ pub fn load_from(dir: &Path) -> Vec<Page> {
         .collect()
 }
 
-/// Markdown → its words: link and image targets and autolinks removed.
+/// Markdown → its text, as a markdown reader sees it: link and image targets, emphasis
+/// markers, heading and list marks, escapes and table pipes gone; blocks on lines of their own,
+/// table cells apart by a space.
 pub fn strip_markdown(md: &str) -> String {
+    use pulldown_cmark::{Event, Options, Parser, TagEnd};
     let mut out = String::with_capacity(md.len());
-    let mut chars = md.char_indices().peekable();
-    while let Some((i, c)) = chars.next() {
-        match c {
-            ']' if md[i + 1..].starts_with('(') => {
-                // Skip the target up to its closing parenthesis (nested ones counted).
-                chars.next();
-                let mut depth = 1usize;
-                for (_, d) in chars.by_ref() {
-                    match d {
-                        '(' => depth += 1,
-                        ')' => depth -= 1,
-                        '\n' => break,
-                        _ => {}
-                    }
-                    if depth == 0 {
-                        break;
-                    }
-                }
-                out.push(' ');
+    let options = Options::ENABLE_TABLES | Options::ENABLE_STRIKETHROUGH;
+    for event in Parser::new_ext(md, options) {
+        match event {
+            Event::Text(t) | Event::Code(t) | Event::Html(t) | Event::InlineHtml(t) => {
+                out.push_str(&t)
             }
-            '<' if md[i + 1..].starts_with("http://") || md[i + 1..].starts_with("https://") => {
-                for (_, d) in chars.by_ref() {
-                    if d == '>' || d.is_whitespace() {
-                        break;
-                    }
-                }
-                out.push(' ');
-            }
-            _ => out.push(c),
+            Event::SoftBreak | Event::HardBreak | Event::Rule => out.push('\n'),
+            Event::End(TagEnd::TableCell) => out.push(' '),
+            Event::End(
+                TagEnd::Paragraph
+                | TagEnd::Heading(_)
+                | TagEnd::Item
+                | TagEnd::CodeBlock
+                | TagEnd::BlockQuote(_)
+                | TagEnd::TableHead
+                | TagEnd::TableRow,
+            ) => out.push('\n'),
+            _ => {}
         }
     }
     out
