@@ -34,6 +34,9 @@ use std::rc::Rc;
 use html5ever::{QualName, ns};
 use markup5ever_rcdom::{Handle, Node, NodeData};
 
+use super::headings::remove_marking;
+use super::parse::name;
+
 /// Subtrees that are never content.
 pub(crate) const HARD_DROP: &[&str] = &[
     "script",
@@ -213,14 +216,6 @@ const BLOCKS: &[&str] = &[
     "table",
     "ul",
 ];
-
-/// The local name of an element ("" for other nodes).
-pub(crate) fn name(n: &Node) -> &str {
-    match &n.data {
-        NodeData::Element { name, .. } => &name.local,
-        _ => "",
-    }
-}
 
 fn attr_lc(n: &Node, key: &str) -> Option<String> {
     match &n.data {
@@ -411,7 +406,7 @@ pub(crate) fn strip_soft(root: &Handle) {
         .into_iter()
         .filter(|e| semantic_main(e) && map.get(&key(e)).is_some_and(|st| st.text * 4 >= total))
         .collect();
-    remove_where(root, &mut |c| {
+    remove_marking(root, &mut |c| {
         let tag = name(c);
         if tag.is_empty() || matches!(tag, "body" | "html") || semantic_main(c) {
             return false;
@@ -779,7 +774,7 @@ fn semantic_roots(all: &[Handle]) -> Vec<Handle> {
 pub(crate) fn clean(root: &Handle) {
     let map = stats(root);
     let rk = key(root);
-    remove_where(root, &mut |c| {
+    remove_marking(root, &mut |c| {
         let tag = name(c);
         if !matches!(
             tag,

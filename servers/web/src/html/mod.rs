@@ -8,6 +8,7 @@
 //! JSON-LD `articleBody` / `description`, `og:description`, `<meta name=description>`.
 
 mod content;
+mod headings;
 mod parse;
 
 use std::rc::Rc;
@@ -134,6 +135,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     content::strip_soft(&body);
     let choice = content::choose(&body);
     content::clean(&choice.root);
+    headings::drop_orphans(&choice.root);
     let mut md = converter.tree_to_markdown(&choice.root);
     // A body without prose of its own: the metadata's text, when it says more.
     let fallback = match (&meta.article_body, &meta.description) {

@@ -37,6 +37,14 @@ const VOID_TAGS: &[&str] = &[
     "wbr",
 ];
 
+/// The local name of an element ("" for other nodes).
+pub(crate) fn name(n: &Node) -> &str {
+    match &n.data {
+        NodeData::Element { name, .. } => &name.local,
+        _ => "",
+    }
+}
+
 pub(crate) fn tag(h: &Handle) -> Option<String> {
     match &h.data {
         NodeData::Element { name, .. } => Some(name.local.to_string()),
