@@ -112,6 +112,9 @@ const DROP_MARKERS: &[&str] = &[
 /// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
 const POSITION_MARKERS: &[&str] = &["sidebar", "right-rail"];
 
+/// Of [`DROP_MARKERS`], those a theme puts on the box that gets share buttons attached.
+const ATTACHED_MARKERS: &[&str] = &["share", "social"];
+
 const DROP_ROLES: &[&str] = &[
     "navigation",
     "banner",
@@ -432,6 +435,16 @@ pub(crate) fn strip_soft(root: &Handle) {
             && st.paras >= 2
             && st.link_density() < 0.1;
         let holds_article = anchors.iter().any(|a| contains(c, a));
+        // Marked only as a box with share buttons (`entry themeform share`) while holding
+        // paragraph after paragraph of prose: the article, not the share bar.
+        let prose_body = !SOFT_DROP.contains(&tag)
+            && st.paras >= 4
+            && st.prose() >= 1000
+            && st.link_density() < 0.2
+            && DROP_MARKERS
+                .iter()
+                .filter(|m| marks(c).contains(*m))
+                .all(|m| ATTACHED_MARKERS.contains(m));
         // Only a position marks it (`and-w-sidebar`, a layout with a rail) while it holds half
         // the page's text outside links: it is the page's column, not the side one.
         let page_column = !SOFT_DROP.contains(&tag)
@@ -441,7 +454,7 @@ pub(crate) fn strip_soft(root: &Handle) {
                 .iter()
                 .filter(|m| marks(c).contains(*m))
                 .all(|m| POSITION_MARKERS.contains(m));
-        !dominant && !boxed_note && !whole && !holds_article && !page_column
+        !dominant && !boxed_note && !whole && !holds_article && !page_column && !prose_body
     });
 }
 
