@@ -107,6 +107,8 @@ const DROP_MARKERS: &[&str] = &[
     "feedback",
     "signature",
     "postprofile",
+    "author",
+    "disclaimer",
 ];
 
 /// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
