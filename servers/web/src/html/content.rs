@@ -109,6 +109,8 @@ const DROP_MARKERS: &[&str] = &[
     "postprofile",
     "author",
     "disclaimer",
+    "copyright",
+    "legend",
 ];
 
 /// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
