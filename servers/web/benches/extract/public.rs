@@ -113,8 +113,21 @@ fn kitbag(pages: &[(String, String)]) -> Extracted {
     }
 }
 
-/// JSON lines from a command, or None (with a SKIPPED line) when it cannot run.
-fn json_lines(what: &str, cmd: &mut Command, install: &str) -> Option<Vec<Value>> {
+/// JSON lines from a command, or None (with a SKIPPED line) when it cannot run. The lines are
+/// kept in `saved`; with `KITBAG_BENCH_REUSE` set, a kept run is read back instead of running
+/// the command again (the Python side takes many minutes; kitbag's side is what changes).
+fn json_lines(what: &str, cmd: &mut Command, install: &str, saved: &Path) -> Option<Vec<Value>> {
+    let parse = |s: &str| -> Vec<Value> {
+        s.lines()
+            .filter_map(|l| serde_json::from_str(l).ok())
+            .collect()
+    };
+    if std::env::var_os("KITBAG_BENCH_REUSE").is_some()
+        && let Ok(s) = std::fs::read_to_string(saved)
+    {
+        println!("(reusing {} — KITBAG_BENCH_REUSE is set)", saved.display());
+        return Some(parse(&s));
+    }
     let out = match cmd.output() {
         Ok(o) if o.status.success() => o,
         Ok(o) => {
@@ -132,12 +145,12 @@ fn json_lines(what: &str, cmd: &mut Command, install: &str) -> Option<Vec<Value>
             return None;
         }
     };
-    Some(
-        String::from_utf8_lossy(&out.stdout)
-            .lines()
-            .filter_map(|l| serde_json::from_str(l).ok())
-            .collect(),
-    )
+    let s = String::from_utf8_lossy(&out.stdout).into_owned();
+    if let Some(dir) = saved.parent() {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let _ = std::fs::write(saved, &s);
+    Some(parse(&s))
 }
 
 /// `key`'s text (and `key_ms`'s time) of every line, as one extractor's run.
@@ -163,7 +176,9 @@ fn from_lines(name: &'static str, lines: &[Value], key: &str, markdown: bool) ->
     }
 }
 
-fn others(html_dir: &Path) -> Vec<Extracted> {
+/// The other extractors over `html_dir`'s pages; `corpus` names their kept runs.
+fn others(corpus: &str, html_dir: &Path) -> Vec<Extracted> {
+    let kept = std::env::temp_dir().join("kitbag-extract-runs");
     let testkit = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../testkit");
     let mut runs = Vec::new();
     let py = testkit.join("web-py/.venv/bin/python");
@@ -187,6 +202,7 @@ fn others(html_dir: &Path) -> Vec<Extracted> {
                 .arg(js.join("readability.mjs"))
                 .arg(html_dir),
             "needs node",
+            &kept.join(format!("{corpus}-readability.jsonl")),
         ) {
             runs.push(from_lines("readability-js", &lines, "text", false));
         }
@@ -204,7 +220,7 @@ fn article_extraction_benchmark(repo: &Path) {
         pages.len()
     );
     let mut runs = vec![kitbag(&pages)];
-    runs.extend(others(&repo.join("html")));
+    runs.extend(others("aeb", &repo.join("html")));
     let scratch = std::env::temp_dir().join("kitbag-extract-aeb");
     let _ = std::fs::remove_dir_all(&scratch);
     std::fs::create_dir_all(scratch.join("output")).expect("scratch dir");
@@ -285,7 +301,7 @@ fn trafilatura_evaluation(tests: &Path) {
         pages.len()
     );
     let mut runs = vec![kitbag(&pages)];
-    runs.extend(others(&html_dir));
+    runs.extend(others("trafilatura", &html_dir));
     let outputs: serde_json::Map<String, Value> = runs
         .iter()
         .map(|r| {

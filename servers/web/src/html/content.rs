@@ -36,6 +36,7 @@ use markup5ever_rcdom::{Handle, Node, NodeData};
 
 use super::headings::remove_marking;
 use super::parse::name;
+use super::share::ShareLinks;
 
 /// Subtrees that are never content.
 pub(crate) const HARD_DROP: &[&str] = &[
@@ -413,10 +414,14 @@ pub(crate) fn strip_soft(root: &Handle) {
         .into_iter()
         .filter(|e| semantic_main(e) && map.get(&key(e)).is_some_and(|st| st.text * 4 >= total))
         .collect();
+    let share = ShareLinks::under(root);
     remove_marking(root, &mut |c| {
         let tag = name(c);
         if tag.is_empty() || matches!(tag, "body" | "html") || semantic_main(c) {
             return false;
+        }
+        if share.is_bar(c, map.get(&key(c)).map_or(0, |s| s.prose())) {
+            return true;
         }
         let role = attr_lc(c, "role").unwrap_or_default();
         let boiler = SOFT_DROP.contains(&tag)

@@ -10,6 +10,7 @@
 mod content;
 mod headings;
 mod parse;
+mod share;
 
 use std::rc::Rc;
 
