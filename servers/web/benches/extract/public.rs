@@ -190,6 +190,7 @@ fn others(corpus: &str, html_dir: &Path) -> Vec<Extracted> {
             .arg("--pages")
             .arg(html_dir),
         install_py,
+        &kept.join(format!("{corpus}-python.jsonl")),
     ) {
         runs.push(from_lines("trafilatura", &lines, "trafilatura", false));
         runs.push(from_lines("mcp-server-fetch", &lines, "fetch", true));
