@@ -2,8 +2,10 @@
 //!
 //! The page is parsed once ([`parse`]: html5ever into an rcdom tree, parse errors not recorded,
 //! the tree flattened below [`MAX_DEPTH`] levels of nesting); the main content is found by
-//! [`content`] (boilerplate stripped, paragraphs scored into their containers, semantic wrappers
-//! checked against the scores, link lists cleaned out) and converted with htmd. A page whose body
+//! [`content`] (boilerplate stripped — by tag, role, class/id vocabulary, and share bars by
+//! where their links go ([`share`]) —, paragraphs scored into their containers, semantic wrappers
+//! checked against the scores, link lists cleaned out, headings whose section was cut out
+//! dropped ([`headings`])) and converted with htmd. A page whose body
 //! holds no prose (a video or a script-rendered page) falls back to its metadata: schema.org
 //! JSON-LD `articleBody` / `description`, `og:description`, `<meta name=description>`.
 
