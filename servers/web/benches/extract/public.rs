@@ -21,6 +21,11 @@
 //!   scored by its `tests/eval_common.py` (segment precision, recall, F1 over the corpus).
 //!   Every extractor gets the same text: the bytes decoded as web_fetch decodes a page served
 //!   without a charset (`kitbag_web::charset`).
+//! - `readability` (Apache-2.0; `git clone https://github.com/mozilla/readability`): its 130
+//!   test pages. Their `expected.html` is Readability.js's own output, checked by hand when it
+//!   was recorded — a reference that favours Readability.js by construction. It has no
+//!   published score; each extractor's text is scored against the expected page's text with
+//!   the checked-in corpus's bag-of-words F1, averaged over pages.
 //!
 //! The other extractors run as the benchmark's own scripts run them: trafilatura without
 //! comments, Readability.js's `textContent` on jsdom. Markdown (kitbag, the fetch server) is
@@ -57,6 +62,15 @@ pub fn run() {
         println!(
             "\n*** SKIPPED article-extraction-benchmark: no {} ***",
             aeb.join("ground-truth.json").display()
+        );
+    }
+    let readability = root.join("readability/test/test-pages");
+    if readability.is_dir() {
+        readability_test_pages(&readability);
+    } else {
+        println!(
+            "\n*** SKIPPED Readability's test pages: no {} ***",
+            readability.display()
         );
     }
     let traf = root.join("trafilatura/tests");
@@ -287,13 +301,7 @@ fn trafilatura_evaluation(tests: &Path) {
         };
         let id = format!("{:04}", pages.len());
         let html = kitbag_web::charset::decode(&bytes, "");
-        let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
-        std::io::Write::write_all(&mut gz, html.as_bytes()).expect("gzip");
-        std::fs::write(
-            html_dir.join(format!("{id}.html.gz")),
-            gz.finish().expect("gzip"),
-        )
-        .expect("write page");
+        write_page(&html_dir, &id, &html);
         urls.insert(id.clone(), url.clone());
         pages.push((id, html));
     }
@@ -354,5 +362,92 @@ fn trafilatura_evaluation(tests: &Path) {
             .find(|x| x.name == name)
             .map_or(f64::NAN, |x| x.p50_ms);
         println!("{name:<18} {p:>9} {r:>7} {a:>8} {f1:>6} {ms:>8.1}");
+    }
+}
+
+/// `html` gzipped as `dir/ID.html.gz`, the form every extractor's runner reads.
+fn write_page(dir: &Path, id: &str, html: &str) {
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+    std::io::Write::write_all(&mut gz, html.as_bytes()).expect("gzip");
+    std::fs::write(
+        dir.join(format!("{id}.html.gz")),
+        gz.finish().expect("gzip"),
+    )
+    .expect("write page");
+}
+
+/// The text of an HTML document (every text node, blocks apart), for a reference given as HTML.
+fn html_text(html: &str) -> String {
+    use html5ever::tendril::TendrilSink;
+    use markup5ever_rcdom::{NodeData, RcDom};
+    let dom = html5ever::parse_document(RcDom::default(), Default::default())
+        .from_utf8()
+        .read_from(&mut html.as_bytes())
+        .expect("parse");
+    let mut out = String::new();
+    let mut stack = vec![dom.document];
+    while let Some(n) = stack.pop() {
+        match &n.data {
+            NodeData::Text { contents } => out.push_str(&contents.borrow()),
+            NodeData::Element { name, .. } if matches!(&*name.local, "script" | "style") => {
+                continue;
+            }
+            NodeData::Element { .. } => out.push(' '),
+            _ => {}
+        }
+        stack.extend(n.children.borrow().iter().rev().cloned());
+    }
+    out
+}
+
+/// Readability's test pages: every extractor's text against the expected page's text.
+fn readability_test_pages(dir: &Path) {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map(|d| d.flatten().map(|e| e.path()).collect())
+        .unwrap_or_default();
+    names.sort();
+    let scratch = std::env::temp_dir().join("kitbag-extract-readability");
+    let _ = std::fs::remove_dir_all(&scratch);
+    std::fs::create_dir_all(&scratch).expect("scratch dir");
+    let mut pages = Vec::new();
+    let mut gold = BTreeMap::new();
+    for page in names {
+        let (Ok(source), Ok(expected)) = (
+            std::fs::read(page.join("source.html")),
+            std::fs::read_to_string(page.join("expected.html")),
+        ) else {
+            continue;
+        };
+        let id = format!("{:04}", pages.len());
+        let html = kitbag_web::charset::decode(&source, "");
+        write_page(&scratch, &id, &html);
+        gold.insert(id.clone(), html_text(&expected));
+        pages.push((id, html));
+    }
+    println!(
+        "\nReadability's test pages: {} pages, bag-of-words F1 against expected.html (Readability.js's own output), mean over pages",
+        pages.len()
+    );
+    let mut runs = vec![kitbag(&pages)];
+    runs.extend(others("readability", &scratch));
+    println!(
+        "{:<18} {:>7} {:>9} {:>7} {:>8}",
+        "extractor", "mean F1", "precision", "recall", "p50 ms"
+    );
+    for r in &runs {
+        let scores: Vec<corpus::Score> = gold
+            .iter()
+            .map(|(id, g)| corpus::score(r.texts.get(id).map_or("", String::as_str), g))
+            .collect();
+        let n = scores.len().max(1) as f64;
+        let mean = |f: fn(&corpus::Score) -> f64| scores.iter().map(f).sum::<f64>() / n;
+        println!(
+            "{:<18} {:>7.3} {:>9.3} {:>7.3} {:>8.1}",
+            r.name,
+            mean(|s| s.f1),
+            mean(|s| s.precision),
+            mean(|s| s.recall),
+            r.p50_ms
+        );
     }
 }
