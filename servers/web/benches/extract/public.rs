@@ -355,6 +355,8 @@ fn trafilatura_evaluation(tests: &Path) {
     for line in lines.lines() {
         let f: Vec<&str> = line.split('\t').collect();
         let [name, p, r, a, f1, _] = f[..] else {
+            // The scorer's breakdown by language, as it prints it.
+            println!("{line}");
             continue;
         };
         let ms = runs
