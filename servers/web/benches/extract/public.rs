@@ -382,12 +382,11 @@ fn write_page(dir: &Path, id: &str, html: &str) {
 fn html_text(html: &str) -> String {
     use html5ever::tendril::TendrilSink;
     use markup5ever_rcdom::{NodeData, RcDom};
-    let dom = html5ever::parse_document(RcDom::default(), Default::default())
-        .from_utf8()
-        .read_from(&mut html.as_bytes())
-        .expect("parse");
+    let dom = html5ever::parse_document(RcDom::default(), Default::default()).one(html);
     let mut out = String::new();
-    let mut stack = vec![dom.document];
+    // A clone: the document kept in `dom` till the end (an rcdom node empties its subtree when
+    // it is dropped, still-held children included).
+    let mut stack = vec![dom.document.clone()];
     while let Some(n) = stack.pop() {
         match &n.data {
             NodeData::Text { contents } => out.push_str(&contents.borrow()),
