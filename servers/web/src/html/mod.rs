@@ -11,6 +11,7 @@
 
 mod content;
 mod headings;
+mod listing;
 mod parse;
 mod share;
 
@@ -136,7 +137,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
         find(&doc, &|h| tag(h).as_deref() == Some("body")).unwrap_or_else(|| Rc::clone(&doc));
     content::strip_hard(&body);
     content::strip_soft(&body);
-    let choice = content::choose(&body);
+    let choice = listing::prefer_article(&body, content::choose(&body));
     content::clean(&choice.root);
     headings::drop_orphans(&choice.root);
     let mut md = converter.tree_to_markdown(&choice.root);
