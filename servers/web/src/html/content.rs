@@ -35,7 +35,7 @@ use html5ever::{QualName, ns};
 use markup5ever_rcdom::{Handle, Node, NodeData};
 
 use super::headings::remove_marking;
-use super::parse::name;
+use super::parse::{contains, name, parent_of};
 use super::share::ShareLinks;
 
 /// Subtrees that are never content.
@@ -486,23 +486,6 @@ fn tag_base(tag: &str) -> f64 {
     }
 }
 
-fn parent_of(h: &Handle) -> Option<Handle> {
-    let w = h.parent.take();
-    h.parent.set(w.clone());
-    w.and_then(|w| w.upgrade())
-}
-
-fn contains(outer: &Handle, inner: &Handle) -> bool {
-    let mut cur = Some(Rc::clone(inner));
-    while let Some(n) = cur {
-        if Rc::ptr_eq(&n, outer) {
-            return true;
-        }
-        cur = parent_of(&n);
-    }
-    false
-}
-
 /// Every element under `root` in document order.
 fn elements(root: &Handle) -> Vec<Handle> {
     let mut out = Vec::new();
@@ -540,10 +523,12 @@ pub(crate) fn choose(body: &Handle) -> Choice {
             raw * (1.0 - ld)
         })
     };
-    let best = score
-        .values()
-        .filter_map(|(_, h)| final_score(h).map(|sc| (sc, h)))
-        .max_by(|a, b| a.0.total_cmp(&b.0));
+    // In document order, the first of equal scores: the map's order changes from run to run,
+    // and a page of identical blocks (a live blog's entries) must extract the same each time.
+    let best = all
+        .iter()
+        .filter_map(|h| final_score(h).map(|sc| (sc, h)))
+        .reduce(|kept, next| if next.0 > kept.0 { next } else { kept });
     let Some((best_score, best)) = best.map(|(s, h)| (s, Rc::clone(h))) else {
         return Choice {
             prose: st(body).prose(),

@@ -9,7 +9,7 @@ use std::rc::Rc;
 use markup5ever_rcdom::{Handle, NodeData};
 
 use super::content::{Choice, stats};
-use super::parse::name;
+use super::parse::{contains, name};
 
 /// Least prose (characters outside links) of the article that replaces a list.
 const ARTICLE_PROSE: usize = 400;
@@ -19,15 +19,15 @@ pub(crate) fn prefer_article(body: &Handle, choice: Choice) -> Choice {
     let articles = articles_under(body);
     let inside = articles
         .iter()
-        .filter(|a| !Rc::ptr_eq(a, &choice.root) && within(a, &choice.root))
+        .filter(|a| !Rc::ptr_eq(a, &choice.root) && contains(&choice.root, a))
         .count();
     if inside < 3 {
         return choice;
     }
     let map = stats(body);
     let outside = articles.iter().find(|a| {
-        !within(&choice.root, a)
-            && !within(a, &choice.root)
+        !contains(a, &choice.root)
+            && !contains(&choice.root, a)
             && map.get(&Rc::as_ptr(a)).is_some_and(|st| {
                 st.text.saturating_sub(st.link) >= ARTICLE_PROSE && st.link_density() < 0.2
             })
@@ -56,22 +56,6 @@ fn articles_under(root: &Handle) -> Vec<Handle> {
         stack.extend(n.children.borrow().iter().cloned());
     }
     out
-}
-
-/// Whether `inner` is `outer` or below it.
-fn within(inner: &Handle, outer: &Handle) -> bool {
-    let mut cur = Some(Rc::clone(inner));
-    while let Some(n) = cur {
-        if Rc::ptr_eq(&n, outer) {
-            return true;
-        }
-        cur = n.parent.take().and_then(|w| {
-            let up = w.upgrade();
-            n.parent.set(Some(w));
-            up
-        });
-    }
-    false
 }
 
 #[cfg(test)]

@@ -181,6 +181,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn equal_blocks_extract_the_same_every_time() {
+        // Two blocks that score the same (same lengths, same commas, other words): the pick
+        // must not follow a hash map's order.
+        let entry = |word: &str| {
+            format!(
+                "<div class=\"e\"><p>{word}: an entry of the live blog, with commas, clauses, \
+                 and words enough to read as a paragraph of prose.</p></div>"
+            )
+        };
+        let html = format!(
+            "<html><body><div>{}</div><div>{}</div></body></html>",
+            entry("Alpha"),
+            entry("Bravo")
+        );
+        let first = to_markdown(&html).1;
+        for _ in 0..50 {
+            assert_eq!(to_markdown(&html).1, first);
+        }
+        assert!(first.contains("Alpha"), "{first}");
+    }
+
+    #[test]
     fn keeps_content_drops_boilerplate() {
         let html = r#"<html><head><title>Rust 2026 Roadmap</title><style>body{}</style></head><body>
             <nav><a href="/">Home</a><a href="/blog">Blog</a></nav>

@@ -45,6 +45,25 @@ pub(crate) fn name(n: &Node) -> &str {
     }
 }
 
+/// The parent of a node, if it has one still alive.
+pub(crate) fn parent_of(h: &Handle) -> Option<Handle> {
+    let w = h.parent.take();
+    h.parent.set(w.clone());
+    w.and_then(|w| w.upgrade())
+}
+
+/// Whether `inner` is `outer` or below it.
+pub(crate) fn contains(outer: &Handle, inner: &Handle) -> bool {
+    let mut cur = Some(Rc::clone(inner));
+    while let Some(n) = cur {
+        if Rc::ptr_eq(&n, outer) {
+            return true;
+        }
+        cur = parent_of(&n);
+    }
+    false
+}
+
 pub(crate) fn tag(h: &Handle) -> Option<String> {
     match &h.data {
         NodeData::Element { name, .. } => Some(name.local.to_string()),

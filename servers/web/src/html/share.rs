@@ -8,7 +8,7 @@ use std::rc::Rc;
 
 use markup5ever_rcdom::{Handle, Node};
 
-use super::parse::{attr, name};
+use super::parse::{attr, name, parent_of};
 
 /// URL fragments of share dialogs (and of mail links that carry a subject: "send by mail").
 const SHARE_TARGETS: &[&str] = &[
@@ -55,11 +55,7 @@ impl ShareLinks {
                 let mut cur = Some(Rc::clone(&n));
                 while let Some(c) = cur {
                     *counts.entry(Rc::as_ptr(&c)).or_insert(0) += 1;
-                    cur = c.parent.take().and_then(|w| {
-                        let up = w.upgrade();
-                        c.parent.set(Some(w));
-                        up
-                    });
+                    cur = parent_of(&c);
                 }
             }
             stack.extend(n.children.borrow().iter().cloned());
