@@ -696,11 +696,16 @@ fn pick_siblings(
             let ld = s.link_density();
             // Same kind of block as the anchor and prose like it (a thread's next post) — not a
             // list of teasers that shares a layout class (`grid-x main-wrapper`).
-            if name(sib) == name(anchor)
+            let same_kind = name(sib) == name(anchor)
                 && ld < 0.3
-                && alike(anchor_class.as_deref(), attr_lc(sib, "class").as_deref())
-            {
+                && alike(anchor_class.as_deref(), attr_lc(sib, "class").as_deref());
+            if same_kind {
                 sc += best_score * 0.2;
+            }
+            // The next section of the same article, wrapped as deep as the anchor's: its own
+            // score is a few levels' share of its paragraphs', so its prose decides.
+            if same_kind && s.paras >= 2 && s.prose() >= 400 && ld < 0.1 {
+                sc = sc.max(threshold);
             }
             // Joined by its score only while it reads as prose: a list of teasers beside the
             // article (a third of it links) scores on its excerpts.

@@ -181,6 +181,35 @@ mod tests {
     use super::*;
 
     #[test]
+    fn an_article_in_deeply_wrapped_sections_is_read_whole() {
+        // Each section wraps its paragraphs five levels deep, a figure between them: the
+        // paragraphs' points do not reach a section, so its prose has to join it.
+        let part = |n: u32| {
+            let p = format!(
+                "<p>Section {n} of the article goes on, with commas, clauses, and the detail an \
+                 article has, sentence after sentence, for the reader, who reads on to the \
+                 end of it.</p>"
+            );
+            format!(
+                "<section class=\"outer slice\"><div><div><div><div><div class=\"copy\">\
+                 {p}{p}{p}{p}</div></div></div></div></div></section><figure><img src=\"x.png\"></figure>"
+            )
+        };
+        let parts: String = (1..=3).map(part).collect();
+        // Links beside the sections, in the same parent: the sections are not most of it.
+        let links: String = (1..=30)
+            .map(|n| format!("<li><a href=\"/t{n}\">Topic number {n} of the site</a></li>"))
+            .collect();
+        let html = format!(
+            "<html><body><div class=\"post\">{parts}<ul class=\"x\">{links}</ul></div></body></html>"
+        );
+        let md = to_markdown(&html).1;
+        for n in 1..=3 {
+            assert!(md.contains(&format!("Section {n} of")), "{md}");
+        }
+    }
+
+    #[test]
     fn equal_blocks_extract_the_same_every_time() {
         // Two blocks that score the same (same lengths, same commas, other words): the pick
         // must not follow a hash map's order.
