@@ -14,6 +14,7 @@ mod headings;
 mod listing;
 mod parse;
 mod share;
+mod vocabulary;
 
 use std::rc::Rc;
 
@@ -123,7 +124,7 @@ fn metadata(doc: &Handle) -> Meta {
 /// [`MAX_DEPTH`] (0 for any ordinary page).
 pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     let converter = HtmlToMarkdown::builder()
-        .skip_tags(content::HARD_DROP.to_vec())
+        .skip_tags(vocabulary::HARD_DROP.to_vec())
         .build();
     let doc = parse::parse(html);
     let unwrapped = flatten_deep(&doc, MAX_DEPTH);
