@@ -299,11 +299,8 @@ fn trafilatura_evaluation(tests: &Path) {
             println!("*** {url}: no page {file} ***");
             continue;
         };
-        let id = format!("{:04}", pages.len());
-        let html = kitbag_web::charset::decode(&bytes, "");
-        write_page(&html_dir, &id, &html);
-        urls.insert(id.clone(), url.clone());
-        pages.push((id, html));
+        let id = add_page(&html_dir, &mut pages, &bytes);
+        urls.insert(id, url.clone());
     }
     println!(
         "\ntrafilatura's evaluation: {} pages in many languages, scored by its eval_common.py",
@@ -367,8 +364,12 @@ fn trafilatura_evaluation(tests: &Path) {
     }
 }
 
-/// `html` gzipped as `dir/ID.html.gz`, the form every extractor's runner reads.
-fn write_page(dir: &Path, id: &str, html: &str) {
+/// A page's bytes decoded as `web_fetch` decodes a body served without a charset, kept as the
+/// next of `pages` and gzipped as `dir/ID.html.gz` (the form every extractor's runner reads);
+/// its id.
+fn add_page(dir: &Path, pages: &mut Vec<(String, String)>, bytes: &[u8]) -> String {
+    let id = format!("{:04}", pages.len());
+    let html = kitbag_web::charset::decode(bytes, "");
     let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
     std::io::Write::write_all(&mut gz, html.as_bytes()).expect("gzip");
     std::fs::write(
@@ -376,6 +377,8 @@ fn write_page(dir: &Path, id: &str, html: &str) {
         gz.finish().expect("gzip"),
     )
     .expect("write page");
+    pages.push((id.clone(), html));
+    id
 }
 
 /// The text of an HTML document (every text node, blocks apart), for a reference given as HTML.
@@ -419,11 +422,8 @@ fn readability_test_pages(dir: &Path) {
         ) else {
             continue;
         };
-        let id = format!("{:04}", pages.len());
-        let html = kitbag_web::charset::decode(&source, "");
-        write_page(&scratch, &id, &html);
-        gold.insert(id.clone(), html_text(&expected));
-        pages.push((id, html));
+        let id = add_page(&scratch, &mut pages, &source);
+        gold.insert(id, html_text(&expected));
     }
     println!(
         "\nReadability's test pages: {} pages, bag-of-words F1 against expected.html (Readability.js's own output), mean over pages",

@@ -241,25 +241,29 @@ pub(crate) fn strip_soft(root: &Handle) {
             return true;
         }
         let role = attr_lc(c, "role").unwrap_or_default();
-        let boiler = SOFT_DROP.contains(&tag)
-            || DROP_ROLES.contains(&role.as_str())
-            || DROP_MARKERS.iter().any(|m| marks(c).contains(m));
+        // The class/id words read once per element, and the boilerplate markers among them.
+        let marked = marks(c);
+        let markers: Vec<&str> = DROP_MARKERS
+            .iter()
+            .copied()
+            .filter(|m| marked.contains(m))
+            .collect();
+        let boiler =
+            SOFT_DROP.contains(&tag) || DROP_ROLES.contains(&role.as_str()) || !markers.is_empty();
         if !boiler {
             return false;
         }
         let st = map.get(&key(c)).copied().unwrap_or_default();
         // Readers' comments can outweigh the article they follow: their size is no reason to
         // keep them.
-        let comments = marks(c).contains("comments");
+        let comments = marked.contains("comments");
         let dominant = !comments && st.text * 10 >= total * 4 && st.link_density() < 0.33;
         // A block holding nearly all of the page is the page, however many links it has: the
         // `<form>` an ASP.NET page wraps its whole body in.
         let whole = st.text * 10 >= total * 8;
         // A DocBook/AsciiDoc `sidebar` is a boxed note inside the text: paragraphs, few links.
-        let boxed_note = tag == "div"
-            && marks(c).contains("sidebar")
-            && st.paras >= 2
-            && st.link_density() < 0.1;
+        let boxed_note =
+            tag == "div" && marked.contains("sidebar") && st.paras >= 2 && st.link_density() < 0.1;
         let holds_article = anchors.iter().any(|a| contains(c, a));
         // Marked only as a box with share buttons (`entry themeform share`) while holding
         // paragraph after paragraph of prose: the article, not the share bar.
@@ -267,19 +271,13 @@ pub(crate) fn strip_soft(root: &Handle) {
             && st.paras >= 4
             && st.prose() >= 1000
             && st.link_density() < 0.2
-            && DROP_MARKERS
-                .iter()
-                .filter(|m| marks(c).contains(*m))
-                .all(|m| ATTACHED_MARKERS.contains(m));
+            && markers.iter().all(|m| ATTACHED_MARKERS.contains(m));
         // Only a position marks it (`and-w-sidebar`, a layout with a rail) while it holds half
         // the page's text outside links: it is the page's column, not the side one.
         let page_column = !SOFT_DROP.contains(&tag)
             && st.paras >= 2
             && (st.text - st.link) * 2 >= page_prose
-            && DROP_MARKERS
-                .iter()
-                .filter(|m| marks(c).contains(*m))
-                .all(|m| POSITION_MARKERS.contains(m));
+            && markers.iter().all(|m| POSITION_MARKERS.contains(m));
         !dominant && !boxed_note && !whole && !holds_article && !page_column && !prose_body
     });
 }
@@ -304,7 +302,7 @@ fn tag_base(tag: &str) -> f64 {
 }
 
 /// Every element under `root` in document order.
-fn elements(root: &Handle) -> Vec<Handle> {
+pub(crate) fn elements(root: &Handle) -> Vec<Handle> {
     let mut out = Vec::new();
     let mut stack = vec![Rc::clone(root)];
     while let Some(n) = stack.pop() {

@@ -6,9 +6,9 @@
 
 use std::rc::Rc;
 
-use markup5ever_rcdom::{Handle, NodeData};
+use markup5ever_rcdom::Handle;
 
-use super::content::{Choice, stats};
+use super::content::{Choice, elements, stats};
 use super::parse::{contains, name};
 
 /// Least prose (characters outside links) of the article that replaces a list.
@@ -16,7 +16,10 @@ const ARTICLE_PROSE: usize = 400;
 
 /// The article beside a list of teasers, when `choice` is such a list (see the module doc).
 pub(crate) fn prefer_article(body: &Handle, choice: Choice) -> Choice {
-    let articles = articles_under(body);
+    let articles: Vec<Handle> = elements(body)
+        .into_iter()
+        .filter(|e| name(e) == "article")
+        .collect();
     let inside = articles
         .iter()
         .filter(|a| !Rc::ptr_eq(a, &choice.root) && contains(&choice.root, a))
@@ -43,19 +46,6 @@ pub(crate) fn prefer_article(body: &Handle, choice: Choice) -> Choice {
         }
         None => choice,
     }
-}
-
-/// Every `<article>` under `root`.
-fn articles_under(root: &Handle) -> Vec<Handle> {
-    let mut out = Vec::new();
-    let mut stack = vec![Rc::clone(root)];
-    while let Some(n) = stack.pop() {
-        if matches!(n.data, NodeData::Element { .. }) && name(&n) == "article" {
-            out.push(Rc::clone(&n));
-        }
-        stack.extend(n.children.borrow().iter().cloned());
-    }
-    out
 }
 
 #[cfg(test)]
