@@ -4,19 +4,22 @@
 //!    controls, hidden elements.
 //! 2. [`strip_soft`]: boilerplate by tag, ARIA role or class/id marker (navigation, headers and
 //!    footers, asides, cookie banners, share widgets, related links…) is cut out, unless the block
-//!    holds most of the page's text and little of it is links (never for comments), nearly all
-//!    of it (an ASP.NET page's `<form>`), the page's own `<main>`/`<article>`, or — marked only by
-//!    position, `sidebar`/`right-rail` — half its text outside links (the page's column in a
-//!    layout with a rail), or is a boxed note inside the text (a DocBook `sidebar` `div` of
-//!    paragraphs with almost no links).
+//!    holds most of the page's text and little of it is links (never for comments or a consent
+//!    dialog), nearly all of it (an ASP.NET page's `<form>`), the page's own
+//!    `<main>`/`<article>`, or — marked only by position, `sidebar`/`right-rail` — half its text
+//!    outside links (the page's column in a layout with a rail), or is a boxed note inside the
+//!    text (a DocBook `sidebar` `div` of paragraphs with almost no links).
 //! 3. [`choose`]: every paragraph-like element (`p`, `pre`, `td`, `blockquote`, a `div` holding
 //!    only inline content, a list item that is not mostly a link, …) of 25 characters or more
 //!    gives points to its ancestors — one, plus
 //!    one per comma, plus one per 100 characters up to three; the parent gets them whole, the
 //!    grandparent half, further ancestors a third per level. A candidate's score starts from its
 //!    tag and its class/id hints (`content`, `article`, `post`, `body`… up; `comment`, `sidebar`,
-//!    `related`, `promo`… down) and is scaled by the share of its text that is not link text. The
-//!    best candidate is joined by its siblings that score well, share its kind of class (`post
+//!    `related`, `promo`… down; a content hint counts in full only from 1,800 characters of prose,
+//!    so a small block named `…body` cannot outrank the article) and is scaled by the share of
+//!    its text that is not link text. An article whose sections are each wrapped deep gives way
+//!    to the ancestor that scores half as well with half again as many paragraphs. The best
+//!    candidate is joined by its siblings that score well, share its kind of class (`post
 //!    bg1` beside `post bg2`) or read as prose. Then it climbs: through wrappers that add
 //!    nothing, and — when several blocks were picked (a manual's sections) — to a parent they
 //!    make 80% of (headings, an introduction). Semantic wrappers (`[itemprop=articleBody]`,
@@ -24,7 +27,9 @@
 //!    scores: one around the chosen part that is not much larger than it and brings no
 //!    comment-like block of any size, or one inside it that holds most of its text.
 //! 4. [`clean`]: inside the chosen root, blocks that are mostly links (related-story lists, tag
-//!    clouds, pagers) or carry a negative hint and links are dropped, unless they hold prose.
+//!    clouds, pagers) or carry a negative hint and links are dropped, unless they hold prose —
+//!    and not at all when that would leave less than a fifth of the text (a post that is a list
+//!    of annotated links).
 //!
 //! Every walk uses an explicit stack; the statistics are one post-order pass, kept in a map.
 
@@ -38,8 +43,8 @@ use super::headings::remove_marking;
 use super::parse::{contains, name, parent_of};
 use super::share::ShareLinks;
 use super::vocabulary::{
-    ATTACHED_MARKERS, BLOCKS, DROP_MARKERS, DROP_ROLES, HARD_DROP, NEGATIVE, POSITION_MARKERS,
-    POSITIVE, SOFT_DROP,
+    ATTACHED_MARKERS, BLOCKS, COMMENT_MARKERS, CONSENT_MARKERS, DROP_MARKERS, DROP_ROLES,
+    HARD_DROP, NEGATIVE, POSITION_MARKERS, POSITIVE, SOFT_DROP,
 };
 
 fn attr_lc(n: &Node, key: &str) -> Option<String> {
@@ -92,6 +97,17 @@ pub(crate) fn class_weight(marks: &str) -> i32 {
         w += 25;
     }
     w
+}
+
+/// A candidate's points for its class/id hints: a content hint counts in full only on a block
+/// with some prose of its own (a `span.avlinkbody` of 90 characters is no article body).
+fn hint_points(marks: &str, prose: usize) -> f64 {
+    let w = class_weight(marks) as f64;
+    if w > 0.0 {
+        w * (prose as f64 / 1800.0).min(1.0)
+    } else {
+        w
+    }
 }
 
 fn is_hidden(n: &Node) -> bool {
@@ -248,16 +264,21 @@ pub(crate) fn strip_soft(root: &Handle) {
             .copied()
             .filter(|m| marked.contains(m))
             .collect();
-        let boiler =
-            SOFT_DROP.contains(&tag) || DROP_ROLES.contains(&role.as_str()) || !markers.is_empty();
+        let comments = COMMENT_MARKERS.iter().any(|m| marked.contains(m));
+        let boiler = SOFT_DROP.contains(&tag)
+            || DROP_ROLES.contains(&role.as_str())
+            || !markers.is_empty()
+            || comments;
         if !boiler {
             return false;
         }
         let st = map.get(&key(c)).copied().unwrap_or_default();
-        // Readers' comments can outweigh the article they follow: their size is no reason to
-        // keep them.
-        let comments = marked.contains("comments");
-        let dominant = !comments && st.text * 10 >= total * 4 && st.link_density() < 0.33;
+        // Readers' comments can outweigh the article they follow, a consent dialog the page
+        // it covers: their size is no reason to keep them.
+        let never_content = comments
+            || markers.iter().any(|m| CONSENT_MARKERS.contains(m))
+            || matches!(role.as_str(), "dialog" | "alertdialog");
+        let dominant = !never_content && st.text * 10 >= total * 4 && st.link_density() < 0.33;
         // A block holding nearly all of the page is the page, however many links it has: the
         // `<form>` an ASP.NET page wraps its whole body in.
         let whole = st.text * 10 >= total * 8;
@@ -267,16 +288,20 @@ pub(crate) fn strip_soft(root: &Handle) {
         let holds_article = anchors.iter().any(|a| contains(c, a));
         // Marked only as a box with share buttons (`entry themeform share`) while holding
         // paragraph after paragraph of prose: the article, not the share bar.
-        let prose_body = !SOFT_DROP.contains(&tag)
+        let prose_body = !comments
+            && !SOFT_DROP.contains(&tag)
             && st.paras >= 4
             && st.prose() >= 1000
             && st.link_density() < 0.2
+            && !markers.is_empty()
             && markers.iter().all(|m| ATTACHED_MARKERS.contains(m));
         // Only a position marks it (`and-w-sidebar`, a layout with a rail) while it holds half
         // the page's text outside links: it is the page's column, not the side one.
-        let page_column = !SOFT_DROP.contains(&tag)
+        let page_column = !comments
+            && !SOFT_DROP.contains(&tag)
             && st.paras >= 2
             && (st.text - st.link) * 2 >= page_prose
+            && !markers.is_empty()
             && markers.iter().all(|m| POSITION_MARKERS.contains(m));
         !dominant && !boxed_note && !whole && !holds_article && !page_column && !prose_body
     });
@@ -353,7 +378,7 @@ pub(crate) fn choose(body: &Handle) -> Choice {
     };
     // Climb while the chosen part is most of its parent (a manual's sections, a section's
     // sub-sections): the parent adds only glue — headings, an introduction, a title page.
-    let mut anchor = best;
+    let mut anchor = article_ancestor(best, best_score, body, &map, &final_score);
     let mut picked = pick_siblings(&anchor, best_score, body, &map, &final_score);
     loop {
         let Some(parent) =
@@ -384,7 +409,7 @@ pub(crate) fn choose(body: &Handle) -> Choice {
         let sp = st(&s).prose();
         let around = contains(&s, &anchor)
             && sp * 10 <= picked_prose.max(1) * 15
-            && hinted_away(&s, &anchor, &map) * 4 <= picked_prose;
+            && hinted_away(&s, &anchor, &map, &|m| class_weight(m) < 0) * 4 <= picked_prose;
         let inside = !Rc::ptr_eq(&s, &anchor)
             && contains(&anchor, &s)
             && sp * 10 >= picked_prose * 6
@@ -467,7 +492,7 @@ fn score_paragraphs(all: &[Handle], map: &HashMap<Key, Stats>) -> (Scores, bool)
             }
             let entry = score.entry(key(&anc)).or_insert_with(|| {
                 (
-                    tag_base(name(&anc)) + class_weight(&marks(&anc)) as f64,
+                    tag_base(name(&anc)) + hint_points(&marks(&anc), st(&anc).prose()),
                     Rc::clone(&anc),
                 )
             });
@@ -482,6 +507,34 @@ fn score_paragraphs(all: &[Handle], map: &HashMap<Key, Stats>) -> (Scores, bool)
         }
     }
     (score, seen_para)
+}
+
+/// The best block, or — an article split into sections, each wrapped deep — the outermost
+/// ancestor that scores at least half as well while holding half again as many paragraphs,
+/// as clean of links, and no comment-like block of note.
+fn article_ancestor(
+    best: Handle,
+    best_score: f64,
+    body: &Handle,
+    map: &HashMap<Key, Stats>,
+    final_score: &dyn Fn(&Handle) -> Option<f64>,
+) -> Handle {
+    let st = |h: &Handle| map.get(&key(h)).copied().unwrap_or_default();
+    let paras = st(&best).paras;
+    let mut chosen = Rc::clone(&best);
+    let mut cur = parent_of(&best);
+    while let Some(a) = cur.filter(|a| !Rc::ptr_eq(a, body)) {
+        let s = st(&a);
+        if final_score(&a).is_some_and(|sc| sc >= best_score * 0.5)
+            && s.paras * 2 >= paras * 3
+            && s.link_density() < 0.15
+            && hinted_away(&a, &best, map, &|m| m.contains("comment")) * 10 <= s.text
+        {
+            chosen = Rc::clone(&a);
+        }
+        cur = parent_of(&a);
+    }
+    chosen
 }
 
 /// `anchor` and the siblings that belong with it: those that score at least a fifth of the best
@@ -539,16 +592,22 @@ fn pick_siblings(
     picked
 }
 
-/// Text under `wrapper`, outside `anchor`, in blocks whose class or id hints at boilerplate
-/// (comments, related links…): what taking the wrapper instead of the anchor would bring in.
-fn hinted_away(wrapper: &Handle, anchor: &Handle, map: &HashMap<Key, Stats>) -> usize {
+/// Text under `wrapper`, outside `anchor`, in blocks whose class or id is `hinted` (at
+/// boilerplate: comments, related links…): what taking the wrapper instead of the anchor would
+/// bring in.
+fn hinted_away(
+    wrapper: &Handle,
+    anchor: &Handle,
+    map: &HashMap<Key, Stats>,
+    hinted: &dyn Fn(&str) -> bool,
+) -> usize {
     let mut total = 0;
     let mut stack: Vec<Handle> = wrapper.children.borrow().iter().cloned().collect();
     while let Some(n) = stack.pop() {
         if Rc::ptr_eq(&n, anchor) || !matches!(n.data, NodeData::Element { .. }) {
             continue;
         }
-        if class_weight(&marks(&n)) < 0 && !contains(&n, anchor) {
+        if hinted(&marks(&n)) && !contains(&n, anchor) {
             total += map.get(&key(&n)).map_or(0, |s| s.text);
             continue;
         }
@@ -601,7 +660,8 @@ fn semantic_roots(all: &[Handle]) -> Vec<Handle> {
 pub(crate) fn clean(root: &Handle) {
     let map = stats(root);
     let rk = key(root);
-    remove_marking(root, &mut |c| {
+    let root_text = map.get(&rk).map_or(0, |s| s.text);
+    let noise = |c: &Handle| {
         let tag = name(c);
         if !matches!(
             tag,
@@ -623,5 +683,32 @@ pub(crate) fn clean(root: &Handle) {
         let ld = s.link_density();
         let w = class_weight(&marks(c));
         (ld > 0.5 && s.prose() < 400) || (w < 0 && ld > 0.2) || (w < 0 && s.paras == 0)
-    });
+    };
+    // Cleaning that would leave under a fifth of what was chosen is not cleaning: the content
+    // is itself a list of links (a post of annotated bookmarks, a directory page).
+    let cut: usize = matching_tops(root, &noise)
+        .iter()
+        .map(|c| map.get(&key(c)).map_or(0, |s| s.text))
+        .sum();
+    if cut * 10 >= root_text * 8 {
+        return;
+    }
+    remove_marking(root, &mut |c| noise(c));
+}
+
+/// The elements under `root` that match `pred`, not looking inside a match.
+fn matching_tops(root: &Handle, pred: &dyn Fn(&Handle) -> bool) -> Vec<Handle> {
+    let mut out = Vec::new();
+    let mut stack: Vec<Handle> = root.children.borrow().iter().cloned().collect();
+    while let Some(n) = stack.pop() {
+        if !matches!(n.data, NodeData::Element { .. }) {
+            continue;
+        }
+        if pred(&n) {
+            out.push(n);
+        } else {
+            stack.extend(n.children.borrow().iter().cloned());
+        }
+    }
+    out
 }

@@ -523,4 +523,90 @@ mod tests {
             assert!(!md.contains(gone), "{gone} in {md}");
         }
     }
+
+    #[test]
+    fn a_tiny_block_with_a_content_class_does_not_outrank_the_article() {
+        // Each paragraph in its own wrapper (the article's points spread over levels) and a
+        // 90-character audio link whose class holds "body".
+        let paras: String = (0..4)
+            .map(|i| format!("<div class='paragraph'><p>Paragraph {i} of the report, which goes on, with commas, clauses, and the detail a report has, sentence after sentence, for the reader who reads on to its end, and then a little more of it.</p></div>"))
+            .collect();
+        let page = format!(
+            "<html><body><div class='box'>{paras}</div><div class='player'><span class='avlinkbody'><p>Listen, audio, one minute, here and now.</p><p>Play, pause, stop, rewind, and more.</p></span><ul><li><a href='/a.mp3'>Download the audio file</a></li><li><a href='/feed'>Subscribe to the podcast feed</a></li></ul></div></body></html>"
+        );
+        let md = to_markdown(&page).1;
+        for i in 0..4 {
+            assert!(md.contains(&format!("Paragraph {i} of the report")), "{md}");
+        }
+    }
+
+    #[test]
+    fn a_post_that_is_a_list_of_links_is_not_cleaned_away() {
+        let items: String = (0..8)
+            .map(|i| format!("<li><p class='link'><a href='https://example.org/{i}'>Headline number {i} of the bookmarked stories</a></p><p>via <a href='https://example.org'>example.org</a></p></li>"))
+            .collect();
+        let page = format!(
+            "<html><body><article><h1>Links of the day</h1><div class='entry-content'><ul>{items}</ul></div></article></body></html>"
+        );
+        let md = to_markdown(&page).1;
+        for i in 0..8 {
+            assert!(md.contains(&format!("Headline number {i}")), "{md}");
+        }
+    }
+
+    #[test]
+    fn a_long_consent_dialog_is_not_content() {
+        let notice: String = (0..5)
+            .map(|i| format!("<p>Notice {i}: we and our partners store and read information on your device, with cookies, identifiers, and similar means, to measure, to personalise, and to advertise.</p>"))
+            .collect();
+        let page = format!(
+            "<html><body><div class='post'><p>The council met on Monday, and after a long debate, with many voices, it voted for the new bridge.</p><p>Work starts in spring, the mayor said, and the old ferry runs until the bridge opens to traffic.</p><p>The bridge will carry two lanes, a cycle path and a footway, and it should open in three years.</p></div><div DIALOG><div class='cmplz-body'>{notice}</div></div></body></html>"
+        );
+        // Known by its role, or by its class.
+        for dialog in ["role='dialog' class='box'", "class='cmplz-cookiebanner'"] {
+            let page = page.replace("DIALOG", dialog);
+            let md = to_markdown(&page).1;
+            assert!(md.contains("voted for the new bridge"), "{dialog}: {md}");
+            assert!(!md.contains("Notice 3"), "{dialog}: {md}");
+        }
+    }
+
+    #[test]
+    fn a_comment_list_outweighing_the_post_stays_out() {
+        let comments: String = (0..10)
+            .map(|i| format!("<li><p>Reader {i} writes: I disagree, and at length, because the post, as far as I can tell, leaves out what matters most here, and then some.</p><cite>Comment by Reader {i}</cite></li>"))
+            .collect();
+        let page = format!(
+            "<html><body><div id='content'><div class='post'><div class='storycontent'>{}</div></div><h2>10 Comments</h2><ol id='commentlist'>{comments}</ol></div></body></html>",
+            story("pseudonyms")
+        );
+        let md = to_markdown(&page).1;
+        assert!(md.contains("Paragraph 4 about pseudonyms"), "{md}");
+        assert!(!md.contains("Reader 3 writes"), "{md}");
+    }
+
+    #[test]
+    fn an_article_of_separately_wrapped_sections_comes_whole() {
+        // Each section's paragraphs sit in a column of a row: the best block is one section's
+        // column, and the article around the sections scores near it.
+        let section = |n: u32| {
+            let paras: String = (0..3)
+                .map(|i| format!("<p>Section {n}, paragraph {i}: the industry recovers, orders grow, and suppliers hire again, as the report explains in detail.</p>"))
+                .collect();
+            format!(
+                "<section id='block-{n}'><div class='row'><div class='col'>{paras}</div></div></section>"
+            )
+        };
+        let sections: String = (1..=4).map(section).collect();
+        let nav: String = (0..20)
+            .map(|i| format!("<li><a href='/n{i}'>Navigation entry {i}</a></li>"))
+            .collect();
+        let page = format!(
+            "<html><body><div class='wrap'><ul>{nav}</ul><div class='blocks'>{sections}</div></div></body></html>"
+        );
+        let md = to_markdown(&page).1;
+        for n in 1..=4 {
+            assert!(md.contains(&format!("Section {n}, paragraph 2")), "{md}");
+        }
+    }
 }

@@ -51,7 +51,6 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "navbar",
     "menu",
     "related",
-    "comments",
     "skip-link",
     "masthead",
     "footer",
@@ -77,6 +76,15 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "copyright",
     "legend",
 ];
+
+/// Class/id fragments of readers' comment sections, which may outweigh the article they
+/// follow: their size is no reason to keep them (see [`super::content::strip_soft`]).
+pub(crate) const COMMENT_MARKERS: &[&str] =
+    &["comments", "commentlist", "comment-list", "comment_list"];
+
+/// Of [`DROP_MARKERS`], those of consent banners and dialogs: a long privacy notice is still
+/// no content, however much of the page's text it holds.
+pub(crate) const CONSENT_MARKERS: &[&str] = &["cookie", "consent", "gdpr"];
 
 /// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
 pub(crate) const POSITION_MARKERS: &[&str] = &["sidebar", "right-rail"];
