@@ -17,7 +17,10 @@
 //!    tag and its class/id hints (`content`, `article`, `post`, `body`… up; `comment`, `sidebar`,
 //!    `related`, `promo`… down; a content hint counts in full only from 1,800 characters of prose,
 //!    so a small block named `…body` cannot outrank the article) and is scaled by the share of
-//!    its text that is not link text. An article whose sections are each wrapped deep gives way
+//!    its text that is not link text. A best block inside readers' replies or teasers (`forum`,
+//!    `community`, `comment…`, `teaser`) gives way to the best block outside them that scores a
+//!    quarter as well with 500 characters of prose, and replies never join an article as its
+//!    siblings. An article whose sections are each wrapped deep gives way
 //!    to the ancestor that scores half as well with half again as many paragraphs. The best
 //!    candidate is joined by its siblings that score well, share its kind of class (`post
 //!    bg1` beside `post bg2`) or read as prose. Then it climbs: through wrappers that add
@@ -44,7 +47,7 @@ use super::parse::{contains, name, parent_of};
 use super::share::ShareLinks;
 use super::vocabulary::{
     ATTACHED_MARKERS, BLOCKS, COMMENT_MARKERS, CONSENT_MARKERS, DROP_MARKERS, DROP_ROLES,
-    HARD_DROP, NEGATIVE, POSITION_MARKERS, POSITIVE, SOFT_DROP,
+    HARD_DROP, NEGATIVE, POSITION_MARKERS, POSITIVE, REPLY_MARKERS, SOFT_DROP,
 };
 
 fn attr_lc(n: &Node, key: &str) -> Option<String> {
@@ -376,6 +379,8 @@ pub(crate) fn choose(body: &Handle) -> Choice {
             scored: false,
         };
     };
+    let (best_score, best) = clean_rival(&best, best_score, body, &all, &map, &final_score)
+        .unwrap_or((best_score, best));
     // Climb while the chosen part is most of its parent (a manual's sections, a section's
     // sub-sections): the parent adds only glue — headings, an introduction, a title page.
     let mut anchor = article_ancestor(best, best_score, body, &map, &final_score);
@@ -509,6 +514,56 @@ fn score_paragraphs(all: &[Handle], map: &HashMap<Key, Stats>) -> (Scores, bool)
     (score, seen_para)
 }
 
+/// When the best block sits in one marked as readers' replies or teasers (comments that
+/// outweigh a short article, a `forum` of replies under it, a teaser list), the best block
+/// outside it without such a mark that scores at least a quarter as well with 500+ characters
+/// of prose and few links: the article they follow.
+fn clean_rival(
+    best: &Handle,
+    best_score: f64,
+    body: &Handle,
+    all: &[Handle],
+    map: &HashMap<Key, Stats>,
+    final_score: &dyn Fn(&Handle) -> Option<f64>,
+) -> Option<(f64, Handle)> {
+    let replies = |h: &Handle| {
+        let mut cur = Some(Rc::clone(h));
+        while let Some(n) = cur.filter(|n| !Rc::ptr_eq(n, body)) {
+            if marked_as_replies(&n) {
+                return true;
+            }
+            cur = parent_of(&n);
+        }
+        false
+    };
+    if !replies(best) {
+        return None;
+    }
+    let st = |h: &Handle| map.get(&key(h)).copied().unwrap_or_default();
+    all.iter()
+        .filter(|h| !contains(h, best) && !contains(best, h))
+        .filter_map(|h| final_score(h).map(|sc| (sc, h)))
+        .filter(|(sc, h)| {
+            *sc >= best_score * 0.25
+                && st(h).prose() >= 500
+                && st(h).link_density() < 0.2
+                && !replies(h)
+        })
+        .reduce(|kept, next| if next.0 > kept.0 { next } else { kept })
+        .map(|(sc, h)| (sc, Rc::clone(h)))
+}
+
+/// Whether the element's class/id marks readers' replies or teasers ([`REPLY_MARKERS`]).
+fn marked_as_replies(n: &Handle) -> bool {
+    replies_in(&marks(n))
+}
+
+/// Whether class/id words hold a [`REPLY_MARKERS`] fragment.
+fn replies_in(marks: &str) -> bool {
+    let m = marks.replace("commentary", "");
+    REPLY_MARKERS.iter().any(|r| m.contains(r))
+}
+
 /// The best block, or — an article split into sections, each wrapped deep — the outermost
 /// ancestor that scores at least half as well while holding half again as many paragraphs,
 /// as clean of links, and no comment-like block of note.
@@ -528,7 +583,7 @@ fn article_ancestor(
         if final_score(&a).is_some_and(|sc| sc >= best_score * 0.5)
             && s.paras * 2 >= paras * 3
             && s.link_density() < 0.15
-            && hinted_away(&a, &best, map, &|m| m.contains("comment")) * 10 <= s.text
+            && hinted_away(&a, &best, map, &replies_in) * 10 <= s.text
         {
             chosen = Rc::clone(&a);
         }
@@ -552,11 +607,16 @@ fn pick_siblings(
     let st = |h: &Handle| map.get(&key(h)).copied().unwrap_or_default();
     let threshold = (best_score * 0.2).max(10.0);
     let anchor_class = attr_lc(anchor, "class");
+    // Readers' replies beside an article are not more of it (replies beside a reply are: a
+    // thread's posts).
+    let anchor_replies = marked_as_replies(anchor);
     let mut picked = Vec::new();
     for sib in parent.children.borrow().iter() {
         let keep = if Rc::ptr_eq(sib, anchor) {
             true
-        } else if !matches!(sib.data, NodeData::Element { .. }) {
+        } else if !matches!(sib.data, NodeData::Element { .. })
+            || (!anchor_replies && marked_as_replies(sib))
+        {
             false
         } else {
             let s = st(sib);

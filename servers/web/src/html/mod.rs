@@ -609,4 +609,29 @@ mod tests {
             assert!(md.contains(&format!("Section {n}, paragraph 2")), "{md}");
         }
     }
+
+    #[test]
+    fn replies_outweighing_a_short_article_stay_out() {
+        let article: String = (0..4)
+            .map(|i| format!("<p>Paragraph {i} of the column: the architect, now old, looks back, with doubt, with pride, and with the patience of someone who built for others all his life.</p>"))
+            .collect();
+        let replies: String = (0..24)
+            .map(|i| format!("<li><p>Reply {i}: thank you for this text, it moved me, and I agree with most of it.</p></li>"))
+            .collect();
+        // A SPIP blog: the replies in a `forum` list after the text; a taz page: the article and
+        // its readers' page side by side, the second marked `community`.
+        let layouts = [
+            format!(
+                "<div id='content'><div class='texte'>{article}</div><div class='divforum'><ul class='forum'>{replies}</ul></div></div>"
+            ),
+            format!(
+                "<div id='pages'><div class='full page n1'><div class='sect'><article>{article}</article></div></div><div class='full community page n2'><div class='sect'><ul>{replies}</ul></div></div></div>"
+            ),
+        ];
+        for layout in layouts {
+            let md = to_markdown(&format!("<html><body>{layout}</body></html>")).1;
+            assert!(md.contains("Paragraph 3 of the column"), "{md}");
+            assert!(!md.contains("Reply 7"), "{md}");
+        }
+    }
 }

@@ -82,6 +82,19 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
 pub(crate) const COMMENT_MARKERS: &[&str] =
     &["comments", "commentlist", "comment-list", "comment_list"];
 
+/// Class/id fragments of blocks that follow an article rather than being it — readers'
+/// replies and teasers — for choosing between two candidates (`commentary`, an opinion piece,
+/// is not one: it is taken out before matching).
+pub(crate) const REPLY_MARKERS: &[&str] = &[
+    "comment",
+    "forum",
+    "community",
+    "reply",
+    "replies",
+    "discuss",
+    "teaser",
+];
+
 /// Of [`DROP_MARKERS`], those of consent banners and dialogs: a long privacy notice is still
 /// no content, however much of the page's text it holds.
 pub(crate) const CONSENT_MARKERS: &[&str] = &["cookie", "consent", "gdpr"];
