@@ -20,10 +20,10 @@
 //!    its text that is not link text. A best block inside readers' replies or teasers (`forum`,
 //!    `community`, `comment…`, `teaser`) gives way to the best block outside them that scores a
 //!    quarter as well with 500 characters of prose, and replies never join an article as its
-//!    siblings. An article whose sections are each wrapped deep gives way
-//!    to the ancestor that scores half as well with half again as many paragraphs. The best
-//!    candidate is joined by its siblings that score well, share its kind of class (`post
-//!    bg1` beside `post bg2`) or read as prose. Then it climbs: through wrappers that add
+//!    siblings. An article whose sections are each wrapped deep gives way to the ancestor that
+//!    scores half as well with half again as many paragraphs. The best candidate is joined by
+//!    its siblings that score well, share its kind of class (`post bg1` beside `post bg2`) or
+//!    read as prose. Then it climbs: through wrappers that add
 //!    nothing, and — when several blocks were picked (a manual's sections) — to a parent they
 //!    make 80% of (headings, an introduction). Semantic wrappers (`[itemprop=articleBody]`,
 //!    `[role=main]` — Sphinx's `div.body` —, `<main>`, `<article>`) win when they agree with the
