@@ -21,7 +21,7 @@
 //!    `community`, `comment…`, `teaser`) gives way to the best block outside them that scores a
 //!    quarter as well with 500 characters of prose, and replies never join an article as its
 //!    siblings. An article whose sections are each wrapped deep gives way to the ancestor that
-//!    scores half as well with half again as many paragraphs. The best candidate is joined by
+//!    scores half as well with twice as many paragraphs. The best candidate is joined by
 //!    its siblings that score well, share its kind of class (`post bg1` beside `post bg2`) or
 //!    read as prose. Then it climbs: through wrappers that add
 //!    nothing, and — when several blocks were picked (a manual's sections) — to a parent they
@@ -565,7 +565,7 @@ fn replies_in(marks: &str) -> bool {
 }
 
 /// The best block, or — an article split into sections, each wrapped deep — the outermost
-/// ancestor that scores at least half as well while holding half again as many paragraphs,
+/// ancestor that scores at least half as well while holding twice as many paragraphs,
 /// as clean of links, and no comment-like block of note.
 fn article_ancestor(
     best: Handle,
@@ -581,7 +581,7 @@ fn article_ancestor(
     while let Some(a) = cur.filter(|a| !Rc::ptr_eq(a, body)) {
         let s = st(&a);
         if final_score(&a).is_some_and(|sc| sc >= best_score * 0.5)
-            && s.paras * 2 >= paras * 3
+            && s.paras >= paras * 2
             && s.link_density() < 0.15
             && hinted_away(&a, &best, map, &replies_in) * 10 <= s.text
         {
