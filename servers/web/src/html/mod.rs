@@ -634,4 +634,17 @@ mod tests {
             assert!(!md.contains("Reply 7"), "{md}");
         }
     }
+
+    #[test]
+    fn a_comment_form_is_not_part_of_the_article() {
+        // Its box is marked `post` as well as `comment`: the hints cancel, so only the comment
+        // vocabulary keeps it out of the page's `<main>`.
+        let page = format!(
+            "<html><body><main><div class='cuerpo'>{}</div><div class='box post_formulario sf_comment_form_container_624c'><h3>Comentar</h3><p>Normas de uso: the comments are the opinion of their authors, not of this newspaper, which may remove them.</p></div></main></body></html>",
+            story("ferries")
+        );
+        let md = to_markdown(&page).1;
+        assert!(md.contains("Paragraph 4 about ferries"), "{md}");
+        assert!(!md.contains("Normas de uso"), "{md}");
+    }
 }

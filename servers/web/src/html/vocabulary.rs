@@ -77,10 +77,17 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "legend",
 ];
 
-/// Class/id fragments of readers' comment sections, which may outweigh the article they
-/// follow: their size is no reason to keep them (see [`super::content::strip_soft`]).
-pub(crate) const COMMENT_MARKERS: &[&str] =
-    &["comments", "commentlist", "comment-list", "comment_list"];
+/// Class/id fragments of readers' comment sections and forms, which may outweigh the article
+/// they follow: their size is no reason to keep them (see [`super::content::strip_soft`]).
+pub(crate) const COMMENT_MARKERS: &[&str] = &[
+    "comments",
+    "commentlist",
+    "comment-list",
+    "comment_list",
+    "comment-form",
+    "comment_form",
+    "commentform",
+];
 
 /// Class/id fragments of blocks that follow an article rather than being it — readers'
 /// replies and teasers — for choosing between two candidates (`commentary`, an opinion piece,
