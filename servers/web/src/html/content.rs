@@ -366,13 +366,8 @@ pub(crate) fn choose(body: &Handle) -> Choice {
             raw * (1.0 - ld)
         })
     };
-    // In document order, the first of equal scores: the map's order changes from run to run,
-    // and a page of identical blocks (a live blog's entries) must extract the same each time.
-    let best = all
-        .iter()
-        .filter_map(|h| final_score(h).map(|sc| (sc, h)))
-        .reduce(|kept, next| if next.0 > kept.0 { next } else { kept });
-    let Some((best_score, best)) = best.map(|(s, h)| (s, Rc::clone(h))) else {
+    let best = first_best(all.iter().filter_map(|h| final_score(h).map(|sc| (sc, h))));
+    let Some((best_score, best)) = best else {
         return Choice {
             prose: st(body).prose(),
             root: Rc::clone(body),
@@ -540,15 +535,24 @@ fn clean_rival(
         return None;
     }
     let st = |h: &Handle| map.get(&key(h)).copied().unwrap_or_default();
-    all.iter()
-        .filter(|h| !contains(h, best) && !contains(best, h))
-        .filter_map(|h| final_score(h).map(|sc| (sc, h)))
-        .filter(|(sc, h)| {
-            *sc >= best_score * 0.25
-                && st(h).prose() >= 500
-                && st(h).link_density() < 0.2
-                && !replies(h)
-        })
+    first_best(
+        all.iter()
+            .filter(|h| !contains(h, best) && !contains(best, h))
+            .filter_map(|h| final_score(h).map(|sc| (sc, h)))
+            .filter(|(sc, h)| {
+                *sc >= best_score * 0.25
+                    && st(h).prose() >= 500
+                    && st(h).link_density() < 0.2
+                    && !replies(h)
+            }),
+    )
+}
+
+/// The highest-scoring element, the first in document order among equal scores: a score map's
+/// order changes from run to run, and a page of identical blocks (a live blog's entries) must
+/// extract the same each time.
+fn first_best<'a>(scored: impl Iterator<Item = (f64, &'a Handle)>) -> Option<(f64, Handle)> {
+    scored
         .reduce(|kept, next| if next.0 > kept.0 { next } else { kept })
         .map(|(sc, h)| (sc, Rc::clone(h)))
 }
