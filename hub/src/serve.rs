@@ -44,6 +44,17 @@ pub struct HostServer {
     pub jobs: Arc<crate::job_tools::HostJobs>,
 }
 
+/// Build the host's own tools (their schemas are generated once, then cloned): a host calls
+/// this off its main thread while it starts, so its first `tools/list` finds them built.
+pub fn prepare_own_tools() {
+    host_tools::status_tool();
+    host_tools::reload_tool();
+    crate::delegate_tool::tool();
+    crate::job_tools::tools();
+    crate::workflow_tools::tools();
+    crate::lazy::tools();
+}
+
 impl HostServer {
     /// What a tool call goes through, on either transport (pipeline.rs).
     pub fn pipeline(&self) -> Pipeline<'_> {

@@ -243,6 +243,9 @@ pub fn build(args: &Args, opened: (Backend, bool)) -> anyhow::Result<McpServer<C
         }))
 }
 
+/// The runtime this server runs on (its own binary and `kitbag server cron` alike).
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Multi;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     // A child subreaper and, where writable, a cgroup per command (see command.rs).

@@ -52,6 +52,9 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<DapState>> {
         .with_audit(audit))
 }
 
+/// The runtime this server runs on (its own binary and `kitbag server dap` alike).
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Multi;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;

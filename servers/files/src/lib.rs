@@ -128,6 +128,10 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<FilesState>> {
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 
+/// One thread: a request is read, answered and written without crossing threads (slow work
+/// goes to the blocking pool). The host runs `kitbag server files` on the same.
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Current;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;

@@ -3,11 +3,13 @@
 //! still its own process. Adding a family is one line in `FAMILIES`.
 
 use std::collections::BTreeMap;
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Once, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
 use kitbag_shared::lock::LockExt;
+use kitbag_shared::runtime::Threads;
 
 use clap::Parser;
 use futures::future::BoxFuture;
@@ -24,62 +26,63 @@ fn argv(bin: &str, args: Vec<String>) -> Vec<String> {
     std::iter::once(bin.to_string()).chain(args).collect()
 }
 
-pub const FAMILIES: &[(&str, Runner)] = &[
-    ("files", |a| {
+/// Each family: its name, the runtime its server runs on (as its own binary does), its server.
+pub const FAMILIES: &[(&str, Threads, Runner)] = &[
+    ("files", kitbag_files::THREADS, |a| {
         Box::pin(kitbag_files::run(kitbag_files::Args::parse_from(argv(
             "kitbag-files",
             a,
         ))))
     }),
-    ("search", |a| {
+    ("search", kitbag_search::THREADS, |a| {
         Box::pin(kitbag_search::run(kitbag_search::Args::parse_from(argv(
             "kitbag-search",
             a,
         ))))
     }),
-    ("shell", |a| {
+    ("shell", kitbag_shell::THREADS, |a| {
         Box::pin(kitbag_shell::run(kitbag_shell::Args::parse_from(argv(
             "kitbag-shell",
             a,
         ))))
     }),
-    ("web", |a| {
+    ("web", kitbag_web::THREADS, |a| {
         Box::pin(kitbag_web::run(kitbag_web::Args::parse_from(argv(
             "kitbag-web",
             a,
         ))))
     }),
-    ("memory", |a| {
+    ("memory", kitbag_memory::THREADS, |a| {
         Box::pin(kitbag_memory::run(kitbag_memory::Args::parse_from(argv(
             "kitbag-memory",
             a,
         ))))
     }),
-    ("dap", |a| {
+    ("dap", kitbag_dap::THREADS, |a| {
         Box::pin(kitbag_dap::run(kitbag_dap::Args::parse_from(argv(
             "kitbag-dap",
             a,
         ))))
     }),
-    ("lsp", |a| {
+    ("lsp", kitbag_lsp::THREADS, |a| {
         Box::pin(kitbag_lsp::run(kitbag_lsp::Args::parse_from(argv(
             "kitbag-lsp",
             a,
         ))))
     }),
-    ("issues", |a| {
+    ("issues", kitbag_issues::THREADS, |a| {
         Box::pin(kitbag_issues::run(kitbag_issues::Args::parse_from(argv(
             "kitbag-issues",
             a,
         ))))
     }),
-    ("cron", |a| {
+    ("cron", kitbag_cron::THREADS, |a| {
         Box::pin(kitbag_cron::run(kitbag_cron::Args::parse_from(argv(
             "kitbag-cron",
             a,
         ))))
     }),
-    ("vm", |a| {
+    ("vm", kitbag_vm::THREADS, |a| {
         Box::pin(kitbag_vm::run(kitbag_vm::Args::parse_from(argv(
             "kitbag-vm",
             a,
@@ -261,34 +264,53 @@ fn parse_catalog(text: &str) -> Option<Vec<Tool>> {
     serde_json::from_str::<Catalog>(text).ok().map(|c| c.tools)
 }
 
-/// Each family of [`START_ON_FIRST_CALL`] with its catalog parsed (None: it does not parse,
-/// so that family starts at once).
-type Parsed = Vec<Option<Vec<Tool>>>;
+/// How many families may wait for their first call.
+const WAITING: usize = START_ON_FIRST_CALL.len();
 
-/// The parsed catalogs, once.
-static PARSED: OnceLock<Parsed> = OnceLock::new();
+/// Each family of [`START_ON_FIRST_CALL`] with its catalog parsed, by whichever thread got to
+/// it first (None inside: it does not parse, so that family starts at once).
+static PARSED: [OnceLock<Option<Vec<Tool>>>; WAITING] = [const { OnceLock::new() }; WAITING];
 
-/// A prefetch thread's work: (index in [`START_ON_FIRST_CALL`], its tools).
-type Share = Vec<(usize, Option<Vec<Tool>>)>;
+/// The next catalog no thread has claimed yet (a position in [`by_size`]).
+static NEXT_UNCLAIMED: AtomicUsize = AtomicUsize::new(0);
 
-/// The threads [`prefetch_catalogs`] started: each parses every other family.
-static PREFETCH: Mutex<Vec<JoinHandle<Share>>> = Mutex::new(Vec::new());
+/// The threads [`prefetch_catalogs`] started.
+static PREFETCH: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
 
-/// Start parsing the embedded catalogs on two threads. Parsing them is ~2.5 ms of CPU, most
-/// of a host's cold start when done in line; started first thing in `main`, it overlaps the
-/// argument parsing, config loading and runtime set-up.
+/// Whether every catalog is parsed (the prefetch's work waited for or done here).
+static ALL_PARSED: Once = Once::new();
+
+/// The families' positions, largest catalog first: the parsers then finish together.
+fn by_size() -> &'static [usize] {
+    static ORDER: OnceLock<Vec<usize>> = OnceLock::new();
+    ORDER.get_or_init(|| {
+        let mut order: Vec<usize> = (0..WAITING).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(START_ON_FIRST_CALL[i].catalog.len()));
+        order
+    })
+}
+
+/// Parse catalogs until none is left unclaimed; then the host's own tools are built (by
+/// whichever thread comes first, the others waiting for it).
+fn parse_unclaimed() {
+    let order = by_size();
+    while let Some(&i) = order.get(NEXT_UNCLAIMED.fetch_add(1, Ordering::Relaxed)) {
+        PARSED[i].get_or_init(|| parse_catalog(START_ON_FIRST_CALL[i].catalog));
+    }
+    kitbag_hub::serve::prepare_own_tools();
+}
+
+/// Start parsing the embedded catalogs on two threads. Parsing them is ~2 ms of CPU, most of a
+/// host's cold start when done in line; started first thing in `main`, it overlaps the
+/// argument parsing, config loading and runtime set-up — and the main thread, once it needs
+/// them, parses what is still unclaimed instead of waiting.
 pub fn prefetch_catalogs() {
     const THREADS: usize = 2;
     let mut handles = PREFETCH.locked();
-    for k in 0..THREADS {
+    for _ in 0..THREADS {
         let spawned = std::thread::Builder::new()
             .name("catalogs".into())
-            .spawn(move || {
-                (k..START_ON_FIRST_CALL.len())
-                    .step_by(THREADS)
-                    .map(|i| (i, parse_catalog(START_ON_FIRST_CALL[i].catalog)))
-                    .collect()
-            });
+            .spawn(parse_unclaimed);
         // No thread: the catalogs are parsed in line when first needed.
         if let Ok(h) = spawned {
             handles.push(h);
@@ -296,20 +318,18 @@ pub fn prefetch_catalogs() {
     }
 }
 
-/// The parsed catalogs: the prefetch's when it ran, whatever it missed parsed here.
-fn parsed() -> &'static Parsed {
-    PARSED.get_or_init(|| {
-        let mut done: Vec<Option<Option<Vec<Tool>>>> = vec![None; START_ON_FIRST_CALL.len()];
+/// The parsed catalog of [`START_ON_FIRST_CALL`]`[index]` (None: it does not parse).
+fn parsed(index: usize) -> Option<&'static Vec<Tool>> {
+    ALL_PARSED.call_once(|| {
+        parse_unclaimed();
         for h in std::mem::take(&mut *PREFETCH.locked()) {
-            for (i, tools) in h.join().unwrap_or_default() {
-                done[i] = Some(tools);
-            }
+            let _ = h.join();
         }
-        done.into_iter()
-            .enumerate()
-            .map(|(i, d)| d.unwrap_or_else(|| parse_catalog(START_ON_FIRST_CALL[i].catalog)))
-            .collect()
-    })
+    });
+    // A prefetch thread that died left its catalog unparsed: parsed here.
+    PARSED[index]
+        .get_or_init(|| parse_catalog(START_ON_FIRST_CALL[index].catalog))
+        .as_ref()
 }
 
 /// Which servers the host may start on their first call: an entry that runs this binary's
@@ -332,7 +352,7 @@ pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
             .position(|w| w.family == family)?;
         let waiting = &START_ON_FIRST_CALL[index];
         Some(Known {
-            tools: parsed()[index].clone()?,
+            tools: parsed(index)?.clone(),
             families: waiting.families,
             templates: (waiting.templates)(),
             // The family's default; the entry's own `idle_stop_secs` wins (the hub applies it).
@@ -342,14 +362,23 @@ pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
     }))
 }
 
+/// The runtime `kitbag server <family>` runs on: the family's own (an unknown family fails
+/// in [`run`] anyway).
+pub fn threads(family: &str) -> Threads {
+    FAMILIES
+        .iter()
+        .find(|(name, ..)| *name == family)
+        .map_or(Threads::Multi, |(_, threads, _)| *threads)
+}
+
 pub async fn run(family: &str, args: Vec<String>) -> anyhow::Result<()> {
-    match FAMILIES.iter().find(|(name, _)| *name == family) {
-        Some((_, runner)) => runner(args).await,
+    match FAMILIES.iter().find(|(name, ..)| *name == family) {
+        Some((.., runner)) => runner(args).await,
         None => anyhow::bail!(
             "unknown server family `{family}`; embedded: {}",
             FAMILIES
                 .iter()
-                .map(|(n, _)| *n)
+                .map(|(n, ..)| *n)
                 .collect::<Vec<_>>()
                 .join(", ")
         ),
@@ -362,7 +391,7 @@ pub fn embedded_default() -> anyhow::Result<Config> {
     let cwd = std::env::current_dir()?.to_string_lossy().into_owned();
     let servers = FAMILIES
         .iter()
-        .map(|(name, _)| ServerSpec {
+        .map(|(name, ..)| ServerSpec {
             name: name.to_string(),
             entry: ServerEntry {
                 command: exe.clone(),
@@ -419,7 +448,7 @@ mod tests {
                 .iter()
                 .position(|w| w.family == family)
                 .expect("waiting family");
-            let compiled = parsed()[index].clone().expect("catalog parses");
+            let compiled = parsed(index).cloned().expect("catalog parses");
             assert_eq!(
                 serde_json::to_value(&compiled).expect("json"),
                 serde_json::to_value(&tools).expect("json"),
@@ -439,7 +468,7 @@ mod tests {
         let text = std::fs::read_to_string(&p).expect("agent.json.example");
         let c = kitbag_config::parse(&p, &text).expect("valid");
         let names: Vec<&str> = c.servers.iter().map(|s| s.name.as_str()).collect();
-        for family in FAMILIES.iter().map(|(n, _)| *n) {
+        for family in FAMILIES.iter().map(|(n, ..)| *n) {
             assert!(
                 names.contains(&family),
                 "{family} missing from agent.json.example"

@@ -23,9 +23,9 @@ fn main() {
     // Before any thread exists: clients may start us with SIGINT/SIGTERM blocked.
     unblock_shutdown_signals();
     // The host only relays messages: one thread avoids cross-core wake-ups on every hop.
-    // Embedded servers (`kitbag server <family>`) get the multi-threaded runtime they expect.
-    let threads = match cli.command {
-        Some(kitbag::Command::Server { .. }) => Threads::Multi,
+    // Embedded servers (`kitbag server <family>`) run on the runtime their own binary has.
+    let threads = match &cli.command {
+        Some(kitbag::Command::Server { family, .. }) => kitbag::families::threads(family),
         _ => Threads::Current,
     };
     let mut code = 0;

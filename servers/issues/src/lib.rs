@@ -260,6 +260,9 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<IssuesState>> {
         .with_extras(resources::IssuesExtras))
 }
 
+/// The runtime this server runs on (its own binary and `kitbag server issues` alike).
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Multi;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     // The PostgreSQL client blocks (it drives its own small runtime): the store is opened and

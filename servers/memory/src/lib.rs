@@ -204,6 +204,9 @@ pub fn build(args: &Args, conn: store::Store) -> anyhow::Result<McpServer<Memory
         .with_extras(ContextPrompt))
 }
 
+/// The runtime this server runs on (its own binary and `kitbag server memory` alike).
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Multi;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     // The PostgreSQL client blocks (it drives its own small runtime): stores are opened and

@@ -212,6 +212,9 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<ShellState>> {
         .with_common_args(&args.common)
 }
 
+/// The runtime this server runs on (its own binary and `kitbag server shell` alike).
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Multi;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     // A child subreaper (orphans of commands come back to this process) and, where writable,

@@ -479,6 +479,9 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<VmState>> {
         .map(|s| s.with_extras(VmExtras))
 }
 
+/// The runtime this server runs on (its own binary and `kitbag server vm` alike).
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Multi;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let parent = std::env::var_os(guest::SOCKET_VAR).filter(|v| !v.is_empty());

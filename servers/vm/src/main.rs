@@ -1,5 +1,5 @@
 use clap::Parser;
-use kitbag_shared::runtime::{Threads, main as run_main};
+use kitbag_shared::runtime::main as run_main;
 
 fn main() -> anyhow::Result<()> {
     // The same binary is the agent inside every instance.
@@ -7,5 +7,5 @@ fn main() -> anyhow::Result<()> {
         return kitbag_vm::agent::main(&args);
     }
     let args = kitbag_vm::Args::parse();
-    run_main(Threads::Multi, || kitbag_vm::run(args))
+    run_main(kitbag_vm::THREADS, || kitbag_vm::run(args))
 }

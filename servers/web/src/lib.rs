@@ -101,6 +101,9 @@ pub fn build(args: &Args) -> anyhow::Result<McpServer<WebState>> {
     McpServer::new(IDENTITY, state, router(), policy).with_common_args(&args.common)
 }
 
+/// The runtime this server runs on (its own binary and `kitbag server web` alike).
+pub const THREADS: kitbag_shared::runtime::Threads = kitbag_shared::runtime::Threads::Multi;
+
 pub async fn run(args: Args) -> anyhow::Result<()> {
     args.common.init_logging()?;
     let server = build(&args)?;
