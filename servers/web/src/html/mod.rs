@@ -5,7 +5,8 @@
 //! [`content`] (boilerplate stripped — by tag, role, class/id vocabulary, and share bars by
 //! where their links go ([`share`]) —, paragraphs scored into their containers, semantic wrappers
 //! checked against the scores, link lists cleaned out, headings whose section was cut out
-//! dropped ([`headings`])) and converted with htmd. A page whose body
+//! dropped ([`headings`])) and converted with htmd. An article body shipped as a template for a
+//! script to insert is read as markup first ([`template`]). A page whose body
 //! holds no prose (a video or a script-rendered page) falls back to its metadata: schema.org
 //! JSON-LD `articleBody` / `description`, `og:description`, `<meta name=description>`.
 
@@ -14,6 +15,7 @@ mod headings;
 mod listing;
 mod parse;
 mod share;
+mod template;
 mod vocabulary;
 
 use std::rc::Rc;
@@ -127,6 +129,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
         .skip_tags(vocabulary::HARD_DROP.to_vec())
         .build();
     let doc = parse::parse(html);
+    template::inline_article_templates(&doc);
     let unwrapped = flatten_deep(&doc, MAX_DEPTH);
     let title = find(&doc, &|h| tag(h).as_deref() == Some("title")).map(|t| {
         let mut s = String::new();

@@ -24,6 +24,10 @@ pub(crate) const HARD_DROP: &[&str] = &[
     "link",
     "meta",
     "head",
+    // Ruby annotations (furigana over Japanese text): the reading of the base text, which
+    // inline would split every annotated word in two.
+    "rt",
+    "rp",
 ];
 
 /// Subtrees that are boilerplate unless they hold the page's text (see [`strip_soft`]).
