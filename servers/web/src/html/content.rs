@@ -46,8 +46,8 @@ use super::headings::remove_marking;
 use super::parse::{contains, name, parent_of};
 use super::share::ShareLinks;
 use super::vocabulary::{
-    ATTACHED_MARKERS, BLOCKS, COMMENT_MARKERS, CONSENT_MARKERS, DROP_MARKERS, DROP_ROLES,
-    HARD_DROP, NEGATIVE, POSITION_MARKERS, POSITIVE, REPLY_MARKERS, SOFT_DROP,
+    ATTACHED_MARKERS, BLOCKS, COMMENT_MARKERS, DIALOG_MARKERS, DROP_MARKERS, DROP_ROLES, HARD_DROP,
+    NEGATIVE, POSITION_MARKERS, POSITIVE, REPLY_MARKERS, SOFT_DROP,
 };
 
 fn attr_lc(n: &Node, key: &str) -> Option<String> {
@@ -248,16 +248,17 @@ pub(crate) fn strip_soft(root: &Handle) {
     // wrapping a page with a rail), not boilerplate; teaser `<article>` cards are too small.
     let anchors: Vec<Handle> = elements(root)
         .into_iter()
-        .filter(|e| semantic_main(e) && map.get(&key(e)).is_some_and(|st| st.text * 4 >= total))
+        .filter(|e| {
+            semantic_main(e)
+                && !is_dialog(e, &marks(e))
+                && map.get(&key(e)).is_some_and(|st| st.text * 4 >= total)
+        })
         .collect();
     let share = ShareLinks::under(root);
     remove_marking(root, &mut |c| {
         let tag = name(c);
-        if tag.is_empty() || matches!(tag, "body" | "html") || semantic_main(c) {
+        if tag.is_empty() || matches!(tag, "body" | "html") {
             return false;
-        }
-        if share.is_bar(c, map.get(&key(c)).map_or(0, |s| s.prose())) {
-            return true;
         }
         let role = attr_lc(c, "role").unwrap_or_default();
         // The class/id words read once per element, and the boilerplate markers among them.
@@ -267,6 +268,13 @@ pub(crate) fn strip_soft(root: &Handle) {
             .copied()
             .filter(|m| marked.contains(m))
             .collect();
+        let dialog = is_dialog(c, &marked);
+        if semantic_main(c) && !dialog {
+            return false;
+        }
+        if share.is_bar(c, map.get(&key(c)).map_or(0, |s| s.prose())) {
+            return true;
+        }
         let comments = COMMENT_MARKERS.iter().any(|m| marked.contains(m));
         let boiler = SOFT_DROP.contains(&tag)
             || DROP_ROLES.contains(&role.as_str())
@@ -278,9 +286,7 @@ pub(crate) fn strip_soft(root: &Handle) {
         let st = map.get(&key(c)).copied().unwrap_or_default();
         // Readers' comments can outweigh the article they follow, a consent dialog the page
         // it covers: their size is no reason to keep them.
-        let never_content = comments
-            || markers.iter().any(|m| CONSENT_MARKERS.contains(m))
-            || matches!(role.as_str(), "dialog" | "alertdialog");
+        let never_content = comments || dialog;
         let dominant = !never_content && st.text * 10 >= total * 4 && st.link_density() < 0.33;
         // A block holding nearly all of the page is the page, however many links it has: the
         // `<form>` an ASP.NET page wraps its whole body in.
@@ -308,6 +314,17 @@ pub(crate) fn strip_soft(root: &Handle) {
             && markers.iter().all(|m| POSITION_MARKERS.contains(m));
         !dominant && !boxed_note && !whole && !holds_article && !page_column && !prose_body
     });
+}
+
+/// A dialog — a consent notice, a login or password box that opens over the page — is never
+/// the page's text, whatever its size or its tag (`<article class="dark-modal">`). `marked`:
+/// the element's [`marks`].
+fn is_dialog(n: &Node, marked: &str) -> bool {
+    DIALOG_MARKERS.iter().any(|m| marked.contains(m))
+        || matches!(
+            attr_lc(n, "role").as_deref(),
+            Some("dialog" | "alertdialog")
+        )
 }
 
 /// `<main>`, `<article>`, `[role=main]` or `[itemprop=articleBody]`: never dropped as

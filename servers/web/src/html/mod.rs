@@ -575,6 +575,23 @@ mod tests {
     }
 
     #[test]
+    fn a_login_box_is_not_content_even_as_an_article() {
+        // A video page: two sentences of its own, and the account dialogs the player's page
+        // carries, each an `<article>`, with more text than the page.
+        let messages: String = (0..4)
+            .map(|i| format!("<p>Message {i}: your password must be at least eight characters long, with a capital letter, a digit and a special character, or the account cannot be created.</p>"))
+            .collect();
+        let page = format!(
+            "<html><body><div class='player-page'><h1>Sport in times of Corona</h1><p>The leagues stopped their seasons in March, and the players went home, as the clubs decided together.</p><p>When they play again, the video explains, and what the clubs lose meanwhile.</p></div><article DIALOG><div class='inner'>{messages}</div></article></body></html>"
+        );
+        for dialog in ["class='password-modal dark-modal'", "class='login-popup'"] {
+            let md = to_markdown(&page.replace("DIALOG", dialog)).1;
+            assert!(md.contains("the players went home"), "{dialog}: {md}");
+            assert!(!md.contains("Message 2"), "{dialog}: {md}");
+        }
+    }
+
+    #[test]
     fn a_comment_list_outweighing_the_post_stays_out() {
         let comments: String = (0..10)
             .map(|i| format!("<li><p>Reader {i} writes: I disagree, and at length, because the post, as far as I can tell, leaves out what matters most here, and then some.</p><cite>Comment by Reader {i}</cite></li>"))

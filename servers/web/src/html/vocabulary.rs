@@ -106,9 +106,9 @@ pub(crate) const REPLY_MARKERS: &[&str] = &[
     "teaser",
 ];
 
-/// Of [`DROP_MARKERS`], those of consent banners and dialogs: a long privacy notice is still
-/// no content, however much of the page's text it holds.
-pub(crate) const CONSENT_MARKERS: &[&str] = &["cookie", "consent", "gdpr"];
+/// Of [`DROP_MARKERS`], those of consent banners and dialogs over the page: a long privacy
+/// notice or a login box is still no content, however much of the page's text it holds.
+pub(crate) const DIALOG_MARKERS: &[&str] = &["cookie", "consent", "gdpr", "modal", "popup"];
 
 /// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
 pub(crate) const POSITION_MARKERS: &[&str] = &["sidebar", "right-rail"];
