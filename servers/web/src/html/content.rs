@@ -246,12 +246,16 @@ pub(crate) fn strip_soft(root: &Handle) {
     // The page's own article: a semantic main-content element holding a quarter of its text.
     // A boilerplate-looking block around it is layout (`<div class="pg-right-rail-tall">`
     // wrapping a page with a rail), not boilerplate; teaser `<article>` cards are too small.
+    // An element the page marks as its article's body (`itemprop="articleBody"`) is one with
+    // prose of any length: a short news item inside an `<aside>` wrapper is still the article.
     let anchors: Vec<Handle> = elements(root)
         .into_iter()
         .filter(|e| {
             semantic_main(e)
                 && !is_dialog(e, &marks(e))
-                && map.get(&key(e)).is_some_and(|st| st.text * 4 >= total)
+                && map.get(&key(e)).is_some_and(|st| {
+                    st.text * 4 >= total || (article_body(e) && st.prose() >= ARTICLE_BODY_PROSE)
+                })
         })
         .collect();
     let share = ShareLinks::under(root);
@@ -332,8 +336,16 @@ fn is_dialog(n: &Node, marked: &str) -> bool {
 fn semantic_main(n: &Handle) -> bool {
     matches!(name(n), "main" | "article")
         || attr_lc(n, "role").is_some_and(|r| r == "main")
-        || attr_lc(n, "itemprop").is_some_and(|v| v.contains("articlebody"))
+        || article_body(n)
 }
+
+/// `[itemprop=articleBody]`: the page's own word for where its article's text is.
+fn article_body(n: &Node) -> bool {
+    attr_lc(n, "itemprop").is_some_and(|v| v.contains("articlebody"))
+}
+
+/// Prose an `articleBody` needs to hold the page's article whatever its share of the page.
+const ARTICLE_BODY_PROSE: usize = 200;
 
 /// A candidate's starting points from its tag.
 fn tag_base(tag: &str) -> f64 {

@@ -592,6 +592,21 @@ mod tests {
     }
 
     #[test]
+    fn a_short_article_body_inside_an_aside_is_the_article() {
+        // A news agency's item of one paragraph, wrapped in the site's `<aside>` frame, on a
+        // page whose menus and teasers hold most of the text.
+        let teasers: String = (0..12)
+            .map(|i| format!("<li><a href='/t{i}'>Teaser {i}: another story from the region, the city and the county</a></li>"))
+            .collect();
+        let page = format!(
+            "<html><body><nav><ul>{teasers}</ul></nav><main><aside class='frame direct-content'><section><article><div itemprop='articleBody'><p>Frankfurt (dpa) - For a novel about the old republic the author received this year's book prize. The jury called it the best new book of the year, told in fragments from the view of a thirteen-year-old. The prize has been given since 2005 and is the most important award of the trade, the academy said.</p></div></article></section></aside></main><footer><ul>{teasers}</ul></footer></body></html>"
+        );
+        let md = to_markdown(&page).1;
+        assert!(md.contains("received this year's book prize"), "{md}");
+        assert!(!md.contains("Teaser 3"), "{md}");
+    }
+
+    #[test]
     fn a_comment_list_outweighing_the_post_stays_out() {
         let comments: String = (0..10)
             .map(|i| format!("<li><p>Reader {i} writes: I disagree, and at length, because the post, as far as I can tell, leaves out what matters most here, and then some.</p><cite>Comment by Reader {i}</cite></li>"))
