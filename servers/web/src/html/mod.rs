@@ -12,6 +12,7 @@
 
 mod content;
 mod headings;
+mod labels;
 mod listing;
 mod parse;
 mod share;
@@ -143,6 +144,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     content::strip_soft(&body);
     let choice = listing::prefer_article(&body, content::choose(&body));
     content::clean(&choice.root);
+    labels::drop_label_lines(&choice.root);
     headings::drop_orphans(&choice.root);
     let mut md = converter.tree_to_markdown(&choice.root);
     // A body without prose of its own: the metadata's text, when it says more.
