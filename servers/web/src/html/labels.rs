@@ -1,4 +1,4 @@
-//! Lines that are only a widget's label: "Advertisement" over an ad slot, "Print recipe",
+//! Lines that are only a widget's label or a picture's credit: "Advertisement" over an ad slot, "Print recipe",
 //! "Share", "Read more", "See also", "Tags" — left behind inside the article once the widget
 //! they named is gone or was never text. A block whose whole text is one of these phrases (in
 //! any of the languages of [`LABEL_LINES`]) goes; a phrase inside a sentence stays.
@@ -8,7 +8,7 @@ use std::rc::Rc;
 use markup5ever_rcdom::{Handle, NodeData};
 
 use super::parse::{name, text_of};
-use super::vocabulary::{BLOCKS, LABEL_LINES};
+use super::vocabulary::{BLOCKS, CREDIT_LABELS, LABEL_LINES, PICTURE_AGENCIES};
 
 /// The longest label, in characters (a longer block is never one).
 const MAX_LABEL_CHARS: usize = 40;
@@ -25,20 +25,54 @@ pub(crate) fn is_label(text: &str) -> bool {
     LABEL_LINES.contains(&lower.as_str())
 }
 
+/// `text` is a picture's credit line: "Foto: dpa", "(Bild: Jane Doe)", "© iStock", or a short
+/// line ending with a picture agency's name ("Getty Images", "… / picture alliance").
+pub(crate) fn is_credit(text: &str) -> bool {
+    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    if line.is_empty() || line.chars().count() > MAX_CREDIT_CHARS {
+        return false;
+    }
+    let lower = line.to_lowercase();
+    let opened = lower.trim_start_matches(['(', '[']).trim_start();
+    let labelled = CREDIT_LABELS.iter().any(|label| {
+        opened.strip_prefix(label).is_some_and(|rest| {
+            // "Foto:", "Bild ©", "Photo/", "fot. …", "© …": the label, then what it credits.
+            *label == "©" || label.ends_with('.') || rest.trim_start().starts_with([':', '©', '/'])
+        })
+    });
+    if labelled {
+        return true;
+    }
+    // An agency's name ends the line (a year or brackets may follow), a short line that is no
+    // sentence.
+    let end = lower.trim_end_matches(|c: char| !c.is_alphanumeric() || c.is_ascii_digit());
+    line.split_whitespace().count() <= 8
+        && !line.ends_with('.')
+        && PICTURE_AGENCIES.iter().any(|agency| {
+            end.strip_suffix(agency)
+                .is_some_and(|before| before.is_empty() || !before.ends_with(char::is_alphanumeric))
+        })
+}
+
+/// The longest credit line, in characters.
+const MAX_CREDIT_CHARS: usize = 90;
+
 /// Remove the blocks under `root` whose whole text is a label. Returns how many went.
 pub(crate) fn drop_label_lines(root: &Handle) -> usize {
     let mut dropped = 0;
     let mut stack = vec![Rc::clone(root)];
     while let Some(n) = stack.pop() {
         n.children.borrow_mut().retain(|c| {
+            // Code keeps every line.
             let is_line = matches!(c.data, NodeData::Element { .. })
-                && (BLOCKS.contains(&name(c)) || matches!(name(c), "p" | "li"));
+                && (BLOCKS.contains(&name(c)) || matches!(name(c), "p" | "li"))
+                && !matches!(name(c), "pre" | "code");
             if !is_line {
                 return true;
             }
             let mut text = String::new();
             text_of(c, &mut text);
-            if is_label(&text) {
+            if is_label(&text) || is_credit(&text) {
                 dropped += 1;
                 return false;
             }
@@ -74,6 +108,30 @@ mod tests {
             "",
         ] {
             assert!(!is_label(text), "{text}");
+        }
+    }
+
+    #[test]
+    fn credit_lines_are_known() {
+        for credit in [
+            "Foto: Sean Gallup/Getty Images",
+            "(Bild: Dieter Stork)",
+            "© shutterstock: Mark Agnor",
+            "Getty Images",
+            "Die Intensivstation im Klinikum / picture alliance",
+            "Von David Hutzler, dpa",
+            "Photo : YONHAP News",
+        ] {
+            assert!(is_credit(credit), "{credit}");
+        }
+        for text in [
+            "Reuters: \"Kim Jong Un is fine\"",
+            "The agency told Reuters.",
+            "Stadt eröffnet Nordpark-Anlage",
+            "Grandpa Jo, 54",
+            "Credits and resources for the course",
+        ] {
+            assert!(!is_credit(text), "{text}");
         }
     }
 

@@ -311,3 +311,46 @@ pub(crate) const LABEL_LINES: &[&str] = &[
     "back to overview",
     "zurück zur übersicht",
 ];
+
+/// How a picture's credit line starts (see [`super::labels::is_credit`]), lower-case: a word
+/// needs a colon (or `©`, `/`) after it, an abbreviation (`fot.`) or `©` nothing.
+pub(crate) const CREDIT_LABELS: &[&str] = &[
+    "foto",
+    "fotos",
+    "bild",
+    "bilder",
+    "bildquelle",
+    "titelbild",
+    "photo",
+    "photos",
+    "image",
+    "images",
+    "image credit",
+    "featured image",
+    "crédit photo",
+    "zdjęcie",
+    "fot.",
+    "©",
+    "copyright",
+];
+
+/// Picture agencies and libraries whose name ends a credit line, lower-case.
+pub(crate) const PICTURE_AGENCIES: &[&str] = &[
+    "getty images",
+    "shutterstock",
+    "istock",
+    "istockphoto",
+    "imago",
+    "picture alliance",
+    "picture-alliance",
+    "dpa",
+    "afp",
+    "reuters",
+    "ap photo",
+    "wenn.com",
+    "unsplash",
+    "pixabay",
+    "pexels",
+    "adobe stock",
+    "fotolia",
+];
