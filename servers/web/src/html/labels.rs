@@ -10,6 +10,9 @@ use markup5ever_rcdom::{Handle, NodeData};
 use super::parse::{name, text_of};
 use super::vocabulary::{BLOCKS, CREDIT_LABELS, LABEL_LINES, PICTURE_AGENCIES};
 
+/// Inline elements a label line may be written as.
+const INLINE: &[&str] = &["span", "strong", "b", "em", "small", "label", "a"];
+
 /// The longest label, in characters (a longer block is never one).
 const MAX_LABEL_CHARS: usize = 40;
 
@@ -62,10 +65,29 @@ pub(crate) fn drop_label_lines(root: &Handle) -> usize {
     let mut dropped = 0;
     let mut stack = vec![Rc::clone(root)];
     while let Some(n) = stack.pop() {
+        // An inline element is a line of its own when every sibling is a block or blank
+        // (`<div><span>See also</span><ul>…</ul></div>`).
+        let alone = n.children.borrow().iter().all(|c| match &c.data {
+            NodeData::Text { contents } => contents.borrow().trim().is_empty(),
+            NodeData::Element { .. } => {
+                BLOCKS.contains(&name(c))
+                    || matches!(name(c), "p" | "li")
+                    || INLINE.contains(&name(c))
+            }
+            _ => true,
+        }) && n
+            .children
+            .borrow()
+            .iter()
+            .filter(|c| INLINE.contains(&name(c)))
+            .count()
+            == 1;
         n.children.borrow_mut().retain(|c| {
             // Code keeps every line.
             let is_line = matches!(c.data, NodeData::Element { .. })
-                && (BLOCKS.contains(&name(c)) || matches!(name(c), "p" | "li"))
+                && (BLOCKS.contains(&name(c))
+                    || matches!(name(c), "p" | "li")
+                    || (alone && INLINE.contains(&name(c))))
                 && !matches!(name(c), "pre" | "code");
             if !is_line {
                 return true;
@@ -109,6 +131,20 @@ mod tests {
         ] {
             assert!(!is_label(text), "{text}");
         }
+    }
+
+    #[test]
+    fn a_label_written_as_a_span_goes_when_it_stands_alone() {
+        let doc = parse(
+            "<body><article><div class='box'><span class='bar'>Zobacz również</span><ul><li>\
+             <a href='/x'>Another story of the day</a></li></ul></div><p>Tap <span>Share</span> \
+             to send it on.</p></article></body>",
+        );
+        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
+        assert_eq!(drop_label_lines(&article), 1);
+        let mut text = String::new();
+        text_of(&article, &mut text);
+        assert_eq!(text, "Another story of the dayTap Share to send it on.");
     }
 
     #[test]
