@@ -609,6 +609,31 @@ mod tests {
     }
 
     #[test]
+    fn a_text_block_marked_for_its_pictures_or_share_buttons_stays() {
+        // The body's paragraphs sit in a block whose class names what a theme attaches to it
+        // (a lightbox gallery for its pictures, share buttons); a real share bar beside it.
+        let paras: String = (0..8)
+            .map(|i| format!("<p>Paragraph {i} of the press release: the relief agency, with its volunteers, helps more people each year, as droughts, floods and storms grow, and it says so in detail.</p>"))
+            .collect();
+        for marked in ["o-media js-lightbox-gallery", "entry themeform share"] {
+            // The site's link lists hold more text than the release: the block is not most
+            // of the page.
+            let links: String = (0..60)
+                .map(|i| format!("<li><a href='/topic/{i}'>Topic {i}: relief work, volunteering and first aid courses</a></li>"))
+                .collect();
+            let page = format!(
+                "<html><body><div class='page-body'><h1>Press release</h1><div class='{marked}'>{paras}</div><div class='share'><a href='https://www.facebook.com/sharer.php?u=x'>Facebook</a> <a href='https://twitter.com/intent/tweet?url=x'>Twitter</a></div></div><aside><ul>{links}</ul></aside></body></html>"
+            );
+            let md = to_markdown(&page).1;
+            assert!(
+                md.contains("Paragraph 3 of the press release"),
+                "{marked}: {md}"
+            );
+            assert!(!md.contains("Facebook"), "{marked}: {md}");
+        }
+    }
+
+    #[test]
     fn a_comment_list_outweighing_the_post_stays_out() {
         let comments: String = (0..10)
             .map(|i| format!("<li><p>Reader {i} writes: I disagree, and at length, because the post, as far as I can tell, leaves out what matters most here, and then some.</p><cite>Comment by Reader {i}</cite></li>"))

@@ -113,8 +113,9 @@ pub(crate) const DIALOG_MARKERS: &[&str] = &["cookie", "consent", "gdpr", "modal
 /// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
 pub(crate) const POSITION_MARKERS: &[&str] = &["sidebar", "right-rail"];
 
-/// Of [`DROP_MARKERS`], those a theme puts on the box that gets share buttons attached.
-pub(crate) const ATTACHED_MARKERS: &[&str] = &["share", "social"];
+/// Of [`DROP_MARKERS`], those a theme puts on the box that gets something attached to it:
+/// share buttons, a lightbox for its pictures (`js-lightbox-gallery` on a text block).
+pub(crate) const ATTACHED_MARKERS: &[&str] = &["share", "social", "gallery"];
 
 pub(crate) const DROP_ROLES: &[&str] = &[
     "navigation",
