@@ -1,4 +1,4 @@
-//! Lines that are only a widget's label or a picture's credit: "Advertisement" over an ad slot, "Print recipe",
+//! Lines that are only a widget's label, a picture's credit or a teaser's linked title: "Advertisement" over an ad slot, "Print recipe",
 //! "Share", "Read more", "See also", "Tags" — left behind inside the article once the widget
 //! they named is gone or was never text. A block whose whole text is one of these phrases (in
 //! any of the languages of [`LABEL_LINES`]) goes; a phrase inside a sentence stays.
@@ -57,6 +57,32 @@ pub(crate) fn is_credit(text: &str) -> bool {
         })
 }
 
+/// A heading (below `h1`) that is all a link to another page: a teaser's title ("What you need
+/// to know about the virus" over a box of further reading), not a section of this page. A
+/// link to a place in the page (`#…`) is a section's own.
+fn is_link_heading(c: &Handle, text: &str) -> bool {
+    if !matches!(name(c), "h2" | "h3" | "h4" | "h5" | "h6") {
+        return false;
+    }
+    let total = text.chars().filter(|ch| !ch.is_whitespace()).count();
+    let mut linked = 0;
+    let mut stack = vec![Rc::clone(c)];
+    while let Some(n) = stack.pop() {
+        if name(&n) == "a" {
+            let href = super::parse::attr(&n, "href").unwrap_or_default();
+            if href.starts_with('#') || href.is_empty() {
+                return false;
+            }
+            let mut t = String::new();
+            text_of(&n, &mut t);
+            linked += t.chars().filter(|ch| !ch.is_whitespace()).count();
+            continue;
+        }
+        stack.extend(n.children.borrow().iter().cloned());
+    }
+    total > 0 && linked * 10 >= total * 9
+}
+
 /// The longest credit line, in characters.
 const MAX_CREDIT_CHARS: usize = 90;
 
@@ -94,7 +120,7 @@ pub(crate) fn drop_label_lines(root: &Handle) -> usize {
             }
             let mut text = String::new();
             text_of(c, &mut text);
-            if is_label(&text) || is_credit(&text) {
+            if is_label(&text) || is_credit(&text) || is_link_heading(c, &text) {
                 dropped += 1;
                 return false;
             }
@@ -145,6 +171,23 @@ mod tests {
         let mut text = String::new();
         text_of(&article, &mut text);
         assert_eq!(text, "Another story of the dayTap Share to send it on.");
+    }
+
+    #[test]
+    fn a_heading_that_is_a_link_elsewhere_goes() {
+        let doc = parse(
+            "<body><article><h2><a href='#part'>Part one</a></h2><p>The text of part one.</p>\
+             <h3><a href='/guide'>What you need to know</a></h3><h3>Plain <a href='/x'>section</a> \
+             heading</h3><p>More text.</p></article></body>",
+        );
+        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
+        assert_eq!(drop_label_lines(&article), 1);
+        let mut text = String::new();
+        text_of(&article, &mut text);
+        assert_eq!(
+            text,
+            "Part oneThe text of part one.Plain section headingMore text."
+        );
     }
 
     #[test]
