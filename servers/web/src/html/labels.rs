@@ -8,7 +8,7 @@ use std::rc::Rc;
 use markup5ever_rcdom::{Handle, NodeData};
 
 use super::parse::{name, text_of};
-use super::vocabulary::{BLOCKS, CREDIT_LABELS, LABEL_LINES, PICTURE_AGENCIES};
+use super::vocabulary::{BLOCKS, CREDIT_LABELS, LABEL_LINES, PICTURE_AGENCIES, TAG_LABELS};
 
 /// Inline elements a label line may be written as.
 const INLINE: &[&str] = &["span", "strong", "b", "em", "small", "label", "a"];
@@ -65,13 +65,18 @@ fn is_link_heading(c: &Handle, text: &str) -> bool {
         return false;
     }
     let total = text.chars().filter(|ch| !ch.is_whitespace()).count();
+    total > 0 && linked_chars(c).is_some_and(|linked| linked * 10 >= total * 9)
+}
+
+/// The characters (not spaces) of `h`'s text inside links to anywhere but a place in the page.
+fn linked_chars(h: &Handle) -> Option<usize> {
     let mut linked = 0;
-    let mut stack = vec![Rc::clone(c)];
+    let mut stack = vec![Rc::clone(h)];
     while let Some(n) = stack.pop() {
         if name(&n) == "a" {
             let href = super::parse::attr(&n, "href").unwrap_or_default();
             if href.starts_with('#') || href.is_empty() {
-                return false;
+                return None;
             }
             let mut t = String::new();
             text_of(&n, &mut t);
@@ -80,7 +85,23 @@ fn is_link_heading(c: &Handle, text: &str) -> bool {
         }
         stack.extend(n.children.borrow().iter().cloned());
     }
-    total > 0 && linked * 10 >= total * 9
+    Some(linked)
+}
+
+/// A line "Tags: a, b, c" / "Kategorie: News" whose words after the label are links: the post's
+/// tag or category list.
+fn is_tag_list(c: &Handle, text: &str) -> bool {
+    let Some((head, rest)) = text.split_once(':') else {
+        return false;
+    };
+    let head = head.trim().to_lowercase();
+    let rest_chars = rest
+        .chars()
+        .filter(|ch| !ch.is_whitespace() && *ch != ',')
+        .count();
+    TAG_LABELS.contains(&head.as_str())
+        && rest_chars > 0
+        && linked_chars(c).is_some_and(|linked| linked * 10 >= rest_chars * 9)
 }
 
 /// The longest credit line, in characters.
@@ -120,7 +141,11 @@ pub(crate) fn drop_label_lines(root: &Handle) -> usize {
             }
             let mut text = String::new();
             text_of(c, &mut text);
-            if is_label(&text) || is_credit(&text) || is_link_heading(c, &text) {
+            if is_label(&text)
+                || is_credit(&text)
+                || is_link_heading(c, &text)
+                || is_tag_list(c, &text)
+            {
                 dropped += 1;
                 return false;
             }
@@ -188,6 +213,19 @@ mod tests {
             text,
             "Part oneThe text of part one.Plain section headingMore text."
         );
+    }
+
+    #[test]
+    fn a_tag_list_goes_and_a_labelled_line_of_text_stays() {
+        let doc = parse(
+            "<body><article><p>The text.</p><div>Tags: <a href='/t/a'>banks</a>, \
+             <a href='/t/b'>euro crisis</a></div><p>Kategorie: Kinderbuch</p></article></body>",
+        );
+        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
+        assert_eq!(drop_label_lines(&article), 1);
+        let mut text = String::new();
+        text_of(&article, &mut text);
+        assert_eq!(text, "The text.Kategorie: Kinderbuch");
     }
 
     #[test]

@@ -355,3 +355,26 @@ pub(crate) const PICTURE_AGENCIES: &[&str] = &[
     "adobe stock",
     "fotolia",
 ];
+
+/// Labels of a post's tag or category line ("Tags: a, b" — see `labels::is_tag_list`),
+/// lower-case.
+pub(crate) const TAG_LABELS: &[&str] = &[
+    "tags",
+    "tag",
+    "kategorie",
+    "kategorien",
+    "category",
+    "categories",
+    "filed under",
+    "posted in",
+    "schlagwörter",
+    "schlagworte",
+    "stichwörter",
+    "themen",
+    "tagi",
+    "kategorie wpisu",
+    "etiquetas",
+    "categorías",
+    "catégories",
+    "mots-clés",
+];
