@@ -161,6 +161,16 @@ mod tests {
     use super::*;
     use crate::html::parse::{find, parse, tag};
 
+    /// The labels dropped from the page's `<article>`, and the article's text left.
+    fn drop_from_article(html: &str) -> (usize, String) {
+        let doc = parse(html);
+        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
+        let dropped = drop_label_lines(&article);
+        let mut text = String::new();
+        text_of(&article, &mut text);
+        (dropped, text)
+    }
+
     #[test]
     fn labels_in_several_languages_are_known() {
         for label in [
@@ -186,29 +196,23 @@ mod tests {
 
     #[test]
     fn a_label_written_as_a_span_goes_when_it_stands_alone() {
-        let doc = parse(
+        let (dropped, text) = drop_from_article(
             "<body><article><div class='box'><span class='bar'>Zobacz również</span><ul><li>\
              <a href='/x'>Another story of the day</a></li></ul></div><p>Tap <span>Share</span> \
              to send it on.</p></article></body>",
         );
-        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
-        assert_eq!(drop_label_lines(&article), 1);
-        let mut text = String::new();
-        text_of(&article, &mut text);
+        assert_eq!(dropped, 1);
         assert_eq!(text, "Another story of the dayTap Share to send it on.");
     }
 
     #[test]
     fn a_heading_that_is_a_link_elsewhere_goes() {
-        let doc = parse(
+        let (dropped, text) = drop_from_article(
             "<body><article><h2><a href='#part'>Part one</a></h2><p>The text of part one.</p>\
              <h3><a href='/guide'>What you need to know</a></h3><h3>Plain <a href='/x'>section</a> \
              heading</h3><p>More text.</p></article></body>",
         );
-        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
-        assert_eq!(drop_label_lines(&article), 1);
-        let mut text = String::new();
-        text_of(&article, &mut text);
+        assert_eq!(dropped, 1);
         assert_eq!(
             text,
             "Part oneThe text of part one.Plain section headingMore text."
@@ -217,14 +221,11 @@ mod tests {
 
     #[test]
     fn a_tag_list_goes_and_a_labelled_line_of_text_stays() {
-        let doc = parse(
+        let (dropped, text) = drop_from_article(
             "<body><article><p>The text.</p><div>Tags: <a href='/t/a'>banks</a>, \
              <a href='/t/b'>euro crisis</a></div><p>Kategorie: Kinderbuch</p></article></body>",
         );
-        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
-        assert_eq!(drop_label_lines(&article), 1);
-        let mut text = String::new();
-        text_of(&article, &mut text);
+        assert_eq!(dropped, 1);
         assert_eq!(text, "The text.Kategorie: Kinderbuch");
     }
 
@@ -254,15 +255,12 @@ mod tests {
 
     #[test]
     fn a_label_block_goes_and_a_sentence_with_the_word_stays() {
-        let doc = parse(
+        let (dropped, text) = drop_from_article(
             "<body><article><p>The council voted for the bridge.</p><div class='slot'>\
              <span>Advertisement</span></div><p>Advertisement revenue fell, the paper said.</p>\
              <h2>Mehr zum Thema</h2><ul><li><a href='/a'>Drucken</a></li></ul></article></body>",
         );
-        let article = find(&doc, &|h| tag(h).as_deref() == Some("article")).expect("article");
-        assert_eq!(drop_label_lines(&article), 3);
-        let mut text = String::new();
-        text_of(&article, &mut text);
+        assert_eq!(dropped, 3);
         assert_eq!(
             text,
             "The council voted for the bridge.Advertisement revenue fell, the paper said."
