@@ -14,6 +14,7 @@ mod content;
 mod headings;
 mod labels;
 mod listing;
+mod notices;
 mod parse;
 mod share;
 mod template;
@@ -146,7 +147,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     content::clean(&choice.root);
     labels::drop_label_lines(&choice.root);
     headings::drop_orphans(&choice.root);
-    let mut md = converter.tree_to_markdown(&choice.root);
+    let mut md = notices::drop_php_notices(&converter.tree_to_markdown(&choice.root));
     // A body without prose of its own: the metadata's text, when it says more.
     let fallback = match (&meta.article_body, &meta.description) {
         (Some(b), _) if b.len() > 2 * choice.prose.max(THIN_PROSE / 2) => Some(b),
