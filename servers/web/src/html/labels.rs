@@ -1,4 +1,5 @@
-//! Lines that are only a widget's label, a picture's credit or a teaser's linked title: "Advertisement" over an ad slot, "Print recipe",
+//! Lines that are only a widget's label, a picture's credit, a reading time or a teaser's
+//! linked title: "Advertisement" over an ad slot, "Print recipe",
 //! "Share", "Read more", "See also", "Tags" — left behind inside the article once the widget
 //! they named is gone or was never text. A block whose whole text is one of these phrases (in
 //! any of the languages of [`LABEL_LINES`]) goes; a phrase inside a sentence stays.
@@ -8,7 +9,10 @@ use std::rc::Rc;
 use markup5ever_rcdom::{Handle, NodeData};
 
 use super::parse::{name, text_of};
-use super::vocabulary::{BLOCKS, CREDIT_LABELS, LABEL_LINES, PICTURE_AGENCIES, TAG_LABELS};
+use super::vocabulary::{
+    BLOCKS, CREDIT_LABELS, LABEL_LINES, PICTURE_AGENCIES, READING_LABELS, READING_SUFFIXES,
+    READING_UNITS, TAG_LABELS,
+};
 
 /// Inline elements a label line may be written as.
 const INLINE: &[&str] = &["span", "strong", "b", "em", "small", "label", "a"];
@@ -104,6 +108,43 @@ fn is_tag_list(c: &Handle, text: &str) -> bool {
         && linked_chars(c).is_some_and(|linked| linked * 10 >= rest_chars * 9)
 }
 
+/// `text` is an estimate of the reading time: "Lesezeit: 2 Minuten", "8 minutos de lectura",
+/// "11 minut czytania", "5 min read".
+pub(crate) fn is_reading_time(text: &str) -> bool {
+    let line = text
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_lowercase();
+    if line.is_empty() || line.chars().count() > MAX_LABEL_CHARS {
+        return false;
+    }
+    let number = |w: &str| !w.is_empty() && w.chars().all(|c| c.is_ascii_digit());
+    let unit = |w: &str| READING_UNITS.contains(&w.trim_end_matches('.'));
+    // "Lesezeit: ca. 2 Minuten"
+    for label in READING_LABELS {
+        if let Some(rest) = line.strip_prefix(label) {
+            let words: Vec<&str> = rest
+                .trim_start_matches([':', ' '])
+                .split(' ')
+                .filter(|w| !matches!(*w, "ca." | "ca" | "~" | ""))
+                .collect();
+            return match words.as_slice() {
+                [n] => number(n),
+                [n, u] => number(n) && unit(u),
+                _ => false,
+            };
+        }
+    }
+    // "8 minutos de lectura"
+    let mut words = line.split(' ');
+    let (Some(n), Some(u)) = (words.next(), words.next()) else {
+        return false;
+    };
+    let rest = words.collect::<Vec<_>>().join(" ");
+    number(n) && unit(u) && READING_SUFFIXES.contains(&rest.as_str())
+}
+
 /// The longest credit line, in characters.
 const MAX_CREDIT_CHARS: usize = 90;
 
@@ -143,6 +184,7 @@ pub(crate) fn drop_label_lines(root: &Handle) -> usize {
             text_of(c, &mut text);
             if is_label(&text)
                 || is_credit(&text)
+                || is_reading_time(&text)
                 || is_link_heading(c, &text)
                 || is_tag_list(c, &text)
             {
@@ -227,6 +269,28 @@ mod tests {
         );
         assert_eq!(dropped, 1);
         assert_eq!(text, "The text.Kategorie: Kinderbuch");
+    }
+
+    #[test]
+    fn reading_times_are_known() {
+        for line in [
+            "Lesezeit: 2 Minuten",
+            "Lesedauer: 8 Min.",
+            "8 minutos de lectura",
+            "11\u{a0}minut czytania",
+            "5 min read",
+            "Reading time: ca. 4 min",
+        ] {
+            assert!(is_reading_time(line), "{line}");
+        }
+        for line in [
+            "5 minutes from the station",
+            "Lesezeit",
+            "Read more",
+            "90 min",
+        ] {
+            assert!(!is_reading_time(line), "{line}");
+        }
     }
 
     #[test]

@@ -378,3 +378,32 @@ pub(crate) const TAG_LABELS: &[&str] = &[
     "catégories",
     "mots-clés",
 ];
+
+/// Labels of a reading-time line, lower-case.
+pub(crate) const READING_LABELS: &[&str] = &[
+    "lesezeit",
+    "lesedauer",
+    "reading time",
+    "read time",
+    "temps de lecture",
+    "tiempo de lectura",
+    "tempo di lettura",
+    "czas czytania",
+];
+
+/// Units of a reading-time line (a trailing dot ignored), lower-case.
+pub(crate) const READING_UNITS: &[&str] = &[
+    "min", "mins", "minute", "minutes", "minuten", "minut", "minuty", "minutos", "minuti",
+];
+
+/// What follows the minutes in a reading-time line, lower-case.
+pub(crate) const READING_SUFFIXES: &[&str] = &[
+    "read",
+    "reading",
+    "lesezeit",
+    "lesedauer",
+    "de lecture",
+    "de lectura",
+    "di lettura",
+    "czytania",
+];
