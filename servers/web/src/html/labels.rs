@@ -24,7 +24,10 @@ const MAX_LABEL_CHARS: usize = 40;
 pub(crate) fn is_label(text: &str) -> bool {
     let words: Vec<&str> = text.split_whitespace().collect();
     let line = words.join(" ");
-    let line = line.trim_end_matches([':', '.', '…', '»', '›', '→']).trim();
+    let line = line
+        .trim_start_matches('(')
+        .trim_end_matches([':', '.', '?', '!', ')', '…', '»', '›', '→'])
+        .trim();
     if line.is_empty() || line.chars().count() > MAX_LABEL_CHARS {
         return false;
     }
@@ -223,6 +226,8 @@ mod tests {
             "Zobacz również",
             "Read more »",
             "  Share  ",
+            "War der Artikel nützlich?",
+            "(Noch keine Bewertungen)",
         ] {
             assert!(is_label(label), "{label}");
         }
