@@ -20,31 +20,30 @@ use crate::pipeline::CallMeta;
 pub const DELEGATE_TOOL: &str = "agent_delegate";
 
 pub fn tool() -> Tool {
-    // Built once: its schemas are generated, and the list is asked for on every
-    // `tools/list` and every refusal check.
+    // Built once (`crate::serve::prepare_own_tools`), cloned after.
     static BUILT: std::sync::OnceLock<Tool> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let input = kitbag_shared::schema::input_schema::<DelegateParams>().unwrap_or_default();
-            let mut meta = serde_json::Map::new();
-            meta.insert(kitbag_shared::tier::TIER_META.into(), json!("exec"));
-            Tool::new(
-                DELEGATE_TOOL,
-                "Hand a coding task to Codex, Claude Code or kitbag run; returns a compact account.",
-                input,
-            )
-            .with_raw_output_schema(Arc::new(kitbag_shared::schema::output_schema_for::<
-                DelegateResult,
-            >(DELEGATE_TOOL)))
-            .with_annotations(
-                rmcp::model::ToolAnnotations::with_title("Delegate to a coding agent")
-                    .read_only(false)
-                    .destructive(true)
-                    .open_world(true),
-            )
-            .with_meta(rmcp::model::MetaObject(meta))
-        })
-        .clone()
+    BUILT.get_or_init(build_tool).clone()
+}
+
+fn build_tool() -> Tool {
+    let input = kitbag_shared::schema::input_schema::<DelegateParams>().unwrap_or_default();
+    let mut meta = serde_json::Map::new();
+    meta.insert(kitbag_shared::tier::TIER_META.into(), json!("exec"));
+    Tool::new(
+        DELEGATE_TOOL,
+        "Hand a coding task to Codex, Claude Code or kitbag run; returns a compact account.",
+        input,
+    )
+    .with_raw_output_schema(Arc::new(kitbag_shared::schema::output_schema_for::<
+        DelegateResult,
+    >(DELEGATE_TOOL)))
+    .with_annotations(
+        rmcp::model::ToolAnnotations::with_title("Delegate to a coding agent")
+            .read_only(false)
+            .destructive(true)
+            .open_world(true),
+    )
+    .with_meta(rmcp::model::MetaObject(meta))
 }
 
 /// Run one delegation to its end.

@@ -122,39 +122,37 @@ pub fn status(hub: &Hub, settings: Vec<kitbag_config::settings::Setting>) -> Sta
 }
 
 pub fn status_tool() -> Tool {
-    // Built once: its schemas are generated, and the list is asked for on every
-    // `tools/list` and every refusal check.
+    // Built once (`crate::serve::prepare_own_tools`), cloned after.
     static BUILT: std::sync::OnceLock<Tool> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
-            Tool::new(
-                STATUS_TOOL,
-                "Every server the host runs: state, pid, uptime, restarts, tools, last error; tool-name collisions.",
-                input,
-            )
-            .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<StatusResult>("host_status")))
-            .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
-        })
-        .clone()
+    BUILT.get_or_init(build_status_tool).clone()
+}
+
+fn build_status_tool() -> Tool {
+    let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
+    Tool::new(
+        STATUS_TOOL,
+        "Every server the host runs: state, pid, uptime, restarts, tools, last error; tool-name collisions.",
+        input,
+    )
+    .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<StatusResult>("host_status")))
+    .with_annotations(rmcp::model::ToolAnnotations::with_title("Host status").read_only(true).open_world(false))
 }
 
 pub fn reload_tool() -> Tool {
-    // Built once: its schemas are generated, and the list is asked for on every
-    // `tools/list` and every refusal check.
+    // Built once (`crate::serve::prepare_own_tools`), cloned after.
     static BUILT: std::sync::OnceLock<Tool> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
-            Tool::new(
-                RELOAD_TOOL,
-                "Re-read the host's config file (edit it first) and apply it, keeping this connection: changed servers restart once their calls finish. A bad config changes nothing.",
-                input,
-            )
-            .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<crate::registry::ReloadReport>("host_reload")))
-            .with_annotations(rmcp::model::ToolAnnotations::with_title("Reload host config").read_only(false).destructive(false).idempotent(true).open_world(false))
-        })
-        .clone()
+    BUILT.get_or_init(build_reload_tool).clone()
+}
+
+fn build_reload_tool() -> Tool {
+    let input = kitbag_shared::schema::input_schema::<NoParams>().unwrap_or_default();
+    Tool::new(
+        RELOAD_TOOL,
+        "Re-read the host's config file (edit it first) and apply it, keeping this connection: changed servers restart once their calls finish. A bad config changes nothing.",
+        input,
+    )
+    .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<crate::registry::ReloadReport>("host_reload")))
+    .with_annotations(rmcp::model::ToolAnnotations::with_title("Reload host config").read_only(false).destructive(false).idempotent(true).open_world(false))
 }
 
 /// `host_status` as text: a line per server, then a line per agent session.

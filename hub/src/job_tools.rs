@@ -59,33 +59,32 @@ fn tool<P: schemars::JsonSchema + 'static, R: schemars::JsonSchema + 'static>(
 
 /// The three tools.
 pub fn tools() -> Vec<Tool> {
-    // Built once: its schemas are generated, and the list is asked for on every
-    // `tools/list` and every refusal check.
+    // Built once (`crate::serve::prepare_own_tools`), cloned after.
     static BUILT: std::sync::OnceLock<Vec<Tool>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            vec![
-                tool::<JobStartParams, JobStatus>(
-                    START_TOOL,
-                    "Run a bounded subagent turn in the background (read-only by default).",
-                    "Start a subagent job",
-                    "exec",
-                ),
-                tool::<JobStatusParams, JobStatus>(
-                    STATUS_TOOL,
-                    "A subagent job's state and latest activity.",
-                    "Subagent job status",
-                    "read",
-                ),
-                tool::<JobResultParams, JobResult>(
-                    RESULT_TOOL,
-                    "A subagent job's answer and typed output.",
-                    "Subagent job result",
-                    "read",
-                ),
-            ]
-        })
-        .clone()
+    BUILT.get_or_init(build_tools).clone()
+}
+
+fn build_tools() -> Vec<Tool> {
+    vec![
+        tool::<JobStartParams, JobStatus>(
+            START_TOOL,
+            "Run a bounded subagent turn in the background (read-only by default).",
+            "Start a subagent job",
+            "exec",
+        ),
+        tool::<JobStatusParams, JobStatus>(
+            STATUS_TOOL,
+            "A subagent job's state and latest activity.",
+            "Subagent job status",
+            "read",
+        ),
+        tool::<JobResultParams, JobResult>(
+            RESULT_TOOL,
+            "A subagent job's answer and typed output.",
+            "Subagent job result",
+            "read",
+        ),
+    ]
 }
 
 fn status_text(s: &JobStatus) -> String {

@@ -77,46 +77,45 @@ pub struct CallParams {
 
 /// The three discovery tools.
 pub fn tools() -> Vec<Tool> {
-    // Built once: its schemas are generated, and the list is asked for on every
-    // `tools/list` and every refusal check.
+    // Built once (`crate::serve::prepare_own_tools`), cloned after.
     static BUILT: std::sync::OnceLock<Vec<Tool>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            let read = |title: &str| {
-                ToolAnnotations::with_title(title)
-                    .read_only(true)
-                    .open_world(false)
-            };
-            let schema = |s: Result<JsonObject, kitbag_shared::schema::NotAnObject>| s.unwrap_or_default();
-            vec![
-                Tool::new(
-                    SEARCH_TOOL,
-                    "Find tools by what they do: words matched against every available tool's name and description, best first. Then get a tool's arguments with tool_schema and run it with tool_call.\nExample: {\"query\": \"search text in files\"}",
-                    schema(kitbag_shared::schema::input_schema::<SearchParams>()),
-                )
-                .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<SearchResult>("tool_search")))
-                .with_annotations(read("Search tools")),
-                Tool::new(
-                    SCHEMA_TOOL,
-                    "Show one tool's full description and argument schema, before calling it with tool_call.\nExample: {\"name\": \"file_read\"}",
-                    schema(kitbag_shared::schema::input_schema::<SchemaParams>()),
-                )
-                .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<SchemaResult>("tool_schema")))
-                .with_annotations(read("Tool schema")),
-                Tool::new(
-                    CALL_TOOL,
-                    "Call any available tool by name with its arguments; returns that tool's own result.\nExample: {\"name\": \"file_read\", \"arguments\": {\"path\": \"README.md\"}}",
-                    schema(kitbag_shared::schema::input_schema::<CallParams>()),
-                )
-                .with_annotations(
-                    ToolAnnotations::with_title("Call a tool")
-                        .read_only(false)
-                        .destructive(true)
-                        .open_world(true),
-                ),
-            ]
-        })
-        .clone()
+    BUILT.get_or_init(build_tools).clone()
+}
+
+fn build_tools() -> Vec<Tool> {
+    let read = |title: &str| {
+        ToolAnnotations::with_title(title)
+            .read_only(true)
+            .open_world(false)
+    };
+    let schema = |s: Result<JsonObject, kitbag_shared::schema::NotAnObject>| s.unwrap_or_default();
+    vec![
+        Tool::new(
+            SEARCH_TOOL,
+            "Find tools by what they do: words matched against every available tool's name and description, best first. Then get a tool's arguments with tool_schema and run it with tool_call.\nExample: {\"query\": \"search text in files\"}",
+            schema(kitbag_shared::schema::input_schema::<SearchParams>()),
+        )
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<SearchResult>("tool_search")))
+        .with_annotations(read("Search tools")),
+        Tool::new(
+            SCHEMA_TOOL,
+            "Show one tool's full description and argument schema, before calling it with tool_call.\nExample: {\"name\": \"file_read\"}",
+            schema(kitbag_shared::schema::input_schema::<SchemaParams>()),
+        )
+        .with_raw_output_schema(std::sync::Arc::new(kitbag_shared::schema::output_schema_for::<SchemaResult>("tool_schema")))
+        .with_annotations(read("Tool schema")),
+        Tool::new(
+            CALL_TOOL,
+            "Call any available tool by name with its arguments; returns that tool's own result.\nExample: {\"name\": \"file_read\", \"arguments\": {\"path\": \"README.md\"}}",
+            schema(kitbag_shared::schema::input_schema::<CallParams>()),
+        )
+        .with_annotations(
+            ToolAnnotations::with_title("Call a tool")
+                .read_only(false)
+                .destructive(true)
+                .open_world(true),
+        ),
+    ]
 }
 
 /// The first sentence (or line) of a description, at most ~160 characters.

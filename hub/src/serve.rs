@@ -44,8 +44,9 @@ pub struct HostServer {
     pub jobs: Arc<crate::job_tools::HostJobs>,
 }
 
-/// Build the host's own tools (their schemas are generated once, then cloned): a host calls
-/// this off its main thread while it starts, so its first `tools/list` finds them built.
+/// Build the host's own tools. Each is built once and cloned after: generating their schemas
+/// is work, and the list is asked for on every `tools/list` and every refusal check. A host
+/// calls this off its main thread while it starts, so its first `tools/list` finds them built.
 pub fn prepare_own_tools() {
     host_tools::status_tool();
     host_tools::reload_tool();

@@ -101,33 +101,32 @@ fn tool<P: schemars::JsonSchema + 'static, R: schemars::JsonSchema + 'static>(
 
 /// The three tools.
 pub fn tools() -> Vec<Tool> {
-    // Built once: its schemas are generated, and the list is asked for on every
-    // `tools/list` and every refusal check.
+    // Built once (`crate::serve::prepare_own_tools`), cloned after.
     static BUILT: std::sync::OnceLock<Vec<Tool>> = std::sync::OnceLock::new();
-    BUILT
-        .get_or_init(|| {
-            vec![
-                tool::<workflow::ListParams, workflow::ListResult>(
-                    LIST_TOOL,
-                    "Workflows of this project, with their input schemas.",
-                    "Workflows",
-                    true,
-                ),
-                tool::<workflow::StatusParams, workflow::run::Run>(
-                    STATUS_TOOL,
-                    "A workflow run's state, steps and output.",
-                    "Workflow run",
-                    true,
-                ),
-                tool::<workflow::TriggerParams, workflow::Triggered>(
-                    TRIGGER_TOOL,
-                    "Start a workflow with `inputs`; returns `run_id` at once (poll workflow_status).",
-                    "Trigger a workflow",
-                    false,
-                ),
-            ]
-        })
-        .clone()
+    BUILT.get_or_init(build_tools).clone()
+}
+
+fn build_tools() -> Vec<Tool> {
+    vec![
+        tool::<workflow::ListParams, workflow::ListResult>(
+            LIST_TOOL,
+            "Workflows of this project, with their input schemas.",
+            "Workflows",
+            true,
+        ),
+        tool::<workflow::StatusParams, workflow::run::Run>(
+            STATUS_TOOL,
+            "A workflow run's state, steps and output.",
+            "Workflow run",
+            true,
+        ),
+        tool::<workflow::TriggerParams, workflow::Triggered>(
+            TRIGGER_TOOL,
+            "Start a workflow with `inputs`; returns `run_id` at once (poll workflow_status).",
+            "Trigger a workflow",
+            false,
+        ),
+    ]
 }
 
 /// What `kitbag daemon` takes queued runs with; `None` when no workflow is declared.

@@ -4,11 +4,9 @@
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex, Once, OnceLock};
-use std::thread::JoinHandle;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use kitbag_shared::lock::LockExt;
 use kitbag_shared::runtime::Threads;
 
 use clap::Parser;
@@ -274,12 +272,6 @@ static PARSED: [OnceLock<Option<Vec<Tool>>>; WAITING] = [const { OnceLock::new()
 /// The next catalog no thread has claimed yet (a position in [`by_size`]).
 static NEXT_UNCLAIMED: AtomicUsize = AtomicUsize::new(0);
 
-/// The threads [`prefetch_catalogs`] started.
-static PREFETCH: Mutex<Vec<JoinHandle<()>>> = Mutex::new(Vec::new());
-
-/// Whether every catalog is parsed (the prefetch's work waited for or done here).
-static ALL_PARSED: Once = Once::new();
-
 /// The families' positions, largest catalog first: the parsers then finish together.
 fn by_size() -> &'static [usize] {
     static ORDER: OnceLock<Vec<usize>> = OnceLock::new();
@@ -290,43 +282,37 @@ fn by_size() -> &'static [usize] {
     })
 }
 
-/// Parse catalogs until none is left unclaimed; then the host's own tools are built (by
-/// whichever thread comes first, the others waiting for it).
+/// Parse catalogs until none is left unclaimed.
 fn parse_unclaimed() {
     let order = by_size();
     while let Some(&i) = order.get(NEXT_UNCLAIMED.fetch_add(1, Ordering::Relaxed)) {
         PARSED[i].get_or_init(|| parse_catalog(START_ON_FIRST_CALL[i].catalog));
     }
-    kitbag_hub::serve::prepare_own_tools();
 }
 
 /// Start parsing the embedded catalogs on two threads. Parsing them is ~2 ms of CPU, most of a
 /// host's cold start when done in line; started first thing in `main`, it overlaps the
 /// argument parsing, config loading and runtime set-up — and the main thread, once it needs
-/// them, parses what is still unclaimed instead of waiting.
+/// them, parses what is still unclaimed instead of waiting. Then the threads build the host's
+/// own tools. They are not joined: what the main thread needs it waits for in its `OnceLock`.
 pub fn prefetch_catalogs() {
     const THREADS: usize = 2;
-    let mut handles = PREFETCH.locked();
     for _ in 0..THREADS {
-        let spawned = std::thread::Builder::new()
-            .name("catalogs".into())
-            .spawn(parse_unclaimed);
         // No thread: the catalogs are parsed in line when first needed.
-        if let Ok(h) = spawned {
-            handles.push(h);
-        }
+        let _ = std::thread::Builder::new()
+            .name("catalogs".into())
+            .spawn(|| {
+                parse_unclaimed();
+                kitbag_hub::serve::prepare_own_tools();
+            });
     }
 }
 
-/// The parsed catalog of [`START_ON_FIRST_CALL`]`[index]` (None: it does not parse).
+/// The parsed catalog of [`START_ON_FIRST_CALL`]`[index]` (None: it does not parse). What no
+/// thread has claimed yet is parsed here; one a thread is parsing is waited for, and one a
+/// thread gave up on (it panicked) is parsed here too.
 fn parsed(index: usize) -> Option<&'static Vec<Tool>> {
-    ALL_PARSED.call_once(|| {
-        parse_unclaimed();
-        for h in std::mem::take(&mut *PREFETCH.locked()) {
-            let _ = h.join();
-        }
-    });
-    // A prefetch thread that died left its catalog unparsed: parsed here.
+    parse_unclaimed();
     PARSED[index]
         .get_or_init(|| parse_catalog(START_ON_FIRST_CALL[index].catalog))
         .as_ref()
