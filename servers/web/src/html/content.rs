@@ -340,7 +340,7 @@ fn semantic_main(n: &Handle) -> bool {
 }
 
 /// `[itemprop=articleBody]`: the page's own word for where its article's text is.
-fn article_body(n: &Node) -> bool {
+pub(crate) fn article_body(n: &Node) -> bool {
     attr_lc(n, "itemprop").is_some_and(|v| v.contains("articlebody"))
 }
 

@@ -9,6 +9,7 @@ use std::rc::Rc;
 use markup5ever_rcdom::{Handle, NodeData};
 
 use super::parse::{name, text_of};
+use super::squash;
 use super::vocabulary::{
     BLOCKS, CREDIT_LABELS, LABEL_LINES, PICTURE_AGENCIES, READING_LABELS, READING_SUFFIXES,
     READING_UNITS, TAG_LABELS,
@@ -22,8 +23,7 @@ const MAX_LABEL_CHARS: usize = 40;
 
 /// `text` is a label: one of [`LABEL_LINES`], ignoring case, spacing and a trailing colon.
 pub(crate) fn is_label(text: &str) -> bool {
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let line = words.join(" ");
+    let line = squash(text);
     let line = line
         .trim_start_matches('(')
         .trim_end_matches([':', '.', '?', '!', ')', '…', '»', '›', '→'])
@@ -38,7 +38,7 @@ pub(crate) fn is_label(text: &str) -> bool {
 /// `text` is a picture's credit line: "Foto: dpa", "(Bild: Jane Doe)", "© iStock", or a short
 /// line ending with a picture agency's name ("Getty Images", "… / picture alliance").
 pub(crate) fn is_credit(text: &str) -> bool {
-    let line = text.split_whitespace().collect::<Vec<_>>().join(" ");
+    let line = squash(text);
     if line.is_empty() || line.chars().count() > MAX_CREDIT_CHARS {
         return false;
     }
@@ -114,11 +114,7 @@ fn is_tag_list(c: &Handle, text: &str) -> bool {
 /// `text` is an estimate of the reading time: "Lesezeit: 2 Minuten", "8 minutos de lectura",
 /// "11 minut czytania", "5 min read".
 pub(crate) fn is_reading_time(text: &str) -> bool {
-    let line = text
-        .split_whitespace()
-        .collect::<Vec<_>>()
-        .join(" ")
-        .to_lowercase();
+    let line = squash(text).to_lowercase();
     if line.is_empty() || line.chars().count() > MAX_LABEL_CHARS {
         return false;
     }
@@ -151,7 +147,9 @@ pub(crate) fn is_reading_time(text: &str) -> bool {
 /// The longest credit line, in characters.
 const MAX_CREDIT_CHARS: usize = 90;
 
-/// Remove the blocks under `root` whose whole text is a label. Returns how many went.
+/// Remove the lines under `root` (blocks, and inline elements standing alone between blocks)
+/// that are a label, a credit, a reading time, a teaser's linked title or a tag list. Returns
+/// how many went.
 pub(crate) fn drop_label_lines(root: &Handle) -> usize {
     let mut dropped = 0;
     let mut stack = vec![Rc::clone(root)];
@@ -160,11 +158,7 @@ pub(crate) fn drop_label_lines(root: &Handle) -> usize {
         // (`<div><span>See also</span><ul>…</ul></div>`).
         let alone = n.children.borrow().iter().all(|c| match &c.data {
             NodeData::Text { contents } => contents.borrow().trim().is_empty(),
-            NodeData::Element { .. } => {
-                BLOCKS.contains(&name(c))
-                    || matches!(name(c), "p" | "li")
-                    || INLINE.contains(&name(c))
-            }
+            NodeData::Element { .. } => BLOCKS.contains(&name(c)) || INLINE.contains(&name(c)),
             _ => true,
         }) && n
             .children
@@ -174,12 +168,10 @@ pub(crate) fn drop_label_lines(root: &Handle) -> usize {
             .count()
             == 1;
         n.children.borrow_mut().retain(|c| {
-            // Code keeps every line.
-            let is_line = matches!(c.data, NodeData::Element { .. })
-                && (BLOCKS.contains(&name(c))
-                    || matches!(name(c), "p" | "li")
-                    || (alone && INLINE.contains(&name(c))))
-                && !matches!(name(c), "pre" | "code");
+            // Code keeps every line. (`name` is "" for anything but an element.)
+            let tag = name(c);
+            let is_line =
+                (BLOCKS.contains(&tag) || (alone && INLINE.contains(&tag))) && tag != "pre";
             if !is_line {
                 return true;
             }

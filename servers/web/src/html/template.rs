@@ -9,6 +9,7 @@ use std::rc::Rc;
 
 use markup5ever_rcdom::Handle;
 
+use super::content::article_body;
 use super::parse::{attr, find, parent_of, tag, text_of};
 
 /// Largest template read (a post's HTML; anything larger is left out).
@@ -22,10 +23,6 @@ fn is_template_script(h: &Handle) -> bool {
         })
 }
 
-fn is_article_body(h: &Handle) -> bool {
-    attr(h, "itemprop").is_some_and(|p| p.split_whitespace().any(|t| t == "articleBody"))
-}
-
 /// Put the markup of each template script that is an article body's child in its place.
 /// Returns how many were inlined.
 pub(crate) fn inline_article_templates(doc: &Handle) -> usize {
@@ -33,7 +30,7 @@ pub(crate) fn inline_article_templates(doc: &Handle) -> usize {
     let mut stack = vec![Rc::clone(doc)];
     while let Some(n) = stack.pop() {
         if is_template_script(&n) {
-            if parent_of(&n).is_some_and(|p| is_article_body(&p)) {
+            if parent_of(&n).is_some_and(|p| article_body(&p)) {
                 found.push(n);
             }
             continue;
