@@ -1,6 +1,7 @@
 //! A child that fails to start — hangs before its handshake, never answers tools/list, or
 //! answers it with an error — is marked failed within its startup timeout, and its whole
-//! process group (whatever it started) is gone: nothing outlives a failed start.
+//! process group (whatever it started) is gone: nothing outlives a failed start. And an
+//! embedded family started as `kitbag server FAMILY` runs on its own binary's runtime.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -107,4 +108,49 @@ fn children_that_fail_to_start_leave_nothing_behind() {
         }
     }
     c.shutdown();
+}
+
+/// The threads of process `pid`, by name.
+fn thread_names(pid: u32) -> Vec<String> {
+    std::fs::read_dir(format!("/proc/{pid}/task"))
+        .expect("task dir")
+        .map(|t| {
+            let t = t.expect("task").path();
+            std::fs::read_to_string(t.join("comm"))
+                .expect("comm")
+                .trim()
+                .to_string()
+        })
+        .collect()
+}
+
+#[test]
+fn an_embedded_family_runs_on_its_own_binarys_runtime() {
+    let d = tempfile::tempdir().expect("tmp");
+    let root = d.path().to_str().expect("utf8");
+    // kitbag-files answers on one thread: so does `kitbag server files` (no runtime workers,
+    // and nothing yet asked of the blocking pool).
+    let mut files = McpClient::spawn(
+        bin(),
+        &["server", "files", "--root", root],
+        d.path(),
+        Era::Handshake,
+    );
+    files.list_tools();
+    assert_eq!(thread_names(files.pid()), ["kitbag"], "files");
+    files.shutdown();
+    // kitbag-search runs tokio's multi-threaded runtime: its workers are there.
+    let mut search = McpClient::spawn(
+        bin(),
+        &["server", "search", "--root", root],
+        d.path(),
+        Era::Handshake,
+    );
+    search.list_tools();
+    let names = thread_names(search.pid());
+    assert!(
+        names.iter().any(|n| n == "tokio-rt-worker"),
+        "search: {names:?}"
+    );
+    search.shutdown();
 }
