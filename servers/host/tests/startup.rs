@@ -154,3 +154,38 @@ fn an_embedded_family_runs_on_its_own_binarys_runtime() {
     );
     search.shutdown();
 }
+
+/// The binary is linked with packed relative relocations (`.cargo/config.toml`): without them
+/// the loader reads 3 MB of relocation entries at every start.
+#[cfg(all(target_os = "linux", target_env = "gnu"))]
+#[test]
+fn the_binary_packs_its_relative_relocations() {
+    let out = std::process::Command::new("readelf")
+        .args(["--wide", "--dynamic"])
+        .arg(bin())
+        .output()
+        .expect("readelf (binutils) runs");
+    assert!(out.status.success(), "readelf failed: {out:?}");
+    let dynamic = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        dynamic.lines().any(|l| l.contains("(RELR)")),
+        "no DT_RELR in {}:\n{dynamic}",
+        bin().display()
+    );
+    let relocations = std::process::Command::new("readelf")
+        .args(["--wide", "--section-headers"])
+        .arg(bin())
+        .output()
+        .expect("readelf runs");
+    let sections = String::from_utf8_lossy(&relocations.stdout);
+    let rela = sections
+        .lines()
+        .find(|l| l.contains(".rela.dyn"))
+        .and_then(|l| l.split_whitespace().skip_while(|w| *w != "RELA").nth(3))
+        .and_then(|size| u64::from_str_radix(size, 16).ok())
+        .unwrap_or(0);
+    assert!(
+        rela < 64 * 1024,
+        ".rela.dyn still holds {rela} bytes: relative relocations were not packed"
+    );
+}
