@@ -25,21 +25,22 @@ use kitbag_shared::otel::Propagate;
 use serde::Deserialize;
 use serde_json::value::RawValue;
 use serde_json::{Value, json};
-use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, ReadBuf};
+use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncWrite, ReadBuf};
 use tokio::sync::{mpsc, oneshot};
 
-pub type Line = Vec<u8>;
+pub use crate::line_out::Line;
+use crate::line_out::LineOut;
 
-/// An `AsyncWrite` that hands whole lines to a channel (read by one writer task).
+/// An `AsyncWrite` that hands whole lines to a [`LineOut`] (rmcp's side of a pipe).
 pub struct LineWriter {
-    tx: mpsc::UnboundedSender<Line>,
+    out: LineOut,
     buf: Vec<u8>,
 }
 
 impl LineWriter {
-    pub fn new(tx: mpsc::UnboundedSender<Line>) -> Self {
+    pub fn new(out: LineOut) -> Self {
         LineWriter {
-            tx,
+            out,
             buf: Vec::new(),
         }
     }
@@ -56,7 +57,7 @@ impl AsyncWrite for LineWriter {
         while let Some(end) = memchr::memchr(b'\n', &this.buf) {
             let rest = this.buf.split_off(end + 1);
             let line = std::mem::replace(&mut this.buf, rest);
-            if this.tx.send(line).is_err() {
+            if this.out.send(line).is_err() {
                 return Poll::Ready(Err(std::io::ErrorKind::BrokenPipe.into()));
             }
         }
@@ -113,59 +114,6 @@ impl AsyncRead for ChannelReader {
     }
 }
 
-/// Drain a channel of lines into `w` (one writer per pipe).
-pub fn spawn_writer<W: AsyncWrite + Unpin + Send + 'static>(
-    w: W,
-    rx: mpsc::UnboundedReceiver<Line>,
-) -> tokio::task::JoinHandle<()> {
-    spawn_writer_until(w, rx, std::future::pending())
-}
-
-/// [`spawn_writer`] that, once `finish` resolves, writes what is queued and stops: the host's
-/// last answers reach the client before it exits.
-pub fn spawn_writer_until<W: AsyncWrite + Unpin + Send + 'static>(
-    mut w: W,
-    mut rx: mpsc::UnboundedReceiver<Line>,
-    finish: impl std::future::Future<Output = ()> + Send + 'static,
-) -> tokio::task::JoinHandle<()> {
-    tokio::spawn(async move {
-        tokio::pin!(finish);
-        let mut finishing = false;
-        loop {
-            let line = if finishing {
-                match rx.try_recv() {
-                    Ok(line) => line,
-                    Err(_) => break,
-                }
-            } else {
-                tokio::select! {
-                    line = rx.recv() => match line {
-                        Some(line) => line,
-                        None => break,
-                    },
-                    _ = &mut finish => {
-                        finishing = true;
-                        continue;
-                    }
-                }
-            };
-            if w.write_all(&line).await.is_err() {
-                break;
-            }
-            // Write what is queued before flushing, so bursts cost one flush.
-            while let Ok(more) = rx.try_recv() {
-                if w.write_all(&more).await.is_err() {
-                    return;
-                }
-            }
-            if w.flush().await.is_err() {
-                break;
-            }
-        }
-        let _ = w.flush().await;
-    })
-}
-
 /// What came back for a forwarded call.
 pub enum Reply {
     /// The raw `result` object.
@@ -212,7 +160,7 @@ pub enum Framing {
 /// The byte-level link to one child: its input, and the calls waiting for an answer.
 pub struct FastLink {
     pub server: String,
-    to_child: mpsc::UnboundedSender<Line>,
+    to_child: LineOut,
     pending: Mutex<HashMap<String, oneshot::Sender<Reply>>>,
     open: AtomicBool,
 }
@@ -323,23 +271,21 @@ struct PeekResponse<'a> {
 }
 
 /// Wire a child's stdio: lines for rmcp go through `(reader, writer)`; answers to
-/// byte-level calls are taken out on the way. Returns rmcp's pipe ends and the link.
-pub fn wire_child<R, W>(
+/// byte-level calls are taken out on the way. `stdin` is the child's input, written directly
+/// by whoever sends (`line_out.rs`). Returns rmcp's pipe ends and the link.
+pub fn wire_child<R>(
     server: &str,
     stdout: R,
-    stdin: W,
+    stdin: LineOut,
     framing: Framing,
 ) -> (ChannelReader, LineWriter, Arc<FastLink>)
 where
     R: AsyncRead + Unpin + Send + 'static,
-    W: AsyncWrite + Unpin + Send + 'static,
 {
-    let (in_tx, in_rx) = mpsc::unbounded_channel();
-    spawn_writer(stdin, in_rx);
     let (rmcp_tx, rmcp_rx) = mpsc::unbounded_channel();
     let link = Arc::new(FastLink {
         server: server.to_string(),
-        to_child: in_tx.clone(),
+        to_child: stdin.clone(),
         pending: Mutex::default(),
         open: AtomicBool::new(true),
     });
@@ -372,7 +318,7 @@ where
         reader_link.open.store(false, Ordering::SeqCst);
         reader_link.pending.locked().clear();
     });
-    (ChannelReader::new(rmcp_rx), LineWriter::new(in_tx), link)
+    (ChannelReader::new(rmcp_rx), LineWriter::new(stdin), link)
 }
 
 /// The answer to one of our byte-level calls, taken apart by kitbag's own framing
@@ -740,6 +686,7 @@ impl InFlight {
 #[allow(clippy::unwrap_used)]
 mod tests {
     use super::*;
+    use tokio::io::AsyncWriteExt as _;
 
     fn result(text: &str) -> Reply {
         Reply::Result(RawResult {
@@ -949,12 +896,22 @@ mod tests {
         assert_eq!(bad, before);
     }
 
-    #[test]
-    fn a_traced_call_carries_its_context_to_the_child() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
+    /// A line sender whose lines are read back from the other end of a duplex.
+    fn captured() -> (
+        LineOut,
+        tokio::io::Lines<tokio::io::BufReader<tokio::io::DuplexStream>>,
+    ) {
+        let (a, b) = tokio::io::duplex(1 << 16);
+        let (out, _writer) = crate::line_out::queued(a, std::future::pending());
+        (out, tokio::io::BufReader::new(b).lines())
+    }
+
+    #[tokio::test]
+    async fn a_traced_call_carries_its_context_to_the_child() {
+        let (to_child, mut lines) = captured();
         let link = FastLink {
             server: "s".into(),
-            to_child: tx,
+            to_child,
             pending: Mutex::default(),
             open: AtomicBool::new(true),
         };
@@ -965,7 +922,8 @@ mod tests {
         };
         let args = RawValue::from_string(r#"{"path":"a"}"#.into()).unwrap();
         link.call("file_read", Some(&args), Some(&trace)).unwrap();
-        let v: Value = serde_json::from_slice(&rx.try_recv().unwrap()).unwrap();
+        let line = lines.next_line().await.unwrap().unwrap();
+        let v: Value = serde_json::from_str(&line).unwrap();
         assert_eq!(v["params"]["arguments"], json!({"path": "a"}));
         assert_eq!(
             v["params"]["_meta"],
@@ -973,22 +931,24 @@ mod tests {
         );
         // Untraced: the line is as it always was.
         link.call("file_read", None, None).unwrap();
-        let line = rx.try_recv().unwrap();
-        assert!(memchr::memmem::find(&line, b"_meta").is_none());
+        let line = lines.next_line().await.unwrap().unwrap();
+        assert!(!line.contains("_meta"));
         assert_eq!(
-            serde_json::from_slice::<Value>(&line).unwrap()["params"],
+            serde_json::from_str::<Value>(&line).unwrap()["params"],
             json!({"name": "file_read", "arguments": {}})
         );
     }
 
     #[tokio::test]
     async fn line_writer_and_channel_reader_keep_whole_lines() {
-        let (tx, mut rx) = mpsc::unbounded_channel();
-        let mut w = LineWriter::new(tx);
+        let (out, mut lines) = captured();
+        let mut w = LineWriter::new(out);
         w.write_all(b"{\"a\":").await.unwrap();
         w.write_all(b"1}\n{\"b\"").await.unwrap();
-        assert_eq!(rx.recv().await.unwrap(), b"{\"a\":1}\n");
-        assert!(rx.try_recv().is_err());
+        assert_eq!(lines.next_line().await.unwrap().unwrap(), "{\"a\":1}");
+        // The unfinished line is held back until its newline comes.
+        let more = tokio::time::timeout(std::time::Duration::from_millis(20), lines.next_line());
+        assert!(more.await.is_err());
         let (tx2, rx2) = mpsc::unbounded_channel();
         let mut r = ChannelReader::new(rx2);
         tx2.send(b"one\n".to_vec()).unwrap();

@@ -33,6 +33,7 @@ pub mod http;
 pub mod job_tools;
 pub mod lazy;
 pub mod ledger;
+pub mod line_out;
 pub mod mrtr;
 pub mod oauth_client;
 pub mod own_answer;

@@ -6,6 +6,7 @@ use std::sync::Arc;
 
 use crate::asking;
 use crate::fastpath;
+use crate::line_out::{self, LineOut};
 use crate::serve::HostServer;
 
 /// Serve over stdin/stdout: plain tool calls take the byte-level path (fastpath.rs),
@@ -13,11 +14,15 @@ use crate::serve::HostServer;
 pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let (stdin, stdout) = kitbag_shared::stdin::stdio();
-    let (out_tx, out_rx) = tokio::sync::mpsc::unbounded_channel();
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
-    let writer = fastpath::spawn_writer_until(stdout, out_rx, async move {
+    let finish = async move {
         let _ = finish_rx.await;
-    });
+    };
+    // Answers are written by the task that has them (line_out.rs) where stdout allows.
+    let (out, writer) = match line_out::Direct::stdout() {
+        Some(direct) => line_out::direct(direct, finish),
+        None => line_out::queued(stdout, finish),
+    };
     let (to_rmcp, rmcp_rx) = tokio::sync::mpsc::unbounded_channel();
     // One bound on requests in flight for the connection, both paths counted.
     let budget = kitbag_shared::budget::RequestBudget::default();
@@ -28,7 +33,7 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
         host.clone(),
         stdin,
         to_rmcp,
-        out_tx.clone(),
+        out.clone(),
         budget.clone(),
         conn.clone(),
     ));
@@ -37,7 +42,7 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     let serving = host.serve(
         kitbag_shared::transport::LineTransport::new(
             fastpath::ChannelReader::new(rmcp_rx),
-            fastpath::LineWriter::new(out_tx),
+            fastpath::LineWriter::new(out),
         )
         .with_budget(budget)
         .traced(conn),
@@ -78,7 +83,7 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
     host: HostServer,
     stdin: R,
     to_rmcp: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
-    out: tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    out: LineOut,
     budget: kitbag_shared::budget::RequestBudget,
     conn: Arc<kitbag_shared::otel::Conn>,
 ) {
@@ -222,12 +227,7 @@ async fn read_line_capped<R: tokio::io::AsyncBufRead + Unpin>(
 /// Forward a plain stdio call as bytes; false leaves it to rmcp.
 /// A SEP-2322 retry of a 2026-07-28 call: its parked call resumes, or a call starts with
 /// its answers given in advance. False: not one (rmcp answers the line).
-fn retry(
-    host: &HostServer,
-    text: &str,
-    out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
-    inflight: &Arc<fastpath::InFlight>,
-) -> bool {
+fn retry(host: &HostServer, text: &str, out: &LineOut, inflight: &Arc<fastpath::InFlight>) -> bool {
     let Some(call) = asking::input_call(host, text, None, None, &|_| true, GONE) else {
         return false;
     };
@@ -261,7 +261,7 @@ const GONE: &str = "the host's stdio client went away";
 fn answer_asking(
     asking: asking::Asking,
     key: String,
-    out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    out: &LineOut,
     inflight: &Arc<fastpath::InFlight>,
 ) {
     inflight.insert(key.clone(), asking.link.clone(), asking.child_id.clone());
@@ -279,7 +279,7 @@ fn call_fast(
     host: &HostServer,
     call: fastpath::FastCall<'_>,
     asking: Option<&str>,
-    out: &tokio::sync::mpsc::UnboundedSender<fastpath::Line>,
+    out: &LineOut,
     inflight: &Arc<fastpath::InFlight>,
     conn: &kitbag_shared::otel::Conn,
 ) -> bool {

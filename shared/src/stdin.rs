@@ -88,6 +88,42 @@ impl AsyncRead for Stdin {
     }
 }
 
+/// The process's stdout as a descriptor the runtime polls, for a writer that writes without
+/// a blocking thread (rmcp's writer takes the blocking pool for a socket).
+pub enum PolledStdout {
+    /// A FIFO through a description of its own (`/proc/self/fd/1` reopened `O_NONBLOCK`): the
+    /// stream children inherit stays blocking.
+    Pipe(pipe::Sender),
+    /// A socket, as a non-blocking stream.
+    Socket(UnixStream),
+}
+
+/// stdout when it is a FIFO or a socket; None for anything else (a terminal, a file, or one
+/// that cannot be polled). Must be called inside a tokio runtime.
+pub fn polled_stdout() -> Option<PolledStdout> {
+    let stdout = io::stdout();
+    let kind = rustix::fs::fstat(stdout.as_fd()).map(|st| FileType::from_raw_mode(st.st_mode));
+    match kind.ok()? {
+        FileType::Fifo => {
+            let path = format!("/proc/self/fd/{}", stdout.as_raw_fd());
+            let fd = rustix::fs::open(
+                path.as_str(),
+                OFlags::WRONLY | OFlags::NONBLOCK | OFlags::CLOEXEC,
+                Mode::empty(),
+            )
+            .ok()?;
+            pipe::Sender::from_owned_fd(fd).ok().map(PolledStdout::Pipe)
+        }
+        FileType::Socket => {
+            let fd = stdout.as_fd().try_clone_to_owned().ok()?;
+            let stream = std::os::unix::net::UnixStream::from(fd);
+            stream.set_nonblocking(true).ok()?;
+            UnixStream::from_std(stream).ok().map(PolledStdout::Socket)
+        }
+        _ => None,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
