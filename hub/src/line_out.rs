@@ -14,48 +14,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
 use kitbag_shared::lock::LockExt;
+use kitbag_shared::stdin::PolledWriter;
 use tokio::io::{AsyncWrite, AsyncWriteExt};
-use tokio::net::UnixStream;
-use tokio::net::unix::pipe;
 use tokio::sync::Notify;
 
 /// One message with its newline.
 pub type Line = Vec<u8>;
-
-/// A descriptor the senders may write to without waiting (non-blocking, on the reactor).
-pub enum Direct {
-    Pipe(pipe::Sender),
-    Socket(UnixStream),
-}
-
-impl Direct {
-    fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
-        match self {
-            Direct::Pipe(p) => p.try_write(buf),
-            Direct::Socket(s) => s.try_write(buf),
-        }
-    }
-
-    async fn writable(&self) -> io::Result<()> {
-        match self {
-            Direct::Pipe(p) => p.writable().await,
-            Direct::Socket(s) => s.writable().await,
-        }
-    }
-
-    /// A child's stdin (a pipe), written directly.
-    pub fn child_stdin(stdin: tokio::process::ChildStdin) -> io::Result<Direct> {
-        pipe::Sender::from_owned_fd(stdin.into_owned_fd()?).map(Direct::Pipe)
-    }
-
-    /// The process's stdout, when the runtime can poll it (`kitbag_shared::stdin`).
-    pub fn stdout() -> Option<Direct> {
-        Some(match kitbag_shared::stdin::polled_stdout()? {
-            kitbag_shared::stdin::PolledStdout::Pipe(p) => Direct::Pipe(p),
-            kitbag_shared::stdin::PolledStdout::Socket(s) => Direct::Socket(s),
-        })
-    }
-}
 
 struct Queue {
     lines: VecDeque<Line>,
@@ -69,7 +33,7 @@ struct Queue {
 
 struct Shared {
     queue: std::sync::Mutex<Queue>,
-    direct: Option<Direct>,
+    direct: Option<PolledWriter>,
     wake: Notify,
     senders: AtomicUsize,
 }
@@ -129,7 +93,7 @@ impl LineOut {
 }
 
 /// Write what the descriptor takes now (0 when it takes nothing).
-fn write_some(direct: &Direct, buf: &[u8]) -> io::Result<usize> {
+fn write_some(direct: &PolledWriter, buf: &[u8]) -> io::Result<usize> {
     let mut done = 0;
     while done < buf.len() {
         match direct.try_write(&buf[done..]) {
@@ -146,7 +110,7 @@ fn write_some(direct: &Direct, buf: &[u8]) -> io::Result<usize> {
 /// A line sender over `direct`, and its writer task. Once `finish` resolves (or the last
 /// sender is gone) the writer writes what is queued and stops.
 pub fn direct(
-    direct: Direct,
+    direct: PolledWriter,
     finish: impl Future<Output = ()> + Send + 'static,
 ) -> (LineOut, tokio::task::JoinHandle<()>) {
     let shared = new_shared(Some(direct));
@@ -164,7 +128,7 @@ pub fn queued<W: AsyncWrite + Unpin + Send + 'static>(
     (LineOut { shared }, task)
 }
 
-fn new_shared(direct: Option<Direct>) -> Arc<Shared> {
+fn new_shared(direct: Option<PolledWriter>) -> Arc<Shared> {
     Arc::new(Shared {
         queue: std::sync::Mutex::new(Queue {
             lines: VecDeque::new(),
@@ -286,9 +250,11 @@ mod tests {
     use super::*;
     use tokio::io::AsyncBufReadExt;
 
-    fn pipe_pair() -> (Direct, pipe::Receiver) {
+    use tokio::net::unix::pipe;
+
+    fn pipe_pair() -> (PolledWriter, pipe::Receiver) {
         let (tx, rx) = pipe::pipe().expect("a pipe");
-        (Direct::Pipe(tx), rx)
+        (PolledWriter::Pipe(tx), rx)
     }
 
     #[tokio::test]
@@ -320,6 +286,27 @@ mod tests {
                 "line {i}: {l:.20}"
             );
         }
+    }
+
+    #[tokio::test]
+    async fn a_line_is_written_by_its_sender_when_nothing_waits() {
+        // A plain pipe, read blocking: the second line must be in it before this
+        // (single-threaded) runtime gives the writer task a turn. The first goes through the
+        // writer task: the runtime knows the pipe writable only once its reactor has polled it.
+        let (mut reader, writer) = std::io::pipe().expect("a pipe");
+        let tx = pipe::Sender::from_owned_fd(writer.into()).expect("a sender");
+        let (out, _task) = super::direct(PolledWriter::Pipe(tx), std::future::pending());
+        let mut got = [0u8; 16];
+        out.send(b"first\n".to_vec()).expect("taken");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        let n = std::io::Read::read(&mut reader, &mut got).expect("read");
+        assert_eq!(&got[..n], b"first\n");
+        out.send(b"second\n".to_vec()).expect("taken");
+        // Read without waiting: a line left to the writer task is not there yet.
+        use nix::fcntl::{FcntlArg, OFlag, fcntl};
+        fcntl(&reader, FcntlArg::F_SETFL(OFlag::O_NONBLOCK)).expect("non-blocking");
+        let n = std::io::Read::read(&mut reader, &mut got).expect("the line is there");
+        assert_eq!(&got[..n], b"second\n");
     }
 
     #[tokio::test]

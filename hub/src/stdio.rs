@@ -19,7 +19,7 @@ pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
         let _ = finish_rx.await;
     };
     // Answers are written by the task that has them (line_out.rs) where stdout allows.
-    let (out, writer) = match line_out::Direct::stdout() {
+    let (out, writer) = match kitbag_shared::stdin::polled_stdout() {
         Some(direct) => line_out::direct(direct, finish),
         None => line_out::queued(stdout, finish),
     };

@@ -88,19 +88,41 @@ impl AsyncRead for Stdin {
     }
 }
 
-/// The process's stdout as a descriptor the runtime polls, for a writer that writes without
-/// a blocking thread (rmcp's writer takes the blocking pool for a socket).
-pub enum PolledStdout {
-    /// A FIFO through a description of its own (`/proc/self/fd/1` reopened `O_NONBLOCK`): the
-    /// stream children inherit stays blocking.
+/// A pipe or socket the runtime polls, written without a blocking thread (rmcp's writer takes
+/// the blocking pool for a socket stdout): the host's stdout and its children's stdin.
+pub enum PolledWriter {
     Pipe(pipe::Sender),
-    /// A socket, as a non-blocking stream.
     Socket(UnixStream),
 }
 
-/// stdout when it is a FIFO or a socket; None for anything else (a terminal, a file, or one
-/// that cannot be polled). Must be called inside a tokio runtime.
-pub fn polled_stdout() -> Option<PolledStdout> {
+impl PolledWriter {
+    /// Write what the descriptor takes now; `WouldBlock` when it takes nothing.
+    pub fn try_write(&self, buf: &[u8]) -> io::Result<usize> {
+        match self {
+            PolledWriter::Pipe(p) => p.try_write(buf),
+            PolledWriter::Socket(s) => s.try_write(buf),
+        }
+    }
+
+    /// Wait until the descriptor takes more.
+    pub async fn writable(&self) -> io::Result<()> {
+        match self {
+            PolledWriter::Pipe(p) => p.writable().await,
+            PolledWriter::Socket(s) => s.writable().await,
+        }
+    }
+
+    /// A child's stdin (a pipe).
+    pub fn child_stdin(stdin: tokio::process::ChildStdin) -> io::Result<PolledWriter> {
+        pipe::Sender::from_owned_fd(stdin.into_owned_fd()?).map(PolledWriter::Pipe)
+    }
+}
+
+/// stdout when it is a FIFO — through a description of its own (`/proc/self/fd/1` reopened
+/// `O_NONBLOCK`), so the stream children inherit stays blocking — or a socket (a non-blocking
+/// copy); None for anything else (a terminal, a file, or one that cannot be polled). Must be
+/// called inside a tokio runtime.
+pub fn polled_stdout() -> Option<PolledWriter> {
     let stdout = io::stdout();
     let kind = rustix::fs::fstat(stdout.as_fd()).map(|st| FileType::from_raw_mode(st.st_mode));
     match kind.ok()? {
@@ -112,13 +134,13 @@ pub fn polled_stdout() -> Option<PolledStdout> {
                 Mode::empty(),
             )
             .ok()?;
-            pipe::Sender::from_owned_fd(fd).ok().map(PolledStdout::Pipe)
+            pipe::Sender::from_owned_fd(fd).ok().map(PolledWriter::Pipe)
         }
         FileType::Socket => {
             let fd = stdout.as_fd().try_clone_to_owned().ok()?;
             let stream = std::os::unix::net::UnixStream::from(fd);
             stream.set_nonblocking(true).ok()?;
-            UnixStream::from_std(stream).ok().map(PolledStdout::Socket)
+            UnixStream::from_std(stream).ok().map(PolledWriter::Socket)
         }
         _ => None,
     }

@@ -487,7 +487,8 @@ pub(super) async fn connect(
     } else {
         crate::fastpath::Framing::Parse
     };
-    let stdin = crate::line_out::Direct::child_stdin(stdin).map_err(|_| StartFailure::NoStdio)?;
+    let stdin = kitbag_shared::stdin::PolledWriter::child_stdin(stdin)
+        .map_err(|_| StartFailure::NoStdio)?;
     let (stdin, _writer) = crate::line_out::direct(stdin, std::future::pending());
     let (reader, writer, link) = crate::fastpath::wire_child(&name, stdout, stdin, framing);
     let running = match client.serve((reader, writer)).await {
