@@ -2,13 +2,9 @@
 //!
 //! 1. [`strip_hard`]: what is never content goes first — scripts, styles, embedded objects,
 //!    controls, hidden elements.
-//! 2. [`strip_soft`]: boilerplate by tag, ARIA role or class/id marker (navigation, headers and
-//!    footers, asides, cookie banners, share widgets, related links…) is cut out, unless the block
-//!    holds most of the page's text and little of it is links (never for comments or a consent
-//!    dialog), nearly all of it (an ASP.NET page's `<form>`), the page's own
-//!    `<main>`/`<article>`, or — marked only by position, `sidebar`/`right-rail` — half its text
-//!    outside links (the page's column in a layout with a rail), or is a boxed note inside the
-//!    text (a DocBook `sidebar` `div` of paragraphs with almost no links).
+//! 2. [`super::boilerplate::strip_soft`]: boilerplate by tag, ARIA role or class/id marker
+//!    (navigation, headers and footers, asides, cookie banners, share widgets, related links…)
+//!    is cut out, unless the block holds the page's text (that module says when).
 //! 3. [`choose`]: every paragraph-like element (`p`, `pre`, `td`, `blockquote`, a `div` holding
 //!    only inline content, a list item that is not mostly a link, …) of 25 characters or more
 //!    gives points to its ancestors — one, plus
@@ -44,13 +40,9 @@ use markup5ever_rcdom::{Handle, Node, NodeData};
 
 use super::headings::remove_marking;
 use super::parse::{contains, name, parent_of};
-use super::share::ShareLinks;
-use super::vocabulary::{
-    ATTACHED_MARKERS, BLOCKS, COMMENT_MARKERS, DIALOG_MARKERS, DROP_MARKERS, DROP_ROLES, HARD_DROP,
-    NEGATIVE, POSITION_MARKERS, POSITIVE, REPLY_MARKERS, SOFT_DROP,
-};
+use super::vocabulary::{BLOCKS, HARD_DROP, NEGATIVE, POSITIVE, REPLY_MARKERS};
 
-fn attr_lc(n: &Node, key: &str) -> Option<String> {
+pub(super) fn attr_lc(n: &Node, key: &str) -> Option<String> {
     match &n.data {
         NodeData::Element { attrs, .. } => attrs
             .borrow()
@@ -63,7 +55,7 @@ fn attr_lc(n: &Node, key: &str) -> Option<String> {
 
 /// `class` and `id`, lower-cased, space-separated — without the tokens that describe a state
 /// or a context rather than the block ([`modifier`]).
-fn marks(n: &Node) -> String {
+pub(super) fn marks(n: &Node) -> String {
     let class = attr_lc(n, "class").unwrap_or_default();
     let id = attr_lc(n, "id").unwrap_or_default();
     let kept: Vec<&str> = class
@@ -174,14 +166,14 @@ impl Stats {
             self.link as f64 / self.text as f64
         }
     }
-    fn prose(&self) -> usize {
+    pub fn prose(&self) -> usize {
         self.text.saturating_sub(self.link)
     }
 }
 
-type Key = *const Node;
+pub(super) type Key = *const Node;
 
-fn key(h: &Handle) -> Key {
+pub(super) fn key(h: &Handle) -> Key {
     Rc::as_ptr(h)
 }
 
@@ -237,115 +229,10 @@ pub(crate) fn stats(root: &Handle) -> HashMap<Key, Stats> {
     map
 }
 
-/// Step 2: boilerplate blocks out, unless one holds at least 40% of the text under `root` with
-/// less than a third of it in links.
-pub(crate) fn strip_soft(root: &Handle) {
-    let map = stats(root);
-    let total = map.get(&key(root)).map_or(0, |s| s.text);
-    let page_prose = map.get(&key(root)).map_or(0, |s| s.text - s.link);
-    // The page's own article: a semantic main-content element holding a quarter of its text.
-    // A boilerplate-looking block around it is layout (`<div class="pg-right-rail-tall">`
-    // wrapping a page with a rail), not boilerplate; teaser `<article>` cards are too small.
-    // An element the page marks as its article's body (`itemprop="articleBody"`) is one with
-    // prose of any length: a short news item inside an `<aside>` wrapper is still the article.
-    let anchors: Vec<Handle> = elements(root)
-        .into_iter()
-        .filter(|e| {
-            semantic_main(e)
-                && !is_dialog(e, &marks(e))
-                && map.get(&key(e)).is_some_and(|st| {
-                    st.text * 4 >= total || (article_body(e) && st.prose() >= ARTICLE_BODY_PROSE)
-                })
-        })
-        .collect();
-    let share = ShareLinks::under(root);
-    remove_marking(root, &mut |c| {
-        let tag = name(c);
-        if tag.is_empty() || matches!(tag, "body" | "html") {
-            return false;
-        }
-        let role = attr_lc(c, "role").unwrap_or_default();
-        // The class/id words read once per element, and the boilerplate markers among them.
-        let marked = marks(c);
-        let markers: Vec<&str> = DROP_MARKERS
-            .iter()
-            .copied()
-            .filter(|m| marked.contains(m))
-            .collect();
-        let dialog = is_dialog(c, &marked);
-        if semantic_main(c) && !dialog {
-            return false;
-        }
-        if share.is_bar(c, map.get(&key(c)).map_or(0, |s| s.prose())) {
-            return true;
-        }
-        let comments = COMMENT_MARKERS.iter().any(|m| marked.contains(m));
-        let boiler = SOFT_DROP.contains(&tag)
-            || DROP_ROLES.contains(&role.as_str())
-            || !markers.is_empty()
-            || comments;
-        if !boiler {
-            return false;
-        }
-        let st = map.get(&key(c)).copied().unwrap_or_default();
-        // Readers' comments can outweigh the article they follow, a consent dialog the page
-        // it covers: their size is no reason to keep them.
-        let never_content = comments || dialog;
-        let dominant = !never_content && st.text * 10 >= total * 4 && st.link_density() < 0.33;
-        // A block holding nearly all of the page is the page, however many links it has: the
-        // `<form>` an ASP.NET page wraps its whole body in.
-        let whole = st.text * 10 >= total * 8;
-        // A DocBook/AsciiDoc `sidebar` is a boxed note inside the text: paragraphs, few links.
-        let boxed_note =
-            tag == "div" && marked.contains("sidebar") && st.paras >= 2 && st.link_density() < 0.1;
-        let holds_article = anchors.iter().any(|a| contains(c, a));
-        // Marked only as a box with share buttons (`entry themeform share`) while holding
-        // paragraph after paragraph of prose: the article, not the share bar.
-        let prose_body = !comments
-            && !SOFT_DROP.contains(&tag)
-            && st.paras >= 4
-            && st.prose() >= 1000
-            && st.link_density() < 0.2
-            && !markers.is_empty()
-            && markers.iter().all(|m| ATTACHED_MARKERS.contains(m));
-        // Only a position marks it (`and-w-sidebar`, a layout with a rail) while it holds half
-        // the page's text outside links: it is the page's column, not the side one.
-        let page_column = !comments
-            && !SOFT_DROP.contains(&tag)
-            && st.paras >= 2
-            && (st.text - st.link) * 2 >= page_prose
-            && !markers.is_empty()
-            && markers.iter().all(|m| POSITION_MARKERS.contains(m));
-        !dominant && !boxed_note && !whole && !holds_article && !page_column && !prose_body
-    });
-}
-
-/// A dialog — a consent notice, a login or password box that opens over the page — is never
-/// the page's text, whatever its size or its tag (`<article class="dark-modal">`). `marked`:
-/// the element's [`marks`].
-fn is_dialog(n: &Node, marked: &str) -> bool {
-    DIALOG_MARKERS.iter().any(|m| marked.contains(m))
-        || matches!(
-            attr_lc(n, "role").as_deref(),
-            Some("dialog" | "alertdialog")
-        )
-}
-
-/// `<main>`, `<article>`, `[role=main]` or `[itemprop=articleBody]`: never dropped as
-/// boilerplate themselves.
-fn semantic_main(n: &Handle) -> bool {
-    matches!(name(n), "main" | "article")
-        || attr_lc(n, "role").is_some_and(|r| r == "main")
-        || article_body(n)
-}
-
 /// `[itemprop=articleBody]`: the page's own word for where its article's text is.
 pub(crate) fn article_body(n: &Node) -> bool {
     attr_lc(n, "itemprop").is_some_and(|v| v.contains("articlebody"))
 }
-
-/// Prose an `articleBody` needs to hold the page's article whatever its share of the page.
-const ARTICLE_BODY_PROSE: usize = 200;
 
 /// A candidate's starting points from its tag.
 fn tag_base(tag: &str) -> f64 {

@@ -10,6 +10,7 @@
 //! holds no prose (a video or a script-rendered page) falls back to its metadata: schema.org
 //! JSON-LD `articleBody` / `description`, `og:description`, `<meta name=description>`.
 
+mod boilerplate;
 mod content;
 mod headings;
 mod labels;
@@ -142,7 +143,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     let body =
         find(&doc, &|h| tag(h).as_deref() == Some("body")).unwrap_or_else(|| Rc::clone(&doc));
     content::strip_hard(&body);
-    content::strip_soft(&body);
+    boilerplate::strip_soft(&body);
     let choice = listing::prefer_article(&body, content::choose(&body));
     content::clean(&choice.root);
     labels::drop_label_lines(&choice.root);
@@ -335,6 +336,15 @@ mod tests {
         let html = format!("<body><p>a{}b</p></body>", "\0".repeat(10_000));
         let (_, md, _) = to_markdown(&html);
         assert_eq!(md, "ab");
+    }
+
+    #[test]
+    fn invisible_break_hints_leave_the_text() {
+        // A soft hyphen written out and as an entity, a zero-width space, a word joiner; the
+        // zero-width joiner of an emoji sequence stays.
+        let html = "<body><p>Mit\u{ad}tel&shy;al\u{200b}ter&#x2060;lich \u{1f469}\u{200d}\u{1f52c}</p></body>";
+        let (_, md, _) = to_markdown(html);
+        assert_eq!(md, "Mittelalterlich \u{1f469}\u{200d}\u{1f52c}");
     }
 
     fn para(n: usize, words: &str) -> String {
@@ -671,6 +681,37 @@ mod tests {
         for n in 1..=4 {
             assert!(md.contains(&format!("Section {n}, paragraph 2")), "{md}");
         }
+    }
+
+    #[test]
+    fn an_article_written_inside_its_header_is_read() {
+        // Each section an <article> whose paragraphs sit in its <header>; beside them an
+        // embed's notice, the only prose outside a header.
+        let sections: String = ["herons", "egrets", "storks"]
+            .iter()
+            .map(|w| {
+                format!(
+                    "<section><article><header><h2>On {w}</h2>{}</header></article></section>",
+                    story(w)
+                )
+            })
+            .collect();
+        let notice = "<div class='box'><div>To protect your data, loading the content of an external provider was blocked. If you want to see it, agree to the terms below; you can withdraw your consent at any time, as the privacy page explains.</div></div>";
+        let page = format!("<html><body><main>{sections}{notice}</main></body></html>");
+        let md = to_markdown(&page).1;
+        for w in ["herons", "egrets", "storks"] {
+            assert!(md.contains(&format!("Paragraph 4 about {w}")), "{md}");
+        }
+        // An article header of a title and a byline is still left out.
+        let page = format!(
+            "<html><body><article><header><h1>Herons</h1><p>Posted by Jo Writer on 3 May, in Birds, Wetlands and Rivers</p></header>{}</article></body></html>",
+            story("herons")
+        );
+        let md = to_markdown(&page).1;
+        assert!(
+            md.contains("Paragraph 4 about herons") && !md.contains("Jo Writer"),
+            "{md}"
+        );
     }
 
     #[test]

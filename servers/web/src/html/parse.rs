@@ -295,6 +295,22 @@ impl TreeSink for QuietDom {
     // to render a `<selectedcontent>`, which adds nothing to the text.
 }
 
+/// Characters that only hint at where a line may break or words join — a soft hyphen
+/// (`&shy;`, put between the syllables of long German words), a zero-width space, a word
+/// joiner, a zero-width no-break space. Rendered, they are nothing; left in the text they
+/// split words for a reader that matches or tokenizes it ("Mit\u{ad}tel\u{ad}al\u{ad}ter").
+/// The joiners that change how a script or an emoji is drawn (U+200C, U+200D) stay.
+const INVISIBLE: [char; 4] = ['\u{ad}', '\u{200b}', '\u{2060}', '\u{feff}'];
+
+/// `text` without [`INVISIBLE`] characters; None when it holds none.
+fn without_invisible(text: &StrTendril) -> Option<StrTendril> {
+    if text.is_ascii() || !text.contains(INVISIBLE) {
+        return None;
+    }
+    let kept: String = text.chars().filter(|c| !INVISIBLE.contains(c)).collect();
+    Some(StrTendril::from(kept))
+}
+
 /// Between the tokenizer and the tree builder: past [`PARSE_DEPTH`] a start tag of a non-void
 /// element is dropped (its text still arrives, one level up), and so is the end tag that matches
 /// it, so the elements around stay as they were.
@@ -307,6 +323,13 @@ impl TokenSink for DepthGuard {
     type Handle = Handle;
 
     fn process_token(&self, token: Token, line_number: u64) -> TokenSinkResult<Handle> {
+        if let Token::CharacterTokens(text) = &token
+            && let Some(visible) = without_invisible(text)
+        {
+            return self
+                .tb
+                .process_token(Token::CharacterTokens(visible), line_number);
+        }
         if let TagToken(tag) = &token {
             let mut dropped = self.dropped.borrow_mut();
             match tag.kind {

@@ -30,7 +30,8 @@ pub(crate) const HARD_DROP: &[&str] = &[
     "rp",
 ];
 
-/// Subtrees that are boilerplate unless they hold the page's text (see [`strip_soft`]).
+/// Subtrees that are boilerplate unless they hold the page's text (see
+/// [`super::boilerplate::strip_soft`]).
 pub(crate) const SOFT_DROP: &[&str] = &["nav", "footer", "aside", "header", "form", "menu"];
 
 /// Class/id fragments of boilerplate blocks.
@@ -82,7 +83,7 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
 ];
 
 /// Class/id fragments of readers' comment sections and forms, which may outweigh the article
-/// they follow: their size is no reason to keep them (see [`super::content::strip_soft`]).
+/// they follow: their size is no reason to keep them (see [`super::boilerplate::strip_soft`]).
 pub(crate) const COMMENT_MARKERS: &[&str] = &[
     "comments",
     "commentlist",
