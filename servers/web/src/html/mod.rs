@@ -1,20 +1,23 @@
 //! HTML → clean markdown of the main content.
 //!
 //! The page is parsed once ([`parse`]: html5ever into an rcdom tree, parse errors not recorded,
-//! the tree flattened below [`MAX_DEPTH`] levels of nesting); the main content is found by
-//! [`content`] (boilerplate stripped — by tag, role, class/id vocabulary, and share bars by
-//! where their links go ([`share`]) —, paragraphs scored into their containers, semantic wrappers
-//! checked against the scores, link lists cleaned out, headings whose section was cut out
-//! dropped ([`headings`])) and converted with htmd. An article body shipped as a template for a
-//! script to insert is read as markup first ([`template`]). A page whose body
-//! holds no prose (a video or a script-rendered page) falls back to its metadata: schema.org
-//! JSON-LD `articleBody` / `description`, `og:description`, `<meta name=description>`.
+//! invisible break hints dropped, the tree flattened below [`MAX_DEPTH`] levels of nesting); the
+//! main content is found by [`boilerplate`] (blocks stripped by tag, role, class/id vocabulary,
+//! and share bars by where their links go ([`share`]), unless they hold the page's text) and
+//! [`content`] (paragraphs scored into their containers, semantic wrappers checked against the
+//! scores, link lists cleaned out, headings whose section was cut out dropped ([`headings`]))
+//! and converted with htmd. An article body shipped as a template for a script to insert is
+//! read as markup first ([`template`]). A page whose body holds no prose (a video or a
+//! script-rendered page) falls back to its [`metadata`] — schema.org JSON-LD `articleBody` /
+//! `description`, `og:description`, `<meta name=description>` —, and a thin body that leaves
+//! out the page's summary gets it as its lead.
 
 mod boilerplate;
 mod content;
 mod headings;
 mod labels;
 mod listing;
+mod metadata;
 mod notices;
 mod parse;
 mod share;
@@ -24,103 +27,13 @@ mod vocabulary;
 use std::rc::Rc;
 
 use htmd::HtmlToMarkdown;
-use markup5ever_rcdom::Handle;
 
 pub use parse::{MAX_DEPTH, flatten_deep};
-use parse::{attr, find, tag, text_of};
+use parse::{find, tag, text_of};
 
-/// Largest JSON-LD block read for metadata.
-const MAX_JSON_LD: usize = 1 << 20;
-
-/// Prose (non-link characters) under which the body is taken to hold no article of its own.
-const THIN_PROSE: usize = 250;
-
-/// Text found in the page's metadata.
-#[derive(Default, Debug)]
-struct Meta {
-    /// schema.org `articleBody` (the whole text of an article, when a site puts it there).
-    article_body: Option<String>,
-    /// The longest of JSON-LD `description`, `og:description`, `<meta name=description>`.
-    description: Option<String>,
-}
-
-fn squash(s: &str) -> String {
+/// `s` with every run of whitespace one space, none at the ends.
+pub(super) fn squash(s: &str) -> String {
     s.split_whitespace().collect::<Vec<_>>().join(" ")
-}
-
-fn longer(a: Option<String>, b: String) -> Option<String> {
-    match a {
-        Some(a) if a.len() >= b.len() => Some(a),
-        _ if b.is_empty() => None,
-        _ => Some(b),
-    }
-}
-
-/// `articleBody` and `description` strings anywhere in a JSON-LD value (iteratively).
-fn json_ld(v: serde_json::Value, meta: &mut Meta) {
-    let mut stack = vec![v];
-    while let Some(v) = stack.pop() {
-        match v {
-            serde_json::Value::Array(a) => stack.extend(a),
-            serde_json::Value::Object(o) => {
-                for (k, v) in o {
-                    match (k.as_str(), v) {
-                        ("articleBody", serde_json::Value::String(s)) => {
-                            meta.article_body = longer(meta.article_body.take(), squash(&s));
-                        }
-                        ("description", serde_json::Value::String(s)) => {
-                            meta.description = longer(meta.description.take(), squash(&s));
-                        }
-                        (_, v @ (serde_json::Value::Array(_) | serde_json::Value::Object(_))) => {
-                            stack.push(v)
-                        }
-                        _ => {}
-                    }
-                }
-            }
-            _ => {}
-        }
-    }
-}
-
-/// Metadata text, read before scripts are stripped.
-fn metadata(doc: &Handle) -> Meta {
-    let mut meta = Meta::default();
-    let mut stack = vec![Rc::clone(doc)];
-    while let Some(n) = stack.pop() {
-        match tag(&n).as_deref() {
-            Some("meta") => {
-                let key = attr(&n, "property")
-                    .or_else(|| attr(&n, "name"))
-                    .unwrap_or_default()
-                    .to_ascii_lowercase();
-                if matches!(
-                    key.as_str(),
-                    "og:description" | "description" | "twitter:description"
-                ) {
-                    let content: Option<String> = attr(&n, "content");
-                    if let Some(c) = content {
-                        meta.description = longer(meta.description.take(), squash(&c));
-                    }
-                }
-            }
-            Some("script")
-                if attr(&n, "type")
-                    .is_some_and(|t| t.eq_ignore_ascii_case("application/ld+json")) =>
-            {
-                let mut s = String::new();
-                text_of(&n, &mut s);
-                if s.len() <= MAX_JSON_LD
-                    && let Ok(v) = serde_json::from_str::<serde_json::Value>(s.trim())
-                {
-                    json_ld(v, &mut meta);
-                }
-            }
-            _ => {}
-        }
-        stack.extend(n.children.borrow().iter().cloned());
-    }
-    meta
 }
 
 /// The page title and its main content as markdown.
@@ -139,7 +52,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
         text_of(&t, &mut s);
         squash(&s)
     });
-    let meta = metadata(&doc);
+    let meta = metadata::read(&doc);
     let body =
         find(&doc, &|h| tag(h).as_deref() == Some("body")).unwrap_or_else(|| Rc::clone(&doc));
     content::strip_hard(&body);
@@ -148,30 +61,10 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     content::clean(&choice.root);
     labels::drop_label_lines(&choice.root);
     headings::drop_orphans(&choice.root);
-    let mut md = notices::drop_php_notices(&converter.tree_to_markdown(&choice.root));
-    // A body without prose of its own: the metadata's text, when it says more.
-    let fallback = match (&meta.article_body, &meta.description) {
-        (Some(b), _) if b.len() > 2 * choice.prose.max(THIN_PROSE / 2) => Some(b),
-        (_, Some(d)) if (!choice.scored || choice.prose < THIN_PROSE) && d.len() > choice.prose => {
-            Some(d)
-        }
-        _ => None,
-    };
-    if let Some(text) = fallback {
-        let heading = find(&choice.root, &|h| tag(h).as_deref() == Some("h1"))
-            .or_else(|| find(&body, &|h| tag(h).as_deref() == Some("h1")))
-            .map(|h| {
-                let mut s = String::new();
-                text_of(&h, &mut s);
-                squash(&s)
-            })
-            .filter(|h| !h.is_empty());
-        md = match heading {
-            Some(h) => format!("# {h}\n\n{text}"),
-            None => text.clone(),
-        };
-    }
+    let md = notices::drop_php_notices(&converter.tree_to_markdown(&choice.root));
+    let md = metadata::fill_in(md, &meta, &choice, &body);
     // Collapse runs of blank lines left by removed blocks.
+    let mut md = md;
     while md.contains("\n\n\n") {
         md = md.replace("\n\n\n", "\n\n");
     }
@@ -404,6 +297,32 @@ mod tests {
         );
         let (_, md, _) = to_markdown(&html);
         assert_eq!(md, format!("# Packets\n\n{desc}"));
+    }
+
+    #[test]
+    fn a_thin_page_leads_with_its_summary_when_it_leaves_it_out() {
+        let desc = "New York is the centre of the pandemic in the US. Sport has come to a halt, the leagues grieve, and nobody knows what comes next.";
+        let page = |controls: &str, body: &str| {
+            format!(
+                "<html><head><meta name='description' content='{desc}'></head><body><div class='player'><h1>Sport in times of Corona</h1><p>{controls}</p></div>{body}</body></html>"
+            )
+        };
+        // The description sits in a caption box under the player, cut out as a caption; what
+        // is left is the player's own controls.
+        let controls = "Saved to your list! Removed from your list! Rated! Rating removed! Copy the embed code to your clipboard, please mind the terms of use of the broadcaster and its partners, and share it with care.";
+        let caption = format!("<div class='item-caption'><p>{desc}</p></div>");
+        let md = to_markdown(&page(controls, &caption)).1;
+        assert!(
+            md.starts_with(&format!("# Sport in times of Corona\n\n{desc}\n\nSaved to")),
+            "{md}"
+        );
+        // Already in the text, with other quote marks and split in two: not repeated.
+        let split = desc.replacen(". ", ".</p><p>", 1).replace("US", "U’S");
+        let body = format!(
+            "<div><p>{split}</p><p>The leagues meet again on Monday to talk about the season.</p></div>"
+        );
+        let md = to_markdown(&page("Saved! Rated!", &body)).1;
+        assert_eq!(md.matches("centre of the pandemic").count(), 1, "{md}");
     }
 
     #[test]
