@@ -11,7 +11,9 @@ use std::collections::HashMap;
 
 use markup5ever_rcdom::{Handle, Node};
 
-use super::content::{Key, Stats, article_body, attr_lc, elements, key, marks, stats};
+use super::content::{
+    Key, Stats, article_body, attr_lc, class_weight, elements, key, marks, stats,
+};
 use super::headings::remove_marking;
 use super::parse::{contains, name, parent_of};
 use super::share::ShareLinks;
@@ -84,13 +86,15 @@ pub(crate) fn strip_soft(root: &Handle) {
         let holds_article = anchors.iter().any(|a| contains(c, a));
         // Marked only as a box with share buttons (`entry themeform share`) while holding
         // paragraph after paragraph of prose: the article, not the share bar.
-        let prose_body = !comments
+        // So is one that wraps the block the page names as its content (`entry-content`
+        // inside `socialicons-sticky`) when that block is nearly all of it.
+        let attached_only = !comments
             && !SOFT_DROP.contains(&tag)
-            && st.paras >= 4
-            && st.prose() >= 1000
             && st.link_density() < 0.2
             && !markers.is_empty()
             && markers.iter().all(|m| ATTACHED_MARKERS.contains(m));
+        let prose_body = attached_only
+            && ((st.paras >= 4 && st.prose() >= 1000) || wraps_named_content(c, &st, &map));
         // Only a position marks it (`and-w-sidebar`, a layout with a rail) while it holds half
         // the page's text outside links: it is the page's column, not the side one.
         let page_column = !comments
@@ -128,6 +132,30 @@ fn is_article_body_header(header: &Handle, st: &Stats, map: &HashMap<Key, Stats>
     }
     false
 }
+
+/// Whether a block inside `outer` that the page names as content (a class/id hint such as
+/// `entry-content`) holds four fifths of its prose, in two paragraphs or more and
+/// [`NAMED_CONTENT_PROSE`] characters (an embed's consent notice in `text-body` is shorter).
+fn wraps_named_content(outer: &Handle, st: &Stats, map: &HashMap<Key, Stats>) -> bool {
+    let mut stack: Vec<Handle> = outer.children.borrow().iter().cloned().collect();
+    while let Some(n) = stack.pop() {
+        let Some(inner) = map.get(&key(&n)) else {
+            continue;
+        };
+        if inner.prose() * 5 < st.prose() * 4 {
+            continue;
+        }
+        if inner.paras >= 2 && inner.prose() >= NAMED_CONTENT_PROSE && class_weight(&marks(&n)) > 0
+        {
+            return true;
+        }
+        stack.extend(n.children.borrow().iter().cloned());
+    }
+    false
+}
+
+/// Prose a named content block needs to keep a share box around it.
+const NAMED_CONTENT_PROSE: usize = 400;
 
 /// Prose an article's `<header>` needs to be taken for its body.
 const HEADER_BODY_PROSE: usize = 400;

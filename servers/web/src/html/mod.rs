@@ -564,6 +564,35 @@ mod tests {
     }
 
     #[test]
+    fn a_share_box_around_the_named_content_keeps_it() {
+        // A short post (four paragraphs) in `entry-content`, which the theme wraps in its
+        // sticky share icons' box, which holds a quarter of the page's text.
+        let paras: String = (0..4)
+            .map(|i| format!("<p>Paragraph {i} of the post: we were at the climate march yesterday, with thousands of people, and we will be there again, as the plan explains.</p>"))
+            .collect();
+        let links: String = (0..20)
+            .map(|i| format!("<li><a href='/topic/{i}'>Topic {i}: meetings, motions and local elections</a></li>"))
+            .collect();
+        let page = format!(
+            "<html><body><nav><ul>{links}</ul></nav><div class='wrap'><h1>We support the march</h1><div id='socialicons-sticky'><div class='entry-content'>{paras}</div></div></div><footer><p>The local chapter meets every second Thursday at the town hall, room 4, at eight in the evening; guests are welcome, and so are questions by letter or by phone.</p></footer></body></html>"
+        );
+        let md = to_markdown(&page).1;
+        assert!(md.contains("Paragraph 2 of the post"), "{md}");
+        // A consent notice for an embed in a `social-embed` box stays out: `text-…` classes
+        // name a typeface, and the notice is too short to be the page's content.
+        let embed = "<div class='social-embed'><div class='px-4 text-center text-white'><h3>Recommended content</h3><p class='text-body-l'>Here you find external content from a picture service that adds to the article; one click shows it.</p><p>I agree that external content is shown to me, so personal data may go to third parties.</p></div></div>";
+        let page = format!(
+            "<html><body><article><h1>Boots</h1>{}{embed}</article></body></html>",
+            story("boots")
+        );
+        let md = to_markdown(&page).1;
+        assert!(
+            md.contains("Paragraph 4 about boots") && !md.contains("I agree"),
+            "{md}"
+        );
+    }
+
+    #[test]
     fn a_comment_list_outweighing_the_post_stays_out() {
         let comments: String = (0..10)
             .map(|i| format!("<li><p>Reader {i} writes: I disagree, and at length, because the post, as far as I can tell, leaves out what matters most here, and then some.</p><cite>Comment by Reader {i}</cite></li>"))
