@@ -73,8 +73,9 @@ enum Item {
 }
 
 /// Remove every heading under `root` that was marked by a removal after it, or that ends the
-/// text, when no text follows it before the next heading of the same or a higher rank. `<h1>`
-/// stays: it is the page's title, whatever follows it.
+/// text (but a bold statement, which signs it off), when no text follows it before the next
+/// heading of the same or a higher rank. `<h1>` stays: it is the page's title, whatever
+/// follows it.
 pub(crate) fn drop_orphans(root: &Handle) {
     let mut items = Vec::new();
     collect(root, &mut items);
@@ -85,7 +86,7 @@ pub(crate) fn drop_orphans(root: &Handle) {
             continue;
         };
         let at_end = last_text.is_none_or(|t| t < i);
-        if !at_end && !marked(h) {
+        if !marked(h) && (!at_end || (*rank == 7 && bold_statement(h))) {
             continue;
         }
         let followed = items[i + 1..]
@@ -161,6 +162,14 @@ fn bold_label(p: &Handle) -> bool {
     len > 0 && len <= LABEL_MAX
 }
 
+/// A bold label that ends as a statement does ("Be there or be square!"): at the end of a
+/// text it signs the text off rather than introducing something that was cut.
+fn bold_statement(p: &Handle) -> bool {
+    let mut text = String::new();
+    super::parse::text_of(p, &mut text);
+    text.trim_end().ends_with(['.', '!'])
+}
+
 fn detach(h: &Handle) {
     let Some(parent) = h.parent.take().and_then(|w| w.upgrade()) else {
         return;
@@ -201,5 +210,19 @@ mod tests {
             "{md}"
         );
         assert!(md.contains("**Note:**"), "{md}");
+    }
+
+    #[test]
+    fn a_bold_sign_off_at_the_end_stays() {
+        let html = r#"<html><body><article><h1>Contest on a floating ramp</h1>
+            <p>The third edition comes to the lake in August, with a floating ramp, a prize, and a party.</p>
+            <p>Warm-up at eleven, the contest at noon, the awards at half past six in the evening.</p>
+            <p><strong>Be there or be square!</strong></p>
+            </article></body></html>"#;
+        let (_, md, _) = to_markdown(html);
+        assert!(md.ends_with("**Be there or be square!**"), "{md}");
+        // A label at the end still goes.
+        let label = html.replace("Be there or be square!", "More from the lake:");
+        assert!(!to_markdown(&label).1.contains("More from"));
     }
 }
