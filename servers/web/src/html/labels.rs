@@ -220,6 +220,11 @@ mod tests {
             "  Share  ",
             "War der Artikel nützlich?",
             "(Noch keine Bewertungen)",
+            "Verwandte Artikel",
+            "Aktuellste Beiträge",
+            "Most read",
+            "zurück zur Listenansicht",
+            "Quellen ausblenden",
         ] {
             assert!(is_label(label), "{label}");
         }
@@ -227,6 +232,7 @@ mod tests {
             "Advertisement revenue fell by a third",
             "Print",
             "The ad said: Advertisement",
+            "Most read books of the year were novels",
             "",
         ] {
             assert!(!is_label(text), "{text}");
