@@ -8,6 +8,7 @@ use std::rc::Rc;
 use markup5ever_rcdom::Handle;
 
 use super::content::Choice;
+use super::lead::{mostly_in, with_lead};
 use super::parse::{attr, find, tag, text_of};
 use super::squash;
 
@@ -28,32 +29,6 @@ pub(super) struct Meta {
 
 /// The shortest metadata description put before a thin body's text.
 const SUMMARY_CHARS: usize = 80;
-
-/// `md` with `lead` as its first paragraph (after a leading `# heading`).
-fn with_lead(md: &str, lead: &str) -> String {
-    let md = md.trim_start();
-    match md.strip_prefix("# ").and_then(|_| md.split_once('\n')) {
-        Some((heading, rest)) => format!("{heading}\n\n{lead}\n\n{}", rest.trim_start()),
-        None => format!("{lead}\n\n{md}"),
-    }
-}
-
-/// Whether four fifths of `text`'s words occur in `other` (the same summary with other quote
-/// marks, or split in paragraphs).
-fn mostly_in(text: &str, other: &str) -> bool {
-    fn words(s: &str) -> impl Iterator<Item = String> + '_ {
-        s.split(|c: char| !c.is_alphanumeric())
-            .filter(|w| !w.is_empty())
-            .map(str::to_lowercase)
-    }
-    let known: std::collections::HashSet<String> = words(other).collect();
-    let (mut all, mut found) = (0, 0);
-    for w in words(text) {
-        all += 1;
-        found += usize::from(known.contains(&w));
-    }
-    found * 5 >= all * 4
-}
 
 fn longer(a: Option<String>, b: String) -> Option<String> {
     match a {

@@ -6,7 +6,8 @@
 //! and share bars by where their links go ([`share`]), unless they hold the page's text) and
 //! [`content`] (paragraphs scored into their containers, semantic wrappers checked against the
 //! scores, link lists cleaned out, headings whose section was cut out dropped ([`headings`]))
-//! and converted with htmd. An article body shipped as a template for a script to insert is
+//! and converted with htmd; a [`lead`] the page sets beside its title, apart from the chosen
+//! block, goes before it. An article body shipped as a template for a script to insert is
 //! read as markup first ([`template`]). A page whose body holds no prose (a video or a
 //! script-rendered page) falls back to its [`metadata`] — schema.org JSON-LD `articleBody` /
 //! `description`, `og:description`, `<meta name=description>` —, and a thin body that leaves
@@ -16,6 +17,7 @@ mod boilerplate;
 mod content;
 mod headings;
 mod labels;
+mod lead;
 mod listing;
 mod metadata;
 mod notices;
@@ -62,6 +64,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     labels::drop_label_lines(&choice.root);
     headings::drop_orphans(&choice.root);
     let md = notices::drop_php_notices(&converter.tree_to_markdown(&choice.root));
+    let md = lead::add_lead(md, &body, &choice.root);
     let md = metadata::fill_in(md, &meta, &choice, &body);
     // Collapse runs of blank lines left by removed blocks.
     let mut md = md;

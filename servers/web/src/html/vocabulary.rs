@@ -48,6 +48,7 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "subscribe",
     "share",
     "social",
+    "messenger",
     "popup",
     "modal",
     "sidebar",

@@ -1,0 +1,215 @@
+//! The lead between the page's title and the chosen text. Many pages put the title and the
+//! paragraph that sums the story up in a block of their own (a stage, a top column, the first
+//! of two `<article>`s) and the body in another; scoring picks the body, and the lead — often
+//! the best sentence of the page — would be lost. When only a little text lies between the
+//! page's `<h1>` and the chosen block, its paragraphs of prose are the lead.
+
+use std::rc::Rc;
+
+use markup5ever_rcdom::{Handle, NodeData};
+
+use super::parse::{attr, contains, name, parent_of, text_of};
+use super::squash;
+use super::vocabulary::BLOCKS;
+
+/// Most text (characters, spaces not counted) between the title and the chosen block for
+/// what lies there to be a lead rather than another part of the page.
+const MAX_BETWEEN: usize = 700;
+
+/// Shortest paragraph taken into a lead.
+const MIN_PARAGRAPH: usize = 60;
+
+/// `md` (the chosen block's markdown) with the lead before it, when there is one that `md`
+/// does not already hold.
+pub(crate) fn add_lead(md: String, body: &Handle, chosen: &Handle) -> String {
+    let lead = lead_before(body, chosen).join("\n\n");
+    if lead.is_empty() || mostly_in(&lead, &md) {
+        return md;
+    }
+    with_lead(&md, &lead)
+}
+
+/// `md` with `lead` as its first paragraph (after a leading `# heading`).
+pub(super) fn with_lead(md: &str, lead: &str) -> String {
+    let md = md.trim_start();
+    match md.strip_prefix("# ").and_then(|_| md.split_once('\n')) {
+        Some((heading, rest)) => format!("{heading}\n\n{lead}\n\n{}", rest.trim_start()),
+        None => format!("{lead}\n\n{md}"),
+    }
+}
+
+/// Whether four fifths of `text`'s words occur in `other` (the same summary with other quote
+/// marks, or split in paragraphs).
+pub(super) fn mostly_in(text: &str, other: &str) -> bool {
+    fn words(s: &str) -> impl Iterator<Item = String> + '_ {
+        s.split(|c: char| !c.is_alphanumeric())
+            .filter(|w| !w.is_empty())
+            .map(str::to_lowercase)
+    }
+    let known: std::collections::HashSet<String> = words(other).collect();
+    let (mut all, mut found) = (0, 0);
+    for w in words(text) {
+        all += 1;
+        found += usize::from(known.contains(&w));
+    }
+    found * 5 >= all * 4
+}
+
+/// The lead paragraphs' text, in order; empty when there is none (the title inside the chosen
+/// block or after it, no `<h1>`, or too much between them).
+fn lead_before(body: &Handle, chosen: &Handle) -> Vec<String> {
+    let order = document_order(body);
+    let Some(title) = order.iter().position(|n| name(n) == "h1") else {
+        return Vec::new();
+    };
+    let h1 = &order[title];
+    if contains(chosen, h1) || contains(h1, chosen) {
+        return Vec::new();
+    }
+    let Some(start) = order[title..]
+        .iter()
+        .position(|n| Rc::ptr_eq(n, chosen))
+        .map(|at| title + at)
+    else {
+        return Vec::new();
+    };
+    let mut between = 0;
+    let mut lead = Vec::new();
+    for n in &order[title + 1..start] {
+        if contains(h1, n) || contains(n, chosen) || !leaf_block(n) {
+            continue;
+        }
+        let mut text = String::new();
+        text_of(n, &mut text);
+        let chars = text.chars().filter(|c| !c.is_whitespace()).count();
+        between += chars;
+        if between > MAX_BETWEEN {
+            return Vec::new();
+        }
+        if chars >= MIN_PARAGRAPH && !mostly_links(n, chars) && !picture_text(n) {
+            lead.push(squash(&text));
+        }
+    }
+    lead
+}
+
+/// Every element under `root`, in document order.
+fn document_order(root: &Handle) -> Vec<Handle> {
+    let mut out = Vec::new();
+    let mut stack = vec![Rc::clone(root)];
+    while let Some(n) = stack.pop() {
+        if matches!(n.data, NodeData::Element { .. }) {
+            out.push(Rc::clone(&n));
+        }
+        stack.extend(n.children.borrow().iter().rev().cloned());
+    }
+    out
+}
+
+/// Class/id words of the box a picture and its caption sit in (the picture itself is gone by
+/// now: pictures never reach the text).
+const PICTURE_BOX: &[&str] = &[
+    "image", "img", "photo", "picture", "media", "figure", "caption", "credit",
+];
+
+/// Text in a picture's box or a `<figure>`: a caption, not a lead.
+fn picture_text(n: &Handle) -> bool {
+    let mut at = Some(Rc::clone(n));
+    for _ in 0..3 {
+        let Some(e) = at else { break };
+        if name(&e) == "figure" {
+            return true;
+        }
+        let marks = format!(
+            "{} {}",
+            attr(&e, "class").unwrap_or_default(),
+            attr(&e, "id").unwrap_or_default()
+        )
+        .to_ascii_lowercase();
+        if PICTURE_BOX.iter().any(|w| marks.contains(w)) {
+            return true;
+        }
+        at = parent_of(&e);
+    }
+    false
+}
+
+/// A block element with no block below it: one paragraph's worth of text.
+fn leaf_block(n: &Handle) -> bool {
+    if !BLOCKS.contains(&name(n)) && name(n) != "p" {
+        return false;
+    }
+    let mut stack: Vec<Handle> = n.children.borrow().iter().cloned().collect();
+    while let Some(c) = stack.pop() {
+        if BLOCKS.contains(&name(&c)) || name(&c) == "p" {
+            return false;
+        }
+        stack.extend(c.children.borrow().iter().cloned());
+    }
+    true
+}
+
+/// Whether a fifth or more of the block's `chars` are link text.
+fn mostly_links(n: &Handle, chars: usize) -> bool {
+    let mut linked = 0;
+    let mut stack = vec![Rc::clone(n)];
+    while let Some(c) = stack.pop() {
+        if name(&c) == "a" {
+            let mut text = String::new();
+            text_of(&c, &mut text);
+            linked += text.chars().filter(|c| !c.is_whitespace()).count();
+            continue;
+        }
+        stack.extend(c.children.borrow().iter().cloned());
+    }
+    linked * 5 >= chars
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::to_markdown;
+
+    fn body(word: &str) -> String {
+        (0..5)
+            .map(|i| format!("<p>Paragraph {i} about {word}, which goes on for a while, with commas, clauses and enough words to count as prose.</p>"))
+            .collect()
+    }
+
+    const LEAD: &str = "You can come to your own car in several ways; we explain which of them costs least, and when.";
+
+    #[test]
+    fn the_lead_beside_the_title_comes_before_the_body() {
+        // The title and the lead in a stage of their own, the body in the next <article>.
+        let page = format!(
+            "<html><body><article class='stage'><h1>Lease or buy?</h1><div class='stage-body'><p>{LEAD}</p></div></article><article class='basis'>{}</article></body></html>",
+            body("cars")
+        );
+        let md = to_markdown(&page).1;
+        assert!(
+            md.starts_with(&format!("{LEAD}\n\nParagraph 0 about cars")),
+            "{md}"
+        );
+        assert_eq!(md.matches("several ways").count(), 1, "{md}");
+    }
+
+    #[test]
+    fn a_caption_or_a_long_stretch_after_the_title_is_no_lead() {
+        // A picture's caption under the title.
+        let page = format!(
+            "<html><body><section><h1>Sleeping astronauts</h1><div class='image top'><img src='a.jpg'><p>In this file photo, made available by the agency, two astronauts work outside the station.</p></div><div class='story'>{}</div></section></body></html>",
+            body("hibernation")
+        );
+        let md = to_markdown(&page).1;
+        assert!(!md.contains("file photo"), "{md}");
+        // A whole other block of text between the title and the body.
+        let notes: String = (0..60)
+            .map(|i| format!("<li>Short note {i:02} here.</li>"))
+            .collect();
+        let page = format!(
+            "<html><body><div class='top'><h1>Sleeping astronauts</h1><ul>{notes}</ul><p>A paragraph after the notes, long enough to be taken for a lead if it were one.</p></div><div class='story'>{}</div></body></html>",
+            body("hibernation")
+        );
+        let md = to_markdown(&page).1;
+        assert!(!md.contains("after the notes"), "{md}");
+    }
+}
