@@ -14,7 +14,7 @@ use super::vocabulary::BLOCKS;
 
 /// Most text (characters, spaces not counted) between the title and the chosen block for
 /// what lies there to be a lead rather than another part of the page.
-const MAX_BETWEEN: usize = 700;
+const MAX_BETWEEN: usize = 1200;
 
 /// Shortest paragraph taken into a lead.
 const MIN_PARAGRAPH: usize = 60;
@@ -202,7 +202,7 @@ mod tests {
         let md = to_markdown(&page).1;
         assert!(!md.contains("file photo"), "{md}");
         // A whole other block of text between the title and the body.
-        let notes: String = (0..60)
+        let notes: String = (0..100)
             .map(|i| format!("<li>Short note {i:02} here.</li>"))
             .collect();
         let page = format!(
