@@ -77,7 +77,17 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     {
         md = format!("# {t}\n\n{md}");
     }
-    (title, md.trim().to_string(), unwrapped)
+    (title.map(|t| composed(&t)), composed(md.trim()), unwrapped)
+}
+
+/// `text` in Unicode's composed form (NFC): "ü" as one character, not "u" and a combining
+/// diaeresis, as a reader searching or comparing the text expects.
+fn composed(text: &str) -> String {
+    use unicode_normalization::{IsNormalized, UnicodeNormalization, is_nfc_quick};
+    match is_nfc_quick(text.chars()) {
+        IsNormalized::Yes => text.to_string(),
+        _ => text.nfc().collect(),
+    }
 }
 
 #[cfg(test)]
@@ -232,6 +242,16 @@ mod tests {
         let html = format!("<body><p>a{}b</p></body>", "\0".repeat(10_000));
         let (_, md, _) = to_markdown(&html);
         assert_eq!(md, "ab");
+    }
+
+    #[test]
+    fn the_text_comes_composed() {
+        // "Größe" written with combining marks, and a Bengali letter whose composed form NFC
+        // takes apart (U+09DF is excluded from composition).
+        let html = "<title>Gro\u{308}\u{df}e</title><body><p>Gro\u{308}\u{df}e \u{9df}</p></body>";
+        let (title, md, _) = to_markdown(html);
+        assert_eq!(title.as_deref(), Some("Größe"));
+        assert_eq!(md, "# Größe\n\nGröße \u{9af}\u{9bc}");
     }
 
     #[test]
