@@ -1,16 +1,20 @@
-//! The lead between the page's title and the chosen text. Many pages put the title and the
-//! paragraph that sums the story up in a block of their own (a stage, a top column, the first
-//! of two `<article>`s) and the body in another; scoring picks the body, and the lead — often
-//! the best sentence of the page — would be lost. When only a little text lies between the
-//! page's `<h1>` and the chosen block, its paragraphs of prose are the lead.
+//! The lead: the paragraph that sums the story up, set apart from the body. Many pages put
+//! the title and the lead in a block of their own (a stage, a top column, the first of two
+//! `<article>`s, the article's `<header>`) and the body in another; scoring picks the body,
+//! and the lead — often the best sentence of the page — would be lost. Two places count:
+//! the `<header>` around the page's `<h1>` ([`header_lead`], read before boilerplate removal
+//! cuts headers out; bylines, dates and captions are no lead), and whatever little text lies
+//! between the `<h1>` and the chosen block. (Benchmarks disagree here: trafilatura's
+//! annotators keep a standfirst, Zyte's leave it out.)
 
 use std::rc::Rc;
 
 use markup5ever_rcdom::{Handle, NodeData};
 
-use super::parse::{attr, contains, name, parent_of, text_of};
+use super::content::marks;
+use super::parse::{attr, contains, find, name, parent_of, text_of};
 use super::squash;
-use super::vocabulary::BLOCKS;
+use super::vocabulary::{BLOCKS, DROP_MARKERS};
 
 /// Most text (characters, spaces not counted) between the title and the chosen block for
 /// what lies there to be a lead rather than another part of the page.
@@ -19,14 +23,83 @@ const MAX_BETWEEN: usize = 1200;
 /// Shortest paragraph taken into a lead.
 const MIN_PARAGRAPH: usize = 60;
 
-/// `md` (the chosen block's markdown) with the lead before it, when there is one that `md`
-/// does not already hold.
-pub(crate) fn add_lead(md: String, body: &Handle, chosen: &Handle) -> String {
-    let lead = lead_before(body, chosen).join("\n\n");
-    if lead.is_empty() || mostly_in(&lead, &md) {
+/// `md` (the chosen block's markdown) with the lead before it: `from_header` (read by
+/// [`header_lead`] before headers were cut out) and what lies between the title and the
+/// chosen block, each paragraph only when `md` does not already hold it.
+pub(crate) fn add_lead(
+    md: String,
+    from_header: Vec<String>,
+    body: &Handle,
+    chosen: &Handle,
+) -> String {
+    let lead: Vec<String> = from_header
+        .into_iter()
+        .chain(lead_before(body, chosen))
+        .filter(|p| !mostly_in(p, &md))
+        .collect();
+    if lead.is_empty() {
         return md;
     }
-    with_lead(&md, &lead)
+    with_lead(&md, &lead.join("\n\n"))
+}
+
+/// The lead paragraphs in the `<header>` around the page's `<h1>` (a standfirst under the
+/// title), read before boilerplate removal cuts headers out; bylines, dates, captions and
+/// link lines are no lead.
+pub(crate) fn header_lead(body: &Handle) -> Vec<String> {
+    let order = document_order(body);
+    let Some(title) = order.iter().position(|n| name(n) == "h1") else {
+        return Vec::new();
+    };
+    let h1 = &order[title];
+    let mut up = parent_of(h1);
+    let header = loop {
+        match up {
+            Some(p) if name(&p) == "header" => break p,
+            Some(p) if name(&p) != "body" => up = parent_of(&p),
+            _ => return Vec::new(),
+        }
+    };
+    let mut lead = Vec::new();
+    for n in order[title + 1..]
+        .iter()
+        .take_while(|n| contains(&header, n))
+    {
+        if !leaf_block(n) || page_data(n, &header) {
+            continue;
+        }
+        let mut text = String::new();
+        text_of(n, &mut text);
+        let chars = text.chars().filter(|c| !c.is_whitespace()).count();
+        if chars >= MIN_PARAGRAPH && !mostly_links(n, chars) && !picture_text(n) {
+            lead.push(squash(&text));
+        }
+    }
+    lead
+}
+
+/// A block of the page's data about the article — a byline, a date, an author box, a share
+/// bar — by its class/id or a `<time>` in it (up to `header`).
+fn page_data(n: &Handle, header: &Handle) -> bool {
+    if find(n, &|c| name(c) == "time").is_some() {
+        return true;
+    }
+    let mut at = Some(Rc::clone(n));
+    while let Some(e) = at {
+        if Rc::ptr_eq(&e, header) {
+            return false;
+        }
+        let marked = marks(&e);
+        if DROP_MARKERS.iter().any(|m| marked.contains(m))
+            || ["date", "time", "meta", "info"]
+                .iter()
+                .any(|m| marked.contains(m))
+        {
+            return true;
+        }
+        at = parent_of(&e);
+    }
+    false
 }
 
 /// `md` with `lead` as its first paragraph (after a leading `# heading`).
@@ -211,5 +284,21 @@ mod tests {
         );
         let md = to_markdown(&page).1;
         assert!(!md.contains("after the notes"), "{md}");
+    }
+
+    #[test]
+    fn the_standfirst_under_the_title_in_a_header_is_the_lead() {
+        let page = format!(
+            "<html><body><article><header><h1>Social energy</h1><p class='byline'>By Jo Writer, energy desk of the paper, reporting from the valley about heating costs and more</p><p><time>3 May 2024</time> Updated at noon, after the minister spoke to us about the prices of the coming winter</p><p class='lead'>{LEAD}</p><p><a href='/a'>Read the whole series on heating, pellets and prices</a></p></header><div class='text'>{}</div></article></body></html>",
+            body("pellets")
+        );
+        let md = to_markdown(&page).1;
+        assert!(
+            md.contains(&format!("{LEAD}\n\nParagraph 0 about pellets")),
+            "{md}"
+        );
+        for boilerplate in ["Jo Writer", "Updated at noon", "whole series"] {
+            assert!(!md.contains(boilerplate), "{boilerplate}: {md}");
+        }
     }
 }

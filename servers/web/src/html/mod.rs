@@ -58,13 +58,14 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     let body =
         find(&doc, &|h| tag(h).as_deref() == Some("body")).unwrap_or_else(|| Rc::clone(&doc));
     content::strip_hard(&body);
+    let header_lead = lead::header_lead(&body);
     boilerplate::strip_soft(&body);
     let choice = listing::prefer_article(&body, content::choose(&body));
     content::clean(&choice.root);
     labels::drop_label_lines(&choice.root);
     headings::drop_orphans(&choice.root);
     let md = notices::drop_php_notices(&converter.tree_to_markdown(&choice.root));
-    let md = lead::add_lead(md, &body, &choice.root);
+    let md = lead::add_lead(md, header_lead, &body, &choice.root);
     let md = metadata::fill_in(md, &meta, &choice, &body);
     // Collapse runs of blank lines left by removed blocks.
     let mut md = md;
