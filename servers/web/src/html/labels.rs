@@ -225,6 +225,8 @@ mod tests {
             "Most read",
             "zurück zur Listenansicht",
             "Quellen ausblenden",
+            "Advert",
+            "Want to join the discussion?",
         ] {
             assert!(is_label(label), "{label}");
         }

@@ -467,7 +467,7 @@ mod tests {
             .map(|i| format!("<div class='comment'><p>Comment {i} from a reader who has a lot to say about this, at length, with commas, and then some more words.</p></div>"))
             .collect();
         let page = format!(
-            "<html><body><article><p class='byline'>By Jo Writer</p><figure><img src='/b.jpg' alt='a crane'><figcaption>Photo: agency</figcaption></figure><p><img src='/a.jpg' alt='a heron'> The heron stood in the shallows for an hour, still, patient, and then it struck.</p>{}</article><div class='comments-area'>{comments}</div></body></html>",
+            "<html><body><article><p class='byline'>By Jo Writer</p><figure><img src='/b.jpg' alt='a crane'><figcaption>Photo: agency</figcaption></figure><p><img src='/a.jpg' alt='a heron'> The heron stood in the shallows for an hour, still, patient, and then it struck.</p>{}<div class='widget-custom-cta-letter'><h5>A word to our loyal readers</h5><p>Support us and make a difference for readers everywhere, every day, with a gift of any size.</p></div></article><div class='comments-area'>{comments}</div></body></html>",
             story("herons")
         );
         let md = to_markdown(&page).1;
@@ -478,6 +478,7 @@ mod tests {
             "a heron",
             "Photo: agency",
             "Jo Writer",
+            "loyal readers",
         ] {
             assert!(!md.contains(gone), "{gone} in {md}");
         }

@@ -44,6 +44,9 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "ads-",
     "-ads",
     "promo",
+    "cta-",
+    "-cta",
+    "_cta",
     "newsletter",
     "subscribe",
     "share",
@@ -93,6 +96,9 @@ pub(crate) const COMMENT_MARKERS: &[&str] = &[
     "comment-form",
     "comment_form",
     "commentform",
+    "comment-container",
+    "comment_container",
+    "comment-respond",
 ];
 
 /// Class/id fragments of blocks that follow an article rather than being it — readers'
@@ -231,6 +237,14 @@ pub(crate) const BLOCKS: &[&str] = &[
 pub(crate) const LABEL_LINES: &[&str] = &[
     // Ad slots.
     "advertisement",
+    "advert",
+    "adverts",
+    "ad",
+    "sponsored content",
+    "paid content",
+    "publicidade",
+    "annonce",
+    "реклама",
     "anzeige",
     "werbung",
     "publicité",
@@ -320,6 +334,9 @@ pub(crate) const LABEL_LINES: &[&str] = &[
     "comments",
     "leave a reply",
     "leave a comment",
+    "want to join the discussion",
+    "join the discussion",
+    "feel free to contribute",
     "kommentare",
     "kommentar schreiben",
     "kommentare schreiben",
