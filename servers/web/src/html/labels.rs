@@ -227,6 +227,8 @@ mod tests {
             "Quellen ausblenden",
             "Advert",
             "Want to join the discussion?",
+            "Valorar:",
+            "Valora esta noticia",
         ] {
             assert!(is_label(label), "{label}");
         }
