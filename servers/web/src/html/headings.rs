@@ -80,12 +80,24 @@ pub(crate) fn drop_orphans(root: &Handle) {
     let mut items = Vec::new();
     collect(root, &mut items);
     let last_text = items.iter().rposition(|i| matches!(i, Item::Text));
+    // Headings that end the text with as much to say as a paragraph (a text set in headings,
+    // a run of pull quotes) are the text's end, not the titles of what was cut after it; a
+    // short title among them still is one.
+    let ending: usize = items[last_text.map_or(0, |t| t + 1)..]
+        .iter()
+        .map(|i| match i {
+            Item::Heading(_, h) => text_chars(h),
+            Item::Text => 0,
+        })
+        .sum();
+    let ends_in_headings = ending >= HEADED_ENDING;
     let mut orphans = Vec::new();
     for (i, item) in items.iter().enumerate() {
         let Item::Heading(rank, h) = item else {
             continue;
         };
-        let at_end = last_text.is_none_or(|t| t < i);
+        let at_end = last_text.is_none_or(|t| t < i)
+            && !(ends_in_headings && text_chars(h) >= SAYING_HEADING);
         if !marked(h) && (!at_end || (*rank == 7 && bold_statement(h))) {
             continue;
         }
@@ -162,6 +174,19 @@ fn bold_label(p: &Handle) -> bool {
     len > 0 && len <= LABEL_MAX
 }
 
+/// Characters of headings after the last text from which they are the text's own end.
+const HEADED_ENDING: usize = 200;
+
+/// Characters from which a heading in such an ending says something itself.
+const SAYING_HEADING: usize = 50;
+
+/// Characters of text under `h`, spaces not counted.
+fn text_chars(h: &Handle) -> usize {
+    let mut text = String::new();
+    super::parse::text_of(h, &mut text);
+    text.chars().filter(|c| !c.is_whitespace()).count()
+}
+
 /// A bold label that ends as a statement does ("Be there or be square!"): at the end of a
 /// text it signs the text off rather than introducing something that was cut.
 fn bold_statement(p: &Handle) -> bool {
@@ -224,5 +249,26 @@ mod tests {
         // A label at the end still goes.
         let label = html.replace("Be there or be square!", "More from the lake:");
         assert!(!to_markdown(&label).1.contains("More from"));
+    }
+
+    #[test]
+    fn a_text_that_ends_in_headings_keeps_them() {
+        // A poster call set in <h4>s inside a quote: no text after them, but they are the text.
+        let html = r#"<html><body><article><h1>Keep our waters clean</h1>
+            <p>Once more something about water, as every spring, for the children of the city:</p>
+            <blockquote><h4>The poster contest for children takes place for the sixth time this year.</h4>
+            <h4>Children between six and twelve are asked to take part with their colourful ideas.</h4>
+            <h4>Design a poster under the motto: keep our waters clean, and send it in by April.</h4>
+            <h4>The best posters hang in the city's trains and buses all through the summer.</h4></blockquote>
+            </article></body></html>"#;
+        let md = to_markdown(html).1;
+        assert!(md.contains("send it in by April"), "{md}");
+        // A short title left at the end still goes.
+        let html = html.replace("</blockquote>", "</blockquote><h3>More on this topic</h3>");
+        let md = to_markdown(&html).1;
+        assert!(
+            md.contains("sixth time") && !md.contains("More on this"),
+            "{md}"
+        );
     }
 }
