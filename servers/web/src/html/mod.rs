@@ -2,7 +2,7 @@
 //!
 //! The page is parsed once ([`parse`]: html5ever into an rcdom tree, parse errors not recorded,
 //! invisible break hints dropped, the tree flattened below [`MAX_DEPTH`] levels of nesting); the
-//! main content is found by [`boilerplate`] (blocks stripped by tag, role, class/id vocabulary,
+//! main content is found — after [`captions`] without `<figcaption>` go — by [`boilerplate`] (blocks stripped by tag, role, class/id vocabulary,
 //! and share bars by where their links go ([`share`]), unless they hold the page's text) and
 //! [`content`] (paragraphs scored into their containers, semantic wrappers checked against the
 //! scores, link lists cleaned out, headings whose section was cut out dropped ([`headings`]))
@@ -14,6 +14,7 @@
 //! out the page's summary gets it as its lead.
 
 mod boilerplate;
+mod captions;
 mod content;
 mod headings;
 mod labels;
@@ -57,6 +58,7 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     let meta = metadata::read(&doc);
     let body =
         find(&doc, &|h| tag(h).as_deref() == Some("body")).unwrap_or_else(|| Rc::clone(&doc));
+    captions::drop_captions(&body);
     content::strip_hard(&body);
     let header_lead = lead::header_lead(&body);
     boilerplate::strip_soft(&body);
