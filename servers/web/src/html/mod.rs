@@ -1,17 +1,18 @@
 //! HTML → clean markdown of the main content.
 //!
 //! The page is parsed once ([`parse`]: html5ever into an rcdom tree, parse errors not recorded,
-//! invisible break hints dropped, the tree flattened below [`MAX_DEPTH`] levels of nesting); the
-//! main content is found — after [`captions`] without `<figcaption>` go — by [`boilerplate`] (blocks stripped by tag, role, class/id vocabulary,
-//! and share bars by where their links go ([`share`]), unless they hold the page's text) and
-//! [`content`] (paragraphs scored into their containers, semantic wrappers checked against the
-//! scores, link lists cleaned out, headings whose section was cut out dropped ([`headings`]))
-//! and converted with htmd; a [`lead`] the page sets beside its title, apart from the chosen
-//! block, goes before it. An article body shipped as a template for a script to insert is
-//! read as markup first ([`template`]). A page whose body holds no prose (a video or a
-//! script-rendered page) falls back to its [`metadata`] — schema.org JSON-LD `articleBody` /
-//! `description`, `og:description`, `<meta name=description>` —, and a thin body that leaves
-//! out the page's summary gets it as its lead.
+//! invisible break hints dropped, the tree flattened below [`MAX_DEPTH`] levels of nesting).
+//! Captions written without `<figcaption>` go first ([`captions`]); the main content is then
+//! found by [`boilerplate`] (blocks stripped by tag, role, class/id vocabulary, and share bars by
+//! where their links go ([`share`]), unless they hold the page's text) and [`content`]
+//! (paragraphs scored into their containers, semantic wrappers checked against the scores, link
+//! lists cleaned out, headings whose section was cut out dropped ([`headings`])) and converted
+//! with htmd; a [`lead`] the page sets beside its title, apart from the chosen block, goes
+//! before it. An article body shipped as a template for a script to insert is read as markup
+//! first ([`template`]). A page whose body holds no prose (a video or a script-rendered page)
+//! falls back to its [`metadata`] — schema.org JSON-LD `articleBody` / `description`,
+//! `og:description`, `<meta name=description>` —, and a thin body that leaves out the page's
+//! summary gets it as its lead. The text comes in Unicode's composed form (NFC).
 
 mod boilerplate;
 mod captions;
