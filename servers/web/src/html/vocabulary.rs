@@ -71,6 +71,7 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "footer",
     "trending",
     "right-rail",
+    "right-column",
     "more-videos",
     "more-topics",
     "jumpbox",
@@ -80,6 +81,8 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "gallery",
     "slideshow",
     "carousel",
+    "-slider",
+    "slider-",
     "print-header",
     "print-only",
     "timestamp",
@@ -97,6 +100,7 @@ pub(crate) const DROP_MARKERS: &[&str] = &[
     "author",
     "autor",
     "disclaimer",
+    "-notice",
     "copyright",
     "legend",
 ];
@@ -134,7 +138,7 @@ pub(crate) const REPLY_MARKERS: &[&str] = &[
 pub(crate) const DIALOG_MARKERS: &[&str] = &["cookie", "consent", "gdpr", "modal", "popup"];
 
 /// Of [`DROP_MARKERS`], those that say where a block sits rather than what it is.
-pub(crate) const POSITION_MARKERS: &[&str] = &["sidebar", "right-rail"];
+pub(crate) const POSITION_MARKERS: &[&str] = &["sidebar", "right-rail", "right-column"];
 
 /// Of [`DROP_MARKERS`], those a theme puts on the box that gets something attached to it:
 /// share buttons, a lightbox for its pictures (`js-lightbox-gallery` on a text block).
