@@ -229,6 +229,8 @@ mod tests {
             "Want to join the discussion?",
             "Valorar:",
             "Valora esta noticia",
+            "Kontakt:",
+            "Weitere Informationen",
         ] {
             assert!(is_label(label), "{label}");
         }
@@ -237,6 +239,7 @@ mod tests {
             "Print",
             "The ad said: Advertisement",
             "Most read books of the year were novels",
+            "Contact us by letter: Main Street 4, Springfield",
             "",
         ] {
             assert!(!is_label(text), "{text}");

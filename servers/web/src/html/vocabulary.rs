@@ -397,6 +397,12 @@ pub(crate) const LABEL_LINES: &[&str] = &[
     "zurück zur listenansicht",
     "retour à la liste",
     "volver al listado",
+    // Contact boxes and further-information boxes after an article.
+    "kontakt",
+    "contact",
+    "weitere informationen",
+    "more information",
+    "further information",
     // A toggle's label.
     "quellen ausblenden",
     "show sources",
