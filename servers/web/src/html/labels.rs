@@ -231,6 +231,8 @@ mod tests {
             "Valora esta noticia",
             "Kontakt:",
             "Weitere Informationen",
+            "Zurück zum Newsroom",
+            "Modo nocturno",
         ] {
             assert!(is_label(label), "{label}");
         }

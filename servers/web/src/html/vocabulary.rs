@@ -395,6 +395,10 @@ pub(crate) const LABEL_LINES: &[&str] = &[
     "back to list",
     "zurück zur übersicht",
     "zurück zur listenansicht",
+    "back to newsroom",
+    "zurück zum newsroom",
+    "zurück zur startseite",
+    "back to home",
     "retour à la liste",
     "volver al listado",
     // Contact boxes and further-information boxes after an article.
@@ -404,6 +408,12 @@ pub(crate) const LABEL_LINES: &[&str] = &[
     "more information",
     "further information",
     // A toggle's label.
+    "dark mode",
+    "night mode",
+    "nachtmodus",
+    "dunkelmodus",
+    "modo nocturno",
+    "mode sombre",
     "quellen ausblenden",
     "show sources",
 ];
