@@ -8,6 +8,7 @@ use std::rc::Rc;
 
 use markup5ever_rcdom::{Handle, NodeData};
 
+use super::content::block_below;
 use super::parse::{name, text_of};
 
 /// Longest caption, in characters (spaces not counted).
@@ -49,7 +50,7 @@ fn caption_of(n: &Handle) -> Option<Handle> {
     let mut text = String::new();
     text_of(line, &mut text);
     let chars = text.chars().filter(|c| !c.is_whitespace()).count();
-    (chars > 0 && chars <= MAX_CAPTION && !has_block(line)).then(|| Rc::clone(line))
+    (chars > 0 && chars <= MAX_CAPTION && !block_below(line)).then(|| Rc::clone(line))
 }
 
 /// A picture, or a link or wrapper holding only a picture (no text).
@@ -67,21 +68,6 @@ fn is_picture(n: &Handle) -> bool {
         }
         _ => false,
     }
-}
-
-/// Whether a paragraph or a block of its own is below `n`.
-fn has_block(n: &Handle) -> bool {
-    let mut stack: Vec<Handle> = n.children.borrow().iter().cloned().collect();
-    while let Some(c) = stack.pop() {
-        if matches!(
-            name(&c),
-            "p" | "div" | "ul" | "ol" | "table" | "blockquote" | "section"
-        ) {
-            return true;
-        }
-        stack.extend(c.children.borrow().iter().cloned());
-    }
-    false
 }
 
 #[cfg(test)]

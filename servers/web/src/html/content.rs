@@ -258,6 +258,18 @@ pub(crate) fn elements(root: &Handle) -> Vec<Handle> {
     out
 }
 
+/// Whether a block element (one of [`BLOCKS`]) is anywhere below `n`.
+pub(crate) fn block_below(n: &Handle) -> bool {
+    let mut stack: Vec<Handle> = n.children.borrow().iter().cloned().collect();
+    while let Some(c) = stack.pop() {
+        if BLOCKS.contains(&name(&c)) {
+            return true;
+        }
+        stack.extend(c.children.borrow().iter().cloned());
+    }
+    false
+}
+
 /// What [`choose`] picked.
 pub(crate) struct Choice {
     /// The content root: an element of the page, or a new `div` holding the chosen siblings.

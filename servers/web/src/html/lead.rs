@@ -9,10 +9,12 @@
 
 use std::rc::Rc;
 
-use markup5ever_rcdom::{Handle, NodeData};
+use markup5ever_rcdom::Handle;
 
-use super::content::marks;
-use super::parse::{attr, contains, find, name, parent_of, text_of};
+use std::collections::HashMap;
+
+use super::content::{Key, Stats, block_below, elements, key, marks, stats};
+use super::parse::{contains, find, name, parent_of, text_of};
 use super::squash;
 use super::vocabulary::{BLOCKS, DROP_MARKERS};
 
@@ -47,7 +49,8 @@ pub(crate) fn add_lead(
 /// title), read before boilerplate removal cuts headers out; bylines, dates, captions and
 /// link lines are no lead.
 pub(crate) fn header_lead(body: &Handle) -> Vec<String> {
-    let order = document_order(body);
+    let order = elements(body);
+    let map = stats(body);
     let Some(title) = order.iter().position(|n| name(n) == "h1") else {
         return Vec::new();
     };
@@ -65,14 +68,8 @@ pub(crate) fn header_lead(body: &Handle) -> Vec<String> {
         .iter()
         .take_while(|n| contains(&header, n))
     {
-        if !leaf_block(n) || page_data(n, &header) {
-            continue;
-        }
-        let mut text = String::new();
-        text_of(n, &mut text);
-        let chars = text.chars().filter(|c| !c.is_whitespace()).count();
-        if chars >= MIN_PARAGRAPH && !mostly_links(n, chars) && !picture_text(n) {
-            lead.push(squash(&text));
+        if leaf_block(n) && !page_data(n, &header) {
+            lead.extend(paragraph(n, &map).1);
         }
     }
     lead
@@ -131,7 +128,8 @@ pub(super) fn mostly_in(text: &str, other: &str) -> bool {
 /// The lead paragraphs' text, in order; empty when there is none (the title inside the chosen
 /// block or after it, no `<h1>`, or too much between them).
 fn lead_before(body: &Handle, chosen: &Handle) -> Vec<String> {
-    let order = document_order(body);
+    let order = elements(body);
+    let map = stats(body);
     let Some(title) = order.iter().position(|n| name(n) == "h1") else {
         return Vec::new();
     };
@@ -152,31 +150,27 @@ fn lead_before(body: &Handle, chosen: &Handle) -> Vec<String> {
         if contains(h1, n) || contains(n, chosen) || !leaf_block(n) {
             continue;
         }
-        let mut text = String::new();
-        text_of(n, &mut text);
-        let chars = text.chars().filter(|c| !c.is_whitespace()).count();
+        let (chars, text) = paragraph(n, &map);
         between += chars;
         if between > MAX_BETWEEN {
             return Vec::new();
         }
-        if chars >= MIN_PARAGRAPH && !mostly_links(n, chars) && !picture_text(n) {
-            lead.push(squash(&text));
-        }
+        lead.extend(text);
     }
     lead
 }
 
-/// Every element under `root`, in document order.
-fn document_order(root: &Handle) -> Vec<Handle> {
-    let mut out = Vec::new();
-    let mut stack = vec![Rc::clone(root)];
-    while let Some(n) = stack.pop() {
-        if matches!(n.data, NodeData::Element { .. }) {
-            out.push(Rc::clone(&n));
-        }
-        stack.extend(n.children.borrow().iter().rev().cloned());
-    }
-    out
+/// A block's characters (spaces not counted), and its text when it reads as a lead
+/// paragraph: long enough, under a fifth of it links, no picture's caption.
+fn paragraph(n: &Handle, map: &HashMap<Key, Stats>) -> (usize, Option<String>) {
+    let st = map.get(&key(n)).copied().unwrap_or_default();
+    let lead = st.text >= MIN_PARAGRAPH && st.link * 5 < st.text && !picture_text(n);
+    let text = lead.then(|| {
+        let mut text = String::new();
+        text_of(n, &mut text);
+        squash(&text)
+    });
+    (st.text, text)
 }
 
 /// Class/id words of the box a picture and its caption sit in (the picture itself is gone by
@@ -193,13 +187,8 @@ fn picture_text(n: &Handle) -> bool {
         if name(&e) == "figure" {
             return true;
         }
-        let marks = format!(
-            "{} {}",
-            attr(&e, "class").unwrap_or_default(),
-            attr(&e, "id").unwrap_or_default()
-        )
-        .to_ascii_lowercase();
-        if PICTURE_BOX.iter().any(|w| marks.contains(w)) {
+        let marked = marks(&e);
+        if PICTURE_BOX.iter().any(|w| marked.contains(w)) {
             return true;
         }
         at = parent_of(&e);
@@ -209,44 +198,13 @@ fn picture_text(n: &Handle) -> bool {
 
 /// A block element with no block below it: one paragraph's worth of text.
 fn leaf_block(n: &Handle) -> bool {
-    if !BLOCKS.contains(&name(n)) && name(n) != "p" {
-        return false;
-    }
-    let mut stack: Vec<Handle> = n.children.borrow().iter().cloned().collect();
-    while let Some(c) = stack.pop() {
-        if BLOCKS.contains(&name(&c)) || name(&c) == "p" {
-            return false;
-        }
-        stack.extend(c.children.borrow().iter().cloned());
-    }
-    true
-}
-
-/// Whether a fifth or more of the block's `chars` are link text.
-fn mostly_links(n: &Handle, chars: usize) -> bool {
-    let mut linked = 0;
-    let mut stack = vec![Rc::clone(n)];
-    while let Some(c) = stack.pop() {
-        if name(&c) == "a" {
-            let mut text = String::new();
-            text_of(&c, &mut text);
-            linked += text.chars().filter(|c| !c.is_whitespace()).count();
-            continue;
-        }
-        stack.extend(c.children.borrow().iter().cloned());
-    }
-    linked * 5 >= chars
+    BLOCKS.contains(&name(n)) && !block_below(n)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::super::tests::story;
     use super::super::to_markdown;
-
-    fn body(word: &str) -> String {
-        (0..5)
-            .map(|i| format!("<p>Paragraph {i} about {word}, which goes on for a while, with commas, clauses and enough words to count as prose.</p>"))
-            .collect()
-    }
 
     const LEAD: &str = "You can come to your own car in several ways; we explain which of them costs least, and when.";
 
@@ -255,7 +213,7 @@ mod tests {
         // The title and the lead in a stage of their own, the body in the next <article>.
         let page = format!(
             "<html><body><article class='stage'><h1>Lease or buy?</h1><div class='stage-body'><p>{LEAD}</p></div></article><article class='basis'>{}</article></body></html>",
-            body("cars")
+            story("cars")
         );
         let md = to_markdown(&page).1;
         assert!(
@@ -270,7 +228,7 @@ mod tests {
         // A picture's caption under the title.
         let page = format!(
             "<html><body><section><h1>Sleeping astronauts</h1><div class='image top'><img src='a.jpg'><p>In this file photo, made available by the agency, two astronauts work outside the station.</p></div><div class='story'>{}</div></section></body></html>",
-            body("hibernation")
+            story("hibernation")
         );
         let md = to_markdown(&page).1;
         assert!(!md.contains("file photo"), "{md}");
@@ -280,7 +238,7 @@ mod tests {
             .collect();
         let page = format!(
             "<html><body><div class='top'><h1>Sleeping astronauts</h1><ul>{notes}</ul><p>A paragraph after the notes, long enough to be taken for a lead if it were one.</p></div><div class='story'>{}</div></body></html>",
-            body("hibernation")
+            story("hibernation")
         );
         let md = to_markdown(&page).1;
         assert!(!md.contains("after the notes"), "{md}");
@@ -290,7 +248,7 @@ mod tests {
     fn the_standfirst_under_the_title_in_a_header_is_the_lead() {
         let page = format!(
             "<html><body><article><header><h1>Social energy</h1><p class='byline'>By Jo Writer, energy desk of the paper, reporting from the valley about heating costs and more</p><p><time>3 May 2024</time> Updated at noon, after the minister spoke to us about the prices of the coming winter</p><p class='lead'>{LEAD}</p><p><a href='/a'>Read the whole series on heating, pellets and prices</a></p></header><div class='text'>{}</div></article></body></html>",
-            body("pellets")
+            story("pellets")
         );
         let md = to_markdown(&page).1;
         assert!(

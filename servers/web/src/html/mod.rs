@@ -69,9 +69,8 @@ pub fn to_markdown(html: &str) -> (Option<String>, String, usize) {
     headings::drop_orphans(&choice.root);
     let md = notices::drop_php_notices(&converter.tree_to_markdown(&choice.root));
     let md = lead::add_lead(md, header_lead, &body, &choice.root);
-    let md = metadata::fill_in(md, &meta, &choice, &body);
+    let mut md = metadata::fill_in(md, &meta, &choice, &body);
     // Collapse runs of blank lines left by removed blocks.
-    let mut md = md;
     while md.contains("\n\n\n") {
         md = md.replace("\n\n\n", "\n\n");
     }
@@ -431,7 +430,7 @@ mod tests {
     }
 
     /// A story of several long paragraphs, each containing `word`.
-    fn story(word: &str) -> String {
+    pub(super) fn story(word: &str) -> String {
         (0..5)
             .map(|i| format!("<p>Paragraph {i} about {word}, which goes on for a while, with commas, clauses and enough words to count as prose in anybody's reading.</p>"))
             .collect()
