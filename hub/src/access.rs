@@ -114,6 +114,11 @@ impl Access {
         }
     }
 
+    /// Whether this call's caller sees every tool: no agent policy, no caller's tiers.
+    pub fn sees_all(&self) -> bool {
+        self.policy().is_none() && caller().is_none()
+    }
+
     /// Whether this call's caller may see and call `tool` (agent policy and tiers).
     pub fn visible(&self, tool: &Tool) -> bool {
         self.policy().is_none_or(|p| p.check(tool).is_ok())
@@ -156,5 +161,5 @@ pub fn offered<R>(flat: &FlatList, name: &str, look: impl FnOnce(&Tool) -> R) ->
     } else {
         crate::registry::sanitize(name)
     };
-    flat.tools.iter().find(|t| t.name == offered).map(look)
+    flat.tools().iter().find(|t| t.name == offered).map(look)
 }

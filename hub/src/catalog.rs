@@ -55,7 +55,7 @@ pub fn visible(scope: &Scope<'_>) -> Option<HashSet<u64>> {
     let policy = scope.policy.as_ref()?;
     let flat = scope.hub.flat();
     let mut ids = HashSet::new();
-    for t in &flat.tools {
+    for t in flat.tools() {
         if policy.check(t).is_ok()
             && let Some(route) = flat.routes.get(&*t.name)
         {

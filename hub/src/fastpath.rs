@@ -474,6 +474,8 @@ pub enum Upstream<'a> {
     Cancelled(String),
     Initialize,
     Discover,
+    /// `tools/list` with no parameters beyond an empty object: this request id (raw JSON).
+    ListTools(&'a RawValue),
     Other,
 }
 
@@ -542,6 +544,11 @@ pub fn classify(line: &str) -> Upstream<'_> {
                 Err(_) => Upstream::Other,
             }
         }
+        (Some("tools/list"), Some(id), params)
+            if params.is_none_or(|p| matches!(p.get().trim(), "null" | "{}")) =>
+        {
+            Upstream::ListTools(id)
+        }
         (Some("initialize"), Some(_), _) => Upstream::Initialize,
         (Some("server/discover"), Some(_), _) => Upstream::Discover,
         _ => Upstream::Other,
@@ -582,6 +589,17 @@ pub fn response_line(id: &str, reply: &Reply, modern: bool) -> Line {
         }
         _ => line.extend_from_slice(body.as_bytes()),
     }
+    line.extend_from_slice(b"}\n");
+    line
+}
+
+/// A JSON-RPC result line; `id` and `result` are raw JSON.
+pub fn result_line(id: &str, result: &str) -> Line {
+    let mut line = Vec::with_capacity(40 + id.len() + result.len());
+    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
+    line.extend_from_slice(id.as_bytes());
+    line.extend_from_slice(b",\"result\":");
+    line.extend_from_slice(result.as_bytes());
     line.extend_from_slice(b"}\n");
     line
 }

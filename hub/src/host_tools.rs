@@ -100,7 +100,7 @@ pub fn status(hub: &Hub, settings: Vec<kitbag_config::settings::Setting>) -> Sta
         .unwrap_or_default();
     let mut status = StatusResult {
         servers,
-        tools: flat.tools.len() + 1,
+        tools: flat.listed.len() + 1,
         collisions: flat
             .collisions
             .iter()

@@ -219,11 +219,19 @@ impl HostServer {
         let mut tools: Vec<Tool> = self
             .hub
             .flat()
-            .tools
+            .tools()
             .iter()
             .filter(|t| self.access.visible(t))
             .cloned()
+            .chain(self.own_listed())
             .collect();
+        tools.sort_by(|a, b| a.name.cmp(&b.name));
+        tools
+    }
+
+    /// The host's own tools this caller sees.
+    fn own_listed(&self) -> Vec<Tool> {
+        let mut tools = Vec::new();
         let status = host_tools::status_tool();
         if self.access.permit_own(&status, true).is_ok() {
             tools.push(status);
@@ -250,8 +258,37 @@ impl HostServer {
                     .filter(|t| self.access.visible(t)),
             );
         }
-        tools.sort_by(|a, b| a.name.cmp(&b.name));
         tools
+    }
+
+    /// The `tools/list` result as JSON text — the same list as [`Self::listed_tools`], with
+    /// each compiled-in catalog's tools spliced in as their text (nothing parsed or
+    /// serialized for them). None when a policy or the caller's tiers decide what is seen,
+    /// or in lazy mode: then the list is built from `Tool`s.
+    pub fn listed_json(&self) -> Option<String> {
+        if self.tools_mode != crate::lazy::ToolsMode::Full || !self.access.sees_all() {
+            return None;
+        }
+        let flat = self.hub.flat();
+        let own: Vec<(String, String)> = self
+            .own_listed()
+            .into_iter()
+            .filter_map(|t| Some((t.name.to_string(), serde_json::to_string(&t).ok()?)))
+            .collect();
+        let mut texts = flat.tools_text();
+        texts.extend(own.iter().map(|(n, t)| (n.as_str(), t.as_str().into())));
+        texts.sort_by(|a, b| a.0.cmp(b.0));
+        let size = texts.iter().map(|(_, t)| t.len() + 1).sum::<usize>();
+        let mut out = String::with_capacity(size + 16);
+        out.push_str("{\"tools\":[");
+        for (i, (_, text)) in texts.iter().enumerate() {
+            if i > 0 {
+                out.push(',');
+            }
+            out.push_str(text);
+        }
+        out.push_str("]}");
+        Some(out)
     }
 }
 

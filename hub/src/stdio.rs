@@ -145,6 +145,19 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                     let asks = call.modern && asking::may_ask(text);
                     call_fast(&host, call, asks.then_some(text), &out, &inflight, &conn)
                 }
+                // Answered here once rmcp has answered the handshake (so never before it),
+                // unless a span must record it: the list's compiled-in catalogs go out as
+                // their text (`HostServer::listed_json`).
+                fastpath::Upstream::ListTools(id)
+                    if handshake
+                        && conn.protocol_version().is_some()
+                        && !kitbag_shared::otel::enabled() =>
+                {
+                    match host.listed_json() {
+                        Some(result) => out.send(fastpath::result_line(id.get(), &result)).is_ok(),
+                        None => false,
+                    }
+                }
                 fastpath::Upstream::Other if asking::may_be_retry(text) => {
                     retry(&host, text.trim_end(), &out, &inflight)
                 }

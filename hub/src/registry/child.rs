@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use rmcp::model::{
     ClientCapabilities, ClientConfig, Implementation, ProgressNotificationParam,
-    ResourceUpdatedNotificationParam, Tool,
+    ResourceUpdatedNotificationParam,
 };
 use rmcp::service::{NotificationContext, Peer, RoleClient, RunningService, ServiceExt};
 use rmcp::{ClientHandler, ErrorData as McpError};
@@ -208,7 +208,7 @@ pub struct Child {
     pub peer: Option<Peer<RoleClient>>,
     /// The byte-level link for plain calls (fastpath.rs).
     pub fast: Option<Arc<crate::fastpath::FastLink>>,
-    pub tools: Vec<Tool>,
+    pub tools: super::Tools,
     /// Its prompts, resources and templates (catalog.rs).
     pub catalog: crate::child_catalog::ChildCatalog,
     pub pid: Option<u32>,

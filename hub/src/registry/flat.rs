@@ -4,10 +4,12 @@
 use super::Hub;
 use super::child::{CUT_OFF_REASON, CallGuard, State};
 use super::notify::upstream_progress_mapped;
+use super::tools::Tools;
 
 use kitbag_shared::lock::LockExt;
+use std::borrow::Cow;
 use std::collections::{BTreeMap, HashMap};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use rmcp::model::{
@@ -39,12 +41,66 @@ pub struct FastRoute {
     pub guard: CallGuard,
 }
 
+/// The flat list: every child's tools under their offered names, in name order.
 #[derive(Default)]
 pub struct FlatList {
-    pub tools: Vec<Tool>,
+    pub listed: Vec<Listed>,
     pub routes: BTreeMap<String, Route>,
     /// "server.tool → offered name: taken by other_server" reports.
     pub collisions: Vec<String>,
+    /// The listed tools as `Tool`s under their offered names, built on first use.
+    tools: OnceLock<Vec<Tool>>,
+}
+
+/// One tool of the flat list: its offered name and where it comes from.
+pub struct Listed {
+    pub name: String,
+    source: Tools,
+    index: usize,
+}
+
+impl Listed {
+    /// Its description, as its server gives it.
+    pub fn description(&self) -> Option<&str> {
+        self.source.description(self.index)
+    }
+
+    /// The tool under its offered name (parsing its compiled-in catalog the first time).
+    pub fn tool(&self) -> Option<Tool> {
+        let mut t = self.source.all().get(self.index)?.clone();
+        t.name = self.name.clone().into();
+        Some(t)
+    }
+
+    /// Its JSON text as offered, when at hand without serializing: a compiled-in catalog's
+    /// tool offered under its own name.
+    pub fn text(&self) -> Option<&'static str> {
+        let text = self.source.text(self.index)?;
+        (self.source.names().nth(self.index) == Some(self.name.as_str())).then_some(text)
+    }
+}
+
+impl FlatList {
+    /// The listed tools as `Tool`s (parsing compiled-in catalogs the first time).
+    pub fn tools(&self) -> &[Tool] {
+        self.tools
+            .get_or_init(|| self.listed.iter().filter_map(Listed::tool).collect())
+    }
+
+    /// Each listed tool's name and JSON text, in the list's order: a compiled-in catalog's
+    /// own text where it is offered under its own name, else the tool serialized.
+    pub fn tools_text(&self) -> Vec<(&str, Cow<'_, str>)> {
+        self.listed
+            .iter()
+            .filter_map(|l| {
+                let text = match l.text() {
+                    Some(text) => Cow::Borrowed(text),
+                    None => Cow::Owned(serde_json::to_string(&l.tool()?).ok()?),
+                };
+                Some((l.name.as_str(), text))
+            })
+            .collect()
+    }
 }
 
 /// Tool names every client accepts: `[A-Za-z0-9_-]`, at most 64 characters.
@@ -92,17 +148,16 @@ impl Hub {
         let mut owner: HashMap<String, String> = HashMap::new();
         for (i, child) in c.iter().enumerate() {
             let e = &child.spec.entry;
-            for tool in &child.tools {
-                let original = tool.name.to_string();
+            for (index, original) in child.tools.names().enumerate() {
                 if let Some(only) = &e.enabled_tools
-                    && !glob_match(only, &original)
+                    && !glob_match(only, original)
                 {
                     continue;
                 }
-                if glob_match(&e.disabled_tools, &original) {
+                if glob_match(&e.disabled_tools, original) {
                     continue;
                 }
-                let offered = match e.aliases.get(&original) {
+                let offered = match e.aliases.get(original) {
                     Some(a) => sanitize(a),
                     None => sanitize(&format!(
                         "{}{}",
@@ -118,23 +173,23 @@ impl Hub {
                     continue;
                 }
                 owner.insert(offered.clone(), child.spec.name.clone());
-                let private_args =
-                    kitbag_shared::audit::private_args(tool.meta.as_ref().map(|m| &m.0)).into();
-                let mut t = tool.clone();
-                t.name = offered.clone().into();
-                flat.tools.push(t);
+                flat.listed.push(Listed {
+                    name: offered.clone(),
+                    source: child.tools.clone(),
+                    index,
+                });
                 flat.routes.insert(
                     offered,
                     Route {
                         child: i,
                         child_id: child.id,
-                        original,
-                        private_args,
+                        original: original.to_string(),
+                        private_args: child.tools.private_args(index).into(),
                     },
                 );
             }
         }
-        flat.tools.sort_by(|a, b| a.name.cmp(&b.name));
+        flat.listed.sort_by(|a, b| a.name.cmp(&b.name));
         flat
     }
 

@@ -101,7 +101,7 @@ impl Hub {
                         // A lazy external server's catalog, kept for the next host when it
                         // is new or changed.
                         let keep = (child.spec.entry.lazy == Some(true)
-                            && (child.tools != tools
+                            && (child.tools != *tools
                                 || child.catalog.families != catalog.families))
                             .then(|| (child.spec.entry.clone(), tools.clone(), catalog.families));
                         if let (Some((entry, tools, families)), Some(cache)) =
@@ -115,7 +115,10 @@ impl Hub {
                         }
                         child.peer = Some(peer);
                         child.fast = link;
-                        child.tools = tools;
+                        // The same list as known keeps the compiled catalog (its text).
+                        if child.tools != *tools {
+                            child.tools = super::Tools::parsed(tools);
+                        }
                         child.catalog = catalog;
                         child.pid = pid;
                         child.state = State::Ready;
@@ -400,8 +403,8 @@ impl Hub {
             let changed = {
                 let mut c = self.lock();
                 match c.iter_mut().find(|c| c.spec.name == name) {
-                    Some(child) if child.tools != tools => {
-                        child.tools = tools;
+                    Some(child) if child.tools != *tools => {
+                        child.tools = super::Tools::parsed(tools);
                         true
                     }
                     _ => false,

@@ -6,6 +6,7 @@
 //! - [`idle`]: stopping a server that went unused, to wait for its next call again;
 //! - [`notify`]: list-changed and progress notifications to the host's clients;
 //! - [`flat`]: the flat list of tools, routing a name to its child, and the call itself;
+//! - [`tools`]: a server's tools, parsed or compiled in (read without parsing);
 //! - [`catalog`]: the merged prompts and resources kept current, and subscriptions held.
 
 mod catalog;
@@ -14,12 +15,14 @@ mod flat;
 mod idle;
 mod lifecycle;
 mod notify;
+mod tools;
 
 pub use child::{
     CUT_OFF_REASON, CallGuard, Calls, Child, ChildClient, StartGuard, State, kill_group,
 };
-pub use flat::{FastRoute, FlatList, Route, sanitize};
+pub use flat::{FastRoute, FlatList, Listed, Route, sanitize};
 use notify::ListFingerprint;
+pub use tools::{CompiledTool, Tools};
 
 use kitbag_shared::lock::LockExt;
 use std::collections::HashMap;
@@ -27,7 +30,7 @@ use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 use rmcp::ErrorData as McpError;
-use rmcp::model::{ProgressNotificationParam, ProgressToken, Tool};
+use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::{Peer, RoleServer, SubscriptionSink};
 
 use kitbag_config::entry::ServerSpec;
@@ -89,7 +92,7 @@ pub type KnownTools = Arc<dyn Fn(&ServerSpec) -> Option<Known> + Send + Sync>;
 /// What a server offers, known without starting it.
 #[derive(Debug, Clone, Default)]
 pub struct Known {
-    pub tools: Vec<Tool>,
+    pub tools: Tools,
     /// The families it declares beyond tools: the host declares them at its handshake, and a
     /// prompt or resource request starts the server (`wake.rs`).
     pub families: crate::child_catalog::Families,
@@ -137,7 +140,7 @@ fn known_now(
     }
     let (tools, families) = catalogs?.load(&spec.entry)?;
     Some(Known {
-        tools,
+        tools: Tools::parsed(tools),
         families,
         templates: Vec::new(),
         idle_stop: None,

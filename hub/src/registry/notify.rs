@@ -34,14 +34,9 @@ impl Hub {
         ListFingerprint {
             tools: self
                 .flat()
-                .tools
+                .listed
                 .iter()
-                .map(|t| {
-                    (
-                        t.name.to_string(),
-                        t.description.as_ref().map(|d| d.to_string()),
-                    )
-                })
+                .map(|t| (t.name.clone(), t.description().map(str::to_string)))
                 .collect(),
             prompts,
             resources,

@@ -3,8 +3,7 @@
 //! still its own process. Adding a family is one line in `FAMILIES`.
 
 use std::collections::BTreeMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Duration;
 
 use kitbag_shared::runtime::Threads;
@@ -12,8 +11,8 @@ use kitbag_shared::runtime::Threads;
 use clap::Parser;
 use futures::future::BoxFuture;
 use kitbag_hub::child_catalog::Families;
-use kitbag_hub::registry::{Known, KnownTools};
-use rmcp::model::{ResourceTemplate, Tool};
+use kitbag_hub::registry::{CompiledTool, Known, KnownTools, Tools};
+use rmcp::model::ResourceTemplate;
 
 use kitbag_config::Config;
 use kitbag_config::entry::{ServerEntry, ServerSpec};
@@ -91,11 +90,6 @@ pub const FAMILIES: &[(&str, Threads, Runner)] = &[
 /// A family whose server may wait for its first call, and what it offers until then.
 struct Waiting {
     family: &'static str,
-    /// Its tools as its server lists them: `manifests/<family>/tools.json`, which the catalog
-    /// tests hold equal to the server's `tools/list` (and `catalogs_are_the_routers` here to
-    /// its router). Compiled in as text: reading it costs a JSON parse, not a schema
-    /// generation per tool.
-    catalog: &'static str,
     /// What it declares beyond tools.
     families: Families,
     /// Its resource templates (routed to it before it ever ran).
@@ -139,17 +133,6 @@ fn cron_has_work(e: &ServerEntry) -> bool {
     kitbag_cron::idle::has_work(&args)
 }
 
-macro_rules! catalog {
-    ($family:literal) => {
-        include_str!(concat!(
-            env!("CARGO_MANIFEST_DIR"),
-            "/../../manifests/",
-            $family,
-            "/tools.json"
-        ))
-    };
-}
-
 const TOOLS_ONLY: Families = Families {
     prompts: false,
     resources: false,
@@ -160,7 +143,6 @@ const TOOLS_ONLY: Families = Families {
 const START_ON_FIRST_CALL: &[Waiting] = &[
     Waiting {
         family: "files",
-        catalog: catalog!("files"),
         families: TOOLS_ONLY,
         busy_at_start: never,
         templates: no_templates,
@@ -168,7 +150,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "search",
-        catalog: catalog!("search"),
         families: TOOLS_ONLY,
         busy_at_start: never,
         templates: no_templates,
@@ -176,7 +157,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "shell",
-        catalog: catalog!("shell"),
         // Its background jobs: `shell://jobs`, `shell://jobs/<id>`.
         families: Families {
             resources: true,
@@ -189,7 +169,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "web",
-        catalog: catalog!("web"),
         families: TOOLS_ONLY,
         busy_at_start: never,
         templates: no_templates,
@@ -197,7 +176,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "lsp",
-        catalog: catalog!("lsp"),
         families: TOOLS_ONLY,
         busy_at_start: never,
         templates: no_templates,
@@ -205,7 +183,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "dap",
-        catalog: catalog!("dap"),
         families: TOOLS_ONLY,
         busy_at_start: never,
         templates: no_templates,
@@ -213,7 +190,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "vm",
-        catalog: catalog!("vm"),
         families: TOOLS_ONLY,
         busy_at_start: never,
         templates: no_templates,
@@ -221,7 +197,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "memory",
-        catalog: catalog!("memory"),
         families: Families {
             prompts: true,
             ..TOOLS_ONLY
@@ -232,7 +207,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "issues",
-        catalog: catalog!("issues"),
         families: Families {
             prompts: true,
             resources: true,
@@ -245,7 +219,6 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
     Waiting {
         family: "cron",
-        catalog: catalog!("cron"),
         families: TOOLS_ONLY,
         busy_at_start: cron_has_work,
         templates: no_templates,
@@ -253,70 +226,11 @@ const START_ON_FIRST_CALL: &[Waiting] = &[
     },
 ];
 
-/// The tools of a compiled-in catalog (`{"tools": [...]}`).
-fn parse_catalog(text: &str) -> Option<Vec<Tool>> {
-    #[derive(serde::Deserialize)]
-    struct Catalog {
-        tools: Vec<Tool>,
-    }
-    serde_json::from_str::<Catalog>(text).ok().map(|c| c.tools)
-}
-
-/// How many families may wait for their first call.
-const WAITING: usize = START_ON_FIRST_CALL.len();
-
-/// Each family of [`START_ON_FIRST_CALL`] with its catalog parsed, by whichever thread got to
-/// it first (None inside: it does not parse, so that family starts at once).
-static PARSED: [OnceLock<Option<Vec<Tool>>>; WAITING] = [const { OnceLock::new() }; WAITING];
-
-/// The next catalog no thread has claimed yet (a position in [`by_size`]).
-static NEXT_UNCLAIMED: AtomicUsize = AtomicUsize::new(0);
-
-/// The families' positions, largest catalog first: the parsers then finish together.
-fn by_size() -> &'static [usize] {
-    static ORDER: OnceLock<Vec<usize>> = OnceLock::new();
-    ORDER.get_or_init(|| {
-        let mut order: Vec<usize> = (0..WAITING).collect();
-        order.sort_by_key(|&i| std::cmp::Reverse(START_ON_FIRST_CALL[i].catalog.len()));
-        order
-    })
-}
-
-/// Parse catalogs until none is left unclaimed.
-fn parse_unclaimed() {
-    let order = by_size();
-    while let Some(&i) = order.get(NEXT_UNCLAIMED.fetch_add(1, Ordering::Relaxed)) {
-        PARSED[i].get_or_init(|| parse_catalog(START_ON_FIRST_CALL[i].catalog));
-    }
-}
-
-/// Start parsing the embedded catalogs on two threads. Parsing them is ~2 ms of CPU, most of a
-/// host's cold start when done in line; started first thing in `main`, it overlaps the
-/// argument parsing, config loading and runtime set-up — and the main thread, once it needs
-/// them, parses what is still unclaimed instead of waiting. Then the threads build the host's
-/// own tools. They are not joined: what the main thread needs it waits for in its `OnceLock`.
-pub fn prefetch_catalogs() {
-    const THREADS: usize = 2;
-    for _ in 0..THREADS {
-        // No thread: the catalogs are parsed in line when first needed.
-        let _ = std::thread::Builder::new()
-            .name("catalogs".into())
-            .spawn(|| {
-                parse_unclaimed();
-                kitbag_hub::serve::prepare_own_tools();
-            });
-    }
-}
-
-/// The parsed catalog of [`START_ON_FIRST_CALL`]`[index]` (None: it does not parse). What no
-/// thread has claimed yet is parsed here; one a thread is parsing is waited for, and one a
-/// thread gave up on (it panicked) is parsed here too.
-fn parsed(index: usize) -> Option<&'static Vec<Tool>> {
-    parse_unclaimed();
-    PARSED[index]
-        .get_or_init(|| parse_catalog(START_ON_FIRST_CALL[index].catalog))
-        .as_ref()
-}
+// `compiled(family)`: each family's tools as its server lists them —
+// `manifests/<family>/tools.json`, which the catalog tests hold equal to the server's
+// `tools/list` (and `catalogs_are_the_routers` here to its router) — compiled in by
+// build.rs as per-tool text, read without a parse.
+include!(concat!(env!("OUT_DIR"), "/catalogs.rs"));
 
 /// Which servers the host may start on their first call: an entry that runs this binary's
 /// `server FAMILY` for a family of [`START_ON_FIRST_CALL`], with what that family offers.
@@ -333,12 +247,9 @@ pub fn known_tools(idle_stop: Duration) -> anyhow::Result<KnownTools> {
             return None;
         }
         let family = e.args.get(1)?;
-        let index = START_ON_FIRST_CALL
-            .iter()
-            .position(|w| w.family == family)?;
-        let waiting = &START_ON_FIRST_CALL[index];
+        let waiting = START_ON_FIRST_CALL.iter().find(|w| w.family == family)?;
         Some(Known {
-            tools: parsed(index)?.clone(),
+            tools: Tools::compiled(compiled(family)?),
             families: waiting.families,
             templates: (waiting.templates)(),
             // The family's default; the entry's own `idle_stop_secs` wins (the hub applies it).
@@ -410,13 +321,15 @@ pub fn embedded_default() -> anyhow::Result<Config> {
 mod tests {
     use std::path::Path;
 
+    use rmcp::model::Tool;
+
     use super::*;
 
-    /// The compiled-in catalogs, as the prefetch threads parse them, are what each family's
-    /// router lists (so a waiting server is listed exactly as it will answer once started).
+    /// The compiled-in catalogs are what each family's router lists (so a waiting server is
+    /// listed exactly as it will answer once started), and what they read without a parse —
+    /// names, descriptions, private arguments — says the same as the parsed tools.
     #[test]
     fn catalogs_are_the_routers() {
-        prefetch_catalogs();
         let routers: [(&str, Vec<Tool>); 10] = [
             ("files", kitbag_files::router().list()),
             ("search", kitbag_search::router().list()),
@@ -430,16 +343,27 @@ mod tests {
             ("cron", kitbag_cron::router().list()),
         ];
         for (family, tools) in routers {
-            let index = START_ON_FIRST_CALL
+            let catalog = compiled(family).expect("a compiled catalog");
+            let texts: Vec<serde_json::Value> = catalog
                 .iter()
-                .position(|w| w.family == family)
-                .expect("waiting family");
-            let compiled = parsed(index).cloned().expect("catalog parses");
+                .map(|t| serde_json::from_str(t.json).expect("compact JSON"))
+                .collect();
             assert_eq!(
-                serde_json::to_value(&compiled).expect("json"),
+                serde_json::Value::Array(texts),
                 serde_json::to_value(&tools).expect("json"),
                 "manifests/{family}/tools.json differs from its router: regenerate it with KITBAG_UPDATE_CATALOG=1"
             );
+            let parsed = Tools::parsed(tools);
+            let read = Tools::compiled(catalog);
+            assert!(
+                read == *parsed.all(),
+                "{family}: every tool parses as itself"
+            );
+            assert!(read.names().eq(parsed.names()), "{family}: names");
+            for i in 0..parsed.len() {
+                assert_eq!(read.description(i), parsed.description(i), "{family}");
+                assert_eq!(read.private_args(i), parsed.private_args(i), "{family}");
+            }
         }
         assert_eq!(
             START_ON_FIRST_CALL.len(),

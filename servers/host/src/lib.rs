@@ -682,9 +682,9 @@ async fn doctor(host: &HostServer, started: Instant, first_look: bool) -> i32 {
     let offered: Vec<String> = host
         .hub
         .flat()
-        .tools
+        .listed
         .iter()
-        .map(|t| t.name.to_string())
+        .map(|t| t.name.clone())
         .chain(["host_status".to_string(), "host_reload".to_string()])
         .collect();
     let offered: Vec<&str> = offered.iter().map(String::as_str).collect();

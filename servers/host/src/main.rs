@@ -13,11 +13,14 @@ fn main() {
         }
         return;
     }
-    // Commands that serve the flat list need every embedded family's catalog: parsing starts
-    // now, beside the argument parsing (not for `kitbag server FAMILY`, a child).
+    // Commands that serve the flat list list the host's own tools too: their schemas are
+    // generated now, beside the argument parsing (not for `kitbag server FAMILY`, a child).
     let first = std::env::args().skip(1).find(|a| !a.starts_with('-'));
     if first.as_deref().is_none_or(|c| HUB_COMMANDS.contains(&c)) {
-        kitbag::families::prefetch_catalogs();
+        // No thread: they are built in line when first needed.
+        let _ = std::thread::Builder::new()
+            .name("own-tools".into())
+            .spawn(kitbag_hub::serve::prepare_own_tools);
     }
     let cli = kitbag::Cli::parse();
     // Before any thread exists: clients may start us with SIGINT/SIGTERM blocked.

@@ -192,3 +192,55 @@ fn a_lazy_external_server_waits_once_its_catalog_is_kept() {
     );
     c.shutdown();
 }
+
+/// The tools sorted by name, as JSON values.
+fn by_name(mut tools: Vec<Value>) -> Vec<Value> {
+    tools.sort_by(|a, b| a["name"].as_str().cmp(&b["name"].as_str()));
+    tools
+}
+
+/// A handshake client's `tools/list` is answered from the compiled-in catalogs' text, a
+/// 2026-07-28 client's through rmcp from parsed tools: the two are the same list — with
+/// renames, filters and the host's own tools, before and after a family starts.
+#[test]
+fn the_list_spliced_from_compiled_catalogs_is_the_parsed_list() {
+    let d = project();
+    let root = d.path().to_str().expect("utf8").to_string();
+    let entry =
+        |family: &str| json!({"command": bin(), "args": ["server", family, "--root", root]});
+    let mut files = entry("files");
+    files["prefix"] = json!("fs_");
+    let mut search = entry("search");
+    search["disabled_tools"] = json!(["search_glob"]);
+    search["aliases"] = json!({"search_grep": "grep"});
+    let cfg = write_config(
+        d.path(),
+        json!({"mcp": {"files": files, "search": search, "shell": entry("shell"), "vm": entry("vm")}}),
+    );
+    let cfg = cfg.to_str().expect("utf8");
+    let mut spliced =
+        McpClient::spawn(bin(), &["--config", cfg, "serve"], d.path(), Era::Handshake);
+    let mut parsed = McpClient::spawn(bin(), &["--config", cfg, "serve"], d.path(), Era::Modern);
+    let list = by_name(spliced.list_tools());
+    assert_eq!(list, by_name(parsed.list_tools()));
+    let names: Vec<&str> = list.iter().filter_map(|t| t["name"].as_str()).collect();
+    for offered in [
+        "fs_file_read",
+        "grep",
+        "shell_bash",
+        "instance_spawn",
+        "host_status",
+    ] {
+        assert!(names.contains(&offered), "{offered} in {names:?}");
+    }
+    for gone in ["file_read", "search_glob", "search_grep"] {
+        assert!(!names.contains(&gone), "{gone} in {names:?}");
+    }
+    // Started, files lists what its catalog said: the list stays the same, byte for byte.
+    let r = spliced.call("fs_file_read", json!({"path": "a.txt"}));
+    assert!(!r.is_error, "{:?}", r.raw);
+    assert!(running("files", &root));
+    assert_eq!(by_name(spliced.list_tools()), list);
+    spliced.shutdown();
+    parsed.shutdown();
+}
