@@ -77,6 +77,8 @@ struct AgentFile {
     #[serde(default)]
     idle_stop_secs: Option<u64>,
     #[serde(default)]
+    busy_poll_us: Option<u64>,
+    #[serde(default)]
     max_tool_result_bytes: Option<u64>,
     #[serde(default)]
     memory: Option<settings::MemorySettings>,
@@ -174,6 +176,7 @@ pub fn parse(path: &Path, text: &str) -> anyhow::Result<Config> {
             startup_timeout_sec: file.startup_timeout_sec,
             tool_timeout_sec: file.tool_timeout_sec,
             idle_stop_secs: file.idle_stop_secs,
+            busy_poll_us: file.busy_poll_us,
             max_tool_result_bytes: file.max_tool_result_bytes,
             memory: file.memory,
             prompt_includes: file.prompt_includes,

@@ -31,6 +31,11 @@ pub struct FileSettings {
     /// may stay unused before it stops again (0: never); an entry's own `idle_stop_secs`
     /// overrides it.
     pub idle_stop_secs: Option<u64>,
+    /// The longest the host polls its client's input and its servers' output before its
+    /// thread sleeps, in microseconds (0: never). It spares a relayed call the wake-ups of a
+    /// halted vCPU; the window adapts to the gaps between messages (kitbag-shared's
+    /// `busy_poll`), so an idle host does not poll.
+    pub busy_poll_us: Option<u64>,
     /// Text bytes of one tool result the agent loop passes to the model and the session; the
     /// rest is kept in a file the result names (issue #42).
     pub max_tool_result_bytes: Option<u64>,
@@ -61,6 +66,8 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an unused server that keeps nothing between calls runs before it stops, when
 /// nothing says otherwise.
 pub const DEFAULT_IDLE_STOP: Duration = Duration::from_secs(300);
+/// `busy_poll_us` when unset.
+pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(500);
 /// How long one tool call may take when nothing says otherwise.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
 
@@ -104,6 +111,8 @@ pub struct Setting {
 enum Kind {
     Text,
     Count,
+    /// A whole number where 0 turns the thing off (`idle_stop_secs`: never stop).
+    Amount,
     /// true or false (environment: true/false, 1/0, on/off).
     Flag,
     /// Strings (environment: comma-separated).
@@ -177,8 +186,14 @@ const SPECS: &[Spec] = &[
     Spec {
         key: "idle_stop_secs",
         env: "KITBAG_IDLE_STOP_SECS",
-        kind: Kind::Count,
+        kind: Kind::Amount,
         default: || json!(DEFAULT_IDLE_STOP.as_secs()),
+    },
+    Spec {
+        key: "busy_poll_us",
+        env: "KITBAG_BUSY_POLL_US",
+        kind: Kind::Amount,
+        default: || json!(DEFAULT_BUSY_POLL.as_micros() as u64),
     },
     Spec {
         key: "max_tool_result_bytes",
@@ -290,6 +305,17 @@ pub fn resolve(
                             .filter(|s| !s.is_empty())
                             .collect::<Vec<_>>()
                     ),
+                    Kind::Amount => match raw.trim().parse::<u64>() {
+                        Ok(n) => json!(n),
+                        Err(_) => {
+                            return Err(SettingError::Env {
+                                var: spec.env,
+                                raw,
+                                accepted: "a whole number (0: off)".into(),
+                                key: spec.key,
+                            });
+                        }
+                    },
                     Kind::Count => match raw.trim().parse::<u64>() {
                         Ok(n) if n > 0 => json!(n),
                         _ => {
@@ -348,6 +374,28 @@ mod tests {
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         move |k| m.get(k).cloned()
+    }
+
+    #[test]
+    fn an_amount_takes_zero_from_the_environment_a_count_does_not() {
+        let s = resolve(
+            &FileSettings::default(),
+            env(&[("KITBAG_BUSY_POLL_US", "0"), ("KITBAG_IDLE_STOP_SECS", "0")]),
+        )
+        .unwrap();
+        assert_eq!(get(&s, "busy_poll_us").unwrap().value, json!(0));
+        assert_eq!(get(&s, "idle_stop_secs").unwrap().value, json!(0));
+        let e = resolve(
+            &FileSettings::default(),
+            env(&[("KITBAG_BUSY_POLL_US", "-1")]),
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            e.contains("KITBAG_BUSY_POLL_US") && e.contains("0: off"),
+            "{e}"
+        );
+        assert!(resolve(&FileSettings::default(), env(&[("KITBAG_MAX_TOKENS", "0")])).is_err());
     }
 
     #[test]

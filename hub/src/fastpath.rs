@@ -272,12 +272,14 @@ struct PeekResponse<'a> {
 
 /// Wire a child's stdio: lines for rmcp go through `(reader, writer)`; answers to
 /// byte-level calls are taken out on the way. `stdin` is the child's input, written directly
-/// by whoever sends (`line_out.rs`). Returns rmcp's pipe ends and the link.
+/// by whoever sends (`line_out.rs`). `watch`: `stdout`'s descriptor watched while it is
+/// read (unwatched before it closes). Returns rmcp's pipe ends and the link.
 pub fn wire_child<R>(
     server: &str,
     stdout: R,
     stdin: LineOut,
     framing: Framing,
+    watch: Option<kitbag_shared::busy_poll::Watch>,
 ) -> (ChannelReader, LineWriter, Arc<FastLink>)
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -314,6 +316,8 @@ where
                 break;
             }
         }
+        drop(watch);
+        drop(r);
         // The child is gone: calls waiting on it see their sender dropped.
         reader_link.open.store(false, Ordering::SeqCst);
         reader_link.pending.locked().clear();

@@ -14,6 +14,8 @@ use crate::serve::HostServer;
 pub async fn serve_stdio(host: HostServer) -> anyhow::Result<()> {
     use rmcp::ServiceExt;
     let (stdin, stdout) = kitbag_shared::stdin::stdio();
+    // A request arriving ends the host's poll before sleeping (kitbag_shared::busy_poll).
+    let _watch = kitbag_shared::busy_poll::watch(std::io::stdin());
     let (finish_tx, finish_rx) = tokio::sync::oneshot::channel::<()>();
     let finish = async move {
         let _ = finish_rx.await;
@@ -154,7 +156,10 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                         && !kitbag_shared::otel::enabled() =>
                 {
                     match host.listed_json() {
-                        Some(result) => out.send(fastpath::result_line(id.get(), &result)).is_ok(),
+                        Some(result) => {
+                            tracing::debug!("tools/list answered from the catalogs' text");
+                            out.send(fastpath::result_line(id.get(), &result)).is_ok()
+                        }
                         None => false,
                     }
                 }

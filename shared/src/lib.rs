@@ -32,6 +32,7 @@ pub mod atomic;
 pub mod audit;
 pub mod blocking;
 pub mod budget;
+pub mod busy_poll;
 pub mod caller;
 pub mod clock;
 pub mod contain;

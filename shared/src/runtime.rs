@@ -52,6 +52,9 @@ where
         Threads::Multi => tokio::runtime::Builder::new_multi_thread(),
     }
     .enable_all()
+    // Off unless the binary sets a budget (the host: `busy_poll_us`).
+    .on_thread_park(crate::busy_poll::before_park)
+    .on_thread_unpark(crate::busy_poll::after_unpark)
     .build()?;
     let result = runtime.block_on(async {
         // Once the server idles after its start, the pages start-up alone needed go back.

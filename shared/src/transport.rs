@@ -244,16 +244,21 @@ where
     }
 }
 
-/// End the span of the request `item` answers (and learn the protocol version from the
-/// handshake's answer).
+/// Learn the protocol version from the handshake's answer (spans and the host's stdio
+/// front, which answers some requests itself once the handshake is answered, read it).
+fn learn_version(conn: &otel::Conn, item: &TxJsonRpcMessage<RoleServer>) {
+    if let JsonRpcMessage::Response(r) = item
+        && let ServerResult::InitializeResult(init) = &r.result
+    {
+        conn.set_protocol_version(init.protocol_version.as_str());
+    }
+}
+
+/// End the span of the request `item` answers.
 fn trace_answer(conn: &otel::Conn, item: &TxJsonRpcMessage<RoleServer>) {
     match item {
         JsonRpcMessage::Response(r) => {
             let outcome = match &r.result {
-                ServerResult::InitializeResult(init) => {
-                    conn.set_protocol_version(init.protocol_version.as_str());
-                    otel::Outcome::Ok
-                }
                 ServerResult::CallToolResult(c) if c.is_error == Some(true) => {
                     otel::Outcome::ToolError(
                         c.structured_content
@@ -427,10 +432,11 @@ where
             _ => None,
         };
         let budget = self.budget.clone();
-        if let Some(conn) = &self.trace
-            && otel::enabled()
-        {
-            trace_answer(conn, &item);
+        if let Some(conn) = &self.trace {
+            learn_version(conn, &item);
+            if otel::enabled() {
+                trace_answer(conn, &item);
+            }
         }
         async move {
             let sent = output.lock().await.send(&item).await;

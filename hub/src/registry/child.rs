@@ -490,7 +490,10 @@ pub(super) async fn connect(
     let stdin = kitbag_shared::stdin::PolledWriter::child_stdin(stdin)
         .map_err(|_| StartFailure::NoStdio)?;
     let (stdin, _writer) = crate::line_out::direct(stdin, std::future::pending());
-    let (reader, writer, link) = crate::fastpath::wire_child(&name, stdout, stdin, framing);
+    // Its answers end the host's poll before sleeping (kitbag_shared::busy_poll).
+    let watch = kitbag_shared::busy_poll::watch(&stdout);
+    let (reader, writer, link) =
+        crate::fastpath::wire_child(&name, stdout, stdin, framing, Some(watch));
     let running = match client.serve((reader, writer)).await {
         Ok(r) => r,
         Err(e) => {

@@ -240,6 +240,13 @@ async fn start(cli: &Cli, agent: Option<&str>, everything: bool) -> anyhow::Resu
             .unwrap_or(kitbag_config::settings::DEFAULT_IDLE_STOP.as_secs());
         Some(families::known_tools(std::time::Duration::from_secs(secs))?)
     };
+    let busy_poll = kitbag_config::settings::get(&cfg.settings, "busy_poll_us")
+        .and_then(|s| s.value.as_u64())
+        .map_or(
+            kitbag_config::settings::DEFAULT_BUSY_POLL,
+            std::time::Duration::from_micros,
+        );
+    kitbag_shared::busy_poll::set_budget(busy_poll);
     let catalogs = kitbag_hub::catalog_cache::CatalogCache::for_user();
     let hub = Hub::new(cfg.servers, config_file(cli), known, catalogs);
     hub.start_all().await;

@@ -243,4 +243,52 @@ fn the_list_spliced_from_compiled_catalogs_is_the_parsed_list() {
     assert_eq!(by_name(spliced.list_tools()), list);
     spliced.shutdown();
     parsed.shutdown();
+    // And the handshake client's list did come from the text, not through rmcp.
+    assert!(
+        listed_from_text(
+            &["--config", cfg, "--log-level", "debug", "serve"],
+            d.path()
+        ),
+        "the stdio front answered tools/list itself"
+    );
+}
+
+/// Whether a host run with `args` says it answered a handshake client's `tools/list` from
+/// the catalogs' text.
+fn listed_from_text(args: &[&str], dir: &Path) -> bool {
+    use std::io::{BufRead, Read, Write};
+    let mut host = std::process::Command::new(bin())
+        .args(args)
+        .current_dir(dir)
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("host starts");
+    let mut stdin = host.stdin.take().expect("piped");
+    let mut stdout = std::io::BufReader::new(host.stdout.take().expect("piped"));
+    let mut line = String::new();
+    let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": kitbag_testkit::HANDSHAKE_VERSION, "capabilities": {},
+        "clientInfo": {"name": "t", "version": "1"}}});
+    writeln!(stdin, "{init}").expect("write");
+    stdout.read_line(&mut line).expect("initialize answered");
+    writeln!(
+        stdin,
+        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
+    )
+    .expect("w");
+    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).expect("w");
+    line.clear();
+    stdout.read_line(&mut line).expect("tools/list answered");
+    assert!(line.contains(r#""tools":["#), "{line}");
+    drop(stdin);
+    let mut said = String::new();
+    host.stderr
+        .take()
+        .expect("piped")
+        .read_to_string(&mut said)
+        .expect("stderr");
+    let _ = host.wait();
+    said.contains("tools/list answered from the catalogs' text")
 }
