@@ -66,8 +66,10 @@ pub const DEFAULT_STARTUP_TIMEOUT: Duration = Duration::from_secs(30);
 /// How long an unused server that keeps nothing between calls runs before it stops, when
 /// nothing says otherwise.
 pub const DEFAULT_IDLE_STOP: Duration = Duration::from_secs(300);
-/// `busy_poll_us` when unset.
-pub const DEFAULT_BUSY_POLL: Duration = Duration::from_micros(500);
+/// `busy_poll_us` when unset: off. Polling pays only where waking an idle CPU is dear (a VM
+/// without guest halt-polling) and a CPU is free to poll; on a machine whose CPUs are all
+/// busy, a polling host takes time from the processes it waits for.
+pub const DEFAULT_BUSY_POLL: Duration = Duration::ZERO;
 /// How long one tool call may take when nothing says otherwise.
 pub const DEFAULT_TOOL_TIMEOUT: Duration = Duration::from_secs(600);
 

@@ -147,13 +147,13 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                     let asks = call.modern && asking::may_ask(text);
                     call_fast(&host, call, asks.then_some(text), &out, &inflight, &conn)
                 }
-                // Answered here once rmcp has answered the handshake (so never before it),
-                // unless a span must record it: the list's compiled-in catalogs go out as
-                // their text (`HostServer::listed_json`).
+                // Answered here, after rmcp's answer to the handshake (a client that sent
+                // both at once waits for that first), unless a span must record it: the
+                // list's compiled-in catalogs go out as their text (`listed_json`).
                 fastpath::Upstream::ListTools(id)
                     if handshake
-                        && conn.protocol_version().is_some()
-                        && !kitbag_shared::otel::enabled() =>
+                        && !kitbag_shared::otel::enabled()
+                        && conn.handshake_answered(HANDSHAKE_WAIT).await =>
                 {
                     match host.listed_json() {
                         Some(result) => {
@@ -182,6 +182,10 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
         }
     }
 }
+
+/// How long a `tools/list` sent right behind `initialize` waits for its answer to go out
+/// before rmcp takes the list instead (a refused handshake never answers).
+const HANDSHAKE_WAIT: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// How long calls in flight at stdin EOF may take to finish before the host exits anyway.
 const DRAIN_LIMIT: std::time::Duration = std::time::Duration::from_secs(30);

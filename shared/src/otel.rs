@@ -581,8 +581,9 @@ pub fn result_outcome(result: &serde_json::Value) -> Outcome<'_> {
 #[derive(Debug)]
 pub struct Conn {
     pub transport: &'static str,
-    /// The protocol version the handshake agreed on (`mcp.protocol.version`).
-    version: Mutex<Option<String>>,
+    /// The protocol version the handshake agreed on (`mcp.protocol.version`), set as its
+    /// answer goes out.
+    version: tokio::sync::watch::Sender<Option<String>>,
     open: Mutex<HashMap<String, Span>>,
 }
 
@@ -595,17 +596,26 @@ impl Conn {
     pub fn pipe() -> Arc<Conn> {
         Arc::new(Conn {
             transport: "pipe",
-            version: Mutex::new(None),
+            version: tokio::sync::watch::Sender::new(None),
             open: Mutex::new(HashMap::new()),
         })
     }
 
     pub fn protocol_version(&self) -> Option<String> {
-        self.version.locked().clone()
+        self.version.borrow().clone()
     }
 
     pub fn set_protocol_version(&self, version: &str) {
-        *self.version.locked() = Some(version.to_string());
+        self.version.send_replace(Some(version.to_string()));
+    }
+
+    /// Whether the handshake's answer went out within `limit` (at once if it did already).
+    pub async fn handshake_answered(&self, limit: std::time::Duration) -> bool {
+        let mut rx = self.version.subscribe();
+        matches!(
+            tokio::time::timeout(limit, rx.wait_for(Option::is_some)).await,
+            Ok(Ok(_))
+        )
     }
 
     /// Keep `span` until the answer to request `key` (its id as JSON text) is written.

@@ -243,19 +243,21 @@ fn the_list_spliced_from_compiled_catalogs_is_the_parsed_list() {
     assert_eq!(by_name(spliced.list_tools()), list);
     spliced.shutdown();
     parsed.shutdown();
-    // And the handshake client's list did come from the text, not through rmcp.
-    assert!(
-        listed_from_text(
-            &["--config", cfg, "--log-level", "debug", "serve"],
-            d.path()
-        ),
-        "the stdio front answered tools/list itself"
-    );
+    // And the handshake client's list did come from the text, not through rmcp — also when
+    // the client sent it right behind `initialize`, whose answer still comes first.
+    let args = ["--config", cfg, "--log-level", "debug", "serve"];
+    for pipelined in [false, true] {
+        assert!(
+            listed_from_text(&args, d.path(), pipelined),
+            "the stdio front answered tools/list itself (pipelined: {pipelined})"
+        );
+    }
 }
 
 /// Whether a host run with `args` says it answered a handshake client's `tools/list` from
-/// the catalogs' text.
-fn listed_from_text(args: &[&str], dir: &Path) -> bool {
+/// the catalogs' text. `pipelined`: the client sends `initialize`, `initialized` and
+/// `tools/list` at once instead of waiting for the handshake's answer.
+fn listed_from_text(args: &[&str], dir: &Path, pipelined: bool) -> bool {
     use std::io::{BufRead, Read, Write};
     let mut host = std::process::Command::new(bin())
         .args(args)
@@ -271,17 +273,28 @@ fn listed_from_text(args: &[&str], dir: &Path) -> bool {
     let init = json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
         "protocolVersion": kitbag_testkit::HANDSHAKE_VERSION, "capabilities": {},
         "clientInfo": {"name": "t", "version": "1"}}});
-    writeln!(stdin, "{init}").expect("write");
+    let rest = concat!(
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        "\n",
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/list"}"#,
+        "\n"
+    );
+    if pipelined {
+        write!(stdin, "{init}\n{rest}").expect("write");
+    } else {
+        writeln!(stdin, "{init}").expect("write");
+    }
     stdout.read_line(&mut line).expect("initialize answered");
-    writeln!(
-        stdin,
-        r#"{{"jsonrpc":"2.0","method":"notifications/initialized"}}"#
-    )
-    .expect("w");
-    writeln!(stdin, r#"{{"jsonrpc":"2.0","id":2,"method":"tools/list"}}"#).expect("w");
+    assert!(
+        line.contains(r#""id":1,"result""#),
+        "the handshake first: {line}"
+    );
+    if !pipelined {
+        write!(stdin, "{rest}").expect("w");
+    }
     line.clear();
     stdout.read_line(&mut line).expect("tools/list answered");
-    assert!(line.contains(r#""tools":["#), "{line}");
+    assert!(line.contains(r#""id":2,"result":{"tools":["#), "{line}");
     drop(stdin);
     let mut said = String::new();
     host.stderr
