@@ -136,6 +136,16 @@ impl RawResult {
     }
 }
 
+impl RawResult {
+    /// A result object's whole JSON text (one the host wrote itself).
+    pub fn whole(text: String) -> Self {
+        RawResult {
+            at: 0..text.len(),
+            line: text,
+        }
+    }
+}
+
 impl From<&RawValue> for RawResult {
     fn from(raw: &RawValue) -> Self {
         RawResult {
@@ -593,17 +603,6 @@ pub fn response_line(id: &str, reply: &Reply, modern: bool) -> Line {
         }
         _ => line.extend_from_slice(body.as_bytes()),
     }
-    line.extend_from_slice(b"}\n");
-    line
-}
-
-/// A JSON-RPC result line; `id` and `result` are raw JSON.
-pub fn result_line(id: &str, result: &str) -> Line {
-    let mut line = Vec::with_capacity(40 + id.len() + result.len());
-    line.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":");
-    line.extend_from_slice(id.as_bytes());
-    line.extend_from_slice(b",\"result\":");
-    line.extend_from_slice(result.as_bytes());
     line.extend_from_slice(b"}\n");
     line
 }

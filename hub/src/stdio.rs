@@ -158,7 +158,10 @@ async fn upstream_demux<R: tokio::io::AsyncRead + Unpin>(
                     match host.listed_json() {
                         Some(result) => {
                             tracing::debug!("tools/list answered from the catalogs' text");
-                            out.send(fastpath::result_line(id.get(), &result)).is_ok()
+                            let result =
+                                fastpath::Reply::Result(fastpath::RawResult::whole(result));
+                            out.send(fastpath::response_line(id.get(), &result, false))
+                                .is_ok()
                         }
                         None => false,
                     }

@@ -30,7 +30,7 @@ static BUDGET_NS: AtomicU64 = AtomicU64::new(0);
 /// How long the next poll lasts, in nanoseconds (adapted, at most the budget).
 static WINDOW_NS: AtomicU64 = AtomicU64::new(0);
 /// The window a sleep that polling would have caught grows to from nothing.
-pub const GROW_START: Duration = Duration::from_micros(50);
+const GROW_START: Duration = Duration::from_micros(50);
 /// The descriptors whose readiness ends a poll: each a duplicate a [`Watch`] owns, by its
 /// number.
 static WATCHED: Mutex<Vec<(u64, OwnedFd)>> = Mutex::new(Vec::new());

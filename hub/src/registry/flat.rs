@@ -76,7 +76,7 @@ impl Listed {
     /// tool offered under its own name.
     pub fn text(&self) -> Option<&'static str> {
         let text = self.source.text(self.index)?;
-        (self.source.names().nth(self.index) == Some(self.name.as_str())).then_some(text)
+        (self.source.name(self.index) == Some(self.name.as_str())).then_some(text)
     }
 }
 

@@ -77,6 +77,14 @@ impl Tools {
         }
     }
 
+    /// The tool at `index`'s name.
+    pub fn name(&self, index: usize) -> Option<&str> {
+        match self.0.compiled {
+            Some(c) => c.get(index).map(|t| t.name),
+            None => self.all().get(index).map(|t| t.name.as_ref()),
+        }
+    }
+
     /// The tool at `index`'s description.
     pub fn description(&self, index: usize) -> Option<&str> {
         match self.0.compiled {
